@@ -1,0 +1,43 @@
+// shoald's configuration: a YAML file whose every key is optional. Each default is written
+// once, here, as the member initialiser; `shoald --print-config` shows the effective values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "shoal/common/status.h"
+
+namespace shoal {
+
+enum class DataPlaneMode { kAuto, kSockmap, kUnix };
+const char* DataPlaneModeName(DataPlaneMode mode);
+
+struct NodeConfig {
+  // Names this shoald; keys its BPF pins (/sys/fs/bpf/shoal/<node_name>) and its abstract
+  // unix socket names, so several shoalds can share one machine (tests do).
+  std::string node_name = "default";
+  std::string listen_host = "0.0.0.0";
+  uint16_t listen_port = 8080;
+  uint32_t gateway_threads = 0;  // 0 = one event loop per online core
+  std::string state_dir = "/var/lib/shoal";
+  uint64_t pool_bytes = 1ull << 30;          // shared-memory pool per tenant
+  uint64_t max_body_bytes = 128ull << 20;    // larger request bodies get 413
+  uint32_t max_queue_per_function = 10000;   // waiting requests beyond this get 503
+  DataPlaneMode dataplane = DataPlaneMode::kAuto;
+  std::string bpf_pin_root = "/sys/fs/bpf/shoal";
+  std::string fn_binary;                     // "" = shoal-fn beside the shoald binary
+  double default_timeout_s = 30.0;           // per-request handler timeout
+  double default_keep_alive_s = 60.0;        // idle instances stop after this
+  uint32_t default_concurrency = 1;          // per instance
+  uint32_t default_max_scale = 8;
+  double restart_backoff_s = 0.2;            // first restart delay after a crash (doubles)
+  uint32_t control_interval_ms = 100;        // instance manager's reconcile tick
+  std::string log_level = "info";
+
+  // Loads `path` (YAML). Unknown keys are errors that name the key.
+  static Result<NodeConfig> LoadFile(const std::string& path);
+  static Result<NodeConfig> LoadString(const std::string& yaml);
+  std::string ToYaml() const;
+};
+
+}  // namespace shoal

@@ -1,0 +1,54 @@
+// The event descriptor: the fixed-size message that travels on the data plane between the
+// gateway, function instances and shoald. Payloads never travel with it: they stay in the
+// tenant's shared-memory pool and the descriptor names them by offset.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace shoal {
+
+inline constexpr uint16_t kDescriptorVersion = 1;
+
+enum class EventKind : uint16_t {
+  kRequest = 1,   // gateway -> instance: run the handler on the payload
+  kResponse = 2,  // instance -> gateway: the handler's answer (payload = response buffer)
+  kError = 3,     // instance -> gateway: no payload, `status` holds the HTTP status
+  kReady = 4,     // instance -> shoald: the handler is loaded, the instance takes requests
+  kPing = 5,      // benchmarks and health probes: echoed back as kPong without touching memory
+  kPong = 6,
+};
+
+// Endpoint keys. The first 4 bytes of a descriptor are the target key: the sk_msg program
+// looks them up in the SOCKHASH (as SPRIGHT does), so `target` must stay the first field.
+inline constexpr uint32_t kManagerEndpoint = 0xFFFF0000u;   // shoald's instance manager
+inline constexpr uint32_t kGatewayEndpointBase = 0xFFFE0000u;  // + gateway loop index
+inline constexpr uint32_t GatewayEndpoint(uint32_t loop) { return kGatewayEndpointBase + loop; }
+inline constexpr bool IsGatewayEndpoint(uint32_t key) {
+  return (key & 0xFFFF0000u) == kGatewayEndpointBase;
+}
+
+struct alignas(8) EventDescriptor {
+  uint32_t target;       // endpoint key of the receiver (must be first: read by the BPF program)
+  uint16_t version;      // kDescriptorVersion
+  uint16_t kind;         // EventKind
+  uint32_t function_id;  // index of the function in the BPF counters map
+  uint32_t source;       // endpoint key of the sender; replies go there
+  uint64_t request_id;   // opaque to everyone but the sender
+  uint64_t offset;       // buffer offset in the tenant pool (0 = no payload)
+  uint64_t length;       // bytes of payload used in that buffer
+  uint32_t status;       // HTTP status for kResponse/kError
+  uint32_t flags;
+  uint64_t timestamp_ns; // sender's CLOCK_MONOTONIC at send time
+  uint64_t reserved;
+};
+
+static_assert(sizeof(EventDescriptor) == 64, "the descriptor is one cache line on the wire");
+static_assert(std::is_trivially_copyable_v<EventDescriptor>);
+static_assert(offsetof(EventDescriptor, target) == 0);
+static_assert(offsetof(EventDescriptor, function_id) == 8);
+
+inline constexpr size_t kDescriptorSize = sizeof(EventDescriptor);
+
+}  // namespace shoal

@@ -1,0 +1,123 @@
+#include "shoal/common/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace shoal {
+
+const char* DataPlaneModeName(DataPlaneMode mode) {
+  switch (mode) {
+    case DataPlaneMode::kAuto: return "auto";
+    case DataPlaneMode::kSockmap: return "sockmap";
+    case DataPlaneMode::kUnix: return "unix";
+  }
+  return "auto";
+}
+
+namespace {
+
+template <typename T>
+Status Read(const YAML::Node& node, const char* key, T& out) {
+  try {
+    out = node.as<T>();
+  } catch (const YAML::Exception&) {
+    return InvalidArgument(std::string("config: ") + key + ": bad value (line " +
+                           std::to_string(node.Mark().line + 1) + ")");
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
+  NodeConfig c;
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(std::string("config: ") + e.what());
+  }
+  if (root.IsNull()) return c;
+  if (!root.IsMap()) return InvalidArgument("config: the top level must be a mapping");
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    const YAML::Node& v = kv.second;
+    Status st;
+    if (key == "node_name") st = Read(v, "node_name", c.node_name);
+    else if (key == "listen_host") st = Read(v, "listen_host", c.listen_host);
+    else if (key == "listen_port") st = Read(v, "listen_port", c.listen_port);
+    else if (key == "gateway_threads") st = Read(v, "gateway_threads", c.gateway_threads);
+    else if (key == "state_dir") st = Read(v, "state_dir", c.state_dir);
+    else if (key == "pool_bytes") st = Read(v, "pool_bytes", c.pool_bytes);
+    else if (key == "max_body_bytes") st = Read(v, "max_body_bytes", c.max_body_bytes);
+    else if (key == "max_queue_per_function")
+      st = Read(v, "max_queue_per_function", c.max_queue_per_function);
+    else if (key == "bpf_pin_root") st = Read(v, "bpf_pin_root", c.bpf_pin_root);
+    else if (key == "fn_binary") st = Read(v, "fn_binary", c.fn_binary);
+    else if (key == "default_timeout_s") st = Read(v, "default_timeout_s", c.default_timeout_s);
+    else if (key == "default_keep_alive_s")
+      st = Read(v, "default_keep_alive_s", c.default_keep_alive_s);
+    else if (key == "default_concurrency")
+      st = Read(v, "default_concurrency", c.default_concurrency);
+    else if (key == "default_max_scale") st = Read(v, "default_max_scale", c.default_max_scale);
+    else if (key == "restart_backoff_s") st = Read(v, "restart_backoff_s", c.restart_backoff_s);
+    else if (key == "control_interval_ms")
+      st = Read(v, "control_interval_ms", c.control_interval_ms);
+    else if (key == "log_level") st = Read(v, "log_level", c.log_level);
+    else if (key == "dataplane") {
+      std::string m;
+      st = Read(v, "dataplane", m);
+      if (st.ok()) {
+        if (m == "auto") c.dataplane = DataPlaneMode::kAuto;
+        else if (m == "sockmap") c.dataplane = DataPlaneMode::kSockmap;
+        else if (m == "unix") c.dataplane = DataPlaneMode::kUnix;
+        else st = InvalidArgument("config: dataplane: must be auto, sockmap or unix, not '" + m + "'");
+      }
+    } else {
+      return InvalidArgument("config: unknown key '" + key + "' (line " +
+                             std::to_string(kv.first.Mark().line + 1) + ")");
+    }
+    if (!st.ok()) return st;
+  }
+  if (c.pool_bytes < (16ull << 20)) return InvalidArgument("config: pool_bytes: must be >= 16 MiB");
+  if (c.max_body_bytes >= c.pool_bytes)
+    return InvalidArgument("config: max_body_bytes: must be smaller than pool_bytes");
+  return c;
+}
+
+Result<NodeConfig> NodeConfig::LoadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound("config: cannot open " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return LoadString(ss.str());
+}
+
+std::string NodeConfig::ToYaml() const {
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  e << YAML::Key << "node_name" << YAML::Value << node_name;
+  e << YAML::Key << "listen_host" << YAML::Value << listen_host;
+  e << YAML::Key << "listen_port" << YAML::Value << listen_port;
+  e << YAML::Key << "gateway_threads" << YAML::Value << gateway_threads;
+  e << YAML::Key << "state_dir" << YAML::Value << state_dir;
+  e << YAML::Key << "pool_bytes" << YAML::Value << pool_bytes;
+  e << YAML::Key << "max_body_bytes" << YAML::Value << max_body_bytes;
+  e << YAML::Key << "max_queue_per_function" << YAML::Value << max_queue_per_function;
+  e << YAML::Key << "dataplane" << YAML::Value << DataPlaneModeName(dataplane);
+  e << YAML::Key << "bpf_pin_root" << YAML::Value << bpf_pin_root;
+  e << YAML::Key << "fn_binary" << YAML::Value << fn_binary;
+  e << YAML::Key << "default_timeout_s" << YAML::Value << default_timeout_s;
+  e << YAML::Key << "default_keep_alive_s" << YAML::Value << default_keep_alive_s;
+  e << YAML::Key << "default_concurrency" << YAML::Value << default_concurrency;
+  e << YAML::Key << "default_max_scale" << YAML::Value << default_max_scale;
+  e << YAML::Key << "restart_backoff_s" << YAML::Value << restart_backoff_s;
+  e << YAML::Key << "control_interval_ms" << YAML::Value << control_interval_ms;
+  e << YAML::Key << "log_level" << YAML::Value << log_level;
+  e << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
+}  // namespace shoal

@@ -1,0 +1,37 @@
+// A deployed function as the runtime sees it: what the `Function` manifest says, validated,
+// with every default filled in (defaults come from NodeConfig, written once there).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace shoal {
+
+struct HandlerSpec {
+  // Exactly one of `builtin` or `library` is set.
+  std::string builtin;  // "echo", "sha256", "wordcount", "sleep", "crash" (tests), ...
+  std::string library;  // absolute path of a user .so implementing the C ABI (shoal/runtime/handler_abi.h)
+  std::string symbol = "shoal_handle";  // entry point in `library`
+  std::map<std::string, std::string> env;  // extra environment for the instance process
+};
+
+struct FunctionSpec {
+  std::string name;              // metadata.name: [a-z0-9]([-a-z0-9]*[a-z0-9])?, <= 63 chars
+  std::string tenant = "default";  // metadata.namespace: selects the shared-memory pool
+  std::map<std::string, std::string> labels;
+  HandlerSpec handler;
+  uint32_t concurrency = 0;      // requests one instance runs at once (0 = node default)
+  uint32_t min_scale = 0;
+  uint32_t max_scale = 0;        // 0 = node default
+  double timeout_s = 0;          // 0 = node default; handler timeout -> 504
+  double keep_alive_s = 0;       // 0 = node default; idle instances above min_scale stop after it
+  uint64_t max_body_bytes = 0;   // 0 = node default; larger bodies -> 413
+  double cpu = 0;                // resources.cpu (cores), informational for now
+  uint64_t memory_bytes = 0;     // resources.memory
+  uint32_t gpu = 0;              // resources.gpu
+  uint64_t generation = 0;       // bumped by the registry on every re-deploy
+  std::string manifest;          // the YAML as deployed (for `shoal get -o yaml`)
+};
+
+}  // namespace shoal

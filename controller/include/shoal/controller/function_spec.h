@@ -16,7 +16,11 @@ struct HandlerSpec {
   std::map<std::string, std::string> env;  // extra environment for the instance process
 };
 
+// Built-in handlers that shoal-fn ships (runtime/handlers); a manifest naming another is refused.
+inline constexpr const char* kBuiltinHandlers[] = {"echo", "sha256", "wordcount", "sleep"};
+
 struct FunctionSpec {
+  uint32_t id = 0;               // stable small integer assigned by the registry (BPF counter index)
   std::string name;              // metadata.name: [a-z0-9]([-a-z0-9]*[a-z0-9])?, <= 63 chars
   std::string tenant = "default";  // metadata.namespace: selects the shared-memory pool
   std::map<std::string, std::string> labels;

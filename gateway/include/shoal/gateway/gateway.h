@@ -1,0 +1,81 @@
+// The gateway: shoald's HTTP/1.1 front door. One libuv event loop per core, each with its own
+// SO_REUSEPORT listener and its own data-plane endpoint. A request to /fn/<name> has its body
+// received straight into a buffer of the function's shared-memory pool and is handed to an
+// instance by a 64-byte descriptor; /v1/* goes to the control API; /metrics, /healthz and
+// /readyz are served here.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "shoal/common/config.h"
+#include "shoal/common/status.h"
+#include "shoal/dataplane/dataplane.h"
+#include "shoal/runtime/function_runtime.h"
+#include "shoal/runtime/node_metrics.h"
+
+namespace shoal {
+
+struct ServiceReply {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+// A service for a path prefix that is not the data path (the control API).
+class HttpService {
+ public:
+  virtual ~HttpService() = default;
+  virtual ServiceReply Handle(std::string_view method, std::string_view path, std::string_view query,
+                           std::string_view body) = 0;
+};
+
+struct GatewayHooks {
+  HttpService* control = nullptr;               // /v1/*
+  std::function<std::string()> metrics_text;    // /metrics
+  std::function<bool()> ready;                  // /readyz
+};
+
+class GatewayLoop;
+class Connection;
+
+class Gateway final : public RequestSink {
+ public:
+  Gateway(const NodeConfig& config, FunctionTable& functions, DataPlane& dataplane,
+          ScaleSignal& scale, NodeMetrics& metrics, GatewayHooks hooks);
+  ~Gateway() override;
+
+  // Creates the loops' endpoints and listeners and starts their threads.
+  Status Start();
+  void Stop();
+  uint16_t port() const { return port_; }
+  uint32_t loops() const;
+
+  // RequestSink (called from the instance manager's thread).
+  void Deliver(const RouteAssignment& assignment) override;
+  void Reject(uint32_t loop, uint64_t request_id, int http_status, std::string reason) override;
+  void FailInstance(uint32_t instance, int http_status, std::string reason) override;
+
+ private:
+  friend class GatewayLoop;
+  friend class Connection;
+  const NodeConfig& config_;
+  FunctionTable& functions_;
+  DataPlane& dataplane_;
+  ScaleSignal& scale_;
+  NodeMetrics& metrics_;
+  GatewayHooks hooks_;
+  uint16_t port_ = 0;
+  std::vector<std::unique_ptr<GatewayLoop>> loops_;
+};
+
+// "HTTP/1.1 <code> <reason>" reason phrases.
+const char* HttpReason(int status);
+
+}  // namespace shoal

@@ -1,0 +1,76 @@
+// The handler interface that a function instance (shoal-fn) runs: built-in C++ handlers and
+// user libraries behind the C ABI (handler_abi.h) both implement it.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "shoal/common/buffer_pool.h"
+#include "shoal/common/status.h"
+
+namespace shoal {
+
+struct Request {
+  std::string_view method;  // "GET", "POST", ...
+  std::string_view path;    // after /fn/<name>; "" or "/..."
+  std::string_view query;
+  std::string_view content_type;
+  std::span<const std::byte> body;  // in place, in the pool
+};
+
+// Builds the response of one request in the pool. A handler either allocates a body and
+// writes into it, or answers with the request's own body (zero copy), or leaves the body empty.
+class ResponseBuilder {
+ public:
+  ResponseBuilder(BufferPool& pool, HolderSlot slot, uint64_t request_offset)
+      : pool_(pool), slot_(slot), request_offset_(request_offset) {}
+  ~ResponseBuilder();
+  ResponseBuilder(const ResponseBuilder&) = delete;
+  ResponseBuilder& operator=(const ResponseBuilder&) = delete;
+
+  // Room for `size` body bytes; kResourceExhausted when the pool is full.
+  Result<std::span<std::byte>> Allocate(size_t size, std::string_view content_type);
+  // Keeps only the first `size` bytes of what Allocate returned.
+  void Shrink(size_t size);
+  // The response is the request's body, with the request's content type.
+  void EchoRequest() { echo_ = true; }
+  // Drops whatever body was allocated or echoed (to answer with an error instead).
+  void Discard();
+  void SetStatus(int status) { status_ = status; }
+  int status() const { return status_; }
+
+  // Seals the response: returns the offset and total length of the buffer to send back, now
+  // held by this instance's slot (the request buffer is released unless it was echoed).
+  // The caller transfers it to the next hop. On failure nothing is held.
+  Result<std::pair<uint64_t, uint64_t>> Finish();
+
+ private:
+  BufferPool& pool_;
+  HolderSlot slot_;
+  uint64_t request_offset_;
+  uint64_t response_offset_ = 0;
+  size_t body_offset_ = 0;
+  size_t body_size_ = 0;
+  std::string content_type_;
+  int status_ = 200;
+  bool echo_ = false;
+};
+
+class Handler {
+ public:
+  virtual ~Handler() = default;
+  // Runs on one of the instance's worker threads; may be called concurrently up to the
+  // function's concurrency. An error Status becomes an HTTP error with its message.
+  virtual Status Handle(const Request& request, ResponseBuilder& response) = 0;
+};
+
+// Built-in handlers: echo, sha256, wordcount, sleep.
+Result<std::unique_ptr<Handler>> CreateBuiltinHandler(std::string_view name);
+// A user handler from a shared library implementing handler_abi.h.
+Result<std::unique_ptr<Handler>> LoadLibraryHandler(const std::string& path,
+                                                    const std::string& symbol);
+
+}  // namespace shoal

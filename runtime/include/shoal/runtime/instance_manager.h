@@ -1,0 +1,98 @@
+// The instance manager: shoald's reconciler for function instances on this node. It keeps
+// each deployed function between its min and max scale, starts instances when requests queue
+// (scale from zero, measuring the cold start), restarts crashed ones with back-off, drains and
+// stops idle ones after their keep-alive, reclaims a dead instance's pool buffers, and
+// collects instances' logs. It runs on shoald's main libuv loop.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "shoal/common/config.h"
+#include "shoal/controller/function_spec.h"
+#include "shoal/controller/runtime_view.h"
+#include "shoal/dataplane/dataplane.h"
+#include "shoal/pool/shm_pool.h"
+#include "shoal/runtime/function_runtime.h"
+#include "shoal/runtime/node_metrics.h"
+
+namespace shoal {
+
+class InstanceManager final : public ScaleSignal, public RuntimeView {
+ public:
+  using SpecSource = std::function<std::vector<FunctionSpec>()>;
+
+  InstanceManager(const NodeConfig& config, uv_loop_t* loop, DataPlane& dataplane,
+                  FunctionTable& functions, NodeMetrics& metrics, SpecSource specs);
+  ~InstanceManager() override;
+
+  // Opens the manager's data-plane endpoint and starts reconciling. `sink` is the gateway.
+  Status Start(RequestSink* sink);
+  // Stops every instance (SIGTERM, then SIGKILL after `grace_s`) and closes the handles.
+  void Stop(double grace_s = 3.0);
+
+  // ScaleSignal: requests are queueing; reconcile now (scale from zero).
+  void Poke() override;
+
+  // RuntimeView (any thread).
+  void FunctionsChanged() override;
+  FunctionStats Stats(const std::string& function) override;
+  LogChunk Logs(const std::string& function, uint64_t offset, uint64_t max_bytes) override;
+  std::string DataPlaneMode() override;
+
+  // Sets the gauges of the node's metrics from live state (called before each scrape).
+  void RefreshMetrics();
+  bool Ready() const { return started_; }
+
+ private:
+  struct Instance;
+  struct FunctionState;
+
+  void Reconcile();
+  void SyncSpecs();
+  void ScaleFunction(FunctionState& f, uint64_t now_ns);
+  Status Spawn(FunctionState& f);
+  void StopInstance(Instance& inst);
+  void OnReady(uint32_t key);
+  void OnExit(Instance* inst, int64_t status, int signal);
+  void OnManagerReadable();
+  void Retire(FunctionState& f, const char* why);
+  void AppendLog(Instance& inst, const char* data, size_t len);
+  Result<ShmPool*> PoolFor(const std::string& tenant);
+  std::string LogPath(const std::string& function) const;
+
+  const NodeConfig& config_;
+  uv_loop_t* loop_;
+  DataPlane& dataplane_;
+  FunctionTable& functions_;
+  NodeMetrics& metrics_;
+  SpecSource specs_;
+  RequestSink* sink_ = nullptr;
+  std::string fn_binary_;
+
+  uv_timer_t tick_{};
+  uv_async_t poke_{};
+  uv_poll_t manager_poll_{};
+  std::unique_ptr<DescriptorChannel> manager_channel_;
+  Endpoint manager_endpoint_;
+  bool started_ = false;
+  bool stopping_ = false;
+  std::atomic<bool> specs_changed_{true};
+
+  mutable std::mutex mu_;  // guards everything below against RuntimeView readers
+  std::map<std::string, std::unique_ptr<FunctionState>> by_name_;
+  std::vector<std::unique_ptr<FunctionState>> retired_;  // draining old generations
+  std::map<uint32_t, Instance*> by_key_;
+  std::map<std::string, std::unique_ptr<ShmPool>> pools_;       // by tenant
+  std::map<std::string, uint64_t> used_slots_;                  // by tenant: holder-slot bitmap
+  uint32_t next_sequence_ = 1;
+};
+
+}  // namespace shoal

@@ -1,0 +1,62 @@
+// shoald's Prometheus metrics: one registry for the node, per-function handles cached so
+// the request path touches only atomics.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace shoal {
+
+class NodeMetrics;
+
+// The metrics of one function; cheap to use from any gateway loop.
+class FunctionMetrics {
+ public:
+  FunctionMetrics(NodeMetrics& node, const std::string& function);
+  ~FunctionMetrics();
+  void CountRequest(int status, double seconds);
+  void CountColdStart(double seconds);
+
+ private:
+  prometheus::Counter& CounterFor(int status);
+  NodeMetrics& node_;
+  std::string function_;
+  std::mutex mu_;
+  std::array<std::atomic<prometheus::Counter*>, 600> by_status_{};
+  prometheus::Histogram* latency_;
+  prometheus::Counter* cold_starts_;
+  prometheus::Histogram* cold_start_seconds_;
+};
+
+class NodeMetrics {
+ public:
+  NodeMetrics();
+  std::string Serialize() const;
+  prometheus::Registry& registry() { return *registry_; }
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>& requests;
+  prometheus::Family<prometheus::Histogram>& request_seconds;
+  prometheus::Family<prometheus::Counter>& cold_starts;
+  prometheus::Family<prometheus::Histogram>& cold_start_seconds;
+  prometheus::Family<prometheus::Gauge>& inflight;
+  prometheus::Family<prometheus::Gauge>& queued;
+  prometheus::Family<prometheus::Gauge>& instances;
+  prometheus::Family<prometheus::Gauge>& pool_bytes;
+  prometheus::Family<prometheus::Gauge>& dataplane_mode;
+  prometheus::Family<prometheus::Gauge>& dataplane_events;
+  prometheus::Family<prometheus::Gauge>& dataplane_bytes;
+  prometheus::Family<prometheus::Gauge>& dataplane_inflight;
+  prometheus::Family<prometheus::Counter>& gateway_rejections;
+};
+
+}  // namespace shoal

@@ -1,0 +1,612 @@
+#include "shoal/runtime/instance_manager.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "shoal/common/log.h"
+
+namespace shoal {
+namespace {
+
+uint64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+std::string SelfDir() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(".") : p.parent_path().string();
+}
+
+}  // namespace
+
+struct InstanceManager::Instance {
+  enum class State { kStarting, kReady, kDraining, kStopping };
+  InstanceManager* mgr = nullptr;
+  FunctionState* fn = nullptr;
+  uint32_t key = 0;
+  HolderSlot slot = 0;
+  std::string tenant;
+  int pid = 0;
+  State state = State::kStarting;
+  uint64_t spawn_ns = 0;
+  uint64_t ready_ns = 0;
+  uint64_t last_busy_ns = 0;
+  uint64_t last_served = 0;
+  double cold_start_ms = 0;
+  bool expected_exit = false;
+  bool exited = false;
+  int open_handles = 0;
+  Endpoint endpoint;  // keeps the sockmap anchor open for the instance's lifetime
+  uv_process_t proc{};
+  uv_pipe_t out{};
+  uv_pipe_t err{};
+  bool out_at_line_start = true;
+  char read_buf[16384];
+};
+
+struct InstanceManager::FunctionState {
+  std::shared_ptr<FunctionRuntime> rt;
+  std::vector<Instance*> instances;
+  uint32_t desired = 0;
+  uint32_t crashes = 0;        // consecutive crashes (reset when one becomes ready)
+  uint64_t next_spawn_ns = 0;  // crash back-off
+  uint32_t restarts = 0;
+  std::ofstream log;
+};
+
+InstanceManager::InstanceManager(const NodeConfig& config, uv_loop_t* loop, DataPlane& dataplane,
+                                 FunctionTable& functions, NodeMetrics& metrics, SpecSource specs)
+    : config_(config),
+      loop_(loop),
+      dataplane_(dataplane),
+      functions_(functions),
+      metrics_(metrics),
+      specs_(std::move(specs)) {
+  fn_binary_ = config.fn_binary.empty() ? SelfDir() + "/shoal-fn" : config.fn_binary;
+}
+
+InstanceManager::~InstanceManager() = default;
+
+Status InstanceManager::Start(RequestSink* sink) {
+  sink_ = sink;
+  if (access(fn_binary_.c_str(), X_OK) != 0) {
+    return NotFound("function instance binary not found: " + fn_binary_);
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(config_.state_dir + "/logs", ec);
+  auto ep = dataplane_.CreateEndpoint(kManagerEndpoint);
+  if (!ep.ok()) return ep.status();
+  manager_endpoint_ = std::move(*ep);
+  manager_channel_ = OpenChannel(dup(manager_endpoint_.fd()), dataplane_.kind(), config_.node_name);
+  uv_poll_init(loop_, &manager_poll_, manager_channel_->fd());
+  manager_poll_.data = this;
+  uv_poll_start(&manager_poll_, UV_READABLE, [](uv_poll_t* h, int, int) {
+    static_cast<InstanceManager*>(h->data)->OnManagerReadable();
+  });
+  uv_async_init(loop_, &poke_, [](uv_async_t* a) {
+    static_cast<InstanceManager*>(a->data)->Reconcile();
+  });
+  poke_.data = this;
+  uv_timer_init(loop_, &tick_);
+  tick_.data = this;
+  uv_timer_start(&tick_, [](uv_timer_t* t) {
+    static_cast<InstanceManager*>(t->data)->Reconcile();
+  }, 0, config_.control_interval_ms);
+  started_ = true;
+  spdlog::info("instance manager: instances run {} (control interval {} ms)", fn_binary_,
+               config_.control_interval_ms);
+  return {};
+}
+
+void InstanceManager::Poke() {
+  if (started_) uv_async_send(&poke_);
+}
+
+void InstanceManager::FunctionsChanged() {
+  specs_changed_ = true;
+  Poke();
+}
+
+std::string InstanceManager::DataPlaneMode() { return DataPlaneKindName(dataplane_.kind()); }
+
+std::string InstanceManager::LogPath(const std::string& function) const {
+  return config_.state_dir + "/logs/" + function + ".log";
+}
+
+Result<ShmPool*> InstanceManager::PoolFor(const std::string& tenant) {
+  auto it = pools_.find(tenant);
+  if (it != pools_.end()) return it->second.get();
+  const std::string name = PoolSegmentName(config_.node_name, tenant);
+  auto pool = ShmPool::Create(name, config_.pool_bytes);
+  if (!pool.ok()) return pool.status();
+  spdlog::info("pool: created /dev/shm/{} ({} MiB, mode 0600) for tenant '{}'", name,
+               config_.pool_bytes >> 20, tenant);
+  ShmPool* raw = pool->get();
+  pools_[tenant] = std::move(*pool);
+  return raw;
+}
+
+// ---- reconcile ------------------------------------------------------------------------------
+
+void InstanceManager::Reconcile() {
+  if (stopping_) return;
+  std::lock_guard lock(mu_);
+  if (specs_changed_.exchange(false)) SyncSpecs();
+  const uint64_t now = NowNs();
+  for (auto& [name, f] : by_name_) ScaleFunction(*f, now);
+  // Old generations: stop their instances as they go idle, then forget them.
+  for (auto& f : retired_) {
+    for (uint32_t key : f->rt->router.IdleDraining()) {
+      auto it = by_key_.find(key);
+      if (it != by_key_.end() && it->second->state != Instance::State::kStopping) {
+        StopInstance(*it->second);
+      }
+    }
+  }
+  std::erase_if(retired_, [](const auto& f) { return f->instances.empty(); });
+}
+
+void InstanceManager::SyncSpecs() {
+  std::vector<FunctionSpec> specs = specs_();
+  std::map<std::string, const FunctionSpec*> wanted;
+  for (const auto& s : specs) wanted[s.name] = &s;
+  for (auto it = by_name_.begin(); it != by_name_.end();) {
+    auto w = wanted.find(it->first);
+    if (w == wanted.end() || w->second->generation != it->second->rt->spec.generation) {
+      const bool deleted = w == wanted.end();
+      Retire(*it->second, deleted ? "deleted" : "re-deployed");
+      if (deleted) functions_.Erase(it->first);
+      retired_.push_back(std::move(it->second));
+      it = by_name_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const auto& s : specs) {
+    if (by_name_.count(s.name)) continue;
+    auto pool = PoolFor(s.tenant);
+    if (!pool.ok()) {
+      spdlog::error("function {}: no pool for tenant {}: {}", s.name, s.tenant,
+                    pool.status().ToString());
+      continue;
+    }
+    auto f = std::make_unique<FunctionState>();
+    f->rt = std::make_shared<FunctionRuntime>(s, *pool, metrics_, config_.max_queue_per_function);
+    f->log.open(LogPath(s.name), std::ios::app);
+    functions_.Set(s.name, f->rt);
+    spdlog::info("function {} (id {}, generation {}): {} concurrency {}, scale {}..{}, "
+                 "timeout {} s, keep-alive {} s",
+                 s.name, s.id, s.generation,
+                 s.handler.builtin.empty() ? "library " + s.handler.library
+                                           : "builtin " + s.handler.builtin,
+                 s.concurrency, s.min_scale, s.max_scale, s.timeout_s, s.keep_alive_s);
+    by_name_[s.name] = std::move(f);
+  }
+}
+
+void InstanceManager::Retire(FunctionState& f, const char* why) {
+  spdlog::info("function {} generation {} {}: draining {} instance(s)", f.rt->spec.name,
+               f.rt->spec.generation, why, f.instances.size());
+  f.rt->retired = true;
+  for (const auto& w : f.rt->router.TakeWaiters()) {
+    // Waiters of a re-deployed function are rejected too: the client retries on the new one.
+    sink_->Reject(w.loop, w.request_id, 503,
+                  "function '" + f.rt->spec.name + "' was " + why + " while the request waited");
+  }
+  for (Instance* inst : f.instances) {
+    if (inst->state == Instance::State::kStarting) {
+      StopInstance(*inst);
+    } else if (inst->state == Instance::State::kReady) {
+      inst->state = Instance::State::kDraining;
+      f.rt->router.Drain(inst->key);
+    }
+  }
+}
+
+void InstanceManager::ScaleFunction(FunctionState& f, uint64_t now) {
+  const FunctionSpec& spec = f.rt->spec;
+  const auto snap = f.rt->router.Counts();
+  const uint32_t concurrency = std::max<uint32_t>(1, spec.concurrency);
+  const uint32_t demand = snap.inflight + snap.queued;
+  const uint32_t needed = (demand + concurrency - 1) / concurrency;
+  const uint32_t desired = std::min(spec.max_scale, std::max(spec.min_scale, needed));
+  f.desired = desired;
+
+  // Track activity per instance: an instance that finished or holds a request is busy now.
+  uint32_t active = 0;
+  for (const auto& load : f.rt->router.Loads()) {
+    auto it = by_key_.find(load.instance);
+    if (it == by_key_.end()) continue;
+    Instance& inst = *it->second;
+    if (load.inflight > 0 || load.served != inst.last_served) inst.last_busy_ns = now;
+    inst.last_served = load.served;
+    if (inst.state == Instance::State::kDraining && load.inflight == 0) StopInstance(inst);
+  }
+  for (Instance* inst : f.instances) {
+    if (inst->state == Instance::State::kStarting || inst->state == Instance::State::kReady) {
+      ++active;
+    }
+  }
+  // Scale up (crash back-off permitting).
+  while (active < desired && now >= f.next_spawn_ns) {
+    if (Status st = Spawn(f); !st.ok()) {
+      spdlog::error("function {}: cannot start an instance: {}", spec.name, st.ToString());
+      f.next_spawn_ns = now + static_cast<uint64_t>(config_.restart_backoff_s * 1e9);
+      break;
+    }
+    ++active;
+  }
+  // Scale down: idle beyond keep-alive, one at a time, never below what is needed.
+  const uint32_t floor = std::max(spec.min_scale, needed);
+  if (active > floor) {
+    const auto keep_alive_ns = static_cast<uint64_t>(spec.keep_alive_s * 1e9);
+    for (Instance* inst : f.instances) {
+      if (active <= floor) break;
+      if (inst->state != Instance::State::kReady) continue;
+      if (f.rt->router.Inflight(inst->key) > 0) continue;
+      if (now - inst->last_busy_ns < keep_alive_ns) continue;
+      spdlog::info("function {}: instance {:#x} idle for {:.1f} s: scaling down to {}", spec.name,
+                   inst->key, (now - inst->last_busy_ns) / 1e9, active - 1);
+      inst->state = Instance::State::kDraining;
+      f.rt->router.Drain(inst->key);
+      if (f.rt->router.Inflight(inst->key) == 0) StopInstance(*inst);
+      --active;
+    }
+  }
+}
+
+// ---- instances ------------------------------------------------------------------------------
+
+Status InstanceManager::Spawn(FunctionState& f) {
+  const FunctionSpec& spec = f.rt->spec;
+  uint64_t& used = used_slots_[spec.tenant];
+  HolderSlot slot = 0;
+  for (HolderSlot s = 1; s < kMaxHolderSlots; ++s) {
+    if ((used & (1ull << s)) == 0) {
+      slot = s;
+      break;
+    }
+  }
+  if (slot == 0) return ResourceExhausted("tenant '" + spec.tenant + "' has no free pool slot");
+  const uint32_t key = InstanceKey(next_sequence_++, slot);
+  auto ep = dataplane_.CreateEndpoint(key);
+  if (!ep.ok()) return ep.status();
+
+  auto inst = std::make_unique<Instance>();
+  inst->mgr = this;
+  inst->fn = &f;
+  inst->key = key;
+  inst->slot = slot;
+  inst->tenant = spec.tenant;
+  inst->endpoint = std::move(*ep);
+
+  std::string handler = spec.handler.builtin.empty()
+                            ? "library:" + spec.handler.library + ":" + spec.handler.symbol
+                            : "builtin:" + spec.handler.builtin;
+  std::vector<std::string> env = {
+      "SHOAL_FUNCTION=" + spec.name,
+      "SHOAL_FUNCTION_ID=" + std::to_string(spec.id),
+      "SHOAL_ENDPOINT=" + std::to_string(key),
+      "SHOAL_NODE=" + config_.node_name,
+      "SHOAL_DATAPLANE=" + std::string(DataPlaneKindName(dataplane_.kind())),
+      "SHOAL_POOL=" + PoolSegmentName(config_.node_name, spec.tenant),
+      "SHOAL_SLOT=" + std::to_string(slot),
+      "SHOAL_HANDLER=" + handler,
+      "SHOAL_CONCURRENCY=" + std::to_string(spec.concurrency),
+      "SHOAL_LOG_LEVEL=" + config_.log_level,
+      std::string("PATH=") + (getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin"),
+  };
+  for (const auto& [k, v] : spec.handler.env) env.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string file = fn_binary_;
+  char* args[] = {file.data(), nullptr};
+
+  Instance* raw = inst.get();
+  uv_pipe_init(loop_, &raw->out, 0);
+  uv_pipe_init(loop_, &raw->err, 0);
+  raw->out.data = raw;
+  raw->err.data = raw;
+  raw->proc.data = raw;
+  uv_stdio_container_t stdio[4];
+  stdio[0].flags = UV_IGNORE;
+  stdio[1].flags = static_cast<uv_stdio_flags>(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
+  stdio[1].data.stream = reinterpret_cast<uv_stream_t*>(&raw->out);
+  stdio[2].flags = static_cast<uv_stdio_flags>(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
+  stdio[2].data.stream = reinterpret_cast<uv_stream_t*>(&raw->err);
+  stdio[3].flags = UV_INHERIT_FD;
+  stdio[3].data.fd = raw->endpoint.fd();
+
+  uv_process_options_t opts{};
+  opts.file = file.c_str();
+  opts.args = args;
+  opts.env = envp.data();
+  opts.stdio = stdio;
+  opts.stdio_count = 4;
+  opts.exit_cb = [](uv_process_t* p, int64_t status, int sig) {
+    auto* i = static_cast<Instance*>(p->data);
+    i->mgr->OnExit(i, status, sig);
+  };
+  raw->spawn_ns = NowNs();
+  raw->last_busy_ns = raw->spawn_ns;
+  const int rc = uv_spawn(loop_, &raw->proc, &opts);
+  // The child has its copy of the endpoint socket; shoald keeps only the anchor.
+  close(raw->endpoint.ReleaseFd());
+  if (rc != 0) {
+    uv_close(reinterpret_cast<uv_handle_t*>(&raw->out), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&raw->err), nullptr);
+    dataplane_.RemoveEndpoint(key);
+    // The handles close on the next loop turn: keep the memory until then.
+    uv_close(reinterpret_cast<uv_handle_t*>(&raw->proc), nullptr);
+    inst.release();  // NOLINT: freed never; a failed spawn is rare and the loop still references it
+    return Internal(std::string("spawn ") + file + ": " + uv_strerror(rc));
+  }
+  raw->open_handles = 3;
+  raw->pid = raw->proc.pid;
+  used |= 1ull << slot;
+  auto on_alloc = [](uv_handle_t* h, size_t, uv_buf_t* b) {
+    auto* i = static_cast<Instance*>(h->data);
+    *b = uv_buf_init(i->read_buf, sizeof i->read_buf);
+  };
+  auto on_read = [](uv_stream_t* s, ssize_t n, const uv_buf_t* b) {
+    auto* i = static_cast<Instance*>(s->data);
+    if (n > 0) i->mgr->AppendLog(*i, b->base, static_cast<size_t>(n));
+    if (n < 0) uv_read_stop(s);
+  };
+  uv_read_start(reinterpret_cast<uv_stream_t*>(&raw->out), on_alloc, on_read);
+  uv_read_start(reinterpret_cast<uv_stream_t*>(&raw->err), on_alloc, on_read);
+  by_key_[key] = raw;
+  f.instances.push_back(inst.release());
+  spdlog::info("function {}: started instance {:#x} (pid {}, slot {})", spec.name, key, raw->pid,
+               slot);
+  return {};
+}
+
+void InstanceManager::AppendLog(Instance& inst, const char* data, size_t len) {
+  std::ofstream& log = inst.fn->log;
+  if (!log.is_open()) return;
+  char prefix[32];
+  std::snprintf(prefix, sizeof prefix, "[%x] ", inst.key);
+  for (size_t i = 0; i < len; ++i) {
+    if (inst.out_at_line_start) log << prefix;
+    log.put(data[i]);
+    inst.out_at_line_start = data[i] == '\n';
+  }
+  log.flush();
+}
+
+void InstanceManager::StopInstance(Instance& inst) {
+  if (inst.state == Instance::State::kStopping || inst.exited) return;
+  inst.state = Instance::State::kStopping;
+  inst.expected_exit = true;
+  uv_process_kill(&inst.proc, SIGTERM);
+}
+
+void InstanceManager::OnReady(uint32_t key) {
+  std::lock_guard lock(mu_);
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) return;
+  Instance& inst = *it->second;
+  if (inst.state != Instance::State::kStarting) return;
+  inst.state = Instance::State::kReady;
+  inst.ready_ns = NowNs();
+  inst.last_busy_ns = inst.ready_ns;
+  inst.cold_start_ms = (inst.ready_ns - inst.spawn_ns) / 1e6;
+  FunctionRuntime& rt = *inst.fn->rt;
+  rt.metrics.CountColdStart(inst.cold_start_ms / 1e3);
+  rt.cold_starts.fetch_add(1, std::memory_order_relaxed);
+  rt.last_cold_start_us.store(static_cast<uint64_t>(inst.cold_start_ms * 1e3),
+                              std::memory_order_relaxed);
+  inst.fn->crashes = 0;
+  auto assigned = rt.router.AddInstance(key, std::max<uint32_t>(1, rt.spec.concurrency));
+  for (const auto& a : assigned) sink_->Deliver(a);
+  spdlog::info("function {}: instance {:#x} ready in {:.2f} ms (cold start), took {} queued "
+               "request(s)",
+               rt.spec.name, key, inst.cold_start_ms, assigned.size());
+}
+
+void InstanceManager::OnManagerReadable() {
+  std::array<EventDescriptor, 64> batch;
+  for (;;) {
+    auto got = manager_channel_->Receive(batch);
+    if (!got.ok() || *got == 0) return;
+    for (size_t i = 0; i < *got; ++i) {
+      if (batch[i].kind == static_cast<uint16_t>(EventKind::kReady)) OnReady(batch[i].source);
+    }
+  }
+}
+
+void InstanceManager::OnExit(Instance* inst, int64_t status, int signal) {
+  std::unique_lock lock(mu_);
+  inst->exited = true;
+  FunctionState& f = *inst->fn;
+  FunctionRuntime& rt = *f.rt;
+  const uint32_t inflight = rt.router.RemoveInstance(inst->key);
+  const bool crashed = !inst->expected_exit;
+  if (crashed || inflight > 0) {
+    char why[160];
+    if (signal != 0) {
+      std::snprintf(why, sizeof why, "killed by signal %d", signal);
+    } else {
+      std::snprintf(why, sizeof why, "exited with status %lld", static_cast<long long>(status));
+    }
+    spdlog::warn("function {}: instance {:#x} (pid {}) {} with {} request(s) in flight",
+                 rt.spec.name, inst->key, inst->pid, why, inflight);
+    sink_->FailInstance(inst->key, 502,
+                        "instance of function '" + rt.spec.name + "' crashed (" + why +
+                            ") while running the request");
+  } else {
+    spdlog::info("function {}: instance {:#x} (pid {}) stopped", rt.spec.name, inst->key,
+                 inst->pid);
+  }
+  if (crashed) {
+    ++f.crashes;
+    ++f.restarts;
+    const double backoff =
+        std::min(10.0, config_.restart_backoff_s * std::pow(2.0, std::max(0, int(f.crashes) - 1)));
+    f.next_spawn_ns = NowNs() + static_cast<uint64_t>(f.crashes > 1 ? backoff * 1e9 : 0);
+  }
+  // Every buffer the dead process held goes back to the pool.
+  auto pool = pools_.find(inst->tenant);
+  if (pool != pools_.end()) {
+    const uint64_t n = pool->second->ReclaimHolder(inst->slot);
+    if (n > 0) spdlog::info("pool {}: reclaimed {} buffer(s) of instance {:#x}", inst->tenant, n, inst->key);
+  }
+  used_slots_[inst->tenant] &= ~(1ull << inst->slot);
+  dataplane_.RemoveEndpoint(inst->key);
+  by_key_.erase(inst->key);
+  std::erase(f.instances, inst);
+  auto on_closed = [](uv_handle_t* h) {
+    auto* i = static_cast<Instance*>(h->data);
+    if (--i->open_handles == 0) delete i;
+  };
+  uv_close(reinterpret_cast<uv_handle_t*>(&inst->out), on_closed);
+  uv_close(reinterpret_cast<uv_handle_t*>(&inst->err), on_closed);
+  uv_close(reinterpret_cast<uv_handle_t*>(&inst->proc), on_closed);
+  lock.unlock();
+  if (!stopping_) Reconcile();  // restart if it fell below its scale
+}
+
+void InstanceManager::Stop(double grace_s) {
+  if (!started_) return;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    for (auto* list : {&by_name_}) {
+      for (auto& [name, f] : *list) {
+        for (Instance* inst : f->instances) StopInstance(*inst);
+      }
+    }
+    for (auto& f : retired_) {
+      for (Instance* inst : f->instances) StopInstance(*inst);
+    }
+  }
+  const uint64_t deadline = NowNs() + static_cast<uint64_t>(grace_s * 1e9);
+  while (!by_key_.empty() && NowNs() < deadline) uv_run(loop_, UV_RUN_NOWAIT), usleep(1000);
+  for (auto& [key, inst] : by_key_) uv_process_kill(&inst->proc, SIGKILL);
+  while (!by_key_.empty()) uv_run(loop_, UV_RUN_ONCE);
+  uv_timer_stop(&tick_);
+  uv_close(reinterpret_cast<uv_handle_t*>(&tick_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&poke_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&manager_poll_), nullptr);
+  uv_run(loop_, UV_RUN_NOWAIT);
+  dataplane_.RemoveEndpoint(kManagerEndpoint);
+  started_ = false;
+}
+
+// ---- RuntimeView ----------------------------------------------------------------------------
+
+FunctionStats InstanceManager::Stats(const std::string& function) {
+  FunctionStats st;
+  std::lock_guard lock(mu_);
+  auto it = by_name_.find(function);
+  if (it == by_name_.end()) return st;
+  FunctionState& f = *it->second;
+  FunctionRuntime& rt = *f.rt;
+  const auto snap = rt.router.Counts();
+  const uint64_t now = NowNs();
+  st.desired = f.desired;
+  st.inflight = snap.inflight;
+  st.queued = snap.queued;
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  auto summary = rt.latency.Summarize(static_cast<uint64_t>(ts.tv_sec));
+  st.rps = summary.rps;
+  st.p50_ms = summary.p50_ms;
+  st.p99_ms = summary.p99_ms;
+  st.requests_total = rt.requests_total.load();
+  st.errors_total = rt.errors_total.load();
+  st.cold_starts = rt.cold_starts.load();
+  st.last_cold_start_ms = rt.last_cold_start_us.load() / 1e3;
+  if (auto c = dataplane_.Counters(rt.spec.id)) {
+    st.bpf_events = c->events;
+    st.bpf_bytes = c->bytes;
+  }
+  const auto loads = rt.router.Loads();
+  for (Instance* inst : f.instances) {
+    InstanceInfo info;
+    info.id = inst->key;
+    info.pid = inst->pid;
+    switch (inst->state) {
+      case Instance::State::kStarting: info.state = "starting"; ++st.starting; break;
+      case Instance::State::kReady: info.state = "ready"; ++st.ready; break;
+      case Instance::State::kDraining: info.state = "draining"; break;
+      case Instance::State::kStopping: info.state = "stopping"; break;
+    }
+    for (const auto& l : loads) {
+      if (l.instance == inst->key) {
+        info.inflight = l.inflight;
+        info.served = l.served;
+      }
+    }
+    info.age_s = (now - inst->spawn_ns) / 1e9;
+    info.cold_start_ms = inst->cold_start_ms;
+    info.restarts = f.restarts;
+    st.instances.push_back(info);
+  }
+  return st;
+}
+
+LogChunk InstanceManager::Logs(const std::string& function, uint64_t offset, uint64_t max_bytes) {
+  LogChunk chunk;
+  std::ifstream in(LogPath(function), std::ios::binary);
+  if (!in) {
+    chunk.next_offset = offset;
+    return chunk;
+  }
+  in.seekg(0, std::ios::end);
+  const uint64_t size = static_cast<uint64_t>(in.tellg());
+  if (offset > size) offset = size;
+  const uint64_t n = std::min(size - offset, max_bytes);
+  chunk.text.resize(n);
+  in.seekg(static_cast<std::streamoff>(offset));
+  in.read(chunk.text.data(), static_cast<std::streamsize>(n));
+  chunk.next_offset = offset + n;
+  return chunk;
+}
+
+void InstanceManager::RefreshMetrics() {
+  std::lock_guard lock(mu_);
+  metrics_.dataplane_mode.Add({{"mode", DataPlaneKindName(dataplane_.kind())}}).Set(1);
+  for (auto& [name, f] : by_name_) {
+    FunctionRuntime& rt = *f->rt;
+    const auto snap = rt.router.Counts();
+    metrics_.inflight.Add({{"function", name}}).Set(snap.inflight);
+    metrics_.queued.Add({{"function", name}}).Set(snap.queued);
+    uint32_t starting = 0, ready = 0, draining = 0;
+    for (Instance* inst : f->instances) {
+      if (inst->state == Instance::State::kStarting) ++starting;
+      else if (inst->state == Instance::State::kReady) ++ready;
+      else ++draining;
+    }
+    metrics_.instances.Add({{"function", name}, {"state", "starting"}}).Set(starting);
+    metrics_.instances.Add({{"function", name}, {"state", "ready"}}).Set(ready);
+    metrics_.instances.Add({{"function", name}, {"state", "draining"}}).Set(draining);
+    metrics_.instances.Add({{"function", name}, {"state", "desired"}}).Set(f->desired);
+    if (auto c = dataplane_.Counters(rt.spec.id)) {
+      metrics_.dataplane_events.Add({{"function", name}}).Set(static_cast<double>(c->events));
+      metrics_.dataplane_bytes.Add({{"function", name}}).Set(static_cast<double>(c->bytes));
+      metrics_.dataplane_inflight.Add({{"function", name}}).Set(static_cast<double>(c->inflight));
+    }
+  }
+  for (auto& [tenant, pool] : pools_) {
+    const PoolStats s = pool->Stats();
+    metrics_.pool_bytes.Add({{"tenant", tenant}, {"state", "used"}}).Set(static_cast<double>(s.used_bytes));
+    metrics_.pool_bytes.Add({{"tenant", tenant}, {"state", "free"}}).Set(static_cast<double>(s.free_bytes));
+  }
+}
+
+}  // namespace shoal

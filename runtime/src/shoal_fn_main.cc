@@ -1,0 +1,61 @@
+// shoal-fn: one function instance. Started by shoald with its data-plane socket as fd 3 and
+// its identity in SHOAL_* environment variables; not meant to be started by hand.
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+#include "shoal/common/log.h"
+#include "shoal/pool/shm_pool.h"
+#include "shoal/runtime/function_instance.h"
+
+using namespace shoal;
+
+namespace {
+
+Result<std::unique_ptr<Handler>> MakeHandler(const std::string& spec) {
+  if (spec.rfind("builtin:", 0) == 0) return CreateBuiltinHandler(spec.substr(8));
+  if (spec.rfind("library:", 0) == 0) {
+    const std::string rest = spec.substr(8);
+    const auto colon = rest.rfind(':');
+    if (colon == std::string::npos) return InvalidArgument("SHOAL_HANDLER: library:<path>:<symbol>");
+    return LoadLibraryHandler(rest.substr(0, colon), rest.substr(colon + 1));
+  }
+  return InvalidArgument("SHOAL_HANDLER must start with builtin: or library:, got '" + spec + "'");
+}
+
+}  // namespace
+
+int main() {
+  // Die with shoald: an orphaned instance would hold pool slots nobody reclaims.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  auto options = InstanceOptions::FromEnvironment();
+  if (!options.ok()) {
+    std::fprintf(stderr, "shoal-fn: %s\n", options.status().message().c_str());
+    return 2;
+  }
+  InitLogging("shoal-fn[" + options->function + "/" + std::to_string(options->endpoint) + "]",
+              std::getenv("SHOAL_LOG_LEVEL") ? std::getenv("SHOAL_LOG_LEVEL") : "info");
+  if (getppid() == 1) return 1;  // shoald already gone
+
+  auto kind = ParseDataPlaneKind(options->dataplane);
+  if (!kind.ok()) {
+    spdlog::error("{}", kind.status().ToString());
+    return 2;
+  }
+  auto pool = ShmPool::Attach(options->pool);
+  if (!pool.ok()) {
+    spdlog::error("cannot attach pool {}: {}", options->pool, pool.status().ToString());
+    return 1;
+  }
+  auto handler = MakeHandler(options->handler);
+  if (!handler.ok()) {
+    spdlog::error("cannot load handler {}: {}", options->handler, handler.status().ToString());
+    return 1;
+  }
+  auto channel = OpenChannel(options->fd, *kind, options->node);
+  FunctionInstance instance(*options, **pool, std::move(channel), std::move(*handler));
+  return instance.Run();
+}

@@ -1,0 +1,168 @@
+// shoald: the node daemon. Composes the data plane (eBPF sk_msg or unix fallback), the
+// tenants' shared-memory pools, the instance manager, the gateway and, with --standalone, the
+// embedded controller (function registry and control API).
+#include <uv.h>
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+#include "shoal/common/config.h"
+#include "shoal/common/log.h"
+#include "shoal/controller/control_api.h"
+#include "shoal/controller/registry.h"
+#include "shoal/dataplane/dataplane.h"
+#include "shoal/gateway/gateway.h"
+#include "shoal/runtime/instance_manager.h"
+
+using namespace shoal;
+
+namespace {
+
+// The control API behind the gateway's HttpService interface.
+class ControlService final : public HttpService {
+ public:
+  explicit ControlService(ControlApi& api) : api_(api) {}
+  ServiceReply Handle(std::string_view method, std::string_view path, std::string_view query,
+                      std::string_view body) override {
+    auto r = api_.Handle(method, path, query, body);
+    return ServiceReply{r.status, r.content_type, std::move(r.body), std::move(r.headers)};
+  }
+
+ private:
+  ControlApi& api_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"shoald: the Shoal node daemon (gateway, shared-memory pools, eBPF data plane, "
+               "instance manager)"};
+  std::string config_path;
+  bool standalone = false;
+  bool print_config = false;
+  std::optional<uint16_t> port;
+  std::optional<std::string> state_dir, node_name, dataplane, log_level, host;
+  std::optional<uint32_t> threads;
+  std::optional<uint64_t> pool_bytes, max_body;
+  app.add_option("-c,--config", config_path, "YAML config file (every key optional)");
+  app.add_flag("--standalone", standalone, "run the controller embedded (single node)");
+  app.add_flag("--print-config", print_config, "print the effective config and exit");
+  app.add_option("--port", port, "listen port (config listen_port)");
+  app.add_option("--host", host, "listen address (config listen_host)");
+  app.add_option("--state-dir", state_dir, "deployments and logs (config state_dir)");
+  app.add_option("--node-name", node_name, "node name (config node_name)");
+  app.add_option("--dataplane", dataplane, "auto, sockmap or unix (config dataplane)");
+  app.add_option("--threads", threads, "gateway event loops, 0 = one per core");
+  app.add_option("--pool-bytes", pool_bytes, "shared-memory pool bytes per tenant");
+  app.add_option("--max-body-bytes", max_body, "request body limit");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  CLI11_PARSE(app, argc, argv);
+
+  Result<NodeConfig> loaded = config_path.empty() ? NodeConfig{} : NodeConfig::LoadFile(config_path);
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "shoald: %s\n", loaded.status().message().c_str());
+    return 2;
+  }
+  NodeConfig config = *loaded;
+  if (port) config.listen_port = *port;
+  if (host) config.listen_host = *host;
+  if (state_dir) config.state_dir = *state_dir;
+  if (node_name) config.node_name = *node_name;
+  if (threads) config.gateway_threads = *threads;
+  if (pool_bytes) config.pool_bytes = *pool_bytes;
+  if (max_body) config.max_body_bytes = *max_body;
+  if (log_level) config.log_level = *log_level;
+  if (dataplane) {
+    auto re = NodeConfig::LoadString("dataplane: " + *dataplane);
+    if (!re.ok()) {
+      std::fprintf(stderr, "shoald: --dataplane: must be auto, sockmap or unix\n");
+      return 2;
+    }
+    config.dataplane = re->dataplane;
+  }
+  if (print_config) {
+    std::cout << config.ToYaml();
+    return 0;
+  }
+  if (!standalone) {
+    std::fprintf(stderr,
+                 "shoald: only single-node mode exists so far: run with --standalone (the "
+                 "controller runs embedded)\n");
+    return 2;
+  }
+  std::signal(SIGPIPE, SIG_IGN);
+  InitLogging("shoald", config.log_level);
+  spdlog::info("shoald 0.1.0 starting: node '{}', state {}, pool {} MiB per tenant, body limit "
+               "{} MiB",
+               config.node_name, config.state_dir, config.pool_bytes >> 20,
+               config.max_body_bytes >> 20);
+
+  auto dp = CreateDataPlane(config);
+  if (!dp.ok()) {
+    spdlog::error("data plane: {}", dp.status().ToString());
+    return 1;
+  }
+  std::unique_ptr<DataPlane> data_plane = std::move(*dp);
+  spdlog::info("data plane: {} ({})", DataPlaneKindName(data_plane->kind()),
+               data_plane->Description());
+
+  auto reg = FunctionRegistry::Open(config);
+  if (!reg.ok()) {
+    spdlog::error("registry: {}", reg.status().ToString());
+    return 1;
+  }
+  std::unique_ptr<FunctionRegistry> registry = std::move(*reg);
+  spdlog::info("registry: {} function(s) restored from {}", registry->List().size(),
+               config.state_dir);
+
+  uv_loop_t* loop = uv_default_loop();
+  NodeMetrics metrics;
+  FunctionTable table;
+  InstanceManager manager(config, loop, *data_plane, table, metrics,
+                          [&registry] { return registry->List(); });
+  ControlApi control(*registry, manager);
+  ControlService control_service(control);
+  GatewayHooks hooks;
+  hooks.control = &control_service;
+  hooks.metrics_text = [&] {
+    manager.RefreshMetrics();
+    return metrics.Serialize();
+  };
+  hooks.ready = [&] { return manager.Ready(); };
+  Gateway gateway(config, table, *data_plane, manager, metrics, std::move(hooks));
+
+  if (Status st = manager.Start(&gateway); !st.ok()) {
+    spdlog::error("instance manager: {}", st.ToString());
+    return 1;
+  }
+  if (Status st = gateway.Start(); !st.ok()) {
+    spdlog::error("gateway: {}", st.ToString());
+    manager.Stop();
+    return 1;
+  }
+
+  uv_signal_t sigint, sigterm;
+  auto on_signal = [](uv_signal_t* s, int signum) {
+    spdlog::info("signal {}: shutting down", signum);
+    uv_stop(s->loop);
+  };
+  uv_signal_init(loop, &sigint);
+  uv_signal_init(loop, &sigterm);
+  uv_signal_start(&sigint, on_signal, SIGINT);
+  uv_signal_start(&sigterm, on_signal, SIGTERM);
+  spdlog::info("shoald ready on http://{}:{} (data plane {})", config.listen_host, gateway.port(),
+               DataPlaneKindName(data_plane->kind()));
+
+  uv_run(loop, UV_RUN_DEFAULT);
+
+  gateway.Stop();
+  manager.Stop();
+  uv_close(reinterpret_cast<uv_handle_t*>(&sigint), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&sigterm), nullptr);
+  uv_run(loop, UV_RUN_NOWAIT);
+  data_plane.reset();  // detaches the program and removes the pins
+  spdlog::info("shoald stopped");
+  return 0;
+}

@@ -1,0 +1,47 @@
+# Shared by scripts/demo and scripts/test: install what is missing, then configure and build.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${SHOAL_BUILD_DIR:-$ROOT/build}"
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev linux-libc-dev
+  libboost-dev libuv1-dev libhttp-parser-dev protobuf-compiler libprotobuf-dev
+  prometheus-cpp-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
+  libssl-dev libcurl4-openssl-dev libgtest-dev libgmock-dev curl wrk nginx-light
+  python3 iproute2 procps
+)
+
+step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+
+install_packages() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    step "Debian packages: all ${#PACKAGES[@]} present"
+    return
+  fi
+  step "Installing ${#missing[@]} Debian package(s): ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "scripts need root to install packages (apt-get)"; exit 1
+  fi
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+  # nginx-light starts a service on install in some images; the benchmarks start their own.
+  (systemctl stop nginx 2>/dev/null || service nginx stop 2>/dev/null || true) >/dev/null 2>&1
+}
+
+build() {
+  step "Configuring $BUILD (Release, Ninja, ccache)"
+  export CCACHE_DIR="${CCACHE_DIR:-$ROOT/.cache/ccache}"
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  step "Building ($(nproc) jobs)"
+  cmake --build "$BUILD" -j "$(nproc)"
+}
+
+ensure_bpffs() {
+  if [ "$(id -u)" -eq 0 ] && ! mountpoint -q /sys/fs/bpf; then
+    mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
+  fi
+}

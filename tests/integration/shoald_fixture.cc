@@ -1,0 +1,278 @@
+#include "shoald_fixture.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+namespace shoal::testing {
+
+std::string BinDir() { return SHOAL_BIN_DIR; }
+std::string LibDir() { return SHOAL_LIB_DIR; }
+bool IsRoot() { return geteuid() == 0; }
+
+namespace {
+
+bool SendAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+HttpResult Http(uint16_t port, const std::string& method, const std::string& path,
+                const std::string& body, const std::vector<std::string>& headers,
+                size_t chunk_size, int timeout_ms) {
+  HttpResult r;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    r.error = std::string("connect: ") + strerror(errno);
+    close(fd);
+    return r;
+  }
+  std::string req = method + " " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n";
+  for (const auto& h : headers) req += h + "\r\n";
+  if (chunk_size > 0) {
+    req += "Transfer-Encoding: chunked\r\n\r\n";
+  } else {
+    req += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n";
+  }
+  // Writer thread: the server may answer (413, 503) before reading the whole body.
+  std::thread writer([&, fd] {
+    if (!SendAll(fd, req.data(), req.size())) return;
+    if (chunk_size == 0) {
+      SendAll(fd, body.data(), body.size());
+      return;
+    }
+    for (size_t off = 0; off < body.size(); off += chunk_size) {
+      const size_t n = std::min(chunk_size, body.size() - off);
+      char head[32];
+      std::snprintf(head, sizeof head, "%zx\r\n", n);
+      if (!SendAll(fd, head, strlen(head)) || !SendAll(fd, body.data() + off, n) ||
+          !SendAll(fd, "\r\n", 2)) {
+        return;
+      }
+    }
+    SendAll(fd, "0\r\n\r\n", 5);
+  });
+  std::string resp;
+  char buf[65536];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) {
+      r.error = "timeout";
+      break;
+    }
+    if (poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+    ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    resp.append(buf, static_cast<size_t>(n));
+  }
+  shutdown(fd, SHUT_RDWR);
+  writer.join();
+  close(fd);
+  const auto head_end = resp.find("\r\n\r\n");
+  if (head_end == std::string::npos) {
+    if (r.error.empty()) r.error = "no response (" + std::to_string(resp.size()) + " bytes)";
+    return r;
+  }
+  std::istringstream head(resp.substr(0, head_end));
+  std::string line;
+  std::getline(head, line);
+  if (line.size() > 12) r.status = std::stoi(line.substr(9, 3));
+  while (std::getline(head, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string k = line.substr(0, colon);
+    for (auto& c : k) c = static_cast<char>(tolower(c));
+    std::string v = line.substr(colon + 1);
+    while (!v.empty() && v.front() == ' ') v.erase(0, 1);
+    r.headers[k] = v;
+  }
+  r.body = resp.substr(head_end + 4);
+  return r;
+}
+
+CliResult RunCli(uint16_t port, const std::vector<std::string>& args, const std::string& stdin_data) {
+  char out_tmpl[] = "/tmp/shoal-cli-out-XXXXXX";
+  char err_tmpl[] = "/tmp/shoal-cli-err-XXXXXX";
+  char in_tmpl[] = "/tmp/shoal-cli-in-XXXXXX";
+  int out = mkstemp(out_tmpl), err = mkstemp(err_tmpl), in = mkstemp(in_tmpl);
+  (void)!write(in, stdin_data.data(), stdin_data.size());
+  lseek(in, 0, SEEK_SET);
+  std::vector<std::string> argv_s = {BinDir() + "/shoal", "--server",
+                                     "http://127.0.0.1:" + std::to_string(port)};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CliResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = ReadFile(out_tmpl);
+  r.err = ReadFile(err_tmpl);
+  close(out);
+  close(err);
+  close(in);
+  unlink(out_tmpl);
+  unlink(err_tmpl);
+  unlink(in_tmpl);
+  return r;
+}
+
+Shoald::Shoald() {
+  char tmpl[] = "/tmp/shoal-it-XXXXXX";
+  state_dir_ = mkdtemp(tmpl);
+  node_ = "it" + std::to_string(getpid()) + "-" + state_dir_.substr(state_dir_.size() - 6);
+  log_path_ = state_dir_ + "/shoald.log";
+}
+
+Shoald::~Shoald() {
+  if (pid_ > 0) Stop(SIGKILL);
+  std::string cmd = "rm -rf '" + state_dir_ + "'";
+  (void)!system(cmd.c_str());
+}
+
+bool Shoald::Start(const Options& o) {
+  const std::string cfg = state_dir_ + "/shoald.yaml";
+  {
+    std::ofstream f(cfg);
+    f << "node_name: " << node_ << "\n"
+      << "listen_host: 127.0.0.1\nlisten_port: 0\n"
+      << "state_dir: " << state_dir_ << "/state\n"
+      << "gateway_threads: " << o.threads << "\n"
+      << "pool_bytes: " << o.pool_bytes << "\n"
+      << "max_body_bytes: " << o.max_body_bytes << "\n"
+      << "dataplane: " << o.dataplane << "\n"
+      << "bpf_pin_root: /sys/fs/bpf/shoal-it\n"
+      << o.extra_yaml;
+  }
+  const auto log_offset = ReadFile(log_path_).size();
+  pid_ = fork();
+  if (pid_ == 0) {
+    int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::string bin = BinDir() + "/shoald";
+    execl(bin.c_str(), bin.c_str(), "--standalone", "-c", cfg.c_str(), nullptr);
+    _exit(127);
+  }
+  const std::regex ready_re("shoald ready on http://[0-9.]+:([0-9]+)");
+  for (int i = 0; i < 300; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    int status;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return false;
+    }
+    std::string log = ReadFile(log_path_).substr(log_offset);
+    std::smatch m;
+    if (std::regex_search(log, m, ready_re)) {
+      port_ = static_cast<uint16_t>(std::stoi(m[1]));
+      return Http(port_, "GET", "/readyz").status == 200;
+    }
+  }
+  return false;
+}
+
+int Shoald::Stop(int sig) {
+  if (pid_ <= 0) return -1;
+  kill(pid_, sig);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string Shoald::Log() const { return ReadFile(log_path_); }
+
+CliResult Shoald::Deploy(const std::string& manifest) {
+  return RunCli(port_, {"deploy", "-f", "-"}, manifest);
+}
+
+bool Shoald::WaitReady(const std::string& function, int ready, int timeout_ms) {
+  for (int waited = 0; waited < timeout_ms; waited += 20) {
+    auto r = Http(port_, "GET", "/v1/functions/" + function);
+    if (r.status == 200) {
+      auto j = nlohmann::json::parse(r.body, nullptr, false);
+      if (!j.is_discarded() && j.contains("status") && j["status"].value("ready", -1) == ready) {
+        return true;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+std::vector<int> Shoald::InstancePids(const std::string& function) {
+  std::vector<int> pids;
+  auto r = Http(port_, "GET", "/v1/functions/" + function);
+  auto j = nlohmann::json::parse(r.body, nullptr, false);
+  if (j.is_discarded() || !j.contains("status")) return pids;
+  for (const auto& inst : j["status"].value("instances", nlohmann::json::array())) {
+    pids.push_back(inst.value("pid", 0));
+  }
+  return pids;
+}
+
+double Shoald::Metric(const std::string& name, const std::string& label_filter) {
+  auto r = Http(port_, "GET", "/metrics");
+  std::istringstream in(r.body);
+  std::string line;
+  double sum = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind(name, 0) != 0) continue;
+    const char next = line.size() > name.size() ? line[name.size()] : ' ';
+    if (next != '{' && next != ' ') continue;
+    if (!label_filter.empty() && line.find(label_filter) == std::string::npos) continue;
+    sum += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
+}
+
+}  // namespace shoal::testing

@@ -1,0 +1,88 @@
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "shoal/common/config.h"
+#include "shoal/common/descriptor.h"
+#include "shoal/common/payload.h"
+#include "shoal/common/status.h"
+
+namespace shoal {
+namespace {
+
+TEST(Status, CodesMapToHttp) {
+  EXPECT_EQ(HttpStatusFor(StatusCode::kNotFound), 404);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kResourceExhausted), 503);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kTooLarge), 413);
+  EXPECT_EQ(HttpStatusFor(StatusCode::kDeadlineExceeded), 504);
+  EXPECT_EQ(NotFound("x").ToString(), "NOT_FOUND: x");
+  EXPECT_EQ(ErrnoStatus("open", ENOENT).code(), StatusCode::kNotFound);
+  Result<int> r = 5;
+  EXPECT_TRUE(r.ok());
+  EXPECT_EQ(*r, 5);
+  Result<int> e = InvalidArgument("bad");
+  EXPECT_FALSE(e.ok());
+  EXPECT_EQ(e.status().message(), "bad");
+}
+
+TEST(Config, DefaultsAndOverrides) {
+  auto c = NodeConfig::LoadString("listen_port: 9000\ndataplane: unix\nnode_name: n1\n");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->listen_port, 9000);
+  EXPECT_EQ(c->dataplane, DataPlaneMode::kUnix);
+  EXPECT_EQ(c->node_name, "n1");
+  EXPECT_EQ(c->pool_bytes, 1ull << 30);  // default untouched
+  // The printed config loads back to the same values.
+  auto again = NodeConfig::LoadString(c->ToYaml());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->ToYaml(), c->ToYaml());
+}
+
+TEST(Config, ErrorsNameTheKey) {
+  auto unknown = NodeConfig::LoadString("listen_port: 1\nlisten_prot: 2\n");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.status().message(), "config: unknown key 'listen_prot' (line 2)");
+  auto bad = NodeConfig::LoadString("listen_port: many\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "config: listen_port: bad value (line 1)");
+  auto mode = NodeConfig::LoadString("dataplane: rdma\n");
+  EXPECT_EQ(mode.status().message(),
+            "config: dataplane: must be auto, sockmap or unix, not 'rdma'");
+  auto small = NodeConfig::LoadString("pool_bytes: 1000\n");
+  EXPECT_EQ(small.status().message(), "config: pool_bytes: must be >= 16 MiB");
+}
+
+TEST(Descriptor, LayoutIsFixed) {
+  EXPECT_EQ(sizeof(EventDescriptor), 64u);
+  EXPECT_EQ(offsetof(EventDescriptor, target), 0u);
+  EXPECT_EQ(offsetof(EventDescriptor, kind), 6u);
+  EXPECT_EQ(offsetof(EventDescriptor, function_id), 8u);
+  EXPECT_EQ(offsetof(EventDescriptor, length), 32u);
+  EXPECT_TRUE(IsGatewayEndpoint(GatewayEndpoint(3)));
+  EXPECT_FALSE(IsGatewayEndpoint(kManagerEndpoint));
+}
+
+TEST(Payload, HeadRoundTripsAndRejectsDamage) {
+  std::vector<std::byte> buf(4096);
+  const size_t off = PayloadBodyOffset(4, 3, 10);
+  EXPECT_EQ(off % 64, 0u);
+  WritePayloadHead(buf, 3, 201, "/a/b", "x=1", "text/plain", 100);
+  PayloadView v = ReadPayload(buf);
+  ASSERT_TRUE(v.valid);
+  EXPECT_EQ(v.path, "/a/b");
+  EXPECT_EQ(v.query, "x=1");
+  EXPECT_EQ(v.content_type, "text/plain");
+  EXPECT_EQ(v.status, 201);
+  EXPECT_EQ(v.method, 3);
+  EXPECT_EQ(v.body.size(), 100u);
+  EXPECT_EQ(v.body.data(), buf.data() + off);
+  // A head that claims more body than the buffer holds is refused.
+  WritePayloadHead(buf, 3, 200, "", "", "", 5000);
+  EXPECT_FALSE(ReadPayload(buf).valid);
+  buf[0] = std::byte{0};
+  EXPECT_FALSE(ReadPayload(buf).valid);
+  EXPECT_FALSE(ReadPayload(std::span<std::byte>(buf.data(), 8)).valid);
+}
+
+}  // namespace
+}  // namespace shoal

@@ -1,0 +1,623 @@
+// ShmPool against real /dev/shm segments and real processes (fork + Attach, kill -9).
+#include "shoal/pool/shm_pool.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <set>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace shoal {
+namespace {
+
+constexpr uint64_t kMiB = 1024 * 1024;
+
+std::string UniqueName(const std::string& tag) {
+  static int counter = 0;
+  return "shoal.test." + tag + "." + std::to_string(getpid()) + "." + std::to_string(counter++);
+}
+
+std::unique_ptr<ShmPool> MustCreate(const std::string& name, uint64_t bytes) {
+  auto pool = ShmPool::Create(name, bytes);
+  EXPECT_TRUE(pool.ok()) << pool.status().ToString();
+  return pool.ok() ? std::move(pool).value() : nullptr;
+}
+
+// Runs `fn` in a forked child; the child exits with fn's return value and never returns here.
+pid_t Fork(const std::function<int()>& fn) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int rc = 1;
+    try {
+      rc = fn();
+    } catch (...) {
+      rc = 99;
+    }
+    _exit(rc);
+  }
+  return pid;
+}
+
+int WaitExit(pid_t pid) {
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return -1;
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+// A byte pattern that depends on the seed and the position, so a misplaced or stale buffer shows.
+void Fill(std::span<std::byte> data, size_t n, uint64_t seed) {
+  for (size_t i = 0; i < n; ++i) {
+    data[i] = static_cast<std::byte>((seed * 131 + i * 7 + (i >> 8)) & 0xff);
+  }
+}
+bool Check(std::span<const std::byte> data, size_t n, uint64_t seed) {
+  if (data.size() < n) return false;
+  for (size_t i = 0; i < n; ++i) {
+    if (data[i] != static_cast<std::byte>((seed * 131 + i * 7 + (i >> 8)) & 0xff)) return false;
+  }
+  return true;
+}
+
+// Pipe-based handshake between parent and child.
+struct Pipe {
+  int fd[2] = {-1, -1};
+  Pipe() { EXPECT_EQ(pipe(fd), 0); }
+  ~Pipe() {
+    for (int f : fd) {
+      if (f >= 0) close(f);
+    }
+  }
+  void Signal() const {
+    char c = 'x';
+    (void)!write(fd[1], &c, 1);
+  }
+  bool Wait() const {
+    char c = 0;
+    return read(fd[0], &c, 1) == 1;
+  }
+};
+
+TEST(ShmPoolTest, SegmentNameFollowsNodeAndTenant) {
+  EXPECT_EQ(PoolSegmentName("node-a", "job7"), "shoal.node-a.job7");
+}
+
+TEST(ShmPoolTest, CreateMakesAPrivateSegmentThatTheCreatorUnlinks) {
+  const std::string name = UniqueName("mode");
+  auto pool = MustCreate(name, 8 * kMiB);
+  ASSERT_NE(pool, nullptr);
+  struct stat st {};
+  ASSERT_EQ(stat(("/dev/shm/" + name).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 8 * kMiB);
+  EXPECT_EQ(pool->mapped_size(), 8 * kMiB);
+  EXPECT_NE(pool->base(), nullptr);
+  EXPECT_EQ(pool->Name(), name);
+  PoolStats s = pool->Stats();
+  EXPECT_EQ(s.capacity_bytes, 8 * kMiB - ShmPool::kPoolHeaderBytes);
+  EXPECT_EQ(s.used_bytes, 0u);
+  EXPECT_EQ(s.live_buffers, 0u);
+  EXPECT_GT(s.free_bytes, 7 * kMiB);
+
+  {  // An attacher's destructor only unmaps.
+    auto attached = ShmPool::Attach(name);
+    ASSERT_TRUE(attached.ok()) << attached.status().ToString();
+  }
+  EXPECT_EQ(stat(("/dev/shm/" + name).c_str(), &st), 0);
+  pool.reset();
+  EXPECT_NE(stat(("/dev/shm/" + name).c_str(), &st), 0);
+  EXPECT_EQ(errno, ENOENT);
+}
+
+TEST(ShmPoolTest, CreateReplacesAStaleSegment) {
+  const std::string name = UniqueName("stale");
+  int fd = shm_open(("/" + name).c_str(), O_CREAT | O_RDWR, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 12345), 0);
+  close(fd);
+  auto pool = MustCreate(name, 4 * kMiB);
+  ASSERT_NE(pool, nullptr);
+  struct stat st {};
+  ASSERT_EQ(stat(("/dev/shm/" + name).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 4 * kMiB);
+}
+
+TEST(ShmPoolTest, AttachErrorsAreClear) {
+  auto missing = ShmPool::Attach(UniqueName("missing"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("not found"), std::string::npos);
+
+  const std::string name = UniqueName("garbage");
+  int fd = shm_open(("/" + name).c_str(), O_CREAT | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 1 * kMiB), 0);
+  close(fd);
+  auto garbage = ShmPool::Attach(name);
+  ShmPool::Remove(name);
+  ASSERT_FALSE(garbage.ok());
+  EXPECT_EQ(garbage.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(garbage.status().message().find("not a Shoal pool"), std::string::npos);
+
+  EXPECT_EQ(ShmPool::Attach("a/b").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShmPool::Create("", 4 * kMiB).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ShmPool::Create(UniqueName("tiny"), 1024).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(ShmPoolTest, RoundTripsEverySizeClassBoundaryUpTo64MiB) {
+  auto pool = MustCreate(UniqueName("sizes"), 160 * kMiB);
+  ASSERT_NE(pool, nullptr);
+  std::vector<size_t> sizes = {0, 1, 63, 64, 65, 255};
+  for (size_t c : {256u, 1024u, 4096u, 16384u, 65536u, 262144u, 1048576u}) {
+    sizes.push_back(c - 1);
+    sizes.push_back(c);
+    sizes.push_back(c + 1);
+  }
+  for (size_t s : {2 * kMiB, 16 * kMiB + 3, 64 * kMiB}) sizes.push_back(s);
+
+  std::vector<std::pair<uint64_t, size_t>> held;
+  uint64_t seed = 1;
+  for (size_t size : sizes) {
+    auto off = pool->Allocate(size, kShoaldSlot);
+    ASSERT_TRUE(off.ok()) << size << ": " << off.status().ToString();
+    EXPECT_NE(*off, 0u);
+    EXPECT_EQ(*off % 64, 0u);
+    auto data = pool->Data(*off);
+    ASSERT_GE(data.size(), size);
+    EXPECT_GE(data.size(), 256u);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(data.data()) % 64, 0u);
+    EXPECT_EQ(data.data(), static_cast<std::byte*>(pool->base()) + *off);
+    EXPECT_LE(*off + data.size(), pool->mapped_size());
+    if (size <= kMiB) {  // size classes: the capacity is the class
+      EXPECT_TRUE(data.size() == 256 || data.size() == 1024 || data.size() == 4096 ||
+                  data.size() == 16384 || data.size() == 65536 || data.size() == 262144 ||
+                  data.size() == kMiB)
+          << data.size();
+    } else {
+      EXPECT_LT(data.size(), size + 64);
+    }
+    Fill(data, data.size(), seed);
+    held.emplace_back(*off, seed++);
+  }
+  EXPECT_EQ(pool->Stats().live_buffers, sizes.size());
+  // Every buffer still has its own bytes after all the others were written.
+  std::set<uint64_t> offsets;
+  for (auto [off, s] : held) {
+    EXPECT_TRUE(offsets.insert(off).second);
+    auto data = pool->Data(off);
+    EXPECT_TRUE(Check(data, data.size(), s)) << "offset " << off;
+  }
+  for (auto [off, s] : held) {
+    EXPECT_TRUE(pool->Release(off, kShoaldSlot).ok());
+    EXPECT_TRUE(pool->Data(off).empty());
+  }
+  PoolStats st = pool->Stats();
+  EXPECT_EQ(st.used_bytes, 0u);
+  EXPECT_EQ(st.live_buffers, 0u);
+  EXPECT_EQ(st.alloc_failures, 0u);
+}
+
+TEST(ShmPoolTest, SmallBlocksAreReused) {
+  auto pool = MustCreate(UniqueName("reuse"), 8 * kMiB);
+  ASSERT_NE(pool, nullptr);
+  auto a = pool->Allocate(3000, 1);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(pool->Release(*a, 1).ok());
+  auto b = pool->Allocate(4096, 2);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(*a, *b);
+  EXPECT_EQ(pool->Holders(*b), uint64_t{1} << 2);
+}
+
+TEST(ShmPoolTest, BytesWrittenInOneProcessAreReadInAnother) {
+  const std::string name = UniqueName("xproc");
+  auto pool = MustCreate(name, 32 * kMiB);
+  ASSERT_NE(pool, nullptr);
+  const size_t kSize = 3 * kMiB + 17;
+  auto off = pool->Allocate(kSize, kShoaldSlot);
+  ASSERT_TRUE(off.ok());
+  Fill(pool->Data(*off), kSize, 42);
+  ASSERT_TRUE(pool->Retain(*off, 3).ok());
+
+  Pipe offset_pipe;
+  pid_t child = Fork([&]() -> int {
+    auto p = ShmPool::Attach(name);
+    if (!p.ok()) return 2;
+    if (!Check((*p)->Data(*off), kSize, 42)) return 3;
+    // The child writes an answer for the parent into a buffer of its own.
+    auto reply = (*p)->Allocate(70000, 3);
+    if (!reply.ok()) return 4;
+    Fill((*p)->Data(*reply), 70000, 43);
+    if (!(*p)->Transfer(*reply, 3, kShoaldSlot).ok()) return 5;
+    if (!(*p)->Release(*off, 3).ok()) return 6;
+    uint64_t r = *reply;
+    if (write(offset_pipe.fd[1], &r, sizeof r) != sizeof r) return 7;
+    return 0;
+  });
+  ASSERT_EQ(WaitExit(child), 0);
+  uint64_t reply = 0;
+  ASSERT_EQ(read(offset_pipe.fd[0], &reply, sizeof reply), static_cast<ssize_t>(sizeof reply));
+  EXPECT_TRUE(Check(pool->Data(reply), 70000, 43));
+  EXPECT_EQ(pool->Holders(reply), uint64_t{1} << kShoaldSlot);
+  EXPECT_EQ(pool->Holders(*off), uint64_t{1} << kShoaldSlot);
+  EXPECT_TRUE(pool->Release(reply, kShoaldSlot).ok());
+  EXPECT_TRUE(pool->Release(*off, kShoaldSlot).ok());
+  EXPECT_EQ(pool->Stats().used_bytes, 0u);
+}
+
+TEST(ShmPoolTest, TransferToAChildThatReleasesFreesTheBuffer) {
+  const std::string name = UniqueName("transfer");
+  auto pool = MustCreate(name, 8 * kMiB);
+  ASSERT_NE(pool, nullptr);
+  const uint64_t before = pool->Stats().used_bytes;
+  auto off = pool->Allocate(5000, kShoaldSlot);
+  ASSERT_TRUE(off.ok());
+  Fill(pool->Data(*off), 5000, 7);
+  ASSERT_TRUE(pool->Transfer(*off, kShoaldSlot, 9).ok());
+  EXPECT_EQ(pool->Holders(*off), uint64_t{1} << 9);
+  // The parent no longer holds it: its release is refused.
+  EXPECT_EQ(pool->Release(*off, kShoaldSlot).code(), StatusCode::kInvalidArgument);
+
+  pid_t child = Fork([&]() -> int {
+    auto p = ShmPool::Attach(name);
+    if (!p.ok()) return 2;
+    if (!Check((*p)->Data(*off), 5000, 7)) return 3;
+    return (*p)->Release(*off, 9).ok() ? 0 : 4;
+  });
+  ASSERT_EQ(WaitExit(child), 0);
+  EXPECT_TRUE(pool->Data(*off).empty());
+  EXPECT_EQ(pool->Holders(*off), 0u);
+  PoolStats s = pool->Stats();
+  EXPECT_EQ(s.used_bytes, before);
+  EXPECT_EQ(s.live_buffers, 0u);
+}
+
+TEST(ShmPoolTest, RetainSharesOwnershipUntilTheLastRelease) {
+  auto pool = MustCreate(UniqueName("retain"), 8 * kMiB);
+  ASSERT_NE(pool, nullptr);
+  auto off = pool->Allocate(100, 1);
+  ASSERT_TRUE(off.ok());
+  ASSERT_TRUE(pool->Retain(*off, 2).ok());
+  EXPECT_EQ(pool->Retain(*off, 2).code(), StatusCode::kInvalidArgument);  // at most once
+  EXPECT_EQ(pool->Holders(*off), 0b110u);
+  ASSERT_TRUE(pool->Release(*off, 1).ok());
+  EXPECT_FALSE(pool->Data(*off).empty());
+  EXPECT_EQ(pool->Stats().live_buffers, 1u);
+  ASSERT_TRUE(pool->Release(*off, 2).ok());
+  EXPECT_TRUE(pool->Data(*off).empty());
+  EXPECT_EQ(pool->Stats().live_buffers, 0u);
+  EXPECT_EQ(pool->Retain(*off, 3).code(), StatusCode::kInvalidArgument);  // freed
+}
+
+TEST(ShmPoolTest, ReclaimHolderAfterKill9FreesWhatTheDeadProcessHeld) {
+  const std::string name = UniqueName("reclaim");
+  auto pool = MustCreate(name, 64 * kMiB);
+  ASSERT_NE(pool, nullptr);
+  auto mine = pool->Allocate(10000, kShoaldSlot);  // held by shoald, shared with the child
+  ASSERT_TRUE(mine.ok());
+  auto given = pool->Allocate(300, kShoaldSlot);  // handed over to the child
+  ASSERT_TRUE(given.ok());
+  ASSERT_TRUE(pool->Transfer(*given, kShoaldSlot, 5).ok());
+  const uint64_t before = pool->Stats().used_bytes;
+  const HolderSlot kChildSlot = 5;
+  const int kOwn = 37;
+
+  Pipe ready;
+  pid_t child = Fork([&]() -> int {
+    auto p = ShmPool::Attach(name);
+    if (!p.ok()) return 2;
+    for (int i = 0; i < kOwn; ++i) {
+      auto o = (*p)->Allocate(static_cast<size_t>(i) * 37000, kChildSlot);
+      if (!o.ok()) return 3;
+    }
+    if (!(*p)->Retain(*mine, kChildSlot).ok()) return 4;
+    ready.Signal();
+    pause();
+    return 0;
+  });
+  ASSERT_TRUE(ready.Wait());
+  EXPECT_GT(pool->Stats().used_bytes, before);
+  kill(child, SIGKILL);
+  EXPECT_EQ(WaitExit(child), 128 + SIGKILL);
+
+  EXPECT_EQ(pool->ReclaimHolder(kChildSlot), static_cast<uint64_t>(kOwn + 2));
+  PoolStats s = pool->Stats();
+  EXPECT_EQ(s.used_bytes, before - 1024);  // `given` (a 1 KiB-class block) went back
+  EXPECT_EQ(s.live_buffers, 1u);
+  EXPECT_EQ(pool->Holders(*mine), uint64_t{1} << kShoaldSlot);
+  EXPECT_TRUE(pool->Data(*given).empty());
+  EXPECT_EQ(pool->ReclaimHolder(kChildSlot), 0u);
+  EXPECT_TRUE(pool->Release(*mine, kShoaldSlot).ok());
+  EXPECT_EQ(pool->Stats().used_bytes, 0u);
+}
+
+TEST(ShmPoolTest, FullPoolRefusesThenRecoversAfterReleases) {
+  const std::string name = UniqueName("full");
+  auto pool = MustCreate(name, 4 * kMiB);
+  ASSERT_NE(pool, nullptr);
+  std::vector<uint64_t> held;
+  Result<uint64_t> r = uint64_t{0};
+  for (int i = 0; i < 1000; ++i) {
+    r = pool->Allocate(65536, 1);
+    if (!r.ok()) break;
+    held.push_back(*r);
+  }
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("pool " + name + " full"), std::string::npos)
+      << r.status().message();
+  EXPECT_GT(held.size(), 40u);  // most of the 4 MiB is usable
+  EXPECT_EQ(pool->Allocate(3 * kMiB, 1).status().code(), StatusCode::kResourceExhausted);
+  PoolStats s = pool->Stats();
+  EXPECT_EQ(s.alloc_failures, 2u);
+  EXPECT_EQ(s.live_buffers, held.size());
+  EXPECT_EQ(s.used_bytes, held.size() * 65536);
+
+  ASSERT_TRUE(pool->Release(held.back(), 1).ok());
+  held.pop_back();
+  EXPECT_TRUE(pool->Allocate(65536, 1).ok());  // reuses the freed block
+  for (uint64_t o : held) ASSERT_TRUE(pool->Release(o, 1).ok());
+  // The freed 64 KiB blocks sit on a free list; a large request takes them back to the heap.
+  auto big = pool->Allocate(3 * kMiB, 1);
+  EXPECT_TRUE(big.ok()) << big.status().ToString();
+  // More than the whole pool can never fit: that is not backpressure.
+  EXPECT_EQ(pool->Allocate(5 * kMiB, 1).status().code(), StatusCode::kTooLarge);
+}
+
+TEST(ShmPoolTest, BadOffsetsAndDoubleReleasesAreRefused) {
+  auto pool = MustCreate(UniqueName("bad"), 8 * kMiB);
+  ASSERT_NE(pool, nullptr);
+  auto off = pool->Allocate(1000, 1);
+  ASSERT_TRUE(off.ok());
+  const PoolStats before = pool->Stats();
+  for (uint64_t bad : {uint64_t{0}, uint64_t{1}, uint64_t{64}, uint64_t{4096}, *off + 64,
+                       *off - 64, *off + 1, uint64_t{pool->mapped_size()},
+                       uint64_t{pool->mapped_size()} - 64, ~uint64_t{0}}) {
+    EXPECT_TRUE(pool->Data(bad).empty()) << bad;
+    EXPECT_EQ(pool->Release(bad, 1).code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(pool->Retain(bad, 2).code(), StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(pool->Transfer(bad, 1, 2).code(), StatusCode::kInvalidArgument) << bad;
+  }
+  // Random garbage offsets, as a confused or hostile peer would send.
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 100000; ++i) {
+    uint64_t bad = rng() % (pool->mapped_size() + 4096);
+    if (i % 2) bad &= ~uint64_t{63};
+    if (bad == *off) continue;
+    ASSERT_TRUE(pool->Data(bad).empty()) << bad;
+    ASSERT_FALSE(pool->Release(bad, 1).ok()) << bad;
+  }
+  EXPECT_EQ(pool->Release(*off, 2).code(), StatusCode::kInvalidArgument);  // not a holder
+  EXPECT_EQ(pool->Transfer(*off, 2, 3).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(pool->Release(*off, 64).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(pool->Retain(*off, 64).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(pool->Transfer(*off, 1, 64).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(pool->Allocate(10, 64).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(pool->ReclaimHolder(64), 0u);
+  EXPECT_EQ(pool->Holders(*off), 0b10u);
+  EXPECT_EQ(pool->Stats().used_bytes, before.used_bytes);
+
+  ASSERT_TRUE(pool->Release(*off, 1).ok());
+  Status again = pool->Release(*off, 1);
+  EXPECT_EQ(again.code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(again.message().empty());
+  PoolStats after = pool->Stats();
+  EXPECT_EQ(after.used_bytes, 0u);
+  EXPECT_EQ(after.live_buffers, 0u);
+  // The block went back to its free list exactly once: two allocations get two blocks.
+  auto a = pool->Allocate(1000, 1);
+  auto b = pool->Allocate(1000, 1);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(*a, *b);
+}
+
+TEST(ShmPoolTest, ALockHolderKilledWithSigkillDoesNotDeadlockTheNode) {
+  const std::string name = UniqueName("robust");
+  auto pool = MustCreate(name, 8 * kMiB);
+  ASSERT_NE(pool, nullptr);
+  Pipe locked;
+  pid_t child = Fork([&]() -> int {
+    auto p = ShmPool::Attach(name);
+    if (!p.ok()) return 2;
+    (*p)->LockAndAbandonForTest();
+    locked.Signal();
+    pause();
+    return 0;
+  });
+  ASSERT_TRUE(locked.Wait());
+  kill(child, SIGKILL);
+  EXPECT_EQ(WaitExit(child), 128 + SIGKILL);
+  alarm(30);  // a deadlock fails the test instead of hanging it
+  auto off = pool->Allocate(100, kShoaldSlot);
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_TRUE(pool->Release(*off, kShoaldSlot).ok());
+  EXPECT_EQ(pool->LockRecoveries(), 1u);
+  // The lock is healthy again: another process can take it too.
+  pid_t second = Fork([&]() -> int {
+    auto p = ShmPool::Attach(name);
+    if (!p.ok()) return 2;
+    auto o = (*p)->Allocate(100, 4);
+    return o.ok() && (*p)->Release(*o, 4).ok() ? 0 : 3;
+  });
+  EXPECT_EQ(WaitExit(second), 0);
+  alarm(0);
+  EXPECT_EQ(pool->Stats().used_bytes, 0u);
+}
+
+// Two processes allocate, hand buffers to each other (Transfer, or Retain+Release), verify every
+// byte they receive and release, 100k operations each.
+struct Handoff {
+  uint64_t offset;
+  uint64_t seed;
+  uint64_t size;
+};
+
+class StressWorker {
+ public:
+  StressWorker(ShmPool* pool, int fd, HolderSlot me, HolderSlot peer, uint64_t seed)
+      : pool_(pool), fd_(fd), me_(me), peer_(peer), rng_(seed), next_seed_(seed << 32) {}
+
+  // Returns 0 when every check passed; otherwise the first failure's code.
+  int Run(int ops) {
+    for (int i = 0; i < ops && error_ == 0; ++i) {
+      Drain();
+      const int dice = static_cast<int>(rng_() % 100);
+      if (dice < 40 || held_.empty()) {
+        AllocateOne();
+      } else if (dice < 65) {
+        ReleaseOne(PickHeld());
+      } else if (dice < 90) {
+        Handoff h = PickHeld();
+        if (!pool_->Transfer(h.offset, me_, peer_).ok()) Fail(10);
+        Send(h);
+      } else {
+        Handoff h = PickHeld();
+        if (!pool_->Retain(h.offset, peer_).ok()) Fail(11);
+        Send(h);
+        if (!pool_->Release(h.offset, me_).ok()) Fail(12);
+      }
+    }
+    Send(Handoff{0, 0, 0});  // done
+    while (!peer_done_ && error_ == 0) {
+      pollfd p{fd_, POLLIN, 0};
+      poll(&p, 1, 1000);
+      Drain();
+    }
+    while (!held_.empty()) ReleaseOne(PickHeld());
+    return error_;
+  }
+
+ private:
+  void Fail(int code) {
+    if (error_ == 0) error_ = code;
+  }
+
+  Handoff PickHeld() {
+    size_t i = rng_() % held_.size();
+    Handoff h = held_[i];
+    held_[i] = held_.back();
+    held_.pop_back();
+    return h;
+  }
+
+  void AllocateOne() {
+    // Log-uniform sizes up to 256 KiB, and now and then a large (heap) buffer.
+    uint64_t size = (uint64_t{1} << (rng_() % 18)) + rng_() % 1024;
+    if (rng_() % 100 == 0) size = kMiB + rng_() % (2 * kMiB);
+    auto off = pool_->Allocate(size, me_);
+    if (!off.ok()) {
+      if (off.status().code() != StatusCode::kResourceExhausted) return Fail(20);
+      for (int k = 0; k < 8 && !held_.empty(); ++k) ReleaseOne(PickHeld());
+      return;
+    }
+    auto data = pool_->Data(*off);
+    if (data.size() < size) return Fail(21);
+    Handoff h{*off, next_seed_++, size};
+    FillQuick(data, h);
+    held_.push_back(h);
+  }
+
+  void ReleaseOne(const Handoff& h) {
+    if (!CheckQuick(pool_->Data(h.offset), h)) Fail(30);
+    if (!pool_->Release(h.offset, me_).ok()) Fail(31);
+  }
+
+  // Whole-buffer pattern in 8-byte words (fast enough for 100k buffers).
+  static void FillQuick(std::span<std::byte> data, const Handoff& h) {
+    auto* w = reinterpret_cast<uint64_t*>(data.data());
+    for (size_t i = 0; i < h.size / 8; ++i) w[i] = h.seed * 0x9e3779b97f4a7c15ULL + i;
+  }
+  static bool CheckQuick(std::span<const std::byte> data, const Handoff& h) {
+    if (data.size() < h.size) return false;
+    const auto* w = reinterpret_cast<const uint64_t*>(data.data());
+    for (size_t i = 0; i < h.size / 8; ++i) {
+      if (w[i] != h.seed * 0x9e3779b97f4a7c15ULL + i) return false;
+    }
+    return true;
+  }
+
+  void Drain() {
+    Handoff h{};
+    for (;;) {
+      ssize_t n = recv(fd_, &h, sizeof h, MSG_DONTWAIT);
+      if (n != static_cast<ssize_t>(sizeof h)) {
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) Fail(40);
+        if (n == 0) peer_done_ = true;  // peer exited
+        return;
+      }
+      if (h.offset == 0) {
+        peer_done_ = true;
+        continue;
+      }
+      if ((pool_->Holders(h.offset) & (uint64_t{1} << me_)) == 0) Fail(41);
+      if (!CheckQuick(pool_->Data(h.offset), h)) Fail(42);
+      held_.push_back(h);
+    }
+  }
+
+  void Send(const Handoff& h) {
+    for (;;) {
+      ssize_t n = send(fd_, &h, sizeof h, MSG_DONTWAIT);
+      if (n == static_cast<ssize_t>(sizeof h)) return;
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return Fail(50);
+      Drain();  // the peer may be blocked sending to us
+      pollfd p{fd_, POLLOUT | POLLIN, 0};
+      poll(&p, 1, 100);
+    }
+  }
+
+  ShmPool* pool_;
+  int fd_;
+  HolderSlot me_, peer_;
+  std::mt19937_64 rng_;
+  uint64_t next_seed_;
+  std::vector<Handoff> held_;
+  bool peer_done_ = false;
+  int error_ = 0;
+};
+
+TEST(ShmPoolTest, TwoProcessStressEndsEmptyAndUncorrupted) {
+  const std::string name = UniqueName("stress");
+  auto pool = MustCreate(name, 64 * kMiB);
+  ASSERT_NE(pool, nullptr);
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+  const int kOps = 100000;
+  pid_t child = Fork([&]() -> int {
+    close(sv[0]);
+    auto p = ShmPool::Attach(name);  // its own mapping, at another address
+    if (!p.ok()) return 2;
+    return StressWorker(p->get(), sv[1], 2, 1, 2).Run(kOps);
+  });
+  close(sv[1]);
+  int parent_rc = StressWorker(pool.get(), sv[0], 1, 2, 1).Run(kOps);
+  close(sv[0]);
+  EXPECT_EQ(parent_rc, 0);
+  EXPECT_EQ(WaitExit(child), 0);
+  PoolStats s = pool->Stats();
+  EXPECT_EQ(s.used_bytes, 0u);
+  EXPECT_EQ(s.live_buffers, 0u);
+  EXPECT_EQ(pool->ReclaimHolder(1), 0u);
+  EXPECT_EQ(pool->ReclaimHolder(2), 0u);
+  // The heap is whole again: one buffer of most of the pool fits.
+  auto big = pool->Allocate(s.capacity_bytes * 9 / 10, kShoaldSlot);
+  EXPECT_TRUE(big.ok()) << big.status().ToString();
+}
+
+}  // namespace
+}  // namespace shoal

@@ -45,8 +45,10 @@ constexpr uint32_t kLargeClass = 0xff;
 // (the pool's robust mutex guards it). Buffers are named by offset, so the name index stays
 // empty; iset_index rather than null_index because Boost 1.74's segment manager does not
 // compile with null_index and null_mutex_family together (a header alignment assertion).
-using Heap = bip::basic_managed_external_buffer<char, bip::rbtree_best_fit<bip::null_mutex_family>,
-                                                bip::iset_index>;
+using Heap = bip::basic_managed_external_buffer<
+    char,
+    bip::rbtree_best_fit<bip::null_mutex_family, bip::offset_ptr<void>, ShmPool::kAlignment>,
+    bip::iset_index>;
 
 struct PoolHeader {
   std::atomic<uint64_t> magic;  // written last by Create, so Attach never sees half a layout
@@ -369,11 +371,10 @@ Result<uint64_t> ShmPool::Allocate(size_t size, HolderSlot holder) {
     h->free_heads[cls] = b->next;
     h->cached_bytes -= capacity;
   } else {
-    void* p = segment_->heap.allocate_aligned(kBufferHeaderBytes + capacity, kAlignment,
-                                              std::nothrow);
+    // The heap's own alignment is kAlignment, so a plain allocation is aligned already.
+    void* p = segment_->heap.allocate(kBufferHeaderBytes + capacity, std::nothrow);
     if (p == nullptr && TrimFreeListsLocked() > 0) {
-      p = segment_->heap.allocate_aligned(kBufferHeaderBytes + capacity, kAlignment,
-                                          std::nothrow);
+      p = segment_->heap.allocate(kBufferHeaderBytes + capacity, std::nothrow);
     }
     if (p == nullptr) {
       ++h->alloc_failures;

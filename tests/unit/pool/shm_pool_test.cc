@@ -11,11 +11,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <functional>
 #include <random>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -459,6 +461,55 @@ TEST(ShmPoolTest, ALockHolderKilledWithSigkillDoesNotDeadlockTheNode) {
   EXPECT_EQ(pool->Stats().used_bytes, 0u);
 }
 
+TEST(ShmPoolTest, ThreadsOfOneProcessShareThePoolSafely) {
+  auto pool = MustCreate(UniqueName("threads"), 32 * kMiB);
+  ASSERT_NE(pool, nullptr);
+  // A few hot buffers held by slot 0 that every thread retains and releases concurrently.
+  std::vector<uint64_t> hot;
+  for (int i = 0; i < 4; ++i) {
+    auto o = pool->Allocate(4096, kShoaldSlot);
+    ASSERT_TRUE(o.ok());
+    hot.push_back(*o);
+  }
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (HolderSlot slot = 1; slot <= 4; ++slot) {
+    threads.emplace_back([&, slot] {
+      std::mt19937_64 rng(slot);
+      std::vector<uint64_t> mine;
+      for (int i = 0; i < 20000; ++i) {
+        uint64_t h = hot[rng() % hot.size()];
+        if (!pool->Retain(h, slot).ok() || !pool->Release(h, slot).ok()) ++errors;
+        if (mine.size() < 50 && rng() % 2) {
+          auto o = pool->Allocate(rng() % 70000, slot);
+          if (!o.ok()) {
+            ++errors;
+            continue;
+          }
+          std::memset(pool->Data(*o).data(), static_cast<int>(slot), 64);
+          mine.push_back(*o);
+        } else if (!mine.empty()) {
+          uint64_t o = mine.back();
+          mine.pop_back();
+          if (pool->Data(o)[63] != static_cast<std::byte>(slot)) ++errors;
+          if (!pool->Release(o, slot).ok()) ++errors;
+        }
+      }
+      for (uint64_t o : mine) {
+        if (!pool->Release(o, slot).ok()) ++errors;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  for (uint64_t h : hot) {
+    EXPECT_EQ(pool->Holders(h), 1u);
+    EXPECT_TRUE(pool->Release(h, kShoaldSlot).ok());
+  }
+  EXPECT_EQ(pool->Stats().used_bytes, 0u);
+  EXPECT_EQ(pool->Stats().live_buffers, 0u);
+}
+
 // Two processes allocate, hand buffers to each other (Transfer, or Retain+Release), verify every
 // byte they receive and release, 100k operations each.
 struct Handoff {
@@ -499,6 +550,8 @@ class StressWorker {
       Drain();
     }
     while (!held_.empty()) ReleaseOne(PickHeld());
+    // The run must really have exchanged buffers, not only allocated and released locally.
+    if (received_ < static_cast<uint64_t>(ops) / 10) Fail(60);
     return error_;
   }
 
@@ -567,6 +620,7 @@ class StressWorker {
       if ((pool_->Holders(h.offset) & (uint64_t{1} << me_)) == 0) Fail(41);
       if (!CheckQuick(pool_->Data(h.offset), h)) Fail(42);
       held_.push_back(h);
+      ++received_;
     }
   }
 
@@ -587,6 +641,7 @@ class StressWorker {
   std::mt19937_64 rng_;
   uint64_t next_seed_;
   std::vector<Handoff> held_;
+  uint64_t received_ = 0;
   bool peer_done_ = false;
   int error_ = 0;
 };

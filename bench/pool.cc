@@ -42,8 +42,8 @@ int main(int argc, char** argv) {
   const std::vector<size_t> sizes = {200, 4000, 60000, 1000000, 4u << 20};
 
   std::vector<double> all_pool, all_malloc;
-  std::printf("%-10s %12s %12s %12s %12s %8s\n", "size", "pool p50 ns", "pool p99 ns",
-              "malloc p50", "malloc p99", "ratio");
+  std::printf("%-10s %12s %12s %12s %12s %8s\n", "size", "pool p50 ns", "pool p99 ns", "malloc p50",
+              "malloc p99", "ratio");
   for (size_t size : sizes) {
     std::vector<double> pool_ns, malloc_ns;
     pool_ns.reserve(iters);

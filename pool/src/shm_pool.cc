@@ -6,10 +6,6 @@
 #include <array>
 #include <atomic>
 #include <bit>
-#include <cerrno>
-#include <cstring>
-#include <new>
-
 #include <boost/interprocess/exceptions.hpp>
 #include <boost/interprocess/indexes/iset_index.hpp>
 #include <boost/interprocess/managed_external_buffer.hpp>
@@ -18,6 +14,9 @@
 #include <boost/interprocess/permissions.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
 #include <boost/interprocess/sync/mutex_family.hpp>
+#include <cerrno>
+#include <cstring>
+#include <new>
 
 namespace shoal {
 
@@ -36,8 +35,8 @@ constexpr uint32_t kLiveMagic = 0x5346424cU;            // "LBFS": a live buffer
 constexpr uint32_t kFreeMagic = 0x46524545U;            // a block on a free list or returned
 
 // Body sizes served from free lists; anything larger comes straight from the heap.
-constexpr std::array<uint64_t, 7> kClassBytes = {256,         1024,       4096,       16 * 1024,
-                                                 64 * 1024,   256 * 1024, 1024 * 1024};
+constexpr std::array<uint64_t, 7> kClassBytes = {256,       1024,       4096,       16 * 1024,
+                                                 64 * 1024, 256 * 1024, 1024 * 1024};
 constexpr uint32_t kNumClasses = kClassBytes.size();
 constexpr uint32_t kLargeClass = 0xff;
 
@@ -46,8 +45,7 @@ constexpr uint32_t kLargeClass = 0xff;
 // empty; iset_index rather than null_index because Boost 1.74's segment manager does not
 // compile with null_index and null_mutex_family together (a header alignment assertion).
 using Heap = bip::basic_managed_external_buffer<
-    char,
-    bip::rbtree_best_fit<bip::null_mutex_family, bip::offset_ptr<void>, ShmPool::kAlignment>,
+    char, bip::rbtree_best_fit<bip::null_mutex_family, bip::offset_ptr<void>, ShmPool::kAlignment>,
     bip::iset_index>;
 
 struct PoolHeader {
@@ -75,10 +73,10 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free);
 struct alignas(ShmPool::kAlignment) BufferHeader {
   std::atomic<uint32_t> magic;
   uint32_t size_class;
-  uint64_t capacity;            // usable data bytes
-  uint64_t self_offset;         // the data offset this header belongs to (checks forged offsets)
+  uint64_t capacity;              // usable data bytes
+  uint64_t self_offset;           // the data offset this header belongs to (checks forged offsets)
   std::atomic<uint64_t> holders;  // bit i set: slot i holds the buffer
-  uint64_t prev;                // live list (or free list: next only), data offsets
+  uint64_t prev;                  // live list (or free list: next only), data offsets
   uint64_t next;
 };
 static_assert(sizeof(BufferHeader) == ShmPool::kBufferHeaderBytes);
@@ -132,8 +130,8 @@ uint32_t ClassFor(uint64_t size) {
 uint64_t RoundUp(uint64_t v, uint64_t to) { return (v + to - 1) / to * to; }
 
 Status CheckName(const std::string& name) {
-  if (name.empty() || name.size() > 200 || name.find('/') != std::string::npos ||
-      name == "." || name == "..") {
+  if (name.empty() || name.size() > 200 || name.find('/') != std::string::npos || name == "." ||
+      name == "..") {
     return InvalidArgument("bad pool name '" + name +
                            "': want 1-200 characters without '/' (a /dev/shm file name)");
   }
@@ -225,8 +223,8 @@ Result<std::unique_ptr<ShmPool>> ShmPool::Attach(const std::string& name) {
   try {
     seg->shm = bip::shared_memory_object(bip::open_only, name.c_str(), bip::read_write);
     if (!seg->shm.get_size(size) || size < static_cast<bip::offset_t>(kMinSegmentBytes)) {
-      return InvalidArgument("pool " + name + ": /dev/shm/" + name + " is " +
-                             std::to_string(size) + " bytes, too small to be a Shoal pool");
+      return InvalidArgument("pool " + name + ": /dev/shm/" + name + " is " + std::to_string(size) +
+                             " bytes, too small to be a Shoal pool");
     }
     seg->region = bip::mapped_region(seg->shm, bip::read_write);
   } catch (const bip::interprocess_exception& e) {
@@ -337,8 +335,8 @@ uint64_t ShmPool::TrimFreeListsLocked() {
   uint64_t returned = 0;
   for (uint32_t c = 0; c < kNumClasses; ++c) {
     while (h->free_heads[c] != 0) {
-      auto* b = reinterpret_cast<BufferHeader*>(segment_->base() + h->free_heads[c] -
-                                                kBufferHeaderBytes);
+      auto* b =
+          reinterpret_cast<BufferHeader*>(segment_->base() + h->free_heads[c] - kBufferHeaderBytes);
       h->free_heads[c] = b->next;
       h->cached_bytes -= b->capacity;
       returned += b->capacity;
@@ -427,8 +425,7 @@ Status ShmPool::Transfer(uint64_t offset, HolderSlot from, HolderSlot to) {
                              " already holds the buffer at offset " + std::to_string(offset));
     }
     // One step: `to` is added and `from` dropped together, so the count never touches zero.
-    if (b->holders.compare_exchange_weak(h, (h | to_bit) & ~from_bit,
-                                         std::memory_order_acq_rel)) {
+    if (b->holders.compare_exchange_weak(h, (h | to_bit) & ~from_bit, std::memory_order_acq_rel)) {
       return Status::Ok();
     }
   }

@@ -2,6 +2,7 @@
 #include "shoal/pool/shm_pool.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -19,8 +20,6 @@
 #include <set>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace shoal {
 namespace {
@@ -387,9 +386,9 @@ TEST(ShmPoolTest, BadOffsetsAndDoubleReleasesAreRefused) {
   auto off = pool->Allocate(1000, 1);
   ASSERT_TRUE(off.ok());
   const PoolStats before = pool->Stats();
-  for (uint64_t bad : {uint64_t{0}, uint64_t{1}, uint64_t{64}, uint64_t{4096}, *off + 64,
-                       *off - 64, *off + 1, uint64_t{pool->mapped_size()},
-                       uint64_t{pool->mapped_size()} - 64, ~uint64_t{0}}) {
+  for (uint64_t bad :
+       {uint64_t{0}, uint64_t{1}, uint64_t{64}, uint64_t{4096}, *off + 64, *off - 64, *off + 1,
+        uint64_t{pool->mapped_size()}, uint64_t{pool->mapped_size()} - 64, ~uint64_t{0}}) {
     EXPECT_TRUE(pool->Data(bad).empty()) << bad;
     EXPECT_EQ(pool->Release(bad, 1).code(), StatusCode::kInvalidArgument) << bad;
     EXPECT_EQ(pool->Retain(bad, 2).code(), StatusCode::kInvalidArgument) << bad;

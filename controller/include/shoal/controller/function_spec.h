@@ -36,6 +36,8 @@ struct FunctionSpec {
   uint32_t gpu = 0;              // resources.gpu
   uint64_t generation = 0;       // bumped by the registry on every re-deploy
   std::string manifest;          // the YAML as deployed (for `shoal get -o yaml`)
+  int64_t created_unix_ms = 0;   // first deploy of this name (set by the registry)
+  int64_t updated_unix_ms = 0;   // latest deploy
 };
 
 }  // namespace shoal

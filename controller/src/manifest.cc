@@ -1,0 +1,454 @@
+#include "shoal/controller/manifest.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <set>
+#include <system_error>
+
+namespace shoal {
+namespace {
+
+// Thrown inside the parser only; ParseFunctionManifests turns it into a Status.
+struct ManifestError {
+  std::string message;
+};
+
+struct Document {
+  std::string text;        // as written, without a leading bare `---` line
+  std::string parse_text;  // what yaml-cpp reads (keeps the `---` line so lines stay right)
+  int parse_first_line = 0;  // 0-based line of parse_text's first line in the whole input
+};
+
+bool IsSeparator(std::string_view line, std::string_view marker) {
+  if (line.substr(0, 3) != marker) return false;
+  return line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r';
+}
+
+// Splits a YAML stream on `---` / `...` lines, keeping each document's text and first line so
+// that errors report lines of the whole input.
+std::vector<Document> SplitDocuments(std::string_view yaml) {
+  std::vector<Document> docs;
+  Document cur;
+  int line_no = 0;
+  auto flush = [&] {
+    if (!cur.parse_text.empty()) docs.push_back(std::move(cur));
+    cur = Document{};
+  };
+  size_t pos = 0;
+  while (pos < yaml.size()) {
+    size_t end = yaml.find('\n', pos);
+    const size_t next = end == std::string_view::npos ? yaml.size() : end + 1;
+    std::string_view line = yaml.substr(pos, next - pos);
+    std::string_view bare = line.substr(0, line.find_first_of("\r\n"));
+    if (IsSeparator(bare, "---")) {
+      flush();
+      cur.parse_first_line = line_no;
+      cur.parse_text.append(line);
+      const bool only_marker = bare.find_first_not_of(" \t", 3) == std::string_view::npos;
+      if (!only_marker) cur.text.append(line);
+    } else if (IsSeparator(bare, "...")) {
+      flush();
+    } else {
+      if (cur.parse_text.empty()) cur.parse_first_line = line_no;
+      cur.parse_text.append(line);
+      cur.text.append(line);
+    }
+    pos = next;
+    ++line_no;
+  }
+  flush();
+  return docs;
+}
+
+std::string Quote(const std::string& s) { return "\"" + s + "\""; }
+
+std::string Join(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+
+class DocumentParser {
+ public:
+  DocumentParser(int line_offset, const NodeConfig& defaults)
+      : line_offset_(line_offset), defaults_(defaults) {}
+
+  FunctionSpec Parse(const YAML::Node& doc) {
+    FunctionSpec spec;
+    if (!doc.IsMap()) Fail("", "document must be a mapping of apiVersion, kind, metadata, spec", doc);
+    CheckKeys(doc, "", {"apiVersion", "kind", "metadata", "spec"});
+    const YAML::Node api = doc["apiVersion"];
+    if (!api) throw ManifestError{"apiVersion: expected " + std::string(kFunctionApiVersion)};
+    if (String(api, "apiVersion") != kFunctionApiVersion) {
+      Fail("apiVersion",
+           "expected " + std::string(kFunctionApiVersion) + ", got " + api.Scalar(), api);
+    }
+    const YAML::Node kind = doc["kind"];
+    if (!kind) throw ManifestError{"kind: expected Function"};
+    if (String(kind, "kind") != "Function") Fail("kind", "expected Function, got " + kind.Scalar(), kind);
+
+    const YAML::Node meta = Required(doc, "metadata", "");
+    ExpectMap(meta, "metadata");
+    CheckKeys(meta, "metadata", {"name", "namespace", "labels"});
+    const YAML::Node name = Required(meta, "name", "metadata");
+    spec.name = String(name, "metadata.name");
+    CheckDnsLabel(spec.name, "metadata.name", name);
+    if (const YAML::Node ns = meta["namespace"]) {
+      spec.tenant = String(ns, "metadata.namespace");
+      CheckDnsLabel(spec.tenant, "metadata.namespace", ns);
+    }
+    if (const YAML::Node labels = meta["labels"]) {
+      spec.labels = StringMap(labels, "metadata.labels");
+    }
+
+    const YAML::Node s = Required(doc, "spec", "");
+    ExpectMap(s, "spec");
+    CheckKeys(s, "spec",
+              {"handler", "concurrency", "scale", "timeout", "keepAlive", "maxBodySize",
+               "resources"});
+    ParseHandler(Required(s, "handler", "spec"), &spec.handler);
+
+    spec.concurrency = defaults_.default_concurrency;
+    if (const YAML::Node c = s["concurrency"]) {
+      spec.concurrency = static_cast<uint32_t>(Integer(c, "spec.concurrency", 1, kMaxConcurrency));
+    }
+    spec.min_scale = 0;
+    spec.max_scale = 0;
+    YAML::Node max_node;
+    if (const YAML::Node scale = s["scale"]) {
+      ExpectMap(scale, "spec.scale");
+      CheckKeys(scale, "spec.scale", {"min", "max"});
+      if (const YAML::Node mn = scale["min"]) {
+        spec.min_scale = static_cast<uint32_t>(Integer(mn, "spec.scale.min", 0, kMaxScale));
+      }
+      if ((max_node = scale["max"])) {
+        spec.max_scale = static_cast<uint32_t>(Integer(max_node, "spec.scale.max", 1, kMaxScale));
+        if (spec.max_scale < spec.min_scale) {
+          Fail("spec.scale.max",
+               "must be >= spec.scale.min (" + std::to_string(spec.min_scale) + " > " +
+                   std::to_string(spec.max_scale) + ")",
+               max_node);
+        }
+      }
+    }
+    if (spec.max_scale == 0) {
+      // No max: the node default, raised to min so that a manifest giving only min stays valid.
+      spec.max_scale = std::min(kMaxScale, std::max(defaults_.default_max_scale, spec.min_scale));
+      spec.max_scale = std::max<uint32_t>(spec.max_scale, 1);
+    }
+
+    spec.timeout_s = defaults_.default_timeout_s;
+    if (const YAML::Node t = s["timeout"]) spec.timeout_s = Duration(t, "spec.timeout");
+    spec.keep_alive_s = defaults_.default_keep_alive_s;
+    if (const YAML::Node k = s["keepAlive"]) spec.keep_alive_s = Duration(k, "spec.keepAlive");
+    spec.max_body_bytes = defaults_.max_body_bytes;
+    if (const YAML::Node b = s["maxBodySize"]) {
+      spec.max_body_bytes = Quantity(b, "spec.maxBodySize");
+      if (spec.max_body_bytes == 0) Fail("spec.maxBodySize", "must be > 0", b);
+      if (spec.max_body_bytes > defaults_.max_body_bytes) {
+        Fail("spec.maxBodySize",
+             "must be <= the node's max_body_bytes (" + std::to_string(defaults_.max_body_bytes) +
+                 "), got " + std::to_string(spec.max_body_bytes),
+             b);
+      }
+    }
+    if (const YAML::Node r = s["resources"]) {
+      ExpectMap(r, "spec.resources");
+      CheckKeys(r, "spec.resources", {"cpu", "memory", "gpu"});
+      if (const YAML::Node cpu = r["cpu"]) {
+        if (!ParseCpu(String(cpu, "spec.resources.cpu"), &spec.cpu)) {
+          Fail("spec.resources.cpu",
+               "must be cores (0.5) or millicores (500m), got " + Quote(cpu.Scalar()), cpu);
+        }
+      }
+      if (const YAML::Node mem = r["memory"]) spec.memory_bytes = Quantity(mem, "spec.resources.memory");
+      if (const YAML::Node gpu = r["gpu"]) {
+        spec.gpu = static_cast<uint32_t>(Integer(gpu, "spec.resources.gpu", 0, 64));
+      }
+    }
+    return spec;
+  }
+
+ private:
+  std::string Where(const YAML::Node& node) const {
+    const YAML::Mark m = node.Mark();
+    if (m.line < 0) return "";
+    return " (line " + std::to_string(m.line + line_offset_ + 1) + ")";
+  }
+
+  [[noreturn]] void Fail(const std::string& path, const std::string& what,
+                         const YAML::Node& node) const {
+    throw ManifestError{(path.empty() ? "" : path + ": ") + what + Where(node)};
+  }
+
+  YAML::Node Required(const YAML::Node& map, const std::string& key, const std::string& path) {
+    YAML::Node n = map[key];
+    if (!n || n.IsNull()) throw ManifestError{Join(path, key) + ": required"};
+    return n;
+  }
+
+  void ExpectMap(const YAML::Node& node, const std::string& path) const {
+    if (!node.IsMap()) Fail(path, "must be a mapping", node);
+  }
+
+  // Unknown and repeated keys are errors: a typo must not silently fall back to a default.
+  void CheckKeys(const YAML::Node& map, const std::string& path,
+                 std::initializer_list<std::string_view> allowed) const {
+    std::set<std::string> seen;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      const YAML::Node key = it->first;
+      if (!key.IsScalar()) Fail(path, "keys must be strings", key);
+      const std::string& k = key.Scalar();
+      if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
+        Fail(Join(path, k), "unknown field", key);
+      }
+      if (!seen.insert(k).second) Fail(Join(path, k), "duplicate field", key);
+    }
+  }
+
+  std::string String(const YAML::Node& node, const std::string& path) const {
+    if (!node.IsScalar()) Fail(path, "must be a string", node);
+    return node.Scalar();
+  }
+
+  int64_t Integer(const YAML::Node& node, const std::string& path, int64_t lo, int64_t hi) const {
+    if (!node.IsScalar()) Fail(path, "must be an integer", node);
+    const std::string& s = node.Scalar();
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || p != s.data() + s.size() || s.empty()) {
+      Fail(path, "must be an integer, got " + Quote(s), node);
+    }
+    if (v < lo || v > hi) {
+      Fail(path,
+           "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + s,
+           node);
+    }
+    return v;
+  }
+
+  double Duration(const YAML::Node& node, const std::string& path) const {
+    double seconds = 0;
+    if (!ParseDuration(String(node, path), &seconds)) {
+      Fail(path, "must be a duration like 250ms, 30s, 2m or 1h, got " + Quote(node.Scalar()),
+           node);
+    }
+    if (!(seconds > 0)) Fail(path, "must be > 0, got " + node.Scalar(), node);
+    return seconds;
+  }
+
+  uint64_t Quantity(const YAML::Node& node, const std::string& path) const {
+    uint64_t bytes = 0;
+    if (!ParseQuantity(String(node, path), &bytes)) {
+      Fail(path, "must be a quantity like 1048576, 64Ki or 1Gi, got " + Quote(node.Scalar()),
+           node);
+    }
+    return bytes;
+  }
+
+  void CheckDnsLabel(const std::string& value, const std::string& path,
+                     const YAML::Node& node) const {
+    if (!IsDnsLabel(value)) {
+      Fail(path,
+           "must be a DNS label (lower-case letters, digits and '-', starting and ending with a "
+           "letter or digit, at most 63 characters), got " +
+               Quote(value),
+           node);
+    }
+  }
+
+  std::map<std::string, std::string> StringMap(const YAML::Node& node, const std::string& path) {
+    std::map<std::string, std::string> out;
+    if (node.IsNull()) return out;
+    ExpectMap(node, path);
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      if (!it->first.IsScalar()) Fail(path, "keys must be strings", it->first);
+      const std::string& k = it->first.Scalar();
+      if (k.empty()) Fail(path, "keys must not be empty", it->first);
+      if (out.count(k)) Fail(Join(path, k), "duplicate field", it->first);
+      out[k] = String(it->second, Join(path, k));
+    }
+    return out;
+  }
+
+  void ParseHandler(const YAML::Node& h, HandlerSpec* out) {
+    ExpectMap(h, "spec.handler");
+    CheckKeys(h, "spec.handler", {"builtin", "library", "symbol", "env"});
+    const YAML::Node builtin = h["builtin"];
+    const YAML::Node library = h["library"];
+    if (static_cast<bool>(builtin) == static_cast<bool>(library)) {
+      Fail("spec.handler", "set exactly one of builtin or library", h);
+    }
+    if (builtin) {
+      out->builtin = String(builtin, "spec.handler.builtin");
+      bool known = false;
+      std::string names;
+      for (const char* b : kBuiltinHandlers) {
+        known = known || out->builtin == b;
+        names += (names.empty() ? "" : ", ") + std::string(b);
+      }
+      if (!known) {
+        Fail("spec.handler.builtin",
+             "unknown built-in handler " + Quote(out->builtin) + " (one of: " + names + ")",
+             builtin);
+      }
+      if (const YAML::Node sym = h["symbol"]) {
+        Fail("spec.handler.symbol", "only applies to spec.handler.library", sym);
+      }
+    } else {
+      out->library = String(library, "spec.handler.library");
+      if (out->library.empty() || out->library[0] != '/') {
+        Fail("spec.handler.library", "must be an absolute path, got " + Quote(out->library),
+             library);
+      }
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(out->library, ec)) {
+        Fail("spec.handler.library", "no such file on this node: " + out->library, library);
+      }
+      if (const YAML::Node sym = h["symbol"]) {
+        out->symbol = String(sym, "spec.handler.symbol");
+        if (!IsIdentifier(out->symbol)) {
+          Fail("spec.handler.symbol", "must be a C identifier, got " + Quote(out->symbol), sym);
+        }
+      }
+    }
+    if (const YAML::Node env = h["env"]) {
+      out->env = StringMap(env, "spec.handler.env");
+      for (auto it = env.begin(); it != env.end(); ++it) {
+        if (!IsIdentifier(it->first.Scalar())) {
+          Fail("spec.handler.env." + it->first.Scalar(),
+               "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", it->first);
+        }
+      }
+    }
+  }
+
+  static bool IsIdentifier(const std::string& s) {
+    if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+    for (char c : s) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+    }
+    return true;
+  }
+
+  const int line_offset_;
+  const NodeConfig& defaults_;
+};
+
+// Splits "30s" into its number and its unit; false when the number part is malformed.
+bool SplitNumber(std::string_view text, double* number, std::string_view* unit) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.' ||
+                             text[i] == '-' || text[i] == '+')) {
+    ++i;
+  }
+  std::string_view num = text.substr(0, i);
+  if (!num.empty() && num[0] == '+') num.remove_prefix(1);
+  if (num.empty()) return false;
+  auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), *number);
+  if (ec != std::errc() || p != num.data() + num.size() || !std::isfinite(*number)) return false;
+  *unit = text.substr(i);
+  return true;
+}
+
+}  // namespace
+
+bool ParseDuration(std::string_view text, double* seconds) {
+  double n = 0;
+  std::string_view unit;
+  if (!SplitNumber(text, &n, &unit)) return false;
+  if (unit.empty() || unit == "s") {
+    *seconds = n;
+  } else if (unit == "ms") {
+    *seconds = n / 1000;
+  } else if (unit == "m") {
+    *seconds = n * 60;
+  } else if (unit == "h") {
+    *seconds = n * 3600;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool ParseQuantity(std::string_view text, uint64_t* bytes) {
+  double n = 0;
+  std::string_view unit;
+  if (!SplitNumber(text, &n, &unit) || n < 0) return false;
+  static const std::pair<std::string_view, double> kUnits[] = {
+      {"", 1},          {"K", 1e3},         {"k", 1e3},         {"M", 1e6},
+      {"G", 1e9},       {"T", 1e12},        {"Ki", 1024.0},     {"Mi", 1048576.0},
+      {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}};
+  for (const auto& [name, mult] : kUnits) {
+    if (unit != name) continue;
+    const double v = n * mult;
+    if (v >= 9.2e18) return false;
+    if (unit.empty() && v != std::floor(v)) return false;  // fractional bytes
+    *bytes = static_cast<uint64_t>(std::llround(v));
+    return true;
+  }
+  return false;
+}
+
+bool ParseCpu(std::string_view text, double* cores) {
+  double n = 0;
+  std::string_view unit;
+  if (!SplitNumber(text, &n, &unit) || n < 0) return false;
+  if (unit.empty()) {
+    *cores = n;
+  } else if (unit == "m") {
+    *cores = n / 1000;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool IsDnsLabel(std::string_view name) {
+  if (name.empty() || name.size() > 63) return false;
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!alnum(name.front()) || !alnum(name.back())) return false;
+  for (char c : name) {
+    if (!alnum(c) && c != '-') return false;
+  }
+  return true;
+}
+
+Result<std::vector<FunctionSpec>> ParseFunctionManifests(std::string_view yaml,
+                                                         const NodeConfig& defaults) {
+  std::vector<FunctionSpec> specs;
+  std::map<std::string, int> names;  // name -> line of its metadata.name
+  for (Document& doc : SplitDocuments(yaml)) {
+    YAML::Node root;
+    try {
+      root = YAML::Load(doc.parse_text);
+    } catch (const YAML::Exception& e) {
+      std::string where;
+      if (e.mark.line >= 0) {
+        where = " (line " + std::to_string(e.mark.line + doc.parse_first_line + 1) + ")";
+      }
+      return InvalidArgument("YAML syntax error: " + e.msg + where);
+    }
+    if (!root || root.IsNull()) continue;  // an empty document (comments only)
+    try {
+      FunctionSpec spec = DocumentParser(doc.parse_first_line, defaults).Parse(root);
+      const int line = root["metadata"]["name"].Mark().line + doc.parse_first_line + 1;
+      if (auto [it, inserted] = names.emplace(spec.name, line); !inserted) {
+        return InvalidArgument("metadata.name: duplicate function " + Quote(spec.name) +
+                               " in one deploy (lines " + std::to_string(it->second) + " and " +
+                               std::to_string(line) + ")");
+      }
+      spec.manifest = std::move(doc.text);
+      specs.push_back(std::move(spec));
+    } catch (const ManifestError& e) {
+      return InvalidArgument(e.message);
+    } catch (const YAML::Exception& e) {
+      return InvalidArgument("YAML error: " + e.msg);
+    }
+  }
+  if (specs.empty()) return InvalidArgument("no Function documents in the manifest");
+  return specs;
+}
+
+}  // namespace shoal

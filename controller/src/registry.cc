@@ -1,0 +1,250 @@
+#include "shoal/controller/registry.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "shoal/controller/manifest.h"
+#include "shoal/v1/function.pb.h"
+
+namespace shoal {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr std::string_view kRecordSuffix = ".pb";
+constexpr std::string_view kTempSuffix = ".tmp";
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+v1::FunctionRecord ToRecord(const FunctionSpec& s) {
+  v1::FunctionRecord r;
+  r.set_id(s.id);
+  r.set_name(s.name);
+  r.set_tenant(s.tenant);
+  r.mutable_labels()->insert(s.labels.begin(), s.labels.end());
+  auto* h = r.mutable_handler();
+  h->set_builtin(s.handler.builtin);
+  h->set_library(s.handler.library);
+  h->set_symbol(s.handler.symbol);
+  h->mutable_env()->insert(s.handler.env.begin(), s.handler.env.end());
+  r.set_concurrency(s.concurrency);
+  r.set_min_scale(s.min_scale);
+  r.set_max_scale(s.max_scale);
+  r.set_timeout_s(s.timeout_s);
+  r.set_keep_alive_s(s.keep_alive_s);
+  r.set_max_body_bytes(s.max_body_bytes);
+  r.set_cpu(s.cpu);
+  r.set_memory_bytes(s.memory_bytes);
+  r.set_gpu(s.gpu);
+  r.set_generation(s.generation);
+  r.set_manifest(s.manifest);
+  r.set_created_unix_ms(s.created_unix_ms);
+  r.set_updated_unix_ms(s.updated_unix_ms);
+  return r;
+}
+
+FunctionSpec FromRecord(const v1::FunctionRecord& r) {
+  FunctionSpec s;
+  s.id = r.id();
+  s.name = r.name();
+  s.tenant = r.tenant();
+  s.labels.insert(r.labels().begin(), r.labels().end());
+  s.handler.builtin = r.handler().builtin();
+  s.handler.library = r.handler().library();
+  s.handler.symbol = r.handler().symbol();
+  s.handler.env.insert(r.handler().env().begin(), r.handler().env().end());
+  s.concurrency = r.concurrency();
+  s.min_scale = r.min_scale();
+  s.max_scale = r.max_scale();
+  s.timeout_s = r.timeout_s();
+  s.keep_alive_s = r.keep_alive_s();
+  s.max_body_bytes = r.max_body_bytes();
+  s.cpu = r.cpu();
+  s.memory_bytes = r.memory_bytes();
+  s.gpu = r.gpu();
+  s.generation = r.generation();
+  s.manifest = r.manifest();
+  s.created_unix_ms = r.created_unix_ms();
+  s.updated_unix_ms = r.updated_unix_ms();
+  return s;
+}
+
+Status SyncPath(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("open " + path, errno);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return ErrnoStatus("fsync " + path, err);
+  return Status::Ok();
+}
+
+// Writes `data` to `path` + ".tmp" and fsyncs it; Commit renames it into place.
+Status WriteTemp(const std::string& path, const std::string& data) {
+  const std::string tmp = path + std::string(kTempSuffix);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoStatus("open " + tmp, errno);
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return ErrnoStatus("write " + tmp, err);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("fsync " + tmp, err);
+  }
+  ::close(fd);
+  return Status::Ok();
+}
+
+Status Commit(const std::string& path) {
+  const std::string tmp = path + std::string(kTempSuffix);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus("rename " + tmp, errno);
+  return Status::Ok();
+}
+
+}  // namespace
+
+FunctionRegistry::FunctionRegistry(NodeConfig config, std::string dir)
+    : config_(std::move(config)), dir_(std::move(dir)) {}
+
+Result<std::unique_ptr<FunctionRegistry>> FunctionRegistry::Open(const NodeConfig& config) {
+  const std::string dir = (fs::path(config.state_dir) / "functions").string();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Internal("cannot create " + dir + ": " + ec.message());
+  std::unique_ptr<FunctionRegistry> reg(new FunctionRegistry(config, dir));
+  SHOAL_RETURN_IF_ERROR(reg->Load());
+  return reg;
+}
+
+Status FunctionRegistry::Load() {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    const std::string path = entry.path().string();
+    const std::string file = entry.path().filename().string();
+    if (file.ends_with(kTempSuffix)) {  // a deploy that died before its rename
+      fs::remove(entry.path(), ec);
+      continue;
+    }
+    if (!file.ends_with(kRecordSuffix)) continue;
+    std::ifstream in(path, std::ios::binary);
+    v1::FunctionRecord record;
+    if (!in || !record.ParseFromIstream(&in)) {
+      return Internal("cannot read the function record " + path + " (corrupt?)");
+    }
+    FunctionSpec spec = FromRecord(record);
+    if (!IsDnsLabel(spec.name) || spec.id == 0 || spec.id > kMaxFunctionId) {
+      return Internal("invalid function record " + path);
+    }
+    for (const auto& [name, other] : functions_) {
+      if (other.id == spec.id) {
+        return Internal("function records " + name + " and " + spec.name + " share id " +
+                        std::to_string(spec.id));
+      }
+    }
+    functions_[spec.name] = std::move(spec);
+  }
+  if (ec) return Internal("cannot list " + dir_ + ": " + ec.message());
+  return Status::Ok();
+}
+
+uint32_t FunctionRegistry::LowestFreeId(const std::vector<bool>& taken) const {
+  for (uint32_t id = 1; id <= kMaxFunctionId; ++id) {
+    if (!taken[id]) return id;
+  }
+  return 0;
+}
+
+Result<std::vector<FunctionSpec>> FunctionRegistry::Deploy(std::string_view manifests) {
+  auto parsed = ParseFunctionManifests(manifests, config_);
+  if (!parsed.ok()) return parsed.status();
+  std::vector<FunctionSpec> specs = std::move(*parsed);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<bool> taken(kMaxFunctionId + 1, false);
+  for (const auto& [name, spec] : functions_) taken[spec.id] = true;
+  const int64_t now = NowUnixMs();
+  for (FunctionSpec& spec : specs) {
+    auto existing = functions_.find(spec.name);
+    if (existing != functions_.end()) {
+      spec.id = existing->second.id;
+      spec.generation = existing->second.generation + 1;
+      spec.created_unix_ms = existing->second.created_unix_ms;
+    } else {
+      spec.id = LowestFreeId(taken);
+      if (spec.id == 0) {
+        return ResourceExhausted("no free function id: " + std::to_string(kMaxFunctionId) +
+                                 " functions are deployed");
+      }
+      taken[spec.id] = true;
+      spec.generation = 1;
+      spec.created_unix_ms = now;
+    }
+    spec.updated_unix_ms = now;
+  }
+
+  // Every record is written and synced before any replaces its predecessor, so a failed write
+  // leaves the previous deployment whole.
+  std::vector<std::string> paths;
+  for (const FunctionSpec& spec : specs) {
+    std::string path = dir_ + "/" + spec.name + std::string(kRecordSuffix);
+    std::string data;
+    if (!ToRecord(spec).SerializeToString(&data)) return Internal("cannot serialize " + spec.name);
+    if (Status st = WriteTemp(path, data); !st.ok()) {
+      for (const auto& p : paths) ::unlink((p + std::string(kTempSuffix)).c_str());
+      return st;
+    }
+    paths.push_back(std::move(path));
+  }
+  for (const auto& path : paths) SHOAL_RETURN_IF_ERROR(Commit(path));
+  SHOAL_RETURN_IF_ERROR(SyncPath(dir_, O_RDONLY | O_DIRECTORY));
+  for (const FunctionSpec& spec : specs) functions_[spec.name] = spec;
+  return specs;
+}
+
+Status FunctionRegistry::Delete(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = functions_.find(name);
+  if (it == functions_.end()) return NotFound("function '" + name + "' not found");
+  const std::string path = dir_ + "/" + name + std::string(kRecordSuffix);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("unlink " + path, errno);
+  SHOAL_RETURN_IF_ERROR(SyncPath(dir_, O_RDONLY | O_DIRECTORY));
+  functions_.erase(it);
+  return Status::Ok();
+}
+
+std::optional<FunctionSpec> FunctionRegistry::Get(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = functions_.find(name);
+  if (it == functions_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<FunctionSpec> FunctionRegistry::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<FunctionSpec> out;
+  out.reserve(functions_.size());
+  for (const auto& [name, spec] : functions_) out.push_back(spec);
+  return out;
+}
+
+}  // namespace shoal

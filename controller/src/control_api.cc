@@ -165,13 +165,12 @@ HttpReply ControlApi::Handle(std::string_view method, std::string_view path,
 }
 
 HttpReply ControlApi::Deploy(std::string_view body) {
-  // Which names exist decides 201 (something created) or 200 (only updates).
   auto deployed = registry_.Deploy(body);
   if (!deployed.ok()) {
     return Error(HttpStatusFor(deployed.status().code()), deployed.status().message());
   }
   runtime_.FunctionsChanged();
-  bool created = false;
+  bool created = false;  // 201 when any function is new, 200 when all were updates
   json list = json::array();
   for (const FunctionSpec& s : *deployed) {
     json j = FunctionJson(s);

@@ -115,14 +115,13 @@ class DocumentParser {
     }
     spec.min_scale = 0;
     spec.max_scale = 0;
-    YAML::Node max_node;
     if (const YAML::Node scale = s["scale"]) {
       ExpectMap(scale, "spec.scale");
       CheckKeys(scale, "spec.scale", {"min", "max"});
       if (const YAML::Node mn = scale["min"]) {
         spec.min_scale = static_cast<uint32_t>(Integer(mn, "spec.scale.min", 0, kMaxScale));
       }
-      if ((max_node = scale["max"])) {
+      if (const YAML::Node max_node = scale["max"]) {
         spec.max_scale = static_cast<uint32_t>(Integer(max_node, "spec.scale.max", 1, kMaxScale));
         if (spec.max_scale < spec.min_scale) {
           Fail("spec.scale.max",
@@ -433,7 +432,8 @@ Result<std::vector<FunctionSpec>> ParseFunctionManifests(std::string_view yaml,
     if (!root || root.IsNull()) continue;  // an empty document (comments only)
     try {
       FunctionSpec spec = DocumentParser(doc.parse_first_line, defaults).Parse(root);
-      const int line = root["metadata"]["name"].Mark().line + doc.parse_first_line + 1;
+      const YAML::Node& const_root = root;
+      const int line = const_root["metadata"]["name"].Mark().line + doc.parse_first_line + 1;
       if (auto [it, inserted] = names.emplace(spec.name, line); !inserted) {
         return InvalidArgument("metadata.name: duplicate function " + Quote(spec.name) +
                                " in one deploy (lines " + std::to_string(it->second) + " and " +

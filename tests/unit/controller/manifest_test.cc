@@ -1,0 +1,323 @@
+#include "shoal/controller/manifest.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace shoal {
+namespace {
+
+NodeConfig Defaults() {
+  NodeConfig c;
+  c.default_concurrency = 3;
+  c.default_max_scale = 5;
+  c.default_timeout_s = 12;
+  c.default_keep_alive_s = 34;
+  c.max_body_bytes = 100ull << 20;
+  return c;
+}
+
+// Parses `yaml` expecting failure; returns the message.
+std::string ErrorOf(const std::string& yaml) {
+  auto r = ParseFunctionManifests(yaml, Defaults());
+  EXPECT_FALSE(r.ok()) << "parsed:\n" << yaml;
+  if (r.ok()) return "";
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  return r.status().message();
+}
+
+const char* kFull = R"(apiVersion: shoal.dev/v1
+kind: Function
+metadata:
+  name: echo-2
+  namespace: team-a
+  labels: {app: demo, tier: "1"}
+spec:
+  handler:
+    builtin: echo
+    env: {GREETING: hello, N: "3"}
+  concurrency: 4
+  scale: {min: 1, max: 6}
+  timeout: 250ms
+  keepAlive: 2m
+  maxBodySize: 64Mi
+  resources: {cpu: 500m, memory: 256Mi, gpu: 1}
+)";
+
+// A minimal manifest with `spec_extra` appended to spec (indented two spaces).
+std::string Minimal(const std::string& spec_extra = "", const std::string& name = "fn") {
+  return "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: " + name +
+         "\nspec:\n  handler:\n    builtin: echo\n" + spec_extra;
+}
+
+TEST(ManifestTest, EveryFieldOfAGoodManifest) {
+  auto r = ParseFunctionManifests(kFull, Defaults());
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->size(), 1u);
+  const FunctionSpec& s = (*r)[0];
+  EXPECT_EQ(s.name, "echo-2");
+  EXPECT_EQ(s.tenant, "team-a");
+  EXPECT_EQ(s.labels, (std::map<std::string, std::string>{{"app", "demo"}, {"tier", "1"}}));
+  EXPECT_EQ(s.handler.builtin, "echo");
+  EXPECT_EQ(s.handler.library, "");
+  EXPECT_EQ(s.handler.env,
+            (std::map<std::string, std::string>{{"GREETING", "hello"}, {"N", "3"}}));
+  EXPECT_EQ(s.concurrency, 4u);
+  EXPECT_EQ(s.min_scale, 1u);
+  EXPECT_EQ(s.max_scale, 6u);
+  EXPECT_DOUBLE_EQ(s.timeout_s, 0.25);
+  EXPECT_DOUBLE_EQ(s.keep_alive_s, 120);
+  EXPECT_EQ(s.max_body_bytes, 64ull << 20);
+  EXPECT_DOUBLE_EQ(s.cpu, 0.5);
+  EXPECT_EQ(s.memory_bytes, 256ull << 20);
+  EXPECT_EQ(s.gpu, 1u);
+  EXPECT_EQ(s.id, 0u);
+  EXPECT_EQ(s.generation, 0u);
+  EXPECT_EQ(s.manifest, kFull);
+}
+
+TEST(ManifestTest, DefaultsComeFromTheNodeConfig) {
+  auto r = ParseFunctionManifests(Minimal(), Defaults());
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const FunctionSpec& s = (*r)[0];
+  EXPECT_EQ(s.tenant, "default");
+  EXPECT_EQ(s.concurrency, 3u);
+  EXPECT_EQ(s.min_scale, 0u);
+  EXPECT_EQ(s.max_scale, 5u);
+  EXPECT_DOUBLE_EQ(s.timeout_s, 12);
+  EXPECT_DOUBLE_EQ(s.keep_alive_s, 34);
+  EXPECT_EQ(s.max_body_bytes, 100ull << 20);
+  EXPECT_EQ(s.handler.symbol, "shoal_handle");
+  // Only min given, above the default max: max follows min.
+  auto m = ParseFunctionManifests(Minimal("  scale: {min: 7}\n"), Defaults());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ((*m)[0].min_scale, 7u);
+  EXPECT_EQ((*m)[0].max_scale, 7u);
+}
+
+TEST(ManifestTest, JsonIsAccepted) {
+  auto r = ParseFunctionManifests(
+      R"({"apiVersion": "shoal.dev/v1", "kind": "Function", "metadata": {"name": "j"},
+          "spec": {"handler": {"builtin": "sha256"}, "concurrency": 2, "timeout": 5}})",
+      Defaults());
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ((*r)[0].name, "j");
+  EXPECT_EQ((*r)[0].handler.builtin, "sha256");
+  EXPECT_EQ((*r)[0].concurrency, 2u);
+  EXPECT_DOUBLE_EQ((*r)[0].timeout_s, 5);
+}
+
+TEST(ManifestTest, MultipleDocumentsKeepTheirOwnText) {
+  const std::string a = Minimal("", "a");
+  const std::string b = Minimal("  concurrency: 9\n", "b");
+  auto r = ParseFunctionManifests("# leading comment\n---\n" + a + "---\n" + b + "---\n# empty\n",
+                                  Defaults());
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->size(), 2u);
+  EXPECT_EQ((*r)[0].name, "a");
+  EXPECT_EQ((*r)[0].manifest, a);
+  EXPECT_EQ((*r)[1].name, "b");
+  EXPECT_EQ((*r)[1].manifest, b);
+  EXPECT_EQ((*r)[1].concurrency, 9u);
+}
+
+TEST(ManifestTest, LibraryHandler) {
+  const std::string lib = "/bin/sh";  // any regular file that exists on this node
+  auto r = ParseFunctionManifests(
+      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: lib}\nspec:\n  handler:\n"
+      "    library: " + lib + "\n    symbol: my_entry\n",
+      Defaults());
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ((*r)[0].handler.library, lib);
+  EXPECT_EQ((*r)[0].handler.symbol, "my_entry");
+  EXPECT_EQ((*r)[0].handler.builtin, "");
+}
+
+TEST(ManifestTest, ErrorsNameTheFieldAndTheLine) {
+  // Lines: 1 apiVersion, 2 kind, 3 metadata, 4 name, 5 spec, 6 handler, 7 builtin, 8+ extra.
+  EXPECT_EQ(ErrorOf(Minimal("  scale: {min: 2, max: 1}\n")),
+            "spec.scale.max: must be >= spec.scale.min (2 > 1) (line 8)");
+  EXPECT_EQ(ErrorOf(Minimal("  scal: {min: 2}\n")), "spec.scal: unknown field (line 8)");
+  EXPECT_EQ(ErrorOf(Minimal("  concurrency: 0\n")),
+            "spec.concurrency: must be between 1 and 1024, got 0 (line 8)");
+  EXPECT_EQ(ErrorOf(Minimal("  concurrency: 2000\n")),
+            "spec.concurrency: must be between 1 and 1024, got 2000 (line 8)");
+  EXPECT_EQ(ErrorOf(Minimal("  concurrency: many\n")),
+            "spec.concurrency: must be an integer, got \"many\" (line 8)");
+  EXPECT_EQ(ErrorOf(Minimal("  scale:\n    max: 64\n")),
+            "spec.scale.max: must be between 1 and 63, got 64 (line 9)");
+  EXPECT_EQ(ErrorOf(Minimal("  scale:\n    max: 0\n")),
+            "spec.scale.max: must be between 1 and 63, got 0 (line 9)");
+  EXPECT_EQ(ErrorOf(Minimal("  scale:\n    min: -1\n")),
+            "spec.scale.min: must be between 0 and 63, got -1 (line 9)");
+  EXPECT_EQ(ErrorOf(Minimal("  scale: 3\n")), "spec.scale: must be a mapping (line 8)");
+  EXPECT_EQ(ErrorOf(Minimal("  timeout: soon\n")),
+            "spec.timeout: must be a duration like 250ms, 30s, 2m or 1h, got \"soon\" (line 8)");
+  EXPECT_EQ(ErrorOf(Minimal("  timeout: 0s\n")), "spec.timeout: must be > 0, got 0s (line 8)");
+  EXPECT_EQ(ErrorOf(Minimal("  keepAlive: 5d\n")),
+            "spec.keepAlive: must be a duration like 250ms, 30s, 2m or 1h, got \"5d\" (line 8)");
+  EXPECT_EQ(ErrorOf(Minimal("  maxBodySize: 1Ti\n")),
+            "spec.maxBodySize: must be <= the node's max_body_bytes (104857600), got "
+            "1099511627776 (line 8)");
+  EXPECT_EQ(ErrorOf(Minimal("  maxBodySize: 0\n")), "spec.maxBodySize: must be > 0 (line 8)");
+  EXPECT_EQ(ErrorOf(Minimal("  maxBodySize: 12Qi\n")),
+            "spec.maxBodySize: must be a quantity like 1048576, 64Ki or 1Gi, got \"12Qi\" "
+            "(line 8)");
+  EXPECT_EQ(ErrorOf(Minimal("  resources: {cpu: lots}\n")),
+            "spec.resources.cpu: must be cores (0.5) or millicores (500m), got \"lots\" (line 8)");
+  EXPECT_EQ(ErrorOf(Minimal("  resources: {disk: 1Gi}\n")),
+            "spec.resources.disk: unknown field (line 8)");
+  EXPECT_EQ(ErrorOf(Minimal("  resources:\n    gpu: -1\n")),
+            "spec.resources.gpu: must be between 0 and 64, got -1 (line 9)");
+  EXPECT_EQ(ErrorOf(Minimal("  concurrency: 2\n  concurrency: 3\n")),
+            "spec.concurrency: duplicate field (line 9)");
+}
+
+TEST(ManifestTest, HeaderAndMetadataErrors) {
+  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: Fnction\nmetadata: {name: a}\n"
+                    "spec: {handler: {builtin: echo}}\n"),
+            "kind: expected Function, got Fnction (line 2)");
+  EXPECT_EQ(ErrorOf("kind: Function\nmetadata: {name: a}\nspec: {handler: {builtin: echo}}\n"),
+            "apiVersion: expected shoal.dev/v1");
+  EXPECT_EQ(ErrorOf("apiVersion: v2\nkind: Function\nmetadata: {name: a}\n"
+                    "spec: {handler: {builtin: echo}}\n"),
+            "apiVersion: expected shoal.dev/v1, got v2 (line 1)");
+  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nmetadata: {name: a}\n"
+                    "spec: {handler: {builtin: echo}}\n"),
+            "kind: expected Function");
+  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {labels: {a: b}}\n"
+                    "spec: {handler: {builtin: echo}}\n"),
+            "metadata.name: required");
+  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: Function\n"
+                    "spec: {handler: {builtin: echo}}\n"),
+            "metadata: required");
+  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: a}\n"),
+            "spec: required");
+  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: a}\nspec: {}\n"),
+            "spec.handler: required");
+  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: Echo_1\n"
+                    "spec: {handler: {builtin: echo}}\n"),
+            "metadata.name: must be a DNS label (lower-case letters, digits and '-', starting "
+            "and ending with a letter or digit, at most 63 characters), got \"Echo_1\" (line 4)");
+  EXPECT_NE(ErrorOf(Minimal("", std::string(64, 'a'))).find("metadata.name: must be a DNS label"),
+            std::string::npos);
+  EXPECT_TRUE(ParseFunctionManifests(Minimal("", std::string(63, 'a')), Defaults()).ok());
+  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: a\n"
+                    "  namespace: -x\nspec: {handler: {builtin: echo}}\n")
+                .substr(0, 48),
+            "metadata.namespace: must be a DNS label (lower-c");
+  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: a\n"
+                    "  owner: me\nspec: {handler: {builtin: echo}}\n"),
+            "metadata.owner: unknown field (line 5)");
+  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: a}\n"
+                    "status: {}\nspec: {handler: {builtin: echo}}\n"),
+            "status: unknown field (line 4)");
+  EXPECT_EQ(ErrorOf("- just\n- a list\n"),
+            "document must be a mapping of apiVersion, kind, metadata, spec (line 1)");
+}
+
+TEST(ManifestTest, HandlerErrors) {
+  const std::string head = "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: h}\nspec:\n"
+                           "  handler:\n";
+  EXPECT_EQ(ErrorOf(head + "    builtin: nonesuch\n"),
+            "spec.handler.builtin: unknown built-in handler \"nonesuch\" (one of: echo, sha256, "
+            "wordcount, sleep) (line 6)");
+  EXPECT_EQ(ErrorOf(head + "    builtin: echo\n    library: /bin/sh\n"),
+            "spec.handler: set exactly one of builtin or library (line 6)");
+  EXPECT_EQ(ErrorOf(head + "    env: {A: b}\n"),
+            "spec.handler: set exactly one of builtin or library (line 6)");
+  EXPECT_EQ(ErrorOf(head + "    library: libmine.so\n"),
+            "spec.handler.library: must be an absolute path, got \"libmine.so\" (line 6)");
+  EXPECT_EQ(ErrorOf(head + "    library: /nonexistent/libmine.so\n"),
+            "spec.handler.library: no such file on this node: /nonexistent/libmine.so (line 6)");
+  EXPECT_EQ(ErrorOf(head + "    builtin: echo\n    symbol: f\n"),
+            "spec.handler.symbol: only applies to spec.handler.library (line 7)");
+  EXPECT_EQ(ErrorOf(head + "    library: /bin/sh\n    symbol: 1x\n"),
+            "spec.handler.symbol: must be a C identifier, got \"1x\" (line 7)");
+  EXPECT_EQ(ErrorOf(head + "    builtin: echo\n    env:\n      BAD-NAME: x\n"),
+            "spec.handler.env.BAD-NAME: must be an environment variable name "
+            "([A-Za-z_][A-Za-z0-9_]*) (line 8)");
+  EXPECT_EQ(ErrorOf(head + "    builtin: echo\n    env:\n      A: [1, 2]\n"),
+            "spec.handler.env.A: must be a string (line 8)");
+  EXPECT_EQ(ErrorOf(head + "    builtin: echo\n    runtime: go\n"),
+            "spec.handler.runtime: unknown field (line 7)");
+}
+
+TEST(ManifestTest, SyntaxErrorsAndDocumentLevelErrors) {
+  const std::string e = ErrorOf("apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: [a\n");
+  EXPECT_EQ(e.rfind("YAML syntax error: ", 0), 0u) << e;
+  EXPECT_NE(e.find("(line "), std::string::npos) << e;
+  // Lines count through the whole stream, not one document.
+  EXPECT_EQ(ErrorOf(Minimal("", "a") + "---\n" + Minimal("  scal: 1\n", "b")),
+            "spec.scal: unknown field (line 16)");
+  EXPECT_EQ(ErrorOf(Minimal("", "twin") + "---\n" + Minimal("", "twin")),
+            "metadata.name: duplicate function \"twin\" in one deploy (lines 4 and 12)");
+  EXPECT_EQ(ErrorOf(""), "no Function documents in the manifest");
+  EXPECT_EQ(ErrorOf("# only a comment\n---\n"), "no Function documents in the manifest");
+}
+
+TEST(ManifestTest, ValueParsers) {
+  double d = 0;
+  EXPECT_TRUE(ParseDuration("250ms", &d));
+  EXPECT_DOUBLE_EQ(d, 0.25);
+  EXPECT_TRUE(ParseDuration("30s", &d));
+  EXPECT_DOUBLE_EQ(d, 30);
+  EXPECT_TRUE(ParseDuration("2m", &d));
+  EXPECT_DOUBLE_EQ(d, 120);
+  EXPECT_TRUE(ParseDuration("1h", &d));
+  EXPECT_DOUBLE_EQ(d, 3600);
+  EXPECT_TRUE(ParseDuration("1.5", &d));
+  EXPECT_DOUBLE_EQ(d, 1.5);
+  EXPECT_FALSE(ParseDuration("s", &d));
+  EXPECT_FALSE(ParseDuration("1x", &d));
+  EXPECT_FALSE(ParseDuration("inf", &d));
+  uint64_t q = 0;
+  EXPECT_TRUE(ParseQuantity("1024", &q));
+  EXPECT_EQ(q, 1024u);
+  EXPECT_TRUE(ParseQuantity("64Ki", &q));
+  EXPECT_EQ(q, 65536u);
+  EXPECT_TRUE(ParseQuantity("2M", &q));
+  EXPECT_EQ(q, 2000000u);
+  EXPECT_TRUE(ParseQuantity("1.5Gi", &q));
+  EXPECT_EQ(q, 1610612736u);
+  EXPECT_FALSE(ParseQuantity("1.5", &q));
+  EXPECT_FALSE(ParseQuantity("-1", &q));
+  EXPECT_FALSE(ParseQuantity("1Qi", &q));
+  double cpu = 0;
+  EXPECT_TRUE(ParseCpu("500m", &cpu));
+  EXPECT_DOUBLE_EQ(cpu, 0.5);
+  EXPECT_TRUE(ParseCpu("2", &cpu));
+  EXPECT_DOUBLE_EQ(cpu, 2);
+  EXPECT_FALSE(ParseCpu("2 cores", &cpu));
+  EXPECT_TRUE(IsDnsLabel("a-1"));
+  EXPECT_FALSE(IsDnsLabel("a-"));
+  EXPECT_FALSE(IsDnsLabel("A"));
+  EXPECT_FALSE(IsDnsLabel(""));
+}
+
+TEST(ManifestTest, TheShippedExamplesParse) {
+  struct Want {
+    const char* file;
+    const char* handler;
+    uint32_t concurrency, min, max;
+  };
+  for (const Want& w : {Want{"echo.yaml", "echo", 8, 1, 4}, Want{"sha256.yaml", "sha256", 4, 0, 2},
+                        Want{"wordcount.yaml", "wordcount", 4, 0, 2}}) {
+    std::ifstream in(std::string(SHOAL_SOURCE_DIR) + "/deploy/examples/" + w.file);
+    ASSERT_TRUE(in) << w.file;
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto r = ParseFunctionManifests(ss.str(), NodeConfig{});
+    ASSERT_TRUE(r.ok()) << w.file << ": " << r.status().message();
+    ASSERT_EQ(r->size(), 1u);
+    EXPECT_EQ((*r)[0].name, w.handler);
+    EXPECT_EQ((*r)[0].handler.builtin, w.handler);
+    EXPECT_EQ((*r)[0].concurrency, w.concurrency) << w.file;
+    EXPECT_EQ((*r)[0].min_scale, w.min) << w.file;
+    EXPECT_EQ((*r)[0].max_scale, w.max) << w.file;
+  }
+}
+
+}  // namespace
+}  // namespace shoal

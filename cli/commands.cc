@@ -1,0 +1,368 @@
+#include "commands.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "table.h"
+
+namespace shoal::cli {
+namespace {
+
+using nlohmann::json;
+
+// Unwinds to main with an exit code once the message is printed.
+struct Exit {
+  int code;
+};
+
+HttpResponse SendOrExit(const HttpClient& client, const HttpRequest& request) {
+  std::string error;
+  auto r = client.Send(request, &error);
+  if (!r) {
+    std::fprintf(stderr, "shoal: cannot reach shoald at %s: %s\n", client.base_url().c_str(),
+                 error.c_str());
+    throw Exit{2};
+  }
+  return std::move(*r);
+}
+
+// The server's {"error": "..."} message, or the raw body when it is not that.
+std::string ErrorMessage(const std::string& body) {
+  auto j = json::parse(body, nullptr, false);
+  if (!j.is_discarded() && j.is_object() && j.contains("error") && j["error"].is_string()) {
+    return j["error"].get<std::string>();
+  }
+  std::string b = body;
+  while (!b.empty() && (b.back() == '\n' || b.back() == '\r')) b.pop_back();
+  return b;
+}
+
+// GET `path` expecting JSON; HTTP errors print the server's message and exit 1.
+json GetJson(const HttpClient& client, const std::string& path) {
+  HttpRequest req;
+  req.path = path;
+  HttpResponse r = SendOrExit(client, req);
+  if (r.status >= 400) {
+    std::fprintf(stderr, "shoal: %s\n", ErrorMessage(r.body).c_str());
+    throw Exit{1};
+  }
+  auto j = json::parse(r.body, nullptr, false);
+  if (j.is_discarded()) {
+    std::fprintf(stderr, "shoal: %s answered %s with something that is not JSON\n",
+                 client.base_url().c_str(), path.c_str());
+    throw Exit{1};
+  }
+  return j;
+}
+
+template <typename T>
+T Num(const json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return T{};
+  return j[key].get<T>();
+}
+
+std::string Str(const json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_string()) return "";
+  return j[key].get<std::string>();
+}
+
+std::string HandlerText(const json& f) {
+  const json& h = f.value("handler", json::object());
+  if (!Str(h, "builtin").empty()) return "builtin:" + Str(h, "builtin");
+  std::string s = "library:" + Str(h, "library");
+  if (Str(h, "symbol") != "shoal_handle") s += ":" + Str(h, "symbol");
+  return s;
+}
+
+std::string ReadyText(const json& status) {
+  return std::to_string(Num<uint64_t>(status, "ready")) + "/" +
+         std::to_string(Num<uint64_t>(status, "desired"));
+}
+
+std::string ScaleText(const json& f) {
+  const json& s = f.value("scale", json::object());
+  return std::to_string(Num<uint64_t>(s, "min")) + ".." + std::to_string(Num<uint64_t>(s, "max"));
+}
+
+std::string MapText(const json& m) {
+  std::string out;
+  if (!m.is_object()) return out;
+  for (auto it = m.begin(); it != m.end(); ++it) {
+    if (!out.empty()) out += ",";
+    out += it.key() + "=" + (it.value().is_string() ? it.value().get<std::string>() : it.value().dump());
+  }
+  return out;
+}
+
+std::string ReadAll(std::istream& in) {
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+int Deploy(const HttpClient& client, const std::string& file) try {
+  std::string manifest;
+  if (file == "-") {
+    manifest = ReadAll(std::cin);
+  } else {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) {
+      std::fprintf(stderr, "shoal: cannot read %s\n", file.c_str());
+      return 1;
+    }
+    manifest = ReadAll(in);
+  }
+  HttpRequest req;
+  req.method = "POST";
+  req.path = "/v1/functions";
+  req.body = std::move(manifest);
+  req.headers.push_back("Content-Type: application/yaml");
+  HttpResponse r = SendOrExit(client, req);
+  if (r.status >= 400) {
+    std::fprintf(stderr, "shoal: %s\n", ErrorMessage(r.body).c_str());
+    return 1;
+  }
+  auto j = json::parse(r.body, nullptr, false);
+  if (j.is_discarded() || !j.contains("functions")) {
+    std::fprintf(stderr, "shoal: unexpected answer: %s\n", r.body.c_str());
+    return 1;
+  }
+  for (const json& f : j["functions"]) {
+    std::printf("function/%s %s\n", Str(f, "name").c_str(),
+                Str(f, "action").empty() ? "configured" : Str(f, "action").c_str());
+  }
+  return 0;
+} catch (const Exit& e) {
+  return e.code;
+}
+
+int Get(const HttpClient& client, const std::string& name, const std::string& output) try {
+  json answer = GetJson(client, name.empty() ? "/v1/functions" : "/v1/functions/" + name);
+  if (output == "json") {
+    std::printf("%s\n", answer.dump(2).c_str());
+    return 0;
+  }
+  json functions = name.empty() ? answer.value("functions", json::array()) : json::array({answer});
+  if (output == "yaml") {
+    bool first = true;
+    for (const json& f : functions) {
+      std::string m = Str(f, "manifest");
+      if (!m.empty() && m.back() != '\n') m += '\n';
+      std::printf("%s%s", first ? "" : "---\n", m.c_str());
+      first = false;
+    }
+    return 0;
+  }
+  if (functions.empty()) {
+    std::fprintf(stderr, "No functions deployed.\n");
+    return 0;
+  }
+  const bool wide = output == "wide";
+  std::vector<std::string> header = {"NAME", "READY", "INFLIGHT", "RPS", "AGE"};
+  if (wide) {
+    header.insert(header.end(), {"HANDLER", "CONCURRENCY", "SCALE", "TIMEOUT", "NAMESPACE",
+                                 "GENERATION"});
+  }
+  Table table(header);
+  for (const json& f : functions) {
+    const json& st = f.value("status", json::object());
+    std::vector<std::string> row = {Str(f, "name"), ReadyText(st),
+                                    std::to_string(Num<uint64_t>(st, "inflight")),
+                                    FormatFixed(Num<double>(st, "rps"), 1),
+                                    FormatAge(Num<double>(f, "age_s"))};
+    if (wide) {
+      row.insert(row.end(), {HandlerText(f), std::to_string(Num<uint64_t>(f, "concurrency")),
+                             ScaleText(f), FormatSeconds(Num<double>(f, "timeout_s")),
+                             Str(f, "namespace"), std::to_string(Num<uint64_t>(f, "generation"))});
+    }
+    table.AddRow(std::move(row));
+  }
+  std::fputs(table.Render().c_str(), stdout);
+  return 0;
+} catch (const Exit& e) {
+  return e.code;
+}
+
+int Describe(const HttpClient& client, const std::string& name) try {
+  const json f = GetJson(client, "/v1/functions/" + name);
+  const json& st = f.value("status", json::object());
+  const json& res = f.value("resources", json::object());
+  std::ostringstream o;
+  auto field = [&o](const std::string& k, const std::string& v) {
+    o << k << ":" << std::string(k.size() < 15 ? 15 - k.size() : 1, ' ') << v << "\n";
+  };
+  field("Name", Str(f, "name"));
+  field("Namespace", Str(f, "namespace"));
+  field("ID", std::to_string(Num<uint64_t>(f, "id")));
+  field("Generation", std::to_string(Num<uint64_t>(f, "generation")));
+  field("Age", FormatAge(Num<double>(f, "age_s")));
+  field("Labels", MapText(f.value("labels", json::object())).empty()
+                      ? "<none>"
+                      : MapText(f.value("labels", json::object())));
+  field("Handler", HandlerText(f));
+  const std::string env = MapText(f.value("handler", json::object()).value("env", json::object()));
+  field("Env", env.empty() ? "<none>" : env);
+  field("Concurrency", std::to_string(Num<uint64_t>(f, "concurrency")) + " per instance");
+  field("Scale", ScaleText(f));
+  field("Timeout", FormatSeconds(Num<double>(f, "timeout_s")));
+  field("Keep-alive", FormatSeconds(Num<double>(f, "keep_alive_s")));
+  field("Max body", FormatBytes(Num<uint64_t>(f, "max_body_bytes")));
+  char cpu[32];
+  std::snprintf(cpu, sizeof cpu, "%g", Num<double>(res, "cpu"));
+  field("Resources", std::string("cpu ") + cpu + ", memory " +
+                         FormatBytes(Num<uint64_t>(res, "memory_bytes")) + ", gpu " +
+                         std::to_string(Num<uint64_t>(res, "gpu")));
+  o << "Status:\n";
+  o << "  Instances:   " << ReadyText(st) << " ready (" << Num<uint64_t>(st, "starting")
+    << " starting)\n";
+  o << "  In-flight:   " << Num<uint64_t>(st, "inflight") << "   Queued: " << Num<uint64_t>(st, "queued")
+    << "\n";
+  o << "  Requests:    " << Num<uint64_t>(st, "requests_total") << " ("
+    << Num<uint64_t>(st, "errors_total") << " errors)   " << FormatFixed(Num<double>(st, "rps"), 1)
+    << " req/s   p50 " << FormatMs(Num<double>(st, "p50_ms")) << "   p99 "
+    << FormatMs(Num<double>(st, "p99_ms")) << "\n";
+  o << "  Cold starts: " << Num<uint64_t>(st, "cold_starts") << " (last "
+    << FormatMs(Num<double>(st, "last_cold_start_ms")) << ")\n";
+  o << "Instances:\n";
+  const json instances = st.value("instances", json::array());
+  if (instances.empty()) {
+    o << "  <none>\n";
+  } else {
+    Table t({"ID", "PID", "STATE", "INFLIGHT", "SERVED", "AGE", "COLD-START", "RESTARTS"});
+    for (const json& i : instances) {
+      char id[32];
+      std::snprintf(id, sizeof id, "%#llx", static_cast<unsigned long long>(Num<uint64_t>(i, "id")));
+      t.AddRow({id, std::to_string(Num<int64_t>(i, "pid")), Str(i, "state"),
+                std::to_string(Num<uint64_t>(i, "inflight")),
+                std::to_string(Num<uint64_t>(i, "served")), FormatAge(Num<double>(i, "age_s")),
+                FormatMs(Num<double>(i, "cold_start_ms")),
+                std::to_string(Num<uint64_t>(i, "restarts"))});
+    }
+    std::istringstream lines(t.Render());
+    for (std::string line; std::getline(lines, line);) o << "  " << line << "\n";
+  }
+  std::fputs(o.str().c_str(), stdout);
+  return 0;
+} catch (const Exit& e) {
+  return e.code;
+}
+
+int Invoke(const HttpClient& client, const InvokeOptions& options) try {
+  HttpRequest req;
+  req.method = !options.method.empty() ? options.method : (options.has_data ? "POST" : "GET");
+  std::string sub = options.path;
+  while (!sub.empty() && sub.front() == '/') sub.erase(0, 1);
+  req.path = "/fn/" + options.name + (sub.empty() ? "" : "/" + sub);
+  req.headers = options.headers;
+  std::unique_ptr<FILE, decltype(&std::fclose)> file(nullptr, std::fclose);
+  if (options.has_data && options.data == "@-") {
+    req.body = ReadAll(std::cin);
+  } else if (options.has_data && options.data.starts_with("@")) {
+    const std::string path = options.data.substr(1);
+    file.reset(std::fopen(path.c_str(), "rb"));
+    struct stat sb {};
+    if (!file || fstat(fileno(file.get()), &sb) != 0) {
+      std::fprintf(stderr, "shoal: cannot read %s\n", path.c_str());
+      return 1;
+    }
+    req.upload = file.get();
+    req.upload_size = S_ISREG(sb.st_mode) ? static_cast<int64_t>(sb.st_size) : -1;
+  } else if (options.has_data) {
+    req.body = options.data;
+  }
+  std::string error_body;
+  req.sink = [&error_body](long status, std::string_view bytes) {
+    if (status >= 400) {
+      error_body.append(bytes);
+    } else {
+      std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+    }
+  };
+  HttpResponse r = SendOrExit(client, req);
+  std::fflush(stdout);
+  if (r.status >= 400) {
+    std::fprintf(stderr, "HTTP %ld: %s\n", r.status, ErrorMessage(error_body).c_str());
+    return 1;
+  }
+  return 0;
+} catch (const Exit& e) {
+  return e.code;
+}
+
+int Logs(const HttpClient& client, const std::string& name, bool follow) try {
+  uint64_t offset = 0;
+  for (;;) {
+    HttpRequest req;
+    req.path = "/v1/functions/" + name + "/logs?offset=" + std::to_string(offset);
+    HttpResponse r = SendOrExit(client, req);
+    if (r.status >= 400) {
+      std::fprintf(stderr, "shoal: %s\n", ErrorMessage(r.body).c_str());
+      return 1;
+    }
+    std::fwrite(r.body.data(), 1, r.body.size(), stdout);
+    std::fflush(stdout);
+    auto next = r.headers.find("x-shoal-next-offset");
+    const uint64_t next_offset =
+        next != r.headers.end() ? std::strtoull(next->second.c_str(), nullptr, 10) : offset;
+    const bool more = next_offset > offset && !r.body.empty();
+    offset = std::max(offset, next_offset);
+    if (more) continue;  // drain what is there before waiting
+    if (!follow) return 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+} catch (const Exit& e) {
+  return e.code;
+}
+
+int Delete(const HttpClient& client, const std::string& name) try {
+  HttpRequest req;
+  req.method = "DELETE";
+  req.path = "/v1/functions/" + name;
+  HttpResponse r = SendOrExit(client, req);
+  if (r.status >= 400) {
+    std::fprintf(stderr, "shoal: %s\n", ErrorMessage(r.body).c_str());
+    return 1;
+  }
+  std::printf("function/%s deleted\n", name.c_str());
+  return 0;
+} catch (const Exit& e) {
+  return e.code;
+}
+
+int Top(const HttpClient& client, bool watch) try {
+  for (;;) {
+    const json top = GetJson(client, "/v1/top");
+    Table t({"FUNCTION", "INSTANCES", "INFLIGHT", "QUEUED", "REQ/S", "P50", "P99",
+             "COLD-STARTS"});
+    for (const json& f : top.value("functions", json::array())) {
+      std::string cold = std::to_string(Num<uint64_t>(f, "cold_starts"));
+      if (Num<double>(f, "last_cold_start_ms") > 0) {
+        cold += " (last " + FormatMs(Num<double>(f, "last_cold_start_ms")) + ")";
+      }
+      t.AddRow({Str(f, "name"), ReadyText(f), std::to_string(Num<uint64_t>(f, "inflight")),
+                std::to_string(Num<uint64_t>(f, "queued")), FormatFixed(Num<double>(f, "rps"), 1),
+                FormatMs(Num<double>(f, "p50_ms")), FormatMs(Num<double>(f, "p99_ms")), cold});
+    }
+    std::string out;
+    if (watch) out += "\x1b[H\x1b[2J";  // clear the terminal between refreshes
+    out += "Data plane: " + Str(top, "dataplane") + "\n";
+    out += t.Render();
+    if (t.rows() == 0) out += "(no functions deployed)\n";
+    std::fputs(out.c_str(), stdout);
+    std::fflush(stdout);
+    if (!watch) return 0;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+} catch (const Exit& e) {
+  return e.code;
+}
+
+}  // namespace shoal::cli

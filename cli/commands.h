@@ -1,0 +1,29 @@
+// The `shoal` subcommands. Each returns the process exit code: 0 success, 1 the server or the
+// user said no (bad manifest, unknown function, HTTP >= 400), 2 shoald could not be reached.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "http_client.h"
+
+namespace shoal::cli {
+
+struct InvokeOptions {
+  std::string name;
+  std::string data;     // "" = no body; "@FILE" streams FILE; "@-" reads stdin
+  bool has_data = false;
+  std::string method;   // "" = POST with data, GET without
+  std::string path;     // below /fn/<name>/
+  std::vector<std::string> headers;
+};
+
+int Deploy(const HttpClient& client, const std::string& file);
+int Get(const HttpClient& client, const std::string& name, const std::string& output);
+int Describe(const HttpClient& client, const std::string& name);
+int Invoke(const HttpClient& client, const InvokeOptions& options);
+int Logs(const HttpClient& client, const std::string& name, bool follow);
+int Delete(const HttpClient& client, const std::string& name);
+int Top(const HttpClient& client, bool watch);
+
+}  // namespace shoal::cli

@@ -1,0 +1,46 @@
+// A small blocking HTTP client (libcurl) for the CLI: one request at a time against shoald.
+// Transport failures (refused, unresolvable, timed out) come back as kUnavailable-style
+// errors so the caller can tell "cannot reach shoald" from an HTTP error status.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shoal::cli {
+
+struct HttpResponse {
+  long status = 0;
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string body;  // empty when the request streamed its body to a sink
+};
+
+struct HttpRequest {
+  std::string method = "GET";
+  std::string path;  // appended to the base URL, e.g. "/v1/functions"
+  std::string body;
+  FILE* upload = nullptr;     // streams the request body from here instead of `body`
+  int64_t upload_size = -1;   // bytes in `upload`; -1 = unknown (chunked)
+  std::vector<std::string> headers;  // "Name: value"
+  // When set, response bytes go here as they arrive instead of into HttpResponse::body. The
+  // status is known by then (the headers came first).
+  std::function<void(long status, std::string_view bytes)> sink;
+};
+
+class HttpClient {
+ public:
+  explicit HttpClient(std::string base_url);
+  const std::string& base_url() const { return base_url_; }
+  // Returns the response, or nullopt with `*error` set when no HTTP response came back.
+  std::optional<HttpResponse> Send(const HttpRequest& request, std::string* error) const;
+
+ private:
+  std::string base_url_;
+};
+
+}  // namespace shoal::cli

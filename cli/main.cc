@@ -1,0 +1,78 @@
+// shoal: the command line for a Shoal node. Every command is one or a few HTTP requests to
+// shoald's control API (/v1/...) or its gateway (/fn/...).
+#include <curl/curl.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  using namespace shoal::cli;
+  CLI::App app{"shoal: deploy, inspect and invoke functions on a Shoal node"};
+  app.require_subcommand(1);
+  app.fallthrough();
+  const char* env_server = std::getenv("SHOAL_SERVER");
+  std::string server = env_server != nullptr && *env_server != '\0' ? env_server
+                                                                     : "http://localhost:8080";
+  app.add_option("--server", server, "shoald's URL (default $SHOAL_SERVER or http://localhost:8080)");
+
+  std::string file;
+  auto* deploy = app.add_subcommand("deploy", "deploy (or update) functions from a manifest");
+  deploy->add_option("-f,--filename", file, "manifest file (YAML or JSON), - for stdin")->required();
+
+  std::string name, output;
+  auto* get = app.add_subcommand("get", "list functions, or show one");
+  get->add_option("name", name, "function name");
+  get->add_option("-o,--output", output, "wide, json or yaml")
+      ->check(CLI::IsMember({"wide", "json", "yaml"}));
+
+  auto* describe = app.add_subcommand("describe", "show one function and its instances");
+  describe->add_option("name", name, "function name")->required();
+
+  InvokeOptions invoke_opts;
+  auto* invoke = app.add_subcommand("invoke", "call a function (response body to stdout)");
+  invoke->add_option("name", invoke_opts.name, "function name")->required();
+  auto* data = invoke->add_option("-d,--data", invoke_opts.data, "request body, or @FILE");
+  invoke->add_option("-X,--request", invoke_opts.method, "HTTP method (default POST with -d, else GET)");
+  invoke->add_option("--path", invoke_opts.path, "sub-path below /fn/NAME/ (may carry ?query)");
+  invoke->add_option("-H,--header", invoke_opts.headers, "request header 'Name: value' (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+
+  bool follow = false;
+  auto* logs = app.add_subcommand("logs", "print a function's instance logs");
+  logs->add_option("name", name, "function name")->required();
+  logs->add_flag("-f,--follow", follow, "keep printing new lines");
+
+  auto* del = app.add_subcommand("delete", "delete a function (its instances stop)");
+  del->add_option("name", name, "function name")->required();
+
+  bool watch = false;
+  auto* top = app.add_subcommand("top", "per-function load: instances, in-flight, req/s, latency");
+  top->add_flag("-w,--watch", watch, "refresh every second until Ctrl-C");
+
+  CLI11_PARSE(app, argc, argv);
+
+  curl_global_init(CURL_GLOBAL_DEFAULT);
+  HttpClient client(server);
+  int rc = 0;
+  if (deploy->parsed()) {
+    rc = Deploy(client, file);
+  } else if (get->parsed()) {
+    rc = Get(client, name, output);
+  } else if (describe->parsed()) {
+    rc = Describe(client, name);
+  } else if (invoke->parsed()) {
+    invoke_opts.has_data = data->count() > 0;
+    rc = Invoke(client, invoke_opts);
+  } else if (logs->parsed()) {
+    rc = Logs(client, name, follow);
+  } else if (del->parsed()) {
+    rc = Delete(client, name);
+  } else if (top->parsed()) {
+    rc = Top(client, watch);
+  }
+  curl_global_cleanup();
+  return rc;
+}

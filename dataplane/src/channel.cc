@@ -1,0 +1,30 @@
+#include "shoal/dataplane/channel.h"
+
+#include "shoal/dataplane/sockmap_channel.h"
+#include "shoal/dataplane/unix_dgram_channel.h"
+
+namespace shoal {
+
+const char* DataPlaneKindName(DataPlaneKind kind) {
+  switch (kind) {
+    case DataPlaneKind::kSockmap:
+      return "sockmap";
+    case DataPlaneKind::kUnix:
+      return "unix";
+  }
+  return "unknown";
+}
+
+Result<DataPlaneKind> ParseDataPlaneKind(const std::string& name) {
+  if (name == "sockmap") return DataPlaneKind::kSockmap;
+  if (name == "unix") return DataPlaneKind::kUnix;
+  return InvalidArgument("unknown data plane '" + name + "' (expected sockmap or unix)");
+}
+
+std::unique_ptr<DescriptorChannel> OpenChannel(int fd, DataPlaneKind kind,
+                                               const std::string& node_name) {
+  if (kind == DataPlaneKind::kSockmap) return std::make_unique<SockmapChannel>(fd);
+  return std::make_unique<UnixDgramChannel>(fd, node_name);
+}
+
+}  // namespace shoal

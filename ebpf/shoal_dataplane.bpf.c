@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: GPL-2.0
+// Shoal's data plane in the kernel: an sk_msg program on a SOCKHASH of endpoint sockets. Each
+// 64-byte EventDescriptor written to an endpoint socket is redirected straight into the ingress
+// queue of the endpoint named by its first 4 bytes (`target`), and counted per function for the
+// autoscaler. Layout offsets must match common/include/shoal/common/descriptor.h.
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#define SHOAL_DESCRIPTOR_SIZE 64
+#define SHOAL_MAX_FUNCTIONS 4096 /* kMaxFunctions in dataplane.h */
+
+#define SHOAL_OFF_TARGET 0
+#define SHOAL_OFF_KIND 6
+#define SHOAL_OFF_FUNCTION_ID 8
+#define SHOAL_OFF_LENGTH 32
+
+#define SHOAL_KIND_REQUEST 1
+#define SHOAL_KIND_RESPONSE 2
+#define SHOAL_KIND_ERROR 3
+
+struct shoal_fn_counters {
+  __u64 events;     /* descriptors seen for the function (both directions) */
+  __u64 bytes;      /* payload bytes named by its request descriptors */
+  __u64 requests;   /* kind == Request */
+  __u64 responses;  /* kind == Response or Error */
+  __u64 drops;      /* descriptors whose target endpoint was not in sock_hash */
+};
+
+struct {
+  __uint(type, BPF_MAP_TYPE_SOCKHASH);
+  __uint(max_entries, 65536);
+  __type(key, __u32);   /* endpoint key */
+  __type(value, __u32); /* socket fd on update */
+} sock_hash SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, SHOAL_MAX_FUNCTIONS);
+  __type(key, __u32);
+  __type(value, struct shoal_fn_counters);
+} fn_counters SEC(".maps");
+
+SEC("sk_msg")
+int shoal_redirect(struct sk_msg_md *msg) {
+  if (msg->size < SHOAL_DESCRIPTOR_SIZE) return SK_PASS;
+
+  void *data = (void *)(long)msg->data;
+  void *data_end = (void *)(long)msg->data_end;
+  if (data + SHOAL_DESCRIPTOR_SIZE > data_end) {
+    /* The descriptor straddles two scatterlist pages: make the first 64 bytes linear. */
+    if (bpf_msg_pull_data(msg, 0, SHOAL_DESCRIPTOR_SIZE, 0) != 0) return SK_DROP;
+    data = (void *)(long)msg->data;
+    data_end = (void *)(long)msg->data_end;
+    if (data + SHOAL_DESCRIPTOR_SIZE > data_end) return SK_DROP;
+  }
+
+  __u32 target = *(__u32 *)(data + SHOAL_OFF_TARGET);
+  __u16 kind = *(__u16 *)(data + SHOAL_OFF_KIND);
+  __u32 function_id = *(__u32 *)(data + SHOAL_OFF_FUNCTION_ID);
+  __u64 length = *(__u64 *)(data + SHOAL_OFF_LENGTH);
+
+  struct shoal_fn_counters *c = 0;
+  if (function_id < SHOAL_MAX_FUNCTIONS) c = bpf_map_lookup_elem(&fn_counters, &function_id);
+  if (c) {
+    /* Per-CPU slot: plain increments, no atomics needed. */
+    c->events += 1;
+    if (kind == SHOAL_KIND_REQUEST) {
+      c->requests += 1;
+      c->bytes += length;
+    } else if (kind == SHOAL_KIND_RESPONSE || kind == SHOAL_KIND_ERROR) {
+      c->responses += 1;
+    }
+  }
+
+  long verdict = bpf_msg_redirect_hash(msg, &sock_hash, &target, BPF_F_INGRESS);
+  if (verdict != SK_PASS) {
+    /* Unknown target. SK_DROP makes the sender's send() fail with EACCES
+     * (tcp_bpf_send_verdict), so the sender learns the endpoint is gone. */
+    if (c) c->drops += 1;
+    return SK_DROP;
+  }
+  return SK_PASS;
+}
+
+char LICENSE[] SEC("license") = "GPL";

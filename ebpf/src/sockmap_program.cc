@@ -1,0 +1,158 @@
+#include "shoal/ebpf/sockmap_program.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <linux/magic.h>
+#include <spdlog/spdlog.h>
+#include <sys/mount.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <system_error>
+#include <vector>
+
+#include "shoal_dataplane.skel.h"
+
+namespace shoal {
+namespace {
+
+constexpr const char* kBpffsMount = "/sys/fs/bpf";
+
+// Must match struct shoal_fn_counters in shoal_dataplane.bpf.c.
+struct KernelCounters {
+  uint64_t events, bytes, requests, responses, drops;
+};
+static_assert(sizeof(KernelCounters) == 40 && sizeof(KernelCounters) % 8 == 0);
+
+int LibbpfPrint(enum libbpf_print_level level, const char* fmt, va_list args) {
+  char buf[1024];
+  int n = vsnprintf(buf, sizeof(buf), fmt, args);
+  std::string_view line(buf, n < 0 ? 0 : std::min<size_t>(n, sizeof(buf) - 1));
+  while (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+  if (level == LIBBPF_WARN) {
+    spdlog::warn("libbpf: {}", line);
+  } else {
+    spdlog::debug("libbpf: {}", line);
+  }
+  return n;
+}
+
+Status EnsureBpffsMounted() {
+  struct statfs st {};
+  if (statfs(kBpffsMount, &st) == 0 && static_cast<unsigned long>(st.f_type) == BPF_FS_MAGIC) {
+    return Status::Ok();
+  }
+  spdlog::info("bpffs is not mounted on {}: mounting it", kBpffsMount);
+  std::error_code ec;
+  std::filesystem::create_directories(kBpffsMount, ec);
+  if (mount("bpf", kBpffsMount, "bpf", 0, "mode=0700") != 0) {
+    return ErrnoStatus(std::string("mount bpffs on ") + kBpffsMount, errno);
+  }
+  return Status::Ok();
+}
+
+// Pins under `dir` left by a run that did not get to its destructor (crash, SIGKILL).
+void RemoveStalePins(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.is_directory(ec)) continue;
+    if (unlink(entry.path().c_str()) == 0) {
+      spdlog::warn("removed stale BPF pin {} (a previous run did not clean up)",
+                   entry.path().string());
+    }
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SockmapProgram>> SockmapProgram::Load(const std::string& pin_dir) {
+  static std::once_flag print_once;
+  std::call_once(print_once, [] { libbpf_set_print(LibbpfPrint); });
+
+  if (pin_dir.empty()) return InvalidArgument("empty BPF pin directory");
+  SHOAL_RETURN_IF_ERROR(EnsureBpffsMounted());
+
+  std::unique_ptr<SockmapProgram> p(new SockmapProgram(pin_dir));
+  p->skel_ = shoal_dataplane__open_and_load();
+  if (p->skel_ == nullptr) {
+    int err = errno;
+    Status st = ErrnoStatus("load BPF program shoal_dataplane", err);
+    if (err == EPERM || err == EACCES) return PermissionDenied(st.message());
+    return st;
+  }
+  int ncpu = libbpf_num_possible_cpus();
+  if (ncpu <= 0) return ErrnoStatus("libbpf_num_possible_cpus", -ncpu);
+  p->num_cpus_ = ncpu;
+
+  if (bpf_prog_attach(p->prog_fd(), p->sock_hash_fd(), BPF_SK_MSG_VERDICT, 0) != 0) {
+    return ErrnoStatus("attach sk_msg program to sock_hash", errno);
+  }
+  p->attached_ = true;
+
+  std::filesystem::path dir(pin_dir);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Internal("create BPF pin directory " + pin_dir + ": " + ec.message());
+  RemoveStalePins(dir);
+  const std::pair<const char*, int> pins[] = {{kSockHashPin, p->sock_hash_fd()},
+                                              {kCountersPin, p->counters_fd()},
+                                              {kProgramPin, p->prog_fd()}};
+  for (const auto& [name, fd] : pins) {
+    std::string path = (dir / name).string();
+    if (bpf_obj_pin(fd, path.c_str()) != 0) return ErrnoStatus("pin " + path, errno);
+  }
+  return p;
+}
+
+SockmapProgram::~SockmapProgram() {
+  if (skel_ == nullptr) return;
+  if (attached_ && bpf_prog_detach2(prog_fd(), sock_hash_fd(), BPF_SK_MSG_VERDICT) != 0) {
+    spdlog::warn("detach sk_msg program: {}", strerror(errno));
+  }
+  Unpin();
+  shoal_dataplane__destroy(skel_);
+}
+
+void SockmapProgram::Unpin() {
+  std::filesystem::path dir(pin_dir_);
+  for (const char* name : {kSockHashPin, kCountersPin, kProgramPin}) {
+    std::string path = (dir / name).string();
+    if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+      spdlog::warn("unpin {}: {}", path, strerror(errno));
+    }
+  }
+  if (rmdir(pin_dir_.c_str()) != 0 && errno != ENOENT) {
+    spdlog::warn("remove BPF pin directory {}: {}", pin_dir_, strerror(errno));
+  }
+}
+
+int SockmapProgram::sock_hash_fd() const { return bpf_map__fd(skel_->maps.sock_hash); }
+int SockmapProgram::counters_fd() const { return bpf_map__fd(skel_->maps.fn_counters); }
+int SockmapProgram::prog_fd() const { return bpf_program__fd(skel_->progs.shoal_redirect); }
+
+Result<FunctionCounters> SockmapProgram::ReadCounters(uint32_t function_id) const {
+  if (function_id >= kCounterSlots) {
+    return InvalidArgument("function id " + std::to_string(function_id) +
+                           " is beyond the BPF counter map");
+  }
+  std::vector<KernelCounters> per_cpu(static_cast<size_t>(num_cpus_));
+  if (bpf_map_lookup_elem(counters_fd(), &function_id, per_cpu.data()) != 0) {
+    return ErrnoStatus("read fn_counters", errno);
+  }
+  FunctionCounters sum;
+  for (const auto& c : per_cpu) {
+    sum.events += c.events;
+    sum.bytes += c.bytes;
+    sum.requests += c.requests;
+    sum.responses += c.responses;
+    sum.drops += c.drops;
+  }
+  return sum;
+}
+
+}  // namespace shoal

@@ -197,7 +197,7 @@ int Describe(const HttpClient& client, const std::string& name) try {
   const json& res = f.value("resources", json::object());
   std::ostringstream o;
   auto field = [&o](const std::string& k, const std::string& v) {
-    o << k << ":" << std::string(k.size() < 15 ? 15 - k.size() : 1, ' ') << v << "\n";
+    o << k << ":" << std::string(k.size() < 14 ? 14 - k.size() : 1, ' ') << v << "\n";
   };
   field("Name", Str(f, "name"));
   field("Namespace", Str(f, "namespace"));

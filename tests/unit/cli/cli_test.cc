@@ -1,0 +1,412 @@
+// Runs the built `shoal` binary against a fake shoald: a thread with a listening socket that
+// answers canned replies and records what it was asked.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+namespace {
+
+using nlohmann::json;
+
+struct Request {
+  std::string method, target, body;
+  std::map<std::string, std::string> headers;  // lower-cased names
+};
+
+struct Reply {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::string> headers;
+};
+
+class FakeShoald {
+ public:
+  FakeShoald() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    EXPECT_EQ(listen(fd_, 16), 0);
+    socklen_t len = sizeof addr;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~FakeShoald() {
+    stop_ = true;
+    shutdown(fd_, SHUT_RDWR);
+    close(fd_);
+    thread_.join();
+  }
+
+  void On(const std::string& method_and_target, Reply reply) {
+    std::lock_guard<std::mutex> lock(mu_);
+    routes_[method_and_target] = std::move(reply);
+  }
+  std::vector<Request> requests() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return requests_;
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  void Serve() {
+    while (!stop_) {
+      int c = accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      Handle(c);
+      close(c);
+    }
+  }
+
+  void Handle(int c) {
+    std::string data;
+    char buf[65536];
+    size_t head_end;
+    while ((head_end = data.find("\r\n\r\n")) == std::string::npos) {
+      ssize_t n = read(c, buf, sizeof buf);
+      if (n <= 0) return;
+      data.append(buf, static_cast<size_t>(n));
+    }
+    Request req;
+    std::istringstream head(data.substr(0, head_end));
+    std::string line;
+    std::getline(head, line);
+    std::istringstream first(line);
+    first >> req.method >> req.target;
+    while (std::getline(head, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      auto colon = line.find(':');
+      if (colon == std::string::npos) continue;
+      std::string k = line.substr(0, colon);
+      for (auto& ch : k) ch = static_cast<char>(tolower(ch));
+      req.headers[k] = line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+    const size_t want = req.headers.count("content-length")
+                            ? std::stoul(req.headers["content-length"]) : 0;
+    req.body = data.substr(head_end + 4);
+    while (req.body.size() < want) {
+      ssize_t n = read(c, buf, sizeof buf);
+      if (n <= 0) break;
+      req.body.append(buf, static_cast<size_t>(n));
+    }
+    Reply reply{404, "application/json", "{\"error\":\"no route\"}\n", {}};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      requests_.push_back(req);
+      auto it = routes_.find(req.method + " " + req.target);
+      if (it != routes_.end()) reply = it->second;
+    }
+    std::string out = "HTTP/1.1 " + std::to_string(reply.status) + " X\r\nContent-Type: " +
+                      reply.content_type + "\r\nContent-Length: " +
+                      std::to_string(reply.body.size()) + "\r\nConnection: close\r\n";
+    for (const auto& h : reply.headers) out += h + "\r\n";
+    out += "\r\n" + reply.body;
+    size_t done = 0;
+    while (done < out.size()) {
+      ssize_t n = write(c, out.data() + done, out.size() - done);
+      if (n <= 0) return;
+      done += static_cast<size_t>(n);
+    }
+  }
+
+  int fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::map<std::string, Reply> routes_;
+  std::vector<Request> requests_;
+};
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+CliResult RunShoal(const std::string& server, std::vector<std::string> args,
+                   const std::string& stdin_data = "") {
+  char out_t[] = "/tmp/shoal-cli-test-out-XXXXXX", err_t[] = "/tmp/shoal-cli-test-err-XXXXXX",
+       in_t[] = "/tmp/shoal-cli-test-in-XXXXXX";
+  int out = mkstemp(out_t), err = mkstemp(err_t), in = mkstemp(in_t);
+  EXPECT_EQ(write(in, stdin_data.data(), stdin_data.size()),
+            static_cast<ssize_t>(stdin_data.size()));
+  lseek(in, 0, SEEK_SET);
+  args.insert(args.begin(), {SHOAL_CLI_BIN, "--server", server});
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CliResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = Slurp(out_t);
+  r.err = Slurp(err_t);
+  for (int fd : {out, err, in}) close(fd);
+  for (const char* p : {out_t, err_t, in_t}) unlink(p);
+  return r;
+}
+
+json FunctionJson(const std::string& name, int ready, int desired, double rps) {
+  return json{{"id", 1},
+              {"name", name},
+              {"namespace", "default"},
+              {"labels", {{"app", "demo"}}},
+              {"handler", {{"builtin", "echo"}, {"env", json::object()}}},
+              {"concurrency", 8},
+              {"scale", {{"min", 1}, {"max", 4}}},
+              {"timeout_s", 30.0},
+              {"keep_alive_s", 60.0},
+              {"max_body_bytes", 64 << 20},
+              {"resources", {{"cpu", 0.5}, {"memory_bytes", 128 << 20}, {"gpu", 0}}},
+              {"generation", 2},
+              {"age_s", 330.0},
+              {"manifest", "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: " + name +
+                               "\n"},
+              {"status",
+               {{"desired", desired},
+                {"ready", ready},
+                {"starting", 0},
+                {"inflight", 3},
+                {"queued", 0},
+                {"rps", rps},
+                {"p50_ms", 0.8},
+                {"p99_ms", 12.5},
+                {"requests_total", 100},
+                {"errors_total", 1},
+                {"cold_starts", 2},
+                {"last_cold_start_ms", 41.0}}}};
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  FakeShoald server_;
+};
+
+TEST_F(CliTest, GetPrintsATable) {
+  server_.On("GET /v1/functions",
+             {200, "application/json",
+              json{{"functions", {FunctionJson("echo", 1, 2, 12.34), FunctionJson("sha256", 0, 0, 0)}}}
+                  .dump(),
+              {}});
+  auto r = RunShoal(server_.url(), {"get"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "NAME     READY   INFLIGHT   RPS    AGE\n"
+            "echo     1/2     3          12.3   5m\n"
+            "sha256   0/0     3          0.0    5m\n");
+  auto wide = RunShoal(server_.url(), {"get", "-o", "wide"});
+  EXPECT_EQ(wide.exit_code, 0);
+  EXPECT_NE(wide.out.find("HANDLER        CONCURRENCY   SCALE   TIMEOUT"), std::string::npos)
+      << wide.out;
+  EXPECT_NE(wide.out.find("builtin:echo   8             1..4    30s"), std::string::npos)
+      << wide.out;
+  auto yaml = RunShoal(server_.url(), {"get", "-o", "yaml"});
+  EXPECT_EQ(yaml.out,
+            "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\n---\n"
+            "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: sha256\n");
+  auto js = RunShoal(server_.url(), {"get", "-o", "json"});
+  EXPECT_EQ(json::parse(js.out)["functions"][1]["name"], "sha256");
+  auto bad = RunShoal(server_.url(), {"get", "-o", "xml"});
+  EXPECT_NE(bad.exit_code, 0);
+}
+
+TEST_F(CliTest, GetOneAndUnknown) {
+  server_.On("GET /v1/functions/echo",
+             {200, "application/json", FunctionJson("echo", 2, 2, 1).dump(), {}});
+  server_.On("GET /v1/functions/nope",
+             {404, "application/json", "{\"error\":\"function 'nope' not found\"}\n", {}});
+  auto r = RunShoal(server_.url(), {"get", "echo"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, "NAME   READY   INFLIGHT   RPS   AGE\necho   2/2     3          1.0   5m\n");
+  auto missing = RunShoal(server_.url(), {"get", "nope"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.err, "shoal: function 'nope' not found\n");
+  EXPECT_EQ(missing.out, "");
+}
+
+TEST_F(CliTest, DeploySendsTheManifestAndReportsEachFunction) {
+  json answer{{"functions",
+               {{{"name", "echo"}, {"action", "created"}},
+                {{"name", "sha256"}, {"action", "configured"}}}}};
+  server_.On("POST /v1/functions", {201, "application/json", answer.dump(), {}});
+  const std::string manifest = "apiVersion: shoal.dev/v1\nkind: Function\n";
+  auto r = RunShoal(server_.url(), {"deploy", "-f", "-"}, manifest);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "function/echo created\nfunction/sha256 configured\n");
+  auto reqs = server_.requests();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].body, manifest);
+  // From a file too.
+  char path[] = "/tmp/shoal-cli-test-manifest-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_EQ(write(fd, manifest.data(), manifest.size()), static_cast<ssize_t>(manifest.size()));
+  close(fd);
+  auto f = RunShoal(server_.url(), {"deploy", "-f", path});
+  unlink(path);
+  EXPECT_EQ(f.exit_code, 0);
+  EXPECT_EQ(server_.requests().back().body, manifest);
+  auto missing = RunShoal(server_.url(), {"deploy", "-f", "/nonexistent.yaml"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.err, "shoal: cannot read /nonexistent.yaml\n");
+}
+
+TEST_F(CliTest, BadManifestPrintsTheServersMessageAndExits1) {
+  server_.On("POST /v1/functions",
+             {400, "application/json",
+              "{\"error\":\"spec.scale.max: must be >= spec.scale.min (2 > 1) (line 12)\"}\n", {}});
+  auto r = RunShoal(server_.url(), {"deploy", "-f", "-"}, "whatever");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "shoal: spec.scale.max: must be >= spec.scale.min (2 > 1) (line 12)\n");
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(CliUnreachableTest, ConnectionRefusedExits2) {
+  // A port that was just free: nothing listens on it.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  const std::string url = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"get"}, {"top"}, {"invoke", "echo", "-d", "x"}, {"deploy", "-f", "-"}}) {
+    auto r = RunShoal(url, args, "x");
+    EXPECT_EQ(r.exit_code, 2) << args[0];
+    EXPECT_EQ(r.err.rfind("shoal: cannot reach shoald at " + url + ": ", 0), 0u) << r.err;
+  }
+}
+
+TEST_F(CliTest, InvokeWritesTheRawBodyAndReportsErrors) {
+  server_.On("POST /fn/echo/sub?x=1", {200, "application/octet-stream", std::string("a\0b", 3), {}});
+  server_.On("GET /fn/echo", {200, "text/plain", "got\n", {}});
+  server_.On("POST /fn/nope",
+             {404, "application/json", "{\"error\":\"function 'nope' not found\"}\n", {}});
+  auto r = RunShoal(server_.url(), {"invoke", "echo", "-d", "hello", "--path", "/sub?x=1", "-H",
+                                    "X-One: 1", "-H", "X-Two: 2"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, std::string("a\0b", 3));
+  auto req = server_.requests().back();
+  EXPECT_EQ(req.body, "hello");
+  EXPECT_EQ(req.headers["x-one"], "1");
+  EXPECT_EQ(req.headers["x-two"], "2");
+  EXPECT_EQ(req.headers["content-type"], "application/octet-stream");
+
+  auto g = RunShoal(server_.url(), {"invoke", "echo"});
+  EXPECT_EQ(g.exit_code, 0);
+  EXPECT_EQ(g.out, "got\n");
+  EXPECT_EQ(server_.requests().back().method, "GET");
+
+  // -d @FILE streams the file.
+  char path[] = "/tmp/shoal-cli-test-body-XXXXXX";
+  int fd = mkstemp(path);
+  const std::string big(300000, 'q');
+  ASSERT_EQ(write(fd, big.data(), big.size()), static_cast<ssize_t>(big.size()));
+  close(fd);
+  auto f = RunShoal(server_.url(), {"invoke", "echo", "-d", std::string("@") + path,
+                                    "--path", "sub?x=1"});
+  unlink(path);
+  EXPECT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_EQ(server_.requests().back().body.size(), big.size());
+  EXPECT_TRUE(server_.requests().back().body == big);
+
+  auto e = RunShoal(server_.url(), {"invoke", "nope", "-d", "x"});
+  EXPECT_EQ(e.exit_code, 1);
+  EXPECT_EQ(e.out, "");
+  EXPECT_EQ(e.err, "HTTP 404: function 'nope' not found\n");
+}
+
+TEST_F(CliTest, TopPrintsTheDataPlaneAndATable) {
+  json top{{"dataplane", "sockmap"},
+           {"functions",
+            {{{"name", "echo"}, {"desired", 2}, {"ready", 2}, {"inflight", 5}, {"queued", 1},
+              {"rps", 250.0}, {"p50_ms", 0.42}, {"p99_ms", 12.5}, {"cold_starts", 1},
+              {"last_cold_start_ms", 35.0}}}}};
+  server_.On("GET /v1/top", {200, "application/json", top.dump(), {}});
+  auto r = RunShoal(server_.url(), {"top"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "Data plane: sockmap\n"
+            "FUNCTION   INSTANCES   INFLIGHT   QUEUED   REQ/S   P50      P99      COLD-STARTS\n"
+            "echo       2/2         5          1        250.0   0.42ms   12.5ms   1 (last 35.0ms)\n");
+}
+
+TEST_F(CliTest, DescribeShowsInstances) {
+  json f = FunctionJson("echo", 1, 1, 2);
+  f["status"]["instances"] = {{{"id", 0x10001}, {"pid", 4242}, {"state", "ready"},
+                               {"inflight", 3}, {"served", 97}, {"age_s", 61.0},
+                               {"cold_start_ms", 41.0}, {"restarts", 0}}};
+  server_.On("GET /v1/functions/echo", {200, "application/json", f.dump(), {}});
+  auto r = RunShoal(server_.url(), {"describe", "echo"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Name:          echo\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Handler:       builtin:echo\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Scale:         1..4\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Max body:      64Mi\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Resources:     cpu 0.5, memory 128Mi, gpu 0\n"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("  ID        PID    STATE   INFLIGHT   SERVED   AGE   COLD-START   RESTARTS\n"
+                       "  0x10001   4242   ready   3          97       61s   41.0ms       0\n"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST_F(CliTest, DeleteAndLogs) {
+  server_.On("DELETE /v1/functions/echo", {200, "application/json", "{\"deleted\":\"echo\"}", {}});
+  server_.On("DELETE /v1/functions/nope",
+             {404, "application/json", "{\"error\":\"function 'nope' not found\"}", {}});
+  auto d = RunShoal(server_.url(), {"delete", "echo"});
+  EXPECT_EQ(d.exit_code, 0);
+  EXPECT_EQ(d.out, "function/echo deleted\n");
+  auto n = RunShoal(server_.url(), {"delete", "nope"});
+  EXPECT_EQ(n.exit_code, 1);
+  EXPECT_EQ(n.err, "shoal: function 'nope' not found\n");
+
+  server_.On("GET /v1/functions/echo/logs?offset=0",
+             {200, "text/plain", "[1] hello\n", {"X-Shoal-Next-Offset: 10"}});
+  server_.On("GET /v1/functions/echo/logs?offset=10",
+             {200, "text/plain", "", {"X-Shoal-Next-Offset: 10"}});
+  auto l = RunShoal(server_.url(), {"logs", "echo"});
+  EXPECT_EQ(l.exit_code, 0) << l.err;
+  EXPECT_EQ(l.out, "[1] hello\n");
+  auto reqs = server_.requests();
+  EXPECT_EQ(reqs.back().target, "/v1/functions/echo/logs?offset=10");
+}
+
+}  // namespace

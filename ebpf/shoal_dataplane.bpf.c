@@ -14,6 +14,9 @@
 #define SHOAL_OFF_FUNCTION_ID 8
 #define SHOAL_OFF_LENGTH 32
 
+/* kBounceEndpoint in sockmap_program.h: a socket whose sending side is shut down. */
+#define SHOAL_BOUNCE_KEY 0xFFFFFFFFu
+
 #define SHOAL_KIND_REQUEST 1
 #define SHOAL_KIND_RESPONSE 2
 #define SHOAL_KIND_ERROR 3
@@ -72,14 +75,19 @@ int shoal_redirect(struct sk_msg_md *msg) {
     }
   }
 
-  long verdict = bpf_msg_redirect_hash(msg, &sock_hash, &target, BPF_F_INGRESS);
-  if (verdict != SK_PASS) {
-    /* Unknown target. SK_DROP makes the sender's send() fail with EACCES
-     * (tcp_bpf_send_verdict), so the sender learns the endpoint is gone. */
-    if (c) c->drops += 1;
-    return SK_DROP;
-  }
-  return SK_PASS;
+  if (target != SHOAL_BOUNCE_KEY &&
+      bpf_msg_redirect_hash(msg, &sock_hash, &target, BPF_F_INGRESS) == SK_PASS)
+    return SK_PASS;
+
+  /* Unknown target: the sender must get an error. SK_DROP would give it EACCES, but the kernel
+   * keeps a DROP verdict on the sending socket (psock->eval is only reset after PASS/REDIRECT,
+   * tcp_bpf_send_verdict), so every later send on it would fail too. Instead redirect, egress,
+   * to the bounce socket, whose sending side shoald has shut down: the redirect fails with
+   * EPIPE, which the sender's send() returns, and the verdict is reset for the next message. */
+  if (c) c->drops += 1;
+  __u32 bounce = SHOAL_BOUNCE_KEY;
+  if (bpf_msg_redirect_hash(msg, &sock_hash, &bounce, 0) == SK_PASS) return SK_PASS;
+  return SK_DROP; /* no bounce socket: EACCES, and this sending socket stays unusable */
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -11,9 +11,10 @@ namespace {
 
 Status SendError(int err, uint32_t target) {
   switch (err) {
-    case EACCES:  // the sk_msg program found no socket under d.target and dropped the message
-      return Unavailable("no endpoint " + std::to_string(target) + " on the data plane");
-    case EPIPE:  // the target's socket is being torn down, or our own connection is closed
+    case EPIPE:   // no socket under d.target: redirected to the bounce socket (or we are closed)
+    case EACCES:  // the program dropped the message (no bounce socket)
+      return Unavailable("no endpoint " + std::to_string(target) + " on the data plane (" +
+                         strerror(err) + ")");
     case ECONNRESET:
     case ENOTCONN:
       return Unavailable("send to endpoint " + std::to_string(target) + ": " + strerror(err));

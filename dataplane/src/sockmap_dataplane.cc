@@ -55,6 +55,10 @@ Result<std::unique_ptr<SockmapDataPlane>> SockmapDataPlane::Create(const NodeCon
   }
   if (listen(listener.fd, 128) != 0) return ErrnoStatus("listen data plane listener", errno);
   dp->listen_fd_ = listener.release();
+  auto bounce = dp->ConnectEndpoint(SockmapProgram::kBounceEndpoint);
+  if (!bounce.ok()) return bounce.status();
+  if (shutdown(bounce->fd(), SHUT_WR) != 0) return ErrnoStatus("shut down bounce socket", errno);
+  dp->bounce_ = std::move(bounce).value();
   dp->description_ = "sk_msg program attached to a SOCKHASH, pinned at " + dp->pin_dir_;
   return dp;
 }
@@ -64,6 +68,13 @@ SockmapDataPlane::~SockmapDataPlane() {
 }
 
 Result<Endpoint> SockmapDataPlane::CreateEndpoint(uint32_t key) {
+  if (key == SockmapProgram::kBounceEndpoint) {
+    return InvalidArgument("endpoint key 0xffffffff is reserved by the sockmap data plane");
+  }
+  return ConnectEndpoint(key);
+}
+
+Result<Endpoint> SockmapDataPlane::ConnectEndpoint(uint32_t key) {
   std::lock_guard lock(mu_);
   sockaddr_in listen_addr{};
   socklen_t len = sizeof(listen_addr);

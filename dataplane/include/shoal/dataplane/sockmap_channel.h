@@ -18,8 +18,9 @@ class SockmapChannel final : public DescriptorChannel {
   ~SockmapChannel() override;
 
   int fd() const override { return fd_; }
-  // Errors: the target key is missing from the SOCKHASH -> the program drops the message and
-  // send() fails with EACCES -> kUnavailable. The kernel could not charge the redirected
+  // Errors: the target key is missing from the SOCKHASH -> the program redirects the message to
+  // the shut-down bounce socket and send() fails with EPIPE -> kUnavailable (EACCES, a plain
+  // SK_DROP, maps to kUnavailable too). The kernel could not charge the redirected
   // message to the target socket (ENOMEM: TCP memory pressure; the ingress queue has no
   // other bound) or the socket buffer is full (EAGAIN) -> kResourceExhausted.
   Status Send(const EventDescriptor& d) override;

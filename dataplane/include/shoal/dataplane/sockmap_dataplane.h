@@ -30,11 +30,15 @@ class SockmapDataPlane final : public DataPlane {
 
  private:
   SockmapDataPlane() = default;
+  Result<Endpoint> ConnectEndpoint(uint32_t key);
 
   std::unique_ptr<SockmapProgram> program_;
   std::string pin_dir_;
   std::string description_;
   int listen_fd_ = -1;
+  // Registered under SockmapProgram::kBounceEndpoint with its sending side shut down: sends to
+  // missing targets are redirected there and fail with EPIPE.
+  Endpoint bounce_;
   std::mutex mu_;  // one connect/accept pair at a time, so the accepted peer is ours
 };
 

@@ -45,6 +45,11 @@ class SockmapProgram {
   // Slots in fn_counters (SHOAL_MAX_FUNCTIONS in the BPF program).
   static constexpr uint32_t kCounterSlots = 4096;
 
+  // Reserved endpoint key: the socket under it must have its sending side shut down
+  // (shutdown(SHUT_WR)); the program sends descriptors for missing targets there so that the
+  // sender's send() fails with EPIPE (see shoal_dataplane.bpf.c).
+  static constexpr uint32_t kBounceEndpoint = 0xFFFFFFFFu;
+
   // Names of the pins under pin_dir().
   static constexpr const char* kSockHashPin = "sock_hash";
   static constexpr const char* kCountersPin = "fn_counters";

@@ -234,8 +234,11 @@ TEST_F(SpineTest, DataPlaneIsSockmapWhenRoot) {
     ASSERT_EQ(Http(shoald_.port(), "POST", "/fn/counted", std::string(100, 'c')).status, 200);
   }
   EXPECT_EQ(shoald_.Metric("shoal_dataplane_mode", "mode=\"sockmap\""), 1);
-  // 10 requests and 10 responses went through the sk_msg program.
-  EXPECT_EQ(shoald_.Metric("shoal_dataplane_events", "function=\"counted\""), 20);
+  // 10 requests, 10 responses and the instance's "ready" went through the sk_msg program;
+  // each request descriptor named 64 bytes of payload head plus the 100-byte body.
+  EXPECT_EQ(shoald_.Metric("shoal_dataplane_events", "function=\"counted\""), 21);
+  EXPECT_EQ(shoald_.Metric("shoal_dataplane_payload_bytes", "function=\"counted\""), 1640);
+  EXPECT_EQ(shoald_.Metric("shoal_dataplane_inflight", "function=\"counted\""), 0);
   EXPECT_NE(shoald_.Log().find("data plane: sockmap"), std::string::npos);
   auto node = nlohmann::json::parse(Http(shoald_.port(), "GET", "/v1/node").body);
   EXPECT_EQ(node["dataplane"], "sockmap");

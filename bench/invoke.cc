@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
   WrkResult n = RunWrk(nginx_port, "/", wrk_threads, conns, secs, script);
   kill(nginx, SIGTERM);
   waitpid(nginx, nullptr, 0);
-  const auto served = shoald.Metric("shoal_requests_total", "function=\"echo\",code=\"200\"");
+  const auto served = shoald.Metric("shoal_requests_total", "code=\"200\",function=\"echo\"");
   shoald.Stop();
 
   const double ratio = n.rps > 0 ? s.rps / n.rps : 0;

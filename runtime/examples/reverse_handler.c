@@ -14,3 +14,6 @@ int shoal_handle(const shoal_request* req, shoal_response* resp) {
   for (size_t i = 0; i < req->body_len; ++i) out[i] = req->body[req->body_len - 1 - i];
   return 0;
 }
+
+/* Reversing only computes: run inline on the instance's event loop. */
+int shoal_may_block(void) { return 0; }

@@ -15,6 +15,7 @@ namespace {
 
 class EchoHandler final : public Handler {
  public:
+  bool MayBlock() const override { return false; }
   Status Handle(const Request&, ResponseBuilder& response) override {
     response.EchoRequest();
     return {};
@@ -23,6 +24,7 @@ class EchoHandler final : public Handler {
 
 class Sha256Handler final : public Handler {
  public:
+  bool MayBlock() const override { return false; }
   Status Handle(const Request& request, ResponseBuilder& response) override {
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
@@ -45,6 +47,7 @@ class Sha256Handler final : public Handler {
 
 class WordCountHandler final : public Handler {
  public:
+  bool MayBlock() const override { return false; }
   Status Handle(const Request& request, ResponseBuilder& response) override {
     uint64_t words = 0, lines = 0;
     bool in_word = false;

@@ -72,7 +72,7 @@ FunctionInstance::FunctionInstance(InstanceOptions options, BufferPool& pool,
       pool_(pool),
       channel_(std::move(channel)),
       handler_(std::move(handler)) {
-  if (options_.concurrency > 1) {
+  if (options_.concurrency > 1 && handler_->MayBlock()) {
     for (uint32_t i = 0; i < options_.concurrency; ++i) {
       workers_.emplace_back([this] { WorkerMain(); });
     }

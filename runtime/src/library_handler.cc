@@ -36,8 +36,9 @@ void AbiSetError(void* ctx, int status, const char* message) {
 
 class LibraryHandler final : public Handler {
  public:
-  LibraryHandler(void* lib, shoal_handle_fn fn, std::string path)
-      : lib_(lib), fn_(fn), path_(std::move(path)) {}
+  LibraryHandler(void* lib, shoal_handle_fn fn, std::string path, bool may_block)
+      : lib_(lib), fn_(fn), path_(std::move(path)), may_block_(may_block) {}
+  bool MayBlock() const override { return may_block_; }
   ~LibraryHandler() override { dlclose(lib_); }
 
   Status Handle(const Request& request, ResponseBuilder& response) override {
@@ -68,6 +69,7 @@ class LibraryHandler final : public Handler {
   void* lib_;
   shoal_handle_fn fn_;
   std::string path_;
+  bool may_block_;
 };
 
 }  // namespace
@@ -87,7 +89,11 @@ Result<std::unique_ptr<Handler>> LoadLibraryHandler(const std::string& path,
       return Internal(path + ": shoal_init returned " + std::to_string(rc));
     }
   }
-  return std::unique_ptr<Handler>(new LibraryHandler(lib, fn, path));
+  bool may_block = true;
+  if (auto mb = reinterpret_cast<shoal_may_block_fn>(dlsym(lib, "shoal_may_block"))) {
+    may_block = mb() != 0;
+  }
+  return std::unique_ptr<Handler>(new LibraryHandler(lib, fn, path, may_block));
 }
 
 }  // namespace shoal

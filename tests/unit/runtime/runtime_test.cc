@@ -152,6 +152,9 @@ TEST_F(PoolBacked, Sha256WordcountAndSleep) {
 TEST_F(PoolBacked, LibraryHandlerThroughTheCAbi) {
   auto h = LoadLibraryHandler(SHOAL_LIB_DIR "/libshoal-reverse.so", "shoal_handle");
   ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_FALSE((*h)->MayBlock());  // the library exports shoal_may_block() == 0
+  EXPECT_TRUE((*CreateBuiltinHandler("sleep"))->MayBlock());
+  EXPECT_FALSE((*CreateBuiltinHandler("echo"))->MayBlock());
   const uint64_t req = MakeRequest("abc");
   ResponseBuilder rb(*pool_, 1, req);
   ASSERT_TRUE((*h)->Handle(View(req), rb).ok());

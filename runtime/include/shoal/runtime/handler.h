@@ -65,6 +65,10 @@ class Handler {
   // Runs on one of the instance's worker threads; may be called concurrently up to the
   // function's concurrency. An error Status becomes an HTTP error with its message.
   virtual Status Handle(const Request& request, ResponseBuilder& response) = 0;
+  // True when Handle may wait (sleep, I/O): the instance then runs requests on `concurrency`
+  // worker threads. A handler that only computes runs inline on the instance's event loop,
+  // which saves a thread hand-off per request; more cores come from more instances.
+  virtual bool MayBlock() const { return true; }
 };
 
 // Built-in handlers: echo, sha256, wordcount, sleep.

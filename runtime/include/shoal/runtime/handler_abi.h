@@ -43,6 +43,10 @@ typedef int (*shoal_handle_fn)(const shoal_request* request, shoal_response* res
 /* Optional: called once when the instance starts; non-zero fails the instance start. */
 typedef int (*shoal_init_fn)(void);
 
+/* Optional "shoal_may_block": return 0 when the handler only computes (never sleeps or waits
+ * on I/O); the instance then runs it inline on its event loop instead of on worker threads. */
+typedef int (*shoal_may_block_fn)(void);
+
 #ifdef __cplusplus
 }
 #endif

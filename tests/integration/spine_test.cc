@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
@@ -285,6 +287,98 @@ TEST_F(UnixDataPlaneTest, FallbackCarriesTheSameRequests) {
   ASSERT_EQ(r.status, 200) << r.error;
   EXPECT_TRUE(r.body == body);
   EXPECT_EQ(shoald_.Metric("shoal_dataplane_mode", "mode=\"unix\""), 1);
+}
+
+}  // namespace
+}  // namespace shoal::testing
+
+namespace shoal::testing {
+namespace {
+
+TEST_F(SpineTest, CliShowsLiveStateLogsAndDeletes) {
+  ASSERT_EQ(shoald_.Deploy(FunctionManifest("echo", Builtin("echo"), "  scale: {min: 1, max: 2}\n"))
+                .exit_code,
+            0);
+  ASSERT_TRUE(shoald_.WaitReady("echo", 1));
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(Http(shoald_.port(), "POST", "/fn/echo", "x").status, 200);
+  auto inv = RunCli(shoald_.port(), {"invoke", "echo", "-d", "via cli"});
+  EXPECT_EQ(inv.exit_code, 0);
+  EXPECT_EQ(inv.out, "via cli");
+  auto top = RunCli(shoald_.port(), {"top"});
+  EXPECT_EQ(top.exit_code, 0);
+  EXPECT_NE(top.out.find("Data plane: " + std::string(IsRoot() ? "sockmap" : "unix")),
+            std::string::npos)
+      << top.out;
+  EXPECT_NE(top.out.find("echo"), std::string::npos);
+  auto desc = RunCli(shoald_.port(), {"describe", "echo"});
+  EXPECT_EQ(desc.exit_code, 0);
+  EXPECT_NE(desc.out.find("ready"), std::string::npos) << desc.out;
+  auto logs = RunCli(shoald_.port(), {"logs", "echo"});
+  EXPECT_EQ(logs.exit_code, 0);
+  EXPECT_NE(logs.out.find("ready: function echo"), std::string::npos) << logs.out;
+  const auto pids = shoald_.InstancePids("echo");
+  ASSERT_EQ(pids.size(), 1u);
+  auto del = RunCli(shoald_.port(), {"delete", "echo"});
+  EXPECT_EQ(del.exit_code, 0);
+  EXPECT_EQ(Http(shoald_.port(), "POST", "/fn/echo", "x").status, 404);
+  // Its instance is stopped.
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    gone = kill(pids[0], 0) != 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(gone) << "instance " << pids[0] << " still running after delete";
+  auto missing = RunCli(shoald_.port(), {"describe", "echo"});
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("function 'echo' not found"), std::string::npos) << missing.err;
+}
+
+TEST_F(SpineTest, RedeployReplacesInstancesWithoutFailingRequests) {
+  ASSERT_EQ(shoald_.Deploy(FunctionManifest("svc", Builtin("sleep"), "  scale: {min: 1, max: 1}\n"))
+                .exit_code,
+            0);
+  ASSERT_TRUE(shoald_.WaitReady("svc", 1));
+  const auto old_pids = shoald_.InstancePids("svc");
+  HttpResult inflight;
+  std::thread t([&] { inflight = Http(shoald_.port(), "GET", "/fn/svc?ms=400"); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto re = shoald_.Deploy(FunctionManifest("svc", Builtin("sleep"),
+                                            "  scale: {min: 1, max: 1}\n  concurrency: 2\n"));
+  EXPECT_EQ(re.exit_code, 0);
+  EXPECT_NE(re.out.find("function/svc configured"), std::string::npos) << re.out;
+  t.join();
+  EXPECT_EQ(inflight.status, 200) << inflight.error << inflight.body;  // finished on the old one
+  auto after = Http(shoald_.port(), "GET", "/fn/svc?ms=1");
+  EXPECT_EQ(after.status, 200) << after.body;
+  ASSERT_TRUE(shoald_.WaitReady("svc", 1));
+  const auto new_pids = shoald_.InstancePids("svc");
+  ASSERT_EQ(new_pids.size(), 1u);
+  EXPECT_NE(new_pids[0], old_pids[0]);
+  auto j = nlohmann::json::parse(Http(shoald_.port(), "GET", "/v1/functions/svc").body);
+  EXPECT_EQ(j["generation"].get<int>(), 2);
+  EXPECT_EQ(j["concurrency"].get<int>(), 2);
+}
+
+TEST_F(SpineTest, EachTenantHasItsOwnPrivatePool) {
+  ASSERT_EQ(shoald_.Deploy("apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: a\n"
+                           "  namespace: team-a\nspec:\n  handler:\n    builtin: echo\n")
+                .exit_code,
+            0);
+  ASSERT_EQ(Http(shoald_.port(), "POST", "/fn/a", "tenant a").body, "tenant a");
+  const std::string seg = "/dev/shm/shoal." + shoald_.node() + ".team-a";
+  struct stat st {};
+  ASSERT_EQ(stat(seg.c_str(), &st), 0) << seg;
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(shoald_.Metric("shoal_pool_bytes", "tenant=\"team-a\""),
+            shoald_.Metric("shoal_pool_bytes", "state=\"free\",tenant=\"team-a\""));
+  // The pools and the BPF pins go away with shoald.
+  const std::string pins = "/sys/fs/bpf/shoal-it/" + shoald_.node();
+  if (IsRoot()) {
+    EXPECT_EQ(access(pins.c_str(), F_OK), 0) << pins;
+  }
+  EXPECT_EQ(shoald_.Stop(), 0);
+  EXPECT_NE(access(seg.c_str(), F_OK), 0) << seg << " left behind";
+  EXPECT_NE(access(pins.c_str(), F_OK), 0) << pins << " left behind";
 }
 
 }  // namespace

@@ -122,6 +122,7 @@ std::optional<Stats> RoundTrips(int gateway_fd, int instance_fd, int child_cpu, 
   bool ok = true;
   for (int i = 0; i < total && ok; ++i) {
     d.target = kInstance;
+    d.source = kGateway;
     d.kind = static_cast<uint16_t>(EventKind::kPing);
     d.request_id = static_cast<uint64_t>(i);
     const uint64_t t0 = NowNs();

@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sched.h>
+#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -172,16 +173,20 @@ struct Row {
 
 int Main(int argc, char** argv) {
   int iterations = 100000;
+  std::string only;  // profiling aid: run only the configs whose name contains this
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
       iterations = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--iterations N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--iterations N] [--only SUBSTRING]\n", argv[0]);
       return 2;
     }
   }
   if (iterations < 100) iterations = 100;
   const int warmup = std::min(10000, iterations / 10);
+  spdlog::set_level(spdlog::level::warn);  // stdout carries only the table
 
   // The sockmap data plane, loaded once for the whole run.
   NodeConfig config;
@@ -205,9 +210,10 @@ int Main(int argc, char** argv) {
 
   std::vector<Row> rows;
   for (const auto& [placement, child_cpu] : {std::pair<const char*, int>{"cross-core", 1},
-                                            std::pair<const char*, int>{"same-core", 0}}) {
+                                             std::pair<const char*, int>{"same-core", 0}}) {
     Row sk{std::string("sk_msg redirect, ") + placement, std::nullopt};
-    if (dp) {
+    auto wanted = [&](const Row& r) { return r.name.find(only) != std::string::npos; };
+    if (dp && wanted(sk)) {
       std::fprintf(stderr, "sk_msg %s: %d round trips...\n", placement, iterations);
       auto gw = dp->CreateEndpoint(kGateway);
       auto inst = dp->CreateEndpoint(kInstance);
@@ -218,12 +224,14 @@ int Main(int argc, char** argv) {
       dp->RemoveEndpoint(kInstance);
     }
     Row tcp{std::string("loopback TCP, ") + placement, std::nullopt};
-    std::fprintf(stderr, "loopback TCP %s...\n", placement);
     int fds[2];
-    if (TcpPair(fds)) tcp.stats = RoundTrips(fds[0], fds[1], child_cpu, iterations, warmup);
+    if (wanted(tcp) && TcpPair(fds)) {
+      std::fprintf(stderr, "loopback TCP %s...\n", placement);
+      tcp.stats = RoundTrips(fds[0], fds[1], child_cpu, iterations, warmup);
+    }
     Row unix_pair{std::string("unix socketpair, ") + placement, std::nullopt};
-    std::fprintf(stderr, "unix socketpair %s...\n", placement);
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0) {
+    if (wanted(unix_pair) && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0) {
+      std::fprintf(stderr, "unix socketpair %s...\n", placement);
       unix_pair.stats = RoundTrips(fds[0], fds[1], child_cpu, iterations, warmup);
     }
     const double anchor = tcp.stats ? tcp.stats->p50_us : NAN;
@@ -236,16 +244,18 @@ int Main(int argc, char** argv) {
   std::error_code ec;
   std::filesystem::remove_all(config.bpf_pin_root, ec);
 
-  std::printf("bench-hop: 64-byte descriptor round trip gateway -> instance -> gateway, two "
-              "processes, %d round trips per config after %d warm-up, waiting in epoll_wait\n",
-              iterations, warmup);
-  std::printf("lower is better; ratio = p50 / loopback TCP p50 of the same placement "
-              "(anchors measured in this run)\n");
+  std::printf(
+      "bench-hop: 64-byte descriptor round trip gateway -> instance -> gateway, two "
+      "processes, %d round trips per config after %d warm-up, waiting in epoll_wait\n",
+      iterations, warmup);
+  std::printf(
+      "lower is better; ratio = p50 / loopback TCP p50 of the same placement "
+      "(anchors measured in this run)\n");
   std::printf("%-32s %10s %10s %12s\n", "config", "p50 us", "p99 us", "ratio vs TCP");
   for (const Row& r : rows) {
     if (r.stats) {
-      std::printf("%-32s %10.2f %10.2f %12.3f\n", r.name.c_str(), r.stats->p50_us,
-                  r.stats->p99_us, r.stats->p50_us / r.anchor_p50);
+      std::printf("%-32s %10.2f %10.2f %12.3f\n", r.name.c_str(), r.stats->p50_us, r.stats->p99_us,
+                  r.stats->p50_us / r.anchor_p50);
     } else {
       std::printf("%-32s %10s %10s %12s\n", r.name.c_str(), "skipped", "-", "-");
     }

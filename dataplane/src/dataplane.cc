@@ -13,8 +13,7 @@ Result<std::unique_ptr<DataPlane>> CreateDataPlane(const NodeConfig& config) {
       auto dp = SockmapDataPlane::Create(config);
       if (!dp.ok()) {
         return Status(dp.status().code(),
-                      "dataplane: sockmap was configured but cannot run: " +
-                          dp.status().message());
+                      "dataplane: sockmap was configured but cannot run: " + dp.status().message());
       }
       spdlog::info("data plane: sockmap (configured): {}", (*dp)->Description());
       return std::unique_ptr<DataPlane>(std::move(dp).value());

@@ -34,9 +34,10 @@ Result<std::unique_ptr<UnixDataPlane>> UnixDataPlane::Create(const NodeConfig& c
   std::ifstream qlen("/proc/sys/net/unix/max_dgram_qlen");
   int max_qlen = 0;
   if (qlen >> max_qlen && max_qlen < 1024) {
-    spdlog::warn("net.unix.max_dgram_qlen is {}: each endpoint queues at most that many "
-                 "descriptors before senders get 'resource exhausted' (raise it with sysctl)",
-                 max_qlen);
+    spdlog::warn(
+        "net.unix.max_dgram_qlen is {}: each endpoint queues at most that many "
+        "descriptors before senders get 'resource exhausted' (raise it with sysctl)",
+        max_qlen);
   }
   return dp;
 }

@@ -3,8 +3,8 @@
 // Sockmap cases skip, with the reason, where BPF cannot be loaded.
 #include "shoal/dataplane/dataplane.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -32,8 +32,8 @@ NodeConfig TestConfig(DataPlaneMode mode) {
   NodeConfig c;
   ++counter;
   c.node_name = "dp-test-" + std::to_string(getpid()) + "-" + std::to_string(counter);
-  c.bpf_pin_root = "/sys/fs/bpf/shoal-test-" + std::to_string(getpid()) + "-" +
-                   std::to_string(counter);
+  c.bpf_pin_root =
+      "/sys/fs/bpf/shoal-test-" + std::to_string(getpid()) + "-" + std::to_string(counter);
   c.dataplane = mode;
   return c;
 }
@@ -64,8 +64,8 @@ Result<std::vector<EventDescriptor>> ReceiveN(DescriptorChannel& ch, size_t n) {
     pollfd p{ch.fd(), POLLIN, 0};
     int r = poll(&p, 1, 5000);
     if (r == 0) {
-      return Status(StatusCode::kDeadlineExceeded, "received " + std::to_string(got.size()) +
-                                                       " of " + std::to_string(n));
+      return Status(StatusCode::kDeadlineExceeded,
+                    "received " + std::to_string(got.size()) + " of " + std::to_string(n));
     }
     auto k = ch.Receive(std::span(buf, std::min<size_t>(64, n - got.size())));
     if (!k.ok()) return k.status();
@@ -212,7 +212,9 @@ TEST_P(DataPlaneTest, EndpointFdsAreCloseOnExec) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, DataPlaneTest,
                          ::testing::Values(DataPlaneKind::kSockmap, DataPlaneKind::kUnix),
-                         [](const auto& info) { return std::string(DataPlaneKindName(info.param)); });
+                         [](const auto& info) {
+                           return std::string(DataPlaneKindName(info.param));
+                         });
 
 class SockmapCountersTest : public DataPlaneTest {};
 
@@ -253,7 +255,8 @@ TEST_P(SockmapCountersTest, CountsEventsBytesRequestsResponsesExactly) {
   ASSERT_TRUE(gch->Send(MakeDescriptor(kInstance, kGateway, EventKind::kPing, kFn, 1)).ok());
   ASSERT_TRUE(gch->Send(MakeDescriptor(kInstance, kGateway, EventKind::kRequest, kFn + 1, 1)).ok());
   // Function ids beyond the map are redirected but not counted.
-  ASSERT_TRUE(gch->Send(MakeDescriptor(kInstance, kGateway, EventKind::kRequest, kMaxFunctions, 1)).ok());
+  ASSERT_TRUE(
+      gch->Send(MakeDescriptor(kInstance, kGateway, EventKind::kRequest, kMaxFunctions, 1)).ok());
 
   c = dp_->Counters(kFn);
   ASSERT_TRUE(c.has_value());
@@ -296,7 +299,8 @@ TEST_P(SockmapCountersTest, ShortMessagesPassToTheAnchorUncounted) {
   auto gw = dp_->CreateEndpoint(kGateway);
   ASSERT_TRUE(gw.ok());
   const char hello[] = "not a descriptor";
-  ASSERT_EQ(send(gw->fd(), hello, sizeof(hello), MSG_DONTWAIT), static_cast<ssize_t>(sizeof(hello)));
+  ASSERT_EQ(send(gw->fd(), hello, sizeof(hello), MSG_DONTWAIT),
+            static_cast<ssize_t>(sizeof(hello)));
   auto c = dp_->Counters(0);
   ASSERT_TRUE(c.has_value());
   EXPECT_EQ(c->events, 0u);

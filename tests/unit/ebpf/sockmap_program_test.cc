@@ -44,8 +44,8 @@ class SockmapProgramTest : public ::testing::Test {
 TEST_F(SockmapProgramTest, PinsWhileLoadedAndRemovesThemOnDestruction) {
   auto p = LoadOrSkip();
   if (!p) GTEST_SKIP() << skip_reason_;
-  for (const char* name : {SockmapProgram::kSockHashPin, SockmapProgram::kCountersPin,
-                           SockmapProgram::kProgramPin}) {
+  for (const char* name :
+       {SockmapProgram::kSockHashPin, SockmapProgram::kCountersPin, SockmapProgram::kProgramPin}) {
     EXPECT_TRUE(fs::exists(fs::path(pin_dir_) / name)) << name;
   }
   // The pinned map is the live one: an fd opened from the pin sees the same object.
@@ -100,8 +100,7 @@ TEST_F(SockmapProgramTest, ProgramIsAttachedToTheSockHash) {
   uint32_t ids[4] = {};
   uint32_t count = 4;
   uint32_t attach_flags = 0;
-  ASSERT_EQ(bpf_prog_query(p->sock_hash_fd(), BPF_SK_MSG_VERDICT, 0, &attach_flags, ids, &count),
-            0)
+  ASSERT_EQ(bpf_prog_query(p->sock_hash_fd(), BPF_SK_MSG_VERDICT, 0, &attach_flags, ids, &count), 0)
       << strerror(errno);
   ASSERT_EQ(count, 1u);
   bpf_prog_info info{};

@@ -13,8 +13,7 @@ namespace shoal {
 class UnixDataPlane final : public DataPlane {
  public:
   // `why` says why this mode runs; it becomes Description().
-  static Result<std::unique_ptr<UnixDataPlane>> Create(const NodeConfig& config,
-                                                       std::string why);
+  static Result<std::unique_ptr<UnixDataPlane>> Create(const NodeConfig& config, std::string why);
 
   DataPlaneKind kind() const override { return DataPlaneKind::kUnix; }
   Result<Endpoint> CreateEndpoint(uint32_t key) override;

@@ -15,8 +15,7 @@ namespace shoal {
 
 // The abstract address of endpoint `key` on node `node_name`; `len` gets the sockaddr length.
 // Fails when the name does not fit in sun_path.
-Result<sockaddr_un> UnixEndpointAddress(const std::string& node_name, uint32_t key,
-                                        socklen_t* len);
+Result<sockaddr_un> UnixEndpointAddress(const std::string& node_name, uint32_t key, socklen_t* len);
 
 class UnixDgramChannel final : public DescriptorChannel {
  public:
@@ -34,9 +33,9 @@ class UnixDgramChannel final : public DescriptorChannel {
 
  private:
   int fd_;
-  sockaddr_un addr_{};       // prefix filled once; Send writes the 8 key digits
-  socklen_t addr_len_ = 0;   // 0 when node_name does not fit
-  size_t key_pos_ = 0;       // index of the first key digit in sun_path
+  sockaddr_un addr_{};      // prefix filled once; Send writes the 8 key digits
+  socklen_t addr_len_ = 0;  // 0 when node_name does not fit
+  size_t key_pos_ = 0;      // index of the first key digit in sun_path
 };
 
 }  // namespace shoal

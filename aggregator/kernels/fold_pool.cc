@@ -1,0 +1,153 @@
+#include "shoal/aggregator/fold_pool.h"
+
+#include <algorithm>
+
+namespace shoal::aggregator {
+
+FoldPool::FoldPool(unsigned threads) {
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  workers_.reserve(threads - 1);
+  for (unsigned i = 1; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+FoldPool::~FoldPool() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void FoldPool::set_chunk_elements(size_t n) { chunk_ = std::max<size_t>(16, (n + 15) & ~size_t{15}); }
+
+void FoldPool::Fold(float* acc, const void* x, DType dtype, size_t n, float w) {
+  Job job;
+  job.op = Op::kFold;
+  job.dtype = dtype;
+  job.f32 = acc;
+  job.wire = x;
+  job.n = n;
+  job.scalar = w;
+  Run(job);
+}
+
+void FoldPool::Scale(float* acc, size_t n, float a) {
+  Job job;
+  job.op = Op::kScale;
+  job.f32 = acc;
+  job.n = n;
+  job.scalar = a;
+  Run(job);
+}
+
+bool FoldPool::AllFinite(const void* x, DType dtype, size_t n) {
+  Job job;
+  job.op = Op::kAllFinite;
+  job.dtype = dtype;
+  job.wire = x;
+  job.n = n;
+  return Run(job);
+}
+
+void FoldPool::ConvertToF32(float* out, const void* x, DType dtype, size_t n) {
+  Job job;
+  job.op = Op::kToF32;
+  job.dtype = dtype;
+  job.f32 = out;
+  job.wire = x;
+  job.n = n;
+  Run(job);
+}
+
+void FoldPool::ConvertFromF32(void* out, const float* x, DType dtype, size_t n) {
+  Job job;
+  job.op = Op::kFromF32;
+  job.dtype = dtype;
+  job.f32 = const_cast<float*>(x);  // only read for kFromF32
+  job.wire_out = out;
+  job.n = n;
+  Run(job);
+}
+
+void FoldPool::RunRange(const Job& job, size_t begin, size_t end) {
+  const size_t n = end - begin;
+  const size_t wsize = DTypeSize(job.dtype);
+  const char* wire = static_cast<const char*>(job.wire) + begin * wsize;
+  switch (job.op) {
+    case Op::kFold:
+      aggregator::Fold(job.f32 + begin, wire, job.dtype, n, job.scalar);
+      break;
+    case Op::kScale:
+      aggregator::Scale(job.f32 + begin, n, job.scalar);
+      break;
+    case Op::kAllFinite:
+      if (!aggregator::AllFinite(wire, job.dtype, n)) {
+        all_finite_.store(false, std::memory_order_relaxed);
+      }
+      break;
+    case Op::kToF32:
+      aggregator::ConvertToF32(job.f32 + begin, wire, job.dtype, n);
+      break;
+    case Op::kFromF32:
+      aggregator::ConvertFromF32(static_cast<char*>(job.wire_out) + begin * wsize,
+                                 job.f32 + begin, job.dtype, n);
+      break;
+  }
+}
+
+void FoldPool::TakeChunks(const Job& job) {
+  const size_t chunk = chunk_;
+  for (;;) {
+    // A NaN anywhere settles AllFinite: stop taking chunks.
+    if (job.op == Op::kAllFinite && !all_finite_.load(std::memory_order_relaxed)) return;
+    const size_t begin = next_chunk_.fetch_add(1, std::memory_order_relaxed) * chunk;
+    if (begin >= job.n) return;
+    RunRange(job, begin, std::min(job.n, begin + chunk));
+  }
+}
+
+bool FoldPool::Run(const Job& job) {
+  if (job.n < min_parallel_ || workers_.empty()) {
+    if (job.op == Op::kAllFinite) return aggregator::AllFinite(job.wire, job.dtype, job.n);
+    RunRange(job, 0, job.n);
+    return true;
+  }
+  std::lock_guard<std::mutex> call(call_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    job_ = job;
+    next_chunk_.store(0, std::memory_order_relaxed);
+    all_finite_.store(true, std::memory_order_relaxed);
+    busy_ = static_cast<unsigned>(workers_.size());
+    ++generation_;
+  }
+  wake_.notify_all();
+  TakeChunks(job);
+  std::unique_lock<std::mutex> lock(mu_);
+  done_.wait(lock, [this] { return busy_ == 0; });
+  return all_finite_.load(std::memory_order_relaxed);
+}
+
+void FoldPool::WorkerLoop() {
+  uint64_t seen = 0;
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      job = job_;
+    }
+    TakeChunks(job);
+    bool last;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last = --busy_ == 0;
+    }
+    if (last) done_.notify_one();
+  }
+}
+
+}  // namespace shoal::aggregator

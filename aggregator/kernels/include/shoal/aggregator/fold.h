@@ -1,0 +1,66 @@
+// The aggregation fold: a leaf aggregator adds each arriving model update (a tensor in float32,
+// bfloat16 or float16, read in place from shared memory) into a float32 running weighted sum.
+// Memory-bandwidth bound, so one pass over each update, vectorised; the instruction set is chosen
+// once at run time (AVX-512F, AVX2+FMA+F16C, scalar) and the binary runs on any x86-64.
+//
+// Rounding, stated once for every function here:
+//  - Fold on the AVX2 and AVX-512 paths uses fused multiply-add: acc[i] = fma(w, x[i], acc[i]),
+//    one rounding, bit-identical to std::fma. The scalar path computes acc[i] + w * x[i] with two
+//    roundings (it is the fallback for CPUs without FMA). On any one step the two differ by the
+//    product's rounding: at most half an ulp of w * x plus one ulp of the result.
+//  - bf16 and fp16 are widened exactly; narrowing (ConvertFromF32) rounds to nearest, ties to
+//    even, keeps Inf, keeps NaN a NaN of the same sign (quieted, payload truncated as F16C does),
+//    produces fp16 subnormals correctly, and overflows to Inf. All paths give the same bits.
+// Pointers need no alignment; n may be anything, including 0.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace shoal::aggregator {
+
+enum class DType : uint8_t { kF32, kBF16, kF16 };
+
+// Bytes per element on the wire: 4, 2, 2.
+size_t DTypeSize(DType dtype);
+const char* DTypeName(DType dtype);  // "f32", "bf16", "f16"
+
+// acc[i] += w * float(x[i]) for i in [0, n). Single thread; see FoldPool for many.
+void Fold(float* acc, const void* x, DType dtype, size_t n, float w);
+
+// acc[i] *= a (e.g. dividing a weighted sum by the total weight).
+void Scale(float* acc, size_t n, float a);
+
+// out[i] = float(x[i]): exact widening.
+void ConvertToF32(float* out, const void* x, DType dtype, size_t n);
+
+// out[i] = dtype(x[i]), round to nearest even (a copy for kF32).
+void ConvertFromF32(void* out, const float* x, DType dtype, size_t n);
+
+// False if any element is NaN or +-Inf. Used to refuse a bad update before it is folded in.
+bool AllFinite(const void* x, DType dtype, size_t n);
+
+// ---- Instruction-set paths -------------------------------------------------------------------
+
+enum class Isa : uint8_t { kScalar, kAvx2, kAvx512 };
+
+// kAvx2 needs AVX2 + FMA + F16C; kAvx512 needs AVX-512F (and the OS saving zmm state, which
+// __builtin_cpu_supports checks). kScalar always works. False on non-x86 builds for the SIMD ones.
+bool IsaSupported(Isa isa);
+const char* IsaName(Isa isa);  // "scalar", "avx2", "avx512"
+
+// The path the functions above use: the best the CPU supports, chosen on first use. The
+// environment variable SHOAL_FOLD_ISA=scalar|avx2|avx512 lowers it (for comparisons); a path
+// the CPU lacks is ignored there.
+Isa ActiveIsa();
+const char* FoldIsa();  // IsaName(ActiveIsa())
+
+// The same functions on a named path, for tests and benchmarks. Precondition: IsaSupported(isa);
+// an unsupported isa aborts rather than executing an illegal instruction.
+void FoldWithIsa(Isa isa, float* acc, const void* x, DType dtype, size_t n, float w);
+void ScaleWithIsa(Isa isa, float* acc, size_t n, float a);
+void ConvertToF32WithIsa(Isa isa, float* out, const void* x, DType dtype, size_t n);
+void ConvertFromF32WithIsa(Isa isa, void* out, const float* x, DType dtype, size_t n);
+bool AllFiniteWithIsa(Isa isa, const void* x, DType dtype, size_t n);
+
+}  // namespace shoal::aggregator

@@ -1,0 +1,134 @@
+// FoldPool against the single-thread kernels: same bits on 10M elements with 1, 2 and 3 threads,
+// for every operation and dtype, and the small-n and serialised-caller paths.
+#include "shoal/aggregator/fold_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "shoal/aggregator/fold.h"
+
+namespace shoal::aggregator {
+namespace {
+
+constexpr size_t kN = 10'000'000;
+
+// Finite wire values; cheap to generate (an LCG, not mt19937: 10M elements per dtype).
+std::vector<uint8_t> Wire(DType d, size_t n, uint32_t seed) {
+  std::vector<float> f(n);
+  uint32_t s = seed;
+  for (auto& v : f) {
+    s = s * 1664525u + 1013904223u;
+    v = static_cast<float>(static_cast<int32_t>(s)) * 0x1p-31f * 3.0f;
+  }
+  std::vector<uint8_t> bytes(n * DTypeSize(d));
+  ConvertFromF32(bytes.data(), f.data(), d, n);
+  return bytes;
+}
+
+class FoldPoolTest : public ::testing::TestWithParam<unsigned> {};
+
+INSTANTIATE_TEST_SUITE_P(Threads, FoldPoolTest, ::testing::Values(1u, 2u, 3u),
+                         [](const auto& info) { return std::to_string(info.param) + "threads"; });
+
+TEST_P(FoldPoolTest, FoldMatchesSingleThreadBitForBit) {
+  FoldPool pool(GetParam());
+  ASSERT_EQ(pool.threads(), GetParam());
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const std::vector<uint8_t> x1 = Wire(d, kN, 1), x2 = Wire(d, kN, 2);
+    std::vector<float> want(kN, 0.25f), got(kN, 0.25f);
+    // Offsets of 1 element on both sides: chunk boundaries do not line up with the buffers.
+    Fold(want.data() + 1, x1.data() + DTypeSize(d), d, kN - 1, 0.7f);
+    Fold(want.data() + 1, x2.data() + DTypeSize(d), d, kN - 1, -1.3f);
+    Scale(want.data() + 1, kN - 1, 0.5f);
+    pool.Fold(got.data() + 1, x1.data() + DTypeSize(d), d, kN - 1, 0.7f);
+    pool.Fold(got.data() + 1, x2.data() + DTypeSize(d), d, kN - 1, -1.3f);
+    pool.Scale(got.data() + 1, kN - 1, 0.5f);
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), kN * sizeof(float))) << DTypeName(d);
+  }
+}
+
+TEST_P(FoldPoolTest, ConversionsMatchSingleThread) {
+  FoldPool pool(GetParam());
+  for (DType d : {DType::kBF16, DType::kF16}) {
+    const std::vector<uint8_t> x = Wire(d, kN, 3);
+    std::vector<float> want(kN), got(kN);
+    ConvertToF32(want.data(), x.data(), d, kN);
+    pool.ConvertToF32(got.data(), x.data(), d, kN);
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), kN * sizeof(float)));
+    for (auto& v : got) v *= 1.001f;  // so narrowing has to round
+    std::vector<uint8_t> nw(kN * 2), ng(kN * 2);
+    ConvertFromF32(nw.data(), got.data(), d, kN);
+    pool.ConvertFromF32(ng.data(), got.data(), d, kN);
+    ASSERT_EQ(nw, ng) << DTypeName(d);
+  }
+}
+
+TEST_P(FoldPoolTest, AllFiniteFindsOneBadValueAnywhere) {
+  FoldPool pool(GetParam());
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
+    std::vector<uint8_t> x = Wire(d, kN, 4);
+    ASSERT_TRUE(pool.AllFinite(x.data(), d, kN));
+    const size_t sz = DTypeSize(d);
+    const uint32_t nan = d == DType::kF32 ? 0x7fc00000u : d == DType::kBF16 ? 0x7fc0u : 0x7e00u;
+    for (size_t pos : {size_t{0}, size_t{12345}, kN / 2 + 3, kN - 1}) {
+      uint8_t saved[4];
+      std::memcpy(saved, &x[pos * sz], sz);
+      std::memcpy(&x[pos * sz], &nan, sz);
+      EXPECT_FALSE(pool.AllFinite(x.data(), d, kN)) << DTypeName(d) << " NaN at " << pos;
+      std::memcpy(&x[pos * sz], saved, sz);
+    }
+    ASSERT_TRUE(pool.AllFinite(x.data(), d, kN));  // the pool forgets the last call's answer
+  }
+}
+
+TEST(FoldPoolSmallTest, SmallCallsRunInlineAndMatch) {
+  FoldPool pool(3);
+  EXPECT_EQ(pool.min_parallel_elements(), FoldPool::kDefaultMinParallelElements);
+  pool.set_chunk_elements(1000);
+  EXPECT_EQ(pool.chunk_elements(), 1008u);  // a multiple of 16
+  const std::vector<uint8_t> x = Wire(DType::kF16, 5000, 5);
+  for (size_t threshold : {size_t{0}, size_t{1} << 20}) {  // forced parallel, then inline
+    pool.set_min_parallel_elements(threshold);
+    for (size_t n : {size_t{0}, size_t{1}, size_t{17}, size_t{1009}, size_t{5000}}) {
+      std::vector<float> want(n, 1.0f), got(n, 1.0f);
+      Fold(want.data(), x.data(), DType::kF16, n, 2.0f);
+      pool.Fold(got.data(), x.data(), DType::kF16, n, 2.0f);
+      ASSERT_EQ(want, got) << "n=" << n << " threshold=" << threshold;
+      EXPECT_TRUE(pool.AllFinite(x.data(), DType::kF16, n));
+    }
+  }
+}
+
+TEST(FoldPoolSmallTest, ConcurrentCallersAreSerialised) {
+  FoldPool pool(3);
+  pool.set_min_parallel_elements(0);
+  pool.set_chunk_elements(256);
+  const size_t n = 200'000;
+  const std::vector<uint8_t> x = Wire(DType::kF32, n, 6);
+  std::vector<float> want(n, 0.0f);
+  for (int k = 0; k < 50; ++k) Fold(want.data(), x.data(), DType::kF32, n, 1.0f);
+  std::vector<float> a(n, 0.0f), b(n, 0.0f);
+  std::thread t1([&] {
+    for (int k = 0; k < 50; ++k) pool.Fold(a.data(), x.data(), DType::kF32, n, 1.0f);
+  });
+  std::thread t2([&] {
+    for (int k = 0; k < 50; ++k) pool.Fold(b.data(), x.data(), DType::kF32, n, 1.0f);
+  });
+  t1.join();
+  t2.join();
+  EXPECT_EQ(a, want);
+  EXPECT_EQ(b, want);
+}
+
+TEST(FoldPoolSmallTest, DefaultThreadCountIsHardwareConcurrency) {
+  FoldPool pool;
+  EXPECT_EQ(pool.threads(), std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+}  // namespace shoal::aggregator

@@ -1,0 +1,93 @@
+#include "shoal/client/speeds.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace shoal::client {
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+double Mean(const std::vector<double>& v) {
+  return std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+}
+
+TEST(SpeedSpec, ParsesEachDistribution) {
+  auto s = ParseSpeedSpec("lognormal:1.0");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->kind, SpeedSpec::Kind::kLognormal);
+  EXPECT_DOUBLE_EQ(s->a, 1.0);
+  EXPECT_DOUBLE_EQ(s->b, kDefaultStepSeconds);
+  s = ParseSpeedSpec("lognormal:0.5,0.2");
+  ASSERT_TRUE(s.ok());
+  EXPECT_DOUBLE_EQ(s->b, 0.2);
+  s = ParseSpeedSpec("exponential:0.1");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->kind, SpeedSpec::Kind::kExponential);
+  s = ParseSpeedSpec("normal:0.05,0.02");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->kind, SpeedSpec::Kind::kNormal);
+  EXPECT_DOUBLE_EQ(s->b, 0.02);
+  s = ParseSpeedSpec("uniform");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->kind, SpeedSpec::Kind::kUniform);
+  s = ParseSpeedSpec("uniform:0.01,0.1");
+  ASSERT_TRUE(s.ok());
+  EXPECT_DOUBLE_EQ(s->a, 0.01);
+  EXPECT_DOUBLE_EQ(s->b, 0.1);
+}
+
+TEST(SpeedSpec, ErrorsNameTheBadPart) {
+  auto s = ParseSpeedSpec("lognormal:x");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("\"x\""), std::string::npos) << s.status().message();
+  s = ParseSpeedSpec("normal:0.05");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("normal:<mean>,<sd>"), std::string::npos);
+  s = ParseSpeedSpec("gamma:2");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("\"gamma\""), std::string::npos);
+  s = ParseSpeedSpec("exponential:0");
+  EXPECT_FALSE(s.ok());
+  s = ParseSpeedSpec("uniform:0.2,0.1");
+  EXPECT_FALSE(s.ok());
+  s = ParseSpeedSpec("normal:0.05,-1");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("argument 2"), std::string::npos);
+}
+
+TEST(SampleStepSeconds, MatchesTheDistributions) {
+  constexpr int kN = 20000;
+  auto ln = SampleStepSeconds({SpeedSpec::Kind::kLognormal, 1.0, 0.05}, kN, 1);
+  ASSERT_EQ(ln.size(), size_t(kN));
+  EXPECT_NEAR(Median(ln), 0.05, 0.003);
+  EXPECT_NEAR(Mean(ln), 0.05 * std::exp(0.5), 0.004);  // E = median * exp(sigma^2 / 2)
+
+  auto ex = SampleStepSeconds({SpeedSpec::Kind::kExponential, 0.1, 0}, kN, 1);
+  EXPECT_NEAR(Mean(ex), 0.1, 0.004);
+  EXPECT_GE(*std::min_element(ex.begin(), ex.end()), kMinStepFraction * 0.1);
+
+  auto no = SampleStepSeconds({SpeedSpec::Kind::kNormal, 0.05, 0.05}, kN, 1);
+  EXPECT_GE(*std::min_element(no.begin(), no.end()), kMinStepFraction * 0.05);  // clamped
+  EXPECT_NEAR(Median(no), 0.05, 0.002);
+
+  auto same = SampleStepSeconds(ParseSpeedSpec("uniform").value(), 16, 1);
+  for (double v : same) EXPECT_EQ(v, kDefaultStepSeconds);
+  auto un = SampleStepSeconds({SpeedSpec::Kind::kUniform, 0.01, 0.1}, kN, 1);
+  EXPECT_GE(*std::min_element(un.begin(), un.end()), 0.01);
+  EXPECT_LE(*std::max_element(un.begin(), un.end()), 0.1);
+}
+
+TEST(SampleStepSeconds, DeterministicFromSeed) {
+  const SpeedSpec spec = ParseSpeedSpec("lognormal:1.0").value();
+  EXPECT_EQ(SampleStepSeconds(spec, 16, 9), SampleStepSeconds(spec, 16, 9));
+  EXPECT_NE(SampleStepSeconds(spec, 16, 9), SampleStepSeconds(spec, 16, 10));
+}
+
+}  // namespace
+}  // namespace shoal::client

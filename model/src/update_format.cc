@@ -28,7 +28,25 @@ std::optional<DType> FromProto(int d) {
   }
 }
 
-std::string Quoted(std::string_view name) { return "tensor '" + std::string(name) + "'"; }
+// Names in messages come from the client: printable ASCII only (others as \xNN), at most 64
+// bytes, so the message is safe to put in a log line or a JSON reply.
+std::string Quoted(std::string_view name) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s = "tensor '";
+  for (size_t i = 0; i < name.size() && i < 64; ++i) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      s += static_cast<char>(c);
+    } else {
+      s += "\\x";
+      s += kHex[c >> 4];
+      s += kHex[c & 15];
+    }
+  }
+  if (name.size() > 64) s += "...";
+  s += '\'';
+  return s;
+}
 
 std::string Range(uint64_t offset, uint64_t length) {
   std::string s = "[";  // appended piecewise: GCC 12 warns falsely on "[" + std::string
@@ -210,7 +228,9 @@ Result<UpdateView> ParseUpdate(std::span<const std::byte> body, const ModelSpec&
   by_offset.reserve(view.tensors.size());
   for (const TensorView& v : view.tensors) by_offset.push_back(&v);
   std::sort(by_offset.begin(), by_offset.end(),
-            [](const TensorView* a, const TensorView* b) { return a->data < b->data; });
+            [](const TensorView* a, const TensorView* b) {
+              return a->data < b->data || (a->data == b->data && a->index < b->index);
+            });
   const std::byte* area = body.data() + area_offset;
   uint64_t end = 0;
   for (size_t i = 0; i < by_offset.size(); ++i) {

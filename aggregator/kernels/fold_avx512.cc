@@ -3,6 +3,11 @@
 #include "fold_kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+// GCC 12 reports a false "maybe-uninitialized" inside avx512fintrin.h (the _mm512_undefined_*
+// idiom) once its intrinsics are inlined into a target("avx512f") function.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #define SHOAL_AVX512 __attribute__((target("avx512f")))

@@ -19,7 +19,9 @@ FoldPool::~FoldPool() {
   for (auto& t : workers_) t.join();
 }
 
-void FoldPool::set_chunk_elements(size_t n) { chunk_ = std::max<size_t>(16, (n + 15) & ~size_t{15}); }
+void FoldPool::set_chunk_elements(size_t n) {
+  chunk_ = std::max<size_t>(16, (n + 15) & ~size_t{15});
+}
 
 void FoldPool::Fold(float* acc, const void* x, DType dtype, size_t n, float w) {
   Job job;
@@ -90,8 +92,8 @@ void FoldPool::RunRange(const Job& job, size_t begin, size_t end) {
       aggregator::ConvertToF32(job.f32 + begin, wire, job.dtype, n);
       break;
     case Op::kFromF32:
-      aggregator::ConvertFromF32(static_cast<char*>(job.wire_out) + begin * wsize,
-                                 job.f32 + begin, job.dtype, n);
+      aggregator::ConvertFromF32(static_cast<char*>(job.wire_out) + begin * wsize, job.f32 + begin,
+                                 job.dtype, n);
       break;
   }
 }

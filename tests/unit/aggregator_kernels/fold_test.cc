@@ -55,7 +55,7 @@ uint16_t RefRound(float x, Format f) {
   std::frexp(v, &exp2);
   int e = std::max(exp2 - 1, 1 - bias);  // below the normal range: subnormal quantum
   double r = std::nearbyint(std::ldexp(v, f.mbits - e));  // exact scaling; default mode is RNE
-  if (r == std::ldexp(1.0, f.mbits + 1)) {               // rounded up to the next binade
+  if (r == std::ldexp(1.0, f.mbits + 1)) {                // rounded up to the next binade
     ++e;
     r /= 2;
   }
@@ -69,7 +69,8 @@ Format FormatOf(DType d) { return d == DType::kBF16 ? kBf16Format : kF16Format; 
 
 uint32_t Bits(float f) { return std::bit_cast<uint32_t>(f); }
 
-// ---- Parameterised over the ISA paths ------------------------------------------------------------
+// ---- Parameterised over the ISA paths
+// ------------------------------------------------------------
 
 class FoldIsaTest : public ::testing::TestWithParam<Isa> {
  protected:
@@ -153,8 +154,8 @@ TEST_P(FoldIsaTest, NarrowsToBf16AndF16WithRoundToNearestEven) {
       ASSERT_EQ(out[i], scalar[i]) << DTypeName(d) << " input 0x" << std::hex << Bits(in[i]);
       if (std::isnan(in[i])) {
         ASSERT_EQ(out[i] & exp_mask, exp_mask);
-        ASSERT_NE(out[i] & ~(exp_mask | 0x8000u), 0u) << "NaN became Inf: 0x" << std::hex
-                                                       << Bits(in[i]);
+        ASSERT_NE(out[i] & ~(exp_mask | 0x8000u), 0u)
+            << "NaN became Inf: 0x" << std::hex << Bits(in[i]);
         ASSERT_EQ(out[i] >> 15, Bits(in[i]) >> 31);
         continue;
       }
@@ -167,13 +168,13 @@ TEST_P(FoldIsaTest, NarrowsToBf16AndF16WithRoundToNearestEven) {
 }
 
 TEST_P(FoldIsaTest, NarrowingKnownValues) {
-  const float in[] = {65504.0f, 65519.99f, 65520.0f, 1e9f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f,
-                      0x1.8p-24f, -0.0f, 1.00390625f /* bf16 tie, lsb 0 */,
+  const float in[] = {65504.0f,   65519.99f,  65520.0f,   1e9f,  0x1p-24f,
+                      0x1p-25f,   0x1.8p-25f, 0x1.8p-24f, -0.0f, 1.00390625f /* bf16 tie, lsb 0 */,
                       1.01171875f /* bf16 tie, lsb 1 */};
-  const uint16_t f16[] = {0x7bff, 0x7bff, 0x7c00, 0x7c00, 0x0001, 0x0000, 0x0001,
-                          0x0002, 0x8000, 0x3c04, 0x3c0c};
-  const uint16_t bf16[] = {0x4780, 0x4780, 0x4780, 0x4e6e, 0x3380, 0x3300, 0x3340,
-                           0x33c0, 0x8000, 0x3f80, 0x3f82};
+  const uint16_t f16[] = {0x7bff, 0x7bff, 0x7c00, 0x7c00, 0x0001, 0x0000,
+                          0x0001, 0x0002, 0x8000, 0x3c04, 0x3c0c};
+  const uint16_t bf16[] = {0x4780, 0x4780, 0x4780, 0x4e6e, 0x3380, 0x3300,
+                           0x3340, 0x33c0, 0x8000, 0x3f80, 0x3f82};
   constexpr size_t n = std::size(in);
   uint16_t out[n];
   ConvertFromF32WithIsa(isa(), out, in, DType::kF16, n);
@@ -273,12 +274,22 @@ TEST_P(FoldIsaTest, AllFiniteFindsNanOrInfAtEveryPosition) {
   for (DType d : kAllDTypes) {
     const size_t sz = DTypeSize(d);
     // Largest finite, smallest subnormal: finite, must pass.
-    const uint32_t max_finite = d == DType::kF32 ? 0x7f7fffffu : d == DType::kBF16 ? 0x7f7f : 0x7bff;
+    const uint32_t max_finite = d == DType::kF32    ? 0x7f7fffffu
+                                : d == DType::kBF16 ? 0x7f7f
+                                                    : 0x7bff;
     const uint32_t bad_values[] = {
-        d == DType::kF32 ? 0x7fc00000u : d == DType::kBF16 ? 0x7fc0u : 0x7e00u,  // quiet NaN
-        d == DType::kF32 ? 0x7f800001u : d == DType::kBF16 ? 0x7f81u : 0x7c01u,  // signalling NaN
-        d == DType::kF32 ? 0x7f800000u : d == DType::kBF16 ? 0x7f80u : 0x7c00u,  // +Inf
-        d == DType::kF32 ? 0xff800000u : d == DType::kBF16 ? 0xff80u : 0xfc00u,  // -Inf
+        d == DType::kF32    ? 0x7fc00000u
+        : d == DType::kBF16 ? 0x7fc0u
+                            : 0x7e00u,  // quiet NaN
+        d == DType::kF32    ? 0x7f800001u
+        : d == DType::kBF16 ? 0x7f81u
+                            : 0x7c01u,  // signalling NaN
+        d == DType::kF32    ? 0x7f800000u
+        : d == DType::kBF16 ? 0x7f80u
+                            : 0x7c00u,  // +Inf
+        d == DType::kF32    ? 0xff800000u
+        : d == DType::kBF16 ? 0xff80u
+                            : 0xfc00u,  // -Inf
     };
     for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{63},
                      size_t{64}, size_t{65}, size_t{67}, size_t{129}, size_t{300}, size_t{1031}}) {

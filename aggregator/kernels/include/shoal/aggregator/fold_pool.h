@@ -54,7 +54,7 @@ class FoldPool {
   struct Job {
     Op op = Op::kFold;
     DType dtype = DType::kF32;
-    float* f32 = nullptr;       // acc (Fold, Scale), out (ToF32), x (FromF32)
+    float* f32 = nullptr;        // acc (Fold, Scale), out (ToF32), x (FromF32)
     const void* wire = nullptr;  // x (Fold, AllFinite, ToF32)
     void* wire_out = nullptr;    // out (FromF32)
     size_t n = 0;

@@ -69,8 +69,8 @@ Result<Dataset> LoadIdxDataset(const std::string& images_gz, const std::string& 
   auto magic = ReadBigEndian32(images->get(), images_gz);
   if (!magic) return magic.status();
   if (*magic != kIdxImagesMagic) {
-    return InvalidArgument(images_gz + ": not an IDX image file (magic " + Hex(*magic) +
-                           ", want " + Hex(kIdxImagesMagic) + ")");
+    return InvalidArgument(images_gz + ": not an IDX image file (magic " + Hex(*magic) + ", want " +
+                           Hex(kIdxImagesMagic) + ")");
   }
   uint32_t dims[3];
   for (uint32_t& d : dims) {
@@ -78,10 +78,10 @@ Result<Dataset> LoadIdxDataset(const std::string& images_gz, const std::string& 
     if (!v) return v.status();
     d = *v;
   }
-  if (dims[0] == 0 || dims[0] > kMaxIdxSamples || dims[1] == 0 || dims[1] > 4096 ||
-      dims[2] == 0 || dims[2] > 4096) {
-    return InvalidArgument(images_gz + ": implausible dimensions " + std::to_string(dims[0]) +
-                           "x" + std::to_string(dims[1]) + "x" + std::to_string(dims[2]));
+  if (dims[0] == 0 || dims[0] > kMaxIdxSamples || dims[1] == 0 || dims[1] > 4096 || dims[2] == 0 ||
+      dims[2] > 4096) {
+    return InvalidArgument(images_gz + ": implausible dimensions " + std::to_string(dims[0]) + "x" +
+                           std::to_string(dims[1]) + "x" + std::to_string(dims[2]));
   }
 
   auto lmagic = ReadBigEndian32(labels->get(), labels_gz);
@@ -107,9 +107,8 @@ Result<Dataset> LoadIdxDataset(const std::string& images_gz, const std::string& 
   SHOAL_RETURN_IF_ERROR(ReadExact(labels->get(), labels_gz, d.labels.data(), d.labels.size()));
   for (size_t i = 0; i < d.num_samples; ++i) {
     if (d.labels[i] >= num_classes) {
-      return InvalidArgument(labels_gz + ": label " + std::to_string(d.labels[i]) +
-                             " at index " + std::to_string(i) + " is not below " +
-                             std::to_string(num_classes));
+      return InvalidArgument(labels_gz + ": label " + std::to_string(d.labels[i]) + " at index " +
+                             std::to_string(i) + " is not below " + std::to_string(num_classes));
     }
   }
   d.features.resize(pixels.size());

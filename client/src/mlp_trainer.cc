@@ -10,8 +10,10 @@ namespace {
 // The two big products (fc1 forward, fc1 weight gradient) are compiled for AVX-512, AVX2 and
 // baseline x86-64 and picked at load time, so the library runs anywhere and uses the widest
 // vectors the machine has.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
-#define SHOAL_VECTOR_KERNEL __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    !defined(__SANITIZE_ADDRESS__)
+#define SHOAL_VECTOR_KERNEL \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define SHOAL_VECTOR_KERNEL
 #endif
@@ -85,8 +87,8 @@ void Fc1Forward(const float* __restrict w1, const float* __restrict b1, const fl
 // gW1[j, :] = sum_b dh[b, j] * x[b, :], skipping the rows whose unit was inactive (ReLU):
 // about half of them, so half the work.
 SHOAL_VECTOR_KERNEL
-void Fc1WeightGradient(const float* __restrict dh, const float* __restrict x, int batch,
-                       int inputs, int hidden, float* __restrict gw1) {
+void Fc1WeightGradient(const float* __restrict dh, const float* __restrict x, int batch, int inputs,
+                       int hidden, float* __restrict gw1) {
   const size_t d = size_t(inputs);
   // Reused per unit: the batch rows that contribute and their coefficients.
   constexpr int kMaxBlock = 4;
@@ -163,9 +165,15 @@ double SoftmaxCrossEntropy(float* logits, const uint8_t* y, int batch, int class
 
 std::vector<TensorSlice> MlpTensorLayout(const MlpShape& s) {
   return {
-      {"fc1.weight", {s.hidden, s.inputs}, s.Fc1WeightOffset(), size_t(s.hidden) * size_t(s.inputs)},
+      {"fc1.weight",
+       {s.hidden, s.inputs},
+       s.Fc1WeightOffset(),
+       size_t(s.hidden) * size_t(s.inputs)},
       {"fc1.bias", {s.hidden}, s.Fc1BiasOffset(), size_t(s.hidden)},
-      {"fc2.weight", {s.classes, s.hidden}, s.Fc2WeightOffset(), size_t(s.classes) * size_t(s.hidden)},
+      {"fc2.weight",
+       {s.classes, s.hidden},
+       s.Fc2WeightOffset(),
+       size_t(s.classes) * size_t(s.hidden)},
       {"fc2.bias", {s.classes}, s.Fc2BiasOffset(), size_t(s.classes)},
   };
 }
@@ -188,8 +196,7 @@ std::vector<float> InitMlpParams(const MlpShape& s, uint64_t seed) {
 void ForwardBatch(const MlpShape& s, std::span<const float> params, const float* x, int batch,
                   float* hidden, float* logits) {
   const float* p = params.data();
-  Fc1Forward(p + s.Fc1WeightOffset(), p + s.Fc1BiasOffset(), x, batch, s.inputs, s.hidden,
-             hidden);
+  Fc1Forward(p + s.Fc1WeightOffset(), p + s.Fc1BiasOffset(), x, batch, s.inputs, s.hidden, hidden);
   Fc2Forward(p + s.Fc2WeightOffset(), p + s.Fc2BiasOffset(), hidden, batch, s.hidden, s.classes,
              logits);
 }
@@ -210,8 +217,8 @@ void MlpTrainer::EnsureScratch(int batch) {
   }
 }
 
-double MlpTrainer::LossAndGradient(std::span<const float> params, const float* x,
-                                   const uint8_t* y, int batch, std::span<float> grad) {
+double MlpTrainer::LossAndGradient(std::span<const float> params, const float* x, const uint8_t* y,
+                                   int batch, std::span<float> grad) {
   const MlpShape& s = shape_;
   EnsureScratch(batch);
   const size_t h = size_t(s.hidden), nc = size_t(s.classes);
@@ -335,8 +342,7 @@ Result<TrainStats> MlpTrainer::Train(std::span<float> params, const Dataset& dat
   return stats;
 }
 
-Result<EvalResult> Evaluate(const MlpShape& s, std::span<const float> params,
-                            const Dataset& data) {
+Result<EvalResult> Evaluate(const MlpShape& s, std::span<const float> params, const Dataset& data) {
   if (params.size() != s.NumParams()) {
     return InvalidArgument("evaluate: " + std::to_string(params.size()) +
                            " parameters, the MLP has " + std::to_string(s.NumParams()));

@@ -47,7 +47,7 @@ void SplitByProportions(const std::vector<uint32_t>& idx, const std::vector<doub
   for (size_t j = 0; j < clients.size(); ++j) {
     cum += p[j];
     size_t end = j + 1 == clients.size() ? idx.size()
-                                          : std::min(idx.size(), size_t(cum * double(idx.size())));
+                                         : std::min(idx.size(), size_t(cum * double(idx.size())));
     end = std::max(end, start);
     clients[j].insert(clients[j].end(), idx.begin() + std::ptrdiff_t(start),
                       idx.begin() + std::ptrdiff_t(end));
@@ -55,9 +55,9 @@ void SplitByProportions(const std::vector<uint32_t>& idx, const std::vector<doub
   }
 }
 
-std::vector<std::vector<uint32_t>> DirichletSplit(std::span<const uint8_t> labels,
-                                                  int num_classes, int num_clients, double alpha,
-                                                  size_t min_samples, std::mt19937_64& rng) {
+std::vector<std::vector<uint32_t>> DirichletSplit(std::span<const uint8_t> labels, int num_classes,
+                                                  int num_clients, double alpha, size_t min_samples,
+                                                  std::mt19937_64& rng) {
   const auto by_class = IndicesByClass(labels, num_classes);
   const double fair_share = double(labels.size()) / num_clients;
   std::vector<std::vector<uint32_t>> clients;
@@ -121,7 +121,8 @@ std::vector<std::vector<uint32_t>> ClassesSplit(std::span<const uint8_t> labels,
   std::shuffle(perm.begin(), perm.end(), rng);
   std::vector<std::vector<int>> holders(static_cast<size_t>(num_classes));
   for (int j = 0; j < num_clients; ++j) {
-    for (int i = 0; i < k; ++i) holders[size_t(perm[size_t((j * k + i) % num_classes)])].push_back(j);
+    for (int i = 0; i < k; ++i)
+      holders[size_t(perm[size_t((j * k + i) % num_classes)])].push_back(j);
   }
   auto by_class = IndicesByClass(labels, num_classes);
   std::vector<std::vector<uint32_t>> clients(static_cast<size_t>(num_clients));
@@ -176,9 +177,15 @@ Result<PartitionSpec> ParsePartitionSpec(std::string_view spec) {
 std::string ToString(const PartitionSpec& spec) {
   std::ostringstream os;
   switch (spec.kind) {
-    case PartitionSpec::Kind::kIid: os << "iid"; break;
-    case PartitionSpec::Kind::kDirichlet: os << "dirichlet:" << spec.alpha; break;
-    case PartitionSpec::Kind::kClasses: os << "classes:" << spec.classes_per_client; break;
+    case PartitionSpec::Kind::kIid:
+      os << "iid";
+      break;
+    case PartitionSpec::Kind::kDirichlet:
+      os << "dirichlet:" << spec.alpha;
+      break;
+    case PartitionSpec::Kind::kClasses:
+      os << "classes:" << spec.classes_per_client;
+      break;
   }
   return os.str();
 }
@@ -198,9 +205,8 @@ Result<std::vector<std::vector<uint32_t>>> Partition(std::span<const uint8_t> la
     }
   }
   if (labels.size() < size_t(num_clients) * std::max<size_t>(1, options.min_samples_per_client)) {
-    return InvalidArgument("partition: " + std::to_string(labels.size()) +
-                           " samples cannot give " + std::to_string(num_clients) +
-                           " clients at least " +
+    return InvalidArgument("partition: " + std::to_string(labels.size()) + " samples cannot give " +
+                           std::to_string(num_clients) + " clients at least " +
                            std::to_string(std::max<size_t>(1, options.min_samples_per_client)) +
                            " each");
   }
@@ -217,7 +223,8 @@ Result<std::vector<std::vector<uint32_t>>> Partition(std::span<const uint8_t> la
       break;
     case PartitionSpec::Kind::kClasses:
       if (spec.classes_per_client < 1 || spec.classes_per_client > num_classes) {
-        return InvalidArgument("partition " + ToString(spec) + ": classes per client must be in [1, " +
+        return InvalidArgument("partition " + ToString(spec) +
+                               ": classes per client must be in [1, " +
                                std::to_string(num_classes) + "]");
       }
       clients = ClassesSplit(labels, num_classes, num_clients, spec.classes_per_client, rng);
@@ -227,8 +234,8 @@ Result<std::vector<std::vector<uint32_t>>> Partition(std::span<const uint8_t> la
   return clients;
 }
 
-std::vector<size_t> ClassCounts(std::span<const uint8_t> labels,
-                                std::span<const uint32_t> indices, int num_classes) {
+std::vector<size_t> ClassCounts(std::span<const uint8_t> labels, std::span<const uint32_t> indices,
+                                int num_classes) {
   std::vector<size_t> counts(size_t(num_classes), 0);
   for (uint32_t i : indices) {
     if (labels[i] < num_classes) ++counts[labels[i]];

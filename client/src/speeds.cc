@@ -91,9 +91,15 @@ std::string ToString(const SpeedSpec& spec) {
     case SpeedSpec::Kind::kUniform:
       os << "uniform:" << spec.a << ',' << spec.b;
       break;
-    case SpeedSpec::Kind::kLognormal: os << "lognormal:" << spec.a << ',' << spec.b; break;
-    case SpeedSpec::Kind::kExponential: os << "exponential:" << spec.a; break;
-    case SpeedSpec::Kind::kNormal: os << "normal:" << spec.a << ',' << spec.b; break;
+    case SpeedSpec::Kind::kLognormal:
+      os << "lognormal:" << spec.a << ',' << spec.b;
+      break;
+    case SpeedSpec::Kind::kExponential:
+      os << "exponential:" << spec.a;
+      break;
+    case SpeedSpec::Kind::kNormal:
+      os << "normal:" << spec.a << ',' << spec.b;
+      break;
   }
   return os.str();
 }

@@ -1,12 +1,12 @@
 #include "shoal/client/dataset.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cmath>
 #include <filesystem>
 #include <numeric>
-#include <unistd.h>
 
 namespace shoal::client {
 namespace {

@@ -57,7 +57,8 @@ double ReferenceLoss(const MlpShape& s, const std::vector<double>& p, const std:
     for (int j = 0; j < s.hidden; ++j) {
       double a = p[s.Fc1BiasOffset() + size_t(j)];
       for (int i = 0; i < s.inputs; ++i) {
-        a += p[size_t(j) * size_t(s.inputs) + size_t(i)] * x[size_t(b) * size_t(s.inputs) + size_t(i)];
+        a += p[size_t(j) * size_t(s.inputs) + size_t(i)] *
+             x[size_t(b) * size_t(s.inputs) + size_t(i)];
       }
       h[size_t(j)] = std::max(0.0, a);
     }

@@ -80,8 +80,8 @@ class MlpTrainer {
 
   // Mean cross-entropy over the batch and its gradient with respect to every parameter
   // (written to `grad`, NumParams() floats). `x` is [batch, inputs] row-major.
-  double LossAndGradient(std::span<const float> params, const float* x, const uint8_t* y,
-                         int batch, std::span<float> grad);
+  double LossAndGradient(std::span<const float> params, const float* x, const uint8_t* y, int batch,
+                         std::span<float> grad);
 
  private:
   void EnsureScratch(int batch);
@@ -97,8 +97,8 @@ class MlpTrainer {
 
 // Logits [batch, classes] for `x` [batch, inputs]; `hidden` is scratch of batch*hidden floats
 // that holds the ReLU activations afterwards. For inference and evaluation.
-void ForwardBatch(const MlpShape& shape, std::span<const float> params, const float* x,
-                  int batch, float* hidden, float* logits);
+void ForwardBatch(const MlpShape& shape, std::span<const float> params, const float* x, int batch,
+                  float* hidden, float* logits);
 
 // Accuracy and mean cross-entropy of `params` over all of `data`.
 Result<EvalResult> Evaluate(const MlpShape& shape, std::span<const float> params,

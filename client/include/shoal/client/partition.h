@@ -17,8 +17,8 @@ namespace shoal::client {
 struct PartitionSpec {
   enum class Kind { kIid, kDirichlet, kClasses };
   Kind kind = Kind::kIid;
-  double alpha = 0.5;            // kDirichlet: concentration; small = more skewed
-  int classes_per_client = 2;    // kClasses
+  double alpha = 0.5;          // kDirichlet: concentration; small = more skewed
+  int classes_per_client = 2;  // kClasses
 };
 
 // "iid" | "dirichlet:<alpha > 0>" | "classes:<k >= 1>". Errors name the bad part.
@@ -45,7 +45,7 @@ double LabelEntropy(std::span<const uint8_t> labels, std::span<const uint32_t> i
                     int num_classes);
 
 // Per-class sample counts of `indices`.
-std::vector<size_t> ClassCounts(std::span<const uint8_t> labels,
-                                std::span<const uint32_t> indices, int num_classes);
+std::vector<size_t> ClassCounts(std::span<const uint8_t> labels, std::span<const uint32_t> indices,
+                                int num_classes);
 
 }  // namespace shoal::client

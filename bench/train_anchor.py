@@ -1,0 +1,84 @@
+#!/usr/bin/python3
+"""Anchor for bench-train: the same MLP (784-H-10, ReLU, softmax cross-entropy) trained with the
+same minibatch SGD in numpy float32. Prints one line: samples_per_s=<v> test_acc=<a>."""
+import argparse
+import gzip
+import time
+
+import numpy as np
+
+
+def load(path, offset):
+    with gzip.open(path, "rb") as f:
+        return np.frombuffer(f.read(), dtype=np.uint8, offset=offset)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=0.1)
+    args = ap.parse_args()
+
+    x_train = load(f"{args.data}/train-images-idx3-ubyte.gz", 16).reshape(-1, 784)
+    x_train = x_train.astype(np.float32) / np.float32(255)
+    y_train = load(f"{args.data}/train-labels-idx1-ubyte.gz", 8).astype(np.int64)
+    x_test = load(f"{args.data}/t10k-images-idx3-ubyte.gz", 16).reshape(-1, 784)
+    x_test = x_test.astype(np.float32) / np.float32(255)
+    y_test = load(f"{args.data}/t10k-labels-idx1-ubyte.gz", 8).astype(np.int64)
+
+    rng = np.random.default_rng(1)
+    h = args.hidden
+    b = 1 / np.sqrt(784)
+    w1 = rng.uniform(-b, b, (h, 784)).astype(np.float32)
+    b1 = rng.uniform(-b, b, h).astype(np.float32)
+    b = 1 / np.sqrt(h)
+    w2 = rng.uniform(-b, b, (10, h)).astype(np.float32)
+    b2 = rng.uniform(-b, b, 10).astype(np.float32)
+    lr = np.float32(args.lr)
+    bs = args.batch
+    rows = np.arange(bs)
+    order = rng.permutation(len(y_train))
+    cursor = 0
+
+    def step():
+        nonlocal cursor, order, w1, b1, w2, b2
+        if cursor + bs > len(order):
+            order = rng.permutation(len(y_train))
+            cursor = 0
+        idx = order[cursor:cursor + bs]
+        cursor += bs
+        x, y = x_train[idx], y_train[idx]
+        hid = np.maximum(x @ w1.T + b1, 0)
+        z = hid @ w2.T + b2
+        z -= z.max(axis=1, keepdims=True)
+        p = np.exp(z)
+        p /= p.sum(axis=1, keepdims=True)
+        p[rows, y] -= 1
+        p /= np.float32(bs)
+        gw2 = p.T @ hid
+        gb2 = p.sum(axis=0)
+        dh = (p @ w2) * (hid > 0)
+        gw1 = dh.T @ x
+        gb1 = dh.sum(axis=0)
+        w1 -= lr * gw1
+        b1 -= lr * gb1
+        w2 -= lr * gw2
+        b2 -= lr * gb2
+
+    for _ in range(args.warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    seconds = time.perf_counter() - t0
+    pred = (np.maximum(x_test @ w1.T + b1, 0) @ w2.T + b2).argmax(axis=1)
+    acc = float((pred == y_test).mean())
+    print(f"samples_per_s={args.steps * bs / seconds:.1f} test_acc={acc:.4f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -276,7 +276,6 @@ Result<TrainStats> MlpTrainer::Train(std::span<float> params, const Dataset& dat
   if (options_.batch_size < 1) return InvalidArgument("train: batch size must be >= 1");
   if (steps < 0) return InvalidArgument("train: steps must be >= 0");
 
-  // Refresh the shuffle when the client's sample set changes (a new partition).
   std::vector<uint32_t> wanted;
   if (indices.empty()) {
     wanted.resize(data.num_samples);
@@ -290,15 +289,11 @@ Result<TrainStats> MlpTrainer::Train(std::span<float> params, const Dataset& dat
                              std::to_string(data.num_samples) + "-sample dataset");
     }
   }
-  {
-    std::vector<uint32_t> sorted_new(indices.begin(), indices.end());
-    std::vector<uint32_t> sorted_old = order_;
-    std::sort(sorted_new.begin(), sorted_new.end());
-    std::sort(sorted_old.begin(), sorted_old.end());
-    if (sorted_new != sorted_old) {
-      order_.assign(indices.begin(), indices.end());
-      cursor_ = order_.size();  // shuffle before the first batch
-    }
+  // A different sample set (a new partition) restarts the shuffle; the same one carries on.
+  if (!std::equal(indices.begin(), indices.end(), source_.begin(), source_.end())) {
+    source_.assign(indices.begin(), indices.end());
+    order_ = source_;
+    cursor_ = order_.size();  // shuffle before the first batch
   }
 
   const int batch = options_.batch_size;

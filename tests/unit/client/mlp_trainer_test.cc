@@ -170,6 +170,20 @@ TEST(MlpTrainer, DeterministicFromSeedWithMomentumAndWeightDecay) {
   EXPECT_GT(eval->accuracy, 0.95);
 }
 
+TEST(MlpTrainer, ShuffleCarriesOnAcrossCalls) {
+  // Plain SGD keeps no state but the shuffle: 40 + 40 steps equal 80 steps exactly.
+  const MlpShape s{20, 16, 4};
+  auto data = MakeSyntheticDataset(200, 20, 4, 9);
+  std::vector<uint32_t> idx(150);
+  std::iota(idx.begin(), idx.end(), 10U);
+  auto split = InitMlpParams(s, 1), whole = split;
+  MlpTrainer a(s, {0.05F, 16}, 3), b(s, {0.05F, 16}, 3);
+  ASSERT_TRUE(a.Train(split, data, idx, 40).ok());
+  ASSERT_TRUE(a.Train(split, data, idx, 40).ok());
+  ASSERT_TRUE(b.Train(whole, data, idx, 80).ok());
+  EXPECT_EQ(split, whole);
+}
+
 TEST(MlpTrainer, RejectsMismatchedInputs) {
   const MlpShape s{20, 16, 4};
   auto data = MakeSyntheticDataset(100, 20, 4, 9);

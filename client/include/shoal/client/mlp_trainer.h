@@ -89,7 +89,8 @@ class MlpTrainer {
   MlpShape shape_;
   SgdOptions options_;
   std::mt19937_64 rng_;
-  std::vector<uint32_t> order_;  // the current shuffle of the training indices
+  std::vector<uint32_t> source_;  // the training indices as given to Train
+  std::vector<uint32_t> order_;   // their current shuffle
   size_t cursor_ = 0;
   std::vector<float> grad_, velocity_, batch_x_, hidden_, dlogits_, dhidden_;
   std::vector<uint8_t> batch_y_;

@@ -48,6 +48,14 @@ std::string Quoted(std::string_view name) {
   return s;
 }
 
+// A shape from the client, cut after 8 dimensions so a hostile one cannot bloat the message.
+std::string ClientShape(const google::protobuf::RepeatedField<uint64_t>& shape) {
+  const size_t n = std::min<size_t>(static_cast<size_t>(shape.size()), 8);
+  std::string s = ShapeString({shape.data(), n});
+  if (static_cast<size_t>(shape.size()) > n) s.insert(s.size() - 1, ",...");
+  return s;
+}
+
 std::string Range(uint64_t offset, uint64_t length) {
   std::string s = "[";  // appended piecewise: GCC 12 warns falsely on "[" + std::string
   s += std::to_string(offset);
@@ -192,7 +200,7 @@ Result<UpdateView> ParseUpdate(std::span<const std::byte> body, const ModelSpec&
     if (!std::equal(spec.shape.begin(), spec.shape.end(), e.shape().begin(), e.shape().end())) {
       return InvalidArgument(Quoted(e.name()) + ": shape " + ShapeString(spec.shape) +
                              " expected, got " +
-                             ShapeString({e.shape().data(), static_cast<size_t>(e.shape_size())}));
+                             ClientShape(e.shape()));
     }
     const uint64_t numel = spec.numel();
     const uint64_t need = numel * DTypeSize(*dtype);

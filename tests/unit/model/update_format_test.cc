@@ -256,6 +256,11 @@ TEST(UpdateFormat, RejectsTensorTableNotMatchingTheModel) {
   ExpectRejected(Frame(p.header, p.area), "tensor 'fc1.bias': shape [4] expected, got [4,1]");
 
   p = Split(ValidBody());
+  for (int i = 0; i < 1000; ++i) p.header.mutable_tensors(1)->add_shape(7);
+  ExpectRejected(Frame(p.header, p.area),
+                 "tensor 'fc1.bias': shape [4] expected, got [4,7,7,7,7,7,7,7,...]");
+
+  p = Split(ValidBody());
   p.header.mutable_tensors(2)->set_dtype(static_cast<v1::DType>(5));
   ExpectRejected(Frame(p.header, p.area), "tensor 'fc2.weight': dtype 5 unknown");
 

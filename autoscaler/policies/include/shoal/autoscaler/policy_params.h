@@ -1,0 +1,106 @@
+// Parameters of every autoscaling and keep-alive policy, with their defaults written once here.
+// These structs are what a Function manifest's `autoscaling:` block fills in; Validate* names
+// the offending parameter so a bad manifest gets a clear message.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "shoal/common/status.h"
+
+namespace shoal {
+
+// Knative's KPA, with the defaults of Knative's config-autoscaler.
+struct KpaParams {
+  // Per-instance concurrency target. 0: use the function's concurrency limit
+  // (FunctionSignals::concurrency); if both are set the smaller wins (as Knative does with
+  // containerConcurrency and the target annotation).
+  double target = 0;
+  double unlimited_target = 100;        // container-concurrency-target-default (no limit set)
+  double target_utilization = 0.70;     // container-concurrency-target-percentage
+  double stable_window_s = 60;
+  double panic_window_percentage = 10;  // of the stable window: 6 s
+  double panic_threshold_percentage = 200;
+  double max_scale_up_rate = 1000;
+  double max_scale_down_rate = 2;
+  double scale_to_zero_grace_period_s = 30;
+  uint32_t activation_scale = 1;
+  bool enable_scale_to_zero = true;
+  double bucket_s = 1;                  // granularity of the averaging windows
+};
+
+// Tabular Q-learning over the per-instance concurrency target (Schuler et al. 2021).
+struct RlQParams {
+  std::vector<double> targets = {1, 2, 5, 10, 20, 50, 100};
+  // Observed concurrency (averaged over a decision interval) is binned by these upper edges;
+  // one more bin holds everything above the last edge.
+  std::vector<double> load_bin_edges = {1, 2, 5, 10, 20, 50, 100, 200, 500};
+  uint32_t initial_target_index = 3;    // 10
+  double alpha = 0.1;                   // learning rate
+  double gamma = 0.9;                   // discount
+  double epsilon = 1.0;                 // initial exploration probability
+  double epsilon_decay = 0.99;          // multiplied in after every decision
+  double epsilon_min = 0.05;
+  double decision_interval_s = 30;      // one Q-learning step per interval (0: every call)
+  uint64_t seed = 1;
+  // reward = served_fraction * latency_factor - cold_start_penalty * cold_starts
+  //          - instance_cost * mean_instances
+  double cold_start_penalty = 0.05;
+  double instance_cost = 0.01;
+  double default_slo_s = 1.0;           // when the function gives none
+  KpaParams kpa;                        // replicas follow the chosen target as KPA does
+};
+
+// Per-function idle-time histogram keep-alive (Shahrad et al. 2020) and the fixed baseline.
+struct FixedKeepAliveParams {
+  double keep_alive_s = 60;
+};
+
+struct HistogramKeepAliveParams {
+  double bin_s = 60;                    // 1-minute bins
+  double range_s = 4 * 3600;            // 4 hours
+  double head_percentile = 5;           // pre-warm window
+  double tail_percentile = 99;          // keep-alive window
+  double margin = 0.10;                 // head shortened, tail lengthened by this fraction
+  uint32_t min_samples = 10;            // fewer idle times: not representative
+  double cv_threshold = 2.0;            // CV of the bin counts below this: too spread out
+  double oob_fraction_threshold = 0.5;  // more idle times beyond range_s: predict instead
+  double oob_margin = 0.15;             // window of +-15% around the predicted idle time
+  uint32_t oob_history = 5;             // out-of-bounds idle times averaged for the prediction
+  FixedKeepAliveParams fallback;
+};
+
+struct KeepAliveParams {
+  FixedKeepAliveParams fixed;
+  HistogramKeepAliveParams histogram;
+};
+
+// Shoal's model-based policy: Holt forecast of the arrival rate, Erlang-C sizing, pre-warming
+// ahead of rises a cold start cannot follow, lazy scale-down, histogram keep-alive when idle.
+struct ShoalParams {
+  double level_smoothing = 0.5;         // Holt alpha
+  double trend_smoothing = 0.3;         // Holt beta
+  double service_smoothing = 0.2;       // EWMA of the mean service time
+  double default_service_s = 0.1;       // until one is observed
+  double default_cold_start_s = 1.0;    // until one is observed
+  double wait_budget_fraction = 0.1;    // mean queue wait allowed, as a fraction of the SLO
+  double default_wait_budget_s = 0.05;  // when the function gives no SLO
+  double max_utilization = 0.95;        // never size above this per-slot load
+  double scale_down_delay_s = 30;       // keep the largest size of this recent window
+  bool histogram_keep_alive = true;     // keep-alive and idle pre-warming from the histogram
+  HistogramKeepAliveParams keep_alive;
+};
+
+struct PolicyParams {
+  KpaParams kpa;
+  RlQParams rl_q;
+  ShoalParams shoal;
+};
+
+Status Validate(const KpaParams& p);
+Status Validate(const RlQParams& p);
+Status Validate(const FixedKeepAliveParams& p);
+Status Validate(const HistogramKeepAliveParams& p);
+Status Validate(const ShoalParams& p);
+
+}  // namespace shoal

@@ -1,0 +1,47 @@
+// Shoal's model-based policy. Each interval: forecast the arrival rate (Holt double exponential
+// smoothing), size replicas as an M/M/c queue whose mean wait stays within a share of the SLO
+// (Erlang C), pre-warm the instances a forecast rise needs before a cold start could deliver
+// them, keep the largest recent size for a while (lazy scale-down), and when the function goes
+// idle let its idle-time histogram decide keep-alive and when to pre-warm again.
+#pragma once
+
+#include <deque>
+#include <optional>
+#include <utility>
+
+#include "shoal/autoscaler/keep_alive.h"
+#include "shoal/autoscaler/scaling_policy.h"
+
+namespace shoal {
+
+class ShoalPolicy final : public ScalingPolicy {
+ public:
+  explicit ShoalPolicy(const ShoalParams& params);  // params must have passed Validate
+
+  ScalingDecision Observe(const FunctionSignals& s) override;
+  const char* name() const override { return "shoal"; }
+
+  // Instances needed for arrival rate `lambda` with service time `service_s`, `slots` requests
+  // per instance and a mean-wait budget `max_wait_s` (M/M/(instances*slots)).
+  uint32_t InstancesFor(double lambda, double service_s, uint32_t slots, double max_wait_s) const;
+
+  double level() const { return level_; }            // arrivals per second
+  double trend() const { return trend_; }            // arrivals per second, per second
+  double Forecast(double horizon_s) const { return std::max(0.0, level_ + trend_ * horizon_s); }
+  double service_estimate() const { return service_s_; }
+  double cold_start_estimate() const { return cold_start_s_; }
+
+ private:
+  ShoalParams p_;
+  HistogramKeepAlive keep_alive_;
+  bool started_ = false;
+  double last_now_ = 0;
+  double level_ = 0;
+  double trend_ = 0;
+  double service_s_;
+  double cold_start_s_;
+  std::optional<double> last_activity_s_;
+  std::deque<std::pair<double, uint32_t>> recent_;  // (time, demand size) for lazy scale-down
+};
+
+}  // namespace shoal

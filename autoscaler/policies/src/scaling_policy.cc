@@ -1,0 +1,34 @@
+#include "shoal/autoscaler/scaling_policy.h"
+
+#include <algorithm>
+
+#include "shoal/autoscaler/kpa_policy.h"
+#include "shoal/autoscaler/rl_q_policy.h"
+#include "shoal/autoscaler/shoal_policy.h"
+
+namespace shoal {
+
+uint32_t ClampScale(uint64_t replicas, const FunctionSignals& s) {
+  uint64_t r = std::max<uint64_t>(replicas, s.min_scale);
+  if (s.max_scale > 0) r = std::min<uint64_t>(r, std::max(s.max_scale, s.min_scale));
+  return static_cast<uint32_t>(std::min<uint64_t>(r, UINT32_MAX));
+}
+
+Result<std::unique_ptr<ScalingPolicy>> MakeScalingPolicy(const std::string& name,
+                                                         const PolicyParams& params) {
+  if (name == "kpa") {
+    SHOAL_RETURN_IF_ERROR(Validate(params.kpa));
+    return std::unique_ptr<ScalingPolicy>(std::make_unique<KpaPolicy>(params.kpa));
+  }
+  if (name == "rl-q") {
+    SHOAL_RETURN_IF_ERROR(Validate(params.rl_q));
+    return std::unique_ptr<ScalingPolicy>(std::make_unique<RlQPolicy>(params.rl_q));
+  }
+  if (name == "shoal") {
+    SHOAL_RETURN_IF_ERROR(Validate(params.shoal));
+    return std::unique_ptr<ScalingPolicy>(std::make_unique<ShoalPolicy>(params.shoal));
+  }
+  return InvalidArgument("unknown scaling policy '" + name + "' (known: kpa, rl-q, shoal)");
+}
+
+}  // namespace shoal

@@ -1,0 +1,176 @@
+// KPA against worked examples built from Knative's documented rules (defaults: 60 s stable
+// window, 6 s panic window, panic at 200%, utilisation 70%, scale-down rate 2, grace 30 s).
+#include "shoal/autoscaler/kpa_policy.h"
+
+#include <gtest/gtest.h>
+
+namespace shoal {
+namespace {
+
+FunctionSignals Sig(double now, uint32_t concurrency_observed, uint32_t ready) {
+  FunctionSignals s;
+  s.now_s = now;
+  s.interval_s = 1;
+  s.inflight = concurrency_observed;
+  s.ready = ready;
+  s.concurrency = 1;  // per-instance limit 1: target 1, so target value 0.7
+  s.max_scale = 0;    // unbounded
+  return s;
+}
+
+TEST(KpaPolicy, SteadyLoadTenWithTargetOneGivesFifteen) {
+  KpaPolicy kpa{KpaParams{}};
+  ScalingDecision d;
+  for (int t = 0; t <= 60; ++t) d = kpa.Observe(Sig(t, 10, 15));
+  // ceil(10 / (1 * 0.7)) = ceil(14.29) = 15
+  EXPECT_EQ(d.replicas, 15u);
+  EXPECT_DOUBLE_EQ(d.concurrency_target, 1.0);
+  EXPECT_FALSE(d.panic);
+  EXPECT_DOUBLE_EQ(kpa.stable_average(), 10.0);
+}
+
+// Steady 10 (15 ready) for a minute, then 40 concurrent from t = 60.
+class KpaSpike : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int t = 0; t < 60; ++t) ASSERT_EQ(kpa.Observe(Sig(t, 10, 15)).replicas, 15u);
+  }
+  KpaPolicy kpa{KpaParams{}};
+};
+
+TEST_F(KpaSpike, EntersPanicOnThePanicWindowAndNeverScalesDownInIt) {
+  // t=60: panic avg (5*10+40)/6 = 15 -> 22 pods, 22/15 < 2; stable (59*10+40)/60 = 10.5 -> 15.
+  ScalingDecision d = kpa.Observe(Sig(60, 40, 15));
+  EXPECT_FALSE(d.panic);
+  EXPECT_EQ(d.replicas, 15u);
+  // t=61: panic avg 20 -> 29 pods, 29/15 = 1.93 < 2: still stable, stable avg 11 -> 16.
+  d = kpa.Observe(Sig(61, 40, 15));
+  EXPECT_FALSE(d.panic);
+  EXPECT_EQ(d.replicas, 16u);
+  // t=62: panic avg 25 -> 36 pods, 36/15 = 2.4 >= 2: panic, scaled on the panic window
+  // (the stable window alone would say ceil(11.5/0.7) = 17).
+  d = kpa.Observe(Sig(62, 40, 15));
+  EXPECT_TRUE(d.panic);
+  EXPECT_EQ(d.replicas, 36u);
+  uint32_t ready = d.replicas;
+  // Panic window fills with 40: 30 -> 43, 35 -> 50, 40 -> 58.
+  const uint32_t expected[] = {43, 50, 58};
+  for (int i = 0; i < 3; ++i) {
+    const uint32_t expect = expected[i];
+    d = kpa.Observe(Sig(63 + i, 40, ready));
+    ready = d.replicas;
+    EXPECT_EQ(d.replicas, expect);
+    EXPECT_TRUE(d.panic);
+  }
+  // Load back to 10 at t=66: the windows fall, but panic holds the maximum (58).
+  for (int t = 66; t <= 122; ++t) {
+    d = kpa.Observe(Sig(t, 10, ready));
+    ready = d.replicas;
+    ASSERT_TRUE(d.panic) << "t=" << t;
+    ASSERT_EQ(d.replicas, 58u) << "t=" << t;
+  }
+  // The panic condition last held at t=62; one stable window later (now > 62 + 60) panic
+  // ends. Stable avg over [64, 123] = (2*40 + 58*10)/60 = 11 -> 16 pods, but the scale-down
+  // rate 2 allows at most 58 -> floor(58/2) = 29 in one step.
+  d = kpa.Observe(Sig(123, 10, ready));
+  EXPECT_FALSE(d.panic);
+  EXPECT_EQ(d.replicas, 29u);
+  // Next second, in stable mode: (40 + 59*10)/60 = 10.5 -> 15.
+  d = kpa.Observe(Sig(124, 10, d.replicas));
+  EXPECT_EQ(d.replicas, 15u);
+}
+
+TEST(KpaPolicy, ScalesToZeroOnlyAfterTheWindowEmptiesAndTheGracePeriod) {
+  KpaPolicy kpa{KpaParams{}};
+  uint32_t ready = 15;
+  for (int t = 0; t < 60; ++t) ready = kpa.Observe(Sig(t, 10, ready)).replicas;
+  ASSERT_EQ(ready, 15u);
+  // No traffic from t=60. The last non-zero bucket (t=59) leaves the 60 s stable window at
+  // t=119: until then ceil(avg/0.7) >= 1 (at t=118: ceil((10/60)/0.7) = 1).
+  ScalingDecision d;
+  for (int t = 60; t <= 118; ++t) {
+    d = kpa.Observe(Sig(t, 0, ready));
+    ready = d.replicas;
+    ASSERT_GE(d.replicas, 1u) << "t=" << t;
+  }
+  EXPECT_EQ(d.replicas, 1u);
+  // From t=119 the desired scale is 0; the last instance stays for the 30 s grace period:
+  // still there 29 s in (t=148), gone at 30 s (t=149).
+  for (int t = 119; t <= 148; ++t) {
+    d = kpa.Observe(Sig(t, 0, ready));
+    ready = d.replicas;
+    ASSERT_EQ(d.replicas, 1u) << "t=" << t;
+  }
+  d = kpa.Observe(Sig(149, 0, ready));
+  EXPECT_EQ(d.replicas, 0u);
+  // Nothing running and no traffic: stays at zero.
+  EXPECT_EQ(kpa.Observe(Sig(150, 0, 0)).replicas, 0u);
+  // A request arrives at a scaled-to-zero function: averages 1/60 and 1/6 give one instance.
+  d = kpa.Observe(Sig(151, 1, 0));
+  EXPECT_EQ(d.replicas, 1u);
+  EXPECT_FALSE(d.panic);
+}
+
+TEST(KpaPolicy, TrafficDuringTheGracePeriodCancelsScaleToZero) {
+  KpaPolicy kpa{KpaParams{}};
+  uint32_t ready = 1;
+  kpa.Observe(Sig(0, 0, 1));  // desired 0 from here; grace running
+  for (int t = 1; t < 20; ++t) ready = kpa.Observe(Sig(t, 0, ready)).replicas;
+  EXPECT_EQ(ready, 1u);
+  ready = kpa.Observe(Sig(20, 1, ready)).replicas;  // traffic
+  EXPECT_GE(ready, 1u);
+  for (int t = 21; t <= 60; ++t) ready = kpa.Observe(Sig(t, 0, ready)).replicas;
+  EXPECT_EQ(ready, 1u);  // the window still holds t=20's sample, so desired >= 1
+}
+
+TEST(KpaPolicy, ClampsToMinAndMaxScale) {
+  KpaPolicy kpa{KpaParams{}};
+  FunctionSignals s = Sig(0, 10, 5);
+  s.max_scale = 5;
+  EXPECT_EQ(kpa.Observe(s).replicas, 5u);
+  KpaPolicy idle{KpaParams{}};
+  FunctionSignals z = Sig(0, 0, 0);
+  z.min_scale = 2;
+  EXPECT_EQ(idle.Observe(z).replicas, 2u);
+}
+
+TEST(KpaPolicy, IrregularObservationIntervalsWeighByTimeCovered) {
+  // Every second: 10 at t=2, then 20 at t=3, 4, 5.
+  KpaPolicy regular{KpaParams{}};
+  regular.Observe(Sig(2, 10, 25));
+  for (int t = 3; t <= 5; ++t) regular.Observe(Sig(t, 20, 25));
+  // Irregular: 10 at t=2, then one sample of 20 at t=5 covering (2, 5].
+  KpaPolicy irregular{KpaParams{}};
+  irregular.Observe(Sig(2, 10, 25));
+  FunctionSignals late = Sig(5, 20, 25);
+  late.interval_s = 3;
+  ScalingDecision d = irregular.Observe(late);
+  // (10 + 3*20) / 4 buckets = 17.5; ceil(17.5/0.7) = 25 (not 26 from rounding dust).
+  EXPECT_DOUBLE_EQ(regular.stable_average(), 17.5);
+  EXPECT_DOUBLE_EQ(irregular.stable_average(), 17.5);
+  EXPECT_DOUBLE_EQ(irregular.panic_average(), 17.5);
+  EXPECT_EQ(d.replicas, 25u);
+  // Sub-second samples share a bucket: 10 and 30 at t=7.2 and 7.7 average to 20 there.
+  KpaPolicy fine{KpaParams{}};
+  fine.Observe(Sig(7.2, 10, 30));
+  fine.Observe(Sig(7.7, 30, 30));
+  EXPECT_DOUBLE_EQ(fine.stable_average(), 20.0);
+}
+
+TEST(KpaPolicy, FactoryValidatesAndNamesTheParameter) {
+  PolicyParams p;
+  auto ok = MakeScalingPolicy("kpa", p);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_STREQ((*ok)->name(), "kpa");
+  p.kpa.stable_window_s = -1;
+  auto bad = MakeScalingPolicy("kpa", p);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("kpa.stable_window_s"), std::string::npos);
+  auto unknown = MakeScalingPolicy("hpa", PolicyParams{});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("hpa"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shoal

@@ -35,7 +35,8 @@ void ConcurrencyWindow::Record(double now_s, double value) {
 
 double ConcurrencyWindow::Average(double now_s, double window_s) const {
   const int64_t now_idx = IndexOf(now_s);
-  const int64_t n = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(window_s / bucket_s_ - 1e-9)));
+  const int64_t n =
+      std::max<int64_t>(1, static_cast<int64_t>(std::ceil(window_s / bucket_s_ - 1e-9)));
   const int64_t first = now_idx - n + 1;
   double sum = 0;
   int64_t valid = 0;

@@ -71,9 +71,8 @@ KeepAliveDecision HistogramKeepAlive::Decide() const {
     case Mode::kOutOfBounds: {
       // Prediction: the mean of the latest out-of-bounds idle times (the paper fits ARIMA to
       // them; with idle times of hours a mean of the last few is what such a fit tracks).
-      const double predicted =
-          std::accumulate(recent_oob_.begin(), recent_oob_.end(), 0.0) /
-          static_cast<double>(recent_oob_.size());
+      const double predicted = std::accumulate(recent_oob_.begin(), recent_oob_.end(), 0.0) /
+                               static_cast<double>(recent_oob_.size());
       return {predicted * (1 - p_.oob_margin), 2 * p_.oob_margin * predicted};
     }
     case Mode::kHistogram:
@@ -95,8 +94,7 @@ Result<std::unique_ptr<KeepAlivePolicy>> MakeKeepAlivePolicy(const std::string& 
   }
   if (name == "histogram") {
     SHOAL_RETURN_IF_ERROR(Validate(params.histogram));
-    return std::unique_ptr<KeepAlivePolicy>(
-        std::make_unique<HistogramKeepAlive>(params.histogram));
+    return std::unique_ptr<KeepAlivePolicy>(std::make_unique<HistogramKeepAlive>(params.histogram));
   }
   return InvalidArgument("unknown keep-alive policy '" + name + "' (known: fixed, histogram)");
 }

@@ -26,7 +26,8 @@ ScalingDecision KpaPolicy::Observe(const FunctionSignals& s) {
   // from below (the queue-proxy measures time-averaged concurrency for the same reason).
   double observed = static_cast<double>(s.inflight) + static_cast<double>(s.queued);
   if (s.interval_s > 0 && s.arrivals > 0 && s.mean_service_s > 0)
-    observed = std::max(observed, static_cast<double>(s.arrivals) * s.mean_service_s / s.interval_s);
+    observed =
+        std::max(observed, static_cast<double>(s.arrivals) * s.mean_service_s / s.interval_s);
   window_.Record(s.now_s, observed);
 
   const double panic_window_s = p_.stable_window_s * p_.panic_window_percentage / 100;

@@ -102,9 +102,9 @@ ScalingDecision RlQPolicy::Observe(const FunctionSignals& s) {
     stats_.slo_s = s.slo_s;
   }
 
-  const bool decide = stats_.elapsed_s > 0 &&
-                      (p_.decision_interval_s <= 0 ||
-                       s.now_s - interval_start_s_ >= p_.decision_interval_s - 1e-9);
+  const bool decide =
+      stats_.elapsed_s > 0 &&
+      (p_.decision_interval_s <= 0 || s.now_s - interval_start_s_ >= p_.decision_interval_s - 1e-9);
   if (decide) {
     const double load = stats_.concurrency_seconds / stats_.elapsed_s;
     const size_t state = StateIndex(LoadBin(load), target_index_);

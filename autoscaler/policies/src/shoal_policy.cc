@@ -44,7 +44,8 @@ ScalingDecision ShoalPolicy::Observe(const FunctionSignals& s) {
                                       : std::max(cold_start_s_, s.cold_start_cost_s);
 
   const uint32_t slots = std::max<uint32_t>(1, s.concurrency);
-  const double max_wait = s.slo_s > 0 ? p_.wait_budget_fraction * s.slo_s : p_.default_wait_budget_s;
+  const double max_wait =
+      s.slo_s > 0 ? p_.wait_budget_fraction * s.slo_s : p_.default_wait_budget_s;
   const uint64_t present = static_cast<uint64_t>(s.inflight) + s.queued;
   const bool active = s.arrivals > 0 || present > 0;
   if (s.arrivals > 0) keep_alive_.OnInvocations(s.now_s, s.arrivals);
@@ -72,8 +73,7 @@ ScalingDecision ShoalPolicy::Observe(const FunctionSignals& s) {
 
   // Pre-warm what the forecast needs by the time a cold start started now would be ready.
   if (active && trend_ > 0) {
-    const uint32_t ahead =
-        InstancesFor(Forecast(cold_start_s_ + dt), service_s_, slots, max_wait);
+    const uint32_t ahead = InstancesFor(Forecast(cold_start_s_ + dt), service_s_, slots, max_wait);
     if (ahead > d.replicas) d.prewarm = ahead - d.replicas;
   }
 

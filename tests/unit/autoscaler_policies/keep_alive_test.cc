@@ -48,8 +48,8 @@ TEST(HistogramKeepAlive, FallsBackWithTooFewSamples) {
   h.OnInvocation(10 * 360.0);  // the 10th
   EXPECT_EQ(h.mode(), HistogramKeepAlive::Mode::kHistogram);
   d = h.Decide();
-  EXPECT_DOUBLE_EQ(d.prewarm_after_s, 324);      // 360 * 0.9
-  EXPECT_DOUBLE_EQ(d.keep_alive_s, 462 - 324);   // 420 * 1.1 - 324
+  EXPECT_DOUBLE_EQ(d.prewarm_after_s, 324);     // 360 * 0.9
+  EXPECT_DOUBLE_EQ(d.keep_alive_s, 462 - 324);  // 420 * 1.1 - 324
 }
 
 TEST(HistogramKeepAlive, FallsBackWhenTooSpreadOut) {
@@ -62,11 +62,11 @@ TEST(HistogramKeepAlive, FallsBackWhenTooSpreadOut) {
 
 TEST(HistogramKeepAlive, FrequentInvocationsKeepAliveFromTheEnd) {
   HistogramKeepAlive h{HistogramKeepAliveParams{}};
-  h.OnInvocations(0, 50);    // 49 idle times of 0
-  h.OnInvocations(10, 50);   // one of 10 s, 49 of 0
+  h.OnInvocations(0, 50);   // 49 idle times of 0
+  h.OnInvocations(10, 50);  // one of 10 s, 49 of 0
   const KeepAliveDecision d = h.Decide();
-  EXPECT_DOUBLE_EQ(d.prewarm_after_s, 0);    // head in bin 0: no unloading
-  EXPECT_DOUBLE_EQ(d.keep_alive_s, 66);      // bin 0's upper edge 60 s + 10%
+  EXPECT_DOUBLE_EQ(d.prewarm_after_s, 0);  // head in bin 0: no unloading
+  EXPECT_DOUBLE_EQ(d.keep_alive_s, 66);    // bin 0's upper edge 60 s + 10%
 }
 
 TEST(HistogramKeepAlive, OutOfBoundsIdleTimesArePredicted) {

@@ -2,10 +2,10 @@
 // and convergence to the best concurrency target in a toy environment where it is known.
 #include "shoal/autoscaler/rl_q_policy.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <gtest/gtest.h>
 
 namespace shoal {
 namespace {

@@ -29,9 +29,9 @@ class KpaPolicy final : public ScalingPolicy {
   KpaParams p_;
   ConcurrencyWindow window_;
   double target_override_ = 0;
-  std::optional<double> panic_since_;     // last time the panic condition held
+  std::optional<double> panic_since_;  // last time the panic condition held
   uint32_t max_panic_pods_ = 0;
-  std::optional<double> zero_since_;      // when the desired scale first dropped to 0
+  std::optional<double> zero_since_;  // when the desired scale first dropped to 0
   double stable_avg_ = 0;
   double panic_avg_ = 0;
 };

@@ -16,8 +16,8 @@ struct KpaParams {
   // (FunctionSignals::concurrency); if both are set the smaller wins (as Knative does with
   // containerConcurrency and the target annotation).
   double target = 0;
-  double unlimited_target = 100;        // container-concurrency-target-default (no limit set)
-  double target_utilization = 0.70;     // container-concurrency-target-percentage
+  double unlimited_target = 100;     // container-concurrency-target-default (no limit set)
+  double target_utilization = 0.70;  // container-concurrency-target-percentage
   double stable_window_s = 60;
   double panic_window_percentage = 10;  // of the stable window: 6 s
   double panic_threshold_percentage = 200;
@@ -26,7 +26,7 @@ struct KpaParams {
   double scale_to_zero_grace_period_s = 30;
   uint32_t activation_scale = 1;
   bool enable_scale_to_zero = true;
-  double bucket_s = 1;                  // granularity of the averaging windows
+  double bucket_s = 1;  // granularity of the averaging windows
 };
 
 // Tabular Q-learning over the per-instance concurrency target (Schuler et al. 2021).
@@ -35,20 +35,20 @@ struct RlQParams {
   // Observed concurrency (averaged over a decision interval) is binned by these upper edges;
   // one more bin holds everything above the last edge.
   std::vector<double> load_bin_edges = {1, 2, 5, 10, 20, 50, 100, 200, 500};
-  uint32_t initial_target_index = 3;    // 10
-  double alpha = 0.1;                   // learning rate
-  double gamma = 0.9;                   // discount
-  double epsilon = 1.0;                 // initial exploration probability
-  double epsilon_decay = 0.99;          // multiplied in after every decision
+  uint32_t initial_target_index = 3;  // 10
+  double alpha = 0.1;                 // learning rate
+  double gamma = 0.9;                 // discount
+  double epsilon = 1.0;               // initial exploration probability
+  double epsilon_decay = 0.99;        // multiplied in after every decision
   double epsilon_min = 0.05;
-  double decision_interval_s = 30;      // one Q-learning step per interval (0: every call)
+  double decision_interval_s = 30;  // one Q-learning step per interval (0: every call)
   uint64_t seed = 1;
   // reward = served_fraction * latency_factor - cold_start_penalty * cold_starts
   //          - instance_cost * mean_instances
   double cold_start_penalty = 0.05;
   double instance_cost = 0.01;
-  double default_slo_s = 1.0;           // when the function gives none
-  KpaParams kpa;                        // replicas follow the chosen target as KPA does
+  double default_slo_s = 1.0;  // when the function gives none
+  KpaParams kpa;               // replicas follow the chosen target as KPA does
 };
 
 // Per-function idle-time histogram keep-alive (Shahrad et al. 2020) and the fixed baseline.

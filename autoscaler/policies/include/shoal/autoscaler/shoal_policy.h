@@ -25,8 +25,8 @@ class ShoalPolicy final : public ScalingPolicy {
   // per instance and a mean-wait budget `max_wait_s` (M/M/(instances*slots)).
   uint32_t InstancesFor(double lambda, double service_s, uint32_t slots, double max_wait_s) const;
 
-  double level() const { return level_; }            // arrivals per second
-  double trend() const { return trend_; }            // arrivals per second, per second
+  double level() const { return level_; }  // arrivals per second
+  double trend() const { return trend_; }  // arrivals per second, per second
   double Forecast(double horizon_s) const { return std::max(0.0, level_ + trend_ * horizon_s); }
   double service_estimate() const { return service_s_; }
   double cold_start_estimate() const { return cold_start_s_; }

@@ -1,0 +1,145 @@
+#include "shoal/autoscaler/scenarios.h"
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+
+#include "shoal/autoscaler/scaling_policy.h"
+
+namespace shoal {
+namespace {
+
+struct Workload {
+  std::vector<FunctionConfig> functions;
+  std::unique_ptr<ArrivalSource> arrivals;
+  double duration_s = 0;
+  double slo_s = 1.0;
+};
+
+FunctionConfig Fn(const std::string& name, uint32_t concurrency, Distribution service, double slo) {
+  FunctionConfig f;
+  f.name = name;
+  f.concurrency = concurrency;
+  f.min_scale = 0;
+  f.max_scale = 1000;
+  f.service = service;
+  f.slo_s = slo;
+  f.keep_alive_s = 60;  // the baseline platform keep-alive (a fixed minute)
+  return f;
+}
+
+Result<Workload> MakeWorkload(const ScenarioOptions& o) {
+  Workload w;
+  const double k = o.duration_scale;
+  const uint64_t s = o.seed;
+  if (o.workload == "bursty") {
+    // One API-like function; gamma inter-arrivals whose burstiness shifts every 2 minutes.
+    w.duration_s = 3600 * k;
+    w.functions.push_back(Fn("bursty", 10, Distribution::LogNormal(0.08, 0.5), 1.0));
+    w.arrivals = MakeBursty(0, 20, 0.1, 2.0, 120, w.duration_s, s);
+  } else if (o.workload == "diurnal") {
+    // A day compressed into 30 minutes, twice: the rate swings 10x between night and noon.
+    w.duration_s = 3600 * k;
+    w.functions.push_back(Fn("diurnal", 10, Distribution::LogNormal(0.1, 0.4), 1.0));
+    w.arrivals = MakeDiurnal(0, 15, 0.9, 1800 * k, w.duration_s, s);
+  } else if (o.workload == "timer") {
+    // 20 timer-triggered functions with periods around the 1-minute keep-alive (45..90 s).
+    w.duration_s = 3600 * k;
+    std::vector<std::unique_ptr<ArrivalSource>> sources;
+    for (uint32_t i = 0; i < 20; ++i) {
+      w.functions.push_back(
+          Fn("timer-" + std::to_string(i), 1, Distribution::LogNormal(0.2, 0.3), 5.0));
+      const double period = 45 + 45.0 * i / 19.0;
+      sources.push_back(MakeTimer(i, period, 1.0, w.duration_s, 3.0 * i, s + i));
+    }
+    w.arrivals = Merge(std::move(sources));
+  } else if (o.workload == "fl") {
+    // FL rounds: 32 clients push updates within 5 s of each other every 90 s.
+    w.duration_s = 3600 * k;
+    w.functions.push_back(Fn("fl-leaf", 8, Distribution::LogNormal(0.5, 0.2), 5.0));
+    w.arrivals = MakeFlRounds(0, 32, 90, 5, static_cast<uint32_t>(40 * k), s);
+  } else if (o.workload == "zipf") {
+    // 200 functions, Zipf popularity (exponent 1), 100 req/s in total.
+    w.duration_s = 1800 * k;
+    for (uint32_t i = 0; i < 200; ++i) {
+      w.functions.push_back(Fn("fn-" + std::to_string(i), 4, Distribution::LogNormal(0.1, 0.5), 1.0));
+    }
+    w.arrivals = MakeZipf(0, 200, 1.0, 100, w.duration_s, s);
+  } else if (o.workload == "trace") {
+    auto trace = ReadTraceFile(o.trace_path, s);
+    if (!trace.ok()) return trace.status();
+    for (const auto& name : trace->functions) {
+      w.functions.push_back(Fn(name, 4, Distribution::LogNormal(0.1, 0.5), 1.0));
+    }
+    w.duration_s = trace->arrivals.empty() ? 0 : trace->arrivals.back().t;
+    w.arrivals = FromVector(std::move(trace->arrivals));
+  } else {
+    return InvalidArgument("workload '" + o.workload +
+                           "' unknown: bursty, diurnal, timer, fl, zipf or trace");
+  }
+  return w;
+}
+
+}  // namespace
+
+Result<ScenarioResult> RunScenario(const ScenarioOptions& o) {
+  auto w = MakeWorkload(o);
+  if (!w.ok()) return w.status();
+  PolicyParams params;
+  // Validate the policy name once before building one per function.
+  if (auto probe = MakeScalingPolicy(o.policy, params); !probe.ok()) return probe.status();
+  SimulatorConfig cfg;
+  cfg.duration_s = w->duration_s;
+  cfg.seed = o.seed;
+  cfg.record_series = false;
+  cfg.control_interval_s = 2.0;
+  for (FunctionConfig& f : w->functions) {
+    auto policy = MakeScalingPolicy(o.policy, params);
+    std::shared_ptr<ScalingPolicy> p(std::move(policy).value());
+    f.policy = [p](const FunctionSignals& s) { return p->Observe(s); };
+    cfg.functions.push_back(f);
+  }
+  Simulator sim(cfg);
+  auto report = sim.Run(*w->arrivals);
+  if (!report.ok()) return report.status();
+  ScenarioResult r;
+  r.workload = o.workload;
+  r.policy = o.policy;
+  r.report = std::move(*report);
+  r.slo_s = w->slo_s;
+  return r;
+}
+
+std::string FormatScenarioTable(const std::vector<ScenarioResult>& results,
+                                const std::string& baseline_policy) {
+  std::map<std::string, const FunctionReport*> base;
+  for (const auto& r : results) {
+    if (r.policy == baseline_policy) base[r.workload] = &r.report.total;
+  }
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line, "%-9s %-7s %9s %8s %9s %9s %9s %7s %11s %7s %7s %7s\n",
+                "workload", "policy", "requests", "cold", "cold/1k", "p50 ms", "p99 ms", "slo%",
+                "inst-s", "xcold", "xinst", "xp99");
+  out += line;
+  for (const auto& r : results) {
+    const FunctionReport& t = r.report.total;
+    const FunctionReport* b = base.count(r.workload) ? base[r.workload] : nullptr;
+    auto ratio = [](double a, double c) { return c > 0 ? a / c : (a > 0 ? INFINITY : 1.0); };
+    const double req = static_cast<double>(std::max<uint64_t>(1, t.requests));
+    std::snprintf(line, sizeof line,
+                  "%-9s %-7s %9llu %8llu %9.2f %9.1f %9.1f %7.2f %11.0f %7.2f %7.2f %7.2f\n",
+                  r.workload.c_str(), r.policy.c_str(),
+                  static_cast<unsigned long long>(t.requests),
+                  static_cast<unsigned long long>(t.cold_starts), 1000.0 * t.cold_starts / req,
+                  t.p50_latency_s * 1e3, t.p99_latency_s * 1e3, 100.0 * t.slo_violations / req,
+                  t.instance_s, b ? ratio(t.cold_starts, b->cold_starts) : NAN,
+                  b ? ratio(t.instance_s, b->instance_s) : NAN,
+                  b ? ratio(t.p99_latency_s, b->p99_latency_s) : NAN);
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace shoal

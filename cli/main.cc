@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "commands.h"
+#include "sim.h"
 
 int main(int argc, char** argv) {
   using namespace shoal::cli;
@@ -52,7 +53,20 @@ int main(int argc, char** argv) {
   auto* top = app.add_subcommand("top", "per-function load: instances, in-flight, req/s, latency");
   top->add_flag("-w,--watch", watch, "refresh every second until Ctrl-C");
 
+  SimOptions sim_opts;
+  auto* sim = app.add_subcommand("sim", "run the autoscaling simulator locally (no shoald needed)");
+  sim->add_option("--policy", sim_opts.policy, "kpa, rl-q or shoal")->capture_default_str();
+  sim->add_option("--workload", sim_opts.workload, "bursty, diurnal, timer, fl or zipf")
+      ->capture_default_str();
+  sim->add_option("--trace", sim_opts.trace,
+                  "replay a trace: per-invocation CSV (timestamp,function,duration) or Azure "
+                  "Functions 2019 per-minute counts");
+  sim->add_option("--seed", sim_opts.seed)->capture_default_str();
+  sim->add_option("--duration-scale", sim_opts.duration_scale, "stretch or shorten the workload")
+      ->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
+  if (sim->parsed()) return Simulate(sim_opts);
 
   curl_global_init(CURL_GLOBAL_DEFAULT);
   HttpClient client(server);

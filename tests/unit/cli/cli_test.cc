@@ -410,3 +410,27 @@ TEST_F(CliTest, DeleteAndLogs) {
 }
 
 }  // namespace
+
+namespace shoal::cli {
+namespace {
+
+TEST(CliSimTest, RunsThePolicyAndTheKpaBaselineOnTheSameArrivals) {
+  // `shoal sim` runs locally: the server URL is never contacted.
+  auto r = RunShoal("http://127.0.0.1:1",
+                    {"sim", "--policy", "shoal", "--workload", "fl", "--duration-scale", "0.1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("workload  policy   requests", 0), 0u) << r.out;
+  // FL rounds scaled to 4 rounds of 32 updates: both rows see the same 128 requests.
+  EXPECT_NE(r.out.find("\nfl        kpa           128 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nfl        shoal         128 "), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("[2/2] simulating fl under shoal"), std::string::npos) << r.err;
+  auto bad = RunShoal("http://127.0.0.1:1", {"sim", "--workload", "nope"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("workload 'nope' unknown"), std::string::npos) << bad.err;
+  auto badp = RunShoal("http://127.0.0.1:1", {"sim", "--policy", "magic"});
+  EXPECT_EQ(badp.exit_code, 1);
+  EXPECT_NE(badp.err.find("magic"), std::string::npos) << badp.err;
+}
+
+}  // namespace
+}  // namespace shoal::cli

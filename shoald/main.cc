@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "shoal/aggregator/fl_coordinator.h"
 #include "shoal/common/config.h"
 #include "shoal/common/log.h"
 #include "shoal/controller/control_api.h"
@@ -117,11 +118,22 @@ int main(int argc, char** argv) {
   spdlog::info("registry: {} function(s) restored from {}", registry->List().size(),
                config.state_dir);
 
+  FlCoordinator fl(config);
+  if (Status st = fl.Restore(); !st.ok()) {
+    spdlog::error("fl coordinator: {}", st.ToString());
+    return 1;
+  }
+
   uv_loop_t* loop = uv_default_loop();
   NodeMetrics metrics;
   FunctionTable table;
-  InstanceManager manager(config, loop, *data_plane, table, metrics,
-                          [&registry] { return registry->List(); });
+  // The instance manager runs the registry's functions and the FL jobs' leaf aggregators.
+  InstanceManager manager(config, loop, *data_plane, table, metrics, [&registry, &fl] {
+    auto specs = registry->List();
+    for (auto& leaf : fl.LeafSpecs()) specs.push_back(std::move(leaf));
+    return specs;
+  });
+  fl.SetOnChange([&manager] { manager.FunctionsChanged(); });
   ControlApi control(*registry, manager);
   ControlService control_service(control);
   GatewayHooks hooks;
@@ -131,6 +143,7 @@ int main(int argc, char** argv) {
     return metrics.Serialize();
   };
   hooks.ready = [&] { return manager.Ready(); };
+  hooks.fl = &fl;
   Gateway gateway(config, table, *data_plane, manager, metrics, std::move(hooks));
 
   if (Status st = manager.Start(&gateway); !st.ok()) {

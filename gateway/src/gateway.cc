@@ -86,6 +86,8 @@ struct Pending {
   uint64_t length = 0;
   bool in_use = false;
   bool queued = false;
+  uint64_t fl_ticket = 0;  // an FL update admitted by the coordinator (0: none)
+  float fl_weight = 0;
 };
 
 class GatewayLoop {
@@ -105,7 +107,7 @@ class GatewayLoop {
 
   // Called by connections.
   void Dispatch(Connection* conn, std::shared_ptr<FunctionRuntime> fn, uint64_t buffer,
-                uint64_t length);
+                uint64_t length, FlAdmission fl = {});
   void Abandon(uint32_t pending_index);
   void OnConnectionClosed(Connection* conn);
 
@@ -119,6 +121,8 @@ class GatewayLoop {
   void FailInstance(uint32_t instance, int status, const std::string& reason);
   void Reject(uint64_t request_id, int status, const std::string& reason);
   void FlushOutbox();
+  // Tells the coordinator how an FL update ended (no-op for other requests).
+  void FinishFl(Pending& p, int status);
   uint32_t AllocPending();
   void FreePending(uint32_t idx);
   Pending* Lookup(uint64_t request_id, uint32_t* idx);
@@ -237,6 +241,7 @@ class Connection {
   bool expect_continue_ = false;
   Route route_ = Route::kNone;
   std::string function_name_, sub_path_, query_, path_;
+  std::string fl_job_;  // POST /v1/jobs/{job}/updates: the update goes to the job's leaves
   std::shared_ptr<FunctionRuntime> fn_;
   uint64_t body_limit_ = 0;
   // Function bodies live in the pool: [payload head][body].
@@ -365,6 +370,7 @@ int Connection::OnMessageBegin(http_parser* p) {
   c->raw_body_ = false;
   c->small_body_.clear();
   c->error_status_ = 0;
+  c->fl_job_.clear();
   return 0;
 }
 
@@ -434,14 +440,29 @@ int Connection::RouteRequest() {
     return 0;
   };
 
-  if (path_.rfind("/fn/", 0) == 0) {
-    const auto slash = path_.find('/', 4);
-    function_name_ = path_.substr(4, slash == std::string::npos ? std::string::npos : slash - 4);
-    sub_path_ = slash == std::string::npos ? "" : path_.substr(slash);
+  FlDataPath* fl = loop_.gw().hooks_.fl;
+  const bool fl_update = fl != nullptr && parser_.method == HTTP_POST &&
+                         path_.rfind("/v1/jobs/", 0) == 0 && path_.size() > 17 &&
+                         path_.compare(path_.size() - 8, 8, "/updates") == 0;
+  if (path_.rfind("/fn/", 0) == 0 || fl_update) {
+    if (fl_update) {
+      fl_job_ = path_.substr(9, path_.size() - 8 - 9);
+      function_name_ = fl->LeafFunction(fl_job_);
+      sub_path_.clear();
+    } else {
+      const auto slash = path_.find('/', 4);
+      function_name_ = path_.substr(4, slash == std::string::npos ? std::string::npos : slash - 4);
+      sub_path_ = slash == std::string::npos ? "" : path_.substr(slash);
+      // Internal functions (FL leaves, "fl.<job>") take requests only through their route.
+      if (function_name_.find('.') != std::string::npos) {
+        return reject(404, "function '" + function_name_ + "' not found");
+      }
+    }
     fn_ = loop_.gw().functions_.Find(function_name_);
     if (!fn_ || fn_->retired.load(std::memory_order_relaxed)) {
       fn_.reset();
-      return reject(404, "function '" + function_name_ + "' not found");
+      return reject(404, fl_update ? "FL job '" + fl_job_ + "' not found"
+                                   : "function '" + function_name_ + "' not found");
     }
     route_ = Route::kFunction;
     body_limit_ = fn_->spec.max_body_bytes ? fn_->spec.max_body_bytes : cfg.max_body_bytes;
@@ -565,9 +586,24 @@ void Connection::HandleRequest() {
       std::span<std::byte> buf = fn_->pool->Data(buffer_);
       WritePayloadHead(buf, static_cast<uint16_t>(parser_.method), 0, sub_path_, query_,
                        content_type_, body_len_);
+      FlAdmission admission;
+      if (!fl_job_.empty()) {
+        // The coordinator checks the update's header before any leaf touches it.
+        auto adm = loop_.gw().hooks_.fl->Admit(
+            fl_job_, *fn_->pool, std::span<const std::byte>(body_ptr_, body_len_), buffer_);
+        if (!adm.ok()) {
+          ReleaseRequestBuffer();
+          const int status = adm.status().code() == StatusCode::kAlreadyExists
+                                 ? 409
+                                 : HttpStatusFor(adm.status().code());
+          WriteError(status, adm.status().message());
+          return;
+        }
+        admission = *adm;
+      }
       const uint64_t buffer = buffer_;
       buffer_ = 0;  // the pending request owns it now
-      loop_.Dispatch(this, fn_, buffer, head_len_ + body_len_);
+      loop_.Dispatch(this, fn_, buffer, head_len_ + body_len_, admission);
       return;
     }
     case Route::kControl: {
@@ -846,8 +882,15 @@ uint32_t GatewayLoop::AllocPending() {
   return idx;
 }
 
+void GatewayLoop::FinishFl(Pending& p, int status) {
+  if (p.fl_ticket == 0) return;
+  gw_.hooks_.fl->Completed(p.fl_ticket, status);
+  p.fl_ticket = 0;
+}
+
 void GatewayLoop::FreePending(uint32_t idx) {
   Pending& p = pending_[idx];
+  p.fl_ticket = 0;
   p.in_use = false;
   p.conn = nullptr;
   p.fn.reset();
@@ -867,10 +910,12 @@ Pending* GatewayLoop::Lookup(uint64_t request_id, uint32_t* idx) {
 }
 
 void GatewayLoop::Dispatch(Connection* conn, std::shared_ptr<FunctionRuntime> fn, uint64_t buffer,
-                           uint64_t length) {
+                           uint64_t length, FlAdmission fl) {
   const uint32_t idx = AllocPending();
   Pending& p = pending_[idx];
   p.conn = conn;
+  p.fl_ticket = fl.ticket;
+  p.fl_weight = fl.coefficient;
   p.fn = std::move(fn);
   p.buffer = buffer;
   p.length = length;
@@ -891,6 +936,7 @@ void GatewayLoop::Dispatch(Connection* conn, std::shared_ptr<FunctionRuntime> fn
       gw_.scale_.Poke();
       return;
     case FunctionRouter::Outcome::kRejected: {
+      FinishFl(p, 503);
       (void)f.pool->Release(buffer, kShoaldSlot);
       conn->ClearPending();
       FreePending(idx);
@@ -917,6 +963,15 @@ void GatewayLoop::SendToInstance(uint32_t idx, uint32_t instance) {
   d.offset = p.buffer;
   d.length = p.length;
   d.timestamp_ns = NowNs();
+  if (p.fl_ticket != 0) {
+    auto partial = gw_.hooks_.fl->PartialFor(p.fl_ticket, instance);
+    if (!partial.ok()) {
+      spdlog::error("FL ticket {}: no partial sum: {}", p.fl_ticket, partial.status().ToString());
+    } else {
+      d.reserved = *partial;
+      std::memcpy(&d.flags, &p.fl_weight, sizeof d.flags);
+    }
+  }
   // The instance holds the request from here on; if it dies, the pool reclaims it.
   if (Status st = f.pool->Transfer(p.buffer, kShoaldSlot, slot); !st.ok()) {
     spdlog::error("transfer to instance {:#x} failed: {}", instance, st.ToString());
@@ -933,6 +988,7 @@ void GatewayLoop::SendToInstance(uint32_t idx, uint32_t instance) {
     return;
   }
   // The instance is gone: take the buffer back and fail the request.
+  FinishFl(p, 502);
   (void)f.pool->Transfer(p.buffer, slot, kShoaldSlot);
   (void)f.pool->Release(p.buffer, kShoaldSlot);
   if (auto next = f.router.Release(instance)) RouteAssignment(*next);
@@ -970,6 +1026,7 @@ void GatewayLoop::RouteAssignment(const shoal::RouteAssignment& a) {
       // The waiter gave up meanwhile: pass the slot on.
       FunctionRuntime* fn = p ? p->fn.get() : nullptr;
       if (p != nullptr && p->conn == nullptr) {
+        FinishFl(*p, 504);
         auto keep = p->fn;
         (void)keep->pool->Release(p->buffer, kShoaldSlot);
         FreePending(idx);
@@ -990,6 +1047,7 @@ void GatewayLoop::Abandon(uint32_t idx) {
   Pending& p = pending_[idx];
   if (!p.in_use) return;
   if (p.queued && p.fn->router.CancelWaiter(index_, (uint64_t{p.gen} << 32) | idx)) {
+    FinishFl(p, 504);
     (void)p.fn->pool->Release(p.buffer, kShoaldSlot);
     FreePending(idx);
     return;
@@ -1024,6 +1082,10 @@ void GatewayLoop::OnResponse(const EventDescriptor& d) {
     }
     return;
   }
+  // A late answer to an abandoned FL update still counts: the leaf folded it.
+  FinishFl(*p, d.kind == static_cast<uint16_t>(EventKind::kResponse) && d.offset != 0
+                   ? static_cast<int>(ReadPayload(p->fn->pool->Data(d.offset)).status)
+                   : static_cast<int>(d.status ? d.status : 500));
   auto fn = std::move(p->fn);
   Connection* conn = p->conn;
   FreePending(idx);
@@ -1061,6 +1123,7 @@ void GatewayLoop::Reject(uint64_t request_id, int status, const std::string& rea
   uint32_t idx;
   Pending* p = Lookup(request_id, &idx);
   if (p == nullptr) return;
+  FinishFl(*p, status);
   (void)p->fn->pool->Release(p->buffer, kShoaldSlot);
   Connection* conn = p->conn;
   FreePending(idx);
@@ -1075,6 +1138,7 @@ void GatewayLoop::FailInstance(uint32_t instance, int status, const std::string&
     Pending& p = pending_[idx];
     if (!p.in_use || p.queued || p.instance != instance) continue;
     // The request buffer was the instance's: the pool reclaims it with the instance's slot.
+    FinishFl(p, status);
     Connection* conn = p.conn;
     FreePending(idx);
     if (conn) {

@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cstring>
+#include <memory>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -96,7 +97,10 @@ class SleepHandler final : public Handler {
 
 }  // namespace
 
+Result<std::unique_ptr<Handler>> CreateFlLeafHandler();  // fl_leaf_handler.cc
+
 Result<std::unique_ptr<Handler>> CreateBuiltinHandler(std::string_view name) {
+  if (name == "fl-leaf") return CreateFlLeafHandler();
   if (name == "echo") return std::unique_ptr<Handler>(new EchoHandler);
   if (name == "sha256") return std::unique_ptr<Handler>(new Sha256Handler);
   if (name == "wordcount") return std::unique_ptr<Handler>(new WordCountHandler);

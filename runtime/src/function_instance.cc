@@ -140,6 +140,9 @@ void FunctionInstance::Process(const EventDescriptor& req) {
   request.query = payload.query;
   request.content_type = payload.content_type;
   request.body = payload.body;
+  if (req.reserved != 0) request.aux = pool_.Data(req.reserved);
+  static_assert(sizeof(float) == sizeof(req.flags));
+  std::memcpy(&request.aux_value, &req.flags, sizeof(float));
 
   ResponseBuilder response(pool_, options_.slot, req.offset);
   Status st = handler_->Handle(request, response);

@@ -39,9 +39,9 @@ struct alignas(8) EventDescriptor {
   uint64_t offset;       // buffer offset in the tenant pool (0 = no payload)
   uint64_t length;       // bytes of payload used in that buffer
   uint32_t status;       // HTTP status for kResponse/kError
-  uint32_t flags;
+  uint32_t flags;        // kRequest: a float the handler receives with aux (FL: update weight)
   uint64_t timestamp_ns; // sender's CLOCK_MONOTONIC at send time
-  uint64_t reserved;
+  uint64_t reserved;     // kRequest: offset of an auxiliary pool buffer (FL: the partial sum)
 };
 
 static_assert(sizeof(EventDescriptor) == 64, "the descriptor is one cache line on the wire");

@@ -16,6 +16,7 @@
 #include "shoal/common/config.h"
 #include "shoal/common/status.h"
 #include "shoal/dataplane/dataplane.h"
+#include "shoal/runtime/fl_data_path.h"
 #include "shoal/runtime/function_runtime.h"
 #include "shoal/runtime/node_metrics.h"
 
@@ -40,6 +41,7 @@ struct GatewayHooks {
   HttpService* control = nullptr;               // /v1/*
   std::function<std::string()> metrics_text;    // /metrics
   std::function<bool()> ready;                  // /readyz
+  FlDataPath* fl = nullptr;                     // POST /v1/jobs/{job}/updates
 };
 
 class GatewayLoop;

@@ -19,6 +19,10 @@ struct Request {
   std::string_view query;
   std::string_view content_type;
   std::span<const std::byte> body;  // in place, in the pool
+  // A second pool buffer the sender named for this request (FL leaves: the partial sum to
+  // fold into), and a number that goes with it (the update's weight). Empty when none.
+  std::span<std::byte> aux;
+  float aux_value = 0;
 };
 
 // Builds the response of one request in the pool. A handler either allocates a body and

@@ -1,0 +1,85 @@
+// The FL job coordinator: one per node (embedded in shoald), one JobState per FL job. It
+// admits updates (client, token, staleness), names the partial sum each leaf aggregator folds
+// into, counts an update once its leaf has folded it, and commits a new global model when the
+// algorithm's condition holds: it adds the leaves' partial sums (the top of the hierarchy),
+// applies the final step, checkpoints the model, and serves it to clients and to inference.
+//
+// Today's algorithms: FedAvg (synchronous rounds with a quorum), FedAsync (every update
+// commits) and FedBuff (every K updates); the others are refused at deploy with their name.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shoal/common/config.h"
+#include "shoal/controller/function_spec.h"
+#include "shoal/controller/job_service.h"
+#include "shoal/runtime/fl_data_path.h"
+
+namespace shoal {
+
+class FlCoordinator final : public JobService, public FlDataPath {
+ public:
+  explicit FlCoordinator(const NodeConfig& config);
+  ~FlCoordinator() override;
+
+  // Reloads the jobs checkpointed under <state_dir>/jobs (their latest committed version).
+  Status Restore();
+  // Called when the set of jobs changes (the instance manager re-reads LeafSpecs()).
+  void SetOnChange(std::function<void()> on_change) { on_change_ = std::move(on_change); }
+  // The leaf-aggregator functions of the running jobs, for the instance manager.
+  std::vector<FunctionSpec> LeafSpecs();
+
+  // JobService
+  Status DeployJob(const FlJobSpec& spec) override;
+  Status DeleteJob(const std::string& job) override;
+  std::vector<std::string> ListJobs() override;
+  Result<std::string> JobStatusJson(const std::string& job) override;
+  Result<JoinResult> Join(const std::string& job, const std::string& client_name,
+                          const std::string& join_token) override;
+  Result<TaskResult> Task(const std::string& job, const std::string& client_id,
+                          const std::string& token) override;
+  Result<ModelBlob> Model(const std::string& job, std::optional<uint64_t> version) override;
+  Status Evaluate(const std::string& job, const EvalReport& report) override;
+
+  // FlDataPath
+  std::string LeafFunction(std::string_view job) override;
+  Result<FlAdmission> Admit(std::string_view job, BufferPool& pool,
+                            std::span<const std::byte> body, uint64_t buffer) override;
+  Result<uint64_t> PartialFor(uint64_t ticket, uint32_t instance) override;
+  void Completed(uint64_t ticket, int http_status) override;
+
+  struct JobState;  // fl_coordinator.cc
+
+ private:
+  std::shared_ptr<JobState> Find(const std::string& job);
+  void CommitLoop();
+  void Persist(JobState& job);
+
+  const NodeConfig& config_;
+  std::function<void()> on_change_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<JobState>, std::less<>> jobs_;
+  std::map<uint64_t, std::shared_ptr<JobState>> by_ticket_;
+  uint64_t next_ticket_ = 1;
+  uint32_t next_leaf_id_ = 4095;
+
+  // Commits run on their own thread: merging partial sums of a large model must not stall a
+  // gateway loop.
+  std::mutex commit_mu_;
+  std::condition_variable commit_cv_;
+  std::deque<std::shared_ptr<JobState>> commit_queue_;
+  bool stopping_ = false;
+  std::thread committer_;
+};
+
+}  // namespace shoal

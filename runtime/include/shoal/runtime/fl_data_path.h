@@ -1,0 +1,42 @@
+// The FL update path as the gateway sees it: an update body lands in the job's pool, the FL
+// coordinator admits it (client, token, base version) and names the partial sum it is folded
+// into, a leaf aggregator instance folds it in place, and the coordinator counts it when the
+// leaf answers. Implemented by the coordinator (aggregator/coordinator).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "shoal/common/buffer_pool.h"
+#include "shoal/common/status.h"
+
+namespace shoal {
+
+// The holder slot the coordinator holds update buffers with until the version that includes
+// them is committed (instances use slots 1..62).
+inline constexpr HolderSlot kCoordinatorSlot = 63;
+
+struct FlAdmission {
+  uint64_t ticket = 0;
+  float coefficient = 0;  // the update's weight in the partial sum
+};
+
+class FlDataPath {
+ public:
+  virtual ~FlDataPath() = default;
+  // The internal function whose instances are the job's leaf aggregators.
+  virtual std::string LeafFunction(std::string_view job) = 0;
+  // Checks the update's header (job, client, token, base version) and takes a hold on its
+  // buffer. An error is the client's (4xx) and nothing is kept.
+  virtual Result<FlAdmission> Admit(std::string_view job, BufferPool& pool,
+                                    std::span<const std::byte> body, uint64_t buffer) = 0;
+  // The partial-sum buffer (pool offset) the leaf `instance` folds the ticket's update into.
+  virtual Result<uint64_t> PartialFor(uint64_t ticket, uint32_t instance) = 0;
+  // The leaf answered (2xx: folded and counted) or the update failed (any other status).
+  virtual void Completed(uint64_t ticket, int http_status) = 0;
+};
+
+}  // namespace shoal

@@ -1,0 +1,276 @@
+// FL end to end through a real shoald: clients join over HTTP, train on Fashion-MNIST, push
+// SHU1 updates that land in the job's pool and are folded by real leaf-aggregator instances;
+// the coordinator commits versions that clients download as safetensors.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "shoal/client/dataset.h"
+#include "shoal/client/mlp_trainer.h"
+#include "shoal/model/architectures.h"
+#include "shoal/model/safetensors.h"
+#include "shoal/model/update_format.h"
+#include "shoald_fixture.h"
+
+namespace shoal::testing {
+namespace {
+
+using Json = nlohmann::json;
+constexpr uint32_t kHidden = 32;
+
+std::string Manifest(const std::string& name, const std::string& algorithm, uint32_t clients,
+                     uint32_t rounds) {
+  return "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: " + name +
+         "\nspec:\n  algorithm: {name: " + algorithm + "}\n  model: {architecture: mlp, hidden: " +
+         std::to_string(kHidden) + "}\n  clients: {expected: " + std::to_string(clients) +
+         "}\n  stop: {rounds: " + std::to_string(rounds) +
+         "}\n  training: {localSteps: 150, learningRate: 0.1, batchSize: 32}\n"
+         "  aggregation: {maxFanIn: 2, maxLeaves: 2}\n";
+}
+
+struct Client {
+  std::string id, token;
+};
+
+class FlJobTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto data = client::LoadFashionMnist();
+    if (!data.ok()) GTEST_SKIP() << data.status().message();
+    data_ = std::move(*data);
+    ASSERT_TRUE(shoald_.Start()) << shoald_.Log();
+  }
+  void TearDown() override {
+    if (HasFailure()) std::cerr << "---- shoald log ----\n" << shoald_.Log();
+  }
+
+  Client Join(const std::string& job, const std::string& name) {
+    auto r = Http(shoald_.port(), "POST", "/v1/jobs/" + job + "/join",
+                  "{\"name\":\"" + name + "\"}", {"Content-Type: application/json"});
+    EXPECT_EQ(r.status, 200) << r.body;
+    auto j = Json::parse(r.body, nullptr, false);
+    return {j.value("client_id", ""), j.value("token", "")};
+  }
+  Json Status(const std::string& job) {
+    return Json::parse(Http(shoald_.port(), "GET", "/v1/jobs/" + job).body, nullptr, false);
+  }
+  std::vector<float> Download(const std::string& job, uint64_t version) {
+    auto r = Http(shoald_.port(), "GET", "/v1/jobs/" + job + "/model?version=" + std::to_string(version));
+    EXPECT_EQ(r.status, 200) << r.body;
+    auto m = model::ModelFromSafetensors(
+        std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.body.data()), r.body.size()),
+        model::MlpSpec(784, {kHidden}, 10));
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    return m.ok() ? m->values : std::vector<float>{};
+  }
+  // Trains `steps` on shard k from `params`; returns the update body.
+  std::string Train(const std::string& job, const Client& c, int k, uint64_t base,
+                    std::vector<float>& params, uint64_t* samples) {
+    client::MlpShape shape{784, kHidden, 10};
+    client::SgdOptions sgd;
+    client::MlpTrainer trainer(shape, sgd, 7 + k);
+    std::vector<uint32_t> shard;
+    for (uint32_t i = 0; i < 1500; ++i) shard.push_back(k * 1500 + i);
+    EXPECT_TRUE(trainer.Train(params, data_.train, shard, 150).ok());
+    *samples = shard.size();
+    model::Model m(model::MlpSpec(784, {kHidden}, 10));
+    m.values = params;
+    model::UpdateMeta meta;
+    meta.job = job;
+    meta.client_id = c.id;
+    meta.token = c.token;
+    meta.base_version = base;
+    meta.num_samples = *samples;
+    meta.local_steps = 150;
+    auto body = model::EncodeUpdate(meta, m, model::DType::kF32);
+    EXPECT_TRUE(body.ok());
+    return std::string(reinterpret_cast<const char*>(body->data()), body->size());
+  }
+  HttpResult Push(const std::string& job, const std::string& body) {
+    HttpResult r;
+    for (int attempt = 0; attempt < 50; ++attempt) {
+      r = Http(shoald_.port(), "POST", "/v1/jobs/" + job + "/updates", body,
+               {"Content-Type: application/octet-stream"});
+      if (r.status != 502 && r.status != 503 && r.status != 404) return r;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return r;
+  }
+  bool WaitVersion(const std::string& job, uint64_t v) {
+    for (int i = 0; i < 300; ++i) {
+      if (Status(job).value("version", uint64_t{0}) >= v) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+  std::vector<int> LeafPids(const std::string& job) {
+    std::vector<int> pids;
+    DIR* d = opendir("/proc");
+    while (dirent* e = readdir(d)) {
+      const int pid = atoi(e->d_name);
+      if (pid <= 0) continue;
+      std::ifstream env("/proc/" + std::string(e->d_name) + "/environ", std::ios::binary);
+      std::string all((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
+      if (all.find(std::string("SHOAL_FUNCTION=fl.") + job + '\0') != std::string::npos &&
+          all.find("SHOAL_NODE=" + shoald_.node() + '\0') != std::string::npos) {
+        pids.push_back(pid);
+      }
+    }
+    closedir(d);
+    return pids;
+  }
+
+  client::DatasetSplit data_;
+  Shoald shoald_;
+};
+
+TEST_F(FlJobTest, FedAvgRoundsThroughLeafInstancesEqualTheFlatAverageAndLearn) {
+  auto d = shoald_.Deploy(Manifest("fmnist", "fedavg", 4, 4));
+  ASSERT_EQ(d.exit_code, 0) << d.err << d.out;
+  std::vector<Client> clients;
+  for (int k = 0; k < 4; ++k) clients.push_back(Join("fmnist", "client-" + std::to_string(k)));
+  ASSERT_FALSE(clients[3].token.empty());
+
+  for (uint64_t round = 0; round < 4; ++round) {
+    const std::vector<float> global = Download("fmnist", round);
+    ASSERT_FALSE(global.empty());
+    std::vector<double> expected(global.size(), 0.0);
+    double total = 0;
+    for (int k = 0; k < 4; ++k) {
+      auto task = Json::parse(Http(shoald_.port(), "GET", "/v1/jobs/fmnist/task?client=" +
+                                   clients[k].id + "&token=" + clients[k].token).body, nullptr, false);
+      ASSERT_EQ(task.value("kind", ""), "train") << task.dump();
+      ASSERT_EQ(task.value("model_version", uint64_t{99}), round);
+      std::vector<float> params = global;
+      uint64_t n = 0;
+      const std::string body = Train("fmnist", clients[k], k, round, params, &n);
+      for (size_t i = 0; i < params.size(); ++i) expected[i] += double(n) * params[i];
+      total += double(n);
+      auto r = Push("fmnist", body);
+      ASSERT_EQ(r.status, 202) << r.body;
+      if (k < 3) {
+        // Its update is in: until the round commits, the client waits.
+        auto wait = Json::parse(Http(shoald_.port(), "GET", "/v1/jobs/fmnist/task?client=" +
+                                     clients[k].id + "&token=" + clients[k].token).body, nullptr, false);
+        EXPECT_EQ(wait.value("kind", ""), "wait") << wait.dump();
+        auto again = Push("fmnist", body);
+        EXPECT_EQ(again.status, 409) << again.body;
+        EXPECT_NE(again.body.find("already sent an update for this round"), std::string::npos);
+      }
+    }
+    ASSERT_TRUE(WaitVersion("fmnist", round + 1)) << Status("fmnist").dump();
+    if (round == 0) {
+      // The hierarchy (two leaves' partial sums added at the top) equals the flat average.
+      const std::vector<float> v1 = Download("fmnist", 1);
+      double max_diff = 0;
+      for (size_t i = 0; i < v1.size(); ++i) {
+        max_diff = std::max(max_diff, std::abs(v1[i] - expected[i] / total));
+      }
+      EXPECT_LT(max_diff, 1e-5);
+    }
+  }
+  const std::vector<float> final_model = Download("fmnist", 4);
+  auto eval = client::Evaluate({784, kHidden, 10}, final_model, data_.test);
+  ASSERT_TRUE(eval.ok());
+  EXPECT_GE(eval->accuracy, 0.75);
+  auto post = Http(shoald_.port(), "POST", "/v1/jobs/fmnist/eval",
+                   Json{{"client_id", clients[0].id}, {"token", clients[0].token}, {"version", 4},
+                        {"accuracy", eval->accuracy}, {"loss", eval->loss}, {"samples", 10000}}
+                       .dump(),
+                   {"Content-Type: application/json"});
+  EXPECT_EQ(post.status, 200) << post.body;
+  Json st = Status("fmnist");
+  EXPECT_EQ(st.value("state", ""), "done");
+  EXPECT_EQ(st.value("updates_total", 0), 16);
+  EXPECT_NEAR(st["versions"][4].value("accuracy", 0.0), eval->accuracy, 1e-9);
+  EXPECT_EQ(st["versions"][4].value("updates", 0), 4);
+  auto done = Json::parse(Http(shoald_.port(), "GET", "/v1/jobs/fmnist/task?client=" +
+                               clients[1].id + "&token=" + clients[1].token).body, nullptr, false);
+  EXPECT_EQ(done.value("kind", ""), "done");
+  // The pool holds nothing for the job any more.
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(shoald_.Metric("shoal_pool_bytes", "state=\"used\""), 0);
+}
+
+TEST_F(FlJobTest, BadUpdatesGetClearErrorsAndAreCountedNowhere) {
+  ASSERT_EQ(shoald_.Deploy(Manifest("strict", "fedavg", 2, 1)).exit_code, 0);
+  Client c = Join("strict", "a");
+  std::vector<float> params = Download("strict", 0);
+  uint64_t n = 0;
+  std::string body = Train("strict", c, 0, 0, params, &n);
+  std::string bad_token = body;
+  const auto pos = bad_token.find(c.token);
+  ASSERT_NE(pos, std::string::npos);
+  bad_token[pos] = bad_token[pos] == 'a' ? 'b' : 'a';
+  auto r1 = Push("strict", bad_token);
+  EXPECT_EQ(r1.status, 403);
+  EXPECT_EQ(r1.body, "{\"error\":\"bad token for client '" + c.id + "'\"}\n");
+  auto r2 = Push("strict", "definitely not an update");
+  EXPECT_EQ(r2.status, 400);
+  EXPECT_NE(r2.body.find("SHU1"), std::string::npos) << r2.body;
+  // A tensor table that does not match the model: refused by the leaf, which names the tensor.
+  model::Model wrong(model::MlpSpec(784, {kHidden + 1}, 10));
+  model::UpdateMeta meta;
+  meta.job = "strict";
+  meta.client_id = c.id;
+  meta.token = c.token;
+  meta.num_samples = 10;
+  auto wb = model::EncodeUpdate(meta, wrong, model::DType::kF32);
+  ASSERT_TRUE(wb.ok());
+  auto r3 = Push("strict", std::string(reinterpret_cast<const char*>(wb->data()), wb->size()));
+  EXPECT_EQ(r3.status, 400);
+  EXPECT_NE(r3.body.find("tensor 'fc1.weight': shape [32,784] expected, got [33,784]"),
+            std::string::npos) << r3.body;
+  auto r4 = Http(shoald_.port(), "POST", "/v1/jobs/nojob/updates", body);
+  EXPECT_EQ(r4.status, 404);
+  EXPECT_EQ(r4.body, "{\"error\":\"FL job 'nojob' not found\"}\n");
+  Json st = Status("strict");
+  EXPECT_EQ(st.value("updates_total", -1), 0);
+  EXPECT_EQ(st.value("version", -1), 0);
+  // The good update still goes in after all that.
+  auto ok = Push("strict", body);
+  EXPECT_EQ(ok.status, 202) << ok.body;
+  EXPECT_EQ(Status("strict").value("updates_total", -1), 1);
+}
+
+TEST_F(FlJobTest, KilledLeafMidRoundLosesNoAcknowledgedUpdate) {
+  ASSERT_EQ(shoald_.Deploy(Manifest("sturdy", "fedavg", 4, 1)).exit_code, 0);
+  std::vector<Client> clients;
+  for (int k = 0; k < 4; ++k) clients.push_back(Join("sturdy", "c" + std::to_string(k)));
+  const std::vector<float> global = Download("sturdy", 0);
+  std::vector<double> expected(global.size(), 0.0);
+  double total = 0;
+  for (int k = 0; k < 4; ++k) {
+    std::vector<float> params = global;
+    uint64_t n = 0;
+    const std::string body = Train("sturdy", clients[k], k, 0, params, &n);
+    for (size_t i = 0; i < params.size(); ++i) expected[i] += double(n) * params[i];
+    total += double(n);
+    auto r = Push("sturdy", body);
+    ASSERT_EQ(r.status, 202) << r.body;
+    if (k == 1) {
+      // Two updates are folded and acknowledged; the leaves die.
+      auto pids = LeafPids("sturdy");
+      ASSERT_FALSE(pids.empty());
+      for (int pid : pids) kill(pid, SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  ASSERT_TRUE(WaitVersion("sturdy", 1)) << Status("sturdy").dump();
+  const std::vector<float> v1 = Download("sturdy", 1);
+  double max_diff = 0;
+  for (size_t i = 0; i < v1.size(); ++i) max_diff = std::max(max_diff, std::abs(v1[i] - expected[i] / total));
+  EXPECT_LT(max_diff, 1e-5) << "every acknowledged update counted exactly once";
+  Json st = Status("sturdy");
+  EXPECT_EQ(st.value("updates_total", 0), 4);
+  EXPECT_EQ(st["versions"][1].value("updates", 0), 4);
+}
+
+}  // namespace
+}  // namespace shoal::testing

@@ -1,0 +1,99 @@
+// The client side of shoald's FL job protocol (/v1/jobs/{job}/...): join, task, model download,
+// update upload, evaluation report and job status, over blocking HTTP (libcurl). One
+// FlHttpClient per thread: it keeps its connection alive between requests.
+//
+// Errors are values. A request that got no HTTP response (refused, unresolvable, timed out)
+// is kUnavailable with "cannot reach shoald at URL: ..."; an HTTP error status maps to the
+// StatusCode of the same meaning with the server's {"error": "..."} message: 404 kNotFound,
+// 409 kAlreadyExists (update too stale), 503 kResourceExhausted (retry after retry_after_ms()),
+// 400/422 kInvalidArgument, 401/403 kPermissionDenied, 413 kTooLarge, 5xx kInternal/kUnavailable.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "shoal/common/status.h"
+
+namespace shoal::client {
+
+// The wire types of the protocol, as the client sees them.
+struct FlJoinReply {
+  std::string client_id;
+  std::string token;
+};
+
+struct FlTask {
+  enum class Kind { kTrain, kWait, kDone };
+  Kind kind = Kind::kWait;
+  uint64_t model_version = 0;
+  uint32_t local_steps = 0;
+  double learning_rate = 0.0;
+  uint32_t batch_size = 0;
+  uint32_t retry_after_ms = 0;  // kWait
+};
+
+struct FlModelBytes {
+  uint64_t version = 0;  // from X-Shoal-Model-Version (the requested one when absent)
+  std::string bytes;     // safetensors
+};
+
+struct FlJobState {
+  std::string state;  // "running", "done", ...
+  uint64_t version = 0;
+  std::string json;  // the whole status document
+};
+
+struct FlEval {
+  std::string client_id, token;
+  uint64_t version = 0;
+  double accuracy = 0.0, loss = 0.0;
+  uint64_t samples = 0;
+};
+
+// True for the errors worth retrying the same request for: no response, 503, 502, 504.
+bool IsRetryable(const Status& status);
+
+class FlHttpClient {
+ public:
+  // `server` is the base URL ("http://localhost:8080"); `job` the FL job's name.
+  FlHttpClient(std::string server, std::string job);
+  ~FlHttpClient();
+  FlHttpClient(const FlHttpClient&) = delete;
+  FlHttpClient& operator=(const FlHttpClient&) = delete;
+
+  const std::string& server() const { return server_; }
+  const std::string& job() const { return job_; }
+
+  // GET /v1/jobs/{job}
+  Result<FlJobState> JobStatus();
+  // POST /v1/jobs/{job}/join {"name", "token"?}
+  Result<FlJoinReply> Join(const std::string& name, const std::string& join_token);
+  // GET /v1/jobs/{job}/task?client=ID&token=T
+  Result<FlTask> Task(const std::string& client_id, const std::string& token);
+  // GET /v1/jobs/{job}/model?version=N
+  Result<FlModelBytes> Model(uint64_t version);
+  // POST /v1/jobs/{job}/updates, body = an SHU1 update (model/update_format.h).
+  Status PostUpdate(std::string_view body);
+  // POST /v1/jobs/{job}/eval {"client_id","token","version","accuracy","loss","samples"}
+  Status PostEval(const FlEval& eval);
+
+  // The delay the last 503 (or 429) asked for, from Retry-After (seconds) or a JSON
+  // "retry_after_ms"; 0 when it gave none.
+  uint32_t retry_after_ms() const { return retry_after_ms_; }
+
+ private:
+  struct Reply;
+  Result<Reply> Call(const char* method, const std::string& path, std::string_view body,
+                     const char* content_type);
+
+  std::string server_;
+  std::string job_;
+  std::string job_path_;  // "/v1/jobs/<escaped job>"
+  struct Handle;
+  std::unique_ptr<Handle> handle_;
+  uint32_t retry_after_ms_ = 0;
+};
+
+}  // namespace shoal::client

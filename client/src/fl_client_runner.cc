@@ -1,0 +1,377 @@
+#include "shoal/client/fl_client_runner.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <optional>
+#include <semaphore>
+#include <thread>
+
+#include "shoal/client/fl_http_client.h"
+#include "shoal/client/mlp_trainer.h"
+#include "shoal/client/model_cache.h"
+#include "shoal/model/update_format.h"
+
+namespace shoal::client {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Exponential back-off for requests that got no answer or a 503 without Retry-After.
+class Backoff {
+ public:
+  uint32_t NextMs() {
+    const uint32_t d = delay_ms_;
+    delay_ms_ = std::min<uint32_t>(delay_ms_ * 2, 5000);
+    return d;
+  }
+  void Reset() { delay_ms_ = 100; }
+
+ private:
+  uint32_t delay_ms_ = 100;
+};
+
+class Simulation {
+ public:
+  Simulation(const FlRunOptions& o, const Dataset& train, const Dataset& test,
+             const FlClientPlan& plan)
+      : o_(o),
+        train_(train),
+        test_(test),
+        plan_(plan),
+        n_(static_cast<int>(plan.partitions.size())),
+        train_slots_(o.train_threads > 0
+                         ? o.train_threads
+                         : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {}
+
+  Result<FlRunSummary> Run();
+
+ private:
+  void ClientLoop(int k);
+  void Watch();
+  void Evaluate(FlHttpClient& http, uint64_t version);
+  bool PostUpdateWithRetry(FlHttpClient& http, int k, const std::string& body);
+
+  // Sleeps unless stopped first; false when stopped.
+  bool SleepFor(std::chrono::milliseconds d) {
+    std::unique_lock lock(stop_mu_);
+    return !stop_cv_.wait_for(lock, d, [&] { return stop_; });
+  }
+  bool SleepUntil(Clock::time_point t) {
+    std::unique_lock lock(stop_mu_);
+    return !stop_cv_.wait_until(lock, t, [&] { return stop_; });
+  }
+  bool stopped() {
+    std::lock_guard lock(stop_mu_);
+    return stop_;
+  }
+  void Stop() {
+    std::lock_guard lock(stop_mu_);
+    stop_ = true;
+    stop_cv_.notify_all();
+  }
+  void Log(const std::string& line) {
+    if (o_.log == nullptr) return;
+    std::lock_guard lock(log_mu_);
+    *o_.log << line << '\n';
+    o_.log->flush();
+  }
+  double Elapsed() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
+
+  const FlRunOptions& o_;
+  const Dataset& train_;
+  const Dataset& test_;
+  const FlClientPlan& plan_;
+  const int n_;
+  const Clock::time_point t0_ = Clock::now();
+
+  ModelCache cache_;
+  std::counting_semaphore<1024> train_slots_;
+
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+  std::mutex log_mu_;
+
+  // Client 0's identity, which the evaluator reports under.
+  std::mutex eval_mu_;
+  std::optional<FlJoinReply> evaluator_id_;
+
+  std::atomic<int> clients_finished_{0};
+  std::atomic<int> clients_joined_{0};
+  std::atomic<int> clients_failed_{0};
+  std::atomic<uint64_t> accepted_{0}, stale_{0}, rejected_{0}, retries_{0}, trained_{0};
+  std::mutex err_mu_;
+  std::optional<Status> first_join_error_;
+
+  FlRunSummary summary_;  // the watcher's fields
+  std::optional<uint64_t> last_evaluated_;
+};
+
+void Simulation::ClientLoop(int k) {
+  FlHttpClient http(o_.server, o_.job);
+  const std::string name = "client-" + std::to_string(k);
+  Backoff backoff;
+
+  FlJoinReply id;
+  for (;;) {
+    auto joined = http.Join(name, o_.join_token);
+    if (joined.ok()) {
+      id = std::move(*joined);
+      break;
+    }
+    if (!IsRetryable(joined.status()) || stopped()) {
+      Log(name + ": join failed: " + joined.status().message());
+      std::lock_guard lock(err_mu_);
+      if (!first_join_error_) first_join_error_ = joined.status();
+      ++clients_failed_;
+      return;
+    }
+    if (!SleepFor(std::chrono::milliseconds(backoff.NextMs()))) return;
+  }
+  ++clients_joined_;
+  if (k == 0) {
+    std::lock_guard lock(eval_mu_);
+    evaluator_id_ = id;
+  }
+  backoff.Reset();
+
+  const std::vector<uint32_t>& indices = plan_.partitions[static_cast<size_t>(k)];
+  const double step_seconds = plan_.step_seconds[static_cast<size_t>(k)];
+  std::optional<MlpTrainer> trainer;
+  std::optional<model::Model> work;
+  auto fetch = [&http](uint64_t v) { return http.Model(v); };
+
+  while (!stopped()) {
+    auto task = http.Task(id.client_id, id.token);
+    if (!task.ok()) {
+      const Status& st = task.status();
+      if (!IsRetryable(st) && (st.code() == StatusCode::kNotFound ||
+                               st.code() == StatusCode::kPermissionDenied)) {
+        Log(name + ": stopping: " + st.message());
+        ++clients_failed_;
+        return;
+      }
+      if (!IsRetryable(st)) Log(name + ": task: " + st.message());
+      if (!SleepFor(std::chrono::milliseconds(backoff.NextMs()))) break;
+      continue;
+    }
+    backoff.Reset();
+    if (task->kind == FlTask::Kind::kDone) break;
+    if (task->kind == FlTask::Kind::kWait) {
+      if (!SleepFor(std::chrono::milliseconds(std::max<uint32_t>(task->retry_after_ms, 10)))) break;
+      continue;
+    }
+
+    auto global = cache_.Get(task->model_version, fetch);
+    if (!global.ok()) {
+      // A version the server no longer keeps: ask for a new task.
+      if (global.status().code() != StatusCode::kNotFound) {
+        Log(name + ": model " + std::to_string(task->model_version) + ": " +
+            global.status().message());
+        if (!SleepFor(std::chrono::milliseconds(backoff.NextMs()))) break;
+      }
+      continue;
+    }
+    const MlpModel& m = **global;
+    const SgdOptions sgd{static_cast<float>(task->learning_rate),
+                         static_cast<int>(task->batch_size)};
+    if (!trainer || trainer->shape().hidden != m.shape.hidden ||
+        trainer->shape().inputs != m.shape.inputs ||
+        trainer->shape().classes != m.shape.classes ||
+        trainer->options().learning_rate != sgd.learning_rate ||
+        trainer->options().batch_size != sgd.batch_size) {
+      if (static_cast<size_t>(m.shape.inputs) != train_.num_features ||
+          m.shape.classes != train_.num_classes) {
+        Log(name + ": stopping: the model takes " + std::to_string(m.shape.inputs) +
+            " inputs and " + std::to_string(m.shape.classes) + " classes, the data has " +
+            std::to_string(train_.num_features) + " and " + std::to_string(train_.num_classes));
+        ++clients_failed_;
+        return;
+      }
+      trainer.emplace(m.shape, sgd, o_.seed * 1000003ULL + static_cast<uint64_t>(k));
+    }
+    work = m.model;  // copy: the cached model is shared
+
+    const Clock::time_point start = Clock::now();
+    Result<TrainStats> stats = Internal("unset");
+    {
+      train_slots_.acquire();
+      stats = trainer->Train(work->values, train_, indices, static_cast<int>(task->local_steps));
+      train_slots_.release();
+    }
+    if (!stats.ok()) {
+      Log(name + ": stopping: training failed: " + stats.status().message());
+      ++clients_failed_;
+      return;
+    }
+    ++trained_;
+    // The simulated training time, counted from when training started: a client whose
+    // computation (on a shared CPU) took longer than that arrives late, never early.
+    const double simulated = task->local_steps * step_seconds * o_.time_scale;
+    if (!SleepUntil(start + std::chrono::duration_cast<Clock::duration>(
+                                std::chrono::duration<double>(simulated)))) {
+      break;
+    }
+
+    model::UpdateMeta meta;
+    meta.job = o_.job;
+    meta.client_id = id.client_id;
+    meta.token = id.token;
+    meta.base_version = task->model_version;
+    meta.num_samples = indices.size();
+    meta.local_steps = task->local_steps;
+    meta.train_seconds = simulated;
+    meta.kind = model::UpdateKind::kWeights;
+    auto body = model::EncodeUpdate(meta, *work, o_.wire_dtype);
+    if (!body.ok()) {
+      Log(name + ": stopping: encoding the update failed: " + body.status().message());
+      ++clients_failed_;
+      return;
+    }
+    if (!PostUpdateWithRetry(
+            http, k,
+            std::string(reinterpret_cast<const char*>(body->data()), body->size()))) {
+      break;
+    }
+  }
+  ++clients_finished_;
+}
+
+// False when the run stopped while retrying.
+bool Simulation::PostUpdateWithRetry(FlHttpClient& http, int k, const std::string& body) {
+  Backoff backoff;
+  for (;;) {
+    const Status st = http.PostUpdate(body);
+    if (st.ok()) {
+      ++accepted_;
+      return true;
+    }
+    if (st.code() == StatusCode::kAlreadyExists) {  // 409: too stale; ask for a new task
+      ++stale_;
+      return true;
+    }
+    if (!IsRetryable(st)) {
+      ++rejected_;
+      Log("client-" + std::to_string(k) + ": update rejected: " + st.message());
+      return true;
+    }
+    ++retries_;
+    const uint32_t wait_ms = http.retry_after_ms() > 0 ? http.retry_after_ms() : backoff.NextMs();
+    if (!SleepFor(std::chrono::milliseconds(wait_ms))) return false;
+  }
+}
+
+void Simulation::Evaluate(FlHttpClient& http, uint64_t version) {
+  auto global = cache_.Get(version, [&http](uint64_t v) { return http.Model(v); });
+  if (!global.ok()) {
+    Log("evaluator: model " + std::to_string(version) + ": " + global.status().message());
+    return;
+  }
+  const MlpModel& m = **global;
+  auto r = client::Evaluate(m.shape, m.model.values, test_);
+  if (!r.ok()) {
+    Log("evaluator: version " + std::to_string(version) + ": " + r.status().message());
+    return;
+  }
+  last_evaluated_ = version;
+  summary_.evaluated = true;
+  summary_.final_version = version;
+  summary_.final_accuracy = r->accuracy;
+  summary_.final_loss = r->loss;
+  char line[160];
+  std::snprintf(line, sizeof line, "version %llu  accuracy %.4f  loss %.4f  t=%.1fs",
+                static_cast<unsigned long long>(version), r->accuracy, r->loss, Elapsed());
+  Log(line);
+
+  std::optional<FlJoinReply> id;
+  {
+    std::lock_guard lock(eval_mu_);
+    id = evaluator_id_;
+  }
+  if (!id) return;  // client 0 has not joined (yet): nothing to report under
+  FlEval e{id->client_id, id->token, version, r->accuracy, r->loss, r->samples};
+  const Status st = http.PostEval(e);
+  if (st.ok()) {
+    ++summary_.evals_posted;
+  } else {
+    Log("evaluator: eval report for version " + std::to_string(version) + ": " + st.message());
+  }
+}
+
+void Simulation::Watch() {
+  FlHttpClient http(o_.server, o_.job);
+  std::optional<uint64_t> last_version;
+  std::string last_error;
+  for (;;) {
+    if (clients_finished_ + clients_failed_ >= n_) break;
+    if (o_.max_seconds > 0 && Elapsed() >= o_.max_seconds) {
+      summary_.timed_out = true;
+      break;
+    }
+    auto st = http.JobStatus();
+    if (st.ok()) {
+      last_error.clear();
+      if (!last_version || st->version != *last_version) {
+        last_version = st->version;
+        ++summary_.versions_seen;
+        summary_.last_version = st->version;
+        if (o_.evaluator) Evaluate(http, st->version);
+      }
+      if (st->state == "done") {
+        summary_.job_done = true;
+        break;
+      }
+    } else if (st.status().message() != last_error) {
+      last_error = st.status().message();
+      Log("status: " + last_error);
+    }
+    if (!SleepFor(std::chrono::milliseconds(o_.status_poll_ms))) break;
+  }
+  // The final model: the evaluator scores the last version if the poll had not yet.
+  if (o_.evaluator && last_version && last_evaluated_ != last_version) {
+    Evaluate(http, *last_version);
+  }
+}
+
+Result<FlRunSummary> Simulation::Run() {
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(n_));
+  for (int k = 0; k < n_; ++k) threads.emplace_back([this, k] { ClientLoop(k); });
+  Watch();
+  Stop();
+  for (std::thread& t : threads) t.join();
+
+  if (clients_joined_ == 0 && first_join_error_) return *first_join_error_;
+  FlRunSummary s = summary_;
+  // A job that finished while the poll slept: the clients all heard "done".
+  if (!s.job_done && !s.timed_out && clients_finished_ == n_) s.job_done = true;
+  s.updates_accepted = accepted_;
+  s.updates_stale = stale_;
+  s.updates_rejected = rejected_;
+  s.update_retries = retries_;
+  s.tasks_trained = trained_;
+  s.model_downloads = cache_.downloads();
+  s.clients_failed = clients_failed_;
+  s.seconds = Elapsed();
+  return s;
+}
+
+}  // namespace
+
+Result<FlRunSummary> RunFlClients(const FlRunOptions& options, const Dataset& train,
+                                  const Dataset& test, const FlClientPlan& plan) {
+  if (plan.partitions.empty() || plan.partitions.size() != plan.step_seconds.size()) {
+    return InvalidArgument("a run needs one partition and one step time per client");
+  }
+  if (options.evaluator && test.num_samples == 0) {
+    return InvalidArgument("the evaluator needs a non-empty test set");
+  }
+  Simulation sim(options, train, test, plan);
+  return sim.Run();
+}
+
+}  // namespace shoal::client

@@ -1,0 +1,202 @@
+// shoal-client: simulated federated-learning clients for a shoald FL job. Loads the dataset
+// once, splits it over --clients clients, draws each one's speed, and runs them all in this
+// process (see fl_client_runner.h); client 0 also evaluates each new global model.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "shoal/client/dataset.h"
+#include "shoal/client/fl_client_runner.h"
+#include "shoal/client/fl_http_client.h"
+#include "shoal/client/partition.h"
+#include "shoal/client/speeds.h"
+#include "shoal/model/dtype.h"
+
+namespace {
+
+using namespace shoal;          // NOLINT(google-build-using-namespace)
+using namespace shoal::client;  // NOLINT(google-build-using-namespace)
+
+constexpr int kExitError = 1;
+constexpr int kExitUnreachable = 2;
+
+int Fail(const std::string& message, int code = kExitError) {
+  std::cerr << "shoal-client: " << message << '\n';
+  return code;
+}
+
+template <typename T>
+T Quantile(std::vector<T> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+std::string Fmt(const char* format, double a, double b = 0, double c = 0) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, format, a, b, c);
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"shoal-client: simulated FL clients that train on a real dataset for a shoald job"};
+  std::string server, job, data = "fashion-mnist", data_dir = kFashionMnistDir;
+  std::string partition = "dirichlet:0.5", speeds = "lognormal:1.0", dtype_name = "f32";
+  int clients = 16;
+  uint64_t seed = 1;
+  double time_scale = kDefaultTimeScale, max_seconds = 0;
+  bool evaluator = true, standardise = false;
+  size_t eval_samples = 10000;
+  FlRunOptions run;
+  app.add_option("--server", server, "shoald's URL, e.g. http://localhost:8080")->required();
+  app.add_option("--job", job, "the FL job's name")->required();
+  app.add_option("--clients", clients, "simulated clients in this process")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--data", data, "fashion-mnist | synthetic")->capture_default_str();
+  app.add_option("--data-dir", data_dir, "where the Fashion-MNIST IDX files are")
+      ->capture_default_str();
+  app.add_option("--partition", partition, "iid | dirichlet:<alpha> | classes:<k>")
+      ->capture_default_str();
+  app.add_option("--speeds", speeds,
+                 "seconds per local step: lognormal:<sigma>[,<median>] | exponential:<mean> | "
+                 "normal:<mean>,<sd> | uniform[:<lo>,<hi>]")
+      ->capture_default_str();
+  app.add_option("--seed", seed, "seeds the partition, the speeds and the trainers")
+      ->capture_default_str();
+  app.add_option("--dtype", dtype_name, "update tensors on the wire: f32 | bf16 | f16")
+      ->capture_default_str();
+  app.add_option("--time-scale", time_scale,
+                 "simulated training time = local_steps x seconds per step x this")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--evaluator,!--no-evaluator", evaluator,
+               "client 0 also evaluates each new global model on the test split (default on)");
+  app.add_option("--eval-samples", eval_samples, "test samples the evaluator uses")
+      ->capture_default_str();
+  app.add_option("--max-seconds", max_seconds, "stop after this long; 0 = when the job is done")
+      ->capture_default_str();
+  app.add_option("--token", run.join_token, "the job's pre-shared client token, if it has one");
+  app.add_option("--train-threads", run.train_threads,
+                 "trainings computed at once; 0 = the machine's cores")
+      ->capture_default_str();
+  app.add_flag("--standardise", standardise,
+               "shift and scale pixels by the train split's mean and stddev (default: pixels in "
+               "[0,1]; the job's model then expects the same inputs)");
+  CLI11_PARSE(app, argc, argv);
+
+  auto pspec = ParsePartitionSpec(partition);
+  if (!pspec.ok()) return Fail("--partition: " + pspec.status().message());
+  auto sspec = ParseSpeedSpec(speeds);
+  if (!sspec.ok()) return Fail("--speeds: " + sspec.status().message());
+  std::string upper = dtype_name;
+  std::transform(upper.begin(), upper.end(), upper.begin(), ::toupper);
+  auto dtype = model::DTypeFromName(upper);
+  if (!dtype) return Fail("--dtype: '" + dtype_name + "' is not one of f32, bf16, f16");
+  if (data != "fashion-mnist" && data != "synthetic") {
+    return Fail("--data: '" + data + "' is not one of fashion-mnist, synthetic");
+  }
+
+  // Reach the job before the (seconds-long) dataset load, so a wrong URL or job fails fast.
+  FlHttpClient probe(server, job);
+  auto state = probe.JobStatus();
+  if (!state.ok()) {
+    const Status& st = state.status();
+    if (st.code() == StatusCode::kUnavailable && st.message().starts_with("cannot reach")) {
+      return Fail(st.message(), kExitUnreachable);
+    }
+    if (st.code() == StatusCode::kNotFound) {
+      return Fail("job '" + job + "' not found at " + probe.server() + ": " + st.message());
+    }
+    return Fail("job '" + job + "': " + st.message());
+  }
+  std::cout << "shoal-client: server " << probe.server() << ", job " << job << " (state "
+            << (state->state.empty() ? "?" : state->state) << ", version " << state->version
+            << ")\n";
+
+  DatasetSplit split;
+  if (data == "fashion-mnist") {
+    auto loaded = LoadFashionMnist(data_dir, standardise);
+    if (!loaded.ok()) return Fail(loaded.status().message());
+    split = std::move(*loaded);
+  } else {
+    // One draw split in two, so both halves come from the same clusters.
+    Dataset all = MakeSyntheticDataset(7000, 784, 10, seed, 0.3F);
+    std::vector<uint32_t> tr(6000), te(1000);
+    for (uint32_t i = 0; i < 7000; ++i) (i < 6000 ? tr[i] : te[i - 6000]) = i;
+    split.train = Subset(all, tr);
+    split.test = Subset(all, te);
+  }
+  Dataset test;
+  if (evaluator) {
+    std::vector<uint32_t> idx(std::min(eval_samples, split.test.num_samples));
+    for (uint32_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    test = Subset(split.test, idx);
+  }
+
+  FlClientPlan plan;
+  auto parts = Partition(split.train.labels, split.train.num_classes, clients, *pspec, seed);
+  if (!parts.ok()) return Fail("--partition: " + parts.status().message());
+  plan.partitions = std::move(*parts);
+  plan.step_seconds = SampleStepSeconds(*sspec, clients, seed + 1);
+
+  std::vector<size_t> sizes;
+  for (const auto& p : plan.partitions) sizes.push_back(p.size());
+  std::cout << "shoal-client: data " << data << ": " << split.train.num_samples << " train, "
+            << split.test.num_samples << " test"
+            << (evaluator ? " (evaluating on " + std::to_string(test.num_samples) + ")" : "")
+            << "\n";
+  std::cout << "shoal-client: " << clients << " clients, partition " << ToString(*pspec)
+            << " (seed " << seed << "): samples min " << Quantile(sizes, 0) << " median "
+            << Quantile(sizes, 0.5) << " max " << Quantile(sizes, 1) << "\n  sizes:";
+  for (size_t s : sizes) std::cout << ' ' << s;
+  const double lo = Quantile(plan.step_seconds, 0), med = Quantile(plan.step_seconds, 0.5),
+               hi = Quantile(plan.step_seconds, 1);
+  std::cout << "\nshoal-client: speeds " << ToString(*sspec) << " (seed " << seed + 1
+            << "): seconds per step min " << Fmt("%.4f", lo) << " median " << Fmt("%.4f", med)
+            << " max " << Fmt("%.4f", hi) << "; time scale " << time_scale
+            << Fmt(": 100 steps sleep %.2f / %.2f / %.2f s", 100 * lo * time_scale,
+                   100 * med * time_scale, 100 * hi * time_scale)
+            << "\nshoal-client: updates as " << model::DTypeName(*dtype) << ", evaluator "
+            << (evaluator ? "on (client 0)" : "off")
+            << (max_seconds > 0 ? ", stopping after " + Fmt("%.0f", max_seconds) + " s" : "")
+            << std::endl;
+
+  run.server = server;
+  run.job = job;
+  run.wire_dtype = *dtype;
+  run.time_scale = time_scale;
+  run.evaluator = evaluator;
+  run.max_seconds = max_seconds;
+  run.seed = seed;
+  run.log = &std::cout;
+  auto summary = RunFlClients(run, split.train, test, plan);
+  if (!summary.ok()) {
+    if (summary.status().code() == StatusCode::kUnavailable) {
+      return Fail(summary.status().message(), kExitUnreachable);
+    }
+    return Fail("no client could join: " + summary.status().message());
+  }
+  const FlRunSummary& s = *summary;
+  std::cout << "shoal-client: "
+            << (s.job_done    ? "job done"
+                : s.timed_out ? "stopped at --max-seconds"
+                              : "clients stopped")
+            << Fmt(" after %.1f s: ", s.seconds) << s.updates_accepted << " updates accepted ("
+            << s.updates_stale << " stale, " << s.updates_rejected << " rejected, "
+            << s.update_retries << " retries), " << s.tasks_trained << " tasks trained, "
+            << s.versions_seen << " versions seen (last " << s.last_version << "), "
+            << s.model_downloads << " model downloads";
+  if (s.clients_failed > 0) std::cout << ", " << s.clients_failed << " clients failed";
+  std::cout << '\n';
+  if (s.evaluated) {
+    std::cout << "shoal-client: final accuracy " << Fmt("%.4f", s.final_accuracy) << " loss "
+              << Fmt("%.4f", s.final_loss) << " (version " << s.final_version << ", "
+              << test.num_samples << " test samples)\n";
+  }
+  return s.clients_failed == clients ? kExitError : 0;
+}

@@ -1,9 +1,12 @@
 #include "shoal/controller/control_api.h"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <exception>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 namespace shoal {
 namespace {
@@ -114,10 +117,56 @@ bool QueryUint(std::string_view query, std::string_view key, uint64_t* out) {
   return true;
 }
 
+// The value of `key` in a query string, %XX-decoded ('+' stays '+': tokens may hold it);
+// nullopt when absent.
+std::optional<std::string> QueryValue(std::string_view query, std::string_view key) {
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) != key) continue;
+    std::string_view v = eq == std::string_view::npos ? std::string_view{} : pair.substr(eq + 1);
+    std::string out;
+    for (size_t i = 0; i < v.size(); ++i) {
+      unsigned value = 0;
+      if (v[i] == '%' && i + 2 < v.size() &&
+          std::from_chars(v.data() + i + 1, v.data() + i + 3, value, 16).ptr == v.data() + i + 3) {
+        out += static_cast<char>(value);
+        i += 2;
+      } else {
+        out += v[i];
+      }
+    }
+    return out;
+  }
+  return std::nullopt;
+}
+
+constexpr const char* kJobsDisabled = "FL jobs are not enabled on this node";
+
+HttpReply StatusError(const Status& st) { return Error(HttpStatusFor(st.code()), st.message()); }
+
+json JobDeployJson(const FlJobSpec& s, bool created) {
+  return json{{"kind", "FLJob"},
+              {"name", s.name},
+              {"namespace", s.tenant},
+              {"algorithm", s.algorithm},
+              {"action", created ? "created" : "configured"}};
+}
+
+// The body of a join or eval request: a JSON object (an empty body reads as {}).
+std::optional<json> JsonObject(std::string_view body) {
+  if (body.find_first_not_of(" \t\r\n") == std::string_view::npos) return json::object();
+  json j = json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  return j;
+}
+
 }  // namespace
 
-ControlApi::ControlApi(FunctionRegistry& registry, RuntimeView& runtime)
-    : registry_(registry), runtime_(runtime) {}
+ControlApi::ControlApi(FunctionRegistry& registry, RuntimeView& runtime, JobService* jobs)
+    : registry_(registry), runtime_(runtime), jobs_(jobs) {}
 
 HttpReply ControlApi::Handle(std::string_view method, std::string_view path,
                              std::string_view query, std::string_view body) {
@@ -150,6 +199,10 @@ HttpReply ControlApi::Handle(std::string_view method, std::string_view path,
       }
       return Error(404, "no route " + std::string(path));
     }
+    if (rest == "jobs" || rest.starts_with("jobs/")) {
+      rest.remove_prefix(4);
+      return Jobs(method, path, rest, query, body);
+    }
     if (rest == "top") {
       if (method == "GET") return Top();
       return MethodNotAllowed(method, path, "GET");
@@ -165,20 +218,237 @@ HttpReply ControlApi::Handle(std::string_view method, std::string_view path,
 }
 
 HttpReply ControlApi::Deploy(std::string_view body) {
-  auto deployed = registry_.Deploy(body);
-  if (!deployed.ok()) {
-    return Error(HttpStatusFor(deployed.status().code()), deployed.status().message());
+  // Every document is validated before anything is deployed; FL jobs go first because the
+  // coordinator still checks their algorithm parameters and may refuse them.
+  auto parsed = ParseManifests(body, registry_.config());
+  if (!parsed.ok()) return StatusError(parsed.status());
+  Manifests& m = *parsed;
+  if (!m.jobs.empty() && jobs_ == nullptr) return Error(501, kJobsDisabled);
+  std::vector<bool> jobs_created;
+  if (!m.jobs.empty()) {
+    auto created = DeployJobSpecs(m.jobs);
+    if (!created.ok()) return StatusError(created.status());
+    jobs_created = std::move(*created);
   }
-  runtime_.FunctionsChanged();
-  bool created = false;  // 201 when any function is new, 200 when all were updates
+  std::vector<FunctionSpec> functions;
+  if (!m.functions.empty()) {
+    auto deployed = registry_.Deploy(std::move(m.functions));
+    if (!deployed.ok()) {
+      DeleteCreatedJobs(m.jobs, jobs_created);
+      return StatusError(deployed.status());
+    }
+    functions = std::move(*deployed);
+    runtime_.FunctionsChanged();
+  }
+  bool created = false;  // 201 when anything is new, 200 when all were updates
   json list = json::array();
-  for (const FunctionSpec& s : *deployed) {
+  for (const FunctionSpec& s : functions) {
     json j = FunctionJson(s);
     j["action"] = s.generation == 1 ? "created" : "configured";
     created = created || s.generation == 1;
     list.push_back(std::move(j));
   }
-  return Json(created ? 201 : 200, json{{"functions", std::move(list)}});
+  json reply{{"functions", std::move(list)}};
+  if (!m.jobs.empty()) {
+    json jobs = json::array();
+    for (size_t i = 0; i < m.jobs.size(); ++i) {
+      jobs.push_back(JobDeployJson(m.jobs[i], jobs_created[i]));
+      created = created || jobs_created[i];
+    }
+    reply["jobs"] = std::move(jobs);
+  }
+  return Json(created ? 201 : 200, reply);
+}
+
+Result<std::vector<bool>> ControlApi::DeployJobSpecs(const std::vector<FlJobSpec>& specs) {
+  const std::vector<std::string> existing = jobs_->ListJobs();
+  std::vector<bool> created;
+  for (const FlJobSpec& spec : specs) {
+    Status st = jobs_->DeployJob(spec);
+    if (!st.ok()) {
+      DeleteCreatedJobs(specs, created);
+      return st;
+    }
+    created.push_back(std::find(existing.begin(), existing.end(), spec.name) == existing.end());
+  }
+  return created;
+}
+
+void ControlApi::DeleteCreatedJobs(const std::vector<FlJobSpec>& specs,
+                                   const std::vector<bool>& created) {
+  for (size_t i = 0; i < created.size() && i < specs.size(); ++i) {
+    if (created[i]) (void)jobs_->DeleteJob(specs[i].name);
+  }
+}
+
+HttpReply ControlApi::DeployJobsOnly(std::string_view body) {
+  auto parsed = ParseFlJobManifests(body);
+  if (!parsed.ok()) return StatusError(parsed.status());
+  auto created = DeployJobSpecs(*parsed);
+  if (!created.ok()) return StatusError(created.status());
+  bool any_created = false;
+  json jobs = json::array();
+  for (size_t i = 0; i < parsed->size(); ++i) {
+    jobs.push_back(JobDeployJson((*parsed)[i], (*created)[i]));
+    any_created = any_created || (*created)[i];
+  }
+  return Json(any_created ? 201 : 200, json{{"jobs", std::move(jobs)}});
+}
+
+HttpReply ControlApi::Jobs(std::string_view method, std::string_view path, std::string_view rest,
+                           std::string_view query, std::string_view body) {
+  if (jobs_ == nullptr) return Error(501, kJobsDisabled);
+  if (rest.empty()) {
+    if (method == "GET") return ListJobs();
+    if (method == "POST") return DeployJobsOnly(body);
+    return MethodNotAllowed(method, path, "GET, POST");
+  }
+  rest.remove_prefix(1);  // the '/'
+  const size_t slash = rest.find('/');
+  const std::string job(rest.substr(0, slash));
+  const std::string_view sub =
+      slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
+  if (job.empty()) return Error(404, "no route " + std::string(path));
+  if (sub.empty()) {
+    if (method == "GET") return JobStatus(job);
+    if (method == "DELETE") return DeleteJob(job);
+    return MethodNotAllowed(method, path, "GET, DELETE");
+  }
+  if (sub == "join") {
+    if (method == "POST") return Join(job, body);
+    return MethodNotAllowed(method, path, "POST");
+  }
+  if (sub == "task") {
+    if (method == "GET") return Task(job, query);
+    return MethodNotAllowed(method, path, "GET");
+  }
+  if (sub == "model") {
+    if (method == "GET") return Model(job, query);
+    return MethodNotAllowed(method, path, "GET");
+  }
+  if (sub == "eval") {
+    if (method == "POST") return Evaluate(job, body);
+    return MethodNotAllowed(method, path, "POST");
+  }
+  return Error(404, "no route " + std::string(path));
+}
+
+HttpReply ControlApi::ListJobs() {
+  json list = json::array();
+  for (const std::string& name : jobs_->ListJobs()) {
+    auto status = jobs_->JobStatusJson(name);
+    if (!status.ok()) {
+      if (status.status().code() == StatusCode::kNotFound) continue;  // deleted meanwhile
+      return StatusError(status.status());
+    }
+    json j = json::parse(*status, nullptr, false);
+    if (j.is_discarded()) return Error(500, "internal error: the status of job '" + name + "' is not JSON");
+    list.push_back(std::move(j));
+  }
+  return Json(200, json{{"jobs", std::move(list)}});
+}
+
+HttpReply ControlApi::JobStatus(const std::string& job) {
+  auto status = jobs_->JobStatusJson(job);
+  if (!status.ok()) return StatusError(status.status());
+  HttpReply r;
+  r.body = std::move(*status);
+  if (r.body.empty() || r.body.back() != '\n') r.body += '\n';
+  return r;
+}
+
+HttpReply ControlApi::DeleteJob(const std::string& job) {
+  Status st = jobs_->DeleteJob(job);
+  if (!st.ok()) return StatusError(st);
+  return Json(200, json{{"deleted", job}});
+}
+
+HttpReply ControlApi::Join(const std::string& job, std::string_view body) {
+  auto j = JsonObject(body);
+  if (!j) return Error(400, "body: must be a JSON object like {\"name\": \"...\", \"token\": \"...\"}");
+  for (const char* key : {"name", "token"}) {
+    if (j->contains(key) && !(*j)[key].is_string()) {
+      return Error(400, std::string(key) + ": must be a string");
+    }
+  }
+  auto joined = jobs_->Join(job, j->value("name", ""), j->value("token", ""));
+  if (!joined.ok()) return StatusError(joined.status());
+  return Json(200, json{{"client_id", joined->client_id}, {"token", joined->token}});
+}
+
+HttpReply ControlApi::Task(const std::string& job, std::string_view query) {
+  const std::optional<std::string> client = QueryValue(query, "client");
+  if (!client || client->empty()) return Error(400, "client: required (?client=ID&token=T)");
+  auto task = jobs_->Task(job, *client, QueryValue(query, "token").value_or(""));
+  if (!task.ok()) return StatusError(task.status());
+  switch (task->kind) {
+    case TaskResult::Kind::kTrain:
+      return Json(200, json{{"kind", "train"},
+                            {"model_version", task->model_version},
+                            {"local_steps", task->local_steps},
+                            {"learning_rate", task->learning_rate},
+                            {"batch_size", task->batch_size}});
+    case TaskResult::Kind::kWait:
+      return Json(200, json{{"kind", "wait"}, {"retry_after_ms", task->retry_after_ms}});
+    case TaskResult::Kind::kDone:
+      break;
+  }
+  return Json(200, json{{"kind", "done"}});
+}
+
+HttpReply ControlApi::Model(const std::string& job, std::string_view query) {
+  std::optional<uint64_t> version;
+  if (QueryValue(query, "version")) {
+    uint64_t v = 0;
+    if (!QueryUint(query, "version", &v)) return Error(400, "version: must be an integer");
+    version = v;
+  }
+  auto model = jobs_->Model(job, version);
+  if (!model.ok()) return StatusError(model.status());
+  HttpReply r;
+  r.content_type = "application/octet-stream";
+  r.headers.emplace_back("X-Shoal-Model-Version", std::to_string(model->version));
+  r.body = std::move(model->bytes);
+  return r;
+}
+
+HttpReply ControlApi::Evaluate(const std::string& job, std::string_view body) {
+  auto j = JsonObject(body);
+  if (!j || j->empty()) {
+    return Error(400,
+                 "body: must be a JSON object {\"client_id\", \"token\", \"version\", "
+                 "\"accuracy\", \"loss\", \"samples\"}");
+  }
+  EvalReport report;
+  auto string_field = [&](const char* key, bool required, std::string* out) -> std::string {
+    if (!j->contains(key)) return required ? std::string(key) + ": required" : "";
+    if (!(*j)[key].is_string()) return std::string(key) + ": must be a string";
+    *out = (*j)[key].get<std::string>();
+    return "";
+  };
+  auto uint_field = [&](const char* key, bool required, uint64_t* out) -> std::string {
+    if (!j->contains(key)) return required ? std::string(key) + ": required" : "";
+    if (!(*j)[key].is_number_unsigned()) return std::string(key) + ": must be an integer >= 0";
+    *out = (*j)[key].get<uint64_t>();
+    return "";
+  };
+  auto number_field = [&](const char* key, double* out) -> std::string {
+    if (!j->contains(key)) return std::string(key) + ": required";
+    if (!(*j)[key].is_number()) return std::string(key) + ": must be a number";
+    *out = (*j)[key].get<double>();
+    if (!std::isfinite(*out)) return std::string(key) + ": must be finite";
+    return "";
+  };
+  for (const std::string& err :
+       {string_field("client_id", true, &report.client_id),
+        string_field("token", false, &report.token), uint_field("version", true, &report.version),
+        number_field("accuracy", &report.accuracy), number_field("loss", &report.loss),
+        uint_field("samples", false, &report.samples)}) {
+    if (!err.empty()) return Error(400, err);
+  }
+  Status st = jobs_->Evaluate(job, report);
+  if (!st.ok()) return StatusError(st);
+  return Json(200, json{{"ok", true}});
 }
 
 HttpReply ControlApi::ListFunctions() {

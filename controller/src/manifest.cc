@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <set>
 #include <system_error>
 
@@ -74,8 +75,8 @@ class DocumentParser {
   DocumentParser(int line_offset, const NodeConfig& defaults)
       : line_offset_(line_offset), defaults_(defaults) {}
 
-  FunctionSpec Parse(const YAML::Node& doc) {
-    FunctionSpec spec;
+  // Checks apiVersion and kind against `kinds`; returns the kind.
+  std::string ParseHeader(const YAML::Node& doc, const std::vector<std::string>& kinds) {
     if (!doc.IsMap()) Fail("", "document must be a mapping of apiVersion, kind, metadata, spec", doc);
     CheckKeys(doc, "", {"apiVersion", "kind", "metadata", "spec"});
     const YAML::Node api = doc["apiVersion"];
@@ -84,10 +85,19 @@ class DocumentParser {
       Fail("apiVersion",
            "expected " + std::string(kFunctionApiVersion) + ", got " + api.Scalar(), api);
     }
+    std::string expected;
+    for (const std::string& k : kinds) expected += (expected.empty() ? "" : " or ") + k;
     const YAML::Node kind = doc["kind"];
-    if (!kind) throw ManifestError{"kind: expected Function"};
-    if (String(kind, "kind") != "Function") Fail("kind", "expected Function, got " + kind.Scalar(), kind);
+    if (!kind) throw ManifestError{"kind: expected " + expected};
+    const std::string k = String(kind, "kind");
+    if (std::find(kinds.begin(), kinds.end(), k) == kinds.end()) {
+      Fail("kind", "expected " + expected + ", got " + kind.Scalar(), kind);
+    }
+    return k;
+  }
 
+  FunctionSpec ParseFunction(const YAML::Node& doc) {
+    FunctionSpec spec;
     const YAML::Node meta = Required(doc, "metadata", "");
     ExpectMap(meta, "metadata");
     CheckKeys(meta, "metadata", {"name", "namespace", "labels"});
@@ -169,7 +179,178 @@ class DocumentParser {
     return spec;
   }
 
+  FlJobSpec ParseFlJob(const YAML::Node& doc) {
+    FlJobSpec spec;
+    const YAML::Node meta = Required(doc, "metadata", "");
+    ExpectMap(meta, "metadata");
+    CheckKeys(meta, "metadata", {"name", "namespace"});
+    const YAML::Node name = Required(meta, "name", "metadata");
+    spec.name = String(name, "metadata.name");
+    CheckDnsLabel(spec.name, "metadata.name", name);
+    if (const YAML::Node ns = meta["namespace"]) {
+      spec.tenant = String(ns, "metadata.namespace");
+      CheckDnsLabel(spec.tenant, "metadata.namespace", ns);
+    }
+
+    const YAML::Node s = Required(doc, "spec", "");
+    ExpectMap(s, "spec");
+    CheckKeys(s, "spec",
+              {"algorithm", "model", "data", "clients", "stop", "deadlines", "training",
+               "aggregation"});
+    if (const YAML::Node a = s["algorithm"]) {
+      ExpectMap(a, "spec.algorithm");
+      CheckKeys(a, "spec.algorithm", {"name", "params"});
+      const YAML::Node n = Required(a, "name", "spec.algorithm");
+      spec.algorithm = OneOf(n, "spec.algorithm.name", "algorithm", kFlAlgorithms);
+      if (const YAML::Node params = a["params"]; params && !params.IsNull()) {
+        ExpectMap(params, "spec.algorithm.params");
+        for (auto it = params.begin(); it != params.end(); ++it) {
+          if (!it->first.IsScalar() || it->first.Scalar().empty()) {
+            Fail("spec.algorithm.params", "keys must be non-empty strings", it->first);
+          }
+          const std::string& k = it->first.Scalar();
+          const std::string path = "spec.algorithm.params." + k;
+          if (spec.algorithm_params.count(k)) Fail(path, "duplicate field", it->first);
+          spec.algorithm_params[k] = Number(it->second, path);
+        }
+      }
+    }
+    if (const YAML::Node m = s["model"]) {
+      ExpectMap(m, "spec.model");
+      CheckKeys(m, "spec.model", {"architecture", "hidden", "initial", "seed"});
+      if (const YAML::Node a = m["architecture"]) {
+        spec.architecture = OneOf(a, "spec.model.architecture", "architecture", kFlArchitectures);
+      }
+      if (const YAML::Node h = m["hidden"]) {
+        spec.hidden = static_cast<uint32_t>(Integer(h, "spec.model.hidden", 1, 65536));
+      }
+      if (const YAML::Node init = m["initial"]) {
+        spec.initial_model = String(init, "spec.model.initial");
+        if (spec.initial_model.empty() || spec.initial_model[0] != '/') {
+          Fail("spec.model.initial", "must be an absolute path, got " + Quote(spec.initial_model),
+               init);
+        }
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(spec.initial_model, ec)) {
+          Fail("spec.model.initial", "no such file on this node: " + spec.initial_model, init);
+        }
+      }
+      if (const YAML::Node seed = m["seed"]) {
+        spec.seed = static_cast<uint64_t>(
+            Integer(seed, "spec.model.seed", 0, std::numeric_limits<int64_t>::max()));
+      }
+    }
+    if (const YAML::Node d = s["data"]) {
+      ExpectMap(d, "spec.data");
+      CheckKeys(d, "spec.data", {"dataset"});
+      if (const YAML::Node ds = d["dataset"]) {
+        spec.dataset = String(ds, "spec.data.dataset");
+        if (spec.dataset.empty()) Fail("spec.data.dataset", "must not be empty", ds);
+      }
+    }
+    const YAML::Node c = Required(s, "clients", "spec");
+    ExpectMap(c, "spec.clients");
+    CheckKeys(c, "spec.clients", {"expected", "quorum", "tokens"});
+    spec.clients = static_cast<uint32_t>(
+        Integer(Required(c, "expected", "spec.clients"), "spec.clients.expected", 1, kMaxFlClients));
+    if (const YAML::Node q = c["quorum"]) {
+      spec.quorum = static_cast<uint32_t>(Integer(q, "spec.clients.quorum", 0, kMaxFlClients));
+      if (spec.quorum > spec.clients) {
+        Fail("spec.clients.quorum",
+             "must be <= spec.clients.expected (" + std::to_string(spec.quorum) + " > " +
+                 std::to_string(spec.clients) + ")",
+             q);
+      }
+    }
+    if (const YAML::Node t = c["tokens"]; t && !t.IsNull()) {
+      if (!t.IsSequence()) Fail("spec.clients.tokens", "must be a list of strings", t);
+      for (size_t i = 0; i < t.size(); ++i) {
+        const std::string path = "spec.clients.tokens[" + std::to_string(i) + "]";
+        std::string token = String(t[i], path);
+        if (token.empty()) Fail(path, "must not be empty", t[i]);
+        if (std::find(spec.join_tokens.begin(), spec.join_tokens.end(), token) !=
+            spec.join_tokens.end()) {
+          Fail(path, "duplicate token", t[i]);
+        }
+        spec.join_tokens.push_back(std::move(token));
+      }
+    }
+    if (const YAML::Node st = s["stop"]) {
+      ExpectMap(st, "spec.stop");
+      CheckKeys(st, "spec.stop", {"rounds", "accuracy"});
+      if (const YAML::Node r = st["rounds"]) {
+        spec.rounds = static_cast<uint32_t>(Integer(r, "spec.stop.rounds", 0, 1000000000));
+      }
+      if (const YAML::Node acc = st["accuracy"]) {
+        spec.target_accuracy = Number(acc, "spec.stop.accuracy");
+        if (!(spec.target_accuracy > 0 && spec.target_accuracy <= 1)) {
+          Fail("spec.stop.accuracy", "must be > 0 and <= 1, got " + acc.Scalar(), acc);
+        }
+      }
+    }
+    if (const YAML::Node dl = s["deadlines"]) {
+      ExpectMap(dl, "spec.deadlines");
+      CheckKeys(dl, "spec.deadlines", {"round"});
+      if (const YAML::Node r = dl["round"]) spec.round_deadline_s = Duration(r, "spec.deadlines.round");
+    }
+    if (const YAML::Node tr = s["training"]) {
+      ExpectMap(tr, "spec.training");
+      CheckKeys(tr, "spec.training", {"localSteps", "learningRate", "batchSize"});
+      if (const YAML::Node n = tr["localSteps"]) {
+        spec.local_steps = static_cast<uint32_t>(Integer(n, "spec.training.localSteps", 1, 1000000));
+      }
+      if (const YAML::Node lr = tr["learningRate"]) {
+        spec.learning_rate = Number(lr, "spec.training.learningRate");
+        if (!(spec.learning_rate > 0)) {
+          Fail("spec.training.learningRate", "must be > 0, got " + lr.Scalar(), lr);
+        }
+      }
+      if (const YAML::Node b = tr["batchSize"]) {
+        spec.batch_size = static_cast<uint32_t>(Integer(b, "spec.training.batchSize", 1, 65536));
+      }
+    }
+    if (const YAML::Node ag = s["aggregation"]) {
+      ExpectMap(ag, "spec.aggregation");
+      CheckKeys(ag, "spec.aggregation", {"maxStaleness", "maxFanIn", "maxLeaves"});
+      if (const YAML::Node n = ag["maxStaleness"]) {
+        spec.staleness_limit =
+            static_cast<uint32_t>(Integer(n, "spec.aggregation.maxStaleness", 0, 1000000));
+      }
+      if (const YAML::Node n = ag["maxFanIn"]) {
+        spec.max_fan_in = static_cast<uint32_t>(Integer(n, "spec.aggregation.maxFanIn", 1, kMaxFlFanIn));
+      }
+      if (const YAML::Node n = ag["maxLeaves"]) {
+        spec.max_leaves = static_cast<uint32_t>(Integer(n, "spec.aggregation.maxLeaves", 1, kMaxScale));
+      }
+    }
+    return spec;
+  }
+
  private:
+  template <size_t N>
+  std::string OneOf(const YAML::Node& node, const std::string& path, const char* what,
+                    const char* const (&names)[N]) const {
+    std::string value = String(node, path);
+    std::string list;
+    for (const char* n : names) {
+      if (value == n) return value;
+      list += (list.empty() ? "" : ", ") + std::string(n);
+    }
+    Fail(path, std::string("unknown ") + what + " " + Quote(value) + " (one of: " + list + ")",
+         node);
+  }
+
+  double Number(const YAML::Node& node, const std::string& path) const {
+    if (!node.IsScalar()) Fail(path, "must be a number", node);
+    const std::string& s = node.Scalar();
+    double v = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || ec != std::errc() || p != s.data() + s.size() || !std::isfinite(v)) {
+      Fail(path, "must be a number, got " + Quote(s), node);
+    }
+    return v;
+  }
+
   std::string Where(const YAML::Node& node) const {
     const YAML::Mark m = node.Mark();
     if (m.line < 0) return "";
@@ -414,10 +595,16 @@ bool IsDnsLabel(std::string_view name) {
   return true;
 }
 
-Result<std::vector<FunctionSpec>> ParseFunctionManifests(std::string_view yaml,
-                                                         const NodeConfig& defaults) {
-  std::vector<FunctionSpec> specs;
-  std::map<std::string, int> names;  // name -> line of its metadata.name
+namespace {
+
+constexpr const char* kFunctionKind = "Function";
+constexpr const char* kFlJobKind = "FLJob";
+
+// Parses every document, accepting the kinds in `kinds`; nothing is returned unless all are valid.
+Result<Manifests> ParseKinds(std::string_view yaml, const NodeConfig& defaults,
+                             const std::vector<std::string>& kinds) {
+  Manifests out;
+  std::map<std::string, int> function_names, job_names;  // name -> line of its metadata.name
   for (Document& doc : SplitDocuments(yaml)) {
     YAML::Node root;
     try {
@@ -431,24 +618,59 @@ Result<std::vector<FunctionSpec>> ParseFunctionManifests(std::string_view yaml,
     }
     if (!root || root.IsNull()) continue;  // an empty document (comments only)
     try {
-      FunctionSpec spec = DocumentParser(doc.parse_first_line, defaults).Parse(root);
+      DocumentParser parser(doc.parse_first_line, defaults);
+      const std::string kind = parser.ParseHeader(root, kinds);
+      std::string name;
+      if (kind == kFunctionKind) {
+        out.functions.push_back(parser.ParseFunction(root));
+        out.functions.back().manifest = doc.text;
+        name = out.functions.back().name;
+      } else {
+        out.jobs.push_back(parser.ParseFlJob(root));
+        out.jobs.back().manifest = doc.text;
+        name = out.jobs.back().name;
+      }
       const YAML::Node& const_root = root;
       const int line = const_root["metadata"]["name"].Mark().line + doc.parse_first_line + 1;
-      if (auto [it, inserted] = names.emplace(spec.name, line); !inserted) {
-        return InvalidArgument("metadata.name: duplicate function " + Quote(spec.name) +
-                               " in one deploy (lines " + std::to_string(it->second) + " and " +
-                               std::to_string(line) + ")");
+      auto& names = kind == kFunctionKind ? function_names : job_names;
+      if (auto [it, inserted] = names.emplace(name, line); !inserted) {
+        return InvalidArgument("metadata.name: duplicate " +
+                               std::string(kind == kFunctionKind ? "function " : "FLJob ") +
+                               Quote(name) + " in one deploy (lines " +
+                               std::to_string(it->second) + " and " + std::to_string(line) + ")");
       }
-      spec.manifest = std::move(doc.text);
-      specs.push_back(std::move(spec));
     } catch (const ManifestError& e) {
       return InvalidArgument(e.message);
     } catch (const YAML::Exception& e) {
       return InvalidArgument("YAML error: " + e.msg);
     }
   }
-  if (specs.empty()) return InvalidArgument("no Function documents in the manifest");
-  return specs;
+  if (out.functions.empty() && out.jobs.empty()) {
+    std::string names;
+    for (const std::string& k : kinds) names += (names.empty() ? "" : " or ") + k;
+    return InvalidArgument("no " + names + " documents in the manifest");
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<FunctionSpec>> ParseFunctionManifests(std::string_view yaml,
+                                                         const NodeConfig& defaults) {
+  auto parsed = ParseKinds(yaml, defaults, {kFunctionKind});
+  if (!parsed.ok()) return parsed.status();
+  return std::move(parsed->functions);
+}
+
+Result<Manifests> ParseManifests(std::string_view yaml, const NodeConfig& defaults) {
+  return ParseKinds(yaml, defaults, {kFunctionKind, kFlJobKind});
+}
+
+Result<std::vector<FlJobSpec>> ParseFlJobManifests(std::string_view yaml) {
+  static const NodeConfig kUnused;  // FLJob fields take no node defaults
+  auto parsed = ParseKinds(yaml, kUnused, {kFlJobKind});
+  if (!parsed.ok()) return parsed.status();
+  return std::move(parsed->jobs);
 }
 
 }  // namespace shoal

@@ -177,8 +177,10 @@ uint32_t FunctionRegistry::LowestFreeId(const std::vector<bool>& taken) const {
 Result<std::vector<FunctionSpec>> FunctionRegistry::Deploy(std::string_view manifests) {
   auto parsed = ParseFunctionManifests(manifests, config_);
   if (!parsed.ok()) return parsed.status();
-  std::vector<FunctionSpec> specs = std::move(*parsed);
+  return Deploy(std::move(*parsed));
+}
 
+Result<std::vector<FunctionSpec>> FunctionRegistry::Deploy(std::vector<FunctionSpec> specs) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<bool> taken(kMaxFunctionId + 1, false);
   for (const auto& [name, spec] : functions_) taken[spec.id] = true;

@@ -1,6 +1,7 @@
 // The control API behind every `/v1/...` path of the gateway: deploy, list, describe and delete
-// functions, read their logs, and the node's load (`shoal top`). Pure request -> reply; JSON in
-// and out, errors as {"error": "..."} with the matching HTTP status.
+// functions, read their logs, and the node's load (`shoal top`); deploy and drive FL jobs
+// (/v1/jobs/...) through the node's JobService. Pure request -> reply; JSON in and out (model
+// downloads excepted), errors as {"error": "..."} with the matching HTTP status.
 #pragma once
 
 #include <string>
@@ -8,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "shoal/controller/job_service.h"
+#include "shoal/controller/manifest.h"
 #include "shoal/controller/registry.h"
 #include "shoal/controller/runtime_view.h"
 
@@ -24,7 +27,8 @@ struct HttpReply {
 
 class ControlApi {
  public:
-  ControlApi(FunctionRegistry& registry, RuntimeView& runtime);
+  // `jobs` may be null: the node then answers every FL job route with 501.
+  ControlApi(FunctionRegistry& registry, RuntimeView& runtime, JobService* jobs = nullptr);
 
   // `path` starts with /v1/; `query` is the part after '?', without it.
   HttpReply Handle(std::string_view method, std::string_view path, std::string_view query,
@@ -32,6 +36,22 @@ class ControlApi {
 
  private:
   HttpReply Deploy(std::string_view body);
+  // Routes below /v1/jobs; `rest` is the path after "jobs" ("", "/name", "/name/task", ...).
+  HttpReply Jobs(std::string_view method, std::string_view path, std::string_view rest,
+                 std::string_view query, std::string_view body);
+  HttpReply DeployJobsOnly(std::string_view body);
+  // Deploys every spec through the job service; when one is refused, the jobs this call created
+  // are deleted again (re-deployed ones keep their new generation). Returns, per spec, whether
+  // the job was new.
+  Result<std::vector<bool>> DeployJobSpecs(const std::vector<FlJobSpec>& specs);
+  void DeleteCreatedJobs(const std::vector<FlJobSpec>& specs, const std::vector<bool>& created);
+  HttpReply ListJobs();
+  HttpReply JobStatus(const std::string& job);
+  HttpReply DeleteJob(const std::string& job);
+  HttpReply Join(const std::string& job, std::string_view body);
+  HttpReply Task(const std::string& job, std::string_view query);
+  HttpReply Model(const std::string& job, std::string_view query);
+  HttpReply Evaluate(const std::string& job, std::string_view body);
   HttpReply ListFunctions();
   HttpReply GetFunction(const std::string& name);
   HttpReply DeleteFunction(const std::string& name);
@@ -41,6 +61,7 @@ class ControlApi {
 
   FunctionRegistry& registry_;
   RuntimeView& runtime_;
+  JobService* jobs_;
 };
 
 }  // namespace shoal

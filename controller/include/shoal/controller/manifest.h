@@ -1,6 +1,7 @@
-// Function manifests: Kubernetes-style YAML (or JSON) documents of kind Function, validated
-// into FunctionSpecs with every default resolved from the node's config. Every error a user can
-// make names the field path and, where the field exists, the line.
+// Manifests: Kubernetes-style YAML (or JSON) documents of kind Function (validated into
+// FunctionSpecs with every default resolved from the node's config) and of kind FLJob (validated
+// into FlJobSpecs). Every error a user can make names the field path and, where the field
+// exists, the line.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "shoal/common/config.h"
 #include "shoal/common/status.h"
+#include "shoal/controller/fljob_spec.h"
 #include "shoal/controller/function_spec.h"
 
 namespace shoal {
@@ -17,6 +19,20 @@ namespace shoal {
 inline constexpr std::string_view kFunctionApiVersion = "shoal.dev/v1";
 inline constexpr uint32_t kMaxConcurrency = 1024;  // per instance
 inline constexpr uint32_t kMaxScale = 63;          // instances per function on one node
+
+// FL algorithms an FLJob may name (spec.algorithm.name).
+inline constexpr const char* kFlAlgorithms[] = {"fedavg",  "fedavgm", "fedadam",   "fedasync",
+                                                "fedbuff", "fedfix",  "fedcompass"};
+// Model architectures the client library trains (spec.model.architecture).
+inline constexpr const char* kFlArchitectures[] = {"mlp", "cnn", "logreg"};
+inline constexpr uint32_t kMaxFlClients = 100000;  // spec.clients.expected
+inline constexpr uint32_t kMaxFlFanIn = 1024;      // spec.aggregation.maxFanIn
+
+// The documents of one deploy, by kind, each list in document order.
+struct Manifests {
+  std::vector<FunctionSpec> functions;
+  std::vector<FlJobSpec> jobs;
+};
 
 // Parses every document of `yaml` (separated by `---`; empty documents are skipped). Fails with
 // kInvalidArgument on the first error, e.g.
@@ -26,6 +42,16 @@ inline constexpr uint32_t kMaxScale = 63;          // instances per function on 
 // max_body_bytes resolved from `defaults`. Two documents with the same name are an error.
 Result<std::vector<FunctionSpec>> ParseFunctionManifests(std::string_view yaml,
                                                          const NodeConfig& defaults);
+
+// Parses a stream that may mix Function and FLJob documents. All of them are validated before
+// this returns, so a caller that deploys only on success deploys all or nothing. FLJob specs
+// come back with `manifest` set and `generation` 0 (the job service assigns it); algorithm
+// parameter names are not checked here (the coordinator knows each algorithm's), only that
+// each is a number. Two documents of one kind with the same name are an error.
+Result<Manifests> ParseManifests(std::string_view yaml, const NodeConfig& defaults);
+
+// FLJob documents only (a Function document is an error naming its kind).
+Result<std::vector<FlJobSpec>> ParseFlJobManifests(std::string_view yaml);
 
 // Small value parsers shared with the CLI and tests. Each returns false on malformed input.
 // "250ms", "30s", "2m", "1h", "1.5" (seconds).

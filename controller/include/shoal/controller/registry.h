@@ -30,6 +30,8 @@ class FunctionRegistry {
   // gets the lowest free id and generation 1; an existing name keeps its id and created time
   // and gets generation + 1. Returns the stored specs in document order.
   Result<std::vector<FunctionSpec>> Deploy(std::string_view manifests);
+  // The same for specs already validated by ParseManifests (a file mixing kinds).
+  Result<std::vector<FunctionSpec>> Deploy(std::vector<FunctionSpec> specs);
   Status Delete(const std::string& name);
   std::optional<FunctionSpec> Get(const std::string& name) const;
   std::vector<FunctionSpec> List() const;  // sorted by name

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "shoal/aggregator/fold.h"
@@ -55,12 +56,13 @@ Status ValidateAlgorithm(const FlJobSpec& s) {
       {"fedadam", {"eta", "beta1", "beta2", "tau"}},
       {"fedasync", {"alpha", "a"}},
       {"fedbuff", {"k", "eta", "a"}},
+      {"fedcompass", {"alpha", "a", "q_min", "lambda", "momentum"}},
   };
   auto it = kParams.find(s.algorithm);
   if (it == kParams.end()) {
     return InvalidArgument("spec.algorithm.name: '" + s.algorithm +
                            "' is not run by this node's coordinator yet (fedavg, fedavgm, "
-                           "fedadam, fedasync, fedbuff)");
+                           "fedadam, fedasync, fedbuff, fedcompass)");
   }
   for (const auto& [k, v] : s.algorithm_params) {
     if (std::find(it->second.begin(), it->second.end(), k) == it->second.end()) {
@@ -74,6 +76,9 @@ Status ValidateAlgorithm(const FlJobSpec& s) {
     return InvalidArgument("spec.algorithm.params.k: must be >= 1");
   }
   if (s.clients == 0) return InvalidArgument("spec.clients.expected: must be >= 1");
+  if (s.algorithm == "fedcompass" && Param(s, "q_min", 20) > s.local_steps) {
+    return InvalidArgument("spec.algorithm.params.q_min: must be <= spec.training.localSteps (Q_max)");
+  }
   return {};
 }
 
@@ -173,6 +178,27 @@ struct FlCoordinator::JobState {
     double weight = 0;
     std::map<uint64_t, double> weight_by_base;  // Σ c_k per base version (FedBuff's Δ)
     bool closed = false;
+    // FedCompass: a round is one client's first update (applied alone), an arrival group, or
+    // the general buffer of late updates (merged into the next group's commit).
+    std::string single_client;
+    int group = -1;
+    uint64_t merge_round = 0;  // the general buffer committed together with this round
+    bool merged = false;       // this round is committed as part of another
+  };
+  struct CompassClient {
+    double speed = 0;  // seconds per local step
+    bool has_speed = false;
+    double start = 0;  // when it fetched its task
+    uint32_t steps = 0;
+    int group = -1;
+    bool has_task = false;  // an assignment waits to be handed out
+    uint64_t task_version = 0;
+    bool training = false;
+  };
+  struct CompassGroup {
+    double t_expected = 0, t_latest = 0;
+    std::set<std::string> members, arrived;
+    uint64_t round = 0;
   };
   struct VersionInfo {
     uint64_t version = 0;
@@ -203,6 +229,63 @@ struct FlCoordinator::JobState {
   bool deleted = false;
   double best_accuracy = 0;
   uint32_t leaf_id = 0;
+  // FedCompass scheduler state.
+  std::map<std::string, CompassClient> compass;
+  std::map<int, CompassGroup> groups;
+  int next_group = 0;
+  uint64_t general_round = 0;
+
+  bool Compass() const { return spec.algorithm == "fedcompass"; }
+  uint64_t NewRound() { return open_round++; }
+  // Joins the client to an arrival group or creates one (FL-ALGORITHMS.md, FedCompass).
+  void Assign(const std::string& id, double now) {
+    CompassClient& c = compass[id];
+    const double qmax = spec.local_steps;
+    const double qmin = Param(spec, "q_min", 20);
+    const double lambda = Param(spec, "lambda", 1.5);
+    const double speed = c.has_speed ? c.speed : 0;
+    int best = -1;
+    double best_q = -1;
+    if (speed > 0) {
+      for (const auto& [gid, g] : groups) {
+        const double q = std::floor((g.t_expected - now) / speed);
+        if (q >= qmin && q <= qmax && q > best_q) {
+          best = gid;
+          best_q = q;
+        }
+      }
+    }
+    if (best < 0) {
+      double q = -1;
+      if (speed > 0) {
+        for (const auto& [gid, g] : groups) {
+          if (now >= g.t_latest) continue;
+          double fastest = 0;
+          for (const auto& m : g.members) {
+            const auto& mc = compass[m];
+            if (mc.has_speed && (fastest == 0 || mc.speed < fastest)) fastest = mc.speed;
+          }
+          const double next_arrival = g.t_latest + fastest * qmax;
+          const double cand = std::floor((next_arrival - now) / speed);
+          if (cand <= qmax && cand > q) q = cand;
+        }
+      }
+      if (q < 0) q = qmax;
+      if (q < qmin) q = qmin;
+      best = next_group++;
+      CompassGroup& g = groups[best];
+      g.t_expected = now + q * speed;
+      g.t_latest = now + q * speed * lambda;
+      g.round = NewRound();
+      best_q = q;
+    }
+    CompassGroup& g = groups[best];
+    g.members.insert(id);
+    c.group = best;
+    c.steps = static_cast<uint32_t>(best_q);
+    c.has_task = true;
+    c.task_version = version;
+  }
 
   double Elapsed() const { return elapsed_before + Seconds(start); }
   uint32_t Needed() const {
@@ -430,6 +513,28 @@ Result<TaskResult> FlCoordinator::Task(const std::string& name, const std::strin
     t.retry_after_ms = 200;
     return t;
   }
+  if (job->Compass()) {
+    JobState::CompassClient& c = job->compass[client_id];
+    if (!c.training && c.steps == 0) {
+      c.steps = job->spec.local_steps;  // start: everyone trains Q_max from the initial model
+      c.has_task = true;
+      c.task_version = job->version;
+    }
+    if (!c.has_task) {
+      t.kind = TaskResult::Kind::kWait;
+      t.retry_after_ms = 100;
+      return t;
+    }
+    c.has_task = false;
+    c.training = true;
+    c.start = job->Elapsed();
+    t.kind = TaskResult::Kind::kTrain;
+    t.model_version = std::max(c.task_version, job->version);
+    t.local_steps = c.steps;
+    t.learning_rate = job->spec.learning_rate;
+    t.batch_size = job->spec.batch_size;
+    return t;
+  }
   t.kind = TaskResult::Kind::kTrain;
   t.model_version = job->version;
   t.local_steps = job->spec.local_steps;
@@ -536,17 +641,62 @@ Result<FlAdmission> FlCoordinator::Admit(std::string_view name, BufferPool& pool
   if (job->spec.algorithm == "fedbuff") {
     coefficient = static_cast<float>(1.0 / std::sqrt(1.0 + static_cast<double>(staleness)));
   }
-  JobState::Round& round = job->rounds[job->open_round];
+  uint64_t round_id = job->open_round;
+  if (job->Compass()) {
+    const double now = job->Elapsed();
+    JobState::CompassClient& c = job->compass[client.id];
+    const double measured = (now - c.start) / std::max<uint32_t>(1, c.steps);
+    const double m = Param(job->spec, "momentum", 0.9);
+    c.speed = c.has_speed ? (1 - m) * c.speed + m * measured : measured;
+    c.has_speed = true;
+    c.training = false;
+    coefficient = static_cast<float>(Param(job->spec, "alpha", 0.9) *
+                                     std::pow(1.0 + static_cast<double>(staleness),
+                                              -Param(job->spec, "a", 0.5)) /
+                                     job->spec.clients);
+    auto git = job->groups.find(c.group);
+    if (c.group < 0) {
+      // First arrival: applied alone at once, then the client gets a group.
+      round_id = job->NewRound();
+      job->rounds[round_id].single_client = client.id;
+      job->rounds[round_id].closed = true;
+    } else if (git != job->groups.end() && now <= git->second.t_latest) {
+      JobState::CompassGroup& g = git->second;
+      round_id = g.round;
+      g.arrived.insert(client.id);
+      job->rounds[round_id].group = c.group;
+      if (g.arrived.size() == g.members.size()) {
+        // The last member: the group aggregates with the general buffer.
+        JobState::Round& gr = job->rounds[round_id];
+        gr.closed = true;
+        if (job->general_round != 0) {
+          gr.merge_round = job->general_round;
+          job->rounds[job->general_round].closed = true;
+          job->rounds[job->general_round].merged = true;
+          job->general_round = 0;
+        }
+      }
+    } else {
+      // Late (or its group already aggregated at its timer): general buffer, and a new
+      // assignment at once from the current model.
+      if (git != job->groups.end()) git->second.members.erase(client.id);
+      if (job->general_round == 0) job->general_round = job->NewRound();
+      round_id = job->general_round;
+      c.group = -1;
+      job->Assign(client.id, now);
+    }
+  }
+  JobState::Round& round = job->rounds[round_id];
   JobState::Ticket t;
-  t.round = job->open_round;
+  t.round = round_id;
   t.client = client.id;
   t.buffer = buffer;
   t.base_version = h.base_version();
   t.coefficient = coefficient;
   ++round.admitted;
   ++round.inflight;
-  client.submitted_round = job->open_round;
-  if (round.admitted >= job->Needed()) {
+  client.submitted_round = round_id;
+  if (!job->Compass() && round.admitted >= job->Needed()) {
     // The round takes no more updates; later ones go to the next round.
     round.closed = true;
     ++job->open_round;
@@ -653,18 +803,78 @@ void FlCoordinator::CommitLoop() {
     std::shared_ptr<JobState> job;
     {
       std::unique_lock lock(commit_mu_);
-      commit_cv_.wait(lock, [this] { return stopping_ || !commit_queue_.empty(); });
+      // FedCompass groups have timers (their latest arrival time): look every 50 ms.
+      commit_cv_.wait_for(lock, std::chrono::milliseconds(50),
+                          [this] { return stopping_ || !commit_queue_.empty(); });
       if (stopping_) return;
-      job = commit_queue_.front();
-      commit_queue_.pop_front();
+      if (!commit_queue_.empty()) {
+        job = commit_queue_.front();
+        commit_queue_.pop_front();
+      }
+    }
+    if (!job) {
+      std::vector<std::shared_ptr<JobState>> compass_jobs;
+      {
+        std::lock_guard lock(mu_);
+        for (auto& [name, j] : jobs_) {
+          if (j->Compass()) compass_jobs.push_back(j);
+        }
+      }
+      for (auto& j : compass_jobs) {
+        std::lock_guard jl(j->mu);
+        const double now = j->Elapsed();
+        std::vector<int> expired;
+        for (auto& [gid, g] : j->groups) {
+          if (now > g.t_latest) expired.push_back(gid);
+        }
+        for (int gid : expired) {
+          JobState::CompassGroup& g = j->groups[gid];
+          if (!g.arrived.empty()) {
+            JobState::Round& gr = j->rounds[g.round];
+            gr.group = gid;
+            gr.closed = true;
+            if (j->general_round != 0) {
+              gr.merge_round = j->general_round;
+              j->rounds[j->general_round].closed = true;
+              j->rounds[j->general_round].merged = true;
+              j->general_round = 0;
+            }
+            job = j;
+          } else {
+            j->rounds.erase(g.round);
+            j->groups.erase(gid);  // its members arrive late: general buffer
+          }
+        }
+      }
+      if (!job) continue;
     }
     std::lock_guard jl(job->mu);
     if (job->deleted) continue;
     // Commit every closed round whose updates have all answered, oldest first.
-    while (!job->rounds.empty()) {
-      auto rit = job->rounds.begin();
+    for (auto rit = job->rounds.begin(); rit != job->rounds.end();) {
       JobState::Round& round = rit->second;
-      if (!round.closed || round.inflight != 0) break;
+      JobState::Round* partner =
+          round.merge_round != 0 && job->rounds.count(round.merge_round)
+              ? &job->rounds[round.merge_round]
+              : nullptr;
+      if (!round.closed || round.inflight != 0 || round.merged ||
+          (partner != nullptr && partner->inflight != 0)) {
+        if (!job->Compass() && !round.closed) break;
+        ++rit;
+        continue;
+      }
+      if (partner != nullptr) {
+        // One commit for the group and the general buffer: move the buffer's partial sums in.
+        for (auto& [inst, p] : partner->partials) {
+          auto& mine = round.partials[inst | 0x80000000u];
+          mine = p;
+        }
+        round.acked += partner->acked;
+        round.weight += partner->weight;
+        for (auto& [b, w] : partner->weight_by_base) round.weight_by_base[b] += w;
+        job->rounds.erase(round.merge_round);
+        round.merge_round = 0;
+      }
       const auto t0 = Clock::now();
       const size_t n = job->mspec.num_params();
       if (round.acked > 0) {
@@ -708,6 +918,10 @@ void FlCoordinator::CommitLoop() {
           const float alpha_t = static_cast<float>(Param(job->spec, "alpha", 0.9) *
                                                    std::pow(1.0 + u, -Param(job->spec, "a", 0.5)));
           for (size_t i = 0; i < n; ++i) w[i] = (1 - alpha_t) * w[i] + alpha_t * sum[i] * inv;
+        } else if (a == "fedcompass") {
+          // w <- (1 - Σ α_k) w + Σ α_k w_k, α_k = α s(u_k) / N.
+          const float keep = static_cast<float>(1.0 - round.weight);
+          for (size_t i = 0; i < n; ++i) w[i] = keep * w[i] + sum[i];
         } else if (a == "fedbuff") {
           // Σ s_k Δ_k = Σ s_k w_k − Σ_τ (Σ_{τ_k=τ} s_k) w_τ; w <- w + η_g / K · that.
           for (const auto& [base, s] : round.weight_by_base) {
@@ -740,7 +954,25 @@ void FlCoordinator::CommitLoop() {
         }
         (void)job->pool->Release(p.offset, kShoaldSlot);
       }
-      job->rounds.erase(rit);
+      if (job->Compass()) {
+        const double now = job->Elapsed();
+        if (!round.single_client.empty()) {
+          job->Assign(round.single_client, now);
+        } else if (round.group >= 0 && job->groups.count(round.group)) {
+          // Reassign the members that arrived, fastest first.
+          std::vector<std::string> arrived(job->groups[round.group].arrived.begin(),
+                                           job->groups[round.group].arrived.end());
+          std::sort(arrived.begin(), arrived.end(), [&](const auto& x, const auto& y) {
+            return job->compass[x].speed < job->compass[y].speed;
+          });
+          job->groups.erase(round.group);
+          for (const auto& id : arrived) {
+            job->compass[id].group = -1;
+            job->Assign(id, now);
+          }
+        }
+      }
+      rit = job->rounds.erase(rit);
       Persist(*job);
     }
   }

@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
     return specs;
   });
   fl.SetOnChange([&manager] { manager.FunctionsChanged(); });
-  ControlApi control(*registry, manager);
+  ControlApi control(*registry, manager, &fl);
   ControlService control_service(control);
   GatewayHooks hooks;
   hooks.control = &control_service;

@@ -1,0 +1,277 @@
+// FLJob manifests: every field, the defaults written in fljob_spec.h, and each error a user can
+// make with its exact message (field path and line).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "shoal/controller/manifest.h"
+
+namespace shoal {
+namespace {
+
+std::string ErrorOf(const std::string& yaml) {
+  auto r = ParseFlJobManifests(yaml);
+  EXPECT_FALSE(r.ok()) << "parsed:\n" << yaml;
+  if (r.ok()) return "";
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  return r.status().message();
+}
+
+// A minimal FLJob: metadata on lines 3-4, spec on line 5, clients on 6-7; `extra` follows
+// (indented two spaces below spec) from line 8.
+std::string Job(const std::string& extra = "", const std::string& name = "fmnist") {
+  return "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: " + name +
+         "\nspec:\n  clients:\n    expected: 16\n" + extra;
+}
+
+class InitialModel {
+ public:
+  InitialModel() {
+    char tmpl[] = "/tmp/shoal-fljob-test-XXXXXX";
+    const int fd = mkstemp(tmpl);
+    path_ = tmpl;
+    ::close(fd);
+  }
+  ~InitialModel() { std::remove(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+TEST(FlJobManifestTest, EveryField) {
+  InitialModel init;
+  const std::string yaml = R"(apiVersion: shoal.dev/v1
+kind: FLJob
+metadata:
+  name: fmnist
+  namespace: lab
+spec:
+  algorithm:
+    name: fedcompass
+    params: {alpha: 0.9, qMin: 20, lambda: 1.5e0}
+  model: {architecture: cnn, hidden: 64, initial: )" + init.path() + R"(, seed: 7}
+  data: {dataset: digits}
+  clients: {expected: 16, quorum: 12, tokens: [t1, "t2"]}
+  stop: {rounds: 50, accuracy: 0.85}
+  deadlines: {round: 2m}
+  training: {localSteps: 50, learningRate: 0.05, batchSize: 64}
+  aggregation: {maxStaleness: 5, maxFanIn: 4, maxLeaves: 2}
+)";
+  auto r = ParseFlJobManifests(yaml);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->size(), 1u);
+  const FlJobSpec& s = (*r)[0];
+  EXPECT_EQ(s.name, "fmnist");
+  EXPECT_EQ(s.tenant, "lab");
+  EXPECT_EQ(s.algorithm, "fedcompass");
+  EXPECT_EQ(s.algorithm_params,
+            (std::map<std::string, double>{{"alpha", 0.9}, {"qMin", 20}, {"lambda", 1.5}}));
+  EXPECT_EQ(s.architecture, "cnn");
+  EXPECT_EQ(s.hidden, 64u);
+  EXPECT_EQ(s.initial_model, init.path());
+  EXPECT_EQ(s.seed, 7u);
+  EXPECT_EQ(s.dataset, "digits");
+  EXPECT_EQ(s.clients, 16u);
+  EXPECT_EQ(s.quorum, 12u);
+  EXPECT_EQ(s.join_tokens, (std::vector<std::string>{"t1", "t2"}));
+  EXPECT_EQ(s.rounds, 50u);
+  EXPECT_DOUBLE_EQ(s.target_accuracy, 0.85);
+  EXPECT_DOUBLE_EQ(s.round_deadline_s, 120);
+  EXPECT_EQ(s.local_steps, 50u);
+  EXPECT_DOUBLE_EQ(s.learning_rate, 0.05);
+  EXPECT_EQ(s.batch_size, 64u);
+  EXPECT_EQ(s.staleness_limit, 5u);
+  EXPECT_EQ(s.max_fan_in, 4u);
+  EXPECT_EQ(s.max_leaves, 2u);
+  EXPECT_EQ(s.generation, 0u);
+  EXPECT_EQ(s.manifest, yaml);
+}
+
+TEST(FlJobManifestTest, DefaultsAreFljobSpecs) {
+  auto r = ParseFlJobManifests(Job());
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const FlJobSpec& s = (*r)[0];
+  const FlJobSpec d;
+  EXPECT_EQ(s.tenant, "default");
+  EXPECT_EQ(s.algorithm, d.algorithm);
+  EXPECT_TRUE(s.algorithm_params.empty());
+  EXPECT_EQ(s.architecture, d.architecture);
+  EXPECT_EQ(s.hidden, d.hidden);
+  EXPECT_EQ(s.initial_model, "");
+  EXPECT_EQ(s.seed, d.seed);
+  EXPECT_EQ(s.dataset, d.dataset);
+  EXPECT_EQ(s.clients, 16u);
+  EXPECT_EQ(s.quorum, 0u);
+  EXPECT_TRUE(s.join_tokens.empty());
+  EXPECT_EQ(s.rounds, 0u);
+  EXPECT_EQ(s.target_accuracy, 0);
+  EXPECT_EQ(s.round_deadline_s, 0);
+  EXPECT_EQ(s.local_steps, d.local_steps);
+  EXPECT_EQ(s.learning_rate, d.learning_rate);
+  EXPECT_EQ(s.batch_size, d.batch_size);
+  EXPECT_EQ(s.staleness_limit, d.staleness_limit);
+  EXPECT_EQ(s.max_fan_in, d.max_fan_in);
+  EXPECT_EQ(s.max_leaves, d.max_leaves);
+  // Every algorithm name is accepted.
+  for (const char* a : kFlAlgorithms) {
+    auto j = ParseFlJobManifests(Job("  algorithm: {name: " + std::string(a) + "}\n"));
+    ASSERT_TRUE(j.ok()) << a << ": " << j.status().message();
+    EXPECT_EQ((*j)[0].algorithm, a);
+  }
+}
+
+TEST(FlJobManifestTest, HeaderAndMetadataErrors) {
+  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v2\nkind: FLJob\n"),
+            "apiVersion: expected shoal.dev/v1, got shoal.dev/v2 (line 1)");
+  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: a}\n"),
+            "kind: expected FLJob, got Function (line 2)");
+  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nmetadata: {name: a}\n"), "kind: expected FLJob");
+  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: FLJob\nspec: {}\n"), "metadata: required");
+  EXPECT_EQ(ErrorOf(Job("", "Bad_Name")),
+            "metadata.name: must be a DNS label (lower-case letters, digits and '-', starting and "
+            "ending with a letter or digit, at most 63 characters), got \"Bad_Name\" (line 4)");
+  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: a\n  labels: {}\n"),
+            "metadata.labels: unknown field (line 5)");
+  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: a\n"),
+            "spec: required");
+  EXPECT_EQ(ErrorOf(Job("  rounds: 3\n")), "spec.rounds: unknown field (line 8)");
+  EXPECT_EQ(ErrorOf(""), "no FLJob documents in the manifest");
+  EXPECT_EQ(ErrorOf(Job() + "---\n" + Job()),
+            "metadata.name: duplicate FLJob \"fmnist\" in one deploy (lines 4 and 12)");
+}
+
+TEST(FlJobManifestTest, FieldErrorsNameThePathAndLine) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"  algorithm: fedavg\n", "spec.algorithm: must be a mapping (line 8)"},
+      {"  algorithm: {params: {}}\n", "spec.algorithm.name: required"},
+      {"  algorithm: {name: fedsgd}\n",
+       "spec.algorithm.name: unknown algorithm \"fedsgd\" (one of: fedavg, fedavgm, fedadam, "
+       "fedasync, fedbuff, fedfix, fedcompass) (line 8)"},
+      {"  algorithm: {name: fedavg, extra: 1}\n",
+       "spec.algorithm.extra: unknown field (line 8)"},
+      {"  algorithm:\n    name: fedasync\n    params: {alpha: high}\n",
+       "spec.algorithm.params.alpha: must be a number, got \"high\" (line 10)"},
+      {"  algorithm:\n    name: fedasync\n    params: {alpha: [1]}\n",
+       "spec.algorithm.params.alpha: must be a number (line 10)"},
+      {"  algorithm:\n    name: fedasync\n    params: {alpha: .nan}\n",
+       "spec.algorithm.params.alpha: must be a number, got \".nan\" (line 10)"},
+      {"  algorithm:\n    name: fedasync\n    params: [alpha]\n",
+       "spec.algorithm.params: must be a mapping (line 10)"},
+      {"  model: {architecture: resnet}\n",
+       "spec.model.architecture: unknown architecture \"resnet\" (one of: mlp, cnn, logreg) "
+       "(line 8)"},
+      {"  model: {hidden: 0}\n", "spec.model.hidden: must be between 1 and 65536, got 0 (line 8)"},
+      {"  model: {hidden: wide}\n", "spec.model.hidden: must be an integer, got \"wide\" (line 8)"},
+      {"  model: {initial: model.safetensors}\n",
+       "spec.model.initial: must be an absolute path, got \"model.safetensors\" (line 8)"},
+      {"  model: {initial: /nonexistent/m.safetensors}\n",
+       "spec.model.initial: no such file on this node: /nonexistent/m.safetensors (line 8)"},
+      {"  model: {seed: -1}\n",
+       "spec.model.seed: must be between 0 and 9223372036854775807, got -1 (line 8)"},
+      {"  model: {layers: 3}\n", "spec.model.layers: unknown field (line 8)"},
+      {"  data: {dataset: \"\"}\n", "spec.data.dataset: must not be empty (line 8)"},
+      {"  data: {split: iid}\n", "spec.data.split: unknown field (line 8)"},
+      {"  stop: {rounds: -1}\n", "spec.stop.rounds: must be between 0 and 1000000000, got -1 (line 8)"},
+      {"  stop: {accuracy: 1.5}\n", "spec.stop.accuracy: must be > 0 and <= 1, got 1.5 (line 8)"},
+      {"  stop: {accuracy: 0}\n", "spec.stop.accuracy: must be > 0 and <= 1, got 0 (line 8)"},
+      {"  stop: {loss: 0.1}\n", "spec.stop.loss: unknown field (line 8)"},
+      {"  deadlines: {round: soon}\n",
+       "spec.deadlines.round: must be a duration like 250ms, 30s, 2m or 1h, got \"soon\" (line 8)"},
+      {"  deadlines: {round: 0s}\n", "spec.deadlines.round: must be > 0, got 0s (line 8)"},
+      {"  deadlines: {join: 1m}\n", "spec.deadlines.join: unknown field (line 8)"},
+      {"  training: {localSteps: 0}\n",
+       "spec.training.localSteps: must be between 1 and 1000000, got 0 (line 8)"},
+      {"  training: {learningRate: -0.1}\n",
+       "spec.training.learningRate: must be > 0, got -0.1 (line 8)"},
+      {"  training: {learningRate: fast}\n",
+       "spec.training.learningRate: must be a number, got \"fast\" (line 8)"},
+      {"  training: {batchSize: 0}\n",
+       "spec.training.batchSize: must be between 1 and 65536, got 0 (line 8)"},
+      {"  training: {epochs: 1}\n", "spec.training.epochs: unknown field (line 8)"},
+      {"  aggregation: {maxStaleness: -2}\n",
+       "spec.aggregation.maxStaleness: must be between 0 and 1000000, got -2 (line 8)"},
+      {"  aggregation: {maxFanIn: 0}\n",
+       "spec.aggregation.maxFanIn: must be between 1 and 1024, got 0 (line 8)"},
+      {"  aggregation: {maxLeaves: 64}\n",
+       "spec.aggregation.maxLeaves: must be between 1 and 63, got 64 (line 8)"},
+      {"  aggregation: {leaves: 2}\n", "spec.aggregation.leaves: unknown field (line 8)"},
+  };
+  for (const auto& [extra, message] : cases) {
+    EXPECT_EQ(ErrorOf(Job(extra)), message) << extra;
+  }
+}
+
+TEST(FlJobManifestTest, ClientsErrors) {
+  const std::string head = "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: a\nspec:\n";
+  EXPECT_EQ(ErrorOf(head + "  stop: {rounds: 1}\n"), "spec.clients: required");
+  EXPECT_EQ(ErrorOf(head + "  clients: {quorum: 1}\n"), "spec.clients.expected: required");
+  EXPECT_EQ(ErrorOf(head + "  clients: {expected: 0}\n"),
+            "spec.clients.expected: must be between 1 and 100000, got 0 (line 6)");
+  EXPECT_EQ(ErrorOf(head + "  clients: {expected: 16, quorum: 17}\n"),
+            "spec.clients.quorum: must be <= spec.clients.expected (17 > 16) (line 6)");
+  EXPECT_EQ(ErrorOf(head + "  clients: {expected: 2, tokens: abc}\n"),
+            "spec.clients.tokens: must be a list of strings (line 6)");
+  EXPECT_EQ(ErrorOf(head + "  clients:\n    expected: 2\n    tokens:\n      - a\n      - \"\"\n"),
+            "spec.clients.tokens[1]: must not be empty (line 10)");
+  EXPECT_EQ(ErrorOf(head + "  clients:\n    expected: 2\n    tokens: [a, b, a]\n"),
+            "spec.clients.tokens[2]: duplicate token (line 8)");
+  EXPECT_EQ(ErrorOf(head + "  clients: {expected: 2, tokens: [{x: 1}]}\n"),
+            "spec.clients.tokens[0]: must be a string (line 6)");
+  EXPECT_EQ(ErrorOf(head + "  clients: {expected: 2, max: 3}\n"),
+            "spec.clients.max: unknown field (line 6)");
+}
+
+TEST(FlJobManifestTest, MixedFilesParseBothKindsOrNothing) {
+  NodeConfig defaults;
+  const std::string fn =
+      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: fmnist\nspec:\n  handler:\n"
+      "    builtin: echo\n";
+  // A Function and an FLJob may share a name: they are different kinds.
+  auto r = ParseManifests(fn + "---\n" + Job(), defaults);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->functions.size(), 1u);
+  ASSERT_EQ(r->jobs.size(), 1u);
+  EXPECT_EQ(r->functions[0].manifest, fn);
+  EXPECT_EQ(r->jobs[0].manifest, Job());
+  EXPECT_EQ(r->jobs[0].name, "fmnist");
+  // One bad document anywhere fails the whole file, with its own line numbers.
+  auto bad = ParseManifests(fn + "---\n" + Job("  training: {batchSize: 0}\n"), defaults);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "spec.training.batchSize: must be between 1 and 65536, got 0 (line 16)");
+  auto kind = ParseManifests("apiVersion: shoal.dev/v1\nkind: Job\n", defaults);
+  EXPECT_EQ(kind.status().message(), "kind: expected Function or FLJob, got Job (line 2)");
+  EXPECT_EQ(ParseManifests("# nothing\n", defaults).status().message(),
+            "no Function or FLJob documents in the manifest");
+  // The Function-only parser still refuses FLJobs by kind.
+  auto only = ParseFunctionManifests(Job(), defaults);
+  EXPECT_EQ(only.status().message(), "kind: expected Function, got FLJob (line 2)");
+}
+
+TEST(FlJobManifestTest, TheShippedExampleParses) {
+  std::ifstream in(std::string(SHOAL_SOURCE_DIR) + "/deploy/examples/fljob-fashion-mnist.yaml");
+  ASSERT_TRUE(in) << "deploy/examples/fljob-fashion-mnist.yaml";
+  const std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto r = ParseFlJobManifests(yaml);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const FlJobSpec& s = (*r)[0];
+  EXPECT_EQ(s.name, "fmnist");
+  EXPECT_EQ(s.algorithm, "fedcompass");
+  EXPECT_EQ(s.architecture, "mlp");
+  EXPECT_EQ(s.hidden, 128u);
+  EXPECT_EQ(s.dataset, "fashion-mnist");
+  EXPECT_EQ(s.clients, 16u);
+  EXPECT_EQ(s.rounds, 60u);
+  EXPECT_DOUBLE_EQ(s.target_accuracy, 0.85);
+  EXPECT_EQ(s.local_steps, 100u);
+  EXPECT_DOUBLE_EQ(s.learning_rate, 0.1);
+  EXPECT_EQ(s.batch_size, 32u);
+  EXPECT_EQ(s.max_fan_in, 8u);
+  EXPECT_EQ(s.max_leaves, 4u);
+}
+
+}  // namespace
+}  // namespace shoal

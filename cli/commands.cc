@@ -2,11 +2,13 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -131,13 +133,18 @@ int Deploy(const HttpClient& client, const std::string& file) try {
     return 1;
   }
   auto j = json::parse(r.body, nullptr, false);
-  if (j.is_discarded() || !j.contains("functions")) {
+  if (j.is_discarded() || !j.is_object() || (!j.contains("functions") && !j.contains("jobs"))) {
     std::fprintf(stderr, "shoal: unexpected answer: %s\n", r.body.c_str());
     return 1;
   }
-  for (const json& f : j["functions"]) {
-    std::printf("function/%s %s\n", Str(f, "name").c_str(),
-                Str(f, "action").empty() ? "configured" : Str(f, "action").c_str());
+  // The server routes each document by kind: Functions to the registry, FLJobs to the
+  // coordinator; both come back here.
+  for (const char* kind : {"functions", "jobs"}) {
+    for (const json& f : j.value(kind, json::array())) {
+      std::printf("%s/%s %s\n", std::string_view(kind) == "jobs" ? "fljob" : "function",
+                  Str(f, "name").c_str(),
+                  Str(f, "action").empty() ? "configured" : Str(f, "action").c_str());
+    }
   }
   return 0;
 } catch (const Exit& e) {
@@ -361,6 +368,198 @@ int Top(const HttpClient& client, bool watch) try {
     if (!watch) return 0;
     std::this_thread::sleep_for(std::chrono::seconds(1));
   }
+} catch (const Exit& e) {
+  return e.code;
+}
+
+// ---- FL jobs ----------------------------------------------------------------------------
+//
+// GET /v1/jobs/{job} answers the coordinator's status JSON, and GET /v1/jobs {"jobs": [...]}
+// of them:
+//   {"name": "fmnist", "algorithm": "fedcompass", "state": "running" | "done",
+//    "version": 12, "round": 12, "clients": {"expected": 16, "joined": 16},
+//    "updates_total": 190, "elapsed_s": 83.4, "target_accuracy": 0.85,
+//    "best_accuracy": 0.8123 | null,
+//    "versions": [{"version": 1, "accuracy": 0.7012 | null, "loss": 0.8123 | null,
+//                  "updates": 16, "elapsed_s": 4.2}, ...]}
+// accuracy and loss stay null until a client reports an evaluation of that version.
+
+namespace {
+
+// Versions this far behind the newest are printed by `fl watch` even without an evaluation:
+// reports may never come (no client evaluates), and watch must not fall silent.
+constexpr uint64_t kWatchEvalLag = 3;
+
+std::string Accuracy(const json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return "-";
+  return FormatFixed(j[key].get<double>(), 4);
+}
+
+std::string Elapsed(double seconds) { return FormatFixed(seconds, 1) + "s"; }
+
+std::vector<std::string> VersionRow(const json& v) {
+  return {std::to_string(Num<uint64_t>(v, "version")), Accuracy(v, "accuracy"),
+          Accuracy(v, "loss"), std::to_string(Num<uint64_t>(v, "updates")),
+          Elapsed(Num<double>(v, "elapsed_s"))};
+}
+
+const std::vector<std::string> kVersionHeader = {"VERSION", "ACCURACY", "LOSS", "UPDATES", "TIME"};
+
+json SortedVersions(const json& status) {
+  json versions = status.value("versions", json::array());
+  if (!versions.is_array()) return json::array();
+  std::stable_sort(versions.begin(), versions.end(), [](const json& a, const json& b) {
+    return Num<uint64_t>(a, "version") < Num<uint64_t>(b, "version");
+  });
+  return versions;
+}
+
+std::string ClientsText(const json& st) {
+  const json& c = st.value("clients", json::object());
+  return std::to_string(Num<uint64_t>(c, "joined")) + "/" +
+         std::to_string(Num<uint64_t>(c, "expected"));
+}
+
+std::string TargetText(const json& st) {
+  return Num<double>(st, "target_accuracy") > 0 ? FormatFixed(Num<double>(st, "target_accuracy"), 4)
+                                                : "none";
+}
+
+void FailWith(const HttpResponse& r) {
+  std::fprintf(stderr, "shoal: %s\n", ErrorMessage(r.body).c_str());
+  throw Exit{1};
+}
+
+}  // namespace
+
+int FlStatus(const HttpClient& client, const std::string& job) try {
+  const json st = GetJson(client, "/v1/jobs/" + job);
+  std::ostringstream o;
+  auto field = [&o](const std::string& k, const std::string& v) {
+    o << k << ":" << std::string(k.size() < 14 ? 14 - k.size() : 1, ' ') << v << "\n";
+  };
+  field("Name", Str(st, "name"));
+  field("Algorithm", Str(st, "algorithm"));
+  field("State", Str(st, "state"));
+  field("Version", std::to_string(Num<uint64_t>(st, "version")) + " (round " +
+                       std::to_string(Num<uint64_t>(st, "round")) + ")");
+  field("Clients", ClientsText(st) + " joined");
+  field("Updates", std::to_string(Num<uint64_t>(st, "updates_total")));
+  field("Elapsed", Elapsed(Num<double>(st, "elapsed_s")));
+  field("Accuracy", "best " + Accuracy(st, "best_accuracy") + ", target " + TargetText(st));
+  o << "Versions:\n";
+  const json versions = SortedVersions(st);
+  if (versions.empty()) {
+    o << "  <none>\n";
+  } else {
+    Table t(kVersionHeader);
+    for (const json& v : versions) t.AddRow(VersionRow(v));
+    std::istringstream lines(t.Render());
+    for (std::string line; std::getline(lines, line);) o << "  " << line << "\n";
+  }
+  std::fputs(o.str().c_str(), stdout);
+  return 0;
+} catch (const Exit& e) {
+  return e.code;
+}
+
+int FlWatch(const HttpClient& client, const std::string& job) try {
+  // Fixed columns (a Table would realign as rows arrive); wide enough for the usual values.
+  auto line = [](const std::vector<std::string>& c) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%-7s   %-8s   %-8s   %-7s   %s\n", c[0].c_str(), c[1].c_str(),
+                  c[2].c_str(), c[3].c_str(), c[4].c_str());
+    return std::string(buf);
+  };
+  std::fputs(line(kVersionHeader).c_str(), stdout);
+  std::fflush(stdout);
+  uint64_t next = 0;  // the lowest version not printed yet
+  for (;;) {
+    const json st = GetJson(client, "/v1/jobs/" + job);
+    const bool done = Str(st, "state") == "done";
+    const uint64_t latest = Num<uint64_t>(st, "version");
+    const json versions = SortedVersions(st);
+    // A version waits for its evaluation, unless a newer one already has one (its report will
+    // most likely never come), it fell kWatchEvalLag behind, or the job is done.
+    std::optional<uint64_t> newest_evaluated;
+    for (const json& v : versions) {
+      if (v.contains("accuracy") && v["accuracy"].is_number()) {
+        newest_evaluated = Num<uint64_t>(v, "version");
+      }
+    }
+    for (const json& v : versions) {
+      const uint64_t version = Num<uint64_t>(v, "version");
+      if (version < next) continue;
+      const bool ready = done || (newest_evaluated && version <= *newest_evaluated) ||
+                         latest >= version + kWatchEvalLag;
+      if (!ready) break;
+      std::fputs(line(VersionRow(v)).c_str(), stdout);
+      next = version + 1;
+    }
+    if (done) {
+      std::printf("fljob/%s done: version %llu, best accuracy %s (target %s), %s\n", job.c_str(),
+                  static_cast<unsigned long long>(latest), Accuracy(st, "best_accuracy").c_str(),
+                  TargetText(st).c_str(), Elapsed(Num<double>(st, "elapsed_s")).c_str());
+      return 0;
+    }
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+} catch (const Exit& e) {
+  return e.code;
+}
+
+int FlModel(const HttpClient& client, const std::string& job, const std::string& output,
+            const std::optional<uint64_t>& version) try {
+  HttpRequest req;
+  req.path = "/v1/jobs/" + job + "/model";
+  if (version) req.path += "?version=" + std::to_string(*version);
+  HttpResponse r = SendOrExit(client, req);
+  if (r.status >= 400) FailWith(r);
+  auto v = r.headers.find("x-shoal-model-version");
+  const std::string got = v != r.headers.end() ? v->second : "?";
+  {
+    std::ofstream out(output, std::ios::binary | std::ios::trunc);
+    out.write(r.body.data(), static_cast<std::streamsize>(r.body.size()));
+    out.close();
+    if (!out) {
+      std::fprintf(stderr, "shoal: cannot write %s\n", output.c_str());
+      return 1;
+    }
+  }
+  std::printf("wrote %s (version %s, %zu bytes)\n", output.c_str(), got.c_str(), r.body.size());
+  return 0;
+} catch (const Exit& e) {
+  return e.code;
+}
+
+int FlList(const HttpClient& client) try {
+  const json answer = GetJson(client, "/v1/jobs");
+  const json jobs = answer.value("jobs", json::array());
+  if (jobs.empty()) {
+    std::fprintf(stderr, "No FL jobs deployed.\n");
+    return 0;
+  }
+  Table t({"NAME", "ALGORITHM", "STATE", "VERSION", "CLIENTS", "BEST-ACCURACY", "ELAPSED"});
+  for (const json& st : jobs) {
+    t.AddRow({Str(st, "name"), Str(st, "algorithm"), Str(st, "state"),
+              std::to_string(Num<uint64_t>(st, "version")), ClientsText(st),
+              Accuracy(st, "best_accuracy"), Elapsed(Num<double>(st, "elapsed_s"))});
+  }
+  std::fputs(t.Render().c_str(), stdout);
+  return 0;
+} catch (const Exit& e) {
+  return e.code;
+}
+
+int FlDelete(const HttpClient& client, const std::string& job) try {
+  HttpRequest req;
+  req.method = "DELETE";
+  req.path = "/v1/jobs/" + job;
+  HttpResponse r = SendOrExit(client, req);
+  if (r.status >= 400) FailWith(r);
+  std::printf("fljob/%s deleted\n", job.c_str());
+  return 0;
 } catch (const Exit& e) {
   return e.code;
 }

@@ -2,6 +2,8 @@
 // user said no (bad manifest, unknown function, HTTP >= 400), 2 shoald could not be reached.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,5 +27,13 @@ int Invoke(const HttpClient& client, const InvokeOptions& options);
 int Logs(const HttpClient& client, const std::string& name, bool follow);
 int Delete(const HttpClient& client, const std::string& name);
 int Top(const HttpClient& client, bool watch);
+
+// `shoal fl ...`: FL jobs (kind FLJob), through /v1/jobs.
+int FlStatus(const HttpClient& client, const std::string& job);
+int FlWatch(const HttpClient& client, const std::string& job);
+int FlModel(const HttpClient& client, const std::string& job, const std::string& output,
+            const std::optional<uint64_t>& version);
+int FlList(const HttpClient& client);
+int FlDelete(const HttpClient& client, const std::string& job);
 
 }  // namespace shoal::cli

@@ -3,14 +3,16 @@
 #include <curl/curl.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <cstdlib>
+#include <optional>
 
 #include "commands.h"
 #include "sim.h"
 
 int main(int argc, char** argv) {
   using namespace shoal::cli;
-  CLI::App app{"shoal: deploy, inspect and invoke functions on a Shoal node"};
+  CLI::App app{"shoal: deploy, inspect and invoke functions and FL jobs on a Shoal node"};
   app.require_subcommand(1);
   app.fallthrough();
   const char* env_server = std::getenv("SHOAL_SERVER");
@@ -20,7 +22,7 @@ int main(int argc, char** argv) {
 
   std::string file;
   auto* deploy = app.add_subcommand("deploy", "deploy (or update) functions from a manifest");
-  deploy->add_option("-f,--filename", file, "manifest file (YAML or JSON), - for stdin")->required();
+  deploy->add_option("-f,--filename", file, "manifest file (YAML or JSON; Function and FLJob documents), - for stdin")->required();
 
   std::string name, output;
   auto* get = app.add_subcommand("get", "list functions, or show one");
@@ -52,6 +54,22 @@ int main(int argc, char** argv) {
   bool watch = false;
   auto* top = app.add_subcommand("top", "per-function load: instances, in-flight, req/s, latency");
   top->add_flag("-w,--watch", watch, "refresh every second until Ctrl-C");
+
+  std::string job, model_out;
+  std::optional<uint64_t> model_version;
+  auto* fl = app.add_subcommand("fl", "federated-learning jobs (kind FLJob)");
+  fl->require_subcommand(1);
+  auto* fl_status = fl->add_subcommand("status", "a job's version, clients and accuracy per version");
+  fl_status->add_option("job", job, "job name")->required();
+  auto* fl_watch = fl->add_subcommand("watch", "one line per new global model until the job is done");
+  fl_watch->add_option("job", job, "job name")->required();
+  auto* fl_model = fl->add_subcommand("model", "download a job's global model (safetensors)");
+  fl_model->add_option("job", job, "job name")->required();
+  fl_model->add_option("-o,--output", model_out, "file to write")->required();
+  fl_model->add_option("--version", model_version, "model version (default: the latest)");
+  auto* fl_list = fl->add_subcommand("list", "list FL jobs");
+  auto* fl_delete = fl->add_subcommand("delete", "delete an FL job");
+  fl_delete->add_option("job", job, "job name")->required();
 
   SimOptions sim_opts;
   auto* sim = app.add_subcommand("sim", "run the autoscaling simulator locally (no shoald needed)");
@@ -86,6 +104,16 @@ int main(int argc, char** argv) {
     rc = Delete(client, name);
   } else if (top->parsed()) {
     rc = Top(client, watch);
+  } else if (fl_status->parsed()) {
+    rc = FlStatus(client, job);
+  } else if (fl_watch->parsed()) {
+    rc = FlWatch(client, job);
+  } else if (fl_model->parsed()) {
+    rc = FlModel(client, job, model_out, model_version);
+  } else if (fl_list->parsed()) {
+    rc = FlList(client);
+  } else if (fl_delete->parsed()) {
+    rc = FlDelete(client, job);
   }
   curl_global_cleanup();
   return rc;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -407,6 +408,230 @@ TEST_F(CliTest, DeleteAndLogs) {
   EXPECT_EQ(l.out, "[1] hello\n");
   auto reqs = server_.requests();
   EXPECT_EQ(reqs.back().target, "/v1/functions/echo/logs?offset=10");
+}
+
+json JobStatus(const std::string& state, json versions) {
+  return json{{"name", "fmnist"},
+              {"algorithm", "fedcompass"},
+              {"state", state},
+              {"version", versions.empty() ? 0 : versions.back()["version"].get<int>()},
+              {"round", 7},
+              {"clients", {{"expected", 16}, {"joined", 12}}},
+              {"updates_total", 190},
+              {"elapsed_s", 83.44},
+              {"target_accuracy", 0.85},
+              {"best_accuracy", 0.8123},
+              {"versions", std::move(versions)}};
+}
+
+json Version(int version, json accuracy, json loss, int updates, double elapsed) {
+  return json{{"version", version}, {"accuracy", std::move(accuracy)}, {"loss", std::move(loss)},
+              {"updates", updates}, {"elapsed_s", elapsed}};
+}
+
+TEST_F(CliTest, DeployReportsFlJobs) {
+  json answer{{"functions", {{{"name", "echo"}, {"action", "configured"}}}},
+              {"jobs", {{{"kind", "FLJob"}, {"name", "fmnist"}, {"action", "created"}}}}};
+  server_.On("POST /v1/functions", {201, "application/json", answer.dump(), {}});
+  auto r = RunShoal(server_.url(), {"deploy", "-f", "-"}, "kind: FLJob\n");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "function/echo configured\nfljob/fmnist created\n");
+  EXPECT_EQ(server_.requests().back().body, "kind: FLJob\n");
+  server_.On("POST /v1/functions",
+             {501, "application/json", R"({"error":"FL jobs are not enabled on this node"})", {}});
+  auto off = RunShoal(server_.url(), {"deploy", "-f", "-"}, "kind: FLJob\n");
+  EXPECT_EQ(off.exit_code, 1);
+  EXPECT_EQ(off.err, "shoal: FL jobs are not enabled on this node\n");
+}
+
+TEST_F(CliTest, FlStatusPrintsTheJobAndAVersionTable) {
+  server_.On("GET /v1/jobs/fmnist",
+             {200, "application/json",
+              JobStatus("running", {Version(2, 0.7512, 0.66, 16, 9.0),
+                                    Version(1, 0.61234, 1.0249, 16, 4.25),
+                                    Version(3, nullptr, nullptr, 4, 12.5)})
+                  .dump(),
+              {}});
+  auto r = RunShoal(server_.url(), {"fl", "status", "fmnist"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "Name:          fmnist\n"
+            "Algorithm:     fedcompass\n"
+            "State:         running\n"
+            "Version:       3 (round 7)\n"
+            "Clients:       12/16 joined\n"
+            "Updates:       190\n"
+            "Elapsed:       83.4s\n"
+            "Accuracy:      best 0.8123, target 0.8500\n"
+            "Versions:\n"
+            "  VERSION   ACCURACY   LOSS     UPDATES   TIME\n"
+            "  1         0.6123     1.0249   16        4.2s\n"
+            "  2         0.7512     0.6600   16        9.0s\n"
+            "  3         -          -        4         12.5s\n");
+  server_.On("GET /v1/jobs/empty", {200, "application/json",
+                                    JobStatus("running", json::array()).dump(), {}});
+  auto e = RunShoal(server_.url(), {"fl", "status", "empty"});
+  EXPECT_EQ(e.exit_code, 0);
+  EXPECT_NE(e.out.find("Version:       0 (round 7)\n"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("Versions:\n  <none>\n"), std::string::npos) << e.out;
+  server_.On("GET /v1/jobs/nope",
+             {404, "application/json", R"({"error":"job 'nope' not found"})", {}});
+  auto n = RunShoal(server_.url(), {"fl", "status", "nope"});
+  EXPECT_EQ(n.exit_code, 1);
+  EXPECT_EQ(n.out, "");
+  EXPECT_EQ(n.err, "shoal: job 'nope' not found\n");
+}
+
+TEST_F(CliTest, FlWatchPrintsOneLinePerVersionUntilDone) {
+  // First poll: version 1 evaluated, version 2 not yet (it waits for its evaluation).
+  server_.On("GET /v1/jobs/fmnist",
+             {200, "application/json",
+              JobStatus("running", {Version(1, 0.6, 1.1, 16, 4.0),
+                                    Version(2, nullptr, nullptr, 16, 8.0)})
+                  .dump(),
+              {}});
+  CliResult r;
+  std::thread cli([&] { r = RunShoal(server_.url(), {"fl", "watch", "fmnist"}); });
+  for (int i = 0; i < 500 && server_.requests().empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // Then the job finishes: version 2 got its evaluation, version 3 never will.
+  server_.On("GET /v1/jobs/fmnist",
+             {200, "application/json",
+              JobStatus("done", {Version(1, 0.6, 1.1, 16, 4.0), Version(2, 0.7, 0.9, 16, 8.0),
+                                 Version(3, nullptr, nullptr, 16, 12.0)})
+                  .dump(),
+              {}});
+  cli.join();
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "VERSION   ACCURACY   LOSS       UPDATES   TIME\n"
+            "1         0.6000     1.1000     16        4.0s\n"
+            "2         0.7000     0.9000     16        8.0s\n"
+            "3         -          -          16        12.0s\n"
+            "fljob/fmnist done: version 3, best accuracy 0.8123 (target 0.8500), 83.4s\n");
+  EXPECT_GE(server_.requests().size(), 2u);
+
+  // A version whose evaluation never comes is printed once it is 3 versions behind the newest
+  // (and, here, the job vanishing ends the watch with exit 1 after what was printed).
+  server_.On("GET /v1/jobs/lagging",
+             {200, "application/json",
+              JobStatus("running", {Version(1, nullptr, nullptr, 1, 1.0),
+                                    Version(2, nullptr, nullptr, 1, 2.0),
+                                    Version(3, nullptr, nullptr, 1, 3.0),
+                                    Version(4, nullptr, nullptr, 1, 4.0)})
+                  .dump(),
+              {}});
+  auto polls = [&] {
+    size_t n = 0;
+    for (const auto& q : server_.requests()) n += q.target == "/v1/jobs/lagging";
+    return n;
+  };
+  std::thread lag([&] { r = RunShoal(server_.url(), {"fl", "watch", "lagging"}); });
+  for (int i = 0; i < 500 && polls() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  server_.On("GET /v1/jobs/lagging",
+             {404, "application/json", R"({"error":"job 'lagging' not found"})", {}});
+  lag.join();
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out,
+            "VERSION   ACCURACY   LOSS       UPDATES   TIME\n"
+            "1         -          -          1         1.0s\n");
+  EXPECT_EQ(r.err, "shoal: job 'lagging' not found\n");
+  server_.On("GET /v1/jobs/missing",
+             {404, "application/json", R"({"error":"job 'missing' not found"})", {}});
+  auto m = RunShoal(server_.url(), {"fl", "watch", "missing"});
+  EXPECT_EQ(m.exit_code, 1);
+  EXPECT_EQ(m.err, "shoal: job 'missing' not found\n");
+}
+
+TEST_F(CliTest, FlModelWritesTheBytes) {
+  std::string bytes(70000, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 31 + 7);
+  server_.On("GET /v1/jobs/fmnist/model",
+             {200, "application/octet-stream", bytes, {"X-Shoal-Model-Version: 12"}});
+  server_.On("GET /v1/jobs/fmnist/model?version=4",
+             {200, "application/octet-stream", "four", {"X-Shoal-Model-Version: 4"}});
+  server_.On("GET /v1/jobs/fmnist/model?version=99",
+             {404, "application/json", R"({"error":"version 99 is not kept"})", {}});
+  char dir[] = "/tmp/shoal-cli-test-model-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/model.safetensors";
+  auto r = RunShoal(server_.url(), {"fl", "model", "fmnist", "-o", path});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "wrote " + path + " (version 12, 70000 bytes)\n");
+  EXPECT_TRUE(Slurp(path) == bytes);
+  auto v = RunShoal(server_.url(), {"fl", "model", "fmnist", "-o", path, "--version", "4"});
+  EXPECT_EQ(v.exit_code, 0) << v.err;
+  EXPECT_EQ(v.out, "wrote " + path + " (version 4, 4 bytes)\n");
+  EXPECT_EQ(Slurp(path), "four");
+  auto gone = RunShoal(server_.url(), {"fl", "model", "fmnist", "-o", path, "--version", "99"});
+  EXPECT_EQ(gone.exit_code, 1);
+  EXPECT_EQ(gone.err, "shoal: version 99 is not kept\n");
+  EXPECT_EQ(Slurp(path), "four");  // an error writes nothing
+  auto bad = RunShoal(server_.url(), {"fl", "model", "fmnist", "-o", std::string(dir) + "/no/x"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(bad.err, "shoal: cannot write " + std::string(dir) + "/no/x\n");
+  auto noout = RunShoal(server_.url(), {"fl", "model", "fmnist"});
+  EXPECT_NE(noout.exit_code, 0);
+  unlink(path.c_str());
+  rmdir(dir);
+}
+
+TEST_F(CliTest, FlListAndDelete) {
+  json second = JobStatus("done", json::array());
+  second["name"] = "digits";
+  second["algorithm"] = "fedavg";
+  second["best_accuracy"] = nullptr;
+  server_.On("GET /v1/jobs",
+             {200, "application/json",
+              json{{"jobs", {JobStatus("running", {Version(5, 0.8, 0.5, 16, 40.0)}), second}}}
+                  .dump(),
+              {}});
+  auto r = RunShoal(server_.url(), {"fl", "list"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "NAME     ALGORITHM    STATE     VERSION   CLIENTS   BEST-ACCURACY   ELAPSED\n"
+            "fmnist   fedcompass   running   5         12/16     0.8123          83.4s\n"
+            "digits   fedavg       done      0         12/16     -               83.4s\n");
+  server_.On("GET /v1/jobs", {200, "application/json", R"({"jobs":[]})", {}});
+  auto none = RunShoal(server_.url(), {"fl", "list"});
+  EXPECT_EQ(none.exit_code, 0);
+  EXPECT_EQ(none.out, "");
+  EXPECT_EQ(none.err, "No FL jobs deployed.\n");
+  server_.On("GET /v1/jobs",
+             {501, "application/json", R"({"error":"FL jobs are not enabled on this node"})", {}});
+  auto off = RunShoal(server_.url(), {"fl", "list"});
+  EXPECT_EQ(off.exit_code, 1);
+  EXPECT_EQ(off.err, "shoal: FL jobs are not enabled on this node\n");
+
+  server_.On("DELETE /v1/jobs/fmnist", {200, "application/json", R"({"deleted":"fmnist"})", {}});
+  auto d = RunShoal(server_.url(), {"fl", "delete", "fmnist"});
+  EXPECT_EQ(d.exit_code, 0);
+  EXPECT_EQ(d.out, "fljob/fmnist deleted\n");
+  auto n = RunShoal(server_.url(), {"fl", "delete", "nope"});
+  EXPECT_EQ(n.exit_code, 1);
+  EXPECT_EQ(n.err, "shoal: no route\n");
+}
+
+TEST(CliFlUnreachableTest, ConnectionRefusedExits2) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  const std::string url = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"fl", "status", "x"}, {"fl", "watch", "x"}, {"fl", "list"},
+           {"fl", "model", "x", "-o", "/tmp/shoal-cli-test-unreachable"}}) {
+    auto r = RunShoal(url, args);
+    EXPECT_EQ(r.exit_code, 2) << args[1];
+    EXPECT_EQ(r.err.rfind("shoal: cannot reach shoald at " + url + ": ", 0), 0u) << r.err;
+  }
 }
 
 }  // namespace

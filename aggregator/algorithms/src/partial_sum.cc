@@ -1,0 +1,64 @@
+#include "shoal/aggregator/partial_sum.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace shoal::aggregator {
+
+void FoldInto(float* acc, const float* x, size_t n, float w) {
+  for (size_t i = 0; i < n; ++i) acc[i] += w * x[i];
+}
+
+Status PartialSum::Fold(std::span<const float> update, double c, uint64_t base_version) {
+  if (!std::isfinite(c)) return InvalidArgument("update coefficient is not finite");
+  if (count_ == 0 && sum_.size() != update.size()) {
+    sum_.assign(update.size(), 0.0f);
+  } else if (update.size() != sum_.size()) {
+    return InvalidArgument("update has " + std::to_string(update.size()) +
+                           " parameters, the partial sum " + std::to_string(sum_.size()));
+  }
+  FoldInto(sum_.data(), update.data(), update.size(), static_cast<float>(c));
+  weight_ += c;
+  ++count_;
+  auto it = std::find_if(by_base_.begin(), by_base_.end(),
+                         [&](const auto& e) { return e.first == base_version; });
+  if (it == by_base_.end()) {
+    by_base_.emplace_back(base_version, c);
+  } else {
+    it->second += c;
+  }
+  return Status::Ok();
+}
+
+Status PartialSum::Merge(const PartialSum& other) {
+  if (other.count_ == 0) return Status::Ok();
+  if (count_ == 0 && sum_.size() != other.sum_.size()) {
+    sum_.assign(other.sum_.size(), 0.0f);
+  } else if (sum_.size() != other.sum_.size()) {
+    return InvalidArgument("cannot merge partial sums of " + std::to_string(other.sum_.size()) +
+                           " and " + std::to_string(sum_.size()) + " parameters");
+  }
+  FoldInto(sum_.data(), other.sum_.data(), sum_.size(), 1.0f);
+  weight_ += other.weight_;
+  count_ += other.count_;
+  for (const auto& [base, w] : other.by_base_) {
+    auto it = std::find_if(by_base_.begin(), by_base_.end(),
+                           [&](const auto& e) { return e.first == base; });
+    if (it == by_base_.end()) {
+      by_base_.emplace_back(base, w);
+    } else {
+      it->second += w;
+    }
+  }
+  return Status::Ok();
+}
+
+void PartialSum::Reset() {
+  std::fill(sum_.begin(), sum_.end(), 0.0f);
+  by_base_.clear();
+  weight_ = 0.0;
+  count_ = 0;
+}
+
+}  // namespace shoal::aggregator

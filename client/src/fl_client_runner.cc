@@ -68,6 +68,16 @@ class Simulation {
     std::lock_guard lock(stop_mu_);
     return stop_;
   }
+  // A client thread has ended (done, stopped or failed); the watcher wakes when all have.
+  void ClientOut() {
+    std::lock_guard lock(stop_mu_);
+    ++clients_out_;
+    stop_cv_.notify_all();
+  }
+  bool AllClientsOut() {
+    std::lock_guard lock(stop_mu_);
+    return clients_out_ >= n_;
+  }
   void Stop() {
     std::lock_guard lock(stop_mu_);
     stop_ = true;
@@ -94,13 +104,14 @@ class Simulation {
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stop_ = false;
+  int clients_out_ = 0;
   std::mutex log_mu_;
 
   // Client 0's identity, which the evaluator reports under.
   std::mutex eval_mu_;
   std::optional<FlJoinReply> evaluator_id_;
 
-  std::atomic<int> clients_finished_{0};
+  std::atomic<int> clients_told_done_{0};
   std::atomic<int> clients_joined_{0};
   std::atomic<int> clients_failed_{0};
   std::atomic<uint64_t> accepted_{0}, stale_{0}, rejected_{0}, retries_{0}, trained_{0};
@@ -160,7 +171,10 @@ void Simulation::ClientLoop(int k) {
       continue;
     }
     backoff.Reset();
-    if (task->kind == FlTask::Kind::kDone) break;
+    if (task->kind == FlTask::Kind::kDone) {
+      ++clients_told_done_;
+      break;
+    }
     if (task->kind == FlTask::Kind::kWait) {
       if (!SleepFor(std::chrono::milliseconds(std::max<uint32_t>(task->retry_after_ms, 10)))) break;
       continue;
@@ -238,7 +252,6 @@ void Simulation::ClientLoop(int k) {
       break;
     }
   }
-  ++clients_finished_;
 }
 
 // False when the run stopped while retrying.
@@ -307,7 +320,7 @@ void Simulation::Watch() {
   std::optional<uint64_t> last_version;
   std::string last_error;
   for (;;) {
-    if (clients_finished_ + clients_failed_ >= n_) break;
+    const bool all_out = AllClientsOut();
     if (o_.max_seconds > 0 && Elapsed() >= o_.max_seconds) {
       summary_.timed_out = true;
       break;
@@ -329,7 +342,10 @@ void Simulation::Watch() {
       last_error = st.status().message();
       Log("status: " + last_error);
     }
-    if (!SleepFor(std::chrono::milliseconds(o_.status_poll_ms))) break;
+    if (all_out) break;  // after one last poll, which saw the final version
+    std::unique_lock lock(stop_mu_);
+    stop_cv_.wait_for(lock, std::chrono::milliseconds(o_.status_poll_ms),
+                      [&] { return stop_ || clients_out_ >= n_; });
   }
   // The final model: the evaluator scores the last version if the poll had not yet.
   if (o_.evaluator && last_version && last_evaluated_ != last_version) {
@@ -340,7 +356,10 @@ void Simulation::Watch() {
 Result<FlRunSummary> Simulation::Run() {
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(n_));
-  for (int k = 0; k < n_; ++k) threads.emplace_back([this, k] { ClientLoop(k); });
+  for (int k = 0; k < n_; ++k) threads.emplace_back([this, k] {
+      ClientLoop(k);
+      ClientOut();
+    });
   Watch();
   Stop();
   for (std::thread& t : threads) t.join();
@@ -348,7 +367,7 @@ Result<FlRunSummary> Simulation::Run() {
   if (clients_joined_ == 0 && first_join_error_) return *first_join_error_;
   FlRunSummary s = summary_;
   // A job that finished while the poll slept: the clients all heard "done".
-  if (!s.job_done && !s.timed_out && clients_finished_ == n_) s.job_done = true;
+  if (!s.job_done && !s.timed_out && clients_told_done_ == n_) s.job_done = true;
   s.updates_accepted = accepted_;
   s.updates_stale = stale_;
   s.updates_rejected = rejected_;

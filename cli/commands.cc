@@ -8,8 +8,8 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -398,9 +398,8 @@ std::string Accuracy(const json& j, const char* key) {
 std::string Elapsed(double seconds) { return FormatFixed(seconds, 1) + "s"; }
 
 std::vector<std::string> VersionRow(const json& v) {
-  return {std::to_string(Num<uint64_t>(v, "version")), Accuracy(v, "accuracy"),
-          Accuracy(v, "loss"), std::to_string(Num<uint64_t>(v, "updates")),
-          Elapsed(Num<double>(v, "elapsed_s"))};
+  return {std::to_string(Num<uint64_t>(v, "version")), Accuracy(v, "accuracy"), Accuracy(v, "loss"),
+          std::to_string(Num<uint64_t>(v, "updates")), Elapsed(Num<double>(v, "elapsed_s"))};
 }
 
 const std::vector<std::string> kVersionHeader = {"VERSION", "ACCURACY", "LOSS", "UPDATES", "TIME"};

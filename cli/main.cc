@@ -22,7 +22,10 @@ int main(int argc, char** argv) {
 
   std::string file;
   auto* deploy = app.add_subcommand("deploy", "deploy (or update) functions from a manifest");
-  deploy->add_option("-f,--filename", file, "manifest file (YAML or JSON; Function and FLJob documents), - for stdin")->required();
+  deploy
+      ->add_option("-f,--filename", file,
+                   "manifest file (YAML or JSON; Function and FLJob documents), - for stdin")
+      ->required();
 
   std::string name, output;
   auto* get = app.add_subcommand("get", "list functions, or show one");
@@ -59,9 +62,11 @@ int main(int argc, char** argv) {
   std::optional<uint64_t> model_version;
   auto* fl = app.add_subcommand("fl", "federated-learning jobs (kind FLJob)");
   fl->require_subcommand(1);
-  auto* fl_status = fl->add_subcommand("status", "a job's version, clients and accuracy per version");
+  auto* fl_status =
+      fl->add_subcommand("status", "a job's version, clients and accuracy per version");
   fl_status->add_option("job", job, "job name")->required();
-  auto* fl_watch = fl->add_subcommand("watch", "one line per new global model until the job is done");
+  auto* fl_watch =
+      fl->add_subcommand("watch", "one line per new global model until the job is done");
   fl_watch->add_option("job", job, "job name")->required();
   auto* fl_model = fl->add_subcommand("model", "download a job's global model (safetensors)");
   fl_model->add_option("job", job, "job name")->required();

@@ -20,7 +20,8 @@ HttpReply Json(int status, const json& j) {
   HttpReply r;
   r.status = status;
   r.content_type = "application/json";
-  r.body = j.dump() + "\n";
+  // Names, paths and manifests come from clients and need not be UTF-8: replace, never throw.
+  r.body = j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
   return r;
 }
 
@@ -342,7 +343,9 @@ HttpReply ControlApi::ListJobs() {
       return StatusError(status.status());
     }
     json j = json::parse(*status, nullptr, false);
-    if (j.is_discarded()) return Error(500, "internal error: the status of job '" + name + "' is not JSON");
+    if (j.is_discarded()) {
+      return Error(500, "internal error: the status of job '" + name + "' is not JSON");
+    }
     list.push_back(std::move(j));
   }
   return Json(200, json{{"jobs", std::move(list)}});
@@ -365,7 +368,9 @@ HttpReply ControlApi::DeleteJob(const std::string& job) {
 
 HttpReply ControlApi::Join(const std::string& job, std::string_view body) {
   auto j = JsonObject(body);
-  if (!j) return Error(400, "body: must be a JSON object like {\"name\": \"...\", \"token\": \"...\"}");
+  if (!j) {
+    return Error(400, "body: must be a JSON object like {\"name\": \"...\", \"token\": \"...\"}");
+  }
   for (const char* key : {"name", "token"}) {
     if (j->contains(key) && !(*j)[key].is_string()) {
       return Error(400, std::string(key) + ": must be a string");

@@ -194,9 +194,9 @@ class DocumentParser {
 
     const YAML::Node s = Required(doc, "spec", "");
     ExpectMap(s, "spec");
-    CheckKeys(s, "spec",
-              {"algorithm", "model", "data", "clients", "stop", "deadlines", "training",
-               "aggregation"});
+    CheckKeys(
+        s, "spec",
+        {"algorithm", "model", "data", "clients", "stop", "deadlines", "training", "aggregation"});
     if (const YAML::Node a = s["algorithm"]) {
       ExpectMap(a, "spec.algorithm");
       CheckKeys(a, "spec.algorithm", {"name", "params"});
@@ -251,8 +251,8 @@ class DocumentParser {
     const YAML::Node c = Required(s, "clients", "spec");
     ExpectMap(c, "spec.clients");
     CheckKeys(c, "spec.clients", {"expected", "quorum", "tokens"});
-    spec.clients = static_cast<uint32_t>(
-        Integer(Required(c, "expected", "spec.clients"), "spec.clients.expected", 1, kMaxFlClients));
+    spec.clients = static_cast<uint32_t>(Integer(Required(c, "expected", "spec.clients"),
+                                                 "spec.clients.expected", 1, kMaxFlClients));
     if (const YAML::Node q = c["quorum"]) {
       spec.quorum = static_cast<uint32_t>(Integer(q, "spec.clients.quorum", 0, kMaxFlClients));
       if (spec.quorum > spec.clients) {
@@ -291,13 +291,16 @@ class DocumentParser {
     if (const YAML::Node dl = s["deadlines"]) {
       ExpectMap(dl, "spec.deadlines");
       CheckKeys(dl, "spec.deadlines", {"round"});
-      if (const YAML::Node r = dl["round"]) spec.round_deadline_s = Duration(r, "spec.deadlines.round");
+      if (const YAML::Node r = dl["round"]) {
+        spec.round_deadline_s = Duration(r, "spec.deadlines.round");
+      }
     }
     if (const YAML::Node tr = s["training"]) {
       ExpectMap(tr, "spec.training");
       CheckKeys(tr, "spec.training", {"localSteps", "learningRate", "batchSize"});
       if (const YAML::Node n = tr["localSteps"]) {
-        spec.local_steps = static_cast<uint32_t>(Integer(n, "spec.training.localSteps", 1, 1000000));
+        spec.local_steps =
+            static_cast<uint32_t>(Integer(n, "spec.training.localSteps", 1, 1000000));
       }
       if (const YAML::Node lr = tr["learningRate"]) {
         spec.learning_rate = Number(lr, "spec.training.learningRate");
@@ -317,10 +320,12 @@ class DocumentParser {
             static_cast<uint32_t>(Integer(n, "spec.aggregation.maxStaleness", 0, 1000000));
       }
       if (const YAML::Node n = ag["maxFanIn"]) {
-        spec.max_fan_in = static_cast<uint32_t>(Integer(n, "spec.aggregation.maxFanIn", 1, kMaxFlFanIn));
+        spec.max_fan_in =
+            static_cast<uint32_t>(Integer(n, "spec.aggregation.maxFanIn", 1, kMaxFlFanIn));
       }
       if (const YAML::Node n = ag["maxLeaves"]) {
-        spec.max_leaves = static_cast<uint32_t>(Integer(n, "spec.aggregation.maxLeaves", 1, kMaxScale));
+        spec.max_leaves =
+            static_cast<uint32_t>(Integer(n, "spec.aggregation.maxLeaves", 1, kMaxScale));
       }
     }
     return spec;
@@ -636,8 +641,8 @@ Result<Manifests> ParseKinds(std::string_view yaml, const NodeConfig& defaults,
       if (auto [it, inserted] = names.emplace(name, line); !inserted) {
         return InvalidArgument("metadata.name: duplicate " +
                                std::string(kind == kFunctionKind ? "function " : "FLJob ") +
-                               Quote(name) + " in one deploy (lines " +
-                               std::to_string(it->second) + " and " + std::to_string(line) + ")");
+                               Quote(name) + " in one deploy (lines " + std::to_string(it->second) +
+                               " and " + std::to_string(line) + ")");
       }
     } catch (const ManifestError& e) {
       return InvalidArgument(e.message);

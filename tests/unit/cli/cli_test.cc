@@ -425,8 +425,11 @@ json JobStatus(const std::string& state, json versions) {
 }
 
 json Version(int version, json accuracy, json loss, int updates, double elapsed) {
-  return json{{"version", version}, {"accuracy", std::move(accuracy)}, {"loss", std::move(loss)},
-              {"updates", updates}, {"elapsed_s", elapsed}};
+  return json{{"version", version},
+              {"accuracy", std::move(accuracy)},
+              {"loss", std::move(loss)},
+              {"updates", updates},
+              {"elapsed_s", elapsed}};
 }
 
 TEST_F(CliTest, DeployReportsFlJobs) {
@@ -445,13 +448,13 @@ TEST_F(CliTest, DeployReportsFlJobs) {
 }
 
 TEST_F(CliTest, FlStatusPrintsTheJobAndAVersionTable) {
-  server_.On("GET /v1/jobs/fmnist",
-             {200, "application/json",
-              JobStatus("running", {Version(2, 0.7512, 0.66, 16, 9.0),
-                                    Version(1, 0.61234, 1.0249, 16, 4.25),
-                                    Version(3, nullptr, nullptr, 4, 12.5)})
-                  .dump(),
-              {}});
+  server_.On("GET /v1/jobs/fmnist", {200,
+                                     "application/json",
+                                     JobStatus("running", {Version(2, 0.7512, 0.66, 16, 9.0),
+                                                           Version(1, 0.61234, 1.0249, 16, 4.25),
+                                                           Version(3, nullptr, nullptr, 4, 12.5)})
+                                         .dump(),
+                                     {}});
   auto r = RunShoal(server_.url(), {"fl", "status", "fmnist"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out,
@@ -468,8 +471,8 @@ TEST_F(CliTest, FlStatusPrintsTheJobAndAVersionTable) {
             "  1         0.6123     1.0249   16        4.2s\n"
             "  2         0.7512     0.6600   16        9.0s\n"
             "  3         -          -        4         12.5s\n");
-  server_.On("GET /v1/jobs/empty", {200, "application/json",
-                                    JobStatus("running", json::array()).dump(), {}});
+  server_.On("GET /v1/jobs/empty",
+             {200, "application/json", JobStatus("running", json::array()).dump(), {}});
   auto e = RunShoal(server_.url(), {"fl", "status", "empty"});
   EXPECT_EQ(e.exit_code, 0);
   EXPECT_NE(e.out.find("Version:       0 (round 7)\n"), std::string::npos) << e.out;
@@ -484,12 +487,13 @@ TEST_F(CliTest, FlStatusPrintsTheJobAndAVersionTable) {
 
 TEST_F(CliTest, FlWatchPrintsOneLinePerVersionUntilDone) {
   // First poll: version 1 evaluated, version 2 not yet (it waits for its evaluation).
-  server_.On("GET /v1/jobs/fmnist",
-             {200, "application/json",
-              JobStatus("running", {Version(1, 0.6, 1.1, 16, 4.0),
-                                    Version(2, nullptr, nullptr, 16, 8.0)})
-                  .dump(),
-              {}});
+  server_.On(
+      "GET /v1/jobs/fmnist",
+      {200,
+       "application/json",
+       JobStatus("running", {Version(1, 0.6, 1.1, 16, 4.0), Version(2, nullptr, nullptr, 16, 8.0)})
+           .dump(),
+       {}});
   CliResult r;
   std::thread cli([&] { r = RunShoal(server_.url(), {"fl", "watch", "fmnist"}); });
   for (int i = 0; i < 500 && server_.requests().empty(); ++i) {
@@ -497,7 +501,8 @@ TEST_F(CliTest, FlWatchPrintsOneLinePerVersionUntilDone) {
   }
   // Then the job finishes: version 2 got its evaluation, version 3 never will.
   server_.On("GET /v1/jobs/fmnist",
-             {200, "application/json",
+             {200,
+              "application/json",
               JobStatus("done", {Version(1, 0.6, 1.1, 16, 4.0), Version(2, 0.7, 0.9, 16, 8.0),
                                  Version(3, nullptr, nullptr, 16, 12.0)})
                   .dump(),
@@ -514,14 +519,14 @@ TEST_F(CliTest, FlWatchPrintsOneLinePerVersionUntilDone) {
 
   // A version whose evaluation never comes is printed once it is 3 versions behind the newest
   // (and, here, the job vanishing ends the watch with exit 1 after what was printed).
-  server_.On("GET /v1/jobs/lagging",
-             {200, "application/json",
-              JobStatus("running", {Version(1, nullptr, nullptr, 1, 1.0),
-                                    Version(2, nullptr, nullptr, 1, 2.0),
-                                    Version(3, nullptr, nullptr, 1, 3.0),
-                                    Version(4, nullptr, nullptr, 1, 4.0)})
-                  .dump(),
-              {}});
+  server_.On("GET /v1/jobs/lagging", {200,
+                                      "application/json",
+                                      JobStatus("running", {Version(1, nullptr, nullptr, 1, 1.0),
+                                                            Version(2, nullptr, nullptr, 1, 2.0),
+                                                            Version(3, nullptr, nullptr, 1, 3.0),
+                                                            Version(4, nullptr, nullptr, 1, 4.0)})
+                                          .dump(),
+                                      {}});
   auto polls = [&] {
     size_t n = 0;
     for (const auto& q : server_.requests()) n += q.target == "/v1/jobs/lagging";
@@ -584,11 +589,12 @@ TEST_F(CliTest, FlListAndDelete) {
   second["name"] = "digits";
   second["algorithm"] = "fedavg";
   second["best_accuracy"] = nullptr;
-  server_.On("GET /v1/jobs",
-             {200, "application/json",
-              json{{"jobs", {JobStatus("running", {Version(5, 0.8, 0.5, 16, 40.0)}), second}}}
-                  .dump(),
-              {}});
+  server_.On(
+      "GET /v1/jobs",
+      {200,
+       "application/json",
+       json{{"jobs", {JobStatus("running", {Version(5, 0.8, 0.5, 16, 40.0)}), second}}}.dump(),
+       {}});
   auto r = RunShoal(server_.url(), {"fl", "list"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out,
@@ -626,7 +632,9 @@ TEST(CliFlUnreachableTest, ConnectionRefusedExits2) {
   close(fd);
   const std::string url = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
   for (const auto& args : std::vector<std::vector<std::string>>{
-           {"fl", "status", "x"}, {"fl", "watch", "x"}, {"fl", "list"},
+           {"fl", "status", "x"},
+           {"fl", "watch", "x"},
+           {"fl", "list"},
            {"fl", "model", "x", "-o", "/tmp/shoal-cli-test-unreachable"}}) {
     auto r = RunShoal(url, args);
     EXPECT_EQ(r.exit_code, 2) << args[1];

@@ -44,8 +44,8 @@ class FakeJobService : public JobService {
   }
   Result<std::string> JobStatusJson(const std::string& job) override {
     if (!jobs.count(job)) return NotFound("job '" + job + "' not found");
-    return json{{"name", job}, {"algorithm", jobs[job].algorithm}, {"state", "running"},
-                {"version", 3}}
+    return json{
+        {"name", job}, {"algorithm", jobs[job].algorithm}, {"state", "running"}, {"version", 3}}
         .dump();
   }
   Result<JoinResult> Join(const std::string& job, const std::string& client_name,
@@ -65,7 +65,8 @@ class FakeJobService : public JobService {
   Result<ModelBlob> Model(const std::string& job, std::optional<uint64_t> version) override {
     if (!jobs.count(job)) return NotFound("job '" + job + "' not found");
     last_model_version = version;
-    if (version && *version > 3) return NotFound("version " + std::to_string(*version) + " not kept");
+    if (version && *version > 3)
+      return NotFound("version " + std::to_string(*version) + " not kept");
     return ModelBlob{version.value_or(3), std::string("ST\0\x01bytes", 8)};
   }
   Status Evaluate(const std::string& job, const EvalReport& report) override {
@@ -146,8 +147,8 @@ TEST_F(FlJobApiTest, DeployThroughFunctionsRoutesJobsToTheService) {
 }
 
 TEST_F(FlJobApiTest, AMixedFileWithOneBadDocumentDeploysNothing) {
-  auto r = Call("POST", "/v1/functions",
-                Fn("echo") + "---\n" + Job("fmnist") + "---\n" + Fn("BAD"));
+  auto r =
+      Call("POST", "/v1/functions", Fn("echo") + "---\n" + Job("fmnist") + "---\n" + Fn("BAD"));
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(Body(r)["error"],
             "metadata.name: must be a DNS label (lower-case letters, digits and '-', starting "
@@ -175,7 +176,8 @@ TEST_F(FlJobApiTest, PostJobsTakesOnlyFlJobs) {
   auto fn = Call("POST", "/v1/jobs", Fn("echo"));
   EXPECT_EQ(fn.status, 400);
   EXPECT_EQ(Body(fn)["error"], "kind: expected FLJob, got Function (line 2)");
-  auto bad = Call("POST", "/v1/jobs", "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata: {name: x}\nspec: {}\n");
+  auto bad = Call("POST", "/v1/jobs",
+                  "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata: {name: x}\nspec: {}\n");
   EXPECT_EQ(bad.status, 400);
   EXPECT_EQ(Body(bad)["error"], "spec.clients: required");
   EXPECT_EQ(Call("PUT", "/v1/jobs").status, 405);
@@ -191,7 +193,8 @@ TEST_F(FlJobApiTest, ListStatusAndDelete) {
       {"name":"b","algorithm":"fedasync","state":"running","version":3}]})"));
   auto one = Call("GET", "/v1/jobs/a");
   EXPECT_EQ(one.status, 200);
-  EXPECT_EQ(one.body, R"({"algorithm":"fedasync","name":"a","state":"running","version":3})" "\n");
+  EXPECT_EQ(one.body, R"({"algorithm":"fedasync","name":"a","state":"running","version":3})"
+                      "\n");
   auto missing = Call("GET", "/v1/jobs/nope");
   EXPECT_EQ(missing.status, 404);
   EXPECT_EQ(Body(missing)["error"], "job 'nope' not found");
@@ -269,8 +272,9 @@ TEST_F(FlJobApiTest, JoinTaskModelEval) {
   EXPECT_EQ(Body(badv)["error"], "version: must be an integer");
 
   // Eval.
-  auto ev = Call("POST", "/v1/jobs/fmnist/eval",
-                 R"({"client_id":"c7","token":"tok-7","version":3,"accuracy":0.8125,"loss":0.5,"samples":1000})");
+  auto ev = Call(
+      "POST", "/v1/jobs/fmnist/eval",
+      R"({"client_id":"c7","token":"tok-7","version":3,"accuracy":0.8125,"loss":0.5,"samples":1000})");
   EXPECT_EQ(ev.status, 200) << ev.body;
   EXPECT_EQ(Body(ev), json::parse(R"({"ok":true})"));
   ASSERT_EQ(jobs_.reports.size(), 1u);
@@ -288,7 +292,8 @@ TEST_F(FlJobApiTest, JoinTaskModelEval) {
       {R"({"client_id":"c7","version":3,"accuracy":"high","loss":0.5})",
        "accuracy: must be a number"},
       {R"({"client_id":"c7","version":3,"accuracy":0.8})", "loss: required"},
-      {"[1]", R"(body: must be a JSON object {"client_id", "token", "version", "accuracy", "loss", "samples"})"},
+      {"[1]",
+       R"(body: must be a JSON object {"client_id", "token", "version", "accuracy", "loss", "samples"})"},
   };
   for (const auto& [body, message] : bad_reports) {
     auto b = Call("POST", "/v1/jobs/fmnist/eval", body);
@@ -311,11 +316,17 @@ TEST(FlJobApiDisabledTest, WithoutAServiceJobRoutesAre501AndNothingIsDeployed) {
   ASSERT_TRUE(reg.ok());
   NullRuntime runtime;
   ControlApi api(**reg, runtime);  // the constructor without a JobService
-  const std::string expected = R"({"error":"FL jobs are not enabled on this node"})" "\n";
-  for (const auto& [method, path] : std::vector<std::pair<std::string, std::string>>{
-           {"GET", "/v1/jobs"}, {"POST", "/v1/jobs"}, {"GET", "/v1/jobs/x"},
-           {"DELETE", "/v1/jobs/x"}, {"POST", "/v1/jobs/x/join"}, {"GET", "/v1/jobs/x/task"},
-           {"GET", "/v1/jobs/x/model"}, {"POST", "/v1/jobs/x/eval"}}) {
+  const std::string expected = R"({"error":"FL jobs are not enabled on this node"})"
+                               "\n";
+  for (const auto& [method, path] :
+       std::vector<std::pair<std::string, std::string>>{{"GET", "/v1/jobs"},
+                                                        {"POST", "/v1/jobs"},
+                                                        {"GET", "/v1/jobs/x"},
+                                                        {"DELETE", "/v1/jobs/x"},
+                                                        {"POST", "/v1/jobs/x/join"},
+                                                        {"GET", "/v1/jobs/x/task"},
+                                                        {"GET", "/v1/jobs/x/model"},
+                                                        {"POST", "/v1/jobs/x/eval"}}) {
     auto r = api.Handle(method, path, "", "");
     EXPECT_EQ(r.status, 501) << method << " " << path;
     EXPECT_EQ(r.body, expected) << method << " " << path;

@@ -52,7 +52,8 @@ spec:
   algorithm:
     name: fedcompass
     params: {alpha: 0.9, qMin: 20, lambda: 1.5e0}
-  model: {architecture: cnn, hidden: 64, initial: )" + init.path() + R"(, seed: 7}
+  model: {architecture: cnn, hidden: 64, initial: )" +
+                           init.path() + R"(, seed: 7}
   data: {dataset: digits}
   clients: {expected: 16, quorum: 12, tokens: [t1, "t2"]}
   stop: {rounds: 50, accuracy: 0.85}
@@ -150,8 +151,7 @@ TEST(FlJobManifestTest, FieldErrorsNameThePathAndLine) {
       {"  algorithm: {name: fedsgd}\n",
        "spec.algorithm.name: unknown algorithm \"fedsgd\" (one of: fedavg, fedavgm, fedadam, "
        "fedasync, fedbuff, fedfix, fedcompass) (line 8)"},
-      {"  algorithm: {name: fedavg, extra: 1}\n",
-       "spec.algorithm.extra: unknown field (line 8)"},
+      {"  algorithm: {name: fedavg, extra: 1}\n", "spec.algorithm.extra: unknown field (line 8)"},
       {"  algorithm:\n    name: fedasync\n    params: {alpha: high}\n",
        "spec.algorithm.params.alpha: must be a number, got \"high\" (line 10)"},
       {"  algorithm:\n    name: fedasync\n    params: {alpha: [1]}\n",
@@ -174,7 +174,8 @@ TEST(FlJobManifestTest, FieldErrorsNameThePathAndLine) {
       {"  model: {layers: 3}\n", "spec.model.layers: unknown field (line 8)"},
       {"  data: {dataset: \"\"}\n", "spec.data.dataset: must not be empty (line 8)"},
       {"  data: {split: iid}\n", "spec.data.split: unknown field (line 8)"},
-      {"  stop: {rounds: -1}\n", "spec.stop.rounds: must be between 0 and 1000000000, got -1 (line 8)"},
+      {"  stop: {rounds: -1}\n",
+       "spec.stop.rounds: must be between 0 and 1000000000, got -1 (line 8)"},
       {"  stop: {accuracy: 1.5}\n", "spec.stop.accuracy: must be > 0 and <= 1, got 1.5 (line 8)"},
       {"  stop: {accuracy: 0}\n", "spec.stop.accuracy: must be > 0 and <= 1, got 0 (line 8)"},
       {"  stop: {loss: 0.1}\n", "spec.stop.loss: unknown field (line 8)"},

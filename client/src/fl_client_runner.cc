@@ -160,8 +160,8 @@ void Simulation::ClientLoop(int k) {
     auto task = http.Task(id.client_id, id.token);
     if (!task.ok()) {
       const Status& st = task.status();
-      if (!IsRetryable(st) && (st.code() == StatusCode::kNotFound ||
-                               st.code() == StatusCode::kPermissionDenied)) {
+      if (!IsRetryable(st) &&
+          (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kPermissionDenied)) {
         Log(name + ": stopping: " + st.message());
         ++clients_failed_;
         return;
@@ -194,8 +194,7 @@ void Simulation::ClientLoop(int k) {
     const SgdOptions sgd{static_cast<float>(task->learning_rate),
                          static_cast<int>(task->batch_size)};
     if (!trainer || trainer->shape().hidden != m.shape.hidden ||
-        trainer->shape().inputs != m.shape.inputs ||
-        trainer->shape().classes != m.shape.classes ||
+        trainer->shape().inputs != m.shape.inputs || trainer->shape().classes != m.shape.classes ||
         trainer->options().learning_rate != sgd.learning_rate ||
         trainer->options().batch_size != sgd.batch_size) {
       if (static_cast<size_t>(m.shape.inputs) != train_.num_features ||
@@ -247,8 +246,7 @@ void Simulation::ClientLoop(int k) {
       return;
     }
     if (!PostUpdateWithRetry(
-            http, k,
-            std::string(reinterpret_cast<const char*>(body->data()), body->size()))) {
+            http, k, std::string(reinterpret_cast<const char*>(body->data()), body->size()))) {
       break;
     }
   }
@@ -356,7 +354,8 @@ void Simulation::Watch() {
 Result<FlRunSummary> Simulation::Run() {
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(n_));
-  for (int k = 0; k < n_; ++k) threads.emplace_back([this, k] {
+  for (int k = 0; k < n_; ++k)
+    threads.emplace_back([this, k] {
       ClientLoop(k);
       ClientOut();
     });

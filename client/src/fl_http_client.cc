@@ -211,10 +211,9 @@ Result<FlJoinReply> FlHttpClient::Join(const std::string& name, const std::strin
 
 Result<FlTask> FlHttpClient::Task(const std::string& client_id, const std::string& token) {
   CURL* c = handle_->curl;
-  auto reply = Call("GET",
-                    job_path_ + "/task?client=" + Escape(c, client_id) + "&token=" +
-                        Escape(c, token),
-                    {}, nullptr);
+  auto reply =
+      Call("GET", job_path_ + "/task?client=" + Escape(c, client_id) + "&token=" + Escape(c, token),
+           {}, nullptr);
   if (!reply.ok()) return reply.status();
   auto j = ParseObject(reply->body, "task");
   if (!j.ok()) return j.status();

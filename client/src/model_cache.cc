@@ -29,8 +29,8 @@ Result<MlpModel> MlpModelFromSafetensors(std::span<const std::byte> file, uint64
   if (!m.ok()) return m.status();
   MlpModel out;
   out.version = version;
-  out.shape = MlpShape{static_cast<int>(inputs), static_cast<int>(hidden),
-                       static_cast<int>(classes)};
+  out.shape =
+      MlpShape{static_cast<int>(inputs), static_cast<int>(hidden), static_cast<int>(classes)};
   out.model = std::move(m).value();
   return out;
 }

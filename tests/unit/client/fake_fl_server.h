@@ -36,9 +36,9 @@ struct FakeFlConfig {
   std::map<std::string, uint64_t> partition_sizes;
   // Expected train_seconds per client name; empty: not checked.
   std::map<std::string, double> train_seconds;
-  bool first_task_waits = true;                // each client's first task is "wait"
-  std::string answer_503_to = "client-0";      // its first update gets 503, Retry-After: 1
-  std::string answer_409_to = "client-1";      // its first update gets 409
+  bool first_task_waits = true;            // each client's first task is "wait"
+  std::string answer_503_to = "client-0";  // its first update gets 503, Retry-After: 1
+  std::string answer_409_to = "client-1";  // its first update gets 409
 };
 
 struct ReceivedUpdate {
@@ -156,8 +156,8 @@ class FakeFlServer {
       const std::string method = head.substr(0, sp1);
       const std::string target = head.substr(sp1 + 1, sp2 - sp1 - 1);
       Response r = Handle(method, target, body);
-      std::string out = "HTTP/1.1 " + std::to_string(r.status) + " X\r\nContent-Length: " +
-                        std::to_string(r.body.size()) + "\r\n";
+      std::string out = "HTTP/1.1 " + std::to_string(r.status) +
+                        " X\r\nContent-Length: " + std::to_string(r.body.size()) + "\r\n";
       for (const std::string& h : r.headers) out += h + "\r\n";
       out += "\r\n" + r.body;
       size_t sent = 0;
@@ -264,7 +264,8 @@ class FakeFlServer {
                            std::as_bytes(t)});
       }
       auto file = model::WriteSafetensors(entries);
-      return {200, std::string(reinterpret_cast<const char*>(file->data()), file->size()),
+      return {200,
+              std::string(reinterpret_cast<const char*>(file->data()), file->size()),
               {"X-Shoal-Model-Version: " + std::to_string(v)}};
     }
     if (method == "POST" && op == "/updates") {
@@ -287,8 +288,8 @@ class FakeFlServer {
   }
 
   Response HandleUpdate(const std::string& body) {
-    auto view = model::ParseUpdate(
-        std::as_bytes(std::span<const char>(body.data(), body.size())), c_.spec);
+    auto view =
+        model::ParseUpdate(std::as_bytes(std::span<const char>(body.data(), body.size())), c_.spec);
     if (!view.ok()) {
       errors_.push_back("ParseUpdate: " + view.status().message());
       return Error(400, view.status().message());
@@ -315,9 +316,8 @@ class FakeFlServer {
     check(view->tensors.size() == c_.spec.size(), "tensor count");
     for (size_t i = 0; i < view->tensors.size() && i < c_.spec.size(); ++i) {
       const auto& t = view->tensors[i];
-      check(t.name == c_.spec.tensor(i).name && std::vector<uint64_t>(t.shape.begin(),
-                                                                      t.shape.end()) ==
-                                                    c_.spec.tensor(i).shape,
+      check(t.name == c_.spec.tensor(i).name &&
+                std::vector<uint64_t>(t.shape.begin(), t.shape.end()) == c_.spec.tensor(i).shape,
             "tensor " + std::string(t.name));
     }
     events_[name].push_back("update");

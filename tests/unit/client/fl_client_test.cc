@@ -356,8 +356,7 @@ TEST(ShoalClientBinary, UnreachableServerExitsTwoWithTheMessage) {
   const std::string url = ClosedPortUrl();
   const Ran r = RunBinary("--server " + url + " --job fmnist --clients 2");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("shoal-client: cannot reach shoald at " + url + ": "),
-            std::string::npos)
+  EXPECT_NE(r.output.find("shoal-client: cannot reach shoald at " + url + ": "), std::string::npos)
       << r.output;
 }
 
@@ -390,11 +389,10 @@ TEST(ShoalClientBinary, SyntheticRunToDone) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(server.errors().empty()) << server.errors()[0];
   EXPECT_EQ(server.version(), 2u);
-  for (const char* line :
-       {"shoal-client: server " , "2 clients, partition iid", "speeds uniform",
-        "updates as F16, evaluator on (client 0)", "version 0  accuracy ",
-        "version 2  accuracy ", "shoal-client: job done after ", "4 updates accepted (1 stale",
-        "shoal-client: final accuracy "}) {
+  for (const char* line : {"shoal-client: server ", "2 clients, partition iid", "speeds uniform",
+                           "updates as F16, evaluator on (client 0)", "version 0  accuracy ",
+                           "version 2  accuracy ", "shoal-client: job done after ",
+                           "4 updates accepted (1 stale", "shoal-client: final accuracy "}) {
     EXPECT_NE(r.output.find(line), std::string::npos) << line << "\n" << r.output;
   }
 }

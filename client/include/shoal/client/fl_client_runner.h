@@ -25,7 +25,7 @@ namespace shoal::client {
 inline constexpr double kDefaultTimeScale = 0.2;
 
 struct FlRunOptions {
-  std::string server;      // "http://localhost:8080"
+  std::string server;  // "http://localhost:8080"
   std::string job;
   std::string join_token;  // the job's pre-shared client token, if it has one
   model::DType wire_dtype = model::DType::kF32;
@@ -34,7 +34,7 @@ struct FlRunOptions {
   double max_seconds = 0;  // stop after this long even if the job is not done; 0 = no limit
   uint64_t seed = 1;       // trainers' shuffles (partitions and speeds are the caller's)
   int status_poll_ms = 500;
-  int train_threads = 0;   // trainings computed at once; 0 = the machine's cores
+  int train_threads = 0;        // trainings computed at once; 0 = the machine's cores
   std::ostream* log = nullptr;  // progress lines; nullptr = quiet
 };
 
@@ -52,16 +52,16 @@ struct FlRunSummary {
   uint64_t update_retries = 0;    // 503 or no response: the same update sent again
   uint64_t tasks_trained = 0;
   uint64_t model_downloads = 0;
-  uint64_t versions_seen = 0;     // distinct global versions the status poll observed
+  uint64_t versions_seen = 0;  // distinct global versions the status poll observed
   uint64_t last_version = 0;
   uint64_t evals_posted = 0;
-  bool evaluated = false;         // final_* are set
+  bool evaluated = false;  // final_* are set
   uint64_t final_version = 0;
   double final_accuracy = 0.0;
   double final_loss = 0.0;
-  bool job_done = false;          // the job reported "done"
-  bool timed_out = false;         // max_seconds passed first
-  int clients_failed = 0;         // clients that stopped on an error they could not retry
+  bool job_done = false;   // the job reported "done"
+  bool timed_out = false;  // max_seconds passed first
+  int clients_failed = 0;  // clients that stopped on an error they could not retry
   double seconds = 0.0;
 };
 

@@ -77,8 +77,7 @@ Status MixIn(const PartialSum& total, ModelState& state) {
   const double keep = 1.0 - total.weight();
   auto s = total.sum();
   for (size_t i = 0; i < state.weights.size(); ++i) {
-    state.weights[i] =
-        static_cast<float>(keep * static_cast<double>(state.weights[i]) + s[i]);
+    state.weights[i] = static_cast<float>(keep * static_cast<double>(state.weights[i]) + s[i]);
   }
   ++state.version;
   return Status::Ok();
@@ -149,7 +148,8 @@ Status FedCompassParams::Validate() const {
   return Status::Ok();
 }
 
-// ---- Synchronous: FedAvg, FedAvgM, FedAdam -------------------------------------------------------
+// ---- Synchronous: FedAvg, FedAvgM, FedAdam
+// -------------------------------------------------------
 
 Status FedAvg::Commit(const PartialSum& total, const VersionStore&, ModelState& state) {
   SHOAL_RETURN_IF_ERROR(CheckTotal(total, state));

@@ -43,9 +43,8 @@ T Read(const uint8_t* p) {
 }  // namespace
 
 std::vector<uint8_t> ModelState::Serialize() const {
-  std::vector<uint8_t> out(kHeaderBytes +
-                           (weights.size() + momentum.size() + second_moment.size()) *
-                               sizeof(float));
+  std::vector<uint8_t> out(
+      kHeaderBytes + (weights.size() + momentum.size() + second_moment.size()) * sizeof(float));
   Writer w(out.data());
   w.Bytes(kMagic, sizeof(kMagic));
   w.Value(kFormat);

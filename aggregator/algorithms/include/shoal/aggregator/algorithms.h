@@ -136,7 +136,8 @@ class AggregationAlgorithm {
                         ModelState& state) = 0;
 };
 
-// ---- Implementations -----------------------------------------------------------------------------
+// ---- Implementations
+// -----------------------------------------------------------------------------
 
 // w ← Σ (n_k / Σ n) w_k.
 class FedAvg final : public AggregationAlgorithm {
@@ -146,8 +147,7 @@ class FedAvg final : public AggregationAlgorithm {
   bool synchronous() const override { return true; }
   double Coefficient(const UpdateMeta& meta) const override { return meta.num_samples; }
   bool ShouldCommit(size_t, double) const override { return false; }
-  Status Commit(const PartialSum& total, const VersionStore& versions,
-                ModelState& state) override;
+  Status Commit(const PartialSum& total, const VersionStore& versions, ModelState& state) override;
 
  private:
   FedAvgParams p_;
@@ -161,8 +161,7 @@ class FedAvgM final : public AggregationAlgorithm {
   bool synchronous() const override { return true; }
   double Coefficient(const UpdateMeta& meta) const override { return meta.num_samples; }
   bool ShouldCommit(size_t, double) const override { return false; }
-  Status Commit(const PartialSum& total, const VersionStore& versions,
-                ModelState& state) override;
+  Status Commit(const PartialSum& total, const VersionStore& versions, ModelState& state) override;
 
  private:
   FedAvgMParams p_;
@@ -176,8 +175,7 @@ class FedAdam final : public AggregationAlgorithm {
   bool synchronous() const override { return true; }
   double Coefficient(const UpdateMeta& meta) const override { return meta.num_samples; }
   bool ShouldCommit(size_t, double) const override { return false; }
-  Status Commit(const PartialSum& total, const VersionStore& versions,
-                ModelState& state) override;
+  Status Commit(const PartialSum& total, const VersionStore& versions, ModelState& state) override;
 
  private:
   FedAdamParams p_;
@@ -191,8 +189,7 @@ class FedAsync final : public AggregationAlgorithm {
   std::string_view name() const override { return "fedasync"; }
   double Coefficient(const UpdateMeta& meta) const override;
   bool ShouldCommit(size_t buffered, double) const override { return buffered >= 1; }
-  Status Commit(const PartialSum& total, const VersionStore& versions,
-                ModelState& state) override;
+  Status Commit(const PartialSum& total, const VersionStore& versions, ModelState& state) override;
 
  private:
   FedAsyncParams p_;
@@ -206,11 +203,8 @@ class FedBuff final : public AggregationAlgorithm {
   std::string_view name() const override { return "fedbuff"; }
   bool needs_base_versions() const override { return true; }
   double Coefficient(const UpdateMeta& meta) const override;
-  bool ShouldCommit(size_t buffered, double) const override {
-    return buffered >= p_.buffer_size;
-  }
-  Status Commit(const PartialSum& total, const VersionStore& versions,
-                ModelState& state) override;
+  bool ShouldCommit(size_t buffered, double) const override { return buffered >= p_.buffer_size; }
+  Status Commit(const PartialSum& total, const VersionStore& versions, ModelState& state) override;
 
  private:
   FedBuffParams p_;
@@ -228,8 +222,7 @@ class FedFix final : public AggregationAlgorithm {
   std::optional<double> NextCommitTime() const override { return next_tick_; }
   void Start(double now) override;
   void OnCommitted(double now) override;
-  Status Commit(const PartialSum& total, const VersionStore& versions,
-                ModelState& state) override;
+  Status Commit(const PartialSum& total, const VersionStore& versions, ModelState& state) override;
 
  private:
   FedFixParams p_;
@@ -246,8 +239,7 @@ class FedCompass final : public AggregationAlgorithm {
   std::string_view name() const override { return "fedcompass"; }
   double Coefficient(const UpdateMeta& meta) const override;
   bool ShouldCommit(size_t, double) const override { return false; }
-  Status Commit(const PartialSum& total, const VersionStore& versions,
-                ModelState& state) override;
+  Status Commit(const PartialSum& total, const VersionStore& versions, ModelState& state) override;
   const FedCompassParams& params() const { return p_; }
 
  private:

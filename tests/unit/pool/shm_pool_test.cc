@@ -536,10 +536,12 @@ class StressWorker {
         if (!pool_->Transfer(h.offset, me_, peer_).ok()) Fail(10);
         Send(h);
       } else {
+        // Shared for a moment, then ours is dropped before the peer hears of it: once the
+        // peer has the buffer it may hand it straight back, and a slot holds a buffer once.
         Handoff h = PickHeld();
         if (!pool_->Retain(h.offset, peer_).ok()) Fail(11);
-        Send(h);
         if (!pool_->Release(h.offset, me_).ok()) Fail(12);
+        Send(h);
       }
     }
     Send(Handoff{0, 0, 0});  // done

@@ -115,7 +115,18 @@ void InstanceManager::Poke() {
 }
 
 void InstanceManager::FunctionsChanged() {
-  specs_changed_ = true;
+  // Apply the change to the routing table before the caller answers its client: a function is
+  // invocable as soon as its deploy returns, and gone as soon as its delete does. Starting and
+  // stopping instances happens on the manager's loop.
+  {
+    std::lock_guard lock(mu_);
+    if (started_ && !stopping_) {
+      specs_changed_ = false;
+      SyncSpecs();
+    } else {
+      specs_changed_ = true;
+    }
+  }
   Poke();
 }
 

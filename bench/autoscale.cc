@@ -56,14 +56,15 @@ int main(int argc, char** argv) {
       if (b.policy != "kpa" || b.workload != results[i].workload) continue;
       const auto& s = results[i].report.total;
       const auto& k = b.report.total;
-      log_cold += std::log(std::max(1.0, double(s.cold_starts)) / std::max(1.0, double(k.cold_starts)));
+      log_cold += std::log(std::max(1.0, double(s.cold_requests)) /
+                           std::max(1.0, double(k.cold_requests)));
       log_inst += std::log(s.instance_s / k.instance_s);
       log_p99 += std::log(s.p99_latency_s / k.p99_latency_s);
       ++n;
     }
   }
   const double cold = std::exp(log_cold / n), inst = std::exp(log_inst / n), p99 = std::exp(log_p99 / n);
-  std::printf("shoal vs kpa, geometric mean over %d workloads: cold starts %.2fx (target <= 0.5), "
+  std::printf("shoal vs kpa, geometric mean over %d workloads: cold-start requests %.2fx (target <= 0.5), "
               "instance-seconds %.2fx (target <= 0.8), p99 %.2fx (target <= 1)\n",
               n, cold, inst, p99);
   std::printf("simulated %zu runs in %.1f s\n", results.size(), secs);

@@ -68,6 +68,22 @@ bool IsUtf8(std::string_view s) {
   return true;
 }
 
+// A temp dir for the registry, removed at exit.
+struct TempDir {
+  TempDir() {
+    char tmpl[] = "/tmp/shoal-fuzz-api-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) abort();
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string path;
+};
+
 std::string Names(const shoal::FunctionRegistry& r) {
   std::string out;
   for (const auto& s : r.List()) out += s.name + "/" + std::to_string(s.id) + " ";
@@ -87,19 +103,11 @@ std::string Names(const shoal::FunctionRegistry& r) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace shoal;
   using nlohmann::json;
-  static const std::string kRoot = [] {
-    char tmpl[] = "/tmp/shoal-fuzz-api-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) abort();
-    atexit([] {
-      std::error_code ec;
-      std::filesystem::remove_all(kRoot, ec);
-    });
-    return std::string(tmpl);
-  }();
+  static const TempDir kRoot;
   std::error_code ec;
-  std::filesystem::remove_all(kRoot + "/state", ec);
+  std::filesystem::remove_all(kRoot.path + "/state", ec);
   NodeConfig config;
-  config.state_dir = kRoot + "/state";
+  config.state_dir = kRoot.path + "/state";
   auto opened = FunctionRegistry::Open(config);
   if (!opened.ok()) abort();
   FunctionRegistry& registry = **opened;

@@ -2,6 +2,7 @@
 // the head of a pool buffer is written by another process, so every field is untrusted. Whatever
 // the bytes, a valid view must lie inside the buffer; the input's last bytes also drive a
 // write-then-read round trip that must give back what was written.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -50,9 +51,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint16_t method = static_cast<uint16_t>(data[3] | data[4] << 8);
   const uint16_t status = static_cast<uint16_t>(data[5] | data[6] << 8);
   const std::string_view rest(reinterpret_cast<const char*>(data) + 7, size - 7);
-  const std::string_view path = rest.substr(0, path_len);
-  const std::string_view query = rest.substr(path.size(), query_len);
-  const std::string_view ct = rest.substr(path.size() + query.size(), ct_len);
+  // Empty strings as default-constructed views too (data() == nullptr), as callers pass them.
+  const bool null_empty = (data[0] & 0x80) != 0;
+  auto piece = [&](size_t from, size_t len) {
+    const std::string_view v = rest.substr(std::min(from, rest.size()), len);
+    return v.empty() && null_empty ? std::string_view() : v;
+  };
+  const std::string_view path = piece(0, path_len);
+  const std::string_view query = piece(path.size(), query_len);
+  const std::string_view ct = piece(path.size() + query.size(), ct_len);
   const std::string_view body = rest.substr(path.size() + query.size() + ct.size());
   const size_t off = PayloadBodyOffset(path.size(), query.size(), ct.size());
   if (off % 64 != 0 || off < sizeof(PayloadHead) + path.size() + query.size() + ct.size()) {

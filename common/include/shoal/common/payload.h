@@ -50,11 +50,12 @@ inline void WritePayloadHead(std::span<std::byte> buf, uint16_t method, uint16_t
   std::byte* p = buf.data();
   std::memcpy(p, &h, sizeof h);
   p += sizeof h;
-  std::memcpy(p, path.data(), path.size());
+  // An empty view may have a null data(), which memcpy must not get even for 0 bytes.
+  if (!path.empty()) std::memcpy(p, path.data(), path.size());
   p += path.size();
-  std::memcpy(p, query.data(), query.size());
+  if (!query.empty()) std::memcpy(p, query.data(), query.size());
   p += query.size();
-  std::memcpy(p, content_type.data(), content_type.size());
+  if (!content_type.empty()) std::memcpy(p, content_type.data(), content_type.size());
 }
 
 // A checked view of a payload buffer. `valid` is false when the head is damaged or claims

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <limits>
 #include <set>
 #include <system_error>
@@ -420,6 +421,11 @@ class DocumentParser {
            node);
     }
     if (!(seconds > 0)) Fail(path, "must be > 0, got " + node.Scalar(), node);
+    // A week is far beyond any timeout or keep-alive that makes sense, and keeps the runtime's
+    // millisecond and nanosecond conversions from overflowing.
+    if (seconds > kMaxDurationSeconds) {
+      Fail(path, "must be at most 168h, got " + node.Scalar(), node);
+    }
     return seconds;
   }
 
@@ -658,21 +664,53 @@ Result<Manifests> ParseKinds(std::string_view yaml, const NodeConfig& defaults,
   return out;
 }
 
+// Manifests are YAML text: UTF-8 (the registry persists them as protobuf strings).
+std::optional<size_t> FirstInvalidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || i + len > s.size() || (len == 2 && c < 0xC2) || (len == 4 && c > 0xF4)) return i;
+    for (size_t k = 1; k < len; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return i;
+    }
+    if (len == 3) {
+      const auto c1 = static_cast<unsigned char>(s[i + 1]);
+      if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 >= 0xA0)) return i;  // overlong, surrogate
+    }
+    if (len == 4) {
+      const auto c1 = static_cast<unsigned char>(s[i + 1]);
+      if ((c == 0xF0 && c1 < 0x90) || (c == 0xF4 && c1 >= 0x90)) return i;
+    }
+    i += len;
+  }
+  return std::nullopt;
+}
+
+std::string Utf8Error(std::string_view s, size_t at) {
+  const size_t line = 1 + static_cast<size_t>(std::count(s.begin(), s.begin() + at, '\n'));
+  return "manifest: not valid UTF-8 (byte " + std::to_string(at) + ", line " +
+         std::to_string(line) + ")";
+}
+
 }  // namespace
 
 Result<std::vector<FunctionSpec>> ParseFunctionManifests(std::string_view yaml,
                                                          const NodeConfig& defaults) {
+  if (auto bad = FirstInvalidUtf8(yaml)) return InvalidArgument(Utf8Error(yaml, *bad));
   auto parsed = ParseKinds(yaml, defaults, {kFunctionKind});
   if (!parsed.ok()) return parsed.status();
   return std::move(parsed->functions);
 }
 
 Result<Manifests> ParseManifests(std::string_view yaml, const NodeConfig& defaults) {
+  if (auto bad = FirstInvalidUtf8(yaml)) return InvalidArgument(Utf8Error(yaml, *bad));
   return ParseKinds(yaml, defaults, {kFunctionKind, kFlJobKind});
 }
 
 Result<std::vector<FlJobSpec>> ParseFlJobManifests(std::string_view yaml) {
   static const NodeConfig kUnused;  // FLJob fields take no node defaults
+  if (auto bad = FirstInvalidUtf8(yaml)) return InvalidArgument(Utf8Error(yaml, *bad));
   auto parsed = ParseKinds(yaml, kUnused, {kFlJobKind});
   if (!parsed.ok()) return parsed.status();
   return std::move(parsed->jobs);

@@ -30,11 +30,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (s.handler.builtin.empty() == s.handler.library.empty()) std::abort();
       if (s.concurrency < 1 || s.concurrency > kMaxConcurrency) std::abort();
       if (s.max_scale < 1 || s.max_scale > kMaxScale || s.min_scale > s.max_scale) std::abort();
-      // KNOWN BUG (reported, not fixed here): durations have no upper bound, so
-      // "timeout: <306 digits>h" gives timeout_s = inf and "keepAlive: 10000000h" a value whose
-      // conversion to integer ms/ns in the gateway and instance manager overflows (UB). Only the
-      // sign and NaN are checked until the manifest caps durations.
+      // Durations are capped so the runtime's integer ms/ns conversions cannot overflow.
       if (!(s.timeout_s > 0) || !(s.keep_alive_s >= 0)) std::abort();
+      if (s.timeout_s > kMaxDurationSeconds || s.keep_alive_s > kMaxDurationSeconds) std::abort();
       if (s.max_body_bytes == 0 || s.manifest.empty()) std::abort();
       if (s.id != 0 || s.generation != 0) std::abort();
     }

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <fstream>
 #include <sstream>
 
@@ -317,6 +319,21 @@ TEST(ManifestTest, TheShippedExamplesParse) {
     EXPECT_EQ((*r)[0].min_scale, w.min) << w.file;
     EXPECT_EQ((*r)[0].max_scale, w.max) << w.file;
   }
+}
+
+TEST(ManifestTest, DurationsAreCappedAndTextMustBeUtf8) {
+  EXPECT_EQ(ErrorOf(Minimal("  timeout: 169h\n")),
+            "spec.timeout: must be at most 168h, got 169h (line 8)");
+  EXPECT_EQ(ErrorOf(Minimal("  keepAlive: 10000000h\n")),
+            "spec.keepAlive: must be at most 168h, got 10000000h (line 8)");
+  EXPECT_TRUE(ParseFunctionManifests(Minimal("  keepAlive: 168h\n"), Defaults()).ok());
+  // A Latin-1 byte in a comment: refused whole, before it could reach the registry.
+  const std::string base = Minimal();
+  const auto lines = std::count(base.begin(), base.end(), '\n');
+  EXPECT_EQ(ErrorOf(base + "# caf\xe9\n"), "manifest: not valid UTF-8 (byte " +
+                                                std::to_string(base.size() + 5) + ", line " +
+                                                std::to_string(lines + 1) + ")");
+  EXPECT_TRUE(ParseFunctionManifests(Minimal() + "# caf\xc3\xa9 \xe2\x9c\x93\n", Defaults()).ok());
 }
 
 }  // namespace

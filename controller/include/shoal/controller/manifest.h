@@ -19,6 +19,7 @@ namespace shoal {
 inline constexpr std::string_view kFunctionApiVersion = "shoal.dev/v1";
 inline constexpr uint32_t kMaxConcurrency = 1024;  // per instance
 inline constexpr uint32_t kMaxScale = 63;          // instances per function on one node
+inline constexpr double kMaxDurationSeconds = 7 * 24 * 3600.0;  // timeout, keepAlive, deadlines
 
 // FL algorithms an FLJob may name (spec.algorithm.name).
 inline constexpr const char* kFlAlgorithms[] = {"fedavg",  "fedavgm", "fedadam",   "fedasync",

@@ -8,7 +8,8 @@ PACKAGES=(
   libboost-dev libuv1-dev libhttp-parser-dev protobuf-compiler libprotobuf-dev
   prometheus-cpp-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libssl-dev libcurl4-openssl-dev libgtest-dev libgmock-dev curl wrk nginx-light
-  python3 python3-numpy dataset-fashion-mnist iproute2 procps
+  libonnx-dev libdnnl-dev
+  python3 python3-numpy python3-sklearn dataset-fashion-mnist iproute2 procps
 )
 
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }

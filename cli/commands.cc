@@ -221,6 +221,24 @@ int Describe(const HttpClient& client, const std::string& name) try {
   field("Scale", ScaleText(f));
   field("Timeout", FormatSeconds(Num<double>(f, "timeout_s")));
   field("Keep-alive", FormatSeconds(Num<double>(f, "keep_alive_s")));
+  const json& as = f.value("autoscaling", json::object());
+  {
+    std::string a = Str(as, "policy").empty() ? "none" : Str(as, "policy");
+    if (Num<double>(as, "target") > 0) {
+      a.append(", target ").append(FormatFixed(Num<double>(as, "target"), 1));
+    }
+    if (!Str(as, "keep_alive").empty()) a.append(", keep-alive ").append(Str(as, "keep_alive"));
+    std::string params;
+    const json params_json = as.value("params", json::object());
+    for (const auto& [k, v] : params_json.items()) {
+      char val[32];
+      std::snprintf(val, sizeof val, "%g", v.is_number() ? v.get<double>() : 0.0);
+      if (!params.empty()) params.append(", ");
+      params.append(k).append("=").append(val);
+    }
+    if (!params.empty()) a.append(" (").append(params).append(")");
+    field("Autoscaling", a);
+  }
   field("Max body", FormatBytes(Num<uint64_t>(f, "max_body_bytes")));
   char cpu[32];
   std::snprintf(cpu, sizeof cpu, "%g", Num<double>(res, "cpu"));
@@ -237,7 +255,20 @@ int Describe(const HttpClient& client, const std::string& name) try {
     << " req/s   p50 " << FormatMs(Num<double>(st, "p50_ms")) << "   p99 "
     << FormatMs(Num<double>(st, "p99_ms")) << "\n";
   o << "  Cold starts: " << Num<uint64_t>(st, "cold_starts") << " (last "
-    << FormatMs(Num<double>(st, "last_cold_start_ms")) << ")\n";
+    << FormatMs(Num<double>(st, "last_cold_start_ms")) << "), "
+    << Num<uint64_t>(st, "cold_starts_avoided") << " avoided by "
+    << Num<uint64_t>(st, "prewarm_starts") << " pre-warm(s)\n";
+  const json& d = st.value("decision", json::object());
+  o << "  Autoscaler:  desired " << Num<uint64_t>(st, "desired") << ", actual "
+    << Num<uint64_t>(st, "actual") << " (replicas " << Num<uint64_t>(d, "replicas")
+    << " + pre-warm " << Num<uint64_t>(d, "prewarm") << "), keep-alive "
+    << FormatSeconds(Num<double>(d, "keep_alive_s")) << ", target "
+    << FormatFixed(Num<double>(d, "concurrency_target"), 1) << "/instance"
+    << (d.value("panic", false) ? ", panic" : "") << "\n";
+  if (!Str(d, "reason").empty()) {
+    o << "  Last change: " << Str(d, "reason") << " ("
+      << FormatAge(Num<double>(d, "age_s")) << " ago)\n";
+  }
   o << "Instances:\n";
   const json instances = st.value("instances", json::array());
   if (instances.empty()) {
@@ -347,16 +378,25 @@ int Delete(const HttpClient& client, const std::string& name) try {
 int Top(const HttpClient& client, bool watch) try {
   for (;;) {
     const json top = GetJson(client, "/v1/top");
-    Table t({"FUNCTION", "INSTANCES", "INFLIGHT", "QUEUED", "REQ/S", "P50", "P99",
-             "COLD-STARTS"});
+    Table t({"FUNCTION", "POLICY", "DESIRED", "ACTUAL", "INFLIGHT", "QUEUED", "REQ/S", "P50",
+             "P99", "COLD-STARTS", "AVOIDED"});
     for (const json& f : top.value("functions", json::array())) {
       std::string cold = std::to_string(Num<uint64_t>(f, "cold_starts"));
       if (Num<double>(f, "last_cold_start_ms") > 0) {
         cold += " (last " + FormatMs(Num<double>(f, "last_cold_start_ms")) + ")";
       }
-      t.AddRow({Str(f, "name"), ReadyText(f), std::to_string(Num<uint64_t>(f, "inflight")),
+      // ACTUAL: ready instances, with those still starting after a "+".
+      std::string actual = std::to_string(Num<uint64_t>(f, "ready"));
+      if (Num<uint64_t>(f, "starting") > 0) {
+        actual.push_back('+');
+        actual.append(std::to_string(Num<uint64_t>(f, "starting")));
+      }
+      t.AddRow({Str(f, "name"), Str(f, "policy").empty() ? "none" : Str(f, "policy"),
+                std::to_string(Num<uint64_t>(f, "desired")), actual,
+                std::to_string(Num<uint64_t>(f, "inflight")),
                 std::to_string(Num<uint64_t>(f, "queued")), FormatFixed(Num<double>(f, "rps"), 1),
-                FormatMs(Num<double>(f, "p50_ms")), FormatMs(Num<double>(f, "p99_ms")), cold});
+                FormatMs(Num<double>(f, "p50_ms")), FormatMs(Num<double>(f, "p99_ms")), cold,
+                std::to_string(Num<uint64_t>(f, "cold_starts_avoided"))});
     }
     std::string out;
     if (watch) out += "\x1b[H\x1b[2J";  // clear the terminal between refreshes

@@ -65,6 +65,8 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
     else if (key == "restart_backoff_s") st = Read(v, "restart_backoff_s", c.restart_backoff_s);
     else if (key == "control_interval_ms")
       st = Read(v, "control_interval_ms", c.control_interval_ms);
+    else if (key == "autoscale_interval_ms")
+      st = Read(v, "autoscale_interval_ms", c.autoscale_interval_ms);
     else if (key == "log_level") st = Read(v, "log_level", c.log_level);
     else if (key == "dataplane") {
       std::string m;
@@ -115,6 +117,7 @@ std::string NodeConfig::ToYaml() const {
   e << YAML::Key << "default_max_scale" << YAML::Value << default_max_scale;
   e << YAML::Key << "restart_backoff_s" << YAML::Value << restart_backoff_s;
   e << YAML::Key << "control_interval_ms" << YAML::Value << control_interval_ms;
+  e << YAML::Key << "autoscale_interval_ms" << YAML::Value << autoscale_interval_ms;
   e << YAML::Key << "log_level" << YAML::Value << log_level;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";

@@ -10,6 +10,8 @@
 #include <set>
 #include <system_error>
 
+#include "shoal/autoscaler/function_autoscaler.h"
+
 namespace shoal {
 namespace {
 
@@ -117,7 +119,7 @@ class DocumentParser {
     ExpectMap(s, "spec");
     CheckKeys(s, "spec",
               {"handler", "concurrency", "scale", "timeout", "keepAlive", "maxBodySize",
-               "resources"});
+               "resources", "autoscaling"});
     ParseHandler(Required(s, "handler", "spec"), &spec.handler);
 
     spec.concurrency = defaults_.default_concurrency;
@@ -142,6 +144,8 @@ class DocumentParser {
         }
       }
     }
+    const YAML::Node autoscaling = s["autoscaling"];
+    if (autoscaling) ParseAutoscaling(autoscaling, s["scale"], &spec);
     if (spec.max_scale == 0) {
       // No max: the node default, raised to min so that a manifest giving only min stays valid.
       spec.max_scale = std::min(kMaxScale, std::max(defaults_.default_max_scale, spec.min_scale));
@@ -152,6 +156,7 @@ class DocumentParser {
     if (const YAML::Node t = s["timeout"]) spec.timeout_s = Duration(t, "spec.timeout");
     spec.keep_alive_s = defaults_.default_keep_alive_s;
     if (const YAML::Node k = s["keepAlive"]) spec.keep_alive_s = Duration(k, "spec.keepAlive");
+    if (autoscaling) CheckAutoscaling(autoscaling, spec);
     spec.max_body_bytes = defaults_.max_body_bytes;
     if (const YAML::Node b = s["maxBodySize"]) {
       spec.max_body_bytes = Quantity(b, "spec.maxBodySize");
@@ -178,6 +183,107 @@ class DocumentParser {
       }
     }
     return spec;
+  }
+
+  // spec.autoscaling: policy, target, minScale/maxScale (the same numbers as spec.scale, which
+  // must agree when both are given), keepAlive (fixed | histogram) and the policy's params.
+  void ParseAutoscaling(const YAML::Node& a, const YAML::Node& scale, FunctionSpec* spec) {
+    const std::string path = "spec.autoscaling";
+    ExpectMap(a, path);
+    CheckKeys(a, path, {"policy", "target", "minScale", "maxScale", "keepAlive", "params"});
+    AutoscalingSpec& as = spec->autoscaling;
+    as.policy = kDefaultAutoscalingPolicy;
+    if (const YAML::Node p = a["policy"]) {
+      as.policy = OneOf(p, path + ".policy", "policy", kAutoscalingPolicies);
+    }
+    if (const YAML::Node t = a["target"]) {
+      as.target = Number(t, path + ".target");
+      if (!(as.target > 0)) Fail(path + ".target", "must be > 0, got " + t.Scalar(), t);
+    }
+    if (const YAML::Node k = a["keepAlive"]) {
+      const std::string v = String(k, path + ".keepAlive");
+      if (v != "fixed" && v != "histogram") {
+        Fail(path + ".keepAlive",
+             "must be fixed or histogram (the fixed window itself is spec.keepAlive), got " +
+                 Quote(v),
+             k);
+      }
+      as.keep_alive = v;
+    }
+    auto bound = [&](const char* key, const char* scale_key, uint32_t lo, uint32_t* out) {
+      const YAML::Node n = a[key];
+      if (!n) return;
+      const auto v = static_cast<uint32_t>(Integer(n, path + "." + key, lo, kMaxScale));
+      if (scale && scale[scale_key] && *out != v) {
+        Fail(path + "." + key,
+             "disagrees with spec.scale." + std::string(scale_key) + " (" + std::to_string(v) +
+                 " vs " + std::to_string(*out) + "); give one of them",
+             n);
+      }
+      *out = v;
+    };
+    bound("minScale", "min", 0, &spec->min_scale);
+    bound("maxScale", "max", 1, &spec->max_scale);
+    if (spec->max_scale != 0 && spec->max_scale < spec->min_scale) {
+      Fail(path + ".maxScale",
+           "must be >= the minimum scale (" + std::to_string(spec->min_scale) + " > " +
+               std::to_string(spec->max_scale) + ")",
+           a["maxScale"] ? a["maxScale"] : a);
+    }
+    if (const YAML::Node params = a["params"]; params && !params.IsNull()) {
+      ExpectMap(params, path + ".params");
+      for (auto it = params.begin(); it != params.end(); ++it) {
+        if (!it->first.IsScalar() || it->first.Scalar().empty()) {
+          Fail(path + ".params", "keys must be non-empty strings", it->first);
+        }
+        const std::string& k = it->first.Scalar();
+        const std::string ppath = path + ".params." + k;
+        if (as.params.count(k)) Fail(ppath, "duplicate field", it->first);
+        const AutoscalingParamInfo* info = FindAutoscalingParam(k);
+        if (info == nullptr) {
+          std::string known;
+          for (const auto& i : AutoscalingParamTable()) known += (known.empty() ? "" : ", ") + std::string(i.name);
+          Fail(ppath, "unknown parameter (known: " + known + ")", it->first);
+        }
+        if (info->duration) {
+          double seconds = 0;
+          if (!ParseDuration(String(it->second, ppath), &seconds) || !(seconds >= 0) ||
+              seconds > kMaxDurationSeconds) {
+            Fail(ppath, "must be a duration like 250ms, 30s, 2m or 1h, got " +
+                            Quote(it->second.Scalar()), it->second);
+          }
+          as.params[k] = seconds;
+        } else {
+          as.params[k] = Number(it->second, ppath);
+        }
+      }
+    }
+  }
+
+  // The policy objects' own checks (ranges, combinations), reported at the param's line.
+  void CheckAutoscaling(const YAML::Node& a, const FunctionSpec& spec) {
+    AutoscalingConfig c;
+    c.policy = spec.autoscaling.policy;
+    c.target = spec.autoscaling.target;
+    c.keep_alive = spec.autoscaling.keep_alive;
+    c.params = spec.autoscaling.params;
+    c.fixed_keep_alive_s = spec.keep_alive_s;
+    Status st = BuildAutoscalingParams(c, nullptr, nullptr, nullptr);
+    if (st.ok()) return;
+    // Messages start with "params.<name>: " or "<field>: ".
+    const std::string& m = st.message();
+    const size_t colon = m.find(": ");
+    const std::string field = colon == std::string::npos ? "" : m.substr(0, colon);
+    const std::string what = colon == std::string::npos ? m : m.substr(colon + 2);
+    YAML::Node at = a;
+    if (field.rfind("params.", 0) == 0 && a["params"] && a["params"][field.substr(7)]) {
+      at = a["params"][field.substr(7)];
+    } else if (!field.empty() && field != "params" && a[field]) {
+      at = a[field];
+    } else if (field == "params" && a["params"]) {
+      at = a["params"];
+    }
+    Fail("spec.autoscaling" + (field.empty() ? "" : "." + field), what, at);
   }
 
   FlJobSpec ParseFlJob(const YAML::Node& doc) {

@@ -45,6 +45,11 @@ v1::FunctionRecord ToRecord(const FunctionSpec& s) {
   r.set_cpu(s.cpu);
   r.set_memory_bytes(s.memory_bytes);
   r.set_gpu(s.gpu);
+  auto* a = r.mutable_autoscaling();
+  a->set_policy(s.autoscaling.policy);
+  a->set_target(s.autoscaling.target);
+  a->set_keep_alive(s.autoscaling.keep_alive);
+  a->mutable_params()->insert(s.autoscaling.params.begin(), s.autoscaling.params.end());
   r.set_generation(s.generation);
   r.set_manifest(s.manifest);
   r.set_created_unix_ms(s.created_unix_ms);
@@ -71,6 +76,13 @@ FunctionSpec FromRecord(const v1::FunctionRecord& r) {
   s.cpu = r.cpu();
   s.memory_bytes = r.memory_bytes();
   s.gpu = r.gpu();
+  if (r.has_autoscaling()) {
+    s.autoscaling.policy = r.autoscaling().policy().empty() ? "none" : r.autoscaling().policy();
+    s.autoscaling.target = r.autoscaling().target();
+    s.autoscaling.keep_alive =
+        r.autoscaling().keep_alive().empty() ? "fixed" : r.autoscaling().keep_alive();
+    s.autoscaling.params.insert(r.autoscaling().params().begin(), r.autoscaling().params().end());
+  }
   s.generation = r.generation();
   s.manifest = r.manifest();
   s.created_unix_ms = r.created_unix_ms();

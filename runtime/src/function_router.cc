@@ -1,8 +1,42 @@
 #include "shoal/runtime/function_router.h"
 
+#include <time.h>
+
 #include <algorithm>
 
 namespace shoal {
+namespace {
+
+uint64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+}  // namespace
+
+void FunctionRouter::Account(int delta, uint64_t now) {
+  if (last_change_ns_ != 0 && now > last_change_ns_) {
+    totals_.busy_s += static_cast<double>(inflight_total_) * double(now - last_change_ns_) / 1e9;
+  }
+  last_change_ns_ = now;
+  inflight_total_ = static_cast<uint32_t>(std::max<int64_t>(0, int64_t(inflight_total_) + delta));
+}
+
+void FunctionRouter::Dequeued(const Waiter& w, uint64_t now) {
+  ++totals_.dequeued;
+  if (now > w.enqueued_ns) totals_.queue_wait_s += double(now - w.enqueued_ns) / 1e9;
+}
+
+FunctionRouter::Totals FunctionRouter::totals() const {
+  std::lock_guard lock(mu_);
+  Totals t = totals_;
+  const uint64_t now = MonotonicNs();
+  if (last_change_ns_ != 0 && now > last_change_ns_) {
+    t.busy_s += static_cast<double>(inflight_total_) * double(now - last_change_ns_) / 1e9;
+  }
+  return t;
+}
 
 FunctionRouter::Slot* FunctionRouter::Find(uint32_t instance) {
   for (auto& s : slots_) {
@@ -28,11 +62,14 @@ FunctionRouter::AcquireResult FunctionRouter::Acquire(uint32_t loop, uint64_t re
     }
   }
   if (best != nullptr) {
+    ++totals_.arrivals;
+    Account(+1, MonotonicNs());
     ++best->inflight;
     return {Outcome::kAssigned, best->instance};
   }
   if (waiters_.size() >= max_queue_) return {Outcome::kRejected, 0};
-  waiters_.push_back({loop, request_id});
+  ++totals_.arrivals;
+  waiters_.push_back({loop, request_id, MonotonicNs()});
   return {Outcome::kQueued, 0};
 }
 
@@ -40,11 +77,18 @@ std::optional<RouteAssignment> FunctionRouter::Release(uint32_t instance) {
   std::lock_guard lock(mu_);
   Slot* s = Find(instance);
   if (s == nullptr) return std::nullopt;  // removed meanwhile
-  if (s->inflight > 0) --s->inflight;
+  const uint64_t now = MonotonicNs();
+  ++totals_.completions;
+  if (s->inflight > 0) {
+    Account(-1, now);
+    --s->inflight;
+  }
   ++s->served;
   if (s->draining || waiters_.empty()) return std::nullopt;
   Waiter w = waiters_.front();
   waiters_.pop_front();
+  Dequeued(w, now);
+  Account(+1, now);
   ++s->inflight;
   return RouteAssignment{w.loop, w.request_id, instance};
 }
@@ -67,9 +111,12 @@ std::vector<RouteAssignment> FunctionRouter::AddInstance(uint32_t instance, uint
     s = &slots_.back();
   }
   std::vector<RouteAssignment> out;
+  const uint64_t now = MonotonicNs();
   while (!waiters_.empty() && s->inflight < s->capacity) {
     Waiter w = waiters_.front();
     waiters_.pop_front();
+    Dequeued(w, now);
+    Account(+1, now);
     ++s->inflight;
     out.push_back({w.loop, w.request_id, instance});
   }
@@ -95,6 +142,7 @@ uint32_t FunctionRouter::RemoveInstance(uint32_t instance) {
                          [&](const Slot& s) { return s.instance == instance; });
   if (it == slots_.end()) return 0;
   const uint32_t inflight = it->inflight;
+  if (inflight > 0) Account(-static_cast<int>(inflight), MonotonicNs());
   slots_.erase(it);
   return inflight;
 }

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "shoal/autoscaler/function_autoscaler.h"
 #include "shoal/common/log.h"
 
 namespace shoal {
@@ -45,6 +46,8 @@ struct InstanceManager::Instance {
   uint64_t last_busy_ns = 0;
   uint64_t last_served = 0;
   double cold_start_ms = 0;
+  bool prewarmed = false;     // started ahead of demand by the autoscaling policy
+  bool prewarm_used = false;  // ... and has taken its first request
   bool expected_exit = false;
   bool exited = false;
   int open_handles = 0;
@@ -64,6 +67,23 @@ struct InstanceManager::FunctionState {
   uint64_t next_spawn_ns = 0;  // crash back-off
   uint32_t restarts = 0;
   std::ofstream log;
+
+  // Autoscaling (null: policy none, the reactive rule).
+  std::unique_ptr<FunctionAutoscaler> autoscaler;
+  uint32_t target = 0;         // the policy's replicas + pre-warm, within min..max
+  double keep_alive_s = 0;     // idle instances above the target stop after this
+  ScalingDecision decision;
+  bool have_decision = false;
+  uint64_t decision_ns = 0;
+  std::string decision_reason;
+  uint64_t next_decision_ns = 0;
+  uint64_t last_sample_ns = 0;
+  FunctionRouter::Totals last_totals;
+  uint32_t iv_cold = 0;        // cold starts since the last decision, and their cost
+  double iv_cold_s = 0;
+  double last_cold_s = 0;
+  uint64_t prewarm_starts = 0;
+  uint64_t cold_starts_avoided = 0;
 };
 
 InstanceManager::InstanceManager(const NodeConfig& config, uv_loop_t* loop, DataPlane& dataplane,
@@ -195,14 +215,32 @@ void InstanceManager::SyncSpecs() {
     }
     auto f = std::make_unique<FunctionState>();
     f->rt = std::make_shared<FunctionRuntime>(s, *pool, metrics_, config_.max_queue_per_function);
+    f->keep_alive_s = s.keep_alive_s;
+    if (s.autoscaling.policy != "none") {
+      AutoscalingConfig ac;
+      ac.policy = s.autoscaling.policy;
+      ac.target = s.autoscaling.target;
+      ac.keep_alive = s.autoscaling.keep_alive;
+      ac.params = s.autoscaling.params;
+      ac.fixed_keep_alive_s = s.keep_alive_s;
+      auto a = FunctionAutoscaler::Make(ac);
+      if (a.ok()) {
+        f->autoscaler = std::move(a).value();
+      } else {  // the manifest parser checked it; a record from an older shoald may not be
+        spdlog::error("function {}: autoscaling policy {}: {}; using the reactive scaler",
+                      s.name, ac.policy, a.status().ToString());
+      }
+    }
     f->log.open(LogPath(s.name), std::ios::app);
     functions_.Set(s.name, f->rt);
     spdlog::info("function {} (id {}, generation {}): {} concurrency {}, scale {}..{}, "
-                 "timeout {} s, keep-alive {} s",
+                 "timeout {} s, keep-alive {} s, autoscaling {} (keep-alive {})",
                  s.name, s.id, s.generation,
                  s.handler.builtin.empty() ? "library " + s.handler.library
                                            : "builtin " + s.handler.builtin,
-                 s.concurrency, s.min_scale, s.max_scale, s.timeout_s, s.keep_alive_s);
+                 s.concurrency, s.min_scale, s.max_scale, s.timeout_s, s.keep_alive_s,
+                 f->autoscaler ? s.autoscaling.policy : std::string("none"),
+                 s.autoscaling.keep_alive);
     by_name_[s.name] = std::move(f);
   }
 }
@@ -232,8 +270,6 @@ void InstanceManager::ScaleFunction(FunctionState& f, uint64_t now) {
   const uint32_t concurrency = std::max<uint32_t>(1, spec.concurrency);
   const uint32_t demand = snap.inflight + snap.queued;
   const uint32_t needed = (demand + concurrency - 1) / concurrency;
-  const uint32_t desired = std::min(spec.max_scale, std::max(spec.min_scale, needed));
-  f.desired = desired;
 
   // Track activity per instance: an instance that finished or holds a request is busy now.
   uint32_t active = 0;
@@ -243,6 +279,13 @@ void InstanceManager::ScaleFunction(FunctionState& f, uint64_t now) {
     Instance& inst = *it->second;
     if (load.inflight > 0 || load.served != inst.last_served) inst.last_busy_ns = now;
     inst.last_served = load.served;
+    if (inst.prewarmed && !inst.prewarm_used && (load.inflight > 0 || load.served > 0)) {
+      // A request found this instance already warm: the cold start it would have waited for
+      // was taken ahead of time.
+      inst.prewarm_used = true;
+      ++f.cold_starts_avoided;
+      metrics_.autoscaler_cold_starts_avoided.Add({{"function", spec.name}}).Increment();
+    }
     if (inst.state == Instance::State::kDraining && load.inflight == 0) StopInstance(inst);
   }
   for (Instance* inst : f.instances) {
@@ -250,24 +293,57 @@ void InstanceManager::ScaleFunction(FunctionState& f, uint64_t now) {
       ++active;
     }
   }
+
+  uint32_t desired = 0;
+  uint32_t floor = 0;
+  uint32_t replicas = 0;  // below this a start is demand, above it a pre-warm
+  uint64_t keep_alive_ns = static_cast<uint64_t>(spec.keep_alive_s * 1e9);
+  if (f.autoscaler) {
+    if (now >= f.next_decision_ns) {
+      Decide(f, now);
+      f.next_decision_ns =
+          now + uint64_t{std::max<uint32_t>(1, config_.autoscale_interval_ms)} * 1000000ull;
+    }
+    desired = f.target;
+    replicas = std::min(f.target, std::max(spec.min_scale, f.decision.replicas));
+    // The activator's part: a request waiting for a function with no instance starts one at
+    // once instead of waiting for the next decision (scale from zero).
+    if (snap.queued > 0 && active == 0) desired = std::max<uint32_t>(desired, 1);
+    desired = std::min(desired, spec.max_scale);
+    // Never stop an instance while requests wait for one.
+    floor = snap.queued > 0 ? std::max(desired, active) : desired;
+    keep_alive_ns = static_cast<uint64_t>(std::max(0.0, f.keep_alive_s) * 1e9);
+  } else {
+    desired = std::min(spec.max_scale, std::max(spec.min_scale, needed));
+    floor = std::max(spec.min_scale, needed);
+    replicas = desired;
+  }
+  f.desired = desired;
+
   // Scale up (crash back-off permitting).
   while (active < desired && now >= f.next_spawn_ns) {
-    if (Status st = Spawn(f); !st.ok()) {
+    const bool prewarm = f.autoscaler && snap.queued == 0 && active >= replicas;
+    if (Status st = Spawn(f, prewarm); !st.ok()) {
       spdlog::error("function {}: cannot start an instance: {}", spec.name, st.ToString());
       f.next_spawn_ns = now + static_cast<uint64_t>(config_.restart_backoff_s * 1e9);
       break;
     }
     ++active;
   }
-  // Scale down: idle beyond keep-alive, one at a time, never below what is needed.
-  const uint32_t floor = std::max(spec.min_scale, needed);
+  // Scale down: idle beyond keep-alive, longest idle first, never below the floor. Draining
+  // instances take no new request and stop once their last one finishes.
   if (active > floor) {
-    const auto keep_alive_ns = static_cast<uint64_t>(spec.keep_alive_s * 1e9);
+    std::vector<Instance*> idle;
     for (Instance* inst : f.instances) {
-      if (active <= floor) break;
       if (inst->state != Instance::State::kReady) continue;
       if (f.rt->router.Inflight(inst->key) > 0) continue;
       if (now - inst->last_busy_ns < keep_alive_ns) continue;
+      idle.push_back(inst);
+    }
+    std::sort(idle.begin(), idle.end(),
+              [](const Instance* a, const Instance* b) { return a->last_busy_ns < b->last_busy_ns; });
+    for (Instance* inst : idle) {
+      if (active <= floor) break;
       spdlog::info("function {}: instance {:#x} idle for {:.1f} s: scaling down to {}", spec.name,
                    inst->key, (now - inst->last_busy_ns) / 1e9, active - 1);
       inst->state = Instance::State::kDraining;
@@ -278,9 +354,76 @@ void InstanceManager::ScaleFunction(FunctionState& f, uint64_t now) {
   }
 }
 
+void InstanceManager::Decide(FunctionState& f, uint64_t now) {
+  FunctionRuntime& rt = *f.rt;
+  const FunctionSpec& spec = rt.spec;
+  const auto snap = rt.router.Counts();
+  const FunctionRouter::Totals t = rt.router.totals();
+  const FunctionRouter::Totals& p = f.last_totals;
+
+  FunctionSignals g;
+  g.function = spec.name;
+  g.now_s = static_cast<double>(now) / 1e9;
+  g.interval_s = f.last_sample_ns ? static_cast<double>(now - f.last_sample_ns) / 1e9
+                                  : config_.autoscale_interval_ms / 1e3;
+  g.inflight = snap.inflight;
+  g.queued = snap.queued;
+  g.arrivals = t.arrivals - p.arrivals;
+  g.completions = t.completions - p.completions;
+  const uint64_t dequeued = t.dequeued - p.dequeued;
+  g.mean_queue_wait_s = dequeued ? (t.queue_wait_s - p.queue_wait_s) / dequeued : 0;
+  // Little's law: time in flight over the interval divided by the requests that finished.
+  g.mean_service_s = g.completions ? (t.busy_s - p.busy_s) / g.completions : 0;
+  g.p99_latency_s = rt.latency.Summarize(now / 1000000000ull).p99_ms / 1e3;
+  g.cold_starts = f.iv_cold;
+  g.cold_start_cost_s = f.iv_cold ? f.iv_cold_s / f.iv_cold : f.last_cold_s;
+  std::map<uint32_t, uint32_t> inflight_of;
+  for (const auto& l : rt.router.Loads()) inflight_of[l.instance] = l.inflight;
+  for (Instance* inst : f.instances) {
+    if (inst->state == Instance::State::kStarting) ++g.starting;
+    if (inst->state != Instance::State::kReady) continue;
+    ++g.ready;
+    if (inflight_of[inst->key] > 0) ++g.busy; else ++g.idle;
+  }
+  g.concurrency = std::max<uint32_t>(1, spec.concurrency);
+  g.min_scale = spec.min_scale;
+  g.max_scale = spec.max_scale;
+  f.last_totals = t;
+  f.last_sample_ns = now;
+  f.iv_cold = 0;
+  f.iv_cold_s = 0;
+
+  const ScalingDecision d = f.autoscaler->Observe(g);
+  const uint32_t replicas = std::clamp(d.replicas, spec.min_scale, spec.max_scale);
+  const uint32_t target = static_cast<uint32_t>(
+      std::min<uint64_t>(uint64_t{replicas} + d.prewarm, spec.max_scale));
+  const bool changed = !f.have_decision || target != f.target ||
+                       replicas != f.decision.replicas || d.prewarm != f.decision.prewarm ||
+                       d.panic != f.decision.panic ||
+                       std::abs(d.keep_alive_s - f.keep_alive_s) > 0.5;
+  if (changed) {
+    char why[256];
+    std::snprintf(why, sizeof why,
+                  "desired %u (replicas %u + pre-warm %u), actual %u, keep-alive %.1f s, "
+                  "target %.1f/instance%s; in flight %u, queued %u, %llu arrivals in %.1f s",
+                  target, replicas, d.prewarm, g.ready + g.starting, d.keep_alive_s,
+                  d.concurrency_target, d.panic ? ", panic" : "", g.inflight, g.queued,
+                  static_cast<unsigned long long>(g.arrivals), g.interval_s);
+    f.decision_reason = why;
+    spdlog::info("function {}: autoscaler {}: {}", spec.name, f.autoscaler->policy_name(), why);
+    metrics_.autoscaler_decisions.Add({{"function", spec.name}}).Increment();
+  }
+  f.decision = d;
+  f.decision.replicas = replicas;
+  f.have_decision = true;
+  f.decision_ns = now;
+  f.target = target;
+  f.keep_alive_s = d.keep_alive_s > 0 ? d.keep_alive_s : spec.keep_alive_s;
+}
+
 // ---- instances ------------------------------------------------------------------------------
 
-Status InstanceManager::Spawn(FunctionState& f) {
+Status InstanceManager::Spawn(FunctionState& f, bool prewarm) {
   const FunctionSpec& spec = f.rt->spec;
   uint64_t& used = used_slots_[spec.tenant];
   HolderSlot slot = 0;
@@ -301,6 +444,7 @@ Status InstanceManager::Spawn(FunctionState& f) {
   inst->key = key;
   inst->slot = slot;
   inst->tenant = spec.tenant;
+  inst->prewarmed = prewarm;
   inst->endpoint = std::move(*ep);
 
   std::string handler = spec.handler.builtin.empty()
@@ -381,8 +525,12 @@ Status InstanceManager::Spawn(FunctionState& f) {
   uv_read_start(reinterpret_cast<uv_stream_t*>(&raw->err), on_alloc, on_read);
   by_key_[key] = raw;
   f.instances.push_back(inst.release());
-  spdlog::info("function {}: started instance {:#x} (pid {}, slot {})", spec.name, key, raw->pid,
-               slot);
+  if (prewarm) {
+    ++f.prewarm_starts;
+    metrics_.autoscaler_prewarm_starts.Add({{"function", spec.name}}).Increment();
+  }
+  spdlog::info("function {}: started instance {:#x} (pid {}, slot {}){}", spec.name, key, raw->pid,
+               slot, prewarm ? ", pre-warm" : "");
   return {};
 }
 
@@ -421,6 +569,9 @@ void InstanceManager::OnReady(uint32_t key) {
   rt.cold_starts.fetch_add(1, std::memory_order_relaxed);
   rt.last_cold_start_us.store(static_cast<uint64_t>(inst.cold_start_ms * 1e3),
                               std::memory_order_relaxed);
+  ++inst.fn->iv_cold;
+  inst.fn->iv_cold_s += inst.cold_start_ms / 1e3;
+  inst.fn->last_cold_s = inst.cold_start_ms / 1e3;
   inst.fn->crashes = 0;
   auto assigned = rt.router.AddInstance(key, std::max<uint32_t>(1, rt.spec.concurrency));
   for (const auto& a : assigned) sink_->Deliver(a);
@@ -531,6 +682,22 @@ FunctionStats InstanceManager::Stats(const std::string& function) {
   const uint64_t now = NowNs();
   st.desired = f.desired;
   st.inflight = snap.inflight;
+  st.policy = f.autoscaler ? f.autoscaler->policy_name() : "none";
+  if (f.autoscaler) {
+    st.decision_replicas = f.decision.replicas;
+    st.decision_prewarm = f.decision.prewarm;
+    st.decision_keep_alive_s = f.keep_alive_s;
+    st.decision_target = f.decision.concurrency_target;
+    st.decision_panic = f.decision.panic;
+    st.decision_reason = f.decision_reason;
+    if (f.have_decision) st.decision_age_s = (now - f.decision_ns) / 1e9;
+  } else {
+    st.decision_replicas = f.desired;
+    st.decision_keep_alive_s = rt.spec.keep_alive_s;
+    st.decision_target = std::max<uint32_t>(1, rt.spec.concurrency);
+  }
+  st.prewarm_starts = f.prewarm_starts;
+  st.cold_starts_avoided = f.cold_starts_avoided;
   st.queued = snap.queued;
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -568,6 +735,7 @@ FunctionStats InstanceManager::Stats(const std::string& function) {
     info.restarts = f.restarts;
     st.instances.push_back(info);
   }
+  st.actual = st.ready + st.starting;
   return st;
 }
 
@@ -607,6 +775,22 @@ void InstanceManager::RefreshMetrics() {
     metrics_.instances.Add({{"function", name}, {"state", "ready"}}).Set(ready);
     metrics_.instances.Add({{"function", name}, {"state", "draining"}}).Set(draining);
     metrics_.instances.Add({{"function", name}, {"state", "desired"}}).Set(f->desired);
+    uint32_t prewarmed = 0;
+    for (Instance* inst : f->instances) {
+      if (inst->prewarmed && !inst->prewarm_used && inst->state != Instance::State::kStopping)
+        ++prewarmed;
+    }
+    const prometheus::Labels fl{{"function", name}};
+    metrics_.autoscaler_desired.Add(fl).Set(f->desired);
+    metrics_.autoscaler_actual.Add(fl).Set(starting + ready);
+    metrics_.autoscaler_prewarm.Add(fl).Set(f->autoscaler ? f->decision.prewarm : 0);
+    metrics_.autoscaler_prewarmed.Add(fl).Set(prewarmed);
+    metrics_.autoscaler_keep_alive.Add(fl).Set(f->autoscaler ? f->keep_alive_s
+                                                             : rt.spec.keep_alive_s);
+    metrics_.autoscaler_target.Add(fl).Set(
+        f->autoscaler ? f->decision.concurrency_target
+                      : static_cast<double>(std::max<uint32_t>(1, rt.spec.concurrency)));
+    metrics_.autoscaler_panic.Add(fl).Set(f->autoscaler && f->decision.panic ? 1 : 0);
     if (auto c = dataplane_.Counters(rt.spec.id)) {
       metrics_.dataplane_events.Add({{"function", name}}).Set(static_cast<double>(c->events));
       metrics_.dataplane_bytes.Add({{"function", name}}).Set(static_cast<double>(c->bytes));

@@ -64,7 +64,48 @@ NodeMetrics::NodeMetrics()
       gateway_rejections(prometheus::BuildCounter()
                              .Name("shoal_gateway_rejections_total")
                              .Help("Requests refused before dispatch, by reason")
-                             .Register(*registry_)) {}
+                             .Register(*registry_)),
+      autoscaler_desired(prometheus::BuildGauge()
+          .Name("shoal_autoscaler_desired_replicas")
+          .Help("Instances the autoscaling policy wants (replicas + pre-warm)")
+          .Register(*registry_)),
+      autoscaler_actual(prometheus::BuildGauge()
+          .Name("shoal_autoscaler_actual_replicas")
+          .Help("Instances starting or ready")
+          .Register(*registry_)),
+      autoscaler_prewarm(prometheus::BuildGauge()
+          .Name("shoal_autoscaler_prewarm_replicas")
+          .Help("Instances the policy keeps started ahead of demand")
+          .Register(*registry_)),
+      autoscaler_prewarmed(prometheus::BuildGauge()
+          .Name("shoal_autoscaler_prewarmed_instances")
+          .Help("Pre-warmed instances that have not served a request yet")
+          .Register(*registry_)),
+      autoscaler_keep_alive(prometheus::BuildGauge()
+          .Name("shoal_autoscaler_keep_alive_seconds")
+          .Help("How long an idle instance above the target stays")
+          .Register(*registry_)),
+      autoscaler_target(prometheus::BuildGauge()
+          .Name("shoal_autoscaler_concurrency_target")
+          .Help("Per-instance concurrency target of the latest decision")
+          .Register(*registry_)),
+      autoscaler_panic(prometheus::BuildGauge()
+          .Name("shoal_autoscaler_panic")
+          .Help("1 while KPA is in panic mode")
+          .Register(*registry_)),
+      autoscaler_decisions(prometheus::BuildCounter()
+          .Name("shoal_autoscaler_decision_changes_total")
+          .Help("Decisions that changed the desired replicas, pre-warm or keep-alive")
+          .Register(*registry_)),
+      autoscaler_prewarm_starts(prometheus::BuildCounter()
+          .Name("shoal_autoscaler_prewarm_starts_total")
+          .Help("Instances started ahead of demand")
+          .Register(*registry_)),
+      autoscaler_cold_starts_avoided(prometheus::BuildCounter()
+          .Name("shoal_autoscaler_cold_starts_avoided_total")
+          .Help("Requests served by a pre-warmed instance as its first request")
+          .Register(*registry_)) {}
+
 
 std::string NodeMetrics::Serialize() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());

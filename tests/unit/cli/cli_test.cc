@@ -356,16 +356,18 @@ TEST_F(CliTest, InvokeWritesTheRawBodyAndReportsErrors) {
 TEST_F(CliTest, TopPrintsTheDataPlaneAndATable) {
   json top{{"dataplane", "sockmap"},
            {"functions",
-            {{{"name", "echo"}, {"desired", 2}, {"ready", 2}, {"inflight", 5}, {"queued", 1},
-              {"rps", 250.0}, {"p50_ms", 0.42}, {"p99_ms", 12.5}, {"cold_starts", 1},
-              {"last_cold_start_ms", 35.0}}}}};
+            {{{"name", "echo"}, {"policy", "kpa"}, {"desired", 3}, {"ready", 2}, {"starting", 1},
+              {"inflight", 5}, {"queued", 1}, {"rps", 250.0}, {"p50_ms", 0.42}, {"p99_ms", 12.5},
+              {"cold_starts", 1}, {"last_cold_start_ms", 35.0}, {"cold_starts_avoided", 4}}}}};
   server_.On("GET /v1/top", {200, "application/json", top.dump(), {}});
   auto r = RunShoal(server_.url(), {"top"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out,
             "Data plane: sockmap\n"
-            "FUNCTION   INSTANCES   INFLIGHT   QUEUED   REQ/S   P50      P99      COLD-STARTS\n"
-            "echo       2/2         5          1        250.0   0.42ms   12.5ms   1 (last 35.0ms)\n");
+            "FUNCTION   POLICY   DESIRED   ACTUAL   INFLIGHT   QUEUED   REQ/S   P50      P99      "
+            "COLD-STARTS       AVOIDED\n"
+            "echo       kpa      3         2+1      5          1        250.0   0.42ms   12.5ms   "
+            "1 (last 35.0ms)   4\n");
 }
 
 TEST_F(CliTest, DescribeShowsInstances) {
@@ -373,9 +375,21 @@ TEST_F(CliTest, DescribeShowsInstances) {
   f["status"]["instances"] = {{{"id", 0x10001}, {"pid", 4242}, {"state", "ready"},
                                {"inflight", 3}, {"served", 97}, {"age_s", 61.0},
                                {"cold_start_ms", 41.0}, {"restarts", 0}}};
+  f["autoscaling"] = {{"policy", "kpa"}, {"target", 10.0}, {"keep_alive", "histogram"},
+                      {"params", {{"stableWindow", 6.0}}}};
+  f["status"]["desired"] = 3;
+  f["status"]["actual"] = 2;
+  f["status"]["decision"] = {{"replicas", 3}, {"prewarm", 0}, {"keep_alive_s", 60.0},
+                             {"concurrency_target", 10.0}, {"panic", true}, {"age_s", 1.0},
+                             {"reason", "desired 3"}};
   server_.On("GET /v1/functions/echo", {200, "application/json", f.dump(), {}});
   auto r = RunShoal(server_.url(), {"describe", "echo"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Autoscaling:   kpa, target 10.0, keep-alive histogram (stableWindow=6)\n"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  Autoscaler:  desired 3, actual 2 (replicas 3 + pre-warm 0), keep-alive "),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(", panic\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Name:          echo\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Handler:       builtin:echo\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Scale:         1..4\n"), std::string::npos) << r.out;

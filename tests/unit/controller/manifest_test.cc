@@ -1,5 +1,7 @@
 #include "shoal/controller/manifest.h"
 
+#include "shoal/autoscaler/function_autoscaler.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -174,6 +176,85 @@ TEST(ManifestTest, ErrorsNameTheFieldAndTheLine) {
             "spec.resources.gpu: must be between 0 and 64, got -1 (line 9)");
   EXPECT_EQ(ErrorOf(Minimal("  concurrency: 2\n  concurrency: 3\n")),
             "spec.concurrency: duplicate field (line 9)");
+}
+
+TEST(ManifestTest, AutoscalingBlock) {
+  auto r = ParseFunctionManifests(
+      Minimal("  keepAlive: 20s\n"
+              "  autoscaling:\n"
+              "    policy: kpa\n"
+              "    target: 10\n"
+              "    minScale: 0\n"
+              "    maxScale: 8\n"
+              "    keepAlive: histogram\n"
+              "    params: {stableWindow: 60s, panicWindow: 6s, scaleToZeroGrace: 30s,\n"
+              "             panicThreshold: 300, minSamples: 3}\n"),
+      Defaults());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const FunctionSpec& s = (*r)[0];
+  EXPECT_EQ(s.autoscaling.policy, "kpa");
+  EXPECT_DOUBLE_EQ(s.autoscaling.target, 10);
+  EXPECT_EQ(s.autoscaling.keep_alive, "histogram");
+  EXPECT_EQ(s.min_scale, 0u);
+  EXPECT_EQ(s.max_scale, 8u);
+  EXPECT_DOUBLE_EQ(s.keep_alive_s, 20);
+  EXPECT_DOUBLE_EQ(s.autoscaling.params.at("stableWindow"), 60);
+  EXPECT_DOUBLE_EQ(s.autoscaling.params.at("panicWindow"), 6);
+  EXPECT_DOUBLE_EQ(s.autoscaling.params.at("scaleToZeroGrace"), 30);
+  EXPECT_DOUBLE_EQ(s.autoscaling.params.at("panicThreshold"), 300);
+
+  // No block: the reactive scaler with spec.scale / spec.keepAlive as before; a block without
+  // a policy gets the default one.
+  auto plain = ParseFunctionManifests(Minimal("  scale: {min: 1, max: 4}\n"), Defaults());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ((*plain)[0].autoscaling.policy, "none");
+  EXPECT_EQ((*plain)[0].min_scale, 1u);
+  auto dflt = ParseFunctionManifests(
+      Minimal("  scale: {max: 4}\n  autoscaling: {maxScale: 4}\n"), Defaults());
+  ASSERT_TRUE(dflt.ok()) << dflt.status().ToString();
+  EXPECT_EQ((*dflt)[0].autoscaling.policy, kDefaultAutoscalingPolicy);
+  EXPECT_EQ((*dflt)[0].max_scale, 4u);
+}
+
+TEST(ManifestTest, AutoscalingErrorsNameTheFieldAndTheLine) {
+  // Lines: 1 apiVersion .. 7 builtin, 8 autoscaling, 9+ its fields.
+  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: hpa\n")),
+            "spec.autoscaling.policy: unknown policy \"hpa\" (one of: none, kpa, rl-q, shoal) "
+            "(line 9)");
+  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: kpa\n    target: 0\n")),
+            "spec.autoscaling.target: must be > 0, got 0 (line 10)");
+  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    keepAlive: 30s\n")),
+            "spec.autoscaling.keepAlive: must be fixed or histogram (the fixed window itself is "
+            "spec.keepAlive), got \"30s\" (line 9)");
+  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    minScale: 3\n    maxScale: 2\n")),
+            "spec.autoscaling.maxScale: must be >= the minimum scale (3 > 2) (line 10)");
+  EXPECT_EQ(ErrorOf(Minimal("  scale: {min: 1}\n  autoscaling:\n    minScale: 2\n")),
+            "spec.autoscaling.minScale: disagrees with spec.scale.min (2 vs 1); give one of them "
+            "(line 10)");
+  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: kpa\n    params:\n      stable: 6s\n"))
+                .substr(0, 56),
+            "spec.autoscaling.params.stable: unknown parameter (known");
+  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: kpa\n    params:\n      stableWindow: x\n")),
+            "spec.autoscaling.params.stableWindow: must be a duration like 250ms, 30s, 2m or 1h, "
+            "got \"x\" (line 11)");
+  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: kpa\n    params:\n"
+                            "      stableWindow: 10s\n      panicWindow: 20s\n")),
+            "spec.autoscaling.params.panicWindow: must be <= the stable window (10 s), got 20 s "
+            "(line 12)");
+  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: kpa\n    params:\n"
+                            "      scaleDownDelay: 10s\n")),
+            "spec.autoscaling.params.scaleDownDelay: not a parameter of policy kpa (it is for "
+            "shoal) (line 11)");
+  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: shoal\n    params:\n"
+                            "      minSamples: 2\n")),
+            "spec.autoscaling.params.minSamples: only with keepAlive: histogram (line 11)");
+  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: kpa\n    params:\n"
+                            "      targetUtilization: 1.5\n")),
+            "spec.autoscaling.params: kpa.target_utilization must be in (0, 1] (got 1.5) "
+            "(line 11)");
+  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: none\n    target: 3\n")),
+            "spec.autoscaling.policy: none takes no target, params or histogram keep-alive "
+            "(line 9)");
 }
 
 TEST(ManifestTest, HeaderAndMetadataErrors) {

@@ -90,7 +90,9 @@ TEST_F(RegistryTest, DeleteAndIdsAreReused) {
 
 TEST_F(RegistryTest, DeploymentsSurviveAReopen) {
   ASSERT_TRUE(reg_->Deploy(Fn("a") + "---\n" + Fn("b", "  concurrency: 5\n  scale: {min: 1, max: 3}\n")).ok());
-  ASSERT_TRUE(reg_->Deploy(Fn("b", "  concurrency: 6\n  scale: {min: 1, max: 3}\n")).ok());
+  ASSERT_TRUE(reg_->Deploy(Fn("b", "  concurrency: 6\n  scale: {min: 1, max: 3}\n"
+                                   "  autoscaling:\n    policy: kpa\n    target: 4\n"
+                                   "    params: {stableWindow: 12s}\n")).ok());
   ASSERT_TRUE(reg_->Delete("a").ok());
   const FunctionSpec before = *reg_->Get("b");
   reg_.reset();
@@ -109,6 +111,10 @@ TEST_F(RegistryTest, DeploymentsSurviveAReopen) {
   EXPECT_EQ(b.manifest, before.manifest);
   EXPECT_EQ(b.created_unix_ms, before.created_unix_ms);
   EXPECT_DOUBLE_EQ(b.timeout_s, before.timeout_s);
+  EXPECT_EQ(b.autoscaling.policy, "kpa");
+  EXPECT_DOUBLE_EQ(b.autoscaling.target, 4);
+  EXPECT_EQ(b.autoscaling.keep_alive, "fixed");
+  EXPECT_DOUBLE_EQ(b.autoscaling.params.at("stableWindow"), 12);
   // The id of the deleted one is free again after the restart; b keeps its own.
   auto c = again->Deploy(Fn("c"));
   ASSERT_TRUE(c.ok());

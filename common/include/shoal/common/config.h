@@ -32,6 +32,7 @@ struct NodeConfig {
   uint32_t default_max_scale = 8;
   double restart_backoff_s = 0.2;            // first restart delay after a crash (doubles)
   uint32_t control_interval_ms = 100;        // instance manager's reconcile tick
+  uint32_t autoscale_interval_ms = 2000;     // autoscaling policies decide this often (Knative's tick)
   std::string log_level = "info";
 
   // Loads `path` (YAML). Unknown keys are errors that name the key.

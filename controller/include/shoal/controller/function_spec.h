@@ -19,6 +19,15 @@ struct HandlerSpec {
 // Built-in handlers that shoal-fn ships (runtime/handlers); a manifest naming another is refused.
 inline constexpr const char* kBuiltinHandlers[] = {"echo", "sha256", "wordcount", "sleep"};
 
+// The manifest's `autoscaling:` block (policy "none": shoald's reactive scaler). Parameters are
+// checked against shoal/autoscaler/function_autoscaler.h when the manifest is parsed.
+struct AutoscalingSpec {
+  std::string policy = "none";       // none | kpa | rl-q | shoal
+  double target = 0;                 // per-instance concurrency target (0: concurrency)
+  std::string keep_alive = "fixed";  // fixed | histogram
+  std::map<std::string, double> params;  // manifest names; durations in seconds
+};
+
 struct FunctionSpec {
   uint32_t id = 0;               // stable small integer assigned by the registry (BPF counter index)
   std::string name;              // metadata.name: [a-z0-9]([-a-z0-9]*[a-z0-9])?, <= 63 chars
@@ -34,6 +43,7 @@ struct FunctionSpec {
   double cpu = 0;                // resources.cpu (cores), informational for now
   uint64_t memory_bytes = 0;     // resources.memory
   uint32_t gpu = 0;              // resources.gpu
+  AutoscalingSpec autoscaling;
   uint64_t generation = 0;       // bumped by the registry on every re-deploy
   std::string manifest;          // the YAML as deployed (for `shoal get -o yaml`)
   int64_t created_unix_ms = 0;   // first deploy of this name (set by the registry)

@@ -35,6 +35,18 @@ struct FunctionStats {
   uint64_t errors_total = 0;  // responses with status >= 500
   uint64_t cold_starts = 0;
   double last_cold_start_ms = 0;
+  // The autoscaler (policy "none": the reactive scaler, which decides every tick).
+  std::string policy = "none";
+  uint32_t actual = 0;             // starting + ready
+  uint32_t decision_replicas = 0;  // the latest decision: replicas, pre-warm, keep-alive
+  uint32_t decision_prewarm = 0;
+  double decision_keep_alive_s = 0;
+  double decision_target = 0;      // per-instance concurrency target
+  bool decision_panic = false;
+  double decision_age_s = -1;      // since the latest decision (-1: none yet)
+  std::string decision_reason;     // what changed last, for `shoal describe`
+  uint64_t prewarm_starts = 0;
+  uint64_t cold_starts_avoided = 0;
   uint64_t bpf_events = 0;    // from the data plane's counters (0 in unix mode)
   uint64_t bpf_bytes = 0;
   std::vector<InstanceInfo> instances;

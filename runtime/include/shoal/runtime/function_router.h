@@ -67,6 +67,17 @@ class FunctionRouter {
   // Instances with no request in flight that are draining (ready to be stopped).
   std::vector<uint32_t> IdleDraining() const;
 
+  // Cumulative counts since the router was made; the autoscaler samples them every control
+  // interval and takes differences.
+  struct Totals {
+    uint64_t arrivals = 0;      // Acquire calls that were not rejected
+    uint64_t completions = 0;   // Release calls
+    uint64_t dequeued = 0;      // waiters that got an instance
+    double queue_wait_s = 0;    // their summed time in the queue
+    double busy_s = 0;          // in-flight requests integrated over time (Little's law)
+  };
+  Totals totals() const;
+
  private:
   struct Slot {
     uint32_t instance;
@@ -78,14 +89,21 @@ class FunctionRouter {
   struct Waiter {
     uint32_t loop;
     uint64_t request_id;
+    uint64_t enqueued_ns;
   };
   Slot* Find(uint32_t instance);
+  // Called with mu_ held before the total in flight changes by `delta`.
+  void Account(int delta, uint64_t now_ns);
+  void Dequeued(const Waiter& w, uint64_t now_ns);
   const Slot* Find(uint32_t instance) const;
 
   mutable std::mutex mu_;
   std::vector<Slot> slots_;
   std::deque<Waiter> waiters_;
   uint32_t max_queue_;
+  uint32_t inflight_total_ = 0;
+  uint64_t last_change_ns_ = 0;
+  Totals totals_;
 };
 
 }  // namespace shoal

@@ -2,7 +2,10 @@
 // each deployed function between its min and max scale, starts instances when requests queue
 // (scale from zero, measuring the cold start), restarts crashed ones with back-off, drains and
 // stops idle ones after their keep-alive, reclaims a dead instance's pool buffers, and
-// collects instances' logs. It runs on shoald's main libuv loop.
+// collects instances' logs. A function whose manifest names an autoscaling policy (kpa, rl-q,
+// shoal) is sized by that policy every autoscale interval (the same objects the simulator
+// runs); the others by the reactive rule (what the requests present need). It runs on
+// shoald's main libuv loop.
 #pragma once
 
 #include <uv.h>
@@ -58,7 +61,9 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   void Reconcile();
   void SyncSpecs();
   void ScaleFunction(FunctionState& f, uint64_t now_ns);
-  Status Spawn(FunctionState& f);
+  // Samples the function's signals and runs its autoscaling policy (every autoscale interval).
+  void Decide(FunctionState& f, uint64_t now_ns);
+  Status Spawn(FunctionState& f, bool prewarm = false);
   void StopInstance(Instance& inst);
   void OnReady(uint32_t key);
   void OnExit(Instance* inst, int64_t status, int signal);

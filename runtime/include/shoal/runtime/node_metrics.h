@@ -57,6 +57,17 @@ class NodeMetrics {
   prometheus::Family<prometheus::Gauge>& dataplane_bytes;
   prometheus::Family<prometheus::Gauge>& dataplane_inflight;
   prometheus::Family<prometheus::Counter>& gateway_rejections;
+  // The autoscaler's decisions per function (instance manager, every control interval).
+  prometheus::Family<prometheus::Gauge>& autoscaler_desired;
+  prometheus::Family<prometheus::Gauge>& autoscaler_actual;
+  prometheus::Family<prometheus::Gauge>& autoscaler_prewarm;
+  prometheus::Family<prometheus::Gauge>& autoscaler_prewarmed;
+  prometheus::Family<prometheus::Gauge>& autoscaler_keep_alive;
+  prometheus::Family<prometheus::Gauge>& autoscaler_target;
+  prometheus::Family<prometheus::Gauge>& autoscaler_panic;
+  prometheus::Family<prometheus::Counter>& autoscaler_decisions;
+  prometheus::Family<prometheus::Counter>& autoscaler_prewarm_starts;
+  prometheus::Family<prometheus::Counter>& autoscaler_cold_starts_avoided;
 };
 
 }  // namespace shoal

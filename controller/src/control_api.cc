@@ -519,7 +519,11 @@ HttpReply ControlApi::Top() {
   for (const FunctionSpec& s : registry_.List()) {
     const FunctionStats st = runtime_.Stats(s.name);
     list.push_back({{"name", s.name},
+                    {"policy", st.policy},
                     {"desired", st.desired},
+                    {"actual", st.actual},
+                    {"prewarm_starts", st.prewarm_starts},
+                    {"cold_starts_avoided", st.cold_starts_avoided},
                     {"ready", st.ready},
                     {"starting", st.starting},
                     {"inflight", st.inflight},

@@ -1,11 +1,13 @@
 #include "shoal/autoscaler/scenarios.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <memory>
 
-#include "shoal/autoscaler/scaling_policy.h"
+#include "shoal/autoscaler/function_autoscaler.h"
 
 namespace shoal {
 namespace {
@@ -86,17 +88,24 @@ Result<Workload> MakeWorkload(const ScenarioOptions& o) {
 Result<ScenarioResult> RunScenario(const ScenarioOptions& o) {
   auto w = MakeWorkload(o);
   if (!w.ok()) return w.status();
-  PolicyParams params;
-  // Validate the policy name once before building one per function.
-  if (auto probe = MakeScalingPolicy(o.policy, params); !probe.ok()) return probe.status();
+  // The same FunctionAutoscaler shoald builds from a manifest's autoscaling block: shoal with
+  // its histogram keep-alive, the others with the platform's fixed minute.
+  AutoscalingConfig ac;
+  ac.policy = o.policy;
+  ac.keep_alive = o.policy == "shoal" ? "histogram" : "fixed";
+  ac.fixed_keep_alive_s = 60;
+  if (o.policy == "none" || std::find(std::begin(kScenarioPolicies), std::end(kScenarioPolicies),
+                                      o.policy) == std::end(kScenarioPolicies)) {
+    return InvalidArgument("policy '" + o.policy + "' unknown: kpa, rl-q or shoal");
+  }
+  if (auto probe = FunctionAutoscaler::Make(ac); !probe.ok()) return probe.status();
   SimulatorConfig cfg;
   cfg.duration_s = w->duration_s;
   cfg.seed = o.seed;
   cfg.record_series = false;
   cfg.control_interval_s = 2.0;
   for (FunctionConfig& f : w->functions) {
-    auto policy = MakeScalingPolicy(o.policy, params);
-    std::shared_ptr<ScalingPolicy> p(std::move(policy).value());
+    std::shared_ptr<FunctionAutoscaler> p(FunctionAutoscaler::Make(ac).value().release());
     f.policy = [p](const FunctionSignals& s) { return p->Observe(s); };
     cfg.functions.push_back(f);
   }

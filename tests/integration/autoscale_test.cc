@@ -118,22 +118,26 @@ TEST_F(AutoscaleTest, ScaledToZeroFunctionServesItsNextRequest) {
   ASSERT_TRUE(WaitFor("zero", [](const json& st) { return Alive(st) == 0; },
                       std::chrono::seconds(15)))
       << "never scaled to zero: " << Status("zero").dump();
+  // (KPA may have started two for the first request: one in flight over a 70% target.)
+  const int before = Status("zero").value("cold_starts", 0);
+  ASSERT_GE(before, 1);
   auto again = Http(shoald_.port(), "GET", "/fn/zero?ms=1");
   EXPECT_EQ(again.status, 200) << again.body;
   EXPECT_EQ(again.body, "slept 1 ms\n");
-  EXPECT_EQ(Status("zero").value("cold_starts", 0), 2);
+  EXPECT_GE(Status("zero").value("cold_starts", 0), before + 1);
 }
 
 TEST_F(AutoscaleTest, ShoalPolicyPrewarmsAheadOfAPeriodicCaller) {
-  // Idle times of ~2.5 s land in one 1-second bin; after three of them the histogram trusts
-  // itself: release the instance a second after each call, start one again ~1.8 s later.
+  // Idle periods of ~2.5 s land in one 1-second bin; after three of them the histogram trusts
+  // itself: release the instance a second after each call, start one again ~1.5 s after the
+  // call (pre-warm from 1.8 s, less two cold starts and one interval of lead).
   auto d = shoald_.Deploy(Manifest("tick",
                                    "  keepAlive: 10s\n"
                                    "  autoscaling:\n"
                                    "    policy: shoal\n"
                                    "    keepAlive: histogram\n"
                                    "    params: {histogramBin: 1s, minSamples: 3, "
-                                   "scaleDownDelay: 0s}\n"));
+                                   "scaleDownDelay: 0s, coldStart: 10ms}\n"));
   ASSERT_EQ(d.exit_code, 0) << d.err;
   const auto period = std::chrono::milliseconds(2500);
   auto next = Clock::now();

@@ -15,6 +15,9 @@ void HistogramKeepAlive::OnInvocations(double now_s, uint64_t count) {
   if (count == 0) return;
   if (last_) AddIdleTime(std::max(0.0, now_s - *last_));
   if (count > 1) {
+    const double c = static_cast<double>(bins_[0]);
+    const double k = static_cast<double>(count - 1);
+    bin_sum_sq_ += (c + k) * (c + k) - c * c;
     bins_[0] += count - 1;
     in_bounds_ += count - 1;
   }
@@ -29,17 +32,19 @@ void HistogramKeepAlive::AddIdleTime(double idle_s) {
     return;
   }
   const auto bin = static_cast<size_t>(std::max(0.0, std::floor(idle_s / p_.bin_s)));
-  ++bins_[std::min(bin, bins_.size() - 1)];
+  uint64_t& c = bins_[std::min(bin, bins_.size() - 1)];
+  bin_sum_sq_ += 2.0 * static_cast<double>(c) + 1;
+  ++c;
   ++in_bounds_;
+  max_in_bounds_ = std::max(max_in_bounds_, idle_s);
 }
 
 double HistogramKeepAlive::BinCountCv() const {
   if (in_bounds_ == 0) return 0;
   const double n = static_cast<double>(bins_.size());
   const double mean = static_cast<double>(in_bounds_) / n;
-  double ss = 0;
-  for (uint64_t c : bins_) ss += (static_cast<double>(c) - mean) * (static_cast<double>(c) - mean);
-  return std::sqrt(ss / n) / mean;
+  const double var = std::max(0.0, bin_sum_sq_ / n - mean * mean);
+  return std::sqrt(var) / mean;
 }
 
 HistogramKeepAlive::Mode HistogramKeepAlive::mode() const {
@@ -67,6 +72,10 @@ size_t HistogramKeepAlive::PercentileBin(double percentile) const {
 KeepAliveDecision HistogramKeepAlive::Decide() const {
   switch (mode()) {
     case Mode::kFallback:
+      if (p_.cover_observed_idle && samples() < p_.min_samples && max_in_bounds_ > 0) {
+        return {0, std::max(p_.fallback.keep_alive_s,
+                            std::min(p_.range_s, max_in_bounds_ * (1 + p_.margin)))};
+      }
       return {0, p_.fallback.keep_alive_s};
     case Mode::kOutOfBounds: {
       // Prediction: the mean of the latest out-of-bounds idle times (the paper fits ARIMA to

@@ -129,6 +129,7 @@ Status Validate(const ShoalParams& p) {
   if (!(p.max_utilization > 0 && p.max_utilization < 1))
     c.Fail("max_utilization", "must be in (0, 1)", p.max_utilization);
   c.NonNegative("scale_down_delay_s", p.scale_down_delay_s);
+  c.NonNegative("first_idle_window_s", p.first_idle_window_s);
   Status ka = Validate(p.keep_alive);
   if (!ka.ok()) c.FailText("keep_alive", "invalid: " + ka.message());
   return c.status();

@@ -48,8 +48,11 @@ ScalingDecision ShoalPolicy::Observe(const FunctionSignals& s) {
       s.slo_s > 0 ? p_.wait_budget_fraction * s.slo_s : p_.default_wait_budget_s;
   const uint64_t present = static_cast<uint64_t>(s.inflight) + s.queued;
   const bool active = s.arrivals > 0 || present > 0;
-  if (s.arrivals > 0) keep_alive_.OnInvocations(s.now_s, s.arrivals);
-  if (active) last_activity_s_ = s.now_s;
+  // Idle periods, not request gaps: a burst of many requests is one invocation of the
+  // function's pattern, and what matters for keep-alive is how long nothing happens.
+  if (active && last_activity_s_ && s.now_s - *last_activity_s_ > dt + 1e-9) {
+    keep_alive_.AddIdleTime(s.now_s - *last_activity_s_);
+  }
 
   // Demand now: the smoothed rate (never below this interval's), and never fewer instances
   // than the requests already here need.
@@ -58,6 +61,10 @@ ScalingDecision ShoalPolicy::Observe(const FunctionSignals& s) {
     demand = InstancesFor(std::max(level_, observed_rate), service_s_, slots, max_wait);
     demand = std::max<uint32_t>(demand, static_cast<uint32_t>((present + slots - 1) / slots));
     demand = std::max<uint32_t>(demand, 1);
+    if (!last_activity_s_ || s.now_s - *last_activity_s_ > dt + 1e-9) burst_peak_ = 0;
+    burst_peak_ = std::max(burst_peak_, demand);
+    last_burst_peak_ = burst_peak_;
+    last_activity_s_ = s.now_s;
   }
 
   // Lazy scale-down: the largest demand of the last scale_down_delay_s.
@@ -69,32 +76,41 @@ ScalingDecision ShoalPolicy::Observe(const FunctionSignals& s) {
 
   ScalingDecision d;
   d.concurrency_target = slots;
-  d.replicas = ClampScale(replicas, s);
 
   // Pre-warm what the forecast needs by the time a cold start started now would be ready.
   if (active && trend_ > 0) {
     const uint32_t ahead = InstancesFor(Forecast(cold_start_s_ + dt), service_s_, slots, max_wait);
-    if (ahead > d.replicas) d.prewarm = ahead - d.replicas;
+    if (ahead > replicas) d.prewarm = ahead - replicas;
   }
 
-  // Idle: the histogram decides how long instances stay and when to bring one back.
-  d.keep_alive_s = 0;  // 0: the platform's keep-alive applies
-  if (p_.histogram_keep_alive) {
+  // Excess instances (above the lazy size) stay the platform's fixed window.
+  d.keep_alive_s = p_.keep_alive.fallback.keep_alive_s;
+  if (p_.histogram_keep_alive && !active && last_activity_s_) {
+    const double idle = s.now_s - *last_activity_s_;
     const KeepAliveDecision ka = keep_alive_.Decide();
-    if (ka.prewarm_after_s <= 0) {
-      d.keep_alive_s = ka.keep_alive_s;
-    } else {
-      // The next invocation is not expected before prewarm_after_s: release idle instances
-      // quickly and have one ready again for the window where it is expected.
+    const bool learned = keep_alive_.mode() != HistogramKeepAlive::Mode::kFallback;
+    if (learned && ka.prewarm_after_s > 0) {
+      // The next period is not expected before prewarm_after_s: release everything now and
+      // have the last burst's size ready again for the window where it is expected.
+      replicas = 0;
       d.keep_alive_s = std::max(dt, 1.0);
-      if (d.replicas == 0 && last_activity_s_) {
-        const double idle = s.now_s - *last_activity_s_;
-        if (idle >= ka.prewarm_after_s - cold_start_s_ &&
-            idle < ka.prewarm_after_s + ka.keep_alive_s)
-          d.prewarm = std::max<uint32_t>(d.prewarm, 1);
-      }
+      if (idle + dt >= ka.prewarm_after_s - 2 * cold_start_s_ &&
+          idle < ka.prewarm_after_s + ka.keep_alive_s)
+        d.prewarm = std::max<uint32_t>(d.prewarm, std::max<uint32_t>(1, last_burst_peak_));
+    } else {
+      // Keep the last instance for the window the history supports: the histogram's tail, the
+      // longest idle period seen while it is learning, or KPA's span before any is seen.
+      // A learned tail never shortens it below the first-idle window: for functions called
+      // at random (Poisson-like) the histogram's 99th percentile is a risky cut-off, and an
+      // idle instance for a minute and a half costs less than the cold starts past it.
+      const double window = keep_alive_.samples() == 0
+                                ? p_.first_idle_window_s
+                                : std::max(ka.keep_alive_s, learned ? p_.first_idle_window_s : 0);
+      if (idle < window) replicas = std::max<uint32_t>(replicas, 1);
+      if (learned) d.keep_alive_s = ka.keep_alive_s;
     }
   }
+  d.replicas = ClampScale(replicas, s);
   const uint64_t total = static_cast<uint64_t>(d.replicas) + d.prewarm;
   const uint32_t capped = ClampScale(total, s);
   d.prewarm = capped > d.replicas ? capped - d.replicas : 0;

@@ -108,6 +108,7 @@ struct FnState {
   FunctionReport report;
   double sum_latency = 0, sum_wait = 0, sum_service = 0;
   uint64_t waited = 0;
+  bool ever_ready = false;
   LatencyHistogram hist;
 };
 
@@ -355,10 +356,15 @@ class Engine {
       node.cached.insert(s.cfg->name);
     }
     in.idle_since = now;
+    const bool first = !s.ever_ready;
+    s.ever_ready = true;
     while (!s.queue.empty() && in.inflight < s.cfg->concurrency) {
       const Pending p = s.queue.front();
       s.queue.pop_front();
-      if (p.arrival >= c_.warmup_s) ++s.report.cold_requests;
+      if (p.arrival >= c_.warmup_s) {
+        ++s.report.cold_requests;
+        if (first) ++s.report.first_cold_requests;
+      }
       Dispatch(s, id, now, p.arrival, p.service);
     }
     if (in.inflight < s.cfg->concurrency) {
@@ -520,6 +526,7 @@ class Engine {
       t.requests += r.requests;
       t.slo_violations += r.slo_violations;
       t.cold_requests += r.cold_requests;
+      t.first_cold_requests += r.first_cold_requests;
       t.cold_starts += r.cold_starts;
       t.cold_start_s += r.cold_start_s;
       t.instance_s += r.instance_s;

@@ -44,7 +44,16 @@ TEST(HistogramKeepAlive, FallsBackWithTooFewSamples) {
   EXPECT_EQ(h.mode(), HistogramKeepAlive::Mode::kFallback);
   KeepAliveDecision d = h.Decide();
   EXPECT_DOUBLE_EQ(d.prewarm_after_s, 0);
-  EXPECT_DOUBLE_EQ(d.keep_alive_s, 60);
+  // While learning, the window covers the longest idle time seen (360 s + 10%), not only the
+  // fixed minute: a 6-minute timer stays warm instead of going cold on every call.
+  EXPECT_NEAR(d.keep_alive_s, 396, 1e-9);
+  HistogramKeepAliveParams fixed_only;
+  fixed_only.cover_observed_idle = false;
+  HistogramKeepAlive plain{fixed_only};
+  for (int i = 0; i <= 9; ++i) plain.OnInvocation(i * 360.0);
+  EXPECT_DOUBLE_EQ(plain.Decide().keep_alive_s, 60);
+  HistogramKeepAlive fresh{HistogramKeepAliveParams{}};
+  EXPECT_DOUBLE_EQ(fresh.Decide().keep_alive_s, 60);  // nothing seen: the fixed minute
   h.OnInvocation(10 * 360.0);  // the 10th
   EXPECT_EQ(h.mode(), HistogramKeepAlive::Mode::kHistogram);
   d = h.Decide();

@@ -100,8 +100,8 @@ TEST(ShoalPolicy, ScalesDownLazily) {
 
 TEST(ShoalPolicy, IdleFunctionIsReleasedAndPrewarmedFromItsHistogram) {
   ShoalPolicy pol{ShoalParams{}};
-  // One request every 6 minutes, 20 times: idle times all in the 6-minute bin, so pre-warm
-  // after 360 * 0.9 = 324 s and keep alive until 420 * 1.1 = 462 s after the invocation.
+  // One request every 6 minutes, 20 times: idle periods all in the 360-370 s bin (10 s bins),
+  // so pre-warm from 360 * 0.9 = 324 s and keep alive until 370 * 1.1 = 407 s.
   ScalingDecision d;
   for (int t = 0; t <= 20 * 360; ++t) d = pol.Observe(Steady(t, t % 360 == 0 ? 1 : 0, 0.1));
   // t = 7200 had an invocation. 200 s later: released (replicas 0), nothing pre-warmed,
@@ -110,17 +110,53 @@ TEST(ShoalPolicy, IdleFunctionIsReleasedAndPrewarmedFromItsHistogram) {
   EXPECT_EQ(d.replicas, 0u);
   EXPECT_EQ(d.prewarm, 0u);
   EXPECT_DOUBLE_EQ(d.keep_alive_s, 1.0);
-  // From 324 s minus the cold start (1 s default): one instance pre-warmed.
-  for (int t = 7401; t <= 7522; ++t) d = pol.Observe(Steady(t, 0, 0.1));
-  EXPECT_EQ(d.prewarm, 0u);  // idle 322 s
-  d = pol.Observe(Steady(7523, 0, 0.1));
-  EXPECT_EQ(d.prewarm, 1u);  // idle 323 s
-  // ... until 462 s (the boundary itself is left to rounding: 420 * 1.1 is not exact).
-  for (int t = 7524; t <= 7661; ++t) d = pol.Observe(Steady(t, 0, 0.1));
-  EXPECT_EQ(d.prewarm, 1u);  // idle 461 s
-  pol.Observe(Steady(7662, 0, 0.1));
-  d = pol.Observe(Steady(7663, 0, 0.1));
-  EXPECT_EQ(d.prewarm, 0u);  // idle 463 s
+  // The pre-warm starts two cold starts (1 s default each) and one interval early: at idle
+  // 321 s, so the instance is ready at 324 s even when the cold start runs long.
+  for (int t = 7401; t <= 7520; ++t) d = pol.Observe(Steady(t, 0, 0.1));
+  EXPECT_EQ(d.prewarm, 0u);  // idle 320 s
+  d = pol.Observe(Steady(7521, 0, 0.1));
+  EXPECT_EQ(d.prewarm, 1u);  // idle 321 s
+  for (int t = 7522; t <= 7605; ++t) d = pol.Observe(Steady(t, 0, 0.1));
+  EXPECT_EQ(d.prewarm, 1u);  // idle 405 s
+  pol.Observe(Steady(7606, 0, 0.1));
+  d = pol.Observe(Steady(7608, 0, 0.1));
+  EXPECT_EQ(d.prewarm, 0u);  // idle 408 s
+}
+
+TEST(ShoalPolicy, TimerJustOverTheMinuteStaysWarmWhileTheHistogramLearns) {
+  // Called every 75 s: beyond the fixed minute, within KPA's 90 s. Before any idle period is
+  // known the last instance stays 90 s; while fewer than 10 are known it stays as long as the
+  // longest seen (+10%); never released between calls, so no call is cold.
+  ShoalPolicy pol{ShoalParams{}};
+  for (int t = 0; t <= 10 * 75; ++t) {  // the 11th call, at 750 s, completes the 10th period
+    const ScalingDecision d = pol.Observe(Steady(t, t % 75 == 0 ? 1 : 0, 0.1));
+    ASSERT_GE(d.replicas + d.prewarm, 1u) << "t=" << t;
+  }
+  // Learned (10 idle periods of 75 s, bin 70-80 s): released after the call, pre-warmed from
+  // 63 - 2 - 1 = 60 s of idle on.
+  ScalingDecision d;
+  for (int t = 11 * 75; t <= 11 * 75 + 30; ++t) {
+    d = pol.Observe(Steady(t, t % 75 == 0 ? 1 : 0, 0.1));
+  }
+  EXPECT_EQ(d.replicas + d.prewarm, 0u);
+  for (int t = 11 * 75 + 31; t <= 11 * 75 + 62; ++t) d = pol.Observe(Steady(t, 0, 0.1));
+  EXPECT_EQ(d.prewarm, 1u);
+}
+
+TEST(ShoalPolicy, PrewarmBringsBackThePreviousBurstsSize) {
+  // Bursts of 40 requests in one interval every 120 s, 1 s each, one slot per instance: the
+  // pre-warm restores the burst's size, not a single instance.
+  ShoalParams p;
+  p.default_service_s = 1.0;
+  ShoalPolicy pol(p);
+  ScalingDecision d;
+  for (int t = 0; t <= 12 * 120; ++t) d = pol.Observe(Steady(t, t % 120 == 0 ? 40 : 0, 1.0));
+  uint32_t peak_prewarm = 0;
+  for (int t = 12 * 120 + 1; t < 13 * 120; ++t) {
+    d = pol.Observe(Steady(t, 0, 1.0));
+    peak_prewarm = std::max(peak_prewarm, d.prewarm);
+  }
+  EXPECT_GE(peak_prewarm, 10u);
 }
 
 TEST(ShoalPolicy, FactoryBuildsItAndRejectsBadParameters) {

@@ -60,6 +60,7 @@ class HistogramKeepAlive final : public KeepAlivePolicy {
 
   Mode mode() const;
   uint64_t samples() const { return in_bounds_ + out_of_bounds_; }
+  double max_idle_s() const { return max_in_bounds_; }
   // Coefficient of variation of the bin counts (0 when empty).
   double BinCountCv() const;
   const std::vector<uint64_t>& bins() const { return bins_; }
@@ -74,6 +75,8 @@ class HistogramKeepAlive final : public KeepAlivePolicy {
   uint64_t out_of_bounds_ = 0;
   std::deque<double> recent_oob_;
   std::optional<double> last_;
+  double max_in_bounds_ = 0;  // longest in-range idle time seen
+  double bin_sum_sq_ = 0;     // sum of squared bin counts (the CV without a pass over the bins)
 };
 
 // "fixed" or "histogram".

@@ -67,6 +67,10 @@ struct HistogramKeepAliveParams {
   double oob_fraction_threshold = 0.5;  // more idle times beyond range_s: predict instead
   double oob_margin = 0.15;             // window of +-15% around the predicted idle time
   uint32_t oob_history = 5;             // out-of-bounds idle times averaged for the prediction
+  // While fewer than min_samples idle times are known, keep alive at least as long as the
+  // longest one seen (lengthened by the margin) instead of only the fixed fallback: a function
+  // called every 75 s must not go cold on every call while its histogram fills.
+  bool cover_observed_idle = true;
   FixedKeepAliveParams fallback;
 };
 
@@ -87,8 +91,18 @@ struct ShoalParams {
   double default_wait_budget_s = 0.05;  // when the function gives no SLO
   double max_utilization = 0.95;        // never size above this per-slot load
   double scale_down_delay_s = 30;       // keep the largest size of this recent window
+  // With no idle time seen yet, keep the function's last instance this long after its last
+  // request: as long as KPA's defaults do (60 s stable window + 30 s grace), so a function's
+  // second call is never colder than under the baseline while the histogram has nothing.
+  double first_idle_window_s = 90;
   bool histogram_keep_alive = true;     // keep-alive and idle pre-warming from the histogram
-  HistogramKeepAliveParams keep_alive;
+  // Shoal sees every invocation (the paper had per-minute counts), so its histogram uses 10 s
+  // bins: pre-warm windows tight enough for timers around the minute.
+  HistogramKeepAliveParams keep_alive = [] {
+    HistogramKeepAliveParams h;
+    h.bin_s = 10;
+    return h;
+  }();
 };
 
 struct PolicyParams {

@@ -2,7 +2,9 @@
 // smoothing), size replicas as an M/M/c queue whose mean wait stays within a share of the SLO
 // (Erlang C), pre-warm the instances a forecast rise needs before a cold start could deliver
 // them, keep the largest recent size for a while (lazy scale-down), and when the function goes
-// idle let its idle-time histogram decide keep-alive and when to pre-warm again.
+// idle let its histogram of idle periods (gaps between active control intervals) decide how
+// long the last instance stays, or release it and pre-warm the previous burst's size again
+// just before the next period is expected.
 #pragma once
 
 #include <deque>
@@ -41,6 +43,8 @@ class ShoalPolicy final : public ScalingPolicy {
   double service_s_;
   double cold_start_s_;
   std::optional<double> last_activity_s_;
+  uint32_t burst_peak_ = 0;       // largest demand of the current active period
+  uint32_t last_burst_peak_ = 0;  // ... of the previous one: what a pre-warm brings back
   std::deque<std::pair<double, uint32_t>> recent_;  // (time, demand size) for lazy scale-down
 };
 

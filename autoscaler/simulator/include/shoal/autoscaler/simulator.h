@@ -82,6 +82,8 @@ struct FunctionReport {
   double mean_service_s = 0;
   uint64_t slo_violations = 0;
   uint64_t cold_requests = 0;  // requests that waited for an instance's cold start
+  // ... of which waited for the function's very first instance: no online policy avoids them.
+  uint64_t first_cold_requests = 0;
   uint64_t cold_starts = 0;    // instances started after t = 0 (whole run)
   double cold_start_s = 0;     // their spawn-to-ready seconds summed
   double instance_s = 0;       // spawn to stop (or the end), summed over instances: the cost

@@ -99,6 +99,8 @@ json StatsJson(const FunctionStats& st, bool with_instances) {
         {"reason", st.decision_reason}}},
       {"prewarm_starts", st.prewarm_starts},
       {"cold_starts_avoided", st.cold_starts_avoided},
+      {"cold_requests", st.cold_requests},
+      {"instance_seconds", st.instance_seconds},
       {"bpf_events", st.bpf_events},
       {"bpf_bytes", st.bpf_bytes},
       {"instances_total", st.instances.size()},

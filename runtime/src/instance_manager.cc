@@ -84,6 +84,8 @@ struct InstanceManager::FunctionState {
   double last_cold_s = 0;
   uint64_t prewarm_starts = 0;
   uint64_t cold_starts_avoided = 0;
+  uint64_t cold_requests = 0;   // requests that waited for an instance's cold start
+  double instance_s_done = 0;   // spawn-to-exit seconds of the instances that exited
 };
 
 InstanceManager::InstanceManager(const NodeConfig& config, uv_loop_t* loop, DataPlane& dataplane,
@@ -574,6 +576,11 @@ void InstanceManager::OnReady(uint32_t key) {
   inst.fn->last_cold_s = inst.cold_start_ms / 1e3;
   inst.fn->crashes = 0;
   auto assigned = rt.router.AddInstance(key, std::max<uint32_t>(1, rt.spec.concurrency));
+  inst.fn->cold_requests += assigned.size();
+  if (!assigned.empty()) {
+    metrics_.autoscaler_cold_requests.Add({{"function", rt.spec.name}})
+        .Increment(static_cast<double>(assigned.size()));
+  }
   for (const auto& a : assigned) sink_->Deliver(a);
   spdlog::info("function {}: instance {:#x} ready in {:.2f} ms (cold start), took {} queued "
                "request(s)",
@@ -628,6 +635,7 @@ void InstanceManager::OnExit(Instance* inst, int64_t status, int signal) {
     if (n > 0) spdlog::info("pool {}: reclaimed {} buffer(s) of instance {:#x}", inst->tenant, n, inst->key);
   }
   used_slots_[inst->tenant] &= ~(1ull << inst->slot);
+  f.instance_s_done += static_cast<double>(NowNs() - inst->spawn_ns) / 1e9;
   dataplane_.RemoveEndpoint(inst->key);
   by_key_.erase(inst->key);
   std::erase(f.instances, inst);
@@ -698,6 +706,9 @@ FunctionStats InstanceManager::Stats(const std::string& function) {
   }
   st.prewarm_starts = f.prewarm_starts;
   st.cold_starts_avoided = f.cold_starts_avoided;
+  st.cold_requests = f.cold_requests;
+  st.instance_seconds = f.instance_s_done;
+  for (Instance* inst : f.instances) st.instance_seconds += (now - inst->spawn_ns) / 1e9;
   st.queued = snap.queued;
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

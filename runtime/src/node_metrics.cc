@@ -104,6 +104,10 @@ NodeMetrics::NodeMetrics()
       autoscaler_cold_starts_avoided(prometheus::BuildCounter()
           .Name("shoal_autoscaler_cold_starts_avoided_total")
           .Help("Requests served by a pre-warmed instance as its first request")
+          .Register(*registry_)),
+      autoscaler_cold_requests(prometheus::BuildCounter()
+          .Name("shoal_cold_start_requests_total")
+          .Help("Requests that waited for an instance's cold start")
           .Register(*registry_)) {}
 
 

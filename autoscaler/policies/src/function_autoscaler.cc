@@ -46,6 +46,8 @@ const std::vector<AutoscalingParamInfo>& AutoscalingParamTable() {
       {"waitBudget", true, "shoal", "mean queue wait allowed without an slo (50ms)"},
       {"maxUtilization", false, "shoal", "per-slot load never above this (0.95)"},
       {"coldStart", true, "shoal", "cold-start estimate until one is measured (1s)"},
+      {"firstIdleWindow", true, "shoal", "keep the last instance this long before any idle "
+                                         "period is known (90s)"},
       {"slo", true, "all", "latency objective (none)"},
       {"histogramBin", true, "histogram", "idle-time histogram bin (1m)"},
       {"histogramRange", true, "histogram", "idle times beyond this are out of range (4h)"},
@@ -127,6 +129,7 @@ Status BuildAutoscalingParams(const AutoscalingConfig& c, PolicyParams* out,
     else if (n == "waitBudget") p.shoal.default_wait_budget_s = v;
     else if (n == "maxUtilization") p.shoal.max_utilization = v;
     else if (n == "coldStart") p.shoal.default_cold_start_s = v;
+    else if (n == "firstIdleWindow") p.shoal.first_idle_window_s = v;
     else if (n == "slo") {
       if (!(v > 0)) return InvalidArgument(where + "must be > 0, got " + Fmt(v));
       slo = v;

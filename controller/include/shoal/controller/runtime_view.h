@@ -47,6 +47,8 @@ struct FunctionStats {
   std::string decision_reason;     // what changed last, for `shoal describe`
   uint64_t prewarm_starts = 0;
   uint64_t cold_starts_avoided = 0;
+  uint64_t cold_requests = 0;      // requests that waited for a cold start
+  double instance_seconds = 0;     // spawn to exit, summed over this generation's instances
   uint64_t bpf_events = 0;    // from the data plane's counters (0 in unix mode)
   uint64_t bpf_bytes = 0;
   std::vector<InstanceInfo> instances;

@@ -68,6 +68,7 @@ class NodeMetrics {
   prometheus::Family<prometheus::Counter>& autoscaler_decisions;
   prometheus::Family<prometheus::Counter>& autoscaler_prewarm_starts;
   prometheus::Family<prometheus::Counter>& autoscaler_cold_starts_avoided;
+  prometheus::Family<prometheus::Counter>& autoscaler_cold_requests;
 };
 
 }  // namespace shoal

@@ -89,7 +89,9 @@ ScalingDecision ShoalPolicy::Observe(const FunctionSignals& s) {
     const double idle = s.now_s - *last_activity_s_;
     const KeepAliveDecision ka = keep_alive_.Decide();
     const bool learned = keep_alive_.mode() != HistogramKeepAlive::Mode::kFallback;
-    if (learned && ka.prewarm_after_s > 0) {
+    // Release only for gaps longer than the lazy scale-down window: a function whose quiet
+    // spells are shorter than that is bursty, not periodic, and keeps its instance.
+    if (learned && ka.prewarm_after_s > std::max(p_.scale_down_delay_s, dt)) {
       // The next period is not expected before prewarm_after_s: release everything now and
       // have the last burst's size ready again for the window where it is expected.
       replicas = 0;

@@ -159,6 +159,19 @@ TEST(ShoalPolicy, PrewarmBringsBackThePreviousBurstsSize) {
   EXPECT_GE(peak_prewarm, 10u);
 }
 
+TEST(ShoalPolicy, ShortQuietSpellsKeepTheInstance) {
+  // A request every 20 s: the histogram learns 20-30 s gaps (pre-warm from 18 s), shorter than
+  // the 30 s lazy scale-down window, so the instance is kept rather than released and
+  // re-warmed between calls.
+  ShoalPolicy pol{ShoalParams{}};
+  for (int t = 0; t <= 15 * 20; ++t) {
+    const ScalingDecision d = pol.Observe(Steady(t, t % 20 == 0 ? 1 : 0, 0.1));
+    if (t > 20) {
+      ASSERT_EQ(d.replicas, 1u) << "t=" << t;
+    }
+  }
+}
+
 TEST(ShoalPolicy, FactoryBuildsItAndRejectsBadParameters) {
   PolicyParams p;
   auto ok = MakeScalingPolicy("shoal", p);

@@ -211,7 +211,10 @@ TEST_F(ControlApiTest, TopAndNode) {
                   {"starting", 1},         {"inflight", 3},         {"queued", 4},
                   {"rps", 12.5},           {"p50_ms", 1.25},        {"p99_ms", 9.5},
                   {"requests_total", 100}, {"errors_total", 2},     {"cold_starts", 5},
-                  {"last_cold_start_ms", 42.0}, {"bpf_events", 200}}));
+                  {"last_cold_start_ms", 42.0}, {"bpf_events", 200},
+                  // The autoscaler's view (the fake runtime reports the reactive scaler).
+                  {"policy", "none"},      {"actual", 0},           {"prewarm_starts", 0},
+                  {"cold_starts_avoided", 0}}));
   auto n = Call("GET", "/v1/node");
   EXPECT_EQ(n.status, 200);
   json nj = Body(n);

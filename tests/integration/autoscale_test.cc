@@ -66,12 +66,12 @@ TEST_F(AutoscaleTest, KpaStepLoadScalesUpAndBackDownWithoutFailedRequests) {
   ASSERT_EQ(d.exit_code, 0) << d.err;
 
   // Step up: four closed-loop clients on a one-slot function.
-  std::atomic<bool> stop{false};
+  std::atomic<int> clients_wanted{4};
   std::atomic<int> ok{0}, failed{0};
   std::vector<std::thread> clients;
   for (int i = 0; i < 4; ++i) {
-    clients.emplace_back([&] {
-      while (!stop) {
+    clients.emplace_back([&, i] {
+      while (i < clients_wanted) {
         auto r = Http(shoald_.port(), "GET", "/fn/step?ms=100", {}, {}, 0, 30000);
         (r.status == 200 ? ok : failed)++;
         if (r.status != 200) ADD_FAILURE() << r.status << " " << r.error << r.body;
@@ -83,11 +83,16 @@ TEST_F(AutoscaleTest, KpaStepLoadScalesUpAndBackDownWithoutFailedRequests) {
     peak = std::max(peak, Ready(st));
     return Ready(st) >= 3 && st.value("desired", 0) >= 3;
   }, std::chrono::seconds(15));
-  // Some more load at the new size, then the step down.
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  stop = true;
-  for (auto& t : clients) t.join();
   EXPECT_TRUE(up) << "replicas did not follow the load up (peak ready " << peak << ")";
+  // Step down to one client: instances drain and stop while requests keep flowing.
+  clients_wanted = 1;
+  const bool partly = WaitFor("step", [](const json& st) {
+    return st.value("desired", 99) <= 2 && Ready(st) <= 2;
+  }, std::chrono::seconds(15));
+  EXPECT_TRUE(partly) << "replicas did not follow the load down: " << Status("step").dump();
+  EXPECT_NE(shoald_.Log().find("scaling down to"), std::string::npos);  // drained under load
+  clients_wanted = 0;
+  for (auto& t : clients) t.join();
   EXPECT_GT(ok.load(), 10);
 
   // Step down: the stable window empties, instances above the target drain and stop, and after

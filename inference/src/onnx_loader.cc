@@ -30,6 +30,7 @@ Result<Initializer> ToInitializer(const onnx::TensorProto& t, const std::string&
   int64_t numel = 1;
   for (int64_t d : t.dims()) {
     if (d < 0) return InvalidArgument("initializer '" + name + "' has a negative dimension");
+    if (d > (int64_t{1} << 34)) return InvalidArgument("initializer '" + name + "' is too large");
     init.shape.push_back(d);
     numel = d == 0 ? 0 : numel * d;
     if (numel > (int64_t{1} << 34)) return InvalidArgument("initializer '" + name + "' is too large");

@@ -462,6 +462,9 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
   }
   Json j = {{"name", name},
             {"algorithm", job->spec.algorithm},
+            // What an inference function needs to build the model's graph.
+            {"architecture", job->spec.architecture},
+            {"hidden", job->spec.hidden},
             {"state", job->done ? "done" : "running"},
             {"version", job->version},
             {"round", job->open_round},

@@ -23,7 +23,9 @@
 #include "shoal/common/log.h"
 #include "shoal/inference/architectures_graph.h"
 #include "shoal/inference/executor.h"
+#ifdef SHOAL_WITH_ONNX
 #include "shoal/inference/onnx_loader.h"
+#endif
 #include "shoal/model/architectures.h"
 #include "shoal/model/safetensors.h"
 #include "shoal/runtime/dynamic_batcher.h"
@@ -73,9 +75,13 @@ class OnnxSource final : public ModelSource {
   bool Follows() const override { return false; }
   Result<std::shared_ptr<ServingModel>> LoadNewest(uint64_t after) override {
     if (after >= 1) return std::shared_ptr<ServingModel>();
+#ifdef SHOAL_WITH_ONNX
     auto graph = inference::LoadOnnx(path_);
     if (!graph.ok()) return graph.status();
     graph_ = std::move(*graph);
+#else
+    return Unavailable("this shoal-fn was built without ONNX support (libonnx-dev)");
+#endif
     auto exe = executor_.Compile(graph_, options_);
     if (!exe.ok()) return exe.status();
     auto m = std::make_shared<ServingModel>();
@@ -121,20 +127,28 @@ class FlJobSource final : public ModelSource {
         spec_);
     if (!model.ok()) return model.status();
     if (!have_graph_) {
-      auto graph = inference::GraphFromArchitecture(architecture_, arch_options_, *model);
-      if (!graph.ok()) return graph.status();
-      graph_ = std::move(*graph);
-      have_graph_ = true;
-    } else {
-      // Only the weights change between versions: the graph stays, its initializers are
-      // replaced (the FL tensor names are the initializer names).
-      std::map<std::string, std::vector<float>, std::less<>> weights;
-      for (size_t i = 0; i < spec_.size(); ++i) {
-        auto t = model->tensor(i);
-        weights.emplace(spec_.tensor(i).name, std::vector<float>(t.begin(), t.end()));
+      const auto hidden = static_cast<int64_t>(arch_options_.hidden.at(0));
+      if (architecture_ == "logreg") {
+        graph_ = inference::LogRegGraph(784, 10);
+      } else if (architecture_ == "mlp") {
+        graph_ = inference::MlpGraph(784, {hidden}, 10);
+      } else if (architecture_ == "cnn") {
+        graph_ = inference::CnnGraph(hidden, 10);
+      } else {
+        return InvalidArgument("FL job '" + job_ + "': no graph for architecture '" +
+                               architecture_ + "'");
       }
-      if (Status st = graph_.SetWeights(weights); !st.ok()) return st;
+      if (Status st = graph_.Validate(); !st.ok()) return st;
+      have_graph_ = true;
     }
+    // Only the weights change between versions: the graph stays, its initializers are
+    // replaced (the FL tensor names are the initializer names).
+    std::map<std::string, std::vector<float>, std::less<>> weights;
+    for (size_t i = 0; i < spec_.size(); ++i) {
+      auto t = model->tensor(i);
+      weights.emplace(spec_.tensor(i).name, std::vector<float>(t.begin(), t.end()));
+    }
+    if (Status st = graph_.SetWeights(weights); !st.ok()) return st;
     auto exe = executor_.Compile(graph_, options_);
     if (!exe.ok()) return exe.status();
     auto m = std::make_shared<ServingModel>();

@@ -479,7 +479,8 @@ class DocumentParser {
   void ParseInference(const YAML::Node& n, const std::string& function, HandlerSpec* out) {
     ExpectMap(n, "spec.inference");
     CheckKeys(n, "spec.inference",
-              {"modelName", "source", "device", "precision", "maxBatchSize", "maxQueueDelay"});
+              {"modelName", "source", "device", "precision", "threads", "maxBatchSize",
+               "maxQueueDelay"});
     std::string model = function;
     if (const YAML::Node m = n["modelName"]) {
       model = String(m, "spec.inference.modelName");
@@ -524,6 +525,9 @@ class DocumentParser {
     out->env[kInferModelEnv] = model;
     out->env[kInferDeviceEnv] = one_of("device", {"auto", "cpu", "cuda"}, "auto");
     out->env[kInferPrecisionEnv] = one_of("precision", {"fp32", "fp16", "bf16"}, "fp32");
+    if (const YAML::Node t = n["threads"]) {  // 0 (the default): every core
+      out->env[kInferThreadsEnv] = std::to_string(Integer(t, "spec.inference.threads", 0, 1024));
+    }
     int64_t max_batch = kDefaultInferMaxBatch;
     if (const YAML::Node b = n["maxBatchSize"]) {
       max_batch = Integer(b, "spec.inference.maxBatchSize", 1, kMaxInferBatch);

@@ -194,7 +194,7 @@ class InferenceHandler final : public Handler {
     inference::ExecutorOptions options;
     options.precision = *precision;
     options.max_batch = info_.max_batch;
-    // The batching thread is the only one that runs the model; the workers parse requests.
+    // The batching thread is the only caller of the model; the workers parse requests.
     options.threads = static_cast<int>(EnvNumber("SHOAL_INFER_THREADS", 0));
 
     const std::string job = Env("SHOAL_INFER_FL_JOB");

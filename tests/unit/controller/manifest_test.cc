@@ -350,7 +350,7 @@ std::string InferManifest(const std::string& inference, const std::string& handl
 TEST(ManifestTest, InferenceFunction) {
   auto r = ParseFunctionManifests(
       InferManifest("  inference:\n    modelName: fmnist\n    source: {flJob: fmnist}\n"
-                    "    device: cpu\n    precision: bf16\n    maxBatchSize: 16\n"
+                    "    device: cpu\n    precision: bf16\n    threads: 2\n    maxBatchSize: 16\n"
                     "    maxQueueDelay: 500us\n"),
       Defaults());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -363,6 +363,7 @@ TEST(ManifestTest, InferenceFunction) {
   EXPECT_EQ(s.handler.env.at(kInferDeviceEnv), "cpu");
   EXPECT_EQ(s.handler.env.at(kInferPrecisionEnv), "bf16");
   EXPECT_EQ(s.handler.env.at(kInferMaxBatchEnv), "16");
+  EXPECT_EQ(s.handler.env.at(kInferThreadsEnv), "2");
   EXPECT_EQ(s.handler.env.at(kInferMaxDelayEnv), "500");
   EXPECT_EQ(InferenceModelName(s), "fmnist");
 

@@ -27,6 +27,7 @@ inline constexpr const char* kInferFlJobEnv = "SHOAL_INFER_FL_JOB";         // s
 inline constexpr const char* kInferOnnxEnv = "SHOAL_INFER_ONNX";            // source: .onnx
 inline constexpr const char* kInferDeviceEnv = "SHOAL_INFER_DEVICE";        // auto|cpu|cuda
 inline constexpr const char* kInferPrecisionEnv = "SHOAL_INFER_PRECISION";  // fp32|fp16|bf16
+inline constexpr const char* kInferThreadsEnv = "SHOAL_INFER_THREADS";      // CPU threads, 0 = all
 inline constexpr const char* kInferMaxBatchEnv = "SHOAL_INFER_MAX_BATCH";
 inline constexpr const char* kInferMaxDelayEnv = "SHOAL_INFER_MAX_DELAY_US";
 

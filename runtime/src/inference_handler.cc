@@ -21,10 +21,10 @@
 
 #include "shoal/client/fl_http_client.h"
 #include "shoal/common/log.h"
-#include "shoal/inference/architectures_graph.h"
 #include "shoal/inference/executor.h"
+#include "shoal/inference/model_graph.h"
 #ifdef SHOAL_WITH_ONNX
-#include "shoal/inference/onnx_loader.h"
+#include "shoal/inference/onnx.h"
 #endif
 #include "shoal/model/architectures.h"
 #include "shoal/model/safetensors.h"
@@ -108,12 +108,13 @@ class FlJobSource final : public ModelSource {
     auto status = http_.JobStatus();
     if (!status.ok()) return status.status();
     if (architecture_.empty()) {
-      Json j = Json::parse(status->json, nullptr, false);
-      architecture_ = j.is_object() ? j.value("architecture", "") : "";
+      const Json j = Json::parse(status->json, nullptr, false);
+      const Json desc = j.is_object() ? j.value("model", Json::object()) : Json::object();
+      architecture_ = desc.is_object() ? desc.value("architecture", "") : "";
       if (architecture_.empty()) {
-        return Internal("FL job '" + job_ + "': its status names no architecture");
+        return Internal("FL job '" + job_ + "': its status names no model architecture");
       }
-      arch_options_.hidden = {j.value("hidden", uint64_t{128})};
+      arch_options_.hidden = {desc.value("hidden", uint64_t{128})};
       auto spec = model::ArchitectureSpec(architecture_, arch_options_);
       if (!spec.ok()) return spec.status();
       spec_ = std::move(*spec);
@@ -127,28 +128,15 @@ class FlJobSource final : public ModelSource {
         spec_);
     if (!model.ok()) return model.status();
     if (!have_graph_) {
-      const auto hidden = static_cast<int64_t>(arch_options_.hidden.at(0));
-      if (architecture_ == "logreg") {
-        graph_ = inference::LogRegGraph(784, 10);
-      } else if (architecture_ == "mlp") {
-        graph_ = inference::MlpGraph(784, {hidden}, 10);
-      } else if (architecture_ == "cnn") {
-        graph_ = inference::CnnGraph(hidden, 10);
-      } else {
-        return InvalidArgument("FL job '" + job_ + "': no graph for architecture '" +
-                               architecture_ + "'");
-      }
-      if (Status st = graph_.Validate(); !st.ok()) return st;
+      auto graph = inference::GraphFromArchitecture(architecture_, arch_options_, *model);
+      if (!graph.ok()) return graph.status();
+      graph_ = std::move(*graph);
       have_graph_ = true;
+    } else {
+      // Only the weights change between versions: the graph stays and its initializers are
+      // replaced (the FL tensor names are the initializer names).
+      if (Status st = graph_.SetWeights(inference::WeightsOf(*model)); !st.ok()) return st;
     }
-    // Only the weights change between versions: the graph stays, its initializers are
-    // replaced (the FL tensor names are the initializer names).
-    std::map<std::string, std::vector<float>, std::less<>> weights;
-    for (size_t i = 0; i < spec_.size(); ++i) {
-      auto t = model->tensor(i);
-      weights.emplace(spec_.tensor(i).name, std::vector<float>(t.begin(), t.end()));
-    }
-    if (Status st = graph_.SetWeights(weights); !st.ok()) return st;
     auto exe = executor_.Compile(graph_, options_);
     if (!exe.ok()) return exe.status();
     auto m = std::make_shared<ServingModel>();

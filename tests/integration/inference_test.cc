@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <mutex>
 #include <set>
@@ -355,6 +356,50 @@ TEST_F(InferenceTest, HotSwapUnderLoadWhileTheJobTrainsZeroFailures) {
   EXPECT_EQ(stats["failed_batches"], 0);
   // The newest version is what is served at the end.
   EXPECT_EQ(stats["model_version"], std::to_string(job_version)) << stats.dump();
+}
+
+TEST_F(InferenceTest, OnnxSourceAnswersLikePyTorch) {
+  // The CNN and its reference outputs that tests/data/inference/gen_refs.py wrote with PyTorch.
+  const std::string dir = std::string(SHOAL_SOURCE_DIR) + "/tests/data/inference/";
+  auto d = shoald_.Deploy(
+      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: cnn}\nspec:\n"
+      "  handler: inference\n  concurrency: 4\n  inference:\n    source: {onnx: " +
+      dir + "cnn.onnx}\n    device: cpu\n    maxBatchSize: 4\n");
+  ASSERT_EQ(d.exit_code, 0) << d.err << d.out;
+  auto meta_r = Http(shoald_.port(), "GET", "/v2/models/cnn");
+  ASSERT_EQ(meta_r.status, 200) << meta_r.body << shoald_.Log();
+  const Json meta = Json::parse(meta_r.body, nullptr, false);
+  EXPECT_EQ(meta["platform"], "onnx");
+  EXPECT_EQ(meta["versions"], Json::array({"1"}));
+  EXPECT_EQ(meta["inputs"][0]["shape"], Json::array({-1, 1, 28, 28}));
+  EXPECT_EQ(meta["outputs"][0]["shape"], Json::array({-1, 10}));
+  auto read = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  const std::string input = read(dir + "cnn.input.bin"), expect = read(dir + "cnn.output.bin");
+  ASSERT_EQ(input.size(), 3u * 784 * 4);
+  ASSERT_EQ(expect.size(), 3u * 10 * 4);
+  const Json header = {
+      {"inputs",
+       {{{"name", meta["inputs"][0]["name"]},
+         {"shape", {3, 1, 28, 28}},
+         {"datatype", "FP32"},
+         {"parameters", {{"binary_data_size", input.size()}}}}}},
+      {"outputs", {{{"name", meta["outputs"][0]["name"]}, {"parameters", {{"binary_data", true}}}}}}};
+  const std::string h = header.dump();
+  auto r = Infer("cnn", h + input,
+                 {"Content-Type: application/octet-stream",
+                  "Inference-Header-Content-Length: " + std::to_string(h.size())});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const size_t jl = std::stoul(r.headers["inference-header-content-length"]);
+  ASSERT_EQ(r.body.size(), jl + expect.size());
+  for (size_t i = 0; i < 30; ++i) {
+    float got, want;
+    std::memcpy(&got, r.body.data() + jl + i * 4, 4);
+    std::memcpy(&want, expect.data() + i * 4, 4);
+    EXPECT_NEAR(got, want, 1e-4) << "output " << i;
+  }
 }
 
 }  // namespace

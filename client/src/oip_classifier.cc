@@ -96,6 +96,7 @@ struct Shared {
   OipClassifySummary summary;
   std::vector<double> latencies_ms;
   uint64_t last_version_logged = UINT64_MAX;
+  Clock::time_point last_log;
 };
 
 }  // namespace
@@ -211,9 +212,13 @@ Result<OipClassifySummary> ClassifyOverOip(const OipClassifyOptions& o, const Da
         ++score.images;
         if (arg == data.labels[rows[k]]) ++score.correct;
       }
-      if (o.log && ph == 0 && version != shared.last_version_logged &&
-          (shared.last_version_logged == UINT64_MAX || version > shared.last_version_logged)) {
+      // A line when a newer version answers, at most every 5 s (a job commits many).
+      const auto now = Clock::now();
+      if (o.log && ph == 0 &&
+          (shared.last_version_logged == UINT64_MAX ||
+           (version > shared.last_version_logged && now - shared.last_log >= std::chrono::seconds(5)))) {
         shared.last_version_logged = version;
+        shared.last_log = now;
         *o.log << "shoal-client: infer: model '" << o.model << "' answers with version "
                << version << std::endl;
       }

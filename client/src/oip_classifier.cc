@@ -131,6 +131,12 @@ Result<OipClassifySummary> ClassifyOverOip(const OipClassifyOptions& o, const Da
                            " features per sample, the data has " +
                            std::to_string(data.num_features));
   }
+  // No request larger than the model takes.
+  int batch = std::max(1, o.batch);
+  if (meta.contains("parameters") && meta["parameters"].is_object()) {
+    const int64_t max = meta["parameters"].value("max_batch_size", int64_t{0});
+    if (max > 0 && batch > max) batch = static_cast<int>(max);
+  }
   std::vector<int64_t> dims;
   for (size_t k = 1; k < meta["inputs"][0]["shape"].size(); ++k) {
     dims.push_back(meta["inputs"][0]["shape"][k].get<int64_t>());
@@ -151,13 +157,13 @@ Result<OipClassifySummary> ClassifyOverOip(const OipClassifyOptions& o, const Da
     for (;;) {
       const int ph = phase.load();
       if (ph == 2) break;
-      const uint64_t start = (ph == 1 ? final_next : next).fetch_add(static_cast<uint64_t>(o.batch));
+      const uint64_t start = (ph == 1 ? final_next : next).fetch_add(static_cast<uint64_t>(batch));
       rows.clear();
       if (ph == 1) {
         if (start >= n) break;
-        for (uint64_t i = start; i < std::min<uint64_t>(start + o.batch, n); ++i) rows.push_back(i);
+        for (uint64_t i = start; i < std::min<uint64_t>(start + batch, n); ++i) rows.push_back(i);
       } else {
-        for (int k = 0; k < o.batch; ++k) rows.push_back(static_cast<uint32_t>((start + k) % n));
+        for (int k = 0; k < batch; ++k) rows.push_back(static_cast<uint32_t>((start + k) % n));
       }
       const int64_t b = static_cast<int64_t>(rows.size());
       Json shape = Json::array({b});
@@ -187,6 +193,8 @@ Result<OipClassifySummary> ClassifyOverOip(const OipClassifyOptions& o, const Da
       ++shared.summary.requests;
       if (!ok) {
         ++shared.summary.failed;
+        // A request the server refuses will be refused again: stop instead of repeating it.
+        if (status >= 400 && status < 500) phase.store(2);
         if (shared.summary.first_error.empty()) {
           shared.summary.first_error =
               status == 0 ? err : "HTTP " + std::to_string(status) + ": " + body.substr(0, 200);
@@ -232,10 +240,11 @@ Result<OipClassifySummary> ClassifyOverOip(const OipClassifyOptions& o, const Da
   for (;;) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
     const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (elapsed >= o.max_seconds || (o.done && o.done())) break;
+    if (phase.load() == 2 || elapsed >= o.max_seconds || (o.done && o.done())) break;
   }
-  // The final pass: every image once, on whatever version is served now.
-  phase.store(1);
+  // The final pass: every image once, on whatever version is served now (unless stopped).
+  int cycling = 0;
+  phase.compare_exchange_strong(cycling, 1);
   for (auto& t : threads) t.join();
   phase.store(2);
 

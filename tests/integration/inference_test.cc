@@ -262,6 +262,24 @@ TEST_F(InferenceTest, ProtocolRoutesAndAnswersEqualTheModel) {
               Forward(w, data_.test.Row(0))[0], 1e-4);
 }
 
+TEST_F(InferenceTest, ShoalClientInferScoresTheTestSplitPerVersion) {
+  DeployJobAndModel("fc", "fedavg", 3);
+  const std::string cmd = BinDir() + "/shoal-client --server http://127.0.0.1:" +
+                          std::to_string(shoald_.port()) +
+                          " --infer fc --infer-connections 4 --infer-batch 50 --max-seconds 0.5 2>&1";
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  const int rc = pclose(p);
+  EXPECT_EQ(rc, 0) << out;
+  // Version 0 is the untrained model: every test image classified once, at about chance level.
+  EXPECT_NE(out.find("final pass over the whole test split:\n  version 0: 10000 images, accuracy 0."),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find(" (0 failed)"), std::string::npos) << out;
+}
+
 TEST_F(InferenceTest, ManyConnectionsShareBatchesAndEachGetsItsOwnAnswer) {
   DeployJobAndModel("fb", "fedavg", 3);
   const std::vector<float> w = Weights("fb", 0);

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 namespace shoal::oip {
@@ -124,8 +125,14 @@ Result<std::optional<size_t>> BinaryHeaderLength(std::string_view query) {
   return std::optional<size_t>();
 }
 
-Status ParseInferRequest(std::span<const std::byte> body, std::optional<size_t> json_length,
-                         const ModelInfo& model, std::vector<float>& scratch, InferRequest* out) {
+namespace {
+
+// The general parser. With `fast_count`, `text` is the request with the input's "data" array
+// replaced by [] and its `*fast_count` values already in scratch (ScanInputData); any error
+// is then re-derived by the caller on the original text, so only success matters here.
+Status ParseGeneral(std::span<const std::byte> body, std::optional<size_t> json_length,
+                    std::string_view text_override, const size_t* fast_count,
+                    const ModelInfo& model, std::vector<float>& scratch, InferRequest* out) {
   out->id.clear();
   out->batch = 0;
   out->shape.clear();
@@ -138,9 +145,14 @@ Status ParseInferRequest(std::span<const std::byte> body, std::optional<size_t> 
                            " bytes)");
   }
   const char* text = reinterpret_cast<const char*>(body.data());
+  size_t text_length = jl;
+  if (fast_count != nullptr) {
+    text = text_override.data();
+    text_length = text_override.size();
+  }
   Json j;
   try {
-    j = Json::parse(text, text + jl);
+    j = Json::parse(text, text + text_length);
   } catch (const Json::parse_error& e) {
     std::string what = e.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
@@ -256,7 +268,11 @@ Status ParseInferRequest(std::span<const std::byte> body, std::optional<size_t> 
     auto data = in.find("data");
     if (data == in.end()) return InvalidArgument("input " + Quoted(name) + ": missing \"data\"");
     int64_t count = 0;
-    if (Status st = Flatten(*data, scratch.data(), values, &count, name); !st.ok()) return st;
+    if (fast_count != nullptr) {
+      count = static_cast<int64_t>(*fast_count);  // the values are in scratch already
+    } else if (Status st = Flatten(*data, scratch.data(), values, &count, name); !st.ok()) {
+      return st;
+    }
     if (count != values) {
       return InvalidArgument("input " + Quoted(name) + ": shape " + ShapeText(out->shape) +
                              " needs " + std::to_string(values) + " values, got " +
@@ -284,6 +300,191 @@ Status ParseInferRequest(std::span<const std::byte> body, std::optional<size_t> 
     }
   }
   return {};
+}
+
+// JSON number grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+bool IsJsonNumber(std::string_view t) {
+  size_t i = 0;
+  auto digits = [&] {
+    const size_t b = i;
+    while (i < t.size() && t[i] >= '0' && t[i] <= '9') ++i;
+    return i > b;
+  };
+  if (i < t.size() && t[i] == '-') ++i;
+  if (i < t.size() && t[i] == '0') {
+    ++i;
+  } else if (!digits()) {
+    return false;
+  }
+  if (i < t.size() && t[i] == '.') {
+    ++i;
+    if (!digits()) return false;
+  }
+  if (i < t.size() && (t[i] == 'e' || t[i] == 'E')) {
+    ++i;
+    if (i < t.size() && (t[i] == '+' || t[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  return i == t.size();
+}
+
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// Parses nested arrays of numbers starting at text[*i] == '[' into scratch (grown as needed);
+// false on anything else (strings, objects, malformed input: the general parser then decides).
+bool ParseNumberArrays(std::string_view text, size_t* pos, std::vector<float>& scratch,
+                       size_t* count) {
+  size_t i = *pos;
+  const size_t n = text.size();
+  auto skip = [&] {
+    while (i < n && IsSpace(text[i])) ++i;
+  };
+  int depth = 0;
+  for (;;) {
+    // A value.
+    skip();
+    if (i >= n) return false;
+    if (text[i] == '[') {
+      ++depth;
+      ++i;
+      skip();
+      if (i < n && text[i] == ']') {
+        --depth;
+        ++i;
+        if (depth == 0) break;
+      } else {
+        continue;
+      }
+    } else {
+      size_t e = i;
+      while (e < n && !IsSpace(text[e]) && text[e] != ',' && text[e] != ']') ++e;
+      const std::string_view num = text.substr(i, e - i);
+      if (!IsJsonNumber(num)) return false;
+      double v = 0;  // as nlohmann does: to double, then to float
+      auto [p, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
+      if (ec != std::errc() || p != num.data() + num.size()) return false;
+      if (*count >= scratch.size()) scratch.resize(std::max<size_t>(1024, scratch.size() * 2));
+      scratch[(*count)++] = static_cast<float>(v);
+      i = e;
+    }
+    // After a value: ',' then another value, or ']' closing one level.
+    for (;;) {
+      skip();
+      if (i >= n) return false;
+      if (text[i] == ',') {
+        ++i;
+        skip();
+        if (i < n && text[i] == ']') return false;  // [1,]
+        break;
+      }
+      if (text[i] != ']') return false;
+      --depth;
+      ++i;
+      if (depth == 0) {
+        *pos = i;
+        return true;
+      }
+    }
+  }
+  *pos = i;
+  return true;
+}
+
+// The fast path for the common request: finds the one input's "data" array (inputs[k].data),
+// parses its numbers straight into scratch, and writes to `reduced` the request with that
+// array replaced by [] so that the general parser only builds a small document. A DOM of a
+// 784-value image costs several times more than the request's whole trip through the
+// gateway. False whenever anything is unusual; the general path then parses the original.
+bool ScanInputData(std::string_view text, std::string& reduced, std::vector<float>& scratch,
+                   size_t* count) {
+  struct Level {
+    bool object;
+    bool expect_key;
+  };
+  constexpr int kMaxDepth = 64;
+  Level stack[kMaxDepth];
+  int depth = 0;
+  std::string_view top_key, last_key;
+  bool found = false;
+  size_t begin = 0, end = 0;
+  size_t i = 0;
+  const size_t n = text.size();
+  *count = 0;
+  while (i < n) {
+    const char c = text[i];
+    if (c == '"') {
+      size_t j = i + 1;
+      bool escaped = false;
+      while (j < n && text[j] != '"') {
+        if (text[j] == '\\') {
+          escaped = true;
+          ++j;
+        }
+        ++j;
+      }
+      if (j >= n) return false;
+      if (depth > 0 && stack[depth - 1].object && stack[depth - 1].expect_key) {
+        last_key = escaped ? std::string_view("\\") : text.substr(i + 1, j - i - 1);
+        stack[depth - 1].expect_key = false;
+        if (depth == 1) top_key = last_key;
+      }
+      i = j + 1;
+    } else if (c == '{' || c == '[') {
+      if (depth == kMaxDepth) return false;
+      stack[depth++] = {c == '{', c == '{'};
+      ++i;
+    } else if (c == '}' || c == ']') {
+      if (depth == 0) return false;
+      --depth;
+      ++i;
+    } else if (c == ',') {
+      if (depth > 0 && stack[depth - 1].object) stack[depth - 1].expect_key = true;
+      ++i;
+    } else if (c == ':') {
+      ++i;
+      if (depth == 3 && stack[0].object && !stack[1].object && stack[2].object &&
+          top_key == "inputs" && last_key == "data") {
+        while (i < n && IsSpace(text[i])) ++i;
+        if (found || i >= n || text[i] != '[') return false;
+        begin = i;
+        if (!ParseNumberArrays(text, &i, scratch, count)) return false;
+        end = i;
+        found = true;
+      }
+    } else {
+      ++i;
+    }
+  }
+  if (!found) return false;
+  reduced.assign(text.substr(0, begin));
+  reduced += "[]";
+  reduced.append(text.substr(end));
+  return true;
+}
+
+}  // namespace
+
+Status ParseInferRequest(std::span<const std::byte> body, std::optional<size_t> json_length,
+                         const ModelInfo& model, std::vector<float>& scratch, InferRequest* out) {
+  const size_t jl = json_length.value_or(body.size());
+  if (jl <= body.size()) {
+    thread_local std::string reduced;
+    size_t count = 0;
+    const std::string_view text(reinterpret_cast<const char*>(body.data()), jl);
+    if (ScanInputData(text, reduced, scratch, &count) &&
+        ParseGeneral(body, json_length, reduced, &count, model, scratch, out).ok()) {
+      return {};
+    }
+  }
+  // Errors (and unusual requests) take the general path on the original text: the same
+  // messages, with positions in the client's bytes.
+  return ParseGeneral(body, json_length, {}, nullptr, model, scratch, out);
+}
+
+Status ParseInferRequestGeneral(std::span<const std::byte> body,
+                                std::optional<size_t> json_length, const ModelInfo& model,
+                                std::vector<float>& scratch, InferRequest* out) {
+  return ParseGeneral(body, json_length, {}, nullptr, model, scratch, out);
 }
 
 void WriteInferResponse(const ModelInfo& model, const InferRequest& request, uint64_t version,

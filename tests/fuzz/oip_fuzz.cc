@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <span>
 #include <string>
@@ -28,9 +29,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     json_length = data[0] * 7;
     body = body.subspan(1);
   }
-  std::vector<float> scratch;
-  oip::InferRequest request;
+  std::vector<float> scratch, general_scratch;
+  oip::InferRequest request, general;
   Status st = oip::ParseInferRequest(body, json_length, model, scratch, &request);
+  // The fast path for the data array must agree with the general parser exactly.
+  Status gst = oip::ParseInferRequestGeneral(body, json_length, model, general_scratch, &general);
+  if (st.ok() != gst.ok() || st.message() != gst.message()) std::abort();
+  if (st.ok() && (request.batch != general.batch || request.id != general.id ||
+                  request.binary_output != general.binary_output ||
+                  request.input.size() != general.input.size() ||
+                  (request.input.size() > 0 &&
+                   std::memcmp(request.input.data(), general.input.data(),
+                               request.input.size_bytes()) != 0))) {
+    std::abort();
+  }
   if (!st.ok()) {
     if (st.code() != StatusCode::kInvalidArgument || st.message().empty()) std::abort();
     return 0;

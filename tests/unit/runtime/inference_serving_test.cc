@@ -32,9 +32,22 @@ std::span<const std::byte> Bytes(const std::string& s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
 }
 
+// Parses with the fast data path and checks that the general parser agrees exactly.
 Status Parse(const std::string& body, oip::InferRequest* out, std::vector<float>& scratch,
              std::optional<size_t> header = std::nullopt) {
-  return oip::ParseInferRequest(Bytes(body), header, Info(), scratch, out);
+  Status st = oip::ParseInferRequest(Bytes(body), header, Info(), scratch, out);
+  std::vector<float> general_scratch;
+  oip::InferRequest general;
+  Status gst = oip::ParseInferRequestGeneral(Bytes(body), header, Info(), general_scratch, &general);
+  EXPECT_EQ(st.ok(), gst.ok()) << body;
+  EXPECT_EQ(st.message(), gst.message()) << body;
+  if (st.ok() && gst.ok()) {
+    EXPECT_EQ(out->batch, general.batch);
+    EXPECT_EQ(out->id, general.id);
+    EXPECT_EQ(std::vector<float>(out->input.begin(), out->input.end()),
+              std::vector<float>(general.input.begin(), general.input.end()));
+  }
+  return st;
 }
 
 std::string Req(const std::string& input_fields, const std::string& extra = "") {
@@ -66,6 +79,30 @@ struct BadCase {
   std::string body;
   std::string message;
 };
+
+TEST(Oip, FastDataPathHandlesWhitespaceExponentsAndKeyOrder) {
+  std::vector<float> scratch;
+  oip::InferRequest r;
+  // data before shape, odd whitespace, exponents, negative zero, an unrelated "data" key in the
+  // outputs and inside a string.
+  const std::string body =
+      "{ \"outputs\": [{\"name\": \"logits\", \"data\": [9]}], \"inputs\" : [ {\"data\" :\n"
+      "[ [1.5e1 , -0.0] ,[ 2E-1,\t3 ] ], \"name\":\"input\", \"x\":\"\\\"data\\\": [1]\", "
+      "\"shape\":[1,2,2],\"datatype\":\"FP32\"} ] }";
+  ASSERT_TRUE(Parse(body, &r, scratch).ok()) << body;
+  ASSERT_EQ(r.input.size(), 4u);
+  EXPECT_FLOAT_EQ(r.input[0], 15.0f);
+  EXPECT_FLOAT_EQ(r.input[2], 0.2f);
+  EXPECT_FLOAT_EQ(r.input[3], 3.0f);
+  // Not JSON numbers: the general parser's message.
+  for (const char* bad : {"[01,2,3,4]", "[1.,2,3,4]", "[.5,2,3,4]", "[1,2,3,4,]", "[1,2,3,+4]",
+                          "[1,2,3,NaN]", "[[1,2],[3,4]"}) {
+    Status st = Parse(Req(std::string(R"("name":"input","shape":[1,2,2],"datatype":"FP32","data":)") + bad),
+                      &r, scratch);
+    EXPECT_FALSE(st.ok()) << bad;
+    EXPECT_TRUE(st.message().starts_with("malformed JSON")) << bad << ": " << st.message();
+  }
+}
 
 TEST(Oip, EveryBadRequestIsRefusedNamingWhatIsWrong) {
   const std::string ok_data = R"("data":[1,2,3,4])";

@@ -49,6 +49,12 @@ Result<std::optional<size_t>> BinaryHeaderLength(std::string_view query);
 Status ParseInferRequest(std::span<const std::byte> body, std::optional<size_t> json_length,
                          const ModelInfo& model, std::vector<float>& scratch, InferRequest* out);
 
+// The same without the fast path for the input's data array (tests and the fuzz target check
+// that both agree).
+Status ParseInferRequestGeneral(std::span<const std::byte> body,
+                                std::optional<size_t> json_length, const ModelInfo& model,
+                                std::vector<float>& scratch, InferRequest* out);
+
 // Writes the response to `out` (cleared first): JSON, or with `request.binary_output` the JSON
 // header followed by the output's little-endian float32 bytes; `*json_length` is then the
 // header's size (for Inference-Header-Content-Length), else out.size().

@@ -156,6 +156,13 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  {
+    // Instances reach the gateway on loopback unless it listens on one address only.
+    const std::string& host = config.listen_host;
+    const bool any = host.empty() || host == "0.0.0.0" || host == "::";
+    manager.SetGatewayUrl("http://" + std::string(any ? "127.0.0.1" : host) + ":" +
+                          std::to_string(gateway.port()));
+  }
   uv_signal_t sigint, sigterm;
   auto on_signal = [](uv_signal_t* s, int signum) {
     spdlog::info("signal {}: shutting down", signum);

@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "shoal/client/dataset.h"
 #include "shoal/client/fl_client_runner.h"
 #include "shoal/client/fl_http_client.h"
+#include "shoal/client/oip_classifier.h"
 #include "shoal/client/partition.h"
 #include "shoal/client/speeds.h"
 #include "shoal/model/dtype.h"
@@ -40,6 +42,70 @@ std::string Fmt(const char* format, double a, double b = 0, double c = 0) {
   return buf;
 }
 
+// --infer: the served model classifies the test split over OIP while (if --job names it) the
+// FL job is still training; accuracy is printed per model version that answered.
+int RunInfer(const std::string& server, const std::string& model, const std::string& job,
+             const std::string& data_dir, bool standardise, int connections, int batch,
+             double max_seconds) {
+  auto loaded = LoadFashionMnist(data_dir, standardise);
+  if (!loaded.ok()) return Fail(loaded.status().message());
+  OipClassifyOptions o;
+  o.server = server;
+  o.model = model;
+  o.connections = connections;
+  o.batch = batch;
+  o.max_seconds = max_seconds;
+  o.log = &std::cout;
+  std::unique_ptr<FlHttpClient> fl;
+  if (!job.empty()) {
+    fl = std::make_unique<FlHttpClient>(server, job);
+    o.done = [&fl] {
+      auto st = fl->JobStatus();
+      return !st.ok() || st->state == "done";
+    };
+  }
+  std::cout << "shoal-client: infer: classifying " << loaded->test.num_samples
+            << " Fashion-MNIST test images through " << server << "/v2/models/" << model
+            << "/infer (" << connections << " connections, " << batch << " images per request"
+            << (job.empty() ? "" : ", until job '" + job + "' is done") << ")" << std::endl;
+  auto r = ClassifyOverOip(o, loaded->test);
+  if (!r.ok()) {
+    return Fail(r.status().message(),
+                r.status().code() == StatusCode::kUnavailable ? kExitUnreachable : kExitError);
+  }
+  // Versions in order; many of them are grouped into at most 16 rows of consecutive versions.
+  std::vector<std::pair<uint64_t, VersionScore>> versions(r->by_version.begin(),
+                                                          r->by_version.end());
+  const size_t group = (versions.size() + 15) / 16;
+  std::cout << "shoal-client: infer: accuracy per model version that answered (while "
+            << (job.empty() ? "cycling" : "the job trained") << "):\n  version(s)    images  accuracy\n";
+  for (size_t i = 0; i < versions.size(); i += group) {
+    VersionScore sum;
+    const size_t end = std::min(versions.size(), i + group);
+    for (size_t k = i; k < end; ++k) {
+      sum.images += versions[k].second.images;
+      sum.correct += versions[k].second.correct;
+    }
+    std::string name = std::to_string(versions[i].first);
+    if (end - i > 1) name += "-" + std::to_string(versions[end - 1].first);
+    char line[96];
+    std::snprintf(line, sizeof line, "  %-10s  %8llu  %8.4f\n", name.c_str(),
+                  static_cast<unsigned long long>(sum.images), sum.accuracy());
+    std::cout << line;
+  }
+  std::cout << "shoal-client: infer: final pass over the whole test split:\n";
+  for (const auto& [v, score] : r->final_by_version) {
+    std::cout << Fmt("  version %.0f: %.0f images, accuracy %.4f\n", double(v),
+                     double(score.images), score.accuracy());
+  }
+  std::cout << "shoal-client: infer: " << r->requests << " requests (" << r->failed
+            << " failed) in " << Fmt("%.1f s: %.0f req/s, p50 %.2f ms", r->seconds,
+                                     double(r->requests) / r->seconds, r->p50_ms)
+            << Fmt(", p99 %.2f ms", r->p99_ms) << std::endl;
+  if (r->failed > 0) return Fail("failed requests, the first: " + r->first_error);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,7 +119,18 @@ int main(int argc, char** argv) {
   size_t eval_samples = 10000;
   FlRunOptions run;
   app.add_option("--server", server, "shoald's URL, e.g. http://localhost:8080")->required();
-  app.add_option("--job", job, "the FL job's name")->required();
+  app.add_option("--job", job, "the FL job's name (with --infer: classify until it is done)");
+  std::string infer_model;
+  int infer_connections = 8, infer_batch = 8;
+  app.add_option("--infer", infer_model,
+                 "instead of training: classify the test split through this OIP model "
+                 "(/v2/models/MODEL/infer) and print accuracy per model version");
+  app.add_option("--infer-connections", infer_connections, "--infer: concurrent connections")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--infer-batch", infer_batch, "--infer: images per request")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   app.add_option("--clients", clients, "simulated clients in this process")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
@@ -88,6 +165,11 @@ int main(int argc, char** argv) {
                "shift and scale pixels by the train split's mean and stddev (default: pixels in "
                "[0,1]; the job's model then expects the same inputs)");
   CLI11_PARSE(app, argc, argv);
+  if (!infer_model.empty()) {
+    return RunInfer(server, infer_model, job, data_dir, standardise, infer_connections,
+                    infer_batch, max_seconds > 0 ? max_seconds : 120);
+  }
+  if (job.empty()) return Fail("--job is required (or --infer MODEL)");
 
   auto pspec = ParsePartitionSpec(partition);
   if (!pspec.ok()) return Fail("--partition: " + pspec.status().message());

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -244,6 +245,25 @@ HttpReply ControlApi::Deploy(std::string_view body) {
   if (!parsed.ok()) return StatusError(parsed.status());
   Manifests& m = *parsed;
   if (!m.jobs.empty() && jobs_ == nullptr) return Error(501, kJobsDisabled);
+  // One function per OIP model name: /v2/models/{model} must have one meaning.
+  {
+    std::map<std::string, std::string> served;  // model -> function
+    for (const FunctionSpec& s : registry_.List()) {
+      if (auto model = InferenceModelName(s); !model.empty()) served[model] = s.name;
+    }
+    for (const FunctionSpec& s : m.functions) {  // a redeploy may rename its model
+      std::erase_if(served, [&](const auto& kv) { return kv.second == s.name; });
+    }
+    for (const FunctionSpec& s : m.functions) {
+      const std::string model = InferenceModelName(s);
+      if (model.empty()) continue;
+      if (auto it = served.find(model); it != served.end()) {
+        return Error(409, "spec.inference.modelName: model '" + model +
+                              "' is already served by function '" + it->second + "'");
+      }
+      served[model] = s.name;
+    }
+  }
   std::vector<bool> jobs_created;
   if (!m.jobs.empty()) {
     auto created = DeployJobSpecs(m.jobs);

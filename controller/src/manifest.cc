@@ -119,8 +119,19 @@ class DocumentParser {
     ExpectMap(s, "spec");
     CheckKeys(s, "spec",
               {"handler", "concurrency", "scale", "timeout", "keepAlive", "maxBodySize",
-               "resources", "autoscaling"});
+               "resources", "autoscaling", "inference"});
     ParseHandler(Required(s, "handler", "spec"), &spec.handler);
+    if (spec.handler.builtin == "inference") {
+      const YAML::Node inf = s["inference"];
+      if (!inf) {
+        Fail("spec.inference",
+             "required for handler inference (at least source: {flJob: JOB} or {onnx: /path})",
+             s["handler"]);
+      }
+      ParseInference(inf, spec.name, &spec.handler);
+    } else if (const YAML::Node inf = s["inference"]) {
+      Fail("spec.inference", "only applies to handler: inference", inf);
+    }
 
     spec.concurrency = defaults_.default_concurrency;
     if (const YAML::Node c = s["concurrency"]) {
@@ -569,7 +580,84 @@ class DocumentParser {
     return out;
   }
 
+  // spec.inference: what the `inference` handler serves and how it batches. Written into the
+  // handler's environment (function_spec.h names the variables).
+  void ParseInference(const YAML::Node& n, const std::string& function, HandlerSpec* out) {
+    ExpectMap(n, "spec.inference");
+    CheckKeys(n, "spec.inference",
+              {"modelName", "source", "device", "precision", "threads", "maxBatchSize",
+               "maxQueueDelay"});
+    std::string model = function;
+    if (const YAML::Node m = n["modelName"]) {
+      model = String(m, "spec.inference.modelName");
+      CheckDnsLabel(model, "spec.inference.modelName", m);
+    }
+    const YAML::Node src = Required(n, "source", "spec.inference");
+    ExpectMap(src, "spec.inference.source");
+    CheckKeys(src, "spec.inference.source", {"flJob", "onnx"});
+    const YAML::Node job = src["flJob"];
+    const YAML::Node onnx = src["onnx"];
+    if (static_cast<bool>(job) == static_cast<bool>(onnx)) {
+      Fail("spec.inference.source", "set exactly one of flJob or onnx", src);
+    }
+    if (job) {
+      const std::string name = String(job, "spec.inference.source.flJob");
+      CheckDnsLabel(name, "spec.inference.source.flJob", job);
+      out->env[kInferFlJobEnv] = name;
+    } else {
+      const std::string path = String(onnx, "spec.inference.source.onnx");
+      if (path.empty() || path[0] != '/') {
+        Fail("spec.inference.source.onnx", "must be an absolute path, got " + Quote(path), onnx);
+      }
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(path, ec)) {
+        Fail("spec.inference.source.onnx", "no such file on this node: " + path, onnx);
+      }
+      out->env[kInferOnnxEnv] = path;
+    }
+    auto one_of = [&](const char* key, std::initializer_list<std::string_view> values,
+                      const char* fallback) {
+      const YAML::Node v = n[key];
+      if (!v) return std::string(fallback);
+      const std::string path = std::string("spec.inference.") + key;
+      const std::string s = String(v, path);
+      if (std::find(values.begin(), values.end(), s) == values.end()) {
+        std::string names;
+        for (std::string_view x : values) names += (names.empty() ? "" : " | ") + std::string(x);
+        Fail(path, "must be " + names + ", got " + Quote(s), v);
+      }
+      return s;
+    };
+    out->env[kInferModelEnv] = model;
+    out->env[kInferDeviceEnv] = one_of("device", {"auto", "cpu", "cuda"}, "auto");
+    out->env[kInferPrecisionEnv] = one_of("precision", {"fp32", "fp16", "bf16"}, "fp32");
+    if (const YAML::Node t = n["threads"]) {  // 0 (the default): every core
+      out->env[kInferThreadsEnv] = std::to_string(Integer(t, "spec.inference.threads", 0, 1024));
+    }
+    int64_t max_batch = kDefaultInferMaxBatch;
+    if (const YAML::Node b = n["maxBatchSize"]) {
+      max_batch = Integer(b, "spec.inference.maxBatchSize", 1, kMaxInferBatch);
+    }
+    out->env[kInferMaxBatchEnv] = std::to_string(max_batch);
+    double delay_s = kDefaultInferMaxQueueDelayS;
+    if (const YAML::Node d = n["maxQueueDelay"]) {
+      if (!ParseDuration(String(d, "spec.inference.maxQueueDelay"), &delay_s) || delay_s < 0) {
+        Fail("spec.inference.maxQueueDelay",
+             "must be a duration like 500us, 2ms or 0 (no waiting), got " + Quote(d.Scalar()), d);
+      }
+      if (delay_s > 1.0) {
+        Fail("spec.inference.maxQueueDelay", "must be at most 1s, got " + d.Scalar(), d);
+      }
+    }
+    out->env[kInferMaxDelayEnv] = std::to_string(static_cast<int64_t>(delay_s * 1e6 + 0.5));
+  }
+
   void ParseHandler(const YAML::Node& h, HandlerSpec* out) {
+    if (h.IsScalar()) {  // `handler: echo` is short for `handler: {builtin: echo}`
+      out->builtin = h.Scalar();
+      CheckBuiltin(out->builtin, "spec.handler", h);
+      return;
+    }
     ExpectMap(h, "spec.handler");
     CheckKeys(h, "spec.handler", {"builtin", "library", "symbol", "env"});
     const YAML::Node builtin = h["builtin"];
@@ -579,17 +667,7 @@ class DocumentParser {
     }
     if (builtin) {
       out->builtin = String(builtin, "spec.handler.builtin");
-      bool known = false;
-      std::string names;
-      for (const char* b : kBuiltinHandlers) {
-        known = known || out->builtin == b;
-        names += (names.empty() ? "" : ", ") + std::string(b);
-      }
-      if (!known) {
-        Fail("spec.handler.builtin",
-             "unknown built-in handler " + Quote(out->builtin) + " (one of: " + names + ")",
-             builtin);
-      }
+      CheckBuiltin(out->builtin, "spec.handler.builtin", builtin);
       if (const YAML::Node sym = h["symbol"]) {
         Fail("spec.handler.symbol", "only applies to spec.handler.library", sym);
       }
@@ -618,6 +696,19 @@ class DocumentParser {
                "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", it->first);
         }
       }
+    }
+  }
+
+  void CheckBuiltin(const std::string& name, const std::string& path,
+                    const YAML::Node& node) const {
+    bool known = false;
+    std::string names;
+    for (const char* b : kBuiltinHandlers) {
+      known = known || name == b;
+      names += (names.empty() ? "" : ", ") + std::string(b);
+    }
+    if (!known) {
+      Fail(path, "unknown built-in handler " + Quote(name) + " (one of: " + names + ")", node);
     }
   }
 
@@ -659,6 +750,8 @@ bool ParseDuration(std::string_view text, double* seconds) {
     *seconds = n;
   } else if (unit == "ms") {
     *seconds = n / 1000;
+  } else if (unit == "us") {
+    *seconds = n / 1e6;
   } else if (unit == "m") {
     *seconds = n * 60;
   } else if (unit == "h") {

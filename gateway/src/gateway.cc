@@ -188,7 +188,9 @@ class Connection {
 
  private:
   enum class State { kHeaders, kBody, kBusy, kClosing };
-  enum class Route { kNone, kFunction, kControl, kMetrics, kHealthz, kReadyz, kError };
+  enum class Route {
+    kNone, kFunction, kControl, kMetrics, kHealthz, kReadyz, kV2Server, kV2Live, kV2Ready, kError
+  };
 
   static void OnAlloc(uv_handle_t* h, size_t, uv_buf_t* buf);
   static void OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
@@ -238,6 +240,7 @@ class Connection {
   std::string header_field_, header_value_;
   bool header_in_value_ = false;
   std::string content_type_;
+  std::string inference_header_length_;  // OIP binary extension: Inference-Header-Content-Length
   bool expect_continue_ = false;
   Route route_ = Route::kNone;
   std::string function_name_, sub_path_, query_, path_;
@@ -361,6 +364,7 @@ int Connection::OnMessageBegin(http_parser* p) {
   c->header_value_.clear();
   c->header_in_value_ = false;
   c->content_type_.clear();
+  c->inference_header_length_.clear();
   c->expect_continue_ = false;
   c->route_ = Route::kNone;
   c->fn_.reset();
@@ -385,6 +389,8 @@ void Connection::FinishHeader() {
   if (header_field_.empty()) return;
   if (strcasecmp(header_field_.c_str(), "content-type") == 0) {
     content_type_ = header_value_.substr(0, 255);
+  } else if (strcasecmp(header_field_.c_str(), "inference-header-content-length") == 0) {
+    inference_header_length_ = header_value_.substr(0, 20);
   } else if (strcasecmp(header_field_.c_str(), "expect") == 0 &&
              strcasecmp(header_value_.c_str(), "100-continue") == 0) {
     expect_continue_ = true;
@@ -444,12 +450,27 @@ int Connection::RouteRequest() {
   const bool fl_update = fl != nullptr && parser_.method == HTTP_POST &&
                          path_.rfind("/v1/jobs/", 0) == 0 && path_.size() > 17 &&
                          path_.compare(path_.size() - 8, 8, "/updates") == 0;
-  if (path_.rfind("/fn/", 0) == 0 || fl_update) {
+  // Open Inference Protocol: /v2/models/{model}[/versions/{v}][/infer|/ready] goes to the
+  // function serving that model, exactly like /fn/{function}[/sub/path].
+  const bool oip_model = path_.rfind("/v2/models/", 0) == 0;
+  if (oip_model) {
+    const auto slash = path_.find('/', 11);
+    const std::string model =
+        path_.substr(11, slash == std::string::npos ? std::string::npos : slash - 11);
+    sub_path_ = slash == std::string::npos ? "" : path_.substr(slash);
+    fn_ = model.empty() ? nullptr : loop_.gw().functions_.FindModel(model);
+    if (!fn_ || fn_->retired.load(std::memory_order_relaxed)) {
+      fn_.reset();
+      return reject(404, "model '" + model + "' not found");
+    }
+    function_name_ = fn_->spec.name;
+  }
+  if (path_.rfind("/fn/", 0) == 0 || fl_update || oip_model) {
     if (fl_update) {
       fl_job_ = path_.substr(9, path_.size() - 8 - 9);
       function_name_ = fl->LeafFunction(fl_job_);
       sub_path_.clear();
-    } else {
+    } else if (!oip_model) {
       const auto slash = path_.find('/', 4);
       function_name_ = path_.substr(4, slash == std::string::npos ? std::string::npos : slash - 4);
       sub_path_ = slash == std::string::npos ? "" : path_.substr(slash);
@@ -458,13 +479,18 @@ int Connection::RouteRequest() {
         return reject(404, "function '" + function_name_ + "' not found");
       }
     }
-    fn_ = loop_.gw().functions_.Find(function_name_);
+    if (!oip_model) fn_ = loop_.gw().functions_.Find(function_name_);
     if (!fn_ || fn_->retired.load(std::memory_order_relaxed)) {
       fn_.reset();
       return reject(404, fl_update ? "FL job '" + fl_job_ + "' not found"
                                    : "function '" + function_name_ + "' not found");
     }
     route_ = Route::kFunction;
+    // The OIP binary extension's header length reaches the handler in the query.
+    if (!inference_header_length_.empty()) {
+      query_ += (query_.empty() ? "" : "&");
+      query_ += "inference_header_content_length=" + inference_header_length_;
+    }
     body_limit_ = fn_->spec.max_body_bytes ? fn_->spec.max_body_bytes : cfg.max_body_bytes;
     if (content_length > body_limit_) {
       return reject(413, "request body of " + std::to_string(content_length) +
@@ -505,7 +531,10 @@ int Connection::RouteRequest() {
     }
     return 0;
   }
-  if (path_ == "/metrics") route_ = Route::kMetrics;
+  if (path_ == "/v2" || path_ == "/v2/") route_ = Route::kV2Server;
+  else if (path_ == "/v2/health/live") route_ = Route::kV2Live;
+  else if (path_ == "/v2/health/ready") route_ = Route::kV2Ready;
+  else if (path_ == "/metrics") route_ = Route::kMetrics;
   else if (path_ == "/healthz") route_ = Route::kHealthz;
   else if (path_ == "/readyz") route_ = Route::kReadyz;
   else return reject(404, "no route for " + path_);
@@ -627,6 +656,21 @@ void Connection::HandleRequest() {
       WriteReply(ready ? 200 : 503, "text/plain", ready ? "ready\n" : "not ready\n");
       return;
     }
+    case Route::kV2Server:
+      WriteReply(200, "application/json",
+                 "{\"name\":\"shoal\",\"version\":\"" SHOAL_VERSION_STRING
+                 "\",\"extensions\":[\"binary_tensor_data\"]}\n");
+      return;
+    case Route::kV2Live:
+      WriteReply(200, "application/json", "{\"live\":true}\n");
+      return;
+    case Route::kV2Ready: {
+      auto& hooks = loop_.gw().hooks_;
+      const bool ready = !hooks.ready || hooks.ready();
+      WriteReply(ready ? 200 : 503, "application/json",
+                 ready ? "{\"ready\":true}\n" : "{\"ready\":false}\n");
+      return;
+    }
     case Route::kError:
       WriteError(error_status_, error_message_, error_retry_after_);
       return;
@@ -703,10 +747,23 @@ void Connection::WriteFunctionResponse(const EventDescriptor& d,
   resp_head_ += ' ';
   resp_head_ += HttpReason(status);
   resp_head_ += "\r\nContent-Type: ";
-  resp_head_.append(v.content_type.empty() ? std::string_view("application/octet-stream")
-                                           : v.content_type);
+  std::string_view content_type =
+      v.content_type.empty() ? std::string_view("application/octet-stream") : v.content_type;
+  // An inference handler answering with the OIP binary extension names the JSON header's length
+  // as a content-type parameter; HTTP clients expect it as its own header.
+  static constexpr std::string_view kInferHeader = "; inference-header-content-length=";
+  std::string_view infer_header_length;
+  if (const auto p = content_type.find(kInferHeader); p != std::string_view::npos) {
+    infer_header_length = content_type.substr(p + kInferHeader.size());
+    content_type = content_type.substr(0, p);
+  }
+  resp_head_.append(content_type);
   resp_head_ += "\r\nContent-Length: ";
   resp_head_ += std::to_string(v.body.size());
+  if (!infer_header_length.empty()) {
+    resp_head_ += "\r\nInference-Header-Content-Length: ";
+    resp_head_.append(infer_header_length);
+  }
   resp_head_ += keep_alive_ && !close_after_ ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n";
   // The body goes from the pool to the socket: no copy in user space.
   resp_buffer_ = d.offset;

@@ -98,9 +98,19 @@ class SleepHandler final : public Handler {
 }  // namespace
 
 Result<std::unique_ptr<Handler>> CreateFlLeafHandler();  // fl_leaf_handler.cc
+#ifdef SHOAL_WITH_INFERENCE
+Result<std::unique_ptr<Handler>> CreateInferenceHandler();  // inference_handler.cc
+#endif
 
 Result<std::unique_ptr<Handler>> CreateBuiltinHandler(std::string_view name) {
   if (name == "fl-leaf") return CreateFlLeafHandler();
+  if (name == "inference") {
+#ifdef SHOAL_WITH_INFERENCE
+    return CreateInferenceHandler();
+#else
+    return Unavailable("this shoal-fn was built without the inference library");
+#endif
+  }
   if (name == "echo") return std::unique_ptr<Handler>(new EchoHandler);
   if (name == "sha256") return std::unique_ptr<Handler>(new Sha256Handler);
   if (name == "wordcount") return std::unique_ptr<Handler>(new WordCountHandler);

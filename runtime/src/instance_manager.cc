@@ -463,6 +463,7 @@ Status InstanceManager::Spawn(FunctionState& f, bool prewarm) {
       "SHOAL_HANDLER=" + handler,
       "SHOAL_CONCURRENCY=" + std::to_string(spec.concurrency),
       "SHOAL_LOG_LEVEL=" + config_.log_level,
+      "SHOAL_GATEWAY=" + gateway_url_,
       std::string("PATH=") + (getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin"),
   };
   for (const auto& [k, v] : spec.handler.env) env.push_back(k + "=" + v);

@@ -121,6 +121,26 @@ TEST_F(ControlApiTest, DeployCreatesThenConfigures) {
   EXPECT_EQ(Body(mixed)["functions"][1]["action"], "created");
 }
 
+TEST_F(ControlApiTest, OneFunctionPerInferenceModelName) {
+  auto infer = [](const std::string& name, const std::string& model) {
+    return "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: " + name +
+           "\nspec:\n  handler: inference\n  inference:\n    modelName: " + model +
+           "\n    source: {flJob: j}\n";
+  };
+  ASSERT_EQ(Call("POST", "/v1/functions", infer("a", "m")).status, 201);
+  auto clash = Call("POST", "/v1/functions", infer("b", "m"));
+  EXPECT_EQ(clash.status, 409);
+  EXPECT_EQ(Body(clash)["error"],
+            "spec.inference.modelName: model 'm' is already served by function 'a'");
+  EXPECT_EQ(Call("POST", "/v1/functions", infer("b", "n") + "---\n" + infer("c", "n")).status,
+            409);
+  // A redeploy of the same function keeps or renames its own model.
+  EXPECT_EQ(Call("POST", "/v1/functions", infer("a", "m")).status, 200);
+  EXPECT_EQ(Call("POST", "/v1/functions", infer("a", "m2")).status, 200);
+  EXPECT_EQ(Call("POST", "/v1/functions", infer("b", "m")).status, 201);
+  EXPECT_EQ(reg_->List().size(), 2u);
+}
+
 TEST_F(ControlApiTest, BadManifestIs400WithTheParsersMessage) {
   auto r = Call("POST", "/v1/functions", Fn("a", "  scale: {min: 2, max: 1}\n"));
   EXPECT_EQ(r.status, 400);

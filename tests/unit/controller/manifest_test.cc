@@ -305,7 +305,7 @@ TEST(ManifestTest, HandlerErrors) {
                            "  handler:\n";
   EXPECT_EQ(ErrorOf(head + "    builtin: nonesuch\n"),
             "spec.handler.builtin: unknown built-in handler \"nonesuch\" (one of: echo, sha256, "
-            "wordcount, sleep) (line 6)");
+            "wordcount, sleep, inference) (line 6)");
   EXPECT_EQ(ErrorOf(head + "    builtin: echo\n    library: /bin/sh\n"),
             "spec.handler: set exactly one of builtin or library (line 6)");
   EXPECT_EQ(ErrorOf(head + "    env: {A: b}\n"),
@@ -415,6 +415,96 @@ TEST(ManifestTest, DurationsAreCappedAndTextMustBeUtf8) {
                                                 std::to_string(base.size() + 5) + ", line " +
                                                 std::to_string(lines + 1) + ")");
   EXPECT_TRUE(ParseFunctionManifests(Minimal() + "# caf\xc3\xa9 \xe2\x9c\x93\n", Defaults()).ok());
+}
+
+}  // namespace
+}  // namespace shoal
+
+namespace shoal {
+namespace {
+
+std::string InferManifest(const std::string& inference, const std::string& handler = "inference") {
+  return "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: fmnist-infer}\nspec:\n"
+         "  handler: " + handler + "\n  concurrency: 64\n" + inference;
+}
+
+TEST(ManifestTest, InferenceFunction) {
+  auto r = ParseFunctionManifests(
+      InferManifest("  inference:\n    modelName: fmnist\n    source: {flJob: fmnist}\n"
+                    "    device: cpu\n    precision: bf16\n    threads: 2\n    maxBatchSize: 16\n"
+                    "    maxQueueDelay: 500us\n"),
+      Defaults());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const FunctionSpec& s = (*r)[0];
+  EXPECT_EQ(s.handler.builtin, "inference");
+  EXPECT_EQ(s.concurrency, 64u);
+  EXPECT_EQ(s.handler.env.at(kInferModelEnv), "fmnist");
+  EXPECT_EQ(s.handler.env.at(kInferFlJobEnv), "fmnist");
+  EXPECT_EQ(s.handler.env.count(kInferOnnxEnv), 0u);
+  EXPECT_EQ(s.handler.env.at(kInferDeviceEnv), "cpu");
+  EXPECT_EQ(s.handler.env.at(kInferPrecisionEnv), "bf16");
+  EXPECT_EQ(s.handler.env.at(kInferMaxBatchEnv), "16");
+  EXPECT_EQ(s.handler.env.at(kInferThreadsEnv), "2");
+  EXPECT_EQ(s.handler.env.at(kInferMaxDelayEnv), "500");
+  EXPECT_EQ(InferenceModelName(s), "fmnist");
+
+  // Defaults: the model is named after the function; auto device, fp32, 32 rows, 2 ms.
+  auto d = ParseFunctionManifests(
+      InferManifest("  inference:\n    source: {flJob: fmnist}\n", "{builtin: inference}"),
+      Defaults());
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(InferenceModelName((*d)[0]), "fmnist-infer");
+  EXPECT_EQ((*d)[0].handler.env.at(kInferDeviceEnv), "auto");
+  EXPECT_EQ((*d)[0].handler.env.at(kInferPrecisionEnv), "fp32");
+  EXPECT_EQ((*d)[0].handler.env.at(kInferMaxBatchEnv), "32");
+  EXPECT_EQ((*d)[0].handler.env.at(kInferMaxDelayEnv), "2000");
+
+  // The shipped example parses.
+  std::ifstream f(std::string(SHOAL_SOURCE_DIR) + "/deploy/examples/infer-fmnist.yaml");
+  std::stringstream text;
+  text << f.rdbuf();
+  auto ex = ParseFunctionManifests(text.str(), Defaults());
+  ASSERT_TRUE(ex.ok()) << ex.status().ToString();
+  EXPECT_EQ(InferenceModelName((*ex)[0]), "fmnist");
+}
+
+TEST(ManifestTest, InferenceErrorsNameTheField) {
+  EXPECT_EQ(ErrorOf(InferManifest("")),
+            "spec.inference: required for handler inference (at least source: {flJob: JOB} or "
+            "{onnx: /path}) (line 5)");
+  EXPECT_EQ(ErrorOf(InferManifest("  inference: {source: {flJob: a}}\n", "echo")),
+            "spec.inference: only applies to handler: inference (line 7)");
+  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    device: cpu\n")),
+            "spec.inference.source: required");
+  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    source: {flJob: a, onnx: /x.onnx}\n")),
+            "spec.inference.source: set exactly one of flJob or onnx (line 8)");
+  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    source: {onnx: model.onnx}\n")),
+            "spec.inference.source.onnx: must be an absolute path, got \"model.onnx\" (line 8)");
+  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    source: {onnx: /no/such.onnx}\n")),
+            "spec.inference.source.onnx: no such file on this node: /no/such.onnx (line 8)");
+  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    source: {flJob: a}\n    device: tpu\n")),
+            "spec.inference.device: must be auto | cpu | cuda, got \"tpu\" (line 9)");
+  EXPECT_EQ(
+      ErrorOf(InferManifest("  inference:\n    source: {flJob: a}\n    precision: int8\n")),
+      "spec.inference.precision: must be fp32 | fp16 | bf16, got \"int8\" (line 9)");
+  EXPECT_EQ(
+      ErrorOf(InferManifest("  inference:\n    source: {flJob: a}\n    maxBatchSize: 0\n")),
+      "spec.inference.maxBatchSize: must be between 1 and 4096, got 0 (line 9)");
+  EXPECT_EQ(
+      ErrorOf(InferManifest("  inference:\n    source: {flJob: a}\n    maxQueueDelay: 2s\n")),
+      "spec.inference.maxQueueDelay: must be at most 1s, got 2s (line 9)");
+  EXPECT_EQ(
+      ErrorOf(InferManifest("  inference:\n    source: {flJob: a}\n    maxQueueDelay: soon\n")),
+      "spec.inference.maxQueueDelay: must be a duration like 500us, 2ms or 0 (no waiting), got "
+      "\"soon\" (line 9)");
+  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    source: {flJob: a}\n    batch: 3\n")),
+            "spec.inference.batch: unknown field (line 9)");
+  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    modelName: Bad_Name\n    source: {flJob: a}\n")),
+            "spec.inference.modelName: must be a DNS label (lower-case letters, digits and '-', "
+            "starting and ending with a letter or digit, at most 63 characters), got "
+            "\"Bad_Name\" (line 8)");
+  EXPECT_TRUE(ErrorOf(InferManifest("", "onnx")).starts_with(
+      "spec.handler: unknown built-in handler \"onnx\""));
 }
 
 }  // namespace

@@ -17,7 +17,19 @@ struct HandlerSpec {
 };
 
 // Built-in handlers that shoal-fn ships (runtime/handlers); a manifest naming another is refused.
-inline constexpr const char* kBuiltinHandlers[] = {"echo", "sha256", "wordcount", "sleep"};
+inline constexpr const char* kBuiltinHandlers[] = {"echo", "sha256", "wordcount", "sleep",
+                                                   "inference"};
+
+// The `inference` handler's settings (the manifest's spec.inference block) travel to its
+// instances as handler environment, like every other handler setting.
+inline constexpr const char* kInferModelEnv = "SHOAL_INFER_MODEL";          // OIP model name
+inline constexpr const char* kInferFlJobEnv = "SHOAL_INFER_FL_JOB";         // source: FL job
+inline constexpr const char* kInferOnnxEnv = "SHOAL_INFER_ONNX";            // source: .onnx
+inline constexpr const char* kInferDeviceEnv = "SHOAL_INFER_DEVICE";        // auto|cpu|cuda
+inline constexpr const char* kInferPrecisionEnv = "SHOAL_INFER_PRECISION";  // fp32|fp16|bf16
+inline constexpr const char* kInferThreadsEnv = "SHOAL_INFER_THREADS";      // CPU threads, 0 = all
+inline constexpr const char* kInferMaxBatchEnv = "SHOAL_INFER_MAX_BATCH";
+inline constexpr const char* kInferMaxDelayEnv = "SHOAL_INFER_MAX_DELAY_US";
 
 // The manifest's `autoscaling:` block (policy "none": shoald's reactive scaler). Parameters are
 // checked against shoal/autoscaler/function_autoscaler.h when the manifest is parsed.
@@ -49,5 +61,13 @@ struct FunctionSpec {
   int64_t created_unix_ms = 0;   // first deploy of this name (set by the registry)
   int64_t updated_unix_ms = 0;   // latest deploy
 };
+
+// The Open Inference Protocol model name a function serves under /v2/models/{name}; empty for
+// functions that are not `inference` handlers.
+inline std::string InferenceModelName(const FunctionSpec& spec) {
+  if (spec.handler.builtin != "inference") return {};
+  auto it = spec.handler.env.find(kInferModelEnv);
+  return it == spec.handler.env.end() ? spec.name : it->second;
+}
 
 }  // namespace shoal

@@ -19,6 +19,9 @@ namespace shoal {
 inline constexpr std::string_view kFunctionApiVersion = "shoal.dev/v1";
 inline constexpr uint32_t kMaxConcurrency = 1024;  // per instance
 inline constexpr uint32_t kMaxScale = 63;          // instances per function on one node
+inline constexpr int64_t kMaxInferBatch = 4096;           // spec.inference.maxBatchSize
+inline constexpr int64_t kDefaultInferMaxBatch = 32;
+inline constexpr double kDefaultInferMaxQueueDelayS = 0.002;  // spec.inference.maxQueueDelay
 inline constexpr double kMaxDurationSeconds = 7 * 24 * 3600.0;  // timeout, keepAlive, deadlines
 
 // FL algorithms an FLJob may name (spec.algorithm.name).
@@ -55,7 +58,7 @@ Result<Manifests> ParseManifests(std::string_view yaml, const NodeConfig& defaul
 Result<std::vector<FlJobSpec>> ParseFlJobManifests(std::string_view yaml);
 
 // Small value parsers shared with the CLI and tests. Each returns false on malformed input.
-// "250ms", "30s", "2m", "1h", "1.5" (seconds).
+// "500us", "250ms", "30s", "2m", "1h", "1.5" (seconds).
 bool ParseDuration(std::string_view text, double* seconds);
 // "1024", "64Ki", "1.5Gi", "2M" (K/M/G/T decimal, Ki/Mi/Gi/Ti binary).
 bool ParseQuantity(std::string_view text, uint64_t* bytes);

@@ -52,12 +52,21 @@ class FunctionTable {
     auto it = by_name_.find(name);
     return it == by_name_.end() ? nullptr : it->second;
   }
+  // The function serving an Open Inference Protocol model name (/v2/models/{model}).
+  std::shared_ptr<FunctionRuntime> FindModel(std::string_view model) const {
+    std::shared_lock lock(mu_);
+    auto it = by_model_.find(model);
+    return it == by_model_.end() ? nullptr : it->second;
+  }
   void Set(const std::string& name, std::shared_ptr<FunctionRuntime> fn) {
     std::unique_lock lock(mu_);
+    EraseModelsOf(name);
+    if (std::string model = InferenceModelName(fn->spec); !model.empty()) by_model_[model] = fn;
     by_name_[name] = std::move(fn);
   }
   void Erase(const std::string& name) {
     std::unique_lock lock(mu_);
+    EraseModelsOf(name);
     by_name_.erase(name);
   }
   std::vector<std::shared_ptr<FunctionRuntime>> All() const {
@@ -68,8 +77,13 @@ class FunctionTable {
   }
 
  private:
+  void EraseModelsOf(const std::string& name) {
+    std::erase_if(by_model_, [&](const auto& kv) { return kv.second->spec.name == name; });
+  }
+
   mutable std::shared_mutex mu_;
   std::map<std::string, std::shared_ptr<FunctionRuntime>, std::less<>> by_name_;
+  std::map<std::string, std::shared_ptr<FunctionRuntime>, std::less<>> by_model_;
 };
 
 // Implemented by the gateway; the instance manager calls it from its own thread.

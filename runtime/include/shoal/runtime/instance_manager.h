@@ -41,6 +41,10 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   // Stops every instance (SIGTERM, then SIGKILL after `grace_s`) and closes the handles.
   void Stop(double grace_s = 3.0);
 
+  // The gateway's URL, given to instances as SHOAL_GATEWAY (inference handlers fetch FL models
+  // from it). Set once the gateway listens, before the loop runs.
+  void SetGatewayUrl(std::string url) { gateway_url_ = std::move(url); }
+
   // ScaleSignal: requests are queueing; reconcile now (scale from zero).
   void Poke() override;
 
@@ -71,6 +75,7 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   void Retire(FunctionState& f, const char* why);
   void AppendLog(Instance& inst, const char* data, size_t len);
   Result<ShmPool*> PoolFor(const std::string& tenant);
+  std::string gateway_url_;
   std::string LogPath(const std::string& function) const;
 
   const NodeConfig& config_;

@@ -90,6 +90,15 @@ Status GpuFolder::RegisterHost(void* base, size_t bytes) {
   return {};
 }
 
+Status GpuFolder::UnregisterHost() {
+  if (registered_base_ == nullptr) return {};
+  SHOAL_RETURN_IF_ERROR(Synchronize());
+  void* base = registered_base_;
+  registered_base_ = nullptr;
+  SHOAL_CUDA_TRY(cudaHostUnregister(base));
+  return {};
+}
+
 Status GpuFolder::FoldHostChunk(float* acc, const std::byte* x, DType dtype, size_t n, float w) {
   Slot& slot = slots_[next_slot_++ % num_slots_];
   const size_t es = DTypeSize(dtype);

@@ -61,6 +61,8 @@ class GpuFolder {
   // once. Costs about 0.9 s per GiB on an H100 host, so never per update. Unregistered when the
   // folder is destroyed. Unpinned memory works too, but its copies do not overlap the kernel.
   Status RegisterHost(void* base, size_t bytes);
+  // Waits for pending work, then unpins what RegisterHost pinned (no-op when nothing is).
+  Status UnregisterHost();
   bool registered() const { return registered_base_ != nullptr; }
 
   // The leaf's path: acc and x both in host memory (the pool's partial sum and the update).

@@ -1,5 +1,6 @@
 #include "shoal/common/status.h"
 
+#include <cerrno>
 #include <cstring>
 
 namespace shoal {

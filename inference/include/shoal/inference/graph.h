@@ -78,8 +78,14 @@ struct Graph {
   Status SetWeights(const std::map<std::string, std::vector<float>, std::less<>>& weights);
 };
 
-// Folds every BatchNormalization that follows a Conv (or Gemm) into that node's weights and
-// bias and removes it. Done at load, before an executor sees the graph.
+// Folds every BatchNormalization that follows a Conv (or a Gemm with a constant B) into that
+// node's weights and bias and removes it. Done at load, before an executor sees the graph. The
+// folded weights are renamed "<name>.bn_folded": their values are no longer the model's, so
+// SetWeights on a folded graph refuses the old names (set weights, then fold a fresh copy).
 Status FoldBatchNorm(Graph& graph);
+inline constexpr char kFoldedSuffix[] = ".bn_folded";
+
+// "[1,3,224,224]"
+std::string ShapeToString(const std::vector<int64_t>& shape);
 
 }  // namespace shoal::inference

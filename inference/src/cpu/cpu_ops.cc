@@ -1,0 +1,273 @@
+// Each operator as oneDNN primitives. Layouts: convolutions and pools pick theirs (format_tag
+// any; usually channel-blocked), reorders are inserted only where a consumer needs another
+// (Lowering::Ensure); Gemm/MatMul/Softmax/Flatten work on plain row-major tensors.
+#include <string>
+
+#include "cpu_lowering.h"
+#include "shape_inference.h"
+
+namespace shoal::inference::cpu {
+namespace {
+
+using dnnl::algorithm;
+using dnnl::prop_kind;
+
+std::string Label(const Node& n) {
+  return "node '" + n.name + "' (" + std::string(OpTypeName(n.op)) + ")";
+}
+
+dnnl::primitive_attr Attr(bool relu) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (relu) {
+    dnnl::post_ops po;
+    po.append_eltwise(1.0f, algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(po);
+  }
+  return attr;
+}
+
+Status NeedConstant(const Lowering& L, const Node& n, size_t i, const char* what) {
+  if (i < n.inputs.size() && !n.inputs[i].empty() && !L.IsConstant(n.inputs[i])) {
+    return InvalidArgument(Label(n) + ": " + what + " '" + n.inputs[i] +
+                           "' must be an initializer (constant) for the CPU executor");
+  }
+  return {};
+}
+
+bool Has(const Node& n, size_t i) { return i < n.inputs.size() && !n.inputs[i].empty(); }
+
+Status LowerConv(Lowering& L, const Node& n, bool relu) {
+  SHOAL_RETURN_IF_ERROR(NeedConstant(L, n, 1, "weights"));
+  SHOAL_RETURN_IF_ERROR(NeedConstant(L, n, 2, "bias"));
+  const auto& x = L.Shape(n.inputs[0]);
+  const auto& w = L.Shape(n.inputs[1]);
+  const auto& y = L.Shape(n.outputs[0]);
+  auto win = ReadWindow(n, {w[2], w[3]});
+  if (!win.ok()) return win.status();
+  const int64_t g = win->group;
+  const dims wdims = g == 1 ? dims{w[0], w[1], w[2], w[3]} : dims{g, w[0] / g, w[1], w[2], w[3]};
+  const dnnl::memory::desc src_any(ToDims(x), L.compute(), tag::any);
+  const dnnl::memory::desc w_any(wdims, L.compute(), tag::any);
+  const dnnl::memory::desc b_md({w[0]}, dt::f32, tag::a);
+  const dnnl::memory::desc dst_any(ToDims(y), L.compute(), tag::any);
+  const dims strides{win->strides[0], win->strides[1]};
+  const dims dil{win->dilations[0] - 1, win->dilations[1] - 1};  // oneDNN counts extra gaps
+  const dims pl{win->pad_begin[0], win->pad_begin[1]}, pr{win->pad_end[0], win->pad_end[1]};
+  const bool bias = Has(n, 2);
+  auto desc = bias ? dnnl::convolution_forward::desc(prop_kind::forward_inference,
+                                                     algorithm::convolution_direct, src_any, w_any,
+                                                     b_md, dst_any, strides, dil, pl, pr)
+                   : dnnl::convolution_forward::desc(prop_kind::forward_inference,
+                                                     algorithm::convolution_direct, src_any, w_any,
+                                                     dst_any, strides, dil, pl, pr);
+  dnnl::convolution_forward::primitive_desc pd(desc, Attr(relu), L.engine());
+  const int src = L.Ensure(n.inputs[0], pd.src_desc());
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, L.Mem(src)},
+      {DNNL_ARG_WEIGHTS,
+       L.Weights(n.inputs[1], {wdims, dt::f32, g == 1 ? tag::abcd : tag::abcde}, pd.weights_desc())}};
+  if (bias) args[DNNL_ARG_BIAS] = L.Weights(n.inputs[2], b_md, pd.bias_desc());
+  const int dst = L.NewValue(pd.dst_desc());
+  args[DNNL_ARG_DST] = L.Mem(dst);
+  L.AddStep(dnnl::convolution_forward(pd), std::move(args), {src}, pd);
+  L.Bind(n.outputs[0], dst);
+  return {};
+}
+
+// Gemm (A runtime, B constant) and 2-D MatMul as one matmul primitive; alpha and beta are folded
+// into the constant B and C when their layouts are converted.
+Status LowerMatMul(Lowering& L, const Node& n, bool relu) {
+  SHOAL_RETURN_IF_ERROR(NeedConstant(L, n, 1, "B"));
+  const bool gemm = n.op == OpType::kGemm;
+  if (gemm) SHOAL_RETURN_IF_ERROR(NeedConstant(L, n, 2, "C"));
+  if (gemm && n.IntAttr("transA", 0) != 0) {
+    return InvalidArgument(Label(n) + ": transA=1 would move the batch; not supported");
+  }
+  const auto& a = L.Shape(n.inputs[0]);
+  const auto& y = L.Shape(n.outputs[0]);
+  if (a.size() != 2) return InvalidArgument(Label(n) + ": the CPU executor supports 2-D A only");
+  const bool tb = gemm && n.IntAttr("transB", 0) != 0;
+  const int64_t k = a[1], cols = y[1];
+  const dnnl::memory::desc src_md({a[0], k}, L.compute(), tag::ab);
+  const dnnl::memory::desc w_any({k, cols}, L.compute(), tag::any);
+  const dnnl::memory::desc dst_md({y[0], cols}, L.compute(), tag::ab);
+  const dnnl::memory::desc b_md({1, cols}, dt::f32, tag::ab);
+  const bool bias = gemm && Has(n, 2);
+  if (bias) {
+    const auto& c = L.Shape(n.inputs[2]);
+    int64_t numel = 1;
+    for (int64_t d : c) numel *= d;
+    if (numel != cols || (c.size() == 2 && c[0] != 1)) {
+      return InvalidArgument(Label(n) + ": C '" + n.inputs[2] + "' must be a per-column bias ([" +
+                             std::to_string(cols) + "] or [1," + std::to_string(cols) + "])");
+    }
+  }
+  auto desc = bias ? dnnl::matmul::desc(src_md, w_any, b_md, dst_md)
+                   : dnnl::matmul::desc(src_md, w_any, dst_md);
+  dnnl::matmul::primitive_desc pd(desc, Attr(relu), L.engine());
+  const int src = L.Ensure(n.inputs[0], pd.src_desc());
+  // B as stored: [K,N] row-major, or [N,K] (transB) which is [K,N] column-major.
+  const dnnl::memory::desc b_plain({k, cols}, dt::f32, tb ? tag::ba : tag::ab);
+  const float alpha = gemm ? n.FloatAttr("alpha", 1.0f) : 1.0f;
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, L.Mem(src)},
+      {DNNL_ARG_WEIGHTS, L.Weights(n.inputs[1], b_plain, pd.weights_desc(), alpha)}};
+  if (bias) {
+    args[DNNL_ARG_BIAS] = L.Weights(n.inputs[2], b_md, pd.bias_desc(), n.FloatAttr("beta", 1.0f));
+  }
+  const int dst = L.NewValue(pd.dst_desc());
+  args[DNNL_ARG_DST] = L.Mem(dst);
+  L.AddStep(dnnl::matmul(pd), std::move(args), {src}, pd);
+  L.Bind(n.outputs[0], dst);
+  return {};
+}
+
+Status LowerAdd(Lowering& L, const Node& n, bool relu) {
+  std::string x = n.inputs[0], other = n.inputs[1];
+  if (L.IsConstant(x)) std::swap(x, other);
+  if (L.IsConstant(x)) return InvalidArgument(Label(n) + ": both inputs are constants");
+  const auto& y = L.Shape(n.outputs[0]);
+  if (L.Shape(x) != y) {
+    return InvalidArgument(Label(n) + ": input '" + x + "' " + ShapeToString(L.Shape(x)) +
+                           " would be broadcast to " + ShapeToString(y) +
+                           "; only the second operand may broadcast");
+  }
+  const dnnl::memory::desc src0 = L.NativeDesc(x);
+  const int a = L.Native(x);
+  int b;
+  dnnl::memory b_mem;
+  if (L.IsConstant(other)) {
+    std::vector<int64_t> bd(y.size(), 1);  // right-aligned numpy broadcast
+    const auto& s = L.Shape(other);
+    std::copy(s.begin(), s.end(), bd.end() - static_cast<ptrdiff_t>(s.size()));
+    const dnnl::memory::desc plain(ToDims(bd), dt::f32, PlainTag(bd.size()));
+    b_mem = L.Weights(other, plain, {ToDims(bd), L.compute(), PlainTag(bd.size())});
+    b = -1;
+  } else {
+    b = L.Ensure(other, src0);
+    b_mem = L.Mem(b);
+  }
+  dnnl::binary::desc desc(algorithm::binary_add, src0, b_mem.get_desc(), src0);
+  dnnl::binary::primitive_desc pd(desc, Attr(relu), L.engine());
+  const int dst = L.NewValue(pd.dst_desc());
+  std::vector<int> reads{a};
+  if (b >= 0) reads.push_back(b);
+  L.AddStep(dnnl::binary(pd),
+            {{DNNL_ARG_SRC_0, L.Mem(a)}, {DNNL_ARG_SRC_1, b_mem}, {DNNL_ARG_DST, L.Mem(dst)}},
+            reads, pd);
+  L.Bind(n.outputs[0], dst);
+  return {};
+}
+
+Status LowerRelu(Lowering& L, const Node& n) {
+  const int src = L.Native(n.inputs[0]);
+  dnnl::eltwise_forward::desc desc(prop_kind::forward_inference, algorithm::eltwise_relu,
+                                   L.NativeDesc(n.inputs[0]), 0.0f, 0.0f);
+  dnnl::eltwise_forward::primitive_desc pd(desc, Attr(false), L.engine());
+  const int dst = L.NewValue(pd.dst_desc());
+  L.AddStep(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, L.Mem(src)}, {DNNL_ARG_DST, L.Mem(dst)}},
+            {src}, pd);
+  L.Bind(n.outputs[0], dst);
+  return {};
+}
+
+Status LowerBatchNorm(Lowering& L, const Node& n) {
+  for (size_t i = 1; i < 5; ++i) SHOAL_RETURN_IF_ERROR(NeedConstant(L, n, i, "parameter"));
+  const int src = L.Native(n.inputs[0]);
+  const int64_t c = L.Shape(n.inputs[0])[1];
+  const dnnl::memory::desc p_md({c}, dt::f32, tag::a);
+  dnnl::batch_normalization_forward::desc desc(
+      prop_kind::forward_inference, L.NativeDesc(n.inputs[0]), n.FloatAttr("epsilon", 1e-5f),
+      dnnl::normalization_flags::use_global_stats | dnnl::normalization_flags::use_scale |
+          dnnl::normalization_flags::use_shift);
+  dnnl::batch_normalization_forward::primitive_desc pd(desc, Attr(false), L.engine());
+  const int dst = L.NewValue(pd.dst_desc());
+  L.AddStep(dnnl::batch_normalization_forward(pd),
+            {{DNNL_ARG_SRC, L.Mem(src)},
+             {DNNL_ARG_SCALE, L.Weights(n.inputs[1], p_md, p_md)},
+             {DNNL_ARG_SHIFT, L.Weights(n.inputs[2], p_md, p_md)},
+             {DNNL_ARG_MEAN, L.Weights(n.inputs[3], p_md, p_md)},
+             {DNNL_ARG_VARIANCE, L.Weights(n.inputs[4], p_md, p_md)},
+             {DNNL_ARG_DST, L.Mem(dst)}},
+            {src}, pd);
+  L.Bind(n.outputs[0], dst);
+  return {};
+}
+
+Status LowerPool(Lowering& L, const Node& n) {
+  const auto& x = L.Shape(n.inputs[0]);
+  const auto& y = L.Shape(n.outputs[0]);
+  Window2d w;
+  if (n.op == OpType::kGlobalAveragePool) {
+    if (x.size() != 4) return InvalidArgument(Label(n) + ": the CPU executor needs [N,C,H,W]");
+    w.kernel = {x[2], x[3]};
+  } else {
+    auto r = ReadWindow(n, {0, 0});
+    if (!r.ok()) return r.status();
+    w = *r;
+  }
+  algorithm alg = algorithm::pooling_max;
+  if (n.op != OpType::kMaxPool) {
+    alg = n.IntAttr("count_include_pad", 0) != 0 ? algorithm::pooling_avg_include_padding
+                                                 : algorithm::pooling_avg_exclude_padding;
+  }
+  const int src = L.Native(n.inputs[0]);
+  dnnl::pooling_forward::desc desc(
+      prop_kind::forward_inference, alg, L.NativeDesc(n.inputs[0]),
+      {ToDims(y), L.compute(), tag::any}, {w.strides[0], w.strides[1]}, {w.kernel[0], w.kernel[1]},
+      {w.pad_begin[0], w.pad_begin[1]}, {w.pad_end[0], w.pad_end[1]});
+  dnnl::pooling_forward::primitive_desc pd(desc, Attr(false), L.engine());
+  const int dst = L.NewValue(pd.dst_desc());
+  L.AddStep(dnnl::pooling_forward(pd), {{DNNL_ARG_SRC, L.Mem(src)}, {DNNL_ARG_DST, L.Mem(dst)}},
+            {src}, pd);
+  L.Bind(n.outputs[0], dst);
+  return {};
+}
+
+// Flatten and Reshape move no data once the input is plain row-major: the output is the same
+// bytes seen with other dimensions.
+Status LowerReshape(Lowering& L, const Node& n) {
+  const auto& x = L.Shape(n.inputs[0]);
+  const auto& y = L.Shape(n.outputs[0]);
+  const int plain = L.Ensure(n.inputs[0], {ToDims(x), L.compute(), PlainTag(x.size())}, true);
+  L.Bind(n.outputs[0], L.AliasValue(plain, {ToDims(y), L.compute(), PlainTag(y.size())}));
+  return {};
+}
+
+Status LowerSoftmax(Lowering& L, const Node& n) {
+  const auto& x = L.Shape(n.inputs[0]);
+  const int axis =
+      static_cast<int>(NormaliseAxis(n.IntAttr("axis", -1), static_cast<int64_t>(x.size())));
+  const dnnl::memory::desc md(ToDims(x), L.compute(), PlainTag(x.size()));
+  const int src = L.Ensure(n.inputs[0], md);
+  dnnl::softmax_forward::desc desc(prop_kind::forward_inference, md, axis);
+  dnnl::softmax_forward::primitive_desc pd(desc, Attr(false), L.engine());
+  const int dst = L.NewValue(pd.dst_desc());
+  L.AddStep(dnnl::softmax_forward(pd), {{DNNL_ARG_SRC, L.Mem(src)}, {DNNL_ARG_DST, L.Mem(dst)}},
+            {src}, pd);
+  L.Bind(n.outputs[0], dst);
+  return {};
+}
+
+}  // namespace
+
+Status Lowering::LowerNode(const Node& n, bool fuse_relu) {
+  switch (n.op) {
+    case OpType::kConv: return LowerConv(*this, n, fuse_relu);
+    case OpType::kGemm:
+    case OpType::kMatMul: return LowerMatMul(*this, n, fuse_relu);
+    case OpType::kAdd: return LowerAdd(*this, n, fuse_relu);
+    case OpType::kRelu: return LowerRelu(*this, n);
+    case OpType::kBatchNormalization: return LowerBatchNorm(*this, n);
+    case OpType::kMaxPool:
+    case OpType::kAveragePool:
+    case OpType::kGlobalAveragePool: return LowerPool(*this, n);
+    case OpType::kFlatten:
+    case OpType::kReshape: return LowerReshape(*this, n);
+    case OpType::kSoftmax: return LowerSoftmax(*this, n);
+  }
+  return Internal(Label(n) + ": no CPU lowering");
+}
+
+}  // namespace shoal::inference::cpu

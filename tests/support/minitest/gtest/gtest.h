@@ -1,7 +1,7 @@
 // minitest: the subset of GoogleTest's macros the GPU tests use, for machines without GoogleTest
 // (the GPU-only build needs only CUDA and CMake). Same spelling, so a test file compiles against
-// either. The process exits 0 when every test passed, 77 (ctest SKIP_RETURN_CODE) when none
-// failed and at least one was skipped with nothing passing, 1 when any failed.
+// either. The process exits 1 when any test failed, else 77 (ctest's SKIP_RETURN_CODE) when any
+// was skipped, so ctest never shows a partly skipped binary as passed; 0 when all passed.
 #pragma once
 
 #include <cmath>

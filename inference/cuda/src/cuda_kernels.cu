@@ -71,12 +71,14 @@ __global__ void CastKernel(const float* in, T* out, int64_t count) {
   GRID_STRIDE(i, count) { Store(out, i, in[i]); }
 }
 
-template <typename T>
-__global__ void ChannelEpilogueKernel(const T* x, T* y, int64_t count, int64_t channels,
-                                      const T* scale, const T* shift, const T* residual,
-                                      bool relu) {
-  GRID_STRIDE(i, count) {
-    const int64_t c = i % channels;
+// I is the index type: 32-bit when the tensor allows it, since 64-bit division and modulo cost
+// tens of instructions per element and would make these memory-bound kernels compute-bound.
+template <typename T, typename I>
+__global__ void ChannelEpilogueKernel(const T* x, T* y, I count, I channels, const T* scale,
+                                      const T* shift, const T* residual, bool relu) {
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<I>(gridDim.x) * blockDim.x) {
+    const I c = i % channels;
     float v = Load(x, i);
     if (scale != nullptr) v *= Load(scale, c);
     if (shift != nullptr) v += Load(shift, c);
@@ -86,15 +88,18 @@ __global__ void ChannelEpilogueKernel(const T* x, T* y, int64_t count, int64_t c
   }
 }
 
-template <typename T>
-__global__ void AddKernel(const T* a, const T* b, T* y, int64_t count, int64_t b_count,
-                          bool relu) {
-  GRID_STRIDE(i, count) {
+template <typename T, typename I>
+__global__ void AddKernel(const T* a, const T* b, T* y, I count, I b_count, bool relu) {
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<I>(gridDim.x) * blockDim.x) {
     float v = Load(a, i) + Load(b, i % b_count);
     if (relu) v = fmaxf(v, 0.0f);
     Store(y, i, v);
   }
 }
+
+// Whether every index below `count` plus one grid stride fits in 32 bits.
+bool Fits32(int64_t count) { return count < (int64_t{1} << 31) - (int64_t{65535} * 8 * kThreads); }
 
 template <typename T>
 __global__ void PoolKernel(const T* x, T* y, Pool2d p) {
@@ -239,10 +244,18 @@ cudaError_t ChannelEpilogue(const void* x, void* y, Dt t, int64_t count, int64_t
   if (channels < 1) return cudaErrorInvalidValue;
   return WithType(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    ChannelEpilogueKernel<T><<<Blocks(count), kThreads, 0, s>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), count, channels,
-        static_cast<const T*>(scale), static_cast<const T*>(shift),
-        static_cast<const T*>(residual), relu);
+    const auto* xs = static_cast<const T*>(x);
+    const auto* sc = static_cast<const T*>(scale);
+    const auto* sh = static_cast<const T*>(shift);
+    const auto* rs = static_cast<const T*>(residual);
+    if (Fits32(count)) {
+      ChannelEpilogueKernel<T, int32_t><<<Blocks(count), kThreads, 0, s>>>(
+          xs, static_cast<T*>(y), static_cast<int32_t>(count), static_cast<int32_t>(channels), sc,
+          sh, rs, relu);
+    } else {
+      ChannelEpilogueKernel<T, int64_t><<<Blocks(count), kThreads, 0, s>>>(
+          xs, static_cast<T*>(y), count, channels, sc, sh, rs, relu);
+    }
     return cudaGetLastError();
   });
 }
@@ -252,9 +265,16 @@ cudaError_t AddBroadcast(const void* a, const void* b, void* y, Dt t, int64_t co
   if (b_count < 1) return cudaErrorInvalidValue;
   return WithType(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    AddKernel<T><<<Blocks(count), kThreads, 0, s>>>(static_cast<const T*>(a),
-                                                     static_cast<const T*>(b),
-                                                     static_cast<T*>(y), count, b_count, relu);
+    const auto* as = static_cast<const T*>(a);
+    const auto* bs = static_cast<const T*>(b);
+    if (Fits32(count)) {
+      AddKernel<T, int32_t><<<Blocks(count), kThreads, 0, s>>>(
+          as, bs, static_cast<T*>(y), static_cast<int32_t>(count), static_cast<int32_t>(b_count),
+          relu);
+    } else {
+      AddKernel<T, int64_t><<<Blocks(count), kThreads, 0, s>>>(as, bs, static_cast<T*>(y), count,
+                                                              b_count, relu);
+    }
     return cudaGetLastError();
   });
 }

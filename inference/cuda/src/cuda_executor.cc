@@ -154,6 +154,10 @@ CudaExecutable::~CudaExecutable() {
 }
 
 Status CudaExecutable::Capture(Bucket& b) {
+  // One eager pass first (as PyTorch warms up before capturing): cuDNN and cuBLASLt load their
+  // kernels and set up per-handle state on first use, which must not happen inside a capture.
+  for (const StepFn& step : b.steps) SHOAL_RETURN_IF_ERROR(step(stream_));
+  SHOAL_CUDA_TRY(cudaStreamSynchronize(stream_));
   SHOAL_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   for (const StepFn& step : b.steps) {
     Status st = step(stream_);

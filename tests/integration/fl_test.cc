@@ -443,5 +443,47 @@ TEST_F(FlJobTest, FedFixCommitsDataShareWeightedDeltasAtItsTick) {
   EXPECT_LT(MaxDiff(Download("fix", version), expected), 1e-5);
 }
 
+// A whole small job on sklearn's digits through real shoald, HTTP, leaf instances and the
+// shoal-client binary (FedAvg, 4 IID clients, MLP 64-64-10): the committed model reaches 90%
+// test accuracy.
+TEST(FlDigitsTest, ShoalClientTrainsDigitsToNinetyPercent) {
+  auto digits = client::LoadDigits();
+  if (!digits.ok()) GTEST_SKIP() << digits.status().message();
+  Shoald shoald;
+  ASSERT_TRUE(shoald.Start()) << shoald.Log();
+  const std::string manifest =
+      "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: digits\nspec:\n"
+      "  algorithm: {name: fedavg}\n  model: {architecture: mlp, hidden: 64, seed: 1}\n"
+      "  data: {dataset: digits}\n  clients: {expected: 4}\n"
+      "  stop: {rounds: 60, accuracy: 0.95}\n"
+      "  training: {localSteps: 40, learningRate: 0.1, batchSize: 32}\n"
+      "  aggregation: {maxFanIn: 2, maxLeaves: 2}\n";
+  ASSERT_EQ(shoald.Deploy(manifest).exit_code, 0);
+  const std::string cmd = BinDir() + "/shoal-client --server http://127.0.0.1:" +
+                          std::to_string(shoald.port()) +
+                          " --job digits --data digits --clients 4 --partition iid --seed 3"
+                          " --time-scale 0 --max-seconds 25 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  EXPECT_EQ(pclose(p), 0) << out;
+  auto st = Json::parse(Http(shoald.port(), "GET", "/v1/jobs/digits").body, nullptr, false);
+  const uint64_t version = st.value("version", uint64_t{0});
+  ASSERT_GE(version, 1u) << out;
+  auto r = Http(shoald.port(), "GET", "/v1/jobs/digits/model?version=" + std::to_string(version));
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto m = model::ModelFromSafetensors(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.body.data()), r.body.size()),
+      model::MlpSpec(64, {64}, 10));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  auto eval = client::Evaluate({64, 64, 10}, m->values, digits->test);
+  ASSERT_TRUE(eval.ok());
+  EXPECT_GE(eval->accuracy, 0.90) << out;
+  std::cerr << "digits: version " << version << ", test accuracy " << eval->accuracy << " on "
+            << digits->test.num_samples << " samples\n";
+}
+
 }  // namespace
 }  // namespace shoal::testing

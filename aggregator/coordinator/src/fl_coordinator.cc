@@ -115,6 +115,15 @@ Result<std::unique_ptr<agg::AggregationAlgorithm>> MakeJobAlgorithm(const FlJobS
   return algo;
 }
 
+// The model's shape: spec.model's architecture and width; the input width follows the dataset
+// the clients train on (sklearn's digits are 8x8, Fashion-MNIST 28x28).
+model::ArchitectureOptions JobArchitecture(const FlJobSpec& s) {
+  model::ArchitectureOptions o;
+  o.hidden = {s.hidden};
+  o.inputs = s.dataset == "digits" ? 64 : 784;
+  return o;
+}
+
 // "c17" -> 17: the scheduler's client ids.
 agg::ClientId NumericId(const std::string& id) {
   return id.size() > 1 ? std::strtoull(id.c_str() + 1, nullptr, 10) : 0;
@@ -449,6 +458,7 @@ std::vector<FunctionSpec> FlCoordinator::LeafSpecs() {
     f.handler.builtin = "fl-leaf";
     f.handler.env["SHOAL_FL_ARCH"] = job->spec.architecture;
     f.handler.env["SHOAL_FL_HIDDEN"] = std::to_string(job->spec.hidden);
+    f.handler.env["SHOAL_FL_INPUTS"] = std::to_string(JobArchitecture(job->spec).inputs);
     f.concurrency = std::max(1u, job->spec.max_fan_in);
     f.min_scale = 1;
     f.max_scale = std::max(1u, job->spec.max_leaves);
@@ -486,9 +496,7 @@ Status FlCoordinator::DeployJob(const FlJobSpec& in) {
   auto job = std::make_shared<JobState>();
   job->spec = in;
   SHOAL_RETURN_IF_ERROR(InitJob(*job));
-  model::ArchitectureOptions opts;
-  opts.hidden = {in.hidden};
-  auto mspec = model::ArchitectureSpec(in.architecture, opts);
+  auto mspec = model::ArchitectureSpec(in.architecture, JobArchitecture(in));
   if (!mspec.ok()) {
     return InvalidArgument("spec.model.architecture: " + mspec.status().message());
   }
@@ -1174,9 +1182,7 @@ Status FlCoordinator::Restore() {
     if (Status st = InitJob(*job); !st.ok()) {
       return Internal("FL job checkpoint " + dir + ": " + st.message());
     }
-    model::ArchitectureOptions opts;
-    opts.hidden = {job->spec.hidden};
-    auto mspec = model::ArchitectureSpec(job->spec.architecture, opts);
+    auto mspec = model::ArchitectureSpec(job->spec.architecture, JobArchitecture(job->spec));
     if (!mspec.ok()) return mspec.status();
     job->mspec = *mspec;
     std::string bytes = ReadFile(dir + "/model.safetensors");

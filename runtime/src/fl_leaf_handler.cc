@@ -170,6 +170,8 @@ Result<std::unique_ptr<Handler>> CreateFlLeafHandler() {
   const char* device = std::getenv("SHOAL_FL_AGG_DEVICE");  // spec.aggregation.device
   model::ArchitectureOptions opts;
   if (hidden != nullptr && *hidden != '\0') opts.hidden = {std::strtoull(hidden, nullptr, 10)};
+  const char* inputs = std::getenv("SHOAL_FL_INPUTS");  // 64 for digits; default 784
+  if (inputs != nullptr && *inputs != '\0') opts.inputs = std::strtoull(inputs, nullptr, 10);
   auto spec = model::ArchitectureSpec(arch ? arch : "mlp", opts);
   if (!spec.ok()) return spec.status();
   FoldDevice dev = FoldDevice::kAuto;

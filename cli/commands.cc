@@ -10,9 +10,13 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <thread>
 
+#include "shoal/inference/model_graph.h"
+#include "shoal/inference/onnx.h"
+#include "shoal/model/safetensors.h"
 #include "table.h"
 
 namespace shoal::cli {
@@ -508,8 +512,45 @@ int FlWatch(const HttpClient& client, const std::string& job) try {
   return e.code;
 }
 
+namespace {
+
+// The job's model version as an ONNX graph: the architecture the job's status names, with the
+// version's tensors (the safetensors the server hands out) as its weights.
+std::string ModelAsOnnx(const HttpClient& client, const std::string& job, const std::string& body) {
+  const json st = GetJson(client, "/v1/jobs/" + job);
+  if (!st.contains("model") || !st["model"].is_object() || !st["model"].contains("architecture")) {
+    std::fprintf(stderr, "shoal: shoald does not report job %s's architecture (an older "
+                 "shoald?); use --format safetensors\n", job.c_str());
+    throw Exit{1};
+  }
+  const std::string arch = Str(st["model"], "architecture");
+  model::ArchitectureOptions options;
+  if (const uint64_t hidden = Num<uint64_t>(st["model"], "hidden"); hidden > 0) {
+    options.hidden = {hidden};
+  }
+  auto spec = model::ArchitectureSpec(arch, options);
+  const auto bytes = std::as_bytes(std::span(body.data(), body.size()));
+  auto m = spec.ok() ? model::ModelFromSafetensors(bytes, *spec) : Result<model::Model>(spec.status());
+  if (!m.ok()) {
+    std::fprintf(stderr, "shoal: job %s's model does not fit architecture '%s': %s\n", job.c_str(),
+                 arch.c_str(), m.status().message().c_str());
+    throw Exit{1};
+  }
+  auto graph = inference::GraphFromArchitecture(arch, options, *m);
+  Result<std::string> onnx = graph.ok() ? inference::SerializeOnnx(*graph)
+                                        : Result<std::string>(graph.status());
+  if (!onnx.ok()) {
+    std::fprintf(stderr, "shoal: cannot build the ONNX graph of '%s': %s\n", arch.c_str(),
+                 onnx.status().message().c_str());
+    throw Exit{1};
+  }
+  return std::move(*onnx);
+}
+
+}  // namespace
+
 int FlModel(const HttpClient& client, const std::string& job, const std::string& output,
-            const std::optional<uint64_t>& version) try {
+            const std::optional<uint64_t>& version, const std::string& format) try {
   HttpRequest req;
   req.path = "/v1/jobs/" + job + "/model";
   if (version) req.path += "?version=" + std::to_string(*version);
@@ -517,16 +558,18 @@ int FlModel(const HttpClient& client, const std::string& job, const std::string&
   if (r.status >= 400) FailWith(r);
   auto v = r.headers.find("x-shoal-model-version");
   const std::string got = v != r.headers.end() ? v->second : "?";
+  const std::string bytes = format == "onnx" ? ModelAsOnnx(client, job, r.body) : r.body;
   {
     std::ofstream out(output, std::ios::binary | std::ios::trunc);
-    out.write(r.body.data(), static_cast<std::streamsize>(r.body.size()));
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     out.close();
     if (!out) {
       std::fprintf(stderr, "shoal: cannot write %s\n", output.c_str());
       return 1;
     }
   }
-  std::printf("wrote %s (version %s, %zu bytes)\n", output.c_str(), got.c_str(), r.body.size());
+  std::printf("wrote %s (version %s%s, %zu bytes)\n", output.c_str(), got.c_str(),
+              format == "onnx" ? ", ONNX opset 13" : "", bytes.size());
   return 0;
 } catch (const Exit& e) {
   return e.code;

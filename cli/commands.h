@@ -31,8 +31,10 @@ int Top(const HttpClient& client, bool watch);
 // `shoal fl ...`: FL jobs (kind FLJob), through /v1/jobs.
 int FlStatus(const HttpClient& client, const std::string& job);
 int FlWatch(const HttpClient& client, const std::string& job);
+// `format`: "safetensors" (the server's bytes) or "onnx" (the job's architecture graph with
+// the version's weights, which other tools load).
 int FlModel(const HttpClient& client, const std::string& job, const std::string& output,
-            const std::optional<uint64_t>& version);
+            const std::optional<uint64_t>& version, const std::string& format = "safetensors");
 int FlList(const HttpClient& client);
 int FlDelete(const HttpClient& client, const std::string& job);
 

@@ -68,8 +68,12 @@ int main(int argc, char** argv) {
   auto* fl_watch =
       fl->add_subcommand("watch", "one line per new global model until the job is done");
   fl_watch->add_option("job", job, "job name")->required();
-  auto* fl_model = fl->add_subcommand("model", "download a job's global model (safetensors)");
+  std::string model_format = "safetensors";
+  auto* fl_model =
+      fl->add_subcommand("model", "download a job's global model (safetensors or ONNX)");
   fl_model->add_option("job", job, "job name")->required();
+  fl_model->add_option("--format", model_format, "safetensors (default) or onnx")
+      ->check(CLI::IsMember({"safetensors", "onnx"}));
   fl_model->add_option("-o,--output", model_out, "file to write")->required();
   fl_model->add_option("--version", model_version, "model version (default: the latest)");
   auto* fl_list = fl->add_subcommand("list", "list FL jobs");
@@ -114,7 +118,7 @@ int main(int argc, char** argv) {
   } else if (fl_watch->parsed()) {
     rc = FlWatch(client, job);
   } else if (fl_model->parsed()) {
-    rc = FlModel(client, job, model_out, model_version);
+    rc = FlModel(client, job, model_out, model_version, model_format);
   } else if (fl_list->parsed()) {
     rc = FlList(client);
   } else if (fl_delete->parsed()) {

@@ -42,6 +42,19 @@ Arity ArityOf(OpType op) {
   }
 }
 
+// Every tensor stays below this many elements (counting non-zero dimensions), so no product of
+// dimensions anywhere overflows int64, whatever a file claims.
+constexpr int64_t kMaxElements = int64_t{1} << 40;
+
+bool SizeOk(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || d > kMaxElements) return false;
+    if (d != 0 && (__builtin_mul_overflow(n, d, &n) || n > kMaxElements)) return false;
+  }
+  return true;
+}
+
 std::string NodeLabel(const Node& n) {
   return "node '" + n.name + "' (" + std::string(OpTypeName(n.op)) + ")";
 }
@@ -189,6 +202,16 @@ Status Graph::Validate() {
       }
     }
   }
+  for (const auto& [tensor, init] : initializers) {
+    if (!SizeOk(init.shape)) return InvalidArgument("initializer '" + tensor + "' is too large");
+    int64_t n = 1;
+    for (int64_t d : init.shape) n *= d;
+    const size_t have = init.is_int() ? init.ints.size() : init.floats.size();
+    if (have != static_cast<size_t>(n)) {
+      return InvalidArgument("initializer '" + tensor + "' has " + std::to_string(have) +
+                             " values for shape " + ShapeToString(init.shape));
+    }
+  }
   // Name nodes that came without one, so every later error can point at a node.
   std::set<std::string> names;
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -240,10 +263,14 @@ Status Graph::Validate() {
 Result<std::map<std::string, std::vector<int64_t>>> Graph::InferShapes(int64_t batch) const {
   if (batch <= 0) return InvalidArgument("batch must be > 0");
   std::map<std::string, std::vector<int64_t>> shapes;
-  for (const auto& [n, init] : initializers) shapes[n] = init.shape;
+  for (const auto& [n, init] : initializers) {
+    if (!SizeOk(init.shape)) return InvalidArgument("initializer '" + n + "' is too large");
+    shapes[n] = init.shape;
+  }
   for (const ValueInfo& in : inputs) {
     std::vector<int64_t> s = in.shape;
     s[0] = batch;  // dimension 0 is the batch, whatever the file fixed it to
+    if (!SizeOk(s)) return InvalidArgument("graph input '" + in.name + "' is too large");
     shapes[in.name] = s;
   }
   for (const Node& n : nodes) {
@@ -261,6 +288,10 @@ Result<std::map<std::string, std::vector<int64_t>>> Graph::InferShapes(int64_t b
     }
     auto out = InferNodeShape(*this, n, in);
     if (!out.ok()) return out.status();
+    if (!SizeOk(*out)) {
+      return InvalidArgument(NodeLabel(n) + ": output '" + n.outputs[0] + "' " +
+                             ShapeToString(*out) + " is too large");
+    }
     shapes[n.outputs[0]] = std::move(*out);
   }
   return shapes;

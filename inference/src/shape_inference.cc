@@ -165,8 +165,9 @@ Result<Shape> Reshape(const Graph& g, const Node& n, const Shape& x) {
       infer_at = static_cast<int64_t>(i);
       continue;
     }
-    if (out[i] < 0) return Bad(n, "shape " + ShapeToString(it->second.ints) + " is invalid");
-    known *= out[i];
+    if (out[i] < 0 || __builtin_mul_overflow(known, out[i], &known)) {
+      return Bad(n, "shape " + ShapeToString(it->second.ints) + " is invalid");
+    }
   }
   const int64_t total = Product(x, 0, x.size());
   if (infer_at >= 0) {
@@ -218,6 +219,14 @@ Result<Window2d> ReadWindow(const Node& n, std::array<int64_t, 2> kernel_hw) {
     if (w.strides[i] < 1) return Bad(n, "strides must be >= 1");
     if (w.dilations[i] < 1) return Bad(n, "dilations must be >= 1");
     if (w.pad_begin[i] < 0 || w.pad_end[i] < 0) return Bad(n, "pads must be >= 0");
+  }
+  // Far above any real network; keeps the window arithmetic clear of int64 overflow.
+  constexpr int64_t kMax = int64_t{1} << 20;
+  for (int i = 0; i < 2; ++i) {
+    if (w.kernel[i] > kMax || w.strides[i] > kMax || w.dilations[i] > kMax ||
+        w.pad_begin[i] > kMax || w.pad_end[i] > kMax) {
+      return Bad(n, "kernel, strides, dilations and pads must be below 2^20");
+    }
   }
   w.group = n.IntAttr("group", 1);
   return w;

@@ -661,6 +661,12 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
             {"target_accuracy", job->spec.target_accuracy},
             {"best_accuracy", job->best_accuracy},
             {"leaf_function", LeafFunction(name)},
+            // What `shoal fl model --format onnx` and the inference handler rebuild the graph
+            // from: the architecture and its size (inputs and classes are the defaults).
+            {"model",
+             {{"architecture", job->spec.architecture},
+              {"hidden", job->spec.hidden},
+              {"params", job->mspec.num_params()}}},
             {"versions", versions}};
   return j.dump() + "\n";
 }

@@ -19,6 +19,10 @@
 #include <sstream>
 #include <thread>
 
+#include "shoal/inference/onnx.h"
+#include "shoal/model/architectures.h"
+#include "shoal/model/safetensors.h"
+
 namespace {
 
 using nlohmann::json;
@@ -581,6 +585,48 @@ TEST_F(CliTest, FlModelWritesTheBytes) {
   auto noout = RunShoal(server_.url(), {"fl", "model", "fmnist"});
   EXPECT_NE(noout.exit_code, 0);
   unlink(path.c_str());
+  rmdir(dir);
+}
+
+TEST_F(CliTest, FlModelAsOnnxIsTheArchitectureWithTheVersionsWeights) {
+  const shoal::model::Model m =
+      shoal::model::InitModel(shoal::model::MlpSpec(784, {16}, 10), 5);
+  const std::vector<std::byte> st = shoal::model::ModelToSafetensors(m);
+  server_.On("GET /v1/jobs/fmnist/model",
+             {200, "application/octet-stream",
+              std::string(reinterpret_cast<const char*>(st.data()), st.size()),
+              {"X-Shoal-Model-Version: 3"}});
+  json status = JobStatus("running", json::array());
+  status["model"] = {{"architecture", "mlp"}, {"hidden", 16}, {"params", 12730}};
+  server_.On("GET /v1/jobs/fmnist", {200, "application/json", status.dump(), {}});
+  char dir[] = "/tmp/shoal-cli-test-onnx-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/model.onnx";
+  auto r = RunShoal(server_.url(), {"fl", "model", "fmnist", "--format", "onnx", "-o", path});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("wrote " + path + " (version 3, ONNX opset 13, ", 0), 0u) << r.out;
+  auto g = shoal::inference::LoadOnnx(path);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  for (size_t i = 0; i < m.spec.size(); ++i) {
+    const auto t = m.tensor(i);
+    EXPECT_EQ(g->initializers.at(m.spec.tensor(i).name).floats,
+              std::vector<float>(t.begin(), t.end()))
+        << m.spec.tensor(i).name;
+  }
+  // A shoald that does not name the architecture: a clear error, nothing written.
+  unlink(path.c_str());
+  server_.On("GET /v1/jobs/fmnist",
+             {200, "application/json", JobStatus("running", json::array()).dump(), {}});
+  auto old = RunShoal(server_.url(), {"fl", "model", "fmnist", "--format", "onnx", "-o", path});
+  EXPECT_EQ(old.exit_code, 1);
+  EXPECT_NE(old.err.find("does not report job fmnist's architecture"), std::string::npos) << old.err;
+  EXPECT_NE(access(path.c_str(), F_OK), 0);
+  // Weights of another size than the architecture's: named.
+  status["model"]["hidden"] = 32;
+  server_.On("GET /v1/jobs/fmnist", {200, "application/json", status.dump(), {}});
+  auto wrong = RunShoal(server_.url(), {"fl", "model", "fmnist", "--format", "onnx", "-o", path});
+  EXPECT_EQ(wrong.exit_code, 1);
+  EXPECT_NE(wrong.err.find("does not fit architecture 'mlp'"), std::string::npos) << wrong.err;
   rmdir(dir);
 }
 

@@ -1,12 +1,16 @@
 // Tiny graphs for the inference tests: one operator at a time with hand-checkable values.
 #pragma once
 
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "shoal/inference/executor.h"
 #include "shoal/inference/graph.h"
@@ -55,6 +59,28 @@ inline void ExpectNear(const std::vector<float>& got, const std::vector<float>& 
                        float tol = 1e-5f) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], tol) << "at " << i;
+}
+
+inline std::string DataPath(const std::string& file) {
+  return std::string(SHOAL_INFERENCE_TEST_DATA) + "/" + file;
+}
+
+// A raw little-endian float32 file written by gen_refs.py.
+inline std::vector<float> ReadFloats(const std::string& file) {
+  std::ifstream in(DataPath(file), std::ios::binary | std::ios::ate);
+  EXPECT_TRUE(in.good()) << DataPath(file);
+  const auto bytes = static_cast<size_t>(in.tellg());
+  std::vector<float> v(bytes / sizeof(float));
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(bytes));
+  return v;
+}
+
+inline float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float m = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
 }
 
 }  // namespace shoal::inference::testing

@@ -1,0 +1,26 @@
+// An FL job's model as an inference graph: the architecture's graph (architectures_graph.h)
+// with a model version's values. The tensor names are the ModelSpec's, so a newer version
+// reaches a running graph through Graph::SetWeights(WeightsOf(model)).
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shoal/inference/graph.h"
+#include "shoal/model/architectures.h"
+#include "shoal/model/model_spec.h"
+
+namespace shoal::inference {
+
+// kInvalidArgument naming the architecture, or the first tensor whose name or shape differs
+// between `weights` and the architecture's spec.
+Result<Graph> GraphFromArchitecture(std::string_view name,
+                                    const model::ArchitectureOptions& options,
+                                    const model::Model& weights);
+
+// Every tensor of `m` by name, as Graph::SetWeights takes them.
+std::map<std::string, std::vector<float>, std::less<>> WeightsOf(const model::Model& m);
+
+}  // namespace shoal::inference

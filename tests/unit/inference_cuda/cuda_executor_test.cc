@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -267,7 +268,118 @@ TEST(CudaExecutor, HalfPrecisionsTrackFp32OnASmallResNet) {
   }
 }
 
+// ---- Checked-in references ----------------------------------------------------------------
+// The GPU machine has neither oneDNN nor the ONNX reader, so the CUDA executor is checked there
+// against outputs the CPU executor (itself checked against PyTorch in reference_test.cc)
+// computed once for graphs both machines build identically: Shoal's builders with weights and
+// inputs from std::mt19937_64, whose sequence the standard fixes, turned into floats by hand.
+// SHOAL_WRITE_CUDA_REFS=1 rewrites tests/data/inference/cuda_ref_*.bin from the CPU executor.
+
+std::vector<float> Deterministic(size_t n, uint64_t seed, float lo, float hi) {
+  std::mt19937_64 gen(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = lo + (hi - lo) * (static_cast<float>(gen() >> 40) * 0x1p-24f);
+  return v;
+}
+
+// U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the builders that start from zeros (mlp, cnn).
+void FillDeterministic(Graph& g, uint64_t seed) {
+  for (auto& [name, init] : g.initializers) {
+    if (init.is_int()) continue;
+    int64_t fan_in = 1;
+    for (size_t d = 1; d < init.shape.size(); ++d) fan_in *= init.shape[d];
+    if (init.shape.size() == 1) fan_in = 64;
+    const float b = 1.0f / std::sqrt(static_cast<float>(fan_in));
+    init.floats = Deterministic(init.floats.size(), seed++, -b, b);
+  }
+}
+
+struct RefCase {
+  std::string name;
+  Graph graph;
+  int64_t batch;
+};
+
+std::vector<RefCase> RefCases() {
+  std::vector<RefCase> cases;
+  ResNetOptions r;  // the ImageNet stem (7x7/2 conv, 3x3/2 max-pool), BasicBlocks, downsamples
+  r.widths = {16, 32, 32, 64};
+  r.image = 64;
+  r.classes = 10;
+  r.seed = 7;
+  cases.push_back({"resnet", ResNetGraph(r), 3});
+  Graph cnn = CnnGraph(32, 10);  // Flatten of a 12x12 map: channels-last back to NCHW order
+  FillDeterministic(cnn, 100);
+  cases.push_back({"cnn", std::move(cnn), 5});
+  Graph mlp = MlpGraph(784, {128, 64}, 10);
+  FillDeterministic(mlp, 200);
+  cases.push_back({"mlp", std::move(mlp), 37});
+  for (RefCase& c : cases) EXPECT_TRUE(c.graph.Validate().ok()) << c.name;
+  return cases;
+}
+
+std::vector<float> RefInput(const RefCase& c) {
+  int64_t per = 1;
+  for (size_t d = 1; d < c.graph.inputs[0].shape.size(); ++d) per *= c.graph.inputs[0].shape[d];
+  return Deterministic(static_cast<size_t>(per * c.batch), 42, -1.0f, 1.0f);
+}
+
+std::string RefPath(const std::string& name, const char* what) {
+  return std::string(SHOAL_INFERENCE_TEST_DATA) + "/cuda_ref_" + name + "." + what + ".bin";
+}
+
+bool ReadRef(const std::string& path, std::vector<float>& out) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in.good()) return false;
+  out.resize(static_cast<size_t>(in.tellg()) / sizeof(float));
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size() * 4));
+  return in.good();
+}
+
+TEST(CudaExecutor, MatchesCheckedInCpuReferences) {
+  SKIP_WITHOUT_GPU();
+  for (const RefCase& c : RefCases()) {
+    std::vector<float> x, want;
+    ASSERT_TRUE(ReadRef(RefPath(c.name, "input"), x)) << RefPath(c.name, "input");
+    ASSERT_TRUE(ReadRef(RefPath(c.name, "output"), want)) << RefPath(c.name, "output");
+    EXPECT_EQ(x, RefInput(c)) << c.name << ": the reference input is not this test's input";
+    ExecutorOptions o;
+    o.max_batch = 64;
+    float scale = 0;
+    for (float v : want) scale = std::max(scale, std::fabs(v));
+    const std::vector<float> got = RunCuda(c.graph, x, c.batch, o);
+    ExpectNear(got, want, 1e-4f * (1 + scale), 1e-4f);
+    // fp16 and bf16 stay close to the fp32 reference too (their own rounding).
+    o.precision = Precision::kF16;
+    ExpectNear(RunCuda(c.graph, x, c.batch, o), want, 0.005f + 0.02f * scale);
+    o.precision = Precision::kBF16;
+    ExpectNear(RunCuda(c.graph, x, c.batch, o), want, 0.02f + 0.1f * scale);
+  }
+}
+
 #if defined(SHOAL_HAVE_CPU_EXECUTOR)
+// Not a GPU test: keeps the checked-in references equal to what the CPU executor computes.
+TEST(CpuReferenceForCuda, FilesMatchTheCpuExecutor) {
+  const char* write = std::getenv("SHOAL_WRITE_CUDA_REFS");
+  for (const RefCase& c : RefCases()) {
+    const std::vector<float> x = RefInput(c);
+    ExecutorOptions o;
+    o.max_batch = 64;
+    const std::vector<float> y = RunOn("cpu", c.graph, x, c.batch, o);
+    if (write != nullptr && std::string(write) == "1") {
+      std::ofstream(RefPath(c.name, "input"), std::ios::binary)
+          .write(reinterpret_cast<const char*>(x.data()), static_cast<std::streamsize>(x.size() * 4));
+      std::ofstream(RefPath(c.name, "output"), std::ios::binary)
+          .write(reinterpret_cast<const char*>(y.data()), static_cast<std::streamsize>(y.size() * 4));
+      continue;
+    }
+    std::vector<float> want;
+    ASSERT_TRUE(ReadRef(RefPath(c.name, "output"), want)) << RefPath(c.name, "output");
+    ExpectNear(y, want, 1e-5f, 1e-5f);
+  }
+}
+
 TEST(CudaExecutor, MatchesTheCpuExecutorOnResNetAndMlp) {
   SKIP_WITHOUT_GPU();
   ResNetOptions r;

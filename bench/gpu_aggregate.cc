@@ -54,6 +54,7 @@ void CheckCuda(cudaError_t e, const char* what) {
 // Anchor name -> dtype -> GB/s (or the reason it is unavailable).
 struct Anchors {
   std::map<std::string, std::map<std::string, double>> gbps;
+  std::map<std::string, std::map<std::string, double>> ms;  // for the K updates
   std::map<std::string, std::string> unavailable;
 };
 
@@ -71,9 +72,10 @@ Anchors RunAnchorScript(const std::string& script, size_t n, size_t k, int reps)
   char line[1024];
   while (std::fgets(line, sizeof line, p) != nullptr) {
     char name[64], dtype[16];
-    double g = 0;
-    if (std::sscanf(line, "ANCHOR %63s %15s gbps=%lf", name, dtype, &g) == 3) {
+    double g = 0, ms = 0;
+    if (std::sscanf(line, "ANCHOR %63s %15s gbps=%lf ms=%lf", name, dtype, &g, &ms) >= 3) {
       a.gbps[name][dtype] = g;
+      a.ms[name][dtype] = ms;
     } else if (std::sscanf(line, "ANCHOR %63s %15s unavailable", name, dtype) == 2) {
       std::string why = line;
       const size_t at = why.find("unavailable");
@@ -299,8 +301,8 @@ int main(int argc, char** argv) {
     }
     for (const auto& [dt, g] : it->second) {
       std::printf("%-30s %-5s %10.1f %12.3f  %s\n", (std::string(name) + " (anchor)").c_str(),
-                  dt.c_str(), g, g > 0 ? (n * k * (dt == "f32" ? 4.0 : 2.0)) / g / 1e6 : 0.0,
-                  "bench/gpu_aggregate_anchor.py");
+                  dt.c_str(), g, anchors.ms[name][dt],
+                  std::string(name) == "d2d_copy" ? "torch, read + write bytes" : "torch");
     }
   }
   double ratio;

@@ -85,7 +85,8 @@ Anchors RunAnchorScript(const std::string& script, size_t n, size_t k, int reps)
     }
   }
   const int rc = pclose(p);
-  if (rc != 0 && a.gbps.empty()) a.unavailable["script"] = cmd + " exited with " + std::to_string(rc);
+  if (rc != 0 && a.gbps.empty())
+    a.unavailable["script"] = cmd + " exited with " + std::to_string(rc);
   return a;
 }
 
@@ -119,8 +120,9 @@ double BestWallMs(int reps, F&& fn) {
   for (int r = 0; r < reps; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     fn();
-    best = std::min(best, std::chrono::duration<double, std::milli>(
-                              std::chrono::steady_clock::now() - t0).count());
+    best = std::min(
+        best,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
 }
@@ -146,8 +148,9 @@ int main(int argc, char** argv) {
     } else if (a == "--no-anchor") {
       run_anchor = false;
     } else {
-      std::fprintf(stderr, "usage: bench-gpu-aggregate [--params N] [--updates K] [--reps R] "
-                           "[--anchor script | --no-anchor]\n");
+      std::fprintf(stderr,
+                   "usage: bench-gpu-aggregate [--params N] [--updates K] [--reps R] "
+                   "[--anchor script | --no-anchor]\n");
       return 2;
     }
   }
@@ -163,8 +166,8 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop{};
   CheckCuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  std::fprintf(stderr, "bench-gpu-aggregate: %s, params=%zu updates=%zu reps=%d\n", prop.name, n,
-               k, reps);
+  std::fprintf(stderr, "bench-gpu-aggregate: %s, params=%zu updates=%zu reps=%d\n", prop.name, n, k,
+               reps);
 
   // The script first, while this process holds no device memory.
   Anchors anchors;
@@ -251,8 +254,8 @@ int main(int argc, char** argv) {
     Check(folder.RegisterHost(host, mapped), "RegisterHost");
     const double reg_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::fprintf(stderr, "bench-gpu-aggregate: cudaHostRegister of %.2f GB: %.2f s\n",
-                 total / 1e9, reg_s);
+    std::fprintf(stderr, "bench-gpu-aggregate: cudaHostRegister of %.2f GB: %.2f s\n", total / 1e9,
+                 reg_s);
     ms = BestMs(reps, stream, [&] {
       CheckCuda(cudaMemcpyAsync(dst, host, total, cudaMemcpyHostToDevice, stream), "H2D");
     });
@@ -263,7 +266,8 @@ int main(int argc, char** argv) {
 
     ms = BestWallMs(reps, [&] {
       Check(folder.ResetAccumulator(n), "ResetAccumulator");
-      for (size_t u = 0; u < k; ++u) Check(folder.AccumulateHost(host + u * bytes, d, ws[u]), "AccumulateHost");
+      for (size_t u = 0; u < k; ++u)
+        Check(folder.AccumulateHost(host + u * bytes, d, ws[u]), "AccumulateHost");
       Check(folder.DownloadAccumulator(host_acc.data()), "DownloadAccumulator");
     });
     rows.push_back({"shoal from pinned host", dn, total / ms / 1e6, ms,
@@ -276,15 +280,16 @@ int main(int argc, char** argv) {
         Check(folder.FoldHost({&seg, 1}), "FoldHost");
       }
     });
-    rows.push_back({"shoal leaf (acc in host)", dn, total / ms / 1e6, ms,
-                    "acc in + out per update"});
+    rows.push_back(
+        {"shoal leaf (acc in host)", dn, total / ms / 1e6, ms, "acc in + out per update"});
     Check(folder.UnregisterHost(), "UnregisterHost");
     munmap(map, mapped);
   }
 
-  std::printf("bench-gpu-aggregate: %s, %zu updates x %zu params (f32 %.1f MB, bf16 %.1f MB "
-              "each); GB/s = update bytes read / time\n",
-              prop.name, k, n, n * 4 / 1e6, n * 2 / 1e6);
+  std::printf(
+      "bench-gpu-aggregate: %s, %zu updates x %zu params (f32 %.1f MB, bf16 %.1f MB "
+      "each); GB/s = update bytes read / time\n",
+      prop.name, k, n, n * 4 / 1e6, n * 2 / 1e6);
   std::printf("%-30s %-5s %10s %12s  %s\n", "what", "dtype", "GB/s", "ms (K upd.)", "note");
   for (const Row& r : rows) {
     std::printf("%-30s %-5s %10.1f %12.3f  %s\n", r.what.c_str(), r.dtype.c_str(), r.gbps, r.ms,
@@ -296,7 +301,8 @@ int main(int argc, char** argv) {
       auto u = anchors.unavailable.find(name);
       if (u == anchors.unavailable.end()) u = anchors.unavailable.find("script");
       std::printf("%-30s %-5s %10s %12s  %s\n", (std::string(name) + " (anchor)").c_str(), "-",
-                  "unavail.", "-", u == anchors.unavailable.end() ? "no output" : u->second.c_str());
+                  "unavail.", "-",
+                  u == anchors.unavailable.end() ? "no output" : u->second.c_str());
       continue;
     }
     for (const auto& [dt, g] : it->second) {
@@ -309,15 +315,17 @@ int main(int argc, char** argv) {
   const auto tri = anchors.gbps.find("triton");
   if (tri != anchors.gbps.end() && tri->second.count("f32")) {
     ratio = device_gbps["f32"] / tri->second.at("f32");
-    std::printf("ratio = shoal device-resident f32 (%.1f GB/s) / Triton fused kernel f32 (%.1f "
-                "GB/s) = %.3f (target >= 1.0; bf16: %.3f)\n",
-                device_gbps["f32"], tri->second.at("f32"), ratio,
-                tri->second.count("bf16") ? device_gbps["bf16"] / tri->second.at("bf16") : 0.0);
+    std::printf(
+        "ratio = shoal device-resident f32 (%.1f GB/s) / Triton fused kernel f32 (%.1f "
+        "GB/s) = %.3f (target >= 1.0; bf16: %.3f)\n",
+        device_gbps["f32"], tri->second.at("f32"), ratio,
+        tri->second.count("bf16") ? device_gbps["bf16"] / tri->second.at("bf16") : 0.0);
   } else {
     ratio = device_gbps["f32"] / d2d_gbps["f32"];
-    std::printf("Triton anchor unavailable: ratio = shoal device-resident f32 (%.1f GB/s) / "
-                "D2D copy (%.1f GB/s) = %.3f\n",
-                device_gbps["f32"], d2d_gbps["f32"], ratio);
+    std::printf(
+        "Triton anchor unavailable: ratio = shoal device-resident f32 (%.1f GB/s) / "
+        "D2D copy (%.1f GB/s) = %.3f\n",
+        device_gbps["f32"], d2d_gbps["f32"], ratio);
   }
   for (const Row& r : rows) {
     if (r.what == "shoal from pinned host") {

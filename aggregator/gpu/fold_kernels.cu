@@ -15,11 +15,15 @@
 namespace shoal::aggregator {
 namespace {
 
-constexpr int kVec = 8;           // elements per thread per step
+constexpr int kVec = 8;  // elements per thread per step
 constexpr int kThreads = 256;
 
-struct Bf16 { uint16_t bits; };
-struct F16 { uint16_t bits; };
+struct Bf16 {
+  uint16_t bits;
+};
+struct F16 {
+  uint16_t bits;
+};
 
 struct BatchArgs {
   const void* x[kGpuFoldMaxBatch];
@@ -39,8 +43,14 @@ __device__ __forceinline__ float ToF32(const F16* p, size_t i) {
 __device__ __forceinline__ void Load8(const float* p, float v[kVec]) {
   const float4 a = __ldcs(reinterpret_cast<const float4*>(p));
   const float4 b = __ldcs(reinterpret_cast<const float4*>(p) + 1);
-  v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-  v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+  v[0] = a.x;
+  v[1] = a.y;
+  v[2] = a.z;
+  v[3] = a.w;
+  v[4] = b.x;
+  v[5] = b.y;
+  v[6] = b.z;
+  v[7] = b.w;
 }
 __device__ __forceinline__ void Unpack2Bf16(uint32_t u, float* v) {
   v[0] = __uint_as_float(u << 16);
@@ -48,7 +58,10 @@ __device__ __forceinline__ void Unpack2Bf16(uint32_t u, float* v) {
 }
 __device__ __forceinline__ void Load8(const Bf16* p, float v[kVec]) {
   const uint4 u = __ldcs(reinterpret_cast<const uint4*>(p));
-  Unpack2Bf16(u.x, v); Unpack2Bf16(u.y, v + 2); Unpack2Bf16(u.z, v + 4); Unpack2Bf16(u.w, v + 6);
+  Unpack2Bf16(u.x, v);
+  Unpack2Bf16(u.y, v + 2);
+  Unpack2Bf16(u.z, v + 4);
+  Unpack2Bf16(u.w, v + 6);
 }
 __device__ __forceinline__ void Unpack2F16(uint32_t u, float* v) {
   v[0] = __half2float(__ushort_as_half(static_cast<unsigned short>(u & 0xffffu)));
@@ -56,13 +69,16 @@ __device__ __forceinline__ void Unpack2F16(uint32_t u, float* v) {
 }
 __device__ __forceinline__ void Load8(const F16* p, float v[kVec]) {
   const uint4 u = __ldcs(reinterpret_cast<const uint4*>(p));
-  Unpack2F16(u.x, v); Unpack2F16(u.y, v + 2); Unpack2F16(u.z, v + 4); Unpack2F16(u.w, v + 6);
+  Unpack2F16(u.x, v);
+  Unpack2F16(u.y, v + 2);
+  Unpack2F16(u.z, v + 4);
+  Unpack2F16(u.w, v + 6);
 }
 
 // acc and every x are 16-byte aligned; nvec groups of 8 elements.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) FoldVec(float* __restrict__ acc, const BatchArgs args,
-                                                     size_t nvec) {
+__global__ void __launch_bounds__(kThreads)
+    FoldVec(float* __restrict__ acc, const BatchArgs args, size_t nvec) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < nvec;
        i += stride) {
@@ -97,9 +113,8 @@ __global__ void __launch_bounds__(kThreads) FoldVec(float* __restrict__ acc, con
 // Scalar loads for the elements the vector kernel cannot take: indices [0, head) and
 // [tail, n), or everything (head = n) when acc and the updates cannot be aligned together.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) FoldScalar(float* __restrict__ acc,
-                                                        const BatchArgs args, size_t head,
-                                                        size_t tail, size_t n) {
+__global__ void __launch_bounds__(kThreads)
+    FoldScalar(float* __restrict__ acc, const BatchArgs args, size_t head, size_t tail, size_t n) {
   const size_t count = head + (n - tail);
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t j = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < count;
@@ -160,8 +175,9 @@ bool GpuFoldAvailable(std::string* reason) {
 Status GpuFoldDevice(float* acc, const void* const* xs, const float* ws, int count, DType dtype,
                      size_t n, void* stream) {
   if (count < 0 || count > kGpuFoldMaxBatch) {
-    return InvalidArgument("GpuFoldDevice: " + std::to_string(count) + " updates in one batch (at most " +
-                           std::to_string(kGpuFoldMaxBatch) + ")");
+    return InvalidArgument("GpuFoldDevice: " + std::to_string(count) +
+                           " updates in one batch (at most " + std::to_string(kGpuFoldMaxBatch) +
+                           ")");
   }
   if (n == 0 || count == 0) return {};
   const size_t es = DTypeSize(dtype);
@@ -180,9 +196,12 @@ Status GpuFoldDevice(float* acc, const void* const* xs, const float* ws, int cou
   }
   auto s = static_cast<cudaStream_t>(stream);
   switch (dtype) {
-    case DType::kF32: return Launch<float>(acc, args, n, s);
-    case DType::kBF16: return Launch<Bf16>(acc, args, n, s);
-    case DType::kF16: return Launch<F16>(acc, args, n, s);
+    case DType::kF32:
+      return Launch<float>(acc, args, n, s);
+    case DType::kBF16:
+      return Launch<Bf16>(acc, args, n, s);
+    case DType::kF16:
+      return Launch<F16>(acc, args, n, s);
   }
   return InvalidArgument("GpuFoldDevice: unknown dtype");
 }

@@ -13,8 +13,8 @@
 namespace shoal::aggregator {
 
 struct GpuFolder::Slot {
-  float* acc = nullptr;        // device: a chunk of the host accumulator (FoldHost)
-  std::byte* x = nullptr;      // device: a chunk of an update
+  float* acc = nullptr;          // device: a chunk of the host accumulator (FoldHost)
+  std::byte* x = nullptr;        // device: a chunk of an update
   cudaEvent_t staged = nullptr;  // copies in done
   cudaEvent_t folded = nullptr;  // kernel done
   cudaEvent_t free = nullptr;    // everything that reads the slot done
@@ -82,7 +82,8 @@ GpuFolder::~GpuFolder() {
 }
 
 Status GpuFolder::RegisterHost(void* base, size_t bytes) {
-  if (registered_base_ != nullptr) return AlreadyExists("GpuFolder: host memory already registered");
+  if (registered_base_ != nullptr)
+    return AlreadyExists("GpuFolder: host memory already registered");
   if (base == nullptr || bytes == 0) return InvalidArgument("GpuFolder: nothing to register");
   SHOAL_CUDA_TRY(cudaSetDevice(device_));
   SHOAL_CUDA_TRY(cudaHostRegister(base, bytes, cudaHostRegisterPortable));
@@ -103,8 +104,8 @@ Status GpuFolder::FoldHostChunk(float* acc, const std::byte* x, DType dtype, siz
   Slot& slot = slots_[next_slot_++ % num_slots_];
   const size_t es = DTypeSize(dtype);
   SHOAL_CUDA_TRY(cudaStreamWaitEvent(S(copy_in_), slot.free, 0));
-  SHOAL_CUDA_TRY(cudaMemcpyAsync(slot.acc, acc, n * sizeof(float), cudaMemcpyHostToDevice,
-                                 S(copy_in_)));
+  SHOAL_CUDA_TRY(
+      cudaMemcpyAsync(slot.acc, acc, n * sizeof(float), cudaMemcpyHostToDevice, S(copy_in_)));
   SHOAL_CUDA_TRY(cudaMemcpyAsync(slot.x, x, n * es, cudaMemcpyHostToDevice, S(copy_in_)));
   SHOAL_CUDA_TRY(cudaEventRecord(slot.staged, S(copy_in_)));
   SHOAL_CUDA_TRY(cudaStreamWaitEvent(S(compute_), slot.staged, 0));
@@ -112,8 +113,8 @@ Status GpuFolder::FoldHostChunk(float* acc, const std::byte* x, DType dtype, siz
   SHOAL_RETURN_IF_ERROR(GpuFoldDevice(slot.acc, xs, &w, 1, dtype, n, compute_));
   SHOAL_CUDA_TRY(cudaEventRecord(slot.folded, S(compute_)));
   SHOAL_CUDA_TRY(cudaStreamWaitEvent(S(copy_out_), slot.folded, 0));
-  SHOAL_CUDA_TRY(cudaMemcpyAsync(acc, slot.acc, n * sizeof(float), cudaMemcpyDeviceToHost,
-                                 S(copy_out_)));
+  SHOAL_CUDA_TRY(
+      cudaMemcpyAsync(acc, slot.acc, n * sizeof(float), cudaMemcpyDeviceToHost, S(copy_out_)));
   SHOAL_CUDA_TRY(cudaEventRecord(slot.free, S(copy_out_)));
   return {};
 }
@@ -159,8 +160,8 @@ Status GpuFolder::AccumulateHost(const void* x, DType dtype, float w) {
     const size_t m = std::min(chunk_elems_, acc_n_ - off);
     Slot& slot = slots_[next_slot_++ % num_slots_];
     SHOAL_CUDA_TRY(cudaStreamWaitEvent(S(copy_in_), slot.free, 0));
-    SHOAL_CUDA_TRY(cudaMemcpyAsync(slot.x, bytes + off * es, m * es, cudaMemcpyHostToDevice,
-                                   S(copy_in_)));
+    SHOAL_CUDA_TRY(
+        cudaMemcpyAsync(slot.x, bytes + off * es, m * es, cudaMemcpyHostToDevice, S(copy_in_)));
     SHOAL_CUDA_TRY(cudaEventRecord(slot.staged, S(copy_in_)));
     SHOAL_CUDA_TRY(cudaStreamWaitEvent(S(compute_), slot.staged, 0));
     const void* xs[1] = {slot.x};
@@ -170,8 +171,7 @@ Status GpuFolder::AccumulateHost(const void* x, DType dtype, float w) {
   return {};
 }
 
-Status GpuFolder::AccumulateDevice(const void* const* xs, const float* ws, int count,
-                                   DType dtype) {
+Status GpuFolder::AccumulateDevice(const void* const* xs, const float* ws, int count, DType dtype) {
   SHOAL_CUDA_TRY(cudaSetDevice(device_));
   for (int k = 0; k < count; k += kGpuFoldMaxBatch) {
     const int m = std::min(kGpuFoldMaxBatch, count - k);
@@ -189,8 +189,8 @@ Status GpuFolder::Synchronize() {
 Status GpuFolder::DownloadAccumulator(float* out) {
   SHOAL_RETURN_IF_ERROR(Synchronize());
   if (acc_n_ == 0) return {};
-  SHOAL_CUDA_TRY(cudaMemcpyAsync(out, acc_, acc_n_ * sizeof(float), cudaMemcpyDeviceToHost,
-                                 S(copy_out_)));
+  SHOAL_CUDA_TRY(
+      cudaMemcpyAsync(out, acc_, acc_n_ * sizeof(float), cudaMemcpyDeviceToHost, S(copy_out_)));
   SHOAL_CUDA_TRY(cudaStreamSynchronize(S(copy_out_)));
   return {};
 }

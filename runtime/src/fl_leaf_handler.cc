@@ -10,6 +10,8 @@
 // pipelined. That moves 12 bytes per f32 element over PCIe instead of the 4 a device-resident
 // accumulator would need; the protocol (202 only once the update is in the pool's sum) asks
 // for it.
+#include <spdlog/spdlog.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -18,8 +20,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <spdlog/spdlog.h>
 
 #include "shoal/aggregator/fold.h"
 #include "shoal/model/architectures.h"
@@ -71,17 +71,16 @@ class FlLeafHandler final : public Handler {
     register_thread_ = std::thread([this, base, bytes] {
       const auto t0 = std::chrono::steady_clock::now();
       Status st = gpu_->RegisterHost(base, bytes);
-      const double s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (!st.ok()) {
         spdlog::warn("fl-leaf: folding on the CPU: cannot pin the pool: {}", st.ToString());
         return;
       }
-      spdlog::info("fl-leaf: folding on the GPU (device {}) for updates >= {} bytes{}; pool "
-                   "pinned ({} MiB in {:.2f} s)",
-                   gpu_->device(), device_ == FoldDevice::kGpu ? 0 : kGpuMinUpdateBytes,
-                   device_ == FoldDevice::kGpu ? " (device: gpu)" : " (device: auto)",
-                   bytes >> 20, s);
+      spdlog::info(
+          "fl-leaf: folding on the GPU (device {}) for updates >= {} bytes{}; pool "
+          "pinned ({} MiB in {:.2f} s)",
+          gpu_->device(), device_ == FoldDevice::kGpu ? 0 : kGpuMinUpdateBytes,
+          device_ == FoldDevice::kGpu ? " (device: gpu)" : " (device: auto)", bytes >> 20, s);
       gpu_ready_.store(true, std::memory_order_release);
     });
 #else
@@ -98,8 +97,8 @@ class FlLeafHandler final : public Handler {
     const uint64_t need = spec_.num_params() * sizeof(float);
     if (request.aux.size() < need) {
       return Internal("no partial-sum buffer for this update (" +
-                      std::to_string(request.aux.size()) + " bytes, need " +
-                      std::to_string(need) + ")");
+                      std::to_string(request.aux.size()) + " bytes, need " + std::to_string(need) +
+                      ")");
     }
     auto* acc = reinterpret_cast<float*>(request.aux.data());
     if (!FoldOnGpu(*view, acc, request.aux_value)) {
@@ -138,8 +137,7 @@ class FlLeafHandler final : public Handler {
     }
     Status st = gpu_->FoldHost(segments_);
     if (!st.ok()) {
-      spdlog::critical("fl-leaf: GPU fold failed, the partial sum is unknown: {}",
-                       st.ToString());
+      spdlog::critical("fl-leaf: GPU fold failed, the partial sum is unknown: {}", st.ToString());
       std::abort();
     }
     return true;

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <set>
 #include <string>
@@ -36,12 +37,12 @@ namespace {
 using Shape = std::vector<int64_t>;
 using StepFn = std::function<Status(cudaStream_t)>;
 
-#define SHOAL_CUBLAS_TRY(call)                                                          \
-  do {                                                                                  \
-    const cublasStatus_t shoal_blas_st_ = (call);                                       \
-    if (shoal_blas_st_ != CUBLAS_STATUS_SUCCESS) {                                      \
+#define SHOAL_CUBLAS_TRY(call)                                                              \
+  do {                                                                                      \
+    const cublasStatus_t shoal_blas_st_ = (call);                                           \
+    if (shoal_blas_st_ != CUBLAS_STATUS_SUCCESS) {                                          \
       return Internal(std::string(#call) + ": " + cublasLtGetStatusString(shoal_blas_st_)); \
-    }                                                                                   \
+    }                                                                                       \
   } while (0)
 
 #if defined(SHOAL_HAVE_CUDNN)
@@ -71,9 +72,12 @@ Status Unsupported(const Node& n, const std::string& what) {
 
 Dt DtOf(Precision p) {
   switch (p) {
-    case Precision::kF32: return Dt::kF32;
-    case Precision::kF16: return Dt::kF16;
-    case Precision::kBF16: return Dt::kBF16;
+    case Precision::kF32:
+      return Dt::kF32;
+    case Precision::kF16:
+      return Dt::kF16;
+    case Precision::kBF16:
+      return Dt::kBF16;
   }
   return Dt::kF32;
 }
@@ -88,7 +92,7 @@ cudnnDataType_t DnnType(Dt t) {
 
 // A device tensor of the plan: where it lives and how. Rank-4 activations are NHWC.
 struct Tensor {
-  Shape shape;      // ONNX (logical) shape at max_batch
+  Shape shape;  // ONNX (logical) shape at max_batch
   bool nhwc = false;
   int buffer = -1;  // arena buffer
 };
@@ -127,7 +131,7 @@ class CudaExecutable final : public Executable {
 #endif
   std::vector<void*> allocations_;
   std::vector<std::function<void()>> cleanup_;  // descriptors, in creation order
-  float* d_in_ = nullptr;   // f32, the caller's layout, max_batch samples
+  float* d_in_ = nullptr;                       // f32, the caller's layout, max_batch samples
   float* d_out_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
@@ -204,9 +208,8 @@ Status CudaExecutable::Run(const BatchIO& io) {
                                  cudaMemcpyHostToDevice, stream_));
   if (b.batch > io.batch) {
     // The bucket's extra samples: zeros, so they compute finite values nobody reads.
-    SHOAL_CUDA_TRY(cudaMemsetAsync(d_in_ + in_n, 0,
-                                   static_cast<size_t>(b.batch * in_elems_ - in_n) * sizeof(float),
-                                   stream_));
+    SHOAL_CUDA_TRY(cudaMemsetAsync(
+        d_in_ + in_n, 0, static_cast<size_t>(b.batch * in_elems_ - in_n) * sizeof(float), stream_));
   }
   if (use_graphs_) {
     if (b.exec == nullptr) SHOAL_RETURN_IF_ERROR(Capture(b));
@@ -367,7 +370,8 @@ Status Compiler::LowerGemm(size_t i) {
     }
     if (count != N || c->shape.empty() || c->shape.back() != N) return false;
     bias.resize(static_cast<size_t>(N));
-    for (int64_t j = 0; j < N; ++j) bias[static_cast<size_t>(j)] = scale * c->floats[static_cast<size_t>(j)];
+    for (int64_t j = 0; j < N; ++j)
+      bias[static_cast<size_t>(j)] = scale * c->floats[static_cast<size_t>(j)];
     return true;
   };
   if (gemm && n.inputs.size() > 2 && !n.inputs[2].empty()) {
@@ -410,11 +414,14 @@ Status Compiler::LowerGemm(size_t i) {
     SHOAL_CUBLAS_TRY(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F));
     x_.cleanup_.push_back([desc] { cublasLtMatmulDescDestroy(desc); });
     const cublasOperation_t ta = CUBLAS_OP_T, tn = CUBLAS_OP_N;
-    SHOAL_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    SHOAL_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tn, sizeof tn));
+    SHOAL_CUBLAS_TRY(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    SHOAL_CUBLAS_TRY(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tn, sizeof tn));
     cublasLtEpilogue_t epi = dbias ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
                                    : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
-    SHOAL_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    SHOAL_CUBLAS_TRY(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     if (dbias != nullptr) {
       SHOAL_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                       &dbias, sizeof dbias));
@@ -424,11 +431,14 @@ Status Compiler::LowerGemm(size_t i) {
     }
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
     const cudaDataType_t t = BlasType(dt_);
-    SHOAL_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&la, t, static_cast<uint64_t>(K), static_cast<uint64_t>(N), K));
+    SHOAL_CUBLAS_TRY(
+        cublasLtMatrixLayoutCreate(&la, t, static_cast<uint64_t>(K), static_cast<uint64_t>(N), K));
     x_.cleanup_.push_back([la] { cublasLtMatrixLayoutDestroy(la); });
-    SHOAL_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&lb, t, static_cast<uint64_t>(K), static_cast<uint64_t>(M), K));
+    SHOAL_CUBLAS_TRY(
+        cublasLtMatrixLayoutCreate(&lb, t, static_cast<uint64_t>(K), static_cast<uint64_t>(M), K));
     x_.cleanup_.push_back([lb] { cublasLtMatrixLayoutDestroy(lb); });
-    SHOAL_CUBLAS_TRY(cublasLtMatrixLayoutCreate(&ld, t, static_cast<uint64_t>(N), static_cast<uint64_t>(M), N));
+    SHOAL_CUBLAS_TRY(
+        cublasLtMatrixLayoutCreate(&ld, t, static_cast<uint64_t>(N), static_cast<uint64_t>(M), N));
     x_.cleanup_.push_back([ld] { cublasLtMatrixLayoutDestroy(ld); });
     cublasLtMatmulPreference_t pref = nullptr;
     SHOAL_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
@@ -438,7 +448,8 @@ Status Compiler::LowerGemm(size_t i) {
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
     cublasLtMatmulHeuristicResult_t heur{};
     int found = 0;
-    SHOAL_CUBLAS_TRY(cublasLtMatmulAlgoGetHeuristic(x_.lt_, desc, la, lb, ld, ld, pref, 1, &heur, &found));
+    SHOAL_CUBLAS_TRY(
+        cublasLtMatmulAlgoGetHeuristic(x_.lt_, desc, la, lb, ld, ld, pref, 1, &heur, &found));
     if (found < 1) {
       return Internal("cuBLASLt has no algorithm for a " + std::to_string(M) + "x" +
                       std::to_string(N) + "x" + std::to_string(K) + " matmul");
@@ -451,8 +462,8 @@ Status Compiler::LowerGemm(size_t i) {
     void* y = Ptr(*py);
     steps.push_back([ex, desc, la, lb, ld, algo, algo_ws, W, a, y](cudaStream_t s) -> Status {
       const float one = 1.0f, zero = 0.0f;
-      SHOAL_CUBLAS_TRY(cublasLtMatmul(ex->lt_, desc, &one, W, la, a, lb, &zero, y, ld, y, ld,
-                                      &algo, ex->workspace_, algo_ws, s));
+      SHOAL_CUBLAS_TRY(cublasLtMatmul(ex->lt_, desc, &one, W, la, a, lb, &zero, y, ld, y, ld, &algo,
+                                      ex->workspace_, algo_ws, s));
       return {};
     });
     return {};
@@ -515,10 +526,21 @@ Status Compiler::LowerConv(size_t i) {
     Skip(next);
     out = next->outputs[0];
   }
+  // Opt-in (SHOAL_CUDNN_FUSED=1): cuDNN's own conv + bias + residual + ReLU in one call, which
+  // saves the epilogue's pass over the output. Off by default until checked on a GPU; where cuDNN
+  // reports the combination unsupported the step falls back to the epilogue kernel.
+  const char* fused_env = std::getenv("SHOAL_CUDNN_FUSED");
+  const bool want_fused = relu && fused_env != nullptr && std::string(fused_env) == "1";
+  void* fused_bias = dbias;
+  if (want_fused && fused_bias == nullptr) {
+    auto zeros = Upload(std::vector<float>(static_cast<size_t>(K), 0.0f));
+    if (!zeros.ok()) return zeros.status();
+    fused_bias = *zeros;
+  }
   const Tensor* Y = &Out(out);
   const void* wptr = *dw;
   const Window2d wd = *win;
-  Emit([this, X, Y, wptr, dbias, residual, relu, wd, K, Cg, R, S](
+  Emit([this, X, Y, wptr, dbias, residual, relu, wd, K, Cg, R, S, want_fused, fused_bias](
            int64_t batch, std::vector<StepFn>& steps) -> Status {
     const cudnnDataType_t t = DnnType(dt_);
     cudnnTensorDescriptor_t xd = nullptr, yd = nullptr;
@@ -572,14 +594,40 @@ Status Compiler::LowerConv(size_t i) {
     void* yp = Ptr(*Y);
     const void* rp = residual ? Ptr(*residual) : nullptr;
     const Dt dt = dt_;
+    cudnnTensorDescriptor_t bd = nullptr;
+    cudnnActivationDescriptor_t ad = nullptr;
+    if (want_fused) {
+      SHOAL_CUDNN_TRY(cudnnCreateTensorDescriptor(&bd));
+      x_.cleanup_.push_back([bd] { cudnnDestroyTensorDescriptor(bd); });
+      SHOAL_CUDNN_TRY(cudnnSetTensor4dDescriptor(bd, CUDNN_TENSOR_NHWC, t, 1, I(K), 1, 1));
+      SHOAL_CUDNN_TRY(cudnnCreateActivationDescriptor(&ad));
+      x_.cleanup_.push_back([ad] { cudnnDestroyActivationDescriptor(ad); });
+      SHOAL_CUDNN_TRY(
+          cudnnSetActivationDescriptor(ad, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+    }
+    // Decided by the first (eager, uncaptured) run: see Capture.
+    auto fused = std::make_shared<bool>(want_fused);
     steps.push_back([ex, xd, yd, fd, cd, algo, ws, xp, yp, rp, wptr, dbias, relu, count, channels,
-                     dt](cudaStream_t s) -> Status {
+                     dt, bd, ad, fused, fused_bias](cudaStream_t s) -> Status {
       const float one = 1.0f, zero = 0.0f;
+      if (*fused) {
+        const float alpha2 = rp != nullptr ? 1.0f : 0.0f;
+        const cudnnStatus_t st = cudnnConvolutionBiasActivationForward(
+            ex->dnn_, &one, xd, xp, fd, wptr, cd, algo, ex->workspace_, ws, &alpha2, yd,
+            rp != nullptr ? rp : yp, bd, fused_bias, ad, yd, yp);
+        if (st == CUDNN_STATUS_SUCCESS) return {};
+        // cuDNN 9 codes: 2xxx bad parameter, 3xxx not supported (with sub-codes): fall back.
+        const int code = static_cast<int>(st);
+        if (code < 2000 || code >= 4000) {
+          return Internal(std::string("cudnnConvolutionBiasActivationForward: ") +
+                          cudnnGetErrorString(st));
+        }
+        *fused = false;  // this shape/type/algorithm: the unfused path from now on
+      }
       SHOAL_CUDNN_TRY(cudnnConvolutionForward(ex->dnn_, &one, xd, xp, fd, wptr, cd, algo,
                                               ex->workspace_, ws, &zero, yd, yp));
       if (dbias != nullptr || rp != nullptr || relu) {
-        SHOAL_CUDA_TRY(
-            ChannelEpilogue(yp, yp, dt, count, channels, nullptr, dbias, rp, relu, s));
+        SHOAL_CUDA_TRY(ChannelEpilogue(yp, yp, dt, count, channels, nullptr, dbias, rp, relu, s));
       }
       return {};
     });
@@ -850,17 +898,25 @@ Status Compiler::Lower(size_t i) {
   if (skipped_.count(&n)) return {};
   switch (n.op) {
     case OpType::kGemm:
-    case OpType::kMatMul: return LowerGemm(i);
-    case OpType::kConv: return LowerConv(i);
-    case OpType::kAdd: return LowerAdd(i);
+    case OpType::kMatMul:
+      return LowerGemm(i);
+    case OpType::kConv:
+      return LowerConv(i);
+    case OpType::kAdd:
+      return LowerAdd(i);
     case OpType::kRelu:
-    case OpType::kBatchNormalization: return LowerReluOrBn(i);
+    case OpType::kBatchNormalization:
+      return LowerReluOrBn(i);
     case OpType::kMaxPool:
-    case OpType::kAveragePool: return LowerPool(i);
-    case OpType::kGlobalAveragePool: return LowerGlobalAvg(i);
+    case OpType::kAveragePool:
+      return LowerPool(i);
+    case OpType::kGlobalAveragePool:
+      return LowerGlobalAvg(i);
     case OpType::kFlatten:
-    case OpType::kReshape: return LowerReshape(i);
-    case OpType::kSoftmax: return LowerSoftmax(i);
+    case OpType::kReshape:
+      return LowerReshape(i);
+    case OpType::kSoftmax:
+      return LowerSoftmax(i);
   }
   return Unsupported(n, "does not run this operator");
 }

@@ -1,12 +1,12 @@
 // Kernels of the CUDA executor (see cuda_kernels.h). Each is grid-stride with 64-bit indices
 // and a bounded grid, so any tensor size works with one launch configuration.
-#include "cuda_kernels.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cfloat>
 #include <type_traits>
+
+#include "cuda_kernels.h"
 
 namespace shoal::inference::cuda {
 namespace {
@@ -29,17 +29,20 @@ unsigned Blocks(int64_t work) {
   return static_cast<unsigned>(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
 }
 
-#define GRID_STRIDE(i, count)                                                       \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;     \
-       i < (count); i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+#define GRID_STRIDE(i, count)                                                                \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (count); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 // Dispatch on the element type: F is a generic lambda taking a T* null of the right type.
 template <typename F>
 cudaError_t WithType(Dt t, F&& f) {
   switch (t) {
-    case Dt::kF32: return f(static_cast<float*>(nullptr));
-    case Dt::kF16: return f(static_cast<__half*>(nullptr));
-    case Dt::kBF16: return f(static_cast<__nv_bfloat16*>(nullptr));
+    case Dt::kF32:
+      return f(static_cast<float*>(nullptr));
+    case Dt::kF16:
+      return f(static_cast<__half*>(nullptr));
+    case Dt::kBF16:
+      return f(static_cast<__nv_bfloat16*>(nullptr));
   }
   return cudaErrorInvalidValue;
 }
@@ -194,8 +197,8 @@ cudaError_t NchwF32ToNhwc(const float* in, void* out, Dt t, int64_t n, int64_t c
                           int64_t w, cudaStream_t s) {
   return WithType(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    NchwToNhwcKernel<float, T><<<Blocks(n * c * h * w), kThreads, 0, s>>>(
-        in, static_cast<T*>(out), n, c, h * w);
+    NchwToNhwcKernel<float, T>
+        <<<Blocks(n * c * h * w), kThreads, 0, s>>>(in, static_cast<T*>(out), n, c, h * w);
     return cudaGetLastError();
   });
 }
@@ -204,14 +207,14 @@ cudaError_t NhwcToNchwF32(const void* in, float* out, Dt t, int64_t n, int64_t c
                           int64_t w, cudaStream_t s) {
   return WithType(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    NhwcToNchwKernel<T, float><<<Blocks(n * c * h * w), kThreads, 0, s>>>(
-        static_cast<const T*>(in), out, n, c, h * w);
+    NhwcToNchwKernel<T, float>
+        <<<Blocks(n * c * h * w), kThreads, 0, s>>>(static_cast<const T*>(in), out, n, c, h * w);
     return cudaGetLastError();
   });
 }
 
-cudaError_t NhwcToNchw(const void* in, void* out, Dt t, int64_t n, int64_t c, int64_t h,
-                       int64_t w, cudaStream_t s) {
+cudaError_t NhwcToNchw(const void* in, void* out, Dt t, int64_t n, int64_t c, int64_t h, int64_t w,
+                       cudaStream_t s) {
   return WithType(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     NhwcToNchwKernel<T, T><<<Blocks(n * c * h * w), kThreads, 0, s>>>(
@@ -220,8 +223,8 @@ cudaError_t NhwcToNchw(const void* in, void* out, Dt t, int64_t n, int64_t c, in
   });
 }
 
-cudaError_t NchwToNhwc(const void* in, void* out, Dt t, int64_t n, int64_t c, int64_t h,
-                       int64_t w, cudaStream_t s) {
+cudaError_t NchwToNhwc(const void* in, void* out, Dt t, int64_t n, int64_t c, int64_t h, int64_t w,
+                       cudaStream_t s) {
   return WithType(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     NchwToNhwcKernel<T, T><<<Blocks(n * c * h * w), kThreads, 0, s>>>(
@@ -239,8 +242,8 @@ cudaError_t CastF32(const float* in, void* out, Dt t, int64_t count, cudaStream_
 }
 
 cudaError_t ChannelEpilogue(const void* x, void* y, Dt t, int64_t count, int64_t channels,
-                            const void* scale, const void* shift, const void* residual,
-                            bool relu, cudaStream_t s) {
+                            const void* scale, const void* shift, const void* residual, bool relu,
+                            cudaStream_t s) {
   if (channels < 1) return cudaErrorInvalidValue;
   return WithType(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -249,9 +252,9 @@ cudaError_t ChannelEpilogue(const void* x, void* y, Dt t, int64_t count, int64_t
     const auto* sh = static_cast<const T*>(shift);
     const auto* rs = static_cast<const T*>(residual);
     if (Fits32(count)) {
-      ChannelEpilogueKernel<T, int32_t><<<Blocks(count), kThreads, 0, s>>>(
-          xs, static_cast<T*>(y), static_cast<int32_t>(count), static_cast<int32_t>(channels), sc,
-          sh, rs, relu);
+      ChannelEpilogueKernel<T, int32_t>
+          <<<Blocks(count), kThreads, 0, s>>>(xs, static_cast<T*>(y), static_cast<int32_t>(count),
+                                              static_cast<int32_t>(channels), sc, sh, rs, relu);
     } else {
       ChannelEpilogueKernel<T, int64_t><<<Blocks(count), kThreads, 0, s>>>(
           xs, static_cast<T*>(y), count, channels, sc, sh, rs, relu);
@@ -268,12 +271,12 @@ cudaError_t AddBroadcast(const void* a, const void* b, void* y, Dt t, int64_t co
     const auto* as = static_cast<const T*>(a);
     const auto* bs = static_cast<const T*>(b);
     if (Fits32(count)) {
-      AddKernel<T, int32_t><<<Blocks(count), kThreads, 0, s>>>(
-          as, bs, static_cast<T*>(y), static_cast<int32_t>(count), static_cast<int32_t>(b_count),
-          relu);
+      AddKernel<T, int32_t><<<Blocks(count), kThreads, 0, s>>>(as, bs, static_cast<T*>(y),
+                                                               static_cast<int32_t>(count),
+                                                               static_cast<int32_t>(b_count), relu);
     } else {
-      AddKernel<T, int64_t><<<Blocks(count), kThreads, 0, s>>>(as, bs, static_cast<T*>(y), count,
-                                                              b_count, relu);
+      AddKernel<T, int64_t>
+          <<<Blocks(count), kThreads, 0, s>>>(as, bs, static_cast<T*>(y), count, b_count, relu);
     }
     return cudaGetLastError();
   });
@@ -282,8 +285,8 @@ cudaError_t AddBroadcast(const void* a, const void* b, void* y, Dt t, int64_t co
 cudaError_t Pool(const void* x, void* y, Dt t, const Pool2d& p, cudaStream_t s) {
   return WithType(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    PoolKernel<T><<<Blocks(p.n * p.oh * p.ow * p.c), kThreads, 0, s>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), p);
+    PoolKernel<T><<<Blocks(p.n * p.oh * p.ow * p.c), kThreads, 0, s>>>(static_cast<const T*>(x),
+                                                                       static_cast<T*>(y), p);
     return cudaGetLastError();
   });
 }
@@ -292,19 +295,18 @@ cudaError_t GlobalAveragePool(const void* x, void* y, Dt t, int64_t n, int64_t h
                               cudaStream_t s) {
   return WithType(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    GlobalAvgKernel<T><<<Blocks(n * c), kThreads, 0, s>>>(static_cast<const T*>(x),
-                                                           static_cast<T*>(y), n, hw, c);
+    GlobalAvgKernel<T>
+        <<<Blocks(n * c), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n, hw, c);
     return cudaGetLastError();
   });
 }
 
-cudaError_t SoftmaxRows(const void* x, void* y, Dt t, int64_t rows, int64_t cols,
-                        cudaStream_t s) {
+cudaError_t SoftmaxRows(const void* x, void* y, Dt t, int64_t rows, int64_t cols, cudaStream_t s) {
   return WithType(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     const unsigned grid = static_cast<unsigned>(rows < 65535 ? (rows < 1 ? 1 : rows) : 65535);
-    SoftmaxKernel<T><<<grid, kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y),
-                                                rows, cols);
+    SoftmaxKernel<T>
+        <<<grid, kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), rows, cols);
     return cudaGetLastError();
   });
 }

@@ -20,18 +20,18 @@ cudaError_t NchwF32ToNhwc(const float* in, void* out, Dt t, int64_t n, int64_t c
 cudaError_t NhwcToNchwF32(const void* in, float* out, Dt t, int64_t n, int64_t c, int64_t h,
                           int64_t w, cudaStream_t s);
 // T [N, H, W, C] -> T [N, C, H, W] (Flatten of a channels-last tensor in ONNX's order).
-cudaError_t NhwcToNchw(const void* in, void* out, Dt t, int64_t n, int64_t c, int64_t h,
-                       int64_t w, cudaStream_t s);
+cudaError_t NhwcToNchw(const void* in, void* out, Dt t, int64_t n, int64_t c, int64_t h, int64_t w,
+                       cudaStream_t s);
 // T [N, C, H, W] -> T [N, H, W, C] (Reshape of a flat tensor back to 4-D).
-cudaError_t NchwToNhwc(const void* in, void* out, Dt t, int64_t n, int64_t c, int64_t h,
-                       int64_t w, cudaStream_t s);
+cudaError_t NchwToNhwc(const void* in, void* out, Dt t, int64_t n, int64_t c, int64_t h, int64_t w,
+                       cudaStream_t s);
 cudaError_t CastF32(const float* in, void* out, Dt t, int64_t count, cudaStream_t s);
 
 // y[i] = act(x[i] * scale[c] + shift[c] + residual[i]) with c = i % channels (the innermost
 // dimension: NHWC or row-major [rows, C]). scale, shift, residual may be null; y may be x.
 cudaError_t ChannelEpilogue(const void* x, void* y, Dt t, int64_t count, int64_t channels,
-                            const void* scale, const void* shift, const void* residual,
-                            bool relu, cudaStream_t s);
+                            const void* scale, const void* shift, const void* residual, bool relu,
+                            cudaStream_t s);
 // y[i] = act(a[i] + b[j]) where j = i (same shape), i % b_count (b broadcast over the innermost
 // b_count elements) or 0 (b scalar): the caller passes b_count = count, channels or 1.
 cudaError_t AddBroadcast(const void* a, const void* b, void* y, Dt t, int64_t count,
@@ -49,7 +49,6 @@ cudaError_t Pool(const void* x, void* y, Dt t, const Pool2d& p, cudaStream_t s);
 cudaError_t GlobalAveragePool(const void* x, void* y, Dt t, int64_t n, int64_t hw, int64_t c,
                               cudaStream_t s);
 // Softmax over each row of `cols` elements.
-cudaError_t SoftmaxRows(const void* x, void* y, Dt t, int64_t rows, int64_t cols,
-                        cudaStream_t s);
+cudaError_t SoftmaxRows(const void* x, void* y, Dt t, int64_t rows, int64_t cols, cudaStream_t s);
 
 }  // namespace shoal::inference::cuda

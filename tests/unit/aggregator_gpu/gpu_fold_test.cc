@@ -1,6 +1,8 @@
 // The GPU fold equals the CPU fold (fold.h) on the same random updates: device batches with
 // unaligned heads and tails, the leaf's host path through registered memory with many chunks
 // (every staging slot reused), and the device-resident accumulator fed from host and device.
+#include "shoal/aggregator/gpu_fold.h"
+
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -11,15 +13,14 @@
 #include <vector>
 
 #include "shoal/aggregator/fold.h"
-#include "shoal/aggregator/gpu_fold.h"
 
 namespace shoal::aggregator {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                 \
-  do {                                                     \
-    std::string why_;                                      \
-    if (!GpuFoldAvailable(&why_)) GTEST_SKIP() << why_;    \
+#define SKIP_WITHOUT_GPU()                              \
+  do {                                                  \
+    std::string why_;                                   \
+    if (!GpuFoldAvailable(&why_)) GTEST_SKIP() << why_; \
   } while (0)
 
 // n random elements of dtype, stored as bytes (values in [-2, 2], exactly representable).

@@ -1,9 +1,12 @@
 // The CUDA executor against hand-computed values (the same cases as the CPU executor's tests),
 // fp16/bf16 against fp32, every batch bucket (padding a batch up to its bucket must not change
 // any sample's answer), and the CPU executor on a small ResNet and the FL MLP.
+#include "shoal/inference/cuda_executor.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <random>
@@ -11,7 +14,6 @@
 #include <vector>
 
 #include "shoal/inference/architectures_graph.h"
-#include "shoal/inference/cuda_executor.h"
 #include "shoal/inference/executor.h"
 #include "test_graphs.h"
 
@@ -24,15 +26,15 @@ using testing::OneInput;
 
 // Skips the test with the reason when no device is usable; fp32 tests compare exactly enough
 // only without TF32, so it is turned off for this process.
-#define SKIP_WITHOUT_GPU()                                               \
-  do {                                                                   \
-    setenv("SHOAL_CUDA_NO_TF32", "1", 1);                                \
-    auto ex_ = CreateCudaExecutor();                                     \
-    if (!ex_.ok()) GTEST_SKIP() << ex_.status().message();               \
+#define SKIP_WITHOUT_GPU()                                 \
+  do {                                                     \
+    setenv("SHOAL_CUDA_NO_TF32", "1", 1);                  \
+    auto ex_ = CreateCudaExecutor();                       \
+    if (!ex_.ok()) GTEST_SKIP() << ex_.status().message(); \
   } while (0)
 
 std::vector<float> RunOn(const std::string& kind, Graph g, const std::vector<float>& input,
-                       int64_t batch, ExecutorOptions options = {}) {
+                         int64_t batch, ExecutorOptions options = {}) {
   const Status v = g.Validate();
   EXPECT_TRUE(v.ok()) << v.ToString();
   auto ex = CreateExecutor(kind);
@@ -79,7 +81,10 @@ TEST(CudaExecutor, GemmTransBWithBiasAndAlphaBeta) {
   Graph g = OneInput({2});
   AddInit(g, "W", {3, 2}, {1, 2, 3, 4, 5, 6});
   AddInit(g, "b", {3}, {0.5f, -1, 2});
-  g.nodes.push_back({OpType::kGemm, "fc", {"x", "W", "b"}, {"y"},
+  g.nodes.push_back({OpType::kGemm,
+                     "fc",
+                     {"x", "W", "b"},
+                     {"y"},
                      {{"transB", int64_t{1}}, {"alpha", 2.0f}, {"beta", 0.5f}}});
   ExpectNear(RunCuda(g, {1, -1, 0, 2}, 2), {-1.75f, -2.5f, -1.0f, 8.25f, 15.5f, 25.0f}, 1e-5f);
 }
@@ -113,7 +118,10 @@ TEST(CudaExecutor, ConvSymmetricPadsStridesBiasAndResidualRelu) {
   Graph g = OneInput({1, 3, 3});
   AddInit(g, "W", {1, 1, 3, 3}, {0, 0, 0, 0, 1, 0, 0, 0, 0});  // identity
   AddInit(g, "b", {1}, {-5});
-  g.nodes.push_back({OpType::kConv, "conv", {"x", "W", "b"}, {"c"},
+  g.nodes.push_back({OpType::kConv,
+                     "conv",
+                     {"x", "W", "b"},
+                     {"c"},
                      {{"pads", std::vector<int64_t>{1, 1, 1, 1}}}});
   g.nodes.push_back({OpType::kAdd, "add", {"c", "x"}, {"s"}, {}});  // residual: 2x - 5
   g.nodes.push_back({OpType::kRelu, "relu", {"s"}, {"y"}, {}});
@@ -121,8 +129,8 @@ TEST(CudaExecutor, ConvSymmetricPadsStridesBiasAndResidualRelu) {
 
   Graph s = OneInput({1, 3, 3});
   AddInit(s, "W", {1, 1, 2, 2}, {1, 1, 1, 1});
-  s.nodes.push_back({OpType::kConv, "conv", {"x", "W"}, {"y"},
-                     {{"strides", std::vector<int64_t>{1, 1}}}});
+  s.nodes.push_back(
+      {OpType::kConv, "conv", {"x", "W"}, {"y"}, {{"strides", std::vector<int64_t>{1, 1}}}});
   // 2x2 window sums over 1..9: 12 16 24 28
   ExpectNear(RunCuda(s, {1, 2, 3, 4, 5, 6, 7, 8, 9}, 1), {12, 16, 24, 28}, 1e-5f);
 }
@@ -131,7 +139,10 @@ TEST(CudaExecutor, ConvGroupsDilationAndFlattenOrder) {
   SKIP_WITHOUT_GPU();
   Graph g = OneInput({2, 3, 3});
   AddInit(g, "W", {2, 1, 2, 2}, {1, 1, 1, 1, 2, 2, 2, 2});
-  g.nodes.push_back({OpType::kConv, "conv", {"x", "W"}, {"y"},
+  g.nodes.push_back({OpType::kConv,
+                     "conv",
+                     {"x", "W"},
+                     {"y"},
                      {{"group", int64_t{2}}, {"dilations", std::vector<int64_t>{2, 2}}}});
   std::vector<float> x(18);
   for (size_t i = 0; i < 18; ++i) x[i] = static_cast<float>(i);
@@ -142,8 +153,7 @@ TEST(CudaExecutor, ConvGroupsDilationAndFlattenOrder) {
   AddInit(f, "W", {3, 1, 1, 1}, {1, 10, 100});
   f.nodes.push_back({OpType::kConv, "conv", {"x", "W"}, {"c"}, {}});
   f.nodes.push_back({OpType::kFlatten, "flat", {"c"}, {"y"}, {}});
-  ExpectNear(RunCuda(f, {1, 2, 3, 4}, 1), {1, 2, 3, 4, 10, 20, 30, 40, 100, 200, 300, 400},
-             1e-4f);
+  ExpectNear(RunCuda(f, {1, 2, 3, 4}, 1), {1, 2, 3, 4, 10, 20, 30, 40, 100, 200, 300, 400}, 1e-4f);
 }
 
 TEST(CudaExecutor, BatchNormalizationPoolsAndSoftmax) {
@@ -153,12 +163,15 @@ TEST(CudaExecutor, BatchNormalizationPoolsAndSoftmax) {
   AddInit(bn, "b", {2}, {1, 0});
   AddInit(bn, "m", {2}, {1, -1});
   AddInit(bn, "v", {2}, {4, 1});
-  bn.nodes.push_back({OpType::kBatchNormalization, "bn", {"x", "s", "b", "m", "v"}, {"y"},
-                      {{"epsilon", 0.0f}}});
+  bn.nodes.push_back(
+      {OpType::kBatchNormalization, "bn", {"x", "s", "b", "m", "v"}, {"y"}, {{"epsilon", 0.0f}}});
   ExpectNear(RunCuda(bn, {5, 1}, 1), {5, 2}, 1e-5f);
 
   Graph mp = OneInput({1, 2, 3});
-  mp.nodes.push_back({OpType::kMaxPool, "pool", {"x"}, {"y"},
+  mp.nodes.push_back({OpType::kMaxPool,
+                      "pool",
+                      {"x"},
+                      {"y"},
                       {{"kernel_shape", std::vector<int64_t>{2, 2}},
                        {"strides", std::vector<int64_t>{2, 2}},
                        {"pads", std::vector<int64_t>{0, 1, 0, 0}}}});
@@ -166,7 +179,10 @@ TEST(CudaExecutor, BatchNormalizationPoolsAndSoftmax) {
 
   for (int64_t include : {0, 1}) {
     Graph ap = OneInput({1, 2, 2});
-    ap.nodes.push_back({OpType::kAveragePool, "pool", {"x"}, {"y"},
+    ap.nodes.push_back({OpType::kAveragePool,
+                        "pool",
+                        {"x"},
+                        {"y"},
                         {{"kernel_shape", std::vector<int64_t>{2, 2}},
                          {"pads", std::vector<int64_t>{1, 1, 0, 0}},
                          {"strides", std::vector<int64_t>{2, 2}},
@@ -339,23 +355,30 @@ bool ReadRef(const std::string& path, std::vector<float>& out) {
 
 TEST(CudaExecutor, MatchesCheckedInCpuReferences) {
   SKIP_WITHOUT_GPU();
-  for (const RefCase& c : RefCases()) {
-    std::vector<float> x, want;
-    ASSERT_TRUE(ReadRef(RefPath(c.name, "input"), x)) << RefPath(c.name, "input");
-    ASSERT_TRUE(ReadRef(RefPath(c.name, "output"), want)) << RefPath(c.name, "output");
-    EXPECT_EQ(x, RefInput(c)) << c.name << ": the reference input is not this test's input";
-    ExecutorOptions o;
-    o.max_batch = 64;
-    float scale = 0;
-    for (float v : want) scale = std::max(scale, std::fabs(v));
-    const std::vector<float> got = RunCuda(c.graph, x, c.batch, o);
-    ExpectNear(got, want, 1e-4f * (1 + scale), 1e-4f);
-    // fp16 and bf16 stay close to the fp32 reference too (their own rounding).
-    o.precision = Precision::kF16;
-    ExpectNear(RunCuda(c.graph, x, c.batch, o), want, 0.005f + 0.02f * scale);
-    o.precision = Precision::kBF16;
-    ExpectNear(RunCuda(c.graph, x, c.batch, o), want, 0.02f + 0.1f * scale);
+  // Both convolution paths: cuDNN + Shoal's epilogue (default) and cuDNN's fused
+  // conv + bias + residual + ReLU (SHOAL_CUDNN_FUSED=1).
+  for (const char* fused : {"0", "1"}) {
+    setenv("SHOAL_CUDNN_FUSED", fused, 1);
+    std::printf("SHOAL_CUDNN_FUSED=%s\n", fused);
+    for (const RefCase& c : RefCases()) {
+      std::vector<float> x, want;
+      ASSERT_TRUE(ReadRef(RefPath(c.name, "input"), x)) << RefPath(c.name, "input");
+      ASSERT_TRUE(ReadRef(RefPath(c.name, "output"), want)) << RefPath(c.name, "output");
+      EXPECT_EQ(x, RefInput(c)) << c.name << ": the reference input is not this test's input";
+      ExecutorOptions o;
+      o.max_batch = 64;
+      float scale = 0;
+      for (float v : want) scale = std::max(scale, std::fabs(v));
+      const std::vector<float> got = RunCuda(c.graph, x, c.batch, o);
+      ExpectNear(got, want, 1e-4f * (1 + scale), 1e-4f);
+      // fp16 and bf16 stay close to the fp32 reference too (their own rounding).
+      o.precision = Precision::kF16;
+      ExpectNear(RunCuda(c.graph, x, c.batch, o), want, 0.005f + 0.02f * scale);
+      o.precision = Precision::kBF16;
+      ExpectNear(RunCuda(c.graph, x, c.batch, o), want, 0.02f + 0.1f * scale);
+    }
   }
+  unsetenv("SHOAL_CUDNN_FUSED");
 }
 
 #if defined(SHOAL_HAVE_CPU_EXECUTOR)
@@ -369,9 +392,11 @@ TEST(CpuReferenceForCuda, FilesMatchTheCpuExecutor) {
     const std::vector<float> y = RunOn("cpu", c.graph, x, c.batch, o);
     if (write != nullptr && std::string(write) == "1") {
       std::ofstream(RefPath(c.name, "input"), std::ios::binary)
-          .write(reinterpret_cast<const char*>(x.data()), static_cast<std::streamsize>(x.size() * 4));
+          .write(reinterpret_cast<const char*>(x.data()),
+                 static_cast<std::streamsize>(x.size() * 4));
       std::ofstream(RefPath(c.name, "output"), std::ios::binary)
-          .write(reinterpret_cast<const char*>(y.data()), static_cast<std::streamsize>(y.size() * 4));
+          .write(reinterpret_cast<const char*>(y.data()),
+                 static_cast<std::streamsize>(y.size() * 4));
       continue;
     }
     std::vector<float> want;

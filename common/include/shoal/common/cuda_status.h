@@ -16,8 +16,8 @@ inline Status CudaStatus(const char* what, cudaError_t err) {
   const bool unavailable = err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver ||
                            err == cudaErrorInitializationError ||
                            err == cudaErrorDevicesUnavailable;
-  std::string msg = std::string(what) + ": " + cudaGetErrorString(err) + " (" +
-                    cudaGetErrorName(err) + ")";
+  std::string msg =
+      std::string(what) + ": " + cudaGetErrorString(err) + " (" + cudaGetErrorName(err) + ")";
   return unavailable ? Unavailable(std::move(msg)) : Internal(std::move(msg));
 }
 
@@ -35,10 +35,10 @@ inline std::string CudaDeviceProblem() {
 
 }  // namespace shoal
 
-#define SHOAL_CUDA_TRY(call)                                           \
-  do {                                                                 \
-    const cudaError_t shoal_cuda_err_ = (call);                        \
-    if (shoal_cuda_err_ != cudaSuccess) {                              \
-      return ::shoal::CudaStatus(#call, shoal_cuda_err_);              \
-    }                                                                  \
+#define SHOAL_CUDA_TRY(call)                              \
+  do {                                                    \
+    const cudaError_t shoal_cuda_err_ = (call);           \
+    if (shoal_cuda_err_ != cudaSuccess) {                 \
+      return ::shoal::CudaStatus(#call, shoal_cuda_err_); \
+    }                                                     \
   } while (0)

@@ -61,12 +61,12 @@ std::string Describe(const char* ea, const char* eb, const A& a, const B& b, con
 
 }  // namespace minitest
 
-#define TEST(suite, name)                                                        \
-  static void suite##_##name##_Body();                                           \
-  static const bool suite##_##name##_registered = [] {                           \
-    ::minitest::RegisterTest(#suite, #name, &suite##_##name##_Body);             \
-    return true;                                                                 \
-  }();                                                                           \
+#define TEST(suite, name)                                            \
+  static void suite##_##name##_Body();                               \
+  static const bool suite##_##name##_registered = [] {               \
+    ::minitest::RegisterTest(#suite, #name, &suite##_##name##_Body); \
+    return true;                                                     \
+  }();                                                               \
   static void suite##_##name##_Body()
 
 #define MINITEST_CHECK(cond, what, ret) \
@@ -74,26 +74,26 @@ std::string Describe(const char* ea, const char* eb, const A& a, const B& b, con
   } else                                \
     ret ::minitest::FailHelper{__FILE__, __LINE__, what} = ::minitest::Message()
 
-#define MINITEST_CMP(a, b, op, ret)                                                   \
+#define MINITEST_CMP(a, b, op, ret) \
   MINITEST_CHECK((a)op(b), ::minitest::Describe(#a, #b, (a), (b), #op), ret)
 
 #define EXPECT_TRUE(c) MINITEST_CHECK(static_cast<bool>(c), #c " is false", )
 #define EXPECT_FALSE(c) MINITEST_CHECK(!static_cast<bool>(c), #c " is true", )
-#define ASSERT_TRUE(c) MINITEST_CHECK(static_cast<bool>(c), #c " is false", return)
-#define ASSERT_FALSE(c) MINITEST_CHECK(!static_cast<bool>(c), #c " is true", return)
+#define ASSERT_TRUE(c) MINITEST_CHECK(static_cast<bool>(c), #c " is false", return )
+#define ASSERT_FALSE(c) MINITEST_CHECK(!static_cast<bool>(c), #c " is true", return )
 #define EXPECT_EQ(a, b) MINITEST_CMP(a, b, ==, )
 #define EXPECT_NE(a, b) MINITEST_CMP(a, b, !=, )
 #define EXPECT_LT(a, b) MINITEST_CMP(a, b, <, )
 #define EXPECT_LE(a, b) MINITEST_CMP(a, b, <=, )
 #define EXPECT_GT(a, b) MINITEST_CMP(a, b, >, )
 #define EXPECT_GE(a, b) MINITEST_CMP(a, b, >=, )
-#define ASSERT_EQ(a, b) MINITEST_CMP(a, b, ==, return)
-#define ASSERT_NE(a, b) MINITEST_CMP(a, b, !=, return)
-#define ASSERT_LE(a, b) MINITEST_CMP(a, b, <=, return)
-#define ASSERT_GE(a, b) MINITEST_CMP(a, b, >=, return)
+#define ASSERT_EQ(a, b) MINITEST_CMP(a, b, ==, return )
+#define ASSERT_NE(a, b) MINITEST_CMP(a, b, !=, return )
+#define ASSERT_LE(a, b) MINITEST_CMP(a, b, <=, return )
+#define ASSERT_GE(a, b) MINITEST_CMP(a, b, >=, return )
 #define EXPECT_NEAR(a, b, tol) \
   MINITEST_CHECK(std::fabs((a) - (b)) <= (tol), ::minitest::Describe(#a, #b, (a), (b), "~="), )
-#define ASSERT_NEAR(a, b, tol)                                                              \
+#define ASSERT_NEAR(a, b, tol)                                                                \
   MINITEST_CHECK(std::fabs((a) - (b)) <= (tol), ::minitest::Describe(#a, #b, (a), (b), "~="), \
-                 return)
+                 return )
 #define GTEST_SKIP() return ::minitest::SkipHelper{} = ::minitest::Message()

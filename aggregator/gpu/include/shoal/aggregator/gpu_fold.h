@@ -97,7 +97,7 @@ class GpuFolder {
 
   int device_ = 0;
   size_t chunk_elems_ = 0;
-  void* copy_in_ = nullptr;   // cudaStream_t
+  void* copy_in_ = nullptr;  // cudaStream_t
   void* compute_ = nullptr;
   void* copy_out_ = nullptr;
   std::unique_ptr<Slot[]> slots_;

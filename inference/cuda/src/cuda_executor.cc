@@ -485,7 +485,20 @@ Status Compiler::LowerConv(size_t i) {
   }
   auto win = ReadWindow(n, {W->shape[2], W->shape[3]});
   if (!win.ok()) return win.status();
-  if (win->pad_begin != win->pad_end) return Unsupported(n, "needs symmetric padding (cuDNN)");
+  // cuDNN pads symmetrically: other padding is applied by a pad kernel into a scratch buffer
+  // that the convolution then reads unpadded.
+  const bool pad_apart = win->pad_begin != win->pad_end;
+  int pad_buffer = -1;
+  if (pad_apart) {
+    const int64_t hp = X->shape[2] + win->pad_begin[0] + win->pad_end[0];
+    const int64_t wp = X->shape[3] + win->pad_begin[1] + win->pad_end[1];
+    ArenaBuffer b;
+    b.bytes = (static_cast<size_t>(X->shape[0] * X->shape[1] * hp * wp) * es_ + kAlign - 1) /
+              kAlign * kAlign;
+    b.first = b.last = static_cast<int>(emitters_.size());
+    pad_buffer = static_cast<int>(buffers_.size());
+    buffers_.push_back(b);
+  }
   const int64_t K = W->shape[0], Cg = W->shape[1], R = W->shape[2], S = W->shape[3];
   // KCRS -> KRSC (cuDNN's NHWC filter layout).
   std::vector<float> w(W->floats.size());
@@ -540,8 +553,8 @@ Status Compiler::LowerConv(size_t i) {
   const Tensor* Y = &Out(out);
   const void* wptr = *dw;
   const Window2d wd = *win;
-  Emit([this, X, Y, wptr, dbias, residual, relu, wd, K, Cg, R, S, want_fused, fused_bias](
-           int64_t batch, std::vector<StepFn>& steps) -> Status {
+  Emit([this, X, Y, wptr, dbias, residual, relu, wd, K, Cg, R, S, want_fused, fused_bias,
+        pad_buffer](int64_t batch, std::vector<StepFn>& steps) -> Status {
     const cudnnDataType_t t = DnnType(dt_);
     cudnnTensorDescriptor_t xd = nullptr, yd = nullptr;
     cudnnFilterDescriptor_t fd = nullptr;
@@ -555,14 +568,19 @@ Status Compiler::LowerConv(size_t i) {
     SHOAL_CUDNN_TRY(cudnnCreateConvolutionDescriptor(&cd));
     x_.cleanup_.push_back([cd] { cudnnDestroyConvolutionDescriptor(cd); });
     const auto I = [](int64_t v) { return static_cast<int>(v); };
+    // With separate padding the convolution reads the padded copy, itself unpadded.
+    const int64_t xh = X->shape[2] + (pad_buffer >= 0 ? wd.pad_begin[0] + wd.pad_end[0] : 0);
+    const int64_t xw = X->shape[3] + (pad_buffer >= 0 ? wd.pad_begin[1] + wd.pad_end[1] : 0);
+    const int64_t conv_ph = pad_buffer >= 0 ? 0 : wd.pad_begin[0];
+    const int64_t conv_pw = pad_buffer >= 0 ? 0 : wd.pad_begin[1];
     SHOAL_CUDNN_TRY(cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NHWC, t, I(batch), I(X->shape[1]),
-                                               I(X->shape[2]), I(X->shape[3])));
+                                               I(xh), I(xw)));
     SHOAL_CUDNN_TRY(cudnnSetTensor4dDescriptor(yd, CUDNN_TENSOR_NHWC, t, I(batch), I(Y->shape[1]),
                                                I(Y->shape[2]), I(Y->shape[3])));
     SHOAL_CUDNN_TRY(cudnnSetFilter4dDescriptor(fd, t, CUDNN_TENSOR_NHWC, I(K), I(Cg), I(R), I(S)));
     SHOAL_CUDNN_TRY(cudnnSetConvolution2dDescriptor(
-        cd, I(wd.pad_begin[0]), I(wd.pad_begin[1]), I(wd.strides[0]), I(wd.strides[1]),
-        I(wd.dilations[0]), I(wd.dilations[1]), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+        cd, I(conv_ph), I(conv_pw), I(wd.strides[0]), I(wd.strides[1]), I(wd.dilations[0]),
+        I(wd.dilations[1]), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     SHOAL_CUDNN_TRY(cudnnSetConvolutionGroupCount(cd, I(wd.group)));
     // fp32 lets cuDNN use TF32 tensor cores as PyTorch does by default (SHOAL_CUDA_NO_TF32=1
     // forbids it); fp16/bf16 use tensor cores with float accumulation.
@@ -590,7 +608,14 @@ Status Compiler::LowerConv(size_t i) {
     const int64_t count = Count(*Y, batch);
     const int64_t channels = Y->shape[1];
     CudaExecutable* ex = &x_;
-    const void* xp = Ptr(*X);
+    const void* xin = Ptr(*X);
+    void* padded =
+        pad_buffer >= 0
+            ? static_cast<void*>(static_cast<std::byte*>(arena_) + buffers_[pad_buffer].offset)
+            : nullptr;
+    const void* xp = padded != nullptr ? padded : xin;
+    const int64_t in_c = X->shape[1], in_h = X->shape[2], in_w = X->shape[3];
+    const int64_t top = wd.pad_begin[0], left = wd.pad_begin[1];
     void* yp = Ptr(*Y);
     const void* rp = residual ? Ptr(*residual) : nullptr;
     const Dt dt = dt_;
@@ -608,8 +633,12 @@ Status Compiler::LowerConv(size_t i) {
     // Decided by the first (eager, uncaptured) run: see Capture.
     auto fused = std::make_shared<bool>(want_fused);
     steps.push_back([ex, xd, yd, fd, cd, algo, ws, xp, yp, rp, wptr, dbias, relu, count, channels,
-                     dt, bd, ad, fused, fused_bias](cudaStream_t s) -> Status {
+                     dt, bd, ad, fused, fused_bias, xin, padded, batch, in_c, in_h, in_w, top, left,
+                     xh, xw](cudaStream_t s) -> Status {
       const float one = 1.0f, zero = 0.0f;
+      if (padded != nullptr) {
+        SHOAL_CUDA_TRY(PadNhwc(xin, padded, dt, batch, in_c, in_h, in_w, top, left, xh, xw, s));
+      }
       if (*fused) {
         const float alpha2 = rp != nullptr ? 1.0f : 0.0f;
         const cudnnStatus_t st = cudnnConvolutionBiasActivationForward(

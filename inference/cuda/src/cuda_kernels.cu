@@ -70,6 +70,19 @@ __global__ void NhwcToNchwKernel(const In* in, Out* out, int64_t n, int64_t c, i
 }
 
 template <typename T>
+__global__ void PadKernel(const T* in, T* out, int64_t n, int64_t c, int64_t h, int64_t w,
+                          int64_t top, int64_t left, int64_t hp, int64_t wp) {
+  GRID_STRIDE(o, n * hp * wp * c) {
+    const int64_t ci = o % c;
+    const int64_t x = (o / c) % wp - left;
+    const int64_t y = (o / (c * wp)) % hp - top;
+    const int64_t ni = o / (c * wp * hp);
+    const bool inside = y >= 0 && y < h && x >= 0 && x < w;
+    Store(out, o, inside ? Load(in, ((ni * h + y) * w + x) * c + ci) : 0.0f);
+  }
+}
+
+template <typename T>
 __global__ void CastKernel(const float* in, T* out, int64_t count) {
   GRID_STRIDE(i, count) { Store(out, i, in[i]); }
 }
@@ -229,6 +242,16 @@ cudaError_t NchwToNhwc(const void* in, void* out, Dt t, int64_t n, int64_t c, in
     using T = std::remove_pointer_t<decltype(tag)>;
     NchwToNhwcKernel<T, T><<<Blocks(n * c * h * w), kThreads, 0, s>>>(
         static_cast<const T*>(in), static_cast<T*>(out), n, c, h * w);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t PadNhwc(const void* in, void* out, Dt t, int64_t n, int64_t c, int64_t h, int64_t w,
+                    int64_t top, int64_t left, int64_t hp, int64_t wp, cudaStream_t s) {
+  return WithType(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    PadKernel<T><<<Blocks(n * hp * wp * c), kThreads, 0, s>>>(
+        static_cast<const T*>(in), static_cast<T*>(out), n, c, h, w, top, left, hp, wp);
     return cudaGetLastError();
   });
 }

@@ -26,6 +26,10 @@ cudaError_t NhwcToNchw(const void* in, void* out, Dt t, int64_t n, int64_t c, in
 cudaError_t NchwToNhwc(const void* in, void* out, Dt t, int64_t n, int64_t c, int64_t h, int64_t w,
                        cudaStream_t s);
 cudaError_t CastF32(const float* in, void* out, Dt t, int64_t count, cudaStream_t s);
+// NHWC [N, H, W, C] -> NHWC [N, hp, wp, C] with the input at (top, left) and zeros around it
+// (a convolution's asymmetric padding, which cuDNN does not take).
+cudaError_t PadNhwc(const void* in, void* out, Dt t, int64_t n, int64_t c, int64_t h, int64_t w,
+                    int64_t top, int64_t left, int64_t hp, int64_t wp, cudaStream_t s);
 
 // y[i] = act(x[i] * scale[c] + shift[c] + residual[i]) with c = i % channels (the innermost
 // dimension: NHWC or row-major [rows, C]). scale, shift, residual may be null; y may be x.

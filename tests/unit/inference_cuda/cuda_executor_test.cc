@@ -135,6 +135,27 @@ TEST(CudaExecutor, ConvSymmetricPadsStridesBiasAndResidualRelu) {
   ExpectNear(RunCuda(s, {1, 2, 3, 4, 5, 6, 7, 8, 9}, 1), {12, 16, 24, 28}, 1e-5f);
 }
 
+TEST(CudaExecutor, ConvAsymmetricPadsThroughThePadKernel) {
+  SKIP_WITHOUT_GPU();
+  Graph g = OneInput({1, 3, 3});
+  AddInit(g, "W", {1, 1, 2, 2}, {1, 1, 1, 1});
+  AddInit(g, "b", {1}, {100});
+  g.nodes.push_back({OpType::kConv, "conv", {"x", "W", "b"}, {"y"},
+                     {{"pads", std::vector<int64_t>{1, 1, 0, 0}},
+                      {"strides", std::vector<int64_t>{2, 2}}}});
+  // 1..9 padded top/left by one zero row/column; 2x2 sums at stride 2.
+  for (int64_t batch : {1, 3}) {
+    std::vector<float> x, want;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int v = 1; v <= 9; ++v) x.push_back(static_cast<float>(v));
+      want.insert(want.end(), {101, 105, 111, 128});
+    }
+    ExecutorOptions o;
+    o.max_batch = 4;
+    ExpectNear(RunCuda(g, x, batch, o), want, 1e-4f);
+  }
+}
+
 TEST(CudaExecutor, ConvGroupsDilationAndFlattenOrder) {
   SKIP_WITHOUT_GPU();
   Graph g = OneInput({2, 3, 3});

@@ -7,7 +7,7 @@
 // Fusions: Gemm/MatMul take a following Add of a per-column constant as their bias and a
 // following Relu into cuBLASLt's epilogue; Conv takes its bias, a following residual Add and a
 // following Relu into one epilogue kernel after cuDNN's convolution.
-#include "shoal/inference/cuda_executor.h"
+#include "cuda_module_api.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -1106,20 +1106,31 @@ class CudaExecutor final : public Executor {
 }  // namespace
 }  // namespace cuda
 
-Result<std::unique_ptr<Executor>> CreateCudaExecutor() {
+namespace {
+
+Result<std::unique_ptr<Executor>> CreateImpl() {
   const std::string problem = CudaDeviceProblem();
   if (!problem.empty()) return Unavailable(problem);
   return std::unique_ptr<Executor>(new cuda::CudaExecutor());
 }
 
-Status PinHostMemory(void* base, size_t bytes) {
+Status PinImpl(void* base, size_t bytes) {
   SHOAL_CUDA_TRY(cudaHostRegister(base, bytes, cudaHostRegisterPortable));
   return {};
 }
 
-Status UnpinHostMemory(void* base) {
+Status UnpinImpl(void* base) {
   SHOAL_CUDA_TRY(cudaHostUnregister(base));
   return {};
 }
 
+const CudaModuleApi kApi{kCudaModuleApiVersion, &CreateImpl, &PinImpl, &UnpinImpl};
+
+}  // namespace
 }  // namespace shoal::inference
+
+// The module's one exported symbol (everything else is hidden: see CMakeLists.txt).
+extern "C" __attribute__((visibility("default"))) const shoal::inference::CudaModuleApi*
+shoal_cuda_module_api() {
+  return &shoal::inference::kApi;
+}

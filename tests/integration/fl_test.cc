@@ -5,14 +5,18 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <sstream>
 #include <thread>
 
 #include "shoal/client/dataset.h"
 #include "shoal/client/mlp_trainer.h"
+#include "shoal/inference/executor.h"
+#include "shoal/inference/onnx.h"
 #include "shoal/model/architectures.h"
 #include "shoal/model/safetensors.h"
 #include "shoal/model/update_format.h"
@@ -218,6 +222,28 @@ TEST_F(FlJobTest, FedAvgRoundsThroughLeafInstancesEqualTheFlatAverageAndLearn) {
   EXPECT_EQ(st.value("updates_total", 0), 16);
   EXPECT_NEAR(st["versions"][4].value("accuracy", 0.0), eval->accuracy, 1e-9);
   EXPECT_EQ(st["versions"][4].value("updates", 0), 4);
+  // The trained model leaves as ONNX (`shoal fl model --format onnx`) and classifies the test
+  // split on the CPU executor as the trainer's own evaluation did.
+  const std::string onnx_path = shoald_.state_dir() + "/fmnist.onnx";
+  auto cli = RunCli(shoald_.port(), {"fl", "model", "fmnist", "--format", "onnx", "-o", onnx_path});
+  ASSERT_EQ(cli.exit_code, 0) << cli.err;
+  auto graph = inference::LoadOnnx(onnx_path);
+  ASSERT_TRUE(graph.ok()) << graph.status().ToString();
+  auto exe = (*inference::CreateExecutor("cpu"))->Compile(*graph, {.max_batch = 1000});
+  ASSERT_TRUE(exe.ok()) << exe.status().ToString();
+  std::vector<float> logits(1000 * 10);
+  size_t correct = 0;
+  for (size_t b = 0; b < data_.test.num_samples; b += 1000) {
+    const size_t n = std::min<size_t>(1000, data_.test.num_samples - b);
+    ASSERT_TRUE((*exe)->Run({std::span<const float>(data_.test.Row(b), n * 784),
+                             std::span<float>(logits).first(n * 10), static_cast<int64_t>(n)})
+                    .ok());
+    for (size_t i = 0; i < n; ++i) {
+      const float* row = logits.data() + i * 10;
+      correct += static_cast<size_t>(std::max_element(row, row + 10) - row) == data_.test.labels[b + i];
+    }
+  }
+  EXPECT_NEAR(double(correct) / double(data_.test.num_samples), eval->accuracy, 2e-3);
   auto done = Json::parse(Http(shoald_.port(), "GET", "/v1/jobs/fmnist/task?client=" +
                                clients[1].id + "&token=" + clients[1].token).body, nullptr, false);
   EXPECT_EQ(done.value("kind", ""), "done");

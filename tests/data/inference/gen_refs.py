@@ -2,7 +2,11 @@
 """Writes the CPU executor's reference files once, with PyTorch (1.13 here) and onnx.
 
 For each model: <name>.onnx (torch.onnx.export, opset 13, dynamic batch), <name>.input.bin and
-<name>.output.bin (raw little-endian float32, batch-major; the shapes are in the C++ test).
+<name>.output.bin (raw little-endian float32, batch-major; the shapes are in the C++ test), and
+<name>.weights.bin: the state dict in a format readable without protobuf (the GPU-only build has
+none), read by tests/unit/inference/reference_files.h:
+  "SHWT", u32 count, then per tensor: u32 name length, name, u32 rank, i64 dims[rank],
+  f32 values (all little-endian).
   mlp     Shoal's `mlp` architecture, 784-128-10 (names fc1/fc2 as model/architectures.h)
   cnn     Shoal's `cnn` architecture with hidden 8 (the file stays under 500 KB)
   resnet  a torchvision-style ResNet (BasicBlocks, widths 8/16, one block each, 3x3 stem,
@@ -98,8 +102,21 @@ def randomise_bn(model, gen):
             m.running_var.data = torch.rand(c, generator=gen) + 0.5
 
 
+def write_weights(name, model):
+    import struct
+    tensors = [(k, v) for k, v in model.state_dict().items() if v.dtype == torch.float32]
+    with open(os.path.join(OUT, name + ".weights.bin"), "wb") as f:
+        f.write(b"SHWT" + struct.pack("<I", len(tensors)))
+        for k, v in tensors:
+            key = k.encode()
+            f.write(struct.pack("<I", len(key)) + key + struct.pack("<I", v.dim()))
+            f.write(struct.pack(f"<{v.dim()}q", *v.shape))
+            f.write(v.contiguous().numpy().astype("<f4").tobytes())
+
+
 def export(name, model, x, training=torch.onnx.TrainingMode.EVAL):
     model.eval()
+    write_weights(name, model)
     path = os.path.join(OUT, name + ".onnx")
     torch.onnx.export(model, x, path, opset_version=13, input_names=["input"],
                       output_names=["logits"], dynamic_axes={"input": {0: "batch"},

@@ -1,6 +1,9 @@
 // The executor interface on the CPU: batch limits, span checks, batch-size buckets, the factory.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include "shoal/inference/architectures_graph.h"
 #include "test_graphs.h"
 
@@ -65,6 +68,37 @@ TEST(CpuExecutor, EveryBatchSizeGivesThePerSampleAnswer) {
             .ok());
     for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], single[i], 1e-6f) << batch;
   }
+}
+
+// Hot swap: a new version compiles on one thread while the running one serves on another, and
+// the running one's answers do not change.
+TEST(CpuExecutor, CompileBesideARunningExecutable) {
+  auto running = CompileMlp(4);
+  std::vector<float> in(4 * 6, 0.5f), first(4 * 3), again(4 * 3);
+  ASSERT_TRUE(running->Run({in, first, 4}).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> runs{0}, mismatches{0};
+  std::thread server([&] {
+    while (!stop) {
+      if (!running->Run({in, again, 4}).ok() || again != first) ++mismatches;
+      ++runs;
+    }
+  });
+  auto ex = CreateExecutor("cpu");
+  for (int v = 1; v <= 5; ++v) {
+    Graph g = MlpGraph(6, {5}, 3);
+    ASSERT_TRUE(g.SetWeights({{"fc2.bias", {float(v), 0, 0}}}).ok());
+    ASSERT_TRUE(g.Validate().ok());
+    auto next = (*ex)->Compile(g, {.max_batch = 4});
+    ASSERT_TRUE(next.ok());
+    std::vector<float> out(3);
+    ASSERT_TRUE((*next)->Run({std::span<const float>(in).first(6), out, 1}).ok());
+    EXPECT_FLOAT_EQ(out[0], float(v));  // zero weights: the output is the bias
+  }
+  while (runs < 20) std::this_thread::yield();
+  stop = true;
+  server.join();
+  EXPECT_EQ(mismatches, 0);
 }
 
 TEST(CpuExecutor, GraphsWithTwoOutputsRefused) {

@@ -6,6 +6,7 @@
 #include "shoal/inference/architectures_graph.h"
 #include "shoal/inference/model_graph.h"
 #include "shoal/inference/onnx.h"
+#include "reference_files.h"
 #include "test_graphs.h"
 
 namespace shoal::inference {
@@ -112,6 +113,32 @@ TEST(TorchReference, FlArchitecturesWithFileWeights) {
     auto g = GraphFromArchitecture(c.name, c.options, ModelFrom(*spec, *file));
     ASSERT_TRUE(g.ok()) << g.status().ToString();
     EXPECT_LT(MaxAbsDiff(RunCpu(*g, ReadFloats(std::string(c.name) + ".input.bin"), c.batch),
+                         ReadFloats(std::string(c.name) + ".output.bin")),
+              kF32Tolerance)
+        << c.name;
+  }
+}
+
+// The protobuf-free path the CUDA executor's tests take: builders plus <model>.weights.bin.
+TEST(TorchReference, BuildersWithWeightsFiles) {
+  struct Case {
+    const char* name;
+    Graph graph;
+    int64_t batch;
+  };
+  for (Case& c : std::vector<Case>{
+           {"mlp", MlpGraph(784, {128}, 10), 4},
+           {"cnn", CnnGraph(8, 10), 3},
+           {"resnet", ResNetGraph({.widths = {8, 16}, .blocks = {1, 1}, .image = 32,
+                                   .classes = 10, .small_stem = true}),
+            2}}) {
+    auto w = testing::ReadReferenceWeights(DataPath(std::string(c.name) + ".weights.bin"));
+    ASSERT_FALSE(w.empty()) << c.name;
+    // torch's state dict also holds BN's num_batches_tracked (int64, not written) only.
+    ASSERT_TRUE(c.graph.SetWeights(w).ok()) << c.name;
+    ASSERT_TRUE(c.graph.Validate().ok());
+    ASSERT_TRUE(FoldBatchNorm(c.graph).ok());
+    EXPECT_LT(MaxAbsDiff(RunCpu(c.graph, ReadFloats(std::string(c.name) + ".input.bin"), c.batch),
                          ReadFloats(std::string(c.name) + ".output.bin")),
               kF32Tolerance)
         << c.name;

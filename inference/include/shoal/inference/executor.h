@@ -57,7 +57,9 @@ class Executor {
 };
 
 // "cpu", "cuda" or "auto" (CUDA when built in and a device is present, else CPU). "cuda" gives
-// kUnavailable with the reason when no GPU or no CUDA build.
+// kUnavailable with the reason when no GPU or no CUDA build. Library shoal_inference; the CUDA
+// build provides `Result<std::unique_ptr<Executor>> CreateCudaExecutor()` (inference/cuda),
+// which must be cheap and say why when no device is visible: CudaAvailable() calls it.
 Result<std::unique_ptr<Executor>> CreateExecutor(std::string_view kind);
 // Whether this build has the CUDA executor and a GPU is visible; `reason` says why not.
 bool CudaAvailable(std::string* reason = nullptr);

@@ -1,7 +1,7 @@
 // A small in-memory model graph (nodes, tensors, shapes, dtypes) in plain C++: what the
-// executors run. Built from ONNX files (onnx_loader.h) and from Shoal's own FL architectures
-// (architectures_graph.h). No protobuf, no libuv: it builds with a C++ compiler alone, so the
-// GPU-only build (CUDA + CMake) has it too.
+// executors run. Built from ONNX files (onnx.h) and from Shoal's own FL architectures
+// (architectures_graph.h, model_graph.h). No protobuf, no libuv: it builds with a C++ compiler
+// alone (library shoal_inference_graph), so the GPU-only build (CUDA + CMake) has it too.
 #pragma once
 
 #include <cstdint>
@@ -67,8 +67,10 @@ struct Graph {
   std::vector<Node> nodes;          // topologically sorted after Validate()
 
   // Checks every node's operator, arity and attributes, that every tensor is produced once
-  // before it is used, and infers every intermediate shape; sorts the nodes topologically.
-  // Errors name the node and the tensor.
+  // before it is used, and infers every intermediate shape; sorts the nodes topologically,
+  // names unnamed nodes and fills in the outputs' shapes. Every tensor must keep the batch as
+  // its first dimension (what lets executors run any batch with one plan) and stay below 2^40
+  // elements. Errors name the node and the tensor.
   Status Validate();
   // Shapes of every tensor for a given batch size (after Validate).
   Result<std::map<std::string, std::vector<int64_t>>> InferShapes(int64_t batch) const;

@@ -15,6 +15,7 @@
 
 #include "shoal/inference/architectures_graph.h"
 #include "shoal/inference/executor.h"
+#include "reference_files.h"
 #include "test_graphs.h"
 
 namespace shoal::inference {
@@ -400,6 +401,45 @@ TEST(CudaExecutor, MatchesCheckedInCpuReferences) {
     }
   }
   unsetenv("SHOAL_CUDNN_FUSED");
+}
+
+// PyTorch's own outputs (tests/data/inference/gen_refs.py): the builders with torch's weights
+// from <model>.weights.bin, read without protobuf, as reference_test.cc does on the CPU.
+TEST(CudaExecutor, MatchesPyTorchReferences) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    const char* name;
+    Graph graph;
+    int64_t batch;
+  };
+  ResNetOptions r;
+  r.widths = {8, 16};
+  r.blocks = {1, 1};
+  r.image = 32;
+  r.classes = 10;
+  r.small_stem = true;
+  std::vector<Case> cases;
+  cases.push_back({"mlp", MlpGraph(784, {128}, 10), 4});
+  cases.push_back({"cnn", CnnGraph(8, 10), 3});
+  cases.push_back({"resnet", ResNetGraph(r), 2});
+  for (Case& c : cases) {
+    const std::string name = c.name;
+    auto w = testing::ReadReferenceWeights(testing::DataPath(name + ".weights.bin"));
+    ASSERT_FALSE(w.empty()) << name;
+    ASSERT_TRUE(c.graph.SetWeights(w).ok()) << name;
+    ASSERT_TRUE(c.graph.Validate().ok()) << name;
+    const std::vector<float> x = testing::ReadFloats(name + ".input.bin");
+    const std::vector<float> want = testing::ReadFloats(name + ".output.bin");
+    ExecutorOptions o;
+    o.max_batch = 8;
+    std::printf("%s fp32\n", c.name);
+    ExpectNear(RunCuda(c.graph, x, c.batch, o), want, 1e-4f, 1e-4f);
+    float scale = 0;
+    for (float v : want) scale = std::max(scale, std::fabs(v));
+    o.precision = Precision::kF16;
+    std::printf("%s fp16\n", c.name);
+    ExpectNear(RunCuda(c.graph, x, c.batch, o), want, 0.005f + 0.02f * scale);
+  }
 }
 
 #if defined(SHOAL_HAVE_CPU_EXECUTOR)

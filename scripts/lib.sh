@@ -36,6 +36,8 @@ install_packages() {
 build() {
   step "Configuring $BUILD (Release, Ninja, ccache)"
   export CCACHE_DIR="${CCACHE_DIR:-$ROOT/.cache/ccache}"
+  # SHOAL_WITH_CUDA=AUTO: the CUDA parts (GPU fold, CUDA executor, their tests) are compiled
+  # when nvcc is found (PATH or /usr/local/cuda/bin), for sm_90 only to keep nvcc's time small.
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   step "Building ($(nproc) jobs)"
   cmake --build "$BUILD" -j "$(nproc)"

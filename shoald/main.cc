@@ -150,6 +150,16 @@ int main(int argc, char** argv) {
     spdlog::error("instance manager: {}", st.ToString());
     return 1;
   }
+  // Before the gateway takes updates: re-fold the acknowledged updates a killed shoald left in
+  // the jobs' pools (fl.Restore read their log).
+  if (Status st = fl.Recover([&manager](const std::string& tenant) {
+        return manager.TenantPool(tenant);
+      });
+      !st.ok()) {
+    spdlog::error("fl coordinator: {}", st.ToString());
+    manager.Stop();
+    return 1;
+  }
   if (Status st = gateway.Start(); !st.ok()) {
     spdlog::error("gateway: {}", st.ToString());
     manager.Stop();

@@ -196,4 +196,58 @@ Dataset Subset(const Dataset& data, std::span<const uint32_t> indices) {
   return d;
 }
 
+Result<DatasetSplit> LoadDigits(const std::string& csv_gz) {
+  auto f = OpenGz(csv_gz);
+  if (!f.ok()) {
+    return NotFound(f.status().message() + " (the digits come with python3-sklearn)");
+  }
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const int got = gzread(f->get(), buf, sizeof buf);
+    if (got < 0) return InvalidArgument(csv_gz + ": read error");
+    if (got == 0) break;
+    text.append(buf, static_cast<size_t>(got));
+  }
+  constexpr size_t kPixels = 64;
+  DatasetSplit split;
+  for (Dataset* d : {&split.train, &split.test}) {
+    d->num_features = kPixels;
+    d->num_classes = 10;
+  }
+  size_t row = 0, pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    if (end == pos) {
+      ++pos;
+      continue;
+    }
+    float values[kPixels + 1];
+    size_t n = 0;
+    const char* p = text.data() + pos;
+    const char* stop = text.data() + end;
+    while (p < stop && n <= kPixels) {
+      char* next = nullptr;
+      const double v = std::strtod(p, &next);
+      if (next == p) break;
+      values[n++] = static_cast<float>(v);
+      p = next;
+      if (p < stop && *p == ',') ++p;
+    }
+    if (n != kPixels + 1 || p != stop || values[kPixels] < 0 || values[kPixels] > 9) {
+      return InvalidArgument(csv_gz + ": line " + std::to_string(row + 1) +
+                             ": want 64 pixels and a label 0-9");
+    }
+    Dataset& d = row % 5 == 4 ? split.test : split.train;
+    for (size_t i = 0; i < kPixels; ++i) d.features.push_back(values[i] / 16.0f);
+    d.labels.push_back(static_cast<uint8_t>(values[kPixels]));
+    ++d.num_samples;
+    ++row;
+    pos = end + 1;
+  }
+  if (row == 0) return InvalidArgument(csv_gz + ": no rows");
+  return split;
+}
+
 }  // namespace shoal::client

@@ -134,8 +134,9 @@ int main(int argc, char** argv) {
   app.add_option("--clients", clients, "simulated clients in this process")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  app.add_option("--data", data, "fashion-mnist | synthetic")->capture_default_str();
-  app.add_option("--data-dir", data_dir, "where the Fashion-MNIST IDX files are")
+  app.add_option("--data", data, "fashion-mnist | digits | synthetic")->capture_default_str();
+  app.add_option("--data-dir", data_dir,
+                 "where the Fashion-MNIST IDX files are (digits: the digits.csv.gz file)")
       ->capture_default_str();
   app.add_option("--partition", partition, "iid | dirichlet:<alpha> | classes:<k>")
       ->capture_default_str();
@@ -179,8 +180,8 @@ int main(int argc, char** argv) {
   std::transform(upper.begin(), upper.end(), upper.begin(), ::toupper);
   auto dtype = model::DTypeFromName(upper);
   if (!dtype) return Fail("--dtype: '" + dtype_name + "' is not one of f32, bf16, f16");
-  if (data != "fashion-mnist" && data != "synthetic") {
-    return Fail("--data: '" + data + "' is not one of fashion-mnist, synthetic");
+  if (data != "fashion-mnist" && data != "digits" && data != "synthetic") {
+    return Fail("--data: '" + data + "' is not one of fashion-mnist, digits, synthetic");
   }
 
   // Reach the job before the (seconds-long) dataset load, so a wrong URL or job fails fast.
@@ -205,6 +206,11 @@ int main(int argc, char** argv) {
     auto loaded = LoadFashionMnist(data_dir, standardise);
     if (!loaded.ok()) return Fail(loaded.status().message());
     split = std::move(*loaded);
+  } else if (data == "digits") {
+    auto loaded = LoadDigits(data_dir == kFashionMnistDir ? kDigitsCsv : data_dir);
+    if (!loaded.ok()) return Fail(loaded.status().message());
+    split = std::move(*loaded);
+    if (standardise) Standardise(split);
   } else {
     // One draw split in two, so both halves come from the same clusters.
     Dataset all = MakeSyntheticDataset(7000, 784, 10, seed, 0.3F);

@@ -432,7 +432,7 @@ class DocumentParser {
     }
     if (const YAML::Node ag = s["aggregation"]) {
       ExpectMap(ag, "spec.aggregation");
-      CheckKeys(ag, "spec.aggregation", {"maxStaleness", "maxFanIn", "maxLeaves"});
+      CheckKeys(ag, "spec.aggregation", {"maxStaleness", "maxFanIn", "maxLeaves", "device"});
       if (const YAML::Node n = ag["maxStaleness"]) {
         spec.staleness_limit =
             static_cast<uint32_t>(Integer(n, "spec.aggregation.maxStaleness", 0, 1000000));
@@ -444,6 +444,10 @@ class DocumentParser {
       if (const YAML::Node n = ag["maxLeaves"]) {
         spec.max_leaves =
             static_cast<uint32_t>(Integer(n, "spec.aggregation.maxLeaves", 1, kMaxScale));
+      }
+      if (const YAML::Node n = ag["device"]) {
+        static constexpr const char* kDevices[] = {"auto", "cpu", "gpu"};
+        spec.aggregation_device = OneOf(n, "spec.aggregation.device", "device", kDevices);
       }
     }
     return spec;

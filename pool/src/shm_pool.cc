@@ -257,6 +257,39 @@ Result<std::unique_ptr<ShmPool>> ShmPool::Attach(const std::string& name) {
   return std::unique_ptr<ShmPool>(new ShmPool(name, std::move(seg), /*owner=*/false));
 }
 
+Result<std::unique_ptr<ShmPool>> ShmPool::CreateOrRecover(const std::string& name, uint64_t bytes,
+                                                           HolderSlot keep, bool* recovered) {
+  *recovered = false;
+  auto old = Attach(name);
+  if (old.ok() && (*old)->header()->segment_bytes == pool_detail::RoundUp(bytes, 4096)) {
+    std::unique_ptr<ShmPool> pool = std::move(*old);
+    pool->owner_ = true;
+    for (HolderSlot slot = 0; slot < kMaxHolderSlots; ++slot) {
+      if (slot != keep) pool->ReclaimHolder(slot);
+    }
+    *recovered = true;
+    return pool;
+  }
+  return Create(name, bytes);
+}
+
+std::vector<uint64_t> ShmPool::HeldBy(HolderSlot holder) const {
+  std::vector<uint64_t> out;
+  if (!CheckSlot(holder).ok()) return out;
+  const uint64_t bit = uint64_t{1} << holder;
+  PoolHeader* h = header();
+  LockGuard lock(h);
+  if (!lock.locked()) return out;
+  uint64_t offset = h->live_head;
+  uint64_t budget = h->live_buffers + 1;
+  while (offset != 0 && budget-- > 0) {
+    auto* b = reinterpret_cast<BufferHeader*>(segment_->base() + offset - kBufferHeaderBytes);
+    if ((b->holders.load(std::memory_order_acquire) & bit) != 0) out.push_back(offset);
+    offset = b->next;
+  }
+  return out;
+}
+
 void* ShmPool::base() const { return segment_->base(); }
 size_t ShmPool::mapped_size() const { return segment_->region.get_size(); }
 PoolHeader* ShmPool::header() const { return segment_->header(); }

@@ -1,5 +1,6 @@
 #include "shoal/runtime/instance_manager.h"
 
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -14,6 +15,7 @@
 
 #include "shoal/autoscaler/function_autoscaler.h"
 #include "shoal/common/log.h"
+#include "shoal/runtime/fl_data_path.h"
 
 namespace shoal {
 namespace {
@@ -158,14 +160,22 @@ std::string InstanceManager::LogPath(const std::string& function) const {
   return config_.state_dir + "/logs/" + function + ".log";
 }
 
+Result<ShmPool*> InstanceManager::TenantPool(const std::string& tenant) {
+  std::lock_guard lock(mu_);
+  return PoolFor(tenant);
+}
+
 Result<ShmPool*> InstanceManager::PoolFor(const std::string& tenant) {
   auto it = pools_.find(tenant);
   if (it != pools_.end()) return it->second.get();
   const std::string name = PoolSegmentName(config_.node_name, tenant);
-  auto pool = ShmPool::Create(name, config_.pool_bytes);
+  // A pool left by a shoald that was killed is taken over: the FL coordinator's held updates
+  // (acknowledged, not yet committed) survive the restart; everything else is reclaimed.
+  bool recovered = false;
+  auto pool = ShmPool::CreateOrRecover(name, config_.pool_bytes, kCoordinatorSlot, &recovered);
   if (!pool.ok()) return pool.status();
-  spdlog::info("pool: created /dev/shm/{} ({} MiB, mode 0600) for tenant '{}'", name,
-               config_.pool_bytes >> 20, tenant);
+  spdlog::info("pool: {} /dev/shm/{} ({} MiB, mode 0600) for tenant '{}'",
+               recovered ? "recovered" : "created", name, config_.pool_bytes >> 20, tenant);
   ShmPool* raw = pool->get();
   pools_[tenant] = std::move(*pool);
   return raw;

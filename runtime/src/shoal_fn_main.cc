@@ -55,6 +55,7 @@ int main() {
     spdlog::error("cannot load handler {}: {}", options->handler, handler.status().ToString());
     return 1;
   }
+  (*handler)->OnPoolAttached((*pool)->base(), (*pool)->mapped_size());
   auto channel = OpenChannel(options->fd, *kind, options->node);
   FunctionInstance instance(*options, **pool, std::move(channel), std::move(*handler));
   return instance.Run();

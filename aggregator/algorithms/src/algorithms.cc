@@ -40,17 +40,14 @@ Status CheckTotal(const PartialSum& total, const ModelState& state) {
   return Status::Ok();
 }
 
-// The weighted average Σ c x / Σ c, in double.
-Result<std::vector<double>> Average(const PartialSum& total) {
+// The weighted average Σ c x / Σ c is read element by element as sum[i] * (1 / Σ c), in
+// double; this checks Σ c and returns 1 / Σ c (no model-sized temporary: models are large).
+Result<double> InverseWeight(const PartialSum& total) {
   if (!(total.weight() > 0)) {
     return InvalidArgument("the updates' total weight is " + Num(total.weight()) +
                            " (all sample counts zero?)");
   }
-  std::vector<double> avg(total.size());
-  const double inv = 1.0 / total.weight();
-  auto s = total.sum();
-  for (size_t i = 0; i < avg.size(); ++i) avg[i] = static_cast<double>(s[i]) * inv;
-  return avg;
+  return 1.0 / total.weight();
 }
 
 // Σ c_k Δ_k = Σ c_k w_k − Σ_τ (Σ_{k:τ_k=τ} c_k) w_τ, in double.
@@ -128,7 +125,7 @@ Status FedBuffParams::Validate() const {
 
 Status FedFixParams::Validate() const {
   SHOAL_RETURN_IF_ERROR(Positive("fedfix.period_s", period_s));
-  return Positive("fedfix.total_samples", total_samples);
+  return NonNegative("fedfix.total_samples", total_samples);
 }
 
 Status FedCompassParams::Validate() const {
@@ -153,10 +150,11 @@ Status FedCompassParams::Validate() const {
 
 Status FedAvg::Commit(const PartialSum& total, const VersionStore&, ModelState& state) {
   SHOAL_RETURN_IF_ERROR(CheckTotal(total, state));
-  auto avg = Average(total);
-  if (!avg.ok()) return avg.status();
+  auto inv = InverseWeight(total);
+  if (!inv.ok()) return inv.status();
+  auto s = total.sum();
   for (size_t i = 0; i < state.weights.size(); ++i) {
-    state.weights[i] = static_cast<float>((*avg)[i]);
+    state.weights[i] = static_cast<float>(static_cast<double>(s[i]) * *inv);
   }
   ++state.version;
   return Status::Ok();
@@ -166,11 +164,12 @@ Status FedAvgM::Commit(const PartialSum& total, const VersionStore&, ModelState&
   SHOAL_RETURN_IF_ERROR(CheckTotal(total, state));
   const size_t n = state.weights.size();
   SHOAL_RETURN_IF_ERROR(CheckOptimizerState(state.momentum, n, "FedAvgM momentum"));
-  auto avg = Average(total);
-  if (!avg.ok()) return avg.status();
+  auto inv = InverseWeight(total);
+  if (!inv.ok()) return inv.status();
+  auto s = total.sum();
   if (state.momentum.empty()) state.momentum.assign(n, 0.0f);
   for (size_t i = 0; i < n; ++i) {
-    const double delta = (*avg)[i] - state.weights[i];
+    const double delta = static_cast<double>(s[i]) * *inv - state.weights[i];
     const double v = p_.beta * state.momentum[i] + delta;
     state.momentum[i] = static_cast<float>(v);
     state.weights[i] = static_cast<float>(state.weights[i] + p_.eta * v);
@@ -184,12 +183,13 @@ Status FedAdam::Commit(const PartialSum& total, const VersionStore&, ModelState&
   const size_t n = state.weights.size();
   SHOAL_RETURN_IF_ERROR(CheckOptimizerState(state.momentum, n, "FedAdam first moment"));
   SHOAL_RETURN_IF_ERROR(CheckOptimizerState(state.second_moment, n, "FedAdam second moment"));
-  auto avg = Average(total);
-  if (!avg.ok()) return avg.status();
+  auto inv = InverseWeight(total);
+  if (!inv.ok()) return inv.status();
+  auto s = total.sum();
   if (state.momentum.empty()) state.momentum.assign(n, 0.0f);
   if (state.second_moment.empty()) state.second_moment.assign(n, 0.0f);
   for (size_t i = 0; i < n; ++i) {
-    const double delta = (*avg)[i] - state.weights[i];
+    const double delta = static_cast<double>(s[i]) * *inv - state.weights[i];
     const double m = p_.beta1 * state.momentum[i] + (1 - p_.beta1) * delta;
     const double v = p_.beta2 * state.second_moment[i] + (1 - p_.beta2) * delta * delta;
     state.momentum[i] = static_cast<float>(m);
@@ -227,7 +227,8 @@ Status FedBuff::Commit(const PartialSum& total, const VersionStore& versions, Mo
 }
 
 double FedFix::Coefficient(const UpdateMeta& meta) const {
-  return meta.num_samples / p_.total_samples;
+  const double total = p_.total_samples > 0 ? p_.total_samples : meta.total_samples;
+  return total > 0 ? meta.num_samples / total : 0.0;
 }
 
 void FedFix::Start(double now) {

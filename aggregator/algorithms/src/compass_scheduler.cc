@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace shoal::aggregator {
@@ -198,6 +199,77 @@ std::vector<CompassDecision> FedCompassScheduler::OnTimer(double now) {
     }
   }
   return out;
+}
+
+std::string FedCompassScheduler::Save() const {
+  using Json = nlohmann::json;
+  auto refs = [](const std::vector<CompassUpdateRef>& v) {
+    Json a = Json::array();
+    for (const auto& u : v) a.push_back({u.client, u.update_id});
+    return a;
+  };
+  Json clients = Json::array();
+  for (const auto& [id, c] : clients_) {
+    clients.push_back({{"id", id}, {"seen", c.seen}, {"speed", c.speed}, {"start", c.start},
+                       {"steps", c.steps}, {"group", c.group ? Json(*c.group) : Json(nullptr)},
+                       {"waiting_in_group", c.waiting_in_group}});
+  }
+  Json groups = Json::array();
+  for (const auto& [id, g] : groups_) {
+    groups.push_back({{"id", id}, {"t_e", g.t_e}, {"t_l", g.t_l}, {"waiting", g.waiting},
+                      {"arrived", refs(g.arrived)}});
+  }
+  Json j = {{"start", start_ ? Json(*start_) : Json(nullptr)},
+            {"next_update_id", next_update_id_},
+            {"next_group", next_group_},
+            {"clients", clients},
+            {"groups", groups},
+            {"general", refs(general_)}};
+  return j.dump();
+}
+
+Status FedCompassScheduler::Load(std::string_view text) {
+  using Json = nlohmann::json;
+  Json j = Json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument("FedCompass state: not JSON");
+  try {
+    auto refs = [](const Json& a) {
+      std::vector<CompassUpdateRef> v;
+      for (const auto& u : a) v.push_back({u.at(0).get<ClientId>(), u.at(1).get<uint64_t>()});
+      return v;
+    };
+    std::optional<double> start;
+    if (j.at("start").is_number()) start = j["start"].get<double>();
+    std::map<ClientId, Client> clients;
+    for (const auto& c : j.at("clients")) {
+      Client cl;
+      cl.seen = c.at("seen").get<bool>();
+      cl.speed = c.at("speed").get<double>();
+      cl.start = c.at("start").get<double>();
+      cl.steps = c.at("steps").get<uint32_t>();
+      if (c.at("group").is_number()) cl.group = c["group"].get<GroupId>();
+      cl.waiting_in_group = c.at("waiting_in_group").get<bool>();
+      clients[c.at("id").get<ClientId>()] = cl;
+    }
+    std::map<GroupId, Group> groups;
+    for (const auto& g : j.at("groups")) {
+      Group gr;
+      gr.t_e = g.at("t_e").get<double>();
+      gr.t_l = g.at("t_l").get<double>();
+      gr.waiting = g.at("waiting").get<std::vector<ClientId>>();
+      gr.arrived = refs(g.at("arrived"));
+      groups[g.at("id").get<GroupId>()] = std::move(gr);
+    }
+    general_ = refs(j.at("general"));
+    start_ = start;
+    next_update_id_ = j.at("next_update_id").get<uint64_t>();
+    next_group_ = j.at("next_group").get<GroupId>();
+    clients_ = std::move(clients);
+    groups_ = std::move(groups);
+  } catch (const Json::exception& e) {
+    return InvalidArgument(std::string("FedCompass state: ") + e.what());
+  }
+  return Status::Ok();
 }
 
 std::optional<FedCompassScheduler::GroupView> FedCompassScheduler::group(GroupId id) const {

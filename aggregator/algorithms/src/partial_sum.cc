@@ -4,10 +4,12 @@
 #include <cmath>
 #include <string>
 
+#include "shoal/aggregator/fold.h"
+
 namespace shoal::aggregator {
 
 void FoldInto(float* acc, const float* x, size_t n, float w) {
-  for (size_t i = 0; i < n; ++i) acc[i] += w * x[i];
+  Fold(acc, x, DType::kF32, n, w);
 }
 
 Status PartialSum::Fold(std::span<const float> update, double c, uint64_t base_version) {
@@ -49,6 +51,30 @@ Status PartialSum::Merge(const PartialSum& other) {
       by_base_.emplace_back(base, w);
     } else {
       it->second += w;
+    }
+  }
+  return Status::Ok();
+}
+
+Status PartialSum::MergeFolded(std::span<const float> sum,
+                               std::span<const std::pair<uint64_t, double>> folded) {
+  if (folded.empty()) return Status::Ok();
+  if (count_ == 0 && sum_.size() != sum.size()) {
+    sum_.assign(sum.size(), 0.0f);
+  } else if (sum_.size() != sum.size()) {
+    return InvalidArgument("cannot merge a leaf sum of " + std::to_string(sum.size()) +
+                           " parameters into one of " + std::to_string(sum_.size()));
+  }
+  FoldInto(sum_.data(), sum.data(), sum_.size(), 1.0f);
+  for (const auto& [base, c] : folded) {
+    weight_ += c;
+    ++count_;
+    auto it = std::find_if(by_base_.begin(), by_base_.end(),
+                           [&](const auto& e) { return e.first == base; });
+    if (it == by_base_.end()) {
+      by_base_.emplace_back(base, c);
+    } else {
+      it->second += c;
     }
   }
   return Status::Ok();

@@ -1,5 +1,6 @@
 #include "shoal/aggregator/fl_coordinator.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,8 @@
 #include <set>
 #include <sstream>
 
+#include "shoal/aggregator/algorithms.h"
+#include "shoal/aggregator/compass_scheduler.h"
 #include "shoal/aggregator/fold.h"
 #include "shoal/common/log.h"
 #include "shoal/common/payload.h"
@@ -25,6 +28,7 @@ namespace shoal {
 
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
+namespace agg = aggregator;
 
 namespace {
 
@@ -42,45 +46,104 @@ std::string RandomToken() {
   return t;
 }
 
-bool IsSync(const std::string& a) { return a == "fedavg" || a == "fedavgm" || a == "fedadam"; }
-
 double Param(const FlJobSpec& s, const char* name, double def) {
   auto it = s.algorithm_params.find(name);
   return it == s.algorithm_params.end() ? def : it->second;
 }
 
-Status ValidateAlgorithm(const FlJobSpec& s) {
+// The manifest's spec.algorithm.params (names as users write them) mapped onto the library's
+// parameter structs; every default is the library's (written once, in algorithms.h).
+const std::map<std::string, std::vector<std::string>>& KnownParams() {
   static const std::map<std::string, std::vector<std::string>> kParams = {
       {"fedavg", {}},
       {"fedavgm", {"beta", "eta"}},
       {"fedadam", {"eta", "beta1", "beta2", "tau"}},
       {"fedasync", {"alpha", "a"}},
       {"fedbuff", {"k", "eta", "a"}},
+      {"fedfix", {"period", "total_samples"}},
       {"fedcompass", {"alpha", "a", "q_min", "lambda", "momentum"}},
   };
-  auto it = kParams.find(s.algorithm);
-  if (it == kParams.end()) {
+  return kParams;
+}
+
+agg::AlgorithmParams LibraryParams(const FlJobSpec& s) {
+  agg::AlgorithmParams p;
+  p.fedavgm.beta = Param(s, "beta", p.fedavgm.beta);
+  p.fedavgm.eta = Param(s, "eta", p.fedavgm.eta);
+  p.fedadam.eta = Param(s, "eta", p.fedadam.eta);
+  p.fedadam.beta1 = Param(s, "beta1", p.fedadam.beta1);
+  p.fedadam.beta2 = Param(s, "beta2", p.fedadam.beta2);
+  p.fedadam.tau = Param(s, "tau", p.fedadam.tau);
+  p.fedasync.alpha = Param(s, "alpha", p.fedasync.alpha);
+  p.fedasync.staleness_exponent = Param(s, "a", p.fedasync.staleness_exponent);
+  p.fedbuff.buffer_size = static_cast<uint32_t>(Param(s, "k", p.fedbuff.buffer_size));
+  p.fedbuff.eta_g = Param(s, "eta", p.fedbuff.eta_g);
+  p.fedbuff.staleness_exponent = Param(s, "a", p.fedbuff.staleness_exponent);
+  p.fedfix.period_s = Param(s, "period", p.fedfix.period_s);
+  p.fedfix.total_samples = Param(s, "total_samples", p.fedfix.total_samples);
+  p.fedcompass.alpha = Param(s, "alpha", p.fedcompass.alpha);
+  p.fedcompass.staleness_exponent = Param(s, "a", p.fedcompass.staleness_exponent);
+  p.fedcompass.num_clients = s.clients;
+  p.fedcompass.q_max = s.local_steps;
+  p.fedcompass.q_min = static_cast<uint32_t>(Param(s, "q_min", p.fedcompass.q_min));
+  p.fedcompass.latest_time_factor = Param(s, "lambda", p.fedcompass.latest_time_factor);
+  p.fedcompass.speed_momentum = Param(s, "momentum", p.fedcompass.speed_momentum);
+  return p;
+}
+
+Result<std::unique_ptr<agg::AggregationAlgorithm>> MakeJobAlgorithm(const FlJobSpec& s) {
+  auto known = KnownParams().find(s.algorithm);
+  if (known == KnownParams().end()) {
     return InvalidArgument("spec.algorithm.name: '" + s.algorithm +
-                           "' is not run by this node's coordinator yet (fedavg, fedavgm, "
-                           "fedadam, fedasync, fedbuff, fedcompass)");
+                           "' is not an algorithm (fedavg, fedavgm, fedadam, fedasync, fedbuff, "
+                           "fedfix, fedcompass)");
   }
   for (const auto& [k, v] : s.algorithm_params) {
-    if (std::find(it->second.begin(), it->second.end(), k) == it->second.end()) {
+    if (std::find(known->second.begin(), known->second.end(), k) == known->second.end()) {
       return InvalidArgument("spec.algorithm.params." + k + ": not a parameter of " + s.algorithm);
     }
     if (!std::isfinite(v) || v < 0) {
       return InvalidArgument("spec.algorithm.params." + k + ": must be a finite number >= 0");
     }
   }
-  if (s.algorithm == "fedbuff" && Param(s, "k", 10) < 1) {
-    return InvalidArgument("spec.algorithm.params.k: must be >= 1");
-  }
   if (s.clients == 0) return InvalidArgument("spec.clients.expected: must be >= 1");
   if (s.algorithm == "fedcompass" && Param(s, "q_min", 20) > s.local_steps) {
     return InvalidArgument("spec.algorithm.params.q_min: must be <= spec.training.localSteps (Q_max)");
   }
-  return {};
+  auto algo = agg::MakeAlgorithm(s.algorithm, LibraryParams(s));
+  if (!algo.ok()) return InvalidArgument("spec.algorithm.params: " + algo.status().message());
+  return algo;
 }
+
+// The model's shape: spec.model's architecture and width; the input width follows the dataset
+// the clients train on (sklearn's digits are 8x8, Fashion-MNIST 28x28).
+model::ArchitectureOptions JobArchitecture(const FlJobSpec& s) {
+  model::ArchitectureOptions o;
+  o.hidden = {s.hidden};
+  o.inputs = s.dataset == "digits" ? 64 : 784;
+  return o;
+}
+
+// "c17" -> 17: the scheduler's client ids.
+agg::ClientId NumericId(const std::string& id) {
+  return id.size() > 1 ? std::strtoull(id.c_str() + 1, nullptr, 10) : 0;
+}
+
+// One admitted-and-acknowledged update, as the job's update log keeps it: enough to find its
+// bytes in the pool again and to count it exactly once after a restart.
+struct LogRecord {
+  static constexpr uint32_t kMagic = 0x4c554853;  // "SHUL"
+  uint32_t magic = kMagic;
+  uint32_t reserved = 0;
+  uint64_t seq = 0;
+  uint64_t round = 0;
+  uint64_t buffer = 0;        // pool offset of the update (held with kCoordinatorSlot)
+  uint64_t base_version = 0;
+  uint64_t num_samples = 0;
+  double coefficient = 0;
+  char client[40] = {};
+};
+static_assert(sizeof(LogRecord) == 96);
 
 Json SpecToJson(const FlJobSpec& s) {
   return Json{{"name", s.name},
@@ -158,47 +221,40 @@ struct FlCoordinator::JobState {
     std::string id, name, token;
     uint64_t submitted_round = UINT64_MAX;  // sync: the round it already sent an update to
     uint64_t updates = 0;
+    uint64_t samples = 0;  // n_k of its latest update (FedFix's data share)
   };
   struct Ticket {
     uint64_t round = 0;
     std::string client;
     uint64_t buffer = 0;  // the update, held with kCoordinatorSlot until its version commits
     uint64_t base_version = 0;
-    float coefficient = 0;
+    uint64_t num_samples = 0;
+    double coefficient = 0;
     uint32_t instance = 0;
     bool acked = false;
+    uint64_t seq = 0;  // its record in the update log, once acknowledged
   };
   struct Partial {
-    uint64_t offset = 0;  // float32[num_params] in the pool, held by shoald
+    uint64_t offset = 0;            // float32[num_params] in the pool, held by shoald
     std::vector<uint64_t> tickets;  // acked updates folded into it
   };
   struct Round {
-    std::map<uint32_t, Partial> partials;  // by leaf instance
+    std::map<uint32_t, Partial> partials;  // by leaf instance (0: refolded by the coordinator)
     uint32_t admitted = 0, acked = 0, inflight = 0;
-    double weight = 0;
-    std::map<uint64_t, double> weight_by_base;  // Σ c_k per base version (FedBuff's Δ)
     bool closed = false;
-    // FedCompass: a round is one client's first update (applied alone), an arrival group, or
-    // the general buffer of late updates (merged into the next group's commit).
-    std::string single_client;
-    int group = -1;
-    uint64_t merge_round = 0;  // the general buffer committed together with this round
-    bool merged = false;       // this round is committed as part of another
+    // FedCompass: what the scheduler hands out once this round is committed, and the general
+    // buffer's round committed together with this group's.
+    std::vector<agg::CompassAssignment> assignments;
+    uint64_t merge_round = 0;
+    bool merged = false;  // this round is committed as part of another
   };
-  struct CompassClient {
-    double speed = 0;  // seconds per local step
-    bool has_speed = false;
-    double start = 0;  // when it fetched its task
+  // A FedCompass client's next task: set from the scheduler's assignment once the model it
+  // trains from exists.
+  struct CompassTask {
     uint32_t steps = 0;
-    int group = -1;
-    bool has_task = false;  // an assignment waits to be handed out
-    uint64_t task_version = 0;
-    bool training = false;
-  };
-  struct CompassGroup {
-    double t_expected = 0, t_latest = 0;
-    std::set<std::string> members, arrived;
-    uint64_t round = 0;
+    uint64_t version = 0;
+    bool ready = false;
+    bool started = false;  // it fetched its first task
   };
   struct VersionInfo {
     uint64_t version = 0;
@@ -210,15 +266,20 @@ struct FlCoordinator::JobState {
   std::mutex mu;
   FlJobSpec spec;
   model::ModelSpec mspec;
-  std::vector<float> weights;
-  std::vector<float> opt_m, opt_v;  // FedAvgM momentum / FedAdam moments
-  uint64_t version = 0;
-  std::map<uint64_t, std::vector<float>> history;   // recent versions (FedBuff's w_τ)
-  std::map<uint64_t, std::string> models;            // safetensors of recent versions
+  std::unique_ptr<agg::AggregationAlgorithm> algo;
+  agg::ModelState state;  // weights, version, server optimizer state
+  std::unique_ptr<agg::VersionStore> store;  // w_τ for Δ-based algorithms
+  agg::PartialSum total;                     // the top of the tree, reused commit to commit
+  std::unique_ptr<agg::FedCompassScheduler> scheduler;
+  std::map<std::string, CompassTask> compass_tasks;
+  std::map<agg::GroupId, uint64_t> group_round;
+  uint64_t general_round = 0;
+  std::map<uint64_t, std::string> models;  // safetensors of recent versions
   std::map<std::string, Client> clients;
   uint32_t next_client = 0;
   std::map<uint64_t, Round> rounds;
   uint64_t open_round = 1;
+  double round_deadline = 0;  // sync with spec.deadlines.round: when the open round is due
   std::map<uint64_t, Ticket> tickets;
   BufferPool* pool = nullptr;
   std::vector<VersionInfo> versions;
@@ -229,78 +290,136 @@ struct FlCoordinator::JobState {
   bool deleted = false;
   double best_accuracy = 0;
   uint32_t leaf_id = 0;
-  // FedCompass scheduler state.
-  std::map<std::string, CompassClient> compass;
-  std::map<int, CompassGroup> groups;
-  int next_group = 0;
-  uint64_t general_round = 0;
+  // The update log: one LogRecord per acknowledged update, appended before the 202.
+  int log_fd = -1;
+  std::string dir;
+  uint64_t next_seq = 1;
+  std::vector<uint64_t> last_commit_seqs;  // the log records the checkpoint's version includes
+  std::vector<LogRecord> recovered;        // read by Restore, re-folded by Recover
 
-  bool Compass() const { return spec.algorithm == "fedcompass"; }
-  uint64_t NewRound() { return open_round++; }
-  // Joins the client to an arrival group or creates one (FL-ALGORITHMS.md, FedCompass).
-  void Assign(const std::string& id, double now) {
-    CompassClient& c = compass[id];
-    const double qmax = spec.local_steps;
-    const double qmin = Param(spec, "q_min", 20);
-    const double lambda = Param(spec, "lambda", 1.5);
-    const double speed = c.has_speed ? c.speed : 0;
-    int best = -1;
-    double best_q = -1;
-    if (speed > 0) {
-      for (const auto& [gid, g] : groups) {
-        const double q = std::floor((g.t_expected - now) / speed);
-        if (q >= qmin && q <= qmax && q > best_q) {
-          best = gid;
-          best_q = q;
-        }
-      }
-    }
-    if (best < 0) {
-      double q = -1;
-      if (speed > 0) {
-        for (const auto& [gid, g] : groups) {
-          if (now >= g.t_latest) continue;
-          double fastest = 0;
-          for (const auto& m : g.members) {
-            const auto& mc = compass[m];
-            if (mc.has_speed && (fastest == 0 || mc.speed < fastest)) fastest = mc.speed;
-          }
-          const double next_arrival = g.t_latest + fastest * qmax;
-          const double cand = std::floor((next_arrival - now) / speed);
-          if (cand <= qmax && cand > q) q = cand;
-        }
-      }
-      if (q < 0) q = qmax;
-      if (q < qmin) q = qmin;
-      best = next_group++;
-      CompassGroup& g = groups[best];
-      g.t_expected = now + q * speed;
-      g.t_latest = now + q * speed * lambda;
-      g.round = NewRound();
-      best_q = q;
-    }
-    CompassGroup& g = groups[best];
-    g.members.insert(id);
-    c.group = best;
-    c.steps = static_cast<uint32_t>(best_q);
-    c.has_task = true;
-    c.task_version = version;
+  ~JobState() {
+    if (log_fd >= 0) close(log_fd);
   }
 
+  bool Compass() const { return scheduler != nullptr; }
+  bool Sync() const { return algo->synchronous(); }
+  uint64_t version() const { return state.version; }
+  uint64_t NewRound() { return open_round++; }
   double Elapsed() const { return elapsed_before + Seconds(start); }
+  // Synchronous rounds: how many admitted updates close a round. With a deadline the round
+  // waits for every expected client and the deadline settles for a quorum (Timers).
   uint32_t Needed() const {
-    if (spec.algorithm == "fedasync") return 1;
-    if (spec.algorithm == "fedbuff") return static_cast<uint32_t>(Param(spec, "k", 10));
+    if (spec.round_deadline_s > 0) return spec.clients;
     return spec.quorum > 0 ? spec.quorum : spec.clients;
+  }
+  double TotalSamples() const {
+    double n = 0;
+    for (const auto& [id, c] : clients) n += static_cast<double>(c.samples);
+    // Clients that have not reported yet count as the mean of those that have.
+    size_t seen = 0;
+    for (const auto& [id, c] : clients) seen += c.samples > 0 ? 1 : 0;
+    if (seen == 0) return 0;
+    return n / static_cast<double>(seen) * std::max<double>(spec.clients, static_cast<double>(seen));
   }
   void CacheModel() {
     model::Model m(mspec);
-    m.values = weights;
+    m.values = state.weights;
     auto bytes = model::ModelToSafetensors(
         m, {{std::string(model::kMetadataJob), spec.name},
-            {std::string(model::kMetadataVersion), std::to_string(version)}});
-    models[version] = std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+            {std::string(model::kMetadataVersion), std::to_string(state.version)}});
+    models[state.version] = std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
     while (models.size() > kKeptModels) models.erase(models.begin());
+  }
+  void KeepVersion() {
+    if (store) (void)store->Put(state.version, state.weights);
+  }
+  void SetTask(const agg::CompassAssignment& a) {
+    CompassTask& t = compass_tasks[fmt::format("c{}", a.client)];
+    t.steps = a.local_steps;
+    t.version = state.version;
+    t.ready = true;
+    t.started = true;
+  }
+  uint64_t GroupRound(agg::GroupId g) {
+    auto [it, inserted] = group_round.try_emplace(g, 0);
+    if (inserted) it->second = NewRound();
+    return it->second;
+  }
+  // FedCompass: the scheduler aggregates a group (its last member arrived, or its T_l passed):
+  // its round closes with the general buffer merged in.
+  void CloseGroup(const agg::CompassDecision& d) {
+    const uint64_t rid = GroupRound(d.group);
+    group_round.erase(d.group);
+    Round& r = rounds[rid];
+    r.closed = true;
+    r.assignments = d.assignments;
+    if (general_round != 0) {
+      r.merge_round = general_round;
+      rounds[general_round].closed = true;
+      rounds[general_round].merged = true;
+      general_round = 0;
+    }
+  }
+  Status OpenLog() {
+    if (log_fd >= 0) close(log_fd);
+    log_fd = open((dir + "/updates.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    return log_fd < 0 ? ErrnoStatus("opening " + dir + "/updates.log", errno) : Status::Ok();
+  }
+  // Written before the client's 202: a write() that returned is in the page cache and survives
+  // the process (kill -9); a power cut is a different failure (no fsync on the hot path).
+  Status AppendLog(const Ticket& t) {
+    LogRecord r;
+    r.seq = t.seq;
+    r.round = t.round;
+    r.buffer = t.buffer;
+    r.base_version = t.base_version;
+    r.num_samples = t.num_samples;
+    r.coefficient = t.coefficient;
+    std::strncpy(r.client, t.client.c_str(), sizeof r.client - 1);
+    const ssize_t n = write(log_fd, &r, sizeof r);
+    if (n != static_cast<ssize_t>(sizeof r)) return ErrnoStatus("appending to the update log", errno);
+    return Status::Ok();
+  }
+  // After a checkpoint: the log keeps only the acknowledged updates no version includes yet.
+  void CompactLog() {
+    std::string bytes;
+    for (const auto& [id, t] : tickets) {
+      if (!t.acked) continue;
+      LogRecord r;
+      r.seq = t.seq;
+      r.round = t.round;
+      r.buffer = t.buffer;
+      r.base_version = t.base_version;
+      r.num_samples = t.num_samples;
+      r.coefficient = t.coefficient;
+      std::strncpy(r.client, t.client.c_str(), sizeof r.client - 1);
+      bytes.append(reinterpret_cast<const char*>(&r), sizeof r);
+    }
+    if (Status st = WriteFileAtomic(dir + "/updates.log", bytes.data(), bytes.size()); !st.ok()) {
+      spdlog::error("fl job {}: update log: {}", spec.name, st.ToString());
+      return;
+    }
+    (void)OpenLog();
+  }
+  // Folds the acknowledged updates of `ids` (still in the pool) into the float32 sum at `acc`.
+  size_t Refold(float* acc, const std::vector<uint64_t>& ids) {
+    size_t n = 0;
+    for (uint64_t tid : ids) {
+      const Ticket& t = tickets[tid];
+      PayloadView pv = ReadPayload(pool->Data(t.buffer));
+      auto view = model::ParseUpdate(pv.body, mspec);
+      if (!view.ok()) {
+        spdlog::error("fl job {}: update {} of client {} no longer parses: {}", spec.name, t.seq,
+                      t.client, view.status().ToString());
+        continue;
+      }
+      for (const auto& tv : view->tensors) {
+        agg::Fold(acc + mspec.offset(tv.index), tv.data, static_cast<agg::DType>(tv.dtype),
+                  tv.numel, static_cast<float>(t.coefficient));
+      }
+      ++n;
+    }
+    return n;
   }
 };
 
@@ -339,6 +458,7 @@ std::vector<FunctionSpec> FlCoordinator::LeafSpecs() {
     f.handler.builtin = "fl-leaf";
     f.handler.env["SHOAL_FL_ARCH"] = job->spec.architecture;
     f.handler.env["SHOAL_FL_HIDDEN"] = std::to_string(job->spec.hidden);
+    f.handler.env["SHOAL_FL_INPUTS"] = std::to_string(JobArchitecture(job->spec).inputs);
     f.concurrency = std::max(1u, job->spec.max_fan_in);
     f.min_scale = 1;
     f.max_scale = std::max(1u, job->spec.max_leaves);
@@ -353,16 +473,33 @@ std::vector<FunctionSpec> FlCoordinator::LeafSpecs() {
 
 // ---- jobs -----------------------------------------------------------------------------------
 
+namespace {
+
+// The parts of a job that follow from its spec (algorithm, version store, scheduler).
+Status InitJob(FlCoordinator::JobState& job) {
+  auto algo = MakeJobAlgorithm(job.spec);
+  if (!algo.ok()) return algo.status();
+  job.algo = std::move(*algo);
+  // Only Δ-based algorithms read old versions; the others keep none (a model can be large).
+  if (job.algo->needs_base_versions()) {
+    job.store = std::make_unique<agg::VersionStore>(job.spec.staleness_limit);
+  }
+  if (job.spec.algorithm == "fedcompass") {
+    job.scheduler = std::make_unique<agg::FedCompassScheduler>(LibraryParams(job.spec).fedcompass);
+  }
+  return {};
+}
+
+}  // namespace
+
 Status FlCoordinator::DeployJob(const FlJobSpec& in) {
-  SHOAL_RETURN_IF_ERROR(ValidateAlgorithm(in));
-  model::ArchitectureOptions opts;
-  opts.hidden = {in.hidden};
-  auto mspec = model::ArchitectureSpec(in.architecture, opts);
+  auto job = std::make_shared<JobState>();
+  job->spec = in;
+  SHOAL_RETURN_IF_ERROR(InitJob(*job));
+  auto mspec = model::ArchitectureSpec(in.architecture, JobArchitecture(in));
   if (!mspec.ok()) {
     return InvalidArgument("spec.model.architecture: " + mspec.status().message());
   }
-  auto job = std::make_shared<JobState>();
-  job->spec = in;
   job->mspec = *mspec;
   if (!in.initial_model.empty()) {
     std::ifstream f(in.initial_model, std::ios::binary);
@@ -372,9 +509,9 @@ Status FlCoordinator::DeployJob(const FlJobSpec& in) {
         std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()),
         job->mspec);
     if (!m.ok()) return InvalidArgument("spec.model.initial: " + m.status().message());
-    job->weights = std::move(m->values);
+    job->state.weights = std::move(m->values);
   } else {
-    job->weights = model::InitModel(job->mspec, in.seed).values;
+    job->state.weights = model::InitModel(job->mspec, in.seed).values;
   }
   {
     std::lock_guard lock(mu_);
@@ -395,11 +532,16 @@ Status FlCoordinator::DeployJob(const FlJobSpec& in) {
     } else {
       job->spec.generation = 1;
       job->leaf_id = next_leaf_id_--;
-      job->history[0] = job->weights;
+      job->KeepVersion();
       job->versions.push_back({0, std::nullopt, std::nullopt, 0, 0});
       job->CacheModel();
+      job->dir = config_.state_dir + "/jobs/" + in.name;
       std::error_code ec;
-      std::filesystem::create_directories(config_.state_dir + "/jobs/" + in.name, ec);
+      std::filesystem::create_directories(job->dir, ec);
+      std::filesystem::remove(job->dir + "/updates.log", ec);
+      SHOAL_RETURN_IF_ERROR(job->OpenLog());
+      job->algo->Start(job->Elapsed());
+      if (job->spec.round_deadline_s > 0) job->round_deadline = job->spec.round_deadline_s;
       Persist(*job);
       jobs_[in.name] = job;
       spdlog::info("fl job {}: {} on {} ({} parameters), {} clients expected, leaves: function "
@@ -441,6 +583,54 @@ Status FlCoordinator::DeleteJob(const std::string& name) {
   return {};
 }
 
+Result<TaskResult> FlCoordinator::Task(const std::string& name, const std::string& client_id,
+                                       const std::string& token) {
+  auto job = Find(name);
+  if (!job) return NotFound("FL job '" + name + "' not found");
+  std::lock_guard jl(job->mu);
+  auto it = job->clients.find(client_id);
+  if (it == job->clients.end()) return NotFound("unknown client '" + client_id + "'");
+  if (it->second.token != token) return PermissionDenied("bad token for client '" + client_id + "'");
+  TaskResult t;
+  if (job->done) {
+    t.kind = TaskResult::Kind::kDone;
+    return t;
+  }
+  if (job->Sync() && it->second.submitted_round != UINT64_MAX &&
+      job->rounds.count(it->second.submitted_round) != 0) {
+    // Its update for this round is in; the next task comes with the next version.
+    t.kind = TaskResult::Kind::kWait;
+    t.retry_after_ms = 200;
+    return t;
+  }
+  t.kind = TaskResult::Kind::kTrain;
+  t.model_version = job->version();
+  t.local_steps = job->spec.local_steps;
+  t.learning_rate = job->spec.learning_rate;
+  t.batch_size = job->spec.batch_size;
+  if (job->Compass()) {
+    JobState::CompassTask& c = job->compass_tasks[client_id];
+    if (!c.started) {
+      // Start: every client trains Q_max steps from the initial model; the scheduler's clock
+      // starts with the first fetch.
+      job->scheduler->Start(job->Elapsed());
+      c.started = true;
+      c.ready = true;
+      c.steps = job->spec.local_steps;
+      c.version = job->version();
+    }
+    if (!c.ready) {
+      t.kind = TaskResult::Kind::kWait;
+      t.retry_after_ms = 100;
+      return t;
+    }
+    c.ready = false;
+    t.model_version = std::max(c.version, job->version());
+    t.local_steps = c.steps;
+  }
+  return t;
+}
+
 std::vector<std::string> FlCoordinator::ListJobs() {
   std::lock_guard lock(mu_);
   std::vector<std::string> out;
@@ -463,7 +653,7 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
   Json j = {{"name", name},
             {"algorithm", job->spec.algorithm},
             {"state", job->done ? "done" : "running"},
-            {"version", job->version},
+            {"version", job->version()},
             {"round", job->open_round},
             {"clients", {{"expected", job->spec.clients}, {"joined", job->clients.size()}}},
             {"updates_total", job->updates_total},
@@ -499,65 +689,15 @@ Result<JoinResult> FlCoordinator::Join(const std::string& name, const std::strin
   return JoinResult{c.id, c.token};
 }
 
-Result<TaskResult> FlCoordinator::Task(const std::string& name, const std::string& client_id,
-                                       const std::string& token) {
-  auto job = Find(name);
-  if (!job) return NotFound("FL job '" + name + "' not found");
-  std::lock_guard jl(job->mu);
-  auto it = job->clients.find(client_id);
-  if (it == job->clients.end()) return NotFound("unknown client '" + client_id + "'");
-  if (it->second.token != token) return PermissionDenied("bad token for client '" + client_id + "'");
-  TaskResult t;
-  if (job->done) {
-    t.kind = TaskResult::Kind::kDone;
-    return t;
-  }
-  if (IsSync(job->spec.algorithm) && it->second.submitted_round != UINT64_MAX &&
-      job->rounds.count(it->second.submitted_round) != 0) {
-    // Its update for this round is in; the next task comes with the next version.
-    t.kind = TaskResult::Kind::kWait;
-    t.retry_after_ms = 200;
-    return t;
-  }
-  if (job->Compass()) {
-    JobState::CompassClient& c = job->compass[client_id];
-    if (!c.training && c.steps == 0) {
-      c.steps = job->spec.local_steps;  // start: everyone trains Q_max from the initial model
-      c.has_task = true;
-      c.task_version = job->version;
-    }
-    if (!c.has_task) {
-      t.kind = TaskResult::Kind::kWait;
-      t.retry_after_ms = 100;
-      return t;
-    }
-    c.has_task = false;
-    c.training = true;
-    c.start = job->Elapsed();
-    t.kind = TaskResult::Kind::kTrain;
-    t.model_version = std::max(c.task_version, job->version);
-    t.local_steps = c.steps;
-    t.learning_rate = job->spec.learning_rate;
-    t.batch_size = job->spec.batch_size;
-    return t;
-  }
-  t.kind = TaskResult::Kind::kTrain;
-  t.model_version = job->version;
-  t.local_steps = job->spec.local_steps;
-  t.learning_rate = job->spec.learning_rate;
-  t.batch_size = job->spec.batch_size;
-  return t;
-}
-
 Result<ModelBlob> FlCoordinator::Model(const std::string& name, std::optional<uint64_t> version) {
   auto job = Find(name);
   if (!job) return NotFound("FL job '" + name + "' not found");
   std::lock_guard jl(job->mu);
-  const uint64_t v = version.value_or(job->version);
+  const uint64_t v = version.value_or(job->version());
   auto it = job->models.find(v);
   if (it == job->models.end()) {
     return NotFound("model version " + std::to_string(v) + " of job '" + name +
-                    "' is not kept (current " + std::to_string(job->version) + ")");
+                    "' is not kept (current " + std::to_string(job->version()) + ")");
   }
   return ModelBlob{v, it->second};
 }
@@ -619,77 +759,70 @@ Result<FlAdmission> FlCoordinator::Admit(std::string_view name, BufferPool& pool
   if (client.token != h.token()) return PermissionDenied("bad token for client '" + client.id + "'");
   if (job->done) return AlreadyExists("job '" + std::string(name) + "' is done");
   if (h.num_samples() == 0) return InvalidArgument("num_samples must be > 0");
-  if (h.base_version() > job->version) {
+  const uint64_t version = job->version();
+  if (h.base_version() > version) {
     return InvalidArgument("base version " + std::to_string(h.base_version()) +
-                           " is newer than the current version " + std::to_string(job->version));
+                           " is newer than the current version " + std::to_string(version));
   }
-  const uint64_t staleness = job->version - h.base_version();
-  const bool sync = IsSync(job->spec.algorithm);
+  const uint64_t staleness = version - h.base_version();
+  const bool sync = job->Sync();
   if (sync && staleness != 0) {
     return AlreadyExists("stale update: trained from version " + std::to_string(h.base_version()) +
-                         ", the round is for version " + std::to_string(job->version));
+                         ", the round is for version " + std::to_string(version));
   }
-  if (staleness > job->spec.staleness_limit || !job->history.count(h.base_version())) {
+  if (staleness > job->spec.staleness_limit ||
+      (job->store && !job->store->Get(h.base_version()).ok())) {
     return AlreadyExists("stale update: base version " + std::to_string(h.base_version()) +
                          " is older than the staleness limit (current " +
-                         std::to_string(job->version) + ", limit " +
+                         std::to_string(version) + ", limit " +
                          std::to_string(job->spec.staleness_limit) + ")");
   }
   if (sync && client.submitted_round == job->open_round) {
     return AlreadyExists("client '" + client.id + "' already sent an update for this round");
   }
+  const double now = job->Elapsed();
+  std::optional<agg::CompassDecision> decision;
+  if (job->Compass()) {
+    auto d = job->scheduler->OnArrival(NumericId(client.id), now);
+    if (!d.ok()) return AlreadyExists(d.status().message());
+    decision = std::move(*d);
+  }
   if (Status st = pool.Retain(buffer, kCoordinatorSlot); !st.ok()) {
     return Internal("cannot hold the update buffer: " + st.message());
   }
   job->pool = &pool;
-  float coefficient = 1.0f;
-  if (sync) coefficient = static_cast<float>(h.num_samples());
-  if (job->spec.algorithm == "fedbuff") {
-    coefficient = static_cast<float>(1.0 / std::sqrt(1.0 + static_cast<double>(staleness)));
-  }
+  client.samples = h.num_samples();
+  agg::UpdateMeta meta;
+  meta.client_id = NumericId(client.id);
+  meta.num_samples = static_cast<double>(h.num_samples());
+  meta.base_version = h.base_version();
+  meta.current_version = version;
+  meta.arrival_time = now;
+  meta.total_samples = job->TotalSamples();
+  const double coefficient = job->algo->Coefficient(meta);
+
   uint64_t round_id = job->open_round;
-  if (job->Compass()) {
-    const double now = job->Elapsed();
-    JobState::CompassClient& c = job->compass[client.id];
-    const double measured = (now - c.start) / std::max<uint32_t>(1, c.steps);
-    const double m = Param(job->spec, "momentum", 0.9);
-    c.speed = c.has_speed ? (1 - m) * c.speed + m * measured : measured;
-    c.has_speed = true;
-    c.training = false;
-    coefficient = static_cast<float>(Param(job->spec, "alpha", 0.9) *
-                                     std::pow(1.0 + static_cast<double>(staleness),
-                                              -Param(job->spec, "a", 0.5)) /
-                                     job->spec.clients);
-    auto git = job->groups.find(c.group);
-    if (c.group < 0) {
-      // First arrival: applied alone at once, then the client gets a group.
-      round_id = job->NewRound();
-      job->rounds[round_id].single_client = client.id;
-      job->rounds[round_id].closed = true;
-    } else if (git != job->groups.end() && now <= git->second.t_latest) {
-      JobState::CompassGroup& g = git->second;
-      round_id = g.round;
-      g.arrived.insert(client.id);
-      job->rounds[round_id].group = c.group;
-      if (g.arrived.size() == g.members.size()) {
-        // The last member: the group aggregates with the general buffer.
-        JobState::Round& gr = job->rounds[round_id];
-        gr.closed = true;
-        if (job->general_round != 0) {
-          gr.merge_round = job->general_round;
-          job->rounds[job->general_round].closed = true;
-          job->rounds[job->general_round].merged = true;
-          job->general_round = 0;
-        }
-      }
-    } else {
-      // Late (or its group already aggregated at its timer): general buffer, and a new
-      // assignment at once from the current model.
-      if (git != job->groups.end()) git->second.members.erase(client.id);
-      if (job->general_round == 0) job->general_round = job->NewRound();
-      round_id = job->general_round;
-      c.group = -1;
-      job->Assign(client.id, now);
+  if (decision) {
+    switch (decision->action) {
+      case agg::CompassAction::kApplyAlone:
+        // First arrival: applied alone at once; the client's group assignment comes with it.
+        round_id = job->NewRound();
+        job->rounds[round_id].closed = true;
+        job->rounds[round_id].assignments = decision->assignments;
+        break;
+      case agg::CompassAction::kBufferedInGroup:
+        round_id = job->GroupRound(decision->group);
+        break;
+      case agg::CompassAction::kBufferedGeneral:
+        // Late: the general buffer, and a new assignment at once from the current model.
+        if (job->general_round == 0) job->general_round = job->NewRound();
+        round_id = job->general_round;
+        for (const auto& a : decision->assignments) job->SetTask(a);
+        break;
+      case agg::CompassAction::kAggregateGroup:
+        round_id = job->GroupRound(decision->group);
+        job->CloseGroup(*decision);
+        break;
     }
   }
   JobState::Round& round = job->rounds[round_id];
@@ -698,20 +831,29 @@ Result<FlAdmission> FlCoordinator::Admit(std::string_view name, BufferPool& pool
   t.client = client.id;
   t.buffer = buffer;
   t.base_version = h.base_version();
+  t.num_samples = h.num_samples();
   t.coefficient = coefficient;
   ++round.admitted;
   ++round.inflight;
   client.submitted_round = round_id;
-  if (!job->Compass() && round.admitted >= job->Needed()) {
-    // The round takes no more updates; later ones go to the next round.
-    round.closed = true;
-    ++job->open_round;
+  if (!job->Compass()) {
+    // The round takes no more updates once it is due; later ones go to the next round.
+    const bool due = sync ? round.admitted >= job->Needed()
+                          : job->algo->ShouldCommit(round.admitted, now) &&
+                                job->algo->NextCommitTime() == std::nullopt;
+    if (due) {
+      round.closed = true;
+      ++job->open_round;
+      if (sync && job->spec.round_deadline_s > 0) {
+        job->round_deadline = now + job->spec.round_deadline_s;
+      }
+    }
   }
   std::lock_guard lock(mu_);
   const uint64_t id = next_ticket_++;
   job->tickets[id] = t;
   by_ticket_[id] = job;
-  return FlAdmission{id, coefficient};
+  return FlAdmission{id, static_cast<float>(coefficient)};
 }
 
 Result<uint64_t> FlCoordinator::PartialFor(uint64_t ticket, uint32_t instance) {
@@ -754,15 +896,21 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status) {
     JobState::Ticket& t = tit->second;
     JobState::Round& round = job->rounds[t.round];
     --round.inflight;
+    bool counted = false;
     if (http_status >= 200 && http_status < 300) {
+      // Logged before the gateway answers 202 (it does once this returns).
+      t.seq = job->next_seq++;
+      if (Status st = job->AppendLog(t); !st.ok()) {
+        spdlog::error("fl job {}: {}", job->spec.name, st.ToString());
+      }
       t.acked = true;
+      counted = true;
       ++round.acked;
-      round.weight += t.coefficient;
-      round.weight_by_base[t.base_version] += t.coefficient;
       round.partials[t.instance].tickets.push_back(ticket);
       ++job->clients[t.client].updates;
       ++job->updates_total;
-    } else {
+    }
+    if (!counted) {
       // Not counted: the client gets the error and may send it again.
       if (job->clients[t.client].submitted_round == t.round) {
         job->clients[t.client].submitted_round = UINT64_MAX;
@@ -774,42 +922,44 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status) {
         const size_t n = job->mspec.num_params();
         float* acc = reinterpret_cast<float*>(job->pool->Data(pit->second.offset).data());
         std::fill(acc, acc + n, 0.0f);
-        for (uint64_t tid : pit->second.tickets) {
-          const JobState::Ticket& done = job->tickets[tid];
-          PayloadView pv = ReadPayload(job->pool->Data(done.buffer));
-          auto view = model::ParseUpdate(pv.body, job->mspec);
-          if (!view.ok()) continue;
-          for (const auto& tv : view->tensors) {
-            aggregator::Fold(acc + job->mspec.offset(tv.index), tv.data,
-                             static_cast<aggregator::DType>(tv.dtype), tv.numel, done.coefficient);
-          }
-        }
+        const size_t refolded = job->Refold(acc, pit->second.tickets);
         spdlog::warn("fl job {}: leaf {:#x} failed; partial sum rebuilt from {} acknowledged "
                      "update(s)",
-                     job->spec.name, t.instance, pit->second.tickets.size());
+                     job->spec.name, t.instance, refolded);
       }
       (void)job->pool->Release(t.buffer, kCoordinatorSlot);
       job->tickets.erase(tit);
     }
     commit = round.closed && round.inflight == 0;
   }
-  if (commit) {
-    {
-      std::lock_guard lock(commit_mu_);
-      commit_queue_.push_back(job);
-    }
-    commit_cv_.notify_one();
+  if (commit) Enqueue(job);
+}
+
+void FlCoordinator::Enqueue(std::shared_ptr<JobState> job) {
+  {
+    std::lock_guard lock(commit_mu_);
+    commit_queue_.push_back(std::move(job));
   }
+  commit_cv_.notify_one();
 }
 
 // ---- commits --------------------------------------------------------------------------------
 
+namespace {
+constexpr uint32_t kRefoldedPartial = 0x7fffffffu;  // the partial the coordinator refolds into
+const agg::VersionStore& NoVersions() {
+  static const agg::VersionStore empty(0);
+  return empty;
+}
+}  // namespace
+
 void FlCoordinator::CommitLoop() {
+  Clock::time_point last_timers = Clock::now();
   for (;;) {
     std::shared_ptr<JobState> job;
     {
       std::unique_lock lock(commit_mu_);
-      // FedCompass groups have timers (their latest arrival time): look every 50 ms.
+      // Timers (FedCompass T_l, FedFix ticks, round deadlines): look every 50 ms.
       commit_cv_.wait_for(lock, std::chrono::milliseconds(50),
                           [this] { return stopping_ || !commit_queue_.empty(); });
       if (stopping_) return;
@@ -818,42 +968,11 @@ void FlCoordinator::CommitLoop() {
         commit_queue_.pop_front();
       }
     }
-    if (!job) {
-      std::vector<std::shared_ptr<JobState>> compass_jobs;
-      {
-        std::lock_guard lock(mu_);
-        for (auto& [name, j] : jobs_) {
-          if (j->Compass()) compass_jobs.push_back(j);
-        }
-      }
-      for (auto& j : compass_jobs) {
-        std::lock_guard jl(j->mu);
-        const double now = j->Elapsed();
-        std::vector<int> expired;
-        for (auto& [gid, g] : j->groups) {
-          if (now > g.t_latest) expired.push_back(gid);
-        }
-        for (int gid : expired) {
-          JobState::CompassGroup& g = j->groups[gid];
-          if (!g.arrived.empty()) {
-            JobState::Round& gr = j->rounds[g.round];
-            gr.group = gid;
-            gr.closed = true;
-            if (j->general_round != 0) {
-              gr.merge_round = j->general_round;
-              j->rounds[j->general_round].closed = true;
-              j->rounds[j->general_round].merged = true;
-              j->general_round = 0;
-            }
-            job = j;
-          } else {
-            j->rounds.erase(g.round);
-            j->groups.erase(gid);  // its members arrive late: general buffer
-          }
-        }
-      }
-      if (!job) continue;
+    if (Seconds(last_timers) >= 0.05 || !job) {
+      last_timers = Clock::now();
+      Timers();
     }
+    if (!job) continue;
     std::lock_guard jl(job->mu);
     if (job->deleted) continue;
     // Commit every closed round whose updates have all answered, oldest first.
@@ -871,116 +990,116 @@ void FlCoordinator::CommitLoop() {
       }
       if (partner != nullptr) {
         // One commit for the group and the general buffer: move the buffer's partial sums in.
-        for (auto& [inst, p] : partner->partials) {
-          auto& mine = round.partials[inst | 0x80000000u];
-          mine = p;
-        }
+        for (auto& [inst, p] : partner->partials) round.partials[inst | 0x80000000u] = p;
         round.acked += partner->acked;
-        round.weight += partner->weight;
-        for (auto& [b, w] : partner->weight_by_base) round.weight_by_base[b] += w;
         job->rounds.erase(round.merge_round);
         round.merge_round = 0;
       }
       const auto t0 = Clock::now();
       const size_t n = job->mspec.num_params();
+      std::vector<uint64_t> seqs;
       if (round.acked > 0) {
-        // The top of the hierarchy: add the leaves' partial sums, then the final step.
-        std::vector<float> sum(n, 0.0f);
+        // The top of the hierarchy: add the leaves' partial sums, then the algorithm's step.
+        job->total.Reset();
         for (auto& [inst, p] : round.partials) {
-          aggregator::Fold(sum.data(), job->pool->Data(p.offset).data(), aggregator::DType::kF32,
-                           n, 1.0f);
-        }
-        const std::string& a = job->spec.algorithm;
-        std::vector<float>& w = job->weights;
-        const float inv = static_cast<float>(1.0 / round.weight);
-        if (a == "fedavg") {
-          for (size_t i = 0; i < n; ++i) w[i] = sum[i] * inv;
-        } else if (a == "fedavgm") {
-          const float beta = static_cast<float>(Param(job->spec, "beta", 0.9));
-          const float eta = static_cast<float>(Param(job->spec, "eta", 1.0));
-          job->opt_m.resize(n, 0.0f);
-          for (size_t i = 0; i < n; ++i) {
-            const float delta = sum[i] * inv - w[i];
-            job->opt_m[i] = beta * job->opt_m[i] + delta;
-            w[i] += eta * job->opt_m[i];
+          std::vector<std::pair<uint64_t, double>> folded;
+          for (uint64_t tid : p.tickets) {
+            const JobState::Ticket& t = job->tickets[tid];
+            folded.emplace_back(t.base_version, t.coefficient);
           }
-        } else if (a == "fedadam") {
-          const float eta = static_cast<float>(Param(job->spec, "eta", 0.1));
-          const float b1 = static_cast<float>(Param(job->spec, "beta1", 0.9));
-          const float b2 = static_cast<float>(Param(job->spec, "beta2", 0.99));
-          const float tau = static_cast<float>(Param(job->spec, "tau", 1e-3));
-          job->opt_m.resize(n, 0.0f);
-          job->opt_v.resize(n, 0.0f);
-          for (size_t i = 0; i < n; ++i) {
-            const float delta = sum[i] * inv - w[i];
-            job->opt_m[i] = b1 * job->opt_m[i] + (1 - b1) * delta;
-            job->opt_v[i] = b2 * job->opt_v[i] + (1 - b2) * delta * delta;
-            w[i] += eta * job->opt_m[i] / (std::sqrt(job->opt_v[i]) + tau);
+          const auto* leaf = reinterpret_cast<const float*>(job->pool->Data(p.offset).data());
+          if (Status st = job->total.MergeFolded({leaf, n}, folded); !st.ok()) {
+            spdlog::error("fl job {}: {}", job->spec.name, st.ToString());
           }
-        } else if (a == "fedasync") {
-          // One update per round: w <- (1 - α s(u)) w + α s(u) w_k, s(u) = (1+u)^-a.
-          const uint64_t base = round.weight_by_base.begin()->first;
-          const double u = static_cast<double>(job->version - base);
-          const float alpha_t = static_cast<float>(Param(job->spec, "alpha", 0.9) *
-                                                   std::pow(1.0 + u, -Param(job->spec, "a", 0.5)));
-          for (size_t i = 0; i < n; ++i) w[i] = (1 - alpha_t) * w[i] + alpha_t * sum[i] * inv;
-        } else if (a == "fedcompass") {
-          // w <- (1 - Σ α_k) w + Σ α_k w_k, α_k = α s(u_k) / N.
-          const float keep = static_cast<float>(1.0 - round.weight);
-          for (size_t i = 0; i < n; ++i) w[i] = keep * w[i] + sum[i];
-        } else if (a == "fedbuff") {
-          // Σ s_k Δ_k = Σ s_k w_k − Σ_τ (Σ_{τ_k=τ} s_k) w_τ; w <- w + η_g / K · that.
-          for (const auto& [base, s] : round.weight_by_base) {
-            const std::vector<float>& wb = job->history[base];
-            aggregator::Fold(sum.data(), wb.data(), aggregator::DType::kF32, n,
-                             static_cast<float>(-s));
-          }
-          const float scale = static_cast<float>(Param(job->spec, "eta", 1.0) / round.acked);
-          aggregator::Fold(w.data(), sum.data(), aggregator::DType::kF32, n, scale);
         }
-        ++job->version;
-        job->history[job->version] = w;
-        while (job->history.size() > job->spec.staleness_limit + 1) {
-          job->history.erase(job->history.begin());
+        Status st = job->algo->Commit(job->total, job->store ? *job->store : NoVersions(),
+                                      job->state);
+        if (!st.ok()) {
+          spdlog::error("fl job {}: commit of {} update(s) failed: {}", job->spec.name,
+                        round.acked, st.ToString());
+        } else {
+          job->KeepVersion();
+          job->CacheModel();
+          job->versions.push_back({job->version(), std::nullopt, std::nullopt, round.acked,
+                                   job->Elapsed()});
+          if (job->spec.rounds > 0 && job->version() >= job->spec.rounds) job->done = true;
+          spdlog::info("fl job {}: version {} committed from {} update(s) over {} leaf partial "
+                       "sum(s) in {:.2f} ms{}",
+                       job->spec.name, job->version(), round.acked, round.partials.size(),
+                       Seconds(t0) * 1e3, job->done ? " (last)" : "");
         }
-        job->CacheModel();
-        job->versions.push_back({job->version, std::nullopt, std::nullopt, round.acked,
-                                 job->Elapsed()});
-        if (job->spec.rounds > 0 && job->version >= job->spec.rounds) job->done = true;
-        spdlog::info("fl job {}: version {} committed from {} update(s) over {} leaf partial "
-                     "sum(s) in {:.2f} ms{}",
-                     job->spec.name, job->version, round.acked, round.partials.size(),
-                     Seconds(t0) * 1e3, job->done ? " (last)" : "");
       }
-      // The version is durable: the updates and partial sums it includes go back to the pool.
+      // The version is durable once Persist returns: the updates and partial sums it includes
+      // go back to the pool.
       for (auto& [inst, p] : round.partials) {
         for (uint64_t tid : p.tickets) {
+          seqs.push_back(job->tickets[tid].seq);
           (void)job->pool->Release(job->tickets[tid].buffer, kCoordinatorSlot);
           job->tickets.erase(tid);
         }
         (void)job->pool->Release(p.offset, kShoaldSlot);
       }
+      for (const auto& a : round.assignments) job->SetTask(a);
+      rit = job->rounds.erase(rit);
+      if (job->Sync() && job->spec.round_deadline_s > 0) {
+        job->round_deadline = job->Elapsed() + job->spec.round_deadline_s;
+      }
+      job->last_commit_seqs = std::move(seqs);
+      Persist(*job);
+      job->CompactLog();
+    }
+  }
+}
+
+void FlCoordinator::Timers() {
+  std::vector<std::shared_ptr<JobState>> jobs;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [name, j] : jobs_) jobs.push_back(j);
+  }
+  for (auto& job : jobs) {
+    bool due = false;
+    {
+      std::lock_guard jl(job->mu);
+      if (job->deleted || job->done) continue;
+      const double now = job->Elapsed();
       if (job->Compass()) {
-        const double now = job->Elapsed();
-        if (!round.single_client.empty()) {
-          job->Assign(round.single_client, now);
-        } else if (round.group >= 0 && job->groups.count(round.group)) {
-          // Reassign the members that arrived, fastest first.
-          std::vector<std::string> arrived(job->groups[round.group].arrived.begin(),
-                                           job->groups[round.group].arrived.end());
-          std::sort(arrived.begin(), arrived.end(), [&](const auto& x, const auto& y) {
-            return job->compass[x].speed < job->compass[y].speed;
-          });
-          job->groups.erase(round.group);
-          for (const auto& id : arrived) {
-            job->compass[id].group = -1;
-            job->Assign(id, now);
+        for (const auto& d : job->scheduler->OnTimer(now)) {
+          if (d.action == agg::CompassAction::kAggregateGroup) {
+            job->CloseGroup(d);
+            due = true;
           }
         }
+      } else if (job->algo->NextCommitTime() && job->algo->ShouldCommit(0, now)) {
+        // FedFix's tick: whatever arrived since the last one commits (nothing: no version).
+        auto it = job->rounds.find(job->open_round);
+        if (it != job->rounds.end() && it->second.admitted > 0) {
+          it->second.closed = true;
+          ++job->open_round;
+          due = true;
+        }
+        job->algo->OnCommitted(now);
+      } else if (job->Sync() && job->spec.round_deadline_s > 0 && now >= job->round_deadline) {
+        auto it = job->rounds.find(job->open_round);
+        const uint32_t have = it == job->rounds.end() ? 0 : it->second.admitted;
+        const uint32_t quorum = std::max(1u, job->spec.quorum);
+        if (have >= quorum) {
+          spdlog::info("fl job {}: round {} reached its deadline with {} of {} update(s) "
+                       "(quorum {}): committing",
+                       job->spec.name, job->open_round, have, job->spec.clients, quorum);
+          it->second.closed = true;
+          ++job->open_round;
+          due = true;
+        } else {
+          // Below quorum: the round stays open for another deadline (no update is dropped).
+          spdlog::warn("fl job {}: round {} missed its deadline with {} of quorum {} "
+                       "update(s): extended by {} s",
+                       job->spec.name, job->open_round, have, quorum, job->spec.round_deadline_s);
+        }
+        job->round_deadline = now + job->spec.round_deadline_s;
       }
-      rit = job->rounds.erase(rit);
-      Persist(*job);
     }
+    if (due) Enqueue(job);
   }
 }
 
@@ -990,7 +1109,8 @@ void FlCoordinator::Persist(JobState& job) {
   std::filesystem::create_directories(dir, ec);
   Json clients = Json::array();
   for (const auto& [id, c] : job.clients) {
-    clients.push_back({{"id", c.id}, {"name", c.name}, {"token", c.token}, {"updates", c.updates}});
+    clients.push_back({{"id", c.id}, {"name", c.name}, {"token", c.token}, {"updates", c.updates},
+                       {"samples", c.samples}});
   }
   Json versions = Json::array();
   for (const auto& v : job.versions) {
@@ -1000,17 +1120,42 @@ void FlCoordinator::Persist(JobState& job) {
                         {"updates", v.updates},
                         {"elapsed_s", v.elapsed_s}});
   }
-  Json state = {{"spec", SpecToJson(job.spec)},  {"version", job.version},
+  Json state = {{"spec", SpecToJson(job.spec)},  {"version", job.version()},
                 {"clients", clients},            {"next_client", job.next_client},
                 {"versions", versions},          {"updates_total", job.updates_total},
                 {"elapsed_s", job.Elapsed()},    {"done", job.done},
-                {"best_accuracy", job.best_accuracy}, {"leaf_id", job.leaf_id}};
-  // The model first, then the state that names its version: a crash between the two leaves
-  // a newer model than the state says, never an older one.
-  auto it = job.models.find(job.version);
+                {"best_accuracy", job.best_accuracy}, {"leaf_id", job.leaf_id},
+                {"open_round", job.open_round},  {"next_seq", job.next_seq},
+                {"last_commit_seqs", job.last_commit_seqs}};
+  if (job.scheduler) {
+    Json tasks = Json::object();
+    for (const auto& [id, t] : job.compass_tasks) {
+      tasks[id] = {{"steps", t.steps}, {"version", t.version}, {"ready", t.ready},
+                   {"started", t.started}};
+    }
+    Json groups = Json::array();
+    for (const auto& [g, r] : job.group_round) groups.push_back({g, r});
+    state["compass"] = {{"scheduler", job.scheduler->Save()},
+                        {"tasks", tasks},
+                        {"group_round", groups},
+                        {"general_round", job.general_round}};
+  }
+  // The model and the optimizer first, then the state that names their version: a crash
+  // between them leaves a newer model than the state says, never an older one.
+  auto it = job.models.find(job.version());
   if (it != job.models.end()) {
     if (Status st = WriteFileAtomic(dir + "/model.safetensors", it->second.data(), it->second.size());
         !st.ok()) {
+      spdlog::error("fl job {}: checkpoint: {}", job.spec.name, st.ToString());
+    }
+  }
+  if (!job.state.momentum.empty() || !job.state.second_moment.empty()) {
+    agg::ModelState opt;
+    opt.version = job.version();
+    opt.momentum = job.state.momentum;
+    opt.second_moment = job.state.second_moment;
+    const std::vector<uint8_t> bytes = opt.Serialize();
+    if (Status st = WriteFileAtomic(dir + "/optimizer.bin", bytes.data(), bytes.size()); !st.ok()) {
       spdlog::error("fl job {}: checkpoint: {}", job.spec.name, st.ToString());
     }
   }
@@ -1019,6 +1164,13 @@ void FlCoordinator::Persist(JobState& job) {
     spdlog::error("fl job {}: checkpoint: {}", job.spec.name, st.ToString());
   }
 }
+
+namespace {
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+}  // namespace
 
 Status FlCoordinator::Restore() {
   const std::string root = config_.state_dir + "/jobs";
@@ -1032,27 +1184,42 @@ Status FlCoordinator::Restore() {
     if (state.is_discarded()) return Internal("corrupt FL job state: " + dir + "/state.json");
     auto job = std::make_shared<JobState>();
     job->spec = SpecFromJson(state["spec"]);
-    model::ArchitectureOptions opts;
-    opts.hidden = {job->spec.hidden};
-    auto mspec = model::ArchitectureSpec(job->spec.architecture, opts);
+    job->dir = dir;
+    if (Status st = InitJob(*job); !st.ok()) {
+      return Internal("FL job checkpoint " + dir + ": " + st.message());
+    }
+    auto mspec = model::ArchitectureSpec(job->spec.architecture, JobArchitecture(job->spec));
     if (!mspec.ok()) return mspec.status();
     job->mspec = *mspec;
-    std::ifstream mf(dir + "/model.safetensors", std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(mf)), std::istreambuf_iterator<char>());
+    std::string bytes = ReadFile(dir + "/model.safetensors");
     auto m = model::ModelFromSafetensors(
         std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()),
         job->mspec);
     if (!m.ok()) return Internal("FL job checkpoint " + dir + ": " + m.status().message());
-    job->weights = std::move(m->values);
-    job->version = state.value("version", uint64_t{0});
-    job->history[job->version] = job->weights;
-    job->models[job->version] = bytes;
+    job->state.weights = std::move(m->values);
+    job->state.version = state.value("version", uint64_t{0});
+    const std::string opt_bytes = ReadFile(dir + "/optimizer.bin");
+    if (!opt_bytes.empty()) {
+      auto opt = agg::ModelState::Deserialize(
+          {reinterpret_cast<const uint8_t*>(opt_bytes.data()), opt_bytes.size()});
+      if (!opt.ok()) return Internal("FL job checkpoint " + dir + "/optimizer.bin: " + opt.status().message());
+      if (opt->version == job->state.version) {
+        job->state.momentum = std::move(opt->momentum);
+        job->state.second_moment = std::move(opt->second_moment);
+      } else {
+        spdlog::warn("fl job {}: optimizer state is for version {}, the model {}: restarting it",
+                     job->spec.name, opt->version, job->state.version);
+      }
+    }
+    job->KeepVersion();
+    job->models[job->version()] = bytes;
     for (const auto& c : state["clients"]) {
       JobState::Client cl;
       cl.id = c.value("id", "");
       cl.name = c.value("name", "");
       cl.token = c.value("token", "");
       cl.updates = c.value("updates", uint64_t{0});
+      cl.samples = c.value("samples", uint64_t{0});
       job->clients[cl.id] = cl;
     }
     job->next_client = state.value("next_client", 0u);
@@ -1070,16 +1237,165 @@ Status FlCoordinator::Restore() {
     job->done = state.value("done", false);
     job->best_accuracy = state.value("best_accuracy", 0.0);
     job->leaf_id = state.value("leaf_id", 4095u);
-    // Updates acknowledged but not yet committed were in the old process's memory: their
-    // clients were answered 202, so the round restarts from the last committed version and
-    // clients resend (see the note in the README on what a restart keeps).
-    job->open_round = job->version + 1;
+    job->open_round = std::max(state.value("open_round", job->version() + 1), uint64_t{1});
+    job->next_seq = state.value("next_seq", uint64_t{1});
+    job->last_commit_seqs = state.value("last_commit_seqs", std::vector<uint64_t>{});
+    if (job->scheduler && state.contains("compass")) {
+      const Json& c = state["compass"];
+      if (Status st = job->scheduler->Load(c.value("scheduler", std::string())); !st.ok()) {
+        return Internal("FL job checkpoint " + dir + ": " + st.message());
+      }
+      for (const auto& [id, t] : c["tasks"].items()) {
+        job->compass_tasks[id] = {t.value("steps", 0u), t.value("version", uint64_t{0}),
+                                  t.value("ready", false), t.value("started", false)};
+      }
+      for (const auto& g : c["group_round"]) {
+        job->group_round[g.at(0).get<agg::GroupId>()] = g.at(1).get<uint64_t>();
+      }
+      job->general_round = c.value("general_round", uint64_t{0});
+    }
+    job->algo->Start(job->Elapsed());
+    if (job->spec.round_deadline_s > 0) job->round_deadline = job->Elapsed() + job->spec.round_deadline_s;
+    // The update log: records the checkpoint does not include are re-folded by Recover.
+    const std::string log = ReadFile(dir + "/updates.log");
+    const std::set<uint64_t> committed(job->last_commit_seqs.begin(), job->last_commit_seqs.end());
+    for (size_t off = 0; off + sizeof(LogRecord) <= log.size(); off += sizeof(LogRecord)) {
+      LogRecord r;
+      std::memcpy(&r, log.data() + off, sizeof r);
+      if (r.magic != LogRecord::kMagic) break;  // a torn tail
+      job->next_seq = std::max(job->next_seq, r.seq + 1);
+      if (committed.count(r.seq) != 0) continue;
+      job->recovered.push_back(r);
+    }
+    SHOAL_RETURN_IF_ERROR(job->OpenLog());
     std::lock_guard lock(mu_);
     next_leaf_id_ = std::min(next_leaf_id_, job->leaf_id - 1);
-    spdlog::info("fl job {}: resumed at version {} ({} clients, {} updates so far)",
-                 job->spec.name, job->version, job->clients.size(), job->updates_total);
+    spdlog::info("fl job {}: resumed at version {} ({} clients, {} updates so far, {} logged "
+                 "update(s) to re-fold)",
+                 job->spec.name, job->version(), job->clients.size(), job->updates_total,
+                 job->recovered.size());
     jobs_[job->spec.name] = job;
   }
+  return {};
+}
+
+Status FlCoordinator::Recover(const std::function<Result<ShmPool*>(const std::string&)>& pool_for) {
+  std::vector<std::shared_ptr<JobState>> jobs;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [name, j] : jobs_) jobs.push_back(j);
+  }
+  std::map<ShmPool*, std::set<uint64_t>> kept;  // per pool: the buffers the logs still name
+  for (auto& job : jobs) {
+    std::lock_guard jl(job->mu);
+    auto pool = pool_for(job->spec.tenant);
+    if (!pool.ok()) return pool.status();
+    ShmPool* sp = *pool;
+    std::set<uint64_t>& keep = kept[sp];
+    if (job->recovered.empty()) continue;
+    job->pool = sp;
+    const std::vector<uint64_t> held = sp->HeldBy(kCoordinatorSlot);
+    const std::set<uint64_t> held_set(held.begin(), held.end());
+    const size_t bytes = job->mspec.num_params() * sizeof(float);
+    uint64_t max_round = 0;
+    size_t refolded = 0;
+    for (const LogRecord& r : job->recovered) {
+      const std::string client(r.client, strnlen(r.client, sizeof r.client));
+      if (held_set.count(r.buffer) == 0 || job->clients.count(client) == 0) {
+        spdlog::error("fl job {}: logged update {} of client {} is not in the pool any more "
+                      "(was the pool recreated?): lost",
+                      job->spec.name, r.seq, client);
+        continue;
+      }
+      JobState::Round& round = job->rounds[r.round];
+      auto pit = round.partials.find(kRefoldedPartial);
+      if (pit == round.partials.end()) {
+        auto off = sp->Allocate(bytes, kShoaldSlot);
+        if (!off.ok()) return off.status();
+        std::memset(sp->Data(*off).data(), 0, bytes);
+        pit = round.partials.emplace(kRefoldedPartial, JobState::Partial{*off, {}}).first;
+      }
+      JobState::Ticket t;
+      t.round = r.round;
+      t.client = client;
+      t.buffer = r.buffer;
+      t.base_version = r.base_version;
+      t.num_samples = r.num_samples;
+      t.coefficient = r.coefficient;
+      t.instance = kRefoldedPartial;
+      t.acked = true;
+      t.seq = r.seq;
+      uint64_t id;
+      {
+        std::lock_guard lock(mu_);
+        id = next_ticket_++;
+      }
+      job->tickets[id] = t;
+      if (job->Refold(reinterpret_cast<float*>(sp->Data(pit->second.offset).data()), {id}) != 1) {
+        job->tickets.erase(id);
+        continue;
+      }
+      keep.insert(r.buffer);
+      pit->second.tickets.push_back(id);
+      ++round.admitted;
+      ++round.acked;
+      JobState::Client& c = job->clients[client];
+      c.submitted_round = r.round;
+      c.samples = r.num_samples;
+      ++c.updates;
+      ++job->updates_total;
+      max_round = std::max(max_round, r.round);
+      ++refolded;
+    }
+    job->recovered.clear();
+    // Which recovered rounds are closed: every round but the open one (rounds open one at a
+    // time), and the open one when it is due; FedCompass: all but the open groups' and the
+    // general buffer's.
+    std::set<uint64_t> open_compass;
+    for (const auto& [g, r] : job->group_round) open_compass.insert(r);
+    if (job->general_round != 0) open_compass.insert(job->general_round);
+    const double now = job->Elapsed();
+    for (auto& [rid, round] : job->rounds) {
+      if (job->Compass()) {
+        if (open_compass.count(rid) == 0) round.closed = true;
+      } else if (rid < max_round || rid < job->open_round) {
+        round.closed = true;
+      } else {
+        round.closed = job->Sync() ? round.admitted >= job->Needed()
+                                   : job->algo->ShouldCommit(round.admitted, now) &&
+                                         job->algo->NextCommitTime() == std::nullopt;
+      }
+    }
+    if (!job->Compass()) {
+      job->open_round = std::max(job->open_round, max_round);
+      if (job->rounds.count(job->open_round) && job->rounds[job->open_round].closed) {
+        ++job->open_round;
+      }
+    } else {
+      job->open_round = std::max(job->open_round, max_round + 1);
+      // A client whose update the checkpoint's scheduler does not know as waiting in a group
+      // would wait for nothing: it trains again from the current model.
+      for (auto& [id, t] : job->tickets) {
+        if (open_compass.count(t.round) != 0) continue;
+        auto a = job->scheduler->assignment(NumericId(t.client));
+        job->SetTask(a ? *a
+                       : agg::CompassAssignment{NumericId(t.client), job->spec.local_steps, 0});
+      }
+    }
+    spdlog::info("fl job {}: re-folded {} acknowledged update(s) from the update log (rounds "
+                 "up to {}, open round {})",
+                 job->spec.name, refolded, max_round, job->open_round);
+  }
+  // Buffers held for updates that were admitted but never acknowledged: their clients got no
+  // 202 and send them again.
+  for (auto& [sp, keep] : kept) {
+    size_t released = 0;
+    for (uint64_t off : sp->HeldBy(kCoordinatorSlot)) {
+      if (keep.count(off) == 0 && sp->Release(off, kCoordinatorSlot).ok()) ++released;
+    }
+    if (released > 0) spdlog::info("fl: released {} unacknowledged update buffer(s)", released);
+  }
+  for (auto& job : jobs) Enqueue(job);
   return {};
 }
 

@@ -227,7 +227,8 @@ TEST(Factory, ValidationNamesTheParameter) {
       {"fedavgm", [](AlgorithmParams& p) { p.fedavgm.beta = -0.1; }, "fedavgm.beta"},
       {"fedasync", [](AlgorithmParams& p) { p.fedasync.alpha = 1.5; }, "fedasync.alpha"},
       {"fedbuff", [](AlgorithmParams& p) { p.fedbuff.buffer_size = 0; }, "fedbuff.buffer_size"},
-      {"fedfix", [](AlgorithmParams&) {}, "fedfix.total_samples"},
+      {"fedfix", [](AlgorithmParams& p) { p.fedfix.total_samples = -1; }, "fedfix.total_samples"},
+      {"fedfix", [](AlgorithmParams& p) { p.fedfix.period_s = 0; }, "fedfix.period_s"},
       {"fedcompass", [](AlgorithmParams&) {}, "fedcompass.num_clients"},
       {"fedcompass",
        [](AlgorithmParams& p) {

@@ -185,3 +185,31 @@ TEST(FedCompassScheduler, RefusesArrivalsBeforeStart) {
 
 }  // namespace
 }  // namespace shoal::aggregator
+
+namespace shoal::aggregator {
+namespace {
+
+// The checkpoint keeps the scheduler: a copy loaded from Save() decides exactly as the original.
+TEST(FedCompassScheduler, SavedStateLoadsIntoASchedulerThatDecidesTheSame) {
+  FedCompassScheduler s(Params());
+  s.Start(0);
+  Arrive(s, A, 100);
+  Arrive(s, B, 150);
+  Arrive(s, C, 400);
+  FedCompassScheduler copy(Params());
+  ASSERT_TRUE(copy.Load(s.Save()).ok());
+  EXPECT_EQ(copy.Save(), s.Save());
+  EXPECT_EQ(copy.speed(B), s.speed(B));
+  EXPECT_EQ(copy.open_groups(), s.open_groups());
+  auto x = s.OnArrival(A, 500);
+  auto y = copy.OnArrival(A, 500);
+  ASSERT_TRUE(x.ok() && y.ok());
+  EXPECT_EQ(x->action, y->action);
+  EXPECT_EQ(x->assignments, y->assignments);
+  EXPECT_EQ(x->update_id, y->update_id);
+  EXPECT_EQ(s.NextTimer(), copy.NextTimer());
+  EXPECT_FALSE(copy.Load("{\"start\": 1}").ok());
+}
+
+}  // namespace
+}  // namespace shoal::aggregator

@@ -15,6 +15,25 @@ bool HaveFashionMnist() {
   return std::filesystem::exists(std::string(kFashionMnistDir) + "/train-images-idx3-ubyte.gz");
 }
 
+TEST(Digits, LoadsSklearnsCsvSplitEveryFifthRowToTest) {
+  if (!std::filesystem::exists(kDigitsCsv)) GTEST_SKIP() << "python3-sklearn is not installed";
+  auto split = LoadDigits();
+  ASSERT_TRUE(split.ok()) << split.status().ToString();
+  EXPECT_EQ(split->train.num_samples, 1438U);
+  EXPECT_EQ(split->test.num_samples, 359U);
+  EXPECT_EQ(split->train.num_features, 64U);
+  EXPECT_EQ(split->train.features.size(), 1438U * 64U);
+  // Rows 0..3 are digits 0 1 2 3 (train); row 4 is a 4 (the first test row).
+  EXPECT_EQ(split->train.labels[0], 0);
+  EXPECT_EQ(split->train.labels[3], 3);
+  EXPECT_EQ(split->test.labels[0], 4);
+  EXPECT_FLOAT_EQ(split->train.features[2], 5.0f / 16.0f);  // row 0: 0,0,5,13,...
+  auto [lo, hi] = std::minmax_element(split->train.features.begin(), split->train.features.end());
+  EXPECT_EQ(*lo, 0.0f);
+  EXPECT_EQ(*hi, 1.0f);
+  EXPECT_EQ(LoadDigits("/nonexistent/digits.csv.gz").status().code(), StatusCode::kNotFound);
+}
+
 TEST(FashionMnist, LoadsCountsAndKnownLabels) {
   if (!HaveFashionMnist()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   auto split = LoadFashionMnist();

@@ -59,7 +59,7 @@ spec:
   stop: {rounds: 50, accuracy: 0.85}
   deadlines: {round: 2m}
   training: {localSteps: 50, learningRate: 0.05, batchSize: 64}
-  aggregation: {maxStaleness: 5, maxFanIn: 4, maxLeaves: 2}
+  aggregation: {maxStaleness: 5, maxFanIn: 4, maxLeaves: 2, device: gpu}
 )";
   auto r = ParseFlJobManifests(yaml);
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -87,6 +87,7 @@ spec:
   EXPECT_EQ(s.staleness_limit, 5u);
   EXPECT_EQ(s.max_fan_in, 4u);
   EXPECT_EQ(s.max_leaves, 2u);
+  EXPECT_EQ(s.aggregation_device, "gpu");
   EXPECT_EQ(s.generation, 0u);
   EXPECT_EQ(s.manifest, yaml);
 }
@@ -108,6 +109,7 @@ TEST(FlJobManifestTest, DefaultsAreFljobSpecs) {
   EXPECT_EQ(s.quorum, 0u);
   EXPECT_TRUE(s.join_tokens.empty());
   EXPECT_EQ(s.rounds, 0u);
+  EXPECT_EQ(s.aggregation_device, "auto");
   EXPECT_EQ(s.target_accuracy, 0);
   EXPECT_EQ(s.round_deadline_s, 0);
   EXPECT_EQ(s.local_steps, d.local_steps);
@@ -199,6 +201,8 @@ TEST(FlJobManifestTest, FieldErrorsNameThePathAndLine) {
       {"  aggregation: {maxLeaves: 64}\n",
        "spec.aggregation.maxLeaves: must be between 1 and 63, got 64 (line 8)"},
       {"  aggregation: {leaves: 2}\n", "spec.aggregation.leaves: unknown field (line 8)"},
+      {"  aggregation: {device: tpu}\n",
+       "spec.aggregation.device: unknown device \"tpu\" (one of: auto, cpu, gpu) (line 8)"},
   };
   for (const auto& [extra, message] : cases) {
     EXPECT_EQ(ErrorOf(Job(extra)), message) << extra;

@@ -166,5 +166,24 @@ TEST_F(PoolBacked, LibraryHandlerThroughTheCAbi) {
   EXPECT_NE(missing.status().message().find("no symbol 'nope'"), std::string::npos);
 }
 
+// spec.aggregation.device reaches the leaf as SHOAL_FL_AGG_DEVICE: auto, cpu and gpu make a
+// leaf (gpu without a device folds on the CPU and says so in the log); anything else is refused.
+TEST_F(PoolBacked, FlLeafAggregationDeviceSwitch) {
+  for (const char* d : {"auto", "cpu", "gpu", ""}) {
+    setenv("SHOAL_FL_AGG_DEVICE", d, 1);
+    auto h = CreateBuiltinHandler("fl-leaf");
+    ASSERT_TRUE(h.ok()) << d << ": " << h.status().ToString();
+    // Pins the pool where a GPU is usable (in the background), a no-op decision elsewhere.
+    (*h)->OnPoolAttached(pool_->base(), pool_->mapped_size());
+    EXPECT_FALSE((*h)->MayBlock());
+  }
+  setenv("SHOAL_FL_AGG_DEVICE", "tpu", 1);
+  auto bad = CreateBuiltinHandler("fl-leaf");
+  unsetenv("SHOAL_FL_AGG_DEVICE");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("'tpu'"), std::string::npos) << bad.status().message();
+}
+
 }  // namespace
 }  // namespace shoal

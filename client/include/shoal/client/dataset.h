@@ -1,5 +1,6 @@
 // Datasets a simulated FL client trains on: Fashion-MNIST read from the Debian package's IDX
-// files (dataset-fashion-mnist), and a tiny synthetic set for fast tests.
+// files (dataset-fashion-mnist), sklearn's 8x8 digits (python3-sklearn's digits.csv.gz), and a
+// tiny synthetic set for fast tests.
 #pragma once
 
 #include <cstddef>
@@ -41,6 +42,14 @@ Result<Dataset> LoadIdxDataset(const std::string& images_gz, const std::string& 
 // standard deviation (one scalar each, as torchvision's Normalize((0.2860,), (0.3530,))).
 Result<DatasetSplit> LoadFashionMnist(const std::string& dir = kFashionMnistDir,
                                       bool standardise = false);
+
+// Where python3-sklearn installs the digits (1797 rows of 64 pixels in 0..16, then the label).
+inline constexpr char kDigitsCsv[] =
+    "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz";
+
+// The digits, pixels scaled to [0, 1]; every fifth row (i % 5 == 4) is the test split (359),
+// the others the train split (1438): deterministic, and every class is in both.
+Result<DatasetSplit> LoadDigits(const std::string& csv_gz = kDigitsCsv);
 
 // x <- (x - mean) / stddev for every feature of both splits, with the train split's scalars.
 void Standardise(DatasetSplit& split);

@@ -31,6 +31,7 @@ struct FlJobSpec {
   uint32_t staleness_limit = 20;         // spec.aggregation.maxStaleness: older base versions are refused
   uint32_t max_fan_in = 8;               // spec.aggregation.maxFanIn: updates a leaf folds at once
   uint32_t max_leaves = 4;               // spec.aggregation.maxLeaves
+  std::string aggregation_device = "auto";  // spec.aggregation.device: auto | cpu | gpu (leaf fold)
   std::vector<std::string> join_tokens;  // spec.clients.tokens: pre-shared; empty = anyone may join
   uint64_t generation = 0;
   std::string manifest;                  // the YAML as deployed

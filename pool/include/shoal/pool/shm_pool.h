@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "shoal/common/buffer_pool.h"
 #include "shoal/common/status.h"
@@ -46,6 +47,13 @@ class ShmPool final : public BufferPool {
   // `bytes` bytes in all and lays out an empty pool. The returned pool unlinks the segment when
   // destroyed.
   static Result<std::unique_ptr<ShmPool>> Create(const std::string& name, uint64_t bytes);
+  // shoald's side after a restart: a valid pool of the same size left at /dev/shm/<name> by a
+  // shoald that died (kill -9 unlinks nothing) is taken over instead of recreated, so the
+  // buffers it held for the FL coordinator survive: every holder slot except `keep` belonged to
+  // a process of the dead shoald and is reclaimed (the robust lock recovers if it died holding
+  // it). Anything else (no segment, another size or layout) is Create. *recovered says which.
+  static Result<std::unique_ptr<ShmPool>> CreateOrRecover(const std::string& name, uint64_t bytes,
+                                                          HolderSlot keep, bool* recovered);
   // A function instance's side: maps an existing pool. kNotFound when there is no such segment,
   // kInvalidArgument when it is not a Shoal pool of this version, kPermissionDenied when the
   // segment belongs to another user.
@@ -72,6 +80,8 @@ class ShmPool final : public BufferPool {
 
   // The bitmask of slots holding the buffer at `offset` (0 for a bad offset or a free buffer).
   uint64_t Holders(uint64_t offset) const;
+  // The data offsets of the live buffers `holder` holds.
+  std::vector<uint64_t> HeldBy(HolderSlot holder) const;
   // How often a process found the pool lock abandoned by a process that died holding it.
   uint64_t LockRecoveries() const;
 

@@ -73,6 +73,9 @@ class Handler {
   // worker threads. A handler that only computes runs inline on the instance's event loop,
   // which saves a thread hand-off per request; more cores come from more instances.
   virtual bool MayBlock() const { return true; }
+  // Called once, before the first request, with the tenant pool's whole mapping in this
+  // process: a handler that moves pool bytes to a GPU pins it here (cudaHostRegister), once.
+  virtual void OnPoolAttached(void* /*base*/, size_t /*bytes*/) {}
 };
 
 // Built-in handlers: echo, sha256, wordcount, sleep.

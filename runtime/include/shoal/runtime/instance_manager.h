@@ -38,6 +38,9 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
 
   // Opens the manager's data-plane endpoint and starts reconciling. `sink` is the gateway.
   Status Start(RequestSink* sink);
+  // The tenant's shared-memory pool, created (or taken over after a crash) on first use; the
+  // FL coordinator re-opens its held updates through it after a restart.
+  Result<ShmPool*> TenantPool(const std::string& tenant);
   // Stops every instance (SIGTERM, then SIGKILL after `grace_s`) and closes the handles.
   void Stop(double grace_s = 3.0);
 

@@ -29,6 +29,9 @@ struct UpdateMeta {
   uint64_t base_version = 0;     // τ_k: the version the client trained from
   uint64_t current_version = 0;  // t: the global version when the update is weighed
   double arrival_time = 0;       // seconds, the coordinator's clock
+  // Σ n over the job's clients as the coordinator knows it now (FedFix's p_k when its
+  // total_samples parameter is 0).
+  double total_samples = 0;
 };
 
 // u = t − τ (0 if the base is somehow newer).
@@ -71,7 +74,9 @@ struct FedBuffParams {
 
 struct FedFixParams {
   double period_s = 10.0;    // Δt between server ticks (the paper leaves it to the user)
-  double total_samples = 0;  // Σ n over all the job's clients: p_k = n_k / total_samples
+  // Σ n over all the job's clients: p_k = n_k / total_samples; 0 = take UpdateMeta's
+  // total_samples (the coordinator's running count).
+  double total_samples = 0;
   Status Validate() const;
 };
 

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "shoal/aggregator/algorithms.h"
@@ -75,6 +77,11 @@ class FedCompassScheduler {
   // Fires every timer with T_l ≤ now, earliest first: a group with arrived members is aggregated
   // (with the general buffer); a group with none is closed and its members will arrive late.
   std::vector<CompassDecision> OnTimer(double now);
+
+  // The whole state (start, clients' speeds and assignments, open groups, general buffer) as
+  // JSON text for the coordinator's checkpoint; Load replaces this scheduler's state with it.
+  std::string Save() const;
+  Status Load(std::string_view text);
 
   // ---- Introspection (tests, status pages) ----
   struct GroupView {

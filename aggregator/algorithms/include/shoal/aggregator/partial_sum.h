@@ -31,6 +31,11 @@ class PartialSum {
   // one side is empty.
   Status Merge(const PartialSum& other);
 
+  // this += a sum folded elsewhere (a leaf instance's float32 buffer in the shared-memory
+  // pool) from the updates whose (base version, c_k) are listed in `folded`.
+  Status MergeFolded(std::span<const float> sum,
+                     std::span<const std::pair<uint64_t, double>> folded);
+
   // Back to zero, keeping the buffers' capacity and size (no allocation on the next round).
   void Reset();
 
@@ -48,8 +53,7 @@ class PartialSum {
   size_t count_ = 0;
 };
 
-// acc[i] += w * x[i]: the one place an update is folded in. The vectorised kernel
-// (aggregator/kernels, Fold(acc, x, DType, n, w)) replaces this loop when the two are joined.
+// acc[i] += w * x[i]: the vectorised kernel (aggregator/kernels' Fold on float32).
 void FoldInto(float* acc, const float* x, size_t n, float w);
 
 }  // namespace shoal::aggregator

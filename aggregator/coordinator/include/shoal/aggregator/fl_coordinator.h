@@ -4,8 +4,11 @@
 // algorithm's condition holds: it adds the leaves' partial sums (the top of the hierarchy),
 // applies the final step, checkpoints the model, and serves it to clients and to inference.
 //
-// Today's algorithms: FedAvg (synchronous rounds with a quorum), FedAsync (every update
-// commits) and FedBuff (every K updates); the others are refused at deploy with their name.
+// The math and the FedCompass scheduling are shoal_fl_algorithms' (AggregationAlgorithm,
+// PartialSum, VersionStore, ModelState, FedCompassScheduler); this file decides when, holds the
+// buffers and keeps the job durable: an update is written to the job's update log before its
+// 202, every commit checkpoints the model, the optimizer and the scheduler, and a restarted
+// shoald re-folds the logged updates that the last checkpoint does not include, exactly once.
 #pragma once
 
 #include <condition_variable>
@@ -23,6 +26,7 @@
 #include "shoal/common/config.h"
 #include "shoal/controller/function_spec.h"
 #include "shoal/controller/job_service.h"
+#include "shoal/pool/shm_pool.h"
 #include "shoal/runtime/fl_data_path.h"
 
 namespace shoal {
@@ -34,6 +38,11 @@ class FlCoordinator final : public JobService, public FlDataPath {
 
   // Reloads the jobs checkpointed under <state_dir>/jobs (their latest committed version).
   Status Restore();
+  // After a restart, once the pools exist: re-folds every update the log says was acknowledged
+  // but is not in the last checkpoint (its bytes are still in the job's pool, held by
+  // kCoordinatorSlot), releases the buffers nobody acknowledged, and queues the commits that
+  // are due. `pool_for` gives (creating or taking over) the tenant's pool.
+  Status Recover(const std::function<Result<ShmPool*>(const std::string&)>& pool_for);
   // Called when the set of jobs changes (the instance manager re-reads LeafSpecs()).
   void SetOnChange(std::function<void()> on_change) { on_change_ = std::move(on_change); }
   // The leaf-aggregator functions of the running jobs, for the instance manager.
@@ -64,6 +73,8 @@ class FlCoordinator final : public JobService, public FlDataPath {
   std::shared_ptr<JobState> Find(const std::string& job);
   void CommitLoop();
   void Persist(JobState& job);
+  void Timers();
+  void Enqueue(std::shared_ptr<JobState> job);
 
   const NodeConfig& config_;
   std::function<void()> on_change_;

@@ -1,0 +1,210 @@
+// bench-ingest: one 46.8 MB model update (11.69 M float32 parameters, ResNet-18-sized) uploaded
+// over HTTP into the job's shared-memory pool through the real gateway, against a plain loopback
+// TCP socket moving the same bytes (same request head, receiver reads into a pre-touched buffer
+// and answers one small response) in the same run. Two HTTP paths: a function whose handler
+// does nothing with the body (gateway -> pool -> instance -> response: the ingest itself), and
+// the FL update route (also admitted by the coordinator and folded by a leaf before its 202).
+// Times are the best of the repetitions (the machine is shared); higher GB/s is better.
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shoal/model/architectures.h"
+#include "shoal/model/update_format.h"
+#include "shoald_fixture.h"
+#include "update_sender.h"
+
+using namespace shoal;
+using namespace shoal::testing;
+using shoal::bench::Now;
+
+namespace {
+
+constexpr uint64_t kHidden = 14704;  // 784-14704-10 MLP: 11,689,690 parameters
+
+// Anchor: a loopback TCP receiver that reads the head and Content-Length bytes into one buffer.
+class TcpSink {
+ public:
+  explicit TcpSink(size_t max_body) : buffer_(max_body + 4096) {
+    std::memset(buffer_.data(), 0, buffer_.size());  // touched, like the pool's pages
+    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    listen(listen_fd_, 4);
+    socklen_t len = sizeof a;
+    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~TcpSink() {
+    shutdown(listen_fd_, SHUT_RDWR);
+    close(listen_fd_);
+    thread_.join();
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  void Serve() {
+    int fd = accept(listen_fd_, nullptr, nullptr);
+    if (fd < 0) return;
+    for (;;) {
+      // The head first (small reads), then the body straight into the buffer.
+      std::string head;
+      char c;
+      while (head.find("\r\n\r\n") == std::string::npos) {
+        if (read(fd, &c, 1) != 1) {
+          close(fd);
+          return;
+        }
+        head += c;
+      }
+      auto p = head.find("Content-Length: ");
+      size_t len = std::strtoull(head.c_str() + p + 16, nullptr, 10), got = 0;
+      while (got < len) {
+        ssize_t n = recv(fd, buffer_.data() + got, len - got, 0);
+        if (n <= 0) {
+          close(fd);
+          return;
+        }
+        got += static_cast<size_t>(n);
+      }
+      static const char kOk[] = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n";
+      if (write(fd, kOk, sizeof kOk - 1) < 0) break;
+    }
+    close(fd);
+  }
+  std::vector<char> buffer_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+// Seconds from the first byte written to the whole response read, best of `reps`.
+template <typename Fn>
+double Best(int reps, Fn&& once) {
+  double best = 1e9;
+  for (int i = 0; i < reps; ++i) best = std::min(best, once());
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 7;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--reps") reps = std::atoi(argv[++i]);
+  }
+  using Json = nlohmann::json;
+  Shoald shoald;
+  Shoald::Options opt;
+  opt.pool_bytes = uint64_t{2} << 30;
+  opt.max_body_bytes = uint64_t{128} << 20;
+  if (!shoald.Start(opt)) {
+    std::fprintf(stderr, "shoald did not start:\n%s", shoald.Log().c_str());
+    return 1;
+  }
+  auto d1 = shoald.Deploy(
+      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: sink\nspec:\n"
+      "  handler: {builtin: sleep}\n  scale: {min: 1}\n");
+  auto d2 = shoald.Deploy(
+      "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: ingest\nspec:\n"
+      "  algorithm: {name: fedavg}\n  model: {architecture: mlp, hidden: " +
+      std::to_string(kHidden) + "}\n  clients: {expected: 1000}\n"
+      "  aggregation: {maxFanIn: 1, maxLeaves: 1}\n");
+  if (d1.exit_code != 0 || d2.exit_code != 0) {
+    std::fprintf(stderr, "deploy: %s %s\n", d1.err.c_str(), d2.err.c_str());
+    return 1;
+  }
+  shoald.WaitReady("sink", 1);
+  shoald.WaitReady("fl.ingest", 1, 30000);
+
+  // One update per repetition (FedAvg takes one update per client per round).
+  const model::ModelSpec spec = model::MlpSpec(784, {kHidden}, 10);
+  model::Model m = model::InitModel(spec, 1);
+  std::vector<std::string> prefixes;
+  std::vector<std::byte> area;
+  for (int i = 0; i < reps; ++i) {
+    auto r = Http(shoald.port(), "POST", "/v1/jobs/ingest/join", "{}", {"Content-Type: application/json"});
+    Json j = Json::parse(r.body, nullptr, false);
+    model::UpdateMeta meta;
+    meta.job = "ingest";
+    meta.client_id = j.value("client_id", "");
+    meta.token = j.value("token", "");
+    meta.num_samples = 100;
+    auto body = model::EncodeUpdate(meta, m, model::DType::kF32);
+    if (!body.ok()) return 1;
+    uint32_t hlen;
+    std::memcpy(&hlen, body->data() + 4, 4);
+    const size_t a = model::TensorAreaOffset(hlen);
+    prefixes.emplace_back(reinterpret_cast<const char*>(body->data()), a);
+    if (area.empty()) area.assign(body->begin() + static_cast<ptrdiff_t>(a), body->end());
+  }
+  const size_t body_bytes = prefixes[0].size() + area.size();
+
+  auto send = [&](uint16_t port, const std::string& path, const std::string& prefix,
+                  int* status) {
+    int fd = shoal::bench::ConnectLoopback(port);
+    const std::string head = shoal::bench::PostHead(path, prefix.size() + area.size());
+    const double t0 = Now();
+    shoal::bench::WriteAll(fd, {{const_cast<char*>(head.data()), head.size()},
+                                {const_cast<char*>(prefix.data()), prefix.size()},
+                                {area.data(), area.size()}});
+    *status = shoal::bench::ReadResponse(fd);
+    const double t = Now() - t0;
+    close(fd);
+    return t;
+  };
+
+  TcpSink sink(body_bytes);
+  int tcp_fd = shoal::bench::ConnectLoopback(sink.port());
+  const double tcp = Best(reps, [&] {
+    const std::string head = shoal::bench::PostHead("/sink", body_bytes);
+    const double t0 = Now();
+    shoal::bench::WriteAll(tcp_fd, {{const_cast<char*>(head.data()), head.size()},
+                                    {const_cast<char*>(prefixes[0].data()), prefixes[0].size()},
+                                    {area.data(), area.size()}});
+    shoal::bench::ReadResponse(tcp_fd);
+    return Now() - t0;
+  });
+  close(tcp_fd);
+  int bad = 0;
+  const double http = Best(reps, [&] {
+    int st = 0;
+    const double t = send(shoald.port(), "/fn/sink?ms=0", prefixes[0], &st);
+    bad += st != 200;
+    return t;
+  });
+  int next = 0;
+  const double fl = Best(reps, [&] {
+    int st = 0;
+    const double t = send(shoald.port(), "/v1/jobs/ingest/updates", prefixes[next++], &st);
+    bad += st != 202;
+    return t;
+  });
+  if (bad != 0) std::fprintf(stderr, "bench-ingest: %d request(s) did not succeed\n", bad);
+
+  const double mb = static_cast<double>(body_bytes) / 1e6;
+  std::printf("bench-ingest: one %.1f MB update (%zu parameters, f32), best of %d, loopback; "
+              "higher GB/s is better\n",
+              mb, spec.num_params(), reps);
+  std::printf("%-44s %9s %9s %12s\n", "path", "ms", "GB/s", "ratio/tcp");
+  auto row = [&](const char* what, double s) {
+    std::printf("%-44s %9.2f %9.2f %12.3f\n", what, s * 1e3, mb / 1e3 / s, tcp / s);
+  };
+  row("loopback TCP socket (anchor)", tcp);
+  row("HTTP -> gateway -> pool -> instance (ingest)", http);
+  row("HTTP -> pool -> admitted + leaf fold -> 202", fl);
+  std::printf("RESULT ingest ratio=%.3f\n", tcp / http);
+  return bad == 0 ? 0 : 1;
+}

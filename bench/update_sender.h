@@ -1,0 +1,91 @@
+// Raw-socket HTTP/1.1 uploads for bench-ingest and bench-round: the body goes out with writev
+// from buffers built before the clock starts (a per-client prefix + one shared tensor area),
+// so the sender costs the same bytes as the plain TCP anchor it is compared with.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace shoal::bench {
+
+inline double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+inline int ConnectLoopback(uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+// Writes every byte of the pieces; false on a socket error.
+inline bool WriteAll(int fd, std::vector<iovec> iov) {
+  size_t i = 0;
+  while (i < iov.size()) {
+    ssize_t n = writev(fd, iov.data() + i, static_cast<int>(std::min<size_t>(iov.size() - i, 64)));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    size_t left = static_cast<size_t>(n);
+    while (i < iov.size() && left >= iov[i].iov_len) left -= iov[i++].iov_len;
+    if (i < iov.size()) {
+      iov[i].iov_base = static_cast<char*>(iov[i].iov_base) + left;
+      iov[i].iov_len -= left;
+    }
+  }
+  return true;
+}
+
+// Reads one HTTP response (Content-Length bodies only); returns its status, 0 on error.
+inline int ReadResponse(int fd, std::string* body = nullptr) {
+  std::string buf;
+  char tmp[4096];
+  size_t head_end = std::string::npos;
+  while (head_end == std::string::npos) {
+    ssize_t n = read(fd, tmp, sizeof tmp);
+    if (n <= 0) return 0;
+    buf.append(tmp, static_cast<size_t>(n));
+    head_end = buf.find("\r\n\r\n");
+  }
+  const int status = std::atoi(buf.c_str() + 9);
+  size_t len = 0;
+  for (const char* key : {"Content-Length: ", "content-length: "}) {
+    auto p = buf.find(key);
+    if (p != std::string::npos && p < head_end) len = std::strtoull(buf.c_str() + p + 16, nullptr, 10);
+  }
+  while (buf.size() < head_end + 4 + len) {
+    ssize_t n = read(fd, tmp, sizeof tmp);
+    if (n <= 0) return 0;
+    buf.append(tmp, static_cast<size_t>(n));
+  }
+  if (body) *body = buf.substr(head_end + 4, len);
+  return status;
+}
+
+inline std::string PostHead(const std::string& path, size_t length) {
+  return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n"
+         "Content-Length: " + std::to_string(length) + "\r\n\r\n";
+}
+
+}  // namespace shoal::bench

@@ -321,13 +321,25 @@ struct FlCoordinator::JobState {
     if (seen == 0) return 0;
     return n / static_cast<double>(seen) * std::max<double>(spec.clients, static_cast<double>(seen));
   }
+  // The committed model as safetensors (f32, the same bytes ModelToSafetensors writes), taken
+  // straight from the weights: models are large, every copy shows in the commit's latency.
   void CacheModel() {
-    model::Model m(mspec);
-    m.values = state.weights;
-    auto bytes = model::ModelToSafetensors(
-        m, {{std::string(model::kMetadataJob), spec.name},
-            {std::string(model::kMetadataVersion), std::to_string(state.version)}});
-    models[state.version] = std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    std::vector<model::SafetensorsEntry> entries;
+    for (size_t i = 0; i < mspec.size(); ++i) {
+      const model::TensorSpec& t = mspec.tensor(i);
+      entries.push_back({t.name, model::DType::kF32, t.shape,
+                         std::as_bytes(std::span<const float>(
+                             state.weights.data() + mspec.offset(i), t.numel()))});
+    }
+    auto bytes = model::WriteSafetensors(
+        entries, {{std::string(model::kMetadataJob), spec.name},
+                  {std::string(model::kMetadataVersion), std::to_string(state.version)},
+                  {"format", "pt"}});
+    if (!bytes.ok()) {
+      spdlog::error("fl job {}: model bytes: {}", spec.name, bytes.status().ToString());
+      return;
+    }
+    models[state.version] = std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size());
     while (models.size() > kKeptModels) models.erase(models.begin());
   }
   void KeepVersion() {
@@ -528,7 +540,7 @@ Status FlCoordinator::DeployJob(const FlJobSpec& in) {
       FlJobSpec updated = in;
       updated.generation = it->second->spec.generation + 1;
       it->second->spec = updated;
-      Persist(*it->second);
+      Persist(*it->second, /*with_model=*/false);
     } else {
       job->spec.generation = 1;
       job->leaf_id = next_leaf_id_--;
@@ -679,7 +691,7 @@ Result<JoinResult> FlCoordinator::Join(const std::string& name, const std::strin
   c.name = client_name.empty() ? c.id : client_name;
   c.token = RandomToken();
   job->clients[c.id] = c;
-  Persist(*job);
+  Persist(*job, /*with_model=*/false);
   return JoinResult{c.id, c.token};
 }
 
@@ -716,7 +728,7 @@ Status FlCoordinator::Evaluate(const std::string& name, const EvalReport& r) {
       spdlog::info("fl job {}: version {} reached accuracy {:.4f} (target {}): done", name,
                    r.version, r.accuracy, job->spec.target_accuracy);
     }
-    Persist(*job);
+    Persist(*job, /*with_model=*/false);
     return {};
   }
   return NotFound("version " + std::to_string(r.version) + " of job '" + name + "' unknown");
@@ -992,6 +1004,9 @@ void FlCoordinator::CommitLoop() {
       const auto t0 = Clock::now();
       const size_t n = job->mspec.num_params();
       std::vector<uint64_t> seqs;
+      double merge_ms = 0, step_ms = 0, cache_ms = 0;
+      const size_t seqs_partials = round.partials.size();
+      bool committed = false;
       if (round.acked > 0) {
         // The top of the hierarchy: add the leaves' partial sums, then the algorithm's step.
         job->total.Reset();
@@ -1006,21 +1021,21 @@ void FlCoordinator::CommitLoop() {
             spdlog::error("fl job {}: {}", job->spec.name, st.ToString());
           }
         }
+        merge_ms = Seconds(t0) * 1e3;
         Status st = job->algo->Commit(job->total, job->store ? *job->store : NoVersions(),
                                       job->state);
         if (!st.ok()) {
           spdlog::error("fl job {}: commit of {} update(s) failed: {}", job->spec.name,
                         round.acked, st.ToString());
         } else {
+          committed = true;
+          step_ms = Seconds(t0) * 1e3 - merge_ms;
           job->KeepVersion();
           job->CacheModel();
+          cache_ms = Seconds(t0) * 1e3 - merge_ms - step_ms;
           job->versions.push_back({job->version(), std::nullopt, std::nullopt, round.acked,
                                    job->Elapsed()});
           if (job->spec.rounds > 0 && job->version() >= job->spec.rounds) job->done = true;
-          spdlog::info("fl job {}: version {} committed from {} update(s) over {} leaf partial "
-                       "sum(s) in {:.2f} ms{}",
-                       job->spec.name, job->version(), round.acked, round.partials.size(),
-                       Seconds(t0) * 1e3, job->done ? " (last)" : "");
         }
       }
       // The version is durable once Persist returns: the updates and partial sums it includes
@@ -1039,8 +1054,18 @@ void FlCoordinator::CommitLoop() {
         job->round_deadline = job->Elapsed() + job->spec.round_deadline_s;
       }
       job->last_commit_seqs = std::move(seqs);
+      const double before_persist_ms = Seconds(t0) * 1e3;
       Persist(*job);
       job->CompactLog();
+      if (committed) {
+        spdlog::info("fl job {}: version {} committed from {} update(s) over {} leaf partial "
+                     "sum(s) in {:.2f} ms (top merge {:.1f}, {} step {:.1f}, model bytes {:.1f}, "
+                     "checkpoint {:.1f}){}",
+                     job->spec.name, job->version(), job->versions.back().updates,
+                     job->total.count() == 0 ? 0 : seqs_partials, Seconds(t0) * 1e3, merge_ms,
+                     job->spec.algorithm, step_ms, cache_ms, Seconds(t0) * 1e3 - before_persist_ms,
+                     job->done ? " (last)" : "");
+      }
     }
   }
 }
@@ -1097,7 +1122,7 @@ void FlCoordinator::Timers() {
   }
 }
 
-void FlCoordinator::Persist(JobState& job) {
+void FlCoordinator::Persist(JobState& job, bool with_model) {
   const std::string dir = config_.state_dir + "/jobs/" + job.spec.name;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -1137,13 +1162,13 @@ void FlCoordinator::Persist(JobState& job) {
   // The model and the optimizer first, then the state that names their version: a crash
   // between them leaves a newer model than the state says, never an older one.
   auto it = job.models.find(job.version());
-  if (it != job.models.end()) {
+  if (with_model && it != job.models.end()) {
     if (Status st = WriteFileAtomic(dir + "/model.safetensors", it->second.data(), it->second.size());
         !st.ok()) {
       spdlog::error("fl job {}: checkpoint: {}", job.spec.name, st.ToString());
     }
   }
-  if (!job.state.momentum.empty() || !job.state.second_moment.empty()) {
+  if (with_model && (!job.state.momentum.empty() || !job.state.second_moment.empty())) {
     agg::ModelState opt;
     opt.version = job.version();
     opt.momentum = job.state.momentum;

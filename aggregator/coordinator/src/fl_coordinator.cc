@@ -331,7 +331,7 @@ struct FlCoordinator::JobState {
                          std::as_bytes(std::span<const float>(
                              state.weights.data() + mspec.offset(i), t.numel()))});
     }
-    auto bytes = model::WriteSafetensors(
+    auto bytes = model::WriteSafetensorsString(
         entries, {{std::string(model::kMetadataJob), spec.name},
                   {std::string(model::kMetadataVersion), std::to_string(state.version)},
                   {"format", "pt"}});
@@ -339,7 +339,7 @@ struct FlCoordinator::JobState {
       spdlog::error("fl job {}: model bytes: {}", spec.name, bytes.status().ToString());
       return;
     }
-    models[state.version] = std::string(reinterpret_cast<const char*>(bytes->data()), bytes->size());
+    models[state.version] = std::move(*bytes);
     while (models.size() > kKeptModels) models.erase(models.begin());
   }
   void KeepVersion() {

@@ -73,11 +73,14 @@ RoundResult RunRound(int leaves, int updates, int senders, const std::vector<std
     return res;
   }
   const std::string job = "round";
+  // At most `senders` updates are in flight: one leaf takes them all (flat), or each of the
+  // leaves takes its share and the instance manager starts more as they queue (hierarchical).
+  const int fan_in = std::max(1, (senders + leaves - 1) / leaves);
   auto d = shoald.Deploy("apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: " + job +
                          "\nspec:\n  algorithm: {name: fedavg}\n  model: {architecture: mlp, "
                          "hidden: " + std::to_string(kHidden) + "}\n  clients: {expected: " +
                          std::to_string(updates) + "}\n  stop: {rounds: 2}\n"
-                         "  aggregation: {maxFanIn: " + std::to_string(updates) +
+                         "  aggregation: {maxFanIn: " + std::to_string(fan_in) +
                          ", maxLeaves: " + std::to_string(leaves) + "}\n");
   if (d.exit_code != 0) {
     std::fprintf(stderr, "deploy: %s\n", d.err.c_str());

@@ -231,15 +231,19 @@ struct FlCoordinator::JobState {
     uint64_t num_samples = 0;
     double coefficient = 0;
     uint32_t instance = 0;
+    uint64_t partial = 0;  // the key of the partial sum it is folded into (Round::partials)
     bool acked = false;
     uint64_t seq = 0;  // its record in the update log, once acknowledged
   };
   struct Partial {
     uint64_t offset = 0;            // float32[num_params] in the pool, held by shoald
     std::vector<uint64_t> tickets;  // acked updates folded into it
+    uint64_t base = 0;              // their base version (staleness taken at commit)
   };
   struct Round {
-    std::map<uint32_t, Partial> partials;  // by leaf instance (0: refolded by the coordinator)
+    // By PartialKey: the leaf instance (kRefoldedPartial: refolded by the coordinator), and the
+    // base version where the staleness is taken at commit.
+    std::map<uint64_t, Partial> partials;
     uint32_t admitted = 0, acked = 0, inflight = 0;
     bool closed = false;
     // FedCompass: what the scheduler hands out once this round is committed, and the general
@@ -302,6 +306,9 @@ struct FlCoordinator::JobState {
   }
 
   bool Compass() const { return scheduler != nullptr; }
+  uint64_t PartialKey(uint32_t instance, uint64_t base) const {
+    return algo->staleness_at_commit() ? (base << 32) | instance : instance;
+  }
   bool Sync() const { return algo->synchronous(); }
   uint64_t version() const { return state.version; }
   uint64_t NewRound() { return open_round++; }
@@ -802,7 +809,8 @@ Result<FlAdmission> FlCoordinator::Admit(std::string_view name, BufferPool& pool
   meta.client_id = NumericId(client.id);
   meta.num_samples = static_cast<double>(h.num_samples());
   meta.base_version = h.base_version();
-  meta.current_version = version;
+  // Staleness taken at commit (FedCompass): the leaf folds the u = 0 weight.
+  meta.current_version = job->algo->staleness_at_commit() ? h.base_version() : version;
   meta.arrival_time = now;
   meta.total_samples = job->TotalSamples();
   const double coefficient = job->algo->Coefficient(meta);
@@ -874,14 +882,17 @@ Result<uint64_t> FlCoordinator::PartialFor(uint64_t ticket, uint32_t instance) {
   auto tit = job->tickets.find(ticket);
   if (tit == job->tickets.end()) return NotFound("ticket gone");
   tit->second.instance = instance;
+  const uint64_t key = job->PartialKey(instance, tit->second.base_version);
+  tit->second.partial = key;
   JobState::Round& round = job->rounds[tit->second.round];
-  auto pit = round.partials.find(instance);
+  auto pit = round.partials.find(key);
   if (pit != round.partials.end()) return pit->second.offset;
   const size_t bytes = job->mspec.num_params() * sizeof(float);
   auto off = job->pool->Allocate(bytes, kShoaldSlot);
   if (!off.ok()) return off.status();
   std::memset(job->pool->Data(*off).data(), 0, bytes);
-  round.partials[instance].offset = *off;
+  round.partials[key].offset = *off;
+  round.partials[key].base = tit->second.base_version;
   return *off;
 }
 
@@ -912,7 +923,7 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status) {
       t.acked = true;
       counted = true;
       ++round.acked;
-      round.partials[t.instance].tickets.push_back(ticket);
+      round.partials[t.partial].tickets.push_back(ticket);
       ++job->clients[t.client].updates;
       ++job->updates_total;
     }
@@ -921,7 +932,7 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status) {
       if (job->clients[t.client].submitted_round == t.round) {
         job->clients[t.client].submitted_round = UINT64_MAX;
       }
-      auto pit = round.partials.find(t.instance);
+      auto pit = round.partials.find(t.partial);
       if (http_status == 502 && pit != round.partials.end()) {
         // The leaf died, maybe halfway through folding this update into its partial sum:
         // rebuild that partial from the acknowledged updates it held (still in the pool).
@@ -996,7 +1007,7 @@ void FlCoordinator::CommitLoop() {
       }
       if (partner != nullptr) {
         // One commit for the group and the general buffer: move the buffer's partial sums in.
-        for (auto& [inst, p] : partner->partials) round.partials[inst | 0x80000000u] = p;
+        for (auto& [key, p] : partner->partials) round.partials[key | (uint64_t{1} << 63)] = p;
         round.acked += partner->acked;
         job->rounds.erase(round.merge_round);
         round.merge_round = 0;
@@ -1017,7 +1028,10 @@ void FlCoordinator::CommitLoop() {
             folded.emplace_back(t.base_version, t.coefficient);
           }
           const auto* leaf = reinterpret_cast<const float*>(job->pool->Data(p.offset).data());
-          if (Status st = job->total.MergeFolded({leaf, n}, folded); !st.ok()) {
+          const double scale = job->algo->staleness_at_commit()
+                                   ? job->algo->CommitScale(job->version() - std::min(p.base, job->version()))
+                                   : 1.0;
+          if (Status st = job->total.MergeFolded({leaf, n}, folded, scale); !st.ok()) {
             spdlog::error("fl job {}: {}", job->spec.name, st.ToString());
           }
         }
@@ -1327,12 +1341,13 @@ Status FlCoordinator::Recover(const std::function<Result<ShmPool*>(const std::st
         continue;
       }
       JobState::Round& round = job->rounds[r.round];
-      auto pit = round.partials.find(kRefoldedPartial);
+      const uint64_t key = job->PartialKey(kRefoldedPartial, r.base_version);
+      auto pit = round.partials.find(key);
       if (pit == round.partials.end()) {
         auto off = sp->Allocate(bytes, kShoaldSlot);
         if (!off.ok()) return off.status();
         std::memset(sp->Data(*off).data(), 0, bytes);
-        pit = round.partials.emplace(kRefoldedPartial, JobState::Partial{*off, {}}).first;
+        pit = round.partials.emplace(key, JobState::Partial{*off, {}, r.base_version}).first;
       }
       JobState::Ticket t;
       t.round = r.round;
@@ -1342,6 +1357,7 @@ Status FlCoordinator::Recover(const std::function<Result<ShmPool*>(const std::st
       t.num_samples = r.num_samples;
       t.coefficient = r.coefficient;
       t.instance = kRefoldedPartial;
+      t.partial = key;
       t.acked = true;
       t.seq = r.seq;
       uint64_t id;

@@ -1,6 +1,7 @@
 // shoald: the node daemon. Composes the data plane (eBPF sk_msg or unix fallback), the
 // tenants' shared-memory pools, the instance manager, the gateway and, with --standalone, the
 // embedded controller (function registry and control API).
+#include <malloc.h>
 #include <uv.h>
 
 #include <CLI/CLI.hpp>
@@ -38,6 +39,10 @@ class ControlService final : public HttpService {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // FL models are tens of MB and every commit allocates a few: keep such blocks in the heap
+  // for reuse instead of glibc's mmap/munmap per allocation (a page fault per 4 KiB each time).
+  mallopt(M_MMAP_THRESHOLD, 512 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   CLI::App app{"shoald: the Shoal node daemon (gateway, shared-memory pools, eBPF data plane, "
                "instance manager)"};
   std::string config_path;

@@ -37,8 +37,12 @@ const SafetensorsTensor* SafetensorsView::Find(std::string_view name) const {
   return nullptr;
 }
 
-Result<std::vector<std::byte>> WriteSafetensors(std::span<const SafetensorsEntry> tensors,
-                                                const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// The header text (padded to 8 bytes) and the data size, after checking every entry.
+Result<std::string> SafetensorsHeader(std::span<const SafetensorsEntry> tensors,
+                                      const std::map<std::string, std::string>& metadata,
+                                      uint64_t* data_bytes) {
   OrderedJson header = OrderedJson::object();
   if (!metadata.empty()) {
     OrderedJson m = OrderedJson::object();
@@ -67,15 +71,42 @@ Result<std::vector<std::byte>> WriteSafetensors(std::span<const SafetensorsEntry
   }
   std::string text = header.dump();
   text.resize((text.size() + 7) / 8 * 8, ' ');
-  std::vector<std::byte> out(8 + text.size() + offset);
+  *data_bytes = offset;
+  return text;
+}
+
+// Writes the file into `out` (sized 8 + header + data).
+void FillSafetensors(std::span<const SafetensorsEntry> tensors, const std::string& text,
+                     std::byte* out) {
   const uint64_t n = text.size();
-  std::memcpy(out.data(), &n, 8);
-  std::memcpy(out.data() + 8, text.data(), text.size());
-  std::byte* data = out.data() + 8 + text.size();
+  std::memcpy(out, &n, 8);
+  std::memcpy(out + 8, text.data(), text.size());
+  std::byte* data = out + 8 + text.size();
   for (const SafetensorsEntry& t : tensors) {
     if (!t.data.empty()) std::memcpy(data, t.data.data(), t.data.size());
     data += t.data.size();
   }
+}
+
+}  // namespace
+
+Result<std::vector<std::byte>> WriteSafetensors(std::span<const SafetensorsEntry> tensors,
+                                                const std::map<std::string, std::string>& metadata) {
+  uint64_t data_bytes = 0;
+  auto text = SafetensorsHeader(tensors, metadata, &data_bytes);
+  if (!text.ok()) return text.status();
+  std::vector<std::byte> out(8 + text->size() + data_bytes);
+  FillSafetensors(tensors, *text, out.data());
+  return out;
+}
+
+Result<std::string> WriteSafetensorsString(std::span<const SafetensorsEntry> tensors,
+                                           const std::map<std::string, std::string>& metadata) {
+  uint64_t data_bytes = 0;
+  auto text = SafetensorsHeader(tensors, metadata, &data_bytes);
+  if (!text.ok()) return text.status();
+  std::string out(8 + text->size() + data_bytes, '\0');
+  FillSafetensors(tensors, *text, reinterpret_cast<std::byte*>(out.data()));
   return out;
 }
 

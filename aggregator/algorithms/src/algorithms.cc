@@ -266,6 +266,10 @@ double FedCompass::Coefficient(const UpdateMeta& meta) const {
          static_cast<double>(p_.num_clients);
 }
 
+double FedCompass::CommitScale(uint64_t staleness) const {
+  return PolynomialStaleness(staleness, p_.staleness_exponent);
+}
+
 Status FedCompass::Commit(const PartialSum& total, const VersionStore&, ModelState& state) {
   return MixIn(total, state);
 }

@@ -57,7 +57,9 @@ Status PartialSum::Merge(const PartialSum& other) {
 }
 
 Status PartialSum::MergeFolded(std::span<const float> sum,
-                               std::span<const std::pair<uint64_t, double>> folded) {
+                               std::span<const std::pair<uint64_t, double>> folded,
+                               double scale) {
+  if (!std::isfinite(scale)) return InvalidArgument("merge scale is not finite");
   if (folded.empty()) return Status::Ok();
   if (count_ == 0 && sum_.size() != sum.size()) {
     sum_.assign(sum.size(), 0.0f);
@@ -65,8 +67,9 @@ Status PartialSum::MergeFolded(std::span<const float> sum,
     return InvalidArgument("cannot merge a leaf sum of " + std::to_string(sum.size()) +
                            " parameters into one of " + std::to_string(sum_.size()));
   }
-  FoldInto(sum_.data(), sum.data(), sum_.size(), 1.0f);
-  for (const auto& [base, c] : folded) {
+  FoldInto(sum_.data(), sum.data(), sum_.size(), static_cast<float>(scale));
+  for (const auto& [base, folded_c] : folded) {
+    const double c = folded_c * scale;
     weight_ += c;
     ++count_;
     auto it = std::find_if(by_base_.begin(), by_base_.end(),

@@ -231,15 +231,19 @@ struct FlCoordinator::JobState {
     uint64_t num_samples = 0;
     double coefficient = 0;
     uint32_t instance = 0;
+    uint64_t partial = 0;  // the key of the partial sum it is folded into (Round::partials)
     bool acked = false;
     uint64_t seq = 0;  // its record in the update log, once acknowledged
   };
   struct Partial {
     uint64_t offset = 0;            // float32[num_params] in the pool, held by shoald
     std::vector<uint64_t> tickets;  // acked updates folded into it
+    uint64_t base = 0;              // their base version (staleness taken at commit)
   };
   struct Round {
-    std::map<uint32_t, Partial> partials;  // by leaf instance (0: refolded by the coordinator)
+    // By PartialKey: the leaf instance (kRefoldedPartial: refolded by the coordinator), and the
+    // base version where the staleness is taken at commit.
+    std::map<uint64_t, Partial> partials;
     uint32_t admitted = 0, acked = 0, inflight = 0;
     bool closed = false;
     // FedCompass: what the scheduler hands out once this round is committed, and the general
@@ -302,6 +306,9 @@ struct FlCoordinator::JobState {
   }
 
   bool Compass() const { return scheduler != nullptr; }
+  uint64_t PartialKey(uint32_t instance, uint64_t base) const {
+    return algo->staleness_at_commit() ? (base << 32) | instance : instance;
+  }
   bool Sync() const { return algo->synchronous(); }
   uint64_t version() const { return state.version; }
   uint64_t NewRound() { return open_round++; }
@@ -321,13 +328,25 @@ struct FlCoordinator::JobState {
     if (seen == 0) return 0;
     return n / static_cast<double>(seen) * std::max<double>(spec.clients, static_cast<double>(seen));
   }
+  // The committed model as safetensors (f32, the same bytes ModelToSafetensors writes), taken
+  // straight from the weights: models are large, every copy shows in the commit's latency.
   void CacheModel() {
-    model::Model m(mspec);
-    m.values = state.weights;
-    auto bytes = model::ModelToSafetensors(
-        m, {{std::string(model::kMetadataJob), spec.name},
-            {std::string(model::kMetadataVersion), std::to_string(state.version)}});
-    models[state.version] = std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    std::vector<model::SafetensorsEntry> entries;
+    for (size_t i = 0; i < mspec.size(); ++i) {
+      const model::TensorSpec& t = mspec.tensor(i);
+      entries.push_back({t.name, model::DType::kF32, t.shape,
+                         std::as_bytes(std::span<const float>(
+                             state.weights.data() + mspec.offset(i), t.numel()))});
+    }
+    auto bytes = model::WriteSafetensorsString(
+        entries, {{std::string(model::kMetadataJob), spec.name},
+                  {std::string(model::kMetadataVersion), std::to_string(state.version)},
+                  {"format", "pt"}});
+    if (!bytes.ok()) {
+      spdlog::error("fl job {}: model bytes: {}", spec.name, bytes.status().ToString());
+      return;
+    }
+    models[state.version] = std::move(*bytes);
     while (models.size() > kKeptModels) models.erase(models.begin());
   }
   void KeepVersion() {
@@ -528,7 +547,7 @@ Status FlCoordinator::DeployJob(const FlJobSpec& in) {
       FlJobSpec updated = in;
       updated.generation = it->second->spec.generation + 1;
       it->second->spec = updated;
-      Persist(*it->second);
+      Persist(*it->second, /*with_model=*/false);
     } else {
       job->spec.generation = 1;
       job->leaf_id = next_leaf_id_--;
@@ -685,7 +704,7 @@ Result<JoinResult> FlCoordinator::Join(const std::string& name, const std::strin
   c.name = client_name.empty() ? c.id : client_name;
   c.token = RandomToken();
   job->clients[c.id] = c;
-  Persist(*job);
+  Persist(*job, /*with_model=*/false);
   return JoinResult{c.id, c.token};
 }
 
@@ -722,7 +741,7 @@ Status FlCoordinator::Evaluate(const std::string& name, const EvalReport& r) {
       spdlog::info("fl job {}: version {} reached accuracy {:.4f} (target {}): done", name,
                    r.version, r.accuracy, job->spec.target_accuracy);
     }
-    Persist(*job);
+    Persist(*job, /*with_model=*/false);
     return {};
   }
   return NotFound("version " + std::to_string(r.version) + " of job '" + name + "' unknown");
@@ -796,7 +815,8 @@ Result<FlAdmission> FlCoordinator::Admit(std::string_view name, BufferPool& pool
   meta.client_id = NumericId(client.id);
   meta.num_samples = static_cast<double>(h.num_samples());
   meta.base_version = h.base_version();
-  meta.current_version = version;
+  // Staleness taken at commit (FedCompass): the leaf folds the u = 0 weight.
+  meta.current_version = job->algo->staleness_at_commit() ? h.base_version() : version;
   meta.arrival_time = now;
   meta.total_samples = job->TotalSamples();
   const double coefficient = job->algo->Coefficient(meta);
@@ -868,14 +888,17 @@ Result<uint64_t> FlCoordinator::PartialFor(uint64_t ticket, uint32_t instance) {
   auto tit = job->tickets.find(ticket);
   if (tit == job->tickets.end()) return NotFound("ticket gone");
   tit->second.instance = instance;
+  const uint64_t key = job->PartialKey(instance, tit->second.base_version);
+  tit->second.partial = key;
   JobState::Round& round = job->rounds[tit->second.round];
-  auto pit = round.partials.find(instance);
+  auto pit = round.partials.find(key);
   if (pit != round.partials.end()) return pit->second.offset;
   const size_t bytes = job->mspec.num_params() * sizeof(float);
   auto off = job->pool->Allocate(bytes, kShoaldSlot);
   if (!off.ok()) return off.status();
   std::memset(job->pool->Data(*off).data(), 0, bytes);
-  round.partials[instance].offset = *off;
+  round.partials[key].offset = *off;
+  round.partials[key].base = tit->second.base_version;
   return *off;
 }
 
@@ -906,7 +929,7 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status) {
       t.acked = true;
       counted = true;
       ++round.acked;
-      round.partials[t.instance].tickets.push_back(ticket);
+      round.partials[t.partial].tickets.push_back(ticket);
       ++job->clients[t.client].updates;
       ++job->updates_total;
     }
@@ -915,7 +938,7 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status) {
       if (job->clients[t.client].submitted_round == t.round) {
         job->clients[t.client].submitted_round = UINT64_MAX;
       }
-      auto pit = round.partials.find(t.instance);
+      auto pit = round.partials.find(t.partial);
       if (http_status == 502 && pit != round.partials.end()) {
         // The leaf died, maybe halfway through folding this update into its partial sum:
         // rebuild that partial from the acknowledged updates it held (still in the pool).
@@ -990,7 +1013,7 @@ void FlCoordinator::CommitLoop() {
       }
       if (partner != nullptr) {
         // One commit for the group and the general buffer: move the buffer's partial sums in.
-        for (auto& [inst, p] : partner->partials) round.partials[inst | 0x80000000u] = p;
+        for (auto& [key, p] : partner->partials) round.partials[key | (uint64_t{1} << 63)] = p;
         round.acked += partner->acked;
         job->rounds.erase(round.merge_round);
         round.merge_round = 0;
@@ -998,6 +1021,9 @@ void FlCoordinator::CommitLoop() {
       const auto t0 = Clock::now();
       const size_t n = job->mspec.num_params();
       std::vector<uint64_t> seqs;
+      double merge_ms = 0, step_ms = 0, cache_ms = 0;
+      const size_t seqs_partials = round.partials.size();
+      bool committed = false;
       if (round.acked > 0) {
         // The top of the hierarchy: add the leaves' partial sums, then the algorithm's step.
         job->total.Reset();
@@ -1008,25 +1034,28 @@ void FlCoordinator::CommitLoop() {
             folded.emplace_back(t.base_version, t.coefficient);
           }
           const auto* leaf = reinterpret_cast<const float*>(job->pool->Data(p.offset).data());
-          if (Status st = job->total.MergeFolded({leaf, n}, folded); !st.ok()) {
+          const double scale = job->algo->staleness_at_commit()
+                                   ? job->algo->CommitScale(job->version() - std::min(p.base, job->version()))
+                                   : 1.0;
+          if (Status st = job->total.MergeFolded({leaf, n}, folded, scale); !st.ok()) {
             spdlog::error("fl job {}: {}", job->spec.name, st.ToString());
           }
         }
+        merge_ms = Seconds(t0) * 1e3;
         Status st = job->algo->Commit(job->total, job->store ? *job->store : NoVersions(),
                                       job->state);
         if (!st.ok()) {
           spdlog::error("fl job {}: commit of {} update(s) failed: {}", job->spec.name,
                         round.acked, st.ToString());
         } else {
+          committed = true;
+          step_ms = Seconds(t0) * 1e3 - merge_ms;
           job->KeepVersion();
           job->CacheModel();
+          cache_ms = Seconds(t0) * 1e3 - merge_ms - step_ms;
           job->versions.push_back({job->version(), std::nullopt, std::nullopt, round.acked,
                                    job->Elapsed()});
           if (job->spec.rounds > 0 && job->version() >= job->spec.rounds) job->done = true;
-          spdlog::info("fl job {}: version {} committed from {} update(s) over {} leaf partial "
-                       "sum(s) in {:.2f} ms{}",
-                       job->spec.name, job->version(), round.acked, round.partials.size(),
-                       Seconds(t0) * 1e3, job->done ? " (last)" : "");
         }
       }
       // The version is durable once Persist returns: the updates and partial sums it includes
@@ -1045,8 +1074,18 @@ void FlCoordinator::CommitLoop() {
         job->round_deadline = job->Elapsed() + job->spec.round_deadline_s;
       }
       job->last_commit_seqs = std::move(seqs);
+      const double before_persist_ms = Seconds(t0) * 1e3;
       Persist(*job);
       job->CompactLog();
+      if (committed) {
+        spdlog::info("fl job {}: version {} committed from {} update(s) over {} leaf partial "
+                     "sum(s) in {:.2f} ms (top merge {:.1f}, {} step {:.1f}, model bytes {:.1f}, "
+                     "checkpoint {:.1f}){}",
+                     job->spec.name, job->version(), job->versions.back().updates,
+                     job->total.count() == 0 ? 0 : seqs_partials, Seconds(t0) * 1e3, merge_ms,
+                     job->spec.algorithm, step_ms, cache_ms, Seconds(t0) * 1e3 - before_persist_ms,
+                     job->done ? " (last)" : "");
+      }
     }
   }
 }
@@ -1103,7 +1142,7 @@ void FlCoordinator::Timers() {
   }
 }
 
-void FlCoordinator::Persist(JobState& job) {
+void FlCoordinator::Persist(JobState& job, bool with_model) {
   const std::string dir = config_.state_dir + "/jobs/" + job.spec.name;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -1143,13 +1182,13 @@ void FlCoordinator::Persist(JobState& job) {
   // The model and the optimizer first, then the state that names their version: a crash
   // between them leaves a newer model than the state says, never an older one.
   auto it = job.models.find(job.version());
-  if (it != job.models.end()) {
+  if (with_model && it != job.models.end()) {
     if (Status st = WriteFileAtomic(dir + "/model.safetensors", it->second.data(), it->second.size());
         !st.ok()) {
       spdlog::error("fl job {}: checkpoint: {}", job.spec.name, st.ToString());
     }
   }
-  if (!job.state.momentum.empty() || !job.state.second_moment.empty()) {
+  if (with_model && (!job.state.momentum.empty() || !job.state.second_moment.empty())) {
     agg::ModelState opt;
     opt.version = job.version();
     opt.momentum = job.state.momentum;
@@ -1308,12 +1347,13 @@ Status FlCoordinator::Recover(const std::function<Result<ShmPool*>(const std::st
         continue;
       }
       JobState::Round& round = job->rounds[r.round];
-      auto pit = round.partials.find(kRefoldedPartial);
+      const uint64_t key = job->PartialKey(kRefoldedPartial, r.base_version);
+      auto pit = round.partials.find(key);
       if (pit == round.partials.end()) {
         auto off = sp->Allocate(bytes, kShoaldSlot);
         if (!off.ok()) return off.status();
         std::memset(sp->Data(*off).data(), 0, bytes);
-        pit = round.partials.emplace(kRefoldedPartial, JobState::Partial{*off, {}}).first;
+        pit = round.partials.emplace(key, JobState::Partial{*off, {}, r.base_version}).first;
       }
       JobState::Ticket t;
       t.round = r.round;
@@ -1323,6 +1363,7 @@ Status FlCoordinator::Recover(const std::function<Result<ShmPool*>(const std::st
       t.num_samples = r.num_samples;
       t.coefficient = r.coefficient;
       t.instance = kRefoldedPartial;
+      t.partial = key;
       t.acked = true;
       t.seq = r.seq;
       uint64_t id;

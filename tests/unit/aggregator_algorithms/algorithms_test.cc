@@ -181,6 +181,36 @@ TEST(FedCompass, GroupAndSingleUpdate) {
   EXPECT_EQ(s.version, 3u);
 }
 
+// FedCompass takes staleness when the group aggregates: leaves fold α/N (u = 0) per base
+// version and the top scales each base's sum by s(t − τ); equal to folding α s(u)/N directly.
+TEST(FedCompass, StalenessAtCommitMatchesDirectCoefficients) {
+  FedCompassParams p;
+  p.num_clients = 3;
+  FedCompass algo(p);
+  ASSERT_TRUE(algo.staleness_at_commit());
+  VersionStore versions(0);
+  // Bases 2, 1, 0 at commit version 2; folded with u = 0 into one leaf sum per base.
+  PartialSum total(4);
+  const std::vector<std::pair<const Vec*, uint64_t>> ups = {{&kW1, 2}, {&kW2, 1}, {&kW3, 0}};
+  for (const auto& [w, base] : ups) {
+    PartialSum leaf(4);
+    UpdateMeta m;
+    m.num_samples = 1;
+    m.base_version = base;
+    m.current_version = base;  // u = 0 at the leaf
+    ASSERT_TRUE(leaf.Fold(*w, algo.Coefficient(m), base).ok());
+    const std::pair<uint64_t, double> folded[] = {{base, algo.Coefficient(m)}};
+    ASSERT_TRUE(total.MergeFolded(leaf.sum(), folded, algo.CommitScale(2 - base)).ok());
+  }
+  ModelState s = State(kW0, 2);
+  ASSERT_TRUE(algo.Commit(total, versions, s).ok());
+  const double a1 = 0.3, a2 = 0.3 / std::sqrt(2.0), a3 = 0.3 / std::sqrt(3.0);
+  const double keep = 1 - a1 - a2 - a3;
+  std::vector<double> want(4);
+  for (size_t i = 0; i < 4; ++i) want[i] = keep * kW0[i] + a1 * kW1[i] + a2 * kW2[i] + a3 * kW3[i];
+  ExpectNear(s.weights, want);
+}
+
 TEST(Staleness, PolynomialDecay) {
   EXPECT_DOUBLE_EQ(PolynomialStaleness(0, 0.5), 1.0);
   EXPECT_DOUBLE_EQ(PolynomialStaleness(1, 0.5), 1 / std::sqrt(2.0));

@@ -137,6 +137,65 @@ TEST(ShmPoolTest, CreateReplacesAStaleSegment) {
   EXPECT_EQ(static_cast<uint64_t>(st.st_size), 4 * kMiB);
 }
 
+// A shoald killed with SIGKILL (here: a child that _exits holding the pool lock) leaves its
+// pool; CreateOrRecover takes it over: the kept slot's buffers and bytes survive, every other
+// slot's holds are reclaimed, the abandoned lock is recovered. Another size starts afresh.
+TEST(ShmPoolTest, CreateOrRecoverTakesOverADeadOwnersPool) {
+  const std::string name = UniqueName("recover");
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t child = Fork([&]() -> int {
+    auto pool = ShmPool::Create(name, 8 * kMiB);
+    if (!pool.ok()) return 2;
+    uint64_t off[3];
+    off[0] = (*pool)->Allocate(100000, 63).value();  // the coordinator's: survives
+    std::memset((*pool)->Data(off[0]).data(), 0x5a, 100000);
+    off[1] = (*pool)->Allocate(1000, 0).value();  // shoald's and an instance's: reclaimed
+    (void)(*pool)->Retain(off[1], 5);
+    off[2] = (*pool)->Allocate(1000, 3).value();  // an instance's and the coordinator's
+    (void)(*pool)->Retain(off[2], 63);
+    if (write(fds[1], off, sizeof off) != sizeof off) return 3;
+    (*pool)->LockAndAbandonForTest();
+    _exit(0);  // no destructor: the segment stays, as after kill -9
+  });
+  uint64_t off[3] = {};
+  ASSERT_EQ(read(fds[0], off, sizeof off), static_cast<ssize_t>(sizeof off));
+  ASSERT_EQ(WaitExit(child), 0);
+  close(fds[0]);
+  close(fds[1]);
+  bool recovered = false;
+  auto pool = ShmPool::CreateOrRecover(name, 8 * kMiB, 63, &recovered);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  EXPECT_TRUE(recovered);
+  auto held = (*pool)->HeldBy(63);
+  std::sort(held.begin(), held.end());
+  std::vector<uint64_t> want = {off[0], off[2]};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(held, want);
+  EXPECT_EQ((*pool)->Holders(off[1]), 0u);
+  EXPECT_EQ((*pool)->Holders(off[2]), uint64_t{1} << 63);
+  auto data = (*pool)->Data(off[0]);
+  EXPECT_TRUE(std::all_of(data.begin(), data.begin() + 100000,
+                          [](std::byte b) { return b == std::byte{0x5a}; }));
+  EXPECT_TRUE((*pool)->Allocate(4096, 0).ok()) << "the abandoned lock is recovered";
+  EXPECT_EQ((*pool)->Stats().live_buffers, 3u);
+  pool->reset();  // the taker-over owns the segment now: it unlinks it
+  struct stat st;
+  EXPECT_NE(stat(("/dev/shm/" + name).c_str(), &st), 0);
+  // A pool of another size is not taken over: it is recreated at the size asked for.
+  pid_t small = Fork([&]() -> int {
+    auto p = ShmPool::Create(name, 4 * kMiB);
+    if (!p.ok()) return 2;
+    _exit(0);
+  });
+  ASSERT_EQ(WaitExit(small), 0);
+  auto fresh = ShmPool::CreateOrRecover(name, 16 * kMiB, 63, &recovered);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_FALSE(recovered);
+  EXPECT_GT((*fresh)->Stats().capacity_bytes, 8 * kMiB);
+  EXPECT_EQ((*fresh)->Stats().live_buffers, 0u);
+}
+
 TEST(ShmPoolTest, AttachErrorsAreClear) {
   auto missing = ShmPool::Attach(UniqueName("missing"));
   ASSERT_FALSE(missing.ok());

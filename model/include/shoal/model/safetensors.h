@@ -36,6 +36,9 @@ struct SafetensorsEntry {
 Result<std::vector<std::byte>> WriteSafetensors(
     std::span<const SafetensorsEntry> tensors,
     const std::map<std::string, std::string>& metadata = {});
+// The same bytes in a std::string (what the HTTP layer sends): no copy from a vector.
+Result<std::string> WriteSafetensorsString(std::span<const SafetensorsEntry> tensors,
+                                           const std::map<std::string, std::string>& metadata = {});
 
 // A tensor of a file read by ReadSafetensors; `data` points into the file's bytes.
 struct SafetensorsTensor {

@@ -122,6 +122,13 @@ class AggregationAlgorithm {
   // The weight c_k of an arriving update, from its metadata only.
   virtual double Coefficient(const UpdateMeta& meta) const = 0;
 
+  // True if the staleness part of c_k is the staleness when the update is aggregated, not when
+  // it arrived (FedCompass: a group member, or a late update in the general buffer, waits for
+  // its group). The leaves then fold Coefficient(meta with current_version = base_version) and
+  // the top scales each base version's partial sum by CommitScale(t − τ) when it commits.
+  virtual bool staleness_at_commit() const { return false; }
+  virtual double CommitScale(uint64_t /*staleness*/) const { return 1.0; }
+
   // Whether to commit now with `buffered` updates folded since the last commit. Always false
   // for the synchronous algorithms (the coordinator ends a round on quorum or deadline) and for
   // FedCompass (the scheduler decides).
@@ -243,6 +250,8 @@ class FedCompass final : public AggregationAlgorithm {
   explicit FedCompass(FedCompassParams p) : p_(p) {}
   std::string_view name() const override { return "fedcompass"; }
   double Coefficient(const UpdateMeta& meta) const override;
+  bool staleness_at_commit() const override { return true; }
+  double CommitScale(uint64_t staleness) const override;
   bool ShouldCommit(size_t, double) const override { return false; }
   Status Commit(const PartialSum& total, const VersionStore& versions, ModelState& state) override;
   const FedCompassParams& params() const { return p_; }

@@ -32,9 +32,10 @@ class PartialSum {
   Status Merge(const PartialSum& other);
 
   // this += a sum folded elsewhere (a leaf instance's float32 buffer in the shared-memory
-  // pool) from the updates whose (base version, c_k) are listed in `folded`.
+  // pool) from the updates whose (base version, c_k) are listed in `folded`, every term scaled
+  // by `scale` (AggregationAlgorithm::CommitScale: staleness taken at commit).
   Status MergeFolded(std::span<const float> sum,
-                     std::span<const std::pair<uint64_t, double>> folded);
+                     std::span<const std::pair<uint64_t, double>> folded, double scale = 1.0);
 
   // Back to zero, keeping the buffers' capacity and size (no allocation on the next round).
   void Reset();

@@ -72,7 +72,9 @@ class FlCoordinator final : public JobService, public FlDataPath {
  private:
   std::shared_ptr<JobState> Find(const std::string& job);
   void CommitLoop();
-  void Persist(JobState& job);
+  // Checkpoints the job's state.json; with_model also writes the model and the optimizer state
+  // (a new version: large, so not on every join or evaluation).
+  void Persist(JobState& job, bool with_model = true);
   void Timers();
   void Enqueue(std::shared_ptr<JobState> job);
 

@@ -478,6 +478,7 @@ std::vector<FunctionSpec> FlCoordinator::LeafSpecs() {
     f.handler.env["SHOAL_FL_ARCH"] = job->spec.architecture;
     f.handler.env["SHOAL_FL_HIDDEN"] = std::to_string(job->spec.hidden);
     f.handler.env["SHOAL_FL_INPUTS"] = std::to_string(JobArchitecture(job->spec).inputs);
+    f.handler.env["SHOAL_FL_AGG_DEVICE"] = job->spec.aggregation_device;  // the leaf's fold device
     f.concurrency = std::max(1u, job->spec.max_fan_in);
     f.min_scale = 1;
     f.max_scale = std::max(1u, job->spec.max_leaves);

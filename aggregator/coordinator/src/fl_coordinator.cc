@@ -386,7 +386,7 @@ struct FlCoordinator::JobState {
   }
   // Written before the client's 202: a write() that returned is in the page cache and survives
   // the process (kill -9); a power cut is a different failure (no fsync on the hot path).
-  Status AppendLog(const Ticket& t) {
+  static LogRecord RecordOf(const Ticket& t) {
     LogRecord r;
     r.seq = t.seq;
     r.round = t.round;
@@ -395,6 +395,10 @@ struct FlCoordinator::JobState {
     r.num_samples = t.num_samples;
     r.coefficient = t.coefficient;
     std::strncpy(r.client, t.client.c_str(), sizeof r.client - 1);
+    return r;
+  }
+  Status AppendLog(const Ticket& t) {
+    const LogRecord r = RecordOf(t);
     const ssize_t n = write(log_fd, &r, sizeof r);
     if (n != static_cast<ssize_t>(sizeof r)) return ErrnoStatus("appending to the update log", errno);
     return Status::Ok();
@@ -404,14 +408,7 @@ struct FlCoordinator::JobState {
     std::string bytes;
     for (const auto& [id, t] : tickets) {
       if (!t.acked) continue;
-      LogRecord r;
-      r.seq = t.seq;
-      r.round = t.round;
-      r.buffer = t.buffer;
-      r.base_version = t.base_version;
-      r.num_samples = t.num_samples;
-      r.coefficient = t.coefficient;
-      std::strncpy(r.client, t.client.c_str(), sizeof r.client - 1);
+      const LogRecord r = RecordOf(t);
       bytes.append(reinterpret_cast<const char*>(&r), sizeof r);
     }
     if (Status st = WriteFileAtomic(dir + "/updates.log", bytes.data(), bytes.size()); !st.ok()) {

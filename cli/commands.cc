@@ -262,6 +262,9 @@ int Describe(const HttpClient& client, const std::string& name) try {
     << FormatMs(Num<double>(st, "last_cold_start_ms")) << "), "
     << Num<uint64_t>(st, "cold_starts_avoided") << " avoided by "
     << Num<uint64_t>(st, "prewarm_starts") << " pre-warm(s)\n";
+  if (!Str(st, "unschedulable").empty()) {
+    o << "  Status:      unschedulable: " << Str(st, "unschedulable") << "\n";
+  }
   const json& d = st.value("decision", json::object());
   o << "  Autoscaler:  desired " << Num<uint64_t>(st, "desired") << ", actual "
     << Num<uint64_t>(st, "actual") << " (replicas " << Num<uint64_t>(d, "replicas")

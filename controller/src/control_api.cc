@@ -89,6 +89,7 @@ json StatsJson(const FunctionStats& st, bool with_instances) {
       {"cold_starts", st.cold_starts},
       {"last_cold_start_ms", st.last_cold_start_ms},
       {"policy", st.policy},
+      {"unschedulable", st.unschedulable},
       {"actual", st.actual},
       {"decision",
        {{"replicas", st.decision_replicas},

@@ -16,6 +16,7 @@
 #include "shoal/autoscaler/function_autoscaler.h"
 #include "shoal/common/log.h"
 #include "shoal/runtime/fl_data_path.h"
+#include "shoal/runtime/node_capacity.h"
 
 namespace shoal {
 namespace {
@@ -46,6 +47,8 @@ struct InstanceManager::Instance {
   uint64_t spawn_ns = 0;
   uint64_t ready_ns = 0;
   uint64_t last_busy_ns = 0;
+  Resources reserved;         // what placement reserved for it on this node
+  bool holds_reservation = false;
   uint64_t last_served = 0;
   double cold_start_ms = 0;
   bool prewarmed = false;     // started ahead of demand by the autoscaling policy
@@ -69,6 +72,7 @@ struct InstanceManager::FunctionState {
   uint64_t next_spawn_ns = 0;  // crash back-off
   uint32_t restarts = 0;
   std::ofstream log;
+  std::string unschedulable;  // placement's refusal (naming the resource); empty when it fits
 
   // Autoscaling (null: policy none, the reactive rule).
   std::unique_ptr<FunctionAutoscaler> autoscaler;
@@ -99,6 +103,10 @@ InstanceManager::InstanceManager(const NodeConfig& config, uv_loop_t* loop, Data
       metrics_(metrics),
       specs_(std::move(specs)) {
   fn_binary_ = config.fn_binary.empty() ? SelfDir() + "/shoal-fn" : config.fn_binary;
+  const Resources capacity = ProbeNodeCapacity();
+  cluster_.AddNode(config.node_name, capacity, 0);
+  spdlog::info("placement: node {} has {} cores, {:.0f} MiB memory, {} GPU(s)", config.node_name,
+               capacity.cores, capacity.memory_mb, capacity.gpus);
 }
 
 InstanceManager::~InstanceManager() = default;
@@ -335,6 +343,7 @@ void InstanceManager::ScaleFunction(FunctionState& f, uint64_t now) {
   // Scale up (crash back-off permitting).
   while (active < desired && now >= f.next_spawn_ns) {
     const bool prewarm = f.autoscaler && snap.queued == 0 && active >= replicas;
+    if (!PlaceStart(f)) break;
     if (Status st = Spawn(f, prewarm); !st.ok()) {
       spdlog::error("function {}: cannot start an instance: {}", spec.name, st.ToString());
       f.next_spawn_ns = now + static_cast<uint64_t>(config_.restart_backoff_s * 1e9);
@@ -434,6 +443,57 @@ void InstanceManager::Decide(FunctionState& f, uint64_t now) {
 }
 
 // ---- instances ------------------------------------------------------------------------------
+
+bool InstanceManager::PlaceStart(FunctionState& f) {
+  const FunctionSpec& spec = f.rt->spec;
+  NodeState& node = cluster_.node(0);
+  // Idle warm instances of the other functions, for the model's truth. This function's own
+  // idle instances are left out: the manager only asks for a start when its ready and starting
+  // instances (idle ones included) fall short of its target, so the request is for a new one.
+  node.idle_warm.clear();
+  for (const auto& [name, other] : by_name_) {
+    if (other.get() == &f) continue;
+    uint32_t idle = 0;
+    for (Instance* inst : other->instances) {
+      if (inst->state == Instance::State::kReady && other->rt->router.Inflight(inst->key) == 0) {
+        ++idle;
+      }
+    }
+    if (idle > 0) node.idle_warm[name] = idle;
+  }
+  const Resources want = SpecResources(spec);
+  auto placed = Place(cluster_, {spec.name, want});
+  std::string reason;
+  if (!placed.ok()) {
+    reason = ShortResource(node, want);
+    if (reason.empty()) reason = placed.status().message();
+  }
+  if (reason.empty()) {
+    spdlog::debug("function {}: placement {} on {} (expected cold start {:.3f} s)", spec.name,
+                  PlacementKindName(placed->kind), node.name, placed->expected_cold_start_s);
+    metrics_.placement_decisions
+        .Add({{"function", spec.name}, {"kind", PlacementKindName(placed->kind)}})
+        .Increment();
+    if (!f.unschedulable.empty()) {
+      spdlog::info("function {}: schedulable again ({} no longer short)", spec.name,
+                   f.unschedulable);
+      f.unschedulable.clear();
+    }
+    return true;
+  }
+  metrics_.placement_decisions.Add({{"function", spec.name}, {"kind", "unschedulable"}})
+      .Increment();
+  if (reason != f.unschedulable) {
+    spdlog::warn("function {}: unschedulable: {}", spec.name, reason);
+    f.unschedulable = reason;
+  }
+  // Nothing will start for them: answer now rather than let them wait for their timeout.
+  for (const auto& w : f.rt->router.TakeWaiters()) {
+    sink_->Reject(w.loop, w.request_id, 503,
+                  "function '" + spec.name + "' is unschedulable: " + reason);
+  }
+  return false;
+}
 
 Status InstanceManager::Spawn(FunctionState& f, bool prewarm) {
   const FunctionSpec& spec = f.rt->spec;
@@ -537,6 +597,10 @@ Status InstanceManager::Spawn(FunctionState& f, bool prewarm) {
   uv_read_start(reinterpret_cast<uv_stream_t*>(&raw->out), on_alloc, on_read);
   uv_read_start(reinterpret_cast<uv_stream_t*>(&raw->err), on_alloc, on_read);
   by_key_[key] = raw;
+  // PlaceStart() checked that it fits; the reservation is released when the instance exits.
+  raw->reserved = SpecResources(spec);
+  raw->holds_reservation = cluster_.Allocate(0, raw->reserved).ok();
+  cluster_.node(0).cached.insert(spec.name);
   f.instances.push_back(inst.release());
   if (prewarm) {
     ++f.prewarm_starts;
@@ -577,6 +641,9 @@ void InstanceManager::OnReady(uint32_t key) {
   inst.ready_ns = NowNs();
   inst.last_busy_ns = inst.ready_ns;
   inst.cold_start_ms = (inst.ready_ns - inst.spawn_ns) / 1e6;
+  cold_start_sum_s_ += inst.cold_start_ms / 1e3;
+  ++cold_start_count_;
+  cluster_.node(0).cold_start_cost_s = cold_start_sum_s_ / static_cast<double>(cold_start_count_);
   FunctionRuntime& rt = *inst.fn->rt;
   rt.metrics.CountColdStart(inst.cold_start_ms / 1e3);
   rt.cold_starts.fetch_add(1, std::memory_order_relaxed);
@@ -646,6 +713,7 @@ void InstanceManager::OnExit(Instance* inst, int64_t status, int signal) {
     if (n > 0) spdlog::info("pool {}: reclaimed {} buffer(s) of instance {:#x}", inst->tenant, n, inst->key);
   }
   used_slots_[inst->tenant] &= ~(1ull << inst->slot);
+  if (inst->holds_reservation) cluster_.Release(0, inst->reserved);
   f.instance_s_done += static_cast<double>(NowNs() - inst->spawn_ns) / 1e9;
   dataplane_.RemoveEndpoint(inst->key);
   by_key_.erase(inst->key);
@@ -702,6 +770,7 @@ FunctionStats InstanceManager::Stats(const std::string& function) {
   st.desired = f.desired;
   st.inflight = snap.inflight;
   st.policy = f.autoscaler ? f.autoscaler->policy_name() : "none";
+  st.unschedulable = f.unschedulable;
   if (f.autoscaler) {
     st.decision_replicas = f.decision.replicas;
     st.decision_prewarm = f.decision.prewarm;

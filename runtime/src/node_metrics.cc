@@ -108,6 +108,10 @@ NodeMetrics::NodeMetrics()
       autoscaler_cold_requests(prometheus::BuildCounter()
           .Name("shoal_cold_start_requests_total")
           .Help("Requests that waited for an instance's cold start")
+          .Register(*registry_)),
+      placement_decisions(prometheus::BuildCounter()
+          .Name("shoal_placement_decisions_total")
+          .Help("Instance starts placed on this node, by kind (warm, cached, cold, unschedulable)")
           .Register(*registry_)) {}
 
 

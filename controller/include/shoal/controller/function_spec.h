@@ -52,7 +52,7 @@ struct FunctionSpec {
   double timeout_s = 0;          // 0 = node default; handler timeout -> 504
   double keep_alive_s = 0;       // 0 = node default; idle instances above min_scale stop after it
   uint64_t max_body_bytes = 0;   // 0 = node default; larger bodies -> 413
-  double cpu = 0;                // resources.cpu (cores), informational for now
+  double cpu = 0;                // resources.cpu (cores); placement reserves it
   uint64_t memory_bytes = 0;     // resources.memory
   uint32_t gpu = 0;              // resources.gpu
   AutoscalingSpec autoscaling;

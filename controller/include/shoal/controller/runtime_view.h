@@ -45,6 +45,8 @@ struct FunctionStats {
   bool decision_panic = false;
   double decision_age_s = -1;      // since the latest decision (-1: none yet)
   std::string decision_reason;     // what changed last, for `shoal describe`
+  // Why placement refuses to start an instance (naming the resource); empty when it can.
+  std::string unschedulable;
   uint64_t prewarm_starts = 0;
   uint64_t cold_starts_avoided = 0;
   uint64_t cold_requests = 0;      // requests that waited for a cold start

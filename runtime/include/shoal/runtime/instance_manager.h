@@ -4,7 +4,9 @@
 // stops idle ones after their keep-alive, reclaims a dead instance's pool buffers, and
 // collects instances' logs. A function whose manifest names an autoscaling policy (kpa, rl-q,
 // shoal) is sized by that policy every autoscale interval (the same objects the simulator
-// runs); the others by the reactive rule (what the requests present need). It runs on
+// runs); the others by the reactive rule (what the requests present need). Every instance
+// start is placed through the autoscaler's Place() over a one-node model of this node, so a
+// function whose resources the node cannot give is refused (503, `unschedulable: ...`). It runs on
 // shoald's main libuv loop.
 #pragma once
 
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "shoal/autoscaler/placement.h"
 #include "shoal/common/config.h"
 #include "shoal/controller/function_spec.h"
 #include "shoal/controller/runtime_view.h"
@@ -71,6 +74,10 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   // Samples the function's signals and runs its autoscaling policy (every autoscale interval).
   void Decide(FunctionState& f, uint64_t now_ns);
   Status Spawn(FunctionState& f, bool prewarm = false);
+  // Places one new instance of `f` on this node (Place() over cluster_) and reserves its
+  // resources; on refusal records why in f.unschedulable, warns once per change and answers
+  // the function's waiting requests 503 with the reason.
+  bool PlaceStart(FunctionState& f);
   void StopInstance(Instance& inst);
   void OnReady(uint32_t key);
   void OnExit(Instance* inst, int64_t status, int signal);
@@ -106,6 +113,11 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   std::map<std::string, std::unique_ptr<ShmPool>> pools_;       // by tenant
   std::map<std::string, uint64_t> used_slots_;                  // by tenant: holder-slot bitmap
   uint32_t next_sequence_ = 1;
+  // This node as placement sees it: capacity, the resources running instances hold, functions
+  // started here before (cached), idle warm instances and the mean measured cold start.
+  ClusterModel cluster_;
+  double cold_start_sum_s_ = 0;
+  uint64_t cold_start_count_ = 0;
 };
 
 }  // namespace shoal

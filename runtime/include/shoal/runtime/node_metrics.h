@@ -69,6 +69,8 @@ class NodeMetrics {
   prometheus::Family<prometheus::Counter>& autoscaler_prewarm_starts;
   prometheus::Family<prometheus::Counter>& autoscaler_cold_starts_avoided;
   prometheus::Family<prometheus::Counter>& autoscaler_cold_requests;
+  // Placement of instance starts (kind: warm, cached, cold, unschedulable).
+  prometheus::Family<prometheus::Counter>& placement_decisions;
 };
 
 }  // namespace shoal

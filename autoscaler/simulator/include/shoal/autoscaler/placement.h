@@ -2,7 +2,8 @@
 // to (a warm idle instance first, then a node with the code cached, then the cheapest cold
 // start, within capacity and GPU requests), and where an FL job's aggregators go (LIFL
 // locality: leaves beside the gateways that receive the updates, the top beside most leaves).
-// Used by the simulator and, later, by the multi-node controller.
+// Used by the simulator (many nodes) and by shoald's instance manager, which places every
+// instance start over a one-node model of its own node; the multi-node controller comes later.
 #pragma once
 
 #include <cstddef>

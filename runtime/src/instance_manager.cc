@@ -537,6 +537,9 @@ Status InstanceManager::Spawn(FunctionState& f, bool prewarm) {
       std::string("PATH=") + (getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin"),
   };
   for (const auto& [k, v] : spec.handler.env) env.push_back(k + "=" + v);
+  if (instance_token_) {
+    if (std::string token = instance_token_(spec); !token.empty()) env.push_back("SHOAL_TOKEN=" + token);
+  }
   std::vector<char*> envp;
   for (auto& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);

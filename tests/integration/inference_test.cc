@@ -101,7 +101,7 @@ class InferenceTest : public ::testing::Test {
     ASSERT_TRUE(shoald_.WaitReady(job + "-infer", 1, 20000)) << shoald_.Log();
   }
   std::vector<float> Weights(const std::string& job, uint64_t version) {
-    auto r = Http(shoald_.port(), "GET",
+    auto r = shoald_.Api("GET",
                   "/v1/jobs/" + job + "/model?version=" + std::to_string(version));
     EXPECT_EQ(r.status, 200) << r.body;
     auto m = model::ModelFromSafetensors(
@@ -354,7 +354,7 @@ TEST_F(InferenceTest, HotSwapUnderLoadWhileTheJobTrainsZeroFailures) {
   // Until the job is done (12 versions) or 25 s.
   uint64_t job_version = 0;
   for (int i = 0; i < 250; ++i) {
-    auto s = Json::parse(Http(shoald_.port(), "GET", "/v1/jobs/fh").body, nullptr, false);
+    auto s = Json::parse(shoald_.Api("GET", "/v1/jobs/fh").body, nullptr, false);
     job_version = s.value("version", uint64_t{0});
     if (s.value("state", "") == "done") break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

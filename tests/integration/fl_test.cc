@@ -486,7 +486,11 @@ TEST(FlDigitsTest, ShoalClientTrainsDigitsToNinetyPercent) {
       "  training: {localSteps: 40, learningRate: 0.1, batchSize: 32}\n"
       "  aggregation: {maxFanIn: 2, maxLeaves: 2}\n";
   ASSERT_EQ(shoald.Deploy(manifest).exit_code, 0);
-  const std::string cmd = BinDir() + "/shoal-client --server http://127.0.0.1:" +
+  // The clients authenticate as a user's would: an fl-client token of their job.
+  const std::string token = shoald.CreateToken("fl-client", "", "digits");
+  ASSERT_FALSE(token.empty());
+  const std::string cmd = "SHOAL_TOKEN=" + token + " " + BinDir() +
+                          "/shoal-client --server http://127.0.0.1:" +
                           std::to_string(shoald.port()) +
                           " --job digits --data digits --clients 4 --partition iid --seed 3"
                           " --time-scale 0 --max-seconds 25 2>&1";

@@ -122,8 +122,11 @@ class InferenceTest : public ::testing::Test {
   void StartClients(const std::string& job) {
     const std::string bin = BinDir() + "/shoal-client";
     const std::string server = "http://127.0.0.1:" + std::to_string(shoald_.port());
+    const std::string token = shoald_.CreateToken("fl-client", "", job);
+    ASSERT_FALSE(token.empty());
     client_pid_ = fork();
     if (client_pid_ == 0) {
+      setenv("SHOAL_TOKEN", token.c_str(), 1);
       const int devnull = open("/dev/null", O_WRONLY);
       dup2(devnull, 1);
       execl(bin.c_str(), bin.c_str(), "--server", server.c_str(), "--job", job.c_str(),

@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
   std::string config_path;
   bool standalone = false;
   bool print_config = false;
-  std::optional<uint16_t> port;
+  std::optional<uint16_t> port, control_port;
   std::optional<std::string> state_dir, node_name, dataplane, log_level, host;
   std::optional<uint32_t> threads;
   std::optional<uint64_t> pool_bytes, max_body;
@@ -100,6 +100,8 @@ int main(int argc, char** argv) {
   app.add_flag("--print-config", print_config, "print the effective config and exit");
   app.add_option("--port", port, "listen port (config listen_port)");
   app.add_option("--host", host, "listen address (config listen_host)");
+  app.add_option("--control-port", control_port,
+                 "the control API's port, on control_listen_host (config control_port)");
   app.add_option("--state-dir", state_dir, "deployments and logs (config state_dir)");
   app.add_option("--node-name", node_name, "node name (config node_name)");
   app.add_option("--dataplane", dataplane, "auto, sockmap or unix (config dataplane)");
@@ -117,6 +119,7 @@ int main(int argc, char** argv) {
   NodeConfig config = *loaded;
   if (port) config.listen_port = *port;
   if (host) config.listen_host = *host;
+  if (control_port) config.control_port = *control_port;
   if (state_dir) config.state_dir = *state_dir;
   if (node_name) config.node_name = *node_name;
   if (threads) config.gateway_threads = *threads;

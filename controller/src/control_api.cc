@@ -458,6 +458,10 @@ HttpReply ControlApi::Jobs(std::string_view method, std::string_view path, std::
     if (method == "POST") return Evaluate(job, body);
     return MethodNotAllowed(method, path, "POST");
   }
+  if (sub == "updates") {
+    return Error(404, "updates go to the gateway's public listener (they land in the job's "
+                      "shared-memory pool), not to the control API");
+  }
   return Error(404, "no route " + std::string(path));
 }
 

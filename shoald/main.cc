@@ -10,17 +10,13 @@
 #include <cstdio>
 #include <iostream>
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "shoal/aggregator/fl_coordinator.h"
 #include "shoal/auth/token_store.h"
 #include "shoal/common/config.h"
+#include "shoal/common/file_io.h"
 #include "shoal/common/log.h"
 #include "shoal/controller/control_api.h"
 #include "shoal/controller/control_server.h"
@@ -68,15 +64,7 @@ Status WriteAdminConf(const std::string& path, const std::string& server, const 
        << "server: " << server << "\n"
        << "gateway: " << gateway << "\n"
        << "token: " << token << "\n";
-  const std::string tmp = path + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoStatus("write " + tmp, errno);
-  (void)fchmod(fd, 0600);
-  const std::string s = text.str();
-  const bool ok = write(fd, s.data(), s.size()) == static_cast<ssize_t>(s.size()) && fsync(fd) == 0;
-  close(fd);
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus("write " + path, errno);
-  return Status::Ok();
+  return WriteFileAtomic(path, text.str(), 0600);
 }
 
 }  // namespace

@@ -1,12 +1,12 @@
 #include "shoal/auth/token_store.h"
 
-#include <fcntl.h>
+#include "shoal/common/file_io.h"
+
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cctype>
 #include <chrono>
@@ -142,29 +142,7 @@ Status TokenStore::SaveLocked() const {
     if (!r.info.job.empty()) t["job"] = r.info.job;
     list.push_back(std::move(t));
   }
-  const std::string text = json{{"tokens", std::move(list)}}.dump(2) + "\n";
-  const std::string tmp = path_ + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoStatus("auth: write " + tmp, errno);
-  (void)fchmod(fd, 0600);
-  size_t off = 0;
-  while (off < text.size()) {
-    const ssize_t n = write(fd, text.data() + off, text.size() - off);
-    if (n <= 0) {
-      const int err = errno;
-      close(fd);
-      return ErrnoStatus("auth: write " + tmp, err);
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0) {
-    const int err = errno;
-    close(fd);
-    return ErrnoStatus("auth: fsync " + tmp, err);
-  }
-  close(fd);
-  if (rename(tmp.c_str(), path_.c_str()) != 0) return ErrnoStatus("auth: rename to " + path_, errno);
-  return Status::Ok();
+  return WriteFileAtomic(path_, json{{"tokens", std::move(list)}}.dump(2) + "\n", 0600);
 }
 
 Result<CreatedToken> TokenStore::Create(const TokenRequest& req, bool ephemeral) {

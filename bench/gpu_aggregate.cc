@@ -162,7 +162,9 @@ int main(int argc, char** argv) {
     std::printf("bench-gpu-aggregate: %s\n", why.c_str());
     std::printf("bench-gpu-aggregate: nothing measured on this machine\n");
     std::printf("RESULT gpu_aggregate skipped\n");
-    return 0;
+    // scripts/gpu-check sets SHOAL_REQUIRE_GPU=1: there a missing device is a failure.
+    const char* require = std::getenv("SHOAL_REQUIRE_GPU");
+    return require != nullptr && std::string(require) == "1" ? 1 : 0;
   }
   cudaDeviceProp prop{};
   CheckCuda(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");

@@ -90,6 +90,8 @@ function(shoal_add_gpu_test name)
   cmake_parse_arguments(T "" "" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS})
+  # gpu_test_skip.h: skip only without a device; SHOAL_REQUIRE_GPU=1 makes every skip a failure.
+  target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/tests/support)
   if(TARGET GTest::gtest_main)
     target_link_libraries(${name} PRIVATE GTest::gtest_main)
     include(GoogleTest)

@@ -10,6 +10,10 @@ PACKAGES=(
   libssl-dev libcpp-httplib-dev libcurl4-openssl-dev libgtest-dev libgmock-dev curl wrk nginx-light
   libonnx-dev libdnnl-dev
   python3 python3-numpy python3-sklearn dataset-fashion-mnist iproute2 procps
+  # onnx_test's checker; libFuzzer's runtime for the documented -DSHOAL_FUZZ=ON clang build
+  python3-onnx libclang-rt-14-dev
+  # the benchmarks' anchors: OpenBLAS (numpy, torch and bench-fold's saxpy use it), torch
+  libopenblas0-pthread python3-torch
 )
 
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }

@@ -1,5 +1,6 @@
 // SockmapProgram against the real kernel: load, attach, pin, count, unpin. Skips (with the
-// reason) where BPF cannot be loaded.
+// reason) only where the capability is absent (not root, no BTF, no bpffs: bpf_capability.h);
+// with it present, a program that fails to load or verify fails every test.
 #include "shoal/ebpf/sockmap_program.h"
 
 #include <bpf/bpf.h>
@@ -9,6 +10,8 @@
 #include <filesystem>
 #include <string>
 
+#include "bpf_capability.h"
+
 namespace shoal {
 namespace {
 
@@ -17,6 +20,9 @@ namespace fs = std::filesystem;
 class SockmapProgramTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    if (const std::string absent = bpf_test::BpfCapabilityAbsent(); !absent.empty()) {
+      GTEST_SKIP() << "BPF is not available here: " << absent;
+    }
     static int counter = 0;
     root_ = "/sys/fs/bpf/shoal-test-" + std::to_string(getpid()) + "-" + std::to_string(++counter);
     pin_dir_ = root_ + "/node";
@@ -25,12 +31,12 @@ class SockmapProgramTest : public ::testing::Test {
     std::error_code ec;
     fs::remove_all(root_, ec);
   }
-  // Loads or skips the test with the reason.
-  std::unique_ptr<SockmapProgram> LoadOrSkip() {
+  // Loads the program; the capability is present (SetUp checked), so a failure is the test's.
+  std::unique_ptr<SockmapProgram> Load() {
     auto p = SockmapProgram::Load(pin_dir_);
     if (!p.ok()) {
-      skip_reason_ = "BPF cannot be loaded here (euid " + std::to_string(geteuid()) +
-                     "): " + p.status().ToString();
+      ADD_FAILURE() << "the sk_msg program failed to load with root, BTF and bpffs present: "
+                    << p.status().ToString();
       return nullptr;
     }
     return std::move(p).value();
@@ -38,12 +44,11 @@ class SockmapProgramTest : public ::testing::Test {
 
   std::string root_;
   std::string pin_dir_;
-  std::string skip_reason_;
 };
 
 TEST_F(SockmapProgramTest, PinsWhileLoadedAndRemovesThemOnDestruction) {
-  auto p = LoadOrSkip();
-  if (!p) GTEST_SKIP() << skip_reason_;
+  auto p = Load();
+  ASSERT_TRUE(p);
   for (const char* name :
        {SockmapProgram::kSockHashPin, SockmapProgram::kCountersPin, SockmapProgram::kProgramPin}) {
     EXPECT_TRUE(fs::exists(fs::path(pin_dir_) / name)) << name;
@@ -68,12 +73,12 @@ TEST_F(SockmapProgramTest, RemovesStalePinsOfACrashedRun) {
   // A previous run that died left a pin with the name we use: pinning over it would fail.
   fs::create_directories(pin_dir_);
   int stale = bpf_map_create(BPF_MAP_TYPE_ARRAY, "stale", 4, 4, 1, nullptr);
-  if (stale < 0) GTEST_SKIP() << "cannot create BPF maps here: " << strerror(errno);
+  ASSERT_GE(stale, 0) << "cannot create a BPF map with the capability present: " << strerror(errno);
   ASSERT_EQ(bpf_obj_pin(stale, (pin_dir_ + "/" + SockmapProgram::kSockHashPin).c_str()), 0);
   close(stale);
 
-  auto p = LoadOrSkip();
-  if (!p) GTEST_SKIP() << skip_reason_;
+  auto p = Load();
+  ASSERT_TRUE(p);
   int pinned = bpf_obj_get((pin_dir_ + "/" + SockmapProgram::kSockHashPin).c_str());
   ASSERT_GE(pinned, 0);
   bpf_map_info info{};
@@ -84,8 +89,8 @@ TEST_F(SockmapProgramTest, RemovesStalePinsOfACrashedRun) {
 }
 
 TEST_F(SockmapProgramTest, CountersStartAtZeroAndRejectOutOfRangeIds) {
-  auto p = LoadOrSkip();
-  if (!p) GTEST_SKIP() << skip_reason_;
+  auto p = Load();
+  ASSERT_TRUE(p);
   auto c = p->ReadCounters(17);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->events, 0u);
@@ -95,8 +100,8 @@ TEST_F(SockmapProgramTest, CountersStartAtZeroAndRejectOutOfRangeIds) {
 }
 
 TEST_F(SockmapProgramTest, ProgramIsAttachedToTheSockHash) {
-  auto p = LoadOrSkip();
-  if (!p) GTEST_SKIP() << skip_reason_;
+  auto p = Load();
+  ASSERT_TRUE(p);
   uint32_t ids[4] = {};
   uint32_t count = 4;
   uint32_t attach_flags = 0;

@@ -96,4 +96,5 @@ std::string Describe(const char* ea, const char* eb, const A& a, const B& b, con
 #define ASSERT_NEAR(a, b, tol)                                                                \
   MINITEST_CHECK(std::fabs((a) - (b)) <= (tol), ::minitest::Describe(#a, #b, (a), (b), "~="), \
                  return )
+#define FAIL() return ::minitest::FailHelper{__FILE__, __LINE__, "FAIL()"} = ::minitest::Message()
 #define GTEST_SKIP() return ::minitest::SkipHelper{} = ::minitest::Message()

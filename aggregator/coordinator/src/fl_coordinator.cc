@@ -222,6 +222,7 @@ struct FlCoordinator::JobState {
     uint64_t submitted_round = UINT64_MAX;  // sync: the round it already sent an update to
     uint64_t updates = 0;
     uint64_t samples = 0;  // n_k of its latest update (FedFix's data share)
+    uint32_t last_update_steps = 0;  // local steps its latest update says it trained
   };
   struct Ticket {
     uint64_t round = 0;
@@ -692,6 +693,25 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
               {"hidden", job->spec.hidden},
               {"params", job->mspec.num_params()}}},
             {"versions", versions}};
+  if (job->Compass()) {
+    // What the scheduler made of each client: its speed estimate (seconds per local step,
+    // measured from its assignments' start to its arrivals), the steps it is assigned next,
+    // and the steps its latest update says it trained.
+    Json clients = Json::array();
+    for (const auto& [id, c] : job->clients) {
+      const agg::ClientId cid = NumericId(id);
+      const auto speed = job->scheduler->speed(cid);
+      const auto assignment = job->scheduler->assignment(cid);
+      clients.push_back(
+          {{"id", id},
+           {"name", c.name},
+           {"updates", c.updates},
+           {"speed_s_per_step", speed ? Json(*speed) : Json(nullptr)},
+           {"assigned_steps", assignment ? Json(assignment->local_steps) : Json(nullptr)},
+           {"last_update_steps", c.last_update_steps}});
+    }
+    j["compass"] = {{"clients", clients}};
+  }
   return j.dump() + "\n";
 }
 
@@ -816,6 +836,7 @@ Result<FlAdmission> FlCoordinator::Admit(std::string_view name, BufferPool& pool
   }
   job->pool = &pool;
   client.samples = h.num_samples();
+  client.last_update_steps = h.local_steps();
   agg::UpdateMeta meta;
   meta.client_id = NumericId(client.id);
   meta.num_samples = static_cast<double>(h.num_samples());

@@ -120,6 +120,9 @@ Status GpuFolder::FoldHostChunk(float* acc, const std::byte* x, DType dtype, siz
 }
 
 Status GpuFolder::FoldHost(std::span<const GpuFoldSegment> segments) {
+  // Chunks are pipelined across three streams with no ordering between different chunks'
+  // accumulator bytes (see the header): overlapping segments would race.
+  SHOAL_RETURN_IF_ERROR(CheckFoldSegments(segments));
   SHOAL_CUDA_TRY(cudaSetDevice(device_));
   Status st;
   for (const GpuFoldSegment& seg : segments) {

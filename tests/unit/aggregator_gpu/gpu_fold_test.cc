@@ -166,6 +166,40 @@ TEST(GpuFold, HostPathThroughRegisteredMemoryMatchesCpu) {
   ExpectClose(std::vector<float>(acc, acc + n), want, "host path");
 }
 
+// FoldHost pipelines chunks across streams, so its segments must be disjoint: overlapping
+// accumulators (one sum folded twice in one call) and an update inside an accumulator are
+// refused before anything is copied; segments that only touch fold as the CPU does.
+TEST(GpuFold, HostPathRefusesOverlappingSegmentsAndFoldsTouchingOnes) {
+  SKIP_WITHOUT_GPU();
+  GpuFolderOptions opt;
+  opt.chunk_bytes = 4096;  // 1024 floats: every segment spans several chunks and slots
+  auto folder = GpuFolder::Create(opt);
+  ASSERT_TRUE(folder.ok()) << folder.status().ToString();
+  const size_t n = 10'000;
+  std::vector<float> acc(2 * n, 1.0f);
+  const std::vector<std::byte> x = RandomUpdate(DType::kF32, 2 * n, 11);
+  const std::byte* px = x.data();
+  const GpuFoldSegment twice[2] = {{acc.data(), px, DType::kF32, n, 0.5f},
+                                   {acc.data() + n / 2, px, DType::kF32, n, 0.5f}};
+  Status st = (*folder)->FoldHost(twice);
+  ASSERT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("the accumulator of segment 0 and the accumulator of segment 1"),
+            std::string::npos)
+      << st.message();
+  const GpuFoldSegment aliased[2] = {{acc.data(), px, DType::kF32, n, 0.5f},
+                                     {acc.data() + n, acc.data() + 10, DType::kF32, n, 0.5f}};
+  EXPECT_EQ((*folder)->FoldHost(aliased).code(), StatusCode::kInvalidArgument);
+  for (size_t i = 0; i < acc.size(); ++i) ASSERT_EQ(acc[i], 1.0f) << "written at " << i;
+
+  std::vector<float> want = acc;
+  Fold(want.data(), px, DType::kF32, 2 * n, 0.5f);
+  const GpuFoldSegment touching[2] = {{acc.data(), px, DType::kF32, n, 0.5f},
+                                      {acc.data() + n, px + n * 4, DType::kF32, n, 0.5f}};
+  st = (*folder)->FoldHost(touching);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ExpectClose(acc, want, "touching segments");
+}
+
 TEST(GpuFold, DeviceAccumulatorFromHostAndDeviceMatchesCpu) {
   SKIP_WITHOUT_GPU();
   GpuFolderOptions opt;

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "shoal/aggregator/fold.h"
+#include "shoal/aggregator/fold_segments.h"
 #include "shoal/common/status.h"
 
 namespace shoal::aggregator {
@@ -32,14 +33,8 @@ inline constexpr int kGpuFoldMaxBatch = 32;
 Status GpuFoldDevice(float* acc, const void* const* xs, const float* ws, int count, DType dtype,
                      size_t n, void* stream);
 
-// One part of an update in host memory: acc[0..n) += w * x[0..n).
-struct GpuFoldSegment {
-  float* acc = nullptr;
-  const void* x = nullptr;
-  DType dtype = DType::kF32;
-  size_t n = 0;
-  float w = 0;
-};
+// One part of an update in host memory: acc[0..n) += w * x[0..n) (fold_segments.h).
+using GpuFoldSegment = FoldSegment;
 
 struct GpuFolderOptions {
   int device = 0;
@@ -68,6 +63,10 @@ class GpuFolder {
   // The leaf's path: acc and x both in host memory (the pool's partial sum and the update).
   // Each chunk of acc and x goes to the device, is folded, and acc's chunk comes back; returns
   // once every acc byte is back in host memory. Results equal Fold() in fold.h on the FMA paths.
+  // Precondition, checked (InvalidArgument, nothing folded): the segments are disjoint as
+  // CheckFoldSegments says. Chunks are pipelined, so chunk j's accumulator bytes may be copied
+  // in before chunk i < j's are copied back: an accumulator range folded twice would lose one
+  // fold, and an update read from inside an accumulator would read it half-updated.
   Status FoldHost(std::span<const GpuFoldSegment> segments);
 
   // A device-resident accumulator of n floats (zeroed): for folding many updates and copying

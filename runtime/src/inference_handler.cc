@@ -221,6 +221,7 @@ class InferenceHandler final : public Handler {
                  inference::PrecisionName(*precision), info_.input_name,
                  oip::ShapeText(info_.input_shape), info_.output_name,
                  oip::ShapeText(info_.output_shape), info_.max_batch, delay.count());
+    LogExecution(**first);
     batcher_ = std::make_unique<DynamicBatcher>(BatcherOptions{info_.max_batch, delay},
                                                 std::move(*first));
     if (source_->Follows()) watcher_ = std::thread([this] { Watch(); });
@@ -299,8 +300,26 @@ class InferenceHandler final : public Handler {
     return Write(response, json, "application/json");
   }
 
+  // CUDA: whether each batch-size bucket replays a captured graph or runs kernel by kernel,
+  // and why (a failed capture is not retried: it runs eagerly for the model's life).
+  void LogExecution(const ServingModel& m) const {
+    const inference::ExecutionMode e = m.executable->execution_mode();
+    if (e.graph_buckets + e.eager_buckets == 0) return;  // the CPU executor: no buckets
+    if (e.eager_buckets == 0) {
+      spdlog::info("inference: model '{}' version {}: CUDA graphs for all {} batch buckets",
+                   info_.name, m.version, e.graph_buckets);
+    } else {
+      spdlog::warn(
+          "inference: model '{}' version {}: {} of {} batch buckets run eagerly, "
+          "without CUDA graphs: {}",
+          info_.name, m.version, e.eager_buckets, e.graph_buckets + e.eager_buckets,
+          e.eager_reason);
+    }
+  }
+
   std::string StatsJson() const {
     const BatcherStats s = batcher_->stats();
+    const inference::ExecutionMode e = batcher_->current()->executable->execution_mode();
     Json hist = Json::object();
     for (size_t rows = 1; rows < s.batch_rows_histogram.size(); ++rows) {
       if (s.batch_rows_histogram[rows]) hist[std::to_string(rows)] = s.batch_rows_histogram[rows];
@@ -312,7 +331,11 @@ class InferenceHandler final : public Handler {
               {"rows", s.rows},
               {"failed_batches", s.failed_batches},
               {"swaps", s.swaps},
-              {"batch_rows_histogram", hist}};
+              {"batch_rows_histogram", hist},
+              {"execution",
+               {{"graph_buckets", e.graph_buckets},
+                {"eager_buckets", e.eager_buckets},
+                {"eager_reason", e.eager_reason}}}};
     return j.dump() + "\n";
   }
 
@@ -331,6 +354,7 @@ class InferenceHandler final : public Handler {
                      next.status().ToString());
       } else if (*next && (*next)->version > serving) {
         const uint64_t v = (*next)->version;
+        LogExecution(**next);
         batcher_->Swap(std::move(*next));
         spdlog::info("inference: model '{}' now serves version {} (was {})", info_.name, v,
                      serving);

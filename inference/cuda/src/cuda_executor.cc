@@ -1,8 +1,10 @@
 // The CUDA executor. Compile lowers the graph once: weights converted to the compute precision
 // (and to cuDNN's KRSC filter layout), rank-4 activations kept channels-last (NHWC), every
 // intermediate placed in one device arena by lifetime, and, per batch-size bucket, cuDNN and
-// cuBLASLt descriptors and algorithms chosen. Run copies the input in, launches the bucket's
-// CUDA graph (captured the first time the bucket runs) and copies the output back.
+// cuBLASLt descriptors and algorithms chosen, and each bucket captured once as a CUDA graph (a
+// bucket whose capture fails runs eagerly, kernel by kernel, and execution_mode() says why; it
+// is never captured again). Run copies the input in, launches the bucket's graph (or its steps)
+// and copies the output back, all on the executable's one stream.
 //
 // Fusions: Gemm/MatMul take a following Add of a per-column constant as their bias and a
 // following Relu into cuBLASLt's epilogue; Conv takes its bias, a following residual Add and a
@@ -108,7 +110,8 @@ struct ArenaBuffer {
 struct Bucket {
   int64_t batch = 0;
   std::vector<StepFn> steps;
-  cudaGraphExec_t exec = nullptr;
+  cudaGraphExec_t exec = nullptr;  // null: the steps run one by one, for eager_reason
+  std::string eager_reason;
 };
 
 class CudaExecutable final : public Executable {
@@ -117,9 +120,13 @@ class CudaExecutable final : public Executable {
   Status Run(const BatchIO& io) override;
   const std::vector<int64_t>& input_shape() const override { return in_shape_; }
   const std::vector<int64_t>& output_shape() const override { return out_shape_; }
+  ExecutionMode execution_mode() const override;
 
  private:
   friend class Compiler;
+  // Once per bucket, when the executable is compiled (never again in Run): a bucket whose
+  // capture fails keeps eager_reason and runs its steps one by one.
+  Status CaptureBuckets();
   Status Capture(Bucket& b);
 
   int device_ = 0;
@@ -139,6 +146,7 @@ class CudaExecutable final : public Executable {
   std::vector<int64_t> in_shape_, out_shape_;
   int64_t in_elems_ = 0, out_elems_ = 0;  // per sample
   bool use_graphs_ = true;
+  bool capture_fault_ = false;  // SHOAL_CUDA_GRAPH_CAPTURE_FAULT=1: every capture fails (tests)
 };
 
 CudaExecutable::~CudaExecutable() {
@@ -157,31 +165,75 @@ CudaExecutable::~CudaExecutable() {
   cudaGetLastError();
 }
 
+ExecutionMode CudaExecutable::execution_mode() const {
+  ExecutionMode m;
+  for (const Bucket& b : buckets_) {
+    if (b.exec != nullptr) {
+      ++m.graph_buckets;
+    } else {
+      ++m.eager_buckets;
+      if (m.eager_reason.empty()) m.eager_reason = b.eager_reason;
+    }
+  }
+  return m;
+}
+
+Status CudaExecutable::CaptureBuckets() {
+  // The warm-up passes read the input buffer: zeros, not whatever cudaMalloc left there.
+  SHOAL_CUDA_TRY(cudaMemsetAsync(
+      d_in_, 0, static_cast<size_t>(max_batch_ * in_elems_) * sizeof(float), stream_));
+  for (Bucket& b : buckets_) {
+    if (!use_graphs_) {
+      b.eager_reason = "CUDA graphs are off (SHOAL_CUDA_GRAPHS=0)";
+      continue;
+    }
+    const Status st = Capture(b);
+    if (!st.ok()) {
+      b.eager_reason = "capturing the batch-" + std::to_string(b.batch) +
+                       " bucket as a CUDA graph failed: " + st.ToString();
+    }
+  }
+  // A failed capture leaves nothing queued; an error the warm-up or a capture left on the
+  // stream shows here.
+  SHOAL_CUDA_TRY(cudaStreamSynchronize(stream_));
+  return {};
+}
+
 Status CudaExecutable::Capture(Bucket& b) {
   // One eager pass first (as PyTorch warms up before capturing): cuDNN and cuBLASLt load their
   // kernels and set up per-handle state on first use, which must not happen inside a capture.
   for (const StepFn& step : b.steps) SHOAL_RETURN_IF_ERROR(step(stream_));
   SHOAL_CUDA_TRY(cudaStreamSynchronize(stream_));
   SHOAL_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  Status st;
   for (const StepFn& step : b.steps) {
-    Status st = step(stream_);
-    if (!st.ok()) {
-      cudaGraph_t g = nullptr;
-      cudaStreamEndCapture(stream_, &g);
-      if (g != nullptr) cudaGraphDestroy(g);
-      cudaGetLastError();
-      return st;
+    st = step(stream_);
+    if (!st.ok()) break;
+  }
+  if (st.ok() && capture_fault_) {
+    // Not allowed while the stream captures: CUDA invalidates the capture, as an operation
+    // that cannot be captured would.
+    const cudaError_t e = cudaStreamSynchronize(stream_);
+    st = CudaStatus("SHOAL_CUDA_GRAPH_CAPTURE_FAULT: cudaStreamSynchronize while capturing",
+                    e == cudaSuccess ? cudaErrorStreamCaptureUnsupported : e);
+  }
+  // End the capture whatever happened, so the stream runs work again; an invalidated capture
+  // ends with an error and no graph.
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+  if (st.ok() && end != cudaSuccess) st = CudaStatus("cudaStreamEndCapture", end);
+  if (st.ok()) {
+    const cudaError_t inst = cudaGraphInstantiate(&b.exec, graph, 0);
+    if (inst != cudaSuccess) {
+      b.exec = nullptr;
+      st = CudaStatus("cudaGraphInstantiate", inst);
     }
   }
-  cudaGraph_t graph = nullptr;
-  SHOAL_CUDA_TRY(cudaStreamEndCapture(stream_, &graph));
-  const cudaError_t inst = cudaGraphInstantiate(&b.exec, graph, 0);
-  cudaGraphDestroy(graph);
-  if (inst != cudaSuccess) {
-    b.exec = nullptr;
-    return CudaStatus("cudaGraphInstantiate", inst);
-  }
-  return {};
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  // The capture's errors are not sticky: clear them, or the next kernel launch's
+  // cudaGetLastError check would report them as its own.
+  if (!st.ok()) cudaGetLastError();
+  return st;
 }
 
 Status CudaExecutable::Run(const BatchIO& io) {
@@ -211,8 +263,7 @@ Status CudaExecutable::Run(const BatchIO& io) {
     SHOAL_CUDA_TRY(cudaMemsetAsync(
         d_in_ + in_n, 0, static_cast<size_t>(b.batch * in_elems_ - in_n) * sizeof(float), stream_));
   }
-  if (use_graphs_) {
-    if (b.exec == nullptr) SHOAL_RETURN_IF_ERROR(Capture(b));
+  if (b.exec != nullptr) {
     SHOAL_CUDA_TRY(cudaGraphLaunch(b.exec, stream_));
   } else {
     for (const StepFn& step : b.steps) SHOAL_RETURN_IF_ERROR(step(stream_));
@@ -314,21 +365,31 @@ Tensor& Compiler::Out(const std::string& name) {
   return tensors_[name] = t;
 }
 
+// Every step on the executor's stream, in stream order: the copy from the caller's pageable
+// memory, then (fp16/bf16) the cast. A plain cudaMemcpy would run on the legacy default stream,
+// which the executor's non-blocking stream does not wait for, and from pageable memory it may
+// return before its DMA has reached the device: a kernel on stream_ could read half-written
+// weights. The stream is synchronised before returning, so the host vector and the f32 staging
+// buffer may go (after an error too: neither may be freed under a copy or cast still running).
 Result<void*> Compiler::Upload(const std::vector<float>& values) {
   void* dst = nullptr;
   const size_t n = values.size();
   SHOAL_CUDA_TRY(cudaMalloc(&dst, std::max<size_t>(n, 1) * es_));
   x_.allocations_.push_back(dst);
   if (n == 0) return dst;
+  cudaStream_t s = x_.stream_;
   if (dt_ == Dt::kF32) {
-    SHOAL_CUDA_TRY(cudaMemcpy(dst, values.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    SHOAL_CUDA_TRY(
+        cudaMemcpyAsync(dst, values.data(), n * sizeof(float), cudaMemcpyHostToDevice, s));
+    SHOAL_CUDA_TRY(cudaStreamSynchronize(s));
     return dst;
   }
   float* tmp = nullptr;
   SHOAL_CUDA_TRY(cudaMalloc(&tmp, n * sizeof(float)));
-  cudaError_t e = cudaMemcpy(tmp, values.data(), n * sizeof(float), cudaMemcpyHostToDevice);
-  if (e == cudaSuccess) e = CastF32(tmp, dst, dt_, static_cast<int64_t>(n), x_.stream_);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(x_.stream_);
+  cudaError_t e = cudaMemcpyAsync(tmp, values.data(), n * sizeof(float), cudaMemcpyHostToDevice, s);
+  if (e == cudaSuccess) e = CastF32(tmp, dst, dt_, static_cast<int64_t>(n), s);
+  const cudaError_t sync = cudaStreamSynchronize(s);
+  if (e == cudaSuccess) e = sync;
   cudaFree(tmp);
   if (e != cudaSuccess) return CudaStatus("uploading weights", e);
   return dst;
@@ -976,6 +1037,8 @@ Status Compiler::Build() {
   x_.device_ = opt_.device;
   const char* graphs = std::getenv("SHOAL_CUDA_GRAPHS");
   x_.use_graphs_ = !(graphs != nullptr && std::string(graphs) == "0");
+  const char* fault = std::getenv("SHOAL_CUDA_GRAPH_CAPTURE_FAULT");
+  x_.capture_fault_ = fault != nullptr && std::string(fault) == "1";
   SHOAL_CUDA_TRY(cudaSetDevice(opt_.device));
   SHOAL_CUDA_TRY(cudaStreamCreateWithFlags(&x_.stream_, cudaStreamNonBlocking));
   SHOAL_CUBLAS_TRY(cublasLtCreate(&x_.lt_));
@@ -1082,7 +1145,8 @@ Status Compiler::Build() {
   x_.workspace_bytes_ = std::max(x_.workspace_bytes_, kCublasWorkspace);
   SHOAL_CUDA_TRY(cudaMalloc(&x_.workspace_, x_.workspace_bytes_));
   x_.allocations_.push_back(x_.workspace_);
-  return {};
+  // Last: the steps read the workspace pointer, and a capture records it.
+  return x_.CaptureBuckets();
 }
 
 namespace {

@@ -13,7 +13,8 @@
 
 namespace shoal::inference {
 
-inline constexpr int kCudaModuleApiVersion = 1;
+// 2: Executable::execution_mode().
+inline constexpr int kCudaModuleApiVersion = 2;
 
 struct CudaModuleApi {
   int version;

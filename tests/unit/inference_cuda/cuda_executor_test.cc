@@ -450,6 +450,122 @@ TEST(CudaExecutor, MatchesPyTorchReferences) {
   }
 }
 
+// y = W x for a [n, k] weight whose values (multiples of 1/64 in [-1, 1]) and inputs (multiples
+// of 1/8 in [-1, 1]) are exact in fp16 and bf16: every product is exact and so is the fp32
+// accumulation, so the only error left is rounding the output to the compute type.
+struct ExactGemm {
+  Graph graph;
+  std::vector<float> x;     // `batch` samples
+  std::vector<float> want;  // computed here in double
+  int64_t batch = 0;
+};
+ExactGemm MakeExactGemm(int64_t k, int64_t n, int64_t batch) {
+  ExactGemm c;
+  c.batch = batch;
+  c.graph = OneInput({k});
+  std::vector<float> w(static_cast<size_t>(n * k));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(int(i * 37 % 129) - 64) / 64.0f;
+  c.x.resize(static_cast<size_t>(batch * k));
+  for (size_t i = 0; i < c.x.size(); ++i) c.x[i] = static_cast<float>(int(i * 11 % 17) - 8) / 8.0f;
+  c.want.assign(static_cast<size_t>(batch * n), 0.0f);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t r = 0; r < n; ++r) {
+      double acc = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        acc += double(w[static_cast<size_t>(r * k + j)]) * c.x[static_cast<size_t>(b * k + j)];
+      }
+      c.want[static_cast<size_t>(b * n + r)] = static_cast<float>(acc);
+    }
+  }
+  AddInit(c.graph, "W", {n, k}, std::move(w));
+  c.graph.nodes.push_back({OpType::kGemm, "fc", {"x", "W"}, {"y"}, {{"transB", int64_t{1}}}});
+  return c;
+}
+
+// The weights are uploaded on the executor's stream and the first Run reads them whole: a large
+// weight (32 MiB of f32 from pageable memory, cast on the device for fp16/bf16), run at once
+// after Compile, equals the exact answer to within the output's rounding, in every precision.
+// (The old upload copied with cudaMemcpy on the legacy stream, which the executor's non-blocking
+// stream does not wait for: a kernel could read weights still being copied. A race is not
+// certain to show in one run; this is where it would.)
+TEST(CudaExecutor, WeightsAreWholeOnTheFirstRunInEveryPrecision) {
+  SKIP_WITHOUT_GPU();
+  const ExactGemm c = MakeExactGemm(4096, 2048, 3);
+  for (Precision p : {Precision::kF32, Precision::kF16, Precision::kBF16}) {
+    ExecutorOptions o;
+    o.precision = p;
+    o.max_batch = 4;
+    const float rel = p == Precision::kF32 ? 1e-6f : (p == Precision::kF16 ? 1e-3f : 8e-3f);
+    ExpectNear(RunCuda(c.graph, c.x, c.batch, o), c.want, 1e-3f, rel);
+  }
+}
+
+// Every batch-size bucket is captured as a CUDA graph when the executable is compiled, not in
+// Run; SHOAL_CUDA_GRAPHS=0 runs every bucket eagerly and says so.
+TEST(CudaExecutor, CapturesEveryBucketAtCompile) {
+  SKIP_WITHOUT_GPU();
+  const ExactGemm c = MakeExactGemm(64, 32, 5);
+  ExecutorOptions o;
+  o.max_batch = 8;  // buckets 1, 2, 4, 8
+  auto ex = CreateExecutor("cuda");
+  ASSERT_TRUE(ex.ok()) << ex.status().ToString();
+  auto exe = (*ex)->Compile(c.graph, o);
+  ASSERT_TRUE(exe.ok()) << exe.status().ToString();
+  ExecutionMode m = (*exe)->execution_mode();
+  EXPECT_EQ(m.graph_buckets, 4);
+  EXPECT_EQ(m.eager_buckets, 0);
+  EXPECT_EQ(m.eager_reason, "");
+  std::vector<float> out(c.want.size());
+  ASSERT_TRUE((*exe)->Run({c.x, out, c.batch}).ok());
+  ExpectNear(out, c.want, 1e-4f, 1e-6f);
+
+  setenv("SHOAL_CUDA_GRAPHS", "0", 1);
+  auto eager = (*ex)->Compile(c.graph, o);
+  unsetenv("SHOAL_CUDA_GRAPHS");
+  ASSERT_TRUE(eager.ok()) << eager.status().ToString();
+  m = (*eager)->execution_mode();
+  EXPECT_EQ(m.graph_buckets, 0);
+  EXPECT_EQ(m.eager_buckets, 4);
+  EXPECT_EQ(m.eager_reason, "CUDA graphs are off (SHOAL_CUDA_GRAPHS=0)");
+  std::fill(out.begin(), out.end(), -1.0f);
+  ASSERT_TRUE((*eager)->Run({c.x, out, c.batch}).ok());
+  ExpectNear(out, c.want, 1e-4f, 1e-6f);
+}
+
+// A capture that fails (SHOAL_CUDA_GRAPH_CAPTURE_FAULT=1 makes CUDA invalidate every capture)
+// does not fail Compile or Run: each bucket runs eagerly, execution_mode() gives the reason, the
+// answers are right in every bucket, and nothing is captured again on later runs.
+TEST(CudaExecutor, FailedCaptureFallsBackToEagerWithTheReason) {
+  SKIP_WITHOUT_GPU();
+  const ExactGemm c = MakeExactGemm(64, 32, 8);
+  ExecutorOptions o;
+  o.max_batch = 8;
+  auto ex = CreateExecutor("cuda");
+  ASSERT_TRUE(ex.ok()) << ex.status().ToString();
+  setenv("SHOAL_CUDA_GRAPH_CAPTURE_FAULT", "1", 1);
+  auto exe = (*ex)->Compile(c.graph, o);
+  unsetenv("SHOAL_CUDA_GRAPH_CAPTURE_FAULT");
+  ASSERT_TRUE(exe.ok()) << exe.status().ToString();
+  const ExecutionMode m = (*exe)->execution_mode();
+  EXPECT_EQ(m.graph_buckets, 0);
+  EXPECT_EQ(m.eager_buckets, 4);
+  EXPECT_EQ(m.eager_reason.rfind("capturing the batch-1 bucket as a CUDA graph failed: ", 0), 0u)
+      << m.eager_reason;
+  EXPECT_NE(m.eager_reason.find("SHOAL_CUDA_GRAPH_CAPTURE_FAULT"), std::string::npos)
+      << m.eager_reason;
+  for (int round = 0; round < 2; ++round) {
+    for (int64_t batch : {1, 2, 3, 8}) {
+      std::vector<float> out(static_cast<size_t>(batch * 32), -1.0f);
+      const std::vector<float> x(c.x.begin(), c.x.begin() + batch * 64);
+      const std::vector<float> want(c.want.begin(), c.want.begin() + batch * 32);
+      const Status st = (*exe)->Run({x, out, batch});
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      ExpectNear(out, want, 1e-4f, 1e-6f);
+    }
+    EXPECT_EQ((*exe)->execution_mode().eager_buckets, 4) << "a capture was retried";
+  }
+}
+
 #if defined(SHOAL_HAVE_CPU_EXECUTOR)
 // Not a GPU test: keeps the checked-in references equal to what the CPU executor computes.
 TEST(CpuReferenceForCuda, FilesMatchTheCpuExecutor) {

@@ -37,9 +37,20 @@ struct BatchIO {
   int64_t batch = 0;
 };
 
+// How an Executable runs a batch. The CUDA executor replays one CUDA graph per batch-size bucket,
+// captured once when it compiles; a bucket whose capture failed (or every bucket, with
+// SHOAL_CUDA_GRAPHS=0) launches its kernels one by one instead, and says why. The CPU executor
+// has no buckets: all zero.
+struct ExecutionMode {
+  int graph_buckets = 0;     // buckets replayed as a captured CUDA graph
+  int eager_buckets = 0;     // buckets launched kernel by kernel
+  std::string eager_reason;  // why (the first eager bucket's reason); "" when none is eager
+};
+
 class Executable {
  public:
   virtual ~Executable() = default;
+  virtual ExecutionMode execution_mode() const { return {}; }
   // kInvalidArgument when batch is 0 or above max_batch, or a span has the wrong size.
   virtual Status Run(const BatchIO& io) = 0;
   // Per-sample shapes (batch dimension removed) of the graph's input and output.

@@ -193,6 +193,9 @@ int main(int argc, char** argv) {
     return specs;
   });
   fl.SetOnChange([&manager] { manager.FunctionsChanged(); });
+  fl.SetOnGpuFallback([&metrics](const std::string& job) {
+    metrics.fl_gpu_fallbacks.Add({{"job", job}}).Increment();
+  });
   ControlApi control(*registry, manager, &fl, tokens.get());
   ControlService control_service(control);
   // An inference instance reads its FL job's models through the fleet routes: it gets an

@@ -138,7 +138,8 @@ class GatewayLoop {
   void Reject(uint64_t request_id, int status, const std::string& reason);
   void FlushOutbox();
   // Tells the coordinator how an FL update ended (no-op for other requests).
-  void FinishFl(Pending& p, int status);
+  // `leaf_answered`: the status is the leaf instance's own answer, not the gateway's.
+  void FinishFl(Pending& p, int status, bool leaf_answered = false);
   uint32_t AllocPending();
   void FreePending(uint32_t idx);
   Pending* Lookup(uint64_t request_id, uint32_t* idx);
@@ -1011,9 +1012,9 @@ uint32_t GatewayLoop::AllocPending() {
   return idx;
 }
 
-void GatewayLoop::FinishFl(Pending& p, int status) {
+void GatewayLoop::FinishFl(Pending& p, int status, bool leaf_answered) {
   if (p.fl_ticket == 0) return;
-  gw_.hooks_.fl->Completed(p.fl_ticket, status);
+  gw_.hooks_.fl->Completed(p.fl_ticket, status, leaf_answered);
   p.fl_ticket = 0;
 }
 
@@ -1212,9 +1213,11 @@ void GatewayLoop::OnResponse(const EventDescriptor& d) {
     return;
   }
   // A late answer to an abandoned FL update still counts: the leaf folded it.
-  FinishFl(*p, d.kind == static_cast<uint16_t>(EventKind::kResponse) && d.offset != 0
-                   ? static_cast<int>(ReadPayload(p->fn->pool->Data(d.offset)).status)
-                   : static_cast<int>(d.status ? d.status : 500));
+  FinishFl(*p,
+           d.kind == static_cast<uint16_t>(EventKind::kResponse) && d.offset != 0
+               ? static_cast<int>(ReadPayload(p->fn->pool->Data(d.offset)).status)
+               : static_cast<int>(d.status ? d.status : 500),
+           /*leaf_answered=*/true);
   auto fn = std::move(p->fn);
   Connection* conn = p->conn;
   FreePending(idx);

@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "shoal/runtime/fl_leaf_handler.h"
 #include "shoal/runtime/handler.h"
 
 namespace shoal {
@@ -97,7 +98,7 @@ class SleepHandler final : public Handler {
 
 }  // namespace
 
-Result<std::unique_ptr<Handler>> CreateFlLeafHandler();  // fl_leaf_handler.cc
+// CreateFlLeafHandler(): shoal/runtime/fl_leaf_handler.h
 #ifdef SHOAL_WITH_INFERENCE
 Result<std::unique_ptr<Handler>> CreateInferenceHandler();  // inference_handler.cc
 #endif

@@ -10,6 +10,8 @@
 // pipelined. That moves 12 bytes per f32 element over PCIe instead of the 4 a device-resident
 // accumulator would need; the protocol (202 only once the update is in the pool's sum) asks
 // for it.
+#include "shoal/runtime/fl_leaf_handler.h"
+
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -24,7 +26,6 @@
 #include "shoal/aggregator/fold.h"
 #include "shoal/model/architectures.h"
 #include "shoal/model/update_format.h"
-#include "shoal/runtime/handler.h"
 #if defined(SHOAL_HAVE_GPU_FOLD)
 #include "shoal/aggregator/gpu_fold.h"
 #endif
@@ -32,63 +33,46 @@
 namespace shoal {
 namespace {
 
-enum class FoldDevice { kAuto, kCpu, kGpu };
-
-// Below this many update bytes, `auto` folds on the CPU: the copies' and launches' fixed cost
-// (tens of µs per tensor) exceeds a CPU fold of a small model.
-constexpr uint64_t kGpuMinUpdateBytes = uint64_t{4} << 20;
-
 class FlLeafHandler final : public Handler {
  public:
-  FlLeafHandler(model::ModelSpec spec, FoldDevice device)
-      : spec_(std::move(spec)), device_(device) {}
+  FlLeafHandler(model::ModelSpec spec, const FlLeafOptions& options,
+                std::unique_ptr<LeafDeviceFolder> device)
+      : spec_(std::move(spec)), options_(options), device_(std::move(device)) {}
   ~FlLeafHandler() override {
-    if (register_thread_.joinable()) register_thread_.join();
+    if (attach_thread_.joinable()) attach_thread_.join();
   }
   bool MayBlock() const override { return false; }
 
   void OnPoolAttached(void* base, size_t bytes) override {
-    if (device_ == FoldDevice::kCpu) {
+    if (options_.device == LeafFoldDevice::kCpu) {
       spdlog::info("fl-leaf: folding on the CPU ({}): spec.aggregation.device is cpu",
                    aggregator::FoldIsa());
       return;
     }
-#if defined(SHOAL_HAVE_GPU_FOLD)
-    std::string why;
-    if (!aggregator::GpuFoldAvailable(&why)) {
-      spdlog::log(device_ == FoldDevice::kGpu ? spdlog::level::warn : spdlog::level::info,
-                  "fl-leaf: folding on the CPU ({}): {}", aggregator::FoldIsa(), why);
-      return;
-    }
-    auto folder = aggregator::GpuFolder::Create();
-    if (!folder.ok()) {
-      spdlog::warn("fl-leaf: folding on the CPU: {}", folder.status().ToString());
-      return;
-    }
-    gpu_ = std::move(*folder);
-    // Pinning the pool takes about 0.9 s per GiB: done beside the event loop, which folds on
-    // the CPU until it is finished.
-    register_thread_ = std::thread([this, base, bytes] {
+    if (!device_) return;  // the factory said why
+    auto attach = [this, base, bytes] {
       const auto t0 = std::chrono::steady_clock::now();
-      Status st = gpu_->RegisterHost(base, bytes);
+      Status st = device_->Attach(base, bytes);
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (!st.ok()) {
-        spdlog::warn("fl-leaf: folding on the CPU: cannot pin the pool: {}", st.ToString());
+        spdlog::warn("fl-leaf: folding on the CPU: cannot attach the pool to the {}: {}",
+                     device_->Describe(), st.ToString());
         return;
       }
-      spdlog::info(
-          "fl-leaf: folding on the GPU (device {}) for updates >= {} bytes{}; pool "
-          "pinned ({} MiB in {:.2f} s)",
-          gpu_->device(), device_ == FoldDevice::kGpu ? 0 : kGpuMinUpdateBytes,
-          device_ == FoldDevice::kGpu ? " (device: gpu)" : " (device: auto)", bytes >> 20, s);
-      gpu_ready_.store(true, std::memory_order_release);
-    });
-#else
-    (void)base;
-    (void)bytes;
-    spdlog::log(device_ == FoldDevice::kGpu ? spdlog::level::warn : spdlog::level::info,
-                "fl-leaf: folding on the CPU ({}): this build has no CUDA", aggregator::FoldIsa());
-#endif
+      const bool forced = options_.device == LeafFoldDevice::kGpu;
+      spdlog::info("fl-leaf: folding on the {} for updates >= {} bytes ({}); pool attached ({} "
+                   "MiB in {:.2f} s)",
+                   device_->Describe(), forced ? 0 : options_.device_min_update_bytes,
+                   forced ? "device: gpu" : "device: auto", bytes >> 20, s);
+      device_ready_.store(true, std::memory_order_release);
+    };
+    // Pinning the pool takes about 0.9 s per GiB: done beside the event loop, which folds on
+    // the CPU until it is finished.
+    if (options_.attach_in_background) {
+      attach_thread_ = std::thread(attach);
+    } else {
+      attach();
+    }
   }
 
   Status Handle(const Request& request, ResponseBuilder& response) override {
@@ -101,11 +85,17 @@ class FlLeafHandler final : public Handler {
                       ")");
     }
     auto* acc = reinterpret_cast<float*>(request.aux.data());
-    if (!FoldOnGpu(*view, acc, request.aux_value)) {
-      for (const model::TensorView& t : view->tensors) {
-        aggregator::Fold(acc + spec_.offset(t.index), t.data,
-                         static_cast<aggregator::DType>(t.dtype), t.numel, request.aux_value);
-      }
+    segments_.clear();
+    uint64_t bytes = 0;
+    for (const model::TensorView& t : view->tensors) {
+      const auto dtype = static_cast<aggregator::DType>(t.dtype);
+      segments_.push_back({acc + spec_.offset(t.index), t.data, dtype, t.numel, request.aux_value});
+      bytes += t.numel * aggregator::DTypeSize(dtype);
+    }
+    if (UseDevice(bytes)) {
+      if (Status st = device_->Fold(segments_); !st.ok()) return DeviceFailed(st);
+    } else {
+      aggregator::FoldSegments(segments_);
     }
     const std::string json = "{\"accepted\":true,\"client_id\":\"" + view->meta.client_id +
                              "\",\"base_version\":" + std::to_string(view->meta.base_version) +
@@ -118,49 +108,72 @@ class FlLeafHandler final : public Handler {
   }
 
  private:
-  // True when the update was folded on the GPU. On a GPU error the partial sum may be partly
-  // written, so the update cannot simply be retried on the CPU: the error ends the GPU path
-  // for this instance and fails the process, and the coordinator rebuilds the partial sum
-  // from the held updates as it does for any crashed leaf.
-  bool FoldOnGpu(const model::UpdateView& view, float* acc, float w) {
-#if defined(SHOAL_HAVE_GPU_FOLD)
-    if (!gpu_ready_.load(std::memory_order_acquire)) return false;
-    uint64_t bytes = 0;
-    for (const model::TensorView& t : view.tensors) {
-      bytes += t.numel * aggregator::DTypeSize(static_cast<aggregator::DType>(t.dtype));
-    }
-    if (device_ == FoldDevice::kAuto && bytes < kGpuMinUpdateBytes) return false;
-    segments_.clear();
-    for (const model::TensorView& t : view.tensors) {
-      segments_.push_back({acc + spec_.offset(t.index), t.data,
-                           static_cast<aggregator::DType>(t.dtype), t.numel, w});
-    }
-    Status st = gpu_->FoldHost(segments_);
-    if (!st.ok()) {
-      spdlog::critical("fl-leaf: GPU fold failed, the partial sum is unknown: {}", st.ToString());
-      std::abort();
-    }
-    return true;
-#else
-    (void)view;
-    (void)acc;
-    (void)w;
-    return false;
-#endif
+  bool UseDevice(uint64_t update_bytes) const {
+    if (!device_ready_.load(std::memory_order_acquire)) return false;
+    return options_.device == LeafFoldDevice::kGpu ||
+           update_bytes >= options_.device_min_update_bytes;
+  }
+
+  // The partial sum may hold part of this update, so it cannot be folded again here: the
+  // update is refused with 502 (kUnavailable), which tells the coordinator to rebuild the
+  // partial sum from the acknowledged updates before it commits (and counts the fallback), and
+  // the client to send it again. This instance folds on the CPU from now on.
+  Status DeviceFailed(const Status& st) {
+    device_ready_.store(false, std::memory_order_release);
+    const std::string what = device_->Describe();
+    spdlog::error("fl-leaf: the {} fold failed, folding on the CPU from now on; the update is "
+                  "refused (502) and the partial sum rebuilt by the coordinator: {}",
+                  what, st.ToString());
+    device_.reset();  // frees its device memory and unpins the pool (best effort)
+    return Unavailable("the " + what + " fold failed (" + st.message() +
+                       "); the leaf folds on the CPU now: send the update again");
   }
 
   model::ModelSpec spec_;
   model::ParseLimits limits_;
-  FoldDevice device_;
-#if defined(SHOAL_HAVE_GPU_FOLD)
-  std::unique_ptr<aggregator::GpuFolder> gpu_;
-  std::vector<aggregator::GpuFoldSegment> segments_;
-#endif
-  std::atomic<bool> gpu_ready_{false};
-  std::thread register_thread_;
+  FlLeafOptions options_;
+  std::unique_ptr<LeafDeviceFolder> device_;
+  std::vector<aggregator::FoldSegment> segments_;
+  std::atomic<bool> device_ready_{false};
+  std::thread attach_thread_;
 };
 
+#if defined(SHOAL_HAVE_GPU_FOLD)
+class GpuLeafFolder final : public LeafDeviceFolder {
+ public:
+  explicit GpuLeafFolder(std::unique_ptr<aggregator::GpuFolder> folder)
+      : folder_(std::move(folder)) {}
+  std::string Describe() const override {
+    return "GPU (device " + std::to_string(folder_->device()) + ")";
+  }
+  Status Attach(void* base, size_t bytes) override { return folder_->RegisterHost(base, bytes); }
+  Status Fold(std::span<const aggregator::FoldSegment> segments) override {
+    return folder_->FoldHost(segments);
+  }
+
+ private:
+  std::unique_ptr<aggregator::GpuFolder> folder_;
+};
+#endif
+
 }  // namespace
+
+Result<std::unique_ptr<LeafDeviceFolder>> CreateGpuLeafFolder() {
+#if defined(SHOAL_HAVE_GPU_FOLD)
+  std::string why;
+  if (!aggregator::GpuFoldAvailable(&why)) return Unavailable(why);
+  auto folder = aggregator::GpuFolder::Create();
+  if (!folder.ok()) return folder.status();
+  return std::unique_ptr<LeafDeviceFolder>(new GpuLeafFolder(std::move(*folder)));
+#else
+  return Unavailable("this build has no CUDA");
+#endif
+}
+
+std::unique_ptr<Handler> CreateFlLeafHandler(model::ModelSpec spec, const FlLeafOptions& options,
+                                             std::unique_ptr<LeafDeviceFolder> device) {
+  return std::make_unique<FlLeafHandler>(std::move(spec), options, std::move(device));
+}
 
 Result<std::unique_ptr<Handler>> CreateFlLeafHandler() {
   const char* arch = std::getenv("SHOAL_FL_ARCH");
@@ -172,16 +185,28 @@ Result<std::unique_ptr<Handler>> CreateFlLeafHandler() {
   if (inputs != nullptr && *inputs != '\0') opts.inputs = std::strtoull(inputs, nullptr, 10);
   auto spec = model::ArchitectureSpec(arch ? arch : "mlp", opts);
   if (!spec.ok()) return spec.status();
-  FoldDevice dev = FoldDevice::kAuto;
+  FlLeafOptions options;
   const std::string d = device ? device : "auto";
   if (d == "cpu") {
-    dev = FoldDevice::kCpu;
+    options.device = LeafFoldDevice::kCpu;
   } else if (d == "gpu") {
-    dev = FoldDevice::kGpu;
+    options.device = LeafFoldDevice::kGpu;
   } else if (d != "auto" && !d.empty()) {
     return InvalidArgument("SHOAL_FL_AGG_DEVICE: unknown device '" + d + "' (auto, cpu, gpu)");
   }
-  return std::unique_ptr<Handler>(new FlLeafHandler(std::move(*spec), dev));
+  std::unique_ptr<LeafDeviceFolder> gpu;
+  if (options.device != LeafFoldDevice::kCpu) {
+    auto folder = CreateGpuLeafFolder();
+    if (folder.ok()) {
+      gpu = std::move(*folder);
+    } else {
+      spdlog::log(options.device == LeafFoldDevice::kGpu ? spdlog::level::warn
+                                                         : spdlog::level::info,
+                  "fl-leaf: folding on the CPU ({}): {}", aggregator::FoldIsa(),
+                  folder.status().message());
+    }
+  }
+  return CreateFlLeafHandler(std::move(*spec), options, std::move(gpu));
 }
 
 }  // namespace shoal

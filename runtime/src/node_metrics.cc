@@ -112,6 +112,10 @@ NodeMetrics::NodeMetrics()
       placement_decisions(prometheus::BuildCounter()
           .Name("shoal_placement_decisions_total")
           .Help("Instance starts placed on this node, by kind (warm, cached, cold, unschedulable)")
+          .Register(*registry_)),
+      fl_gpu_fallbacks(prometheus::BuildCounter()
+          .Name("shoal_fl_gpu_fallbacks_total")
+          .Help("FL leaf aggregators whose GPU fold failed and that fold on the CPU since, by job")
           .Register(*registry_)) {}
 
 

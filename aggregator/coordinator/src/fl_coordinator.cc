@@ -240,6 +240,9 @@ struct FlCoordinator::JobState {
     uint64_t offset = 0;            // float32[num_params] in the pool, held by shoald
     std::vector<uint64_t> tickets;  // acked updates folded into it
     uint64_t base = 0;              // their base version (staleness taken at commit)
+    // A fold into it failed halfway (its leaf died, or the leaf's GPU fold failed): rebuilt
+    // from `tickets` at commit, when no leaf can be writing it any more.
+    bool rebuild = false;
   };
   struct Round {
     // By PartialKey: the leaf instance (kRefoldedPartial: refolded by the coordinator), and the
@@ -289,6 +292,7 @@ struct FlCoordinator::JobState {
   BufferPool* pool = nullptr;
   std::vector<VersionInfo> versions;
   uint64_t updates_total = 0;
+  uint64_t gpu_fallbacks = 0;  // leaves whose GPU fold failed (they fold on the CPU since)
   Clock::time_point start = Clock::now();
   double elapsed_before = 0;  // from the checkpoint this run resumed
   bool done = false;
@@ -682,6 +686,7 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
             {"round", job->open_round},
             {"clients", {{"expected", job->spec.clients}, {"joined", job->clients.size()}}},
             {"updates_total", job->updates_total},
+            {"gpu_fallbacks", job->gpu_fallbacks},
             {"elapsed_s", job->Elapsed()},
             {"target_accuracy", job->spec.target_accuracy},
             {"best_accuracy", job->best_accuracy},
@@ -928,7 +933,7 @@ Result<uint64_t> FlCoordinator::PartialFor(uint64_t ticket, uint32_t instance) {
   return *off;
 }
 
-void FlCoordinator::Completed(uint64_t ticket, int http_status) {
+void FlCoordinator::Completed(uint64_t ticket, int http_status, bool leaf_answered) {
   std::shared_ptr<JobState> job;
   {
     std::lock_guard lock(mu_);
@@ -938,6 +943,7 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status) {
     by_ticket_.erase(it);
   }
   bool commit = false;
+  bool gpu_fallback = false;
   {
     std::lock_guard jl(job->mu);
     auto tit = job->tickets.find(ticket);
@@ -964,23 +970,46 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status) {
       if (job->clients[t.client].submitted_round == t.round) {
         job->clients[t.client].submitted_round = UINT64_MAX;
       }
+      // Nor does it count toward closing its round: a round it closed by count opens again
+      // (unless updates went to the next round meanwhile), so the update sent again joins it.
+      --round.admitted;
+      if (round.closed && !job->Compass() && !job->algo->NextCommitTime() &&
+          job->open_round == t.round + 1) {
+        auto next = job->rounds.find(job->open_round);
+        const bool next_empty = next == job->rounds.end() || next->second.admitted == 0;
+        const bool still_due = job->Sync()
+                                   ? round.admitted >= job->Needed()
+                                   : job->algo->ShouldCommit(round.admitted, job->Elapsed());
+        if (next_empty && !still_due) {
+          if (next != job->rounds.end()) job->rounds.erase(next);
+          round.closed = false;
+          job->open_round = t.round;
+        }
+      }
       auto pit = round.partials.find(t.partial);
       if (http_status == 502 && pit != round.partials.end()) {
-        // The leaf died, maybe halfway through folding this update into its partial sum:
-        // rebuild that partial from the acknowledged updates it held (still in the pool).
-        const size_t n = job->mspec.num_params();
-        float* acc = reinterpret_cast<float*>(job->pool->Data(pit->second.offset).data());
-        std::fill(acc, acc + n, 0.0f);
-        const size_t refolded = job->Refold(acc, pit->second.tickets);
-        spdlog::warn("fl job {}: leaf {:#x} failed; partial sum rebuilt from {} acknowledged "
-                     "update(s)",
-                     job->spec.name, t.instance, refolded);
+        // The leaf died, or its GPU fold failed, maybe halfway through folding this update
+        // into its partial sum. The partial is rebuilt from the acknowledged updates it holds
+        // (still in the pool) when the round commits: a leaf that fell back to the CPU is
+        // alive and may be folding the next update into it right now.
+        pit->second.rebuild = true;
+        if (leaf_answered) {
+          ++job->gpu_fallbacks;
+          gpu_fallback = true;
+          spdlog::warn("fl job {}: leaf {:#x}'s GPU fold failed; it folds on the CPU from now "
+                       "on, and its partial sum is rebuilt at commit",
+                       job->spec.name, t.instance);
+        } else {
+          spdlog::warn("fl job {}: leaf {:#x} failed; its partial sum is rebuilt at commit",
+                       job->spec.name, t.instance);
+        }
       }
       (void)job->pool->Release(t.buffer, kCoordinatorSlot);
       job->tickets.erase(tit);
     }
     commit = round.closed && round.inflight == 0;
   }
+  if (gpu_fallback && on_gpu_fallback_) on_gpu_fallback_(job->spec.name);
   if (commit) Enqueue(job);
 }
 
@@ -1054,6 +1083,15 @@ void FlCoordinator::CommitLoop() {
         // The top of the hierarchy: add the leaves' partial sums, then the algorithm's step.
         job->total.Reset();
         for (auto& [inst, p] : round.partials) {
+          if (p.rebuild) {
+            // No leaf writes it now (every update of the round has answered): from scratch.
+            float* acc = reinterpret_cast<float*>(job->pool->Data(p.offset).data());
+            std::fill(acc, acc + n, 0.0f);
+            const size_t refolded = job->Refold(acc, p.tickets);
+            p.rebuild = false;
+            spdlog::warn("fl job {}: partial sum rebuilt from {} acknowledged update(s)",
+                         job->spec.name, refolded);
+          }
           std::vector<std::pair<uint64_t, double>> folded;
           for (uint64_t tid : p.tickets) {
             const JobState::Ticket& t = job->tickets[tid];

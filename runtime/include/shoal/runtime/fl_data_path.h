@@ -35,8 +35,12 @@ class FlDataPath {
                                     std::span<const std::byte> body, uint64_t buffer) = 0;
   // The partial-sum buffer (pool offset) the leaf `instance` folds the ticket's update into.
   virtual Result<uint64_t> PartialFor(uint64_t ticket, uint32_t instance) = 0;
-  // The leaf answered (2xx: folded and counted) or the update failed (any other status).
-  virtual void Completed(uint64_t ticket, int http_status) = 0;
+  // The leaf answered (2xx: folded and counted) or the update failed (any other status). 502:
+  // the partial sum may hold part of the update, and is rebuilt from the acknowledged updates
+  // before it is committed: either the leaf died (the gateway's 502, `leaf_answered` false) or
+  // the leaf's device (GPU) fold failed (the leaf's own 502, `leaf_answered` true; it folds on
+  // the CPU from then on, fl_leaf_handler.h).
+  virtual void Completed(uint64_t ticket, int http_status, bool leaf_answered) = 0;
 };
 
 }  // namespace shoal

@@ -71,6 +71,8 @@ class NodeMetrics {
   prometheus::Family<prometheus::Counter>& autoscaler_cold_requests;
   // Placement of instance starts (kind: warm, cached, cold, unschedulable).
   prometheus::Family<prometheus::Counter>& placement_decisions;
+  // FL leaves whose GPU fold failed (they answered that update 502 and fold on the CPU since).
+  prometheus::Family<prometheus::Counter>& fl_gpu_fallbacks;
 };
 
 }  // namespace shoal

@@ -66,7 +66,12 @@ class FlCoordinator final : public JobService, public FlDataPath {
   Result<FlAdmission> Admit(std::string_view job, BufferPool& pool,
                             std::span<const std::byte> body, uint64_t buffer) override;
   Result<uint64_t> PartialFor(uint64_t ticket, uint32_t instance) override;
-  void Completed(uint64_t ticket, int http_status) override;
+  void Completed(uint64_t ticket, int http_status, bool leaf_answered) override;
+  // Called (on a gateway loop) each time a leaf of `job` reports that its GPU fold failed and it
+  // folds on the CPU from then on: shoald counts shoal_fl_gpu_fallbacks_total{job}.
+  void SetOnGpuFallback(std::function<void(const std::string& job)> f) {
+    on_gpu_fallback_ = std::move(f);
+  }
 
   struct JobState;  // fl_coordinator.cc
 
@@ -81,6 +86,7 @@ class FlCoordinator final : public JobService, public FlDataPath {
 
   const NodeConfig& config_;
   std::function<void()> on_change_;
+  std::function<void(const std::string&)> on_gpu_fallback_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<JobState>, std::less<>> jobs_;
   std::map<uint64_t, std::shared_ptr<JobState>> by_ticket_;

@@ -1,0 +1,213 @@
+// FlCoordinator on its own: updates admitted from a real shared-memory pool, folded by the test
+// as a leaf would, answered as the gateway reports a leaf's answers. What a leaf's 502 does to
+// its partial sum and its round.
+#include "shoal/aggregator/fl_coordinator.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shoal/aggregator/fold.h"
+#include "shoal/common/payload.h"
+#include "shoal/model/architectures.h"
+#include "shoal/model/safetensors.h"
+#include "shoal/model/update_format.h"
+#include "shoal/pool/shm_pool.h"
+
+namespace shoal {
+namespace {
+
+using Json = nlohmann::json;
+
+class FlCoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir[] = "/tmp/shoal-coord-test-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    config_.state_dir = dir_;
+    auto p = ShmPool::Create("shoal-coord-test-" + std::to_string(getpid()), 16 << 20);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    pool_ = std::move(*p);
+    fl_ = std::make_unique<FlCoordinator>(config_);
+    fl_->SetOnGpuFallback([this](const std::string& job) { fallbacks_.push_back(job); });
+    FlJobSpec spec;
+    spec.name = "rb";
+    spec.algorithm = "fedavg";
+    spec.architecture = "mlp";
+    spec.hidden = 4;
+    spec.dataset = "digits";
+    spec.clients = 3;
+    spec.rounds = 2;
+    ASSERT_TRUE(fl_->DeployJob(spec).ok());
+    mspec_ = model::MlpSpec(64, {4}, 10);
+    for (int k = 0; k < 3; ++k) {
+      auto j = fl_->Join("rb", "c" + std::to_string(k), "");
+      ASSERT_TRUE(j.ok()) << j.status().ToString();
+      clients_.push_back(*j);
+    }
+    auto m = fl_->Model("rb", 0);
+    ASSERT_TRUE(m.ok());
+    w0_ = Values(m->bytes);
+  }
+  void TearDown() override {
+    fl_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  std::vector<float> Values(const std::string& safetensors) {
+    auto m = model::ModelFromSafetensors(
+        std::as_bytes(std::span<const char>(safetensors.data(), safetensors.size())), mspec_);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    return m.ok() ? m->values : std::vector<float>{};
+  }
+  // Client k's update: w0 + (k + 1) / 16 everywhere, from `samples` samples.
+  std::vector<float> X(int k) {
+    std::vector<float> x = w0_;
+    for (float& v : x) v += float(k + 1) / 16.0f;
+    return x;
+  }
+  struct InFlight {
+    uint64_t ticket = 0, buffer = 0;
+    float coefficient = 0;
+    float* partial = nullptr;
+  };
+  // As the gateway does: the body into a pool buffer, admitted, its partial sum named for leaf
+  // instance 7.
+  InFlight Send(int k) {
+    model::Model m(mspec_);
+    m.values = X(k);
+    model::UpdateMeta meta;
+    meta.job = "rb";
+    meta.client_id = clients_[k].client_id;
+    meta.token = clients_[k].token;
+    meta.base_version = 0;
+    meta.num_samples = 100 * (k + 1);
+    auto body = model::EncodeUpdate(meta, m, model::DType::kF32);
+    EXPECT_TRUE(body.ok());
+    const std::string_view ct = "application/octet-stream";
+    const size_t off = PayloadBodyOffset(0, 0, ct.size());
+    InFlight f;
+    auto b = pool_->Allocate(off + body->size(), kShoaldSlot);
+    EXPECT_TRUE(b.ok());
+    f.buffer = *b;
+    auto span = pool_->Data(f.buffer);
+    WritePayloadHead(span, 3, 0, "", "", ct, body->size());
+    std::memcpy(span.data() + off, body->data(), body->size());
+    auto adm = fl_->Admit("rb", *pool_, span.subspan(off, body->size()), f.buffer);
+    EXPECT_TRUE(adm.ok()) << adm.status().ToString();
+    if (!adm.ok()) return f;
+    f.ticket = adm->ticket;
+    f.coefficient = adm->coefficient;
+    auto partial = fl_->PartialFor(f.ticket, 7);
+    EXPECT_TRUE(partial.ok()) << partial.status().ToString();
+    f.partial = reinterpret_cast<float*>(pool_->Data(*partial).data());
+    return f;
+  }
+  // The leaf folds client k's update into its partial sum (only the first `n` elements when
+  // it fails halfway, plus a wrong value, as a GPU error midway could leave it).
+  void LeafFold(const InFlight& f, int k, size_t n = SIZE_MAX, bool garbage = false) {
+    const std::vector<float> x = X(k);
+    aggregator::Fold(f.partial, x.data(), aggregator::DType::kF32, std::min(n, x.size()),
+                     f.coefficient);
+    if (garbage) f.partial[x.size() - 1] += 1000.0f;
+  }
+  void Answer(const InFlight& f, int status, bool leaf_answered = true) {
+    fl_->Completed(f.ticket, status, leaf_answered);
+    (void)pool_->Release(f.buffer, kShoaldSlot);
+  }
+  Json Status() { return Json::parse(*fl_->JobStatusJson("rb"), nullptr, false); }
+  bool WaitVersion(uint64_t v) {
+    for (int i = 0; i < 250; ++i) {
+      if (Status().value("version", uint64_t{0}) >= v) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+  std::string dir_;
+  NodeConfig config_;
+  std::unique_ptr<ShmPool> pool_;
+  std::unique_ptr<FlCoordinator> fl_;
+  model::ModelSpec mspec_;
+  std::vector<JoinResult> clients_;
+  std::vector<float> w0_;
+  std::vector<std::string> fallbacks_;
+};
+
+// A leaf's GPU fold fails halfway through client 1's update (the leaf answers 502 itself) while
+// client 2's update, already sent to the same leaf, is folded into the same partial sum by the
+// CPU before the coordinator hears of the failure. The partial is rebuilt at commit from every
+// acknowledged update (a rebuild at the 502 would have wiped client 2's fold, which is then
+// acknowledged), the failed update does not count toward closing the round (its resend joins
+// it), and the fallback is counted once.
+TEST_F(FlCoordinatorTest, LeafGpuFailureRebuildsThePartialAtCommitAndCountsTheFallback) {
+  const InFlight a = Send(0);
+  LeafFold(a, 0);
+  Answer(a, 202);
+  const InFlight b = Send(1);
+  LeafFold(b, 1, 100, /*garbage=*/true);
+  const InFlight c = Send(2);  // the third admission: the round is full for now
+  LeafFold(c, 2);              // the leaf, on the CPU now, folds it before the 502 is heard
+  Answer(b, 502);
+  EXPECT_EQ(fallbacks_, std::vector<std::string>{"rb"});
+  EXPECT_EQ(Status().value("gpu_fallbacks", 0), 1);
+  Answer(c, 202);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(Status().value("version", -1), 0) << "the round waits for client 1 again";
+  const InFlight b2 = Send(1);  // the client sends it again
+  LeafFold(b2, 1);
+  Answer(b2, 202);
+  ASSERT_TRUE(WaitVersion(1)) << Status().dump();
+  const Json st = Status();
+  EXPECT_EQ(st["versions"][1].value("updates", 0), 3);
+  EXPECT_EQ(st.value("updates_total", 0), 3);
+  // FedAvg: Σ n_k x_k / Σ n_k with n_k = 100 (k + 1).
+  auto m = fl_->Model("rb", 1);
+  ASSERT_TRUE(m.ok());
+  const std::vector<float> v1 = Values(m->bytes);
+  ASSERT_EQ(v1.size(), w0_.size());
+  double max_diff = 0;
+  for (size_t i = 0; i < v1.size(); ++i) {
+    double want = 0;
+    for (int k = 0; k < 3; ++k) want += 100.0 * (k + 1) * (double(w0_[i]) + (k + 1) / 16.0);
+    max_diff = std::max(max_diff, std::abs(v1[i] - want / 600.0));
+  }
+  EXPECT_LT(max_diff, 1e-5);
+  EXPECT_EQ(fallbacks_.size(), 1u);
+}
+
+// The gateway's 502 (the leaf died) rebuilds the partial sum too, but is not a GPU fallback.
+TEST_F(FlCoordinatorTest, ADeadLeafIsRebuiltButNotCountedAsAFallback) {
+  const InFlight a = Send(0);
+  LeafFold(a, 0, 10, /*garbage=*/true);
+  Answer(a, 502, /*leaf_answered=*/false);
+  EXPECT_TRUE(fallbacks_.empty());
+  EXPECT_EQ(Status().value("gpu_fallbacks", -1), 0);
+  for (int k = 0; k < 3; ++k) {
+    const InFlight f = Send(k);
+    LeafFold(f, k);
+    Answer(f, 202);
+  }
+  ASSERT_TRUE(WaitVersion(1)) << Status().dump();
+  auto m = fl_->Model("rb", 1);
+  ASSERT_TRUE(m.ok());
+  const std::vector<float> v1 = Values(m->bytes);
+  double max_diff = 0;
+  for (size_t i = 0; i < v1.size(); ++i) {
+    double want = 0;
+    for (int k = 0; k < 3; ++k) want += 100.0 * (k + 1) * (double(w0_[i]) + (k + 1) / 16.0);
+    max_diff = std::max(max_diff, std::abs(v1[i] - want / 600.0));
+  }
+  EXPECT_LT(max_diff, 1e-5);
+}
+
+}  // namespace
+}  // namespace shoal

@@ -88,12 +88,14 @@ struct ChildError {
     moved[i] = fcntl(fds[i].second, F_DUPFD_CLOEXEC, high_fd);
     if (moved[i] < 0) Fail(err_fd, kStepFds);
   }
-  bool have_stdin = false;
+  bool given[3] = {false, false, false};
   for (size_t i = 0; i < nfds; ++i) {
     if (dup2(moved[i], fds[i].first) < 0) Fail(err_fd, kStepFds);
-    have_stdin = have_stdin || fds[i].first == 0;
+    if (fds[i].first < 3) given[fds[i].first] = true;
   }
-  if (!have_stdin && dup2(devnull, 0) < 0) Fail(err_fd, kStepFds);
+  for (int std_fd = 0; std_fd < 3; ++std_fd) {
+    if (!given[std_fd] && dup2(devnull, std_fd) < 0) Fail(err_fd, kStepFds);
+  }
   for (int fd = 3; fd < high_fd; ++fd) {
     bool target = false;
     for (size_t i = 0; i < nfds; ++i) target = target || fds[i].first == fd;

@@ -25,8 +25,8 @@ struct SpawnOptions {
   std::string file;  // absolute path of the executable
   std::vector<std::string> argv;
   std::vector<std::string> env;
-  // Child descriptor number <- parent descriptor. stdin, when not given, is /dev/null; every
-  // other descriptor of the parent is closed in the child.
+  // Child descriptor number <- parent descriptor. stdin, stdout and stderr, when not given,
+  // are /dev/null; every other descriptor of the parent is closed in the child.
   std::vector<std::pair<int, int>> fds;
 };
 

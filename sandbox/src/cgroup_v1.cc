@@ -18,6 +18,9 @@ class CgroupV1 final : public CgroupHierarchy {
  public:
   explicit CgroupV1(std::vector<std::pair<std::string, std::string>> dirs)
       : dirs_(std::move(dirs)) {}
+  ~CgroupV1() override {
+    for (const auto& [c, d] : dirs_) rmdir(d.c_str());  // the node's, once its instances are gone
+  }
 
   std::string Describe() const override {
     std::string out = "v1 (";

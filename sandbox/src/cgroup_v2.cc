@@ -37,6 +37,7 @@ bool Lists(const std::string& list, const std::string& controller) {
 class CgroupV2 final : public CgroupHierarchy {
  public:
   CgroupV2(std::string dir, bool pids) : dir_(std::move(dir)), pids_(pids) {}
+  ~CgroupV2() override { rmdir(dir_.c_str()); }
   std::string Describe() const override {
     return "v2 (cpu, memory" + std::string(pids_ ? ", pids" : "") + ") at " + dir_;
   }

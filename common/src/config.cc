@@ -175,7 +175,9 @@ std::string NodeConfig::ToYaml() const {
   e << YAML::Key << "autoscale_interval_ms" << YAML::Value << autoscale_interval_ms;
   e << YAML::Key << "log_level" << YAML::Value << log_level;
   e << YAML::Key << "handler_dirs" << YAML::Value << YAML::Flow << handler_dirs;
-  e << YAML::Key << "tenants" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "tenants" << YAML::Value;
+  if (tenants.empty()) e << YAML::Flow;
+  e << YAML::BeginMap;
   for (const auto& [ns, id] : tenants) {
     e << YAML::Key << ns << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "uid"
       << YAML::Value << id.uid << YAML::Key << "gid" << YAML::Value << id.gid << YAML::EndMap;

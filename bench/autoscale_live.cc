@@ -143,7 +143,7 @@ bool RunPolicy(const std::string& policy, const std::vector<Fn>& fns,
   std::fprintf(stderr, "\r%s: 100%%\n", policy.c_str());
 
   // Instance-seconds up to now from shoald's own accounting (spawn to exit per instance).
-  auto list = json::parse(Http(shoald.port(), "GET", "/v1/functions").body, nullptr, false);
+  auto list = json::parse(shoald.Api("GET", "/v1/functions").body, nullptr, false);
   std::map<std::string, json> status;
   for (const json& f : list.value("functions", json::array())) {
     status[f.value("name", "")] = f.value("status", json::object());

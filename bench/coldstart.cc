@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
     int status = 0;
     cold.push_back(TimeRequest(shoald.port(), "/fn/cold", &status));
     if (status != 200) ++failures;
-    auto j = nlohmann::json::parse(Http(shoald.port(), "GET", "/v1/functions/cold").body, nullptr, false);
+    auto j = nlohmann::json::parse(shoald.Api("GET", "/v1/functions/cold").body, nullptr, false);
     if (!j.is_discarded()) spawn_to_ready.push_back(j["status"].value("last_cold_start_ms", 0.0));
     std::fprintf(stderr, "\r[cold %d/%d] %.2f ms   ", i + 1, runs, cold.back());
   }

@@ -64,7 +64,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "deploy %s: %s\n", a.c_str(), d.err.c_str());
       return 1;
     }
-    const std::string cmd = BinDir() + "/shoal-client --server http://127.0.0.1:" +
+    const std::string cmd = "SHOAL_TOKEN=" + shoald.CreateToken("fl-client", "", job) + " " +
+                            BinDir() + "/shoal-client --server http://127.0.0.1:" +
                             std::to_string(shoald.port()) + " --job " + job +
                             " --clients 16 --partition dirichlet:0.5 --speeds lognormal:1.0"
                             " --seed 1 --max-seconds " + std::to_string(max_seconds) + " 2>&1";

@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
 
   // The same model and weights (version 0), compiled here.
   std::fprintf(stderr, "[4/4] the CPU executor alone, in this process\n");
-  auto model_r = Http(shoald.port(), "GET", "/v1/jobs/bench/model?version=0");
+  auto model_r = shoald.Api("GET", "/v1/jobs/bench/model?version=0");
   shoald.Stop();
   auto model = model::ModelFromSafetensors(
       std::span<const std::byte>(reinterpret_cast<const std::byte*>(model_r.body.data()),

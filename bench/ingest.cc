@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> prefixes;
   std::vector<std::byte> area;
   for (int i = 0; i < reps; ++i) {
-    auto r = Http(shoald.port(), "POST", "/v1/jobs/ingest/join", "{}", {"Content-Type: application/json"});
+    auto r = shoald.Api("POST", "/v1/jobs/ingest/join", "{}", {"Content-Type: application/json"});
     Json j = Json::parse(r.body, nullptr, false);
     model::UpdateMeta meta;
     meta.job = "ingest";
@@ -155,7 +155,8 @@ int main(int argc, char** argv) {
   auto send = [&](uint16_t port, const std::string& path, const std::string& prefix,
                   int* status) {
     int fd = shoal::bench::ConnectLoopback(port);
-    const std::string head = shoal::bench::PostHead(path, prefix.size() + area.size());
+    const std::string head =
+        shoal::bench::PostHead(path, prefix.size() + area.size(), shoald.AuthHeader());
     const double t0 = Now();
     shoal::bench::WriteAll(fd, {{const_cast<char*>(head.data()), head.size()},
                                 {const_cast<char*>(prefix.data()), prefix.size()},

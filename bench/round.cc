@@ -90,7 +90,7 @@ RoundResult RunRound(int leaves, int updates, int senders, const std::vector<std
   shoald.WaitReady("fl." + job, 1, 30000);
   std::vector<std::pair<std::string, std::string>> ids;  // client id, token
   for (int k = 0; k < updates; ++k) {
-    auto r = Http(shoald.port(), "POST", "/v1/jobs/" + job + "/join", "{}",
+    auto r = shoald.Api("POST", "/v1/jobs/" + job + "/join", "{}",
                   {"Content-Type: application/json"});
     Json j = Json::parse(r.body, nullptr, false);
     ids.emplace_back(j.value("client_id", ""), j.value("token", ""));
@@ -121,12 +121,13 @@ RoundResult RunRound(int leaves, int updates, int senders, const std::vector<std
     std::atomic<int> failures{0};
     const double t0 = Now();
     std::vector<std::thread> threads;
+    const std::string auth = shoald.AuthHeader();
     for (int s = 0; s < senders; ++s) {
       threads.emplace_back([&, s] {
         int fd = shoal::bench::ConnectLoopback(shoald.port());
         for (int k = s; k < updates; k += senders) {
           const std::string head = shoal::bench::PostHead("/v1/jobs/" + job + "/updates",
-                                                          prefixes[k].size() + area.size());
+                                                          prefixes[k].size() + area.size(), auth);
           shoal::bench::WriteAll(fd, {{const_cast<char*>(head.data()), head.size()},
                                       {const_cast<char*>(prefixes[k].data()), prefixes[k].size()},
                                       {const_cast<std::byte*>(area.data()), area.size()}});
@@ -140,7 +141,7 @@ RoundResult RunRound(int leaves, int updates, int senders, const std::vector<std
     double committed = 0;
     uint32_t counted = 0;
     for (;;) {
-      auto r = Http(shoald.port(), "GET", "/v1/jobs/" + job);
+      auto r = shoald.Api("GET", "/v1/jobs/" + job);
       Json st = Json::parse(r.body, nullptr, false);
       if (st.value("version", 0) >= round + 1) {
         committed = Now();

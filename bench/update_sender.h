@@ -83,8 +83,11 @@ inline int ReadResponse(int fd, std::string* body = nullptr) {
   return status;
 }
 
-inline std::string PostHead(const std::string& path, size_t length) {
-  return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n"
+// `extra_header` ("Name: value", e.g. the bearer token) is sent when not empty.
+inline std::string PostHead(const std::string& path, size_t length,
+                            const std::string& extra_header = {}) {
+  return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n" +
+         (extra_header.empty() ? std::string() : extra_header + "\r\n") +
          "Content-Length: " + std::to_string(length) + "\r\n\r\n";
 }
 

@@ -38,4 +38,11 @@ int FlModel(const HttpClient& client, const std::string& job, const std::string&
 int FlList(const HttpClient& client);
 int FlDelete(const HttpClient& client, const std::string& job);
 
+struct TokenOptions {
+  std::string role, ns, job, name;
+};
+int TokenCreate(const HttpClient& client, const TokenOptions& options);
+int TokenList(const HttpClient& client);
+int TokenRevoke(const HttpClient& client, const std::string& id);
+
 }  // namespace shoal::cli

@@ -54,7 +54,9 @@ size_t OnRead(char* buffer, size_t size, size_t n, void* user) {
 
 }  // namespace
 
-HttpClient::HttpClient(std::string base_url) : base_url_(std::move(base_url)) {
+HttpClient::HttpClient(std::string base_url, std::string token, std::string ca)
+    : base_url_(std::move(base_url)), ca_(std::move(ca)) {
+  if (!token.empty()) authorization_ = "Authorization: Bearer " + token;
   while (!base_url_.empty() && base_url_.back() == '/') base_url_.pop_back();
 }
 
@@ -110,7 +112,9 @@ std::optional<HttpResponse> HttpClient::Send(const HttpRequest& request, std::st
     headers = curl_slist_append(headers, "Content-Type: application/octet-stream");
   }
   headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip
+  if (!authorization_.empty()) headers = curl_slist_append(headers, authorization_.c_str());
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+  if (!ca_.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, ca_.c_str());
 
   const CURLcode rc = curl_easy_perform(c);
   curl_slist_free_all(headers);

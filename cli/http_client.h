@@ -34,13 +34,17 @@ struct HttpRequest {
 
 class HttpClient {
  public:
-  explicit HttpClient(std::string base_url);
+  // Every request carries `Authorization: Bearer <token>` when `token` is set; `ca` is a PEM
+  // file of the authority to trust for https:// (else the system's).
+  explicit HttpClient(std::string base_url, std::string token = {}, std::string ca = {});
   const std::string& base_url() const { return base_url_; }
   // Returns the response, or nullopt with `*error` set when no HTTP response came back.
   std::optional<HttpResponse> Send(const HttpRequest& request, std::string* error) const;
 
  private:
   std::string base_url_;
+  std::string authorization_;  // "Authorization: Bearer ..." or ""
+  std::string ca_;
 };
 
 }  // namespace shoal::cli

@@ -1,5 +1,6 @@
 // shoal: the command line for a Shoal node. Every command is one or a few HTTP requests to
-// shoald's control API (/v1/...) or its gateway (/fn/...).
+// shoald's control API (/v1/..., its own listener) or its gateway (/fn/...), with the bearer
+// token of the config file or $SHOAL_TOKEN (cli_config.h).
 #include <curl/curl.h>
 
 #include <CLI/CLI.hpp>
@@ -7,6 +8,7 @@
 #include <cstdlib>
 #include <optional>
 
+#include "cli_config.h"
 #include "commands.h"
 #include "sim.h"
 
@@ -15,10 +17,13 @@ int main(int argc, char** argv) {
   CLI::App app{"shoal: deploy, inspect and invoke functions and FL jobs on a Shoal node"};
   app.require_subcommand(1);
   app.fallthrough();
-  const char* env_server = std::getenv("SHOAL_SERVER");
-  std::string server = env_server != nullptr && *env_server != '\0' ? env_server
-                                                                     : "http://localhost:8080";
-  app.add_option("--server", server, "shoald's URL (default $SHOAL_SERVER or http://localhost:8080)");
+  std::string server, gateway;
+  app.add_option("--server", server,
+                 "the control API's URL (default: $SHOAL_SERVER, the config file's server, or "
+                 "http://127.0.0.1:8081)");
+  app.add_option("--gateway", gateway,
+                 "the gateway's URL, for invoke (default: $SHOAL_GATEWAY, the config file's "
+                 "gateway, or http://127.0.0.1:8080)");
 
   std::string file;
   auto* deploy = app.add_subcommand("deploy", "deploy (or update) functions from a manifest");
@@ -80,6 +85,23 @@ int main(int argc, char** argv) {
   auto* fl_delete = fl->add_subcommand("delete", "delete an FL job");
   fl_delete->add_option("job", job, "job name")->required();
 
+  TokenOptions token_opts;
+  std::string token_id;
+  auto* token = app.add_subcommand("token", "bearer tokens of the control API (admin only)");
+  token->require_subcommand(1);
+  auto* token_create = token->add_subcommand(
+      "create", "create a token; prints it once on stdout (it is stored hashed)");
+  token_create
+      ->add_option("--role", token_opts.role, "admin, deployer, viewer, invoker or fl-client")
+      ->required()
+      ->check(CLI::IsMember({"admin", "deployer", "viewer", "invoker", "fl-client"}));
+  token_create->add_option("-n,--namespace", token_opts.ns, "the namespace (deployer, invoker)");
+  token_create->add_option("--job", token_opts.job, "the FL job (fl-client)");
+  token_create->add_option("--name", token_opts.name, "a name to recognise it by");
+  auto* token_list = token->add_subcommand("list", "list tokens (never their secrets)");
+  auto* token_revoke = token->add_subcommand("revoke", "revoke a token: it stops working at once");
+  token_revoke->add_option("id", token_id, "the token's id (from token list)")->required();
+
   SimOptions sim_opts;
   auto* sim = app.add_subcommand("sim", "run the autoscaling simulator locally (no shoald needed)");
   sim->add_option("--policy", sim_opts.policy, "kpa, rl-q or shoal")->capture_default_str();
@@ -95,8 +117,16 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (sim->parsed()) return Simulate(sim_opts);
 
+  auto cfg = LoadCliConfig();
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "shoal: %s\n", cfg.status().message().c_str());
+    return 2;
+  }
+  if (!server.empty()) cfg->server = server;
+  if (!gateway.empty()) cfg->gateway = gateway;
   curl_global_init(CURL_GLOBAL_DEFAULT);
-  HttpClient client(server);
+  HttpClient client(cfg->server, cfg->token, cfg->ca);
+  HttpClient gateway_client(cfg->gateway, cfg->token);
   int rc = 0;
   if (deploy->parsed()) {
     rc = Deploy(client, file);
@@ -106,7 +136,7 @@ int main(int argc, char** argv) {
     rc = Describe(client, name);
   } else if (invoke->parsed()) {
     invoke_opts.has_data = data->count() > 0;
-    rc = Invoke(client, invoke_opts);
+    rc = Invoke(gateway_client, invoke_opts);
   } else if (logs->parsed()) {
     rc = Logs(client, name, follow);
   } else if (del->parsed()) {
@@ -123,6 +153,12 @@ int main(int argc, char** argv) {
     rc = FlList(client);
   } else if (fl_delete->parsed()) {
     rc = FlDelete(client, job);
+  } else if (token_create->parsed()) {
+    rc = TokenCreate(client, token_opts);
+  } else if (token_list->parsed()) {
+    rc = TokenList(client);
+  } else if (token_revoke->parsed()) {
+    rc = TokenRevoke(client, token_id);
   }
   curl_global_cleanup();
   return rc;

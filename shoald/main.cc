@@ -1,6 +1,7 @@
 // shoald: the node daemon. Composes the data plane (eBPF sk_msg or unix fallback), the
 // tenants' shared-memory pools, the instance manager, the gateway and, with --standalone, the
-// embedded controller (function registry and control API).
+// embedded controller (function registry, token store and the control API on its own
+// listener).
 #include <malloc.h>
 #include <uv.h>
 
@@ -9,10 +10,16 @@
 #include <cstdio>
 #include <iostream>
 
+#include <fstream>
+#include <sstream>
+
 #include "shoal/aggregator/fl_coordinator.h"
+#include "shoal/auth/token_store.h"
 #include "shoal/common/config.h"
+#include "shoal/common/file_io.h"
 #include "shoal/common/log.h"
 #include "shoal/controller/control_api.h"
+#include "shoal/controller/control_server.h"
 #include "shoal/controller/registry.h"
 #include "shoal/dataplane/dataplane.h"
 #include "shoal/gateway/gateway.h"
@@ -23,19 +30,43 @@ using namespace shoal;
 
 namespace {
 
-// The control API behind the gateway's HttpService interface.
+// The control API behind the gateway's HttpService interface (the FL clients' routes).
 class ControlService final : public HttpService {
  public:
   explicit ControlService(ControlApi& api) : api_(api) {}
   ServiceReply Handle(std::string_view method, std::string_view path, std::string_view query,
-                      std::string_view body) override {
-    auto r = api_.Handle(method, path, query, body);
+                      std::string_view body, const auth::Principal& who) override {
+    auto r = api_.Handle(method, path, query, body, who);
     return ServiceReply{r.status, r.content_type, std::move(r.body), std::move(r.headers)};
   }
 
  private:
   ControlApi& api_;
 };
+
+// <state>/admin.conf: the CLI config of the first admin (server, gateway, token), mode 0600,
+// like kubeadm's admin.conf. Written with the token when shoald creates it; on later starts
+// only the addresses are refreshed (ports may change), the token line is kept.
+Status WriteAdminConf(const std::string& path, const std::string& server, const std::string& gateway,
+                      const std::string& new_token) {
+  std::string token = new_token;
+  if (token.empty()) {
+    std::ifstream in(path);
+    if (!in) return Status::Ok();  // the admin deleted it: nothing to refresh
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("token: ", 0) == 0) token = line.substr(7);
+    }
+    if (token.empty()) return Status::Ok();
+  }
+  std::ostringstream text;
+  text << "# Shoal CLI config of the first admin token (created by shoald). Keep it secret.\n"
+       << "# Use it with: export SHOAL_CONFIG=" << path << "\n"
+       << "server: " << server << "\n"
+       << "gateway: " << gateway << "\n"
+       << "token: " << token << "\n";
+  return WriteFileAtomic(path, text.str(), 0600);
+}
 
 }  // namespace
 
@@ -49,7 +80,7 @@ int main(int argc, char** argv) {
   std::string config_path;
   bool standalone = false;
   bool print_config = false;
-  std::optional<uint16_t> port;
+  std::optional<uint16_t> port, control_port;
   std::optional<std::string> state_dir, node_name, dataplane, log_level, host;
   std::optional<uint32_t> threads;
   std::optional<uint64_t> pool_bytes, max_body;
@@ -58,6 +89,8 @@ int main(int argc, char** argv) {
   app.add_flag("--print-config", print_config, "print the effective config and exit");
   app.add_option("--port", port, "listen port (config listen_port)");
   app.add_option("--host", host, "listen address (config listen_host)");
+  app.add_option("--control-port", control_port,
+                 "the control API's port, on control_listen_host (config control_port)");
   app.add_option("--state-dir", state_dir, "deployments and logs (config state_dir)");
   app.add_option("--node-name", node_name, "node name (config node_name)");
   app.add_option("--dataplane", dataplane, "auto, sockmap or unix (config dataplane)");
@@ -75,6 +108,7 @@ int main(int argc, char** argv) {
   NodeConfig config = *loaded;
   if (port) config.listen_port = *port;
   if (host) config.listen_host = *host;
+  if (control_port) config.control_port = *control_port;
   if (state_dir) config.state_dir = *state_dir;
   if (node_name) config.node_name = *node_name;
   if (threads) config.gateway_threads = *threads;
@@ -135,6 +169,26 @@ int main(int argc, char** argv) {
   spdlog::info("registry: {} function(s) restored from {}", registry->List().size(),
                config.state_dir);
 
+  auto token_store = auth::TokenStore::Open(config.state_dir + "/tokens.json");
+  if (!token_store.ok()) {
+    spdlog::error("auth: {}", token_store.status().ToString());
+    return 1;
+  }
+  std::unique_ptr<auth::TokenStore> tokens = std::move(*token_store);
+  // The first start creates the admin token. It is printed once, here, and kept only in
+  // admin.conf (0600); the store holds its hash.
+  std::string first_admin_token;
+  if (!tokens->HasRole(auth::Role::kAdmin)) {
+    auto created = tokens->Create({"admin", auth::Role::kAdmin, "", ""});
+    if (!created.ok()) {
+      spdlog::error("auth: cannot create the admin token: {}", created.status().ToString());
+      return 1;
+    }
+    first_admin_token = created->token;
+  }
+  spdlog::info("auth: {} token(s) in {} (hashed); /v1 needs a bearer token",
+               tokens->List().size(), tokens->path());
+
   FlCoordinator fl(config);
   if (Status st = fl.Restore(); !st.ok()) {
     spdlog::error("fl coordinator: {}", st.ToString());
@@ -151,10 +205,20 @@ int main(int argc, char** argv) {
     return specs;
   });
   fl.SetOnChange([&manager] { manager.FunctionsChanged(); });
-  ControlApi control(*registry, manager, &fl);
+  ControlApi control(*registry, manager, &fl, tokens.get());
   ControlService control_service(control);
+  // An inference instance reads its FL job's models through the fleet routes: it gets an
+  // ephemeral fl-client token of that job (memory only, gone with this shoald).
+  manager.SetInstanceToken([&tokens](const FunctionSpec& spec) -> std::string {
+    auto it = spec.handler.env.find(kInferFlJobEnv);
+    if (it == spec.handler.env.end() || !auth::ValidScopeName(it->second)) return {};
+    auto t = tokens->Create({"instance:" + spec.name, auth::Role::kFlClient, "", it->second},
+                            /*ephemeral=*/true);
+    return t.ok() ? t->token : std::string();
+  });
   GatewayHooks hooks;
   hooks.control = &control_service;
+  hooks.tokens = tokens.get();
   hooks.metrics_text = [&] {
     manager.RefreshMetrics();
     return metrics.Serialize();
@@ -190,6 +254,33 @@ int main(int argc, char** argv) {
     manager.SetGatewayUrl("http://" + std::string(any ? "127.0.0.1" : host) + ":" +
                           std::to_string(gateway.port()));
   }
+  ControlServer control_server(config, control, *tokens);
+  if (Status st = control_server.Start(); !st.ok()) {
+    spdlog::error("control API: {}", st.ToString());
+    gateway.Stop();
+    manager.Stop();
+    return 1;
+  }
+  {
+    const std::string& host = config.listen_host;
+    const bool any = host.empty() || host == "0.0.0.0" || host == "::";
+    const std::string gateway_url =
+        "http://" + std::string(any ? "127.0.0.1" : host) + ":" + std::to_string(gateway.port());
+    const std::string conf = config.state_dir + "/admin.conf";
+    if (Status st = WriteAdminConf(conf, control_server.url(), gateway_url, first_admin_token);
+        !st.ok()) {
+      spdlog::error("auth: {}", st.ToString());
+    }
+    if (!first_admin_token.empty()) {
+      // Printed this once: the store keeps only its hash.
+      std::fprintf(stderr,
+                   "\nshoald: created the first admin token (shown once, also saved in %s, mode "
+                   "0600):\n\n    %s\n\nUse it with: export SHOAL_CONFIG=%s   (or "
+                   "SHOAL_TOKEN=<token>)\n\n",
+                   conf.c_str(), first_admin_token.c_str(), conf.c_str());
+      first_admin_token.assign(first_admin_token.size(), '\0');
+    }
+  }
   uv_signal_t sigint, sigterm;
   auto on_signal = [](uv_signal_t* s, int signum) {
     spdlog::info("signal {}: shutting down", signum);
@@ -199,11 +290,12 @@ int main(int argc, char** argv) {
   uv_signal_init(loop, &sigterm);
   uv_signal_start(&sigint, on_signal, SIGINT);
   uv_signal_start(&sigterm, on_signal, SIGTERM);
-  spdlog::info("shoald ready on http://{}:{} (data plane {})", config.listen_host, gateway.port(),
-               DataPlaneKindName(data_plane->kind()));
+  spdlog::info("shoald ready on http://{}:{} (data plane {}; control API {})", config.listen_host,
+               gateway.port(), DataPlaneKindName(data_plane->kind()), control_server.url());
 
   uv_run(loop, UV_RUN_DEFAULT);
 
+  control_server.Stop();
   gateway.Stop();
   manager.Stop();
   uv_close(reinterpret_cast<uv_handle_t*>(&sigint), nullptr);

@@ -116,8 +116,14 @@ struct FlHttpClient::Reply {
   std::string body;
 };
 
-FlHttpClient::FlHttpClient(std::string server, std::string job)
+std::string FlHttpClient::DefaultToken() {
+  const char* t = std::getenv("SHOAL_TOKEN");
+  return t != nullptr ? t : "";
+}
+
+FlHttpClient::FlHttpClient(std::string server, std::string job, std::string bearer_token)
     : server_(std::move(server)), job_(std::move(job)), handle_(std::make_unique<Handle>()) {
+  if (!bearer_token.empty()) authorization_ = "Authorization: Bearer " + bearer_token;
   while (!server_.empty() && server_.back() == '/') server_.pop_back();
   GlobalInitOnce();
   handle_->curl = curl_easy_init();
@@ -155,6 +161,7 @@ Result<FlHttpClient::Reply> FlHttpClient::Call(const char* method, const std::st
     headers = curl_slist_append(headers, (std::string("Content-Type: ") + content_type).c_str());
   }
   headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip
+  if (!authorization_.empty()) headers = curl_slist_append(headers, authorization_.c_str());
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
 
   const CURLcode rc = curl_easy_perform(c);

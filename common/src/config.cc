@@ -78,6 +78,13 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
     else if (key == "autoscale_interval_ms")
       st = Read(v, "autoscale_interval_ms", c.autoscale_interval_ms);
     else if (key == "log_level") st = Read(v, "log_level", c.log_level);
+    else if (key == "control_listen_host")
+      st = Read(v, "control_listen_host", c.control_listen_host);
+    else if (key == "control_port") st = Read(v, "control_port", c.control_port);
+    else if (key == "control_tls_cert") st = Read(v, "control_tls_cert", c.control_tls_cert);
+    else if (key == "control_tls_key") st = Read(v, "control_tls_key", c.control_tls_key);
+    else if (key == "control_allow_insecure")
+      st = Read(v, "control_allow_insecure", c.control_allow_insecure);
     else if (key == "handler_dirs") {
       st = Read(v, "handler_dirs", c.handler_dirs);
       for (const auto& d : c.handler_dirs) {
@@ -137,6 +144,9 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
     }
     if (!st.ok()) return st;
   }
+  if (c.control_tls_cert.empty() != c.control_tls_key.empty()) {
+    return InvalidArgument("config: control_tls_cert and control_tls_key: set both or neither");
+  }
   if (c.tenant_uid_base == 0) return InvalidArgument("config: tenant_uid_base: must not be 0 (root)");
   if (c.pool_bytes < (16ull << 20)) return InvalidArgument("config: pool_bytes: must be >= 16 MiB");
   if (c.max_body_bytes >= c.pool_bytes)
@@ -174,6 +184,11 @@ std::string NodeConfig::ToYaml() const {
   e << YAML::Key << "control_interval_ms" << YAML::Value << control_interval_ms;
   e << YAML::Key << "autoscale_interval_ms" << YAML::Value << autoscale_interval_ms;
   e << YAML::Key << "log_level" << YAML::Value << log_level;
+  e << YAML::Key << "control_listen_host" << YAML::Value << control_listen_host;
+  e << YAML::Key << "control_port" << YAML::Value << control_port;
+  e << YAML::Key << "control_tls_cert" << YAML::Value << control_tls_cert;
+  e << YAML::Key << "control_tls_key" << YAML::Value << control_tls_key;
+  e << YAML::Key << "control_allow_insecure" << YAML::Value << control_allow_insecure;
   e << YAML::Key << "handler_dirs" << YAML::Value << YAML::Flow << handler_dirs;
   e << YAML::Key << "tenants" << YAML::Value;
   if (tenants.empty()) e << YAML::Flow;

@@ -16,6 +16,7 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
     case StatusCode::kTooLarge: return "TOO_LARGE";
     case StatusCode::kPermissionDenied: return "PERMISSION_DENIED";
+    case StatusCode::kUnauthenticated: return "UNAUTHENTICATED";
     case StatusCode::kInternal: return "INTERNAL";
   }
   return "UNKNOWN";
@@ -32,6 +33,7 @@ int HttpStatusFor(StatusCode code) {
     case StatusCode::kDeadlineExceeded: return 504;
     case StatusCode::kTooLarge: return 413;
     case StatusCode::kPermissionDenied: return 403;
+    case StatusCode::kUnauthenticated: return 401;
     case StatusCode::kInternal: return 500;
   }
   return 500;

@@ -65,6 +65,7 @@ json FunctionJson(const FunctionSpec& s) {
         {"keep_alive", s.autoscaling.keep_alive},
         {"params", s.autoscaling.params}}},
       {"max_body_bytes", s.max_body_bytes},
+      {"auth", s.require_token ? "token" : "none"},
       {"resources", {{"cpu", s.cpu}, {"memory_bytes", s.memory_bytes}, {"gpu", s.gpu}}},
       {"generation", s.generation},
       {"created_unix_ms", s.created_unix_ms},
@@ -169,6 +170,19 @@ constexpr const char* kJobsDisabled = "FL jobs are not enabled on this node";
 
 HttpReply StatusError(const Status& st) { return Error(HttpStatusFor(st.code()), st.message()); }
 
+// A listing shows a deployer its own namespace only; viewers and admins see every namespace.
+bool Lists(const auth::Principal& who, const std::string& ns) {
+  return who.role != auth::Role::kDeployer || who.ns == ns;
+}
+
+json TokenJson(const auth::TokenInfo& t) {
+  json j{{"id", t.id}, {"name", t.name}, {"role", auth::RoleName(t.role)},
+         {"created_unix_ms", t.created_unix_ms}};
+  if (!t.ns.empty()) j["namespace"] = t.ns;
+  if (!t.job.empty()) j["job"] = t.job;
+  return j;
+}
+
 json JobDeployJson(const FlJobSpec& s, bool created) {
   return json{{"kind", "FLJob"},
               {"name", s.name},
@@ -187,11 +201,14 @@ std::optional<json> JsonObject(std::string_view body) {
 
 }  // namespace
 
-ControlApi::ControlApi(FunctionRegistry& registry, RuntimeView& runtime, JobService* jobs)
-    : registry_(registry), runtime_(runtime), jobs_(jobs) {}
+ControlApi::ControlApi(FunctionRegistry& registry, RuntimeView& runtime, JobService* jobs,
+                       auth::TokenStore* tokens)
+    : registry_(registry), runtime_(runtime), jobs_(jobs), tokens_(tokens) {}
 
 HttpReply ControlApi::Handle(std::string_view method, std::string_view path,
-                             std::string_view query, std::string_view body) {
+                             std::string_view query, std::string_view body,
+                             const auth::Principal& who) {
+  using auth::Action;
   try {
     std::string_view rest = path;
     while (rest.size() > 1 && rest.back() == '/') rest.remove_suffix(1);
@@ -199,8 +216,8 @@ HttpReply ControlApi::Handle(std::string_view method, std::string_view path,
     rest.remove_prefix(4);
 
     if (rest == "functions") {
-      if (method == "GET") return ListFunctions();
-      if (method == "POST") return Deploy(body);
+      if (method == "GET") return ListFunctions(who);
+      if (method == "POST") return Deploy(body, who);
       return MethodNotAllowed(method, path, "GET, POST");
     }
     if (rest.starts_with("functions/")) {
@@ -210,28 +227,39 @@ HttpReply ControlApi::Handle(std::string_view method, std::string_view path,
       const std::string_view sub =
           slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
       if (name.empty()) return Error(404, "no route " + std::string(path));
-      if (sub.empty()) {
+      const bool logs = sub == "logs";
+      if (!sub.empty() && !logs) return Error(404, "no route " + std::string(path));
+      const Action action = logs ? Action::kLogs : method == "DELETE" ? Action::kWrite
+                                                                      : Action::kRead;
+      // The role is checked against the function's namespace before anything else is said
+      // about it; an unknown function is then 404 for whoever may act in some namespace.
+      const auto spec = registry_.Get(name);
+      if (Status st = auth::Authorize(who, action, spec ? spec->tenant : who.ns); !st.ok()) {
+        return StatusError(st);
+      }
+      if (!logs) {
         if (method == "GET") return GetFunction(name);
         if (method == "DELETE") return DeleteFunction(name);
         return MethodNotAllowed(method, path, "GET, DELETE");
       }
-      if (sub == "logs") {
-        if (method == "GET") return Logs(name, query);
-        return MethodNotAllowed(method, path, "GET");
-      }
-      return Error(404, "no route " + std::string(path));
+      if (method == "GET") return Logs(name, query);
+      return MethodNotAllowed(method, path, "GET");
     }
     if (rest == "jobs" || rest.starts_with("jobs/")) {
       rest.remove_prefix(4);
-      return Jobs(method, path, rest, query, body);
+      return Jobs(method, path, rest, query, body, who);
     }
-    if (rest == "top") {
-      if (method == "GET") return Top();
-      return MethodNotAllowed(method, path, "GET");
+    if (rest == "tokens" || rest.starts_with("tokens/")) {
+      if (Status st = auth::Authorize(who, Action::kManageTokens, {}); !st.ok()) {
+        return StatusError(st);
+      }
+      rest.remove_prefix(6);
+      return Tokens(method, path, rest, body);
     }
-    if (rest == "node") {
-      if (method == "GET") return Node();
-      return MethodNotAllowed(method, path, "GET");
+    if (rest == "top" || rest == "node") {
+      if (Status st = auth::Authorize(who, Action::kReadNode, {}); !st.ok()) return StatusError(st);
+      if (method != "GET") return MethodNotAllowed(method, path, "GET");
+      return rest == "top" ? Top() : Node();
     }
     return Error(404, "no route " + std::string(path));
   } catch (const std::exception& e) {
@@ -239,12 +267,35 @@ HttpReply ControlApi::Handle(std::string_view method, std::string_view path,
   }
 }
 
-HttpReply ControlApi::Deploy(std::string_view body) {
+HttpReply ControlApi::Deploy(std::string_view body, const auth::Principal& who) {
   // Every document is validated before anything is deployed; FL jobs go first because the
   // coordinator still checks their algorithm parameters and may refuse them.
   auto parsed = ParseManifests(body, registry_.config());
   if (!parsed.ok()) return StatusError(parsed.status());
   Manifests& m = *parsed;
+  // All or nothing: one document outside the token's namespace refuses the whole manifest.
+  for (const FunctionSpec& s : m.functions) {
+    if (Status st = auth::Authorize(who, auth::Action::kWrite, s.tenant); !st.ok()) {
+      return StatusError(st);
+    }
+    if (auto old = registry_.Get(s.name); old && old->tenant != s.tenant) {
+      if (Status st = auth::Authorize(who, auth::Action::kWrite, old->tenant); !st.ok()) {
+        return StatusError(st);
+      }
+    }
+  }
+  for (const FlJobSpec& s : m.jobs) {
+    if (Status st = auth::Authorize(who, auth::Action::kWrite, s.tenant); !st.ok()) {
+      return StatusError(st);
+    }
+    if (jobs_ != nullptr) {
+      if (auto old = JobNamespace(s.name); old.ok() && *old != s.tenant) {
+        if (Status st = auth::Authorize(who, auth::Action::kWrite, *old); !st.ok()) {
+          return StatusError(st);
+        }
+      }
+    }
+  }
   if (!m.jobs.empty() && jobs_ == nullptr) return Error(501, kJobsDisabled);
   // One function per OIP model name: /v2/models/{model} must have one meaning.
   {
@@ -322,9 +373,19 @@ void ControlApi::DeleteCreatedJobs(const std::vector<FlJobSpec>& specs,
   }
 }
 
-HttpReply ControlApi::DeployJobsOnly(std::string_view body) {
+HttpReply ControlApi::DeployJobsOnly(std::string_view body, const auth::Principal& who) {
   auto parsed = ParseFlJobManifests(body);
   if (!parsed.ok()) return StatusError(parsed.status());
+  for (const FlJobSpec& s : *parsed) {
+    if (Status st = auth::Authorize(who, auth::Action::kWrite, s.tenant); !st.ok()) {
+      return StatusError(st);
+    }
+    if (auto old = JobNamespace(s.name); old.ok() && *old != s.tenant) {
+      if (Status st = auth::Authorize(who, auth::Action::kWrite, *old); !st.ok()) {
+        return StatusError(st);
+      }
+    }
+  }
   auto created = DeployJobSpecs(*parsed);
   if (!created.ok()) return StatusError(created.status());
   bool any_created = false;
@@ -337,11 +398,18 @@ HttpReply ControlApi::DeployJobsOnly(std::string_view body) {
 }
 
 HttpReply ControlApi::Jobs(std::string_view method, std::string_view path, std::string_view rest,
-                           std::string_view query, std::string_view body) {
+                           std::string_view query, std::string_view body,
+                           const auth::Principal& who) {
+  using auth::Action;
   if (jobs_ == nullptr) return Error(501, kJobsDisabled);
   if (rest.empty()) {
-    if (method == "GET") return ListJobs();
-    if (method == "POST") return DeployJobsOnly(body);
+    if (method == "GET") {
+      if (who.role != auth::Role::kDeployer) {
+        if (Status st = auth::Authorize(who, Action::kRead, {}); !st.ok()) return StatusError(st);
+      }
+      return ListJobs(who);
+    }
+    if (method == "POST") return DeployJobsOnly(body, who);
     return MethodNotAllowed(method, path, "GET, POST");
   }
   rest.remove_prefix(1);  // the '/'
@@ -350,6 +418,25 @@ HttpReply ControlApi::Jobs(std::string_view method, std::string_view path, std::
   const std::string_view sub =
       slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
   if (job.empty()) return Error(404, "no route " + std::string(path));
+  {
+    // Who may do what to a job: its status and model are readable by viewers and by the job's
+    // FL clients; deleting it is a write; join, task, eval (and updates, at the gateway) are
+    // the FL client's.
+    const bool client_route = sub == "join" || sub == "task" || sub == "eval";
+    const bool readable = sub.empty() || sub == "model";
+    const Action action = client_route ? Action::kFlClient
+                          : (sub.empty() && method == "DELETE") ? Action::kWrite
+                                                                 : Action::kRead;
+    auto ns = JobNamespace(job);
+    // An unknown job: authorize against the caller's own scope, then say 404.
+    const std::string scope = ns.ok() ? *ns : who.ns;
+    Status st = auth::Authorize(who, action, scope, action == Action::kFlClient ? job : "");
+    if (!st.ok() && readable && action == Action::kRead) {
+      st = auth::Authorize(who, Action::kFlClient, scope, job);
+      if (!st.ok()) st = auth::Authorize(who, Action::kRead, scope);
+    }
+    if (!st.ok()) return StatusError(st);
+  }
   if (sub.empty()) {
     if (method == "GET") return JobStatus(job);
     if (method == "DELETE") return DeleteJob(job);
@@ -371,12 +458,25 @@ HttpReply ControlApi::Jobs(std::string_view method, std::string_view path, std::
     if (method == "POST") return Evaluate(job, body);
     return MethodNotAllowed(method, path, "POST");
   }
+  if (sub == "updates") {
+    return Error(404, "updates go to the gateway's public listener (they land in the job's "
+                      "shared-memory pool), not to the control API");
+  }
   return Error(404, "no route " + std::string(path));
 }
 
-HttpReply ControlApi::ListJobs() {
+Result<std::string> ControlApi::JobNamespace(const std::string& job) {
+  if (jobs_ == nullptr) return NotFound("FL job '" + job + "' not found");
+  return jobs_->JobNamespace(job);
+}
+
+HttpReply ControlApi::ListJobs(const auth::Principal& who) {
   json list = json::array();
   for (const std::string& name : jobs_->ListJobs()) {
+    if (who.role == auth::Role::kDeployer) {
+      auto ns = jobs_->JobNamespace(name);
+      if (!ns.ok() || !Lists(who, *ns)) continue;
+    }
     auto status = jobs_->JobStatusJson(name);
     if (!status.ok()) {
       if (status.status().code() == StatusCode::kNotFound) continue;  // deleted meanwhile
@@ -496,9 +596,13 @@ HttpReply ControlApi::Evaluate(const std::string& job, std::string_view body) {
   return Json(200, json{{"ok", true}});
 }
 
-HttpReply ControlApi::ListFunctions() {
+HttpReply ControlApi::ListFunctions(const auth::Principal& who) {
+  if (who.role != auth::Role::kDeployer) {
+    if (Status st = auth::Authorize(who, auth::Action::kRead, {}); !st.ok()) return StatusError(st);
+  }
   json list = json::array();
   for (const FunctionSpec& s : registry_.List()) {
+    if (!Lists(who, s.tenant)) continue;
     json j = FunctionJson(s);
     j["status"] = StatsJson(runtime_.Stats(s.name), false);
     list.push_back(std::move(j));
@@ -535,6 +639,45 @@ HttpReply ControlApi::Logs(const std::string& name, std::string_view query) {
   r.body = std::move(chunk.text);
   r.headers.emplace_back("X-Shoal-Next-Offset", std::to_string(chunk.next_offset));
   return r;
+}
+
+HttpReply ControlApi::Tokens(std::string_view method, std::string_view path,
+                             std::string_view rest, std::string_view body) {
+  if (tokens_ == nullptr) return Error(501, "tokens are not managed by this node");
+  if (rest.empty() || rest == "/") {
+    if (method == "GET") {
+      json list = json::array();
+      for (const auth::TokenInfo& t : tokens_->List()) list.push_back(TokenJson(t));
+      return Json(200, json{{"tokens", std::move(list)}});
+    }
+    if (method != "POST") return MethodNotAllowed(method, path, "GET, POST");
+    auto j = JsonObject(body);
+    if (!j) {
+      return Error(400, "body: must be a JSON object like {\"role\": \"deployer\", "
+                        "\"namespace\": \"team-a\", \"name\": \"ci\"}");
+    }
+    for (const auto& [key, value] : j->items()) {
+      if (key != "role" && key != "namespace" && key != "job" && key != "name") {
+        return Error(400, key + ": unknown field (role, namespace, job, name)");
+      }
+      if (!value.is_string()) return Error(400, key + ": must be a string");
+    }
+    if (!j->contains("role")) return Error(400, "role: required (admin, deployer, viewer, invoker or fl-client)");
+    auto role = auth::ParseRole((*j)["role"].get<std::string>());
+    if (!role.ok()) return StatusError(role.status());
+    auth::TokenRequest req{j->value("name", ""), *role, j->value("namespace", ""),
+                           j->value("job", "")};
+    auto created = tokens_->Create(req);
+    if (!created.ok()) return StatusError(created.status());
+    json out = TokenJson(created->info);
+    out["token"] = created->token;
+    return Json(201, out);
+  }
+  rest.remove_prefix(1);
+  if (rest.find('/') != std::string_view::npos) return Error(404, "no route " + std::string(path));
+  if (method != "DELETE") return MethodNotAllowed(method, path, "DELETE");
+  if (Status st = tokens_->Revoke(rest); !st.ok()) return StatusError(st);
+  return Json(200, json{{"revoked", std::string(rest)}});
 }
 
 HttpReply ControlApi::Top() {

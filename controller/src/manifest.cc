@@ -121,7 +121,8 @@ class DocumentParser {
     ExpectMap(s, "spec");
     CheckKeys(s, "spec",
               {"handler", "concurrency", "scale", "timeout", "keepAlive", "maxBodySize",
-               "resources", "autoscaling", "inference", "security"});
+               "resources", "autoscaling", "inference", "auth",
+               "security"});
     ParseHandler(Required(s, "handler", "spec"), &spec.handler);
     if (spec.handler.builtin == "inference") {
       const YAML::Node inf = s["inference"];
@@ -171,6 +172,13 @@ class DocumentParser {
     spec.keep_alive_s = defaults_.default_keep_alive_s;
     if (const YAML::Node k = s["keepAlive"]) spec.keep_alive_s = Duration(k, "spec.keepAlive");
     if (autoscaling) CheckAutoscaling(autoscaling, spec);
+    if (const YAML::Node a = s["auth"]) {
+      const std::string mode = String(a, "spec.auth");
+      if (mode != "token" && mode != "none") {
+        Fail("spec.auth", "must be token or none, got " + Quote(mode), a);
+      }
+      spec.require_token = mode == "token";
+    }
     spec.max_body_bytes = defaults_.max_body_bytes;
     if (const YAML::Node b = s["maxBodySize"]) {
       spec.max_body_bytes = Quantity(b, "spec.maxBodySize");

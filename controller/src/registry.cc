@@ -42,6 +42,7 @@ v1::FunctionRecord ToRecord(const FunctionSpec& s) {
   r.set_timeout_s(s.timeout_s);
   r.set_keep_alive_s(s.keep_alive_s);
   r.set_max_body_bytes(s.max_body_bytes);
+  r.set_require_token(s.require_token);
   r.set_cpu(s.cpu);
   r.set_memory_bytes(s.memory_bytes);
   r.set_gpu(s.gpu);
@@ -74,6 +75,7 @@ FunctionSpec FromRecord(const v1::FunctionRecord& r) {
   s.timeout_s = r.timeout_s();
   s.keep_alive_s = r.keep_alive_s();
   s.max_body_bytes = r.max_body_bytes();
+  s.require_token = r.require_token();
   s.cpu = r.cpu();
   s.memory_bytes = r.memory_bytes();
   s.gpu = r.gpu();

@@ -50,6 +50,22 @@ struct InboxItem {
 
 }  // namespace
 
+bool IsFleetRoute(std::string_view method, std::string_view path, std::string* job) {
+  static constexpr std::string_view kJobs = "/v1/jobs/";
+  if (!path.starts_with(kJobs)) return false;
+  path.remove_prefix(kJobs.size());
+  const size_t slash = path.find('/');
+  const std::string_view name = path.substr(0, slash);
+  const std::string_view sub = slash == std::string_view::npos ? "" : path.substr(slash + 1);
+  if (name.empty()) return false;
+  const bool fleet = (sub.empty() && method == "GET") ||
+                     (sub == "join" && method == "POST") || (sub == "task" && method == "GET") ||
+                     (sub == "model" && method == "GET") || (sub == "eval" && method == "POST") ||
+                     (sub == "updates" && method == "POST");
+  if (fleet && job != nullptr) *job = std::string(name);
+  return fleet;
+}
+
 const char* HttpReason(int status) {
   switch (status) {
     case 100: return "Continue";
@@ -240,6 +256,8 @@ class Connection {
   std::string header_field_, header_value_;
   bool header_in_value_ = false;
   std::string content_type_;
+  std::string authorization_;  // the Authorization header's value
+  auth::Principal principal_;  // who a fleet route's token names
   std::string inference_header_length_;  // OIP binary extension: Inference-Header-Content-Length
   bool expect_continue_ = false;
   Route route_ = Route::kNone;
@@ -364,6 +382,7 @@ int Connection::OnMessageBegin(http_parser* p) {
   c->header_value_.clear();
   c->header_in_value_ = false;
   c->content_type_.clear();
+  c->authorization_.clear();
   c->inference_header_length_.clear();
   c->expect_continue_ = false;
   c->route_ = Route::kNone;
@@ -389,6 +408,8 @@ void Connection::FinishHeader() {
   if (header_field_.empty()) return;
   if (strcasecmp(header_field_.c_str(), "content-type") == 0) {
     content_type_ = header_value_.substr(0, 255);
+  } else if (strcasecmp(header_field_.c_str(), "authorization") == 0) {
+    authorization_ = header_value_;
   } else if (strcasecmp(header_field_.c_str(), "inference-header-content-length") == 0) {
     inference_header_length_ = header_value_.substr(0, 20);
   } else if (strcasecmp(header_field_.c_str(), "expect") == 0 &&
@@ -446,9 +467,41 @@ int Connection::RouteRequest() {
     return 0;
   };
 
+  // 401 without a valid bearer token (principal_ is set otherwise); authorize() adds 403 when
+  // the token's role may not take `action` on `ns`/`job`. Both return false after a reject.
+  auto authenticate = [&]() -> bool {
+    auth::TokenStore* tokens = loop_.gw().hooks_.tokens;
+    if (tokens == nullptr) {
+      reject(503, "this node has no token store: authenticated routes are unavailable");
+      return false;
+    }
+    const std::string_view bearer = auth::BearerToken(authorization_);
+    auto who = bearer.empty() ? Result<auth::Principal>(Unauthenticated(
+                                    "authentication required: send 'Authorization: Bearer <token>'"))
+                              : tokens->Authenticate(bearer);
+    if (!who.ok()) {
+      loop_.gw().metrics_.gateway_rejections.Add({{"reason", "unauthenticated"}}).Increment();
+      reject(401, who.status().message());
+      return false;
+    }
+    principal_ = std::move(*who);
+    return true;
+  };
+  auto authorize = [&](auth::Action action, std::string_view ns, std::string_view job) -> bool {
+    if (!authenticate()) return false;
+    if (Status st = auth::Authorize(principal_, action, ns, job); !st.ok()) {
+      loop_.gw().metrics_.gateway_rejections.Add({{"reason", "forbidden"}}).Increment();
+      reject(403, st.message());
+      return false;
+    }
+    return true;
+  };
+
   FlDataPath* fl = loop_.gw().hooks_.fl;
-  const bool fl_update = fl != nullptr && parser_.method == HTTP_POST &&
-                         path_.rfind("/v1/jobs/", 0) == 0 && path_.size() > 17 &&
+  std::string fleet_job;
+  const bool fleet = IsFleetRoute(http_method_str(static_cast<http_method>(parser_.method)), path_,
+                                  &fleet_job);
+  const bool fl_update = fl != nullptr && fleet && parser_.method == HTTP_POST &&
                          path_.compare(path_.size() - 8, 8, "/updates") == 0;
   // Open Inference Protocol: /v2/models/{model}[/versions/{v}][/infer|/ready] goes to the
   // function serving that model, exactly like /fn/{function}[/sub/path].
@@ -482,8 +535,19 @@ int Connection::RouteRequest() {
     if (!oip_model) fn_ = loop_.gw().functions_.Find(function_name_);
     if (!fn_ || fn_->retired.load(std::memory_order_relaxed)) {
       fn_.reset();
+      if (fl_update && !authenticate()) return has_body ? 1 : 0;
       return reject(404, fl_update ? "FL job '" + fl_job_ + "' not found"
                                    : "function '" + function_name_ + "' not found");
+    }
+    // Before any pool memory is taken: an update needs the job's FL client token (or a
+    // deployer's of its namespace); a function with `auth: token` a token that may invoke it.
+    if (fl_update || fn_->spec.require_token) {
+      const bool allowed = fl_update ? authorize(auth::Action::kFlClient, fn_->spec.tenant, fl_job_)
+                                     : authorize(auth::Action::kInvoke, fn_->spec.tenant, {});
+      if (!allowed) {
+        fn_.reset();
+        return has_body ? 1 : 0;
+      }
     }
     route_ = Route::kFunction;
     // The OIP binary extension's header length reaches the handler in the query.
@@ -520,7 +584,13 @@ int Connection::RouteRequest() {
     return 0;
   }
   if (path_.rfind("/v1/", 0) == 0 || path_ == "/v1") {
-    if (loop_.gw().hooks_.control == nullptr) return reject(404, "no control API on this node");
+    if (!fleet) {
+      return reject(404, "the control API is not served on this listener: use the control "
+                         "address (control_listen_host:control_port, loopback by default)");
+    }
+    if (loop_.gw().hooks_.control == nullptr) return reject(404, "no FL jobs on this node");
+    // The control API knows the job's namespace and checks the token's role (403 there).
+    if (!authenticate()) return has_body ? 1 : 0;
     route_ = Route::kControl;
     body_limit_ = cfg.max_body_bytes;
     if (content_length > body_limit_) return reject(413, "request body over the limit");
@@ -637,7 +707,8 @@ void Connection::HandleRequest() {
     }
     case Route::kControl: {
       ServiceReply r = loop_.gw().hooks_.control->Handle(
-          http_method_str(static_cast<http_method>(parser_.method)), path_, query_, small_body_);
+          http_method_str(static_cast<http_method>(parser_.method)), path_, query_, small_body_,
+          principal_);
       WriteReply(r.status, r.content_type, std::move(r.body), r.headers);
       return;
     }
@@ -683,6 +754,7 @@ void Connection::HandleRequest() {
 void Connection::WriteError(int status, std::string_view message, bool retry_after) {
   std::vector<std::pair<std::string, std::string>> headers;
   if (retry_after) headers.emplace_back("Retry-After", "1");
+  if (status == 401) headers.emplace_back("WWW-Authenticate", "Bearer realm=\"shoal\"");
   WriteReply(status, "application/json", JsonError(message), headers);
 }
 

@@ -622,6 +622,9 @@ Status InstanceManager::Spawn(FunctionState& f, bool prewarm) {
       "SHOAL_GATEWAY=" + gateway_url_,
       std::string("PATH=") + (getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin"),
   };
+  if (instance_token_) {
+    if (std::string token = instance_token_(spec); !token.empty()) env.push_back("SHOAL_TOKEN=" + token);
+  }
   const size_t own_env = env.size();
   for (const auto& [k, v] : spec.handler.env) {
     // Never a variable that loads code (the manifest parser refuses them; records written

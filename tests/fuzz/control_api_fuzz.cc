@@ -1,11 +1,15 @@
 // Fuzz target for the control API (controller/include/shoal/controller/control_api.h): every
 // /v1 request a client sends reaches ControlApi::Handle with its method, path, query and body.
 // An input is up to 8 requests separated by a line "%%"; each is a line "METHOD PATH[?QUERY]"
-// followed by the body. They run against a fresh registry in a temp dir and a trivial
-// RuntimeView. Every reply must carry an HTTP status, every error must be a JSON
+// followed by the body, optionally preceded by a line "Bearer <token>". The token is checked
+// by a real TokenStore as the control listener does: the names admin, viewer, deployer-a,
+// invoker-a and client-x stand for real tokens of those roles, anything else is sent as it is
+// (and must be refused: such a request never reaches the API); no line means no token (the
+// listener's 401). They run against a fresh registry and token store in a temp dir and a
+// trivial RuntimeView. Every reply must carry an HTTP status, every error must be a JSON
 // {"error": "..."} with a 4xx status (a 5xx is the server's own failure, never the client's),
-// every JSON reply must parse, and at the end the registry must read back from disk as it is in
-// memory.
+// every JSON reply must parse, a 401/403 must leave the registry and the token list as they
+// were, and at the end the registry must read back from disk as it is in memory.
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -13,10 +17,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
+#include "shoal/auth/token_store.h"
 #include "shoal/controller/control_api.h"
 #include "shoal/controller/registry.h"
 
@@ -111,8 +118,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto opened = FunctionRegistry::Open(config);
   if (!opened.ok()) abort();
   FunctionRegistry& registry = **opened;
+  auto store = auth::TokenStore::Open(kRoot.path + "/state/tokens.json");
+  if (!store.ok()) abort();
+  auth::TokenStore& tokens = **store;
+  std::map<std::string, std::string> named;  // name in the input -> real token
+  for (const auth::TokenRequest& r :
+       {auth::TokenRequest{"admin", auth::Role::kAdmin, "", ""},
+        auth::TokenRequest{"viewer", auth::Role::kViewer, "", ""},
+        auth::TokenRequest{"deployer-a", auth::Role::kDeployer, "a", ""},
+        auth::TokenRequest{"invoker-a", auth::Role::kInvoker, "a", ""},
+        auth::TokenRequest{"client-x", auth::Role::kFlClient, "", "x"}}) {
+    auto t = tokens.Create(r, /*ephemeral=*/true);  // memory only: no fsync per input
+    if (!t.ok()) abort();
+    named[r.name] = t->token;
+  }
   TrivialRuntime runtime;
-  ControlApi api(registry, runtime);
+  ControlApi api(registry, runtime, nullptr, &tokens);
 
   std::string_view input(reinterpret_cast<const char*>(data), size);
   bool all_utf8 = true;
@@ -120,6 +141,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const size_t sep = input.find("\n%%\n");
     std::string_view request = input.substr(0, sep);
     input = sep == std::string_view::npos ? std::string_view{} : input.substr(sep + 4);
+    // An optional first line "Bearer <token>", as the listener would read it.
+    std::optional<auth::Principal> who;
+    bool had_token = false;
+    if (request.starts_with("Bearer ")) {
+      had_token = true;
+      const size_t end = request.find('\n');
+      const std::string name(request.substr(7, end == std::string_view::npos ? end : end - 7));
+      request = end == std::string_view::npos ? std::string_view{} : request.substr(end + 1);
+      const auto it = named.find(name);
+      const std::string token = it != named.end() ? it->second : name;
+      auto p = tokens.Authenticate(auth::BearerToken("Bearer " + token));
+      if (p.ok() != (it != named.end())) {
+        fprintf(stderr, "control_api_fuzz: token '%s' %s\n", token.c_str(),
+                p.ok() ? "authenticated but was never issued" : "was issued but refused");
+        abort();
+      }
+      if (!p.ok() && p.status().code() != StatusCode::kUnauthenticated) abort();
+      if (p.ok()) who = *p;
+    }
+    // Without a token (or with a bad one) the listener answers 401: the API never sees it.
+    if (!who) {
+      (void)had_token;
+      continue;
+    }
     const size_t eol = request.find('\n');
     const std::string_view line = request.substr(0, eol);
     const std::string_view body =
@@ -134,7 +179,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         q == std::string_view::npos ? std::string_view{} : target.substr(q + 1);
 
     all_utf8 = all_utf8 && IsUtf8(body);
-    const HttpReply reply = api.Handle(method, path, query, body);
+    const std::string before = Names(registry);
+    const size_t tokens_before = tokens.List().size();
+    const HttpReply reply = api.Handle(method, path, query, body, *who);
+    if ((reply.status == 401 || reply.status == 403) &&
+        (Names(registry) != before || tokens.List().size() != tokens_before)) {
+      Fail("a refused request changed the node", method, path, reply);
+    }
+    if (who->role == auth::Role::kViewer && Names(registry) != before) {
+      Fail("a viewer changed the registry", method, path, reply);
+    }
     if (reply.status < 200 || reply.status >= 600) Fail("status out of range", method, path, reply);
     if (reply.status >= 500) Fail("server error for a client's request", method, path, reply);
     if (reply.content_type == "application/json") {

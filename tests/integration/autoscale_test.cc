@@ -34,7 +34,7 @@ class AutoscaleTest : public ::testing::Test {
     if (HasFailure()) std::cerr << "---- shoald log ----\n" << shoald_.Log();
   }
   json Status(const std::string& fn) {
-    auto r = Http(shoald_.port(), "GET", "/v1/functions/" + fn);
+    auto r = shoald_.Api("GET", "/v1/functions/" + fn);
     if (r.status != 200) return json::object();
     return json::parse(r.body, nullptr, false).value("status", json::object());
   }
@@ -175,7 +175,7 @@ TEST_F(AutoscaleTest, DescribeAndTopShowTheAutoscaler) {
   ASSERT_TRUE(WaitFor("shown", [](const json& st) {
     return st.value("decision", json::object()).value("age_s", -1.0) >= 0;
   }, std::chrono::seconds(10)));
-  auto desc = RunCli(shoald_.port(), {"describe", "shown"});
+  auto desc = shoald_.Cli({"describe", "shown"});
   ASSERT_EQ(desc.exit_code, 0) << desc.err;
   EXPECT_NE(desc.out.find("Autoscaling:   kpa, target 2.0, keep-alive fixed"), std::string::npos)
       << desc.out;
@@ -183,7 +183,7 @@ TEST_F(AutoscaleTest, DescribeAndTopShowTheAutoscaler) {
             std::string::npos)
       << desc.out;
   EXPECT_NE(desc.out.find("  Last change: desired 1"), std::string::npos) << desc.out;
-  auto top = RunCli(shoald_.port(), {"top"});
+  auto top = shoald_.Cli({"top"});
   ASSERT_EQ(top.exit_code, 0) << top.err;
   EXPECT_NE(top.out.find("POLICY   DESIRED   ACTUAL"), std::string::npos) << top.out;
   EXPECT_NE(top.out.find("shown      kpa      1         1 "), std::string::npos) << top.out;

@@ -56,17 +56,17 @@ class FlJobTest : public ::testing::Test {
   }
 
   Client Join(const std::string& job, const std::string& name) {
-    auto r = Http(shoald_.port(), "POST", "/v1/jobs/" + job + "/join",
+    auto r = shoald_.Api("POST", "/v1/jobs/" + job + "/join",
                   "{\"name\":\"" + name + "\"}", {"Content-Type: application/json"});
     EXPECT_EQ(r.status, 200) << r.body;
     auto j = Json::parse(r.body, nullptr, false);
     return {j.value("client_id", ""), j.value("token", "")};
   }
   Json Status(const std::string& job) {
-    return Json::parse(Http(shoald_.port(), "GET", "/v1/jobs/" + job).body, nullptr, false);
+    return Json::parse(shoald_.Api("GET", "/v1/jobs/" + job).body, nullptr, false);
   }
   std::vector<float> Download(const std::string& job, uint64_t version) {
-    auto r = Http(shoald_.port(), "GET", "/v1/jobs/" + job + "/model?version=" + std::to_string(version));
+    auto r = shoald_.Api("GET", "/v1/jobs/" + job + "/model?version=" + std::to_string(version));
     EXPECT_EQ(r.status, 200) << r.body;
     auto m = model::ModelFromSafetensors(
         std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.body.data()), r.body.size()),
@@ -100,8 +100,9 @@ class FlJobTest : public ::testing::Test {
   HttpResult Push(const std::string& job, const std::string& body) {
     HttpResult r;
     for (int attempt = 0; attempt < 50; ++attempt) {
+      // Updates go to the public gateway (the pool), with a bearer token.
       r = Http(shoald_.port(), "POST", "/v1/jobs/" + job + "/updates", body,
-               {"Content-Type: application/octet-stream"});
+               {"Content-Type: application/octet-stream", shoald_.AuthHeader()});
       if (r.status != 502 && r.status != 503 && r.status != 404) return r;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -124,7 +125,7 @@ class FlJobTest : public ::testing::Test {
     return clients;
   }
   std::string TaskKind(const std::string& job, const Client& c) {
-    auto r = Http(shoald_.port(), "GET", "/v1/jobs/" + job + "/task?client=" + c.id + "&token=" + c.token);
+    auto r = shoald_.Api("GET", "/v1/jobs/" + job + "/task?client=" + c.id + "&token=" + c.token);
     return Json::parse(r.body, nullptr, false).value("kind", "");
   }
   static double MaxDiff(const std::vector<float>& a, const std::vector<double>& b) {
@@ -175,7 +176,7 @@ TEST_F(FlJobTest, FedAvgRoundsThroughLeafInstancesEqualTheFlatAverageAndLearn) {
     std::vector<double> expected(global.size(), 0.0);
     double total = 0;
     for (int k = 0; k < 4; ++k) {
-      auto task = Json::parse(Http(shoald_.port(), "GET", "/v1/jobs/fmnist/task?client=" +
+      auto task = Json::parse(shoald_.Api("GET", "/v1/jobs/fmnist/task?client=" +
                                    clients[k].id + "&token=" + clients[k].token).body, nullptr, false);
       ASSERT_EQ(task.value("kind", ""), "train") << task.dump();
       ASSERT_EQ(task.value("model_version", uint64_t{99}), round);
@@ -188,7 +189,7 @@ TEST_F(FlJobTest, FedAvgRoundsThroughLeafInstancesEqualTheFlatAverageAndLearn) {
       ASSERT_EQ(r.status, 202) << r.body;
       if (k < 3) {
         // Its update is in: until the round commits, the client waits.
-        auto wait = Json::parse(Http(shoald_.port(), "GET", "/v1/jobs/fmnist/task?client=" +
+        auto wait = Json::parse(shoald_.Api("GET", "/v1/jobs/fmnist/task?client=" +
                                      clients[k].id + "&token=" + clients[k].token).body, nullptr, false);
         EXPECT_EQ(wait.value("kind", ""), "wait") << wait.dump();
         auto again = Push("fmnist", body);
@@ -211,7 +212,7 @@ TEST_F(FlJobTest, FedAvgRoundsThroughLeafInstancesEqualTheFlatAverageAndLearn) {
   auto eval = client::Evaluate({784, kHidden, 10}, final_model, data_.test);
   ASSERT_TRUE(eval.ok());
   EXPECT_GE(eval->accuracy, 0.75);
-  auto post = Http(shoald_.port(), "POST", "/v1/jobs/fmnist/eval",
+  auto post = shoald_.Api("POST", "/v1/jobs/fmnist/eval",
                    Json{{"client_id", clients[0].id}, {"token", clients[0].token}, {"version", 4},
                         {"accuracy", eval->accuracy}, {"loss", eval->loss}, {"samples", 10000}}
                        .dump(),
@@ -225,7 +226,7 @@ TEST_F(FlJobTest, FedAvgRoundsThroughLeafInstancesEqualTheFlatAverageAndLearn) {
   // The trained model leaves as ONNX (`shoal fl model --format onnx`) and classifies the test
   // split on the CPU executor as the trainer's own evaluation did.
   const std::string onnx_path = shoald_.state_dir() + "/fmnist.onnx";
-  auto cli = RunCli(shoald_.port(), {"fl", "model", "fmnist", "--format", "onnx", "-o", onnx_path});
+  auto cli = shoald_.Cli({"fl", "model", "fmnist", "--format", "onnx", "-o", onnx_path});
   ASSERT_EQ(cli.exit_code, 0) << cli.err;
   auto graph = inference::LoadOnnx(onnx_path);
   ASSERT_TRUE(graph.ok()) << graph.status().ToString();
@@ -244,7 +245,7 @@ TEST_F(FlJobTest, FedAvgRoundsThroughLeafInstancesEqualTheFlatAverageAndLearn) {
     }
   }
   EXPECT_NEAR(double(correct) / double(data_.test.num_samples), eval->accuracy, 2e-3);
-  auto done = Json::parse(Http(shoald_.port(), "GET", "/v1/jobs/fmnist/task?client=" +
+  auto done = Json::parse(shoald_.Api("GET", "/v1/jobs/fmnist/task?client=" +
                                clients[1].id + "&token=" + clients[1].token).body, nullptr, false);
   EXPECT_EQ(done.value("kind", ""), "done");
   // The pool holds nothing for the job any more.
@@ -281,7 +282,7 @@ TEST_F(FlJobTest, BadUpdatesGetClearErrorsAndAreCountedNowhere) {
   EXPECT_EQ(r3.status, 400);
   EXPECT_NE(r3.body.find("tensor 'fc1.weight': shape [32,784] expected, got [33,784]"),
             std::string::npos) << r3.body;
-  auto r4 = Http(shoald_.port(), "POST", "/v1/jobs/nojob/updates", body);
+  auto r4 = Http(shoald_.port(), "POST", "/v1/jobs/nojob/updates", body, {shoald_.AuthHeader()});
   EXPECT_EQ(r4.status, 404);
   EXPECT_EQ(r4.body, "{\"error\":\"FL job 'nojob' not found\"}\n");
   Json st = Status("strict");
@@ -485,7 +486,11 @@ TEST(FlDigitsTest, ShoalClientTrainsDigitsToNinetyPercent) {
       "  training: {localSteps: 40, learningRate: 0.1, batchSize: 32}\n"
       "  aggregation: {maxFanIn: 2, maxLeaves: 2}\n";
   ASSERT_EQ(shoald.Deploy(manifest).exit_code, 0);
-  const std::string cmd = BinDir() + "/shoal-client --server http://127.0.0.1:" +
+  // The clients authenticate as a user's would: an fl-client token of their job.
+  const std::string token = shoald.CreateToken("fl-client", "", "digits");
+  ASSERT_FALSE(token.empty());
+  const std::string cmd = "SHOAL_TOKEN=" + token + " " + BinDir() +
+                          "/shoal-client --server http://127.0.0.1:" +
                           std::to_string(shoald.port()) +
                           " --job digits --data digits --clients 4 --partition iid --seed 3"
                           " --time-scale 0 --max-seconds 25 2>&1";
@@ -495,10 +500,10 @@ TEST(FlDigitsTest, ShoalClientTrainsDigitsToNinetyPercent) {
   char buf[4096];
   while (fgets(buf, sizeof buf, p)) out += buf;
   EXPECT_EQ(pclose(p), 0) << out;
-  auto st = Json::parse(Http(shoald.port(), "GET", "/v1/jobs/digits").body, nullptr, false);
+  auto st = Json::parse(shoald.Api("GET", "/v1/jobs/digits").body, nullptr, false);
   const uint64_t version = st.value("version", uint64_t{0});
   ASSERT_GE(version, 1u) << out;
-  auto r = Http(shoald.port(), "GET", "/v1/jobs/digits/model?version=" + std::to_string(version));
+  auto r = shoald.Api("GET", "/v1/jobs/digits/model?version=" + std::to_string(version));
   ASSERT_EQ(r.status, 200) << r.body;
   auto m = model::ModelFromSafetensors(
       std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.body.data()), r.body.size()),

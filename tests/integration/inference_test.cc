@@ -101,7 +101,7 @@ class InferenceTest : public ::testing::Test {
     ASSERT_TRUE(shoald_.WaitReady(job + "-infer", 1, 20000)) << shoald_.Log();
   }
   std::vector<float> Weights(const std::string& job, uint64_t version) {
-    auto r = Http(shoald_.port(), "GET",
+    auto r = shoald_.Api("GET",
                   "/v1/jobs/" + job + "/model?version=" + std::to_string(version));
     EXPECT_EQ(r.status, 200) << r.body;
     auto m = model::ModelFromSafetensors(
@@ -122,8 +122,11 @@ class InferenceTest : public ::testing::Test {
   void StartClients(const std::string& job) {
     const std::string bin = BinDir() + "/shoal-client";
     const std::string server = "http://127.0.0.1:" + std::to_string(shoald_.port());
+    const std::string token = shoald_.CreateToken("fl-client", "", job);
+    ASSERT_FALSE(token.empty());
     client_pid_ = fork();
     if (client_pid_ == 0) {
+      setenv("SHOAL_TOKEN", token.c_str(), 1);
       const int devnull = open("/dev/null", O_WRONLY);
       dup2(devnull, 1);
       execl(bin.c_str(), bin.c_str(), "--server", server.c_str(), "--job", job.c_str(),
@@ -354,7 +357,7 @@ TEST_F(InferenceTest, HotSwapUnderLoadWhileTheJobTrainsZeroFailures) {
   // Until the job is done (12 versions) or 25 s.
   uint64_t job_version = 0;
   for (int i = 0; i < 250; ++i) {
-    auto s = Json::parse(Http(shoald_.port(), "GET", "/v1/jobs/fh").body, nullptr, false);
+    auto s = Json::parse(shoald_.Api("GET", "/v1/jobs/fh").body, nullptr, false);
     job_version = s.value("version", uint64_t{0});
     if (s.value("state", "") == "done") break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

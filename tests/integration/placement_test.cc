@@ -29,14 +29,14 @@ class PlacementTest : public ::testing::Test {
     EXPECT_EQ(r.status, 503) << r.error << " " << r.body;
     EXPECT_NE(r.body.find("unschedulable"), std::string::npos) << r.body;
     EXPECT_NE(r.body.find(resource), std::string::npos) << r.body;
-    auto st = Http(shoald_.port(), "GET", "/v1/functions/" + name);
+    auto st = shoald_.Api("GET", "/v1/functions/" + name);
     ASSERT_EQ(st.status, 200) << st.body;
     const auto j = nlohmann::json::parse(st.body, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << st.body;
     const std::string dump = j.dump();
     EXPECT_NE(dump.find("\"unschedulable\":\""), std::string::npos) << dump;
     EXPECT_NE(dump.find(resource), std::string::npos) << dump;
-    auto d = RunCli(shoald_.port(), {"describe", name});
+    auto d = shoald_.Cli({"describe", name});
     EXPECT_EQ(d.exit_code, 0) << d.err;
     EXPECT_NE(d.out.find("unschedulable: "), std::string::npos) << d.out;
     EXPECT_NE(d.out.find(resource), std::string::npos) << d.out;
@@ -68,7 +68,7 @@ TEST_F(PlacementTest, MemoryBeyondTheNodeIsRefusedAndNormalFunctionsStillRun) {
   EXPECT_EQ(r.status, 200) << r.error << " " << r.body;
   EXPECT_EQ(r.body, "hello");
   EXPECT_GE(shoald_.Metric("shoal_placement_decisions_total", "function=\"normal\""), 1.0);
-  auto st = Http(shoald_.port(), "GET", "/v1/functions/normal");
+  auto st = shoald_.Api("GET", "/v1/functions/normal");
   const auto j = nlohmann::json::parse(st.body, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << st.body;
   EXPECT_EQ(j.dump().find("\"unschedulable\":\"needs"), std::string::npos) << st.body;

@@ -99,8 +99,7 @@ class SandboxTest : public ::testing::Test {
   }
 
   HttpResult DeployHttp(const std::string& manifest) {
-    return Http(shoald_.port(), "POST", "/v1/functions", manifest,
-                {"Content-Type: application/yaml"});
+    return shoald_.Api("POST", "/v1/functions", manifest, {"Content-Type: application/yaml"});
   }
   HttpResult Invoke(const std::string& fn, const std::string& body) {
     return Http(shoald_.port(), "POST", "/fn/" + fn, body, {}, 0, 20000);
@@ -145,7 +144,7 @@ TEST_F(SandboxTest, DeployRefusesLibrariesOutsideOrUnsafe) {
             "(preloads code) (line 7)");
   // None of them exists, so nothing can start.
   for (const char* fn : {"outside", "ww", "link", "env"}) {
-    EXPECT_EQ(Http(shoald_.port(), "GET", "/v1/functions/" + std::string(fn)).status, 404) << fn;
+    EXPECT_EQ(shoald_.Api("GET", "/v1/functions/" + std::string(fn)).status, 404) << fn;
   }
   EXPECT_EQ(shoald_.Log().find("started instance"), std::string::npos);
 }
@@ -174,7 +173,7 @@ TEST_F(SandboxTest, LibrarySwappedAfterDeployNeverStarts) {
                                reason),
             std::string::npos)
       << shoald_.Log();
-  auto j = nlohmann::json::parse(Http(shoald_.port(), "GET", "/v1/functions/swapped").body);
+  auto j = nlohmann::json::parse(shoald_.Api("GET", "/v1/functions/swapped").body);
   EXPECT_EQ(j["status"].value("unschedulable", ""), reason);
   EXPECT_EQ(shoald_.Log().find("started instance"), std::string::npos);
 }
@@ -233,7 +232,7 @@ TEST_F(SandboxTest, InstanceRunsAsItsTenantWithTheManifestsLimits) {
   EXPECT_EQ(ps.st_mode & 07777, 0600u);
 
   // Gone with the instance.
-  ASSERT_EQ(Http(shoald_.port(), "DELETE", "/v1/functions/probe").status, 200);
+  ASSERT_EQ(shoald_.Api("DELETE", "/v1/functions/probe").status, 200);
   for (int i = 0; i < 250 && kill(pid, 0) == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -281,7 +280,7 @@ TEST_F(SandboxTest, DeniedSyscallKillsTheInstanceWhichIsRestarted) {
   ASSERT_EQ(after.size(), 1u);
   EXPECT_NE(after[0], before[0]);
   EXPECT_EQ(Invoke("bad", "status").status, 200);
-  auto j = nlohmann::json::parse(Http(shoald_.port(), "GET", "/v1/functions/bad").body);
+  auto j = nlohmann::json::parse(shoald_.Api("GET", "/v1/functions/bad").body);
   EXPECT_EQ(j["status"]["instances"][0].value("restarts", 0), 1);
   // The syscall, from the kernel's audit record (where the kernel log has one).
   std::string log;

@@ -182,7 +182,7 @@ TEST_F(SpineTest, QueuedRequestsWaitForAFreeInstance) {
   }
   // One instance, one request at a time: the four ran one after another.
   EXPECT_GE(elapsed.count(), 800);
-  auto j = nlohmann::json::parse(Http(shoald_.port(), "GET", "/v1/functions/one").body);
+  auto j = nlohmann::json::parse(shoald_.Api("GET", "/v1/functions/one").body);
   EXPECT_EQ(j["status"]["cold_starts"].get<int>(), 1);
   EXPECT_EQ(j["status"]["requests_total"].get<int>(), 4);
 }
@@ -206,7 +206,7 @@ TEST_F(SpineTest, IdleInstancesStopAfterKeepAliveAndScaleFromZeroAgain) {
   auto again = Http(shoald_.port(), "POST", "/fn/blink", "b");
   EXPECT_EQ(again.status, 200);
   EXPECT_EQ(again.body, "b");
-  auto j = nlohmann::json::parse(Http(shoald_.port(), "GET", "/v1/functions/blink").body);
+  auto j = nlohmann::json::parse(shoald_.Api("GET", "/v1/functions/blink").body);
   EXPECT_EQ(j["status"]["cold_starts"].get<int>(), 2);
 }
 
@@ -214,7 +214,7 @@ TEST_F(SpineTest, DeploymentsSurviveARestart) {
   ASSERT_EQ(shoald_.Deploy(FunctionManifest("keep", Builtin("echo"))).exit_code, 0);
   EXPECT_EQ(shoald_.Stop(), 0);
   ASSERT_TRUE(shoald_.Start(options_)) << shoald_.Log();
-  auto list = RunCli(shoald_.port(), {"get", "-o", "json"});
+  auto list = shoald_.Cli({"get", "-o", "json"});
   EXPECT_EQ(list.exit_code, 0);
   EXPECT_NE(list.out.find("\"keep\""), std::string::npos) << list.out;
   auto r = Http(shoald_.port(), "POST", "/fn/keep", "still here");
@@ -229,7 +229,7 @@ TEST_F(SpineTest, BadManifestsNameTheFieldAndDeployNothing) {
   auto u = shoald_.Deploy(FunctionManifest("bad2", Builtin("nonesuch")));
   EXPECT_EQ(u.exit_code, 1);
   EXPECT_NE(u.err.find("spec.handler.builtin"), std::string::npos) << u.err;
-  auto list = Http(shoald_.port(), "GET", "/v1/functions");
+  auto list = shoald_.Api("GET", "/v1/functions");
   EXPECT_EQ(list.status, 200);
   auto j = nlohmann::json::parse(list.body);
   EXPECT_TRUE(j["functions"].empty()) << list.body;
@@ -253,7 +253,7 @@ TEST_F(SpineTest, DataPlaneIsSockmapWhenRoot) {
   EXPECT_EQ(shoald_.Metric("shoal_dataplane_payload_bytes", "function=\"counted\""), 1640);
   EXPECT_EQ(shoald_.Metric("shoal_dataplane_inflight", "function=\"counted\""), 0);
   EXPECT_NE(shoald_.Log().find("data plane: sockmap"), std::string::npos);
-  auto node = nlohmann::json::parse(Http(shoald_.port(), "GET", "/v1/node").body);
+  auto node = nlohmann::json::parse(shoald_.Api("GET", "/v1/node").body);
   EXPECT_EQ(node["dataplane"], "sockmap");
 }
 
@@ -312,24 +312,24 @@ TEST_F(SpineTest, CliShowsLiveStateLogsAndDeletes) {
             0);
   ASSERT_TRUE(shoald_.WaitReady("echo", 1));
   for (int i = 0; i < 5; ++i) ASSERT_EQ(Http(shoald_.port(), "POST", "/fn/echo", "x").status, 200);
-  auto inv = RunCli(shoald_.port(), {"invoke", "echo", "-d", "via cli"});
+  auto inv = shoald_.Cli({"invoke", "echo", "-d", "via cli"});
   EXPECT_EQ(inv.exit_code, 0);
   EXPECT_EQ(inv.out, "via cli");
-  auto top = RunCli(shoald_.port(), {"top"});
+  auto top = shoald_.Cli({"top"});
   EXPECT_EQ(top.exit_code, 0);
   EXPECT_NE(top.out.find("Data plane: " + std::string(IsRoot() ? "sockmap" : "unix")),
             std::string::npos)
       << top.out;
   EXPECT_NE(top.out.find("echo"), std::string::npos);
-  auto desc = RunCli(shoald_.port(), {"describe", "echo"});
+  auto desc = shoald_.Cli({"describe", "echo"});
   EXPECT_EQ(desc.exit_code, 0);
   EXPECT_NE(desc.out.find("ready"), std::string::npos) << desc.out;
-  auto logs = RunCli(shoald_.port(), {"logs", "echo"});
+  auto logs = shoald_.Cli({"logs", "echo"});
   EXPECT_EQ(logs.exit_code, 0);
   EXPECT_NE(logs.out.find("ready: function echo"), std::string::npos) << logs.out;
   const auto pids = shoald_.InstancePids("echo");
   ASSERT_EQ(pids.size(), 1u);
-  auto del = RunCli(shoald_.port(), {"delete", "echo"});
+  auto del = shoald_.Cli({"delete", "echo"});
   EXPECT_EQ(del.exit_code, 0);
   EXPECT_EQ(Http(shoald_.port(), "POST", "/fn/echo", "x").status, 404);
   // Its instance is stopped.
@@ -339,7 +339,7 @@ TEST_F(SpineTest, CliShowsLiveStateLogsAndDeletes) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(gone) << "instance " << pids[0] << " still running after delete";
-  auto missing = RunCli(shoald_.port(), {"describe", "echo"});
+  auto missing = shoald_.Cli({"describe", "echo"});
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_NE(missing.err.find("function 'echo' not found"), std::string::npos) << missing.err;
 }
@@ -365,7 +365,7 @@ TEST_F(SpineTest, RedeployReplacesInstancesWithoutFailingRequests) {
   const auto new_pids = shoald_.InstancePids("svc");
   ASSERT_EQ(new_pids.size(), 1u);
   EXPECT_NE(new_pids[0], old_pids[0]);
-  auto j = nlohmann::json::parse(Http(shoald_.port(), "GET", "/v1/functions/svc").body);
+  auto j = nlohmann::json::parse(shoald_.Api("GET", "/v1/functions/svc").body);
   EXPECT_EQ(j["generation"].get<int>(), 2);
   EXPECT_EQ(j["concurrency"].get<int>(), 2);
 }

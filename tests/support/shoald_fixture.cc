@@ -129,25 +129,29 @@ HttpResult Http(uint16_t port, const std::string& method, const std::string& pat
   return r;
 }
 
-CliResult RunCli(uint16_t port, const std::vector<std::string>& args, const std::string& stdin_data) {
+CliResult RunCli(const std::vector<std::string>& args, const std::string& stdin_data,
+                 const std::vector<std::string>& env) {
   char out_tmpl[] = "/tmp/shoal-cli-out-XXXXXX";
   char err_tmpl[] = "/tmp/shoal-cli-err-XXXXXX";
   char in_tmpl[] = "/tmp/shoal-cli-in-XXXXXX";
   int out = mkstemp(out_tmpl), err = mkstemp(err_tmpl), in = mkstemp(in_tmpl);
   (void)!write(in, stdin_data.data(), stdin_data.size());
   lseek(in, 0, SEEK_SET);
-  std::vector<std::string> argv_s = {BinDir() + "/shoal", "--server",
-                                     "http://127.0.0.1:" + std::to_string(port)};
+  std::vector<std::string> argv_s = {BinDir() + "/shoal"};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<std::string> env_s = {"PATH=/usr/bin:/bin", "HOME=/nonexistent"};
+  env_s.insert(env_s.end(), env.begin(), env.end());
   pid_t pid = fork();
   if (pid == 0) {
     dup2(in, 0);
     dup2(out, 1);
     dup2(err, 2);
-    std::vector<char*> argv;
+    std::vector<char*> argv, envp;
     for (auto& a : argv_s) argv.push_back(a.data());
     argv.push_back(nullptr);
-    execv(argv[0], argv.data());
+    for (auto& e : env_s) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }
   int status = 0;
@@ -185,7 +189,7 @@ bool Shoald::Start(const Options& o) {
   {
     std::ofstream f(cfg);
     f << "node_name: " << node_ << "\n"
-      << "listen_host: 127.0.0.1\nlisten_port: 0\n"
+      << "listen_host: 127.0.0.1\nlisten_port: 0\ncontrol_port: 0\n"
       << "state_dir: " << state_dir_ << "/state\n"
       << "gateway_threads: " << o.threads << "\n"
       << "pool_bytes: " << o.pool_bytes << "\n"
@@ -204,7 +208,8 @@ bool Shoald::Start(const Options& o) {
     execl(bin.c_str(), bin.c_str(), "--standalone", "-c", cfg.c_str(), nullptr);
     _exit(127);
   }
-  const std::regex ready_re("shoald ready on http://[0-9.]+:([0-9]+)");
+  const std::regex ready_re(
+      "shoald ready on http://[0-9.]+:([0-9]+) \\(data plane [a-z]+; control API https?://[0-9.]+:([0-9]+)\\)");
   for (int i = 0; i < 300; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     int status;
@@ -216,6 +221,12 @@ bool Shoald::Start(const Options& o) {
     std::smatch m;
     if (std::regex_search(log, m, ready_re)) {
       port_ = static_cast<uint16_t>(std::stoi(m[1]));
+      control_port_ = static_cast<uint16_t>(std::stoi(m[2]));
+      std::istringstream conf(ReadFile(admin_conf()));
+      std::string line;
+      while (std::getline(conf, line)) {
+        if (line.rfind("token: ", 0) == 0) admin_token_ = line.substr(7);
+      }
       return Http(port_, "GET", "/readyz").status == 200;
     }
   }
@@ -233,13 +244,39 @@ int Shoald::Stop(int sig) {
 
 std::string Shoald::Log() const { return ReadFile(log_path_); }
 
-CliResult Shoald::Deploy(const std::string& manifest) {
-  return RunCli(port_, {"deploy", "-f", "-"}, manifest);
+CliResult Shoald::Deploy(const std::string& manifest) { return Cli({"deploy", "-f", "-"}, manifest); }
+
+std::string Shoald::AuthHeader(const std::string& token) const {
+  return "Authorization: Bearer " + (token.empty() ? admin_token_ : token);
+}
+
+HttpResult Shoald::Api(const std::string& method, const std::string& path, const std::string& body,
+                       std::vector<std::string> headers, const std::string& token) {
+  if (token != "-") headers.push_back(AuthHeader(token));
+  return Http(control_port_, method, path, body, headers);
+}
+
+CliResult Shoald::Cli(const std::vector<std::string>& args, const std::string& stdin_data,
+                      const std::string& token) {
+  std::vector<std::string> env = {"SHOAL_CONFIG=" + admin_conf()};
+  if (!token.empty()) env.push_back("SHOAL_TOKEN=" + token);
+  return RunCli(args, stdin_data, env);
+}
+
+std::string Shoald::CreateToken(const std::string& role, const std::string& ns,
+                                const std::string& job) {
+  nlohmann::json req{{"role", role}};
+  if (!ns.empty()) req["namespace"] = ns;
+  if (!job.empty()) req["job"] = job;
+  auto r = Api("POST", "/v1/tokens", req.dump(), {"Content-Type: application/json"});
+  auto j = nlohmann::json::parse(r.body, nullptr, false);
+  if (r.status != 201 || j.is_discarded() || !j.contains("token")) return {};
+  return j["token"].get<std::string>();
 }
 
 bool Shoald::WaitReady(const std::string& function, int ready, int timeout_ms) {
   for (int waited = 0; waited < timeout_ms; waited += 20) {
-    auto r = Http(port_, "GET", "/v1/functions/" + function);
+    auto r = Api("GET", "/v1/functions/" + function);
     if (r.status == 200) {
       auto j = nlohmann::json::parse(r.body, nullptr, false);
       if (!j.is_discarded() && j.contains("status") && j["status"].value("ready", -1) == ready) {
@@ -253,7 +290,7 @@ bool Shoald::WaitReady(const std::string& function, int ready, int timeout_ms) {
 
 std::vector<int> Shoald::InstancePids(const std::string& function) {
   std::vector<int> pids;
-  auto r = Http(port_, "GET", "/v1/functions/" + function);
+  auto r = Api("GET", "/v1/functions/" + function);
   auto j = nlohmann::json::parse(r.body, nullptr, false);
   if (j.is_discarded() || !j.contains("status")) return pids;
   for (const auto& inst : j["status"].value("instances", nlohmann::json::array())) {

@@ -33,7 +33,9 @@ struct CliResult {
   std::string out;
   std::string err;
 };
-CliResult RunCli(uint16_t port, const std::vector<std::string>& args, const std::string& stdin_data = {});
+// Runs the `shoal` CLI with `env` ("NAME=value") added to a clean environment (PATH only).
+CliResult RunCli(const std::vector<std::string>& args, const std::string& stdin_data = {},
+                 const std::vector<std::string>& env = {});
 
 class Shoald {
  public:
@@ -52,7 +54,22 @@ class Shoald {
   bool Start() { return Start(Options{}); }
   // SIGTERM (or `sig`) and wait for exit; returns the exit status.
   int Stop(int sig = 15);
-  uint16_t port() const { return port_; }
+  uint16_t port() const { return port_; }            // the public gateway
+  uint16_t control_port() const { return control_port_; }  // the control API's listener
+  // The first admin token, as shoald saved it in <state>/admin.conf on its first start.
+  const std::string& admin_token() const { return admin_token_; }
+  std::string admin_conf() const { return state_dir_ + "/state/admin.conf"; }
+  // "Authorization: Bearer <token>" (the admin's by default).
+  std::string AuthHeader(const std::string& token = {}) const;
+  // A request to the control API with the admin's token (or `token`; "-" sends none).
+  HttpResult Api(const std::string& method, const std::string& path, const std::string& body = {},
+                 std::vector<std::string> headers = {}, const std::string& token = {});
+  // The CLI as the first admin runs it (SHOAL_CONFIG=<state>/admin.conf), or with `token`.
+  CliResult Cli(const std::vector<std::string>& args, const std::string& stdin_data = {},
+                const std::string& token = {});
+  // Creates a token through the API as the admin; returns it ("" on failure).
+  std::string CreateToken(const std::string& role, const std::string& ns = {},
+                          const std::string& job = {});
   pid_t pid() const { return pid_; }
   const std::string& state_dir() const { return state_dir_; }
   const std::string& node() const { return node_; }
@@ -71,6 +88,8 @@ class Shoald {
   std::string log_path_;
   pid_t pid_ = -1;
   uint16_t port_ = 0;
+  uint16_t control_port_ = 0;
+  std::string admin_token_;
 };
 
 }  // namespace shoal::testing

@@ -655,6 +655,13 @@ std::vector<std::string> FlCoordinator::ListJobs() {
   return out;
 }
 
+Result<std::string> FlCoordinator::JobNamespace(const std::string& name) {
+  auto job = Find(name);
+  if (!job) return NotFound("FL job '" + name + "' not found");
+  std::lock_guard jl(job->mu);
+  return job->spec.tenant;
+}
+
 Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
   auto job = Find(name);
   if (!job) return NotFound("FL job '" + name + "' not found");

@@ -162,7 +162,7 @@ CliResult RunShoal(const std::string& server, std::vector<std::string> args,
   EXPECT_EQ(write(in, stdin_data.data(), stdin_data.size()),
             static_cast<ssize_t>(stdin_data.size()));
   lseek(in, 0, SEEK_SET);
-  args.insert(args.begin(), {SHOAL_CLI_BIN, "--server", server});
+  args.insert(args.begin(), {SHOAL_CLI_BIN, "--server", server, "--gateway", server});
   pid_t pid = fork();
   if (pid == 0) {
     dup2(in, 0);

@@ -11,6 +11,8 @@ namespace {
 
 using nlohmann::json;
 
+const auth::Principal kAdmin{"t0", "admin", auth::Role::kAdmin, "", ""};
+
 class FakeRuntime : public RuntimeView {
  public:
   void FunctionsChanged() override { ++changed; }
@@ -75,7 +77,7 @@ class ControlApiTest : public ::testing::Test {
 
   HttpReply Call(std::string_view method, std::string_view path, std::string_view body = {},
                  std::string_view query = {}) {
-    return api_->Handle(method, path, query, body);
+    return api_->Handle(method, path, query, body, kAdmin);
   }
   json Body(const HttpReply& r) {
     EXPECT_EQ(r.content_type, "application/json");

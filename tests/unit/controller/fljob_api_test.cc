@@ -13,6 +13,8 @@ namespace {
 
 using nlohmann::json;
 
+const auth::Principal kAdmin{"t0", "admin", auth::Role::kAdmin, "", ""};
+
 class NullRuntime : public RuntimeView {
  public:
   void FunctionsChanged() override { ++changed; }
@@ -47,6 +49,10 @@ class FakeJobService : public JobService {
     return json{
         {"name", job}, {"algorithm", jobs[job].algorithm}, {"state", "running"}, {"version", 3}}
         .dump();
+  }
+  Result<std::string> JobNamespace(const std::string& job) override {
+    if (!jobs.count(job)) return NotFound("job '" + job + "' not found");
+    return jobs[job].tenant;
   }
   Result<JoinResult> Join(const std::string& job, const std::string& client_name,
                           const std::string& join_token) override {
@@ -110,7 +116,7 @@ class FlJobApiTest : public ::testing::Test {
 
   HttpReply Call(std::string_view method, std::string_view path, std::string_view body = {},
                  std::string_view query = {}) {
-    return api_->Handle(method, path, query, body);
+    return api_->Handle(method, path, query, body, kAdmin);
   }
   static json Body(const HttpReply& r) {
     EXPECT_EQ(r.content_type, "application/json");
@@ -327,17 +333,17 @@ TEST(FlJobApiDisabledTest, WithoutAServiceJobRoutesAre501AndNothingIsDeployed) {
                                                         {"GET", "/v1/jobs/x/task"},
                                                         {"GET", "/v1/jobs/x/model"},
                                                         {"POST", "/v1/jobs/x/eval"}}) {
-    auto r = api.Handle(method, path, "", "");
+    auto r = api.Handle(method, path, "", "", kAdmin);
     EXPECT_EQ(r.status, 501) << method << " " << path;
     EXPECT_EQ(r.body, expected) << method << " " << path;
   }
-  auto mixed = api.Handle("POST", "/v1/functions", "", Fn("echo") + "---\n" + Job("fmnist"));
+  auto mixed = api.Handle("POST", "/v1/functions", "", Fn("echo") + "---\n" + Job("fmnist"), kAdmin);
   EXPECT_EQ(mixed.status, 501);
   EXPECT_EQ(mixed.body, expected);
   EXPECT_FALSE((*reg)->Get("echo").has_value());
   EXPECT_EQ(runtime.changed, 0);
   // Functions alone still deploy.
-  EXPECT_EQ(api.Handle("POST", "/v1/functions", "", Fn("echo")).status, 201);
+  EXPECT_EQ(api.Handle("POST", "/v1/functions", "", Fn("echo"), kAdmin).status, 201);
   std::filesystem::remove_all(tmpl);
 }
 

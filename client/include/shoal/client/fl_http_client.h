@@ -57,8 +57,12 @@ bool IsRetryable(const Status& status);
 
 class FlHttpClient {
  public:
-  // `server` is the base URL ("http://localhost:8080"); `job` the FL job's name.
-  FlHttpClient(std::string server, std::string job);
+  // `server` is the base URL ("http://localhost:8080"); `job` the FL job's name. Every
+  // request carries `Authorization: Bearer <bearer_token>` (an fl-client token of the job, or
+  // any token whose role may act on it); by default the token is $SHOAL_TOKEN.
+  FlHttpClient(std::string server, std::string job, std::string bearer_token = DefaultToken());
+  // $SHOAL_TOKEN, or "" when unset.
+  static std::string DefaultToken();
   ~FlHttpClient();
   FlHttpClient(const FlHttpClient&) = delete;
   FlHttpClient& operator=(const FlHttpClient&) = delete;
@@ -89,6 +93,7 @@ class FlHttpClient {
                      const char* content_type);
 
   std::string server_;
+  std::string authorization_;  // "Authorization: Bearer ..." or ""
   std::string job_;
   std::string job_path_;  // "/v1/jobs/<escaped job>"
   struct Handle;

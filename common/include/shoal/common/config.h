@@ -48,6 +48,15 @@ struct NodeConfig {
   uint32_t autoscale_interval_ms = 2000;     // autoscaling policies decide this often (Knative's tick)
   std::string log_level = "info";
 
+  // The control API (/v1 but the FL clients' routes) has a listener of its own, on loopback
+  // unless configured otherwise; beyond the host it needs TLS (a PEM certificate and key) or an
+  // explicit control_allow_insecure. control_port 0 picks a free port (logged at start).
+  std::string control_listen_host = "127.0.0.1";
+  uint16_t control_port = 8081;
+  std::string control_tls_cert;  // PEM file; with control_tls_key, the listener speaks HTTPS
+  std::string control_tls_key;
+  bool control_allow_insecure = false;
+
   // Instance sandbox (README "Instance sandbox").
   // spec.handler.library must lie below one of these; `$ORIGIN` is the directory of the
   // shoald binary (so a build tree's build/lib/shoal/handlers works as installed).

@@ -18,7 +18,8 @@ enum class StatusCode {
   kUnavailable,       // peer gone, instance crashed (HTTP 502/503)
   kDeadlineExceeded,  // HTTP 504
   kTooLarge,          // HTTP 413
-  kPermissionDenied,  // missing privilege (BPF, shm)
+  kPermissionDenied,  // missing privilege (BPF, shm), or a role that does not allow it (403)
+  kUnauthenticated,   // no credentials, or credentials that are not valid (HTTP 401)
   kInternal,          // a bug or an unexpected system error (HTTP 500)
 };
 
@@ -50,6 +51,9 @@ inline Status ResourceExhausted(std::string m) {
 }
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status Unauthenticated(std::string m) {
+  return {StatusCode::kUnauthenticated, std::move(m)};
+}
 inline Status PermissionDenied(std::string m) {
   return {StatusCode::kPermissionDenied, std::move(m)};
 }

@@ -1,7 +1,10 @@
-// The control API behind every `/v1/...` path of the gateway: deploy, list, describe and delete
-// functions, read their logs, and the node's load (`shoal top`); deploy and drive FL jobs
-// (/v1/jobs/...) through the node's JobService. Pure request -> reply; JSON in and out (model
-// downloads excepted), errors as {"error": "..."} with the matching HTTP status.
+// The control API behind every `/v1/...` path: deploy, list, describe and delete functions,
+// read their logs, and the node's load (`shoal top`); deploy and drive FL jobs (/v1/jobs/...)
+// through the node's JobService; create, list and revoke tokens (/v1/tokens). Every request
+// comes with the Principal its bearer token proved (the listener authenticates; 401 is its
+// job); each route checks that principal's role here (403 naming the token and what it lacks)
+// before it reads or changes anything. Pure request -> reply; JSON in and out (model downloads
+// excepted), errors as {"error": "..."} with the matching HTTP status.
 #pragma once
 
 #include <string>
@@ -9,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "shoal/auth/role.h"
+#include "shoal/auth/token_store.h"
 #include "shoal/controller/job_service.h"
 #include "shoal/controller/manifest.h"
 #include "shoal/controller/registry.h"
@@ -27,32 +32,38 @@ struct HttpReply {
 
 class ControlApi {
  public:
-  // `jobs` may be null: the node then answers every FL job route with 501.
-  ControlApi(FunctionRegistry& registry, RuntimeView& runtime, JobService* jobs = nullptr);
+  // `jobs` may be null: the node then answers every FL job route with 501; `tokens` likewise
+  // for /v1/tokens.
+  ControlApi(FunctionRegistry& registry, RuntimeView& runtime, JobService* jobs = nullptr,
+             auth::TokenStore* tokens = nullptr);
 
-  // `path` starts with /v1/; `query` is the part after '?', without it.
+  // `path` starts with /v1/; `query` is the part after '?', without it; `who` made the request.
   HttpReply Handle(std::string_view method, std::string_view path, std::string_view query,
-                   std::string_view body);
+                   std::string_view body, const auth::Principal& who);
 
  private:
-  HttpReply Deploy(std::string_view body);
+  HttpReply Deploy(std::string_view body, const auth::Principal& who);
+  HttpReply Tokens(std::string_view method, std::string_view path, std::string_view rest,
+                   std::string_view body);
+  // The job's namespace; kNotFound for an unknown job.
+  Result<std::string> JobNamespace(const std::string& job);
   // Routes below /v1/jobs; `rest` is the path after "jobs" ("", "/name", "/name/task", ...).
   HttpReply Jobs(std::string_view method, std::string_view path, std::string_view rest,
-                 std::string_view query, std::string_view body);
-  HttpReply DeployJobsOnly(std::string_view body);
+                 std::string_view query, std::string_view body, const auth::Principal& who);
+  HttpReply DeployJobsOnly(std::string_view body, const auth::Principal& who);
   // Deploys every spec through the job service; when one is refused, the jobs this call created
   // are deleted again (re-deployed ones keep their new generation). Returns, per spec, whether
   // the job was new.
   Result<std::vector<bool>> DeployJobSpecs(const std::vector<FlJobSpec>& specs);
   void DeleteCreatedJobs(const std::vector<FlJobSpec>& specs, const std::vector<bool>& created);
-  HttpReply ListJobs();
+  HttpReply ListJobs(const auth::Principal& who);
   HttpReply JobStatus(const std::string& job);
   HttpReply DeleteJob(const std::string& job);
   HttpReply Join(const std::string& job, std::string_view body);
   HttpReply Task(const std::string& job, std::string_view query);
   HttpReply Model(const std::string& job, std::string_view query);
   HttpReply Evaluate(const std::string& job, std::string_view body);
-  HttpReply ListFunctions();
+  HttpReply ListFunctions(const auth::Principal& who);
   HttpReply GetFunction(const std::string& name);
   HttpReply DeleteFunction(const std::string& name);
   HttpReply Logs(const std::string& name, std::string_view query);
@@ -62,6 +73,7 @@ class ControlApi {
   FunctionRegistry& registry_;
   RuntimeView& runtime_;
   JobService* jobs_;
+  auth::TokenStore* tokens_;
 };
 
 }  // namespace shoal

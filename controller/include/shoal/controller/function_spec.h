@@ -58,6 +58,8 @@ struct FunctionSpec {
   uint32_t max_scale = 0;        // 0 = node default
   double timeout_s = 0;          // 0 = node default; handler timeout -> 504
   double keep_alive_s = 0;       // 0 = node default; idle instances above min_scale stop after it
+  // spec.auth: token — /fn and /v2 answer only requests whose bearer token may invoke it.
+  bool require_token = false;
   uint64_t max_body_bytes = 0;   // 0 = node default; larger bodies -> 413
   double cpu = 0;                // resources.cpu (cores); placement reserves it
   uint64_t memory_bytes = 0;     // resources.memory

@@ -47,6 +47,8 @@ class JobService {
   virtual std::vector<std::string> ListJobs() = 0;
   // The job's status as JSON (see README "FL jobs"); kNotFound for an unknown job.
   virtual Result<std::string> JobStatusJson(const std::string& job) = 0;
+  // The job's namespace (metadata.namespace: its tenant); kNotFound for an unknown job.
+  virtual Result<std::string> JobNamespace(const std::string& job) = 0;
   // `join_token` is the pre-shared token when the job has spec.clients.tokens ("" otherwise).
   virtual Result<JoinResult> Join(const std::string& job, const std::string& client_name,
                                   const std::string& join_token) = 0;

@@ -1,8 +1,11 @@
 // The gateway: shoald's HTTP/1.1 front door. One libuv event loop per core, each with its own
 // SO_REUSEPORT listener and its own data-plane endpoint. A request to /fn/<name> has its body
 // received straight into a buffer of the function's shared-memory pool and is handed to an
-// instance by a 64-byte descriptor; /v1/* goes to the control API; /metrics, /healthz and
-// /readyz are served here.
+// instance by a 64-byte descriptor; /metrics, /healthz and /readyz are served here. Of /v1,
+// only the FL clients' routes (the "fleet" routes: job status, join, task, model, eval and
+// updates) are served on this public listener, each with a bearer token; the rest of the control
+// API has a listener of its own (ControlServer). A function whose manifest says `auth: token`
+// answers /fn and /v2 only to a token that may invoke it.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "shoal/auth/token_store.h"
 #include "shoal/common/config.h"
 #include "shoal/common/status.h"
 #include "shoal/dataplane/dataplane.h"
@@ -29,16 +33,22 @@ struct ServiceReply {
   std::vector<std::pair<std::string, std::string>> headers;
 };
 
-// A service for a path prefix that is not the data path (the control API).
+// A service for a path prefix that is not the data path (the FL clients' control routes).
 class HttpService {
  public:
   virtual ~HttpService() = default;
   virtual ServiceReply Handle(std::string_view method, std::string_view path, std::string_view query,
-                           std::string_view body) = 0;
+                              std::string_view body, const auth::Principal& who) = 0;
 };
 
+// Whether `method path` is one of the FL clients' routes that the public listener serves:
+// GET /v1/jobs/{job}, POST .../join, GET .../task, GET .../model, POST .../eval,
+// POST .../updates. Sets `*job` to the job's name.
+bool IsFleetRoute(std::string_view method, std::string_view path, std::string* job);
+
 struct GatewayHooks {
-  HttpService* control = nullptr;               // /v1/*
+  HttpService* control = nullptr;               // the fleet routes of /v1/jobs
+  auth::TokenStore* tokens = nullptr;           // bearer tokens (fleet routes, auth: token)
   std::function<std::string()> metrics_text;    // /metrics
   std::function<bool()> ready;                  // /readyz
   FlDataPath* fl = nullptr;                     // POST /v1/jobs/{job}/updates

@@ -53,6 +53,11 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   // The gateway's URL, given to instances as SHOAL_GATEWAY (inference handlers fetch FL models
   // from it). Set once the gateway listens, before the loop runs.
   void SetGatewayUrl(std::string url) { gateway_url_ = std::move(url); }
+  // A bearer token for an instance that calls the gateway's authenticated routes (SHOAL_TOKEN
+  // in its environment); "" = none. Called on the manager's thread at each instance start.
+  void SetInstanceToken(std::function<std::string(const FunctionSpec&)> source) {
+    instance_token_ = std::move(source);
+  }
 
   // ScaleSignal: requests are queueing; reconcile now (scale from zero).
   void Poke() override;
@@ -93,6 +98,7 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   // The instance sandbox's start-up: tenant ids, cgroups, the handler directories (logged).
   Status StartSandbox();
   std::string gateway_url_;
+  std::function<std::string(const FunctionSpec&)> instance_token_;
   std::string LogPath(const std::string& function) const;
 
   const NodeConfig& config_;

@@ -53,6 +53,7 @@ class FlCoordinator final : public JobService, public FlDataPath {
   Status DeleteJob(const std::string& job) override;
   std::vector<std::string> ListJobs() override;
   Result<std::string> JobStatusJson(const std::string& job) override;
+  Result<std::string> JobNamespace(const std::string& job) override;
   Result<JoinResult> Join(const std::string& job, const std::string& client_name,
                           const std::string& join_token) override;
   Result<TaskResult> Task(const std::string& job, const std::string& client_id,

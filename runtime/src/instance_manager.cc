@@ -191,9 +191,9 @@ Status InstanceManager::StartSandbox() {
   tenant_ids_ = std::make_unique<TenantIds>(std::move(*ids));
   switch_ids_ = geteuid() == 0;
   if (switch_ids_) {
-    spdlog::info("sandbox: instances run as their tenant's uid/gid ({} fixed in the config, "
-                 "others from {} up, kept in {}/tenants.yaml), no capabilities, no_new_privs, "
-                 "seccomp ({} syscalls denied)",
+    spdlog::info("sandbox: instances run as their tenant's uid/gid ({} tenant(s) fixed in the "
+                 "config, others from uid {} up, kept in {}/tenants.yaml), no capabilities, "
+                 "no_new_privs, seccomp ({} syscalls denied)",
                  config_.tenants.size(), config_.tenant_uid_base, config_.state_dir,
                  DeniedSyscalls().size());
   } else {

@@ -1,18 +1,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <cstdio>
 #include <cstring>
-#include <memory>
-#include <vector>
+#include <string>
 
-#include "gpu_test_skip.h"
-#include "shoal/aggregator/fold.h"
 #include "shoal/common/payload.h"
-#include "shoal/model/architectures.h"
-#include "shoal/model/update_format.h"
 #include "shoal/pool/shm_pool.h"
-#include "shoal/runtime/fl_leaf_handler.h"
+#include "shoal/runtime/builtin_module.h"
 #include "shoal/runtime/function_router.h"
 #include "shoal/runtime/handler.h"
 #include "shoal/runtime/latency_window.h"
@@ -158,7 +153,7 @@ TEST_F(PoolBacked, Sha256WordcountAndSleep) {
 }
 
 TEST_F(PoolBacked, LibraryHandlerThroughTheCAbi) {
-  auto h = LoadLibraryHandler(SHOAL_LIB_DIR "/libshoal-reverse.so", "shoal_handle");
+  auto h = LoadLibraryHandler(SHOAL_LIB_DIR "/shoal/handlers/libshoal-reverse.so", "shoal_handle");
   ASSERT_TRUE(h.ok()) << h.status().ToString();
   EXPECT_FALSE((*h)->MayBlock());  // the library exports shoal_may_block() == 0
   EXPECT_TRUE((*CreateBuiltinHandler("sleep"))->MayBlock());
@@ -169,7 +164,7 @@ TEST_F(PoolBacked, LibraryHandlerThroughTheCAbi) {
   auto fin = rb.Finish();
   EXPECT_EQ(Body(fin->first), "cba");
   (void)pool_->Release(fin->first, 1);
-  auto missing = LoadLibraryHandler(SHOAL_LIB_DIR "/libshoal-reverse.so", "nope");
+  auto missing = LoadLibraryHandler(SHOAL_LIB_DIR "/shoal/handlers/libshoal-reverse.so", "nope");
   EXPECT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("no symbol 'nope'"), std::string::npos);
 }
@@ -193,186 +188,38 @@ TEST_F(PoolBacked, FlLeafAggregationDeviceSwitch) {
   EXPECT_NE(bad.status().message().find("'tpu'"), std::string::npos) << bad.status().message();
 }
 
-// A stand-in for the GPU folder: folds as the CPU does, except on fold number `fail_on`, where it
-// writes into the partial sum and then fails, as a device error halfway through would.
-struct FakeFolderLog {
-  int attaches = 0, folds = 0, fail_on = -1;
-  bool destroyed = false;
-};
-class FakeDeviceFolder final : public LeafDeviceFolder {
- public:
-  explicit FakeDeviceFolder(std::shared_ptr<FakeFolderLog> log) : log_(std::move(log)) {}
-  ~FakeDeviceFolder() override { log_->destroyed = true; }
-  std::string Describe() const override { return "fake device"; }
-  Status Attach(void*, size_t) override {
-    ++log_->attaches;
-    return {};
+// An instance maps only what its handler kind needs: shoal-fn itself links none of the heavy
+// libraries of the inference handler and the FL leaf (they come with their modules).
+TEST(BuiltinModules, ShoalFnLinksNoHeavyLibrary) {
+  const std::string fn = BuiltinModuleDir() + "/../../../bin/shoal-fn";
+  // The dynamic loader's own listing (what ldd prints) of what shoal-fn would map.
+  FILE* p = popen(("env -i LD_TRACE_LOADED_OBJECTS=1 " + fn).c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  ASSERT_EQ(pclose(p), 0) << out;
+  ASSERT_NE(out.find("libc.so.6"), std::string::npos) << out;
+  for (const char* heavy : {"libdnnl", "libcurl", "libprotobuf", "libonnx", "libgomp",
+                            "libOpenCL", "libgnutls", "libkrb5", "libldap", "libcudart"}) {
+    EXPECT_EQ(out.find(heavy), std::string::npos) << heavy << " in\n" << out;
   }
-  Status Fold(std::span<const aggregator::FoldSegment> segments) override {
-    if (++log_->folds == log_->fail_on) {
-      segments[0].acc[0] += 12345.0f;
-      return Internal("fake device: an illegal memory access was encountered");
-    }
-    aggregator::FoldSegments(segments);
-    return {};
+  size_t libs = 0;
+  for (size_t at = 0; (at = out.find(".so", at)) != std::string::npos; at = out.find('\n', at)) {
+    ++libs;
   }
-
- private:
-  std::shared_ptr<FakeFolderLog> log_;
-};
-
-class FlLeafDevice : public PoolBacked {
- protected:
-  // An update of MLP 4-3-2 whose values are k/8 + seed (exact in f32).
-  std::string Update(float seed) {
-    model::Model m(spec_);
-    for (size_t i = 0; i < m.values.size(); ++i) m.values[i] = float(i % 8) / 8.0f + seed;
-    model::UpdateMeta meta;
-    meta.job = "j";
-    meta.client_id = "c0";
-    meta.num_samples = 10;
-    auto body = model::EncodeUpdate(meta, m, model::DType::kF32);
-    EXPECT_TRUE(body.ok());
-    return std::string(reinterpret_cast<const char*>(body->data()), body->size());
-  }
-  // Folds `update` with weight w into partial_ through `h`; the status it answered.
-  Status Fold(Handler& h, const std::string& update, float w) {
-    const uint64_t req = MakeRequest(update, "application/octet-stream");
-    Request r = View(req);
-    r.aux = std::as_writable_bytes(std::span<float>(partial_));
-    r.aux_value = w;
-    ResponseBuilder rb(*pool_, 1, req);
-    Status st = h.Handle(r, rb);
-    if (st.ok()) {
-      EXPECT_EQ(rb.status(), 202);
-      auto fin = rb.Finish();
-      EXPECT_TRUE(fin.ok());
-      if (fin.ok()) (void)pool_->Release(fin->first, 1);
-    } else {
-      (void)pool_->Release(req, 1);
-    }
-    return st;
-  }
-  // What the CPU fold makes of partial_ with `update` at weight w.
-  std::vector<float> CpuFold(std::vector<float> acc, float seed, float w) {
-    model::Model m(spec_);
-    for (size_t i = 0; i < m.values.size(); ++i) m.values[i] = float(i % 8) / 8.0f + seed;
-    aggregator::Fold(acc.data(), m.values.data(), aggregator::DType::kF32, acc.size(), w);
-    return acc;
-  }
-
-  model::ModelSpec spec_ = model::MlpSpec(4, {3}, 2);
-  std::vector<float> partial_ = std::vector<float>(spec_.num_params(), 0.0f);
-};
-
-// A device fold that fails does not end the leaf: that update is answered 502 (kUnavailable:
-// the coordinator rebuilds the partial sum, the client sends it again), the device is dropped,
-// and every later update folds on the CPU, into the same partial sum, as the CPU fold does.
-TEST_F(FlLeafDevice, DeviceErrorAnswers502AndFoldsOnTheCpuFromThenOn) {
-  auto log = std::make_shared<FakeFolderLog>();
-  log->fail_on = 2;
-  FlLeafOptions o;
-  o.device = LeafFoldDevice::kGpu;
-  o.attach_in_background = false;
-  auto h = CreateFlLeafHandler(spec_, o, std::make_unique<FakeDeviceFolder>(log));
-  h->OnPoolAttached(pool_->base(), pool_->mapped_size());
-  EXPECT_EQ(log->attaches, 1);
-
-  ASSERT_TRUE(Fold(*h, Update(1), 0.5f).ok());
-  EXPECT_EQ(log->folds, 1);
-  EXPECT_EQ(partial_, CpuFold(std::vector<float>(partial_.size(), 0.0f), 1, 0.5f));
-
-  const Status failed = Fold(*h, Update(2), 0.25f);
-  EXPECT_EQ(log->folds, 2);
-  ASSERT_EQ(failed.code(), StatusCode::kUnavailable) << failed.ToString();
-  EXPECT_EQ(HttpStatusFor(failed.code()), 502);
-  EXPECT_EQ(failed.message(),
-            "the fake device fold failed (fake device: an illegal memory access was "
-            "encountered); the leaf folds on the CPU now: send the update again");
-  EXPECT_TRUE(log->destroyed) << "the failed device is released";
-
-  // The partial sum holds part of the failed update (the coordinator rebuilds it); what the
-  // leaf adds from now on is the CPU fold's, and the device is not asked again.
-  const std::vector<float> before = partial_;
-  ASSERT_TRUE(Fold(*h, Update(3), 0.125f).ok());
-  EXPECT_EQ(log->folds, 2);
-  EXPECT_EQ(partial_, CpuFold(before, 3, 0.125f));
-  EXPECT_EQ(pool_->Stats().live_buffers, 0u);
+  EXPECT_LE(libs, 12u) << out;
 }
 
-// device auto: updates below device_min_update_bytes fold on the CPU, larger ones on the
-// device; device cpu never attaches the device at all.
-TEST_F(FlLeafDevice, AutoSendsOnlyLargeUpdatesToTheDeviceAndCpuNone) {
-  auto log = std::make_shared<FakeFolderLog>();
-  FlLeafOptions o;
-  o.attach_in_background = false;
-  o.device_min_update_bytes = spec_.num_params() * 4 + 1;  // the f32 update is one byte short
-  auto h = CreateFlLeafHandler(spec_, o, std::make_unique<FakeDeviceFolder>(log));
-  h->OnPoolAttached(pool_->base(), pool_->mapped_size());
-  ASSERT_TRUE(Fold(*h, Update(1), 1.0f).ok());
-  EXPECT_EQ(log->folds, 0);
-  o.device_min_update_bytes = spec_.num_params() * 4;
-  auto big = CreateFlLeafHandler(spec_, o, std::make_unique<FakeDeviceFolder>(log));
-  big->OnPoolAttached(pool_->base(), pool_->mapped_size());
-  ASSERT_TRUE(Fold(*big, Update(1), 1.0f).ok());
-  EXPECT_EQ(log->folds, 1);
-  EXPECT_EQ(partial_, CpuFold(CpuFold(std::vector<float>(partial_.size(), 0.0f), 1, 1), 1, 1));
-
-  auto cpu_log = std::make_shared<FakeFolderLog>();
-  o.device = LeafFoldDevice::kCpu;
-  auto cpu = CreateFlLeafHandler(spec_, o, std::make_unique<FakeDeviceFolder>(cpu_log));
-  cpu->OnPoolAttached(pool_->base(), pool_->mapped_size());
-  ASSERT_TRUE(Fold(*cpu, Update(1), 1.0f).ok());
-  EXPECT_EQ(cpu_log->attaches, 0);
-  EXPECT_EQ(cpu_log->folds, 0);
+TEST(BuiltinModules, AMissingModuleIsNamed) {
+  auto h = LoadBuiltinModule("nonesuch");
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(h.status().message().find("built-in handler 'nonesuch': cannot load " +
+                                      BuiltinModuleDir() + "/libshoal-builtin-nonesuch.so"),
+            std::string::npos)
+      << h.status().message();
 }
-
-#if defined(SHOAL_TEST_GPU_FOLD)
-// The real GPU folder behind the leaf, with the second fold sent as two overlapping segments,
-// which GpuFolder::FoldHost refuses (a real error from the real folder, without breaking the
-// device for the tests that follow).
-class OverlapOnSecondFold final : public LeafDeviceFolder {
- public:
-  explicit OverlapOnSecondFold(std::unique_ptr<LeafDeviceFolder> real) : real_(std::move(real)) {}
-  std::string Describe() const override { return real_->Describe(); }
-  Status Attach(void* base, size_t bytes) override { return real_->Attach(base, bytes); }
-  Status Fold(std::span<const aggregator::FoldSegment> segments) override {
-    if (++folds == 2) {
-      const aggregator::FoldSegment twice[2] = {segments[0], segments[0]};
-      return real_->Fold(twice);
-    }
-    return real_->Fold(segments);
-  }
-  static inline int folds = 0;
-
- private:
-  std::unique_ptr<LeafDeviceFolder> real_;
-};
-
-// Where a device exists: the leaf's GPU path (the pool pinned, the update read from it) folds
-// as the CPU does, and an error from the GPU folder falls back to the CPU as the fake's does.
-TEST_F(FlLeafDevice, GpuFolderFoldsAsTheCpuAndItsErrorFallsBack) {
-  auto gpu = CreateGpuLeafFolder();
-  if (!gpu.ok()) SHOAL_GPU_SKIP(gpu.status().ToString());
-  FlLeafOptions o;
-  o.device = LeafFoldDevice::kGpu;
-  o.attach_in_background = false;
-  auto h = CreateFlLeafHandler(spec_, o, std::make_unique<OverlapOnSecondFold>(std::move(*gpu)));
-  h->OnPoolAttached(pool_->base(), pool_->mapped_size());
-  ASSERT_TRUE(Fold(*h, Update(1), 0.5f).ok());
-  EXPECT_EQ(OverlapOnSecondFold::folds, 1) << "folded on the GPU";
-  // Values k/8 + 1 times 0.5: every product and sum is exact, on the device as on the CPU.
-  EXPECT_EQ(partial_, CpuFold(std::vector<float>(partial_.size(), 0.0f), 1, 0.5f));
-  const Status failed = Fold(*h, Update(2), 0.25f);
-  ASSERT_EQ(failed.code(), StatusCode::kUnavailable) << failed.ToString();
-  EXPECT_NE(failed.message().find("fold segments overlap"), std::string::npos) << failed.message();
-  const std::vector<float> before = partial_;  // untouched: FoldHost checks before copying
-  EXPECT_EQ(before, CpuFold(std::vector<float>(partial_.size(), 0.0f), 1, 0.5f));
-  ASSERT_TRUE(Fold(*h, Update(3), 0.125f).ok());
-  EXPECT_EQ(OverlapOnSecondFold::folds, 2);
-  EXPECT_EQ(partial_, CpuFold(before, 3, 0.125f));
-}
-#endif
 
 }  // namespace
 }  // namespace shoal

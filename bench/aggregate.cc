@@ -10,8 +10,8 @@
 // no write-allocate); STREAM's rows count write-allocate only where a probe saw regular stores pay
 // for it. Ratio = fold GB/s / the best STREAM row on the same threads: how close the fold runs to
 // the memory system's limit, from the best runs; min/median/max are over rounds (each round's
-// fold against that round's best STREAM kernel). Higher is better. A row folding one pair over and over (the cache
-// may hold it) is shown for comparison, outside the ratio.
+// fold against that round's best STREAM kernel). Higher is better. A row folding one pair over and
+// over (the cache may hold it) is shown for comparison, outside the ratio.
 //
 //   bench-aggregate [--params N (11689512)] [--reps R (5)] [--stream-mb MB (STREAM's rule)]
 #include <algorithm>
@@ -61,8 +61,10 @@ int main(int argc, char** argv) {
   const unsigned all = std::max(1u, std::thread::hardware_concurrency());
   std::vector<unsigned> thread_counts = {1};
   if (all > 1) thread_counts.push_back(all);
-  std::fprintf(stderr, "bench-aggregate: %zu params, fold isa %s, threads 1,%u, best of %d; "
-               "STREAM %s\n", n, FoldIsa(), all, reps, stream_how.c_str());
+  std::fprintf(stderr,
+               "bench-aggregate: %zu params, fold isa %s, threads 1,%u, best of %d; "
+               "STREAM %s\n",
+               n, FoldIsa(), all, reps, stream_how.c_str());
 
   struct Row {
     std::string what;
@@ -85,8 +87,8 @@ int main(int argc, char** argv) {
     for (DType d : {DType::kF32, DType::kBF16}) {
       FoldSet f{d, 0, {}, {}};
       const double pair_bytes = (sizeof(float) + DTypeSize(d)) * static_cast<double>(n);
-      f.pairs = static_cast<size_t>(
-          std::max(1.0, std::ceil(2.0 * sizeof(float) * static_cast<double>(stream_n) / pair_bytes)));
+      f.pairs = static_cast<size_t>(std::max(
+          1.0, std::ceil(2.0 * sizeof(float) * static_cast<double>(stream_n) / pair_bytes)));
       for (size_t p = 0; p < f.pairs; ++p) {
         f.accs.emplace_back(n, 0.5f);
         f.xs.emplace_back(n * DTypeSize(d));
@@ -200,10 +202,11 @@ int main(int argc, char** argv) {
                          : "no read before regular stores; their rows count STREAM's bytes");
   }
   std::sort(round_ratios.begin(), round_ratios.end());
-  std::printf("ratio = fold f32 on %u threads / best STREAM row (%s) on %u threads = %.3f; per "
-              "round min/median/max %.3f/%.3f/%.3f; target: fold >= 0.9x\n",
-              all, best_name_all.c_str(), all, ratio_all, round_ratios.front(),
-              round_ratios[round_ratios.size() / 2], round_ratios.back());
+  std::printf(
+      "ratio = fold f32 on %u threads / best STREAM row (%s) on %u threads = %.3f; per "
+      "round min/median/max %.3f/%.3f/%.3f; target: fold >= 0.9x\n",
+      all, best_name_all.c_str(), all, ratio_all, round_ratios.front(),
+      round_ratios[round_ratios.size() / 2], round_ratios.back());
   std::printf("RESULT aggregate ratio=%.3f\n", ratio_all);
   return 0;
 }

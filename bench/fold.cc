@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "openblas_env.h"
 #include "shoal/aggregator/fold_pool.h"
 
 namespace {
@@ -37,7 +38,8 @@ using shoal::aggregator::DType;
 using shoal::aggregator::FoldPool;
 using Clock = std::chrono::steady_clock;
 
-constexpr char kDebianOpenBlas[] = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0";
+const std::string kDebianOpenBlas =
+    std::string(shoal::bench::kDebianOpenBlasDir) + "/libopenblas.so.0";
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -218,18 +220,23 @@ int main(int argc, char** argv) {
                  "or %s failed)\n",
                  anchor.c_str());
   }
+  // OpenBLAS's own CPU detection, as on a user's machine (see bench/openblas_env.h).
+  unsetenv("OPENBLAS_CORETYPE");
+  unsetenv("OPENBLAS_L2_SIZE");
   std::string why;
   std::unique_ptr<OpenBlas> blas = OpenBlas::Load(openblas_path, &why);
   if (!blas) {
-    std::fprintf(stderr, "bench-fold: OpenBLAS anchor unavailable (%s; Debian package "
-                 "libopenblas0-pthread)\n", why.c_str());
+    std::fprintf(stderr,
+                 "bench-fold: OpenBLAS anchor unavailable (%s; Debian package "
+                 "libopenblas0-pthread)\n",
+                 why.c_str());
   }
 
   std::vector<Row> rows;
   std::vector<float> scratch(n);
   std::vector<unsigned> thread_counts = {1};
   if (all > 1) thread_counts.push_back(all);
-  std::map<unsigned, double> f32_gbps;                // Shoal's best, by thread count
+  std::map<unsigned, double> f32_gbps;               // Shoal's best, by thread count
   std::map<unsigned, std::vector<double>> f32_reps;  // Shoal's passes, by thread count
   double memcpy_all_gbps = 0;
   for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
@@ -315,10 +322,12 @@ int main(int argc, char** argv) {
   std::printf("bench-fold: isa=%s params=%zu updates=%zu (f32 %.0f MB, bf16/f16 %.0f MB each)\n",
               shoal::aggregator::FoldIsa(), n, k, n * 4 / 1e6, n * 2 / 1e6);
   std::printf("numpy: %s\n", anchors.empty() ? "missing for /usr/bin/python3"
-                                             : ("numpy " + numpy_version + " (threads: Python "
-                                                "threads, one slice of acc each)").c_str());
-  std::printf("BLAS:  %s\n", blas ? (openblas_path + ": " + blas->config()).c_str()
-                                  : ("missing: " + why).c_str());
+                                             : ("numpy " + numpy_version +
+                                                " (threads: Python "
+                                                "threads, one slice of acc each)")
+                                                   .c_str());
+  std::printf("BLAS:  %s\n",
+              blas ? (openblas_path + ": " + blas->config()).c_str() : ("missing: " + why).c_str());
   std::printf("%-24s %-6s %8s %10s %14s\n", "op", "dtype", "threads", "GB/s", "ms/update");
   for (const Row& r : rows) {
     std::printf("%-24s %-6s %8u %10.2f %14.3f\n", r.what.c_str(), r.dtype.c_str(), r.threads,

@@ -28,11 +28,11 @@ using namespace shoal::testing;
 namespace {
 
 struct WrkResult {
-  double rps = 0;        // wrk's Requests/sec: every response, whatever its status
-  double good_rps = 0;   // (responses - non-2xx - read/write/timeout errors) / duration
+  double rps = 0;       // wrk's Requests/sec: every response, whatever its status
+  double good_rps = 0;  // (responses - non-2xx - read/write/timeout errors) / duration
   double p50_ms = 0;
   double p99_ms = 0;
-  long requests = 0;     // responses read
+  long requests = 0;  // responses read
   long non2xx = 0;
   long socket_errors = 0;  // connect + read + write + timeout
   long errors = 0;         // non2xx + socket_errors
@@ -65,13 +65,18 @@ WrkResult RunWrk(uint16_t port, const std::string& path, int threads, int conns,
   double duration_s = 0;
   if (std::regex_search(r.raw, m, std::regex("([0-9]+) requests in ([0-9.]+)(us|ms|s|m)"))) {
     r.requests = std::stol(m[1]);
-    duration_s = std::stod(m[2]) * (m[3] == "m" ? 60 : m[3] == "ms" ? 1e-3 : m[3] == "us" ? 1e-6 : 1);
+    duration_s = std::stod(m[2]) * (m[3] == "m"    ? 60
+                                    : m[3] == "ms" ? 1e-3
+                                    : m[3] == "us" ? 1e-6
+                                                   : 1);
   }
   // wrk counts 3xx with the non-2xx; there are none here, and they would not be successes.
   if (std::regex_search(r.raw, m, std::regex("Non-2xx or 3xx responses:\\s+([0-9]+)")))
     r.non2xx = std::stol(m[1]);
   long lost = 0;  // socket errors that cost a request: read, write, timeout
-  if (std::regex_search(r.raw, m, std::regex("Socket errors: connect ([0-9]+), read ([0-9]+), write ([0-9]+), timeout ([0-9]+)"))) {
+  if (std::regex_search(r.raw, m,
+                        std::regex("Socket errors: connect ([0-9]+), read ([0-9]+), write "
+                                   "([0-9]+), timeout ([0-9]+)"))) {
     r.socket_errors = std::stol(m[1]) + std::stol(m[2]) + std::stol(m[3]) + std::stol(m[4]);
     lost = std::stol(m[2]) + std::stol(m[3]) + std::stol(m[4]);
   }
@@ -189,16 +194,20 @@ int main(int argc, char** argv) {
   };
   std::vector<double> pair_ratios;
   for (int r = 0; r < runs; ++r) {
-    pair_ratios.push_back(nginx_runs[r].good_rps > 0 ? shoal_runs[r].good_rps / nginx_runs[r].good_rps : 0);
+    pair_ratios.push_back(
+        nginx_runs[r].good_rps > 0 ? shoal_runs[r].good_rps / nginx_runs[r].good_rps : 0);
   }
   std::sort(pair_ratios.begin(), pair_ratios.end());
-  const double s_rps = med(shoal_runs, &WrkResult::good_rps), n_rps = med(nginx_runs, &WrkResult::good_rps);
-  const double s_p99 = med(shoal_runs, &WrkResult::p99_ms), n_p99 = med(nginx_runs, &WrkResult::p99_ms);
+  const double s_rps = med(shoal_runs, &WrkResult::good_rps),
+               n_rps = med(nginx_runs, &WrkResult::good_rps);
+  const double s_p99 = med(shoal_runs, &WrkResult::p99_ms),
+               n_p99 = med(nginx_runs, &WrkResult::p99_ms);
   const double ratio = n_rps > 0 ? s_rps / n_rps : 0;
   const double p99_ratio = n_p99 > 0 ? s_p99 / n_p99 : 0;
-  std::printf("bench-invoke: POST 64 B, wrk -t%d -c%d -d%ds, %d server workers, data plane %s, "
-              "%d interleaved runs each (median); nginx keepalive_requests 1000000\n",
-              wrk_threads, conns, secs, workers, mode.c_str(), runs);
+  std::printf(
+      "bench-invoke: POST 64 B, wrk -t%d -c%d -d%ds, %d server workers, data plane %s, "
+      "%d interleaved runs each (median); nginx keepalive_requests 1000000\n",
+      wrk_threads, conns, secs, workers, mode.c_str(), runs);
   std::printf("%-22s %4s %12s %12s %10s %10s %8s %8s\n", "server", "run", "2xx req/s", "wrk req/s",
               "p50 ms", "p99 ms", "non-2xx", "sock err");
   long errors = 0, requests = 0;
@@ -209,14 +218,16 @@ int main(int argc, char** argv) {
       errors += v[r].errors;
       requests += v[r].requests;
     }
-    std::printf("%-22s %4s %12.0f %12.0f %10.3f %10.3f\n", name, "med", med(v, &WrkResult::good_rps),
-                med(v, &WrkResult::rps), med(v, &WrkResult::p50_ms), med(v, &WrkResult::p99_ms));
+    std::printf("%-22s %4s %12.0f %12.0f %10.3f %10.3f\n", name, "med",
+                med(v, &WrkResult::good_rps), med(v, &WrkResult::rps), med(v, &WrkResult::p50_ms),
+                med(v, &WrkResult::p99_ms));
   };
   row("shoal /fn/echo", shoal_runs);
   row("nginx return 200", nginx_runs);
-  std::printf("ratio 2xx req/s shoal/nginx = %.3f (median of each; per run pair min/median/max "
-              "%.3f/%.3f/%.3f; higher is better, target >= 0.7)\n",
-              ratio, pair_ratios.front(), Median(pair_ratios), pair_ratios.back());
+  std::printf(
+      "ratio 2xx req/s shoal/nginx = %.3f (median of each; per run pair min/median/max "
+      "%.3f/%.3f/%.3f; higher is better, target >= 0.7)\n",
+      ratio, pair_ratios.front(), Median(pair_ratios), pair_ratios.back());
   std::printf("ratio p99 shoal/nginx   = %.3f (lower is better, target <= 2)\n", p99_ratio);
   std::printf("shoal counted %.0f echo responses with status 200\n", served);
   bool failed = false;
@@ -226,9 +237,10 @@ int main(int argc, char** argv) {
     }
   }
   if (failed) {
-    std::printf("FAILED: a run had no responses or more than 1%% errors (%ld errors in %ld "
-                "responses); wrk's output:\n%s%s", errors, requests,
-                shoal_runs.back().raw.c_str(), nginx_runs.back().raw.c_str());
+    std::printf(
+        "FAILED: a run had no responses or more than 1%% errors (%ld errors in %ld "
+        "responses); wrk's output:\n%s%s",
+        errors, requests, shoal_runs.back().raw.c_str(), nginx_runs.back().raw.c_str());
   }
   std::printf("RESULT invoke ratio=%.3f\n", ratio);
   return failed ? 1 : 0;

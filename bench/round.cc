@@ -47,7 +47,8 @@ double TcpSeconds(int updates, int senders, size_t prefix_bytes, const std::vect
   shoal::bench::TcpSink sink(prefix.size() + area.size(), senders);
   std::vector<int> fds;
   for (int s = 0; s < senders; ++s) fds.push_back(shoal::bench::ConnectLoopback(sink.port()));
-  const std::string head = shoal::bench::PostHead("/v1/jobs/round/updates", prefix.size() + area.size(), auth);
+  const std::string head =
+      shoal::bench::PostHead("/v1/jobs/round/updates", prefix.size() + area.size(), auth);
   double best = 1e30;
   for (int rep = 0; rep <= reps; ++rep) {
     std::vector<double> first(senders, 1e30), done(senders, 0);
@@ -57,9 +58,10 @@ double TcpSeconds(int updates, int senders, size_t prefix_bytes, const std::vect
       threads.emplace_back([&, s] {
         for (int k = s; k < updates; k += senders) {
           if (k == s) first[s] = Now();
-          if (!shoal::bench::WriteAll(fds[s], {{const_cast<char*>(head.data()), head.size()},
-                                               {const_cast<char*>(prefix.data()), prefix.size()},
-                                               {const_cast<std::byte*>(area.data()), area.size()}}) ||
+          if (!shoal::bench::WriteAll(fds[s],
+                                      {{const_cast<char*>(head.data()), head.size()},
+                                       {const_cast<char*>(prefix.data()), prefix.size()},
+                                       {const_cast<std::byte*>(area.data()), area.size()}}) ||
               shoal::bench::ReadResponse(fds[s]) != 200) {
             ++bad;
           }
@@ -68,8 +70,8 @@ double TcpSeconds(int updates, int senders, size_t prefix_bytes, const std::vect
       });
     }
     for (auto& t : threads) t.join();
-    const double s = *std::max_element(done.begin(), done.end()) -
-                     *std::min_element(first.begin(), first.end());
+    const double s =
+        *std::max_element(done.begin(), done.end()) - *std::min_element(first.begin(), first.end());
     if (rep > 0) best = std::min(best, s);
     *failures += bad;
   }
@@ -266,16 +268,17 @@ int main(int argc, char** argv) {
   // The TCP bound after shoald is gone, with a request head of the same length.
   int tcp_failures = 0;
   std::fprintf(stderr, "bench-round: the same bytes over %d plain TCP connections...\n", senders);
-  const double tcp_bound =
-      TcpSeconds(updates, senders, prefix_bytes, area, auth, 3, &tcp_failures);
+  const double tcp_bound = TcpSeconds(updates, senders, prefix_bytes, area, auth, 3, &tcp_failures);
   const double bound = std::max(tcp_bound, memory_bound);
-  std::printf("bench-round: %d updates of %zu f32 parameters (%.1f MB each, %.2f GB in all) over "
-              "HTTP from %d connections, FedAvg, one round; lower is better\n",
-              updates, n, static_cast<double>(area.size()) / 1e6, total_bytes / 1e9, senders);
-  std::printf("bound = max(plain loopback TCP, same bytes, %d connections: %.1f ms (%.2f GB/s); "
-              "bytes / memory bandwidth (STREAM %s, %u threads, %.2f GB/s): %.1f ms) = %.1f ms\n",
-              senders, tcp_bound * 1e3, total_bytes / tcp_bound / 1e9, stream.best.Name().c_str(),
-              threads, stream.best.gbps, memory_bound * 1e3, bound * 1e3);
+  std::printf(
+      "bench-round: %d updates of %zu f32 parameters (%.1f MB each, %.2f GB in all) over "
+      "HTTP from %d connections, FedAvg, one round; lower is better\n",
+      updates, n, static_cast<double>(area.size()) / 1e6, total_bytes / 1e9, senders);
+  std::printf(
+      "bound = max(plain loopback TCP, same bytes, %d connections: %.1f ms (%.2f GB/s); "
+      "bytes / memory bandwidth (STREAM %s, %u threads, %.2f GB/s): %.1f ms) = %.1f ms\n",
+      senders, tcp_bound * 1e3, total_bytes / tcp_bound / 1e9, stream.best.Name().c_str(), threads,
+      stream.best.gbps, memory_bound * 1e3, bound * 1e3);
   std::printf("%-26s %11s %19s %12s %18s %17s %8s %9s\n", "tree", "receive ms",
               "first byte->commit", "ratio/bound", "last byte->commit", "1st round (first)",
               "counted", "failures");
@@ -283,8 +286,9 @@ int main(int argc, char** argv) {
     std::printf("%-26s %11.1f %16.1f ms %12.3f %15.1f ms %14.1f ms %8u %9d\n",
                 (r.leaves == 1 ? std::string("flat (1 leaf)")
                                : "hierarchical (" + std::to_string(r.leaves_used) + " leaves)")
-                    .c_str(), r.receive_s * 1e3, r.round_s * 1e3, r.round_s / bound,
-                r.tail_s * 1e3, r.cold_round_s * 1e3, r.counted, r.failures);
+                    .c_str(),
+                r.receive_s * 1e3, r.round_s * 1e3, r.round_s / bound, r.tail_s * 1e3,
+                r.cold_round_s * 1e3, r.counted, r.failures);
   }
   if (tcp_failures != 0) std::printf("plain TCP: %d request(s) failed\n", tcp_failures);
   const RoundResult& h = results.back();

@@ -15,6 +15,8 @@
 // otherwise they count STREAM's bytes. The bandwidth is the best row, whichever store won.
 #pragma once
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -26,8 +28,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -41,7 +41,8 @@ namespace shoal::bench {
 class ThreadTeam {
  public:
   explicit ThreadTeam(unsigned threads) {
-    for (unsigned t = 1; t < std::max(1u, threads); ++t) workers_.emplace_back([this, t] { Loop(t); });
+    for (unsigned t = 1; t < std::max(1u, threads); ++t)
+      workers_.emplace_back([this, t] { Loop(t); });
   }
   ~ThreadTeam() {
     stop_.store(true);
@@ -84,7 +85,8 @@ class ThreadTeam {
 
 // STREAM's rule for the array size: each array at least 4x the last-level cache, so no kernel runs
 // from cache. Here at least `at_least` elements, and at most 1/48 of physical memory per array
-// (the machine may be shared; three arrays then hold a sixteenth of it). `how` says which bound won.
+// (the machine may be shared; three arrays then hold a sixteenth of it). `how` says which bound
+// won.
 inline size_t StreamElements(size_t at_least, std::string* how) {
   long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
   if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
@@ -96,8 +98,8 @@ inline size_t StreamElements(size_t at_least, std::string* how) {
   size_t n = std::max(at_least, std::min(rule, cap));
   n = (n + 15) & ~size_t{15};
   *how = std::to_string(n * sizeof(float) / 1000000) + " MB per array (STREAM's rule: 4 x " +
-         std::to_string(llc >> 20) + " MiB last-level cache = " +
-         std::to_string(rule * sizeof(float) / 1000000) + " MB" +
+         std::to_string(llc >> 20) +
+         " MiB last-level cache = " + std::to_string(rule * sizeof(float) / 1000000) + " MB" +
          (rule > cap && cap >= at_least ? "; capped at RAM/48" : "") + ")";
   return n;
 }
@@ -106,10 +108,14 @@ enum class StreamKernel { kCopy, kScale, kAdd, kTriad };
 
 inline const char* StreamKernelName(StreamKernel k) {
   switch (k) {
-    case StreamKernel::kCopy: return "copy";
-    case StreamKernel::kScale: return "scale";
-    case StreamKernel::kAdd: return "add";
-    case StreamKernel::kTriad: return "triad";
+    case StreamKernel::kCopy:
+      return "copy";
+    case StreamKernel::kScale:
+      return "scale";
+    case StreamKernel::kAdd:
+      return "add";
+    case StreamKernel::kTriad:
+      return "triad";
   }
   return "?";
 }
@@ -258,10 +264,14 @@ inline FillFn PickFill(bool non_temporal) {
 
 inline RangeFn Pick(StreamKernel k, bool non_temporal, std::string* isa) {
   switch (k) {
-    case StreamKernel::kCopy: return Pick<StreamKernel::kCopy>(non_temporal, isa);
-    case StreamKernel::kScale: return Pick<StreamKernel::kScale>(non_temporal, isa);
-    case StreamKernel::kAdd: return Pick<StreamKernel::kAdd>(non_temporal, isa);
-    case StreamKernel::kTriad: return Pick<StreamKernel::kTriad>(non_temporal, isa);
+    case StreamKernel::kCopy:
+      return Pick<StreamKernel::kCopy>(non_temporal, isa);
+    case StreamKernel::kScale:
+      return Pick<StreamKernel::kScale>(non_temporal, isa);
+    case StreamKernel::kAdd:
+      return Pick<StreamKernel::kAdd>(non_temporal, isa);
+    case StreamKernel::kTriad:
+      return Pick<StreamKernel::kTriad>(non_temporal, isa);
   }
   return nullptr;
 }
@@ -315,8 +325,8 @@ class StreamBench {
       for (size_t i = lo; i < hi; ++i) a_.get()[i] = 1.0f, b_.get()[i] = 2.0f, c_.get()[i] = 0.5f;
     });
     for (bool nt : {false, true}) {
-      for (StreamKernel k : {StreamKernel::kCopy, StreamKernel::kScale, StreamKernel::kAdd,
-                             StreamKernel::kTriad}) {
+      for (StreamKernel k :
+           {StreamKernel::kCopy, StreamKernel::kScale, StreamKernel::kAdd, StreamKernel::kTriad}) {
         if (auto fn = stream_internal::Pick(k, nt, &isa_)) variants_.push_back({k, nt, fn});
       }
     }
@@ -370,8 +380,9 @@ class StreamBench {
 
   StreamRow Row(const Variant& v, double best_s) const {
     const double per = BytesPerElement(v);
-    return {v.kernel, v.non_temporal, threads(), per,
-            per * static_cast<double>(n_) / best_s / 1e9, best_s * 1e3};
+    return {
+        v.kernel,    v.non_temporal, threads(), per, per * static_cast<double>(n_) / best_s / 1e9,
+        best_s * 1e3};
   }
 
  private:

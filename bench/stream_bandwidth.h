@@ -337,6 +337,8 @@ class StreamBench {
   unsigned threads() const { return team_.size(); }
   const std::string& isa() const { return isa_; }
   const std::vector<Variant>& variants() const { return variants_; }
+  // What the last kernel wrote (a); b holds 2 and c 0.5 throughout.
+  const float* output() const { return a_.get(); }
 
   // Seconds for one run of a kernel over the whole arrays.
   double Once(const Variant& v) {

@@ -14,10 +14,14 @@ constexpr size_t kN = 100'003;
 
 float Expected(StreamKernel k) {  // b = 2, c = 0.5, s = 3
   switch (k) {
-    case StreamKernel::kCopy: return 2.0f;
-    case StreamKernel::kScale: return 6.0f;
-    case StreamKernel::kAdd: return 2.5f;
-    case StreamKernel::kTriad: return 3.5f;
+    case StreamKernel::kCopy:
+      return 2.0f;
+    case StreamKernel::kScale:
+      return 6.0f;
+    case StreamKernel::kAdd:
+      return 2.5f;
+    case StreamKernel::kTriad:
+      return 3.5f;
   }
   return 0;
 }
@@ -47,7 +51,8 @@ TEST(StreamBench, BytesCountStreamArraysPlusWriteAllocateWhereProbed) {
   EXPECT_EQ(probe.write_allocate, bench.write_allocate());
   const double extra = bench.write_allocate() ? 4 : 0;
   for (const auto& v : bench.variants()) {
-    const double stream = v.kernel == StreamKernel::kCopy || v.kernel == StreamKernel::kScale ? 8 : 12;
+    const double stream =
+        v.kernel == StreamKernel::kCopy || v.kernel == StreamKernel::kScale ? 8 : 12;
     EXPECT_EQ(bench.BytesPerElement(v), stream + (v.non_temporal ? 0 : extra))
         << StreamKernelName(v.kernel);
     const StreamRow row = bench.Row(v, 0.001);  // 1 ms

@@ -1,12 +1,20 @@
 // bench-fold: folds K model updates of N params (float32, bfloat16, float16 on the wire) into a
 // float32 accumulator, as a leaf aggregator does, on 1 thread and on all threads (FoldPool).
 // Figures are update bytes read per second and ms per update (best of --reps passes over the K
-// updates). Anchors measured in the same run: numpy's `acc += w * x.astype(np.float32)` on the
-// same sizes (bench/fold_anchor.py, /usr/bin/python3) and memcpy of the same bytes (a ceiling).
-// Ratio = Shoal f32 all-threads GB/s / numpy f32 GB/s: higher is better.
+// updates). Anchors measured in the same run, on the same thread counts:
+//   - numpy (bench/fold_anchor.py, /usr/bin/python3) in place: np.multiply(x, w, out=tmp);
+//     acc += tmp, with a full-size tmp and cache-blocked, each slice of acc on its own thread;
+//   - OpenBLAS cblas_saxpy (acc = w * x + acc; Debian's libopenblas0-pthread, loaded at run time,
+//     openblas_set_num_threads = Shoal's thread count) on the same buffers, f32 only;
+//   - memcpy of the same bytes (a ceiling, not an anchor).
+// Ratio = Shoal f32 all-threads GB/s / the stronger anchor's f32 all-threads GB/s (higher is
+// better); min/median/max pair each pass of Shoal with the same-numbered pass of the anchors.
 //
 //   bench-fold [--params N (25000000)] [--updates K (16)] [--reps R (3)] [--anchor fold_anchor.py]
+//              [--openblas libopenblas.so.0]
 #include "shoal/aggregator/fold.h"
+
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,11 +22,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "openblas_env.h"
 #include "shoal/aggregator/fold_pool.h"
 
 namespace {
@@ -26,6 +37,9 @@ namespace {
 using shoal::aggregator::DType;
 using shoal::aggregator::FoldPool;
 using Clock = std::chrono::steady_clock;
+
+const std::string kDebianOpenBlas =
+    std::string(shoal::bench::kDebianOpenBlasDir) + "/libopenblas.so.0";
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -37,32 +51,92 @@ struct Row {
   double gbps, ms_per_update;
 };
 
-struct Anchor {
-  bool have_numpy = false;
-  double f32_gbps = 0, f16_gbps = 0, f32_ms = 0, f16_ms = 0;
+// One anchor measurement: best GB/s and each pass's GB/s, in pass order.
+struct AnchorFigure {
+  std::string name;  // "numpy inplace", "numpy blocked", "openblas saxpy"
+  std::string dtype;
+  unsigned threads = 1;
+  double gbps = 0, ms_per_update = 0;
+  std::vector<double> rep_gbps;
 };
 
-Anchor RunNumpy(const std::string& script, size_t n, size_t k, int reps) {
-  Anchor a;
+std::vector<AnchorFigure> RunNumpy(const std::string& script, size_t n, size_t k, int reps,
+                                   unsigned threads, std::string* version) {
+  std::vector<AnchorFigure> out;
   const std::string cmd = "/usr/bin/python3 " + script + " --params " + std::to_string(n) +
-                          " --updates " + std::to_string(k) + " --reps " + std::to_string(reps);
+                          " --updates " + std::to_string(k) + " --reps " + std::to_string(reps) +
+                          " --threads " + std::to_string(threads);
   std::fprintf(stderr, "bench-fold: anchor: %s\n", cmd.c_str());
   FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return a;
-  char line[512];
+  if (!p) return out;
+  char line[4096];
   while (std::fgets(line, sizeof line, p)) {
-    double gbps, ms;
-    if (std::sscanf(line, "ANCHOR numpy f32 gbps=%lf ms_per_update=%lf", &gbps, &ms) == 2) {
-      a.have_numpy = true;
-      a.f32_gbps = gbps;
-      a.f32_ms = ms;
-    } else if (std::sscanf(line, "ANCHOR numpy f16 gbps=%lf ms_per_update=%lf", &gbps, &ms) == 2) {
-      a.f16_gbps = gbps;
-      a.f16_ms = ms;
+    char dtype[16] = {}, form[32] = {}, reps_text[2048] = {};
+    AnchorFigure a;
+    if (std::sscanf(line, "ANCHOR numpy version=%15s", dtype) == 1) *version = dtype;
+    if (std::sscanf(line,
+                    "ANCHOR numpy %15s form=%31s threads=%u gbps=%lf ms_per_update=%lf "
+                    "rep_s=%2047s",
+                    dtype, form, &a.threads, &a.gbps, &a.ms_per_update, reps_text) != 6) {
+      continue;
+    }
+    a.name = std::string("numpy ") + form;
+    a.dtype = dtype;
+    std::stringstream ss(reps_text);
+    std::string s;
+    const double bytes = static_cast<double>(n) * k * (a.dtype == "f32" ? 4 : 2);
+    while (std::getline(ss, s, ',')) a.rep_gbps.push_back(bytes / std::atof(s.c_str()) / 1e9);
+    out.push_back(std::move(a));
+  }
+  if (pclose(p) != 0) out.clear();
+  return out;
+}
+
+// OpenBLAS loaded with dlopen, so the bench builds without it and says so when it is absent.
+class OpenBlas {
+ public:
+  static std::unique_ptr<OpenBlas> Load(const std::string& path, std::string* why) {
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) {
+      *why = dlerror();
+      return nullptr;
+    }
+    auto b = std::unique_ptr<OpenBlas>(new OpenBlas(h));
+    b->saxpy_ = reinterpret_cast<SaxpyFn>(dlsym(h, "cblas_saxpy"));
+    b->set_threads_ = reinterpret_cast<void (*)(int)>(dlsym(h, "openblas_set_num_threads"));
+    auto config = reinterpret_cast<const char* (*)()>(dlsym(h, "openblas_get_config"));
+    auto core = reinterpret_cast<const char* (*)()>(dlsym(h, "openblas_get_corename"));
+    if (!b->saxpy_ || !b->set_threads_ || !config || !core) {
+      *why = path + " lacks cblas_saxpy/openblas_set_num_threads: not OpenBLAS";
+      return nullptr;
+    }
+    b->config_ = std::string(config()) + ", core " + core();
+    return b;
+  }
+  ~OpenBlas() { dlclose(handle_); }
+  const std::string& config() const { return config_; }
+  void SetThreads(unsigned t) { set_threads_(static_cast<int>(t)); }
+  // acc = w * x + acc. cblas_saxpy counts in a 32-bit int: longer vectors go in pieces.
+  void Saxpy(float* acc, const float* x, size_t n, float w) const {
+    constexpr size_t kMax = size_t{1} << 30;
+    for (size_t i = 0; i < n; i += kMax) {
+      saxpy_(static_cast<int>(std::min(kMax, n - i)), w, x + i, 1, acc + i, 1);
     }
   }
-  if (pclose(p) != 0) a.have_numpy = false;
-  return a;
+
+ private:
+  using SaxpyFn = void (*)(int, float, const float*, int, float*, int);
+  explicit OpenBlas(void* h) : handle_(h) {}
+  void* handle_;
+  SaxpyFn saxpy_ = nullptr;
+  void (*set_threads_)(int) = nullptr;
+  std::string config_;
+};
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 // Finite pseudo-random values, different per update; the content does not change the bandwidth.
@@ -108,7 +182,7 @@ double MemcpyGbps(const std::vector<std::unique_ptr<uint8_t[]>>& src, uint8_t* d
 int main(int argc, char** argv) {
   size_t n = 25'000'000, k = 16;
   int reps = 3;
-  std::string anchor = SHOAL_FOLD_ANCHOR_PY;
+  std::string anchor = SHOAL_FOLD_ANCHOR_PY, openblas_path = kDebianOpenBlas;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
@@ -120,9 +194,12 @@ int main(int argc, char** argv) {
       reps = std::max(1, std::atoi(v)), ++i;
     } else if (a == "--anchor" && v) {
       anchor = v, ++i;
+    } else if (a == "--openblas" && v) {
+      openblas_path = v, ++i;
     } else {
       std::fprintf(stderr,
-                   "usage: bench-fold [--params N] [--updates K] [--reps R] [--anchor script]\n");
+                   "usage: bench-fold [--params N] [--updates K] [--reps R] [--anchor script] "
+                   "[--openblas libopenblas.so.0]\n");
       return 2;
     }
   }
@@ -135,19 +212,33 @@ int main(int argc, char** argv) {
                shoal::aggregator::FoldIsa(), n, k, reps, all);
 
   // numpy first, while this process holds no large buffers.
-  const Anchor np = RunNumpy(anchor, n, k, reps);
-  if (!np.have_numpy) {
+  std::string numpy_version;
+  std::vector<AnchorFigure> anchors = RunNumpy(anchor, n, k, reps, all, &numpy_version);
+  if (anchors.empty()) {
     std::fprintf(stderr,
                  "bench-fold: numpy anchor unavailable (numpy missing for /usr/bin/python3 "
-                 "or %s failed): the ratio is against memcpy\n",
+                 "or %s failed)\n",
                  anchor.c_str());
+  }
+  // OpenBLAS's own CPU detection, as on a user's machine (see bench/openblas_env.h).
+  unsetenv("OPENBLAS_CORETYPE");
+  unsetenv("OPENBLAS_L2_SIZE");
+  std::string why;
+  std::unique_ptr<OpenBlas> blas = OpenBlas::Load(openblas_path, &why);
+  if (!blas) {
+    std::fprintf(stderr,
+                 "bench-fold: OpenBLAS anchor unavailable (%s; Debian package "
+                 "libopenblas0-pthread)\n",
+                 why.c_str());
   }
 
   std::vector<Row> rows;
   std::vector<float> scratch(n);
   std::vector<unsigned> thread_counts = {1};
   if (all > 1) thread_counts.push_back(all);
-  double f32_all_gbps = 0, memcpy_all_gbps = 0;
+  std::map<unsigned, double> f32_gbps;               // Shoal's best, by thread count
+  std::map<unsigned, std::vector<double>> f32_reps;  // Shoal's passes, by thread count
+  double memcpy_all_gbps = 0;
   for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
     const size_t bytes = n * shoal::aggregator::DTypeSize(d);
     std::fprintf(stderr, "bench-fold: %s: filling %zu updates of %.1f MB\n",
@@ -163,14 +254,20 @@ int main(int argc, char** argv) {
       FoldPool pool(threads);
       pool.Fold(acc.data(), updates[0].get(), d, n, w);  // warm-up
       double best = 1e30;
+      std::vector<double> pass_gbps;
       for (int r = 0; r < reps; ++r) {
         const auto t0 = Clock::now();
         for (const auto& x : updates) pool.Fold(acc.data(), x.get(), d, n, w);
-        best = std::min(best, Seconds(t0, Clock::now()));
+        const double s = Seconds(t0, Clock::now());
+        best = std::min(best, s);
+        pass_gbps.push_back(static_cast<double>(bytes) * k / s / 1e9);
       }
       const double gbps = static_cast<double>(bytes) * k / best / 1e9;
       rows.push_back({"fold", shoal::aggregator::DTypeName(d), threads, gbps, best / k * 1e3});
-      if (d == DType::kF32 && threads == thread_counts.back()) f32_all_gbps = gbps;
+      if (d == DType::kF32) {
+        f32_gbps[threads] = gbps;
+        f32_reps[threads] = pass_gbps;
+      }
       std::fprintf(stderr, "bench-fold: fold %s threads=%u %.2f GB/s\n",
                    shoal::aggregator::DTypeName(d), threads, gbps);
 
@@ -197,36 +294,91 @@ int main(int argc, char** argv) {
         rows.push_back({"memcpy", "f32", threads, gbps, bytes / gbps / 1e6});
         if (threads == thread_counts.back()) memcpy_all_gbps = gbps;
       }
+      // OpenBLAS last: its threads spin a while after each call, which would slow the folds
+      // measured after it; the pause lets them go to sleep before bf16.
+      for (unsigned threads : blas ? thread_counts : std::vector<unsigned>{}) {
+        std::fprintf(stderr, "bench-fold: OpenBLAS saxpy threads=%u\n", threads);
+        blas->SetThreads(threads);
+        blas->Saxpy(acc.data(), reinterpret_cast<const float*>(updates[0].get()), n, w);
+        AnchorFigure a{"openblas saxpy", "f32", threads, 0, 0, {}};
+        double best = 1e30;
+        for (int r = 0; r < reps; ++r) {
+          const auto t0 = Clock::now();
+          for (const auto& x : updates) {
+            blas->Saxpy(acc.data(), reinterpret_cast<const float*>(x.get()), n, w);
+          }
+          const double s = Seconds(t0, Clock::now());
+          best = std::min(best, s);
+          a.rep_gbps.push_back(static_cast<double>(bytes) * k / s / 1e9);
+        }
+        a.gbps = static_cast<double>(bytes) * k / best / 1e9;
+        a.ms_per_update = best / k * 1e3;
+        anchors.push_back(a);
+      }
+      if (blas) std::this_thread::sleep_for(std::chrono::milliseconds(500));
     }
   }
 
   std::printf("bench-fold: isa=%s params=%zu updates=%zu (f32 %.0f MB, bf16/f16 %.0f MB each)\n",
               shoal::aggregator::FoldIsa(), n, k, n * 4 / 1e6, n * 2 / 1e6);
-  std::printf("%-18s %-6s %8s %10s %14s\n", "op", "dtype", "threads", "GB/s", "ms/update");
+  std::printf("numpy: %s\n", anchors.empty() ? "missing for /usr/bin/python3"
+                                             : ("numpy " + numpy_version +
+                                                " (threads: Python "
+                                                "threads, one slice of acc each)")
+                                                   .c_str());
+  std::printf("BLAS:  %s\n",
+              blas ? (openblas_path + ": " + blas->config()).c_str() : ("missing: " + why).c_str());
+  std::printf("%-24s %-6s %8s %10s %14s\n", "op", "dtype", "threads", "GB/s", "ms/update");
   for (const Row& r : rows) {
-    std::printf("%-18s %-6s %8u %10.2f %14.3f\n", r.what.c_str(), r.dtype.c_str(), r.threads,
+    std::printf("%-24s %-6s %8u %10.2f %14.3f\n", r.what.c_str(), r.dtype.c_str(), r.threads,
                 r.gbps, r.ms_per_update);
   }
-  double ratio;
-  if (np.have_numpy) {
-    std::printf("%-18s %-6s %8u %10.2f %14.3f\n", "numpy (anchor)", "f32", 1u, np.f32_gbps,
-                np.f32_ms);
-    if (np.f16_gbps > 0) {
-      std::printf("%-18s %-6s %8u %10.2f %14.3f\n", "numpy (anchor)", "f16", 1u, np.f16_gbps,
-                  np.f16_ms);
+  for (const AnchorFigure& a : anchors) {
+    std::printf("%-24s %-6s %8u %10.2f %14.3f\n", (a.name + " (anchor)").c_str(), a.dtype.c_str(),
+                a.threads, a.gbps, a.ms_per_update);
+  }
+
+  // The stronger f32 anchor at each thread count, and pass-by-pass ratios at all threads.
+  const unsigned top = thread_counts.back();
+  auto strongest = [&](unsigned threads) -> const AnchorFigure* {
+    const AnchorFigure* best = nullptr;
+    for (const AnchorFigure& a : anchors) {
+      if (a.dtype == "f32" && a.threads == threads && (!best || a.gbps > best->gbps)) best = &a;
     }
-    ratio = f32_all_gbps / np.f32_gbps;
+    return best;
+  };
+  double ratio;
+  if (const AnchorFigure* s = strongest(top)) {
+    for (unsigned t : thread_counts) {
+      const AnchorFigure* a = strongest(t);
+      std::printf("%u thread(s): shoal f32 %.2f GB/s / stronger anchor %s %.2f GB/s = %.2f\n", t,
+                  f32_gbps[t], a->name.c_str(), a->gbps, f32_gbps[t] / a->gbps);
+    }
+    std::vector<double> pass_ratios;
+    for (int r = 0; r < reps; ++r) {
+      double anchor_r = 0;
+      for (const AnchorFigure& a : anchors) {
+        if (a.dtype == "f32" && a.threads == top && r < static_cast<int>(a.rep_gbps.size())) {
+          anchor_r = std::max(anchor_r, a.rep_gbps[r]);
+        }
+      }
+      if (anchor_r > 0) pass_ratios.push_back(f32_reps[top][r] / anchor_r);
+    }
+    ratio = f32_gbps[top] / s->gbps;
     std::printf(
-        "ratio = shoal f32 fold, %u threads (%.2f GB/s) / numpy f32 (%.2f GB/s) = %.2f "
-        "(higher is better); vs memcpy %u threads: %.2f\n",
-        thread_counts.back(), f32_all_gbps, np.f32_gbps, ratio, thread_counts.back(),
-        f32_all_gbps / memcpy_all_gbps);
+        "ratio = shoal f32 fold, %u threads (%.2f GB/s) / stronger anchor, %s on %u threads "
+        "(%.2f GB/s) = %.2f (higher is better); per pass min/median/max %.2f/%.2f/%.2f; "
+        "vs memcpy %u threads: %.2f\n",
+        top, f32_gbps[top], s->name.c_str(), top, s->gbps, ratio,
+        *std::min_element(pass_ratios.begin(), pass_ratios.end()), Median(pass_ratios),
+        *std::max_element(pass_ratios.begin(), pass_ratios.end()), top,
+        f32_gbps[top] / memcpy_all_gbps);
   } else {
-    ratio = f32_all_gbps / memcpy_all_gbps;
+    ratio = f32_gbps[top] / memcpy_all_gbps;
     std::printf(
-        "numpy missing: ratio = shoal f32 fold, %u threads (%.2f GB/s) / memcpy (%.2f "
-        "GB/s) = %.2f (higher is better)\n",
-        thread_counts.back(), f32_all_gbps, memcpy_all_gbps, ratio);
+        "numpy and OpenBLAS missing: ratio = shoal f32 fold, %u threads (%.2f GB/s) / memcpy "
+        "(%.2f GB/s) = %.2f (higher is better)\n",
+        top, f32_gbps[top], memcpy_all_gbps, ratio);
   }
   std::printf("RESULT fold ratio=%.2f\n", ratio);
   return 0;

@@ -1,8 +1,9 @@
-# bench-fold: the aggregation fold's bandwidth per dtype and thread count, with numpy's
-# `acc += w * x.astype(np.float32)` (bench/fold_anchor.py) and memcpy measured in the same run.
+# bench-fold: the aggregation fold's bandwidth per dtype and thread count, with numpy in place
+# (bench/fold_anchor.py), OpenBLAS saxpy (dlopen, Debian libopenblas0-pthread) and memcpy measured
+# in the same run.
 if(TARGET shoal_fold)
   add_executable(bench-fold ${CMAKE_CURRENT_LIST_DIR}/fold.cc)
-  target_link_libraries(bench-fold PRIVATE shoal_fold)
+  target_link_libraries(bench-fold PRIVATE shoal_fold ${CMAKE_DL_LIBS})
   target_compile_definitions(bench-fold
     PRIVATE SHOAL_FOLD_ANCHOR_PY="${CMAKE_CURRENT_LIST_DIR}/fold_anchor.py")
 endif()

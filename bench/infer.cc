@@ -3,9 +3,13 @@
 // ResNet-18 (torchvision layout, BN folded at load, 3x224x224 unless --image), against stock
 // tools on the same device measured in the same run by bench/infer_anchor.py: torch eager, and
 // on CUDA torch's CUDA-graph replay and torch.compile max-autotune (--compile), plus
-// onnxruntime when installed. Ratios: latency = best anchor p50 / shoal p50, throughput = shoal /
-// best anchor (higher is better for both); RESULT is the smaller of the two. Without torch the
-// anchor rows say why and RESULT is nan.
+// onnxruntime when installed, and for the MLP on the CPU the same forward in numpy (two BLAS
+// products into preallocated arrays). The anchors run on OpenBLAS (bench/openblas_env.h:
+// libblas.so.3 from Debian's openblas-pthread directory, OpenBLAS's own CPU detection,
+// OPENBLAS_NUM_THREADS =
+// --threads); each CPU anchor's note says which BLAS it mapped. Ratios: latency = best anchor p50 /
+// shoal p50, throughput = shoal / best anchor (higher is better for both); RESULT is the smaller of
+// the two. Without torch the anchor rows say why and RESULT is nan.
 //
 //   bench-infer [--executor cpu|cuda|auto] [--model mlp|resnet18] [--precision fp32|fp16|bf16]
 //               [--batch N] [--iters N] [--large-iters N] [--image N] [--threads N]
@@ -20,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "openblas_env.h"
 #include "shoal/inference/architectures_graph.h"
 #include "shoal/inference/executor.h"
 
@@ -81,7 +86,9 @@ std::vector<Row> RunAnchor(const Options& o, const std::string& device, std::str
     *why = "torch is not installed ($SHOAL_PYTHON, python3, /usr/bin/python3 tried)";
     return rows;
   }
-  std::string cmd = py + " " SHOAL_INFER_ANCHOR_PY " --model " + o.model + " --device " + device +
+  // OpenBLAS for torch's and numpy's CPU matrix products, on the executor's thread count.
+  std::string cmd = shoal::bench::OpenBlasAnchorEnv(o.threads) + py +
+                    " " SHOAL_INFER_ANCHOR_PY " --model " + o.model + " --device " + device +
                     " --precision " + o.precision + " --batch " + std::to_string(o.batch) +
                     " --image " + std::to_string(o.image) + " --iters " + std::to_string(o.iters) +
                     " --large-iters " + std::to_string(o.large_iters) + " --threads " +
@@ -236,6 +243,13 @@ int main(int argc, char** argv) {
     if (!std::isnan(r.throughput) && !(r.throughput <= best_tput)) best_tput = r.throughput;
   }
   if (anchors.empty()) std::printf("%-34s %12s %12s %14s  %s\n", "anchor", "-", "-", "-", why.c_str());
+  for (const Row& r : anchors) {
+    if (r.note.find("BLAS: ") != std::string::npos &&
+        r.note.find("BLAS: OpenBLAS") == std::string::npos) {
+      std::printf("WARNING: %s did not run on OpenBLAS (Debian package libopenblas0-pthread)\n",
+                  r.what.c_str());
+    }
+  }
   const double lat_ratio = best_p50 / mine.p50_ms, tput_ratio = mine.throughput / best_tput;
   std::printf("ratio latency = best anchor bs1 p50 / shoal = %.3f; throughput = shoal / best "
               "anchor = %.3f (higher is better)\n",

@@ -19,6 +19,7 @@
 #include "shoal/model/architectures.h"
 #include "shoal/model/update_format.h"
 #include "shoald_fixture.h"
+#include "tcp_sink.h"
 #include "update_sender.h"
 
 using namespace shoal;
@@ -28,67 +29,6 @@ using shoal::bench::Now;
 namespace {
 
 constexpr uint64_t kHidden = 14704;  // 784-14704-10 MLP: 11,689,690 parameters
-
-// Anchor: a loopback TCP receiver that reads the head and Content-Length bytes into one buffer.
-class TcpSink {
- public:
-  explicit TcpSink(size_t max_body) : buffer_(max_body + 4096) {
-    std::memset(buffer_.data(), 0, buffer_.size());  // touched, like the pool's pages
-    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    listen(listen_fd_, 4);
-    socklen_t len = sizeof a;
-    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
-    thread_ = std::thread([this] { Serve(); });
-  }
-  ~TcpSink() {
-    shutdown(listen_fd_, SHUT_RDWR);
-    close(listen_fd_);
-    thread_.join();
-  }
-  uint16_t port() const { return port_; }
-
- private:
-  void Serve() {
-    int fd = accept(listen_fd_, nullptr, nullptr);
-    if (fd < 0) return;
-    for (;;) {
-      // The head first (small reads), then the body straight into the buffer.
-      std::string head;
-      char c;
-      while (head.find("\r\n\r\n") == std::string::npos) {
-        if (read(fd, &c, 1) != 1) {
-          close(fd);
-          return;
-        }
-        head += c;
-      }
-      auto p = head.find("Content-Length: ");
-      size_t len = std::strtoull(head.c_str() + p + 16, nullptr, 10), got = 0;
-      while (got < len) {
-        ssize_t n = recv(fd, buffer_.data() + got, len - got, 0);
-        if (n <= 0) {
-          close(fd);
-          return;
-        }
-        got += static_cast<size_t>(n);
-      }
-      static const char kOk[] = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n";
-      if (write(fd, kOk, sizeof kOk - 1) < 0) break;
-    }
-    close(fd);
-  }
-  std::vector<char> buffer_;
-  int listen_fd_ = -1;
-  uint16_t port_ = 0;
-  std::thread thread_;
-};
 
 // Seconds from the first byte written to the whole response read, best of `reps`.
 template <typename Fn>
@@ -167,7 +107,7 @@ int main(int argc, char** argv) {
     return t;
   };
 
-  TcpSink sink(body_bytes);
+  shoal::bench::TcpSink sink(body_bytes);
   int tcp_fd = shoal::bench::ConnectLoopback(sink.port());
   const double tcp = Best(reps, [&] {
     const std::string head = shoal::bench::PostHead("/sink", body_bytes);

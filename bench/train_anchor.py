@@ -1,11 +1,19 @@
 #!/usr/bin/python3
 """Anchor for bench-train: the same MLP (784-H-10, ReLU, softmax cross-entropy) trained with the
-same minibatch SGD in numpy float32. Prints one line: samples_per_s=<v> test_acc=<a>."""
+same minibatch SGD in float32, in numpy (--framework numpy) or torch (--framework torch: nn.Linear,
+F.cross_entropy, autograd, torch.optim.SGD; torch.set_num_threads(--threads)). Prints one line:
+  samples_per_s=<v> test_acc=<a> blas=<the BLAS this process runs on (anchor_blas.py)>
+or `SKIP reason=<text>` when the framework cannot be imported."""
 import argparse
 import gzip
+import os
+import sys
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from anchor_blas import blas_in_use  # noqa: E402
 
 
 def load(path, offset):
@@ -21,6 +29,8 @@ def main():
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--framework", choices=["numpy", "torch"], default="numpy")
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
 
     x_train = load(f"{args.data}/train-images-idx3-ubyte.gz", 16).reshape(-1, 784)
@@ -29,6 +39,9 @@ def main():
     x_test = load(f"{args.data}/t10k-images-idx3-ubyte.gz", 16).reshape(-1, 784)
     x_test = x_test.astype(np.float32) / np.float32(255)
     y_test = load(f"{args.data}/t10k-labels-idx1-ubyte.gz", 8).astype(np.int64)
+
+    if args.framework == "torch":
+        return train_torch(args, x_train, y_train, x_test, y_test)
 
     rng = np.random.default_rng(1)
     h = args.hidden
@@ -77,7 +90,51 @@ def main():
     seconds = time.perf_counter() - t0
     pred = (np.maximum(x_test @ w1.T + b1, 0) @ w2.T + b2).argmax(axis=1)
     acc = float((pred == y_test).mean())
-    print(f"samples_per_s={args.steps * bs / seconds:.1f} test_acc={acc:.4f}")
+    print(f"samples_per_s={args.steps * bs / seconds:.1f} test_acc={acc:.4f} blas={blas_in_use()}")
+
+
+def train_torch(args, x_train, y_train, x_test, y_test):
+    try:
+        import torch
+    except ImportError:
+        print("SKIP reason=torch is not installed for " + sys.executable)
+        return
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(1)
+    nn, F = torch.nn, torch.nn.functional
+    # nn.Linear's default init is U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases, the
+    # numpy anchor's and the trainer's.
+    model = nn.Sequential(nn.Linear(784, args.hidden), nn.ReLU(), nn.Linear(args.hidden, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+    xt, yt = torch.from_numpy(x_train), torch.from_numpy(y_train)
+    bs = args.batch
+    gen = torch.Generator().manual_seed(1)
+    order = torch.randperm(len(yt), generator=gen)
+    cursor = 0
+
+    def step():
+        nonlocal cursor, order
+        if cursor + bs > len(order):
+            order = torch.randperm(len(yt), generator=gen)
+            cursor = 0
+        idx = order[cursor:cursor + bs]
+        cursor += bs
+        loss = F.cross_entropy(model(xt[idx]), yt[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    for _ in range(args.warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    seconds = time.perf_counter() - t0
+    with torch.inference_mode():
+        pred = model(torch.from_numpy(x_test)).argmax(dim=1).numpy()
+    acc = float((pred == y_test).mean())
+    print(f"samples_per_s={args.steps * bs / seconds:.1f} test_acc={acc:.4f} "
+          f"blas={blas_in_use()}; torch {torch.__version__}, {torch.get_num_threads()} thread(s)")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,11 @@ class CgroupV1 final : public CgroupHierarchy {
       return st;
     };
     for (const auto& [controller, node_dir] : dirs_) {
+      // Without a CPU limit the instance stays in shoald's cpu group: a group of its own would
+      // weigh as one task against every thread outside it (cpu.shares 1024 each), so all the
+      // instances together would get one task's CPU time (bench-invoke: 0.45 x nginx with the
+      // group, 0.58 without, as before the sandbox).
+      if (controller == "cpu" && limits.cpu_cores <= 0) continue;
       const std::string dir = node_dir + "/" + name;
       if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
         return fail(ErrnoStatus("mkdir " + dir, errno));

@@ -67,6 +67,29 @@ TEST(CgroupTest, InstanceCgroupHasTheLimitsAndGoesAway) {
   h->reset();
 }
 
+// Without resources.cpu a v1 instance gets no cpu group of its own (it would weigh as one task
+// against all of shoald's threads); memory and pids still apply.
+TEST(CgroupTest, NoCpuLimitNoV1CpuGroup) {
+  const std::string node = "unitnocpu" + std::to_string(getpid());
+  auto h = OpenCgroups(CgroupMode::kAuto, "shoal-test", node);
+  if (!h.ok()) GTEST_SKIP() << "no writable cgroup hierarchy: " << h.status().message();
+  if (std::string((*h)->version()) != "v1") GTEST_SKIP() << "v2: one group for all controllers";
+  auto cg = (*h)->Create("fn-1", CgroupLimits{0, 64ull << 20, 100});
+  ASSERT_TRUE(cg.ok()) << cg.status().message();
+  bool mem = false;
+  for (const auto& d : (*cg)->dirs()) {
+    EXPECT_FALSE(std::filesystem::exists(d + "/cpu.cfs_quota_us")) << d;
+    if (std::filesystem::exists(d + "/memory.limit_in_bytes")) {
+      EXPECT_EQ(ReadAll(d + "/memory.limit_in_bytes"), "67108864\n");
+      mem = true;
+    }
+  }
+  EXPECT_TRUE(mem);
+  EXPECT_EQ((*cg)->procs().size(), (*cg)->dirs().size());
+  cg->reset();
+  h->reset();
+}
+
 TEST(CgroupTest, OffMeansNone) {
   auto h = OpenCgroups(CgroupMode::kOff, "shoal-test", "x");
   ASSERT_FALSE(h.ok());

@@ -7,7 +7,7 @@ PACKAGES=(
   clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev linux-libc-dev
   libboost-dev libuv1-dev libhttp-parser-dev protobuf-compiler libprotobuf-dev
   prometheus-cpp-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
-  libssl-dev libcpp-httplib-dev libcurl4-openssl-dev libgtest-dev libgmock-dev curl wrk nginx-light
+  libssl-dev libcpp-httplib-dev libcurl4-openssl-dev libseccomp-dev libcap-dev libgtest-dev libgmock-dev curl wrk nginx-light
   libonnx-dev libdnnl-dev
   python3 python3-numpy python3-sklearn dataset-fashion-mnist iproute2 procps
   # onnx_test's checker; libFuzzer's runtime for the documented -DSHOAL_FUZZ=ON clang build

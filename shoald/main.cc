@@ -24,6 +24,7 @@
 #include "shoal/dataplane/dataplane.h"
 #include "shoal/gateway/gateway.h"
 #include "shoal/runtime/instance_manager.h"
+#include "shoal/sandbox/capabilities.h"
 
 using namespace shoal;
 
@@ -138,6 +139,17 @@ int main(int argc, char** argv) {
                "{} MiB",
                config.node_name, config.state_dir, config.pool_bytes >> 20,
                config.max_body_bytes >> 20);
+
+  // Still one thread: capabilities are per thread, so the limit set here is every thread's.
+  if (auto caps = LimitCapabilities(DaemonCapabilities(config.listen_port < 1024)); !caps.ok()) {
+    spdlog::error("capabilities: {}", caps.status().ToString());
+    return 1;
+  } else if (caps->root) {
+    std::string kept, dropped;
+    for (const auto& c : caps->kept) kept += (kept.empty() ? "" : " ") + c;
+    for (const auto& c : caps->dropped) dropped += (dropped.empty() ? "" : " ") + c;
+    spdlog::info("capabilities: kept {}; dropped {}", kept, dropped);
+  }
 
   auto dp = CreateDataPlane(config);
   if (!dp.ok()) {

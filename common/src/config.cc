@@ -16,6 +16,16 @@ const char* DataPlaneModeName(DataPlaneMode mode) {
   return "auto";
 }
 
+const char* CgroupModeName(CgroupMode mode) {
+  switch (mode) {
+    case CgroupMode::kAuto: return "auto";
+    case CgroupMode::kV2: return "v2";
+    case CgroupMode::kV1: return "v1";
+    case CgroupMode::kOff: return "off";
+  }
+  return "auto";
+}
+
 namespace {
 
 template <typename T>
@@ -75,6 +85,50 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
     else if (key == "control_tls_key") st = Read(v, "control_tls_key", c.control_tls_key);
     else if (key == "control_allow_insecure")
       st = Read(v, "control_allow_insecure", c.control_allow_insecure);
+    else if (key == "handler_dirs") {
+      st = Read(v, "handler_dirs", c.handler_dirs);
+      for (const auto& d : c.handler_dirs) {
+        if (st.ok() && (d.empty() || (d[0] != '/' && d.rfind("$ORIGIN", 0) != 0))) {
+          st = InvalidArgument("config: handler_dirs: '" + d +
+                               "' must be an absolute path (or start with $ORIGIN)");
+        }
+      }
+    } else if (key == "tenants") {
+      if (!v.IsMap()) {
+        st = InvalidArgument("config: tenants: must map namespaces to {uid: N, gid: N}");
+      } else {
+        c.tenants.clear();
+        for (const auto& t : v) {
+          const std::string ns = t.first.Scalar();
+          TenantIdConfig id;
+          const std::string field = "tenants." + ns;
+          if (!t.second.IsMap() || !t.second["uid"] || !t.second["gid"]) {
+            st = InvalidArgument("config: " + field + ": must be {uid: N, gid: N}");
+          }
+          if (st.ok()) st = Read(t.second["uid"], (field + ".uid").c_str(), id.uid);
+          if (st.ok()) st = Read(t.second["gid"], (field + ".gid").c_str(), id.gid);
+          if (st.ok() && (id.uid == 0 || id.gid == 0)) {
+            st = InvalidArgument("config: " + field + ": uid and gid must not be 0 (root)");
+          }
+          if (!st.ok()) break;
+          c.tenants[ns] = id;
+        }
+      }
+    } else if (key == "tenant_uid_base") st = Read(v, "tenant_uid_base", c.tenant_uid_base);
+    else if (key == "tenant_uid_count") st = Read(v, "tenant_uid_count", c.tenant_uid_count);
+    else if (key == "cgroup_parent") st = Read(v, "cgroup_parent", c.cgroup_parent);
+    else if (key == "instance_pids_max") st = Read(v, "instance_pids_max", c.instance_pids_max);
+    else if (key == "cgroups") {
+      std::string m;
+      st = Read(v, "cgroups", m);
+      if (st.ok()) {
+        if (m == "auto") c.cgroups = CgroupMode::kAuto;
+        else if (m == "v2") c.cgroups = CgroupMode::kV2;
+        else if (m == "v1") c.cgroups = CgroupMode::kV1;
+        else if (m == "off") c.cgroups = CgroupMode::kOff;
+        else st = InvalidArgument("config: cgroups: must be auto, v2, v1 or off, not '" + m + "'");
+      }
+    }
     else if (key == "dataplane") {
       std::string m;
       st = Read(v, "dataplane", m);
@@ -93,6 +147,7 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
   if (c.control_tls_cert.empty() != c.control_tls_key.empty()) {
     return InvalidArgument("config: control_tls_cert and control_tls_key: set both or neither");
   }
+  if (c.tenant_uid_base == 0) return InvalidArgument("config: tenant_uid_base: must not be 0 (root)");
   if (c.pool_bytes < (16ull << 20)) return InvalidArgument("config: pool_bytes: must be >= 16 MiB");
   if (c.max_body_bytes >= c.pool_bytes)
     return InvalidArgument("config: max_body_bytes: must be smaller than pool_bytes");
@@ -134,6 +189,20 @@ std::string NodeConfig::ToYaml() const {
   e << YAML::Key << "control_tls_cert" << YAML::Value << control_tls_cert;
   e << YAML::Key << "control_tls_key" << YAML::Value << control_tls_key;
   e << YAML::Key << "control_allow_insecure" << YAML::Value << control_allow_insecure;
+  e << YAML::Key << "handler_dirs" << YAML::Value << YAML::Flow << handler_dirs;
+  e << YAML::Key << "tenants" << YAML::Value;
+  if (tenants.empty()) e << YAML::Flow;
+  e << YAML::BeginMap;
+  for (const auto& [ns, id] : tenants) {
+    e << YAML::Key << ns << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "uid"
+      << YAML::Value << id.uid << YAML::Key << "gid" << YAML::Value << id.gid << YAML::EndMap;
+  }
+  e << YAML::EndMap;
+  e << YAML::Key << "tenant_uid_base" << YAML::Value << tenant_uid_base;
+  e << YAML::Key << "tenant_uid_count" << YAML::Value << tenant_uid_count;
+  e << YAML::Key << "cgroups" << YAML::Value << CgroupModeName(cgroups);
+  e << YAML::Key << "cgroup_parent" << YAML::Value << cgroup_parent;
+  e << YAML::Key << "instance_pids_max" << YAML::Value << instance_pids_max;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

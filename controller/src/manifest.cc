@@ -11,6 +11,8 @@
 #include <system_error>
 
 #include "shoal/autoscaler/function_autoscaler.h"
+#include "shoal/sandbox/handler_library.h"
+#include "shoal/sandbox/seccomp_policy.h"
 
 namespace shoal {
 namespace {
@@ -119,7 +121,8 @@ class DocumentParser {
     ExpectMap(s, "spec");
     CheckKeys(s, "spec",
               {"handler", "concurrency", "scale", "timeout", "keepAlive", "maxBodySize",
-               "resources", "autoscaling", "inference", "auth"});
+               "resources", "autoscaling", "inference", "auth",
+               "security"});
     ParseHandler(Required(s, "handler", "spec"), &spec.handler);
     if (spec.handler.builtin == "inference") {
       const YAML::Node inf = s["inference"];
@@ -155,6 +158,7 @@ class DocumentParser {
         }
       }
     }
+    if (const YAML::Node sec = s["security"]) ParseSecurity(sec, &spec.security);
     const YAML::Node autoscaling = s["autoscaling"];
     if (autoscaling) ParseAutoscaling(autoscaling, s["scale"], &spec);
     if (spec.max_scale == 0) {
@@ -201,6 +205,28 @@ class DocumentParser {
       }
     }
     return spec;
+  }
+
+  // spec.security: seccomp.allow, the denied syscalls (seccomp_policy.h) this function needs.
+  void ParseSecurity(const YAML::Node& n, SecuritySpec* out) {
+    ExpectMap(n, "spec.security");
+    CheckKeys(n, "spec.security", {"seccomp"});
+    const YAML::Node sc = n["seccomp"];
+    if (!sc) return;
+    ExpectMap(sc, "spec.security.seccomp");
+    CheckKeys(sc, "spec.security.seccomp", {"allow"});
+    const YAML::Node allow = sc["allow"];
+    if (!allow || allow.IsNull()) return;
+    if (!allow.IsSequence()) Fail("spec.security.seccomp.allow", "must be a list of syscall names", allow);
+    for (size_t i = 0; i < allow.size(); ++i) {
+      const std::string path = "spec.security.seccomp.allow[" + std::to_string(i) + "]";
+      const std::string name = String(allow[i], path);
+      if (!IsKnownSyscall(name)) Fail(path, "unknown syscall " + Quote(name), allow[i]);
+      if (std::find(out->seccomp_allow.begin(), out->seccomp_allow.end(), name) ==
+          out->seccomp_allow.end()) {
+        out->seccomp_allow.push_back(name);
+      }
+    }
   }
 
   // spec.autoscaling: policy, target, minScale/maxScale (the same numbers as spec.scale, which
@@ -688,10 +714,10 @@ class DocumentParser {
         Fail("spec.handler.library", "must be an absolute path, got " + Quote(out->library),
              library);
       }
-      std::error_code ec;
-      if (!std::filesystem::is_regular_file(out->library, ec)) {
-        Fail("spec.handler.library", "no such file on this node: " + out->library, library);
-      }
+      // Only code the node's operator installed: below a handler directory, nothing on the
+      // way writable by anyone but root, no symlink (checked again when each instance starts).
+      auto fd = OpenHandlerLibrary(out->library, ResolveHandlerDirs(defaults_.handler_dirs));
+      if (!fd.ok()) Fail("spec.handler.library", fd.status().message(), library);
       if (const YAML::Node sym = h["symbol"]) {
         out->symbol = String(sym, "spec.handler.symbol");
         if (!IsIdentifier(out->symbol)) {
@@ -705,6 +731,9 @@ class DocumentParser {
         if (!IsIdentifier(it->first.Scalar())) {
           Fail("spec.handler.env." + it->first.Scalar(),
                "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", it->first);
+        }
+        if (std::string why = CodeLoadingEnvReason(it->first.Scalar()); !why.empty()) {
+          Fail("spec.handler.env." + it->first.Scalar(), "not allowed: " + why, it->first);
         }
       }
     }

@@ -51,6 +51,7 @@ v1::FunctionRecord ToRecord(const FunctionSpec& s) {
   a->set_target(s.autoscaling.target);
   a->set_keep_alive(s.autoscaling.keep_alive);
   a->mutable_params()->insert(s.autoscaling.params.begin(), s.autoscaling.params.end());
+  for (const auto& n : s.security.seccomp_allow) r.add_seccomp_allow(n);
   r.set_generation(s.generation);
   r.set_manifest(s.manifest);
   r.set_created_unix_ms(s.created_unix_ms);
@@ -85,6 +86,7 @@ FunctionSpec FromRecord(const v1::FunctionRecord& r) {
         r.autoscaling().keep_alive().empty() ? "fixed" : r.autoscaling().keep_alive();
     s.autoscaling.params.insert(r.autoscaling().params().begin(), r.autoscaling().params().end());
   }
+  s.security.seccomp_allow.assign(r.seccomp_allow().begin(), r.seccomp_allow().end());
   s.generation = r.generation();
   s.manifest = r.manifest();
   s.created_unix_ms = r.created_unix_ms();

@@ -1,6 +1,7 @@
 #include "shoal/pool/shm_pool.h"
 
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -271,6 +272,13 @@ Result<std::unique_ptr<ShmPool>> ShmPool::CreateOrRecover(const std::string& nam
     return pool;
   }
   return Create(name, bytes);
+}
+
+Status ShmPool::SetOwner(uint32_t uid, uint32_t gid) {
+  const int fd = segment_->shm.get_mapping_handle().handle;
+  if (fchown(fd, uid, gid) != 0) return ErrnoStatus("chown /dev/shm/" + name_, errno);
+  if (fchmod(fd, 0600) != 0) return ErrnoStatus("chmod /dev/shm/" + name_, errno);
+  return Status::Ok();
 }
 
 std::vector<uint64_t> ShmPool::HeldBy(HolderSlot holder) const {

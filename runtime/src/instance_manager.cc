@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -12,11 +13,18 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "shoal/autoscaler/function_autoscaler.h"
 #include "shoal/common/log.h"
 #include "shoal/runtime/fl_data_path.h"
 #include "shoal/runtime/node_capacity.h"
+#include "shoal/sandbox/cgroup.h"
+#include "shoal/sandbox/handler_library.h"
+#include "shoal/sandbox/sandboxed_process.h"
+#include "shoal/sandbox/seccomp_policy.h"
+#include "shoal/sandbox/seccomp_report.h"
+#include "shoal/sandbox/tenant_ids.h"
 
 namespace shoal {
 namespace {
@@ -57,7 +65,9 @@ struct InstanceManager::Instance {
   bool exited = false;
   int open_handles = 0;
   Endpoint endpoint;  // keeps the sockmap anchor open for the instance's lifetime
-  uv_process_t proc{};
+  ChildProcess child;
+  uv_poll_t exit_poll{};  // on the child's pidfd: readable once it has exited
+  std::unique_ptr<InstanceCgroup> cgroup;
   uv_pipe_t out{};
   uv_pipe_t err{};
   bool out_at_line_start = true;
@@ -73,6 +83,8 @@ struct InstanceManager::FunctionState {
   uint32_t restarts = 0;
   std::ofstream log;
   std::string unschedulable;  // placement's refusal (naming the resource); empty when it fits
+  std::string start_error;    // why its instances cannot start (e.g. its handler library)
+  std::optional<SeccompProgram> seccomp;  // compiled on the first start
 
   // Autoscaling (null: policy none, the reactive rule).
   std::unique_ptr<FunctionAutoscaler> autoscaler;
@@ -116,6 +128,7 @@ Status InstanceManager::Start(RequestSink* sink) {
   if (access(fn_binary_.c_str(), X_OK) != 0) {
     return NotFound("function instance binary not found: " + fn_binary_);
   }
+  SHOAL_RETURN_IF_ERROR(StartSandbox());
   std::error_code ec;
   std::filesystem::create_directories(config_.state_dir + "/logs", ec);
   auto ep = dataplane_.CreateEndpoint(kManagerEndpoint);
@@ -168,6 +181,38 @@ std::string InstanceManager::LogPath(const std::string& function) const {
   return config_.state_dir + "/logs/" + function + ".log";
 }
 
+Status InstanceManager::StartSandbox() {
+  handler_dirs_ = ResolveHandlerDirs(config_.handler_dirs);
+  std::string dirs;
+  for (const auto& d : handler_dirs_) dirs += (dirs.empty() ? "" : ", ") + d;
+  spdlog::info("sandbox: handler libraries only from {}", dirs.empty() ? "(none)" : dirs);
+  auto ids = TenantIds::Open(config_);
+  if (!ids.ok()) return ids.status();
+  tenant_ids_ = std::make_unique<TenantIds>(std::move(*ids));
+  switch_ids_ = geteuid() == 0;
+  if (switch_ids_) {
+    spdlog::info("sandbox: instances run as their tenant's uid/gid ({} tenant(s) fixed in the "
+                 "config, others from uid {} up, kept in {}/tenants.yaml), no capabilities, "
+                 "no_new_privs, seccomp ({} syscalls denied)",
+                 config_.tenants.size(), config_.tenant_uid_base, config_.state_dir,
+                 DeniedSyscalls().size());
+  } else {
+    spdlog::warn("sandbox: shoald is not root (uid {}): instances run as uid {} like shoald, "
+                 "not as their tenant's uid (still without capabilities, with no_new_privs and "
+                 "seccomp)",
+                 geteuid(), geteuid());
+  }
+  auto cg = OpenCgroups(config_.cgroups, config_.cgroup_parent, config_.node_name);
+  if (cg.ok()) {
+    cgroups_ = std::move(*cg);
+    spdlog::info("sandbox: instance cgroups: {}", cgroups_->Describe());
+  } else {
+    spdlog::warn("sandbox: instances run without cgroups (no cpu/memory limits): {}",
+                 cg.status().message());
+  }
+  return {};
+}
+
 Result<ShmPool*> InstanceManager::TenantPool(const std::string& tenant) {
   std::lock_guard lock(mu_);
   return PoolFor(tenant);
@@ -182,8 +227,16 @@ Result<ShmPool*> InstanceManager::PoolFor(const std::string& tenant) {
   bool recovered = false;
   auto pool = ShmPool::CreateOrRecover(name, config_.pool_bytes, kCoordinatorSlot, &recovered);
   if (!pool.ok()) return pool.status();
-  spdlog::info("pool: {} /dev/shm/{} ({} MiB, mode 0600) for tenant '{}'",
-               recovered ? "recovered" : "created", name, config_.pool_bytes >> 20, tenant);
+  std::string owner = "shoald's uid";
+  if (switch_ids_ && tenant_ids_) {
+    // Only the tenant's instances may open it; shoald (root) keeps its mapping.
+    auto id = tenant_ids_->For(tenant);
+    if (!id.ok()) return id.status();
+    SHOAL_RETURN_IF_ERROR((*pool)->SetOwner(id->uid, id->gid));
+    owner = "uid " + std::to_string(id->uid) + ", gid " + std::to_string(id->gid);
+  }
+  spdlog::info("pool: {} /dev/shm/{} ({} MiB, mode 0600, {}) for tenant '{}'",
+               recovered ? "recovered" : "created", name, config_.pool_bytes >> 20, owner, tenant);
   ShmPool* raw = pool->get();
   pools_[tenant] = std::move(*pool);
   return raw;
@@ -197,6 +250,7 @@ void InstanceManager::Reconcile() {
   if (specs_changed_.exchange(false)) SyncSpecs();
   const uint64_t now = NowNs();
   for (auto& [name, f] : by_name_) ScaleFunction(*f, now);
+  if (!seccomp_kills_.empty()) LogSeccompKills(now);
   // Old generations: stop their instances as they go idle, then forget them.
   for (auto& f : retired_) {
     for (uint32_t key : f->rt->router.IdleDraining()) {
@@ -345,10 +399,19 @@ void InstanceManager::ScaleFunction(FunctionState& f, uint64_t now) {
     const bool prewarm = f.autoscaler && snap.queued == 0 && active >= replicas;
     if (!PlaceStart(f)) break;
     if (Status st = Spawn(f, prewarm); !st.ok()) {
-      spdlog::error("function {}: cannot start an instance: {}", spec.name, st.ToString());
+      if (st.message() != f.start_error) {
+        spdlog::error("function {}: cannot start an instance: {}", spec.name, st.ToString());
+        f.start_error = st.message();
+      }
       f.next_spawn_ns = now + static_cast<uint64_t>(config_.restart_backoff_s * 1e9);
+      // Nothing will start for them until the cause is fixed: answer now, with the cause.
+      for (const auto& w : f.rt->router.TakeWaiters()) {
+        sink_->Reject(w.loop, w.request_id, 503,
+                      "function '" + spec.name + "' cannot start an instance: " + st.message());
+      }
       break;
     }
+    f.start_error.clear();
     ++active;
   }
   // Scale down: idle beyond keep-alive, longest idle first, never below the floor. Draining
@@ -519,9 +582,32 @@ Status InstanceManager::Spawn(FunctionState& f, bool prewarm) {
   inst->prewarmed = prewarm;
   inst->endpoint = std::move(*ep);
 
-  std::string handler = spec.handler.builtin.empty()
-                            ? "library:" + spec.handler.library + ":" + spec.handler.symbol
-                            : "builtin:" + spec.handler.builtin;
+  // The handler library, opened now below its handler directory without following any
+  // symlink: the instance loads this very file through the descriptor (/proc/self/fd/4), so
+  // nothing swapped in since the deploy is ever loaded.
+  constexpr int kLibraryFd = 4;
+  UniqueFd library;
+  if (!spec.handler.library.empty()) {
+    auto fd = OpenHandlerLibrary(spec.handler.library, handler_dirs_);
+    if (!fd.ok()) {
+      dataplane_.RemoveEndpoint(key);
+      return PermissionDenied("spec.handler.library: " + fd.status().message());
+    }
+    library = std::move(*fd);
+  }
+  if (!f.seccomp) {
+    auto prog = SeccompProgram::Compile(spec.security.seccomp_allow);
+    if (!prog.ok()) {
+      dataplane_.RemoveEndpoint(key);
+      return InvalidArgument("spec.security.seccomp.allow: " + prog.status().message());
+    }
+    f.seccomp.emplace(std::move(*prog));
+  }
+
+  std::string handler =
+      spec.handler.builtin.empty()
+          ? "library:/proc/self/fd/" + std::to_string(kLibraryFd) + ":" + spec.handler.symbol
+          : "builtin:" + spec.handler.builtin;
   std::vector<std::string> env = {
       "SHOAL_FUNCTION=" + spec.name,
       "SHOAL_FUNCTION_ID=" + std::to_string(spec.id),
@@ -536,57 +622,106 @@ Status InstanceManager::Spawn(FunctionState& f, bool prewarm) {
       "SHOAL_GATEWAY=" + gateway_url_,
       std::string("PATH=") + (getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin"),
   };
-  for (const auto& [k, v] : spec.handler.env) env.push_back(k + "=" + v);
   if (instance_token_) {
     if (std::string token = instance_token_(spec); !token.empty()) env.push_back("SHOAL_TOKEN=" + token);
   }
-  std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::string file = fn_binary_;
-  char* args[] = {file.data(), nullptr};
+  const size_t own_env = env.size();
+  for (const auto& [k, v] : spec.handler.env) {
+    // Never a variable that loads code (the manifest parser refuses them; records written
+    // before it did are filtered here), nor one of shoald's own.
+    bool ours = false;
+    for (size_t i = 0; i < own_env; ++i) ours = ours || env[i].rfind(k + "=", 0) == 0;
+    if (ours || !CodeLoadingEnvReason(k).empty()) {
+      spdlog::warn("function {}: not passing spec.handler.env.{} to its instances", spec.name, k);
+      continue;
+    }
+    env.push_back(k + "=" + v);
+  }
+
+  // Its cgroup, with the manifest's limits; without one it still runs (logged at start-up).
+  std::unique_ptr<InstanceCgroup> cgroup;
+  if (cgroups_) {
+    char name[96];
+    std::snprintf(name, sizeof name, "%s-%x", spec.name.c_str(), key);
+    CgroupLimits limits{spec.cpu, spec.memory_bytes, config_.instance_pids_max};
+    auto cg = cgroups_->Create(name, limits);
+    if (cg.ok()) {
+      cgroup = std::move(*cg);
+    } else {
+      spdlog::warn("function {}: instance runs without its cgroup: {}", spec.name,
+                   cg.status().ToString());
+    }
+  }
+
+  SandboxOptions sandbox;
+  sandbox.switch_ids = switch_ids_;
+  if (switch_ids_) {
+    auto id = tenant_ids_->For(spec.tenant);
+    if (!id.ok()) {
+      dataplane_.RemoveEndpoint(key);
+      return id.status();
+    }
+    sandbox.ids = *id;
+  }
+  sandbox.seccomp = &*f.seccomp;
+  sandbox.cgroup = cgroup.get();
+
+  int out_pipe[2], err_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0) {
+    dataplane_.RemoveEndpoint(key);
+    return ErrnoStatus("pipe2", errno);
+  }
+  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+    const int err = errno;
+    close(out_pipe[0]);
+    close(out_pipe[1]);
+    dataplane_.RemoveEndpoint(key);
+    return ErrnoStatus("pipe2", err);
+  }
+  SpawnOptions opts;
+  opts.file = fn_binary_;
+  opts.env = std::move(env);
+  opts.fds = {{1, out_pipe[1]}, {2, err_pipe[1]}, {3, inst->endpoint.fd()}};
+  if (library.valid()) opts.fds.emplace_back(kLibraryFd, library.get());
 
   Instance* raw = inst.get();
-  uv_pipe_init(loop_, &raw->out, 0);
-  uv_pipe_init(loop_, &raw->err, 0);
-  raw->out.data = raw;
-  raw->err.data = raw;
-  raw->proc.data = raw;
-  uv_stdio_container_t stdio[4];
-  stdio[0].flags = UV_IGNORE;
-  stdio[1].flags = static_cast<uv_stdio_flags>(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
-  stdio[1].data.stream = reinterpret_cast<uv_stream_t*>(&raw->out);
-  stdio[2].flags = static_cast<uv_stdio_flags>(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
-  stdio[2].data.stream = reinterpret_cast<uv_stream_t*>(&raw->err);
-  stdio[3].flags = UV_INHERIT_FD;
-  stdio[3].data.fd = raw->endpoint.fd();
-
-  uv_process_options_t opts{};
-  opts.file = file.c_str();
-  opts.args = args;
-  opts.env = envp.data();
-  opts.stdio = stdio;
-  opts.stdio_count = 4;
-  opts.exit_cb = [](uv_process_t* p, int64_t status, int sig) {
-    auto* i = static_cast<Instance*>(p->data);
-    i->mgr->OnExit(i, status, sig);
-  };
   raw->spawn_ns = NowNs();
   raw->last_busy_ns = raw->spawn_ns;
-  const int rc = uv_spawn(loop_, &raw->proc, &opts);
-  // The child has its copy of the endpoint socket; shoald keeps only the anchor.
+  auto child = SpawnSandboxed(opts, sandbox);
+  // The child has its copies of the endpoint socket and the pipes' write ends; shoald keeps
+  // only the anchor and the read ends.
   close(raw->endpoint.ReleaseFd());
-  if (rc != 0) {
-    uv_close(reinterpret_cast<uv_handle_t*>(&raw->out), nullptr);
-    uv_close(reinterpret_cast<uv_handle_t*>(&raw->err), nullptr);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  if (!child.ok()) {
+    close(out_pipe[0]);
+    close(err_pipe[0]);
     dataplane_.RemoveEndpoint(key);
-    // The handles close on the next loop turn: keep the memory until then.
-    uv_close(reinterpret_cast<uv_handle_t*>(&raw->proc), nullptr);
-    inst.release();  // NOLINT: freed never; a failed spawn is rare and the loop still references it
-    return Internal(std::string("spawn ") + file + ": " + uv_strerror(rc));
+    return child.status();
   }
+  raw->child = std::move(*child);
+  raw->cgroup = std::move(cgroup);
+  uv_pipe_init(loop_, &raw->out, 0);
+  uv_pipe_init(loop_, &raw->err, 0);
+  uv_pipe_open(&raw->out, out_pipe[0]);
+  uv_pipe_open(&raw->err, err_pipe[0]);
+  raw->out.data = raw;
+  raw->err.data = raw;
+  uv_poll_init(loop_, &raw->exit_poll, raw->child.pidfd());
+  raw->exit_poll.data = raw;
+  uv_poll_start(&raw->exit_poll, UV_READABLE, [](uv_poll_t* h, int, int) {
+    auto* i = static_cast<Instance*>(h->data);
+    int status = 0;
+    if (!i->child.TryReap(&status)) return;
+    uv_poll_stop(h);
+    if (WIFSIGNALED(status)) {
+      i->mgr->OnExit(i, 0, WTERMSIG(status));
+    } else {
+      i->mgr->OnExit(i, WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0);
+    }
+  });
   raw->open_handles = 3;
-  raw->pid = raw->proc.pid;
+  raw->pid = raw->child.pid();
   used |= 1ull << slot;
   auto on_alloc = [](uv_handle_t* h, size_t, uv_buf_t* b) {
     auto* i = static_cast<Instance*>(h->data);
@@ -631,7 +766,7 @@ void InstanceManager::StopInstance(Instance& inst) {
   if (inst.state == Instance::State::kStopping || inst.exited) return;
   inst.state = Instance::State::kStopping;
   inst.expected_exit = true;
-  uv_process_kill(&inst.proc, SIGTERM);
+  inst.child.Signal(SIGTERM);
 }
 
 void InstanceManager::OnReady(uint32_t key) {
@@ -679,6 +814,21 @@ void InstanceManager::OnManagerReadable() {
   }
 }
 
+void InstanceManager::LogSeccompKills(uint64_t now) {
+  // The kernel's audit record of a seccomp kill (which names the syscall) reaches its log from
+  // the audit thread a moment after the process is gone: look for it on a later tick.
+  constexpr uint64_t kAuditDelayNs = 200000000;
+  std::erase_if(seccomp_kills_, [&](const SeccompKill& k) {
+    if (now - k.at_ns < kAuditDelayNs) return false;
+    const std::string call = SeccompKillSyscall(k.pid);
+    spdlog::warn("function {}: instance {:#x} (pid {}) was killed by the seccomp filter for {}",
+                 k.function, k.key, k.pid,
+                 call.empty() ? std::string("a denied syscall (no audit record in the kernel log)")
+                              : "syscall " + call);
+    return true;
+  });
+}
+
 void InstanceManager::OnExit(Instance* inst, int64_t status, int signal) {
   std::unique_lock lock(mu_);
   inst->exited = true;
@@ -688,7 +838,11 @@ void InstanceManager::OnExit(Instance* inst, int64_t status, int signal) {
   const bool crashed = !inst->expected_exit;
   if (crashed || inflight > 0) {
     char why[160];
-    if (signal != 0) {
+    if (signal == SIGSYS) {
+      std::snprintf(why, sizeof why,
+                    "killed by signal %d (SIGSYS: a syscall the seccomp filter denies)", signal);
+      seccomp_kills_.push_back({rt.spec.name, inst->key, inst->pid, NowNs()});
+    } else if (signal != 0) {
       std::snprintf(why, sizeof why, "killed by signal %d", signal);
     } else {
       std::snprintf(why, sizeof why, "exited with status %lld", static_cast<long long>(status));
@@ -716,6 +870,7 @@ void InstanceManager::OnExit(Instance* inst, int64_t status, int signal) {
     if (n > 0) spdlog::info("pool {}: reclaimed {} buffer(s) of instance {:#x}", inst->tenant, n, inst->key);
   }
   used_slots_[inst->tenant] &= ~(1ull << inst->slot);
+  inst->cgroup.reset();  // reaped: its cgroup is empty and goes
   if (inst->holds_reservation) cluster_.Release(0, inst->reserved);
   f.instance_s_done += static_cast<double>(NowNs() - inst->spawn_ns) / 1e9;
   dataplane_.RemoveEndpoint(inst->key);
@@ -727,7 +882,7 @@ void InstanceManager::OnExit(Instance* inst, int64_t status, int signal) {
   };
   uv_close(reinterpret_cast<uv_handle_t*>(&inst->out), on_closed);
   uv_close(reinterpret_cast<uv_handle_t*>(&inst->err), on_closed);
-  uv_close(reinterpret_cast<uv_handle_t*>(&inst->proc), on_closed);
+  uv_close(reinterpret_cast<uv_handle_t*>(&inst->exit_poll), on_closed);
   lock.unlock();
   if (!stopping_) Reconcile();  // restart if it fell below its scale
 }
@@ -748,7 +903,7 @@ void InstanceManager::Stop(double grace_s) {
   }
   const uint64_t deadline = NowNs() + static_cast<uint64_t>(grace_s * 1e9);
   while (!by_key_.empty() && NowNs() < deadline) uv_run(loop_, UV_RUN_NOWAIT), usleep(1000);
-  for (auto& [key, inst] : by_key_) uv_process_kill(&inst->proc, SIGKILL);
+  for (auto& [key, inst] : by_key_) inst->child.Signal(SIGKILL);
   while (!by_key_.empty()) uv_run(loop_, UV_RUN_ONCE);
   uv_timer_stop(&tick_);
   uv_close(reinterpret_cast<uv_handle_t*>(&tick_), nullptr);
@@ -773,7 +928,7 @@ FunctionStats InstanceManager::Stats(const std::string& function) {
   st.desired = f.desired;
   st.inflight = snap.inflight;
   st.policy = f.autoscaler ? f.autoscaler->policy_name() : "none";
-  st.unschedulable = f.unschedulable;
+  st.unschedulable = f.unschedulable.empty() ? f.start_error : f.unschedulable;
   if (f.autoscaler) {
     st.decision_replicas = f.decision.replicas;
     st.decision_prewarm = f.decision.prewarm;

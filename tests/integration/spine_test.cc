@@ -98,7 +98,7 @@ TEST_F(SpineTest, Sha256AndWordcountDoRealWork) {
 }
 
 TEST_F(SpineTest, UserHandlerFromSharedLibrary) {
-  const std::string lib = LibDir() + "/libshoal-reverse.so";
+  const std::string lib = LibDir() + "/shoal/handlers/libshoal-reverse.so";
   ASSERT_EQ(shoald_.Deploy(FunctionManifest("rev", "    library: " + lib + "\n")).exit_code, 0);
   auto r = Http(shoald_.port(), "POST", "/fn/rev", "stressed");
   ASSERT_EQ(r.status, 200) << r.error << r.body;

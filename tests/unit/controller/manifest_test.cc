@@ -19,6 +19,7 @@ NodeConfig Defaults() {
   c.default_timeout_s = 12;
   c.default_keep_alive_s = 34;
   c.max_body_bytes = 100ull << 20;
+  c.handler_dirs = {SHOAL_HANDLER_DIR};
   return c;
 }
 
@@ -127,7 +128,7 @@ TEST(ManifestTest, MultipleDocumentsKeepTheirOwnText) {
 }
 
 TEST(ManifestTest, LibraryHandler) {
-  const std::string lib = "/bin/sh";  // any regular file that exists on this node
+  const std::string lib = SHOAL_HANDLER_DIR "/libshoal-reverse.so";
   auto r = ParseFunctionManifests(
       "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: lib}\nspec:\n  handler:\n"
       "    library: " + lib + "\n    symbol: my_entry\n",
@@ -313,10 +314,15 @@ TEST(ManifestTest, HandlerErrors) {
   EXPECT_EQ(ErrorOf(head + "    library: libmine.so\n"),
             "spec.handler.library: must be an absolute path, got \"libmine.so\" (line 6)");
   EXPECT_EQ(ErrorOf(head + "    library: /nonexistent/libmine.so\n"),
-            "spec.handler.library: no such file on this node: /nonexistent/libmine.so (line 6)");
+            "spec.handler.library: /nonexistent/libmine.so is outside the handler directories "
+            "(allowed: " SHOAL_HANDLER_DIR ") (line 6)");
+  EXPECT_EQ(ErrorOf(head + "    library: " SHOAL_HANDLER_DIR "/nonesuch.so\n"),
+            "spec.handler.library: no such file on this node: " SHOAL_HANDLER_DIR
+            "/nonesuch.so (line 6)");
   EXPECT_EQ(ErrorOf(head + "    builtin: echo\n    symbol: f\n"),
             "spec.handler.symbol: only applies to spec.handler.library (line 7)");
-  EXPECT_EQ(ErrorOf(head + "    library: /bin/sh\n    symbol: 1x\n"),
+  EXPECT_EQ(ErrorOf(head + "    library: " SHOAL_HANDLER_DIR "/libshoal-reverse.so\n"
+                           "    symbol: 1x\n"),
             "spec.handler.symbol: must be a C identifier, got \"1x\" (line 7)");
   EXPECT_EQ(ErrorOf(head + "    builtin: echo\n    env:\n      BAD-NAME: x\n"),
             "spec.handler.env.BAD-NAME: must be an environment variable name "
@@ -505,6 +511,34 @@ TEST(ManifestTest, InferenceErrorsNameTheField) {
             "\"Bad_Name\" (line 8)");
   EXPECT_TRUE(ErrorOf(InferManifest("", "onnx")).starts_with(
       "spec.handler: unknown built-in handler \"onnx\""));
+}
+
+TEST(ManifestTest, HandlerEnvThatLoadsCodeIsRefused) {
+  const std::string head = "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: h}\nspec:\n"
+                           "  handler:\n    builtin: echo\n";
+  EXPECT_EQ(ErrorOf(head + "    env: {LD_PRELOAD: /tmp/x.so}\n"),
+            "spec.handler.env.LD_PRELOAD: not allowed: the dynamic loader reads LD_* variables "
+            "(preloads code) (line 7)");
+  EXPECT_EQ(ErrorOf(head + "    env: {OK: 1, GCONV_PATH: /tmp}\n"),
+            "spec.handler.env.GCONV_PATH: not allowed: glibc or a language runtime loads code or "
+            "data files named by it (line 7)");
+  auto r = ParseFunctionManifests(head + "    env: {MY_SETTING: x}\n", Defaults());
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ((*r)[0].handler.env.at("MY_SETTING"), "x");
+}
+
+TEST(ManifestTest, SeccompAllowList) {
+  const std::string head = "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: h}\nspec:\n"
+                           "  handler: echo\n  security:\n    seccomp:\n";
+  auto r = ParseFunctionManifests(head + "      allow: [ptrace, unshare, ptrace]\n", Defaults());
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ((*r)[0].security.seccomp_allow, (std::vector<std::string>{"ptrace", "unshare"}));
+  EXPECT_EQ(ErrorOf(head + "      allow: [ptrace, nosuchcall]\n"),
+            "spec.security.seccomp.allow[1]: unknown syscall \"nosuchcall\" (line 8)");
+  EXPECT_EQ(ErrorOf(head + "      allow: ptrace\n"),
+            "spec.security.seccomp.allow: must be a list of syscall names (line 8)");
+  EXPECT_EQ(ErrorOf(head + "      deny: [read]\n"),
+            "spec.security.seccomp.deny: unknown field (line 8)");
 }
 
 }  // namespace

@@ -150,7 +150,7 @@ TEST_F(PoolBacked, Sha256WordcountAndSleep) {
 }
 
 TEST_F(PoolBacked, LibraryHandlerThroughTheCAbi) {
-  auto h = LoadLibraryHandler(SHOAL_LIB_DIR "/libshoal-reverse.so", "shoal_handle");
+  auto h = LoadLibraryHandler(SHOAL_LIB_DIR "/shoal/handlers/libshoal-reverse.so", "shoal_handle");
   ASSERT_TRUE(h.ok()) << h.status().ToString();
   EXPECT_FALSE((*h)->MayBlock());  // the library exports shoal_may_block() == 0
   EXPECT_TRUE((*CreateBuiltinHandler("sleep"))->MayBlock());
@@ -161,7 +161,7 @@ TEST_F(PoolBacked, LibraryHandlerThroughTheCAbi) {
   auto fin = rb.Finish();
   EXPECT_EQ(Body(fin->first), "cba");
   (void)pool_->Release(fin->first, 1);
-  auto missing = LoadLibraryHandler(SHOAL_LIB_DIR "/libshoal-reverse.so", "nope");
+  auto missing = LoadLibraryHandler(SHOAL_LIB_DIR "/shoal/handlers/libshoal-reverse.so", "nope");
   EXPECT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("no symbol 'nope'"), std::string::npos);
 }

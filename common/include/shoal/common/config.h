@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "shoal/common/status.h"
 
@@ -11,6 +13,17 @@ namespace shoal {
 
 enum class DataPlaneMode { kAuto, kSockmap, kUnix };
 const char* DataPlaneModeName(DataPlaneMode mode);
+
+// Which cgroup hierarchy holds instances: auto = v2 where its cpu and memory controllers can be
+// enabled, else v1, else none (logged).
+enum class CgroupMode { kAuto, kV2, kV1, kOff };
+const char* CgroupModeName(CgroupMode mode);
+
+// A tenant's fixed ids (config `tenants: {<namespace>: {uid: N, gid: N}}`).
+struct TenantIdConfig {
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+};
 
 struct NodeConfig {
   // Names this shoald; keys its BPF pins (/sys/fs/bpf/shoal/<node_name>) and its abstract
@@ -43,6 +56,18 @@ struct NodeConfig {
   std::string control_tls_cert;  // PEM file; with control_tls_key, the listener speaks HTTPS
   std::string control_tls_key;
   bool control_allow_insecure = false;
+
+  // Instance sandbox (README "Instance sandbox").
+  // spec.handler.library must lie below one of these; `$ORIGIN` is the directory of the
+  // shoald binary (so a build tree's build/lib/shoal/handlers works as installed).
+  std::vector<std::string> handler_dirs = {"$ORIGIN/../lib/shoal/handlers",
+                                           "/usr/lib/shoal/handlers"};
+  std::map<std::string, TenantIdConfig> tenants;  // fixed uid/gid per namespace
+  uint32_t tenant_uid_base = 200000;   // other tenants get uid = gid = base + n (persisted)
+  uint32_t tenant_uid_count = 65536;
+  CgroupMode cgroups = CgroupMode::kAuto;
+  std::string cgroup_parent = "shoal";  // below shoald's own cgroup: <parent>/<node>/<instance>
+  uint32_t instance_pids_max = 4096;    // processes + threads per instance (cgroup pids.max)
 
   // Loads `path` (YAML). Unknown keys are errors that name the key.
   static Result<NodeConfig> LoadFile(const std::string& path);

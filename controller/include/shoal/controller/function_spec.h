@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace shoal {
 
@@ -40,6 +41,12 @@ struct AutoscalingSpec {
   std::map<std::string, double> params;  // manifest names; durations in seconds
 };
 
+// The manifest's `security:` block: what the instance sandbox lets this function do beyond the
+// node's policy (shoal/sandbox/seccomp_policy.h).
+struct SecuritySpec {
+  std::vector<std::string> seccomp_allow;  // denied syscalls this function may make
+};
+
 struct FunctionSpec {
   uint32_t id = 0;               // stable small integer assigned by the registry (BPF counter index)
   std::string name;              // metadata.name: [a-z0-9]([-a-z0-9]*[a-z0-9])?, <= 63 chars
@@ -58,6 +65,7 @@ struct FunctionSpec {
   uint64_t memory_bytes = 0;     // resources.memory
   uint32_t gpu = 0;              // resources.gpu
   AutoscalingSpec autoscaling;
+  SecuritySpec security;
   uint64_t generation = 0;       // bumped by the registry on every re-deploy
   std::string manifest;          // the YAML as deployed (for `shoal get -o yaml`)
   int64_t created_unix_ms = 0;   // first deploy of this name (set by the registry)

@@ -58,6 +58,9 @@ class ShmPool final : public BufferPool {
   // kInvalidArgument when it is not a Shoal pool of this version, kPermissionDenied when the
   // segment belongs to another user.
   static Result<std::unique_ptr<ShmPool>> Attach(const std::string& name);
+  // shoald's side: gives the segment to the tenant's uid/gid (fchown), mode 0600, so that only
+  // the tenant's instances (and shoald) can open it. Needs cap_chown.
+  Status SetOwner(uint32_t uid, uint32_t gid);
   // Unlinks the segment; processes that mapped it keep their mapping until they unmap it.
   static void Remove(const std::string& name);
 

@@ -31,6 +31,9 @@
 
 namespace shoal {
 
+class CgroupHierarchy;
+class TenantIds;
+
 class InstanceManager final : public ScaleSignal, public RuntimeView {
  public:
   using SpecSource = std::function<std::vector<FunctionSpec>()>;
@@ -86,10 +89,14 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   void StopInstance(Instance& inst);
   void OnReady(uint32_t key);
   void OnExit(Instance* inst, int64_t status, int signal);
+  // Logs the syscall of each instance the seccomp filter killed (from the kernel's log).
+  void LogSeccompKills(uint64_t now_ns);
   void OnManagerReadable();
   void Retire(FunctionState& f, const char* why);
   void AppendLog(Instance& inst, const char* data, size_t len);
   Result<ShmPool*> PoolFor(const std::string& tenant);
+  // The instance sandbox's start-up: tenant ids, cgroups, the handler directories (logged).
+  Status StartSandbox();
   std::string gateway_url_;
   std::function<std::string(const FunctionSpec&)> instance_token_;
   std::string LogPath(const std::string& function) const;
@@ -102,6 +109,12 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   SpecSource specs_;
   RequestSink* sink_ = nullptr;
   std::string fn_binary_;
+  // The instance sandbox (shoal/sandbox): null cgroups_ when no hierarchy can be written;
+  // switch_ids_ false when shoald is not root (instances then run as shoald's own uid).
+  std::unique_ptr<CgroupHierarchy> cgroups_;
+  std::unique_ptr<TenantIds> tenant_ids_;
+  std::vector<std::string> handler_dirs_;
+  bool switch_ids_ = false;
 
   uv_timer_t tick_{};
   uv_async_t poke_{};
@@ -119,6 +132,13 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   std::map<std::string, std::unique_ptr<ShmPool>> pools_;       // by tenant
   std::map<std::string, uint64_t> used_slots_;                  // by tenant: holder-slot bitmap
   uint32_t next_sequence_ = 1;
+  struct SeccompKill {
+    std::string function;
+    uint32_t key;
+    int pid;
+    uint64_t at_ns;
+  };
+  std::vector<SeccompKill> seccomp_kills_;  // SIGSYS exits whose syscall is still to be logged
   // This node as placement sees it: capacity, the resources running instances hold, functions
   // started here before (cached), idle warm instances and the mean measured cold start.
   ClusterModel cluster_;

@@ -1,0 +1,55 @@
+// Helpers shared by the sandbox unit tests.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace shoal::testing {
+
+inline std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The value of "Key:" in a /proc/PID/status text ("" when absent), whitespace collapsed.
+inline std::string StatusField(const std::string& status, const std::string& key) {
+  std::istringstream in(status);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(key + ":", 0) != 0) continue;
+    std::istringstream v(line.substr(key.size() + 1));
+    std::string out, w;
+    while (v >> w) out += (out.empty() ? "" : " ") + w;
+    return out;
+  }
+  return "";
+}
+
+// A fresh root-owned 0755 directory under /tmp, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    char t[] = "/tmp/shoal-sandbox-test-XXXXXX";
+    path_ = mkdtemp(t);
+    chmod(path_.c_str(), 0755);
+  }
+  ~TempDir() { (void)!system(("rm -rf '" + path_ + "'").c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+inline void WriteFile(const std::string& path, const std::string& text, mode_t mode) {
+  std::ofstream(path) << text;
+  chmod(path.c_str(), mode);
+}
+
+}  // namespace shoal::testing

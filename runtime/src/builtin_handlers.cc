@@ -1,14 +1,18 @@
 // Built-in handlers for demos and tests: echo (zero copy), sha256 and wordcount (real work
-// on the body) and sleep (a slow handler for timeout and scaling tests).
+// on the body) and sleep (a slow handler for timeout and scaling tests); fl-leaf and
+// inference come from their modules (builtin_module.h).
+#include <dlfcn.h>
 #include <openssl/evp.h>
 
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <chrono>
 #include <string>
 #include <thread>
 
+#include "shoal/runtime/builtin_module.h"
 #include "shoal/runtime/handler.h"
 
 namespace shoal {
@@ -97,20 +101,39 @@ class SleepHandler final : public Handler {
 
 }  // namespace
 
-Result<std::unique_ptr<Handler>> CreateFlLeafHandler();  // fl_leaf_handler.cc
-#ifdef SHOAL_WITH_INFERENCE
-Result<std::unique_ptr<Handler>> CreateInferenceHandler();  // inference_handler.cc
-#endif
+std::string BuiltinModuleDir() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::filesystem::path dir = ec ? std::filesystem::path(".") : exe.parent_path();
+  return (dir / ".." / "lib" / "shoal" / "modules").lexically_normal().string();
+}
+
+Result<std::unique_ptr<Handler>> LoadBuiltinModule(std::string_view name) {
+  const std::string path = BuiltinModuleDir() + "/libshoal-builtin-" + std::string(name) + ".so";
+  // Never closed: the handler's code must outlive every call into it.
+  void* module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (module == nullptr) {
+    return Unavailable("built-in handler '" + std::string(name) + "': cannot load " + path +
+                       ": " + dlerror());
+  }
+  auto entry = reinterpret_cast<BuiltinModuleEntry>(dlsym(module, kBuiltinModuleEntry));
+  if (entry == nullptr) {
+    return Unavailable("built-in handler '" + std::string(name) + "': " + path + " has no " +
+                       kBuiltinModuleEntry);
+  }
+  Status status;
+  std::unique_ptr<Handler> handler;
+  entry(&status, &handler);
+  if (!status.ok()) return status;
+  if (handler == nullptr) {
+    return Internal("built-in handler '" + std::string(name) + "': " + path +
+                    " returned no handler");
+  }
+  return handler;
+}
 
 Result<std::unique_ptr<Handler>> CreateBuiltinHandler(std::string_view name) {
-  if (name == "fl-leaf") return CreateFlLeafHandler();
-  if (name == "inference") {
-#ifdef SHOAL_WITH_INFERENCE
-    return CreateInferenceHandler();
-#else
-    return Unavailable("this shoal-fn was built without the inference library");
-#endif
-  }
+  if (name == "fl-leaf" || name == "inference") return LoadBuiltinModule(name);
   if (name == "echo") return std::unique_ptr<Handler>(new EchoHandler);
   if (name == "sha256") return std::unique_ptr<Handler>(new Sha256Handler);
   if (name == "wordcount") return std::unique_ptr<Handler>(new WordCountHandler);

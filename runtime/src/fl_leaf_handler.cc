@@ -24,6 +24,7 @@
 #include "shoal/aggregator/fold.h"
 #include "shoal/model/architectures.h"
 #include "shoal/model/update_format.h"
+#include "shoal/runtime/builtin_module.h"
 #include "shoal/runtime/handler.h"
 #if defined(SHOAL_HAVE_GPU_FOLD)
 #include "shoal/aggregator/gpu_fold.h"
@@ -185,3 +186,5 @@ Result<std::unique_ptr<Handler>> CreateFlLeafHandler() {
 }
 
 }  // namespace shoal
+
+SHOAL_BUILTIN_MODULE(shoal::CreateFlLeafHandler)

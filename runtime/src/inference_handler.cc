@@ -29,6 +29,7 @@
 #include "shoal/model/architectures.h"
 #include "shoal/model/safetensors.h"
 #include "shoal/runtime/dynamic_batcher.h"
+#include "shoal/runtime/builtin_module.h"
 #include "shoal/runtime/handler.h"
 #include "shoal/runtime/oip.h"
 
@@ -359,3 +360,5 @@ Result<std::unique_ptr<Handler>> CreateInferenceHandler() {
 }
 
 }  // namespace shoal
+
+SHOAL_BUILTIN_MODULE(shoal::CreateInferenceHandler)

@@ -1,10 +1,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "shoal/common/payload.h"
 #include "shoal/pool/shm_pool.h"
+#include "shoal/runtime/builtin_module.h"
 #include "shoal/runtime/function_router.h"
 #include "shoal/runtime/handler.h"
 #include "shoal/runtime/latency_window.h"
@@ -183,6 +186,39 @@ TEST_F(PoolBacked, FlLeafAggregationDeviceSwitch) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("'tpu'"), std::string::npos) << bad.status().message();
+}
+
+// An instance maps only what its handler kind needs: shoal-fn itself links none of the heavy
+// libraries of the inference handler and the FL leaf (they come with their modules).
+TEST(BuiltinModules, ShoalFnLinksNoHeavyLibrary) {
+  const std::string fn = BuiltinModuleDir() + "/../../../bin/shoal-fn";
+  // The dynamic loader's own listing (what ldd prints) of what shoal-fn would map.
+  FILE* p = popen(("env -i LD_TRACE_LOADED_OBJECTS=1 " + fn).c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  ASSERT_EQ(pclose(p), 0) << out;
+  ASSERT_NE(out.find("libc.so.6"), std::string::npos) << out;
+  for (const char* heavy : {"libdnnl", "libcurl", "libprotobuf", "libonnx", "libgomp",
+                            "libOpenCL", "libgnutls", "libkrb5", "libldap", "libcudart"}) {
+    EXPECT_EQ(out.find(heavy), std::string::npos) << heavy << " in\n" << out;
+  }
+  size_t libs = 0;
+  for (size_t at = 0; (at = out.find(".so", at)) != std::string::npos; at = out.find('\n', at)) {
+    ++libs;
+  }
+  EXPECT_LE(libs, 12u) << out;
+}
+
+TEST(BuiltinModules, AMissingModuleIsNamed) {
+  auto h = LoadBuiltinModule("nonesuch");
+  ASSERT_FALSE(h.ok());
+  EXPECT_EQ(h.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(h.status().message().find("built-in handler 'nonesuch': cannot load " +
+                                      BuiltinModuleDir() + "/libshoal-builtin-nonesuch.so"),
+            std::string::npos)
+      << h.status().message();
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sstream>
+
 #include "test_util.h"
 
 namespace shoal {
@@ -73,14 +75,26 @@ TEST(SandboxedProcessTest, OnlyTheGivenDescriptorsReachTheChild) {
   const int leaky = open("/dev/null", O_RDONLY);
   const int passed = open("/dev/zero", O_RDONLY | O_CLOEXEC);
   SandboxOptions sb;
-  Ran r = SpawnAndWait({"/bin/sh", "-c", "ls /proc/$$/fd | sort -n | tr '\\n' ' '"}, sb,
-                       {{4, passed}});
+  // `ls -l` of the child's own descriptors (ls itself is the child: no shell, no pipeline
+  // whose descriptors could be caught half-closed); the directory ls reads is /proc/...
+  Ran r = SpawnAndWait({"/bin/ls", "-l", "/proc/self/fd"}, sb, {{4, passed}});
   close(leaky);
   close(passed);
-  ASSERT_TRUE(WIFEXITED(r.status)) << r.out;
-  // 0 and 2 (/dev/null), 1 (the pipe), 4: not `leaky`, nor the error pipe, nor the test's
-  // own stderr.
-  EXPECT_EQ(r.out, "0 1 2 4 ");
+  ASSERT_TRUE(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0) << r.out;
+  std::string fds;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    const auto arrow = line.find(" -> ");
+    if (arrow == std::string::npos) continue;
+    const std::string target = line.substr(arrow + 4);
+    if (target.rfind("/proc/", 0) == 0) continue;  // ls's own opendir
+    const auto space = line.rfind(' ', arrow - 1);
+    const std::string fd = line.substr(space + 1, arrow - space - 1);
+    fds += fd + (fd == "4" ? "=" + target : "") + " ";
+  }
+  // 0 and 2 (/dev/null), 1 (the pipe), 4 (/dev/zero): not `leaky`, nor the error pipe, nor
+  // the test's own stderr.
+  EXPECT_EQ(fds, "0 1 2 4=/dev/zero ") << r.out;
 }
 
 TEST(SandboxedProcessTest, FailuresBeforeExecAreReported) {

@@ -78,7 +78,8 @@ class Handler {
   virtual void OnPoolAttached(void* /*base*/, size_t /*bytes*/) {}
 };
 
-// Built-in handlers: echo, sha256, wordcount, sleep.
+// Built-in handlers: echo, sha256, wordcount, sleep; fl-leaf and inference are loaded from
+// their modules on first use (builtin_module.h).
 Result<std::unique_ptr<Handler>> CreateBuiltinHandler(std::string_view name);
 // A user handler from a shared library implementing handler_abi.h.
 Result<std::unique_ptr<Handler>> LoadLibraryHandler(const std::string& path,

@@ -1,6 +1,7 @@
 // `shoal sim`: runs the autoscaling simulator locally (no shoald needed) with a named policy on
 // a named workload or a replayed trace, and prints the same table as bench-autoscale, with the
-// KPA baseline run on the same arrivals for the ratios.
+// KPA baseline (Knative's defaults) run on the same arrivals for the ratios, and the three
+// ratios' combined score.
 #include "sim.h"
 
 #include <cstdio>
@@ -30,6 +31,11 @@ int Simulate(const SimOptions& o) {
     results.push_back(std::move(*r));
   }
   std::printf("%s", FormatScenarioTable(results, "kpa").c_str());
+  if (o.policy != "kpa") {
+    std::printf("%s", FormatScenarioComparison(CompareScenarios(results, o.policy, "kpa"),
+                                               o.policy, "kpa")
+                          .c_str());
+  }
   return 0;
 }
 

@@ -36,7 +36,12 @@ const std::vector<AutoscalingParamInfo>& AutoscalingParamTable() {
       {"targetUtilization", false, "kpa rl-q", "fraction of the target to aim at (0.7)"},
       {"maxScaleUpRate", false, "kpa rl-q", "at most this x ready per decision (1000)"},
       {"maxScaleDownRate", false, "kpa rl-q", "at least ready / this (2)"},
-      {"scaleToZeroGrace", true, "kpa rl-q", "keep the last instance this long (30s)"},
+      {"scaleToZeroGrace", true, "kpa rl-q",
+       "the last instance stays at most this long once the decision is 0 (30s)"},
+      {"scaleToZeroPodRetention", true, "kpa rl-q",
+       "the last instance stays at least this long once the decision is 0 (0s)"},
+      {"targetBurstCapacity", false, "kpa rl-q",
+       "spare concurrency below which the activator stays in the path (211; -1 always)"},
       {"activationScale", false, "kpa rl-q", "minimum scale when active (1)"},
       {"decisionInterval", true, "rl-q", "one Q-learning step per interval (30s)"},
       {"learningRate", false, "rl-q", "Q-learning alpha (0.1)"},
@@ -117,6 +122,8 @@ Status BuildAutoscalingParams(const AutoscalingConfig& c, PolicyParams* out,
     else if (n == "maxScaleUpRate") set_kpa(&KpaParams::max_scale_up_rate);
     else if (n == "maxScaleDownRate") set_kpa(&KpaParams::max_scale_down_rate);
     else if (n == "scaleToZeroGrace") set_kpa(&KpaParams::scale_to_zero_grace_period_s);
+    else if (n == "scaleToZeroPodRetention") set_kpa(&KpaParams::scale_to_zero_pod_retention_s);
+    else if (n == "targetBurstCapacity") set_kpa(&KpaParams::target_burst_capacity);
     else if (n == "activationScale") {
       if (!(v >= 1 && v == std::floor(v)))
         return InvalidArgument(where + "must be an integer >= 1, got " + Fmt(v));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace shoal {
 namespace {
@@ -66,23 +67,75 @@ ScalingDecision KpaPolicy::Observe(const FunctionSignals& s) {
     desired = max_panic_pods_;
   }
 
-  // Scale to zero (the KPA reconciler's part): once the desired scale is 0, keep the last
-  // instance for the grace period before letting it go.
-  if (desired == 0) {
-    if (!zero_since_) zero_since_ = s.now_s;
-    const bool running = s.ready + s.starting > 0;
-    if (!p_.enable_scale_to_zero ||
-        (running && s.now_s - *zero_since_ < p_.scale_to_zero_grace_period_s))
-      desired = running || !p_.enable_scale_to_zero ? 1 : 0;
-  } else {
-    zero_since_.reset();
+  // The KPA reconciler's part (scaler.go scale(): bounds, then handleScaleToZero).
+  if (!started_) {
+    started_ = true;
+    inactive_since_ = s.now_s;  // the SKS is created in proxy mode, the PA inactive
+    proxy_since_ = s.now_s;
+    applied_ = s.ready + s.starting;
+  }
+  // The scale the reconciler reports (its "want"; -1: unknown) and the scale it applies.
+  int64_t want = ClampScale(desired, s);
+  uint32_t apply = static_cast<uint32_t>(want);
+  if (want == 0) {
+    const ZeroStep z = ScaleToZero(s);
+    apply = z.apply;
+    want = z.want;
+  }
+  applied_ = apply;
+
+  // computeActiveCondition: want 0 -> inactive; want > 0 -> active once an instance is ready,
+  // activating before; unknown leaves the state as it is.
+  if (want == 0) {
+    active_since_.reset();
+    if (!inactive_since_) inactive_since_ = s.now_s;
+  } else if (want > 0 && s.ready >= 1) {
+    inactive_since_.reset();
+    if (!active_since_) active_since_ = s.now_s;
+  } else if (want > 0) {
+    active_since_.reset();
+    inactive_since_.reset();
+  }
+  // ReconcileKind: the activator leaves the path only with want > 0 and spare burst capacity.
+  const double total = target;
+  double ebc = -1;
+  if (p_.target_burst_capacity == 0) ebc = 0;
+  if (p_.target_burst_capacity > 0)
+    ebc = std::floor(s.ready * total - p_.target_burst_capacity - panic_avg_);
+  if (want > 0 && ebc >= 0) {
+    proxy_since_.reset();
+  } else if (!proxy_since_) {
+    proxy_since_ = s.now_s;
   }
 
   ScalingDecision d;
-  d.replicas = ClampScale(desired, s);
+  d.replicas = apply;
   d.concurrency_target = target;
   d.panic = panic_since_.has_value();
   return d;
+}
+
+KpaPolicy::ZeroStep KpaPolicy::ScaleToZero(const FunctionSignals& s) {
+  // Keeping one (scale to zero disabled, or active for less than a stable window) is applied
+  // and reported as 1; a held or applied 0 reports 0 (the PA inactive, the activator in path).
+  if (!p_.enable_scale_to_zero) return {1, 1};
+  if (active_since_) {
+    // Active for a whole stable window: mark inactive (below) and reconcile again at once
+    // (the status update does that), else keep one until the window has passed.
+    if (s.now_s - *active_since_ < p_.stable_window_s) return {1, 1};
+    active_since_.reset();
+    inactive_since_ = s.now_s;
+    if (!proxy_since_) proxy_since_ = s.now_s;  // want 0 puts the activator in the path
+  }
+  const uint32_t hold = applied_;  // a decision not applied leaves the scale where it was
+  if (!inactive_since_) return {hold, -1};  // activating: held until activation times out
+  const double inactive_for = s.now_s - *inactive_since_;
+  const double retention = p_.scale_to_zero_pod_retention_s;
+  if (inactive_for >= std::max(p_.scale_to_zero_grace_period_s, retention)) return {0, 0};
+  if (retention > 0 && inactive_for < retention) return {hold, 0};
+  const double proxy_for = proxy_since_ ? s.now_s - *proxy_since_ : 0;
+  if (p_.scale_to_zero_grace_period_s - proxy_for <= 0) return {0, 0};  // the "fast path"
+  return {hold, 0};
 }
 
 }  // namespace shoal

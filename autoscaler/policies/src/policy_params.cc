@@ -56,6 +56,10 @@ Status Validate(const KpaParams& p) {
   if (!(p.max_scale_down_rate > 1))
     c.Fail("max_scale_down_rate", "must be > 1", p.max_scale_down_rate);
   c.NonNegative("scale_to_zero_grace_period_s", p.scale_to_zero_grace_period_s);
+  c.NonNegative("scale_to_zero_pod_retention_s", p.scale_to_zero_pod_retention_s);
+  if (!std::isfinite(p.target_burst_capacity) ||
+      !(p.target_burst_capacity >= 0 || p.target_burst_capacity == -1))
+    c.Fail("target_burst_capacity", "must be >= 0 or -1", p.target_burst_capacity);
   if (p.activation_scale < 1) c.Fail("activation_scale", "must be >= 1", p.activation_scale);
   c.Positive("bucket_s", p.bucket_s);
   if (p.bucket_s > p.stable_window_s * p.panic_window_percentage / 100)

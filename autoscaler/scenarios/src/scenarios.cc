@@ -27,7 +27,7 @@ FunctionConfig Fn(const std::string& name, uint32_t concurrency, Distribution se
   f.max_scale = 1000;
   f.service = service;
   f.slo_s = slo;
-  f.keep_alive_s = 60;  // the baseline platform keep-alive (a fixed minute)
+  f.keep_alive_s = 60;  // the platform keep-alive (a fixed minute); kpa and rl-q run without
   return f;
 }
 
@@ -89,11 +89,15 @@ Result<ScenarioResult> RunScenario(const ScenarioOptions& o) {
   auto w = MakeWorkload(o);
   if (!w.ok()) return w.status();
   // The same FunctionAutoscaler shoald builds from a manifest's autoscaling block: shoal with
-  // its histogram keep-alive, the others with the platform's fixed minute.
+  // its histogram keep-alive (the platform's minute its fallback); kpa and rl-q as Knative runs
+  // them with its defaults: no idle keep-alive of their own (scale-down-delay 0s, instances
+  // above the decided scale go at once), the stable window and the scale-to-zero rules of
+  // KpaPolicy being all that keeps an instance.
+  const bool knative = o.policy != "shoal";
   AutoscalingConfig ac;
   ac.policy = o.policy;
-  ac.keep_alive = o.policy == "shoal" ? "histogram" : "fixed";
-  ac.fixed_keep_alive_s = 60;
+  ac.keep_alive = knative ? "fixed" : "histogram";
+  ac.fixed_keep_alive_s = knative ? 0 : 60;
   if (o.policy == "none" || std::find(std::begin(kScenarioPolicies), std::end(kScenarioPolicies),
                                       o.policy) == std::end(kScenarioPolicies)) {
     return InvalidArgument("policy '" + o.policy + "' unknown: kpa, rl-q or shoal");
@@ -105,6 +109,7 @@ Result<ScenarioResult> RunScenario(const ScenarioOptions& o) {
   cfg.record_series = false;
   cfg.control_interval_s = 2.0;
   for (FunctionConfig& f : w->functions) {
+    if (knative) f.keep_alive_s = 0;
     std::shared_ptr<FunctionAutoscaler> p(FunctionAutoscaler::Make(ac).value().release());
     f.policy = [p](const FunctionSignals& s) { return p->Observe(s); };
     cfg.functions.push_back(f);
@@ -156,6 +161,43 @@ std::string FormatScenarioTable(const std::vector<ScenarioResult>& results,
     out += line;
   }
   return out;
+}
+
+ScenarioComparison CompareScenarios(const std::vector<ScenarioResult>& results,
+                                    const std::string& policy, const std::string& baseline) {
+  ScenarioComparison c;
+  double log_cold = 0, log_inst = 0, log_p99 = 0;
+  for (const auto& r : results) {
+    if (r.policy != policy) continue;
+    for (const auto& b : results) {
+      if (b.policy != baseline || b.workload != r.workload) continue;
+      const FunctionReport& s = r.report.total;
+      const FunctionReport& k = b.report.total;
+      log_cold += std::log(std::max(1.0, double(s.cold_requests)) /
+                           std::max(1.0, double(k.cold_requests)));
+      log_inst += std::log(s.instance_s / k.instance_s);
+      log_p99 += std::log(s.p99_latency_s / k.p99_latency_s);
+      ++c.workloads;
+    }
+  }
+  if (c.workloads == 0) return c;
+  c.cold = std::exp(log_cold / c.workloads);
+  c.instance_s = std::exp(log_inst / c.workloads);
+  c.p99 = std::exp(log_p99 / c.workloads);
+  c.score = std::pow(c.cold * c.instance_s * c.p99, -1.0 / 3.0);
+  return c;
+}
+
+std::string FormatScenarioComparison(const ScenarioComparison& c, const std::string& policy,
+                                     const std::string& baseline) {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "%s / %s, geometric mean over %d workload(s): cold-start requests %.3fx, "
+                "instance-seconds %.3fx, p99 %.3fx (lower is better); combined score "
+                "(cold * inst-s * p99)^(-1/3) = %.3f (above 1: %s better)\n",
+                policy.c_str(), baseline.c_str(), c.workloads, c.cold, c.instance_s, c.p99,
+                c.score, policy.c_str());
+  return line;
 }
 
 }  // namespace shoal

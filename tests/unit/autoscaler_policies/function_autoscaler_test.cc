@@ -25,7 +25,11 @@ TEST(FunctionAutoscaler, KpaParamsFromTheManifestChangeItsWindows) {
   AutoscalingConfig c;
   c.policy = "kpa";
   c.target = 5;
-  c.params = {{"stableWindow", 10}, {"panicWindow", 2}, {"scaleToZeroGrace", 0}};
+  c.params = {{"stableWindow", 10},
+              {"panicWindow", 2},
+              {"scaleToZeroGrace", 0},
+              {"scaleToZeroPodRetention", 45},
+              {"targetBurstCapacity", -1}};
   PolicyParams p;
   KeepAliveParams k;
   double slo = -1;
@@ -35,6 +39,9 @@ TEST(FunctionAutoscaler, KpaParamsFromTheManifestChangeItsWindows) {
   EXPECT_DOUBLE_EQ(p.kpa.bucket_s, 1);
   EXPECT_DOUBLE_EQ(p.kpa.target, 5);
   EXPECT_DOUBLE_EQ(p.kpa.scale_to_zero_grace_period_s, 0);
+  EXPECT_DOUBLE_EQ(p.kpa.scale_to_zero_pod_retention_s, 45);
+  EXPECT_DOUBLE_EQ(p.rl_q.kpa.scale_to_zero_pod_retention_s, 45);
+  EXPECT_DOUBLE_EQ(p.kpa.target_burst_capacity, -1);
   EXPECT_DOUBLE_EQ(slo, 0);
 
   auto a = FunctionAutoscaler::Make(c);
@@ -44,6 +51,12 @@ TEST(FunctionAutoscaler, KpaParamsFromTheManifestChangeItsWindows) {
   EXPECT_EQ(d.replicas, 6u);
   EXPECT_DOUBLE_EQ(d.concurrency_target, 5);
   EXPECT_DOUBLE_EQ(d.keep_alive_s, 60);
+
+  c.params = {{"targetBurstCapacity", -5}};
+  const Status bad = BuildAutoscalingParams(c, nullptr, nullptr, nullptr);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("params: kpa.target_burst_capacity must be >= 0 or -1 (got -5)"),
+            std::string::npos) << bad.message();
 }
 
 TEST(FunctionAutoscaler, HistogramKeepAliveWithKpaCoversTheObservedIdleTimes) {

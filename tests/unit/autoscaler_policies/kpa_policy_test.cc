@@ -1,5 +1,7 @@
 // KPA against worked examples built from Knative's documented rules (defaults: 60 s stable
-// window, 6 s panic window, panic at 200%, utilisation 70%, scale-down rate 2, grace 30 s).
+// window, 6 s panic window, panic at 200%, utilisation 70%, scale-down rate 2, grace 30 s as
+// an upper bound, pod retention 0 s, target burst capacity 211) and from the KPA reconciler's
+// handleScaleToZero (knative/serving pkg/reconciler/autoscaling/kpa/scaler.go).
 #include "shoal/autoscaler/kpa_policy.h"
 
 #include <gtest/gtest.h>
@@ -80,35 +82,102 @@ TEST_F(KpaSpike, EntersPanicOnThePanicWindowAndNeverScalesDownInIt) {
   EXPECT_EQ(d.replicas, 15u);
 }
 
-TEST(KpaPolicy, ScalesToZeroOnlyAfterTheWindowEmptiesAndTheGracePeriod) {
-  KpaPolicy kpa{KpaParams{}};
+// Steady 10 concurrent (15 ready) for a minute, then nothing from t=60: runs to t=118, when
+// the last non-zero bucket (t=59) is still in the 60 s stable window, and returns the ready
+// count then (1: ceil((10/60)/0.7) = 1 at t=118).
+uint32_t RunToTheLastNonZeroWindow(KpaPolicy& kpa) {
   uint32_t ready = 15;
   for (int t = 0; t < 60; ++t) ready = kpa.Observe(Sig(t, 10, ready)).replicas;
-  ASSERT_EQ(ready, 15u);
-  // No traffic from t=60. The last non-zero bucket (t=59) leaves the 60 s stable window at
-  // t=119: until then ceil(avg/0.7) >= 1 (at t=118: ceil((10/60)/0.7) = 1).
-  ScalingDecision d;
+  EXPECT_EQ(ready, 15u);
   for (int t = 60; t <= 118; ++t) {
-    d = kpa.Observe(Sig(t, 0, ready));
-    ready = d.replicas;
-    ASSERT_GE(d.replicas, 1u) << "t=" << t;
+    ready = kpa.Observe(Sig(t, 0, ready)).replicas;
+    EXPECT_GE(ready, 1u) << "t=" << t;
   }
-  EXPECT_EQ(d.replicas, 1u);
-  // From t=119 the desired scale is 0; the last instance stays for the 30 s grace period:
-  // still there 29 s in (t=148), gone at 30 s (t=149).
-  for (int t = 119; t <= 148; ++t) {
-    d = kpa.Observe(Sig(t, 0, ready));
-    ready = d.replicas;
-    ASSERT_EQ(d.replicas, 1u) << "t=" << t;
-  }
-  d = kpa.Observe(Sig(149, 0, ready));
+  EXPECT_EQ(ready, 1u);
+  return ready;
+}
+
+TEST(KpaPolicy, ScalesToZeroAtOnceWhenTheActivatorHasLongBeenInThePath) {
+  // Per-instance limit 1: 15 ready give 15 slots, under the burst capacity of 211, so the
+  // activator was in the request path all along (excess burst capacity < 0). When the window
+  // empties (t=119) the PA has been active over a stable window: it goes inactive and, the
+  // activator having proxied for more than the 30 s grace, the last instance goes at once.
+  KpaPolicy kpa{KpaParams{}};
+  RunToTheLastNonZeroWindow(kpa);
+  ScalingDecision d = kpa.Observe(Sig(119, 0, 1));
   EXPECT_EQ(d.replicas, 0u);
   // Nothing running and no traffic: stays at zero.
-  EXPECT_EQ(kpa.Observe(Sig(150, 0, 0)).replicas, 0u);
+  EXPECT_EQ(kpa.Observe(Sig(120, 0, 0)).replicas, 0u);
   // A request arrives at a scaled-to-zero function: averages 1/60 and 1/6 give one instance.
-  d = kpa.Observe(Sig(151, 1, 0));
+  d = kpa.Observe(Sig(121, 1, 0));
   EXPECT_EQ(d.replicas, 1u);
   EXPECT_FALSE(d.panic);
+}
+
+TEST(KpaPolicy, WaitsOutTheGracePeriodWhenTheActivatorOnlyNowEntersThePath) {
+  // Target burst capacity 0: the activator is in the path only while the want is 0, so it
+  // enters at t=119 and the last instance stays until it has proxied for the 30 s grace.
+  KpaParams p;
+  p.target_burst_capacity = 0;
+  KpaPolicy kpa{p};
+  uint32_t ready = RunToTheLastNonZeroWindow(kpa);
+  for (int t = 119; t <= 148; ++t) {
+    ready = kpa.Observe(Sig(t, 0, ready)).replicas;
+    ASSERT_EQ(ready, 1u) << "t=" << t;
+  }
+  EXPECT_EQ(kpa.Observe(Sig(149, 0, ready)).replicas, 0u);
+}
+
+TEST(KpaPolicy, TheGraceCountsFromWhenTheActivatorEnteredThePath) {
+  // Limit 100 per instance, 10 concurrent on 4 ready: 4 * 100 - 211 - 10 >= 0, so the
+  // activator is out of the path. Down to one ready instance at t=101 (1 * 100 - 211 < 0) it
+  // enters; the window empties at t=119, 18 s later, so the last instance stays the remaining
+  // 12 s of the grace, not 30.
+  KpaPolicy kpa{KpaParams{}};
+  auto sig = [](double t, uint32_t c, uint32_t ready) {
+    FunctionSignals s = Sig(t, c, ready);
+    s.concurrency = 100;
+    return s;
+  };
+  for (int t = 0; t < 60; ++t) kpa.Observe(sig(t, 10, 4));
+  for (int t = 60; t <= 118; ++t)
+    ASSERT_GE(kpa.Observe(sig(t, 0, t <= 100 ? 4 : 1)).replicas, 1u) << "t=" << t;
+  for (int t = 119; t <= 130; ++t) ASSERT_EQ(kpa.Observe(sig(t, 0, 1)).replicas, 1u) << t;
+  EXPECT_EQ(kpa.Observe(sig(131, 0, 1)).replicas, 0u);
+}
+
+TEST(KpaPolicy, PodRetentionKeepsTheLastInstanceAtLeastThatLong) {
+  KpaParams p;
+  p.scale_to_zero_pod_retention_s = 45;
+  KpaPolicy kpa{p};
+  uint32_t ready = RunToTheLastNonZeroWindow(kpa);
+  // Inactive from t=119: held for max(grace 30, retention 45) = 45 s.
+  for (int t = 119; t <= 163; ++t) {
+    ready = kpa.Observe(Sig(t, 0, ready)).replicas;
+    ASSERT_EQ(ready, 1u) << "t=" << t;
+  }
+  EXPECT_EQ(kpa.Observe(Sig(164, 0, ready)).replicas, 0u);
+}
+
+TEST(KpaPolicy, APodAutoscalerActiveLessThanAStableWindowKeepsOne) {
+  // Stable window and grace 10 s, no panic. A request waits at t=0 and t=1 with nothing
+  // ready; from t=2 an instance is ready (the PA active from then) and the request is gone.
+  // The t=1 bucket leaves the window at t=11: the decider says 0, but the PA has been active
+  // only 9 s, so one instance stays; at t=12 (active 10 s) it goes inactive and, the activator
+  // having been in the path since t=0, longer than the grace, the instance goes at once.
+  KpaParams p;
+  p.stable_window_s = 10;
+  p.scale_to_zero_grace_period_s = 10;
+  p.panic_threshold_percentage = 1000;
+  KpaPolicy kpa{p};
+  FunctionSignals q = Sig(0, 0, 0);
+  q.queued = 1;
+  EXPECT_EQ(kpa.Observe(q).replicas, 2u);  // ceil(1 / 0.7)
+  q.now_s = 1;
+  EXPECT_EQ(kpa.Observe(q).replicas, 2u);
+  for (int t = 2; t <= 10; ++t) ASSERT_GE(kpa.Observe(Sig(t, 0, 1)).replicas, 1u) << t;
+  EXPECT_EQ(kpa.Observe(Sig(11, 0, 1)).replicas, 1u);
+  EXPECT_EQ(kpa.Observe(Sig(12, 0, 1)).replicas, 0u);
 }
 
 TEST(KpaPolicy, TrafficDuringTheGracePeriodCancelsScaleToZero) {
@@ -167,6 +236,18 @@ TEST(KpaPolicy, FactoryValidatesAndNamesTheParameter) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("kpa.stable_window_s"), std::string::npos);
+  p.kpa.stable_window_s = 60;
+  p.kpa.target_burst_capacity = -2;
+  bad = MakeScalingPolicy("kpa", p);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("kpa.target_burst_capacity must be >= 0 or -1"),
+            std::string::npos) << bad.status().message();
+  p.kpa.target_burst_capacity = -1;
+  p.kpa.scale_to_zero_pod_retention_s = -1;
+  bad = MakeScalingPolicy("kpa", p);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("kpa.scale_to_zero_pod_retention_s"), std::string::npos)
+      << bad.status().message();
   auto unknown = MakeScalingPolicy("hpa", PolicyParams{});
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("hpa"), std::string::npos);

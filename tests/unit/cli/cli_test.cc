@@ -716,6 +716,11 @@ TEST(CliSimTest, RunsThePolicyAndTheKpaBaselineOnTheSameArrivals) {
   // FL rounds scaled to 4 rounds of 32 updates: both rows see the same 128 requests.
   EXPECT_NE(r.out.find("\nfl        kpa           128 "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\nfl        shoal         128 "), std::string::npos) << r.out;
+  // The three ratios against KPA and their combined score, none picked alone.
+  EXPECT_NE(r.out.find("\nshoal / kpa, geometric mean over 1 workload(s): cold-start requests "),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("combined score (cold * inst-s * p99)^(-1/3) = "), std::string::npos)
+      << r.out;
   EXPECT_NE(r.err.find("[2/2] simulating fl under shoal"), std::string::npos) << r.err;
   auto bad = RunShoal("http://127.0.0.1:1", {"sim", "--workload", "nope"});
   EXPECT_EQ(bad.exit_code, 1);

@@ -23,7 +23,14 @@ struct KpaParams {
   double panic_threshold_percentage = 200;
   double max_scale_up_rate = 1000;
   double max_scale_down_rate = 2;
+  // Upper bound on how long the last instance stays once the decider says 0: it goes as soon
+  // as the activator has been in the request path this long (see KpaPolicy).
   double scale_to_zero_grace_period_s = 30;
+  // Lower bound on the same (scale-to-zero-pod-retention-period; Knative's default 0).
+  double scale_to_zero_pod_retention_s = 0;
+  // Spare concurrency below which the activator stays in the request path (Knative's 211;
+  // -1: always; 0: only at zero). Decides how long the grace period really lasts.
+  double target_burst_capacity = 211;
   uint32_t activation_scale = 1;
   bool enable_scale_to_zero = true;
   double bucket_s = 1;  // granularity of the averaging windows
@@ -92,8 +99,9 @@ struct ShoalParams {
   double max_utilization = 0.95;        // never size above this per-slot load
   double scale_down_delay_s = 30;       // keep the largest size of this recent window
   // With no idle time seen yet, keep the function's last instance this long after its last
-  // request: as long as KPA's defaults do (60 s stable window + 30 s grace), so a function's
-  // second call is never colder than under the baseline while the histogram has nothing.
+  // request: the longest KPA's defaults can (60 s stable window + at most 30 s grace), so a
+  // function's second call is never colder than under the baseline while the histogram has
+  // nothing.
   double first_idle_window_s = 90;
   bool histogram_keep_alive = true;     // keep-alive and idle pre-warming from the histogram
   // Shoal sees every invocation (the paper had per-minute counts), so its histogram uses 10 s

@@ -35,4 +35,19 @@ Result<ScenarioResult> RunScenario(const ScenarioOptions& options);
 std::string FormatScenarioTable(const std::vector<ScenarioResult>& results,
                                 const std::string& baseline_policy);
 
+// A policy against the baseline, geometric means over the workloads both ran: each ratio is
+// policy / baseline (lower is better for the policy). Cold-start requests count at least 1 on
+// each side, so a workload where both have none reads 1. `score` is the geometric mean of the
+// three inverted ratios, (cold * instance_s * p99)^(-1/3): above 1 the policy is better, and
+// it falls whenever any of the three worsens.
+struct ScenarioComparison {
+  int workloads = 0;
+  double cold = 1, instance_s = 1, p99 = 1;
+  double score = 1;
+};
+ScenarioComparison CompareScenarios(const std::vector<ScenarioResult>& results,
+                                    const std::string& policy, const std::string& baseline);
+std::string FormatScenarioComparison(const ScenarioComparison& c, const std::string& policy,
+                                     const std::string& baseline);
+
 }  // namespace shoal

@@ -13,32 +13,13 @@
 #include <sstream>
 #include <thread>
 
+#include "sandbox_test_util.h"
 #include "shoald_fixture.h"
 
 namespace shoal::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string Field(const std::string& status, const std::string& key) {
-  std::istringstream in(status);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(key + ":", 0) != 0) continue;
-    std::istringstream v(line.substr(key.size() + 1));
-    std::string out, w;
-    while (v >> w) out += (out.empty() ? "" : " ") + w;
-    return out;
-  }
-  return "<none>";
-}
 
 // The directory of `pid`'s cgroup that holds `file` (v1: the hierarchy of `controller`;
 // v2: the unified one), from /proc/PID/cgroup.
@@ -189,17 +170,17 @@ TEST_F(SandboxTest, InstanceRunsAsItsTenantWithTheManifestsLimits) {
   const int pid = pids[0];
   // From outside, as the kernel has it.
   const std::string st = ReadAll("/proc/" + std::to_string(pid) + "/status");
-  EXPECT_EQ(Field(st, "Uid"), "201234 201234 201234 201234");
-  EXPECT_EQ(Field(st, "Gid"), "201235 201235 201235 201235");
-  EXPECT_EQ(Field(st, "Groups"), "");
+  EXPECT_EQ(StatusField(st, "Uid"), "201234 201234 201234 201234");
+  EXPECT_EQ(StatusField(st, "Gid"), "201235 201235 201235 201235");
+  EXPECT_EQ(StatusField(st, "Groups"), "");
   for (const char* k : {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"}) {
-    EXPECT_EQ(Field(st, k), "0000000000000000") << k;
+    EXPECT_EQ(StatusField(st, k), "0000000000000000") << k;
   }
-  EXPECT_EQ(Field(st, "NoNewPrivs"), "1");
-  EXPECT_EQ(Field(st, "Seccomp"), "2");
+  EXPECT_EQ(StatusField(st, "NoNewPrivs"), "1");
+  EXPECT_EQ(StatusField(st, "Seccomp"), "2");
   // ... and from inside (the handler reads its own /proc/self/status).
-  EXPECT_EQ(Field(r.body, "Uid"), "201234 201234 201234 201234");
-  EXPECT_EQ(Field(r.body, "Seccomp"), "2");
+  EXPECT_EQ(StatusField(r.body, "Uid"), "201234 201234 201234 201234");
+  EXPECT_EQ(StatusField(r.body, "Seccomp"), "2");
 
   // Its cgroup, read back through /proc/PID/cgroup.
   std::vector<std::string> dirs;
@@ -247,7 +228,7 @@ TEST_F(SandboxTest, TenantsCannotReachEachOther) {
   auto a = Invoke("pa", "status");
   ASSERT_EQ(a.status, 200);
   // team-a was given the first id of the range, recorded for the next start.
-  EXPECT_EQ(Field(a.body, "Uid"), "202000 202000 202000 202000");
+  EXPECT_EQ(StatusField(a.body, "Uid"), "202000 202000 202000 202000");
   EXPECT_NE(ReadAll(shoald_.state_dir() + "/state/tenants.yaml").find("team-a: {uid: 202000"),
             std::string::npos);
   const auto pa = shoald_.InstancePids("pa");

@@ -6,7 +6,7 @@
 
 #include <cstdlib>
 
-#include "test_util.h"
+#include "sandbox_test_util.h"
 
 namespace shoal {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <filesystem>
 
-#include "test_util.h"
+#include "sandbox_test_util.h"
 
 namespace shoal {
 namespace {

@@ -5,7 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "test_util.h"
+#include "sandbox_test_util.h"
 
 namespace shoal {
 namespace {

@@ -9,7 +9,7 @@
 
 #include <sstream>
 
-#include "test_util.h"
+#include "sandbox_test_util.h"
 
 namespace shoal {
 namespace {

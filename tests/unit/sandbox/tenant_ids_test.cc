@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "test_util.h"
+#include "sandbox_test_util.h"
 
 namespace shoal {
 namespace {

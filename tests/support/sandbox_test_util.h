@@ -1,4 +1,5 @@
-// Helpers shared by the sandbox unit tests.
+// Helpers shared by the sandbox tests (unit and integration): files, /proc status fields,
+// root-owned temporary directories.
 #pragma once
 
 #include <gtest/gtest.h>

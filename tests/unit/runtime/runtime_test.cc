@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 #include <string>
 
 #include "shoal/common/payload.h"
@@ -204,11 +205,20 @@ TEST(BuiltinModules, ShoalFnLinksNoHeavyLibrary) {
                             "libOpenCL", "libgnutls", "libkrb5", "libldap", "libcudart"}) {
     EXPECT_EQ(out.find(heavy), std::string::npos) << heavy << " in\n" << out;
   }
+  // Counted without the sanitizer runtimes of an instrumented build. An optimised build maps
+  // 10 objects; an unoptimised one 14 (its out-of-line helpers reach libbpf and yaml-cpp). The
+  // single binary before the modules mapped 43.
   size_t libs = 0;
-  for (size_t at = 0; (at = out.find(".so", at)) != std::string::npos; at = out.find('\n', at)) {
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(".so") == std::string::npos) continue;
+    if (line.find("libasan") != std::string::npos || line.find("libubsan") != std::string::npos ||
+        line.find("liblsan") != std::string::npos || line.find("libtsan") != std::string::npos) {
+      continue;
+    }
     ++libs;
   }
-  EXPECT_LE(libs, 12u) << out;
+  EXPECT_LE(libs, 14u) << out;
 }
 
 TEST(BuiltinModules, AMissingModuleIsNamed) {

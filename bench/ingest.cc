@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -134,6 +135,7 @@ int main(int argc, char** argv) {
     return t;
   });
   if (bad != 0) std::fprintf(stderr, "bench-ingest: %d request(s) did not succeed\n", bad);
+  if (std::getenv("SHOAL_BENCH_LOG")) std::fprintf(stderr, "%s", shoald.Log().c_str());
 
   const double mb = static_cast<double>(body_bytes) / 1e6;
   std::printf("bench-ingest: one %.1f MB update (%zu parameters, f32), best of %d, loopback; "

@@ -37,7 +37,8 @@ class ControlService final : public HttpService {
   ServiceReply Handle(std::string_view method, std::string_view path, std::string_view query,
                       std::string_view body, const auth::Principal& who) override {
     auto r = api_.Handle(method, path, query, body, who);
-    return ServiceReply{r.status, r.content_type, std::move(r.body), std::move(r.headers)};
+    return ServiceReply{r.status, r.content_type, std::move(r.body), std::move(r.headers),
+                        std::move(r.shared_body)};
   }
 
  private:

@@ -118,6 +118,8 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
     else if (key == "tenant_uid_count") st = Read(v, "tenant_uid_count", c.tenant_uid_count);
     else if (key == "cgroup_parent") st = Read(v, "cgroup_parent", c.cgroup_parent);
     else if (key == "instance_pids_max") st = Read(v, "instance_pids_max", c.instance_pids_max);
+    else if (key == "fl_checkpoint_delay_ms")
+      st = Read(v, "fl_checkpoint_delay_ms", c.fl_checkpoint_delay_ms);
     else if (key == "cgroups") {
       std::string m;
       st = Read(v, "cgroups", m);
@@ -203,6 +205,7 @@ std::string NodeConfig::ToYaml() const {
   e << YAML::Key << "cgroups" << YAML::Value << CgroupModeName(cgroups);
   e << YAML::Key << "cgroup_parent" << YAML::Value << cgroup_parent;
   e << YAML::Key << "instance_pids_max" << YAML::Value << instance_pids_max;
+  e << YAML::Key << "fl_checkpoint_delay_ms" << YAML::Value << fl_checkpoint_delay_ms;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

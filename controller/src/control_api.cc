@@ -553,7 +553,7 @@ HttpReply ControlApi::Model(const std::string& job, std::string_view query) {
   HttpReply r;
   r.content_type = "application/octet-stream";
   r.headers.emplace_back("X-Shoal-Model-Version", std::to_string(model->version));
-  r.body = std::move(model->bytes);
+  r.shared_body = std::move(model->bytes);
   return r;
 }
 

@@ -4,6 +4,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 namespace shoal {
@@ -100,7 +101,17 @@ Status ControlServer::Start() {
     }
     res.status = r.status;
     for (auto& [k, v] : r.headers) res.set_header(k, v);
-    res.set_content(std::move(r.body), r.content_type);
+    if (r.shared_body) {
+      // Streamed from the bytes it holds (a model: tens of MB), not copied into the response.
+      const size_t size = r.shared_body->size();
+      res.set_content_provider(
+          size, r.content_type,
+          [body = std::move(r.shared_body)](size_t offset, size_t length, httplib::DataSink& sink) {
+            return sink.write(body->data() + offset, std::min(length, body->size() - offset));
+          });
+    } else {
+      res.set_content(std::move(r.body), r.content_type);
+    }
   };
   const std::string any = ".*";
   server_->Get(any, handle);

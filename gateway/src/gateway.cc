@@ -227,8 +227,10 @@ class Connection {
   bool AppendFunctionBody(const char* at, size_t len);
   void Consume();
   void HandleRequest();
+  // `shared`, when set, is the body instead of `body` (bytes held elsewhere: a model).
   void WriteReply(int status, std::string_view content_type, std::string body,
-                  const std::vector<std::pair<std::string, std::string>>& headers = {});
+                  const std::vector<std::pair<std::string, std::string>>& headers = {},
+                  std::shared_ptr<const std::string> shared = nullptr);
   void AfterWrite();
   void ReleaseRequestBuffer();
   void SetError(int status, std::string message, bool retry_after = false) {
@@ -282,6 +284,7 @@ class Connection {
   // The response being written.
   std::string resp_head_;
   std::string resp_body_;
+  std::shared_ptr<const std::string> resp_shared_;  // held until written
   uint64_t resp_buffer_ = 0;
   std::shared_ptr<FunctionRuntime> resp_fn_;
   bool writing_ = false;
@@ -710,7 +713,7 @@ void Connection::HandleRequest() {
       ServiceReply r = loop_.gw().hooks_.control->Handle(
           http_method_str(static_cast<http_method>(parser_.method)), path_, query_, small_body_,
           principal_);
-      WriteReply(r.status, r.content_type, std::move(r.body), r.headers);
+      WriteReply(r.status, r.content_type, std::move(r.body), r.headers, std::move(r.shared_body));
       return;
     }
     case Route::kMetrics: {
@@ -769,10 +772,16 @@ void Connection::RecordFunctionStats(FunctionRuntime& fn, int status) {
 }
 
 void Connection::WriteReply(int status, std::string_view content_type, std::string body,
-                            const std::vector<std::pair<std::string, std::string>>& headers) {
+                            const std::vector<std::pair<std::string, std::string>>& headers,
+                            std::shared_ptr<const std::string> shared) {
   if (route_ == Route::kFunction && fn_) RecordFunctionStats(*fn_, status);
   if (route_ == Route::kError && fn_) RecordFunctionStats(*fn_, status);
   resp_body_ = std::move(body);
+  resp_shared_ = std::move(shared);
+  // uv_write only reads the body: the shared bytes are sent as they are.
+  char* const body_data =
+      resp_shared_ ? const_cast<char*>(resp_shared_->data()) : resp_body_.data();
+  const size_t body_size = resp_shared_ ? resp_shared_->size() : resp_body_.size();
   resp_head_.clear();
   resp_head_ += "HTTP/1.1 ";
   resp_head_ += std::to_string(status);
@@ -781,15 +790,15 @@ void Connection::WriteReply(int status, std::string_view content_type, std::stri
   resp_head_ += "\r\nContent-Type: ";
   resp_head_ += content_type;
   resp_head_ += "\r\nContent-Length: ";
-  resp_head_ += std::to_string(resp_body_.size());
+  resp_head_ += std::to_string(body_size);
   for (const auto& [k, v] : headers) {
     resp_head_ += "\r\n" + k + ": " + v;
   }
   resp_head_ += keep_alive_ && !close_after_ ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n";
   uv_buf_t bufs[2] = {uv_buf_init(resp_head_.data(), static_cast<unsigned>(resp_head_.size())),
-                      uv_buf_init(resp_body_.data(), static_cast<unsigned>(resp_body_.size()))};
+                      uv_buf_init(body_data, static_cast<unsigned>(body_size))};
   writing_ = true;
-  if (uv_write(&write_req_, reinterpret_cast<uv_stream_t*>(&tcp_), bufs, resp_body_.empty() ? 1 : 2,
+  if (uv_write(&write_req_, reinterpret_cast<uv_stream_t*>(&tcp_), bufs, body_size == 0 ? 1 : 2,
                &Connection::OnWritten) != 0) {
     writing_ = false;
     Close();
@@ -864,6 +873,7 @@ void Connection::OnWritten(uv_write_t* req, int status) {
   c->state_ = State::kHeaders;
   c->fn_.reset();
   c->resp_body_.clear();
+  c->resp_shared_.reset();
   if (c->rbuf_len_ > 0) c->Consume();  // a pipelined request already arrived
   if (c->state_ == State::kHeaders || c->state_ == State::kBody) c->StartReading();
 }

@@ -110,6 +110,16 @@ Result<std::string> WriteSafetensorsString(std::span<const SafetensorsEntry> ten
   return out;
 }
 
+Status WriteSafetensorsInto(std::span<const SafetensorsEntry> tensors,
+                            const std::map<std::string, std::string>& metadata, std::string* out) {
+  uint64_t data_bytes = 0;
+  auto text = SafetensorsHeader(tensors, metadata, &data_bytes);
+  if (!text.ok()) return text.status();
+  out->resize(8 + text->size() + data_bytes);
+  FillSafetensors(tensors, *text, reinterpret_cast<std::byte*>(out->data()));
+  return Status::Ok();
+}
+
 Result<SafetensorsView> ReadSafetensors(std::span<const std::byte> file,
                                         const SafetensorsLimits& limits) {
   if (file.size() < 8) {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "shoal/aggregator/fold.h"
+#include "shoal/aggregator/fold_pool.h"
 
 namespace shoal::aggregator {
 
@@ -57,8 +58,8 @@ Status PartialSum::Merge(const PartialSum& other) {
 }
 
 Status PartialSum::MergeFolded(std::span<const float> sum,
-                               std::span<const std::pair<uint64_t, double>> folded,
-                               double scale) {
+                               std::span<const std::pair<uint64_t, double>> folded, double scale,
+                               FoldPool* threads) {
   if (!std::isfinite(scale)) return InvalidArgument("merge scale is not finite");
   if (folded.empty()) return Status::Ok();
   if (count_ == 0 && sum_.size() != sum.size()) {
@@ -67,7 +68,11 @@ Status PartialSum::MergeFolded(std::span<const float> sum,
     return InvalidArgument("cannot merge a leaf sum of " + std::to_string(sum.size()) +
                            " parameters into one of " + std::to_string(sum_.size()));
   }
-  FoldInto(sum_.data(), sum.data(), sum_.size(), static_cast<float>(scale));
+  if (threads != nullptr) {
+    threads->Fold(sum_.data(), sum.data(), DType::kF32, sum_.size(), static_cast<float>(scale));
+  } else {
+    FoldInto(sum_.data(), sum.data(), sum_.size(), static_cast<float>(scale));
+  }
   for (const auto& [base, folded_c] : folded) {
     const double c = folded_c * scale;
     weight_ += c;

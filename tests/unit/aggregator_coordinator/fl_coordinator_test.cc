@@ -56,7 +56,7 @@ class FlCoordinatorTest : public ::testing::Test {
     }
     auto m = fl_->Model("rb", 0);
     ASSERT_TRUE(m.ok());
-    w0_ = Values(m->bytes);
+    w0_ = Values(*m->bytes);
   }
   void TearDown() override {
     fl_.reset();
@@ -172,7 +172,7 @@ TEST_F(FlCoordinatorTest, LeafGpuFailureRebuildsThePartialAtCommitAndCountsTheFa
   // FedAvg: Σ n_k x_k / Σ n_k with n_k = 100 (k + 1).
   auto m = fl_->Model("rb", 1);
   ASSERT_TRUE(m.ok());
-  const std::vector<float> v1 = Values(m->bytes);
+  const std::vector<float> v1 = Values(*m->bytes);
   ASSERT_EQ(v1.size(), w0_.size());
   double max_diff = 0;
   for (size_t i = 0; i < v1.size(); ++i) {
@@ -199,7 +199,7 @@ TEST_F(FlCoordinatorTest, ADeadLeafIsRebuiltButNotCountedAsAFallback) {
   ASSERT_TRUE(WaitVersion(1)) << Status().dump();
   auto m = fl_->Model("rb", 1);
   ASSERT_TRUE(m.ok());
-  const std::vector<float> v1 = Values(m->bytes);
+  const std::vector<float> v1 = Values(*m->bytes);
   double max_diff = 0;
   for (size_t i = 0; i < v1.size(); ++i) {
     double want = 0;

@@ -73,7 +73,8 @@ class FakeJobService : public JobService {
     last_model_version = version;
     if (version && *version > 3)
       return NotFound("version " + std::to_string(*version) + " not kept");
-    return ModelBlob{version.value_or(3), std::string("ST\0\x01bytes", 8)};
+    return ModelBlob{version.value_or(3),
+                     std::make_shared<const std::string>(std::string("ST\0\x01bytes", 8))};
   }
   Status Evaluate(const std::string& job, const EvalReport& report) override {
     if (!jobs.count(job)) return NotFound("job '" + job + "' not found");
@@ -265,7 +266,10 @@ TEST_F(FlJobApiTest, JoinTaskModelEval) {
   auto model = Call("GET", "/v1/jobs/fmnist/model");
   EXPECT_EQ(model.status, 200);
   EXPECT_EQ(model.content_type, "application/octet-stream");
-  EXPECT_EQ(model.body, std::string("ST\0\x01bytes", 8));
+  // The coordinator's bytes themselves, shared with the reply (no copy).
+  ASSERT_NE(model.shared_body, nullptr);
+  EXPECT_EQ(*model.shared_body, std::string("ST\0\x01bytes", 8));
+  EXPECT_TRUE(model.body.empty());
   EXPECT_EQ(model.headers,
             (std::vector<std::pair<std::string, std::string>>{{"X-Shoal-Model-Version", "3"}}));
   EXPECT_FALSE(jobs_.last_model_version.has_value());

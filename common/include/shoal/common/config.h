@@ -69,6 +69,11 @@ struct NodeConfig {
   std::string cgroup_parent = "shoal";  // below shoald's own cgroup: <parent>/<node>/<instance>
   uint32_t instance_pids_max = 4096;    // processes + threads per instance (cgroup pids.max)
 
+  // FL checkpoints are written behind their commits; this holds the checkpoint of each new
+  // version back so long (for tests of the crash window between a commit and its checkpoint;
+  // 0 otherwise).
+  uint32_t fl_checkpoint_delay_ms = 0;
+
   // Loads `path` (YAML). Unknown keys are errors that name the key.
   static Result<NodeConfig> LoadFile(const std::string& path);
   static Result<NodeConfig> LoadString(const std::string& yaml);

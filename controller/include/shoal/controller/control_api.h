@@ -7,6 +7,7 @@
 // excepted), errors as {"error": "..."} with the matching HTTP status.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -28,6 +29,8 @@ struct HttpReply {
   std::string content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
+  // When set, the body instead of `body` (large bytes held elsewhere, sent without a copy).
+  std::shared_ptr<const std::string> shared_body;
 };
 
 class ControlApi {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,7 +29,9 @@ struct TaskResult {
 
 struct ModelBlob {
   uint64_t version = 0;
-  std::string bytes;  // safetensors
+  // Safetensors: the coordinator's own bytes of that version, shared (a download holds them,
+  // never copies them; a later version does not change them).
+  std::shared_ptr<const std::string> bytes;
 };
 
 struct EvalReport {

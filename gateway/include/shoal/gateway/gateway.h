@@ -31,6 +31,8 @@ struct ServiceReply {
   std::string content_type = "application/json";
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
+  // When set, the body instead of `body` (large bytes held elsewhere, sent without a copy).
+  std::shared_ptr<const std::string> shared_body;
 };
 
 // A service for a path prefix that is not the data path (the FL clients' control routes).

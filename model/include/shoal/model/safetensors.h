@@ -39,6 +39,11 @@ Result<std::vector<std::byte>> WriteSafetensors(
 // The same bytes in a std::string (what the HTTP layer sends): no copy from a vector.
 Result<std::string> WriteSafetensorsString(std::span<const SafetensorsEntry> tensors,
                                            const std::map<std::string, std::string>& metadata = {});
+// The same bytes written into `out`, resized to fit: a string reused commit after commit keeps
+// its pages (no allocation, no page faults, no zero fill when the size is unchanged). On error
+// `out` is left as it was.
+Status WriteSafetensorsInto(std::span<const SafetensorsEntry> tensors,
+                            const std::map<std::string, std::string>& metadata, std::string* out);
 
 // A tensor of a file read by ReadSafetensors; `data` points into the file's bytes.
 struct SafetensorsTensor {

@@ -15,6 +15,8 @@
 
 namespace shoal::aggregator {
 
+class FoldPool;
+
 class PartialSum {
  public:
   PartialSum() = default;
@@ -33,9 +35,11 @@ class PartialSum {
 
   // this += a sum folded elsewhere (a leaf instance's float32 buffer in the shared-memory
   // pool) from the updates whose (base version, c_k) are listed in `folded`, every term scaled
-  // by `scale` (AggregationAlgorithm::CommitScale: staleness taken at commit).
+  // by `scale` (AggregationAlgorithm::CommitScale: staleness taken at commit). With `threads`,
+  // the addition is split across its threads (same result, bit for bit).
   Status MergeFolded(std::span<const float> sum,
-                     std::span<const std::pair<uint64_t, double>> folded, double scale = 1.0);
+                     std::span<const std::pair<uint64_t, double>> folded, double scale = 1.0,
+                     FoldPool* threads = nullptr);
 
   // Back to zero, keeping the buffers' capacity and size (no allocation on the next round).
   void Reset();

@@ -2,7 +2,8 @@
 // admits updates (client, token, staleness), names the partial sum each leaf aggregator folds
 // into, counts an update once its leaf has folded it, and commits a new global model when the
 // algorithm's condition holds: it adds the leaves' partial sums (the top of the hierarchy),
-// applies the final step, checkpoints the model, and serves it to clients and to inference.
+// applies the final step, serves the new model to clients and to inference at once (the bytes
+// it holds, shared, never copied per download), and checkpoints it behind (CheckpointWriter).
 //
 // The math and the FedCompass scheduling are shoal_fl_algorithms' (AggregationAlgorithm,
 // PartialSum, VersionStore, ModelState, FedCompassScheduler); this file decides when, holds the
@@ -23,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "shoal/aggregator/checkpoint_writer.h"
 #include "shoal/common/config.h"
 #include "shoal/controller/function_spec.h"
 #include "shoal/controller/job_service.h"
@@ -30,6 +32,10 @@
 #include "shoal/runtime/fl_data_path.h"
 
 namespace shoal {
+
+namespace aggregator {
+class FoldPool;
+}
 
 class FlCoordinator final : public JobService, public FlDataPath {
  public:
@@ -78,9 +84,10 @@ class FlCoordinator final : public JobService, public FlDataPath {
  private:
   std::shared_ptr<JobState> Find(const std::string& job);
   void CommitLoop();
-  // Checkpoints the job's state.json; with_model also writes the model and the optimizer state
-  // (a new version: large, so not on every join or evaluation).
-  void Persist(JobState& job, bool with_model = true);
+  // Queues the job's checkpoint (state.json; with_model also the model and the optimizer state:
+  // a new version, large, so not on every join or evaluation) for the checkpoint writer and
+  // returns its ticket (CheckpointWriter::Wait). Called with the job's lock held.
+  uint64_t Persist(const std::shared_ptr<JobState>& job, bool with_model = true);
   void Timers();
   void Enqueue(std::shared_ptr<JobState> job);
 
@@ -100,6 +107,11 @@ class FlCoordinator final : public JobService, public FlDataPath {
   std::deque<std::shared_ptr<JobState>> commit_queue_;
   bool stopping_ = false;
   std::thread committer_;
+
+  // Behind the commits: declared after the committer's state, so it is destroyed (its queue
+  // written) before the jobs it calls back into.
+  std::unique_ptr<CheckpointWriter> writer_;
+  std::unique_ptr<aggregator::FoldPool> merge_pool_;  // the top's merge of the leaves' sums
 };
 
 }  // namespace shoal

@@ -31,6 +31,9 @@
 
 namespace shoal {
 
+class ChildProcess;
+class InstanceCgroup;
+
 class CgroupHierarchy;
 class TenantIds;
 
@@ -82,6 +85,20 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   // Samples the function's signals and runs its autoscaling policy (every autoscale interval).
   void Decide(FunctionState& f, uint64_t now_ns);
   Status Spawn(FunctionState& f, bool prewarm = false);
+  // The environment every instance of `spec` gets (the per-instance SHOAL_ENDPOINT/SHOAL_SLOT
+  // apart), with `handler` as SHOAL_HANDLER.
+  std::vector<std::string> InstanceEnv(const FunctionSpec& spec, const std::string& handler);
+  // Keeps the function's zygote running (instance_start: zygote): starts it, notices its
+  // death and restarts it with the crash back-off.
+  void EnsureZygote(FunctionState& f, uint64_t now);
+  // Reaps exited children of shoald that are no instance or zygote (processes an instance left
+  // behind, re-parented to shoald as the child subreaper).
+  void ReapStrays();
+  // Starts `inst` forked from f's zygote: the child is checked, moved into `cgroup` and
+  // released. On error *refuse says the handler cannot load (answer the error) rather than
+  // that the zygote path is unavailable now (spawn instead; the error says why).
+  Status ForkFromZygote(FunctionState& f, Instance& inst, int out_fd, int err_fd,
+                        const InstanceCgroup* cgroup, ChildProcess* child, bool* refuse);
   // Places one new instance of `f` on this node (Place() over cluster_) and reserves its
   // resources; on refusal records why in f.unschedulable, warns once per change and answers
   // the function's waiting requests 503 with the reason.

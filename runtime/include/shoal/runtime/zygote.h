@@ -1,0 +1,66 @@
+// shoald's side of a function's zygote (zygote_protocol.h): a shoal-fn spawned through the
+// same sandbox as an instance (the tenant's uid/gid, no capabilities, no_new_privs, the
+// function's seccomp filter, a cgroup of its own) that has loaded the handler and attached the
+// pool, and forks one instance per request. One zygote per function generation: it carries
+// the function's tenant, handler, environment and seccomp filter, so none is ever shared
+// across functions, let alone tenants.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+
+#include "shoal/common/status.h"
+#include "shoal/runtime/zygote_protocol.h"
+#include "shoal/sandbox/cgroup.h"
+#include "shoal/sandbox/sandboxed_process.h"
+#include "shoal/sandbox/unique_fd.h"
+
+namespace shoal {
+
+class Zygote {
+ public:
+  enum class State { kStarting, kReady, kFailed, kUnforkable, kGone };
+
+  // Spawns it: `spawn` as for an instance (its environment gets SHOAL_ZYGOTE=1 here; no fd 3),
+  // `log_fd` as its stdout and stderr. Returns once it has exec'd; it reports its load later.
+  static Result<std::unique_ptr<Zygote>> Start(SpawnOptions spawn, const SandboxOptions& sandbox,
+                                               int log_fd, std::unique_ptr<InstanceCgroup> cgroup);
+  ~Zygote();  // kills and reaps it
+  Zygote(const Zygote&) = delete;
+  Zygote& operator=(const Zygote&) = delete;
+
+  // Waits up to timeout_ms for its load report (returns at once once it has one).
+  State WaitLoaded(int timeout_ms);
+  State state() const { return state_; }
+  // Why it failed, cannot fork, or is gone.
+  const std::string& reason() const { return reason_; }
+  pid_t pid() const { return child_.pid(); }
+
+  // A forked child, still blocked on its release pipe: a child of shoald (checked), which
+  // runs once `release` gets a byte and exits on its end of file.
+  struct Forked {
+    pid_t pid = 0;
+    UniqueFd release;
+  };
+  // Forks an instance. kUnavailable when the zygote died or stalled past timeout_ms (it is
+  // then killed and reaped, state kGone, reason() says how it ended).
+  Result<Forked> Fork(uint32_t endpoint, uint32_t slot, int dataplane_fd, int out_fd, int err_fd,
+                      int timeout_ms);
+  // Non-blocking: true (and state kGone) once it has exited; reason() says how.
+  bool Exited();
+
+ private:
+  Zygote() = default;
+  void MarkGone(const std::string& during);
+  ChildProcess child_;
+  UniqueFd control_;
+  std::unique_ptr<InstanceCgroup> cgroup_;
+  State state_ = State::kStarting;
+  std::string reason_;
+};
+
+const char* ZygoteStateName(Zygote::State s);
+
+}  // namespace shoal

@@ -64,6 +64,7 @@ struct InstanceManager::Instance {
   double cold_start_ms = 0;
   std::string start_path = "spawn";  // zygote | spawn
   std::string start_note;     // why a spawn where the zygote path was configured
+  uint64_t prepare_ns = 0;    // its endpoint, cgroup and pipes, before spawn_ns
   uint64_t forked_ns = 0;     // zygote path: the zygote's answer, and the child's release
   uint64_t released_ns = 0;
   bool prewarmed = false;     // started ahead of demand by the autoscaling policy
@@ -626,6 +627,7 @@ std::vector<std::string> InstanceManager::InstanceEnv(const FunctionSpec& spec,
 }
 
 Status InstanceManager::Spawn(FunctionState& f, bool prewarm) {
+  const uint64_t begin_ns = NowNs();
   const FunctionSpec& spec = f.rt->spec;
   uint64_t& used = used_slots_[spec.tenant];
   HolderSlot slot = 0;
@@ -727,6 +729,7 @@ Status InstanceManager::Spawn(FunctionState& f, bool prewarm) {
 
   Instance* raw = inst.get();
   raw->spawn_ns = NowNs();
+  raw->prepare_ns = raw->spawn_ns - begin_ns;
   raw->last_busy_ns = raw->spawn_ns;
   Result<ChildProcess> child = Internal("not started");
   bool started = false;
@@ -1074,15 +1077,19 @@ void InstanceManager::OnReady(uint32_t key) {
   }
   for (const auto& a : assigned) sink_->Deliver(a);
   std::string path = inst.start_path;
+  char parts[192];
   if (inst.start_path == "zygote") {
-    char parts[128];
-    std::snprintf(parts, sizeof parts, ": fork %.2f ms, cgroup and release %.2f ms, to ready %.2f ms",
+    std::snprintf(parts, sizeof parts,
+                  ": fork %.2f ms, cgroup and release %.2f ms, to ready %.2f ms; before it: "
+                  "endpoint, cgroup and pipes %.2f ms",
                   (inst.forked_ns - inst.spawn_ns) / 1e6, (inst.released_ns - inst.forked_ns) / 1e6,
-                  (inst.ready_ns - inst.released_ns) / 1e6);
-    path += parts;
-  } else if (!inst.start_note.empty()) {
-    path += " (" + inst.start_note + ")";
+                  (inst.ready_ns - inst.released_ns) / 1e6, inst.prepare_ns / 1e6);
+  } else {
+    std::snprintf(parts, sizeof parts, "; before it: endpoint, cgroup and pipes %.2f ms",
+                  inst.prepare_ns / 1e6);
   }
+  path += parts;
+  if (!inst.start_note.empty()) path += " (" + inst.start_note + ")";
   spdlog::info("function {}: instance {:#x} ready in {:.2f} ms (cold start, {}), took {} queued "
                "request(s)",
                rt.spec.name, key, inst.cold_start_ms, path, assigned.size());

@@ -69,6 +69,10 @@ int main() {
     if (!child.ok()) return 1;
     if (!*child) return 0;
   }
+  if (Status st = (*handler)->OnInstanceStart(); !st.ok()) {
+    spdlog::error("cannot start handler {}: {}", options->handler, st.ToString());
+    return 1;
+  }
   auto channel = OpenChannel(options->fd, *kind, options->node);
   FunctionInstance instance(*options, **pool, std::move(channel), std::move(*handler));
   return instance.Run();

@@ -67,6 +67,8 @@ struct InstanceManager::Instance {
   uint64_t prepare_ns = 0;    // its endpoint, cgroup and pipes, before spawn_ns
   uint64_t forked_ns = 0;     // zygote path: the zygote's answer, and the child's release
   uint64_t released_ns = 0;
+  uint32_t zygote_id = 0;     // which of its function's zygotes forked it (their count)
+  UniqueFd lifeline;          // zygote path: the child exits when this closes
   bool prewarmed = false;     // started ahead of demand by the autoscaling policy
   bool prewarm_used = false;  // ... and has taken its first request
   bool expected_exit = false;
@@ -149,8 +151,8 @@ Status InstanceManager::Start(RequestSink* sink) {
   }
   SHOAL_RETURN_IF_ERROR(StartSandbox());
   if (config_.instance_start == InstanceStart::kZygote) {
-    // A zygote forks twice and its intermediate exits, so each instance is re-parented to
-    // shoald: reaped and watched (pidfd, wait status) exactly as a spawned one.
+    // A zygote is the parent of its instances and reports their exits; when it dies they are
+    // re-parented to shoald, which reaps them as it reaps a spawned instance.
     if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
       return ErrnoStatus("prctl(PR_SET_CHILD_SUBREAPER)", errno);
     }
@@ -283,7 +285,16 @@ void InstanceManager::Reconcile() {
     EnsureZygote(*f, now);
     ScaleFunction(*f, now);
   }
-  if (config_.instance_start == InstanceStart::kZygote) ReapStrays();
+  if (config_.instance_start == InstanceStart::kZygote) {
+    ReapStrays();
+    // Exit reports of children that never became instances (refused after the fork).
+    std::erase_if(zygote_exits_, [&](const auto& e) {
+      for (const auto& [key, inst] : by_key_) {
+        if (inst->pid == e.first) return false;
+      }
+      return true;
+    });
+  }
   if (!seccomp_kills_.empty()) LogSeccompKills(now);
   // Old generations: stop their instances as they go idle, then forget them.
   for (auto& f : retired_) {
@@ -775,7 +786,17 @@ Status InstanceManager::Spawn(FunctionState& f, bool prewarm) {
   uv_poll_start(&raw->exit_poll, UV_READABLE, [](uv_poll_t* h, int, int) {
     auto* i = static_cast<Instance*>(h->data);
     int status = 0;
-    if (!i->child.TryReap(&status)) return;
+    if (!i->child.TryReap(&status)) {
+      if (i->start_path != "zygote") return;
+      const int got = i->mgr->ZygoteExitStatus(*i, &status);
+      if (got == 0) return;
+      i->child.MarkReaped();
+      if (got < 0) {
+        uv_poll_stop(h);
+        i->mgr->OnExit(i, -1, 0);
+        return;
+      }
+    }
     uv_poll_stop(h);
     if (WIFSIGNALED(status)) {
       i->mgr->OnExit(i, 0, WTERMSIG(status));
@@ -924,7 +945,7 @@ void InstanceManager::EnsureZygote(FunctionState& f, uint64_t now) {
   UniqueFd log(open(LogPath(spec.name).c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640));
   if (!log.valid()) return retry_later(ErrnoStatus("open " + LogPath(spec.name), errno).message());
   f.zygote_started_ns = NowNs();
-  auto z = Zygote::Start(std::move(opts), sandbox, log.get(), std::move(cgroup));
+  auto z = Zygote::Start(std::move(opts), sandbox, log.get(), std::move(cgroup), &zygote_exits_);
   if (!z.ok()) return retry_later(z.status().message());
   f.zygote = std::move(*z);
   f.zygote_logged = Zygote::State::kStarting;
@@ -974,10 +995,7 @@ Status InstanceManager::ForkFromZygote(FunctionState& f, Instance& inst, int out
   inst.forked_ns = NowNs();
   const pid_t pid = forked->pid;
   auto refuse_child = [&](Status why) {
-    forked->release.Reset();  // end of file: it exits
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    forked->release.Reset();  // end of file: it exits (and its zygote reaps it)
     return why;
   };
   for (const auto& [key, other] : by_key_) {
@@ -1002,8 +1020,45 @@ Status InstanceManager::ForkFromZygote(FunctionState& f, Instance& inst, int out
     return refuse_child(ErrnoStatus("releasing the forked instance", errno));
   }
   inst.released_ns = NowNs();
+  inst.zygote_id = f.zygote_count;
+  inst.lifeline = std::move(forked->release);
   *child = ChildProcess(pid, std::move(pidfd));
   return {};
+}
+
+int InstanceManager::ZygoteExitStatus(Instance& inst, int* status) {
+  std::lock_guard lock(mu_);
+  auto take = [&] {
+    auto it = zygote_exits_.find(inst.pid);
+    if (it == zygote_exits_.end()) return false;
+    *status = it->second;
+    zygote_exits_.erase(it);
+    return true;
+  };
+  if (take()) return 1;
+  Zygote* z = inst.fn->zygote.get();
+  if (z != nullptr && inst.zygote_id == inst.fn->zygote_count &&
+      z->state() == Zygote::State::kReady) {
+    // Its zygote reaps it at once; a zygote that does not report is killed, which hands its
+    // children to shoald.
+    constexpr int kReportWaitMs = 200;
+    z->CollectExit(inst.pid, kReportWaitMs);
+    if (take()) return 1;
+  }
+  // Its zygote is gone: re-parented to shoald, it is reaped here.
+  int st = 0;
+  const pid_t r = waitpid(inst.pid, &st, WNOHANG);
+  if (r == inst.pid) {
+    *status = st;
+    return 1;
+  }
+  if (r < 0 && errno == ECHILD) {
+    spdlog::warn("function {}: instance {:#x} (pid {}) exited; its exit status is unknown (its "
+                 "zygote reaped it and died before reporting it)",
+                 inst.fn->rt->spec.name, inst.key, inst.pid);
+    return -1;
+  }
+  return 0;
 }
 
 void InstanceManager::ReapStrays() {

@@ -81,7 +81,8 @@ const char* ZygoteStateName(Zygote::State s) {
 }
 
 Result<std::unique_ptr<Zygote>> Zygote::Start(SpawnOptions spawn, const SandboxOptions& sandbox,
-                                              int log_fd, std::unique_ptr<InstanceCgroup> cgroup) {
+                                              int log_fd, std::unique_ptr<InstanceCgroup> cgroup,
+                                              std::map<pid_t, int>* exits) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
     return ErrnoStatus("zygote: socketpair", errno);
@@ -99,10 +100,12 @@ Result<std::unique_ptr<Zygote>> Zygote::Start(SpawnOptions spawn, const SandboxO
   z->child_ = std::move(*child);
   z->control_ = std::move(ours);
   z->cgroup_ = std::move(cgroup);
+  z->exits_ = exits;
   return z;
 }
 
 Zygote::~Zygote() {
+  DrainExits();
   control_.Reset();  // it exits on end of file; SIGKILL in case it is stuck
   child_.Signal(SIGKILL);
   if (child_.pid() > 0) {
@@ -122,6 +125,7 @@ void Zygote::MarkGone(const std::string& during) {
   }
   const pid_t pid = child_.pid() > 0 ? child_.pid() : -child_.pid();
   child_ = ChildProcess();
+  DrainExits();
   control_.Reset();
   std::string how = DescribeStatus(status);
   reason_ = "zygote (pid " + std::to_string(pid) + ") " + how + during;
@@ -134,6 +138,7 @@ bool Zygote::Exited() {
   if (!child_.TryReap(&status)) return false;
   const pid_t pid = -child_.pid();
   child_ = ChildProcess();
+  DrainExits();
   control_.Reset();
   if (state_ == State::kFailed) {
     reason_ += " (zygote pid " + std::to_string(pid) + " " + DescribeStatus(status) + ")";
@@ -185,19 +190,21 @@ Result<Zygote::Forked> Zygote::Fork(uint32_t endpoint, uint32_t slot, int datapl
     return Unavailable(reason_);
   }
   release_read.Reset();
-  if (!WaitReadable(control_.get(), NowMs() + timeout_ms)) {
+  ZygoteReply r;
+  const int64_t deadline = NowMs() + timeout_ms;
+  do {
+    st = Next(&r, deadline);
+  } while (st.ok() && r.type == ZygoteMessage::kExited);
+  if (st.code() == StatusCode::kDeadlineExceeded) {
     MarkGone(": it did not answer a fork within " + std::to_string(timeout_ms) +
              " ms and was killed");
     return Unavailable(reason_);
   }
-  ZygoteReply r;
-  st = ReceivePacket(control_.get(), &r, sizeof r, nullptr);
   if (!st.ok()) {
     MarkGone(" during a fork");
     return Unavailable(reason_);
   }
-  r.message[sizeof r.message - 1] = 0;
-  if (r.magic != kZygoteMagic || r.type != ZygoteMessage::kForked) {
+  if (r.type != ZygoteMessage::kForked) {
     MarkGone(": it answered a fork with a malformed message and was killed");
     return Unavailable(reason_);
   }
@@ -205,17 +212,58 @@ Result<Zygote::Forked> Zygote::Fork(uint32_t endpoint, uint32_t slot, int datapl
     return Internal(std::string("zygote: fork failed: ") + std::strerror(r.err) +
                     (r.message[0] ? std::string(" (") + r.message + ")" : std::string()));
   }
-  // The pid comes from a process that runs tenant code: believe it only for a child of ours,
-  // still blocked on the release pipe, running as the zygote's uid.
+  // The pid comes from a process that runs tenant code: believe it only for a child of the
+  // zygote running as the zygote's uid (the caller checks it is no instance it knows).
   pid_t ppid = 0;
   uid_t uid = 0, zuid = 0;
   pid_t zppid = 0;
   if (!ProcIds(r.pid, &ppid, &uid) || !ProcIds(child_.pid(), &zppid, &zuid) ||
-      ppid != getpid() || uid != zuid || r.pid == child_.pid()) {
+      ppid != child_.pid() || uid != zuid) {
     return Internal("zygote reported pid " + std::to_string(r.pid) +
                     ", which is not a new instance forked by it");
   }
   return Forked{r.pid, std::move(release_write)};
+}
+
+Status Zygote::Next(ZygoteReply* r, int64_t deadline_ms) {
+  {
+    if (!control_.valid()) return Unavailable("zygote is gone");
+    if (!WaitReadable(control_.get(), deadline_ms)) return Status(StatusCode::kDeadlineExceeded, "");
+    Status st = ReceivePacket(control_.get(), r, sizeof *r, nullptr);
+    if (!st.ok()) return st;
+    r->message[sizeof r->message - 1] = 0;
+    if (r->magic != kZygoteMagic) return InvalidArgument("zygote: bad magic");
+    if (r->type == ZygoteMessage::kExited && exits_ != nullptr) (*exits_)[r->pid] = r->err;
+    return {};
+  }
+}
+
+void Zygote::DrainExits() {
+  if (!control_.valid()) return;
+  ZygoteReply r;
+  while (Next(&r, 0).ok()) {
+    // Only exit reports come unasked; anything else here is out of turn and dropped.
+  }
+}
+
+bool Zygote::CollectExit(pid_t pid, int timeout_ms) {
+  if (exits_ != nullptr && exits_->count(pid)) return true;
+  if (state_ != State::kReady) return false;
+  ZygoteReply r;
+  const int64_t deadline = NowMs() + timeout_ms;
+  while (exits_ != nullptr && !exits_->count(pid)) {
+    Status st = Next(&r, deadline);
+    if (st.code() == StatusCode::kDeadlineExceeded) {
+      MarkGone(": it did not report an instance's exit within " + std::to_string(timeout_ms) +
+               " ms and was killed");
+      break;
+    }
+    if (!st.ok()) {
+      MarkGone("");
+      break;
+    }
+  }
+  return exits_ != nullptr && exits_->count(pid) > 0;
 }
 
 }  // namespace shoal

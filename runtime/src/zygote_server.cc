@@ -1,7 +1,9 @@
 #include "shoal/runtime/zygote_server.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/signalfd.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/wait.h>
@@ -41,7 +43,8 @@ void CloseAll(const std::vector<int>& fds) {
 }
 
 // The forked child's per-instance part. Blocks until shoald releases it (after moving it into
-// the instance's cgroup); end of file there means shoald refused it.
+// the instance's cgroup); end of file there means shoald refused it. The same pipe stays open
+// as the instance's lifeline: its end of file later means shoald is gone.
 bool BecomeInstance(const ZygoteFork& req, const std::vector<int>& fds, InstanceOptions* o) {
   char go = 0;
   ssize_t n;
@@ -49,14 +52,14 @@ bool BecomeInstance(const ZygoteFork& req, const std::vector<int>& fds, Instance
     n = read(fds[3], &go, 1);
   } while (n < 0 && errno == EINTR);
   if (n != 1) _exit(1);
-  // Its parent is shoald now (a child subreaper; the zygote's intermediate has exited): die with
-  // it, as a spawned instance does.
-  prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (getppid() == 1) _exit(1);
+  // Its parent is the zygote (which reports its exit to shoald); if the zygote dies it is
+  // re-parented to shoald, the child subreaper. No parent-death signal: a zygote's crash must
+  // not take its instances along. They end with shoald through the lifeline instead.
   // The data-plane socket at fd 3, as for a spawned instance; stdout/stderr to shoald's pipes.
   if (dup2(fds[0], 3) < 0 || dup2(fds[1], 1) < 0 || dup2(fds[2], 2) < 0) _exit(1);
-  CloseAll(fds);
+  for (int i = 0; i < 3; ++i) close(fds[i]);
   o->fd = 3;
+  o->lifeline_fd = fds[3];  // shoald holds its other end while the instance lives
   o->endpoint = req.endpoint;
   o->slot = req.slot;
   setenv("SHOAL_ENDPOINT", std::to_string(req.endpoint).c_str(), 1);
@@ -88,62 +91,65 @@ Result<bool> ServeAsZygote(int control_fd, InstanceOptions* options) {
     Send(control_fd, ZygoteMessage::kUnforkable, 0, 0, why);
     return Internal(why);
   }
+  // Its children's exits arrive on a signalfd beside the control socket: the zygote reaps them
+  // and reports each wait status to shoald, which watches every instance by its pidfd.
+  sigset_t chld, old;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &chld, &old);
+  const int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sfd < 0) {
+    const std::string why = std::string("signalfd: ") + std::strerror(errno);
+    ReportZygoteFailure(control_fd, why);
+    return Internal(why);
+  }
   Send(control_fd, ZygoteMessage::kReady, 0, 0, "");
   spdlog::info("zygote: function {}: handler {} loaded, pool {} attached; forking instances on "
                "request",
                options->function, options->handler, options->pool);
   for (;;) {
-    ZygoteFork req;
-    std::vector<int> fds;
-    Status st = ReceivePacket(control_fd, &req, sizeof req, &fds);
-    if (!st.ok()) {
-      if (st.code() == StatusCode::kUnavailable) return false;  // shoald closed it: done
-      spdlog::error("zygote: {}", st.ToString());
+    pollfd fds[2] = {{control_fd, POLLIN, 0}, {sfd, POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      spdlog::error("zygote: poll: {}", std::strerror(errno));
       return false;
     }
+    if (fds[1].revents != 0) {
+      signalfd_siginfo si;
+      while (read(sfd, &si, sizeof si) == sizeof si) {
+      }
+      int status = 0;
+      for (pid_t pid; (pid = waitpid(-1, &status, WNOHANG)) > 0;) {
+        Send(control_fd, ZygoteMessage::kExited, pid, status, "");
+      }
+    }
+    if (fds[0].revents == 0) continue;
+    ZygoteFork req;
+    std::vector<int> got;
+    Status st = ReceivePacket(control_fd, &req, sizeof req, &got);
+    if (!st.ok()) {
+      if (st.code() != StatusCode::kUnavailable) spdlog::error("zygote: {}", st.ToString());
+      return false;  // shoald closed the socket (or broke it): done
+    }
     if (req.magic != kZygoteMagic || req.type != ZygoteMessage::kFork ||
-        fds.size() != kZygoteForkFds) {
-      CloseAll(fds);
+        got.size() != kZygoteForkFds) {
+      CloseAll(got);
       Send(control_fd, ZygoteMessage::kForked, -1, EINVAL, "malformed fork request");
       continue;
     }
-    // Fork twice: the intermediate exits at once, so the instance is re-parented to shoald (a
-    // child subreaper) and shoald reaps and watches it as it does a spawned instance. fork()
-    // rather than a raw clone(CLONE_PARENT): libc's fork resets its thread state in the child.
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) != 0) {
-      const int err = errno;
-      CloseAll(fds);
-      Send(control_fd, ZygoteMessage::kForked, -1, err, "pipe2");
-      continue;
+    const pid_t child = fork();
+    if (child == 0) {
+      close(sfd);
+      close(control_fd);
+      sigprocmask(SIG_SETMASK, &old, nullptr);
+      return BecomeInstance(req, got, options);
     }
-    const pid_t mid = fork();
-    if (mid == 0) {
-      close(p[0]);
-      const pid_t child = fork();
-      if (child == 0) {
-        close(p[1]);
-        close(control_fd);
-        return BecomeInstance(req, fds, options);
-      }
-      const int32_t out = child > 0 ? child : -errno;
-      (void)!write(p[1], &out, sizeof out);
-      _exit(0);
-    }
-    close(p[1]);
-    int32_t child = mid < 0 ? -errno : 0;
-    if (mid > 0) {
-      if (read(p[0], &child, sizeof child) != sizeof child) child = -EIO;
-      int status = 0;
-      while (waitpid(mid, &status, 0) < 0 && errno == EINTR) {
-      }
-    }
-    close(p[0]);
-    CloseAll(fds);
+    const int err = errno;
+    CloseAll(got);
     if (child > 0) {
       Send(control_fd, ZygoteMessage::kForked, child, 0, "");
     } else {
-      Send(control_fd, ZygoteMessage::kForked, -1, -child, std::strerror(-child));
+      Send(control_fd, ZygoteMessage::kForked, -1, err, std::strerror(err));
     }
   }
 }

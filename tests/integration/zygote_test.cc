@@ -127,9 +127,12 @@ TEST_F(ZygoteTest, ForkedInstanceRunsAsItsTenantInItsOwnSandbox) {
     }
     EXPECT_EQ(StatusField(st, "NoNewPrivs"), "1") << p;
     EXPECT_EQ(StatusField(st, "Seccomp"), "2") << p;
-    // Both children of shoald: it reaps and watches them.
-    EXPECT_EQ(StatusField(st, "PPid"), std::to_string(shoald_.pid())) << p;
   }
+  // The zygote is shoald's child; the instance the zygote's (which reports its exit).
+  EXPECT_EQ(StatusField(ReadAll("/proc/" + std::to_string(zygotes[0]) + "/status"), "PPid"),
+            std::to_string(shoald_.pid()));
+  EXPECT_EQ(StatusField(ReadAll("/proc/" + std::to_string(pid) + "/status"), "PPid"),
+            std::to_string(zygotes[0]));
   // From inside: the handler reads its own /proc/self/status.
   EXPECT_EQ(StatusField(r.body, "Uid"), "201234 201234 201234 201234");
   EXPECT_EQ(StatusField(r.body, "Seccomp"), "2");
@@ -204,6 +207,60 @@ TEST_F(ZygoteTest, ZygoteKilledMidForkIsRestartedAndTheStartSpawned) {
   // Nothing was left in the pool.
   ASSERT_TRUE(shoald_.WaitReady("mid", 0, 10000));
   EXPECT_EQ(shoald_.Metric("shoal_pool_bytes", "state=\"used\",tenant=\"team-a\""), 0);
+}
+
+TEST_F(ZygoteTest, InstancesOutliveTheirZygoteAndTheirExitsAreStillSeen) {
+  StartShoald();
+  ASSERT_EQ(DeployHttp(Manifest("live", "team-a", probe_, "  scale: {min: 1, max: 1}\n")).status,
+            201);
+  ASSERT_TRUE(shoald_.WaitReady("live", 1));
+  const int first = Instances("live")[0].value("pid", 0);
+  // An instance's death is reported by its zygote, with the signal.
+  ASSERT_EQ(kill(first, SIGKILL), 0);
+  EXPECT_TRUE(WaitLog("function live: instance ")) << shoald_.Log();
+  EXPECT_TRUE(WaitLog("(pid " + std::to_string(first) + ") killed by signal 9 with 0 request(s)"))
+      << shoald_.Log();
+  for (int i = 0; i < 500; ++i) {
+    auto inst = Instances("live");
+    if (inst.size() == 1 && inst[0].value("pid", 0) != first &&
+        inst[0].value("state", "") == "ready") {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto inst = Instances("live");
+  ASSERT_EQ(inst.size(), 1u);
+  const int second = inst[0].value("pid", 0);
+  ASSERT_NE(second, first);
+  EXPECT_EQ(inst[0].value("start_path", ""), "zygote");
+  // The zygote dies: its instance keeps serving, now a child of shoald.
+  const auto zygotes = ZygotePids("live");
+  ASSERT_EQ(zygotes.size(), 1u) << shoald_.Log();
+  ASSERT_EQ(kill(zygotes[0], SIGKILL), 0);
+  EXPECT_TRUE(WaitLog("function live: zygote (pid " + std::to_string(zygotes[0]) +
+                      ") killed by signal 9 (Killed); restarting it"))
+      << shoald_.Log();
+  auto r = Invoke("live", "status");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(StatusField(r.body, "Pid"), std::to_string(second));
+  EXPECT_EQ(StatusField(ReadAll("/proc/" + std::to_string(second) + "/status"), "PPid"),
+            std::to_string(shoald_.pid()));
+  // ... and its death is still seen (shoald reaps it now), and it is replaced.
+  ASSERT_EQ(kill(second, SIGKILL), 0);
+  EXPECT_TRUE(WaitLog("(pid " + std::to_string(second) + ") killed by signal 9 with 0 request(s)"))
+      << shoald_.Log();
+  for (int i = 0; i < 500; ++i) {
+    inst = Instances("live");
+    if (inst.size() == 1 && inst[0].value("pid", 0) != second &&
+        inst[0].value("state", "") == "ready") {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(inst.size(), 1u);
+  EXPECT_NE(inst[0].value("pid", 0), second);
+  EXPECT_EQ(inst[0].value("state", ""), "ready");
+  EXPECT_EQ(Invoke("live", "status").status, 200);
 }
 
 TEST_F(ZygoteTest, HandlerThatFailsToLoadInTheZygoteIsAnswered503WithTheReason) {

@@ -99,6 +99,9 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   // that the zygote path is unavailable now (spawn instead; the error says why).
   Status ForkFromZygote(FunctionState& f, Instance& inst, int out_fd, int err_fd,
                         const InstanceCgroup* cgroup, ChildProcess* child, bool* refuse);
+  // The wait status of an exited instance forked from a zygote (its parent, which reports it):
+  // 1 and *status, 0 when not known yet, -1 when it cannot be known (its zygote died first).
+  int ZygoteExitStatus(Instance& inst, int* status);
   // Places one new instance of `f` on this node (Place() over cluster_) and reserves its
   // resources; on refusal records why in f.unschedulable, warns once per change and answers
   // the function's waiting requests 503 with the reason.
@@ -129,6 +132,7 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   // The instance sandbox (shoal/sandbox): null cgroups_ when no hierarchy can be written;
   // switch_ids_ false when shoald is not root (instances then run as shoald's own uid).
   std::unique_ptr<CgroupHierarchy> cgroups_;
+  std::map<int, int> zygote_exits_;  // pid -> wait status, as the zygotes report them
   std::unique_ptr<TenantIds> tenant_ids_;
   std::vector<std::string> handler_dirs_;
   bool switch_ids_ = false;

@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -25,8 +26,12 @@ class Zygote {
 
   // Spawns it: `spawn` as for an instance (its environment gets SHOAL_ZYGOTE=1 here; no fd 3),
   // `log_fd` as its stdout and stderr. Returns once it has exec'd; it reports its load later.
+  // The zygote is the parent of the instances it forks: it reaps them and reports each wait
+  // status, which lands in *exits (pid -> status; shared by the caller's zygotes, outliving
+  // them). If it dies, its children are re-parented to shoald (a child subreaper).
   static Result<std::unique_ptr<Zygote>> Start(SpawnOptions spawn, const SandboxOptions& sandbox,
-                                               int log_fd, std::unique_ptr<InstanceCgroup> cgroup);
+                                               int log_fd, std::unique_ptr<InstanceCgroup> cgroup,
+                                               std::map<pid_t, int>* exits);
   ~Zygote();  // kills and reaps it
   Zygote(const Zygote&) = delete;
   Zygote& operator=(const Zygote&) = delete;
@@ -38,8 +43,9 @@ class Zygote {
   const std::string& reason() const { return reason_; }
   pid_t pid() const { return child_.pid(); }
 
-  // A forked child, still blocked on its release pipe: a child of shoald (checked), which
-  // runs once `release` gets a byte and exits on its end of file.
+  // A forked child, still blocked on its release pipe: a child of the zygote (checked), which
+  // runs once `release` gets a byte and exits on its end of file. Kept open afterwards as its
+  // lifeline: the instance exits when shoald (holding `release`) is gone.
   struct Forked {
     pid_t pid = 0;
     UniqueFd release;
@@ -50,10 +56,18 @@ class Zygote {
                       int timeout_ms);
   // Non-blocking: true (and state kGone) once it has exited; reason() says how.
   bool Exited();
+  // Waits up to timeout_ms for the report of `pid`'s exit (true once in *exits). A zygote that
+  // does not report in time is killed (its children then are shoald's to reap).
+  bool CollectExit(pid_t pid, int timeout_ms);
 
  private:
   Zygote() = default;
   void MarkGone(const std::string& during);
+  // Reads the next message until the deadline; an exit report also lands in *exits_.
+  // kUnavailable on end of file, kDeadlineExceeded on timeout.
+  Status Next(ZygoteReply* r, int64_t deadline_ms);
+  void DrainExits();  // non-blocking: every exit report already sent
+  std::map<pid_t, int>* exits_ = nullptr;
   ChildProcess child_;
   UniqueFd control_;
   std::unique_ptr<InstanceCgroup> cgroup_;

@@ -24,6 +24,7 @@ enum class ZygoteMessage : uint32_t {
   kUnforkable = 3,  // zygote -> shoald: loaded but not single-threaded: it cannot fork safely
   kFork = 4,        // shoald -> zygote: start an instance (4 descriptors, see ZygoteFork)
   kForked = 5,      // zygote -> shoald: the child's pid, or the fork's errno
+  kExited = 6,      // zygote -> shoald: a child has exited (pid, wait status in `err`)
 };
 
 // kFork carries, in this order: the instance's data-plane socket, its stdout and stderr (the
@@ -41,8 +42,8 @@ inline constexpr size_t kZygoteForkFds = 4;
 struct ZygoteReply {
   uint32_t magic = kZygoteMagic;
   ZygoteMessage type = ZygoteMessage::kReady;
-  int32_t pid = 0;    // kForked: the child (a child of shoald: the zygote forks with CLONE_PARENT)
-  int32_t err = 0;    // kForked: errno of a failed fork
+  int32_t pid = 0;    // kForked, kExited: the child
+  int32_t err = 0;    // kForked: errno of a failed fork; kExited: its wait status
   char message[232] = {};  // kFailed / kUnforkable: why (NUL-terminated)
 };
 

@@ -68,6 +68,7 @@ struct InstanceManager::Instance {
   uint64_t forked_ns = 0;     // zygote path: the zygote's answer, and the child's release
   uint64_t released_ns = 0;
   uint32_t zygote_id = 0;     // which of its function's zygotes forked it (their count)
+  int zygote_pid = 0;         // ... and that zygote's pid (its exit reports are believed)
   UniqueFd lifeline;          // zygote path: the child exits when this closes
   bool prewarmed = false;     // started ahead of demand by the autoscaling policy
   bool prewarm_used = false;  // ... and has taken its first request
@@ -290,7 +291,7 @@ void InstanceManager::Reconcile() {
     // Exit reports of children that never became instances (refused after the fork).
     std::erase_if(zygote_exits_, [&](const auto& e) {
       for (const auto& [key, inst] : by_key_) {
-        if (inst->pid == e.first) return false;
+        if (inst->zygote_pid == e.first.first && inst->pid == e.first.second) return false;
       }
       return true;
     });
@@ -1021,6 +1022,7 @@ Status InstanceManager::ForkFromZygote(FunctionState& f, Instance& inst, int out
   }
   inst.released_ns = NowNs();
   inst.zygote_id = f.zygote_count;
+  inst.zygote_pid = f.zygote->pid();
   inst.lifeline = std::move(forked->release);
   *child = ChildProcess(pid, std::move(pidfd));
   return {};
@@ -1029,7 +1031,8 @@ Status InstanceManager::ForkFromZygote(FunctionState& f, Instance& inst, int out
 int InstanceManager::ZygoteExitStatus(Instance& inst, int* status) {
   std::lock_guard lock(mu_);
   auto take = [&] {
-    auto it = zygote_exits_.find(inst.pid);
+    // Only its own zygote's report counts (another zygote runs another function's code).
+    auto it = zygote_exits_.find({inst.zygote_pid, inst.pid});
     if (it == zygote_exits_.end()) return false;
     *status = it->second;
     zygote_exits_.erase(it);

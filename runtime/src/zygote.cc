@@ -82,7 +82,7 @@ const char* ZygoteStateName(Zygote::State s) {
 
 Result<std::unique_ptr<Zygote>> Zygote::Start(SpawnOptions spawn, const SandboxOptions& sandbox,
                                               int log_fd, std::unique_ptr<InstanceCgroup> cgroup,
-                                              std::map<pid_t, int>* exits) {
+                                              std::map<std::pair<pid_t, pid_t>, int>* exits) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
     return ErrnoStatus("zygote: socketpair", errno);
@@ -101,6 +101,7 @@ Result<std::unique_ptr<Zygote>> Zygote::Start(SpawnOptions spawn, const SandboxO
   z->control_ = std::move(ours);
   z->cgroup_ = std::move(cgroup);
   z->exits_ = exits;
+  z->pid_ = z->child_.pid();
   return z;
 }
 
@@ -233,25 +234,27 @@ Status Zygote::Next(ZygoteReply* r, int64_t deadline_ms) {
     if (!st.ok()) return st;
     r->message[sizeof r->message - 1] = 0;
     if (r->magic != kZygoteMagic) return InvalidArgument("zygote: bad magic");
-    if (r->type == ZygoteMessage::kExited && exits_ != nullptr) (*exits_)[r->pid] = r->err;
+    if (r->type == ZygoteMessage::kExited && exits_ != nullptr) (*exits_)[{pid_, r->pid}] = r->err;
     return {};
   }
 }
 
 void Zygote::DrainExits() {
   if (!control_.valid()) return;
+  // Only exit reports come unasked (anything else here is out of turn and dropped); bounded,
+  // so that a zygote writing without end cannot hold shoald here.
   ZygoteReply r;
-  while (Next(&r, 0).ok()) {
-    // Only exit reports come unasked; anything else here is out of turn and dropped.
+  for (int i = 0; i < 4096 && Next(&r, 0).ok(); ++i) {
   }
 }
 
 bool Zygote::CollectExit(pid_t pid, int timeout_ms) {
-  if (exits_ != nullptr && exits_->count(pid)) return true;
+  auto reported = [&] { return exits_ != nullptr && exits_->count({pid_, pid}) > 0; };
+  if (reported()) return true;
   if (state_ != State::kReady) return false;
   ZygoteReply r;
   const int64_t deadline = NowMs() + timeout_ms;
-  while (exits_ != nullptr && !exits_->count(pid)) {
+  while (exits_ != nullptr && !reported()) {
     Status st = Next(&r, deadline);
     if (st.code() == StatusCode::kDeadlineExceeded) {
       MarkGone(": it did not report an instance's exit within " + std::to_string(timeout_ms) +
@@ -263,7 +266,7 @@ bool Zygote::CollectExit(pid_t pid, int timeout_ms) {
       break;
     }
   }
-  return exits_ != nullptr && exits_->count(pid) > 0;
+  return reported();
 }
 
 }  // namespace shoal

@@ -132,7 +132,8 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   // The instance sandbox (shoal/sandbox): null cgroups_ when no hierarchy can be written;
   // switch_ids_ false when shoald is not root (instances then run as shoald's own uid).
   std::unique_ptr<CgroupHierarchy> cgroups_;
-  std::map<int, int> zygote_exits_;  // pid -> wait status, as the zygotes report them
+  // {zygote pid, child pid} -> wait status, as the zygotes report their children's exits.
+  std::map<std::pair<int, int>, int> zygote_exits_;
   std::unique_ptr<TenantIds> tenant_ids_;
   std::vector<std::string> handler_dirs_;
   bool switch_ids_ = false;

@@ -27,11 +27,12 @@ class Zygote {
   // Spawns it: `spawn` as for an instance (its environment gets SHOAL_ZYGOTE=1 here; no fd 3),
   // `log_fd` as its stdout and stderr. Returns once it has exec'd; it reports its load later.
   // The zygote is the parent of the instances it forks: it reaps them and reports each wait
-  // status, which lands in *exits (pid -> status; shared by the caller's zygotes, outliving
-  // them). If it dies, its children are re-parented to shoald (a child subreaper).
+  // status, which lands in *exits keyed {this zygote's pid, child pid}, so that a zygote (which
+  // runs tenant code) can only ever speak of its own children; the map outlives the zygotes.
+  // If it dies, its children are re-parented to shoald (a child subreaper).
   static Result<std::unique_ptr<Zygote>> Start(SpawnOptions spawn, const SandboxOptions& sandbox,
                                                int log_fd, std::unique_ptr<InstanceCgroup> cgroup,
-                                               std::map<pid_t, int>* exits);
+                                               std::map<std::pair<pid_t, pid_t>, int>* exits);
   ~Zygote();  // kills and reaps it
   Zygote(const Zygote&) = delete;
   Zygote& operator=(const Zygote&) = delete;
@@ -41,7 +42,7 @@ class Zygote {
   State state() const { return state_; }
   // Why it failed, cannot fork, or is gone.
   const std::string& reason() const { return reason_; }
-  pid_t pid() const { return child_.pid(); }
+  pid_t pid() const { return pid_; }
 
   // A forked child, still blocked on its release pipe: a child of the zygote (checked), which
   // runs once `release` gets a byte and exits on its end of file. Kept open afterwards as its
@@ -67,7 +68,8 @@ class Zygote {
   // kUnavailable on end of file, kDeadlineExceeded on timeout.
   Status Next(ZygoteReply* r, int64_t deadline_ms);
   void DrainExits();  // non-blocking: every exit report already sent
-  std::map<pid_t, int>* exits_ = nullptr;
+  std::map<std::pair<pid_t, pid_t>, int>* exits_ = nullptr;
+  pid_t pid_ = 0;  // its pid, kept after it is reaped
   ChildProcess child_;
   UniqueFd control_;
   std::unique_ptr<InstanceCgroup> cgroup_;

@@ -5,7 +5,8 @@
 // measured in the same run (the floor of any process start); the full spawn's spawn -> ready
 // is compared with it. Lower is better; targets: zygote cold p50 <= 2 ms, p99 <= 4 ms; full
 // spawn of a built-in handler <= 3x /bin/true. Also where a zygote start's time goes (shoald's
-// log of each start: fork, cgroup + release, child to ready) and the bare process start of
+// log of each start: taking the spare child forked ahead (or forking one now), cgroup + start,
+// child to ready) and the bare process start of
 // shoal-fn. --runs N cold starts per path (default 200) in --rounds R rounds (default 5): the
 // ratios are given as min/median/max over the rounds.
 #include <fcntl.h>
@@ -165,14 +166,16 @@ int main(int argc, char** argv) {
   std::vector<double> fork_ms, release_ms, ready_ms, prepare_ms, spawn_prepare_ms;
   const std::string log = zygote.shoald.Log();
   const std::regex re(
-      "cold start, zygote: fork ([0-9.]+) ms, cgroup and release ([0-9.]+) ms, to ready "
+      "cold start, zygote: (spare|fork) ([0-9.]+) ms, cgroup and release ([0-9.]+) ms, to ready "
       "([0-9.]+) ms; before it: endpoint, cgroup and pipes ([0-9.]+) ms");
+  int from_spare = 0, forked_now = 0;
   for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator();
        ++it) {
-    fork_ms.push_back(std::stod((*it)[1]));
-    release_ms.push_back(std::stod((*it)[2]));
-    ready_ms.push_back(std::stod((*it)[3]));
-    prepare_ms.push_back(std::stod((*it)[4]));
+    ((*it)[1] == "spare" ? from_spare : forked_now)++;
+    fork_ms.push_back(std::stod((*it)[2]));
+    release_ms.push_back(std::stod((*it)[3]));
+    ready_ms.push_back(std::stod((*it)[4]));
+    prepare_ms.push_back(std::stod((*it)[5]));
   }
   const std::string slog = spawn.shoald.Log();
   const std::regex sre("cold start, spawn; before it: endpoint, cgroup and pipes ([0-9.]+) ms");
@@ -192,7 +195,7 @@ int main(int argc, char** argv) {
   };
   row("cold, zygote fork (request to response)", zygote.cold);
   row("  of which start -> ready", zygote.spawn_to_ready);
-  row("    fork (request to the zygote's answer)", fork_ms);
+  row("    take the spare / fork now", fork_ms);
   row("    cgroup move + release", release_ms);
   row("    child to ready (reported)", ready_ms);
   row("  before start: endpoint, cgroup, pipes", prepare_ms);
@@ -218,6 +221,8 @@ int main(int argc, char** argv) {
     const Spread s = SpreadOf(v);
     std::printf("%-60s %6.2f %6.2f %6.2f\n", name, s.min, s.median, s.max);
   };
+  std::printf("zygote starts from the spare forked ahead: %d, forked on the request's path: %d\n",
+              from_spare, forked_now);
   std::printf("%-60s %6s %6s %6s\n", "ratio of p50s, per round", "min", "median", "max");
   ratio("cold zygote / warm", r_zw);
   ratio("cold full spawn / cold zygote", r_sz);

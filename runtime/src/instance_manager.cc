@@ -2,6 +2,7 @@
 
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -67,6 +68,7 @@ struct InstanceManager::Instance {
   uint64_t prepare_ns = 0;    // its endpoint, cgroup and pipes, before spawn_ns
   uint64_t forked_ns = 0;     // zygote path: the zygote's answer, and the child's release
   uint64_t released_ns = 0;
+  bool prefork = false;       // zygote path: started from the spare forked ahead
   uint32_t zygote_id = 0;     // which of its function's zygotes forked it (their count)
   int zygote_pid = 0;         // ... and that zygote's pid (its exit reports are believed)
   UniqueFd lifeline;          // zygote path: the child exits when this closes
@@ -107,6 +109,15 @@ struct InstanceManager::FunctionState {
   uint32_t zygote_count = 0;
   std::string zygote_error;
   std::string zygote_unforkable;
+  // A child forked ahead of demand, waiting for its start: the next instance start takes it,
+  // so that its fork is not on a request's path; forked again on the next tick.
+  struct Spare {
+    Zygote::Forked child;
+    UniqueFd pidfd;
+    uint32_t zygote_id = 0;
+    int zygote_pid = 0;
+  };
+  std::optional<Spare> spare;
 
   // Autoscaling (null: policy none, the reactive rule).
   std::unique_ptr<FunctionAutoscaler> autoscaler;
@@ -369,6 +380,7 @@ void InstanceManager::Retire(FunctionState& f, const char* why) {
   spdlog::info("function {} generation {} {}: draining {} instance(s)", f.rt->spec.name,
                f.rt->spec.generation, why, f.instances.size());
   f.rt->retired = true;
+  f.spare.reset();
   f.zygote.reset();
   for (const auto& w : f.rt->router.TakeWaiters()) {
     // Waiters of a re-deployed function are rejected too: the client retries on the new one.
@@ -884,7 +896,11 @@ void InstanceManager::EnsureZygote(FunctionState& f, uint64_t now) {
         default: break;
       }
     }
-    if (!z.Exited()) return;
+    if (!z.Exited()) {
+      if (z.state() == Zygote::State::kReady && !f.spare) (void)ForkSpare(f);
+      return;
+    }
+    f.spare.reset();
     if (f.zygote_logged != Zygote::State::kFailed) {
       spdlog::warn("function {}: {}; restarting it", spec.name, z.reason());
     }
@@ -957,7 +973,7 @@ void InstanceManager::EnsureZygote(FunctionState& f, uint64_t now) {
 }
 
 Status InstanceManager::ForkFromZygote(FunctionState& f, Instance& inst, int out_fd, int err_fd,
-                                       const InstanceCgroup* cgroup, ChildProcess* child,
+                                       const InstanceCgroup* cgroup, ChildProcess* child_out,
                                        bool* refuse) {
   const FunctionSpec& spec = f.rt->spec;
   *refuse = false;
@@ -981,50 +997,66 @@ Status InstanceManager::ForkFromZygote(FunctionState& f, Instance& inst, int out
                        " ms");
   }
   if (state != Zygote::State::kReady) return Unavailable("zygote " + z.reason());
-  auto forked = z.Fork(inst.key, inst.slot, inst.endpoint.fd(), out_fd, err_fd,
-                       static_cast<int>(config_.zygote_timeout_ms));
+  // The spare if it is this zygote's and alive, else a child forked now.
+  bool spare = false;
+  if (f.spare && f.spare->zygote_id == f.zygote_count) {
+    pollfd exited{f.spare->pidfd.get(), POLLIN, 0};  // readable once it has exited
+    spare = poll(&exited, 1, 0) == 0;
+  }
+  if (!spare) {
+    f.spare.reset();
+    if (Status st = ForkSpare(f); !st.ok()) return st;
+  }
+  FunctionState::Spare child = std::move(*f.spare);
+  f.spare.reset();
+  inst.forked_ns = NowNs();
+  inst.prefork = spare;
+  const pid_t pid = child.child.pid;
+  // Into the instance's cgroup before it runs (the tenant cannot write cgroup.procs). On an
+  // error the child is dropped: its start socket closes and it exits.
+  if (cgroup != nullptr) {
+    const std::string text = std::to_string(pid);
+    for (const auto& fd : cgroup->procs()) {
+      if (write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+        return ErrnoStatus("moving the forked instance into its cgroup", errno);
+      }
+    }
+  }
+  if (Status st = Zygote::Start(child.child, inst.key, inst.slot, inst.endpoint.fd(), out_fd,
+                                err_fd);
+      !st.ok()) {
+    return Unavailable("starting the forked instance: " + st.message());
+  }
+  inst.released_ns = NowNs();
+  inst.zygote_id = child.zygote_id;
+  inst.zygote_pid = child.zygote_pid;
+  inst.lifeline = std::move(child.child.start);
+  *child_out = ChildProcess(pid, std::move(child.pidfd));
+  return {};
+}
+
+Status InstanceManager::ForkSpare(FunctionState& f) {
+  Zygote& z = *f.zygote;
+  auto forked = z.Fork(static_cast<int>(config_.zygote_timeout_ms));
   if (!forked.ok()) {
     if (z.state() == Zygote::State::kGone) {
-      spdlog::warn("function {}: {}; instance {:#x} starts by a full spawn, the zygote restarts",
-                   spec.name, z.reason(), inst.key);
+      spdlog::warn("function {}: {}; restarting it", f.rt->spec.name, z.reason());
       f.zygote.reset();
       ++f.zygote_failures;
       f.zygote_retry_ns = 0;
     }
     return forked.status();
   }
-  inst.forked_ns = NowNs();
   const pid_t pid = forked->pid;
-  auto refuse_child = [&](Status why) {
-    forked->release.Reset();  // end of file: it exits (and its zygote reaps it)
-    return why;
-  };
   for (const auto& [key, other] : by_key_) {
     if (other->pid == pid) {
-      return refuse_child(Internal("zygote reported pid " + std::to_string(pid) +
-                                   ", which is instance " + std::to_string(key)));
-    }
-  }
-  // Into the instance's cgroup before it runs (the tenant cannot write cgroup.procs).
-  if (cgroup != nullptr) {
-    const std::string text = std::to_string(pid);
-    for (const auto& fd : cgroup->procs()) {
-      if (write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-        return refuse_child(ErrnoStatus("moving the forked instance into its cgroup", errno));
-      }
+      return Internal("zygote reported pid " + std::to_string(pid) + ", which is instance " +
+                      std::to_string(key));
     }
   }
   UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
-  if (!pidfd.valid()) return refuse_child(ErrnoStatus("pidfd_open", errno));
-  const char go = 1;
-  if (write(forked->release.get(), &go, 1) != 1) {
-    return refuse_child(ErrnoStatus("releasing the forked instance", errno));
-  }
-  inst.released_ns = NowNs();
-  inst.zygote_id = f.zygote_count;
-  inst.zygote_pid = f.zygote->pid();
-  inst.lifeline = std::move(forked->release);
-  *child = ChildProcess(pid, std::move(pidfd));
+  if (!pidfd.valid()) return ErrnoStatus("pidfd_open", errno);
+  f.spare = FunctionState::Spare{std::move(*forked), std::move(pidfd), f.zygote_count, z.pid()};
   return {};
 }
 
@@ -1138,9 +1170,9 @@ void InstanceManager::OnReady(uint32_t key) {
   char parts[192];
   if (inst.start_path == "zygote") {
     std::snprintf(parts, sizeof parts,
-                  ": fork %.2f ms, cgroup and release %.2f ms, to ready %.2f ms; before it: "
+                  ": %s %.2f ms, cgroup and release %.2f ms, to ready %.2f ms; before it: "
                   "endpoint, cgroup and pipes %.2f ms",
-                  (inst.forked_ns - inst.spawn_ns) / 1e6, (inst.released_ns - inst.forked_ns) / 1e6,
+                  inst.prefork ? "spare" : "fork", (inst.forked_ns - inst.spawn_ns) / 1e6, (inst.released_ns - inst.forked_ns) / 1e6,
                   (inst.ready_ns - inst.released_ns) / 1e6, inst.prepare_ns / 1e6);
   } else {
     std::snprintf(parts, sizeof parts, "; before it: endpoint, cgroup and pipes %.2f ms",
@@ -1250,7 +1282,10 @@ void InstanceManager::Stop(double grace_s) {
     for (auto& f : retired_) {
       for (Instance* inst : f->instances) StopInstance(*inst);
     }
-    for (auto& [name, f] : by_name_) f->zygote.reset();
+    for (auto& [name, f] : by_name_) {
+      f->spare.reset();
+      f->zygote.reset();
+    }
   }
   const uint64_t deadline = NowNs() + static_cast<uint64_t>(grace_s * 1e9);
   while (!by_key_.empty() && NowNs() < deadline) uv_run(loop_, UV_RUN_NOWAIT), usleep(1000);

@@ -173,28 +173,23 @@ Zygote::State Zygote::WaitLoaded(int timeout_ms) {
   return state_;
 }
 
-Result<Zygote::Forked> Zygote::Fork(uint32_t endpoint, uint32_t slot, int dataplane_fd,
-                                    int out_fd, int err_fd, int timeout_ms) {
+Result<Zygote::Forked> Zygote::Fork(int timeout_ms) {
   if (state_ != State::kReady) {
     return Unavailable("zygote is " + std::string(ZygoteStateName(state_)));
   }
-  int p[2];
-  if (pipe2(p, O_CLOEXEC) != 0) return ErrnoStatus("zygote: pipe2", errno);
-  UniqueFd release_read(p[0]), release_write(p[1]);
   ZygoteFork req;
-  req.endpoint = endpoint;
-  req.slot = slot;
-  Status st = SendPacket(control_.get(), &req, sizeof req,
-                         {dataplane_fd, out_fd, err_fd, release_read.get()});
+  Status st = SendPacket(control_.get(), &req, sizeof req, {});
   if (!st.ok()) {
     MarkGone(" before a fork (" + st.message() + ")");
     return Unavailable(reason_);
   }
-  release_read.Reset();
   ZygoteReply r;
+  std::vector<int> fds;
   const int64_t deadline = NowMs() + timeout_ms;
   do {
-    st = Next(&r, deadline);
+    for (int fd : fds) close(fd);
+    fds.clear();
+    st = Next(&r, deadline, &fds);
   } while (st.ok() && r.type == ZygoteMessage::kExited);
   if (st.code() == StatusCode::kDeadlineExceeded) {
     MarkGone(": it did not answer a fork within " + std::to_string(timeout_ms) +
@@ -205,7 +200,11 @@ Result<Zygote::Forked> Zygote::Fork(uint32_t endpoint, uint32_t slot, int datapl
     MarkGone(" during a fork");
     return Unavailable(reason_);
   }
-  if (r.type != ZygoteMessage::kForked) {
+  UniqueFd start(fds.size() == 1 ? fds[0] : -1);
+  if (fds.size() > 1) {
+    for (int fd : fds) close(fd);
+  }
+  if (r.type != ZygoteMessage::kForked || (r.pid > 0 && !start.valid())) {
     MarkGone(": it answered a fork with a malformed message and was killed");
     return Unavailable(reason_);
   }
@@ -223,14 +222,22 @@ Result<Zygote::Forked> Zygote::Fork(uint32_t endpoint, uint32_t slot, int datapl
     return Internal("zygote reported pid " + std::to_string(r.pid) +
                     ", which is not a new instance forked by it");
   }
-  return Forked{r.pid, std::move(release_write)};
+  return Forked{r.pid, std::move(start)};
 }
 
-Status Zygote::Next(ZygoteReply* r, int64_t deadline_ms) {
+Status Zygote::Start(const Forked& child, uint32_t endpoint, uint32_t slot, int dataplane_fd,
+                     int out_fd, int err_fd) {
+  ZygoteStart req;
+  req.endpoint = endpoint;
+  req.slot = slot;
+  return SendPacket(child.start.get(), &req, sizeof req, {dataplane_fd, out_fd, err_fd});
+}
+
+Status Zygote::Next(ZygoteReply* r, int64_t deadline_ms, std::vector<int>* fds) {
   {
     if (!control_.valid()) return Unavailable("zygote is gone");
     if (!WaitReadable(control_.get(), deadline_ms)) return Status(StatusCode::kDeadlineExceeded, "");
-    Status st = ReceivePacket(control_.get(), r, sizeof *r, nullptr);
+    Status st = ReceivePacket(control_.get(), r, sizeof *r, fds);
     if (!st.ok()) return st;
     r->message[sizeof r->message - 1] = 0;
     if (r->magic != kZygoteMagic) return InvalidArgument("zygote: bad magic");

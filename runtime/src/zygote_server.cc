@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/wait.h>
@@ -42,24 +43,25 @@ void CloseAll(const std::vector<int>& fds) {
   for (int fd : fds) close(fd);
 }
 
-// The forked child's per-instance part. Blocks until shoald releases it (after moving it into
-// the instance's cgroup); end of file there means shoald refused it. The same pipe stays open
-// as the instance's lifeline: its end of file later means shoald is gone.
-bool BecomeInstance(const ZygoteFork& req, const std::vector<int>& fds, InstanceOptions* o) {
-  char go = 0;
-  ssize_t n;
-  do {
-    n = read(fds[3], &go, 1);
-  } while (n < 0 && errno == EINTR);
-  if (n != 1) _exit(1);
+// The forked child's per-instance part. Blocks on its start socket until shoald starts it
+// (after moving it into the instance's cgroup); end of file there means shoald dropped it.
+// The socket stays open as the instance's lifeline: its end of file later means shoald is gone.
+bool BecomeInstance(int start_fd, InstanceOptions* o) {
+  ZygoteStart req;
+  std::vector<int> fds;
+  Status st = ReceivePacket(start_fd, &req, sizeof req, &fds);
+  if (!st.ok() || req.magic != kZygoteMagic || req.type != ZygoteMessage::kStart ||
+      fds.size() != kZygoteStartFds) {
+    _exit(st.ok() ? 2 : 0);
+  }
   // Its parent is the zygote (which reports its exit to shoald); if the zygote dies it is
   // re-parented to shoald, the child subreaper. No parent-death signal: a zygote's crash must
   // not take its instances along. They end with shoald through the lifeline instead.
   // The data-plane socket at fd 3, as for a spawned instance; stdout/stderr to shoald's pipes.
   if (dup2(fds[0], 3) < 0 || dup2(fds[1], 1) < 0 || dup2(fds[2], 2) < 0) _exit(1);
-  for (int i = 0; i < 3; ++i) close(fds[i]);
+  CloseAll(fds);
   o->fd = 3;
-  o->lifeline_fd = fds[3];  // shoald holds its other end while the instance lives
+  o->lifeline_fd = start_fd;
   o->endpoint = req.endpoint;
   o->slot = req.slot;
   setenv("SHOAL_ENDPOINT", std::to_string(req.endpoint).c_str(), 1);
@@ -127,30 +129,40 @@ Result<bool> ServeAsZygote(int control_fd, InstanceOptions* options) {
     ZygoteFork req;
     std::vector<int> got;
     Status st = ReceivePacket(control_fd, &req, sizeof req, &got);
+    CloseAll(got);  // a kFork carries none
     if (!st.ok()) {
       if (st.code() != StatusCode::kUnavailable) spdlog::error("zygote: {}", st.ToString());
       return false;  // shoald closed the socket (or broke it): done
     }
-    if (req.magic != kZygoteMagic || req.type != ZygoteMessage::kFork ||
-        got.size() != kZygoteForkFds) {
-      CloseAll(got);
+    if (req.magic != kZygoteMagic || req.type != ZygoteMessage::kFork) {
       Send(control_fd, ZygoteMessage::kForked, -1, EINVAL, "malformed fork request");
+      continue;
+    }
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+      const int err = errno;
+      Send(control_fd, ZygoteMessage::kForked, -1, err, "socketpair");
       continue;
     }
     const pid_t child = fork();
     if (child == 0) {
       close(sfd);
       close(control_fd);
+      close(sv[0]);
       sigprocmask(SIG_SETMASK, &old, nullptr);
-      return BecomeInstance(req, got, options);
+      return BecomeInstance(sv[1], options);
     }
     const int err = errno;
-    CloseAll(got);
+    close(sv[1]);
     if (child > 0) {
-      Send(control_fd, ZygoteMessage::kForked, child, 0, "");
+      ZygoteReply r;
+      r.type = ZygoteMessage::kForked;
+      r.pid = child;
+      (void)SendPacket(control_fd, &r, sizeof r, {sv[0]});
     } else {
       Send(control_fd, ZygoteMessage::kForked, -1, err, std::strerror(err));
     }
+    close(sv[0]);
   }
 }
 

@@ -99,6 +99,8 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   // that the zygote path is unavailable now (spawn instead; the error says why).
   Status ForkFromZygote(FunctionState& f, Instance& inst, int out_fd, int err_fd,
                         const InstanceCgroup* cgroup, ChildProcess* child, bool* refuse);
+  // Forks f's next child ahead of demand (f.spare).
+  Status ForkSpare(FunctionState& f);
   // The wait status of an exited instance forked from a zygote (its parent, which reports it):
   // 1 and *status, 0 when not known yet, -1 when it cannot be known (its zygote died first).
   int ZygoteExitStatus(Instance& inst, int* status);

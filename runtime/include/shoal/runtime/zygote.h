@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "shoal/common/status.h"
 #include "shoal/runtime/zygote_protocol.h"
@@ -44,17 +45,19 @@ class Zygote {
   const std::string& reason() const { return reason_; }
   pid_t pid() const { return pid_; }
 
-  // A forked child, still blocked on its release pipe: a child of the zygote (checked), which
-  // runs once `release` gets a byte and exits on its end of file. Kept open afterwards as its
-  // lifeline: the instance exits when shoald (holding `release`) is gone.
+  // A forked child, waiting on its start socket: a child of the zygote running as its uid
+  // (checked). It becomes an instance on Start() and exits on the socket's end of file; the
+  // socket stays open as its lifeline (the instance exits when shoald is gone).
   struct Forked {
     pid_t pid = 0;
-    UniqueFd release;
+    UniqueFd start;
   };
-  // Forks an instance. kUnavailable when the zygote died or stalled past timeout_ms (it is
-  // then killed and reaped, state kGone, reason() says how it ended).
-  Result<Forked> Fork(uint32_t endpoint, uint32_t slot, int dataplane_fd, int out_fd, int err_fd,
-                      int timeout_ms);
+  // Forks a child. kUnavailable when the zygote died or stalled past timeout_ms (it is then
+  // killed and reaped, state kGone, reason() says how it ended).
+  Result<Forked> Fork(int timeout_ms);
+  // Sends a forked child its per-instance part.
+  static Status Start(const Forked& child, uint32_t endpoint, uint32_t slot, int dataplane_fd,
+                      int out_fd, int err_fd);
   // Non-blocking: true (and state kGone) once it has exited; reason() says how.
   bool Exited();
   // Waits up to timeout_ms for the report of `pid`'s exit (true once in *exits). A zygote that
@@ -66,7 +69,7 @@ class Zygote {
   void MarkGone(const std::string& during);
   // Reads the next message until the deadline; an exit report also lands in *exits_.
   // kUnavailable on end of file, kDeadlineExceeded on timeout.
-  Status Next(ZygoteReply* r, int64_t deadline_ms);
+  Status Next(ZygoteReply* r, int64_t deadline_ms, std::vector<int>* fds = nullptr);
   void DrainExits();  // non-blocking: every exit report already sent
   std::map<std::pair<pid_t, pid_t>, int>* exits_ = nullptr;
   pid_t pid_ = 0;  // its pid, kept after it is reaped

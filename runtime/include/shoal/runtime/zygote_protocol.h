@@ -22,22 +22,32 @@ enum class ZygoteMessage : uint32_t {
   kReady = 1,       // zygote -> shoald: loaded, single-threaded, forks on request
   kFailed = 2,      // zygote -> shoald: the handler (or the pool) failed to load; it exits
   kUnforkable = 3,  // zygote -> shoald: loaded but not single-threaded: it cannot fork safely
-  kFork = 4,        // shoald -> zygote: start an instance (4 descriptors, see ZygoteFork)
-  kForked = 5,      // zygote -> shoald: the child's pid, or the fork's errno
+  kFork = 4,        // shoald -> zygote: fork a child (see ZygoteFork)
+  kForked = 5,      // zygote -> shoald: the child's pid and its start socket, or the errno
   kExited = 6,      // zygote -> shoald: a child has exited (pid, wait status in `err`)
+  kStart = 7,       // shoald -> a forked child, on its start socket: become this instance
 };
 
-// kFork carries, in this order: the instance's data-plane socket, its stdout and stderr (the
-// write ends of shoald's log pipes) and the read end of its release pipe. The child blocks on
-// the release pipe until shoald has checked it and moved it into the instance's cgroup; end
-// of file there means "do not run" and it exits.
+// kFork: the zygote forks a child and answers kForked with the child's pid and, by
+// SCM_RIGHTS, shoald's end of a socket pair whose other end only the child holds. The child
+// waits there: shoald checks it, moves it into the instance's cgroup and sends kStart with the
+// per-instance part; end of file before that means "do not run" and it exits. shoald may fork
+// a child ahead of demand (a spare) and start it when an instance is needed. The socket then
+// stays open as the instance's lifeline: its end of file means shoald is gone.
 struct ZygoteFork {
   uint32_t magic = kZygoteMagic;
   ZygoteMessage type = ZygoteMessage::kFork;
+};
+
+// kStart carries, in this order, the instance's data-plane socket and its stdout and stderr
+// (the write ends of shoald's log pipes).
+struct ZygoteStart {
+  uint32_t magic = kZygoteMagic;
+  ZygoteMessage type = ZygoteMessage::kStart;
   uint32_t endpoint = 0;  // the instance's data-plane key
   uint32_t slot = 0;      // its pool holder slot
 };
-inline constexpr size_t kZygoteForkFds = 4;
+inline constexpr size_t kZygoteStartFds = 3;
 
 struct ZygoteReply {
   uint32_t magic = kZygoteMagic;

@@ -223,6 +223,9 @@ TEST_F(ZygoteTest, ZygoteKilledMidForkIsRestartedAndTheStartSpawned) {
   ASSERT_EQ(now.size(), 2u) << shoald_.Log();
   EXPECT_NE(now[1], first[0]);
   ASSERT_TRUE(shoald_.WaitReady("mid", 0, 10000));
+  for (int i = 0; i < 1000 && !Instances("mid").empty(); ++i) {  // the spawned one has exited
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   auto again = Invoke("mid", "status");
   EXPECT_EQ(again.status, 200);
   inst = Instances("mid");

@@ -179,16 +179,18 @@ int main(int argc, char** argv) {
   }
   const std::string slog = spawn.shoald.Log();
   const std::regex sre("cold start, spawn; before it: endpoint, cgroup and pipes ([0-9.]+) ms");
-  for (auto it = std::sregex_iterator(slog.begin(), slog.end(), sre);
-       it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(slog.begin(), slog.end(), sre); it != std::sregex_iterator();
+       ++it) {
     spawn_prepare_ms.push_back(std::stod((*it)[1]));
   }
   const bool spawn_fell_back = log.find("(cold start, spawn") != std::string::npos;
   zygote.shoald.Stop();
   spawn.shoald.Stop();
 
-  std::printf("bench-coldstart: %d cold starts per path in %d rounds, echo, new connection per "
-              "request, lower is better\n", runs, rounds);
+  std::printf(
+      "bench-coldstart: %d cold starts per path in %d rounds, echo, new connection per "
+      "request, lower is better\n",
+      runs, rounds);
   std::printf("%-44s %10s %10s\n", "", "p50 ms", "p99 ms");
   auto row = [](const char* name, const std::vector<double>& v) {
     std::printf("%-44s %10.3f %10.3f\n", name, Percentile(v, 0.5), Percentile(v, 0.99));
@@ -229,11 +231,12 @@ int main(int argc, char** argv) {
   ratio("full spawn: spawn -> ready / /bin/true start (target <= 3)", r_st);
   ratio("zygote: start -> ready / /bin/true start", r_zt);
   const double z50 = Percentile(zygote.cold, 0.5), z99 = Percentile(zygote.cold, 0.99);
-  std::printf("zygote cold p50 target <= 2 ms: %s (%.3f); p99 target <= 4 ms: %s (%.3f); full "
-              "spawn <= 3x /bin/true: %s (%.2f); failed requests %d%s\n",
-              z50 <= 2 ? "met" : "MISSED", z50, z99 <= 4 ? "met" : "MISSED", z99,
-              SpreadOf(r_st).median <= 3 ? "met" : "MISSED", SpreadOf(r_st).median, failures,
-              spawn_fell_back ? "; WARNING: some zygote-path starts fell back to a spawn" : "");
+  std::printf(
+      "zygote cold p50 target <= 2 ms: %s (%.3f); p99 target <= 4 ms: %s (%.3f); full "
+      "spawn <= 3x /bin/true: %s (%.2f); failed requests %d%s\n",
+      z50 <= 2 ? "met" : "MISSED", z50, z99 <= 4 ? "met" : "MISSED", z99,
+      SpreadOf(r_st).median <= 3 ? "met" : "MISSED", SpreadOf(r_st).median, failures,
+      spawn_fell_back ? "; WARNING: some zygote-path starts fell back to a spawn" : "");
   std::printf("RESULT coldstart ratio=%.3f\n", SpreadOf(r_zw).median);
   return failures == 0 ? 0 : 1;
 }

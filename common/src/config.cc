@@ -129,7 +129,8 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
       if (st.ok()) {
         if (m == "zygote") c.instance_start = InstanceStart::kZygote;
         else if (m == "spawn") c.instance_start = InstanceStart::kSpawn;
-        else st = InvalidArgument("config: instance_start: must be zygote or spawn, not '" + m + "'");
+        else st = InvalidArgument("config: instance_start: must be zygote or spawn, not '" + m +
+                                  "'");
       }
     }
     else if (key == "cgroups") {

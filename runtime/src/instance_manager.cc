@@ -632,7 +632,9 @@ std::vector<std::string> InstanceManager::InstanceEnv(const FunctionSpec& spec,
       std::string("PATH=") + (getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin"),
   };
   if (instance_token_) {
-    if (std::string token = instance_token_(spec); !token.empty()) env.push_back("SHOAL_TOKEN=" + token);
+    if (std::string token = instance_token_(spec); !token.empty()) {
+      env.push_back("SHOAL_TOKEN=" + token);
+    }
   }
   const size_t own_env = env.size();
   for (const auto& [k, v] : spec.handler.env) {
@@ -915,7 +917,9 @@ void InstanceManager::EnsureZygote(FunctionState& f, uint64_t now) {
   if (!f.zygote_unforkable.empty() || now < f.zygote_retry_ns) return;
 
   auto retry_later = [&](const std::string& why) {
-    if (why != f.zygote_error) spdlog::error("function {}: cannot start its zygote: {}", spec.name, why);
+    if (why != f.zygote_error) {
+      spdlog::error("function {}: cannot start its zygote: {}", spec.name, why);
+    }
     f.zygote_error = why;
     ++f.zygote_failures;
     f.zygote_retry_ns = now + static_cast<uint64_t>(
@@ -977,7 +981,9 @@ Status InstanceManager::ForkFromZygote(FunctionState& f, Instance& inst, int out
                                        bool* refuse) {
   const FunctionSpec& spec = f.rt->spec;
   *refuse = false;
-  if (!f.zygote_unforkable.empty()) return Unavailable("zygote cannot fork: " + f.zygote_unforkable);
+  if (!f.zygote_unforkable.empty()) {
+    return Unavailable("zygote cannot fork: " + f.zygote_unforkable);
+  }
   if (!f.zygote) {
     if (!f.zygote_error.empty()) {
       *refuse = true;
@@ -1172,7 +1178,8 @@ void InstanceManager::OnReady(uint32_t key) {
     std::snprintf(parts, sizeof parts,
                   ": %s %.2f ms, cgroup and release %.2f ms, to ready %.2f ms; before it: "
                   "endpoint, cgroup and pipes %.2f ms",
-                  inst.prefork ? "spare" : "fork", (inst.forked_ns - inst.spawn_ns) / 1e6, (inst.released_ns - inst.forked_ns) / 1e6,
+                  inst.prefork ? "spare" : "fork", (inst.forked_ns - inst.spawn_ns) / 1e6,
+                  (inst.released_ns - inst.forked_ns) / 1e6,
                   (inst.ready_ns - inst.released_ns) / 1e6, inst.prepare_ns / 1e6);
   } else {
     std::snprintf(parts, sizeof parts, "; before it: endpoint, cgroup and pipes %.2f ms",

@@ -71,11 +71,16 @@ bool ProcIds(pid_t pid, pid_t* ppid, uid_t* uid) {
 
 const char* ZygoteStateName(Zygote::State s) {
   switch (s) {
-    case Zygote::State::kStarting: return "starting";
-    case Zygote::State::kReady: return "ready";
-    case Zygote::State::kFailed: return "failed";
-    case Zygote::State::kUnforkable: return "unforkable";
-    case Zygote::State::kGone: return "gone";
+    case Zygote::State::kStarting:
+      return "starting";
+    case Zygote::State::kReady:
+      return "ready";
+    case Zygote::State::kFailed:
+      return "failed";
+    case Zygote::State::kUnforkable:
+      return "unforkable";
+    case Zygote::State::kGone:
+      return "gone";
   }
   return "?";
 }
@@ -165,10 +170,20 @@ Zygote::State Zygote::WaitLoaded(int timeout_ms) {
     return state_;
   }
   switch (r.type) {
-    case ZygoteMessage::kReady: state_ = State::kReady; break;
-    case ZygoteMessage::kFailed: state_ = State::kFailed; reason_ = r.message; break;
-    case ZygoteMessage::kUnforkable: state_ = State::kUnforkable; reason_ = r.message; break;
-    default: MarkGone(": it sent an unexpected load report"); break;
+    case ZygoteMessage::kReady:
+      state_ = State::kReady;
+      break;
+    case ZygoteMessage::kFailed:
+      state_ = State::kFailed;
+      reason_ = r.message;
+      break;
+    case ZygoteMessage::kUnforkable:
+      state_ = State::kUnforkable;
+      reason_ = r.message;
+      break;
+    default:
+      MarkGone(": it sent an unexpected load report");
+      break;
   }
   return state_;
 }
@@ -236,7 +251,8 @@ Status Zygote::Start(const Forked& child, uint32_t endpoint, uint32_t slot, int 
 Status Zygote::Next(ZygoteReply* r, int64_t deadline_ms, std::vector<int>* fds) {
   {
     if (!control_.valid()) return Unavailable("zygote is gone");
-    if (!WaitReadable(control_.get(), deadline_ms)) return Status(StatusCode::kDeadlineExceeded, "");
+    if (!WaitReadable(control_.get(), deadline_ms))
+      return Status(StatusCode::kDeadlineExceeded, "");
     Status st = ReceivePacket(control_.get(), r, sizeof *r, fds);
     if (!st.ok()) return st;
     r->message[sizeof r->message - 1] = 0;

@@ -3,10 +3,10 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/signalfd.h>
-#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -106,9 +106,10 @@ Result<bool> ServeAsZygote(int control_fd, InstanceOptions* options) {
     return Internal(why);
   }
   Send(control_fd, ZygoteMessage::kReady, 0, 0, "");
-  spdlog::info("zygote: function {}: handler {} loaded, pool {} attached; forking instances on "
-               "request",
-               options->function, options->handler, options->pool);
+  spdlog::info(
+      "zygote: function {}: handler {} loaded, pool {} attached; forking instances on "
+      "request",
+      options->function, options->handler, options->pool);
   for (;;) {
     pollfd fds[2] = {{control_fd, POLLIN, 0}, {sfd, POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) {

@@ -52,10 +52,9 @@ class ZygoteTest : public ::testing::Test {
     o.dataplane = "unix";
     o.pool_bytes = 64ull << 20;
     o.max_body_bytes = 1ull << 20;
-    o.extra_yaml = "handler_dirs: [" + handlers_ + "]\n" +
-                   "tenants: {team-b: {uid: 201234, gid: 201235}}\n" +
-                   "tenant_uid_base: 202000\nrestart_backoff_s: 0.05\ncontrol_interval_ms: 20\n" +
-                   extra;
+    o.extra_yaml =
+        "handler_dirs: [" + handlers_ + "]\n" + "tenants: {team-b: {uid: 201234, gid: 201235}}\n" +
+        "tenant_uid_base: 202000\nrestart_backoff_s: 0.05\ncontrol_interval_ms: 20\n" + extra;
     ASSERT_TRUE(shoald_.Start(o)) << shoald_.Log();
   }
   HttpResult DeployHttp(const std::string& manifest) {
@@ -114,7 +113,9 @@ TEST_F(ZygoteTest, ForkedInstanceRunsAsItsTenantInItsOwnSandbox) {
             std::string::npos);
   ASSERT_EQ(DeployHttp(Manifest("probe", "team-b", probe_,
                                 "  resources: {cpu: 250m, memory: 96Mi}\n"
-                                "  scale: {min: 2, max: 2}\n")).status, 201);
+                                "  scale: {min: 2, max: 2}\n"))
+                .status,
+            201);
   ASSERT_TRUE(shoald_.WaitReady("probe", 2));
   auto r = Invoke("probe", "status");
   ASSERT_EQ(r.status, 200) << r.body;
@@ -167,9 +168,7 @@ TEST_F(ZygoteTest, ForkedInstanceRunsAsItsTenantInItsOwnSandbox) {
   } else {
     EXPECT_NE(shoald_.Log().find("instances run without cgroups"), std::string::npos) << cg;
   }
-  EXPECT_EQ(shoald_.Metric("shoal_instance_starts_total",
-                           "function=\"probe\",path=\"zygote\""),
-            2);
+  EXPECT_EQ(shoald_.Metric("shoal_instance_starts_total", "function=\"probe\",path=\"zygote\""), 2);
   EXPECT_EQ(shoald_.Metric("shoal_instance_starts_total", "path=\"spawn\""), 0);
   EXPECT_GT(shoald_.Metric("shoal_instance_start_seconds_count", "path=\"zygote\""), 0);
   // describe shows the path.
@@ -180,8 +179,10 @@ TEST_F(ZygoteTest, ForkedInstanceRunsAsItsTenantInItsOwnSandbox) {
 
 TEST_F(ZygoteTest, ZygoteKilledMidForkIsRestartedAndTheStartSpawned) {
   StartShoald("zygote_timeout_ms: 5000\n");
-  ASSERT_EQ(DeployHttp(Manifest("mid", "team-a", probe_,
-                                "  keepAlive: 50ms\n  scale: {min: 0, max: 1}\n")).status, 201);
+  ASSERT_EQ(DeployHttp(
+                Manifest("mid", "team-a", probe_, "  keepAlive: 50ms\n  scale: {min: 0, max: 1}\n"))
+                .status,
+            201);
   ASSERT_TRUE(WaitLog("function mid: zygote (pid")) << shoald_.Log();
   const auto first = ZygotePids("mid");
   ASSERT_EQ(first.size(), 1u);
@@ -196,8 +197,9 @@ TEST_F(ZygoteTest, ZygoteKilledMidForkIsRestartedAndTheStartSpawned) {
   ASSERT_EQ(spare.size(), 1u);
   ASSERT_EQ(kill(first[0], SIGSTOP), 0);
   ASSERT_EQ(kill(spare[0], SIGKILL), 0);
-  for (int i = 0; i < 200 && StatusField(ReadAll("/proc/" + std::to_string(spare[0]) + "/status"),
-                                         "State").rfind("Z", 0) != 0;
+  for (int i = 0;
+       i < 200 && StatusField(ReadAll("/proc/" + std::to_string(spare[0]) + "/status"), "State")
+                          .rfind("Z", 0) != 0;
        ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -210,8 +212,8 @@ TEST_F(ZygoteTest, ZygoteKilledMidForkIsRestartedAndTheStartSpawned) {
   auto inst = Instances("mid");
   ASSERT_EQ(inst.size(), 1u);
   EXPECT_EQ(inst[0].value("start_path", ""), "spawn");
-  const std::string died = "zygote (pid " + std::to_string(first[0]) +
-                           ") killed by signal 9 (Killed) during a fork";
+  const std::string died =
+      "zygote (pid " + std::to_string(first[0]) + ") killed by signal 9 (Killed) during a fork";
   EXPECT_EQ(inst[0].value("start_note", ""), died);
   EXPECT_TRUE(WaitLog("function mid: " + died + "; restarting it")) << shoald_.Log();
   // A new zygote, and the next cold start is forked from it.
@@ -306,7 +308,8 @@ TEST_F(ZygoteTest, HandlerThatFailsToLoadInTheZygoteIsAnswered503WithTheReason) 
   EXPECT_EQ(r.status, 503) << r.body;
   const std::string err = Error(r);
   EXPECT_EQ(err.rfind("function 'bad' cannot start an instance: the handler failed to load in "
-                      "its zygote: cannot load handler library:" + handlers_ +
+                      "its zygote: cannot load handler library:" +
+                          handlers_ +
                           "/libbad.so:shoal_handle: NOT_FOUND: cannot load handler library: " +
                           handlers_ + "/libbad.so: file too short",
                       0),

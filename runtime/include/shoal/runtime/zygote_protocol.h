@@ -52,8 +52,8 @@ inline constexpr size_t kZygoteStartFds = 3;
 struct ZygoteReply {
   uint32_t magic = kZygoteMagic;
   ZygoteMessage type = ZygoteMessage::kReady;
-  int32_t pid = 0;    // kForked, kExited: the child
-  int32_t err = 0;    // kForked: errno of a failed fork; kExited: its wait status
+  int32_t pid = 0;         // kForked, kExited: the child
+  int32_t err = 0;         // kForked: errno of a failed fork; kExited: its wait status
   char message[232] = {};  // kFailed / kUnforkable: why (NUL-terminated)
 };
 

@@ -294,7 +294,9 @@ int Describe(const HttpClient& client, const std::string& name) try {
   if (instances.empty()) {
     o << "  <none>\n";
   } else {
-    Table t({"ID", "PID", "STATE", "INFLIGHT", "SERVED", "AGE", "COLD-START", "RESTARTS"});
+    Table t({"ID", "PID", "STATE", "INFLIGHT", "SERVED", "AGE", "COLD-START", "START",
+             "RESTARTS"});
+    std::string notes;
     for (const json& i : instances) {
       char id[32];
       std::snprintf(id, sizeof id, "%#llx", static_cast<unsigned long long>(Num<uint64_t>(i, "id")));
@@ -302,10 +304,16 @@ int Describe(const HttpClient& client, const std::string& name) try {
                 std::to_string(Num<uint64_t>(i, "inflight")),
                 std::to_string(Num<uint64_t>(i, "served")), FormatAge(Num<double>(i, "age_s")),
                 FormatMs(Num<double>(i, "cold_start_ms")),
+                Str(i, "start_path").empty() ? "-" : Str(i, "start_path"),
                 std::to_string(Num<uint64_t>(i, "restarts"))});
+      // A spawn where the node forks from zygotes: say why.
+      if (!Str(i, "start_note").empty()) {
+        notes += "  " + std::string(id) + " spawned: " + Str(i, "start_note") + "\n";
+      }
     }
     std::istringstream lines(t.Render());
     for (std::string line; std::getline(lines, line);) o << "  " << line << "\n";
+    o << notes;
   }
   std::fputs(o.str().c_str(), stdout);
   return 0;

@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   bool standalone = false;
   bool print_config = false;
   std::optional<uint16_t> port, control_port;
-  std::optional<std::string> state_dir, node_name, dataplane, log_level, host;
+  std::optional<std::string> state_dir, node_name, dataplane, log_level, host, instance_start;
   std::optional<uint32_t> threads;
   std::optional<uint64_t> pool_bytes, max_body;
   app.add_option("-c,--config", config_path, "YAML config file (every key optional)");
@@ -95,6 +95,8 @@ int main(int argc, char** argv) {
   app.add_option("--state-dir", state_dir, "deployments and logs (config state_dir)");
   app.add_option("--node-name", node_name, "node name (config node_name)");
   app.add_option("--dataplane", dataplane, "auto, sockmap or unix (config dataplane)");
+  app.add_option("--instance-start", instance_start,
+                 "zygote (fork from the function's zygote) or spawn (config instance_start)");
   app.add_option("--threads", threads, "gateway event loops, 0 = one per core");
   app.add_option("--pool-bytes", pool_bytes, "shared-memory pool bytes per tenant");
   app.add_option("--max-body-bytes", max_body, "request body limit");
@@ -123,6 +125,14 @@ int main(int argc, char** argv) {
       return 2;
     }
     config.dataplane = re->dataplane;
+  }
+  if (instance_start) {
+    auto re = NodeConfig::LoadString("instance_start: " + *instance_start);
+    if (!re.ok()) {
+      std::fprintf(stderr, "shoald: --instance-start: %s\n", re.status().message().c_str());
+      return 2;
+    }
+    config.instance_start = re->instance_start;
   }
   if (print_config) {
     std::cout << config.ToYaml();

@@ -16,6 +16,10 @@ const char* DataPlaneModeName(DataPlaneMode mode) {
   return "auto";
 }
 
+const char* InstanceStartName(InstanceStart mode) {
+  return mode == InstanceStart::kZygote ? "zygote" : "spawn";
+}
+
 const char* CgroupModeName(CgroupMode mode) {
   switch (mode) {
     case CgroupMode::kAuto: return "auto";
@@ -120,6 +124,17 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
     else if (key == "instance_pids_max") st = Read(v, "instance_pids_max", c.instance_pids_max);
     else if (key == "fl_checkpoint_delay_ms")
       st = Read(v, "fl_checkpoint_delay_ms", c.fl_checkpoint_delay_ms);
+    else if (key == "zygote_timeout_ms") st = Read(v, "zygote_timeout_ms", c.zygote_timeout_ms);
+    else if (key == "instance_start") {
+      std::string m;
+      st = Read(v, "instance_start", m);
+      if (st.ok()) {
+        if (m == "zygote") c.instance_start = InstanceStart::kZygote;
+        else if (m == "spawn") c.instance_start = InstanceStart::kSpawn;
+        else st = InvalidArgument("config: instance_start: must be zygote or spawn, not '" + m +
+                                  "'");
+      }
+    }
     else if (key == "cgroups") {
       std::string m;
       st = Read(v, "cgroups", m);
@@ -206,6 +221,8 @@ std::string NodeConfig::ToYaml() const {
   e << YAML::Key << "cgroup_parent" << YAML::Value << cgroup_parent;
   e << YAML::Key << "instance_pids_max" << YAML::Value << instance_pids_max;
   e << YAML::Key << "fl_checkpoint_delay_ms" << YAML::Value << fl_checkpoint_delay_ms;
+  e << YAML::Key << "instance_start" << YAML::Value << InstanceStartName(instance_start);
+  e << YAML::Key << "zygote_timeout_ms" << YAML::Value << zygote_timeout_ms;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

@@ -118,6 +118,8 @@ json StatsJson(const FunctionStats& st, bool with_instances) {
                            {"served", i.served},
                            {"age_s", i.age_s},
                            {"cold_start_ms", i.cold_start_ms},
+                           {"start_path", i.start_path},
+                           {"start_note", i.start_note},
                            {"restarts", i.restarts}});
     }
     j["instances"] = std::move(instances);

@@ -190,6 +190,10 @@ int FunctionInstance::Run() {
   epoll_ctl(ep, EPOLL_CTL_ADD, channel_->fd(), &ev);
   ev.data.fd = sfd;
   epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev);
+  if (options_.lifeline_fd >= 0) {
+    ev.data.fd = options_.lifeline_fd;
+    epoll_ctl(ep, EPOLL_CTL_ADD, options_.lifeline_fd, &ev);
+  }
 
   EventDescriptor ready{};
   ready.target = kManagerEndpoint;
@@ -206,8 +210,8 @@ int FunctionInstance::Run() {
   int exit_code = 0;
   bool running = true;
   while (running) {
-    epoll_event events[2];
-    const int n = epoll_wait(ep, events, 2, -1);
+    epoll_event events[3];
+    const int n = epoll_wait(ep, events, 3, -1);
     if (n < 0) {
       if (errno == EINTR) continue;
       exit_code = 1;
@@ -218,6 +222,12 @@ int FunctionInstance::Run() {
         signalfd_siginfo si;
         (void)!read(sfd, &si, sizeof si);
         spdlog::info("signal {}: draining and exiting", si.ssi_signo);
+        running = false;
+        continue;
+      }
+      if (events[i].data.fd == options_.lifeline_fd) {
+        spdlog::warn("shoald is gone (lifeline closed): exiting");
+        exit_code = 1;
         running = false;
         continue;
       }

@@ -223,8 +223,15 @@ class InferenceHandler final : public Handler {
                  oip::ShapeText(info_.input_shape), info_.output_name,
                  oip::ShapeText(info_.output_shape), info_.max_batch, delay.count());
     LogExecution(**first);
-    batcher_ = std::make_unique<DynamicBatcher>(BatcherOptions{info_.max_batch, delay},
-                                                std::move(*first));
+    delay_ = delay;
+    first_ = std::move(*first);
+    return {};
+  }
+
+  // The batcher's and the watcher's threads, per instance (after a zygote's fork).
+  Status OnInstanceStart() override {
+    batcher_ = std::make_unique<DynamicBatcher>(BatcherOptions{info_.max_batch, delay_},
+                                                std::move(first_));
     if (source_->Follows()) watcher_ = std::thread([this] { Watch(); });
     return {};
   }
@@ -368,6 +375,8 @@ class InferenceHandler final : public Handler {
   std::unique_ptr<inference::Executor> executor_;
   std::unique_ptr<ModelSource> source_;
   std::unique_ptr<DynamicBatcher> batcher_;
+  std::shared_ptr<ServingModel> first_;  // loaded by Init, served from OnInstanceStart
+  std::chrono::microseconds delay_{0};
   std::chrono::milliseconds poll_{200};
   std::mutex mu_;
   std::condition_variable cv_;

@@ -2,8 +2,11 @@
 
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +22,7 @@
 #include "shoal/common/log.h"
 #include "shoal/runtime/fl_data_path.h"
 #include "shoal/runtime/node_capacity.h"
+#include "shoal/runtime/zygote.h"
 #include "shoal/sandbox/cgroup.h"
 #include "shoal/sandbox/handler_library.h"
 #include "shoal/sandbox/sandboxed_process.h"
@@ -59,6 +63,15 @@ struct InstanceManager::Instance {
   bool holds_reservation = false;
   uint64_t last_served = 0;
   double cold_start_ms = 0;
+  std::string start_path = "spawn";  // zygote | spawn
+  std::string start_note;     // why a spawn where the zygote path was configured
+  uint64_t prepare_ns = 0;    // its endpoint, cgroup and pipes, before spawn_ns
+  uint64_t forked_ns = 0;     // zygote path: the zygote's answer, and the child's release
+  uint64_t released_ns = 0;
+  bool prefork = false;       // zygote path: started from the spare forked ahead
+  uint32_t zygote_id = 0;     // which of its function's zygotes forked it (their count)
+  int zygote_pid = 0;         // ... and that zygote's pid (its exit reports are believed)
+  UniqueFd lifeline;          // zygote path: the child exits when this closes
   bool prewarmed = false;     // started ahead of demand by the autoscaling policy
   bool prewarm_used = false;  // ... and has taken its first request
   bool expected_exit = false;
@@ -85,6 +98,26 @@ struct InstanceManager::FunctionState {
   std::string unschedulable;  // placement's refusal (naming the resource); empty when it fits
   std::string start_error;    // why its instances cannot start (e.g. its handler library)
   std::optional<SeccompProgram> seccomp;  // compiled on the first start
+
+  // Its zygote (instance_start: zygote). zygote_error: the last load failure (a start answers
+  // it until a zygote loads again); zygote_unforkable: why instances are spawned instead.
+  std::unique_ptr<Zygote> zygote;
+  Zygote::State zygote_logged = Zygote::State::kStarting;
+  uint64_t zygote_started_ns = 0;
+  uint64_t zygote_retry_ns = 0;
+  uint32_t zygote_failures = 0;
+  uint32_t zygote_count = 0;
+  std::string zygote_error;
+  std::string zygote_unforkable;
+  // A child forked ahead of demand, waiting for its start: the next instance start takes it,
+  // so that its fork is not on a request's path; forked again on the next tick.
+  struct Spare {
+    Zygote::Forked child;
+    UniqueFd pidfd;
+    uint32_t zygote_id = 0;
+    int zygote_pid = 0;
+  };
+  std::optional<Spare> spare;
 
   // Autoscaling (null: policy none, the reactive rule).
   std::unique_ptr<FunctionAutoscaler> autoscaler;
@@ -129,6 +162,17 @@ Status InstanceManager::Start(RequestSink* sink) {
     return NotFound("function instance binary not found: " + fn_binary_);
   }
   SHOAL_RETURN_IF_ERROR(StartSandbox());
+  if (config_.instance_start == InstanceStart::kZygote) {
+    // A zygote is the parent of its instances and reports their exits; when it dies they are
+    // re-parented to shoald, which reaps them as it reaps a spawned instance.
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+      return ErrnoStatus("prctl(PR_SET_CHILD_SUBREAPER)", errno);
+    }
+    spdlog::info("instance manager: instances start forked from their function's zygote "
+                 "(instance_start: zygote; a zygote per function, never shared across tenants)");
+  } else {
+    spdlog::info("instance manager: instances start as new processes (instance_start: spawn)");
+  }
   std::error_code ec;
   std::filesystem::create_directories(config_.state_dir + "/logs", ec);
   auto ep = dataplane_.CreateEndpoint(kManagerEndpoint);
@@ -249,7 +293,20 @@ void InstanceManager::Reconcile() {
   std::lock_guard lock(mu_);
   if (specs_changed_.exchange(false)) SyncSpecs();
   const uint64_t now = NowNs();
-  for (auto& [name, f] : by_name_) ScaleFunction(*f, now);
+  for (auto& [name, f] : by_name_) {
+    EnsureZygote(*f, now);
+    ScaleFunction(*f, now);
+  }
+  if (config_.instance_start == InstanceStart::kZygote) {
+    ReapStrays();
+    // Exit reports of children that never became instances (refused after the fork).
+    std::erase_if(zygote_exits_, [&](const auto& e) {
+      for (const auto& [key, inst] : by_key_) {
+        if (inst->zygote_pid == e.first.first && inst->pid == e.first.second) return false;
+      }
+      return true;
+    });
+  }
   if (!seccomp_kills_.empty()) LogSeccompKills(now);
   // Old generations: stop their instances as they go idle, then forget them.
   for (auto& f : retired_) {
@@ -323,6 +380,8 @@ void InstanceManager::Retire(FunctionState& f, const char* why) {
   spdlog::info("function {} generation {} {}: draining {} instance(s)", f.rt->spec.name,
                f.rt->spec.generation, why, f.instances.size());
   f.rt->retired = true;
+  f.spare.reset();
+  f.zygote.reset();
   for (const auto& w : f.rt->router.TakeWaiters()) {
     // Waiters of a re-deployed function are rejected too: the client retries on the new one.
     sink_->Reject(w.loop, w.request_id, 503,
@@ -558,7 +617,43 @@ bool InstanceManager::PlaceStart(FunctionState& f) {
   return false;
 }
 
+std::vector<std::string> InstanceManager::InstanceEnv(const FunctionSpec& spec,
+                                                      const std::string& handler) {
+  std::vector<std::string> env = {
+      "SHOAL_FUNCTION=" + spec.name,
+      "SHOAL_FUNCTION_ID=" + std::to_string(spec.id),
+      "SHOAL_NODE=" + config_.node_name,
+      "SHOAL_DATAPLANE=" + std::string(DataPlaneKindName(dataplane_.kind())),
+      "SHOAL_POOL=" + PoolSegmentName(config_.node_name, spec.tenant),
+      "SHOAL_HANDLER=" + handler,
+      "SHOAL_CONCURRENCY=" + std::to_string(spec.concurrency),
+      "SHOAL_LOG_LEVEL=" + config_.log_level,
+      "SHOAL_GATEWAY=" + gateway_url_,
+      std::string("PATH=") + (getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin"),
+  };
+  if (instance_token_) {
+    if (std::string token = instance_token_(spec); !token.empty()) {
+      env.push_back("SHOAL_TOKEN=" + token);
+    }
+  }
+  const size_t own_env = env.size();
+  for (const auto& [k, v] : spec.handler.env) {
+    // Never a variable that loads code (the manifest parser refuses them; records written
+    // before it did are filtered here), nor one of shoald's own.
+    bool ours = false;
+    for (size_t i = 0; i < own_env; ++i) ours = ours || env[i].rfind(k + "=", 0) == 0;
+    if (ours || !CodeLoadingEnvReason(k).empty()) {
+      spdlog::warn("function {}: not passing spec.handler.env.{} to its instances", spec.name, k);
+      continue;
+    }
+    env.push_back(k + "=" + v);
+  }
+
+  return env;
+}
+
 Status InstanceManager::Spawn(FunctionState& f, bool prewarm) {
+  const uint64_t begin_ns = NowNs();
   const FunctionSpec& spec = f.rt->spec;
   uint64_t& used = used_slots_[spec.tenant];
   HolderSlot slot = 0;
@@ -608,35 +703,9 @@ Status InstanceManager::Spawn(FunctionState& f, bool prewarm) {
       spec.handler.builtin.empty()
           ? "library:/proc/self/fd/" + std::to_string(kLibraryFd) + ":" + spec.handler.symbol
           : "builtin:" + spec.handler.builtin;
-  std::vector<std::string> env = {
-      "SHOAL_FUNCTION=" + spec.name,
-      "SHOAL_FUNCTION_ID=" + std::to_string(spec.id),
-      "SHOAL_ENDPOINT=" + std::to_string(key),
-      "SHOAL_NODE=" + config_.node_name,
-      "SHOAL_DATAPLANE=" + std::string(DataPlaneKindName(dataplane_.kind())),
-      "SHOAL_POOL=" + PoolSegmentName(config_.node_name, spec.tenant),
-      "SHOAL_SLOT=" + std::to_string(slot),
-      "SHOAL_HANDLER=" + handler,
-      "SHOAL_CONCURRENCY=" + std::to_string(spec.concurrency),
-      "SHOAL_LOG_LEVEL=" + config_.log_level,
-      "SHOAL_GATEWAY=" + gateway_url_,
-      std::string("PATH=") + (getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin"),
-  };
-  if (instance_token_) {
-    if (std::string token = instance_token_(spec); !token.empty()) env.push_back("SHOAL_TOKEN=" + token);
-  }
-  const size_t own_env = env.size();
-  for (const auto& [k, v] : spec.handler.env) {
-    // Never a variable that loads code (the manifest parser refuses them; records written
-    // before it did are filtered here), nor one of shoald's own.
-    bool ours = false;
-    for (size_t i = 0; i < own_env; ++i) ours = ours || env[i].rfind(k + "=", 0) == 0;
-    if (ours || !CodeLoadingEnvReason(k).empty()) {
-      spdlog::warn("function {}: not passing spec.handler.env.{} to its instances", spec.name, k);
-      continue;
-    }
-    env.push_back(k + "=" + v);
-  }
+  std::vector<std::string> env = InstanceEnv(spec, handler);
+  env.push_back("SHOAL_ENDPOINT=" + std::to_string(key));
+  env.push_back("SHOAL_SLOT=" + std::to_string(slot));
 
   // Its cgroup, with the manifest's limits; without one it still runs (logged at start-up).
   std::unique_ptr<InstanceCgroup> cgroup;
@@ -686,8 +755,28 @@ Status InstanceManager::Spawn(FunctionState& f, bool prewarm) {
 
   Instance* raw = inst.get();
   raw->spawn_ns = NowNs();
+  raw->prepare_ns = raw->spawn_ns - begin_ns;
   raw->last_busy_ns = raw->spawn_ns;
-  auto child = SpawnSandboxed(opts, sandbox);
+  Result<ChildProcess> child = Internal("not started");
+  bool started = false;
+  if (config_.instance_start == InstanceStart::kZygote) {
+    ChildProcess forked;
+    bool refuse = false;
+    Status st = ForkFromZygote(f, *raw, out_pipe[1], err_pipe[1], cgroup.get(), &forked, &refuse);
+    if (st.ok()) {
+      child = std::move(forked);
+      started = true;
+      raw->start_path = "zygote";
+    } else if (refuse) {
+      // The handler does not load: a spawned instance would fail the same way.
+      for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
+      dataplane_.RemoveEndpoint(key);
+      return st;
+    } else {
+      raw->start_note = st.message();
+    }
+  }
+  if (!started) child = SpawnSandboxed(opts, sandbox);
   // The child has its copies of the endpoint socket and the pipes' write ends; shoald keeps
   // only the anchor and the read ends.
   close(raw->endpoint.ReleaseFd());
@@ -712,7 +801,17 @@ Status InstanceManager::Spawn(FunctionState& f, bool prewarm) {
   uv_poll_start(&raw->exit_poll, UV_READABLE, [](uv_poll_t* h, int, int) {
     auto* i = static_cast<Instance*>(h->data);
     int status = 0;
-    if (!i->child.TryReap(&status)) return;
+    if (!i->child.TryReap(&status)) {
+      if (i->start_path != "zygote") return;
+      const int got = i->mgr->ZygoteExitStatus(*i, &status);
+      if (got == 0) return;
+      i->child.MarkReaped();
+      if (got < 0) {
+        uv_poll_stop(h);
+        i->mgr->OnExit(i, -1, 0);
+        return;
+      }
+    }
     uv_poll_stop(h);
     if (WIFSIGNALED(status)) {
       i->mgr->OnExit(i, 0, WTERMSIG(status));
@@ -747,6 +846,280 @@ Status InstanceManager::Spawn(FunctionState& f, bool prewarm) {
   spdlog::info("function {}: started instance {:#x} (pid {}, slot {}){}", spec.name, key, raw->pid,
                slot, prewarm ? ", pre-warm" : "");
   return {};
+}
+
+// ---- zygotes ----------------------------------------------------------------------------
+
+namespace {
+
+// A zygote's load failure, with the handler library named by its path rather than by the
+// descriptor the zygote loaded it through.
+std::string LoadFailure(const FunctionSpec& spec, std::string why) {
+  if (!spec.handler.library.empty()) {
+    const std::string fd = "/proc/self/fd/4";
+    for (size_t at = why.find(fd); at != std::string::npos; at = why.find(fd, at)) {
+      why.replace(at, fd.size(), spec.handler.library);
+      at += spec.handler.library.size();
+    }
+  }
+  return "the handler failed to load in its zygote: " + why;
+}
+
+}  // namespace
+
+void InstanceManager::EnsureZygote(FunctionState& f, uint64_t now) {
+  if (config_.instance_start != InstanceStart::kZygote || f.rt->retired) return;
+  const FunctionSpec& spec = f.rt->spec;
+  if (f.zygote) {
+    Zygote& z = *f.zygote;
+    if (z.state() == Zygote::State::kStarting) z.WaitLoaded(0);
+    if (z.state() != f.zygote_logged) {
+      f.zygote_logged = z.state();
+      switch (z.state()) {
+        case Zygote::State::kReady:
+          spdlog::info("function {}: zygote (pid {}) ready in {:.2f} ms: handler loaded, pool "
+                       "attached",
+                       spec.name, z.pid(), (NowNs() - f.zygote_started_ns) / 1e6);
+          f.zygote_error.clear();
+          f.zygote_failures = 0;
+          break;
+        case Zygote::State::kFailed:
+          f.zygote_error = LoadFailure(spec, z.reason());
+          spdlog::error("function {}: {}", spec.name, f.zygote_error);
+          break;
+        case Zygote::State::kUnforkable:
+          // It will not get better for this generation: instances are spawned.
+          f.zygote_unforkable = z.reason();
+          spdlog::warn("function {}: zygote (pid {}) cannot fork: {}; its instances start by a "
+                       "full spawn",
+                       spec.name, z.pid(), z.reason());
+          f.zygote.reset();
+          return;
+        default: break;
+      }
+    }
+    if (!z.Exited()) {
+      if (z.state() == Zygote::State::kReady && !f.spare) (void)ForkSpare(f);
+      return;
+    }
+    f.spare.reset();
+    if (f.zygote_logged != Zygote::State::kFailed) {
+      spdlog::warn("function {}: {}; restarting it", spec.name, z.reason());
+    }
+    f.zygote.reset();
+    ++f.zygote_failures;
+    const double backoff =
+        std::min(10.0, config_.restart_backoff_s *
+                           std::pow(2.0, std::max(0, int(f.zygote_failures) - 2)));
+    // A first death restarts it at once; a zygote that keeps dying backs off like instances.
+    f.zygote_retry_ns = now + (f.zygote_failures > 1 ? static_cast<uint64_t>(backoff * 1e9) : 0);
+  }
+  if (!f.zygote_unforkable.empty() || now < f.zygote_retry_ns) return;
+
+  auto retry_later = [&](const std::string& why) {
+    if (why != f.zygote_error) {
+      spdlog::error("function {}: cannot start its zygote: {}", spec.name, why);
+    }
+    f.zygote_error = why;
+    ++f.zygote_failures;
+    f.zygote_retry_ns = now + static_cast<uint64_t>(
+        std::min(10.0, config_.restart_backoff_s * std::pow(2.0, f.zygote_failures)) * 1e9);
+  };
+  constexpr int kLibraryFd = 4;
+  UniqueFd library;
+  if (!spec.handler.library.empty()) {
+    auto fd = OpenHandlerLibrary(spec.handler.library, handler_dirs_);
+    if (!fd.ok()) return retry_later("spec.handler.library: " + fd.status().message());
+    library = std::move(*fd);
+  }
+  if (!f.seccomp) {
+    auto prog = SeccompProgram::Compile(spec.security.seccomp_allow);
+    if (!prog.ok()) return retry_later("spec.security.seccomp.allow: " + prog.status().message());
+    f.seccomp.emplace(std::move(*prog));
+  }
+  const std::string handler =
+      spec.handler.builtin.empty()
+          ? "library:/proc/self/fd/" + std::to_string(kLibraryFd) + ":" + spec.handler.symbol
+          : "builtin:" + spec.handler.builtin;
+  SpawnOptions opts;
+  opts.file = fn_binary_;
+  opts.env = InstanceEnv(spec, handler);
+  if (library.valid()) opts.fds.emplace_back(kLibraryFd, library.get());
+  SandboxOptions sandbox;
+  sandbox.switch_ids = switch_ids_;
+  if (switch_ids_) {
+    auto id = tenant_ids_->For(spec.tenant);
+    if (!id.ok()) return retry_later(id.status().message());
+    sandbox.ids = *id;
+  }
+  sandbox.seccomp = &*f.seccomp;
+  // Its own cgroup with the function's limits; each forked child is moved out into its own.
+  std::unique_ptr<InstanceCgroup> cgroup;
+  if (cgroups_) {
+    char name[96];
+    std::snprintf(name, sizeof name, "%s-g%llu-zygote%u", spec.name.c_str(),
+                  static_cast<unsigned long long>(spec.generation), f.zygote_count);
+    auto cg = cgroups_->Create(name, {spec.cpu, spec.memory_bytes, config_.instance_pids_max});
+    if (cg.ok()) cgroup = std::move(*cg);
+  }
+  // Its own log lines go to the function's log, beside its instances'.
+  UniqueFd log(open(LogPath(spec.name).c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640));
+  if (!log.valid()) return retry_later(ErrnoStatus("open " + LogPath(spec.name), errno).message());
+  f.zygote_started_ns = NowNs();
+  auto z = Zygote::Start(std::move(opts), sandbox, log.get(), std::move(cgroup), &zygote_exits_);
+  if (!z.ok()) return retry_later(z.status().message());
+  f.zygote = std::move(*z);
+  f.zygote_logged = Zygote::State::kStarting;
+  ++f.zygote_count;
+  spdlog::info("function {}: zygote started (pid {}, tenant {}{})", spec.name, f.zygote->pid(),
+               spec.tenant,
+               switch_ids_ ? ", uid " + std::to_string(sandbox.ids.uid) : std::string());
+}
+
+Status InstanceManager::ForkFromZygote(FunctionState& f, Instance& inst, int out_fd, int err_fd,
+                                       const InstanceCgroup* cgroup, ChildProcess* child_out,
+                                       bool* refuse) {
+  const FunctionSpec& spec = f.rt->spec;
+  *refuse = false;
+  if (!f.zygote_unforkable.empty()) {
+    return Unavailable("zygote cannot fork: " + f.zygote_unforkable);
+  }
+  if (!f.zygote) {
+    if (!f.zygote_error.empty()) {
+      *refuse = true;
+      return Unavailable(f.zygote_error);
+    }
+    return Unavailable("no zygote running");
+  }
+  Zygote& z = *f.zygote;
+  const Zygote::State state = z.WaitLoaded(static_cast<int>(config_.zygote_timeout_ms));
+  if (state == Zygote::State::kFailed) {
+    f.zygote_error = LoadFailure(spec, z.reason());
+    *refuse = true;
+    return Unavailable(f.zygote_error);
+  }
+  if (state == Zygote::State::kStarting) {
+    return Unavailable("zygote still loading after " + std::to_string(config_.zygote_timeout_ms) +
+                       " ms");
+  }
+  if (state != Zygote::State::kReady) return Unavailable("zygote " + z.reason());
+  // The spare if it is this zygote's and alive, else a child forked now.
+  bool spare = false;
+  if (f.spare && f.spare->zygote_id == f.zygote_count) {
+    pollfd exited{f.spare->pidfd.get(), POLLIN, 0};  // readable once it has exited
+    spare = poll(&exited, 1, 0) == 0;
+  }
+  if (!spare) {
+    f.spare.reset();
+    if (Status st = ForkSpare(f); !st.ok()) return st;
+  }
+  FunctionState::Spare child = std::move(*f.spare);
+  f.spare.reset();
+  inst.forked_ns = NowNs();
+  inst.prefork = spare;
+  const pid_t pid = child.child.pid;
+  // Into the instance's cgroup before it runs (the tenant cannot write cgroup.procs). On an
+  // error the child is dropped: its start socket closes and it exits.
+  if (cgroup != nullptr) {
+    const std::string text = std::to_string(pid);
+    for (const auto& fd : cgroup->procs()) {
+      if (write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+        return ErrnoStatus("moving the forked instance into its cgroup", errno);
+      }
+    }
+  }
+  if (Status st = Zygote::Start(child.child, inst.key, inst.slot, inst.endpoint.fd(), out_fd,
+                                err_fd);
+      !st.ok()) {
+    return Unavailable("starting the forked instance: " + st.message());
+  }
+  inst.released_ns = NowNs();
+  inst.zygote_id = child.zygote_id;
+  inst.zygote_pid = child.zygote_pid;
+  inst.lifeline = std::move(child.child.start);
+  *child_out = ChildProcess(pid, std::move(child.pidfd));
+  return {};
+}
+
+Status InstanceManager::ForkSpare(FunctionState& f) {
+  Zygote& z = *f.zygote;
+  auto forked = z.Fork(static_cast<int>(config_.zygote_timeout_ms));
+  if (!forked.ok()) {
+    if (z.state() == Zygote::State::kGone) {
+      spdlog::warn("function {}: {}; restarting it", f.rt->spec.name, z.reason());
+      f.zygote.reset();
+      ++f.zygote_failures;
+      f.zygote_retry_ns = 0;
+    }
+    return forked.status();
+  }
+  const pid_t pid = forked->pid;
+  for (const auto& [key, other] : by_key_) {
+    if (other->pid == pid) {
+      return Internal("zygote reported pid " + std::to_string(pid) + ", which is instance " +
+                      std::to_string(key));
+    }
+  }
+  UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
+  if (!pidfd.valid()) return ErrnoStatus("pidfd_open", errno);
+  f.spare = FunctionState::Spare{std::move(*forked), std::move(pidfd), f.zygote_count, z.pid()};
+  return {};
+}
+
+int InstanceManager::ZygoteExitStatus(Instance& inst, int* status) {
+  std::lock_guard lock(mu_);
+  auto take = [&] {
+    // Only its own zygote's report counts (another zygote runs another function's code).
+    auto it = zygote_exits_.find({inst.zygote_pid, inst.pid});
+    if (it == zygote_exits_.end()) return false;
+    *status = it->second;
+    zygote_exits_.erase(it);
+    return true;
+  };
+  if (take()) return 1;
+  Zygote* z = inst.fn->zygote.get();
+  if (z != nullptr && inst.zygote_id == inst.fn->zygote_count &&
+      z->state() == Zygote::State::kReady) {
+    // Its zygote reaps it at once; a zygote that does not report is killed, which hands its
+    // children to shoald.
+    constexpr int kReportWaitMs = 200;
+    z->CollectExit(inst.pid, kReportWaitMs);
+    if (take()) return 1;
+  }
+  // Its zygote is gone: re-parented to shoald, it is reaped here.
+  int st = 0;
+  const pid_t r = waitpid(inst.pid, &st, WNOHANG);
+  if (r == inst.pid) {
+    *status = st;
+    return 1;
+  }
+  if (r < 0 && errno == ECHILD) {
+    spdlog::warn("function {}: instance {:#x} (pid {}) exited; its exit status is unknown (its "
+                 "zygote reaped it and died before reporting it)",
+                 inst.fn->rt->spec.name, inst.key, inst.pid);
+    return -1;
+  }
+  return 0;
+}
+
+void InstanceManager::ReapStrays() {
+  // Only processes of a tenant (an instance's leftovers): never one of shoald's own uid, which
+  // may be a child its embedder waits for.
+  if (!switch_ids_) return;
+  for (int i = 0; i < 16; ++i) {
+    siginfo_t si{};
+    if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0) return;
+    bool known = false;
+    for (const auto& [key, inst] : by_key_) known = known || inst->pid == si.si_pid;
+    for (const auto& [name, f] : by_name_) {
+      known = known || (f->zygote && f->zygote->pid() == si.si_pid);
+    }
+    for (const auto& f : retired_) known = known || (f->zygote && f->zygote->pid() == si.si_pid);
+    if (known || si.si_uid == geteuid()) return;  // its owner reaps it
+    int status = 0;
+    waitpid(si.si_pid, &status, WNOHANG);
+    spdlog::info("reaped pid {} (uid {}), left behind by an instance", si.si_pid, si.si_uid);
+  }
 }
 
 void InstanceManager::AppendLog(Instance& inst, const char* data, size_t len) {
@@ -784,6 +1157,7 @@ void InstanceManager::OnReady(uint32_t key) {
   cluster_.node(0).cold_start_cost_s = cold_start_sum_s_ / static_cast<double>(cold_start_count_);
   FunctionRuntime& rt = *inst.fn->rt;
   rt.metrics.CountColdStart(inst.cold_start_ms / 1e3);
+  metrics_.CountInstanceStart(rt.spec.name, inst.start_path, inst.cold_start_ms / 1e3);
   rt.cold_starts.fetch_add(1, std::memory_order_relaxed);
   rt.last_cold_start_us.store(static_cast<uint64_t>(inst.cold_start_ms * 1e3),
                               std::memory_order_relaxed);
@@ -798,9 +1172,24 @@ void InstanceManager::OnReady(uint32_t key) {
         .Increment(static_cast<double>(assigned.size()));
   }
   for (const auto& a : assigned) sink_->Deliver(a);
-  spdlog::info("function {}: instance {:#x} ready in {:.2f} ms (cold start), took {} queued "
+  std::string path = inst.start_path;
+  char parts[192];
+  if (inst.start_path == "zygote") {
+    std::snprintf(parts, sizeof parts,
+                  ": %s %.2f ms, cgroup and release %.2f ms, to ready %.2f ms; before it: "
+                  "endpoint, cgroup and pipes %.2f ms",
+                  inst.prefork ? "spare" : "fork", (inst.forked_ns - inst.spawn_ns) / 1e6,
+                  (inst.released_ns - inst.forked_ns) / 1e6,
+                  (inst.ready_ns - inst.released_ns) / 1e6, inst.prepare_ns / 1e6);
+  } else {
+    std::snprintf(parts, sizeof parts, "; before it: endpoint, cgroup and pipes %.2f ms",
+                  inst.prepare_ns / 1e6);
+  }
+  path += parts;
+  if (!inst.start_note.empty()) path += " (" + inst.start_note + ")";
+  spdlog::info("function {}: instance {:#x} ready in {:.2f} ms (cold start, {}), took {} queued "
                "request(s)",
-               rt.spec.name, key, inst.cold_start_ms, assigned.size());
+               rt.spec.name, key, inst.cold_start_ms, path, assigned.size());
 }
 
 void InstanceManager::OnManagerReadable() {
@@ -900,6 +1289,10 @@ void InstanceManager::Stop(double grace_s) {
     for (auto& f : retired_) {
       for (Instance* inst : f->instances) StopInstance(*inst);
     }
+    for (auto& [name, f] : by_name_) {
+      f->spare.reset();
+      f->zygote.reset();
+    }
   }
   const uint64_t deadline = NowNs() + static_cast<uint64_t>(grace_s * 1e9);
   while (!by_key_.empty() && NowNs() < deadline) uv_run(loop_, UV_RUN_NOWAIT), usleep(1000);
@@ -981,6 +1374,8 @@ FunctionStats InstanceManager::Stats(const std::string& function) {
     }
     info.age_s = (now - inst->spawn_ns) / 1e9;
     info.cold_start_ms = inst->cold_start_ms;
+    info.start_path = inst->start_path;
+    info.start_note = inst->start_note;
     info.restarts = f.restarts;
     st.instances.push_back(info);
   }

@@ -29,6 +29,14 @@ NodeMetrics::NodeMetrics()
                              .Name("shoal_cold_start_seconds")
                              .Help("Instance start time, spawn to ready")
                              .Register(*registry_)),
+      instance_starts(prometheus::BuildCounter()
+                          .Name("shoal_instance_starts_total")
+                          .Help("Instances started, by function and path (zygote|spawn)")
+                          .Register(*registry_)),
+      instance_start_seconds(prometheus::BuildHistogram()
+                                 .Name("shoal_instance_start_seconds")
+                                 .Help("Instance start to ready, by path (zygote|spawn)")
+                                 .Register(*registry_)),
       inflight(prometheus::BuildGauge()
                    .Name("shoal_inflight_requests")
                    .Help("Requests running in instances")
@@ -144,6 +152,12 @@ prometheus::Counter& FunctionMetrics::CounterFor(int status) {
 void FunctionMetrics::CountRequest(int status, double seconds) {
   CounterFor(status).Increment();
   latency_->Observe(seconds);
+}
+
+void NodeMetrics::CountInstanceStart(const std::string& function, const std::string& path,
+                                     double seconds) {
+  instance_starts.Add({{"function", function}, {"path", path}}).Increment();
+  instance_start_seconds.Add({{"path", path}}, kColdStartBuckets).Observe(seconds);
 }
 
 void FunctionMetrics::CountColdStart(double seconds) {

@@ -1,5 +1,7 @@
 // shoal-fn: one function instance. Started by shoald with its data-plane socket as fd 3 and
-// its identity in SHOAL_* environment variables; not meant to be started by hand.
+// its identity in SHOAL_* environment variables; not meant to be started by hand. With
+// SHOAL_ZYGOTE=1 it is its function's zygote instead (zygote_server.h): it loads the handler,
+// attaches the pool, then forks instances on shoald's request over fd 5.
 #include <sys/prctl.h>
 #include <unistd.h>
 
@@ -10,6 +12,8 @@
 #include "shoal/common/log.h"
 #include "shoal/pool/shm_pool.h"
 #include "shoal/runtime/function_instance.h"
+#include "shoal/runtime/zygote_protocol.h"
+#include "shoal/runtime/zygote_server.h"
 
 using namespace shoal;
 
@@ -36,26 +40,39 @@ int main() {
     std::fprintf(stderr, "shoal-fn: %s\n", options.status().message().c_str());
     return 2;
   }
-  InitLogging("shoal-fn[" + options->function + "/" + std::to_string(options->endpoint) + "]",
+  const char* zygote_env = std::getenv("SHOAL_ZYGOTE");
+  const bool zygote = zygote_env != nullptr && std::string(zygote_env) == "1";
+  InitLogging("shoal-fn[" + options->function + "/" +
+                  (zygote ? std::string("zygote") : std::to_string(options->endpoint)) + "]",
               std::getenv("SHOAL_LOG_LEVEL") ? std::getenv("SHOAL_LOG_LEVEL") : "info");
   if (getppid() == 1) return 1;  // shoald already gone
+  auto fail = [&](const std::string& why) {
+    spdlog::error("{}", why);
+    if (zygote) ReportZygoteFailure(kZygoteControlFd, why);
+    return 1;
+  };
 
   auto kind = ParseDataPlaneKind(options->dataplane);
-  if (!kind.ok()) {
-    spdlog::error("{}", kind.status().ToString());
-    return 2;
-  }
+  if (!kind.ok()) return fail(kind.status().ToString());
   auto pool = ShmPool::Attach(options->pool);
   if (!pool.ok()) {
-    spdlog::error("cannot attach pool {}: {}", options->pool, pool.status().ToString());
-    return 1;
+    return fail("cannot attach pool " + options->pool + ": " + pool.status().ToString());
   }
   auto handler = MakeHandler(options->handler);
   if (!handler.ok()) {
-    spdlog::error("cannot load handler {}: {}", options->handler, handler.status().ToString());
-    return 1;
+    return fail("cannot load handler " + options->handler + ": " + handler.status().ToString());
   }
   (*handler)->OnPoolAttached((*pool)->base(), (*pool)->mapped_size());
+  if (zygote) {
+    // Everything above is shared by the instances forked from here; each child goes on below.
+    auto child = ServeAsZygote(kZygoteControlFd, &*options);
+    if (!child.ok()) return 1;
+    if (!*child) return 0;
+  }
+  if (Status st = (*handler)->OnInstanceStart(); !st.ok()) {
+    spdlog::error("cannot start handler {}: {}", options->handler, st.ToString());
+    return 1;
+  }
   auto channel = OpenChannel(options->fd, *kind, options->node);
   FunctionInstance instance(*options, **pool, std::move(channel), std::move(*handler));
   return instance.Run();

@@ -160,6 +160,11 @@ bool ChildProcess::TryReap(int* status) {
   return false;
 }
 
+void ChildProcess::MarkReaped() {
+  if (pid_ > 0) pid_ = -pid_;
+  pidfd_.Reset();
+}
+
 Result<ChildProcess> SpawnSandboxed(const SpawnOptions& spawn, const SandboxOptions& sandbox) {
   if (spawn.fds.size() > 16) return InvalidArgument("spawn: at most 16 descriptors");
   // Everything the child touches is built here: it may not allocate.

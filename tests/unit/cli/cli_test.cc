@@ -378,7 +378,13 @@ TEST_F(CliTest, DescribeShowsInstances) {
   json f = FunctionJson("echo", 1, 1, 2);
   f["status"]["instances"] = {{{"id", 0x10001}, {"pid", 4242}, {"state", "ready"},
                                {"inflight", 3}, {"served", 97}, {"age_s", 61.0},
-                               {"cold_start_ms", 41.0}, {"restarts", 0}}};
+                               {"cold_start_ms", 1.5}, {"start_path", "zygote"},
+                               {"start_note", ""}, {"restarts", 0}},
+                              {{"id", 0x20002}, {"pid", 4243}, {"state", "ready"},
+                               {"inflight", 0}, {"served", 1}, {"age_s", 2.0},
+                               {"cold_start_ms", 41.0}, {"start_path", "spawn"},
+                               {"start_note", "zygote still loading after 2000 ms"},
+                               {"restarts", 0}}};
   f["autoscaling"] = {{"policy", "kpa"}, {"target", 10.0}, {"keep_alive", "histogram"},
                       {"params", {{"stableWindow", 6.0}}}};
   f["status"]["desired"] = 3;
@@ -400,8 +406,11 @@ TEST_F(CliTest, DescribeShowsInstances) {
   EXPECT_NE(r.out.find("Max body:      64Mi\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Resources:     cpu 0.5, memory 128Mi, gpu 0\n"), std::string::npos)
       << r.out;
-  EXPECT_NE(r.out.find("  ID        PID    STATE   INFLIGHT   SERVED   AGE   COLD-START   RESTARTS\n"
-                       "  0x10001   4242   ready   3          97       61s   41.0ms       0\n"),
+  EXPECT_NE(r.out.find("  ID        PID    STATE   INFLIGHT   SERVED   AGE   COLD-START   START    "
+                       "RESTARTS\n"
+                       "  0x10001   4242   ready   3          97       61s   1.50ms       zygote   0\n"
+                       "  0x20002   4243   ready   0          1        2s    41.0ms       spawn    0\n"
+                       "  0x20002 spawned: zygote still loading after 2000 ms\n"),
             std::string::npos)
       << r.out;
 }

@@ -32,6 +32,11 @@ TEST(Config, DefaultsAndOverrides) {
   EXPECT_EQ(c->dataplane, DataPlaneMode::kUnix);
   EXPECT_EQ(c->node_name, "n1");
   EXPECT_EQ(c->pool_bytes, 1ull << 30);  // default untouched
+  EXPECT_EQ(c->instance_start, InstanceStart::kZygote);
+  auto spawn = NodeConfig::LoadString("instance_start: spawn\nzygote_timeout_ms: 500\n");
+  ASSERT_TRUE(spawn.ok());
+  EXPECT_EQ(spawn->instance_start, InstanceStart::kSpawn);
+  EXPECT_EQ(spawn->zygote_timeout_ms, 500u);
   // The printed config loads back to the same values.
   auto again = NodeConfig::LoadString(c->ToYaml());
   ASSERT_TRUE(again.ok());
@@ -48,6 +53,9 @@ TEST(Config, ErrorsNameTheKey) {
   auto mode = NodeConfig::LoadString("dataplane: rdma\n");
   EXPECT_EQ(mode.status().message(),
             "config: dataplane: must be auto, sockmap or unix, not 'rdma'");
+  auto start = NodeConfig::LoadString("instance_start: fork\n");
+  EXPECT_EQ(start.status().message(),
+            "config: instance_start: must be zygote or spawn, not 'fork'");
   auto small = NodeConfig::LoadString("pool_bytes: 1000\n");
   EXPECT_EQ(small.status().message(), "config: pool_bytes: must be >= 16 MiB");
 }

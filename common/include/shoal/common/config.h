@@ -18,6 +18,10 @@ const char* DataPlaneModeName(DataPlaneMode mode);
 // enabled, else v1, else none (logged).
 enum class CgroupMode { kAuto, kV2, kV1, kOff };
 const char* CgroupModeName(CgroupMode mode);
+// How an instance starts: forked from its function's zygote (a shoal-fn that has loaded the
+// handler and attached the pool) or spawned as a new shoal-fn (kept for diagnosis).
+enum class InstanceStart { kZygote, kSpawn };
+const char* InstanceStartName(InstanceStart mode);
 
 // A tenant's fixed ids (config `tenants: {<namespace>: {uid: N, gid: N}}`).
 struct TenantIdConfig {
@@ -68,6 +72,8 @@ struct NodeConfig {
   CgroupMode cgroups = CgroupMode::kAuto;
   std::string cgroup_parent = "shoal";  // below shoald's own cgroup: <parent>/<node>/<instance>
   uint32_t instance_pids_max = 4096;    // processes + threads per instance (cgroup pids.max)
+  InstanceStart instance_start = InstanceStart::kZygote;
+  uint32_t zygote_timeout_ms = 2000;    // a zygote's load or one fork longer than this: spawn
 
   // FL checkpoints are written behind their commits; this holds the checkpoint of each new
   // version back so long (for tests of the crash window between a commit and its checkpoint;

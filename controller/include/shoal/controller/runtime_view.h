@@ -19,6 +19,8 @@ struct InstanceInfo {
   uint64_t served = 0;      // requests answered
   double age_s = 0;
   double cold_start_ms = 0; // spawn -> ready
+  std::string start_path;   // zygote | spawn: how it was started
+  std::string start_note;   // why a spawn where the node starts instances from zygotes
   uint32_t restarts = 0;
 };
 

@@ -31,6 +31,9 @@ struct InstanceOptions {
   std::string handler;       // SHOAL_HANDLER: builtin:<name> | library:<path>:<symbol>
   uint32_t concurrency = 1;  // SHOAL_CONCURRENCY
   int fd = 3;
+  // Forked from a zygote: a pipe that reaches end of file when shoald is gone (a spawned
+  // instance has its parent-death signal instead). -1: none.
+  int lifeline_fd = -1;
 
   static Result<InstanceOptions> FromEnvironment();
 };

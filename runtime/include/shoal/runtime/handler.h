@@ -76,6 +76,11 @@ class Handler {
   // Called once, before the first request, with the tenant pool's whole mapping in this
   // process: a handler that moves pool bytes to a GPU pins it here (cudaHostRegister), once.
   virtual void OnPoolAttached(void* /*base*/, size_t /*bytes*/) {}
+  // Called once in the instance itself, after OnPoolAttached: where the handler starts its
+  // threads. A zygote loads the handler and attaches the pool, then forks; a fork copies only
+  // the calling thread, so threads started before here would be missing in every instance
+  // (and a zygote with more than one thread refuses to fork: its instances are spawned).
+  virtual Status OnInstanceStart() { return {}; }
 };
 
 // Built-in handlers: echo, sha256, wordcount, sleep; fl-leaf and inference are loaded from

@@ -31,6 +31,9 @@
 
 namespace shoal {
 
+class ChildProcess;
+class InstanceCgroup;
+
 class CgroupHierarchy;
 class TenantIds;
 
@@ -82,6 +85,25 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   // Samples the function's signals and runs its autoscaling policy (every autoscale interval).
   void Decide(FunctionState& f, uint64_t now_ns);
   Status Spawn(FunctionState& f, bool prewarm = false);
+  // The environment every instance of `spec` gets (the per-instance SHOAL_ENDPOINT/SHOAL_SLOT
+  // apart), with `handler` as SHOAL_HANDLER.
+  std::vector<std::string> InstanceEnv(const FunctionSpec& spec, const std::string& handler);
+  // Keeps the function's zygote running (instance_start: zygote): starts it, notices its
+  // death and restarts it with the crash back-off.
+  void EnsureZygote(FunctionState& f, uint64_t now);
+  // Reaps exited children of shoald that are no instance or zygote (processes an instance left
+  // behind, re-parented to shoald as the child subreaper).
+  void ReapStrays();
+  // Starts `inst` forked from f's zygote: the child is checked, moved into `cgroup` and
+  // released. On error *refuse says the handler cannot load (answer the error) rather than
+  // that the zygote path is unavailable now (spawn instead; the error says why).
+  Status ForkFromZygote(FunctionState& f, Instance& inst, int out_fd, int err_fd,
+                        const InstanceCgroup* cgroup, ChildProcess* child, bool* refuse);
+  // Forks f's next child ahead of demand (f.spare).
+  Status ForkSpare(FunctionState& f);
+  // The wait status of an exited instance forked from a zygote (its parent, which reports it):
+  // 1 and *status, 0 when not known yet, -1 when it cannot be known (its zygote died first).
+  int ZygoteExitStatus(Instance& inst, int* status);
   // Places one new instance of `f` on this node (Place() over cluster_) and reserves its
   // resources; on refusal records why in f.unschedulable, warns once per change and answers
   // the function's waiting requests 503 with the reason.
@@ -112,6 +134,8 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   // The instance sandbox (shoal/sandbox): null cgroups_ when no hierarchy can be written;
   // switch_ids_ false when shoald is not root (instances then run as shoald's own uid).
   std::unique_ptr<CgroupHierarchy> cgroups_;
+  // {zygote pid, child pid} -> wait status, as the zygotes report their children's exits.
+  std::map<std::pair<int, int>, int> zygote_exits_;
   std::unique_ptr<TenantIds> tenant_ids_;
   std::vector<std::string> handler_dirs_;
   bool switch_ids_ = false;

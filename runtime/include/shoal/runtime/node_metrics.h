@@ -48,6 +48,11 @@ class NodeMetrics {
   prometheus::Family<prometheus::Histogram>& request_seconds;
   prometheus::Family<prometheus::Counter>& cold_starts;
   prometheus::Family<prometheus::Histogram>& cold_start_seconds;
+  // Instance starts by path (zygote: forked from the function's zygote; spawn: a new
+  // shoal-fn), and their start-to-ready time per path.
+  prometheus::Family<prometheus::Counter>& instance_starts;
+  prometheus::Family<prometheus::Histogram>& instance_start_seconds;
+  void CountInstanceStart(const std::string& function, const std::string& path, double seconds);
   prometheus::Family<prometheus::Gauge>& inflight;
   prometheus::Family<prometheus::Gauge>& queued;
   prometheus::Family<prometheus::Gauge>& instances;

@@ -49,6 +49,9 @@ class ChildProcess {
   int Signal(int sig) const;
   // Reaps the child if it has exited: true and its wait status in *status.
   bool TryReap(int* status);
+  // For a process another one reaps (a zygote's child, whose wait status the zygote reports):
+  // marks it reaped, so that it is never signalled again.
+  void MarkReaped();
 
  private:
   pid_t pid_ = 0;

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "shoal/common/log.h"
-#include "shoal/pool/shm_pool.h"
+#include "shoal/pool/pool_backend.h"
 #include "shoal/runtime/function_instance.h"
 
 using namespace shoal;
@@ -45,7 +45,14 @@ int main() {
     spdlog::error("{}", kind.status().ToString());
     return 2;
   }
-  auto pool = ShmPool::Attach(options->pool);
+  // shoald names the backend it created the tenant's pool with.
+  const char* backend_name = std::getenv("SHOAL_POOL_BACKEND");
+  auto backend = ParsePoolBackend(backend_name != nullptr ? backend_name : "boost");
+  if (!backend.ok()) {
+    spdlog::error("SHOAL_POOL_BACKEND: {}", backend.status().ToString());
+    return 2;
+  }
+  auto pool = AttachPool(*backend, options->pool);
   if (!pool.ok()) {
     spdlog::error("cannot attach pool {}: {}", options->pool, pool.status().ToString());
     return 1;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
@@ -382,7 +383,14 @@ TEST_F(SpineTest, EachTenantHasItsOwnPrivatePool) {
                 .exit_code,
             0);
   ASSERT_EQ(Http(shoald_.port(), "POST", "/fn/a", "tenant a").body, "tenant a");
-  const std::string seg = "/dev/shm/shoal." + shoald_.node() + ".team-a";
+  // Where the backend under test keeps the pool (the DPDK variant: shoald's hugetlbfs mount).
+  const char* backend = std::getenv("SHOAL_TEST_POOL");
+  const bool dpdk = backend != nullptr && std::string(backend) == "dpdk";
+  const std::string seg =
+      (dpdk ? "/dev/hugepages/shoal." : "/dev/shm/shoal.") + shoald_.node() + ".team-a";
+  if (dpdk) {
+    EXPECT_EQ(shoald_.Metric("shoal_pool_backend", "backend=\"dpdk\""), 1);
+  }
   struct stat st {};
   ASSERT_EQ(stat(seg.c_str(), &st), 0) << seg;
   EXPECT_EQ(st.st_mode & 0777, 0600u);

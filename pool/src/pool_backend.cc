@@ -1,5 +1,9 @@
 #include "shoal/pool/pool_backend.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include "shoal/pool/hugepages.h"
 #include "shoal/pool/shm_pool.h"
 #ifdef SHOAL_WITH_DPDK
@@ -41,7 +45,24 @@ bool DpdkPoolBuilt() {
 #endif
 }
 
-Result<PoolBackendChoice> ChoosePoolBackend(std::string_view setting, uint64_t pool_bytes) {
+uint64_t HugepagesHeldBy(const std::string& dir, std::string_view prefix) {
+  if (prefix.empty()) return 0;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return 0;
+  uint64_t bytes = 0;
+  while (dirent* e = readdir(d)) {
+    if (!std::string_view(e->d_name).starts_with(prefix)) continue;
+    struct stat st {};
+    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+      bytes += static_cast<uint64_t>(st.st_blocks) * 512;  // the pages it holds, not its size
+    }
+  }
+  closedir(d);
+  return bytes / kHugepageBytes;
+}
+
+Result<PoolBackendChoice> ChoosePoolBackend(std::string_view setting, uint64_t pool_bytes,
+                                            std::string_view reuse_prefix) {
   if (setting == "boost") return PoolBackendChoice{PoolBackend::kBoost, "configured (pool: boost)"};
   if (setting != "dpdk" && setting != "auto") {
     return InvalidArgument("config: pool: '" + std::string(setting) +
@@ -58,17 +79,21 @@ Result<PoolBackendChoice> ChoosePoolBackend(std::string_view setting, uint64_t p
   auto counts = ReadHugepageCounts();
   if (!counts.ok()) return refuse(counts.status().message());
   const uint64_t need = HugepagesFor(pool_bytes);
-  if (counts->free < need) {
+  const uint64_t held = HugepagesHeldBy(*dir, reuse_prefix);
+  const std::string held_text =
+      held == 0 ? "" : " + " + std::to_string(held) + " held by this node's pools to take over";
+  if (counts->free + held < need) {
     return refuse(std::to_string(counts->free) + " free 2 MiB hugepages (of " +
-                  std::to_string(counts->total) + ") are fewer than one tenant pool of " +
-                  std::to_string(pool_bytes >> 20) + " MiB needs (" + std::to_string(need) +
-                  "); reserve them in " + kHugepagesSysfs + "/nr_hugepages");
+                  std::to_string(counts->total) + ")" + held_text +
+                  " are fewer than one tenant pool of " + std::to_string(pool_bytes >> 20) +
+                  " MiB needs (" + std::to_string(need) + "); reserve them in " +
+                  kHugepagesSysfs + "/nr_hugepages");
   }
   return PoolBackendChoice{
       PoolBackend::kDpdk,
       std::string(forced ? "configured (pool: dpdk)" : "auto: hugepages configured") + ": " +
-          std::to_string(counts->free) + " free 2 MiB hugepages at " + *dir + ", " +
-          std::to_string(need) + " per tenant pool"};
+          std::to_string(counts->free) + " free 2 MiB hugepages" + held_text + " at " + *dir +
+          ", " + std::to_string(need) + " per tenant pool"};
 }
 
 Result<std::unique_ptr<SharedPool>> CreatePool(PoolBackend backend, const std::string& name,
@@ -112,6 +137,18 @@ void RemovePool(PoolBackend backend, const std::string& name) {
 #ifdef SHOAL_WITH_DPDK
   DpdkPool::Remove(name);
 #endif
+}
+
+bool PoolFileExists(PoolBackend backend, const std::string& name) {
+  std::string path = "/dev/shm/" + name;
+  if (backend == PoolBackend::kDpdk) {
+    if (!DpdkPoolBuilt()) return false;
+    auto dir = HugetlbfsDir();
+    if (!dir.ok()) return false;
+    path = *dir + "/" + name;
+  }
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0;
 }
 
 }  // namespace shoal

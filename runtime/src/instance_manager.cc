@@ -190,7 +190,8 @@ Status InstanceManager::StartSandbox() {
   if (!ids.ok()) return ids.status();
   tenant_ids_ = std::make_unique<TenantIds>(std::move(*ids));
   switch_ids_ = geteuid() == 0;
-  auto choice = ChoosePoolBackend(config_.pool, config_.pool_bytes);
+  auto choice = ChoosePoolBackend(config_.pool, config_.pool_bytes,
+                                  PoolSegmentName(config_.node_name, ""));
   if (!choice.ok()) return choice.status();
   pool_choice_ = *choice;
   spdlog::info("pool: backend {} ({})", PoolBackendName(pool_choice_.backend), pool_choice_.reason);
@@ -230,9 +231,19 @@ Result<SharedPool*> InstanceManager::PoolFor(const std::string& tenant) {
   // (acknowledged, not yet committed) survive the restart; everything else is reclaimed.
   bool recovered = false;
   std::string reason = pool_choice_.reason;
-  auto pool = CreateOrRecoverPool(pool_choice_.backend, name, config_.pool_bytes,
-                                  kCoordinatorSlot, &recovered);
-  if (!pool.ok() && pool_choice_.backend == PoolBackend::kDpdk && config_.pool == "auto") {
+  PoolBackend backend = pool_choice_.backend;
+  if (config_.pool == "auto") {
+    // Under auto a tenant's pool may sit on the other backend (a fallback of the shoald before
+    // this one): take it over there rather than lose what it holds.
+    const PoolBackend other = backend == PoolBackend::kDpdk ? PoolBackend::kBoost : PoolBackend::kDpdk;
+    if (!PoolFileExists(backend, name) && PoolFileExists(other, name)) {
+      backend = other;
+      reason = "auto: taking over the " + std::string(PoolBackendName(other)) +
+               " pool a previous shoald left";
+    }
+  }
+  auto pool = CreateOrRecoverPool(backend, name, config_.pool_bytes, kCoordinatorSlot, &recovered);
+  if (!pool.ok() && backend == PoolBackend::kDpdk && config_.pool == "auto") {
     // Hugepages ran out for this tenant (others took them): auto falls back for this one.
     reason = "auto: dpdk failed for this tenant: " + pool.status().message();
     spdlog::warn("pool: tenant '{}': {}; using boost", tenant, reason);

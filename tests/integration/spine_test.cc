@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "bpf_capability.h"
+#include "hugepages_for_test.h"
 #include "shoald_fixture.h"
 
 namespace shoal::testing {
@@ -50,6 +51,7 @@ std::string Builtin(const std::string& name) { return "    builtin: " + name + "
 class SpineTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    if (auto why = ShoaldShortOfHugepages(options_.pool_bytes); !why.empty()) GTEST_SKIP() << why;
     ASSERT_TRUE(shoald_.Start(options_)) << shoald_.Log();
   }
   void TearDown() override {
@@ -384,8 +386,7 @@ TEST_F(SpineTest, EachTenantHasItsOwnPrivatePool) {
             0);
   ASSERT_EQ(Http(shoald_.port(), "POST", "/fn/a", "tenant a").body, "tenant a");
   // Where the backend under test keeps the pool (the DPDK variant: shoald's hugetlbfs mount).
-  const char* backend = std::getenv("SHOAL_TEST_POOL");
-  const bool dpdk = backend != nullptr && std::string(backend) == "dpdk";
+  const bool dpdk = TestPoolBackend() == "dpdk";
   const std::string seg =
       (dpdk ? "/dev/hugepages/shoal." : "/dev/shm/shoal.") + shoald_.node() + ".team-a";
   if (dpdk) {

@@ -1,5 +1,7 @@
 #include "shoald_fixture.h"
 
+#include "hugepages_for_test.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -195,8 +197,7 @@ bool Shoald::Start(const Options& o) {
       << "gateway_threads: " << o.threads << "\n"
       << "pool_bytes: " << o.pool_bytes << "\n"
       // The pool backend under test: boost unless ctest runs the dpdk variant of the suite.
-      << "pool: " << (std::getenv("SHOAL_TEST_POOL") ? std::getenv("SHOAL_TEST_POOL") : "boost")
-      << "\n"
+      << "pool: " << (o.pool.empty() ? TestPoolBackend() : o.pool) << "\n"
       << "max_body_bytes: " << o.max_body_bytes << "\n"
       << "dataplane: " << o.dataplane << "\n"
       << "bpf_pin_root: /sys/fs/bpf/shoal-it\n"

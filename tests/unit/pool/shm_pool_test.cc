@@ -5,6 +5,8 @@
 #include "shoal/pool/pool_backend.h"
 #include "shoal/pool/shm_pool.h"
 
+#include "hugepages_for_test.h"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -42,22 +44,8 @@ class PoolTest : public ::testing::TestWithParam<PoolBackend> {
  protected:
   void SetUp() override {
     if (GetParam() != PoolBackend::kDpdk) return;
-    if (!DpdkPoolBuilt()) GTEST_SKIP() << "pool backend dpdk not built (no libdpdk-dev)";
-    auto dir = HugetlbfsDir();
-    if (!dir.ok()) GTEST_SKIP() << "no hugetlbfs: " << dir.status().message();
-    auto counts = ReadHugepageCounts();
-    if (!counts.ok()) GTEST_SKIP() << counts.status().message();
-    if (counts->free < kTestHugepages) {
-      // Reserved for the test run and left as they are (scripts/test gives them back).
-      auto reserved = ReserveHugepages(counts->total + kTestHugepages - counts->free);
-      counts = ReadHugepageCounts();
-      if (!reserved.ok() || !counts.ok() || counts->free < kTestHugepages) {
-        GTEST_SKIP() << "cannot reserve " << kTestHugepages << " free 2 MiB hugepages ("
-                     << (reserved.ok() ? std::to_string(counts.ok() ? counts->free : 0) + " free"
-                                       : reserved.status().message())
-                     << ")";
-      }
-    }
+    const std::string why = testing::ShortOfHugepages(kTestHugepages, "the dpdk pool tests");
+    if (!why.empty()) GTEST_SKIP() << why;
   }
   PoolBackend backend() const { return GetParam(); }
   Result<std::unique_ptr<SharedPool>> Create(const std::string& name, uint64_t bytes) const {
@@ -156,6 +144,95 @@ struct Pipe {
 
 TEST(PoolNames, SegmentNameFollowsNodeAndTenant) {
   EXPECT_EQ(PoolSegmentName("node-a", "job7"), "shoal.node-a.job7");
+}
+
+TEST(PoolBackendChoice, NamesParseAndBoostIsAlwaysBoost) {
+  EXPECT_EQ(ParsePoolBackend("boost").value(), PoolBackend::kBoost);
+  EXPECT_EQ(ParsePoolBackend("dpdk").value(), PoolBackend::kDpdk);
+  EXPECT_EQ(ParsePoolBackend("spdk").status().message(),
+            "pool backend 'spdk': want boost or dpdk");
+  auto boost = ChoosePoolBackend("boost", 512 * kMiB);
+  ASSERT_TRUE(boost.ok());
+  EXPECT_EQ(boost->backend, PoolBackend::kBoost);
+  EXPECT_EQ(boost->reason, "configured (pool: boost)");
+  auto bad = ChoosePoolBackend("Auto", 512 * kMiB);
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.status().message(), "config: pool: 'Auto': want boost, dpdk or auto");
+}
+
+// The real probe (hugetlbfs mount, nr/free/resv_hugepages) with a pool one page larger than
+// every page the node has reserved: dpdk refuses, auto takes boost, both naming the counts.
+TEST(PoolBackendChoice, TooFewHugepagesRefusesDpdkAndAutoFallsBackNamingNeededAndFree) {
+  if (!DpdkPoolBuilt()) {
+    auto forced = ChoosePoolBackend("dpdk", 512 * kMiB);
+    EXPECT_EQ(forced.status().message(),
+              "pool: dpdk: this build has no DPDK (libdpdk-dev not found)");
+    EXPECT_EQ(ChoosePoolBackend("auto", 512 * kMiB)->backend, PoolBackend::kBoost);
+    GTEST_SKIP() << "pool backend dpdk not built: only the no-DPDK answers checked";
+  }
+  auto dir = HugetlbfsDir();
+  if (!dir.ok()) GTEST_SKIP() << "no hugetlbfs: " << dir.status().message();
+  const auto counts = ReadHugepageCounts().value();
+  const uint64_t need = std::max<uint64_t>(counts.total + 1, 32);
+  const uint64_t bytes = need * kHugepageBytes;
+  const std::string why = std::to_string(counts.free) + " free 2 MiB hugepages (of " +
+                          std::to_string(counts.total) + ") are fewer than one tenant pool of " +
+                          std::to_string(bytes / kMiB) + " MiB needs (" + std::to_string(need) +
+                          "); reserve them in /sys/kernel/mm/hugepages/hugepages-2048kB/"
+                          "nr_hugepages";
+  auto forced = ChoosePoolBackend("dpdk", bytes);
+  EXPECT_EQ(forced.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(forced.status().message(), "pool: dpdk: " + why);
+  auto fallback = ChoosePoolBackend("auto", bytes);
+  ASSERT_TRUE(fallback.ok()) << fallback.status().ToString();
+  EXPECT_EQ(fallback->backend, PoolBackend::kBoost);
+  EXPECT_EQ(fallback->reason, "auto: not dpdk because " + why);
+}
+
+TEST(PoolBackendChoice, WithTheHugepagesDpdkAndAutoTakeDpdk) {
+  const std::string short_of = testing::ShortOfHugepages(32, "choosing dpdk for 64 MiB pools");
+  if (!short_of.empty()) GTEST_SKIP() << short_of;
+  const auto counts = ReadHugepageCounts().value();
+  const std::string tail = std::to_string(counts.free) + " free 2 MiB hugepages at " +
+                           HugetlbfsDir().value() + ", 32 per tenant pool";
+  auto forced = ChoosePoolBackend("dpdk", 64 * kMiB);
+  ASSERT_TRUE(forced.ok()) << forced.status().ToString();
+  EXPECT_EQ(forced->backend, PoolBackend::kDpdk);
+  EXPECT_EQ(forced->reason, "configured (pool: dpdk): " + tail);
+  auto automatic = ChoosePoolBackend("auto", 64 * kMiB);
+  ASSERT_TRUE(automatic.ok());
+  EXPECT_EQ(automatic->backend, PoolBackend::kDpdk);
+  EXPECT_EQ(automatic->reason, "auto: hugepages configured: " + tail);
+}
+
+// A restarted shoald maps its pools' pages again: those count as free for its own node's
+// prefix, and for no other.
+TEST(PoolBackendChoice, PagesHeldByThisNodesPoolsCountForItsRestart) {
+  const std::string short_of = testing::ShortOfHugepages(32, "a 64 MiB dpdk pool");
+  if (!short_of.empty()) GTEST_SKIP() << short_of;
+  const std::string prefix = "shoal.choice-" + std::to_string(getpid()) + ".";
+  auto pool = CreatePool(PoolBackend::kDpdk, prefix + "t", 64 * kMiB);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  const std::string dir = HugetlbfsDir().value();
+  EXPECT_EQ(HugepagesHeldBy(dir, prefix), 32u);
+  EXPECT_EQ(HugepagesHeldBy(dir, "shoal.choice-none."), 0u);
+  EXPECT_EQ(HugepagesHeldBy(dir, ""), 0u);
+  const auto counts = ReadHugepageCounts().value();
+  const uint64_t bytes = (counts.free + 32) * kHugepageBytes;  // fits only with the held pages
+  auto restart = ChoosePoolBackend("dpdk", bytes, prefix);
+  ASSERT_TRUE(restart.ok()) << restart.status().ToString();
+  EXPECT_EQ(restart->backend, PoolBackend::kDpdk);
+  EXPECT_NE(restart->reason.find(" free 2 MiB hugepages + 32 held by this node's pools to take "
+                                 "over at "),
+            std::string::npos)
+      << restart->reason;
+  auto other = ChoosePoolBackend("dpdk", bytes, "shoal.choice-none.");
+  EXPECT_EQ(other.status().code(), StatusCode::kUnavailable);
+  EXPECT_TRUE(PoolFileExists(PoolBackend::kDpdk, prefix + "t"));
+  EXPECT_FALSE(PoolFileExists(PoolBackend::kBoost, prefix + "t"));
+  pool->reset();
+  RemovePool(PoolBackend::kDpdk, prefix + "t");
+  EXPECT_FALSE(PoolFileExists(PoolBackend::kDpdk, prefix + "t"));
 }
 
 TEST_P(PoolTest, CreateMakesAPrivateSegmentThatTheCreatorUnlinks) {

@@ -27,8 +27,13 @@ struct PoolBackendChoice {
 // Resolves the config's `pool` setting for pools of `pool_bytes`. "boost" is always Boost;
 // "dpdk" is DPDK or an error saying what is missing (no DPDK in this build, no hugetlbfs, too
 // few free hugepages for one pool); "auto" is DPDK where that would succeed, else Boost with the
-// reason DPDK was not taken.
-Result<PoolBackendChoice> ChoosePoolBackend(std::string_view setting, uint64_t pool_bytes);
+// reason DPDK was not taken. `reuse_prefix` (PoolSegmentName(node, "")) names the pools a
+// restarted shoald takes over: the hugepages their files hold count as free, since taking a pool
+// over maps the same pages again.
+Result<PoolBackendChoice> ChoosePoolBackend(std::string_view setting, uint64_t pool_bytes,
+                                            std::string_view reuse_prefix = {});
+// The 2 MiB pages held by the files in hugetlbfs directory `dir` whose names start with `prefix`.
+uint64_t HugepagesHeldBy(const std::string& dir, std::string_view prefix);
 
 Result<std::unique_ptr<SharedPool>> CreatePool(PoolBackend backend, const std::string& name,
                                                uint64_t bytes);
@@ -37,5 +42,7 @@ Result<std::unique_ptr<SharedPool>> CreateOrRecoverPool(PoolBackend backend,
                                                         HolderSlot keep, bool* recovered);
 Result<std::unique_ptr<SharedPool>> AttachPool(PoolBackend backend, const std::string& name);
 void RemovePool(PoolBackend backend, const std::string& name);
+// Whether `backend` has a file for pool `name` (/dev/shm, or the hugetlbfs mount).
+bool PoolFileExists(PoolBackend backend, const std::string& name);
 
 }  // namespace shoal

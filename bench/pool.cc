@@ -5,6 +5,8 @@
 // is measured over several runs and its ratio to malloc given as min/median/max.
 //
 //   bench-pool [samples per size, default 100000] [runs, default 3]
+//   bench-pool profile <boost|dpdk|malloc> <size> <rounds>   only that round trip, untimed, for
+//                                                            perf stat / perf record
 // The DPDK rows need 2 MiB hugepages (128 free); without them they say why and are skipped.
 #include <unistd.h>
 
@@ -78,7 +80,41 @@ bool Run(shoal::SharedPool& p, int iters, const std::vector<size_t>& sizes,
 
 }  // namespace
 
+// `rounds` round trips of one backend and size and nothing else, for a profiler.
+int Profile(const std::string& which, size_t size, long rounds) {
+  if (which == "malloc") {
+    for (long i = 0; i < rounds; ++i) {
+      void* m = std::malloc(size);
+      *static_cast<volatile char*>(m) = 1;
+      std::free(m);
+    }
+    return 0;
+  }
+  auto backend = shoal::ParsePoolBackend(which);
+  if (!backend.ok()) {
+    std::fprintf(stderr, "bench-pool: %s\n", backend.status().message().c_str());
+    return 2;
+  }
+  const std::string name = "shoal.bench.profile." + std::to_string(getpid());
+  auto pool = shoal::CreatePool(*backend, name, kPoolBytes);
+  if (!pool.ok()) {
+    std::fprintf(stderr, "bench-pool: %s\n", pool.status().ToString().c_str());
+    return 1;
+  }
+  shoal::SharedPool& p = **pool;
+  for (long i = 0; i < rounds; ++i) {
+    auto off = p.Allocate(size, shoal::kShoaldSlot);
+    if (!off.ok()) return 1;
+    *reinterpret_cast<volatile char*>(p.Data(*off).data()) = 1;
+    if (!p.Release(*off, shoal::kShoaldSlot).ok()) return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "profile") {
+    return Profile(argv[2], std::strtoull(argv[3], nullptr, 10), std::atol(argv[4]));
+  }
   const int iters = argc > 1 ? std::atoi(argv[1]) : 100000;
   const int runs = std::max(1, argc > 2 ? std::atoi(argv[2]) : 3);
   const std::vector<size_t> sizes = {200, 4000, 60000, 1000000, 4u << 20};

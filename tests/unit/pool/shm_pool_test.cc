@@ -654,6 +654,52 @@ TEST_P(PoolTest, ALockHolderKilledWithSigkillDoesNotDeadlockTheNode) {
   EXPECT_EQ(pool->Stats().used_bytes, 0u);
 }
 
+// More threads on one slot than the DPDK pool has cache lanes per slot (3 of them get a lane of
+// their own, the rest share the locked one): no buffer is ever handed to two threads at once,
+// and every count comes back to zero.
+TEST_P(PoolTest, ThreadsSharingOneSlotNeverGetTheSameBuffer) {
+  auto pool = MustCreate(UniqueName("lanes"), 32 * kMiB);
+  ASSERT_NE(pool, nullptr);
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 1; t <= 7; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(t);
+      std::vector<uint64_t> mine;
+      for (int i = 0; i < 20000; ++i) {
+        if (mine.size() < 40 && rng() % 2) {
+          // Up to 100 KB: every class and the heap; 7 x 40 of them fit in the pool.
+          auto o = pool->Allocate(1 + rng() % 100000, kShoaldSlot);
+          if (!o.ok()) {
+            ADD_FAILURE() << o.status().ToString();
+            ++errors;
+            continue;
+          }
+          std::memset(pool->Data(*o).data(), t, 64);
+          mine.push_back(*o);
+        } else if (!mine.empty()) {
+          const uint64_t o = mine.back();
+          mine.pop_back();
+          auto d = pool->Data(o);
+          for (int k = 0; k < 64; ++k) {
+            if (d[k] != static_cast<std::byte>(t)) ++errors;  // another thread got it too
+          }
+          if (!pool->Release(o, kShoaldSlot).ok()) ++errors;
+        }
+      }
+      for (uint64_t o : mine) {
+        if (!pool->Release(o, kShoaldSlot).ok()) ++errors;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  const PoolStats s = pool->Stats();
+  EXPECT_EQ(s.used_bytes, 0u);
+  EXPECT_EQ(s.live_buffers, 0u);
+  EXPECT_TRUE(pool->HeldBy(kShoaldSlot).empty());
+}
+
 TEST_P(PoolTest, ThreadsOfOneProcessShareThePoolSafely) {
   auto pool = MustCreate(UniqueName("threads"), 32 * kMiB);
   ASSERT_NE(pool, nullptr);

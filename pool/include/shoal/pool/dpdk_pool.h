@@ -109,10 +109,14 @@ class DpdkPool final : public SharedPool {
   // Rebuilds every ring and cache from the objects' headers; only when no other process runs.
   Status RebuildLocked(HolderSlot keep);
 
+  // The cache lane this thread uses for `slot` (claims one on first use; 0 is the shared one).
+  uint32_t Lane(HolderSlot slot);
+
   std::string name_;
   std::unique_ptr<dpdk_pool_detail::Mapping> mapping_;
   bool owner_;
   int owner_pid_;
+  uint64_t id_;  // this object's, unique in the process: the key of its threads' lanes
 };
 
 }  // namespace shoal

@@ -5,6 +5,11 @@
 // does nothing with the body (gateway -> pool -> instance -> response: the ingest itself), and
 // the FL update route (also admitted by the coordinator and folded by a leaf before its 202).
 // Times are the best of the repetitions (the machine is shared); higher GB/s is better.
+//
+//   bench-ingest [--reps N] [--pool dpdk]
+// --pool dpdk measures both HTTP paths again on a shoald with `pool: dpdk` (the pool in 2 MiB
+// hugepages, 1024 of them reserved if missing, else the column says why it is skipped) and
+// prints the DPDK column with its ratio to the Boost one (time Boost / time DPDK: > 1 is faster).
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -19,6 +24,7 @@
 
 #include "shoal/model/architectures.h"
 #include "shoal/model/update_format.h"
+#include "hugepages_for_test.h"
 #include "shoald_fixture.h"
 #include "tcp_sink.h"
 #include "update_sender.h"
@@ -39,21 +45,105 @@ double Best(int reps, Fn&& once) {
   return best;
 }
 
+struct Times {
+  double http = 0, fl = 0;
+  size_t body_bytes = 0;
+  uint64_t params = 0;
+  int bad = 0;
+  bool ok = false;
+};
+
+// Both HTTP paths on a fresh shoald whose pools run on `pool` (boost|dpdk).
+Times Measure(const std::string& pool, int reps, const std::vector<std::byte>** area_out,
+              std::vector<std::string>* prefixes_out);
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int reps = 7;
+  std::string also;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--reps") reps = std::atoi(argv[++i]);
+    if (std::string(argv[i]) == "--pool") also = argv[++i];
   }
+  if (!also.empty() && also != "dpdk" && also != "boost") {
+    std::fprintf(stderr, "bench-ingest: --pool %s: want dpdk (boost is always measured)\n",
+                 also.c_str());
+    return 2;
+  }
+  const std::vector<std::byte>* area = nullptr;
+  std::vector<std::string> prefixes;
+  const Times boost = Measure("boost", reps, &area, &prefixes);
+  if (!boost.ok) return 1;
+  const size_t body_bytes = boost.body_bytes;
+  shoal::bench::TcpSink sink(body_bytes);
+  int tcp_fd = shoal::bench::ConnectLoopback(sink.port());
+  const double tcp = Best(reps, [&] {
+    const std::string head = shoal::bench::PostHead("/sink", body_bytes);
+    const double t0 = Now();
+    shoal::bench::WriteAll(tcp_fd, {{const_cast<char*>(head.data()), head.size()},
+                                    {const_cast<char*>(prefixes[0].data()), prefixes[0].size()},
+                                    {const_cast<std::byte*>(area->data()), area->size()}});
+    shoal::bench::ReadResponse(tcp_fd);
+    return Now() - t0;
+  });
+  close(tcp_fd);
+  Times dpdk;
+  std::string dpdk_skip;
+  if (also == "dpdk") {
+    const uint64_t pages = HugepagesFor(uint64_t{2} << 30);
+    dpdk_skip = ShortOfHugepages(pages, "bench-ingest's dpdk shoald (one 2 GiB pool)");
+    if (dpdk_skip.empty()) {
+      dpdk = Measure("dpdk", reps, nullptr, nullptr);
+      if (!dpdk.ok) dpdk_skip = "the dpdk shoald did not run (printed above)";
+    }
+  }
+  const int bad = boost.bad + dpdk.bad;
+  if (bad != 0) std::fprintf(stderr, "bench-ingest: %d request(s) did not succeed\n", bad);
+
+  const double mb = static_cast<double>(body_bytes) / 1e6;
+  std::printf("bench-ingest: one %.1f MB update (%llu parameters, f32), best of %d, loopback; "
+              "higher GB/s is better\n",
+              mb, static_cast<unsigned long long>(boost.params), reps);
+  const bool with_dpdk = dpdk.ok;
+  if (with_dpdk) {
+    std::printf("%-44s %9s %9s %12s %10s %9s %13s\n", "path", "ms", "GB/s", "ratio/tcp",
+                "dpdk ms", "dpdk GB/s", "boost/dpdk");
+  } else {
+    std::printf("%-44s %9s %9s %12s\n", "path", "ms", "GB/s", "ratio/tcp");
+  }
+  auto row = [&](const char* what, double s, double d) {
+    std::printf("%-44s %9.2f %9.2f %12.3f", what, s * 1e3, mb / 1e3 / s, tcp / s);
+    if (with_dpdk && d > 0) std::printf(" %10.2f %9.2f %13.3f", d * 1e3, mb / 1e3 / d, s / d);
+    std::printf("\n");
+  };
+  row("loopback TCP socket (anchor)", tcp, 0);
+  row("HTTP -> gateway -> pool -> instance (ingest)", boost.http, dpdk.http);
+  row("HTTP -> pool -> admitted + leaf fold -> 202", boost.fl, dpdk.fl);
+  if (!dpdk_skip.empty()) std::printf("dpdk: skipped: %s\n", dpdk_skip.c_str());
+  std::printf("RESULT ingest ratio=%.3f\n", tcp / boost.http);
+  if (with_dpdk) {
+    std::printf("RESULT ingest_dpdk ratio=%.3f\n", tcp / dpdk.http);
+    std::printf("RESULT ingest_dpdk_vs_boost ratio=%.3f\n", boost.http / dpdk.http);
+  }
+  return bad == 0 ? 0 : 1;
+}
+
+namespace {
+
+Times Measure(const std::string& pool, int reps, const std::vector<std::byte>** area_out,
+              std::vector<std::string>* prefixes_out) {
+  Times out;
   using Json = nlohmann::json;
   Shoald shoald;
   Shoald::Options opt;
+  opt.pool = pool;
   opt.pool_bytes = uint64_t{2} << 30;
   opt.max_body_bytes = uint64_t{128} << 20;
   if (!shoald.Start(opt)) {
-    std::fprintf(stderr, "shoald did not start:\n%s", shoald.Log().c_str());
-    return 1;
+    std::fprintf(stderr, "shoald (pool: %s) did not start:\n%s", pool.c_str(),
+                 shoald.Log().c_str());
+    return out;
   }
   auto d1 = shoald.Deploy(
       "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: sink\nspec:\n"
@@ -65,16 +155,17 @@ int main(int argc, char** argv) {
       "  aggregation: {maxFanIn: 1, maxLeaves: 1}\n");
   if (d1.exit_code != 0 || d2.exit_code != 0) {
     std::fprintf(stderr, "deploy: %s %s\n", d1.err.c_str(), d2.err.c_str());
-    return 1;
+    return out;
   }
   shoald.WaitReady("sink", 1);
   shoald.WaitReady("fl.ingest", 1, 30000);
 
-  // One update per repetition (FedAvg takes one update per client per round).
+  // One update per repetition (FedAvg takes one update per client per round). The tensor area
+  // is the same for every update and every run (kept for the TCP anchor).
+  static std::vector<std::byte> area;
   const model::ModelSpec spec = model::MlpSpec(784, {kHidden}, 10);
   model::Model m = model::InitModel(spec, 1);
   std::vector<std::string> prefixes;
-  std::vector<std::byte> area;
   for (int i = 0; i < reps; ++i) {
     auto r = shoald.Api("POST", "/v1/jobs/ingest/join", "{}", {"Content-Type: application/json"});
     Json j = Json::parse(r.body, nullptr, false);
@@ -84,14 +175,15 @@ int main(int argc, char** argv) {
     meta.token = j.value("token", "");
     meta.num_samples = 100;
     auto body = model::EncodeUpdate(meta, m, model::DType::kF32);
-    if (!body.ok()) return 1;
+    if (!body.ok()) return out;
     uint32_t hlen;
     std::memcpy(&hlen, body->data() + 4, 4);
     const size_t a = model::TensorAreaOffset(hlen);
     prefixes.emplace_back(reinterpret_cast<const char*>(body->data()), a);
     if (area.empty()) area.assign(body->begin() + static_cast<ptrdiff_t>(a), body->end());
   }
-  const size_t body_bytes = prefixes[0].size() + area.size();
+  out.body_bytes = prefixes[0].size() + area.size();
+  out.params = spec.num_params();
 
   auto send = [&](uint16_t port, const std::string& path, const std::string& prefix,
                   int* status) {
@@ -107,47 +199,23 @@ int main(int argc, char** argv) {
     close(fd);
     return t;
   };
-
-  shoal::bench::TcpSink sink(body_bytes);
-  int tcp_fd = shoal::bench::ConnectLoopback(sink.port());
-  const double tcp = Best(reps, [&] {
-    const std::string head = shoal::bench::PostHead("/sink", body_bytes);
-    const double t0 = Now();
-    shoal::bench::WriteAll(tcp_fd, {{const_cast<char*>(head.data()), head.size()},
-                                    {const_cast<char*>(prefixes[0].data()), prefixes[0].size()},
-                                    {area.data(), area.size()}});
-    shoal::bench::ReadResponse(tcp_fd);
-    return Now() - t0;
-  });
-  close(tcp_fd);
-  int bad = 0;
-  const double http = Best(reps, [&] {
+  out.http = Best(reps, [&] {
     int st = 0;
     const double t = send(shoald.port(), "/fn/sink?ms=0", prefixes[0], &st);
-    bad += st != 200;
+    out.bad += st != 200;
     return t;
   });
   int next = 0;
-  const double fl = Best(reps, [&] {
+  out.fl = Best(reps, [&] {
     int st = 0;
     const double t = send(shoald.port(), "/v1/jobs/ingest/updates", prefixes[next++], &st);
-    bad += st != 202;
+    out.bad += st != 202;
     return t;
   });
-  if (bad != 0) std::fprintf(stderr, "bench-ingest: %d request(s) did not succeed\n", bad);
-  if (std::getenv("SHOAL_BENCH_LOG")) std::fprintf(stderr, "%s", shoald.Log().c_str());
-
-  const double mb = static_cast<double>(body_bytes) / 1e6;
-  std::printf("bench-ingest: one %.1f MB update (%zu parameters, f32), best of %d, loopback; "
-              "higher GB/s is better\n",
-              mb, spec.num_params(), reps);
-  std::printf("%-44s %9s %9s %12s\n", "path", "ms", "GB/s", "ratio/tcp");
-  auto row = [&](const char* what, double s) {
-    std::printf("%-44s %9.2f %9.2f %12.3f\n", what, s * 1e3, mb / 1e3 / s, tcp / s);
-  };
-  row("loopback TCP socket (anchor)", tcp);
-  row("HTTP -> gateway -> pool -> instance (ingest)", http);
-  row("HTTP -> pool -> admitted + leaf fold -> 202", fl);
-  std::printf("RESULT ingest ratio=%.3f\n", tcp / http);
-  return bad == 0 ? 0 : 1;
+  if (area_out != nullptr) *area_out = &area;
+  if (prefixes_out != nullptr) *prefixes_out = prefixes;
+  out.ok = true;
+  return out;
 }
+
+}  // namespace

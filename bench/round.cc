@@ -23,6 +23,7 @@
 #include "shoal/model/architectures.h"
 #include "shoal/model/update_format.h"
 #include "shoal/v1/fl.pb.h"
+#include "hugepages_for_test.h"
 #include "shoald_fixture.h"
 #include "stream_bandwidth.h"
 #include "tcp_sink.h"
@@ -92,14 +93,20 @@ struct RoundResult {
 
 // auth and prefix_bytes return the request's bearer header and the prefix length, for the TCP
 // bound's requests to have the same length.
+// The job's pool: every update, two partial sums per leaf, some room.
+uint64_t PoolBytes(size_t area_bytes, int updates, int leaves) {
+  return (area_bytes + 4096) * (updates + 2 * leaves + 8);
+}
+
 RoundResult RunRound(int leaves, int updates, int senders, const std::vector<std::byte>& area,
-                     const v1::UpdateHeader& header, std::string* auth_out, size_t* prefix_bytes) {
+                     const v1::UpdateHeader& header, std::string* auth_out, size_t* prefix_bytes,
+                     const std::string& pool) {
   RoundResult res;
   res.leaves = leaves;
   Shoald shoald;
   Shoald::Options opt;
-  const uint64_t bytes = area.size() + 4096;
-  opt.pool_bytes = bytes * (updates + 2 * leaves + 8);
+  opt.pool = pool;
+  opt.pool_bytes = PoolBytes(area.size(), updates, leaves);
   opt.max_body_bytes = uint64_t{128} << 20;
   if (!shoald.Start(opt)) {
     std::fprintf(stderr, "shoald did not start:\n%s", shoald.Log().c_str());
@@ -215,14 +222,18 @@ RoundResult RunRound(int leaves, int updates, int senders, const std::vector<std
 
 int main(int argc, char** argv) {
   int updates = 64, senders = 8;
+  bool with_dpdk = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--updates" && i + 1 < argc) {
+    if (a == "--pool" && i + 1 < argc && std::string(argv[i + 1]) == "dpdk") {
+      with_dpdk = true;  // the rounds again on a pool: dpdk shoald, with the ratio to Boost
+      ++i;
+    } else if (a == "--updates" && i + 1 < argc) {
       updates = std::atoi(argv[++i]);
     } else if (a == "--senders" && i + 1 < argc) {
       senders = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: bench-round [--updates N] [--senders C]\n");
+      std::fprintf(stderr, "usage: bench-round [--updates N] [--senders C] [--pool dpdk]\n");
       return 2;
     }
   }
@@ -263,7 +274,21 @@ int main(int argc, char** argv) {
   size_t prefix_bytes = 0;
   for (int leaves : {1, 4}) {
     std::fprintf(stderr, "bench-round: %d updates, %d leaf instance(s) at most...\n", updates, leaves);
-    results.push_back(RunRound(leaves, updates, senders, area, header, &auth, &prefix_bytes));
+    results.push_back(
+        RunRound(leaves, updates, senders, area, header, &auth, &prefix_bytes, "boost"));
+  }
+  std::vector<RoundResult> dpdk;
+  std::string dpdk_skip;
+  if (with_dpdk) {
+    dpdk_skip = ShortOfHugepages(HugepagesFor(PoolBytes(area.size(), updates, 4)),
+                                 "bench-round's dpdk shoald");
+    for (int leaves : {1, 4}) {
+      if (!dpdk_skip.empty()) break;
+      std::fprintf(stderr, "bench-round: pool dpdk, %d leaf instance(s) at most...\n", leaves);
+      std::string a;
+      size_t pb = 0;
+      dpdk.push_back(RunRound(leaves, updates, senders, area, header, &a, &pb, "dpdk"));
+    }
   }
   // The TCP bound after shoald is gone, with a request head of the same length.
   int tcp_failures = 0;
@@ -290,8 +315,33 @@ int main(int argc, char** argv) {
                 r.receive_s * 1e3, r.round_s * 1e3, r.round_s / bound, r.tail_s * 1e3,
                 r.cold_round_s * 1e3, r.counted, r.failures);
   }
+  int dpdk_failures = 0;
+  if (!dpdk.empty()) {
+    std::printf("pool dpdk (hugepages), the same rounds; boost/dpdk = Boost's first byte->commit "
+                "over DPDK's (> 1: DPDK faster)\n");
+    std::printf("%-26s %11s %19s %12s %11s %8s %9s\n", "tree", "receive ms", "first byte->commit",
+                "ratio/bound", "boost/dpdk", "counted", "failures");
+    for (size_t i = 0; i < dpdk.size(); ++i) {
+      const RoundResult& r = dpdk[i];
+      dpdk_failures += r.failures;
+      std::printf("%-26s %11.1f %16.1f ms %12.3f %11.3f %8u %9d\n",
+                  (r.leaves == 1 ? std::string("flat (1 leaf)")
+                                 : "hierarchical (" + std::to_string(r.leaves_used) + " leaves)")
+                      .c_str(),
+                  r.receive_s * 1e3, r.round_s * 1e3, r.round_s / bound,
+                  results[i].round_s / r.round_s, r.counted, r.failures);
+    }
+  }
+  if (!dpdk_skip.empty()) std::printf("pool dpdk: skipped: %s\n", dpdk_skip.c_str());
   if (tcp_failures != 0) std::printf("plain TCP: %d request(s) failed\n", tcp_failures);
   const RoundResult& h = results.back();
   std::printf("RESULT round ratio=%.3f\n", h.round_s / bound);
-  return h.failures == 0 && results.front().failures == 0 && tcp_failures == 0 ? 0 : 1;
+  if (dpdk.size() == 2) {
+    std::printf("RESULT round_dpdk ratio=%.3f\n", dpdk.back().round_s / bound);
+    std::printf("RESULT round_dpdk_vs_boost ratio=%.3f\n", h.round_s / dpdk.back().round_s);
+  }
+  return h.failures == 0 && results.front().failures == 0 && tcp_failures == 0 &&
+                 dpdk_failures == 0
+             ? 0
+             : 1;
 }

@@ -14,6 +14,8 @@ PACKAGES=(
   python3-onnx libclang-rt-14-dev
   # the benchmarks' anchors: OpenBLAS (numpy, torch and bench-fold's saxpy use it), torch
   libopenblas0-pthread python3-torch
+  # the DPDK pool backend (pool: dpdk|auto): rte_ring's headers and librte_ring
+  libdpdk-dev
 )
 
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
@@ -45,6 +47,29 @@ build() {
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
   step "Building ($(nproc) jobs)"
   cmake --build "$BUILD" -j "$(nproc)"
+}
+
+# The DPDK pool backend's 2 MiB hugepages (SHOAL_HUGEPAGES, default 768: the pool tests, two
+# 512 MiB tenant pools of the dpdk integration suites). Raised, never lowered, and the count
+# found is kept in HUGEPAGES_BEFORE so scripts/test can give them back; says what it did.
+HUGEPAGES_SYSFS=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
+reserve_hugepages() {
+  local want="${SHOAL_HUGEPAGES:-768}"
+  HUGEPAGES_BEFORE="$(cat "$HUGEPAGES_SYSFS" 2>/dev/null || echo none)"
+  if [ "$HUGEPAGES_BEFORE" = none ]; then
+    echo "hugepages: $HUGEPAGES_SYSFS missing: the dpdk pool backend is skipped"
+    return 0
+  fi
+  if [ "$HUGEPAGES_BEFORE" -lt "$want" ]; then
+    echo "$want" > "$HUGEPAGES_SYSFS" 2>/dev/null || true
+  fi
+  echo "hugepages: $(cat "$HUGEPAGES_SYSFS") x 2 MiB reserved (asked $want, found $HUGEPAGES_BEFORE)"
+}
+release_hugepages() {
+  if [ "${HUGEPAGES_BEFORE:-none}" != none ]; then
+    echo "$HUGEPAGES_BEFORE" > "$HUGEPAGES_SYSFS" 2>/dev/null || true
+    echo "hugepages: back to $(cat "$HUGEPAGES_SYSFS")"
+  fi
 }
 
 ensure_bpffs() {

@@ -65,6 +65,7 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
     else if (key == "gateway_threads") st = Read(v, "gateway_threads", c.gateway_threads);
     else if (key == "state_dir") st = Read(v, "state_dir", c.state_dir);
     else if (key == "pool_bytes") st = Read(v, "pool_bytes", c.pool_bytes);
+    else if (key == "pool") st = Read(v, "pool", c.pool);
     else if (key == "max_body_bytes") st = Read(v, "max_body_bytes", c.max_body_bytes);
     else if (key == "max_queue_per_function")
       st = Read(v, "max_queue_per_function", c.max_queue_per_function);
@@ -166,6 +167,8 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
   }
   if (c.tenant_uid_base == 0) return InvalidArgument("config: tenant_uid_base: must not be 0 (root)");
   if (c.pool_bytes < (16ull << 20)) return InvalidArgument("config: pool_bytes: must be >= 16 MiB");
+  if (c.pool != "boost" && c.pool != "dpdk" && c.pool != "auto")
+    return InvalidArgument("config: pool: '" + c.pool + "': want boost, dpdk or auto");
   if (c.max_body_bytes >= c.pool_bytes)
     return InvalidArgument("config: max_body_bytes: must be smaller than pool_bytes");
   return c;
@@ -188,6 +191,7 @@ std::string NodeConfig::ToYaml() const {
   e << YAML::Key << "gateway_threads" << YAML::Value << gateway_threads;
   e << YAML::Key << "state_dir" << YAML::Value << state_dir;
   e << YAML::Key << "pool_bytes" << YAML::Value << pool_bytes;
+  e << YAML::Key << "pool" << YAML::Value << pool;
   e << YAML::Key << "max_body_bytes" << YAML::Value << max_body_bytes;
   e << YAML::Key << "max_queue_per_function" << YAML::Value << max_queue_per_function;
   e << YAML::Key << "dataplane" << YAML::Value << DataPlaneModeName(dataplane);

@@ -1,5 +1,7 @@
 #include "shoal/pool/shm_pool.h"
 
+#include "robust_lock.h"
+
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -94,31 +96,10 @@ class Segment {
 
 namespace {
 
-// Takes the pool's robust mutex; on EOWNERDEAD (the holder died) marks it consistent and goes
-// on. The guarded state is changed in short, ordered steps, so what a dead holder leaves behind
-// is at worst a buffer nobody holds, which ReclaimHolder sweeps up.
-class LockGuard {
+// The pool lock of a segment's header.
+class LockGuard : public RobustLockGuard {
  public:
-  explicit LockGuard(PoolHeader* h) : h_(h) {
-    int rc = pthread_mutex_lock(&h_->lock);
-    if (rc == EOWNERDEAD) {
-      pthread_mutex_consistent(&h_->lock);
-      ++h_->lock_recoveries;
-      rc = 0;
-    }
-    locked_ = rc == 0;
-  }
-  ~LockGuard() {
-    if (locked_) pthread_mutex_unlock(&h_->lock);
-  }
-  LockGuard(const LockGuard&) = delete;
-  LockGuard& operator=(const LockGuard&) = delete;
-  bool locked() const { return locked_; }
-  void Abandon() { locked_ = false; }
-
- private:
-  PoolHeader* h_;
-  bool locked_ = false;
+  explicit LockGuard(PoolHeader* h) : RobustLockGuard(&h->lock, &h->lock_recoveries) {}
 };
 
 uint32_t ClassFor(uint64_t size) {
@@ -196,13 +177,7 @@ Result<std::unique_ptr<ShmPool>> ShmPool::Create(const std::string& name, uint64
   h->heap_offset = kPoolHeaderBytes;
   h->heap_bytes = bytes - kPoolHeaderBytes;
 
-  pthread_mutexattr_t attr;
-  pthread_mutexattr_init(&attr);
-  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
-  int rc = pthread_mutex_init(&h->lock, &attr);
-  pthread_mutexattr_destroy(&attr);
-  if (rc != 0) {
+  if (const int rc = pool_detail::InitRobustMutex(&h->lock); rc != 0) {
     Remove(name);
     return ErrnoStatus("pool " + name + ": initialising its lock", rc);
   }

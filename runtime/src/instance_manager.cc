@@ -234,6 +234,11 @@ Status InstanceManager::StartSandbox() {
   if (!ids.ok()) return ids.status();
   tenant_ids_ = std::make_unique<TenantIds>(std::move(*ids));
   switch_ids_ = geteuid() == 0;
+  auto choice = ChoosePoolBackend(config_.pool, config_.pool_bytes,
+                                  PoolSegmentName(config_.node_name, ""));
+  if (!choice.ok()) return choice.status();
+  pool_choice_ = *choice;
+  spdlog::info("pool: backend {} ({})", PoolBackendName(pool_choice_.backend), pool_choice_.reason);
   if (switch_ids_) {
     spdlog::info("sandbox: instances run as their tenant's uid/gid ({} tenant(s) fixed in the "
                  "config, others from uid {} up, kept in {}/tenants.yaml), no capabilities, "
@@ -257,20 +262,42 @@ Status InstanceManager::StartSandbox() {
   return {};
 }
 
-Result<ShmPool*> InstanceManager::TenantPool(const std::string& tenant) {
+Result<SharedPool*> InstanceManager::TenantPool(const std::string& tenant) {
   std::lock_guard lock(mu_);
   return PoolFor(tenant);
 }
 
-Result<ShmPool*> InstanceManager::PoolFor(const std::string& tenant) {
+Result<SharedPool*> InstanceManager::PoolFor(const std::string& tenant) {
   auto it = pools_.find(tenant);
   if (it != pools_.end()) return it->second.get();
   const std::string name = PoolSegmentName(config_.node_name, tenant);
   // A pool left by a shoald that was killed is taken over: the FL coordinator's held updates
   // (acknowledged, not yet committed) survive the restart; everything else is reclaimed.
   bool recovered = false;
-  auto pool = ShmPool::CreateOrRecover(name, config_.pool_bytes, kCoordinatorSlot, &recovered);
-  if (!pool.ok()) return pool.status();
+  std::string reason = pool_choice_.reason;
+  PoolBackend backend = pool_choice_.backend;
+  if (config_.pool == "auto") {
+    // Under auto a tenant's pool may sit on the other backend (a fallback of the shoald before
+    // this one): take it over there rather than lose what it holds.
+    const PoolBackend other = backend == PoolBackend::kDpdk ? PoolBackend::kBoost : PoolBackend::kDpdk;
+    if (!PoolFileExists(backend, name) && PoolFileExists(other, name)) {
+      backend = other;
+      reason = "auto: taking over the " + std::string(PoolBackendName(other)) +
+               " pool a previous shoald left";
+    }
+  }
+  auto pool = CreateOrRecoverPool(backend, name, config_.pool_bytes, kCoordinatorSlot, &recovered);
+  if (!pool.ok() && backend == PoolBackend::kDpdk && config_.pool == "auto") {
+    // Hugepages ran out for this tenant (others took them): auto falls back for this one.
+    reason = "auto: dpdk failed for this tenant: " + pool.status().message();
+    spdlog::warn("pool: tenant '{}': {}; using boost", tenant, reason);
+    pool = CreateOrRecoverPool(PoolBackend::kBoost, name, config_.pool_bytes, kCoordinatorSlot,
+                               &recovered);
+  }
+  if (!pool.ok()) {
+    spdlog::error("pool: tenant '{}': {}", tenant, pool.status().ToString());
+    return pool.status();
+  }
   std::string owner = "shoald's uid";
   if (switch_ids_ && tenant_ids_) {
     // Only the tenant's instances may open it; shoald (root) keeps its mapping.
@@ -279,9 +306,11 @@ Result<ShmPool*> InstanceManager::PoolFor(const std::string& tenant) {
     SHOAL_RETURN_IF_ERROR((*pool)->SetOwner(id->uid, id->gid));
     owner = "uid " + std::to_string(id->uid) + ", gid " + std::to_string(id->gid);
   }
-  spdlog::info("pool: {} /dev/shm/{} ({} MiB, mode 0600, {}) for tenant '{}'",
-               recovered ? "recovered" : "created", name, config_.pool_bytes >> 20, owner, tenant);
-  ShmPool* raw = pool->get();
+  spdlog::info("pool: {} {} {} ({} MiB, mode 0600, {}) for tenant '{}'",
+               recovered ? "recovered" : "created", PoolBackendName((*pool)->backend()),
+               (*pool)->Path(), config_.pool_bytes >> 20, owner, tenant);
+  pool_reasons_[tenant] = reason;
+  SharedPool* raw = pool->get();
   pools_[tenant] = std::move(*pool);
   return raw;
 }
@@ -625,6 +654,9 @@ std::vector<std::string> InstanceManager::InstanceEnv(const FunctionSpec& spec,
       "SHOAL_NODE=" + config_.node_name,
       "SHOAL_DATAPLANE=" + std::string(DataPlaneKindName(dataplane_.kind())),
       "SHOAL_POOL=" + PoolSegmentName(config_.node_name, spec.tenant),
+      "SHOAL_POOL_BACKEND=" + std::string(PoolBackendName(pools_.contains(spec.tenant)
+                                                              ? pools_.at(spec.tenant)->backend()
+                                                              : pool_choice_.backend)),
       "SHOAL_HANDLER=" + handler,
       "SHOAL_CONCURRENCY=" + std::to_string(spec.concurrency),
       "SHOAL_LOG_LEVEL=" + config_.log_level,
@@ -1404,6 +1436,13 @@ LogChunk InstanceManager::Logs(const std::string& function, uint64_t offset, uin
 void InstanceManager::RefreshMetrics() {
   std::lock_guard lock(mu_);
   metrics_.dataplane_mode.Add({{"mode", DataPlaneKindName(dataplane_.kind())}}).Set(1);
+  for (auto& [tenant, pool] : pools_) {
+    metrics_.pool_backend
+        .Add({{"tenant", tenant},
+              {"backend", std::string(PoolBackendName(pool->backend()))},
+              {"reason", pool_reasons_[tenant]}})
+        .Set(1);
+  }
   for (auto& [name, f] : by_name_) {
     FunctionRuntime& rt = *f->rt;
     const auto snap = rt.router.Counts();

@@ -53,6 +53,11 @@ NodeMetrics::NodeMetrics()
                      .Name("shoal_pool_bytes")
                      .Help("Shared-memory pool bytes per tenant (state=used|free)")
                      .Register(*registry_)),
+      pool_backend(prometheus::BuildGauge()
+                       .Name("shoal_pool_backend")
+                       .Help("1 for the pool backend each tenant's pool runs on (backend=boost|dpdk, "
+                             "reason=why it was chosen)")
+                       .Register(*registry_)),
       dataplane_mode(prometheus::BuildGauge()
                          .Name("shoal_dataplane_mode")
                          .Help("1 for the data plane that runs (mode=sockmap|unix)")

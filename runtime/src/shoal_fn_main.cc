@@ -10,7 +10,7 @@
 #include <string>
 
 #include "shoal/common/log.h"
-#include "shoal/pool/shm_pool.h"
+#include "shoal/pool/pool_backend.h"
 #include "shoal/runtime/function_instance.h"
 #include "shoal/runtime/zygote_protocol.h"
 #include "shoal/runtime/zygote_server.h"
@@ -54,7 +54,11 @@ int main() {
 
   auto kind = ParseDataPlaneKind(options->dataplane);
   if (!kind.ok()) return fail(kind.status().ToString());
-  auto pool = ShmPool::Attach(options->pool);
+  // shoald names the backend it created the tenant's pool with.
+  const char* backend_name = std::getenv("SHOAL_POOL_BACKEND");
+  auto backend = ParsePoolBackend(backend_name != nullptr ? backend_name : "boost");
+  if (!backend.ok()) return fail("SHOAL_POOL_BACKEND: " + backend.status().ToString());
+  auto pool = AttachPool(*backend, options->pool);
   if (!pool.ok()) {
     return fail("cannot attach pool " + options->pool + ": " + pool.status().ToString());
   }

@@ -1,20 +1,26 @@
-// Fuzz target for the shared-memory pool's offset checks (pool/include/shoal/pool/shm_pool.h).
+// Fuzz target for the shared-memory pool's offset checks, on both backends (ShmPool over
+// /dev/shm, DpdkPool over hugepages: pool/include/shoal/pool/pool_backend.h): every input runs
+// once per backend and both must answer it the same way.
 // Offsets and holder slots arrive in descriptors from other processes, so Data, Retain,
 // Transfer and Release must refuse every offset that is not a live buffer and every slot out of
 // range, without touching memory outside the mapping. The input is a program of operations on
 // a fresh small pool: allocate, then data/retain/transfer/release with an offset that is either
 // a live buffer's, one near it, or raw. At the end every buffer is released and the pool must
-// be empty again (no leaked or double-freed block).
+// be empty again (no leaked or double-freed block). The DPDK run needs 2 free 2 MiB hugepages;
+// without them (or without DPDK in the build) only Boost runs, and the target says so once.
 #include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <string>
 
+#include "shoal/pool/dpdk_pool.h"
+#include "shoal/pool/pool_backend.h"
 #include "shoal/pool/shm_pool.h"
 
 namespace {
@@ -34,14 +40,9 @@ class Reader {
   const uint8_t* end_;
 };
 
-}  // namespace
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+void RunProgram(shoal::SharedPool& pool, uint64_t segment_bytes, const uint8_t* data,
+                size_t size) {
   using namespace shoal;
-  static const std::string kName = "shoal.fuzz." + std::to_string(getpid());
-  auto created = ShmPool::Create(kName, ShmPool::kMinSegmentBytes);
-  if (!created.ok()) std::abort();
-  ShmPool& pool = **created;
   const PoolStats empty = pool.Stats();
   const size_t mapped = pool.mapped_size();
 
@@ -69,7 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
     switch (op % 5) {
       case 0: {
-        const size_t want = static_cast<size_t>(in.Take(3)) % (2 * ShmPool::kMinSegmentBytes);
+        const size_t want = static_cast<size_t>(in.Take(3)) % (2 * segment_bytes);
         auto a = pool.Allocate(want, slot < kMaxHolderSlots ? slot : 0);
         if (a.ok()) {
           const std::span<std::byte> d = pool.Data(*a);
@@ -126,5 +127,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const PoolStats end = pool.Stats();
   if (end.live_buffers != 0 || end.used_bytes != empty.used_bytes) std::abort();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace shoal;
+  static const std::string kName = "shoal.fuzz." + std::to_string(getpid());
+  auto boost = CreatePool(PoolBackend::kBoost, kName, ShmPool::kMinSegmentBytes);
+  if (!boost.ok()) std::abort();
+  RunProgram(**boost, ShmPool::kMinSegmentBytes, data, size);
+  boost->reset();
+#ifdef SHOAL_WITH_DPDK
+  static bool dpdk_skipped = false;
+  if (!dpdk_skipped) {
+    auto dpdk = CreatePool(PoolBackend::kDpdk, kName, DpdkPool::kMinSegmentBytes);
+    if (!dpdk.ok()) {
+      std::fprintf(stderr, "fuzz_shm_pool: dpdk backend skipped from here on: %s\n",
+                   dpdk.status().ToString().c_str());
+      dpdk_skipped = true;
+      return 0;
+    }
+    RunProgram(**dpdk, DpdkPool::kMinSegmentBytes, data, size);
+  }
+#else
+  static bool said = false;
+  if (!said) std::fprintf(stderr, "fuzz_shm_pool: dpdk backend not built: boost only\n");
+  said = true;
+#endif
   return 0;
 }

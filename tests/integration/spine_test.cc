@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
 #include "bpf_capability.h"
+#include "hugepages_for_test.h"
 #include "shoald_fixture.h"
 
 namespace shoal::testing {
@@ -49,6 +51,7 @@ std::string Builtin(const std::string& name) { return "    builtin: " + name + "
 class SpineTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    if (auto why = ShoaldShortOfHugepages(options_.pool_bytes); !why.empty()) GTEST_SKIP() << why;
     ASSERT_TRUE(shoald_.Start(options_)) << shoald_.Log();
   }
   void TearDown() override {
@@ -382,7 +385,13 @@ TEST_F(SpineTest, EachTenantHasItsOwnPrivatePool) {
                 .exit_code,
             0);
   ASSERT_EQ(Http(shoald_.port(), "POST", "/fn/a", "tenant a").body, "tenant a");
-  const std::string seg = "/dev/shm/shoal." + shoald_.node() + ".team-a";
+  // Where the backend under test keeps the pool (the DPDK variant: shoald's hugetlbfs mount).
+  const bool dpdk = TestPoolBackend() == "dpdk";
+  const std::string seg =
+      (dpdk ? "/dev/hugepages/shoal." : "/dev/shm/shoal.") + shoald_.node() + ".team-a";
+  if (dpdk) {
+    EXPECT_EQ(shoald_.Metric("shoal_pool_backend", "backend=\"dpdk\""), 1);
+  }
   struct stat st {};
   ASSERT_EQ(stat(seg.c_str(), &st), 0) << seg;
   EXPECT_EQ(st.st_mode & 0777, 0600u);

@@ -1,5 +1,7 @@
 #include "shoald_fixture.h"
 
+#include "hugepages_for_test.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -11,6 +13,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -180,7 +183,7 @@ Shoald::~Shoald() {
   if (pid_ > 0) Stop(SIGKILL);
   // A shoald killed with SIGKILL leaves its tenants' pools in /dev/shm (on purpose: a restart
   // takes them over); the test's node name is unique, so they are this test's to remove.
-  std::string cmd = "rm -rf '" + state_dir_ + "' /dev/shm/shoal." + node_ + ".*";
+  std::string cmd = "rm -rf '" + state_dir_ + "' /dev/shm/shoal." + node_ + ".* /dev/hugepages/shoal." + node_ + ".*";
   (void)!system(cmd.c_str());
 }
 
@@ -193,6 +196,8 @@ bool Shoald::Start(const Options& o) {
       << "state_dir: " << state_dir_ << "/state\n"
       << "gateway_threads: " << o.threads << "\n"
       << "pool_bytes: " << o.pool_bytes << "\n"
+      // The pool backend under test: boost unless ctest runs the dpdk variant of the suite.
+      << "pool: " << (o.pool.empty() ? TestPoolBackend() : o.pool) << "\n"
       << "max_body_bytes: " << o.max_body_bytes << "\n"
       << "dataplane: " << o.dataplane << "\n"
       << "bpf_pin_root: /sys/fs/bpf/shoal-it\n"

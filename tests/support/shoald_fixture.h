@@ -44,6 +44,7 @@ class Shoald {
     uint64_t pool_bytes = 512ull << 20;
     uint64_t max_body_bytes = 128ull << 20;
     uint32_t threads = 2;
+    std::string pool;        // `pool:` (boost|dpdk|auto); empty: TestPoolBackend()
     std::string extra_yaml;  // appended to the config file
   };
   Shoald();

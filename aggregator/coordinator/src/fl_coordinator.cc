@@ -1540,18 +1540,18 @@ Status FlCoordinator::Restore() {
   return {};
 }
 
-Status FlCoordinator::Recover(const std::function<Result<ShmPool*>(const std::string&)>& pool_for) {
+Status FlCoordinator::Recover(const std::function<Result<SharedPool*>(const std::string&)>& pool_for) {
   std::vector<std::shared_ptr<JobState>> jobs;
   {
     std::lock_guard lock(mu_);
     for (auto& [name, j] : jobs_) jobs.push_back(j);
   }
-  std::map<ShmPool*, std::set<uint64_t>> kept;  // per pool: the buffers the logs still name
+  std::map<SharedPool*, std::set<uint64_t>> kept;  // per pool: the buffers the logs still name
   for (auto& job : jobs) {
     std::lock_guard jl(job->mu);
     auto pool = pool_for(job->spec.tenant);
     if (!pool.ok()) return pool.status();
-    ShmPool* sp = *pool;
+    SharedPool* sp = *pool;
     std::set<uint64_t>& keep = kept[sp];
     if (job->recovered.empty()) continue;
     job->pool = sp;

@@ -38,6 +38,8 @@ struct NodeConfig {
   uint32_t gateway_threads = 0;  // 0 = one event loop per online core
   std::string state_dir = "/var/lib/shoal";
   uint64_t pool_bytes = 1ull << 30;          // shared-memory pool per tenant
+  // Pool backend: boost (/dev/shm), dpdk (hugepages) or auto (dpdk where hugepages are free).
+  std::string pool = "auto";
   uint64_t max_body_bytes = 128ull << 20;    // larger request bodies get 413
   uint32_t max_queue_per_function = 10000;   // waiting requests beyond this get 503
   DataPlaneMode dataplane = DataPlaneMode::kAuto;

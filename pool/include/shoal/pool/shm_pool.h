@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "shoal/common/buffer_pool.h"
 #include "shoal/common/status.h"
+#include "shoal/pool/shared_pool.h"
 
 namespace shoal {
 
@@ -33,7 +33,7 @@ struct BufferHeader;
 class Segment;
 }  // namespace pool_detail
 
-class ShmPool final : public BufferPool {
+class ShmPool final : public SharedPool {
  public:
   // Bytes at the start of the segment reserved for the pool header.
   static constexpr size_t kPoolHeaderBytes = 4096;
@@ -58,9 +58,9 @@ class ShmPool final : public BufferPool {
   // kInvalidArgument when it is not a Shoal pool of this version, kPermissionDenied when the
   // segment belongs to another user.
   static Result<std::unique_ptr<ShmPool>> Attach(const std::string& name);
-  // shoald's side: gives the segment to the tenant's uid/gid (fchown), mode 0600, so that only
-  // the tenant's instances (and shoald) can open it. Needs cap_chown.
-  Status SetOwner(uint32_t uid, uint32_t gid);
+  Status SetOwner(uint32_t uid, uint32_t gid) override;
+  PoolBackend backend() const override { return PoolBackend::kBoost; }
+  std::string Path() const override { return "/dev/shm/" + name_; }
   // Unlinks the segment; processes that mapped it keep their mapping until they unmap it.
   static void Remove(const std::string& name);
 
@@ -77,20 +77,12 @@ class ShmPool final : public BufferPool {
   PoolStats Stats() const override;
   const std::string& Name() const override { return name_; }
 
-  // The whole mapping, e.g. to register it once as pinned host memory for GPU copies.
-  void* base() const;
-  size_t mapped_size() const;
-
-  // The bitmask of slots holding the buffer at `offset` (0 for a bad offset or a free buffer).
-  uint64_t Holders(uint64_t offset) const;
-  // The data offsets of the live buffers `holder` holds.
-  std::vector<uint64_t> HeldBy(HolderSlot holder) const;
-  // How often a process found the pool lock abandoned by a process that died holding it.
-  uint64_t LockRecoveries() const;
-
-  // Test hook: takes the pool lock and never releases it, so a test can kill the process while
-  // it holds the lock and check that the others recover.
-  void LockAndAbandonForTest();
+  void* base() const override;
+  size_t mapped_size() const override;
+  uint64_t Holders(uint64_t offset) const override;
+  std::vector<uint64_t> HeldBy(HolderSlot holder) const override;
+  uint64_t LockRecoveries() const override;
+  void LockAndAbandonForTest() override;
 
  private:
   ShmPool(std::string name, std::unique_ptr<pool_detail::Segment> segment, bool owner);

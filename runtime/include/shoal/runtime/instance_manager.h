@@ -25,6 +25,7 @@
 #include "shoal/controller/function_spec.h"
 #include "shoal/controller/runtime_view.h"
 #include "shoal/dataplane/dataplane.h"
+#include "shoal/pool/pool_backend.h"
 #include "shoal/pool/shm_pool.h"
 #include "shoal/runtime/function_runtime.h"
 #include "shoal/runtime/node_metrics.h"
@@ -49,7 +50,7 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   Status Start(RequestSink* sink);
   // The tenant's shared-memory pool, created (or taken over after a crash) on first use; the
   // FL coordinator re-opens its held updates through it after a restart.
-  Result<ShmPool*> TenantPool(const std::string& tenant);
+  Result<SharedPool*> TenantPool(const std::string& tenant);
   // Stops every instance (SIGTERM, then SIGKILL after `grace_s`) and closes the handles.
   void Stop(double grace_s = 3.0);
 
@@ -116,7 +117,7 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   void OnManagerReadable();
   void Retire(FunctionState& f, const char* why);
   void AppendLog(Instance& inst, const char* data, size_t len);
-  Result<ShmPool*> PoolFor(const std::string& tenant);
+  Result<SharedPool*> PoolFor(const std::string& tenant);
   // The instance sandbox's start-up: tenant ids, cgroups, the handler directories (logged).
   Status StartSandbox();
   std::string gateway_url_;
@@ -153,7 +154,9 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   std::map<std::string, std::unique_ptr<FunctionState>> by_name_;
   std::vector<std::unique_ptr<FunctionState>> retired_;  // draining old generations
   std::map<uint32_t, Instance*> by_key_;
-  std::map<std::string, std::unique_ptr<ShmPool>> pools_;       // by tenant
+  std::map<std::string, std::unique_ptr<SharedPool>> pools_;    // by tenant
+  PoolBackendChoice pool_choice_;                               // config `pool`, resolved
+  std::map<std::string, std::string> pool_reasons_;            // by tenant: why its backend
   std::map<std::string, uint64_t> used_slots_;                  // by tenant: holder-slot bitmap
   uint32_t next_sequence_ = 1;
   struct SeccompKill {

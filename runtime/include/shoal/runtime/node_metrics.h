@@ -57,6 +57,7 @@ class NodeMetrics {
   prometheus::Family<prometheus::Gauge>& queued;
   prometheus::Family<prometheus::Gauge>& instances;
   prometheus::Family<prometheus::Gauge>& pool_bytes;
+  prometheus::Family<prometheus::Gauge>& pool_backend;
   prometheus::Family<prometheus::Gauge>& dataplane_mode;
   prometheus::Family<prometheus::Gauge>& dataplane_events;
   prometheus::Family<prometheus::Gauge>& dataplane_bytes;

@@ -48,7 +48,7 @@ class FlCoordinator final : public JobService, public FlDataPath {
   // but is not in the last checkpoint (its bytes are still in the job's pool, held by
   // kCoordinatorSlot), releases the buffers nobody acknowledged, and queues the commits that
   // are due. `pool_for` gives (creating or taking over) the tenant's pool.
-  Status Recover(const std::function<Result<ShmPool*>(const std::string&)>& pool_for);
+  Status Recover(const std::function<Result<SharedPool*>(const std::string&)>& pool_for);
   // Called when the set of jobs changes (the instance manager re-reads LeafSpecs()).
   void SetOnChange(std::function<void()> on_change) { on_change_ = std::move(on_change); }
   // The leaf-aggregator functions of the running jobs, for the instance manager.

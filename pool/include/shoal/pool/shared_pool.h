@@ -1,0 +1,44 @@
+// SharedPool: what the node needs from a tenant's shared-memory pool beyond the buffer
+// operations of BufferPool (creation, ownership, inspection). Two implementations: ShmPool
+// (Boost.Interprocess over /dev/shm) and DpdkPool (DPDK rings over a hugetlbfs file); see
+// pool_backend.h for choosing one. Nothing outside pool/ knows which one runs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shoal/common/buffer_pool.h"
+#include "shoal/common/status.h"
+
+namespace shoal {
+
+enum class PoolBackend { kBoost, kDpdk };
+
+class SharedPool : public BufferPool {
+ public:
+  // Which implementation this is (for the log and shoal_pool_backend on /metrics).
+  virtual PoolBackend backend() const = 0;
+  // Gives the pool's file to the tenant's uid/gid, mode 0600, so that only the tenant's
+  // instances (and shoald) can open it. Needs cap_chown.
+  virtual Status SetOwner(uint32_t uid, uint32_t gid) = 0;
+  // Where the pool's file lives, for the log ("/dev/shm/<name>", "/dev/hugepages/<name>").
+  virtual std::string Path() const = 0;
+
+  // The whole mapping, e.g. to register it once as pinned host memory for GPU copies.
+  virtual void* base() const = 0;
+  virtual size_t mapped_size() const = 0;
+
+  // The bitmask of slots holding the buffer at `offset` (0 for a bad offset or a free buffer).
+  virtual uint64_t Holders(uint64_t offset) const = 0;
+  // The data offsets of the live buffers `holder` holds.
+  virtual std::vector<uint64_t> HeldBy(HolderSlot holder) const = 0;
+  // How often a process found a pool lock abandoned by a process that died holding it.
+  virtual uint64_t LockRecoveries() const = 0;
+  // Test hook: takes the pool lock that large allocations use and never releases it, so a test
+  // can kill the process while it holds the lock and check that the others recover.
+  virtual void LockAndAbandonForTest() = 0;
+};
+
+}  // namespace shoal

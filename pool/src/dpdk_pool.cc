@@ -25,6 +25,7 @@
 #include <bit>
 #include <algorithm>
 
+#include "holder_bits.h"
 #include "robust_lock.h"
 #include "shoal/pool/hugepages.h"
 
@@ -752,23 +753,7 @@ Status DpdkPool::Transfer(uint64_t offset, HolderSlot from, HolderSlot to) {
     return InvalidArgument("pool " + name_ + ": no live buffer at offset " +
                            std::to_string(offset));
   }
-  const uint64_t from_bit = uint64_t{1} << from;
-  const uint64_t to_bit = uint64_t{1} << to;
-  uint64_t h = b->holders.load(std::memory_order_acquire);
-  for (;;) {
-    if ((h & from_bit) == 0) {
-      return InvalidArgument("pool " + name_ + ": slot " + std::to_string(from) +
-                             " does not hold the buffer at offset " + std::to_string(offset));
-    }
-    if (from == to) return Status::Ok();
-    if ((h & to_bit) != 0) {
-      return InvalidArgument("pool " + name_ + ": slot " + std::to_string(to) +
-                             " already holds the buffer at offset " + std::to_string(offset));
-    }
-    if (b->holders.compare_exchange_weak(h, (h | to_bit) & ~from_bit, std::memory_order_acq_rel)) {
-      return Status::Ok();
-    }
-  }
+  return pool_detail::TransferHolder(b->holders, from, to, name_, offset);
 }
 
 Status DpdkPool::Retain(uint64_t offset, HolderSlot holder) {
@@ -778,21 +763,7 @@ Status DpdkPool::Retain(uint64_t offset, HolderSlot holder) {
     return InvalidArgument("pool " + name_ + ": no live buffer at offset " +
                            std::to_string(offset));
   }
-  const uint64_t bit = uint64_t{1} << holder;
-  uint64_t h = b->holders.load(std::memory_order_acquire);
-  for (;;) {
-    if (h == 0) {
-      return InvalidArgument("pool " + name_ + ": buffer at offset " + std::to_string(offset) +
-                             " is not held by anyone (already freed)");
-    }
-    if ((h & bit) != 0) {
-      return InvalidArgument("pool " + name_ + ": slot " + std::to_string(holder) +
-                             " already holds the buffer at offset " + std::to_string(offset));
-    }
-    if (b->holders.compare_exchange_weak(h, h | bit, std::memory_order_acq_rel)) {
-      return Status::Ok();
-    }
-  }
+  return pool_detail::RetainHolder(b->holders, holder, name_, offset);
 }
 
 Status DpdkPool::Release(uint64_t offset, HolderSlot holder) {

@@ -1,5 +1,6 @@
 #include "shoal/pool/shm_pool.h"
 
+#include "holder_bits.h"
 #include "robust_lock.h"
 
 #include <pthread.h>
@@ -427,45 +428,14 @@ Status ShmPool::Transfer(uint64_t offset, HolderSlot from, HolderSlot to) {
   SHOAL_RETURN_IF_ERROR(CheckSlot(to));
   BufferHeader* b = nullptr;
   SHOAL_RETURN_IF_ERROR(CheckedBuffer(offset, &b));
-  const uint64_t from_bit = uint64_t{1} << from;
-  const uint64_t to_bit = uint64_t{1} << to;
-  uint64_t h = b->holders.load(std::memory_order_acquire);
-  for (;;) {
-    if ((h & from_bit) == 0) {
-      return InvalidArgument("pool " + name_ + ": slot " + std::to_string(from) +
-                             " does not hold the buffer at offset " + std::to_string(offset));
-    }
-    if (from == to) return Status::Ok();
-    if ((h & to_bit) != 0) {
-      return InvalidArgument("pool " + name_ + ": slot " + std::to_string(to) +
-                             " already holds the buffer at offset " + std::to_string(offset));
-    }
-    // One step: `to` is added and `from` dropped together, so the count never touches zero.
-    if (b->holders.compare_exchange_weak(h, (h | to_bit) & ~from_bit, std::memory_order_acq_rel)) {
-      return Status::Ok();
-    }
-  }
+  return pool_detail::TransferHolder(b->holders, from, to, name_, offset);
 }
 
 Status ShmPool::Retain(uint64_t offset, HolderSlot holder) {
   SHOAL_RETURN_IF_ERROR(CheckSlot(holder));
   BufferHeader* b = nullptr;
   SHOAL_RETURN_IF_ERROR(CheckedBuffer(offset, &b));
-  const uint64_t bit = uint64_t{1} << holder;
-  uint64_t h = b->holders.load(std::memory_order_acquire);
-  for (;;) {
-    if (h == 0) {
-      return InvalidArgument("pool " + name_ + ": buffer at offset " + std::to_string(offset) +
-                             " is not held by anyone (already freed)");
-    }
-    if ((h & bit) != 0) {
-      return InvalidArgument("pool " + name_ + ": slot " + std::to_string(holder) +
-                             " already holds the buffer at offset " + std::to_string(offset));
-    }
-    if (b->holders.compare_exchange_weak(h, h | bit, std::memory_order_acq_rel)) {
-      return Status::Ok();
-    }
-  }
+  return pool_detail::RetainHolder(b->holders, holder, name_, offset);
 }
 
 Status ShmPool::Release(uint64_t offset, HolderSlot holder) {

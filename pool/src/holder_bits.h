@@ -1,0 +1,55 @@
+// A buffer's holder bitmask (bit s: slot s holds it), changed lock-free by both pool backends
+// (ShmPool, DpdkPool) with the same rules and the same error messages.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "shoal/common/status.h"
+
+namespace shoal::pool_detail {
+
+// `to` takes the hold of `from` in one step: the count never touches zero.
+inline Status TransferHolder(std::atomic<uint64_t>& holders, uint32_t from, uint32_t to,
+                             const std::string& pool, uint64_t offset) {
+  const uint64_t from_bit = uint64_t{1} << from;
+  const uint64_t to_bit = uint64_t{1} << to;
+  uint64_t h = holders.load(std::memory_order_acquire);
+  for (;;) {
+    if ((h & from_bit) == 0) {
+      return InvalidArgument("pool " + pool + ": slot " + std::to_string(from) +
+                             " does not hold the buffer at offset " + std::to_string(offset));
+    }
+    if (from == to) return Status::Ok();
+    if ((h & to_bit) != 0) {
+      return InvalidArgument("pool " + pool + ": slot " + std::to_string(to) +
+                             " already holds the buffer at offset " + std::to_string(offset));
+    }
+    if (holders.compare_exchange_weak(h, (h | to_bit) & ~from_bit, std::memory_order_acq_rel)) {
+      return Status::Ok();
+    }
+  }
+}
+
+// `holder` adds its hold to a buffer somebody holds.
+inline Status RetainHolder(std::atomic<uint64_t>& holders, uint32_t holder,
+                           const std::string& pool, uint64_t offset) {
+  const uint64_t bit = uint64_t{1} << holder;
+  uint64_t h = holders.load(std::memory_order_acquire);
+  for (;;) {
+    if (h == 0) {
+      return InvalidArgument("pool " + pool + ": buffer at offset " + std::to_string(offset) +
+                             " is not held by anyone (already freed)");
+    }
+    if ((h & bit) != 0) {
+      return InvalidArgument("pool " + pool + ": slot " + std::to_string(holder) +
+                             " already holds the buffer at offset " + std::to_string(offset));
+    }
+    if (holders.compare_exchange_weak(h, h | bit, std::memory_order_acq_rel)) {
+      return Status::Ok();
+    }
+  }
+}
+
+}  // namespace shoal::pool_detail

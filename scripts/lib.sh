@@ -16,6 +16,8 @@ PACKAGES=(
   libopenblas0-pthread python3-torch
   # the DPDK pool backend (pool: dpdk|auto): rte_ring's headers and librte_ring
   libdpdk-dev
+  # cluster mode keeps its state in etcd; the cluster tests and `scripts/demo --cluster` run it
+  etcd-server
 )
 
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
@@ -37,6 +39,8 @@ install_packages() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
   # nginx-light starts a service on install in some images; the benchmarks start their own.
   (systemctl stop nginx 2>/dev/null || service nginx stop 2>/dev/null || true) >/dev/null 2>&1
+  # So does etcd-server; Shoal's tests and demo start their own etcd on their own ports.
+  (systemctl disable --now etcd 2>/dev/null || service etcd stop 2>/dev/null || true) >/dev/null 2>&1
 }
 
 build() {

@@ -6,6 +6,7 @@
 #include <uv.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -15,6 +16,7 @@
 
 #include "shoal/aggregator/fl_coordinator.h"
 #include "shoal/auth/token_store.h"
+#include "shoal/cluster/node_agent.h"
 #include "shoal/common/config.h"
 #include "shoal/common/file_io.h"
 #include "shoal/common/log.h"
@@ -24,6 +26,7 @@
 #include "shoal/dataplane/dataplane.h"
 #include "shoal/gateway/gateway.h"
 #include "shoal/runtime/instance_manager.h"
+#include "shoal/runtime/node_capacity.h"
 #include "shoal/sandbox/capabilities.h"
 
 using namespace shoal;
@@ -83,10 +86,16 @@ int main(int argc, char** argv) {
   bool print_config = false;
   std::optional<uint16_t> port, control_port;
   std::optional<std::string> state_dir, node_name, dataplane, log_level, host, instance_start;
+  std::optional<std::string> etcd, cluster, advertise;
   std::optional<uint32_t> threads;
   std::optional<uint64_t> pool_bytes, max_body;
   app.add_option("-c,--config", config_path, "YAML config file (every key optional)");
   app.add_flag("--standalone", standalone, "run the controller embedded (single node)");
+  app.add_option("--etcd", etcd,
+                 "join a cluster: etcd client URLs, http://host:port[,...] (config etcd)");
+  app.add_option("--cluster", cluster, "the cluster's name in etcd (config cluster)");
+  app.add_option("--advertise", advertise,
+                 "the address other nodes reach this one at (config advertise_host)");
   app.add_flag("--print-config", print_config, "print the effective config and exit");
   app.add_option("--port", port, "listen port (config listen_port)");
   app.add_option("--host", host, "listen address (config listen_host)");
@@ -118,6 +127,9 @@ int main(int argc, char** argv) {
   if (pool_bytes) config.pool_bytes = *pool_bytes;
   if (max_body) config.max_body_bytes = *max_body;
   if (log_level) config.log_level = *log_level;
+  if (etcd) config.etcd = *etcd;
+  if (cluster) config.cluster = *cluster;
+  if (advertise) config.advertise_host = *advertise;
   if (dataplane) {
     auto re = NodeConfig::LoadString("dataplane: " + *dataplane);
     if (!re.ok()) {
@@ -138,11 +150,23 @@ int main(int argc, char** argv) {
     std::cout << config.ToYaml();
     return 0;
   }
-  if (!standalone) {
-    std::fprintf(stderr,
-                 "shoald: only single-node mode exists so far: run with --standalone (the "
-                 "controller runs embedded)\n");
+  if (standalone == !config.etcd.empty()) {
+    std::fprintf(stderr, standalone ? "shoald: --standalone and --etcd (config etcd) exclude each "
+                                      "other: one node alone, or a node of a cluster\n"
+                                    : "shoald: run with --standalone (one node, the controller "
+                                      "embedded) or --etcd URL (a node of a cluster)\n");
     return 2;
+  }
+  if (!config.etcd.empty()) {
+    if (auto eps = cluster::ParseEndpoints(config.etcd); !eps.ok()) {
+      std::fprintf(stderr, "shoald: --etcd: %s\n", eps.status().message().c_str());
+      return 2;
+    }
+    if (Status st = cluster::ValidateNodeName(config.node_name); !st.ok()) {
+      std::fprintf(stderr, "shoald: --node-name: %s (a cluster node's name is a DNS label)\n",
+                   st.message().c_str());
+      return 2;
+    }
   }
   std::signal(SIGPIPE, SIG_IGN);
   InitLogging("shoald", config.log_level);
@@ -233,9 +257,12 @@ int main(int argc, char** argv) {
   GatewayHooks hooks;
   hooks.control = &control_service;
   hooks.tokens = tokens.get();
+  std::unique_ptr<cluster::NodeAgent> node_agent;  // cluster mode: the node's etcd registration
   hooks.metrics_text = [&] {
     manager.RefreshMetrics();
-    return metrics.Serialize();
+    std::string text = metrics.Serialize();
+    if (node_agent) text += node_agent->MetricsText();
+    return text;
   };
   hooks.ready = [&] { return manager.Ready(); };
   hooks.fl = &fl;
@@ -295,6 +322,32 @@ int main(int argc, char** argv) {
       first_admin_token.assign(first_admin_token.size(), '\0');
     }
   }
+  if (!config.etcd.empty()) {
+    cluster::NodeRecord record;
+    record.name = config.node_name;
+    record.address = cluster::AdvertiseHost(config) + ":" + std::to_string(gateway.port());
+    record.version = "0.1.0";
+    const Resources capacity = ProbeNodeCapacity();
+    record.cores = static_cast<uint32_t>(capacity.cores);
+    record.memory_mib = static_cast<uint64_t>(capacity.memory_mb);
+    record.gpus = capacity.gpus;
+    record.started_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+    for (const auto& spec : registry->List()) record.cached_functions.push_back(spec.name);
+    auto agent = cluster::NodeAgent::Start(config, record);
+    if (!agent.ok()) {
+      spdlog::error("cluster: {}", agent.status().ToString());
+      control_server.Stop();
+      gateway.Stop();
+      manager.Stop();
+      return 1;
+    }
+    node_agent = std::move(*agent);
+    spdlog::info("cluster: node {} of cluster '{}' at {} (etcd {}; lease TTL {} s)",
+                 config.node_name, config.cluster, record.address, config.etcd,
+                 config.node_lease_ttl_s);
+  }
   uv_signal_t sigint, sigterm;
   auto on_signal = [](uv_signal_t* s, int signum) {
     spdlog::info("signal {}: shutting down", signum);
@@ -309,6 +362,7 @@ int main(int argc, char** argv) {
 
   uv_run(loop, UV_RUN_DEFAULT);
 
+  node_agent.reset();  // leaves the cluster first: the others stop routing here at once
   control_server.Stop();
   gateway.Stop();
   manager.Stop();

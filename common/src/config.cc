@@ -88,6 +88,10 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
     else if (key == "control_port") st = Read(v, "control_port", c.control_port);
     else if (key == "control_tls_cert") st = Read(v, "control_tls_cert", c.control_tls_cert);
     else if (key == "control_tls_key") st = Read(v, "control_tls_key", c.control_tls_key);
+    else if (key == "etcd") st = Read(v, "etcd", c.etcd);
+    else if (key == "cluster") st = Read(v, "cluster", c.cluster);
+    else if (key == "advertise_host") st = Read(v, "advertise_host", c.advertise_host);
+    else if (key == "node_lease_ttl_s") st = Read(v, "node_lease_ttl_s", c.node_lease_ttl_s);
     else if (key == "control_allow_insecure")
       st = Read(v, "control_allow_insecure", c.control_allow_insecure);
     else if (key == "handler_dirs") {
@@ -169,6 +173,10 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
   if (c.pool_bytes < (16ull << 20)) return InvalidArgument("config: pool_bytes: must be >= 16 MiB");
   if (c.pool != "boost" && c.pool != "dpdk" && c.pool != "auto")
     return InvalidArgument("config: pool: '" + c.pool + "': want boost, dpdk or auto");
+  if (c.node_lease_ttl_s < 2 || c.node_lease_ttl_s > 300)
+    return InvalidArgument("config: node_lease_ttl_s: must be 2 to 300 seconds");
+  if (c.cluster.empty() || c.cluster.find('/') != std::string::npos)
+    return InvalidArgument("config: cluster: '" + c.cluster + "': want a name without '/'");
   if (c.max_body_bytes >= c.pool_bytes)
     return InvalidArgument("config: max_body_bytes: must be smaller than pool_bytes");
   return c;
@@ -227,6 +235,10 @@ std::string NodeConfig::ToYaml() const {
   e << YAML::Key << "fl_checkpoint_delay_ms" << YAML::Value << fl_checkpoint_delay_ms;
   e << YAML::Key << "instance_start" << YAML::Value << InstanceStartName(instance_start);
   e << YAML::Key << "zygote_timeout_ms" << YAML::Value << zygote_timeout_ms;
+  e << YAML::Key << "etcd" << YAML::Value << etcd;
+  e << YAML::Key << "cluster" << YAML::Value << cluster;
+  e << YAML::Key << "advertise_host" << YAML::Value << advertise_host;
+  e << YAML::Key << "node_lease_ttl_s" << YAML::Value << node_lease_ttl_s;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

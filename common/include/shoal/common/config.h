@@ -82,6 +82,15 @@ struct NodeConfig {
   // 0 otherwise).
   uint32_t fl_checkpoint_delay_ms = 0;
 
+  // Cluster mode (README "Cluster"): etcd's client URLs, comma-separated ("" = standalone).
+  // The node registers under /shoal/<cluster>/nodes/<node_name> with a lease it renews; other
+  // nodes reach its gateway at advertise_host (default: listen_host, or the first non-loopback
+  // IPv4 address when that is 0.0.0.0).
+  std::string etcd;
+  std::string cluster = "default";
+  std::string advertise_host;
+  uint32_t node_lease_ttl_s = 10;
+
   // Loads `path` (YAML). Unknown keys are errors that name the key.
   static Result<NodeConfig> LoadFile(const std::string& path);
   static Result<NodeConfig> LoadString(const std::string& yaml);

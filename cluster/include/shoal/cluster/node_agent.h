@@ -1,0 +1,44 @@
+// shoald's side of cluster mode: connects to etcd, registers the node (NodeMembership) and
+// reports how that stands for /readyz and /metrics. The data path never waits on it: an etcd
+// outage is logged and retried while the node keeps serving.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "shoal/cluster/etcd_client.h"
+#include "shoal/cluster/membership.h"
+#include "shoal/common/config.h"
+
+namespace shoal::cluster {
+
+class NodeAgent {
+ public:
+  // Refused (nothing registered) on bad endpoints, a name held by a live node elsewhere, or a
+  // cluster speaking another protocol; an unreachable etcd is not refused (logged, retried).
+  static Result<std::unique_ptr<NodeAgent>> Start(const NodeConfig& config, NodeRecord record);
+  ~NodeAgent();  // leaves the cluster (revokes the lease: the record vanishes at once)
+
+  MembershipState state() const { return membership_->state(); }
+  std::string detail() const { return membership_->detail(); }
+  // One line for /readyz: "etcd: registered ..." or "etcd: disconnected: <why>".
+  std::string StatusLine() const;
+  // Prometheus text: shoal_cluster_etcd_connected, shoal_cluster_etcd_calls_total,
+  // shoal_cluster_etcd_failures_total, shoal_cluster_etcd_latency_seconds.
+  std::string MetricsText() const;
+  EtcdClient& etcd() { return *etcd_; }
+  const ClusterKeys& keys() const { return membership_->keys(); }
+
+ private:
+  NodeAgent() = default;
+  std::unique_ptr<EtcdClient> etcd_;
+  std::unique_ptr<NodeMembership> membership_;
+};
+
+// The etcd key prefix of a cluster name: "/shoal/<cluster>".
+std::string ClusterPrefix(const std::string& cluster);
+// The address other nodes reach this one at: advertise_host, else listen_host, else (listen_host
+// 0.0.0.0) the first non-loopback IPv4 address of the node's interfaces.
+std::string AdvertiseHost(const NodeConfig& config);
+
+}  // namespace shoal::cluster

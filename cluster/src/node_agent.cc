@@ -1,0 +1,86 @@
+#include "shoal/cluster/node_agent.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <spdlog/spdlog.h>
+
+#include <sstream>
+
+namespace shoal::cluster {
+
+std::string ClusterPrefix(const std::string& cluster) { return "/shoal/" + cluster; }
+
+std::string AdvertiseHost(const NodeConfig& config) {
+  if (!config.advertise_host.empty()) return config.advertise_host;
+  const std::string& h = config.listen_host;
+  if (!h.empty() && h != "0.0.0.0" && h != "::") return h;
+  ifaddrs* list = nullptr;
+  std::string found = "127.0.0.1";
+  if (getifaddrs(&list) == 0) {
+    for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+      if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+      const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+      if ((ntohl(in->sin_addr.s_addr) >> 24) == 127) continue;
+      char text[INET_ADDRSTRLEN];
+      inet_ntop(AF_INET, &in->sin_addr, text, sizeof text);
+      found = text;
+      break;
+    }
+    freeifaddrs(list);
+  }
+  return found;
+}
+
+Result<std::unique_ptr<NodeAgent>> NodeAgent::Start(const NodeConfig& config, NodeRecord record) {
+  auto endpoints = ParseEndpoints(config.etcd);
+  if (!endpoints.ok()) return endpoints.status();
+  EtcdOptions o;
+  o.endpoints = *endpoints;
+  auto client = EtcdClient::Create(o);
+  if (!client.ok()) return client.status();
+  std::unique_ptr<NodeAgent> agent(new NodeAgent());
+  agent->etcd_ = std::move(*client);
+  MembershipOptions m;
+  m.lease_ttl_s = config.node_lease_ttl_s;
+  agent->membership_ = std::make_unique<NodeMembership>(
+      agent->etcd_.get(), ClusterKeys(ClusterPrefix(config.cluster)), std::move(record), m);
+  Status st = agent->membership_->Join();
+  if (!st.ok() && st.code() != StatusCode::kUnavailable) return st;
+  if (!st.ok()) {
+    spdlog::warn("cluster: etcd does not answer yet ({}); serving, and registering when it does",
+                 st.message());
+  }
+  return agent;
+}
+
+NodeAgent::~NodeAgent() {
+  if (membership_) {
+    Status st = membership_->Leave();
+    if (!st.ok()) spdlog::warn("cluster: leaving: {}", st.message());
+  }
+}
+
+std::string NodeAgent::StatusLine() const {
+  return std::string("etcd: ") + MembershipStateName(state()) + ": " + detail();
+}
+
+std::string NodeAgent::MetricsText() const {
+  std::ostringstream o;
+  o << "# HELP shoal_cluster_etcd_connected Whether this node's registration in etcd is live.\n"
+    << "# TYPE shoal_cluster_etcd_connected gauge\n"
+    << "shoal_cluster_etcd_connected " << (state() == MembershipState::kRegistered ? 1 : 0)
+    << "\n"
+    << "# HELP shoal_cluster_etcd_calls_total Round trips to etcd.\n"
+    << "# TYPE shoal_cluster_etcd_calls_total counter\n"
+    << "shoal_cluster_etcd_calls_total " << etcd_->calls() << "\n"
+    << "# HELP shoal_cluster_etcd_failures_total Calls no etcd member answered.\n"
+    << "# TYPE shoal_cluster_etcd_failures_total counter\n"
+    << "shoal_cluster_etcd_failures_total " << etcd_->failures() << "\n"
+    << "# HELP shoal_cluster_etcd_latency_seconds The last etcd round trip.\n"
+    << "# TYPE shoal_cluster_etcd_latency_seconds gauge\n"
+    << "shoal_cluster_etcd_latency_seconds " << etcd_->last_latency_us() / 1e6 << "\n";
+  return o.str();
+}
+
+}  // namespace shoal::cluster

@@ -1,0 +1,47 @@
+// The controller's view of the cluster's nodes: every record under <prefix>/nodes/, read once
+// and then kept current by a watch (a node whose lease runs out is gone from here within the
+// watch's latency). Placement and `GET /v1/nodes` read it.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "shoal/cluster/etcd_client.h"
+#include "shoal/cluster/node_record.h"
+
+namespace shoal::controller {
+
+struct NodeEntry {
+  cluster::NodeRecord record;
+  int64_t lease = 0;
+  int64_t mod_revision = 0;
+};
+
+class NodeDirectory {
+ public:
+  // `on_change(name, joined)`: a node appeared (or changed its record) or left.
+  using ChangeFn = std::function<void(const std::string& name, bool present)>;
+  NodeDirectory(cluster::EtcdClient* etcd, cluster::ClusterKeys keys, ChangeFn on_change = {});
+  ~NodeDirectory();
+  // Reads the nodes and starts watching; kUnavailable when etcd does not answer (retry later).
+  Status Start();
+  std::vector<NodeEntry> List() const;  // by name
+  size_t size() const;
+  bool watching() const;
+
+ private:
+  void Reload();
+  void Apply(const std::vector<cluster::WatchEvent>& events);
+  cluster::EtcdClient* etcd_;
+  cluster::ClusterKeys keys_;
+  ChangeFn on_change_;
+  mutable std::mutex mu_;
+  std::map<std::string, NodeEntry> nodes_;
+  std::unique_ptr<cluster::EtcdWatch> watch_;
+};
+
+}  // namespace shoal::controller

@@ -1,0 +1,275 @@
+// shoal-controller: the cluster's control plane. Several may run; one is leader through an etcd
+// election (the others stand by and take over within the leader's lease TTL). It keeps the
+// cluster's node directory from etcd and serves the control API that `shoal --server` talks to:
+// so far GET /v1/nodes and /v1/cluster (cluster-wide functions, placement and FL jobs follow).
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <thread>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "shoal/auth/role.h"
+#include "shoal/auth/token_store.h"
+#include "shoal/cluster/election.h"
+#include "shoal/cluster/etcd_client.h"
+#include "shoal/cluster/node_agent.h"
+#include "shoal/common/log.h"
+#include "shoal/controller/node_directory.h"
+
+namespace {
+
+using json = nlohmann::json;
+std::atomic<httplib::Server*> g_server{nullptr};
+
+void JsonError(httplib::Response& res, int status, const std::string& message) {
+  res.status = status;
+  res.set_content(json{{"error", message}}.dump() + "\n", "application/json");
+}
+
+bool IsLoopback(const std::string& host) {
+  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace shoal;
+  CLI::App app{"shoal-controller: the Shoal cluster's control plane (node directory, leader "
+               "election, the /v1 API for `shoal --server`)"};
+  std::string etcd, cluster_name = "default", host = "127.0.0.1", state_dir = "/var/lib/shoal-controller";
+  std::string name, log_level = "info";
+  uint16_t port = 8090;
+  int64_t lease_ttl = 5;
+  bool allow_insecure = false;
+  app.add_option("--etcd", etcd, "etcd client URLs, http://host:port[,...]")->required();
+  app.add_option("--cluster", cluster_name, "the cluster's name in etcd");
+  app.add_option("--host", host, "listen address of the control API");
+  app.add_option("--port", port, "listen port of the control API (0: any free port)");
+  app.add_option("--state-dir", state_dir, "this controller's tokens (tokens.json, admin.conf)");
+  app.add_option("--name", name, "this controller's identity in the election (default host-pid)");
+  app.add_option("--lease-ttl", lease_ttl, "the leader's lease TTL in seconds (take-over time)");
+  app.add_flag("--allow-insecure", allow_insecure,
+               "listen beyond loopback without TLS (tokens in clear text)");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  CLI11_PARSE(app, argc, argv);
+
+  auto endpoints = cluster::ParseEndpoints(etcd);
+  if (!endpoints.ok()) {
+    std::fprintf(stderr, "shoal-controller: --etcd: %s\n", endpoints.status().message().c_str());
+    return 2;
+  }
+  if (cluster_name.empty() || cluster_name.find('/') != std::string::npos) {
+    std::fprintf(stderr, "shoal-controller: --cluster: '%s': want a name without '/'\n",
+                 cluster_name.c_str());
+    return 2;
+  }
+  if (lease_ttl < 2 || lease_ttl > 60) {
+    std::fprintf(stderr, "shoal-controller: --lease-ttl: must be 2 to 60 seconds\n");
+    return 2;
+  }
+  if (!IsLoopback(host) && !allow_insecure) {
+    std::fprintf(stderr,
+                 "shoal-controller: --host %s is beyond this host: pass --allow-insecure to send "
+                 "tokens in clear text (TLS for the controller is not built yet)\n",
+                 host.c_str());
+    return 2;
+  }
+  if (name.empty()) {
+    char hn[256] = {};
+    gethostname(hn, sizeof hn - 1);
+    name = std::string(hn) + "-" + std::to_string(getpid());
+  }
+  std::signal(SIGPIPE, SIG_IGN);
+  InitLogging("shoal-controller", log_level);
+  spdlog::info("shoal-controller 0.1.0 starting: '{}' for cluster '{}' (etcd {}, state {})", name,
+               cluster_name, etcd, state_dir);
+
+  if (mkdir(state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    spdlog::error("state dir {}: {}", state_dir, std::strerror(errno));
+    return 1;
+  }
+  auto store = auth::TokenStore::Open(state_dir + "/tokens.json");
+  if (!store.ok()) {
+    spdlog::error("auth: {}", store.status().ToString());
+    return 1;
+  }
+  std::unique_ptr<auth::TokenStore> tokens = std::move(*store);
+  std::string first_admin_token;
+  if (!tokens->HasRole(auth::Role::kAdmin)) {
+    auto created = tokens->Create({"admin", auth::Role::kAdmin, "", ""});
+    if (!created.ok()) {
+      spdlog::error("auth: cannot create the admin token: {}", created.status().ToString());
+      return 1;
+    }
+    first_admin_token = created->token;
+  }
+  spdlog::info("auth: {} token(s) in {} (hashed); /v1 needs a bearer token", tokens->List().size(),
+               tokens->path());
+
+  cluster::EtcdOptions eo;
+  eo.endpoints = *endpoints;
+  auto client = cluster::EtcdClient::Create(eo);
+  if (!client.ok()) {
+    spdlog::error("etcd: {}", client.status().ToString());
+    return 1;
+  }
+  std::unique_ptr<cluster::EtcdClient> etcd_client = std::move(*client);
+  const cluster::ClusterKeys keys(cluster::ClusterPrefix(cluster_name));
+  controller::NodeDirectory nodes(etcd_client.get(), keys);
+  for (int attempt = 0;; ++attempt) {
+    Status st = nodes.Start();
+    if (st.ok()) break;
+    if (attempt == 0) spdlog::warn("etcd: {}; retrying", st.message());
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(2000, 100 << std::min(attempt, 5))));
+  }
+  spdlog::info("nodes: {} registered under {}", nodes.size(), keys.Nodes());
+  cluster::ElectionOptions elo;
+  elo.lease_ttl_s = lease_ttl;
+  cluster::LeaderElection election(etcd_client.get(), keys.Leader(), name, elo);
+  election.Start();
+
+  httplib::Server server;
+  server.new_task_queue = [] { return new httplib::ThreadPool(4); };
+  auto authorize = [&](const httplib::Request& req, httplib::Response& res,
+                       auth::Action action) -> bool {
+    const std::string token(auth::BearerToken(req.get_header_value("Authorization")));
+    if (token.empty()) {
+      JsonError(res, 401, "this API needs a bearer token (Authorization: Bearer <token>)");
+      return false;
+    }
+    auto who = tokens->Authenticate(token);
+    if (!who.ok()) {
+      JsonError(res, 401, who.status().message());
+      return false;
+    }
+    if (Status st = auth::Authorize(*who, action, ""); !st.ok()) {
+      JsonError(res, 403, st.message());
+      return false;
+    }
+    return true;
+  };
+  server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  server.Get("/readyz", [&](const httplib::Request&, httplib::Response& res) {
+    const bool etcd_ok = etcd_client->Ping().ok();
+    std::string body = std::string(etcd_ok ? "ready\n" : "not ready\n") +
+                       "role: " + (election.is_leader() ? "leader" : "standby") +
+                       "\netcd: " + (etcd_ok ? "connected" : "unreachable") + "\n";
+    res.status = etcd_ok ? 200 : 503;
+    res.set_content(body, "text/plain");
+  });
+  server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+    std::ostringstream o;
+    o << "# HELP shoal_cluster_nodes_ready Nodes registered with a live lease.\n"
+      << "# TYPE shoal_cluster_nodes_ready gauge\nshoal_cluster_nodes_ready " << nodes.size()
+      << "\n# HELP shoal_cluster_leader Whether this controller is the leader.\n"
+      << "# TYPE shoal_cluster_leader gauge\nshoal_cluster_leader "
+      << (election.is_leader() ? 1 : 0)
+      << "\n# HELP shoal_cluster_etcd_calls_total Round trips to etcd.\n"
+      << "# TYPE shoal_cluster_etcd_calls_total counter\nshoal_cluster_etcd_calls_total "
+      << etcd_client->calls()
+      << "\n# HELP shoal_cluster_etcd_failures_total Calls no etcd member answered.\n"
+      << "# TYPE shoal_cluster_etcd_failures_total counter\nshoal_cluster_etcd_failures_total "
+      << etcd_client->failures()
+      << "\n# HELP shoal_cluster_etcd_latency_seconds The last etcd round trip.\n"
+      << "# TYPE shoal_cluster_etcd_latency_seconds gauge\nshoal_cluster_etcd_latency_seconds "
+      << etcd_client->last_latency_us() / 1e6 << "\n";
+    res.set_content(o.str(), "text/plain; version=0.0.4");
+  });
+  server.Get("/v1/nodes", [&](const httplib::Request& req, httplib::Response& res) {
+    if (!authorize(req, res, auth::Action::kReadNode)) return;
+    json list = json::array();
+    for (const auto& n : nodes.List()) {
+      json pools = json::array();
+      for (const auto& p : n.record.pools) {
+        pools.push_back({{"tenant", p.tenant}, {"backend", p.backend}, {"bytes", p.bytes}});
+      }
+      list.push_back({{"name", n.record.name},
+                      {"address", n.record.address},
+                      {"status", "Ready"},
+                      {"version", n.record.version},
+                      {"protocol", std::to_string(n.record.protocol_major) + "." +
+                                       std::to_string(n.record.protocol_minor)},
+                      {"cores", n.record.cores},
+                      {"memory_mib", n.record.memory_mib},
+                      {"gpus", n.record.gpus},
+                      {"cold_start_ms", n.record.cold_start_ms},
+                      {"cached_functions", n.record.cached_functions},
+                      {"pools", pools},
+                      {"started_unix_ms", n.record.started_unix_ms},
+                      {"lease", std::to_string(n.lease)}});
+    }
+    res.set_content(json{{"cluster", cluster_name}, {"leader", election.leader()},
+                         {"nodes", list}}.dump() + "\n",
+                    "application/json");
+  });
+  server.Get("/v1/cluster", [&](const httplib::Request& req, httplib::Response& res) {
+    if (!authorize(req, res, auth::Action::kReadNode)) return;
+    res.set_content(json{{"cluster", cluster_name},
+                         {"prefix", keys.prefix()},
+                         {"controller", name},
+                         {"leader", election.leader()},
+                         {"is_leader", election.is_leader()},
+                         {"nodes", nodes.size()}}
+                            .dump() + "\n",
+                    "application/json");
+  });
+  server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (res.status == 404) {
+      JsonError(res, 404, "shoal-controller serves " + std::string("/v1/nodes and /v1/cluster") +
+                              " so far; no route " + req.path +
+                              " (deploy functions and FL jobs on a node's control API meanwhile)");
+    }
+  });
+  const int bound = port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
+  if (bound < 0) {
+    spdlog::error("control API: cannot listen on {}:{}", host, port);
+    return 1;
+  }
+  const std::string url = "http://" + host + ":" + std::to_string(bound);
+  {
+    // admin.conf (0600): the CLI config of the first admin; later starts refresh the address
+    // and keep the token line.
+    const std::string conf = state_dir + "/admin.conf";
+    std::string token = first_admin_token;
+    if (token.empty()) {
+      std::ifstream in(conf);
+      for (std::string line; std::getline(in, line);) {
+        if (line.rfind("token: ", 0) == 0) token = line.substr(7);
+      }
+    }
+    const std::string text = "server: " + url + "\n" + (token.empty() ? "" : "token: " + token + "\n");
+    int fd = open(conf.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+      spdlog::error("auth: cannot write {}: {}", conf, std::strerror(errno));
+    }
+    if (fd >= 0) close(fd);
+    if (!first_admin_token.empty()) {
+      std::fprintf(stderr,
+                   "\nshoal-controller: created the first admin token (shown once, also saved in "
+                   "%s, mode 0600):\n\n    %s\n\n",
+                   conf.c_str(), first_admin_token.c_str());
+    }
+  }
+  g_server.store(&server);
+  auto on_signal = [](int) {
+    if (auto* s = g_server.load()) s->stop();
+  };
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  spdlog::info("shoal-controller ready on {} ({} node(s); election on {})", url, nodes.size(),
+               keys.Leader());
+  server.listen_after_bind();
+  spdlog::info("shoal-controller stopping (resigning if leader)");
+  return 0;
+}

@@ -40,7 +40,7 @@ std::string EtcdMissing() {
   return "";
 }
 
-EtcdForTest::EtcdForTest(int members) {
+EtcdForTest::EtcdForTest(int members, std::string host) : host_(std::move(host)) {
   char tmpl[] = "/tmp/shoal-etcd-XXXXXX";
   dir_ = mkdtemp(tmpl) != nullptr ? tmpl : "/tmp/shoal-etcd";
   for (int i = 0; i < members; ++i) {
@@ -65,11 +65,13 @@ bool EtcdForTest::Spawn(Member& m, bool first_start) {
   for (const auto& o : members_) {
     if (!cluster.empty()) cluster += ',';
     cluster += o.name;
-    cluster += "=http://127.0.0.1:";
+    cluster += "=http://";
+    cluster += host_;
+    cluster += ':';
     cluster += std::to_string(o.peer_port);
   }
-  const std::string client = "http://127.0.0.1:" + std::to_string(m.client_port);
-  const std::string peer = "http://127.0.0.1:" + std::to_string(m.peer_port);
+  const std::string client = "http://" + host_ + ":" + std::to_string(m.client_port);
+  const std::string peer = "http://" + host_ + ":" + std::to_string(m.peer_port);
   std::vector<std::string> args = {kEtcdBinary,
                                    "--name", m.name,
                                    "--data-dir", m.data_dir,
@@ -106,7 +108,7 @@ bool EtcdForTest::Spawn(Member& m, bool first_start) {
 bool EtcdForTest::WaitHealthy(int i, int timeout_ms) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < until) {
-    auto r = Http(members_[i].client_port, "GET", "/health", {}, {}, 0, 1000);
+    auto r = HttpAt(host_, members_[i].client_port, "GET", "/health", {}, {}, 0, 1000);
     if (r.status == 200 && r.body.find("\"health\":\"true\"") != std::string::npos) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -138,7 +140,7 @@ bool EtcdForTest::Restart(int i) {
 }
 
 std::string EtcdForTest::endpoint(int i) const {
-  return "http://127.0.0.1:" + std::to_string(members_[i].client_port);
+  return "http://" + host_ + ":" + std::to_string(members_[i].client_port);
 }
 
 std::string EtcdForTest::endpoints() const {

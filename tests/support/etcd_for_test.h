@@ -19,7 +19,8 @@ std::string EtcdMissing();
 
 class EtcdForTest {
  public:
-  explicit EtcdForTest(int members = 1);
+  // Members listen on `host` (loopback, or a test cluster's bridge address).
+  explicit EtcdForTest(int members = 1, std::string host = "127.0.0.1");
   ~EtcdForTest();  // kills every member and removes the data
   EtcdForTest(const EtcdForTest&) = delete;
   EtcdForTest& operator=(const EtcdForTest&) = delete;
@@ -46,6 +47,7 @@ class EtcdForTest {
   };
   bool Spawn(Member& m, bool first_start);
   bool WaitHealthy(int i, int timeout_ms);
+  std::string host_;
   std::string dir_;
   std::vector<Member> members_;
 };

@@ -53,12 +53,22 @@ std::string ReadFile(const std::string& path) {
 HttpResult Http(uint16_t port, const std::string& method, const std::string& path,
                 const std::string& body, const std::vector<std::string>& headers,
                 size_t chunk_size, int timeout_ms) {
+  return HttpAt("127.0.0.1", port, method, path, body, headers, chunk_size, timeout_ms);
+}
+
+HttpResult HttpAt(const std::string& ipv4, uint16_t port, const std::string& method,
+                  const std::string& path, const std::string& body,
+                  const std::vector<std::string>& headers, size_t chunk_size, int timeout_ms) {
   HttpResult r;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (inet_pton(AF_INET, ipv4.c_str(), &addr.sin_addr) != 1) {
+    r.error = "not an IPv4 address: " + ipv4;
+    close(fd);
+    return r;
+  }
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     r.error = std::string("connect: ") + strerror(errno);
     close(fd);

@@ -27,6 +27,11 @@ struct HttpResult {
 HttpResult Http(uint16_t port, const std::string& method, const std::string& path,
                 const std::string& body = {}, const std::vector<std::string>& headers = {},
                 size_t chunk_size = 0, int timeout_ms = 60000);
+// The same to `ipv4`:port (a node of a test cluster, in its own network namespace).
+HttpResult HttpAt(const std::string& ipv4, uint16_t port, const std::string& method,
+                  const std::string& path, const std::string& body = {},
+                  const std::vector<std::string>& headers = {}, size_t chunk_size = 0,
+                  int timeout_ms = 60000);
 
 struct CliResult {
   int exit_code = -1;

@@ -1,0 +1,216 @@
+// Cluster mode on a real cluster: three shoalds in their own network namespaces (veth + bridge,
+// real TCP between them), a real etcd, real shoal-controllers. Nodes register under leases, the
+// controller lists them, a killed or cut-off node drops out after its TTL and comes back, a name
+// held by a live node is refused, an etcd outage does not stop the data path, and a standby
+// controller takes over from a killed leader.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "netns_cluster.h"
+
+namespace shoal::testing {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+bool WaitFor(const std::function<bool()>& f, std::chrono::milliseconds d) {
+  const auto until = Clock::now() + d;
+  while (Clock::now() < until) {
+    if (f()) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return f();
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void StartCluster(TestCluster::Options o) {
+    if (auto why = NetnsMissing(); !why.empty()) GTEST_SKIP() << why;
+    cluster_ = std::make_unique<TestCluster>(o);
+    std::string why;
+    ASSERT_TRUE(cluster_->Start(&why)) << why;
+  }
+  void TearDown() override {
+    if (HasFailure() && cluster_) {
+      for (int i = 0; i < cluster_->nodes(); ++i) {
+        std::cerr << "---- " << cluster_->node_name(i) << " ----\n" << cluster_->NodeLog(i);
+      }
+      for (int j = 0; j < cluster_->controllers(); ++j) {
+        std::cerr << "---- controller " << j << " ----\n" << cluster_->ControllerLog(j);
+      }
+    }
+  }
+  // The node names the controller lists (GET /v1/nodes), sorted.
+  std::vector<std::string> Listed(int controller = 0) {
+    auto r = cluster_->ControllerApi(controller, "GET", "/v1/nodes");
+    std::vector<std::string> names;
+    if (r.status != 200) return names;
+    auto j = json::parse(r.body, nullptr, false);
+    if (j.is_discarded()) return names;
+    for (const auto& n : j["nodes"]) names.push_back(n["name"].get<std::string>());
+    return names;
+  }
+  std::vector<std::string> Names(std::initializer_list<int> nodes) {
+    std::vector<std::string> out;
+    for (int i : nodes) out.push_back(cluster_->node_name(i));
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  std::unique_ptr<TestCluster> cluster_;
+};
+
+TEST_F(ClusterTest, NodesRegisterAndTheControllerListsThemWithTheirAddresses) {
+  StartCluster({});
+  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
+  auto r = cluster_->ControllerApi(0, "GET", "/v1/nodes");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto j = json::parse(r.body);
+  for (const auto& n : j["nodes"]) {
+    const std::string name = n["name"];
+    const int i = name[1] - '0';
+    EXPECT_EQ(n["address"], cluster_->node_ip(i) + ":8080");
+    EXPECT_EQ(n["status"], "Ready");
+    EXPECT_EQ(n["protocol"], "1.0");
+    EXPECT_GE(n["cores"].get<int>(), 1);
+    EXPECT_GT(n["memory_mib"].get<int>(), 0);
+  }
+  EXPECT_EQ(j["leader"], "ctl-0");
+  // Without a token: 401, naming what is missing.
+  auto anon = Http(cluster_->controller_port(0), "GET", "/v1/nodes");
+  EXPECT_EQ(anon.status, 401);
+  EXPECT_NE(anon.body.find("needs a bearer token"), std::string::npos);
+  // Each node serves over real TCP from outside its namespace, and says it is registered.
+  for (int i = 0; i < 3; ++i) {
+    auto ready = cluster_->NodeGateway(i, "GET", "/readyz");
+    EXPECT_EQ(ready.status, 200) << ready.error;
+    auto metrics = cluster_->NodeGateway(i, "GET", "/metrics");
+    EXPECT_NE(metrics.body.find("\nshoal_cluster_etcd_connected 1\n"), std::string::npos);
+  }
+  auto deployed = cluster_->NodeApi(
+      1, "POST", "/v1/functions",
+      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\n"
+      "spec:\n  handler:\n    builtin: echo\n");
+  ASSERT_EQ(deployed.status, 201) << deployed.body;
+  auto echo = cluster_->NodeGateway(1, "POST", "/fn/echo", "across the bridge");
+  EXPECT_EQ(echo.status, 200) << echo.error;
+  EXPECT_EQ(echo.body, "across the bridge");
+}
+
+TEST_F(ClusterTest, AKilledNodeDropsOutAfterItsLeaseAndRejoinsWhenRestarted) {
+  StartCluster({});
+  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
+  const auto t0 = Clock::now();
+  cluster_->StopNode(1, SIGKILL);
+  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 2}); }, 10s));
+  const double gone_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_GT(gone_s, 1.0);   // the lease (3 s) had to run out: no one revoked it
+  EXPECT_LT(gone_s, 3 + 2.5);
+  EXPECT_NE(cluster_->ControllerLog(0).find("nodes: " + cluster_->node_name(1) +
+                                            " left the cluster (its lease ended)"),
+            std::string::npos);
+  ASSERT_TRUE(cluster_->StartNode(1)) << cluster_->NodeLog(1);
+  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
+  // A clean stop leaves at once (the lease is revoked).
+  const auto t1 = Clock::now();
+  EXPECT_EQ(cluster_->StopNode(2, SIGTERM), 0);
+  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1}); }, 5s));
+  EXPECT_LT(Clock::now() - t1, 2s);
+}
+
+TEST_F(ClusterTest, ANameHeldByALiveNodeIsRefusedNamingIt) {
+  StartCluster({});
+  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
+  cluster_->StopNode(2, SIGTERM);
+  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1}); }, 5s));
+  // Node 2's namespace, node 0's name: refused, and node 0 stays listed.
+  EXPECT_FALSE(cluster_->StartNode(2, cluster_->node_name(0)));
+  EXPECT_FALSE(cluster_->NodeRunning(2));
+  const std::string log = cluster_->NodeLog(2);
+  EXPECT_NE(log.find("node name '" + cluster_->node_name(0) + "' is held by a live node at " +
+                     cluster_->node_ip(0) + ":8080"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(Listed(), Names({0, 1}));
+}
+
+TEST_F(ClusterTest, ACutOffNodeDropsOutAndRegistersAgainWhenItsLinkIsBack) {
+  StartCluster({});
+  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
+  cluster_->SetLink(2, false);
+  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1}); }, 10s));
+  EXPECT_TRUE(cluster_->NodeRunning(2));  // it serves on, cut off
+  cluster_->SetLink(2, true);
+  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 15s)) << cluster_->NodeLog(2);
+  const std::string log = cluster_->NodeLog(2);
+  EXPECT_NE(log.find("disconnected: etcd unreachable"), std::string::npos) << log;
+  EXPECT_NE(log.find("registered again at"), std::string::npos) << log;
+}
+
+TEST_F(ClusterTest, AnEtcdOutageLeavesTheDataPathServingAndTheNodesComeBack) {
+  StartCluster({});
+  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
+  auto deployed = cluster_->NodeApi(
+      0, "POST", "/v1/functions",
+      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\n"
+      "spec:\n  handler:\n    builtin: echo\n");
+  ASSERT_EQ(deployed.status, 201) << deployed.body;
+  cluster_->etcd().Kill(0);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return cluster_->NodeGateway(0, "GET", "/metrics").body.find(
+                   "\nshoal_cluster_etcd_connected 0\n") != std::string::npos;
+      },
+      10s));
+  for (int k = 0; k < 20; ++k) {
+    auto r = cluster_->NodeGateway(0, "POST", "/fn/echo", "during the outage " + std::to_string(k));
+    ASSERT_EQ(r.status, 200) << r.error << r.body;
+    EXPECT_EQ(r.body, "during the outage " + std::to_string(k));
+  }
+  EXPECT_EQ(cluster_->NodeGateway(0, "GET", "/readyz").status, 200);
+  auto controller_ready = Http(cluster_->controller_port(0), "GET", "/readyz");
+  EXPECT_EQ(controller_ready.status, 503);
+  EXPECT_NE(controller_ready.body.find("etcd: unreachable"), std::string::npos);
+  ASSERT_TRUE(cluster_->etcd().Restart(0));
+  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 15s));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          return cluster_->NodeGateway(i, "GET", "/metrics").body.find(
+                     "\nshoal_cluster_etcd_connected 1\n") != std::string::npos;
+        },
+        10s));
+  }
+}
+
+TEST_F(ClusterTest, TheStandbyControllerTakesOverFromAKilledLeader) {
+  TestCluster::Options o;
+  o.nodes = 1;
+  o.controllers = 2;
+  StartCluster(o);
+  auto cluster_info = [&](int j) {
+    auto r = cluster_->ControllerApi(j, "GET", "/v1/cluster");
+    return r.status == 200 ? json::parse(r.body, nullptr, false) : json();
+  };
+  ASSERT_TRUE(WaitFor([&] { return cluster_info(1).value("leader", "") == "ctl-0"; }, 10s));
+  EXPECT_TRUE(cluster_info(0).value("is_leader", false));
+  EXPECT_FALSE(cluster_info(1).value("is_leader", true));
+  const auto t0 = Clock::now();
+  cluster_->StopController(0, SIGKILL);
+  ASSERT_TRUE(WaitFor([&] { return cluster_info(1).value("is_leader", false); }, 10s));
+  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_LT(took, 2 + 2.0);  // the 2 s lease, then the next poll
+  std::cerr << "[ take-over ] " << took << " s after the leader's kill -9 (lease TTL 2 s)\n";
+  EXPECT_EQ(Listed(1), Names({0}));
+  auto metrics = Http(cluster_->controller_port(1), "GET", "/metrics");
+  EXPECT_NE(metrics.body.find("\nshoal_cluster_leader 1\n"), std::string::npos);
+  EXPECT_NE(metrics.body.find("\nshoal_cluster_nodes_ready 1\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shoal::testing

@@ -1,0 +1,302 @@
+#include "netns_cluster.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+namespace shoal::testing {
+namespace {
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// fork + (setns into `netns`) + exec, output appended to `log`.
+pid_t Launch(const std::vector<std::string>& args, const std::string& log,
+             const std::string& netns) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd >= 0) {
+    dup2(fd, 1);
+    dup2(fd, 2);
+  }
+  if (!netns.empty()) {
+    int nfd = open(("/var/run/netns/" + netns).c_str(), O_RDONLY | O_CLOEXEC);
+    if (nfd < 0 || setns(nfd, CLONE_NEWNET) != 0) {
+      perror("setns");
+      _exit(126);
+    }
+  }
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(argv[0], argv.data());
+  _exit(127);
+}
+
+int Reap(pid_t pid, int sig) {
+  if (pid <= 0) return -1;
+  kill(pid, sig);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+std::string NetnsMissing() {
+  if (!IsRoot()) return "network namespaces need root";
+  if (system("command -v ip >/dev/null 2>&1") != 0) return "no `ip` (Debian package iproute2)";
+  const std::string probe = "shoal-probe-" + std::to_string(getpid());
+  if (system(("ip netns add " + probe + " >/dev/null 2>&1").c_str()) != 0) {
+    return "`ip netns add` fails here (no CAP_SYS_ADMIN or no netns support)";
+  }
+  (void)system(("ip netns del " + probe + " >/dev/null 2>&1").c_str());
+  if (system("ip link add shoal-probe-br type bridge >/dev/null 2>&1") != 0) {
+    return "cannot create a bridge (no bridge support in this kernel)";
+  }
+  (void)system("ip link del shoal-probe-br >/dev/null 2>&1");
+  return EtcdMissing();
+}
+
+TestCluster::TestCluster(Options options) : options_(options) {
+  tag_ = std::to_string(getpid());
+  subnet_ = 20 + static_cast<int>(getpid() % 200);
+  bridge_ = "shb" + tag_;
+  char tmpl[] = "/tmp/shoal-cluster-XXXXXX";
+  dir_ = mkdtemp(tmpl) != nullptr ? tmpl : "/tmp/shoal-cluster";
+  nodes_.resize(static_cast<size_t>(options_.nodes));
+  controllers_.resize(static_cast<size_t>(options_.controllers));
+}
+
+TestCluster::~TestCluster() {
+  for (auto& c : controllers_) Reap(c.pid, SIGKILL);
+  for (auto& n : nodes_) Reap(n.pid, SIGKILL);
+  etcd_.reset();
+  if (network_made_) {
+    for (int i = 0; i < options_.nodes; ++i) {
+      Sh("ip link del " + veth(i) + " 2>/dev/null");
+      Sh("ip netns del " + ns(i) + " 2>/dev/null");
+    }
+    Sh("ip link del " + bridge_ + " 2>/dev/null");
+  }
+  for (int i = 0; i < options_.nodes; ++i) {
+    std::error_code ec;
+    std::filesystem::remove_all("/sys/fs/bpf/shoal-it/" + node_name(i), ec);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+bool TestCluster::Sh(const std::string& cmd, std::string* why) {
+  const int rc = system(cmd.c_str());
+  if (rc != 0 && why != nullptr) *why = "`" + cmd + "` failed (" + std::to_string(rc) + ")";
+  return rc == 0;
+}
+
+std::string TestCluster::ns(int i) const { return "shoal-" + tag_ + "-n" + std::to_string(i); }
+std::string TestCluster::veth(int i) const { return "sv" + tag_ + "n" + std::to_string(i); }
+std::string TestCluster::node_name(int i) const { return "n" + std::to_string(i) + "-" + tag_; }
+std::string TestCluster::node_ip(int i) const {
+  return "10.77." + std::to_string(subnet_) + "." + std::to_string(i + 1);
+}
+
+bool TestCluster::Start(std::string* why) {
+  const std::string net = "10.77." + std::to_string(subnet_);
+  const std::string bridge_ip = net + ".254";
+  network_made_ = true;
+  if (!Sh("ip link add " + bridge_ + " type bridge", why) ||
+      !Sh("ip addr add " + bridge_ip + "/24 dev " + bridge_, why) ||
+      !Sh("ip link set " + bridge_ + " up", why)) {
+    return false;
+  }
+  for (int i = 0; i < options_.nodes; ++i) {
+    const std::string n = ns(i), v = veth(i), peer = v + "p";
+    if (!Sh("ip netns add " + n, why) ||
+        !Sh("ip link add " + v + " type veth peer name " + peer, why) ||
+        !Sh("ip link set " + peer + " netns " + n, why) ||
+        !Sh("ip netns exec " + n + " ip link set " + peer + " name eth0", why) ||
+        !Sh("ip netns exec " + n + " ip addr add " + node_ip(i) + "/24 dev eth0", why) ||
+        !Sh("ip netns exec " + n + " ip link set eth0 up", why) ||
+        !Sh("ip netns exec " + n + " ip link set lo up", why) ||
+        !Sh("ip link set " + v + " master " + bridge_, why) ||
+        !Sh("ip link set " + v + " up", why)) {
+      return false;
+    }
+  }
+  etcd_ = std::make_unique<EtcdForTest>(options_.etcd_members, bridge_ip);
+  if (!etcd_->Start()) {
+    *why = "etcd did not start: " + etcd_->Log(0).substr(0, 2000);
+    return false;
+  }
+  for (int j = 0; j < options_.controllers; ++j) {
+    if (!StartController(j)) {
+      *why = "shoal-controller " + std::to_string(j) + " did not start:\n" + ControllerLog(j);
+      return false;
+    }
+  }
+  for (int i = 0; i < options_.nodes; ++i) {
+    if (!StartNode(i)) {
+      *why = "shoald on " + node_name(i) + " did not start:\n" + NodeLog(i);
+      return false;
+    }
+  }
+  return true;
+}
+
+bool TestCluster::StartNode(int i, const std::string& name) {
+  Proc& p = nodes_[static_cast<size_t>(i)];
+  if (p.dir.empty()) {
+    p.dir = dir_ + "/node" + std::to_string(i);
+    std::filesystem::create_directories(p.dir);
+    p.log = p.dir + "/shoald.log";
+  }
+  const std::string cfg = p.dir + "/shoald.yaml";
+  {
+    std::ofstream f(cfg);
+    f << "node_name: " << (name.empty() ? node_name(i) : name) << "\n"
+      << "listen_host: " << node_ip(i) << "\nlisten_port: " << kGatewayPort << "\n"
+      << "control_listen_host: " << node_ip(i) << "\ncontrol_port: " << kControlPort << "\n"
+      << "control_allow_insecure: true\n"
+      << "state_dir: " << p.dir << "/state\n"
+      << "gateway_threads: 1\n"
+      << "pool: boost\npool_bytes: " << options_.pool_bytes << "\n"
+      << "max_body_bytes: " << (options_.pool_bytes / 4) << "\n"
+      << "bpf_pin_root: /sys/fs/bpf/shoal-it\n"
+      << "etcd: " << etcd_->endpoints() << "\n"
+      << "cluster: c" << tag_ << "\n"
+      << "node_lease_ttl_s: " << options_.node_lease_ttl_s << "\n";
+  }
+  const size_t offset = Slurp(p.log).size();
+  p.pid = Launch({BinDir() + "/shoald", "-c", cfg}, p.log, ns(i));
+  const std::regex ready("shoald ready on http://");
+  for (int t = 0; t < 500; ++t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    int status;
+    if (waitpid(p.pid, &status, WNOHANG) == p.pid) {
+      p.pid = -1;
+      return false;
+    }
+    const std::string log = Slurp(p.log).substr(offset);
+    if (log.find("cluster: node ") != std::string::npos &&
+        std::regex_search(log, ready)) {
+      std::istringstream conf(Slurp(p.dir + "/state/admin.conf"));
+      for (std::string line; std::getline(conf, line);) {
+        if (line.rfind("token: ", 0) == 0) p.token = line.substr(7);
+      }
+      return HttpAt(node_ip(i), kGatewayPort, "GET", "/readyz", {}, {}, 0, 2000).status == 200;
+    }
+  }
+  return false;
+}
+
+int TestCluster::StopNode(int i, int sig) {
+  Proc& p = nodes_[static_cast<size_t>(i)];
+  const int rc = Reap(p.pid, sig);
+  p.pid = -1;
+  return rc;
+}
+
+bool TestCluster::NodeRunning(int i) {
+  Proc& p = nodes_[static_cast<size_t>(i)];
+  if (p.pid <= 0) return false;
+  int status;
+  if (waitpid(p.pid, &status, WNOHANG) == p.pid) {
+    p.pid = -1;
+    return false;
+  }
+  return true;
+}
+
+std::string TestCluster::NodeLog(int i) const { return Slurp(nodes_[static_cast<size_t>(i)].log); }
+
+HttpResult TestCluster::NodeApi(int i, const std::string& method, const std::string& path,
+                                const std::string& body) {
+  return HttpAt(node_ip(i), kControlPort, method, path, body,
+                {"Authorization: Bearer " + nodes_[static_cast<size_t>(i)].token,
+                 "Content-Type: application/yaml"},
+                0, 10000);
+}
+
+HttpResult TestCluster::NodeGateway(int i, const std::string& method, const std::string& path,
+                                    const std::string& body) {
+  return HttpAt(node_ip(i), kGatewayPort, method, path, body, {}, 0, 10000);
+}
+
+void TestCluster::SetLink(int i, bool up) {
+  Sh("ip link set " + veth(i) + (up ? " up" : " down"));
+}
+
+bool TestCluster::StartController(int j) {
+  Proc& p = controllers_[static_cast<size_t>(j)];
+  if (p.dir.empty()) {
+    p.dir = dir_ + "/controller" + std::to_string(j);
+    std::filesystem::create_directories(p.dir);
+    p.log = p.dir + "/controller.log";
+  }
+  // The controllers share one state dir (one token store), as replicas sharing a Secret would.
+  const std::string state = dir_ + "/controller-state";
+  const size_t offset = Slurp(p.log).size();
+  p.pid = Launch({BinDir() + "/shoal-controller", "--etcd", etcd_->endpoints(), "--cluster",
+                  "c" + tag_, "--port", "0", "--state-dir", state, "--name",
+                  "ctl-" + std::to_string(j), "--lease-ttl",
+                  std::to_string(options_.controller_lease_ttl_s)},
+                 p.log, "");
+  const std::regex ready("shoal-controller ready on http://127.0.0.1:([0-9]+)");
+  for (int t = 0; t < 500; ++t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    int status;
+    if (waitpid(p.pid, &status, WNOHANG) == p.pid) {
+      p.pid = -1;
+      return false;
+    }
+    const std::string log = Slurp(p.log).substr(offset);
+    std::smatch m;
+    if (std::regex_search(log, m, ready)) {
+      p.port = static_cast<uint16_t>(std::stoi(m[1]));
+      std::istringstream conf(Slurp(state + "/admin.conf"));
+      for (std::string line; std::getline(conf, line);) {
+        if (line.rfind("token: ", 0) == 0) controller_token_ = line.substr(7);
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+int TestCluster::StopController(int j, int sig) {
+  Proc& p = controllers_[static_cast<size_t>(j)];
+  const int rc = Reap(p.pid, sig);
+  p.pid = -1;
+  return rc;
+}
+
+uint16_t TestCluster::controller_port(int j) const {
+  return controllers_[static_cast<size_t>(j)].port;
+}
+
+std::string TestCluster::ControllerLog(int j) const {
+  return Slurp(controllers_[static_cast<size_t>(j)].log);
+}
+
+HttpResult TestCluster::ControllerApi(int j, const std::string& method, const std::string& path) {
+  return Http(controller_port(j), method, path, {}, {"Authorization: Bearer " + controller_token_},
+              0, 10000);
+}
+
+}  // namespace shoal::testing

@@ -6,6 +6,7 @@
 #include <uv.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -22,6 +23,7 @@
 #include "shoal/common/log.h"
 #include "shoal/controller/control_api.h"
 #include "shoal/controller/control_server.h"
+#include "shoal/controller/manifest.h"
 #include "shoal/controller/registry.h"
 #include "shoal/dataplane/dataplane.h"
 #include "shoal/gateway/gateway.h"
@@ -234,9 +236,26 @@ int main(int argc, char** argv) {
   NodeMetrics metrics;
   FunctionTable table;
   // The instance manager runs the registry's functions and the FL jobs' leaf aggregators.
-  InstanceManager manager(config, loop, *data_plane, table, metrics, [&registry, &fl] {
+  // Cluster mode: the cluster functions placed on this node run beside its own.
+  std::atomic<cluster::NodeAgent*> cluster_view{nullptr};
+  InstanceManager manager(config, loop, *data_plane, table, metrics,
+                          [&registry, &fl, &cluster_view, &config] {
     auto specs = registry->List();
     for (auto& leaf : fl.LeafSpecs()) specs.push_back(std::move(leaf));
+    if (cluster::NodeAgent* agent = cluster_view.load()) {
+      for (const auto& placed : agent->Placed()) {
+        auto parsed = ParseFunctionManifests(placed.function.manifest, config);
+        if (!parsed.ok() || parsed->size() != 1) continue;
+        FunctionSpec spec = std::move((*parsed)[0]);
+        spec.id = placed.function.id;
+        spec.generation = placed.function.generation;
+        spec.min_scale = placed.placement.min_scale;
+        spec.max_scale = placed.placement.max_scale;
+        spec.created_unix_ms = placed.function.created_unix_ms;
+        spec.updated_unix_ms = placed.function.updated_unix_ms;
+        specs.push_back(std::move(spec));
+      }
+    }
     return specs;
   });
   fl.SetOnChange([&manager] { manager.FunctionsChanged(); });
@@ -335,7 +354,7 @@ int main(int argc, char** argv) {
                                  std::chrono::system_clock::now().time_since_epoch())
                                  .count();
     for (const auto& spec : registry->List()) record.cached_functions.push_back(spec.name);
-    auto agent = cluster::NodeAgent::Start(config, record);
+    auto agent = cluster::NodeAgent::Start(config, record, [&manager] { manager.FunctionsChanged(); });
     if (!agent.ok()) {
       spdlog::error("cluster: {}", agent.status().ToString());
       control_server.Stop();
@@ -344,6 +363,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     node_agent = std::move(*agent);
+    cluster_view.store(node_agent.get());
     spdlog::info("cluster: node {} of cluster '{}' at {} (etcd {}; lease TTL {} s)",
                  config.node_name, config.cluster, record.address, config.etcd,
                  config.node_lease_ttl_s);
@@ -362,10 +382,12 @@ int main(int argc, char** argv) {
 
   uv_run(loop, UV_RUN_DEFAULT);
 
-  node_agent.reset();  // leaves the cluster first: the others stop routing here at once
+  if (node_agent) node_agent->Leave();  // first: the others stop routing here at once
   control_server.Stop();
   gateway.Stop();
   manager.Stop();
+  cluster_view.store(nullptr);
+  node_agent.reset();
   uv_close(reinterpret_cast<uv_handle_t*>(&sigint), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&sigterm), nullptr);
   uv_run(loop, UV_RUN_NOWAIT);

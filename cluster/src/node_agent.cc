@@ -32,7 +32,9 @@ std::string AdvertiseHost(const NodeConfig& config) {
   return found;
 }
 
-Result<std::unique_ptr<NodeAgent>> NodeAgent::Start(const NodeConfig& config, NodeRecord record) {
+Result<std::unique_ptr<NodeAgent>> NodeAgent::Start(const NodeConfig& config, NodeRecord record,
+                                                    std::function<void()> on_functions) {
+  const std::string node = record.name;
   auto endpoints = ParseEndpoints(config.etcd);
   if (!endpoints.ok()) return endpoints.status();
   EtcdOptions o;
@@ -51,14 +53,39 @@ Result<std::unique_ptr<NodeAgent>> NodeAgent::Start(const NodeConfig& config, No
     spdlog::warn("cluster: etcd does not answer yet ({}); serving, and registering when it does",
                  st.message());
   }
+  agent->placed_ = std::make_unique<PlacedFunctions>(
+      agent->etcd_.get(), ClusterKeys(ClusterPrefix(config.cluster)), node, std::move(on_functions));
+  NodeAgent* a = agent.get();
+  agent->starter_ = std::thread([a] {
+    auto backoff = std::chrono::milliseconds(100);
+    while (!a->stop_.load()) {
+      Status st = a->placed_->Start();
+      if (st.ok()) {
+        spdlog::info("cluster: watching the functions placed on this node");
+        return;
+      }
+      for (auto waited = std::chrono::milliseconds(0); waited < backoff && !a->stop_.load();
+           waited += std::chrono::milliseconds(20)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+    }
+  });
   return agent;
 }
 
-NodeAgent::~NodeAgent() {
-  if (membership_) {
+void NodeAgent::Leave() {
+  if (membership_ && membership_->state() != MembershipState::kLeft) {
     Status st = membership_->Leave();
     if (!st.ok()) spdlog::warn("cluster: leaving: {}", st.message());
   }
+}
+
+NodeAgent::~NodeAgent() {
+  stop_.store(true);
+  if (starter_.joinable()) starter_.join();
+  placed_.reset();
+  Leave();
 }
 
 std::string NodeAgent::StatusLine() const {

@@ -23,6 +23,8 @@
 #include "shoal/cluster/etcd_client.h"
 #include "shoal/cluster/node_agent.h"
 #include "shoal/common/log.h"
+#include "shoal/controller/cluster_functions.h"
+#include "shoal/controller/manifest.h"
 #include "shoal/controller/node_directory.h"
 
 namespace {
@@ -124,7 +126,10 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<cluster::EtcdClient> etcd_client = std::move(*client);
   const cluster::ClusterKeys keys(cluster::ClusterPrefix(cluster_name));
-  controller::NodeDirectory nodes(etcd_client.get(), keys);
+  controller::ClusterFunctions* functions_ptr = nullptr;  // set below; nodes feed its placement
+  controller::NodeDirectory nodes(etcd_client.get(), keys, [&](const std::string&, bool) {
+    if (functions_ptr != nullptr) functions_ptr->NodesChanged();
+  });
   for (int attempt = 0;; ++attempt) {
     Status st = nodes.Start();
     if (st.ok()) break;
@@ -134,7 +139,16 @@ int main(int argc, char** argv) {
   spdlog::info("nodes: {} registered under {}", nodes.size(), keys.Nodes());
   cluster::ElectionOptions elo;
   elo.lease_ttl_s = lease_ttl;
-  cluster::LeaderElection election(etcd_client.get(), keys.Leader(), name, elo);
+  controller::ClusterFunctions functions(etcd_client.get(), keys, &nodes);
+  functions_ptr = &functions;
+  // The leader places; a standby only serves the API.
+  cluster::LeaderElection election(etcd_client.get(), keys.Leader(), name, elo, [&](bool leader) {
+    if (leader) {
+      functions.StartPlacing();
+    } else {
+      functions.StopPlacing();
+    }
+  });
   election.Start();
 
   httplib::Server server;
@@ -213,6 +227,107 @@ int main(int argc, char** argv) {
                          {"nodes", list}}.dump() + "\n",
                     "application/json");
   });
+  auto function_json = [&](const cluster::ClusterFunction& f) {
+    json placements = json::array();
+    if (auto p = functions.Placements(f.name); p.ok()) {
+      for (const auto& [node, pl] : *p) {
+        placements.push_back({{"node", node}, {"min", pl.min_scale}, {"max", pl.max_scale},
+                              {"generation", pl.generation}});
+      }
+    }
+    return json{{"name", f.name},       {"namespace", f.tenant},
+                {"id", f.id},           {"generation", f.generation},
+                {"placements", placements}, {"created_unix_ms", f.created_unix_ms},
+                {"updated_unix_ms", f.updated_unix_ms}};
+  };
+  server.Post("/v1/functions", [&](const httplib::Request& req, httplib::Response& res) {
+    const std::string token(auth::BearerToken(req.get_header_value("Authorization")));
+    auto who = tokens->Authenticate(token);
+    if (token.empty() || !who.ok()) {
+      JsonError(res, 401, token.empty() ? "this API needs a bearer token (Authorization: Bearer "
+                                          "<token>)"
+                                        : who.status().message());
+      return;
+    }
+    auto specs = ParseFunctionManifests(req.body, NodeConfig{});
+    if (!specs.ok()) {
+      JsonError(res, 400, specs.status().message());
+      return;
+    }
+    for (const auto& spec : *specs) {
+      if (Status st = auth::Authorize(*who, auth::Action::kWrite, spec.tenant); !st.ok()) {
+        JsonError(res, 403, st.message());
+        return;
+      }
+    }
+    auto deployed = functions.Deploy(req.body);
+    if (!deployed.ok()) {
+      JsonError(res, HttpStatusFor(deployed.status().code()), deployed.status().message());
+      return;
+    }
+    json list = json::array();
+    for (const auto& d : *deployed) {
+      list.push_back({{"name", d.function.name}, {"namespace", d.function.tenant},
+                      {"id", d.function.id}, {"generation", d.function.generation},
+                      {"created", d.created}});
+    }
+    res.status = 201;
+    res.set_content(json{{"functions", list}}.dump() + "\n", "application/json");
+  });
+  server.Get("/v1/functions", [&](const httplib::Request& req, httplib::Response& res) {
+    if (!authorize(req, res, auth::Action::kRead)) return;
+    auto all = functions.List();
+    if (!all.ok()) {
+      JsonError(res, 503, all.status().message());
+      return;
+    }
+    json list = json::array();
+    for (const auto& f : *all) list.push_back(function_json(f));
+    res.set_content(json{{"functions", list}}.dump() + "\n", "application/json");
+  });
+  server.Get(R"(/v1/functions/([a-z0-9-]+))", [&](const httplib::Request& req,
+                                                   httplib::Response& res) {
+    if (!authorize(req, res, auth::Action::kRead)) return;
+    auto all = functions.List();
+    if (!all.ok()) {
+      JsonError(res, 503, all.status().message());
+      return;
+    }
+    for (const auto& f : *all) {
+      if (f.name == req.matches[1].str()) {
+        res.set_content(function_json(f).dump() + "\n", "application/json");
+        return;
+      }
+    }
+    JsonError(res, 404, "no function " + req.matches[1].str());
+  });
+  server.Delete(R"(/v1/functions/([a-z0-9-]+))", [&](const httplib::Request& req,
+                                                      httplib::Response& res) {
+    // Authorised against the function's own namespace (a deployer deletes only its own).
+    std::string ns = "default";
+    if (auto all = functions.List(); all.ok()) {
+      for (const auto& f : *all) {
+        if (f.name == req.matches[1].str()) ns = f.tenant;
+      }
+    }
+    const std::string token(auth::BearerToken(req.get_header_value("Authorization")));
+    auto who = tokens->Authenticate(token);
+    if (token.empty() || !who.ok()) {
+      JsonError(res, 401, token.empty() ? "this API needs a bearer token (Authorization: Bearer "
+                                          "<token>)"
+                                        : who.status().message());
+      return;
+    }
+    if (Status st = auth::Authorize(*who, auth::Action::kWrite, ns); !st.ok()) {
+      JsonError(res, 403, st.message());
+      return;
+    }
+    if (Status st = functions.Delete(req.matches[1].str()); !st.ok()) {
+      JsonError(res, HttpStatusFor(st.code()), st.message());
+      return;
+    }
+    res.set_content(json{{"deleted", req.matches[1].str()}}.dump() + "\n", "application/json");
+  });
   server.Get("/v1/cluster", [&](const httplib::Request& req, httplib::Response& res) {
     if (!authorize(req, res, auth::Action::kReadNode)) return;
     res.set_content(json{{"cluster", cluster_name},
@@ -226,8 +341,8 @@ int main(int argc, char** argv) {
   });
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (res.status == 404) {
-      JsonError(res, 404, "shoal-controller serves " + std::string("/v1/nodes and /v1/cluster") +
-                              " so far; no route " + req.path +
+      JsonError(res, 404, "shoal-controller serves /v1/nodes, /v1/cluster and /v1/functions so "
+                              "far; no route " + req.path +
                               " (deploy functions and FL jobs on a node's control API meanwhile)");
     }
   });
@@ -271,5 +386,6 @@ int main(int argc, char** argv) {
                keys.Leader());
   server.listen_after_bind();
   spdlog::info("shoal-controller stopping (resigning if leader)");
+  functions.StopPlacing();
   return 0;
 }

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <thread>
 
 #include "netns_cluster.h"
@@ -210,6 +211,100 @@ TEST_F(ClusterTest, TheStandbyControllerTakesOverFromAKilledLeader) {
   auto metrics = Http(cluster_->controller_port(1), "GET", "/metrics");
   EXPECT_NE(metrics.body.find("\nshoal_cluster_leader 1\n"), std::string::npos);
   EXPECT_NE(metrics.body.find("\nshoal_cluster_nodes_ready 1\n"), std::string::npos);
+}
+
+// Deploys through the controller (POST /v1/functions) as the admin.
+HttpResult ControllerDeploy(TestCluster& c, const std::string& yaml) {
+  return Http(c.controller_port(0), "POST", "/v1/functions", yaml,
+              {"Authorization: Bearer " + c.controller_token(), "Content-Type: application/yaml"},
+              0, 10000);
+}
+
+// node -> max of `fn`'s placements, from GET /v1/functions/<fn>.
+std::map<std::string, int> PlacedMax(TestCluster& c, const std::string& fn) {
+  std::map<std::string, int> out;
+  auto r = c.ControllerApi(0, "GET", "/v1/functions/" + fn);
+  auto j = json::parse(r.body, nullptr, false);
+  if (r.status != 200 || j.is_discarded()) return out;
+  for (const auto& p : j["placements"]) out[p["node"].get<std::string>()] = p["max"].get<int>();
+  return out;
+}
+
+TEST_F(ClusterTest, FunctionsDeployedOnTheControllerRunWherePlacedAndMoveOffALostNode) {
+  StartCluster({});
+  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
+  auto r = ControllerDeploy(*cluster_,
+                            "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\n"
+                            "spec:\n  handler:\n    builtin: echo\n  scale: {min: 0, max: 3}\n");
+  ASSERT_EQ(r.status, 201) << r.body;
+  auto j = json::parse(r.body);
+  EXPECT_EQ(j["functions"][0]["id"], 2048);
+  EXPECT_EQ(j["functions"][0]["generation"], 1);
+  EXPECT_EQ(j["functions"][0]["created"], true);
+  const std::map<std::string, int> spread = {
+      {cluster_->node_name(0), 1}, {cluster_->node_name(1), 1}, {cluster_->node_name(2), 1}};
+  ASSERT_TRUE(WaitFor([&] { return PlacedMax(*cluster_, "echo") == spread; }, 10s))
+      << cluster_->ControllerLog(0);
+  // Every node runs it: a request entering each node's gateway is answered there.
+  for (int i = 0; i < 3; ++i) {
+    HttpResult echo;
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          echo = cluster_->NodeGateway(i, "POST", "/fn/echo", "on node " + std::to_string(i));
+          return echo.status == 200;
+        },
+        10s))
+        << echo.status << " " << echo.body << cluster_->NodeLog(i);
+    EXPECT_EQ(echo.body, "on node " + std::to_string(i));
+  }
+  // Node 2 is killed: once its lease ends, its share moves to the nodes left (3 = 2 + 1).
+  cluster_->StopNode(2, SIGKILL);
+  const std::map<std::string, int> moved = {{cluster_->node_name(0), 2},
+                                            {cluster_->node_name(1), 1}};
+  ASSERT_TRUE(WaitFor([&] { return PlacedMax(*cluster_, "echo") == moved; }, 10s))
+      << cluster_->ControllerLog(0);
+  // Re-deployed: the same id, the next generation.
+  auto again = ControllerDeploy(*cluster_,
+                                "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\n"
+                                "spec:\n  handler:\n    builtin: echo\n  scale: {min: 0, max: 3}\n");
+  ASSERT_EQ(again.status, 201) << again.body;
+  auto aj = json::parse(again.body);
+  EXPECT_EQ(aj["functions"][0]["id"], 2048);
+  EXPECT_EQ(aj["functions"][0]["generation"], 2);
+  EXPECT_EQ(aj["functions"][0]["created"], false);
+  // Deleted: its placements go, and the nodes stop serving it.
+  auto del = Http(cluster_->controller_port(0), "DELETE", "/v1/functions/echo", {},
+                  {"Authorization: Bearer " + cluster_->controller_token()});
+  EXPECT_EQ(del.status, 200) << del.body;
+  EXPECT_TRUE(WaitFor(
+      [&] { return cluster_->NodeGateway(0, "POST", "/fn/echo", "x").status == 404; }, 10s));
+  EXPECT_EQ(Http(cluster_->controller_port(0), "DELETE", "/v1/functions/echo", {},
+                 {"Authorization: Bearer " + cluster_->controller_token()})
+                .status,
+            404);
+}
+
+TEST_F(ClusterTest, AFunctionNoNodeCanHoldIsRefusedNamingTheResource) {
+  TestCluster::Options o;
+  o.nodes = 2;
+  StartCluster(o);
+  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1}); }, 10s));
+  auto big = ControllerDeploy(*cluster_,
+                              "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: big\n"
+                              "spec:\n  handler:\n    builtin: echo\n  resources: {cpu: \"1000\"}\n");
+  EXPECT_EQ(big.status, 400);
+  EXPECT_NE(big.body.find("big: spec.resources.cpu: 1000 cores fit on no node (the largest has "),
+            std::string::npos)
+      << big.body;
+  auto bad = ControllerDeploy(*cluster_,
+                              "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: bad\n"
+                              "spec:\n  handler:\n    builtin: echo\n  scale: {min: 3, max: 1}\n");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("spec.scale.max"), std::string::npos) << bad.body;
+  // Nothing was written.
+  auto list = cluster_->ControllerApi(0, "GET", "/v1/functions");
+  ASSERT_EQ(list.status, 200);
+  EXPECT_EQ(json::parse(list.body)["functions"].size(), 0u);
 }
 
 }  // namespace

@@ -3,11 +3,15 @@
 // outage is logged and retried while the node keeps serving.
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <memory>
+#include <thread>
 #include <string>
 
 #include "shoal/cluster/etcd_client.h"
 #include "shoal/cluster/membership.h"
+#include "shoal/cluster/placed_functions.h"
 #include "shoal/common/config.h"
 
 namespace shoal::cluster {
@@ -16,9 +20,13 @@ class NodeAgent {
  public:
   // Refused (nothing registered) on bad endpoints, a name held by a live node elsewhere, or a
   // cluster speaking another protocol; an unreachable etcd is not refused (logged, retried).
-  static Result<std::unique_ptr<NodeAgent>> Start(const NodeConfig& config, NodeRecord record);
+  // `on_functions` runs (on a watch thread) when the cluster functions placed here change.
+  static Result<std::unique_ptr<NodeAgent>> Start(const NodeConfig& config, NodeRecord record,
+                                                  std::function<void()> on_functions = {});
   ~NodeAgent();  // leaves the cluster (revokes the lease: the record vanishes at once)
 
+  // Revokes the lease now (the record vanishes); the placement watches stay until destruction.
+  void Leave();
   MembershipState state() const { return membership_->state(); }
   std::string detail() const { return membership_->detail(); }
   // One line for /readyz: "etcd: registered ..." or "etcd: disconnected: <why>".
@@ -27,12 +35,18 @@ class NodeAgent {
   // shoal_cluster_etcd_failures_total, shoal_cluster_etcd_latency_seconds.
   std::string MetricsText() const;
   EtcdClient& etcd() { return *etcd_; }
+  // The cluster functions placed on this node, with its share of their scale.
+  std::vector<PlacedFunction> Placed() const { return placed_->List(); }
   const ClusterKeys& keys() const { return membership_->keys(); }
 
  private:
   NodeAgent() = default;
   std::unique_ptr<EtcdClient> etcd_;
   std::unique_ptr<NodeMembership> membership_;
+  std::unique_ptr<PlacedFunctions> placed_;
+  // Starts the placement watches, retrying with back-off while etcd is away.
+  std::thread starter_;
+  std::atomic<bool> stop_{false};
 };
 
 // The etcd key prefix of a cluster name: "/shoal/<cluster>".

@@ -1,0 +1,51 @@
+// A node's view of the cluster functions placed on it: watches <prefix>/functions/ and
+// <prefix>/placements/ and keeps the functions whose placement names this node, with this
+// node's share of their scale. shoald's instance manager runs them beside the node's own.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "shoal/cluster/cluster_function.h"
+#include "shoal/cluster/etcd_client.h"
+#include "shoal/cluster/node_record.h"
+
+namespace shoal::cluster {
+
+struct PlacedFunction {
+  ClusterFunction function;
+  Placement placement;
+};
+
+class PlacedFunctions {
+ public:
+  // `on_change` runs (on a watch thread) whenever the set or a placement changes.
+  PlacedFunctions(EtcdClient* etcd, ClusterKeys keys, std::string node,
+                  std::function<void()> on_change);
+  ~PlacedFunctions();
+  // Reads both prefixes and starts the watches; kUnavailable when etcd does not answer (the
+  // caller retries: until then the node runs only its own functions).
+  Status Start();
+  bool started() const;
+  std::vector<PlacedFunction> List() const;  // placed here, by name
+
+ private:
+  void Resync();  // re-reads both prefixes (start, and after a compaction)
+  void OnFunctions(const std::vector<WatchEvent>& events);
+  void OnPlacements(const std::vector<WatchEvent>& events);
+  EtcdClient* etcd_;
+  ClusterKeys keys_;
+  std::string node_;
+  std::function<void()> on_change_;
+  mutable std::mutex mu_;
+  std::map<std::string, ClusterFunction> functions_;  // every cluster function, by name
+  std::map<std::string, Placement> placements_;       // this node's, by function
+  std::unique_ptr<EtcdWatch> functions_watch_;
+  std::unique_ptr<EtcdWatch> placements_watch_;
+};
+
+}  // namespace shoal::cluster

@@ -1,0 +1,64 @@
+// The cluster's functions in etcd, as the controller deploys them (<prefix>/functions/<name>),
+// and the leader's placement of each over the registered nodes (<prefix>/placements/<fn>/<node>:
+// the share of its scale a node runs). Placement reruns whenever a function or a node changes,
+// so a lost node's share moves to the nodes that are left.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "shoal/cluster/cluster_function.h"
+#include "shoal/cluster/etcd_client.h"
+#include "shoal/controller/function_spec.h"
+#include "shoal/controller/node_directory.h"
+
+namespace shoal::controller {
+
+struct DeployedFunction {
+  cluster::ClusterFunction function;
+  bool created = false;
+};
+
+class ClusterFunctions {
+ public:
+  ClusterFunctions(cluster::EtcdClient* etcd, cluster::ClusterKeys keys, NodeDirectory* nodes);
+  ~ClusterFunctions();
+
+  // Validates every document (all or nothing), refuses a function no registered node can hold
+  // (naming the resource), and writes each with its id and next generation.
+  Result<std::vector<DeployedFunction>> Deploy(std::string_view manifests);
+  Status Delete(const std::string& name);
+  Result<std::vector<cluster::ClusterFunction>> List();
+  // node -> placement of `function` as etcd has it now.
+  Result<std::vector<std::pair<std::string, cluster::Placement>>> Placements(
+      const std::string& function);
+
+  // Leader only: place now and whenever functions or nodes change, until StopPlacing.
+  void StartPlacing();
+  void StopPlacing();
+  void NodesChanged();  // from the node directory
+
+ private:
+  void PlaceLoop();
+  Status PlaceAll();
+  cluster::EtcdClient* etcd_;
+  cluster::ClusterKeys keys_;
+  NodeDirectory* nodes_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool placing_ = false;
+  bool dirty_ = false;
+  bool stop_ = false;
+  std::thread placer_;
+  std::unique_ptr<cluster::EtcdWatch> watch_;
+};
+
+// Splits `total` over `n` nodes, the first ones taking the remainder ({5, 3} -> 2, 2, 1).
+std::vector<uint32_t> SplitScale(uint32_t total, size_t n);
+
+}  // namespace shoal::controller

@@ -1,0 +1,274 @@
+#include "shoal/controller/cluster_functions.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+
+#include "shoal/common/config.h"
+#include "shoal/controller/manifest.h"
+
+namespace shoal::controller {
+namespace {
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Why `spec` fits on no node of `nodes` ("" when one can hold it).
+std::string FitsNowhere(const FunctionSpec& spec, const std::vector<NodeEntry>& nodes) {
+  if (nodes.empty()) return "no node is registered in the cluster";
+  double cores = 0;
+  uint64_t mem = 0;
+  uint32_t gpus = 0;
+  for (const auto& n : nodes) {
+    if (n.record.cores >= spec.cpu && n.record.memory_mib * (1ull << 20) >= spec.memory_bytes &&
+        n.record.gpus >= spec.gpu) {
+      return "";
+    }
+    cores = std::max<double>(cores, n.record.cores);
+    mem = std::max<uint64_t>(mem, n.record.memory_mib);
+    gpus = std::max(gpus, n.record.gpus);
+  }
+  if (spec.cpu > cores) {
+    return "spec.resources.cpu: " + std::to_string(static_cast<int>(spec.cpu)) +
+           " cores fit on no node (the largest has " + std::to_string(static_cast<int>(cores)) +
+           ")";
+  }
+  if (spec.memory_bytes > mem * (1ull << 20)) {
+    return "spec.resources.memory: " + std::to_string(spec.memory_bytes >> 20) +
+           " MiB fit on no node (the largest has " + std::to_string(mem) + " MiB)";
+  }
+  return "spec.resources.gpu: " + std::to_string(spec.gpu) + " GPU(s) fit on no node (the most " +
+         "any node has is " + std::to_string(gpus) + ")";
+}
+
+}  // namespace
+
+std::vector<uint32_t> SplitScale(uint32_t total, size_t n) {
+  std::vector<uint32_t> out(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = static_cast<uint32_t>(total / n + (i < total % n ? 1 : 0));
+  }
+  return out;
+}
+
+ClusterFunctions::ClusterFunctions(cluster::EtcdClient* etcd, cluster::ClusterKeys keys,
+                                   NodeDirectory* nodes)
+    : etcd_(etcd), keys_(std::move(keys)), nodes_(nodes) {}
+
+ClusterFunctions::~ClusterFunctions() { StopPlacing(); }
+
+Result<std::vector<DeployedFunction>> ClusterFunctions::Deploy(std::string_view manifests) {
+  auto parsed = ParseFunctionManifests(manifests, NodeConfig{});
+  if (!parsed.ok()) return parsed.status();
+  if (parsed->empty()) return InvalidArgument("no Function document in the request body");
+  const auto nodes = nodes_->List();
+  for (const auto& spec : *parsed) {
+    if (std::string why = FitsNowhere(spec, nodes); !why.empty()) {
+      return InvalidArgument(spec.name + ": " + why);
+    }
+  }
+  std::vector<DeployedFunction> out;
+  for (const auto& spec : *parsed) {
+    // Optimistic: read, decide the id and generation, write only if nothing changed between.
+    for (int attempt = 0;; ++attempt) {
+      if (attempt == 20) return Unavailable("etcd: " + spec.name + " kept changing under us");
+      auto all = etcd_->GetPrefix(keys_.Functions());
+      if (!all.ok()) return all.status();
+      cluster::ClusterFunction f;
+      int64_t mod_revision = 0;
+      std::set<uint32_t> taken;
+      for (const auto& kv : all->kvs) {
+        auto existing = cluster::ClusterFunction::FromJson(kv.value);
+        if (!existing.ok()) continue;
+        if (existing->name == spec.name) {
+          f = *existing;
+          mod_revision = kv.mod_revision;
+        } else {
+          taken.insert(existing->id);
+        }
+      }
+      const bool created = mod_revision == 0;
+      if (created) {
+        f.id = 0;
+        for (uint32_t id = cluster::kClusterFunctionIdFirst; id <= cluster::kClusterFunctionIdLast;
+             ++id) {
+          if (!taken.count(id)) {
+            f.id = id;
+            break;
+          }
+        }
+        if (f.id == 0) return ResourceExhausted("no free cluster function id");
+        f.created_unix_ms = NowUnixMs();
+      }
+      f.name = spec.name;
+      f.tenant = spec.tenant;
+      f.generation += 1;
+      f.manifest = spec.manifest;
+      f.updated_unix_ms = NowUnixMs();
+      auto written = etcd_->PutIfModRevision(keys_.Function(spec.name), f.ToJson(), mod_revision);
+      if (!written.ok()) return written.status();
+      if (*written) {
+        spdlog::info("functions: {} {} (id {}, generation {})", spec.name,
+                     created ? "deployed" : "re-deployed", f.id, f.generation);
+        out.push_back({f, created});
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+Status ClusterFunctions::Delete(const std::string& name) {
+  auto deleted = etcd_->Delete(keys_.Function(name));
+  if (!deleted.ok()) return deleted.status();
+  if (*deleted == 0) return NotFound("no function " + name);
+  spdlog::info("functions: {} deleted", name);
+  return Status::Ok();
+}
+
+Result<std::vector<cluster::ClusterFunction>> ClusterFunctions::List() {
+  auto all = etcd_->GetPrefix(keys_.Functions());
+  if (!all.ok()) return all.status();
+  std::vector<cluster::ClusterFunction> out;
+  for (const auto& kv : all->kvs) {
+    auto f = cluster::ClusterFunction::FromJson(kv.value);
+    if (f.ok()) out.push_back(std::move(*f));
+  }
+  return out;
+}
+
+Result<std::vector<std::pair<std::string, cluster::Placement>>> ClusterFunctions::Placements(
+    const std::string& function) {
+  auto all = etcd_->GetPrefix(keys_.Placements(function));
+  if (!all.ok()) return all.status();
+  std::vector<std::pair<std::string, cluster::Placement>> out;
+  for (const auto& kv : all->kvs) {
+    auto p = cluster::Placement::FromJson(kv.value);
+    if (p.ok()) out.emplace_back(kv.key.substr(keys_.Placements(function).size()), *p);
+  }
+  return out;
+}
+
+void ClusterFunctions::StartPlacing() {
+  std::lock_guard lock(mu_);
+  if (placing_) return;
+  placing_ = true;
+  stop_ = false;
+  dirty_ = true;
+  placer_ = std::thread([this] { PlaceLoop(); });
+  watch_ = etcd_->WatchPrefix(keys_.Functions(), 0,
+                              [this](const std::vector<cluster::WatchEvent>&, int64_t) {
+                                NodesChanged();
+                              },
+                              [this](int64_t) { NodesChanged(); });
+}
+
+void ClusterFunctions::StopPlacing() {
+  std::unique_ptr<cluster::EtcdWatch> watch;
+  std::thread placer;
+  {
+    std::lock_guard lock(mu_);
+    if (!placing_) return;
+    placing_ = false;
+    stop_ = true;
+    watch = std::move(watch_);
+    placer = std::move(placer_);
+  }
+  cv_.notify_all();
+  watch.reset();
+  if (placer.joinable()) placer.join();
+}
+
+void ClusterFunctions::NodesChanged() {
+  {
+    std::lock_guard lock(mu_);
+    dirty_ = true;
+  }
+  cv_.notify_all();
+}
+
+void ClusterFunctions::PlaceLoop() {
+  while (true) {
+    {
+      std::unique_lock lock(mu_);
+      // Also every few seconds: a write that failed while etcd was away is tried again.
+      cv_.wait_for(lock, std::chrono::seconds(3), [this] { return stop_ || dirty_; });
+      if (stop_) return;
+      dirty_ = false;
+    }
+    if (Status st = PlaceAll(); !st.ok()) {
+      spdlog::warn("placement: {}", st.message());
+      std::lock_guard lock(mu_);
+      dirty_ = true;
+    }
+  }
+}
+
+Status ClusterFunctions::PlaceAll() {
+  auto functions = List();
+  if (!functions.ok()) return functions.status();
+  auto current = etcd_->GetPrefix(keys_.prefix() + "/placements/");
+  if (!current.ok()) return current.status();
+  std::map<std::string, std::string> have;  // key -> value
+  for (const auto& kv : current->kvs) have[kv.key] = kv.value;
+  const auto nodes = nodes_->List();
+  std::map<std::string, std::string> want;
+  for (const auto& f : *functions) {
+    auto specs = ParseFunctionManifests(f.manifest, NodeConfig{});
+    if (!specs.ok() || specs->size() != 1) continue;
+    const FunctionSpec& spec = (*specs)[0];
+    // The nodes that can hold it, cheapest first: its code cached there, then the measured
+    // cold start, then the name.
+    std::vector<const NodeEntry*> fit;
+    for (const auto& n : nodes) {
+      if (n.record.cores >= spec.cpu && n.record.memory_mib * (1ull << 20) >= spec.memory_bytes &&
+          n.record.gpus >= spec.gpu) {
+        fit.push_back(&n);
+      }
+    }
+    std::sort(fit.begin(), fit.end(), [&](const NodeEntry* a, const NodeEntry* b) {
+      auto cached = [&](const NodeEntry* n) {
+        const auto& c = n->record.cached_functions;
+        return std::find(c.begin(), c.end(), f.name) != c.end();
+      };
+      if (cached(a) != cached(b)) return cached(a);
+      if (a->record.cold_start_ms != b->record.cold_start_ms) {
+        return a->record.cold_start_ms < b->record.cold_start_ms;
+      }
+      return a->record.name < b->record.name;
+    });
+    const uint32_t max_total = spec.max_scale == 0 ? NodeConfig{}.default_max_scale : spec.max_scale;
+    const size_t n = std::min<size_t>(fit.size(), std::max<uint32_t>(max_total, 1));
+    const auto maxes = SplitScale(max_total, n);
+    const auto mins = SplitScale(spec.min_scale, n);
+    for (size_t i = 0; i < n; ++i) {
+      cluster::Placement p;
+      p.generation = f.generation;
+      p.min_scale = mins[i];
+      p.max_scale = std::max<uint32_t>(maxes[i], 1);
+      want[keys_.Placements(f.name) + fit[i]->record.name] = p.ToJson();
+    }
+  }
+  for (const auto& [key, value] : want) {
+    auto it = have.find(key);
+    if (it != have.end() && it->second == value) continue;
+    auto put = etcd_->Put(key, value);
+    if (!put.ok()) return put.status();
+    spdlog::info("placement: {} = {}", key.substr(keys_.prefix().size() + 1), value);
+  }
+  for (const auto& [key, _] : have) {
+    if (want.count(key)) continue;
+    auto del = etcd_->Delete(key);
+    if (!del.ok()) return del.status();
+    spdlog::info("placement: {} removed", key.substr(keys_.prefix().size() + 1));
+  }
+  return Status::Ok();
+}
+
+}  // namespace shoal::controller

@@ -1,0 +1,3 @@
+# The cluster benchmarks: real clusters of network namespaces (tests/support/netns_cluster.h).
+add_executable(bench-cluster-failover ${CMAKE_CURRENT_LIST_DIR}/cluster_failover.cc)
+target_link_libraries(bench-cluster-failover PRIVATE shoal_test_support)

@@ -68,6 +68,7 @@ class ClusterTest : public ::testing::Test {
 
 TEST_F(ClusterTest, NodesRegisterAndTheControllerListsThemWithTheirAddresses) {
   StartCluster({});
+  if (IsSkipped() || HasFatalFailure()) return;
   ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
   auto r = cluster_->ControllerApi(0, "GET", "/v1/nodes");
   ASSERT_EQ(r.status, 200) << r.body;
@@ -105,6 +106,7 @@ TEST_F(ClusterTest, NodesRegisterAndTheControllerListsThemWithTheirAddresses) {
 
 TEST_F(ClusterTest, AKilledNodeDropsOutAfterItsLeaseAndRejoinsWhenRestarted) {
   StartCluster({});
+  if (IsSkipped() || HasFatalFailure()) return;
   ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
   const auto t0 = Clock::now();
   cluster_->StopNode(1, SIGKILL);
@@ -126,6 +128,7 @@ TEST_F(ClusterTest, AKilledNodeDropsOutAfterItsLeaseAndRejoinsWhenRestarted) {
 
 TEST_F(ClusterTest, ANameHeldByALiveNodeIsRefusedNamingIt) {
   StartCluster({});
+  if (IsSkipped() || HasFatalFailure()) return;
   ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
   cluster_->StopNode(2, SIGTERM);
   ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1}); }, 5s));
@@ -142,6 +145,7 @@ TEST_F(ClusterTest, ANameHeldByALiveNodeIsRefusedNamingIt) {
 
 TEST_F(ClusterTest, ACutOffNodeDropsOutAndRegistersAgainWhenItsLinkIsBack) {
   StartCluster({});
+  if (IsSkipped() || HasFatalFailure()) return;
   ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
   cluster_->SetLink(2, false);
   ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1}); }, 10s));
@@ -155,6 +159,7 @@ TEST_F(ClusterTest, ACutOffNodeDropsOutAndRegistersAgainWhenItsLinkIsBack) {
 
 TEST_F(ClusterTest, AnEtcdOutageLeavesTheDataPathServingAndTheNodesComeBack) {
   StartCluster({});
+  if (IsSkipped() || HasFatalFailure()) return;
   ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
   auto deployed = cluster_->NodeApi(
       0, "POST", "/v1/functions",
@@ -194,6 +199,7 @@ TEST_F(ClusterTest, TheStandbyControllerTakesOverFromAKilledLeader) {
   o.nodes = 1;
   o.controllers = 2;
   StartCluster(o);
+  if (IsSkipped() || HasFatalFailure()) return;
   auto cluster_info = [&](int j) {
     auto r = cluster_->ControllerApi(j, "GET", "/v1/cluster");
     return r.status == 200 ? json::parse(r.body, nullptr, false) : json();
@@ -232,6 +238,7 @@ std::map<std::string, int> PlacedMax(TestCluster& c, const std::string& fn) {
 
 TEST_F(ClusterTest, FunctionsDeployedOnTheControllerRunWherePlacedAndMoveOffALostNode) {
   StartCluster({});
+  if (IsSkipped() || HasFatalFailure()) return;
   ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
   auto r = ControllerDeploy(*cluster_,
                             "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\n"
@@ -288,6 +295,7 @@ TEST_F(ClusterTest, AFunctionNoNodeCanHoldIsRefusedNamingTheResource) {
   TestCluster::Options o;
   o.nodes = 2;
   StartCluster(o);
+  if (IsSkipped() || HasFatalFailure()) return;
   ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1}); }, 10s));
   auto big = ControllerDeploy(*cluster_,
                               "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: big\n"

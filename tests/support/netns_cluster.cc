@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -67,10 +68,12 @@ std::string NetnsMissing() {
     return "`ip netns add` fails here (no CAP_SYS_ADMIN or no netns support)";
   }
   (void)system(("ip netns del " + probe + " >/dev/null 2>&1").c_str());
-  if (system("ip link add shoal-probe-br type bridge >/dev/null 2>&1") != 0) {
+  // Per process: tests of this suite run side by side.
+  const std::string bridge = "shpb" + std::to_string(getpid());
+  if (system(("ip link add " + bridge + " type bridge >/dev/null 2>&1").c_str()) != 0) {
     return "cannot create a bridge (no bridge support in this kernel)";
   }
-  (void)system("ip link del shoal-probe-br >/dev/null 2>&1");
+  (void)system(("ip link del " + bridge + " >/dev/null 2>&1").c_str());
   return EtcdMissing();
 }
 
@@ -117,14 +120,30 @@ std::string TestCluster::node_ip(int i) const {
 }
 
 bool TestCluster::Start(std::string* why) {
+  network_made_ = true;
+  {
+    // Clusters of tests running side by side each take a /24 no interface has yet: chosen and
+    // claimed (the bridge's address) under one machine-wide lock.
+    int lock = open("/tmp/shoal-netns-cluster.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock >= 0) flock(lock, LOCK_EX);
+    for (int k = 0; k < 200; ++k) {
+      const int candidate = 20 + static_cast<int>((getpid() + k) % 200);
+      const std::string probe = "ip -4 -o addr show to 10.77." + std::to_string(candidate) +
+                                ".0/24 | grep -q .";
+      if (system(probe.c_str()) != 0) {
+        subnet_ = candidate;
+        break;
+      }
+    }
+    const std::string bridge_ip = "10.77." + std::to_string(subnet_) + ".254";
+    const bool made = Sh("ip link add " + bridge_ + " type bridge", why) &&
+                      Sh("ip addr add " + bridge_ip + "/24 dev " + bridge_, why) &&
+                      Sh("ip link set " + bridge_ + " up", why);
+    if (lock >= 0) close(lock);
+    if (!made) return false;
+  }
   const std::string net = "10.77." + std::to_string(subnet_);
   const std::string bridge_ip = net + ".254";
-  network_made_ = true;
-  if (!Sh("ip link add " + bridge_ + " type bridge", why) ||
-      !Sh("ip addr add " + bridge_ip + "/24 dev " + bridge_, why) ||
-      !Sh("ip link set " + bridge_ + " up", why)) {
-    return false;
-  }
   for (int i = 0; i < options_.nodes; ++i) {
     const std::string n = ns(i), v = veth(i), peer = v + "p";
     if (!Sh("ip netns add " + n, why) ||

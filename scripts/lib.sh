@@ -65,6 +65,23 @@ install_node_modules() {
     echo "tests/k8s: npm ci failed: the k8s validation test will be skipped, naming it"
 }
 
+# The OCI image (scripts/image) for tests/k8s's k8s_image, built at set-up time because it
+# downloads Debian packages; where it cannot be built, the reason goes to
+# $BUILD/shoal-image.skipped and k8s_image skips naming it. SHOAL_IMAGE=0 leaves it out.
+build_image() {
+  [ "${SHOAL_IMAGE:-1}" != 0 ] || { rm -f "$BUILD/shoal-image.oci.tar"; echo "SHOAL_IMAGE=0: no image" > "$BUILD/shoal-image.skipped"; return 0; }
+  step "OCI image (scripts/image)"
+  local out rc=0
+  out="$("$ROOT/scripts/image" "$BUILD/shoal-image.oci.tar" 2>&1)" || rc=$?
+  echo "$out" | tail -3
+  if [ "$rc" -ne 0 ]; then
+    rm -f "$BUILD/shoal-image.oci.tar"
+    echo "scripts/image exited $rc: $(echo "$out" | tail -1)" > "$BUILD/shoal-image.skipped"
+  else
+    rm -f "$BUILD/shoal-image.skipped"
+  fi
+}
+
 build() {
   step "Configuring $BUILD (Release, Ninja, ccache)"
   export CCACHE_DIR="${CCACHE_DIR:-$ROOT/.cache/ccache}"

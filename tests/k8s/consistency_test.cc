@@ -495,7 +495,7 @@ TEST(K8sExamples, TheJobsManifestsAreDeployExamples) {
   for (const auto& kv : cm["data"]) {
     const std::string name = kv.first.as<std::string>();
     EXPECT_EQ(kv.second.as<std::string>(), ReadFile(Root() + "/deploy/examples/" + name))
-        << "deploy/k8s/base/examples/" << name << " differs from deploy/examples/" << name;
+        << "deploy/k8s/core/examples/" << name << " differs from deploy/examples/" << name;
     ++n;
   }
   EXPECT_EQ(n, 2);

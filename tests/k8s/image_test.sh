@@ -52,9 +52,13 @@ ls "$work/rootfs/opt/shoal/lib/shoal/handlers/"*.so >/dev/null 2>&1 || bad "no h
 ww="$(cd "$work/rootfs" && find . -xdev -perm -0002 ! -type l ! \( -type d -perm -1000 \) | head -20)"
 [ -z "$ww" ] || bad "world-writable: $ww"
 echo "world-writable files: ${ww:-none}"
-cc="$(cd "$work/rootfs" && find . -xdev \( -name gcc -o -name 'gcc-[0-9]*' -o -name g++ -o -name cc \
-      -o -name c++ -o -name 'clang*' -o -name 'cc1*' -o -name ld -o -name 'ld.bfd' -o -name as \
-      -o -name tcc -o -name rustc -o -name go \) ! -type d | head)"
+# No compiler: no such executable, and no such package in dpkg's status.
+cc="$(cd "$work/rootfs" && find . -xdev -type f -perm /111 \( -name gcc -o -name 'gcc-[0-9]*' \
+      -o -name g++ -o -name 'g++-[0-9]*' -o -name cc -o -name c++ -o -name 'clang*' -o -name 'cc1*' \
+      -o -name ld -o -name 'ld.bfd' -o -name 'ld.gold' -o -name as -o -name tcc -o -name rustc \
+      -o -name go \) | head)"
+cc+="$(grep -E '^Package: (gcc(-[0-9]+)?|g\+\+(-[0-9]+)?|clang(-[0-9]+)?|cpp(-[0-9]+)?|binutils|tcc|rustc|golang-go)$' \
+       "$work/rootfs/var/lib/dpkg/status" || true)"
 [ -z "$cc" ] || bad "compiler found: $cc"
 echo "compilers: ${cc:-none}"
 

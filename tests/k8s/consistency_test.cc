@@ -23,8 +23,8 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -87,8 +87,8 @@ std::string KubectlMissing() {
 // The objects `kubectl kustomize deploy/k8s/<dir>` renders.
 std::vector<YAML::Node> Render(const std::string& dir) {
   int rc = 0;
-  const std::string out =
-      Capture("kubectl kustomize '" + Root() + "/deploy/k8s/" + dir + "' 2>&1 | grep -v '^# Warning'", &rc);
+  const std::string out = Capture(
+      "kubectl kustomize '" + Root() + "/deploy/k8s/" + dir + "' 2>&1 | grep -v '^# Warning'", &rc);
   std::vector<YAML::Node> docs;
   try {
     for (const auto& d : YAML::LoadAll(out)) {
@@ -97,7 +97,8 @@ std::vector<YAML::Node> Render(const std::string& dir) {
   } catch (const YAML::Exception& e) {
     ADD_FAILURE() << "deploy/k8s/" << dir << ": " << e.what() << "\n" << out;
   }
-  EXPECT_FALSE(docs.empty()) << "kubectl kustomize deploy/k8s/" << dir << " rendered nothing:\n" << out;
+  EXPECT_FALSE(docs.empty()) << "kubectl kustomize deploy/k8s/" << dir << " rendered nothing:\n"
+                             << out;
   return docs;
 }
 
@@ -177,7 +178,8 @@ class PodOnHost {
       } else if (e["valueFrom"]["secretKeyRef"]) {
         const auto ref = e["valueFrom"]["secretKeyRef"];
         EXPECT_TRUE(secret) << name << ": needs Secret " << ref["name"];
-        if (secret) value = Base64Decode(secret["data"][ref["key"].as<std::string>()].as<std::string>(""));
+        if (secret)
+          value = Base64Decode(secret["data"][ref["key"].as<std::string>()].as<std::string>(""));
       }
       manifest_env_[name] = value;
       env_[name] = overrides.count(name) ? overrides[name] : value;
@@ -199,15 +201,17 @@ class PodOnHost {
       fs::create_directories(host);
       if (v["configMap"]) {
         const YAML::Node cm = Find(docs, "ConfigMap", v["configMap"]["name"].as<std::string>());
-        EXPECT_TRUE(cm) << "volume " << vol << ": ConfigMap " << v["configMap"]["name"] << " not rendered";
+        EXPECT_TRUE(cm) << "volume " << vol << ": ConfigMap " << v["configMap"]["name"]
+                        << " not rendered";
         for (const auto& kv : cm["data"]) {
           WriteFile(host + "/" + kv.first.as<std::string>(), kv.second.as<std::string>());
         }
       } else if (v["secret"]) {
         EXPECT_TRUE(secret) << "volume " << vol << " needs the Secret";
         for (const auto& item : v["secret"]["items"]) {
-          WriteFile(host + "/" + item["path"].as<std::string>(),
-                    Base64Decode(secret["data"][item["key"].as<std::string>()].as<std::string>("")));
+          WriteFile(
+              host + "/" + item["path"].as<std::string>(),
+              Base64Decode(secret["data"][item["key"].as<std::string>()].as<std::string>("")));
         }
       }
       mounts_[mount] = host;
@@ -253,7 +257,8 @@ class PodOnHost {
   // Every container path in `text` (a shell command) mapped.
   std::string MapText(std::string text) const {
     for (const auto& [m, h] : mounts_) {
-      for (size_t at; (at = text.find(m + "/")) != std::string::npos;) text.replace(at, m.size(), h);
+      for (size_t at; (at = text.find(m + "/")) != std::string::npos;)
+        text.replace(at, m.size(), h);
     }
     return text;
   }
@@ -281,7 +286,8 @@ class PodOnHost {
       for (const std::string& a : Strings(container_[field])) {
         std::string x = Expand(a);
         const size_t eq = x.find('=');
-        if (x[0] == '/') x = MapPath(x);
+        if (x[0] == '/')
+          x = MapPath(x);
         else if (x.rfind("--", 0) == 0 && eq != std::string::npos && x[eq + 1] == '/')
           x = x.substr(0, eq + 1) + MapPath(x.substr(eq + 1));
         argv.push_back(x);
@@ -339,7 +345,8 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::map<std::string, st
 int WaitExit(pid_t pid, int seconds) {
   for (int i = 0; i < seconds * 20; ++i) {
     int st = 0;
-    if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (waitpid(pid, &st, WNOHANG) == pid)
+      return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   kill(pid, SIGKILL);
@@ -393,13 +400,14 @@ class TempDir {
   std::string path_;
 };
 
-const std::vector<std::string> kRenders = {"", "overlays/dev", "overlays/gpu",
-                                           "overlays/hugepages", "overlays/with-etcd"};
+const std::vector<std::string> kRenders = {"", "overlays/dev", "overlays/gpu", "overlays/hugepages",
+                                           "overlays/with-etcd"};
 
 YAML::Node PodSpec(const YAML::Node& workload) { return workload["spec"]["template"]["spec"]; }
 
 std::map<std::string, std::string> NodeFieldRefs() {
-  return {{"spec.nodeName", "k8s-test-node"}, {"status.hostIP", "127.0.0.1"},
+  return {{"spec.nodeName", "k8s-test-node"},
+          {"status.hostIP", "127.0.0.1"},
           {"metadata.name", "shoal-controller-test-0"}};
 }
 
@@ -554,7 +562,9 @@ TEST(K8sLive, ControllerNodeAndJobRunAsRenderedAndEveryProbeAnswers200) {
     const std::string path = cc[probe]["httpGet"]["path"].as<std::string>();
     EXPECT_TRUE(WaitFor200(ctl_port, path, 20, &last))
         << "controller " << probe << " " << path << ": " << last.status << " " << last.body
-        << last.error << "\n" << Join(cargv) << "\n" << ReadFile(ctl_log);
+        << last.error << "\n"
+        << Join(cargv) << "\n"
+        << ReadFile(ctl_log);
   }
   // The Secret's tokens.json holds the token the Secret hands out.
   HttpResult nodes = Http(ctl_port, "GET", "/v1/nodes", {}, {"Authorization: Bearer " + token});
@@ -583,7 +593,9 @@ TEST(K8sLive, ControllerNodeAndJobRunAsRenderedAndEveryProbeAnswers200) {
     const std::string path = sc[probe]["httpGet"]["path"].as<std::string>();
     EXPECT_TRUE(WaitFor200(gw, path, 30, &last))
         << "shoald " << probe << " " << path << ": " << last.status << " " << last.body
-        << last.error << "\n" << Join(sargv) << "\n" << ReadFile(node_log);
+        << last.error << "\n"
+        << Join(sargv) << "\n"
+        << ReadFile(node_log);
   }
   // The node registered under its downward-API name, seen by the controller.
   bool listed = false;
@@ -608,7 +620,8 @@ TEST(K8sLive, ControllerNodeAndJobRunAsRenderedAndEveryProbeAnswers200) {
   EXPECT_EQ(jpod.env().at("SHOAL_TOKEN"), token);
   const Ran jr = RunToEnd(jargv, jpod.env(), tmp.path() + "/job.log");
   EXPECT_EQ(jr.rc, 0) << Join(jargv) << "\n" << jr.out << "\n" << ReadFile(ctl_log);
-  const HttpResult fns = Http(ctl_port, "GET", "/v1/functions", {}, {"Authorization: Bearer " + token});
+  const HttpResult fns =
+      Http(ctl_port, "GET", "/v1/functions", {}, {"Authorization: Bearer " + token});
   EXPECT_EQ(fns.status, 200);
   EXPECT_NE(fns.body.find("\"echo\""), std::string::npos) << fns.body;
 
@@ -680,7 +693,8 @@ TEST(K8sCapabilities, TheDaemonSetsSetLoadsBpfAndEachBpfCapabilityIsNeeded) {
   std::set<std::string> keep, absent;
   for (const auto& c : named) (held.count(c) ? keep : absent).insert(c);
   for (const auto& c : absent) {
-    std::printf("note: %s is named but this process does not hold it: not checked here\n", c.c_str());
+    std::printf("note: %s is named but this process does not hold it: not checked here\n",
+                c.c_str());
   }
 
   shoal::testing::EtcdForTest etcd;
@@ -692,7 +706,8 @@ TEST(K8sCapabilities, TheDaemonSetsSetLoadsBpfAndEachBpfCapabilityIsNeeded) {
                    NodeFieldRefs(), {{"SHOAL_ETCD", etcd.endpoints()}});
     const std::string config = node.MapPath(node.Flag("--config"));
     YAML::Node cfg = YAML::LoadFile(config);
-    for (const char* key : {"state_dir", "bpf_pin_root"}) cfg[key] = node.MapPath(cfg[key].as<std::string>());
+    for (const char* key : {"state_dir", "bpf_pin_root"})
+      cfg[key] = node.MapPath(cfg[key].as<std::string>());
     cfg["listen_port"] = FreePort();
     cfg["control_port"] = FreePort();
     YAML::Emitter em;
@@ -723,7 +738,8 @@ TEST(K8sCapabilities, TheDaemonSetsSetLoadsBpfAndEachBpfCapabilityIsNeeded) {
     std::set<std::string> without = keep;
     without.erase(c);
     log = start(without);
-    EXPECT_EQ(log.find("data plane: sockmap"), std::string::npos) << "without " << c << ":\n" << log;
+    EXPECT_EQ(log.find("data plane: sockmap"), std::string::npos) << "without " << c << ":\n"
+                                                                  << log;
     EXPECT_NE(log.find("BPF unavailable"), std::string::npos) << "without " << c << ":\n" << log;
   }
 }
@@ -762,14 +778,16 @@ TEST(K8sEtcd, FlagsAreEtcdsAndMembersPeersAndServicesAgree) {
     EXPECT_EQ(headless["spec"]["clusterIP"].as<std::string>(), "None");
     EXPECT_TRUE(headless["spec"]["publishNotReadyAddresses"].as<bool>(false));
     // The client Service the ConfigMap names serves the port etcd listens on.
-    const std::string url = FindGenerated(docs, "ConfigMap", "shoal-cluster")["data"]["etcd"].as<std::string>();
+    const std::string url =
+        FindGenerated(docs, "ConfigMap", "shoal-cluster")["data"]["etcd"].as<std::string>();
     const YAML::Node client = Find(docs, "Service", "shoal-etcd-client");
     ASSERT_TRUE(client);
     const int port = client["spec"]["ports"][0]["port"].as<int>();
     EXPECT_EQ(url, "http://shoal-etcd-client:" + std::to_string(port));
     EXPECT_EQ(flags["--listen-client-urls"], "http://0.0.0.0:" + std::to_string(port));
-    EXPECT_EQ(client["spec"]["selector"]["app.kubernetes.io/name"].as<std::string>(),
-              sts["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"].as<std::string>());
+    EXPECT_EQ(
+        client["spec"]["selector"]["app.kubernetes.io/name"].as<std::string>(),
+        sts["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"].as<std::string>());
     const bool pvc = static_cast<bool>(sts["spec"]["volumeClaimTemplates"]);
     EXPECT_EQ(pvc, dir != "overlays/dev");
   }

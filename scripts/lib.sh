@@ -18,13 +18,22 @@ PACKAGES=(
   libdpdk-dev
   # cluster mode keeps its state in etcd; the cluster tests and `scripts/demo --cluster` run it
   etcd-server
+  # deploy/k8s: `kubectl kustomize` renders it, tests/k8s validates it with node (npm ci there),
+  # capsh starts shoald with the DaemonSet's capability set; scripts/image builds the OCI image
+  kubernetes-client nodejs npm libcap2-bin mmdebstrap buildah
 )
+# A package whose command is already on PATH from another source (kubectl from Google's
+# repository, node and npm from NodeSource) is not installed again: it would conflict.
+declare -A PACKAGE_COMMAND=([kubernetes-client]=kubectl [nodejs]=node [npm]=npm)
 
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
 install_packages() {
   local missing=()
   for p in "${PACKAGES[@]}"; do
+    if [ -n "${PACKAGE_COMMAND[$p]:-}" ] && command -v "${PACKAGE_COMMAND[$p]}" >/dev/null; then
+      continue
+    fi
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if [ ${#missing[@]} -eq 0 ]; then
@@ -41,6 +50,36 @@ install_packages() {
   (systemctl stop nginx 2>/dev/null || service nginx stop 2>/dev/null || true) >/dev/null 2>&1
   # So does etcd-server; Shoal's tests and demo start their own etcd on their own ports.
   (systemctl disable --now etcd 2>/dev/null || service etcd stop 2>/dev/null || true) >/dev/null 2>&1
+}
+
+# tests/k8s's node modules (kubernetes-models, yaml) from its package-lock.json: from npm's
+# cache when it has them, else from the registry now, at set-up time; never at test time.
+install_node_modules() {
+  local dir="$ROOT/tests/k8s"
+  if [ -d "$dir/node_modules/kubernetes-models" ] && [ -d "$dir/node_modules/yaml" ]; then
+    step "tests/k8s node modules: present"
+    return
+  fi
+  step "tests/k8s node modules: npm ci"
+  (cd "$dir" && { npm ci --offline --no-audit --no-fund >/dev/null 2>&1 || npm ci --no-audit --no-fund; }) ||
+    echo "tests/k8s: npm ci failed: the k8s validation test will be skipped, naming it"
+}
+
+# The OCI image (scripts/image) for tests/k8s's k8s_image, built at set-up time because it
+# downloads Debian packages; where it cannot be built, the reason goes to
+# $BUILD/shoal-image.skipped and k8s_image skips naming it. SHOAL_IMAGE=0 leaves it out.
+build_image() {
+  [ "${SHOAL_IMAGE:-1}" != 0 ] || { rm -f "$BUILD/shoal-image.oci.tar"; echo "SHOAL_IMAGE=0: no image" > "$BUILD/shoal-image.skipped"; return 0; }
+  step "OCI image (scripts/image)"
+  local out rc=0
+  out="$("$ROOT/scripts/image" "$BUILD/shoal-image.oci.tar" 2>&1)" || rc=$?
+  echo "$out" | tail -3
+  if [ "$rc" -ne 0 ]; then
+    rm -f "$BUILD/shoal-image.oci.tar"
+    echo "scripts/image exited $rc: $(echo "$out" | tail -1)" > "$BUILD/shoal-image.skipped"
+  else
+    rm -f "$BUILD/shoal-image.skipped"
+  fi
 }
 
 build() {

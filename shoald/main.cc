@@ -91,6 +91,7 @@ int main(int argc, char** argv) {
   std::optional<std::string> etcd, cluster, advertise;
   std::optional<uint32_t> threads;
   std::optional<uint64_t> pool_bytes, max_body;
+  app.set_version_flag("--version", "shoald 0.1.0");
   app.add_option("-c,--config", config_path, "YAML config file (every key optional)");
   app.add_flag("--standalone", standalone, "run the controller embedded (single node)");
   app.add_option("--etcd", etcd,

@@ -1,0 +1,796 @@
+// deploy/k8s against the real binaries: everything is read from the YAML that `kubectl
+// kustomize` renders (the base and every overlay), nothing is copied into this test.
+//  - every shoald container's command and args (with $(VAR) expanded from its env, as the
+//    kubelet does) are accepted by shoald (--print-config: parsed, config loaded, printed);
+//  - a live etcd (EtcdForTest), the shoal-controller started from the Deployment (its init
+//    container seeding the token store from scripts/k8s-admin-secret's Secret), shoald started
+//    from the DaemonSet, and the examples Job run against them: every probe answers 200 on the
+//    port the binary listens on, the node registers under its downward-API name, the Job's
+//    `shoal deploy` reaches the controller through the Service's name and port;
+//  - mounts: the config's state_dir and bpf_pin_root lie on the volumes meant for them;
+//  - capabilities: shoald started with exactly the DaemonSet's set (capsh) loads the sockmap
+//    data plane, and without CAP_BPF, CAP_NET_ADMIN or CAP_PERFMON it does not; the set is
+//    what shoald keeps for itself;
+//  - etcd's StatefulSet: its flags are etcd's, its members, peers and Services agree.
+// Paths are mapped onto temporary directories and ports onto free ones (other Shoal processes
+// may hold 8080 on this machine); each mapping is asserted equal to the manifest's first.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bpf_capability.h"
+#include "etcd_for_test.h"
+#include "shoald_fixture.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using shoal::testing::BinDir;
+using shoal::testing::Http;
+using shoal::testing::HttpResult;
+
+const std::string kImageBin = "/opt/shoal/bin/";  // where scripts/image puts the binaries
+
+std::string Root() { return SHOAL_SOURCE_DIR; }
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path) << text;
+}
+
+std::string Capture(const std::string& cmd, int* rc) {
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  if (p == nullptr) {
+    *rc = -1;
+    return out;
+  }
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int st = pclose(p);
+  *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
+
+// What is missing for these tests, or "".
+std::string KubectlMissing() {
+  int rc = 0;
+  Capture("command -v kubectl >/dev/null 2>&1", &rc);
+  return rc == 0 ? "" : "kubectl is missing (Debian package kubernetes-client)";
+}
+
+// The objects `kubectl kustomize deploy/k8s/<dir>` renders.
+std::vector<YAML::Node> Render(const std::string& dir) {
+  int rc = 0;
+  const std::string out = Capture(
+      "kubectl kustomize '" + Root() + "/deploy/k8s/" + dir + "' 2>&1 | grep -v '^# Warning'", &rc);
+  std::vector<YAML::Node> docs;
+  try {
+    for (const auto& d : YAML::LoadAll(out)) {
+      if (d.IsMap()) docs.push_back(d);
+    }
+  } catch (const YAML::Exception& e) {
+    ADD_FAILURE() << "deploy/k8s/" << dir << ": " << e.what() << "\n" << out;
+  }
+  EXPECT_FALSE(docs.empty()) << "kubectl kustomize deploy/k8s/" << dir << " rendered nothing:\n"
+                             << out;
+  return docs;
+}
+
+YAML::Node Find(const std::vector<YAML::Node>& docs, const std::string& kind,
+                const std::string& name) {
+  for (const auto& d : docs) {
+    if (d["kind"].as<std::string>() == kind && d["metadata"]["name"].as<std::string>() == name) {
+      return d;
+    }
+  }
+  return YAML::Node();
+}
+
+// A generated ConfigMap (its name carries kustomize's hash) by its base name.
+YAML::Node FindGenerated(const std::vector<YAML::Node>& docs, const std::string& kind,
+                         const std::string& base) {
+  for (const auto& d : docs) {
+    const std::string n = d["metadata"]["name"].as<std::string>();
+    if (d["kind"].as<std::string>() == kind && (n == base || n.rfind(base + "-", 0) == 0)) return d;
+  }
+  return YAML::Node();
+}
+
+YAML::Node NamedItem(const YAML::Node& list, const std::string& name) {
+  for (const auto& i : list) {
+    if (i["name"] && i["name"].as<std::string>() == name) return i;
+  }
+  return YAML::Node();
+}
+
+uint16_t FreePort() {
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  close(s);
+  return ntohs(a.sin_port);
+}
+
+std::vector<std::string> Strings(const YAML::Node& n) {
+  std::vector<std::string> v;
+  if (n) {
+    for (const auto& s : n) v.push_back(s.as<std::string>());
+  }
+  return v;
+}
+
+// One container of a rendered pod, placed on this machine: its volumes on temporary
+// directories, its env resolved, its argv expanded as the kubelet expands $(VAR).
+class PodOnHost {
+ public:
+  // `field_refs`: the downward API's values (spec.nodeName, status.hostIP, metadata.name);
+  // `overrides`: env values the test replaces (SHOAL_ETCD: the test's etcd).
+  PodOnHost(const std::vector<YAML::Node>& docs, const YAML::Node& pod_spec,
+            const YAML::Node& container, const std::string& tmp,
+            std::map<std::string, std::string> field_refs,
+            std::map<std::string, std::string> overrides, const YAML::Node& secret = {})
+      : docs_(docs), container_(container), tmp_(tmp) {
+    for (const auto& e : container["env"]) {
+      const std::string name = e["name"].as<std::string>();
+      std::string value;
+      if (e["value"]) {
+        value = e["value"].as<std::string>();
+      } else if (e["valueFrom"]["fieldRef"]) {
+        const std::string f = e["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>();
+        EXPECT_TRUE(field_refs.count(f)) << name << ": downward API field " << f << " not known";
+        value = field_refs[f];
+      } else if (e["valueFrom"]["configMapKeyRef"]) {
+        const auto ref = e["valueFrom"]["configMapKeyRef"];
+        const YAML::Node cm = Find(docs, "ConfigMap", ref["name"].as<std::string>());
+        EXPECT_TRUE(cm && cm["data"][ref["key"].as<std::string>()])
+            << name << ": ConfigMap " << ref["name"] << " key " << ref["key"] << " not rendered";
+        if (cm) value = cm["data"][ref["key"].as<std::string>()].as<std::string>("");
+      } else if (e["valueFrom"]["secretKeyRef"]) {
+        const auto ref = e["valueFrom"]["secretKeyRef"];
+        EXPECT_TRUE(secret) << name << ": needs Secret " << ref["name"];
+        if (secret)
+          value = Base64Decode(secret["data"][ref["key"].as<std::string>()].as<std::string>(""));
+      }
+      manifest_env_[name] = value;
+      env_[name] = overrides.count(name) ? overrides[name] : value;
+    }
+    for (const auto& m : container["volumeMounts"]) {
+      const std::string vol = m["name"].as<std::string>();
+      const std::string mount = m["mountPath"].as<std::string>();
+      const YAML::Node v = NamedItem(pod_spec["volumes"], vol);
+      EXPECT_TRUE(v) << "volumeMount " << vol << " has no volume";
+      if (!v) continue;
+      std::string host = tmp_ + "/vol-" + vol;
+      if (v["hostPath"] && v["hostPath"]["path"].as<std::string>() == "/sys/fs/bpf") {
+        // A directory of the real bpffs, so that pins work and nothing clashes with others.
+        host = "/sys/fs/bpf/shoal-k8s-test-" + std::to_string(getpid());
+        bpf_dir_ = host;
+      } else if (mount == "/dev/shm") {
+        host = "/dev/shm";  // shm_open's directory: the pod's own tmpfs there
+      }
+      fs::create_directories(host);
+      if (v["configMap"]) {
+        const YAML::Node cm = Find(docs, "ConfigMap", v["configMap"]["name"].as<std::string>());
+        EXPECT_TRUE(cm) << "volume " << vol << ": ConfigMap " << v["configMap"]["name"]
+                        << " not rendered";
+        for (const auto& kv : cm["data"]) {
+          WriteFile(host + "/" + kv.first.as<std::string>(), kv.second.as<std::string>());
+        }
+      } else if (v["secret"]) {
+        EXPECT_TRUE(secret) << "volume " << vol << " needs the Secret";
+        for (const auto& item : v["secret"]["items"]) {
+          WriteFile(
+              host + "/" + item["path"].as<std::string>(),
+              Base64Decode(secret["data"][item["key"].as<std::string>()].as<std::string>("")));
+        }
+      }
+      mounts_[mount] = host;
+      volumes_[mount] = v;
+      read_only_[mount] = m["readOnly"].as<bool>(false);
+    }
+  }
+  ~PodOnHost() {
+    if (!bpf_dir_.empty()) fs::remove_all(bpf_dir_);
+  }
+
+  static std::string Base64Decode(const std::string& in) {
+    static const std::string chars =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    std::string out;
+    int val = 0, bits = -8;
+    for (char c : in) {
+      const size_t p = chars.find(c);
+      if (p == std::string::npos) continue;
+      val = (val << 6) + static_cast<int>(p);
+      bits += 6;
+      if (bits >= 0) {
+        out.push_back(static_cast<char>((val >> bits) & 0xff));
+        bits -= 8;
+      }
+    }
+    return out;
+  }
+
+  // The mount a container path lies on ("" if none).
+  std::string MountOf(const std::string& path) const {
+    std::string best;
+    for (const auto& [m, h] : mounts_) {
+      if ((path == m || path.rfind(m + "/", 0) == 0) && m.size() > best.size()) best = m;
+    }
+    return best;
+  }
+  std::string MapPath(const std::string& path) const {
+    if (path.rfind(kImageBin, 0) == 0) return BinDir() + "/" + path.substr(kImageBin.size());
+    const std::string m = MountOf(path);
+    return m.empty() ? path : mounts_.at(m) + path.substr(m.size());
+  }
+  // Every container path in `text` (a shell command) mapped.
+  std::string MapText(std::string text) const {
+    for (const auto& [m, h] : mounts_) {
+      for (size_t at; (at = text.find(m + "/")) != std::string::npos;)
+        text.replace(at, m.size(), h);
+    }
+    return text;
+  }
+  // $(VAR) expanded from the env (the kubelet's rule; unknown names stay as written).
+  std::string Expand(const std::string& s, bool manifest = false) const {
+    const auto& env = manifest ? manifest_env_ : env_;
+    std::string out;
+    for (size_t i = 0; i < s.size();) {
+      if (s.compare(i, 2, "$(") == 0) {
+        const size_t end = s.find(')', i);
+        if (end != std::string::npos && env.count(s.substr(i + 2, end - i - 2))) {
+          out += env.at(s.substr(i + 2, end - i - 2));
+          i = end + 1;
+          continue;
+        }
+      }
+      out += s[i++];
+    }
+    return out;
+  }
+  // command + args, expanded, absolute paths mapped (also in --flag=/path).
+  std::vector<std::string> Argv() const {
+    std::vector<std::string> argv;
+    for (const auto* field : {"command", "args"}) {
+      for (const std::string& a : Strings(container_[field])) {
+        std::string x = Expand(a);
+        const size_t eq = x.find('=');
+        if (x[0] == '/')
+          x = MapPath(x);
+        else if (x.rfind("--", 0) == 0 && eq != std::string::npos && x[eq + 1] == '/')
+          x = x.substr(0, eq + 1) + MapPath(x.substr(eq + 1));
+        argv.push_back(x);
+      }
+    }
+    return argv;
+  }
+  // The value of --name=V in the expanded args (as the manifest has it, before overrides).
+  std::string Flag(const std::string& name) const {
+    for (const std::string& a : Strings(container_["args"])) {
+      if (a.rfind(name + "=", 0) == 0) return Expand(a.substr(name.size() + 1), true);
+    }
+    return {};
+  }
+  void Replace(std::vector<std::string>& argv, const std::string& flag, const std::string& value) {
+    for (auto& a : argv) {
+      if (a.rfind(flag + "=", 0) == 0) a = flag + "=" + value;
+    }
+  }
+  const std::map<std::string, std::string>& env() const { return env_; }
+  const YAML::Node& volume(const std::string& mount) const { return volumes_.at(mount); }
+  bool read_only(const std::string& mount) const { return read_only_.at(mount); }
+
+ private:
+  const std::vector<YAML::Node>& docs_;
+  YAML::Node container_;
+  std::string tmp_, bpf_dir_;
+  std::map<std::string, std::string> env_, manifest_env_, mounts_;
+  std::map<std::string, YAML::Node> volumes_;
+  std::map<std::string, bool> read_only_;
+};
+
+// A process with `env` added, stdout+stderr to `log`.
+pid_t Spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+            const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    FILE* f = std::fopen(log.c_str(), "w");
+    if (f != nullptr) {
+      dup2(fileno(f), 1);
+      dup2(fileno(f), 2);
+    }
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits up to `seconds`; -1 if still running (then killed).
+int WaitExit(pid_t pid, int seconds) {
+  for (int i = 0; i < seconds * 20; ++i) {
+    int st = 0;
+    if (waitpid(pid, &st, WNOHANG) == pid)
+      return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
+struct Ran {
+  int rc;
+  std::string out;
+};
+Ran RunToEnd(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+             const std::string& log, int seconds = 60) {
+  const int rc = WaitExit(Spawn(argv, env, log), seconds);
+  return {rc, ReadFile(log)};
+}
+
+bool WaitFor200(uint16_t port, const std::string& path, int seconds, HttpResult* last) {
+  for (int i = 0; i < seconds * 10; ++i) {
+    *last = Http(port, "GET", path, {}, {}, 0, 1000);
+    if (last->status == 200) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+bool WaitForLog(const std::string& log, const std::string& needle, int seconds) {
+  for (int i = 0; i < seconds * 20; ++i) {
+    if (ReadFile(log).find(needle) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& a : v) s += (s.empty() ? "" : " ") + a;
+  return s;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    char t[] = "/tmp/shoal-k8s-XXXXXX";
+    path_ = mkdtemp(t);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+const std::vector<std::string> kRenders = {"", "overlays/dev", "overlays/gpu", "overlays/hugepages",
+                                           "overlays/with-etcd"};
+
+YAML::Node PodSpec(const YAML::Node& workload) { return workload["spec"]["template"]["spec"]; }
+
+std::map<std::string, std::string> NodeFieldRefs() {
+  return {{"spec.nodeName", "k8s-test-node"},
+          {"status.hostIP", "127.0.0.1"},
+          {"metadata.name", "shoal-controller-test-0"}};
+}
+
+// ---- shoald's args, config and mounts, every render -------------------------------------
+
+TEST(K8sShoald, EveryRendersArgsAreAcceptedAndItsConfigLiesOnItsMounts) {
+  if (auto why = KubectlMissing(); !why.empty()) GTEST_SKIP() << why;
+  for (const std::string& dir : kRenders) {
+    SCOPED_TRACE("deploy/k8s/" + dir);
+    const auto docs = Render(dir);
+    const YAML::Node ds = Find(docs, "DaemonSet", "shoald");
+    ASSERT_TRUE(ds) << "no DaemonSet shoald";
+    const YAML::Node spec = PodSpec(ds);
+    const YAML::Node c = NamedItem(spec["containers"], "shoald");
+    ASSERT_TRUE(c);
+    TempDir tmp;
+    PodOnHost pod(docs, spec, c, tmp.path(), NodeFieldRefs(), {});
+    std::vector<std::string> argv = pod.Argv();
+    ASSERT_EQ(argv[0], BinDir() + "/shoald") << "command " << c["command"];
+    argv.push_back("--print-config");
+    const Ran r = RunToEnd(argv, {}, tmp.path() + "/print.log");
+    ASSERT_EQ(r.rc, 0) << Join(argv) << "\n" << r.out;
+    const YAML::Node eff = YAML::Load(r.out);
+    EXPECT_EQ(eff["node_name"].as<std::string>(), "k8s-test-node") << r.out;
+    EXPECT_EQ(eff["advertise_host"].as<std::string>(), "127.0.0.1") << r.out;
+    const YAML::Node cluster = FindGenerated(docs, "ConfigMap", "shoal-cluster");
+    ASSERT_TRUE(cluster);
+    EXPECT_EQ(eff["etcd"].as<std::string>(), cluster["data"]["etcd"].as<std::string>());
+    EXPECT_EQ(eff["cluster"].as<std::string>(), cluster["data"]["cluster"].as<std::string>());
+
+    // The gateway's port: containerPort, both probes, the config.
+    const int listen = eff["listen_port"].as<int>();
+    EXPECT_EQ(NamedItem(c["ports"], "gateway")["containerPort"].as<int>(), listen);
+    EXPECT_EQ(c["livenessProbe"]["httpGet"]["port"].as<int>(), listen);
+    EXPECT_EQ(c["readinessProbe"]["httpGet"]["port"].as<int>(), listen);
+    EXPECT_TRUE(spec["hostNetwork"].as<bool>(false)) << "the README says hostNetwork";
+    EXPECT_EQ(spec["dnsPolicy"].as<std::string>(""), "ClusterFirstWithHostNet");
+    EXPECT_EQ(ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"].as<int>(), 1);
+    // The control API stays on the node's loopback (hostNetwork: the node's loopback).
+    EXPECT_EQ(eff["control_listen_host"].as<std::string>(), "127.0.0.1");
+
+    // Mounts: the state on the node (hostPath), the pins in the host's bpffs, writable.
+    const std::string state = eff["state_dir"].as<std::string>();
+    const std::string state_mount = pod.MountOf(state);
+    ASSERT_FALSE(state_mount.empty()) << "state_dir " << state << " is on no volume";
+    EXPECT_TRUE(pod.volume(state_mount)["hostPath"]) << "state_dir must outlive the pod";
+    EXPECT_FALSE(pod.read_only(state_mount));
+    const std::string pins = eff["bpf_pin_root"].as<std::string>();
+    const std::string pin_mount = pod.MountOf(pins);
+    ASSERT_EQ(pin_mount, "/sys/fs/bpf") << "bpf_pin_root " << pins;
+    EXPECT_EQ(pod.volume(pin_mount)["hostPath"]["path"].as<std::string>(), "/sys/fs/bpf");
+    EXPECT_FALSE(pod.read_only(pin_mount));
+    EXPECT_FALSE(pod.MountOf("/dev/shm").empty()) << "the pools' /dev/shm is not mounted";
+    const std::string config_arg = pod.Flag("--config");
+    EXPECT_TRUE(pod.volume(pod.MountOf(config_arg))["configMap"]) << config_arg;
+
+    // Overlays' own promises.
+    const YAML::Node res = c["resources"];
+    if (dir == "overlays/hugepages") {
+      EXPECT_EQ(eff["pool"].as<std::string>(), "dpdk");
+      const std::string hp = pod.MountOf("/dev/hugepages");
+      ASSERT_EQ(hp, "/dev/hugepages");
+      EXPECT_EQ(pod.volume(hp)["emptyDir"]["medium"].as<std::string>(), "HugePages-2Mi");
+      EXPECT_EQ(res["requests"]["hugepages-2Mi"].as<std::string>(),
+                res["limits"]["hugepages-2Mi"].as<std::string>("none"));
+    } else {
+      EXPECT_EQ(eff["pool"].as<std::string>(), "auto");
+    }
+    if (dir == "overlays/gpu") {
+      EXPECT_EQ(res["limits"]["nvidia.com/gpu"].as<int>(), 1);
+      EXPECT_EQ(spec["nodeSelector"]["nvidia.com/gpu.present"].as<std::string>(), "true");
+    }
+    const YAML::Node ckpt = NamedItem(spec["volumes"], "checkpoints");
+    if (dir == "overlays/dev") {
+      EXPECT_TRUE(ckpt["emptyDir"]) << "dev has no PVCs";
+      for (const auto& d : docs) EXPECT_NE(d["kind"].as<std::string>(), "PersistentVolumeClaim");
+    } else {
+      const YAML::Node pvc = Find(docs, "PersistentVolumeClaim",
+                                  ckpt["persistentVolumeClaim"]["claimName"].as<std::string>(""));
+      ASSERT_TRUE(pvc) << "the checkpoint store's PVC";
+      EXPECT_EQ(pvc["spec"]["accessModes"][0].as<std::string>(), "ReadWriteMany");
+    }
+  }
+}
+
+// The examples the Job applies are deploy/examples' own.
+TEST(K8sExamples, TheJobsManifestsAreDeployExamples) {
+  if (auto why = KubectlMissing(); !why.empty()) GTEST_SKIP() << why;
+  const auto docs = Render("");
+  const YAML::Node cm = FindGenerated(docs, "ConfigMap", "shoal-examples");
+  ASSERT_TRUE(cm);
+  int n = 0;
+  for (const auto& kv : cm["data"]) {
+    const std::string name = kv.first.as<std::string>();
+    EXPECT_EQ(kv.second.as<std::string>(), ReadFile(Root() + "/deploy/examples/" + name))
+        << "deploy/k8s/core/examples/" << name << " differs from deploy/examples/" << name;
+    ++n;
+  }
+  EXPECT_EQ(n, 2);
+}
+
+// ---- the live cluster: etcd, the controller, a node, the examples Job -------------------
+
+TEST(K8sLive, ControllerNodeAndJobRunAsRenderedAndEveryProbeAnswers200) {
+  if (auto why = KubectlMissing(); !why.empty()) GTEST_SKIP() << why;
+  if (access("/usr/bin/etcd", X_OK) != 0) GTEST_SKIP() << "/usr/bin/etcd is missing (etcd-server)";
+  const auto docs = Render("");
+  TempDir tmp;
+  shoal::testing::EtcdForTest etcd;
+  ASSERT_TRUE(etcd.Start()) << etcd.Log(0);
+
+  // The Secret, as scripts/k8s-admin-secret makes it.
+  int rc = 0;
+  const std::string secret_yaml = Capture(Root() + "/scripts/k8s-admin-secret shoal", &rc);
+  ASSERT_EQ(rc, 0) << secret_yaml;
+  const YAML::Node secret = YAML::Load(secret_yaml);
+  const std::string token = PodOnHost::Base64Decode(secret["data"]["token"].as<std::string>());
+
+  // shoal-controller: init container, then the container.
+  const YAML::Node dep = Find(docs, "Deployment", "shoal-controller");
+  ASSERT_TRUE(dep);
+  EXPECT_EQ(dep["spec"]["replicas"].as<int>(), 2);
+  EXPECT_TRUE(PodSpec(dep)["affinity"]["podAntiAffinity"]);
+  const YAML::Node cc = NamedItem(PodSpec(dep)["containers"], "shoal-controller");
+  const YAML::Node init = NamedItem(PodSpec(dep)["initContainers"], "seed-tokens");
+  ASSERT_TRUE(cc && init);
+  const std::map<std::string, std::string> etcd_env = {{"SHOAL_ETCD", etcd.endpoints()}};
+  PodOnHost ctl(docs, PodSpec(dep), cc, tmp.path() + "/ctl", NodeFieldRefs(), etcd_env, secret);
+  PodOnHost seed(docs, PodSpec(dep), init, tmp.path() + "/ctl", NodeFieldRefs(), {}, secret);
+  {
+    std::vector<std::string> argv = Strings(init["command"]);
+    ASSERT_EQ(argv.size(), 3u);
+    argv[2] = seed.MapText(argv[2]);
+    const Ran r = RunToEnd(argv, {}, tmp.path() + "/seed.log");
+    ASSERT_EQ(r.rc, 0) << Join(argv) << "\n" << r.out;
+  }
+  std::vector<std::string> cargv = ctl.Argv();
+  ASSERT_EQ(cargv[0], BinDir() + "/shoal-controller");
+  const int api_port = std::stoi(ctl.Flag("--port"));
+  EXPECT_EQ(NamedItem(cc["ports"], "api")["containerPort"].as<int>(), api_port);
+  EXPECT_EQ(cc["livenessProbe"]["httpGet"]["port"].as<int>(), api_port);
+  EXPECT_EQ(cc["readinessProbe"]["httpGet"]["port"].as<int>(), api_port);
+  const YAML::Node svc = Find(docs, "Service", "shoal-controller");
+  ASSERT_TRUE(svc);
+  EXPECT_EQ(NamedItem(svc["spec"]["ports"], "api")["targetPort"].as<int>(), api_port);
+  const uint16_t ctl_port = FreePort();
+  ctl.Replace(cargv, "--port", std::to_string(ctl_port));
+  const std::string ctl_log = tmp.path() + "/controller.log";
+  const pid_t ctl_pid = Spawn(cargv, ctl.env(), ctl_log);
+  HttpResult last;
+  for (const char* probe : {"livenessProbe", "readinessProbe"}) {
+    const std::string path = cc[probe]["httpGet"]["path"].as<std::string>();
+    EXPECT_TRUE(WaitFor200(ctl_port, path, 20, &last))
+        << "controller " << probe << " " << path << ": " << last.status << " " << last.body
+        << last.error << "\n"
+        << Join(cargv) << "\n"
+        << ReadFile(ctl_log);
+  }
+  // The Secret's tokens.json holds the token the Secret hands out.
+  HttpResult nodes = Http(ctl_port, "GET", "/v1/nodes", {}, {"Authorization: Bearer " + token});
+  EXPECT_EQ(nodes.status, 200) << nodes.body << "\n" << ReadFile(ctl_log);
+  EXPECT_EQ(Http(ctl_port, "GET", "/v1/nodes").status, 401);
+
+  // shoald from the DaemonSet, on free ports (the config's are asserted by the test above).
+  const YAML::Node ds = Find(docs, "DaemonSet", "shoald");
+  const YAML::Node sc = NamedItem(PodSpec(ds)["containers"], "shoald");
+  PodOnHost node(docs, PodSpec(ds), sc, tmp.path() + "/node", NodeFieldRefs(), etcd_env);
+  const std::string config = node.MapPath(node.Flag("--config"));
+  YAML::Node cfg = YAML::LoadFile(config);
+  const uint16_t gw = FreePort(), control = FreePort();
+  for (const char* key : {"state_dir", "bpf_pin_root"}) {
+    cfg[key] = node.MapPath(cfg[key].as<std::string>());
+  }
+  cfg["listen_port"] = gw;
+  cfg["control_port"] = control;
+  YAML::Emitter em;
+  em << cfg;
+  WriteFile(config, em.c_str());
+  const std::vector<std::string> sargv = node.Argv();
+  const std::string node_log = tmp.path() + "/shoald.log";
+  const pid_t node_pid = Spawn(sargv, node.env(), node_log);
+  for (const char* probe : {"livenessProbe", "readinessProbe"}) {
+    const std::string path = sc[probe]["httpGet"]["path"].as<std::string>();
+    EXPECT_TRUE(WaitFor200(gw, path, 30, &last))
+        << "shoald " << probe << " " << path << ": " << last.status << " " << last.body
+        << last.error << "\n"
+        << Join(sargv) << "\n"
+        << ReadFile(node_log);
+  }
+  // The node registered under its downward-API name, seen by the controller.
+  bool listed = false;
+  for (int i = 0; i < 100 && !listed; ++i) {
+    nodes = Http(ctl_port, "GET", "/v1/nodes", {}, {"Authorization: Bearer " + token});
+    listed = nodes.body.find("k8s-test-node") != std::string::npos;
+    if (!listed) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(listed) << nodes.body << "\n" << ReadFile(node_log);
+
+  // The examples Job: `shoal --server=http://<Service>:<port> deploy -f ...` with the token.
+  const YAML::Node job = Find(docs, "Job", "shoal-examples");
+  ASSERT_TRUE(job);
+  const YAML::Node jc = PodSpec(job)["containers"][0];
+  PodOnHost jpod(docs, PodSpec(job), jc, tmp.path() + "/job", NodeFieldRefs(), {}, secret);
+  std::vector<std::string> jargv = jpod.Argv();
+  const std::string server = jpod.Flag("--server");
+  EXPECT_EQ(server, "http://" + svc["metadata"]["name"].as<std::string>() + ":" +
+                        std::to_string(svc["spec"]["ports"][0]["port"].as<int>()));
+  jpod.Replace(jargv, "--server", "http://127.0.0.1:" + std::to_string(ctl_port));
+  ASSERT_EQ(jargv[0], BinDir() + "/shoal");
+  EXPECT_EQ(jpod.env().at("SHOAL_TOKEN"), token);
+  const Ran jr = RunToEnd(jargv, jpod.env(), tmp.path() + "/job.log");
+  EXPECT_EQ(jr.rc, 0) << Join(jargv) << "\n" << jr.out << "\n" << ReadFile(ctl_log);
+  const HttpResult fns =
+      Http(ctl_port, "GET", "/v1/functions", {}, {"Authorization: Bearer " + token});
+  EXPECT_EQ(fns.status, 200);
+  EXPECT_NE(fns.body.find("\"echo\""), std::string::npos) << fns.body;
+
+  // SIGTERM (the kubelet's, after preStop) drains and ends shoald within the grace period.
+  kill(node_pid, SIGTERM);
+  const int grace = PodSpec(ds)["terminationGracePeriodSeconds"].as<int>();
+  EXPECT_EQ(WaitExit(node_pid, grace), 0) << ReadFile(node_log);
+  kill(ctl_pid, SIGTERM);
+  EXPECT_EQ(WaitExit(ctl_pid, 30), 0) << ReadFile(ctl_log);
+}
+
+// ---- capabilities ---------------------------------------------------------------------
+
+std::set<std::string> HeldCapabilities() {
+  int rc = 0;
+  const std::string out = Capture("capsh --print 2>/dev/null | sed -n 's/^Bounding set =//p'", &rc);
+  std::set<std::string> caps;
+  std::stringstream s(out);
+  for (std::string c; std::getline(s, c, ',');) {
+    c.erase(c.find_last_not_of(" \n") + 1);
+    if (!c.empty()) caps.insert(c);
+  }
+  return caps;
+}
+
+std::string Lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+// Starts shoald (argv) keeping exactly `keep` of the capabilities; returns its log once it
+// said which data plane it runs (then stops it).
+std::string StartWithCapabilities(const std::vector<std::string>& argv,
+                                  const std::set<std::string>& keep,
+                                  const std::map<std::string, std::string>& env,
+                                  const std::string& log) {
+  std::string drop;
+  for (const auto& c : HeldCapabilities()) {
+    if (!keep.count(c)) drop += (drop.empty() ? "" : ",") + c;
+  }
+  std::vector<std::string> cmd = {"capsh", "--drop=" + drop, "--", "-c", "exec \"$0\" \"$@\""};
+  cmd.insert(cmd.end(), argv.begin(), argv.end());
+  const pid_t pid = Spawn(cmd, env, log);
+  const bool said = WaitForLog(log, "data plane: ", 20);
+  kill(pid, SIGTERM);
+  WaitExit(pid, 30);
+  const std::string out = ReadFile(log);
+  EXPECT_TRUE(said) << Join(cmd) << "\n" << out;
+  return out;
+}
+
+TEST(K8sCapabilities, TheDaemonSetsSetLoadsBpfAndEachBpfCapabilityIsNeeded) {
+  if (auto why = KubectlMissing(); !why.empty()) GTEST_SKIP() << why;
+  if (auto why = shoal::bpf_test::BpfCapabilityAbsent(); !why.empty()) GTEST_SKIP() << why;
+  int rc = 0;
+  Capture("command -v capsh >/dev/null", &rc);
+  if (rc != 0) GTEST_SKIP() << "capsh is missing (Debian package libcap2-bin)";
+  const auto docs = Render("");
+  const YAML::Node ds = Find(docs, "DaemonSet", "shoald");
+  const YAML::Node sc = NamedItem(PodSpec(ds)["containers"], "shoald");
+  const YAML::Node caps = sc["securityContext"]["capabilities"];
+  ASSERT_EQ(Strings(caps["drop"]), std::vector<std::string>{"ALL"});
+  std::set<std::string> named;
+  for (const auto& c : Strings(caps["add"])) named.insert("cap_" + Lower(c));
+  EXPECT_FALSE(named.count("cap_sys_admin")) << "SYS_ADMIN is for kernels before 5.8 only";
+  EXPECT_FALSE(sc["securityContext"]["privileged"].as<bool>(false));
+
+  const std::set<std::string> held = HeldCapabilities();
+  std::set<std::string> keep, absent;
+  for (const auto& c : named) (held.count(c) ? keep : absent).insert(c);
+  for (const auto& c : absent) {
+    std::printf("note: %s is named but this process does not hold it: not checked here\n",
+                c.c_str());
+  }
+
+  shoal::testing::EtcdForTest etcd;
+  ASSERT_TRUE(etcd.Start()) << etcd.Log(0);
+  TempDir tmp;
+  int run = 0;
+  auto start = [&](const std::set<std::string>& with) {
+    PodOnHost node(docs, PodSpec(ds), sc, tmp.path() + "/run" + std::to_string(++run),
+                   NodeFieldRefs(), {{"SHOAL_ETCD", etcd.endpoints()}});
+    const std::string config = node.MapPath(node.Flag("--config"));
+    YAML::Node cfg = YAML::LoadFile(config);
+    for (const char* key : {"state_dir", "bpf_pin_root"})
+      cfg[key] = node.MapPath(cfg[key].as<std::string>());
+    cfg["listen_port"] = FreePort();
+    cfg["control_port"] = FreePort();
+    YAML::Emitter em;
+    em << cfg;
+    WriteFile(config, em.c_str());
+    std::vector<std::string> argv = node.Argv();
+    // A node name per run: a restarted name would wait for its previous lease.
+    node.Replace(argv, "--node-name", "k8s-cap-" + std::to_string(run));
+    return StartWithCapabilities(argv, with, node.env(),
+                                 tmp.path() + "/shoald" + std::to_string(run) + ".log");
+  };
+
+  // Exactly the named set: the sockmap data plane loads.
+  std::string log = start(keep);
+  EXPECT_NE(log.find("data plane: sockmap"), std::string::npos) << log;
+  // What shoald keeps with every capability held is what the DaemonSet names.
+  const std::string everything = start(held);
+  const size_t k = everything.find("capabilities: kept ");
+  ASSERT_NE(k, std::string::npos) << everything;
+  std::set<std::string> kept;
+  std::stringstream ks(everything.substr(k + 19, everything.find(';', k) - k - 19));
+  for (std::string c; ks >> c;) kept.insert(c);
+  EXPECT_EQ(kept, keep) << "shoald keeps what the DaemonSet names (held here)";
+
+  // Each BPF capability removed: BPF does not load (unix sockets instead, saying why).
+  for (const std::string c : {"cap_bpf", "cap_net_admin", "cap_perfmon"}) {
+    ASSERT_TRUE(keep.count(c)) << c << " is not named";
+    std::set<std::string> without = keep;
+    without.erase(c);
+    log = start(without);
+    EXPECT_EQ(log.find("data plane: sockmap"), std::string::npos) << "without " << c << ":\n"
+                                                                  << log;
+    EXPECT_NE(log.find("BPF unavailable"), std::string::npos) << "without " << c << ":\n" << log;
+  }
+}
+
+// ---- etcd -----------------------------------------------------------------------------
+
+TEST(K8sEtcd, FlagsAreEtcdsAndMembersPeersAndServicesAgree) {
+  if (auto why = KubectlMissing(); !why.empty()) GTEST_SKIP() << why;
+  if (access("/usr/bin/etcd", X_OK) != 0) GTEST_SKIP() << "/usr/bin/etcd is missing (etcd-server)";
+  int rc = 0;
+  const std::string help = Capture("/usr/bin/etcd --help 2>&1", &rc);
+  for (const std::string dir : {"overlays/with-etcd", "overlays/dev"}) {
+    SCOPED_TRACE(dir);
+    const auto docs = Render(dir);
+    const YAML::Node sts = Find(docs, "StatefulSet", "shoal-etcd");
+    ASSERT_TRUE(sts);
+    const YAML::Node c = PodSpec(sts)["containers"][0];
+    const int replicas = sts["spec"]["replicas"].as<int>();
+    EXPECT_EQ(replicas, dir == "overlays/dev" ? 1 : 3);
+    std::map<std::string, std::string> flags;
+    for (const std::string& a : Strings(c["args"])) {
+      const std::string name = a.substr(0, a.find('='));
+      EXPECT_NE(help.find("  " + name + " "), std::string::npos) << name << " is not an etcd flag";
+      flags[name] = a.substr(a.find('=') + 1);
+    }
+    // --initial-cluster names every member by its pod name and the headless Service.
+    const std::string svc = sts["spec"]["serviceName"].as<std::string>();
+    std::string want;
+    for (int i = 0; i < replicas; ++i) {
+      const std::string pod = "shoal-etcd-" + std::to_string(i);
+      want += (i ? "," : "") + pod + "=http://" + pod + "." + svc + ":2380";
+    }
+    EXPECT_EQ(flags["--initial-cluster"], want);
+    const YAML::Node headless = Find(docs, "Service", svc);
+    ASSERT_TRUE(headless);
+    EXPECT_EQ(headless["spec"]["clusterIP"].as<std::string>(), "None");
+    EXPECT_TRUE(headless["spec"]["publishNotReadyAddresses"].as<bool>(false));
+    // The client Service the ConfigMap names serves the port etcd listens on.
+    const std::string url =
+        FindGenerated(docs, "ConfigMap", "shoal-cluster")["data"]["etcd"].as<std::string>();
+    const YAML::Node client = Find(docs, "Service", "shoal-etcd-client");
+    ASSERT_TRUE(client);
+    const int port = client["spec"]["ports"][0]["port"].as<int>();
+    EXPECT_EQ(url, "http://shoal-etcd-client:" + std::to_string(port));
+    EXPECT_EQ(flags["--listen-client-urls"], "http://0.0.0.0:" + std::to_string(port));
+    EXPECT_EQ(
+        client["spec"]["selector"]["app.kubernetes.io/name"].as<std::string>(),
+        sts["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"].as<std::string>());
+    const bool pvc = static_cast<bool>(sts["spec"]["volumeClaimTemplates"]);
+    EXPECT_EQ(pvc, dir != "overlays/dev");
+  }
+}
+
+}  // namespace

@@ -102,6 +102,12 @@ void FunctionInstance::WorkerMain() {
   }
 }
 
+void FunctionInstance::ReleaseOrLog(uint64_t offset, HolderSlot slot, const char* what) {
+  if (Status st = pool_.Release(offset, slot); !st.ok()) {
+    spdlog::error("{} buffer {:#x} not released: {}", what, offset, st.ToString());
+  }
+}
+
 void FunctionInstance::SendReply(EventDescriptor reply) {
   reply.version = kDescriptorVersion;
   reply.timestamp_ns = NowNs();
@@ -114,7 +120,8 @@ void FunctionInstance::SendReply(EventDescriptor reply) {
     }
     spdlog::warn("reply for request {} to endpoint {:#x} lost: {}", reply.request_id,
                  reply.target, st.ToString());
-    if (reply.offset != 0) (void)pool_.Release(reply.offset, kShoaldSlot);
+    // The buffer was handed to shoald's slot before the send: give it back from there.
+    if (reply.offset != 0) ReleaseOrLog(reply.offset, kShoaldSlot, "lost reply's");
     return;
   }
 }
@@ -140,9 +147,8 @@ void FunctionInstance::Process(const EventDescriptor& req) {
   request.query = payload.query;
   request.content_type = payload.content_type;
   request.body = payload.body;
-  if (req.reserved != 0) request.aux = pool_.Data(req.reserved);
-  static_assert(sizeof(float) == sizeof(req.flags));
-  std::memcpy(&request.aux_value, &req.flags, sizeof(float));
+  if (req.aux_offset != 0) request.aux = pool_.Data(req.aux_offset);
+  request.aux_value = req.aux_value;
 
   ResponseBuilder response(pool_, options_.slot, req.offset);
   Status st = handler_->Handle(request, response);
@@ -157,7 +163,7 @@ void FunctionInstance::Process(const EventDescriptor& req) {
   auto sealed = response.Finish();
   if (!sealed.ok()) {
     // Pool full: answer without a payload; the gateway maps the status to its HTTP error.
-    (void)pool_.Release(req.offset, options_.slot);
+    ReleaseOrLog(req.offset, options_.slot, "request");
     reply.kind = static_cast<uint16_t>(EventKind::kError);
     reply.status = static_cast<uint32_t>(HttpStatusFor(sealed.status().code()));
     SendReply(reply);
@@ -167,7 +173,13 @@ void FunctionInstance::Process(const EventDescriptor& req) {
   // Hand the response to shoald before sending its descriptor: if this process dies after
   // the send, the buffer is already the gateway's.
   if (Status t = pool_.Transfer(offset, options_.slot, kShoaldSlot); !t.ok()) {
+    // The gateway could not free a buffer it does not hold: answer 500 without it.
     spdlog::error("request {}: transfer of response failed: {}", req.request_id, t.ToString());
+    ReleaseOrLog(offset, options_.slot, "response");
+    reply.kind = static_cast<uint16_t>(EventKind::kError);
+    reply.status = 500;
+    SendReply(reply);
+    return;
   }
   reply.kind = static_cast<uint16_t>(EventKind::kResponse);
   reply.status = static_cast<uint32_t>(response.status());

@@ -19,7 +19,6 @@
 #include <string>
 #include <thread>
 
-#include "shoal/client/fl_http_client.h"
 #include "shoal/common/log.h"
 #include "shoal/inference/executor.h"
 #include "shoal/inference/model_graph.h"
@@ -31,6 +30,7 @@
 #include "shoal/runtime/dynamic_batcher.h"
 #include "shoal/runtime/builtin_module.h"
 #include "shoal/runtime/handler.h"
+#include "shoal/runtime/model_feed.h"
 #include "shoal/runtime/oip.h"
 
 namespace shoal {
@@ -101,15 +101,15 @@ class FlJobSource final : public ModelSource {
  public:
   FlJobSource(std::string gateway, std::string job, inference::Executor& executor,
               inference::ExecutorOptions options)
-      : job_(job), http_(std::move(gateway), std::move(job)), executor_(executor),
+      : job_(job), feed_(MakeFlModelFeed(std::move(gateway), std::move(job))), executor_(executor),
         options_(options) {}
   bool Follows() const override { return true; }
 
   Result<std::shared_ptr<ServingModel>> LoadNewest(uint64_t after) override {
-    auto status = http_.JobStatus();
+    auto status = feed_->NewestVersion();
     if (!status.ok()) return status.status();
     if (architecture_.empty()) {
-      const Json j = Json::parse(status->json, nullptr, false);
+      const Json j = Json::parse(status->status_json, nullptr, false);
       const Json desc = j.is_object() ? j.value("model", Json::object()) : Json::object();
       architecture_ = desc.is_object() ? desc.value("architecture", "") : "";
       if (architecture_.empty()) {
@@ -121,11 +121,11 @@ class FlJobSource final : public ModelSource {
       spec_ = std::move(*spec);
     }
     if (have_graph_ && status->version <= after) return std::shared_ptr<ServingModel>();
-    auto bytes = http_.Model(status->version);
+    auto bytes = feed_->FetchWeights(status->version);
     if (!bytes.ok()) return bytes.status();
     auto model = model::ModelFromSafetensors(
-        std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes->bytes.data()),
-                                   bytes->bytes.size()),
+        std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes->safetensors.data()),
+                                   bytes->safetensors.size()),
         spec_);
     if (!model.ok()) return model.status();
     if (!have_graph_) {
@@ -148,7 +148,7 @@ class FlJobSource final : public ModelSource {
 
  private:
   std::string job_;
-  client::FlHttpClient http_;
+  std::unique_ptr<ModelFeed> feed_;
   inference::Executor& executor_;
   inference::ExecutorOptions options_;
   std::string architecture_;

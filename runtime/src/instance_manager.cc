@@ -20,7 +20,7 @@
 
 #include "shoal/autoscaler/function_autoscaler.h"
 #include "shoal/common/log.h"
-#include "shoal/runtime/fl_data_path.h"
+#include "shoal/interfaces/fl_data_path.h"
 #include "shoal/runtime/node_capacity.h"
 #include "shoal/runtime/zygote.h"
 #include "shoal/sandbox/cgroup.h"

@@ -1,12 +1,23 @@
 #include <cstring>
 
+#include "shoal/common/log.h"
 #include "shoal/common/payload.h"
 #include "shoal/runtime/handler.h"
 
 namespace shoal {
 
+namespace {
+
+void ReleaseOrLog(BufferPool& pool, uint64_t offset, HolderSlot slot, const char* what) {
+  if (Status st = pool.Release(offset, slot); !st.ok()) {
+    spdlog::error("{} buffer {:#x} not released: {}", what, offset, st.ToString());
+  }
+}
+
+}  // namespace
+
 ResponseBuilder::~ResponseBuilder() {
-  if (response_offset_ != 0) (void)pool_.Release(response_offset_, slot_);
+  if (response_offset_ != 0) ReleaseOrLog(pool_, response_offset_, slot_, "unsent response");
 }
 
 Result<std::span<std::byte>> ResponseBuilder::Allocate(size_t size,
@@ -24,7 +35,7 @@ Result<std::span<std::byte>> ResponseBuilder::Allocate(size_t size,
 }
 
 void ResponseBuilder::Discard() {
-  if (response_offset_ != 0) (void)pool_.Release(response_offset_, slot_);
+  if (response_offset_ != 0) ReleaseOrLog(pool_, response_offset_, slot_, "discarded response");
   response_offset_ = 0;
   body_size_ = 0;
   echo_ = false;
@@ -51,7 +62,7 @@ Result<std::pair<uint64_t, uint64_t>> ResponseBuilder::Finish() {
   }
   std::span<std::byte> buf = pool_.Data(response_offset_);
   WritePayloadHead(buf, 0, static_cast<uint16_t>(status_), {}, {}, content_type_, body_size_);
-  (void)pool_.Release(request_offset_, slot_);
+  ReleaseOrLog(pool_, request_offset_, slot_, "answered request");
   const uint64_t off = response_offset_;
   response_offset_ = 0;  // ownership passes to the caller
   return std::make_pair(off, uint64_t{body_offset_} + body_size_);

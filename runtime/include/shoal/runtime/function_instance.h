@@ -53,6 +53,7 @@ class FunctionInstance {
 
  private:
   void SendReply(EventDescriptor reply);
+  void ReleaseOrLog(uint64_t offset, HolderSlot slot, const char* what);
   void WorkerMain();
 
   InstanceOptions options_;

@@ -12,14 +12,9 @@
 #include <vector>
 
 #include "shoal/common/status.h"
+#include "shoal/interfaces/request_sink.h"
 
 namespace shoal {
-
-struct RouteAssignment {
-  uint32_t loop = 0;         // gateway loop that owns the request
-  uint64_t request_id = 0;
-  uint32_t instance = 0;     // endpoint key of the instance that takes it
-};
 
 class FunctionRouter {
  public:

@@ -13,7 +13,8 @@
 #include <vector>
 
 #include "shoal/common/buffer_pool.h"
-#include "shoal/controller/function_spec.h"
+#include "shoal/interfaces/function_spec.h"
+#include "shoal/interfaces/request_sink.h"
 #include "shoal/runtime/function_router.h"
 #include "shoal/runtime/latency_window.h"
 #include "shoal/runtime/node_metrics.h"
@@ -84,25 +85,6 @@ class FunctionTable {
   mutable std::shared_mutex mu_;
   std::map<std::string, std::shared_ptr<FunctionRuntime>, std::less<>> by_name_;
   std::map<std::string, std::shared_ptr<FunctionRuntime>, std::less<>> by_model_;
-};
-
-// Implemented by the gateway; the instance manager calls it from its own thread.
-class RequestSink {
- public:
-  virtual ~RequestSink() = default;
-  // A queued request got an instance (its router slot is already taken).
-  virtual void Deliver(const RouteAssignment& assignment) = 0;
-  // Answer a queued request with an error instead (its function went away).
-  virtual void Reject(uint32_t loop, uint64_t request_id, int http_status, std::string reason) = 0;
-  // The instance died: answer every request in flight on it with `http_status`.
-  virtual void FailInstance(uint32_t instance, int http_status, std::string reason) = 0;
-};
-
-// Implemented by the instance manager; the gateway calls it when requests start queueing.
-class ScaleSignal {
- public:
-  virtual ~ScaleSignal() = default;
-  virtual void Poke() = 0;
 };
 
 }  // namespace shoal

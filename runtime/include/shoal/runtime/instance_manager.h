@@ -22,8 +22,8 @@
 
 #include "shoal/autoscaler/placement.h"
 #include "shoal/common/config.h"
-#include "shoal/controller/function_spec.h"
-#include "shoal/controller/runtime_view.h"
+#include "shoal/interfaces/function_spec.h"
+#include "shoal/interfaces/runtime_view.h"
 #include "shoal/dataplane/dataplane.h"
 #include "shoal/pool/pool_backend.h"
 #include "shoal/pool/shm_pool.h"

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "shoal/autoscaler/placement.h"
-#include "shoal/controller/function_spec.h"
+#include "shoal/interfaces/function_spec.h"
 
 namespace shoal {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "shoal/controller/function_spec.h"
+#include "shoal/interfaces/function_spec.h"
 
 namespace shoal {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "shoal/common/status.h"
-#include "shoal/controller/fljob_spec.h"
+#include "shoal/interfaces/fljob_spec.h"
 
 namespace shoal {
 

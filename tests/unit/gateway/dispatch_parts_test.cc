@@ -11,6 +11,7 @@
 
 #include "control_worker.h"
 #include "descriptor_outbox.h"
+#include "fl_tickets.h"
 #include "loop_inbox.h"
 #include "pending_requests.h"
 #include "shoal/gateway/gateway.h"
@@ -275,6 +276,70 @@ TEST(ControlWorker, StopDropsWaitingCallsAndRefusesNewOnes) {
   EXPECT_EQ(replies.load(), 1);
   worker.Submit(ControlCall{});
   EXPECT_EQ(replies.load(), 1);
+}
+
+// Records what the gateway tells the coordinator.
+class FakeFl : public FlDataPath {
+ public:
+  std::string LeafFunction(std::string_view job) override { return "fl." + std::string(job); }
+  Result<FlAdmission> Admit(std::string_view, BufferPool&, std::span<const std::byte>,
+                            uint64_t) override {
+    return FlAdmission{};
+  }
+  Result<uint64_t> PartialFor(uint64_t ticket, uint32_t instance) override {
+    if (ticket == 13) return NotFound("ticket 13 has no partial sum");
+    return uint64_t{ticket * 1000 + instance};
+  }
+  void Completed(uint64_t ticket, int http_status, bool leaf_answered) override {
+    completed.push_back({ticket, http_status, leaf_answered});
+  }
+  struct Done {
+    uint64_t ticket;
+    int status;
+    bool leaf;
+  };
+  std::vector<Done> completed;
+};
+
+TEST(FlTickets, StampNamesThePartialSumAndTheWeight) {
+  FakeFl fl;
+  FlTickets tickets(&fl);
+  Pending p;
+  p.fl_ticket = 7;
+  p.fl_weight = 0.25f;
+  EventDescriptor d{};
+  tickets.Stamp(p, 0x41, d);
+  EXPECT_EQ(d.aux_offset, 7u * 1000 + 0x41);
+  EXPECT_EQ(d.aux_value, 0.25f);
+
+  // No partial sum: nothing is stamped (the leaf folds nothing).
+  p.fl_ticket = 13;
+  EventDescriptor none{};
+  tickets.Stamp(p, 0x41, none);
+  EXPECT_EQ(none.aux_offset, 0u);
+  EXPECT_EQ(none.aux_value, 0.0f);
+
+  // Not an FL request: untouched.
+  Pending plain;
+  EventDescriptor untouched{};
+  tickets.Stamp(plain, 0x41, untouched);
+  EXPECT_EQ(untouched.aux_offset, 0u);
+}
+
+TEST(FlTickets, TheCoordinatorHearsEachTicketOnce) {
+  FakeFl fl;
+  FlTickets tickets(&fl);
+  Pending p;
+  p.fl_ticket = 5;
+  tickets.Finish(p, 200, /*leaf_answered=*/true);
+  tickets.Finish(p, 504);  // a later path (timeout) finds the ticket gone
+  Pending plain;
+  tickets.Finish(plain, 502);
+  ASSERT_EQ(fl.completed.size(), 1u);
+  EXPECT_EQ(fl.completed[0].ticket, 5u);
+  EXPECT_EQ(fl.completed[0].status, 200);
+  EXPECT_TRUE(fl.completed[0].leaf);
+  EXPECT_EQ(p.fl_ticket, 0u);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Where an inference instance that serves an FL job gets the job's model: the newest version
 // (with the job's status document, which names the architecture) and a version's weights as
 // safetensors. The inference handler sees only this; MakeFlModelFeed fetches them from the
-// gateway that started the instance (runtime/src/fl_model_feed.cc, the one place the instance
+// gateway that started the instance (runtime/instance/src/fl_model_feed.cc, the one place the instance
 // side uses the FL client).
 #pragma once
 

@@ -36,7 +36,11 @@ void Send(int control_fd, ZygoteMessage type, int32_t pid, int32_t err, const st
   r.pid = pid;
   r.err = err;
   std::snprintf(r.message, sizeof r.message, "%s", why.c_str());
-  (void)SendPacket(control_fd, &r, sizeof r, {});
+  // Unsent, shoald is gone or its socket broke: the next read of the control socket ends
+  // this zygote.
+  if (Status st = SendPacket(control_fd, &r, sizeof r, {}); !st.ok()) {
+    spdlog::error("zygote: reply to shoald not sent: {}", st.ToString());
+  }
 }
 
 void CloseAll(const std::vector<int>& fds) {
@@ -159,7 +163,11 @@ Result<bool> ServeAsZygote(int control_fd, InstanceOptions* options) {
       ZygoteReply r;
       r.type = ZygoteMessage::kForked;
       r.pid = child;
-      (void)SendPacket(control_fd, &r, sizeof r, {sv[0]});
+      if (Status st = SendPacket(control_fd, &r, sizeof r, {sv[0]}); !st.ok()) {
+        // shoald never learns of the child; its end of the socket pair closes below, so the
+        // child sees its socket closed instead of a start.
+        spdlog::error("zygote: fork of pid {} not reported to shoald: {}", child, st.ToString());
+      }
     } else {
       Send(control_fd, ZygoteMessage::kForked, -1, err, std::strerror(err));
     }

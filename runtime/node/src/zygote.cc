@@ -14,16 +14,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "shoal/common/clock.h"
 #include "shoal/common/log.h"
 
 namespace shoal {
 namespace {
 
-int64_t NowMs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
-}
+int64_t NowMs() { return static_cast<int64_t>(MonotonicNs() / 1000000); }
 
 // Waits for `fd` readable up to the deadline; false on timeout.
 bool WaitReadable(int fd, int64_t deadline_ms) {

@@ -13,17 +13,12 @@
 #include <cstring>
 #include <thread>
 
+#include "shoal/common/clock.h"
 #include "shoal/common/log.h"
 #include "shoal/common/payload.h"
 
 namespace shoal {
 namespace {
-
-uint64_t NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
 
 const char* Env(const char* name) {
   const char* v = std::getenv(name);
@@ -110,7 +105,7 @@ void FunctionInstance::ReleaseOrLog(uint64_t offset, HolderSlot slot, const char
 
 void FunctionInstance::SendReply(EventDescriptor reply) {
   reply.version = kDescriptorVersion;
-  reply.timestamp_ns = NowNs();
+  reply.timestamp_ns = MonotonicNs();
   for (int attempt = 0;; ++attempt) {
     Status st = channel_->Send(reply);
     if (st.ok()) return;

@@ -1,19 +1,10 @@
 #include "shoal/runtime/function_router.h"
 
-#include <time.h>
-
 #include <algorithm>
 
+#include "shoal/common/clock.h"
+
 namespace shoal {
-namespace {
-
-uint64_t MonotonicNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
-
-}  // namespace
 
 void FunctionRouter::Account(int delta, uint64_t now) {
   if (last_change_ns_ != 0 && now > last_change_ns_) {

@@ -2,32 +2,12 @@
 // Shoal's data plane in the kernel: an sk_msg program on a SOCKHASH of endpoint sockets. Each
 // 64-byte EventDescriptor written to an endpoint socket is redirected straight into the ingress
 // queue of the endpoint named by its first 4 bytes (`target`), and counted per function for the
-// autoscaler. Layout offsets must match common/include/shoal/common/descriptor.h.
+// autoscaler. The layout it reads and the counters it writes are shoal/ebpf/dataplane_abi.h,
+// which user space checks against the descriptor and its own types.
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
-#define SHOAL_DESCRIPTOR_SIZE 64
-#define SHOAL_MAX_FUNCTIONS 4096 /* kMaxFunctions in dataplane.h */
-
-#define SHOAL_OFF_TARGET 0
-#define SHOAL_OFF_KIND 6
-#define SHOAL_OFF_FUNCTION_ID 8
-#define SHOAL_OFF_LENGTH 32
-
-/* kBounceEndpoint in sockmap_program.h: a socket whose sending side is shut down. */
-#define SHOAL_BOUNCE_KEY 0xFFFFFFFFu
-
-#define SHOAL_KIND_REQUEST 1
-#define SHOAL_KIND_RESPONSE 2
-#define SHOAL_KIND_ERROR 3
-
-struct shoal_fn_counters {
-  __u64 events;     /* descriptors seen for the function (both directions) */
-  __u64 bytes;      /* payload bytes named by its request descriptors */
-  __u64 requests;   /* kind == Request */
-  __u64 responses;  /* kind == Response or Error */
-  __u64 drops;      /* descriptors whose target endpoint was not in sock_hash */
-};
+#include "shoal/ebpf/dataplane_abi.h"
 
 struct {
   __uint(type, BPF_MAP_TYPE_SOCKHASH);

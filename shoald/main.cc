@@ -39,11 +39,9 @@ namespace {
 class ControlService final : public HttpService {
  public:
   explicit ControlService(ControlApi& api) : api_(api) {}
-  ServiceReply Handle(std::string_view method, std::string_view path, std::string_view query,
-                      std::string_view body, const auth::Principal& who) override {
-    auto r = api_.Handle(method, path, query, body, who);
-    return ServiceReply{r.status, r.content_type, std::move(r.body), std::move(r.headers),
-                        std::move(r.shared_body)};
+  HttpReply Handle(std::string_view method, std::string_view path, std::string_view query,
+                   std::string_view body, const auth::Principal& who) override {
+    return api_.Handle(method, path, query, body, who);
   }
 
  private:

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstdarg>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <system_error>
 #include <vector>
 
+#include "shoal/common/descriptor.h"
 #include "shoal_dataplane.skel.h"
 
 namespace shoal {
@@ -23,11 +25,28 @@ namespace {
 
 constexpr const char* kBpffsMount = "/sys/fs/bpf";
 
-// Must match struct shoal_fn_counters in shoal_dataplane.bpf.c.
-struct KernelCounters {
-  uint64_t events, bytes, requests, responses, drops;
-};
-static_assert(sizeof(KernelCounters) == 40 && sizeof(KernelCounters) % 8 == 0);
+// The program reads descriptors where dataplane_abi.h says: every offset it uses is the
+// descriptor's, and so are the kinds it counts.
+static_assert(SHOAL_DESCRIPTOR_SIZE == sizeof(EventDescriptor));
+static_assert(SHOAL_OFF_TARGET == offsetof(EventDescriptor, target) &&
+              sizeof(EventDescriptor::target) == sizeof(__u32));
+static_assert(SHOAL_OFF_KIND == offsetof(EventDescriptor, kind) &&
+              sizeof(EventDescriptor::kind) == sizeof(__u16));
+static_assert(SHOAL_OFF_FUNCTION_ID == offsetof(EventDescriptor, function_id) &&
+              sizeof(EventDescriptor::function_id) == sizeof(__u32));
+static_assert(SHOAL_OFF_LENGTH == offsetof(EventDescriptor, length) &&
+              sizeof(EventDescriptor::length) == sizeof(__u64));
+static_assert(SHOAL_KIND_REQUEST == static_cast<int>(EventKind::kRequest));
+static_assert(SHOAL_KIND_RESPONSE == static_cast<int>(EventKind::kResponse));
+static_assert(SHOAL_KIND_ERROR == static_cast<int>(EventKind::kError));
+// The per-CPU value's layout as the kernel copies it out (bpf_map_lookup_elem on a per-CPU
+// array fills one 8-byte-aligned value per CPU).
+static_assert(sizeof(shoal_fn_counters) == 40 && sizeof(shoal_fn_counters) % 8 == 0);
+static_assert(offsetof(shoal_fn_counters, events) == 0);
+static_assert(offsetof(shoal_fn_counters, bytes) == 8);
+static_assert(offsetof(shoal_fn_counters, requests) == 16);
+static_assert(offsetof(shoal_fn_counters, responses) == 24);
+static_assert(offsetof(shoal_fn_counters, drops) == 32);
 
 int LibbpfPrint(enum libbpf_print_level level, const char* fmt, va_list args) {
   char buf[1024];
@@ -140,11 +159,11 @@ Result<FunctionCounters> SockmapProgram::ReadCounters(uint32_t function_id) cons
     return InvalidArgument("function id " + std::to_string(function_id) +
                            " is beyond the BPF counter map");
   }
-  std::vector<KernelCounters> per_cpu(static_cast<size_t>(num_cpus_));
+  std::vector<shoal_fn_counters> per_cpu(static_cast<size_t>(num_cpus_));
   if (bpf_map_lookup_elem(counters_fd(), &function_id, per_cpu.data()) != 0) {
     return ErrnoStatus("read fn_counters", errno);
   }
-  FunctionCounters sum;
+  FunctionCounters sum{};
   for (const auto& c : per_cpu) {
     sum.events += c.events;
     sum.bytes += c.bytes;

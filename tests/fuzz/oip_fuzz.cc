@@ -1,4 +1,4 @@
-// Fuzz target for the Open Inference Protocol request parser (runtime/src/oip.cc): every infer
+// Fuzz target for the Open Inference Protocol request parser (runtime/serving/src/oip.cc): every infer
 // request body comes from a client. Whatever the bytes, parsing either fails with
 // kInvalidArgument or yields exactly batch * per-sample values inside the scratch buffer, and
 // the response writer then produces a header of the stated length.

@@ -51,9 +51,9 @@ EventDescriptor MakeDescriptor(uint32_t target, uint32_t source, EventKind kind,
   d.offset = 4096 * i;
   d.length = 100 + i;
   d.status = 0;
-  d.flags = static_cast<uint32_t>(i * 3);
+  d.aux_value = static_cast<float>(i * 3);
   d.timestamp_ns = 777 + i;
-  d.reserved = ~i;
+  d.aux_offset = ~i;
   return d;
 }
 
@@ -159,9 +159,9 @@ TEST_P(DataPlaneTest, DescriptorsCrossAProcessBoundaryAndComeBack) {
     EXPECT_EQ(d.request_id, want.request_id) << i;
     EXPECT_EQ(d.offset, want.offset);
     EXPECT_EQ(d.length, want.length);
-    EXPECT_EQ(d.flags, want.flags);
+    EXPECT_EQ(d.aux_value, want.aux_value);
     EXPECT_EQ(d.timestamp_ns, want.timestamp_ns);
-    EXPECT_EQ(d.reserved, want.reserved);
+    EXPECT_EQ(d.aux_offset, want.aux_offset);
   }
 }
 

@@ -39,15 +39,26 @@ struct alignas(8) EventDescriptor {
   uint64_t offset;       // buffer offset in the tenant pool (0 = no payload)
   uint64_t length;       // bytes of payload used in that buffer
   uint32_t status;       // HTTP status for kResponse/kError
-  uint32_t flags;        // kRequest: a float the handler receives with aux (FL: update weight)
+  float aux_value;       // kRequest: a number for the handler beside aux (FL: the update's weight)
   uint64_t timestamp_ns; // sender's CLOCK_MONOTONIC at send time
-  uint64_t reserved;     // kRequest: offset of an auxiliary pool buffer (FL: the partial sum)
+  uint64_t aux_offset;   // kRequest: an auxiliary pool buffer, 0: none (FL: the partial sum)
 };
 
 static_assert(sizeof(EventDescriptor) == 64, "the descriptor is one cache line on the wire");
 static_assert(std::is_trivially_copyable_v<EventDescriptor>);
+// The wire layout: every field's offset, so that a change to one is a deliberate one.
 static_assert(offsetof(EventDescriptor, target) == 0);
+static_assert(offsetof(EventDescriptor, version) == 4);
+static_assert(offsetof(EventDescriptor, kind) == 6);
 static_assert(offsetof(EventDescriptor, function_id) == 8);
+static_assert(offsetof(EventDescriptor, source) == 12);
+static_assert(offsetof(EventDescriptor, request_id) == 16);
+static_assert(offsetof(EventDescriptor, offset) == 24);
+static_assert(offsetof(EventDescriptor, length) == 32);
+static_assert(offsetof(EventDescriptor, status) == 40);
+static_assert(offsetof(EventDescriptor, aux_value) == 44 && sizeof(float) == 4);
+static_assert(offsetof(EventDescriptor, timestamp_ns) == 48);
+static_assert(offsetof(EventDescriptor, aux_offset) == 56);
 
 inline constexpr size_t kDescriptorSize = sizeof(EventDescriptor);
 

@@ -15,23 +15,15 @@
 
 #include "shoal/auth/role.h"
 #include "shoal/auth/token_store.h"
-#include "shoal/controller/job_service.h"
+#include "shoal/interfaces/http_reply.h"
+#include "shoal/interfaces/job_service.h"
 #include "shoal/controller/manifest.h"
 #include "shoal/controller/registry.h"
-#include "shoal/controller/runtime_view.h"
+#include "shoal/interfaces/runtime_view.h"
 
 namespace shoal {
 
 inline constexpr const char* kShoalVersion = "0.1.0";
-
-struct HttpReply {
-  int status = 200;
-  std::string content_type = "application/json";
-  std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;
-  // When set, the body instead of `body` (large bytes held elsewhere, sent without a copy).
-  std::shared_ptr<const std::string> shared_body;
-};
 
 class ControlApi {
  public:

@@ -11,8 +11,8 @@
 
 #include "shoal/common/config.h"
 #include "shoal/common/status.h"
-#include "shoal/controller/fljob_spec.h"
-#include "shoal/controller/function_spec.h"
+#include "shoal/interfaces/fljob_spec.h"
+#include "shoal/interfaces/function_spec.h"
 
 namespace shoal {
 

@@ -14,7 +14,7 @@
 
 #include "shoal/common/config.h"
 #include "shoal/common/status.h"
-#include "shoal/controller/function_spec.h"
+#include "shoal/interfaces/function_spec.h"
 
 namespace shoal {
 

@@ -8,19 +8,15 @@
 #include <string>
 
 #include "shoal/common/status.h"
+#include "shoal/ebpf/dataplane_abi.h"
 
 struct shoal_dataplane;  // the bpftool skeleton (shoal_dataplane.skel.h)
 
 namespace shoal {
 
-// Sum over CPUs of one function's slot in the fn_counters map.
-struct FunctionCounters {
-  uint64_t events = 0;
-  uint64_t bytes = 0;
-  uint64_t requests = 0;
-  uint64_t responses = 0;
-  uint64_t drops = 0;
-};
+// One function's slot in the fn_counters map (per CPU in the kernel; summed over CPUs by
+// ReadCounters).
+using FunctionCounters = shoal_fn_counters;
 
 class SockmapProgram {
  public:
@@ -43,12 +39,12 @@ class SockmapProgram {
   Result<FunctionCounters> ReadCounters(uint32_t function_id) const;
 
   // Slots in fn_counters (SHOAL_MAX_FUNCTIONS in the BPF program).
-  static constexpr uint32_t kCounterSlots = 4096;
+  static constexpr uint32_t kCounterSlots = SHOAL_MAX_FUNCTIONS;
 
   // Reserved endpoint key: the socket under it must have its sending side shut down
   // (shutdown(SHUT_WR)); the program sends descriptors for missing targets there so that the
   // sender's send() fails with EPIPE (see shoal_dataplane.bpf.c).
-  static constexpr uint32_t kBounceEndpoint = 0xFFFFFFFFu;
+  static constexpr uint32_t kBounceEndpoint = SHOAL_BOUNCE_KEY;
 
   // Names of the pins under pin_dir().
   static constexpr const char* kSockHashPin = "sock_hash";

@@ -4,8 +4,12 @@
 // instance by a 64-byte descriptor; /metrics, /healthz and /readyz are served here. Of /v1,
 // only the FL clients' routes (the "fleet" routes: job status, join, task, model, eval and
 // updates) are served on this public listener, each with a bearer token; the rest of the control
-// API has a listener of its own (ControlServer). A function whose manifest says `auth: token`
-// answers /fn and /v2 only to a token that may invoke it.
+// API has a listener of its own (ControlServer). The fleet routes other than the update run on
+// control threads, never on a loop. A function whose manifest says `auth: token` answers /fn
+// and /v2 only to a token that may invoke it.
+// In src/: connection (reading, routing, writing), routes (the route table), gateway_loop
+// (dispatch to instances, with pending_requests, descriptor_outbox, loop_inbox, fl_tickets),
+// response_head, control_worker, http_request_parser.
 #pragma once
 
 #include <cstdint>
@@ -20,27 +24,21 @@
 #include "shoal/common/config.h"
 #include "shoal/common/status.h"
 #include "shoal/dataplane/dataplane.h"
-#include "shoal/runtime/fl_data_path.h"
+#include "shoal/interfaces/fl_data_path.h"
+#include "shoal/interfaces/http_reply.h"
+#include "shoal/interfaces/request_sink.h"
 #include "shoal/runtime/function_runtime.h"
 #include "shoal/runtime/node_metrics.h"
 
 namespace shoal {
 
-struct ServiceReply {
-  int status = 200;
-  std::string content_type = "application/json";
-  std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;
-  // When set, the body instead of `body` (large bytes held elsewhere, sent without a copy).
-  std::shared_ptr<const std::string> shared_body;
-};
-
 // A service for a path prefix that is not the data path (the FL clients' control routes).
 class HttpService {
  public:
   virtual ~HttpService() = default;
-  virtual ServiceReply Handle(std::string_view method, std::string_view path, std::string_view query,
-                              std::string_view body, const auth::Principal& who) = 0;
+  // Runs on a control thread (never on a gateway loop); called from several at once.
+  virtual HttpReply Handle(std::string_view method, std::string_view path, std::string_view query,
+                           std::string_view body, const auth::Principal& who) = 0;
 };
 
 // Whether `method path` is one of the FL clients' routes that the public listener serves:
@@ -58,6 +56,7 @@ struct GatewayHooks {
 
 class GatewayLoop;
 class Connection;
+class ControlWorker;
 
 class Gateway final : public RequestSink {
  public:
@@ -87,9 +86,7 @@ class Gateway final : public RequestSink {
   GatewayHooks hooks_;
   uint16_t port_ = 0;
   std::vector<std::unique_ptr<GatewayLoop>> loops_;
+  std::unique_ptr<ControlWorker> control_worker_;  // the fleet routes' calls (hooks_.control)
 };
-
-// "HTTP/1.1 <code> <reason>" reason phrases.
-const char* HttpReason(int status);
 
 }  // namespace shoal

@@ -26,10 +26,10 @@
 
 #include "shoal/aggregator/checkpoint_writer.h"
 #include "shoal/common/config.h"
-#include "shoal/controller/function_spec.h"
-#include "shoal/controller/job_service.h"
+#include "shoal/interfaces/function_spec.h"
+#include "shoal/interfaces/job_service.h"
 #include "shoal/pool/shm_pool.h"
-#include "shoal/runtime/fl_data_path.h"
+#include "shoal/interfaces/fl_data_path.h"
 
 namespace shoal {
 

@@ -1,0 +1,587 @@
+#include "connection.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "gateway_loop.h"
+#include "response_head.h"
+#include "routes.h"
+#include "shoal/common/clock.h"
+#include "shoal/common/log.h"
+#include "shoal/common/payload.h"
+#include "shoal/gateway/gateway.h"
+
+namespace shoal {
+
+namespace {
+constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+}  // namespace
+
+Connection::Connection(GatewayLoop& loop) : loop_(loop), parser_(*this) {
+  rbuf_.reset(new char[kReadBufferBytes]);
+  tcp_.data = this;
+  timer_.data = this;
+  write_req_.data = this;
+}
+
+bool Connection::Accept(uv_stream_t* server) {
+  uv_tcp_init(loop_.uv(), &tcp_);
+  uv_timer_init(loop_.uv(), &timer_);
+  if (uv_accept(server, reinterpret_cast<uv_stream_t*>(&tcp_)) != 0) return false;
+  uv_tcp_nodelay(&tcp_, 1);
+  return true;
+}
+
+void Connection::StartReading() {
+  uv_read_start(reinterpret_cast<uv_stream_t*>(&tcp_), &Connection::OnAlloc, &Connection::OnRead);
+}
+
+// ---- reading -------------------------------------------------------------------------------
+
+void Connection::OnAlloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
+  auto* c = static_cast<Connection*>(h->data);
+  if (c->state_ == State::kBody) {
+    // The body of a Content-Length request goes straight into its pool buffer.
+    *buf = uv_buf_init(reinterpret_cast<char*>(c->body_ptr_ + c->body_len_),
+                       static_cast<unsigned>(std::min<uint64_t>(c->body_expected_ - c->body_len_,
+                                                                1u << 30)));
+    return;
+  }
+  *buf = uv_buf_init(c->rbuf_.get() + c->rbuf_len_,
+                     static_cast<unsigned>(kReadBufferBytes - c->rbuf_len_));
+}
+
+void Connection::OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t*) {
+  auto* c = static_cast<Connection*>(s->data);
+  if (nread < 0) {
+    c->Close();
+    return;
+  }
+  if (nread == 0) return;
+  if (c->state_ == State::kBody) {
+    c->body_len_ += static_cast<uint64_t>(nread);
+    if (c->body_len_ == c->body_expected_) {
+      c->state_ = State::kHeaders;
+      c->HandleRequest();
+    }
+    return;
+  }
+  c->rbuf_len_ += static_cast<size_t>(nread);
+  c->Consume();
+}
+
+void Connection::Consume() {
+  size_t pos = 0;
+  while (pos < rbuf_len_ && state_ == State::kHeaders) {
+    const auto step = parser_.Execute(rbuf_.get() + pos, rbuf_len_ - pos);
+    if (step.outcome == HttpRequestParser::Step::Outcome::kError) {
+      rbuf_len_ = 0;
+      keep_alive_ = false;
+      close_after_ = true;
+      state_ = State::kBusy;
+      uv_read_stop(reinterpret_cast<uv_stream_t*>(&tcp_));
+      WriteError(step.error_status, std::string("malformed HTTP request: ") + step.error);
+      return;
+    }
+    pos += step.consumed;
+    if (step.outcome != HttpRequestParser::Step::Outcome::kMessage) continue;
+    if (raw_body_ && body_len_ < body_expected_) {
+      // Body bytes that arrived with the headers: the only ones the gateway copies.
+      const size_t take = std::min<uint64_t>(rbuf_len_ - pos, body_expected_ - body_len_);
+      std::memcpy(body_ptr_ + body_len_, rbuf_.get() + pos, take);
+      body_len_ += take;
+      pos += take;
+      if (body_len_ < body_expected_) {
+        state_ = State::kBody;
+        break;
+      }
+    }
+    std::memmove(rbuf_.get(), rbuf_.get() + pos, rbuf_len_ - pos);
+    rbuf_len_ -= pos;
+    HandleRequest();
+    return;
+  }
+  if (pos >= rbuf_len_) rbuf_len_ = 0;
+}
+
+void Connection::OnBegin() {
+  route_ = Route::kNone;
+  fn_.reset();
+  buffer_ = 0;
+  body_ptr_ = nullptr;
+  body_cap_ = body_len_ = body_expected_ = 0;
+  raw_body_ = false;
+  small_body_.clear();
+  error_status_ = 0;
+  fl_job_.clear();
+}
+
+bool Connection::OnHead(const RequestHead& head) {
+  keep_alive_ = head.keep_alive;
+  return RouteRequest(head);
+}
+
+bool Connection::Reject(int status, std::string message, bool retry_after) {
+  SetError(status, std::move(message), retry_after);
+  if (parser_.head().has_body()) {
+    // The body is not read: the connection closes after the answer.
+    close_after_ = true;
+    keep_alive_ = false;
+    return true;
+  }
+  return false;
+}
+
+// 401 without a valid bearer token (principal_ is set otherwise).
+bool Connection::Authenticate(const RequestHead& head) {
+  auth::TokenStore* tokens = loop_.gw().hooks_.tokens;
+  if (tokens == nullptr) {
+    Reject(503, "this node has no token store: authenticated routes are unavailable");
+    return false;
+  }
+  const std::string_view bearer = auth::BearerToken(head.authorization);
+  auto who = bearer.empty() ? Result<auth::Principal>(Unauthenticated(
+                                  "authentication required: send 'Authorization: Bearer <token>'"))
+                            : tokens->Authenticate(bearer);
+  if (!who.ok()) {
+    loop_.gw().metrics_.gateway_rejections.Add({{"reason", "unauthenticated"}}).Increment();
+    Reject(401, who.status().message());
+    return false;
+  }
+  principal_ = std::move(*who);
+  return true;
+}
+
+// Adds 403 to Authenticate when the token's role may not take `action` on `ns`/`job`.
+bool Connection::Authorize(const RequestHead& head, auth::Action action, std::string_view ns,
+                           std::string_view job) {
+  if (!Authenticate(head)) return false;
+  if (Status st = auth::Authorize(principal_, action, ns, job); !st.ok()) {
+    loop_.gw().metrics_.gateway_rejections.Add({{"reason", "forbidden"}}).Increment();
+    Reject(403, st.message());
+    return false;
+  }
+  return true;
+}
+
+void Connection::SendContinue() {
+  uv_buf_t b = uv_buf_init(const_cast<char*>(kContinue), sizeof kContinue - 1);
+  uv_try_write(reinterpret_cast<uv_stream_t*>(&tcp_), &b, 1);
+}
+
+bool Connection::RouteRequest(const RequestHead& head) {
+  const bool has_body = head.has_body();
+  const auto qpos = head.url.find('?');
+  path_.assign(head.url, 0, qpos);
+  if (qpos == std::string::npos) query_.clear();
+  else query_.assign(head.url, qpos + 1);
+  Gateway& gw = loop_.gw();
+  FlDataPath* fl = gw.hooks_.fl;
+  const RouteMatch m = MatchRoute(head.method_name(), path_, fl != nullptr);
+  auto not_found = [&](std::string_view what, std::string_view name) {
+    std::string msg(what);
+    msg += " '";
+    msg += name;
+    msg += "' not found";
+    return Reject(404, std::move(msg));
+  };
+  switch (m.kind) {
+    case RouteKind::kModel:
+      // Open Inference Protocol: /v2/models/{model}[/versions/{v}][/infer|/ready] goes to the
+      // function serving that model, exactly like /fn/{function}[/sub/path].
+      sub_path_ = m.sub_path;
+      fn_ = m.name.empty() ? nullptr : gw.functions_.FindModel(m.name);
+      if (!fn_ || fn_->retired.load(std::memory_order_relaxed)) {
+        fn_.reset();
+        return not_found("model", m.name);
+      }
+      function_name_ = fn_->spec.name;
+      if (fn_->spec.require_token &&
+          !Authorize(head, auth::Action::kInvoke, fn_->spec.tenant, {})) {
+        fn_.reset();
+        return has_body;
+      }
+      return PrepareFunctionBody(head);
+    case RouteKind::kInternalFunction:
+      // Internal functions (FL leaves, "fl.<job>") take requests only through their route.
+      function_name_ = m.name;
+      return not_found("function", m.name);
+    case RouteKind::kFunction:
+      function_name_ = m.name;
+      sub_path_ = m.sub_path;
+      fn_ = gw.functions_.Find(function_name_);
+      if (!fn_ || fn_->retired.load(std::memory_order_relaxed)) {
+        fn_.reset();
+        return not_found("function", function_name_);
+      }
+      // Before any pool memory is taken: a function with `auth: token` needs a token that may
+      // invoke it.
+      if (fn_->spec.require_token &&
+          !Authorize(head, auth::Action::kInvoke, fn_->spec.tenant, {})) {
+        fn_.reset();
+        return has_body;
+      }
+      return PrepareFunctionBody(head);
+    case RouteKind::kFlUpdate:
+      fl_job_ = m.job;
+      function_name_ = fl->LeafFunction(fl_job_);
+      sub_path_.clear();
+      fn_ = gw.functions_.Find(function_name_);
+      if (!fn_ || fn_->retired.load(std::memory_order_relaxed)) {
+        fn_.reset();
+        if (!Authenticate(head)) return has_body;
+        return not_found("FL job", fl_job_);
+      }
+      // An update needs the job's FL client token (or a deployer's of its namespace).
+      if (!Authorize(head, auth::Action::kFlClient, fn_->spec.tenant, fl_job_)) {
+        fn_.reset();
+        return has_body;
+      }
+      return PrepareFunctionBody(head);
+    case RouteKind::kFleet:
+      if (gw.hooks_.control == nullptr) return Reject(404, "no FL jobs on this node");
+      // The control API knows the job's namespace and checks the token's role (403 there).
+      if (!Authenticate(head)) return has_body;
+      route_ = Route::kControl;
+      body_limit_ = loop_.config().max_body_bytes;
+      if (head.content_length > body_limit_) return Reject(413, "request body over the limit");
+      if (head.expect_continue && has_body) SendContinue();
+      return false;
+    case RouteKind::kControlElsewhere:
+      return Reject(404, "the control API is not served on this listener: use the control "
+                         "address (control_listen_host:control_port, loopback by default)");
+    case RouteKind::kV2Server: route_ = Route::kV2Server; return false;
+    case RouteKind::kV2Live: route_ = Route::kV2Live; return false;
+    case RouteKind::kV2Ready: route_ = Route::kV2Ready; return false;
+    case RouteKind::kMetrics: route_ = Route::kMetrics; return false;
+    case RouteKind::kHealthz: route_ = Route::kHealthz; return false;
+    case RouteKind::kReadyz: route_ = Route::kReadyz; return false;
+    case RouteKind::kNotFound: break;
+  }
+  return Reject(404, "no route for " + path_);
+}
+
+bool Connection::PrepareFunctionBody(const RequestHead& head) {
+  route_ = Route::kFunction;
+  // The OIP binary extension's header length reaches the handler in the query.
+  if (!head.inference_header_length.empty()) {
+    if (!query_.empty()) query_ += '&';
+    query_ += "inference_header_content_length=";
+    query_ += head.inference_header_length;
+  }
+  const uint64_t content_length = head.content_length;
+  body_limit_ = fn_->spec.max_body_bytes ? fn_->spec.max_body_bytes : loop_.config().max_body_bytes;
+  if (content_length > body_limit_) {
+    return Reject(413, "request body of " + std::to_string(content_length) +
+                           " bytes is over the limit of " + std::to_string(body_limit_) +
+                           " bytes for function '" + function_name_ + "'");
+  }
+  head_len_ = PayloadBodyOffset(sub_path_.size(), query_.size(), head.content_type.size());
+  body_cap_ = head.chunked ? std::min<uint64_t>(kChunkedInitialBytes, body_limit_) : content_length;
+  auto buf = fn_->pool->Allocate(head_len_ + body_cap_, kShoaldSlot);
+  if (!buf.ok()) {
+    loop_.gw().metrics_.gateway_rejections.Add({{"reason", "pool_full"}}).Increment();
+    return Reject(503, "shared-memory pool of tenant '" + fn_->spec.tenant + "' is full: retry later",
+                  true);
+  }
+  buffer_ = *buf;
+  body_ptr_ = fn_->pool->Data(buffer_).data() + head_len_;
+  if (!head.chunked && content_length > 0) {
+    raw_body_ = true;
+    body_expected_ = content_length;
+    if (head.expect_continue) SendContinue();
+    return true;  // the parser skips the body; Consume() and OnRead() put it in the pool
+  }
+  return false;
+}
+
+bool Connection::AppendFunctionBody(const char* at, size_t len) {
+  if (body_len_ + len > body_cap_) {
+    const uint64_t need = body_len_ + len;
+    if (need > body_limit_) return false;
+    // Chunked bodies of unknown size grow by doubling (one copy per doubling).
+    const uint64_t cap = std::min<uint64_t>(std::max<uint64_t>(need, body_cap_ * 2), body_limit_);
+    auto bigger = fn_->pool->Allocate(head_len_ + cap, kShoaldSlot);
+    if (!bigger.ok()) return false;
+    std::byte* dst = fn_->pool->Data(*bigger).data() + head_len_;
+    std::memcpy(dst, body_ptr_, body_len_);
+    ReleaseRequestBuffer();
+    buffer_ = *bigger;
+    body_ptr_ = dst;
+    body_cap_ = cap;
+  }
+  std::memcpy(body_ptr_ + body_len_, at, len);
+  body_len_ += len;
+  return true;
+}
+
+bool Connection::OnBodyPiece(const char* at, size_t len) {
+  if (route_ == Route::kFunction) {
+    if (AppendFunctionBody(at, len)) return true;
+    const bool over = body_len_ + len > body_limit_;
+    ReleaseRequestBuffer();
+    close_after_ = true;
+    keep_alive_ = false;
+    SetError(over ? 413 : 503,
+             over ? "chunked request body over the limit of " + std::to_string(body_limit_) +
+                        " bytes"
+                  : "shared-memory pool is full: retry later",
+             !over);
+    return false;
+  }
+  if (route_ == Route::kControl) {
+    if (small_body_.size() + len > body_limit_) {
+      close_after_ = true;
+      keep_alive_ = false;
+      SetError(413, "request body over the limit");
+      return false;
+    }
+    small_body_.append(at, len);
+  }
+  return true;
+}
+
+void Connection::ReleaseRequestBuffer() {
+  if (buffer_ != 0 && fn_) {
+    if (Status st = fn_->pool->Release(buffer_, kShoaldSlot); !st.ok()) {
+      spdlog::error("function '{}': request buffer {:#x} not released: {}", fn_->spec.name,
+                    buffer_, st.ToString());
+    }
+  }
+  buffer_ = 0;
+}
+
+// ---- answering -----------------------------------------------------------------------------
+
+void Connection::HandleRequest() {
+  state_ = State::kBusy;
+  uv_read_stop(reinterpret_cast<uv_stream_t*>(&tcp_));
+  auto& hooks = loop_.gw().hooks_;
+  switch (route_) {
+    case Route::kFunction:
+      DispatchFunction();
+      return;
+    case Route::kControl: {
+      // Off this loop: a join or an evaluation may touch files (control_worker.h).
+      ControlCall call;
+      call.method = parser_.head().method_name();
+      call.path = std::move(path_);
+      call.query = std::move(query_);
+      call.body = std::move(small_body_);
+      call.who = std::move(principal_);
+      loop_.CallControl(this, std::move(call));
+      return;
+    }
+    case Route::kMetrics:
+      WriteReply(200, "text/plain; version=0.0.4",
+                 hooks.metrics_text ? hooks.metrics_text() : std::string());
+      return;
+    case Route::kHealthz:
+      WriteReply(200, "text/plain", "ok\n");
+      return;
+    case Route::kReadyz: {
+      const bool ready = !hooks.ready || hooks.ready();
+      WriteReply(ready ? 200 : 503, "text/plain", ready ? "ready\n" : "not ready\n");
+      return;
+    }
+    case Route::kV2Server:
+      WriteReply(200, "application/json",
+                 "{\"name\":\"shoal\",\"version\":\"" SHOAL_VERSION_STRING
+                 "\",\"extensions\":[\"binary_tensor_data\"]}\n");
+      return;
+    case Route::kV2Live:
+      WriteReply(200, "application/json", "{\"live\":true}\n");
+      return;
+    case Route::kV2Ready: {
+      const bool ready = !hooks.ready || hooks.ready();
+      WriteReply(ready ? 200 : 503, "application/json",
+                 ready ? "{\"ready\":true}\n" : "{\"ready\":false}\n");
+      return;
+    }
+    case Route::kError:
+      WriteError(error_status_, error_message_, error_retry_after_);
+      return;
+    case Route::kNone:
+      WriteError(400, "empty request");
+      return;
+  }
+}
+
+void Connection::DispatchFunction() {
+  const RequestHead& head = parser_.head();
+  std::span<std::byte> buf = fn_->pool->Data(buffer_);
+  WritePayloadHead(buf, static_cast<uint16_t>(head.method), 0, sub_path_, query_,
+                   head.content_type, body_len_);
+  FlAdmission admission;
+  if (!fl_job_.empty()) {
+    // The coordinator checks the update's header before any leaf touches it.
+    auto adm = loop_.gw().hooks_.fl->Admit(
+        fl_job_, *fn_->pool, std::span<const std::byte>(body_ptr_, body_len_), buffer_);
+    if (!adm.ok()) {
+      ReleaseRequestBuffer();
+      const int status = adm.status().code() == StatusCode::kAlreadyExists
+                             ? 409
+                             : HttpStatusFor(adm.status().code());
+      WriteError(status, adm.status().message());
+      return;
+    }
+    admission = *adm;
+  }
+  const uint64_t buffer = buffer_;
+  buffer_ = 0;  // the pending request owns it now
+  loop_.Dispatch(this, fn_, buffer, head_len_ + body_len_, admission);
+}
+
+void Connection::WriteError(int status, std::string_view message, bool retry_after) {
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (retry_after) headers.emplace_back("Retry-After", "1");
+  if (status == 401) headers.emplace_back("WWW-Authenticate", "Bearer realm=\"shoal\"");
+  WriteReply(status, "application/json", JsonError(message), headers);
+}
+
+void Connection::RecordFunctionStats(FunctionRuntime& fn, int status) {
+  const uint64_t now = MonotonicNs();
+  const double secs = static_cast<double>(now - parser_.head().start_ns) / 1e9;
+  fn.metrics.CountRequest(status, secs);
+  fn.latency.Record(now / 1000000000ull, secs * 1e6);
+  fn.requests_total.fetch_add(1, std::memory_order_relaxed);
+  if (status >= 500) fn.errors_total.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Connection::WriteReply(HttpReply reply) {
+  WriteReply(reply.status, reply.content_type, std::move(reply.body), reply.headers,
+             std::move(reply.shared_body));
+}
+
+void Connection::WriteReply(int status, std::string_view content_type, std::string body,
+                            const std::vector<std::pair<std::string, std::string>>& headers,
+                            std::shared_ptr<const std::string> shared) {
+  if ((route_ == Route::kFunction || route_ == Route::kError) && fn_) {
+    RecordFunctionStats(*fn_, status);
+  }
+  resp_body_ = std::move(body);
+  resp_shared_ = std::move(shared);
+  const std::string_view body_view = resp_shared_ ? *resp_shared_ : resp_body_;
+  ResponseHead head(resp_head_, status, content_type, body_view.size());
+  for (const auto& [k, v] : headers) head.Header(k, v);
+  head.Finish(keep_open());
+  StartWrite(body_view);
+}
+
+void Connection::StartWrite(std::string_view body) {
+  // uv_write only reads the body: pool or shared bytes are sent as they are.
+  uv_buf_t bufs[2] = {
+      uv_buf_init(resp_head_.data(), static_cast<unsigned>(resp_head_.size())),
+      uv_buf_init(const_cast<char*>(body.data()), static_cast<unsigned>(body.size()))};
+  writing_ = true;
+  if (uv_write(&write_req_, reinterpret_cast<uv_stream_t*>(&tcp_), bufs, body.empty() ? 1 : 2,
+               &Connection::OnWritten) != 0) {
+    writing_ = false;
+    AfterWrite();
+    Close();
+  }
+}
+
+void Connection::WriteFunctionResponse(const EventDescriptor& d,
+                                       const std::shared_ptr<FunctionRuntime>& fn) {
+  if (d.kind != static_cast<uint16_t>(EventKind::kResponse)) {
+    const int status = d.status >= 400 && d.status < 600 ? static_cast<int>(d.status) : 500;
+    WriteError(status, status == 503 ? "function '" + fn->spec.name +
+                                           "': shared-memory pool full while answering; retry"
+                                     : "function '" + fn->spec.name + "' failed to run the request",
+               status == 503);
+    return;
+  }
+  PayloadView v = ReadPayload(fn->pool->Data(d.offset));
+  if (!v.valid || d.length > fn->pool->Data(d.offset).size()) {
+    if (Status st = fn->pool->Release(d.offset, kShoaldSlot); !st.ok()) {
+      spdlog::error("function '{}': malformed response buffer {:#x} not released: {}",
+                    fn->spec.name, d.offset, st.ToString());
+    }
+    WriteError(502, "function '" + fn->spec.name + "' sent a malformed response");
+    return;
+  }
+  const int status = v.status ? v.status : 200;
+  RecordFunctionStats(*fn, status);
+  // An inference handler answering with the OIP binary extension names the JSON header's length
+  // as a content-type parameter; HTTP clients expect it as its own header.
+  const SplitContentType ct = SplitInferenceHeaderLength(
+      v.content_type.empty() ? std::string_view("application/octet-stream") : v.content_type);
+  ResponseHead head(resp_head_, status, ct.type, v.body.size());
+  if (!ct.inference_header_length.empty()) {
+    head.Header("Inference-Header-Content-Length", ct.inference_header_length);
+  }
+  head.Finish(keep_open());
+  // The body goes from the pool to the socket: no copy in user space.
+  resp_buffer_ = d.offset;
+  resp_fn_ = fn;
+  StartWrite(std::string_view(reinterpret_cast<const char*>(v.body.data()), v.body.size()));
+}
+
+void Connection::OnWritten(uv_write_t* req, int status) {
+  auto* c = static_cast<Connection*>(req->data);
+  c->writing_ = false;
+  c->AfterWrite();
+  if (status != 0 || c->close_after_ || !c->keep_alive_ || c->state_ == State::kClosing) {
+    c->Close();
+    return;
+  }
+  c->state_ = State::kHeaders;
+  c->fn_.reset();
+  c->resp_body_.clear();
+  c->resp_shared_.reset();
+  if (c->rbuf_len_ > 0) c->Consume();  // a pipelined request already arrived
+  if (c->state_ == State::kHeaders || c->state_ == State::kBody) c->StartReading();
+}
+
+void Connection::AfterWrite() {
+  if (resp_buffer_ != 0 && resp_fn_) {
+    if (Status st = resp_fn_->pool->Release(resp_buffer_, kShoaldSlot); !st.ok()) {
+      spdlog::error("function '{}': response buffer {:#x} not released: {}", resp_fn_->spec.name,
+                    resp_buffer_, st.ToString());
+    }
+  }
+  resp_buffer_ = 0;
+  resp_fn_.reset();
+}
+
+void Connection::OnTimeoutFired() {
+  if (!has_pending_) return;
+  has_pending_ = false;
+  const std::string name = fn_ ? fn_->spec.name : std::string("?");
+  const double timeout = fn_ ? fn_->spec.timeout_s : 0;
+  loop_.Abandon(pending_idx_);
+  char msg[256];
+  std::snprintf(msg, sizeof msg, "function '%s' did not answer within %.3g s", name.c_str(),
+                timeout);
+  WriteError(504, msg);
+}
+
+void Connection::Close() {
+  if (state_ == State::kClosing) return;
+  if (writing_) {  // finish the write first; OnWritten closes
+    close_after_ = true;
+    return;
+  }
+  state_ = State::kClosing;
+  if (has_pending_) {
+    has_pending_ = false;
+    loop_.Abandon(pending_idx_);
+  }
+  ReleaseRequestBuffer();
+  AfterWrite();
+  uv_timer_stop(&timer_);
+  uv_close(reinterpret_cast<uv_handle_t*>(&tcp_), &Connection::OnClosed);
+  uv_close(reinterpret_cast<uv_handle_t*>(&timer_), &Connection::OnClosed);
+}
+
+void Connection::OnClosed(uv_handle_t* h) {
+  auto* c = static_cast<Connection*>(h->data);
+  if (--c->open_handles_ == 0) {
+    c->loop_.OnConnectionClosed(c);
+    delete c;
+  }
+}
+
+}  // namespace shoal

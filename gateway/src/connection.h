@@ -1,0 +1,143 @@
+// One client connection of a gateway loop: reads requests one at a time (HttpRequestParser),
+// decides their route (routes.h) and what the route needs (a function and a pool buffer for
+// the body, a bearer token), hands them on (to an instance through the loop, to a control
+// thread, or answers them here), and writes the answer.
+#pragma once
+
+#include <uv.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "http_request_parser.h"
+#include "shoal/auth/token_store.h"
+#include "shoal/common/descriptor.h"
+#include "shoal/interfaces/http_reply.h"
+
+namespace shoal {
+
+class GatewayLoop;
+struct FunctionRuntime;
+
+class Connection final : public RequestEvents {
+ public:
+  static constexpr size_t kReadBufferBytes = 64 * 1024;
+  static constexpr size_t kChunkedInitialBytes = 64 * 1024;
+
+  explicit Connection(GatewayLoop& loop);
+
+  bool Accept(uv_stream_t* server);
+  void StartReading();
+  void Close();
+
+  // A function's answer (kResponse or kError descriptor).
+  void WriteFunctionResponse(const EventDescriptor& d, const std::shared_ptr<FunctionRuntime>& fn);
+  // A control route's answer.
+  void WriteReply(HttpReply reply);
+  void WriteError(int status, std::string_view message, bool retry_after = false);
+  void OnTimeoutFired();
+  void SetPending(uint32_t idx) {
+    pending_idx_ = idx;
+    has_pending_ = true;
+  }
+  void ClearPending() {
+    has_pending_ = false;
+    uv_timer_stop(&timer_);
+  }
+  uv_timer_t* timer() { return &timer_; }
+
+  // RequestEvents
+  void OnBegin() override;
+  bool OnHead(const RequestHead& head) override;
+  bool OnBodyPiece(const char* at, size_t len) override;
+
+ private:
+  enum class State { kHeaders, kBody, kBusy, kClosing };
+  enum class Route {
+    kNone, kFunction, kControl, kMetrics, kHealthz, kReadyz, kV2Server, kV2Live, kV2Ready, kError
+  };
+
+  static void OnAlloc(uv_handle_t* h, size_t, uv_buf_t* buf);
+  static void OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
+  static void OnWritten(uv_write_t* req, int status);
+  static void OnClosed(uv_handle_t* h);
+
+  // Decides where the request goes and prepares where its body lands. True takes the body
+  // out of the parser's hands (Content-Length bodies are read straight into the pool).
+  bool RouteRequest(const RequestHead& head);
+  // A function route whose function is known and allowed: the body's pool buffer.
+  bool PrepareFunctionBody(const RequestHead& head);
+  bool Reject(int status, std::string message, bool retry_after = false);
+  bool Authenticate(const RequestHead& head);
+  bool Authorize(const RequestHead& head, auth::Action action, std::string_view ns, std::string_view job);
+  void SendContinue();
+  bool AppendFunctionBody(const char* at, size_t len);
+  void Consume();
+  void HandleRequest();
+  void DispatchFunction();
+  void RecordFunctionStats(FunctionRuntime& fn, int status);
+  // `shared`, when set, is the body instead of `body` (bytes held elsewhere: a model).
+  void WriteReply(int status, std::string_view content_type, std::string body,
+                  const std::vector<std::pair<std::string, std::string>>& headers = {},
+                  std::shared_ptr<const std::string> shared = nullptr);
+  void StartWrite(std::string_view body);
+  void AfterWrite();
+  void ReleaseRequestBuffer();
+  void SetError(int status, std::string message, bool retry_after = false) {
+    route_ = Route::kError;
+    error_status_ = status;
+    error_message_ = std::move(message);
+    error_retry_after_ = retry_after;
+  }
+  bool keep_open() const { return keep_alive_ && !close_after_; }
+
+  GatewayLoop& loop_;
+  uv_tcp_t tcp_{};
+  uv_timer_t timer_{};
+  uv_write_t write_req_{};
+  HttpRequestParser parser_;
+  std::unique_ptr<char[]> rbuf_;
+  size_t rbuf_len_ = 0;
+  State state_ = State::kHeaders;
+  int open_handles_ = 2;
+
+  // The request being read.
+  bool keep_alive_ = true;
+  bool close_after_ = false;
+  auth::Principal principal_;  // who the request's token names
+  Route route_ = Route::kNone;
+  std::string function_name_, sub_path_, query_, path_;
+  std::string fl_job_;  // POST /v1/jobs/{job}/updates: the update goes to the job's leaves
+  std::shared_ptr<FunctionRuntime> fn_;
+  uint64_t body_limit_ = 0;
+  // Function bodies live in the pool: [payload head][body].
+  uint64_t buffer_ = 0;
+  std::byte* body_ptr_ = nullptr;
+  uint64_t body_cap_ = 0;
+  uint64_t body_len_ = 0;
+  uint64_t body_expected_ = 0;
+  size_t head_len_ = 0;
+  bool raw_body_ = false;
+  std::string small_body_;  // control API bodies
+  int error_status_ = 0;
+  std::string error_message_;
+  bool error_retry_after_ = false;
+
+  // The response being written.
+  std::string resp_head_;
+  std::string resp_body_;
+  std::shared_ptr<const std::string> resp_shared_;  // held until written
+  uint64_t resp_buffer_ = 0;
+  std::shared_ptr<FunctionRuntime> resp_fn_;
+  bool writing_ = false;
+
+  uint32_t pending_idx_ = 0;
+  bool has_pending_ = false;
+};
+
+}  // namespace shoal

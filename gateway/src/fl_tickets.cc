@@ -1,0 +1,24 @@
+#include "fl_tickets.h"
+
+#include "shoal/common/log.h"
+
+namespace shoal {
+
+void FlTickets::Finish(Pending& p, int status, bool leaf_answered) {
+  if (p.fl_ticket == 0) return;
+  fl_->Completed(p.fl_ticket, status, leaf_answered);
+  p.fl_ticket = 0;
+}
+
+void FlTickets::Stamp(const Pending& p, uint32_t instance, EventDescriptor& d) {
+  if (p.fl_ticket == 0) return;
+  auto partial = fl_->PartialFor(p.fl_ticket, instance);
+  if (!partial.ok()) {
+    spdlog::error("FL ticket {}: no partial sum: {}", p.fl_ticket, partial.status().ToString());
+    return;
+  }
+  d.aux_offset = *partial;
+  d.aux_value = p.fl_weight;
+}
+
+}  // namespace shoal

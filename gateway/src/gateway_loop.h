@@ -1,0 +1,99 @@
+// One gateway event loop (one thread): its listener's connections, its data-plane endpoint,
+// and the requests it has in flight. Dispatch sends a request's descriptor to an instance
+// (or queues it in the function's router until one is free); the answer comes back on the
+// loop's channel and goes out on the connection that asked. Other threads reach the loop only
+// through its inbox.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "control_worker.h"
+#include "descriptor_outbox.h"
+#include "fl_tickets.h"
+#include "loop_inbox.h"
+#include "pending_requests.h"
+#include "shoal/common/config.h"
+#include "shoal/common/status.h"
+#include "shoal/dataplane/dataplane.h"
+#include "shoal/interfaces/fl_data_path.h"
+#include "shoal/interfaces/http_reply.h"
+#include "shoal/interfaces/request_sink.h"
+
+namespace shoal {
+
+class Connection;
+class Gateway;
+struct FunctionRuntime;
+
+struct InboxItem {
+  enum class Kind { kAssign, kReject, kFailInstance, kControlReply } kind;
+  uint64_t request_id = 0;
+  uint32_t instance = 0;
+  int status = 0;
+  std::string reason;
+  std::unique_ptr<HttpReply> reply;  // kControlReply
+};
+
+class GatewayLoop {
+ public:
+  GatewayLoop(Gateway& gw, uint32_t index);
+  ~GatewayLoop();
+
+  Status Init(int listen_fd, Endpoint endpoint);
+  void Start() { thread_ = std::thread([this] { Run(); }); }
+  void Stop();
+  // Any thread.
+  void Post(InboxItem item);
+
+  Gateway& gw() { return gw_; }
+  uint32_t index() const { return index_; }
+  uv_loop_t* uv() { return &loop_; }
+  const NodeConfig& config() const;
+
+  // Called by connections.
+  void Dispatch(Connection* conn, std::shared_ptr<FunctionRuntime> fn, uint64_t buffer,
+                uint64_t length, FlAdmission fl = {});
+  void CallControl(Connection* conn, ControlCall call);
+  void Abandon(uint32_t pending_index);
+  void OnConnectionClosed(Connection* conn);
+
+ private:
+  void Run();
+  void SendToInstance(uint32_t idx, uint32_t instance);
+  void RouteAssignment(const shoal::RouteAssignment& a);
+  void OnChannelReadable();
+  void OnInbox();
+  void OnResponse(const EventDescriptor& d);
+  void OnControlReply(uint64_t request_id, HttpReply reply);
+  void FailInstance(uint32_t instance, int status, const std::string& reason);
+  void Reject(uint64_t request_id, int status, const std::string& reason);
+  void FlushOutbox();
+  // Gives a request buffer back to the pool (shoald's slot), logging a failure.
+  void ReleaseBuffer(FunctionRuntime& fn, uint64_t buffer, const char* what);
+
+  Gateway& gw_;
+  uint32_t index_;
+  uv_loop_t loop_{};
+  uv_tcp_t listener_{};
+  uv_poll_t channel_poll_{};
+  uv_async_t inbox_async_{};
+  uv_async_t stop_async_{};
+  uv_timer_t retry_timer_{};
+  bool initialised_ = false;
+  Endpoint endpoint_;
+  std::unique_ptr<DescriptorChannel> channel_;
+  std::unique_ptr<DescriptorOutbox> outbox_;
+  LoopInbox<InboxItem> inbox_;
+  PendingSlab pending_;
+  FlTickets fl_;
+  std::vector<Connection*> connections_;
+  std::thread thread_;
+};
+
+}  // namespace shoal

@@ -1,0 +1,21 @@
+// An HTTP answer as a handler of the control routes gives it: the control API returns it,
+// the gateway's fleet routes and the control listener write it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace shoal {
+
+struct HttpReply {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+  // When set, the body instead of `body` (large bytes held elsewhere, sent without a copy).
+  std::shared_ptr<const std::string> shared_body;
+};
+
+}  // namespace shoal

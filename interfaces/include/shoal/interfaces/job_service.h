@@ -1,0 +1,64 @@
+// What the control API needs from the FL job coordinator (shoald implements it; tests fake it).
+// The update upload itself is not here: it is data path (gateway -> pool -> leaf aggregators).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shoal/common/status.h"
+#include "shoal/interfaces/fljob_spec.h"
+
+namespace shoal {
+
+struct JoinResult {
+  std::string client_id;
+  std::string token;
+};
+
+struct TaskResult {
+  enum class Kind { kTrain, kWait, kDone } kind = Kind::kWait;
+  uint64_t model_version = 0;
+  uint32_t local_steps = 0;
+  double learning_rate = 0;
+  uint32_t batch_size = 0;
+  uint32_t retry_after_ms = 0;  // kWait
+};
+
+struct ModelBlob {
+  uint64_t version = 0;
+  // Safetensors: the coordinator's own bytes of that version, shared (a download holds them,
+  // never copies them; a later version does not change them).
+  std::shared_ptr<const std::string> bytes;
+};
+
+struct EvalReport {
+  std::string client_id, token;
+  uint64_t version = 0;
+  double accuracy = 0, loss = 0;
+  uint64_t samples = 0;
+};
+
+class JobService {
+ public:
+  virtual ~JobService() = default;
+  // Creates or updates (new generation) a job; kInvalidArgument with the field path otherwise.
+  virtual Status DeployJob(const FlJobSpec& spec) = 0;
+  virtual Status DeleteJob(const std::string& job) = 0;
+  virtual std::vector<std::string> ListJobs() = 0;
+  // The job's status as JSON (see README "FL jobs"); kNotFound for an unknown job.
+  virtual Result<std::string> JobStatusJson(const std::string& job) = 0;
+  // The job's namespace (metadata.namespace: its tenant); kNotFound for an unknown job.
+  virtual Result<std::string> JobNamespace(const std::string& job) = 0;
+  // `join_token` is the pre-shared token when the job has spec.clients.tokens ("" otherwise).
+  virtual Result<JoinResult> Join(const std::string& job, const std::string& client_name,
+                                  const std::string& join_token) = 0;
+  virtual Result<TaskResult> Task(const std::string& job, const std::string& client_id,
+                                  const std::string& token) = 0;
+  virtual Result<ModelBlob> Model(const std::string& job, std::optional<uint64_t> version) = 0;
+  virtual Status Evaluate(const std::string& job, const EvalReport& report) = 0;
+};
+
+}  // namespace shoal

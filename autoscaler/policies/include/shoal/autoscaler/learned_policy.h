@@ -143,7 +143,7 @@ class LearnedPolicy final : public ScalingPolicy {
 
   // The idle action in force (or the last one), for describe and tests.
   const LearnedAction* current_action() const;
-  std::string Explain() const;
+  std::string Explain() const override;
   const LearnedModel& model() const { return *model_; }
   const IdleHistory& history() const { return history_; }
   // Every idle period this policy saw end (training collects them).

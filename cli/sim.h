@@ -19,7 +19,7 @@ int Simulate(const SimOptions& options);
 struct SimTrainOptions {
   std::string out = "deploy/policies/learned-v1.json";
   uint64_t seed = 1000;
-  int seeds = 4;
+  int seeds = 16;
   double duration_scale = 1.0;
   std::string families;  // comma-separated; empty: the default training families
   bool evaluate = true;

@@ -422,9 +422,10 @@ void LearnedPolicy::StartIdle(const FunctionSignals& s) {
   pending_.state = model_->StateOf(history_);
   pending_.quantiles = model_->QuantilesOf(history_);
   pending_.history = static_cast<uint32_t>(history_.idle_s.size());
-  pending_.cold_start_s = s.cold_start_cost_s > 0 ? s.cold_start_cost_s
-                                                   : sizing_.cold_start_estimate();
-  pending_.interval_s = last_interval_s_;
+  pending_.cold_start_s = (s.cold_start_cost_s > 0 ? s.cold_start_cost_s
+                                                    : sizing_.cold_start_estimate()) /
+                          p_.time_scale;
+  pending_.interval_s = last_interval_s_ / p_.time_scale;
   pending_.burst_peak = last_burst_peak_;
   LearnedWeights w = p_.weights;
   if (s.slo_s > 0 && pending_.cold_start_s > s.slo_s) w.cold_weight += w.slo_weight;
@@ -437,13 +438,14 @@ void LearnedPolicy::StartIdle(const FunctionSignals& s) {
   if (a.relative && (n == 0 || (a.kind == LearnedAction::Kind::kPrewarm && n < 3))) action_ = keep60;
   const Window win = Resolve(model_->actions()[action_], pending_.quantiles, n > 0, n,
                             pending_.interval_s);
-  window_lo_ = win.lo;
-  window_hi_ = win.hi;
+  window_lo_ = win.lo * p_.time_scale;  // back to this clock's seconds
+  window_hi_ = win.hi * p_.time_scale;
   have_action_ = true;
   idle_ = true;
 }
 
-void LearnedPolicy::EndIdle(const FunctionSignals& s, double idle_s) {
+void LearnedPolicy::EndIdle(const FunctionSignals& s, double real_idle_s) {
+  const double idle_s = real_idle_s / p_.time_scale;
   pending_.idle_s = idle_s;
   pending_.resume_arrivals = static_cast<double>(std::max<uint64_t>(1, s.arrivals));
   if (recorder_) recorder_->push_back(pending_);
@@ -486,7 +488,8 @@ ScalingDecision LearnedPolicy::Observe(const FunctionSignals& s) {
     d.replicas = idle < window_hi_ ? std::max<uint32_t>(1, d.replicas) : 0;
   } else {
     d.replicas = 0;
-    const double start = std::max(0.0, window_lo_ - pending_.cold_start_s - dt);
+    const double start =
+        std::max(0.0, window_lo_ - pending_.cold_start_s * p_.time_scale - dt);
     if (idle + dt >= start && idle < window_hi_) d.prewarm = last_burst_peak_;
   }
   d.replicas = ClampScale(d.replicas, s);

@@ -248,6 +248,30 @@ TEST(LearnedPolicy, ATimerJustPastTheMinuteGetsAWindowCoveringIt) {
   EXPECT_GE(calls, 14);
 }
 
+// timeScale 0.1 (time run 10x faster, as bench-autoscale-live does): a 7.6 s timer on a 0.2 s
+// tick reads as the 76 s one on the table's clock and gets the same pre-warm window, scaled.
+TEST(LearnedPolicy, TimeScaleReadsIdleTimesOnTheTrainingClock) {
+  LearnedParams p;
+  p.time_scale = 0.1;
+  LearnedPolicy policy(p, ShoalParams{}, LearnedModel::Default());
+  const double period = 7.6;
+  int covered = 0;
+  for (int k = 1; k < 760; ++k) {
+    const double t = 0.2 * k;
+    const double since = std::fmod(t + 1e-9, period);
+    FunctionSignals s = Tick(t, since < 0.2 ? 1 : 0);
+    s.interval_s = 0.2;
+    s.cold_start_cost_s = 0.1;
+    const ScalingDecision d = policy.Observe(s);
+    if (t > 5 * period && period - since <= 0.2 + 1e-9) covered += d.replicas + d.prewarm >= 1;
+  }
+  ASSERT_NE(policy.current_action(), nullptr);
+  EXPECT_EQ(policy.current_action()->kind, LearnedAction::Kind::kPrewarm) << policy.Explain();
+  EXPECT_GE(covered, 14) << policy.Explain();
+  EXPECT_EQ(policy.history().idle_s.size(), 18u);  // calls at 7.6, 15.2, ..., 144.4 s
+  EXPECT_NEAR(policy.history().idle_s.back(), 76, 2.1);  // training-clock seconds
+}
+
 TEST(LearnedPolicy, LearnsOnlineOnlyWhenEnabled) {
   auto empty = std::make_shared<const LearnedModel>();
   LearnedParams on;

@@ -22,6 +22,8 @@ namespace shoal {
 // present need, idle ones stop after the function's keepAlive.
 inline constexpr const char* kAutoscalingPolicies[] = {"none", "kpa", "rl-q", "shoal", "learned"};
 inline constexpr const char* kKeepAlivePolicies[] = {"fixed", "histogram"};
+// The learned policy's scaleDownDelay unless its params give one (shoal's is 30 s).
+inline constexpr double kLearnedScaleDownDelayS = 10;
 // The policy a manifest gets when its autoscaling block names none (see README: the one that
 // measured best in bench-autoscale).
 inline constexpr const char* kDefaultAutoscalingPolicy = "shoal";

@@ -129,6 +129,9 @@ struct LearnedParams {
   // While active: how long an instance above the lazily scaled-down size stays idle (the
   // sizing already keeps the largest size of its scale-down window).
   double excess_keep_alive_s = 10;
+  // Seconds of this clock per second of the clock the table was trained on (bench-autoscale-live
+  // runs time 10x faster: 0.1). Idle times are divided by it before they meet the table.
+  double time_scale = 1;
   // The table: `model` when set (training, tests), else `policy_file`, else the compiled-in
   // deploy/policies/learned-v1.json.
   std::string policy_file;

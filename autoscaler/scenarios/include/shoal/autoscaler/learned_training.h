@@ -21,7 +21,7 @@ inline constexpr const char* kTrainingFamilies[] = {"poisson", "diurnal", "timer
 struct TrainOptions {
   std::vector<std::string> families{std::begin(kTrainingFamilies), std::end(kTrainingFamilies)};
   uint64_t seed = 1000;  // family f's runs use seeds seed .. seed + seeds - 1
-  int seeds = 4;
+  int seeds = 16;
   double duration_scale = 1.0;
   // Called after each simulated run: (runs done, runs in all, what just ran).
   std::function<void(size_t, size_t, const std::string&)> progress;

@@ -410,8 +410,8 @@ const LearnedAction* LearnedPolicy::current_action() const {
 std::string LearnedPolicy::Explain() const {
   if (!have_action_) return "no idle period yet";
   char buf[256];
-  std::snprintf(buf, sizeof buf, "%s idle action %s (window %.0f-%.0f s; %s; expects %.2f cold, "
-                "%.0f inst-s)", idle_ ? "idle:" : "last", model_->actions()[action_].name.c_str(),
+  std::snprintf(buf, sizeof buf, "%s %s (window %.0f-%.0f s; %s; expects %.2f cold, "
+                "%.0f inst-s)", idle_ ? "idle action" : "last idle action", model_->actions()[action_].name.c_str(),
                 window_lo_, window_hi_, model_->DescribeState(pending_.state).c_str(),
                 expected_.cold_requests, expected_.instance_s);
   return buf;

@@ -5,16 +5,72 @@
 // Three ratios are reported, none picked: cold-start requests, instance-seconds and p99. The
 // RESULT is their combined score, (cold * inst-s * p99)^(-1/3) of shoal / kpa: above 1 Shoal
 // is better, and it falls if any of the three worsens. Median over seeds, with the range.
+//
+// The learned policy (trained by `shoal sim train` on generator families; these five workloads
+// and seeds are never in its training set) is measured against KPA + a 60 s idle keep-alive,
+// the baseline of the cold-start literature: cold-start requests after each function's first
+// instance, instance-seconds and p99 (targets <= 0.5x, <= 0.8x, <= 1.0x), whether it dominates
+// the shoal policy per workload, and the frontier: cold starts vs instance-seconds of each
+// policy over a sweep of its cost knob beside fixed keep-alives of 10 s .. 20 min.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "shoal/autoscaler/scenarios.h"
 
 using namespace shoal;
+
+namespace {
+
+struct Point {
+  double later_cold = 0;  // cold-start requests after each function's first instance
+  double requests = 0;
+  double instance_s = 0;
+  double p99_s = 0;
+  void Add(const FunctionReport& t) {
+    later_cold += static_cast<double>(t.cold_requests - t.first_cold_requests);
+    requests += static_cast<double>(t.requests);
+    instance_s += t.instance_s;
+    p99_s += t.p99_latency_s;
+  }
+  double cold_per_1k() const { return requests > 0 ? 1000 * later_cold / requests : 0; }
+};
+
+Result<FunctionReport> Run(const std::string& workload, const std::string& policy, uint64_t seed,
+                           double scale, double keep_alive_s = -1,
+                           std::map<std::string, double> params = {}) {
+  ScenarioOptions o;
+  o.workload = workload;
+  o.policy = policy;
+  o.seed = seed;
+  o.duration_scale = scale;
+  o.keep_alive_s = keep_alive_s;
+  o.params = std::move(params);
+  auto r = RunScenario(o);
+  if (!r.ok()) return r.status();
+  return r->report.total;
+}
+
+// Instance-seconds of the fixed keep-alive frontier at a cold-start rate (piecewise linear
+// between its points, sorted by cold rate; beyond its ends, the nearest end's).
+double FrontierAt(std::vector<std::pair<double, double>> pts, double cold) {
+  std::sort(pts.begin(), pts.end());
+  if (cold <= pts.front().first) return pts.front().second;
+  for (size_t i = 1; i < pts.size(); ++i) {
+    if (cold <= pts[i].first) {
+      const auto [c0, i0] = pts[i - 1];
+      const auto [c1, i1] = pts[i];
+      return c1 > c0 ? i0 + (i1 - i0) * (cold - c0) / (c1 - c0) : std::min(i0, i1);
+    }
+  }
+  return pts.back().second;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   double scale = 1.0;
@@ -83,6 +139,12 @@ int main(int argc, char** argv) {
   }
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double ss_median = [&] {
+    std::vector<double> v;
+    for (const auto& c : shoal_vs_kpa) v.push_back(c.score);
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  }();
 
   std::printf("geometric means over the 5 workloads, policy / kpa (lower is better); score = "
               "(cold * inst-s * p99)^(-1/3), above 1: the policy is better\n");
@@ -116,6 +178,176 @@ int main(int argc, char** argv) {
               "three; > 1: shoal better; falls if any of the three worsens)\n",
               ss[1], ss[0], ss[2]);
   std::printf("simulated %zu runs in %.1f s\n", total, secs);
-  std::printf("RESULT autoscale ratio=%.3f\n", ss[1]);
+
+  // ---- learned vs KPA + 60 s keep-alive, and vs shoal --------------------------------------
+  const auto t1 = std::chrono::steady_clock::now();
+  std::printf("\nlearned (deploy/policies/learned-v1.json, compiled in) vs kpa+60s (KPA with a "
+              "60 s idle keep-alive) and vs shoal, seeds %llu..%llu; 'later' = cold-start "
+              "requests after each function's first instance (counted >= 1 in ratios)\n",
+              static_cast<unsigned long long>(seed),
+              static_cast<unsigned long long>(seed + seeds - 1));
+  std::printf("%-8s %-6s %-9s %9s %8s %11s %9s %7s %7s %7s\n", "workload", "seed", "policy",
+              "requests", "later", "inst-s", "p99 ms", "xlater", "xinst", "xp99");
+  const char* compared[] = {"kpa+60s", "shoal", "learned"};
+  std::map<std::string, std::map<std::string, Point>> sums;  // workload -> policy -> summed
+  std::vector<double> g_cold, g_inst, g_p99;                   // per seed, geometric means
+  for (int k = 0; k < seeds; ++k) {
+    double lc = 0, li = 0, lp = 0;
+    for (const char* workload : kScenarioWorkloads) {
+      std::map<std::string, FunctionReport> row;
+      for (const char* policy : compared) {
+        const bool kpa60 = std::string(policy) == "kpa+60s";
+        auto r = Run(workload, kpa60 ? "kpa" : policy, seed + k, scale, kpa60 ? 60 : -1);
+        if (!r.ok()) {
+          std::fprintf(stderr, "bench-autoscale: %s\n", r.status().ToString().c_str());
+          return 1;
+        }
+        row[policy] = *r;
+        sums[workload][policy].Add(*r);
+      }
+      const FunctionReport& b = row["kpa+60s"];
+      for (const char* policy : compared) {
+        const FunctionReport& t = row[policy];
+        const double later = std::max<double>(1, t.cold_requests - t.first_cold_requests);
+        const double blater = std::max<double>(1, b.cold_requests - b.first_cold_requests);
+        std::printf("%-8s %-6llu %-9s %9llu %8llu %11.0f %9.1f %7.2f %7.2f %7.2f\n", workload,
+                    static_cast<unsigned long long>(seed + k), policy,
+                    static_cast<unsigned long long>(t.requests),
+                    static_cast<unsigned long long>(t.cold_requests - t.first_cold_requests),
+                    t.instance_s, t.p99_latency_s * 1e3, later / blater,
+                    t.instance_s / b.instance_s, t.p99_latency_s / b.p99_latency_s);
+        if (std::string(policy) == "learned") {
+          lc += std::log(later / blater);
+          li += std::log(t.instance_s / b.instance_s);
+          lp += std::log(t.p99_latency_s / b.p99_latency_s);
+        }
+      }
+    }
+    const double n = static_cast<double>(std::size(kScenarioWorkloads));
+    g_cold.push_back(std::exp(lc / n));
+    g_inst.push_back(std::exp(li / n));
+    g_p99.push_back(std::exp(lp / n));
+  }
+  const auto lc = stats(g_cold), li = stats(g_inst), lp = stats(g_p99);
+  std::printf("\nlearned vs kpa+60s, geometric mean over the 5 workloads, median [min, max] over "
+              "%d seed(s):\n", seeds);
+  std::printf("  cold-start requests after the first instance %.3fx [%.3f, %.3f]  (target <= 0.5)"
+              " %s\n", lc[1], lc[0], lc[2], lc[1] <= 0.5 ? "met" : "MISSED");
+  std::printf("  instance-seconds                             %.3fx [%.3f, %.3f]  (target <= 0.8)"
+              " %s\n", li[1], li[0], li[2], li[1] <= 0.8 ? "met" : "MISSED");
+  std::printf("  p99 latency                                  %.3fx [%.3f, %.3f]  (target <= 1.0)"
+              " %s\n", lp[1], lp[0], lp[2], lp[1] <= 1.0 ? "met" : "MISSED");
+
+  // Dominance over shoal per workload, on the sums over seeds (p99: mean over seeds, within
+  // the latency histogram's 1% resolution).
+  int dominated = 0;
+  std::printf("\nlearned vs shoal per workload (sums over seeds): dominates = no worse on any of "
+              "the three, better on one\n");
+  std::printf("%-8s %10s %10s %12s %12s %9s %9s %s\n", "workload", "later L", "later S",
+              "inst-s L", "inst-s S", "p99 L", "p99 S", "verdict");
+  for (const char* workload : kScenarioWorkloads) {
+    const Point& l = sums[workload]["learned"];
+    const Point& sh = sums[workload]["shoal"];
+    const bool no_worse = l.later_cold <= sh.later_cold && l.instance_s <= sh.instance_s &&
+                          l.p99_s <= sh.p99_s * 1.01;
+    const bool better = l.later_cold < sh.later_cold || l.instance_s < sh.instance_s * 0.99 ||
+                        l.p99_s < sh.p99_s * 0.99;
+    const bool dom = no_worse && better;
+    dominated += dom;
+    std::string why;
+    if (!dom) {
+      if (l.later_cold > sh.later_cold) why += " more cold starts";
+      if (l.instance_s > sh.instance_s) why += " more instance-s";
+      if (l.p99_s > sh.p99_s * 1.01) why += " higher p99";
+      if (why.empty()) why = " equal";
+    }
+    std::printf("%-8s %10.0f %10.0f %12.0f %12.0f %9.1f %9.1f %s%s\n", workload, l.later_cold,
+                sh.later_cold, l.instance_s, sh.instance_s, 1e3 * l.p99_s / seeds,
+                1e3 * sh.p99_s / seeds, dom ? "dominates" : "does not:", why.c_str());
+  }
+  std::printf("learned dominates shoal on %d of 5 workloads (target >= 4) %s\n", dominated,
+              dominated >= 4 ? "met" : "MISSED");
+
+  // ---- the frontier ---------------------------------------------------------------------------
+  std::printf("\nfrontier (seed %llu): cold-start requests after the first instance per 1000 "
+              "requests vs instance-seconds; fixed = reactive scaling with a fixed idle "
+              "keep-alive (the baseline frontier), learned over costWeight (coldWeight 1), shoal "
+              "over firstIdleWindow, kpa over its idle keep-alive\n",
+              static_cast<unsigned long long>(seed));
+  std::printf("%-8s %-8s %-12s %10s %11s %9s %s\n", "workload", "policy", "knob", "cold/1k",
+              "inst-s", "p99 ms", "vs fixed frontier");
+  const double keep_alives[] = {10, 30, 60, 120, 300, 600, 1200};
+  const double cost_weights[] = {1.0 / 10, 1.0 / 30, 1.0 / 60, 1.0 / 120, 1.0 / 300, 1.0 / 600};
+  const double first_idle[] = {30, 90, 300};
+  int below = 0, points = 0;
+  for (const char* workload : kScenarioWorkloads) {
+    std::vector<std::pair<double, double>> fixed;
+    auto print = [&](const char* policy, const std::string& knob, const FunctionReport& t,
+                     const std::string& note) {
+      Point p;
+      p.Add(t);
+      std::printf("%-8s %-8s %-12s %10.2f %11.0f %9.1f %s\n", workload, policy, knob.c_str(),
+                  p.cold_per_1k(), p.instance_s, p.p99_s * 1e3, note.c_str());
+      return p;
+    };
+    auto fail = [](const Status& st) {
+      std::fprintf(stderr, "bench-autoscale: %s\n", st.ToString().c_str());
+      return 1;
+    };
+    auto vs_frontier = [&](const Point& p) {
+      const double f = FrontierAt(fixed, p.cold_per_1k());
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.2fx of the frontier's inst-s %s", p.instance_s / f,
+                    p.instance_s <= f * 1.01 ? "(on/below)" : "(ABOVE)");
+      return std::string(buf);
+    };
+    for (double ka : keep_alives) {
+      auto r = Run(workload, "reactive", seed, scale, ka);
+      if (!r.ok()) return fail(r.status());
+      char knob[32];
+      std::snprintf(knob, sizeof knob, "ka %gs", ka);
+      const Point p = print("fixed", knob, *r, "");
+      fixed.push_back({p.cold_per_1k(), p.instance_s});
+    }
+    for (double w : cost_weights) {
+      auto r = Run(workload, "learned", seed, scale, -1, {{"costWeight", w}});
+      if (!r.ok()) return fail(r.status());
+      char knob[32];
+      std::snprintf(knob, sizeof knob, "cw 1/%.0f", 1 / w);
+      Point p;
+      p.Add(*r);
+      const std::string note = vs_frontier(p);
+      print("learned", knob, *r, note);
+      ++points;
+      below += p.instance_s <= FrontierAt(fixed, p.cold_per_1k()) * 1.01;
+    }
+    for (double fi : first_idle) {
+      auto r = Run(workload, "shoal", seed, scale, -1, {{"firstIdleWindow", fi}});
+      if (!r.ok()) return fail(r.status());
+      char knob[32];
+      std::snprintf(knob, sizeof knob, "first %gs", fi);
+      Point p;
+      p.Add(*r);
+      print("shoal", knob, *r, vs_frontier(p));
+    }
+    for (double ka : {0.0, 60.0, 300.0}) {
+      auto r = Run(workload, "kpa", seed, scale, ka);
+      if (!r.ok()) return fail(r.status());
+      char knob[32];
+      std::snprintf(knob, sizeof knob, "ka %gs", ka);
+      Point p;
+      p.Add(*r);
+      print("kpa", knob, *r, vs_frontier(p));
+    }
+  }
+  std::printf("learned points on or below the fixed keep-alive frontier: %d of %d\n", below,
+              points);
+  std::printf("learned sections simulated in %.1f s\n",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+  std::printf("RESULT autoscale_learned_vs_kpa60_cold ratio=%.3f\n", lc[1]);
+  std::printf("RESULT autoscale_learned_vs_kpa60_inst ratio=%.3f\n", li[1]);
+  std::printf("RESULT autoscale_learned_vs_kpa60_p99 ratio=%.3f\n", lp[1]);
+  std::printf("RESULT autoscale_learned_dominates_shoal ratio=%.3f\n", dominated / 5.0);
+  std::printf("RESULT autoscale ratio=%.3f\n", ss_median);
   return 0;
 }

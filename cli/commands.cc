@@ -254,6 +254,7 @@ int Describe(const HttpClient& client, const std::string& name) try {
       params.append(k).append("=").append(val);
     }
     if (!params.empty()) a.append(" (").append(params).append(")");
+    if (!Str(as, "policy_file").empty()) a.append(", policy file ").append(Str(as, "policy_file"));
     field("Autoscaling", a);
   }
   field("Max body", FormatBytes(Num<uint64_t>(f, "max_body_bytes")));

@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
 
   SimOptions sim_opts;
   auto* sim = app.add_subcommand("sim", "run the autoscaling simulator locally (no shoald needed)");
-  sim->add_option("--policy", sim_opts.policy, "kpa, rl-q or shoal")->capture_default_str();
+  sim->add_option("--policy", sim_opts.policy, "kpa, rl-q, shoal or learned")->capture_default_str();
   sim->add_option("--workload", sim_opts.workload, "bursty, diurnal, timer, fl or zipf")
       ->capture_default_str();
   sim->add_option("--trace", sim_opts.trace,
@@ -114,7 +114,19 @@ int main(int argc, char** argv) {
   sim->add_option("--duration-scale", sim_opts.duration_scale, "stretch or shorten the workload")
       ->capture_default_str();
 
+  SimTrainOptions train_opts;
+  auto* train = sim->add_subcommand("train", "train the learned policy in the simulator");
+  train->add_option("--out", train_opts.out, "the policy file to write")->capture_default_str();
+  train->add_option("--seed", train_opts.seed, "first training seed")->capture_default_str();
+  train->add_option("--seeds", train_opts.seeds, "runs per family")->capture_default_str();
+  train->add_option("--families", train_opts.families,
+                    "comma-separated: poisson, diurnal, zipf, timer, bursty, fl, azure "
+                    "(default: all but fl and zipf, held out)");
+  train->add_option("--duration-scale", train_opts.duration_scale)->capture_default_str();
+  train->add_flag("!--no-eval", train_opts.evaluate, "skip the generalisation table");
+
   CLI11_PARSE(app, argc, argv);
+  if (train->parsed()) return SimTrain(train_opts);
   if (sim->parsed()) return Simulate(sim_opts);
 
   auto cfg = LoadCliConfig();

@@ -4,8 +4,10 @@
 // ratios' combined score.
 #include "sim.h"
 
+#include <algorithm>
 #include <cstdio>
 
+#include "shoal/autoscaler/learned_training.h"
 #include "shoal/autoscaler/scenarios.h"
 
 namespace shoal::cli {
@@ -37,6 +39,25 @@ int Simulate(const SimOptions& o) {
                           .c_str());
   }
   return 0;
+}
+
+int SimTrain(const SimTrainOptions& o) {
+  TrainCommand c;
+  c.out_path = o.out;
+  c.train.seed = o.seed;
+  c.train.seeds = o.seeds;
+  c.train.duration_scale = o.duration_scale;
+  c.evaluate = o.evaluate;
+  if (!o.families.empty()) {
+    c.train.families.clear();
+    size_t pos = 0;
+    while (pos <= o.families.size()) {
+      const size_t comma = std::min(o.families.find(',', pos), o.families.size());
+      c.train.families.push_back(o.families.substr(pos, comma - pos));
+      pos = comma + 1;
+    }
+  }
+  return RunTrainCommand(c);
 }
 
 }  // namespace shoal::cli

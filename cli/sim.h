@@ -15,4 +15,15 @@ struct SimOptions {
 
 int Simulate(const SimOptions& options);
 
+// `shoal sim train`: trains the learned policy in the simulator and writes its file.
+struct SimTrainOptions {
+  std::string out = "deploy/policies/learned-v1.json";
+  uint64_t seed = 1000;
+  int seeds = 16;
+  double duration_scale = 1.0;
+  std::string families;  // comma-separated; empty: the default training families
+  bool evaluate = true;
+};
+int SimTrain(const SimTrainOptions& options);
+
 }  // namespace shoal::cli

@@ -234,12 +234,14 @@ class DocumentParser {
   void ParseAutoscaling(const YAML::Node& a, const YAML::Node& scale, FunctionSpec* spec) {
     const std::string path = "spec.autoscaling";
     ExpectMap(a, path);
-    CheckKeys(a, path, {"policy", "target", "minScale", "maxScale", "keepAlive", "params"});
+    CheckKeys(a, path,
+              {"policy", "target", "minScale", "maxScale", "keepAlive", "params", "policyFile"});
     AutoscalingSpec& as = spec->autoscaling;
     as.policy = kDefaultAutoscalingPolicy;
     if (const YAML::Node p = a["policy"]) {
       as.policy = OneOf(p, path + ".policy", "policy", kAutoscalingPolicies);
     }
+    if (const YAML::Node f = a["policyFile"]) as.policy_file = String(f, path + ".policyFile");
     if (const YAML::Node t = a["target"]) {
       as.target = Number(t, path + ".target");
       if (!(as.target > 0)) Fail(path + ".target", "must be > 0, got " + t.Scalar(), t);
@@ -311,6 +313,7 @@ class DocumentParser {
     c.target = spec.autoscaling.target;
     c.keep_alive = spec.autoscaling.keep_alive;
     c.params = spec.autoscaling.params;
+    c.policy_file = spec.autoscaling.policy_file;
     c.fixed_keep_alive_s = spec.keep_alive_s;
     Status st = BuildAutoscalingParams(c, nullptr, nullptr, nullptr);
     if (st.ok()) return;

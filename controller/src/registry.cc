@@ -51,6 +51,7 @@ v1::FunctionRecord ToRecord(const FunctionSpec& s) {
   a->set_target(s.autoscaling.target);
   a->set_keep_alive(s.autoscaling.keep_alive);
   a->mutable_params()->insert(s.autoscaling.params.begin(), s.autoscaling.params.end());
+  a->set_policy_file(s.autoscaling.policy_file);
   for (const auto& n : s.security.seccomp_allow) r.add_seccomp_allow(n);
   r.set_generation(s.generation);
   r.set_manifest(s.manifest);
@@ -85,6 +86,7 @@ FunctionSpec FromRecord(const v1::FunctionRecord& r) {
     s.autoscaling.keep_alive =
         r.autoscaling().keep_alive().empty() ? "fixed" : r.autoscaling().keep_alive();
     s.autoscaling.params.insert(r.autoscaling().params().begin(), r.autoscaling().params().end());
+    s.autoscaling.policy_file = r.autoscaling().policy_file();
   }
   s.security.seccomp_allow.assign(r.seccomp_allow().begin(), r.seccomp_allow().end());
   s.generation = r.generation();

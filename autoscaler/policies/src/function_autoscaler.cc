@@ -47,10 +47,20 @@ const std::vector<AutoscalingParamInfo>& AutoscalingParamTable() {
       {"learningRate", false, "rl-q", "Q-learning alpha (0.1)"},
       {"discount", false, "rl-q", "Q-learning gamma (0.9)"},
       {"epsilon", false, "rl-q", "initial exploration probability (1)"},
-      {"scaleDownDelay", true, "shoal", "keep the largest size of this window (30s)"},
-      {"waitBudget", true, "shoal", "mean queue wait allowed without an slo (50ms)"},
-      {"maxUtilization", false, "shoal", "per-slot load never above this (0.95)"},
-      {"coldStart", true, "shoal", "cold-start estimate until one is measured (1s)"},
+      {"costWeight", false, "learned", "reward weight per instance-second (1/60)"},
+      {"coldWeight", false, "learned", "reward weight per cold-start request (1)"},
+      {"sloWeight", false, "learned",
+       "extra weight per cold request whose cold start exceeds the slo (0)"},
+      {"learnOnline", false, "learned", "1: keep learning from the function's idle periods (0)"},
+      {"timeScale", false, "learned",
+       "seconds here per second of the training clock (1; 0.1 for time run 10x faster)"},
+      {"excessKeepAlive", true, "learned",
+       "while active, instances above the lazily scaled-down size stay this long idle (10s)"},
+      {"scaleDownDelay", true, "shoal learned",
+       "keep the largest size of this window (30s; learned 10s)"},
+      {"waitBudget", true, "shoal learned", "mean queue wait allowed without an slo (50ms)"},
+      {"maxUtilization", false, "shoal learned", "per-slot load never above this (0.95)"},
+      {"coldStart", true, "shoal learned", "cold-start estimate until one is measured (1s)"},
       {"firstIdleWindow", true, "shoal", "keep the last instance this long before any idle "
                                          "period is known (90s)"},
       {"slo", true, "all", "latency objective (none)"},
@@ -74,13 +84,17 @@ Status BuildAutoscalingParams(const AutoscalingConfig& c, PolicyParams* out,
                               KeepAliveParams* ka, double* slo_s) {
   const auto& policies = kAutoscalingPolicies;
   if (std::find(std::begin(policies), std::end(policies), c.policy) == std::end(policies)) {
-    return InvalidArgument("policy: must be none, kpa, rl-q or shoal, got \"" + c.policy + "\"");
+    return InvalidArgument("policy: must be none, kpa, rl-q, shoal or learned, got \"" + c.policy +
+                           "\"");
   }
   if (c.keep_alive != "fixed" && c.keep_alive != "histogram") {
     return InvalidArgument("keepAlive: must be fixed or histogram, got \"" + c.keep_alive + "\"");
   }
   if (!(c.target >= 0) || !std::isfinite(c.target)) {
     return InvalidArgument("target: must be >= 0, got " + Fmt(c.target));
+  }
+  if (!c.policy_file.empty() && c.policy != "learned") {
+    return InvalidArgument("policyFile: only with policy learned (policy is " + c.policy + ")");
   }
   if (c.policy == "none" && (!c.params.empty() || c.target > 0 || c.keep_alive != "fixed")) {
     return InvalidArgument("policy: none takes no target, params or histogram keep-alive");
@@ -91,6 +105,12 @@ Status BuildAutoscalingParams(const AutoscalingConfig& c, PolicyParams* out,
   k.histogram.fallback.keep_alive_s = c.fixed_keep_alive_s;
   p.shoal.keep_alive.fallback.keep_alive_s = c.fixed_keep_alive_s;
   p.shoal.histogram_keep_alive = c.keep_alive == "histogram";
+  p.learned.policy_file = c.policy_file;
+  // The learned policy decides what stays through idle periods itself; its sizing's lazy
+  // scale-down only rides out short dips (measured: 10 s brings bursty/diurnal onto the fixed
+  // keep-alive frontier, 30 s keeps it 2-4 % above).
+  if (c.policy == "learned") p.shoal.scale_down_delay_s = kLearnedScaleDownDelayS;
+  p.learned.model = c.learned_model;
   p.kpa.target = c.target;
   p.rl_q.kpa.target = c.target;
   double slo = 0;
@@ -132,7 +152,15 @@ Status BuildAutoscalingParams(const AutoscalingConfig& c, PolicyParams* out,
     else if (n == "learningRate") p.rl_q.alpha = v;
     else if (n == "discount") p.rl_q.gamma = v;
     else if (n == "epsilon") p.rl_q.epsilon = v;
-    else if (n == "scaleDownDelay") p.shoal.scale_down_delay_s = v;
+    else if (n == "costWeight") p.learned.weights.cost_weight = v;
+    else if (n == "coldWeight") p.learned.weights.cold_weight = v;
+    else if (n == "sloWeight") p.learned.weights.slo_weight = v;
+    else if (n == "excessKeepAlive") p.learned.excess_keep_alive_s = v;
+    else if (n == "timeScale") p.learned.time_scale = v;
+    else if (n == "learnOnline") {
+      if (v != 0 && v != 1) return InvalidArgument(where + "must be 0 or 1, got " + Fmt(v));
+      p.learned.learn_online = v == 1;
+    } else if (n == "scaleDownDelay") p.shoal.scale_down_delay_s = v;
     else if (n == "waitBudget") p.shoal.default_wait_budget_s = v;
     else if (n == "maxUtilization") p.shoal.max_utilization = v;
     else if (n == "coldStart") p.shoal.default_cold_start_s = v;
@@ -177,6 +205,8 @@ Status BuildAutoscalingParams(const AutoscalingConfig& c, PolicyParams* out,
   if (c.policy == "kpa") st = Validate(p.kpa);
   if (c.policy == "rl-q") st = Validate(p.rl_q);
   if (c.policy == "shoal") st = Validate(p.shoal);
+  if (c.policy == "learned") st = Validate(p.shoal);
+  if (c.policy == "learned" && st.ok()) st = Validate(p.learned);
   if (st.ok() && c.keep_alive == "histogram") st = Validate(k.histogram);
   if (st.ok()) st = Validate(k.fixed);
   if (!st.ok()) return InvalidArgument("params: " + st.message());
@@ -196,8 +226,9 @@ Result<std::unique_ptr<FunctionAutoscaler>> FunctionAutoscaler::Make(const Autos
   auto policy = MakeScalingPolicy(c.policy, p);
   if (!policy.ok()) return policy.status();
   a->policy_ = std::move(policy).value();
-  // Shoal's policy runs its own histogram; KPA and RL-Q leave keep-alive to the platform.
-  if (c.keep_alive == "histogram" && c.policy != "shoal") {
+  // Shoal's policy runs its own histogram and the learned policy its own idle actions; KPA and
+  // RL-Q leave keep-alive to the platform.
+  if (c.keep_alive == "histogram" && c.policy != "shoal" && c.policy != "learned") {
     a->histogram_ = std::make_unique<HistogramKeepAlive>(k.histogram);
   }
   a->slo_s_ = slo;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "shoal/autoscaler/kpa_policy.h"
+#include "shoal/autoscaler/learned_policy.h"
 #include "shoal/autoscaler/rl_q_policy.h"
 #include "shoal/autoscaler/shoal_policy.h"
 
@@ -28,7 +29,21 @@ Result<std::unique_ptr<ScalingPolicy>> MakeScalingPolicy(const std::string& name
     SHOAL_RETURN_IF_ERROR(Validate(params.shoal));
     return std::unique_ptr<ScalingPolicy>(std::make_unique<ShoalPolicy>(params.shoal));
   }
-  return InvalidArgument("unknown scaling policy '" + name + "' (known: kpa, rl-q, shoal)");
+  if (name == "learned") {
+    SHOAL_RETURN_IF_ERROR(Validate(params.shoal));
+    SHOAL_RETURN_IF_ERROR(Validate(params.learned));
+    std::shared_ptr<const LearnedModel> model = params.learned.model;
+    if (!model) model = LearnedModel::Default();
+    if (!params.learned.model && !params.learned.policy_file.empty()) {
+      auto loaded = LearnedModel::Load(params.learned.policy_file);
+      if (!loaded.ok()) return loaded.status();
+      model = std::make_shared<const LearnedModel>(std::move(loaded).value());
+    }
+    return std::unique_ptr<ScalingPolicy>(
+        std::make_unique<LearnedPolicy>(params.learned, params.shoal, std::move(model)));
+  }
+  return InvalidArgument("unknown scaling policy '" + name +
+                         "' (known: kpa, rl-q, shoal, learned)");
 }
 
 }  // namespace shoal

@@ -7,7 +7,9 @@
 #include <map>
 #include <memory>
 
+#include "shoal/autoscaler/distribution.h"
 #include "shoal/autoscaler/function_autoscaler.h"
+#include "shoal/autoscaler/learned_policy.h"
 
 namespace shoal {
 namespace {
@@ -29,6 +31,87 @@ FunctionConfig Fn(const std::string& name, uint32_t concurrency, Distribution se
   f.slo_s = slo;
   f.keep_alive_s = 60;  // the platform keep-alive (a fixed minute); kpa and rl-q run without
   return f;
+}
+
+// A seeded draw from a generator family: its functions, parameters and arrivals all follow from
+// the seed, so training seeds and evaluation seeds never share a workload.
+Result<Workload> MakeFamilyWorkload(const std::string& family, uint64_t seed, double k) {
+  Workload w;
+  std::mt19937_64 rng(seed * 7919 + 17);
+  auto uni = [&](double lo, double hi) { return lo + (hi - lo) * UniformUnit(rng); };
+  auto logu = [&](double lo, double hi) { return std::exp(uni(std::log(lo), std::log(hi))); };
+  auto fn = [&](const std::string& name) {
+    const uint32_t conc = static_cast<uint32_t>(1 + std::floor(uni(0, 10)));
+    return Fn(name, conc, Distribution::LogNormal(logu(0.05, 0.5), 0.4), 1.0);
+  };
+  w.duration_s = 3600 * k;
+  std::vector<std::unique_ptr<ArrivalSource>> src;
+  auto id = [&] { return static_cast<uint32_t>(w.functions.size()); };
+  if (family == "poisson") {
+    for (int i = 0; i < 8; ++i) {
+      src.push_back(MakePoisson(id(), logu(0.002, 2), w.duration_s, rng()));
+      w.functions.push_back(fn("poisson-" + std::to_string(i)));
+    }
+  } else if (family == "diurnal") {
+    for (int i = 0; i < 4; ++i) {
+      src.push_back(MakeDiurnal(id(), logu(0.01, 5), uni(0.5, 1), uni(600, 3600) * k, w.duration_s,
+                                rng(), uni(0, 6.28)));
+      w.functions.push_back(fn("diurnal-" + std::to_string(i)));
+    }
+  } else if (family == "zipf") {
+    const uint32_t n = 50;
+    for (uint32_t i = 0; i < n; ++i) w.functions.push_back(fn("zipf-" + std::to_string(i)));
+    src.push_back(MakeZipf(0, n, uni(0.8, 1.3), uni(5, 50), w.duration_s, rng()));
+  } else if (family == "timer") {
+    // Periods around the keep-alive: 20 s .. 15 min, log-uniform.
+    for (int i = 0; i < 12; ++i) {
+      const double period = logu(20, 900);
+      src.push_back(MakeTimer(id(), period, uni(0, 0.05) * period, w.duration_s, uni(0, period),
+                              rng()));
+      w.functions.push_back(fn("timer-" + std::to_string(i)));
+    }
+  } else if (family == "bursty") {
+    // BurstGPT-like: gamma inter-arrivals whose shape shifts.
+    for (int i = 0; i < 4; ++i) {
+      src.push_back(MakeBursty(id(), logu(0.02, 10), uni(0.05, 0.3), uni(1, 3), uni(60, 600),
+                               w.duration_s, rng()));
+      w.functions.push_back(fn("bursty-" + std::to_string(i)));
+    }
+  } else if (family == "fl") {
+    for (int i = 0; i < 3; ++i) {
+      const double period = uni(30, 300);
+      src.push_back(MakeFlRounds(id(), static_cast<uint32_t>(uni(4, 64)), period, uni(2, 15),
+                                 static_cast<uint32_t>(w.duration_s / period), rng()));
+      w.functions.push_back(fn("fl-" + std::to_string(i)));
+    }
+  } else if (family == "azure") {
+    // The Azure Functions 2019 per-minute format: rows of counts, replayed through its parser.
+    const int minutes = std::max(1, static_cast<int>(60 * k));
+    std::string text = "HashOwner,HashApp,HashFunction,Trigger";
+    for (int m = 1; m <= minutes; ++m) text += "," + std::to_string(m);
+    text += "\n";
+    for (int i = 0; i < 10; ++i) {
+      const bool timer = i % 3 == 0;
+      const int every = static_cast<int>(uni(1, 12));
+      const double per_min = logu(0.05, 30);
+      std::poisson_distribution<int> pois(per_min);
+      text += "o,a,f" + std::to_string(i) + (timer ? ",timer" : ",http");
+      for (int m = 1; m <= minutes; ++m)
+        text += "," + std::to_string(timer ? (m % every == 0 ? 1 : 0) : pois(rng));
+      text += "\n";
+    }
+    auto trace = ParseAzureFunctionsCounts(text, rng());
+    if (!trace.ok()) return trace.status();
+    for (const auto& name : trace->functions) w.functions.push_back(fn(name));
+    w.arrivals = FromVector(std::move(trace->arrivals));
+    return w;
+  } else {
+    std::string known;
+    for (const char* f : kWorkloadFamilies) known += (known.empty() ? "" : ", ") + std::string(f);
+    return InvalidArgument("workload family '" + family + "' unknown: " + known);
+  }
+  w.arrivals = Merge(std::move(src));
+  return w;
 }
 
 Result<Workload> MakeWorkload(const ScenarioOptions& o) {
@@ -68,6 +151,8 @@ Result<Workload> MakeWorkload(const ScenarioOptions& o) {
       w.functions.push_back(Fn("fn-" + std::to_string(i), 4, Distribution::LogNormal(0.1, 0.5), 1.0));
     }
     w.arrivals = MakeZipf(0, 200, 1.0, 100, w.duration_s, s);
+  } else if (o.workload.rfind("gen-", 0) == 0) {
+    return MakeFamilyWorkload(o.workload.substr(4), s, k);
   } else if (o.workload == "trace") {
     auto trace = ReadTraceFile(o.trace_path, s);
     if (!trace.ok()) return trace.status();
@@ -93,24 +178,52 @@ Result<ScenarioResult> RunScenario(const ScenarioOptions& o) {
   // them with its defaults: no idle keep-alive of their own (scale-down-delay 0s, instances
   // above the decided scale go at once), the stable window and the scale-to-zero rules of
   // KpaPolicy being all that keeps an instance.
-  const bool knative = o.policy != "shoal";
+  const bool knative = o.policy == "kpa" || o.policy == "rl-q";
+  const double platform_keep_alive =
+      knative ? (o.keep_alive_s >= 0 && o.policy == "kpa" ? o.keep_alive_s : 0) : 60;
   AutoscalingConfig ac;
   ac.policy = o.policy;
-  ac.keep_alive = knative ? "fixed" : "histogram";
-  ac.fixed_keep_alive_s = knative ? 0 : 60;
-  if (o.policy == "none" || std::find(std::begin(kScenarioPolicies), std::end(kScenarioPolicies),
-                                      o.policy) == std::end(kScenarioPolicies)) {
-    return InvalidArgument("policy '" + o.policy + "' unknown: kpa, rl-q or shoal");
+  ac.keep_alive = o.policy == "shoal" ? "histogram" : "fixed";
+  ac.fixed_keep_alive_s = platform_keep_alive;
+  ac.params = o.params;
+  ac.learned_model = o.learned_model;
+  // "reactive": shoald's scaler without a policy (as many instances as the requests present
+  // need) with a fixed idle keep-alive: the classic fixed keep-alive baseline.
+  const bool reactive = o.policy == "reactive";
+  if (reactive && !(o.keep_alive_s >= 0)) {
+    return InvalidArgument("policy reactive needs a keep-alive (keep_alive_s >= 0)");
   }
-  if (auto probe = FunctionAutoscaler::Make(ac); !probe.ok()) return probe.status();
+  if (!reactive && (o.policy == "none" ||
+                    std::find(std::begin(kScenarioPolicies), std::end(kScenarioPolicies),
+                              o.policy) == std::end(kScenarioPolicies))) {
+    return InvalidArgument("policy '" + o.policy + "' unknown: kpa, rl-q, shoal or learned");
+  }
+  if (!reactive) {
+    if (auto probe = FunctionAutoscaler::Make(ac); !probe.ok()) return probe.status();
+  }
   SimulatorConfig cfg;
   cfg.duration_s = w->duration_s;
   cfg.seed = o.seed;
   cfg.record_series = false;
   cfg.control_interval_s = 2.0;
   for (FunctionConfig& f : w->functions) {
-    if (knative) f.keep_alive_s = 0;
+    f.keep_alive_s = platform_keep_alive;
+    if (reactive) {
+      f.keep_alive_s = o.keep_alive_s;
+      const uint32_t slots = f.concurrency;
+      f.policy = [slots, ka = o.keep_alive_s](const FunctionSignals& s) {
+        ScalingDecision d;
+        d.replicas = ClampScale((uint64_t{s.inflight} + s.queued + slots - 1) / slots, s);
+        d.keep_alive_s = std::max(ka, 1e-3);
+        return d;
+      };
+      cfg.functions.push_back(f);
+      continue;
+    }
     std::shared_ptr<FunctionAutoscaler> p(FunctionAutoscaler::Make(ac).value().release());
+    if (o.idle_periods) {
+      if (auto* l = dynamic_cast<LearnedPolicy*>(&p->policy())) l->set_recorder(o.idle_periods);
+    }
     f.policy = [p](const FunctionSignals& s) { return p->Observe(s); };
     cfg.functions.push_back(f);
   }
@@ -119,7 +232,13 @@ Result<ScenarioResult> RunScenario(const ScenarioOptions& o) {
   if (!report.ok()) return report.status();
   ScenarioResult r;
   r.workload = o.workload;
-  r.policy = o.policy;
+  r.policy = o.label;
+  if (r.policy.empty()) {
+    char ka[32];
+    std::snprintf(ka, sizeof ka, "+%gs", o.keep_alive_s);
+    r.policy = reactive ? "fixed" + std::string(ka + 1)
+                        : o.policy + (o.policy == "kpa" && o.keep_alive_s >= 0 ? ka : "");
+  }
   r.report = std::move(*report);
   r.slo_s = w->slo_s;
   return r;

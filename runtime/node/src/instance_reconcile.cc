@@ -69,6 +69,7 @@ void InstanceManager::SyncSpecs() {
       ac.target = s.autoscaling.target;
       ac.keep_alive = s.autoscaling.keep_alive;
       ac.params = s.autoscaling.params;
+      ac.policy_file = s.autoscaling.policy_file;
       ac.fixed_keep_alive_s = s.keep_alive_s;
       auto a = FunctionAutoscaler::Make(ac);
       if (a.ok()) {
@@ -269,6 +270,7 @@ void InstanceManager::Decide(FunctionState& f, uint64_t now) {
                   d.concurrency_target, d.panic ? ", panic" : "", g.inflight, g.queued,
                   static_cast<unsigned long long>(g.arrivals), g.interval_s);
     f.decision_reason = why;
+    if (auto e = f.autoscaler->policy().Explain(); !e.empty()) f.decision_reason += "; " + e;
     spdlog::info("function {}: autoscaler {}: {}", spec.name, f.autoscaler->policy_name(), why);
     metrics_.autoscaler_decisions.Add({{"function", spec.name}}).Increment();
   }

@@ -95,7 +95,7 @@ TEST(FunctionAutoscaler, ErrorsNameTheEntry) {
   };
   AutoscalingConfig c;
   c.policy = "hpa";
-  EXPECT_EQ(error(c), "policy: must be none, kpa, rl-q or shoal, got \"hpa\"");
+  EXPECT_EQ(error(c), "policy: must be none, kpa, rl-q, shoal or learned, got \"hpa\"");
   c.policy = "shoal";
   c.params = {{"stableWindow", 5}};
   EXPECT_EQ(error(c), "params.stableWindow: not a parameter of policy shoal (it is for kpa rl-q)");

@@ -716,6 +716,26 @@ TEST(CliFlUnreachableTest, ConnectionRefusedExits2) {
 namespace shoal::cli {
 namespace {
 
+TEST(CliSimTest, TrainWritesTheLearnedPolicyWithAProgressBar) {
+  const std::string out = ::testing::TempDir() + "learned-cli.json";
+  auto r = RunShoal("http://127.0.0.1:1",
+                    {"sim", "train", "--out", out, "--seeds", "1", "--families", "timer,poisson",
+                     "--duration-scale", "0.1", "--no-eval"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("] 2/2 train poisson seed 1000"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("trained on 2 runs (timer, poisson (seeds 1000..1000"), std::string::npos)
+      << r.out;
+  std::ifstream in(out);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str().rfind("{\n  \"format\": \"shoal-learned-policy\",\n  \"version\": 1,", 0),
+            0u) << text.str().substr(0, 200);
+  auto bad = RunShoal("http://127.0.0.1:1", {"sim", "train", "--families", "nope", "--no-eval"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("workload family 'nope' unknown"), std::string::npos) << bad.err;
+  std::remove(out.c_str());
+}
+
 TEST(CliSimTest, RunsThePolicyAndTheKpaBaselineOnTheSameArrivals) {
   // `shoal sim` runs locally: the server URL is never contacted.
   auto r = RunShoal("http://127.0.0.1:1",

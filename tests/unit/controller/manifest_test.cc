@@ -217,10 +217,24 @@ TEST(ManifestTest, AutoscalingBlock) {
   EXPECT_EQ((*dflt)[0].max_scale, 4u);
 }
 
+TEST(ManifestTest, LearnedPolicyNamesItsFileAndWeights) {
+  auto r = ParseFunctionManifests(
+      Minimal("  autoscaling:\n    policy: learned\n"
+              "    policyFile: /etc/shoal/policies/learned-v1.json\n"
+              "    params: {costWeight: 0.01, learnOnline: 1}\n"),
+      Defaults());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)[0].autoscaling.policy, "learned");
+  EXPECT_EQ((*r)[0].autoscaling.policy_file, "/etc/shoal/policies/learned-v1.json");
+  EXPECT_DOUBLE_EQ((*r)[0].autoscaling.params.at("costWeight"), 0.01);
+  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: kpa\n    policyFile: x.json\n")),
+            "spec.autoscaling.policyFile: only with policy learned (policy is kpa) (line 10)");
+}
+
 TEST(ManifestTest, AutoscalingErrorsNameTheFieldAndTheLine) {
   // Lines: 1 apiVersion .. 7 builtin, 8 autoscaling, 9+ its fields.
   EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: hpa\n")),
-            "spec.autoscaling.policy: unknown policy \"hpa\" (one of: none, kpa, rl-q, shoal) "
+            "spec.autoscaling.policy: unknown policy \"hpa\" (one of: none, kpa, rl-q, shoal, learned) "
             "(line 9)");
   EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: kpa\n    target: 0\n")),
             "spec.autoscaling.target: must be > 0, got 0 (line 10)");
@@ -245,7 +259,7 @@ TEST(ManifestTest, AutoscalingErrorsNameTheFieldAndTheLine) {
   EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: kpa\n    params:\n"
                             "      scaleDownDelay: 10s\n")),
             "spec.autoscaling.params.scaleDownDelay: not a parameter of policy kpa (it is for "
-            "shoal) (line 11)");
+            "shoal learned) (line 11)");
   EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: shoal\n    params:\n"
                             "      minSamples: 2\n")),
             "spec.autoscaling.params.minSamples: only with keepAlive: histogram (line 11)");

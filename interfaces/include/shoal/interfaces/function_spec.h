@@ -39,6 +39,7 @@ struct AutoscalingSpec {
   double target = 0;                 // per-instance concurrency target (0: concurrency)
   std::string keep_alive = "fixed";  // fixed | histogram
   std::map<std::string, double> params;  // manifest names; durations in seconds
+  std::string policy_file;  // learned: the trained table on the node (empty: the compiled-in one)
 };
 
 // The manifest's `security:` block: what the instance sandbox lets this function do beyond the

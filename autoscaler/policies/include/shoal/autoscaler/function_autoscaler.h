@@ -20,8 +20,10 @@ namespace shoal {
 
 // "none" is shoald's reactive scaler (no policy object): as many instances as the requests
 // present need, idle ones stop after the function's keepAlive.
-inline constexpr const char* kAutoscalingPolicies[] = {"none", "kpa", "rl-q", "shoal"};
+inline constexpr const char* kAutoscalingPolicies[] = {"none", "kpa", "rl-q", "shoal", "learned"};
 inline constexpr const char* kKeepAlivePolicies[] = {"fixed", "histogram"};
+// The learned policy's scaleDownDelay unless its params give one (shoal's is 30 s).
+inline constexpr double kLearnedScaleDownDelayS = 10;
 // The policy a manifest gets when its autoscaling block names none (see README: the one that
 // measured best in bench-autoscale).
 inline constexpr const char* kDefaultAutoscalingPolicy = "shoal";
@@ -33,6 +35,9 @@ struct AutoscalingConfig {
   // Manifest names (camelCase) -> values; durations already in seconds.
   std::map<std::string, double> params;
   double fixed_keep_alive_s = 60;  // the function's keepAlive: the fixed policy's window
+  // learned: the trained table to load (empty: the compiled-in deploy/policies/learned-v1.json).
+  std::string policy_file;
+  std::shared_ptr<const LearnedModel> learned_model;  // set: use it instead of any file
 };
 
 // A parameter the `params:` map accepts.

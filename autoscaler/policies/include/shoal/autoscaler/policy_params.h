@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "shoal/common/status.h"
@@ -113,10 +115,34 @@ struct ShoalParams {
   }();
 };
 
+// The learned policy (learned_policy.h): the weights of its reward, applied at decision time.
+struct LearnedWeights {
+  double cost_weight = 1.0 / 300;  // per instance-second
+  double cold_weight = 1;         // per request that waits for a cold start
+  double slo_weight = 0;          // more per cold request whose cold start alone exceeds the SLO
+};
+
+class LearnedModel;
+struct LearnedParams {
+  LearnedWeights weights;
+  bool learn_online = false;  // update the table from the function's own idle periods
+  // While active: how long an instance above the lazily scaled-down size stays idle (the
+  // sizing already keeps the largest size of its scale-down window).
+  double excess_keep_alive_s = 10;
+  // Seconds of this clock per second of the clock the table was trained on (bench-autoscale-live
+  // runs time 10x faster: 0.1). Idle times are divided by it before they meet the table.
+  double time_scale = 1;
+  // The table: `model` when set (training, tests), else `policy_file`, else the compiled-in
+  // deploy/policies/learned-v1.json.
+  std::string policy_file;
+  std::shared_ptr<const LearnedModel> model;
+};
+
 struct PolicyParams {
   KpaParams kpa;
   RlQParams rl_q;
-  ShoalParams shoal;
+  ShoalParams shoal;  // also the learned policy's active-period sizing
+  LearnedParams learned;
 };
 
 Status Validate(const KpaParams& p);
@@ -124,5 +150,6 @@ Status Validate(const RlQParams& p);
 Status Validate(const FixedKeepAliveParams& p);
 Status Validate(const HistogramKeepAliveParams& p);
 Status Validate(const ShoalParams& p);
+Status Validate(const LearnedParams& p);
 
 }  // namespace shoal

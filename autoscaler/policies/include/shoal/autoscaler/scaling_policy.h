@@ -19,6 +19,8 @@ class ScalingPolicy {
   // policy object per function.
   virtual ScalingDecision Observe(const FunctionSignals& signals) = 0;
   virtual const char* name() const = 0;
+  // Why the last decision is what it is, beyond its numbers (shoal describe); may be empty.
+  virtual std::string Explain() const { return {}; }
 };
 
 // "kpa", "rl-q" or "shoal"; the parameters of the named policy are validated.

@@ -3,8 +3,12 @@
 // (kpa, rl-q, shoal). Shared by bench-autoscale and `shoal sim`, so both print the same thing.
 #pragma once
 
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "shoal/autoscaler/learned_policy.h"
 
 #include "shoal/autoscaler/simulator.h"
 #include "shoal/common/status.h"
@@ -12,7 +16,11 @@
 namespace shoal {
 
 inline constexpr const char* kScenarioWorkloads[] = {"bursty", "diurnal", "timer", "fl", "zipf"};
-inline constexpr const char* kScenarioPolicies[] = {"kpa", "rl-q", "shoal"};
+inline constexpr const char* kScenarioPolicies[] = {"kpa", "rl-q", "shoal", "learned"};
+// Generator families for training the learned policy (workload "gen-<family>"): each seed draws
+// its own functions and parameters. The five workloads above are the evaluation set.
+inline constexpr const char* kWorkloadFamilies[] = {"poisson", "diurnal", "zipf", "timer",
+                                                    "bursty",  "fl",      "azure"};
 
 struct ScenarioOptions {
   std::string workload;   // one of kScenarioWorkloads, or "trace"
@@ -20,6 +28,14 @@ struct ScenarioOptions {
   std::string trace_path; // for workload "trace": per-invocation CSV or Azure 2019 counts
   uint64_t seed = 42;
   double duration_scale = 1.0;  // shortens or lengthens the workload (tests use < 1)
+  // kpa only: an idle keep-alive for instances above the decided scale (KPA + K s keep-alive;
+  // negative: Knative's none). The row's policy reads "kpa+<K>s".
+  double keep_alive_s = -1;
+  // Extra manifest params (e.g. costWeight for the learned policy's frontier).
+  std::map<std::string, double> params;
+  std::shared_ptr<const LearnedModel> learned_model;  // learned: this table, not the shipped one
+  std::vector<IdlePeriod>* idle_periods = nullptr;     // learned: collects every idle period
+  std::string label;                                   // the row's policy name (default: policy)
 };
 
 struct ScenarioResult {

@@ -1,0 +1,299 @@
+// Learned policy: the exact counterfactual costs of its idle actions, what the table chooses
+// under different weights, the file's round trip and its refusals (each message asserted), the
+// shipped file, decisions on hand-built signal sequences (a timer just past the 1-minute
+// keep-alive), online learning behind its flag and the manifest parameters.
+#include "shoal/autoscaler/learned_policy.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "shoal/autoscaler/function_autoscaler.h"
+
+namespace shoal {
+namespace {
+
+size_t ActionNamed(const LearnedModel& m, const std::string& name) {
+  for (size_t a = 0; a < m.num_actions(); ++a)
+    if (m.actions()[a].name == name) return a;
+  ADD_FAILURE() << "no action " << name;
+  return 0;
+}
+
+IdleHistory History(std::initializer_list<double> v) {
+  IdleHistory h;
+  h.idle_s.assign(v.begin(), v.end());
+  return h;
+}
+
+IdlePeriod Period(const LearnedModel& m, const IdleHistory& h, double idle_s) {
+  IdlePeriod p;
+  p.state = m.StateOf(h);
+  p.quantiles = m.QuantilesOf(h);
+  p.history = static_cast<uint32_t>(h.idle_s.size());
+  p.idle_s = idle_s;
+  p.cold_start_s = 1;
+  p.interval_s = 2;
+  p.resume_arrivals = 1;
+  p.burst_peak = 1;
+  return p;
+}
+
+TEST(LearnedModel, ScoresEveryActionExactlyOnAFinishedIdlePeriod) {
+  const LearnedModel m;
+  const IdleHistory h = History({75, 75, 75, 75});
+  const IdlePeriod p = Period(m, h, 75);
+  // Keep 60 s: the instance goes at 60 s, the call at 75 s is cold.
+  ActionCost c = m.Score(ActionNamed(m, "keep-1m"), p);
+  EXPECT_TRUE(c.valid);
+  EXPECT_DOUBLE_EQ(c.instance_s, 60);
+  EXPECT_DOUBLE_EQ(c.cold_requests, 1);
+  // Keep 2 min: warm, paid for the 75 s it waited.
+  c = m.Score(ActionNamed(m, "keep-2m"), p);
+  EXPECT_DOUBLE_EQ(c.instance_s, 75);
+  EXPECT_DOUBLE_EQ(c.cold_requests, 0);
+  // Pre-warm around the median (75 +- 10%): started at 67.5 - 1 s cold start - 2 s interval =
+  // 64.5 s, ready at 65.5 s, warm at 75 s: 10.5 instance-seconds, no cold start.
+  c = m.Score(ActionNamed(m, "prewarm-median+-10%"), p);
+  EXPECT_TRUE(c.valid);
+  EXPECT_DOUBLE_EQ(c.instance_s, 75 - 64.5);
+  EXPECT_DOUBLE_EQ(c.cold_requests, 0);
+  // The same window when the call comes at 30 s instead: nothing started yet, cold, free.
+  c = m.Score(ActionNamed(m, "prewarm-median+-10%"), Period(m, h, 30));
+  EXPECT_DOUBLE_EQ(c.instance_s, 0);
+  EXPECT_DOUBLE_EQ(c.cold_requests, 1);
+  // A pre-warm needs three idle periods of history; a relative keep needs one.
+  const IdleHistory short_h = History({75});
+  EXPECT_FALSE(m.Score(ActionNamed(m, "prewarm-q05..max"), Period(m, short_h, 75)).valid);
+  c = m.Score(ActionNamed(m, "keep-max+15%"), Period(m, short_h, 75));
+  EXPECT_TRUE(c.valid);
+  EXPECT_DOUBLE_EQ(c.instance_s, 75);  // window 75 * 1.15 + 2 covers it
+}
+
+TEST(LearnedModel, ChoosesByTheWeightsGivenAtDecisionTime) {
+  LearnedModel m;
+  const IdleHistory h = History({75, 75, 75, 75, 75});
+  for (int i = 0; i < 20; ++i) m.Learn(Period(m, h, 75));
+  const size_t s = m.StateOf(h);
+  LearnedWeights w;  // a cold request weighs as 300 instance-seconds
+  ActionCost expected;
+  const size_t a = m.Choose(s, w, 0, &expected);
+  // Both pre-warm windows start at 67.5 s here; ties go to the earlier action.
+  EXPECT_EQ(m.actions()[a].name, "prewarm-q05..max");
+  EXPECT_DOUBLE_EQ(expected.cold_requests, 0);
+  EXPECT_DOUBLE_EQ(expected.instance_s, 10.5);
+  // Instance time all that matters: release at once.
+  w.cost_weight = 1;
+  w.cold_weight = 0;
+  EXPECT_EQ(m.actions()[m.Choose(s, w, 3)].name, "keep-0s");
+  // Too few samples anywhere: the fallback.
+  const LearnedModel empty;
+  EXPECT_EQ(empty.Choose(s, LearnedWeights{}, 3), 3u);
+}
+
+TEST(LearnedModel, RoundTripsByteForByte) {
+  LearnedModel m;
+  m.trained_on = "timer \"quoted\" (seeds 1..2)";
+  m.seed = 7;
+  for (double t : {12.5, 75.0, 75.0, 300.0, 0.1 + 0.2}) m.Learn(Period(m, History({75, 80, 70}), t));
+  const std::string text = m.Serialize();
+  auto back = LearnedModel::Parse(text, "mem");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->Serialize(), text);
+  EXPECT_EQ(back->samples(), 5u);
+  EXPECT_EQ(back->trained_on, m.trained_on);
+  // Through a file too.
+  const std::string path = ::testing::TempDir() + "learned-roundtrip.json";
+  { std::ofstream(path, std::ios::binary) << text; }
+  auto loaded = LearnedModel::Load(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->Serialize(), text);
+  std::remove(path.c_str());
+}
+
+TEST(LearnedModel, TheShippedFileIsCompiledInAndRoundTrips) {
+  std::ifstream in(SHOAL_LEARNED_POLICY_FILE, std::ios::binary);
+  ASSERT_TRUE(in) << SHOAL_LEARNED_POLICY_FILE;
+  std::stringstream text;
+  text << in.rdbuf();
+  auto parsed = LearnedModel::Parse(text.str(), "learned-v1.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_GT(parsed->samples(), 10000u);
+  EXPECT_EQ(parsed->Serialize(), text.str());
+  EXPECT_EQ(LearnedModel::Default()->Serialize(), text.str());
+}
+
+void ExpectRefused(const std::string& text, const std::string& message) {
+  auto r = LearnedModel::Parse(text, "f.json");
+  ASSERT_FALSE(r.ok()) << "accepted: " << message;
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find(message), std::string::npos) << r.status().message();
+  EXPECT_EQ(r.status().message().rfind("learned policy f.json: ", 0), 0u) << r.status().message();
+}
+
+std::string Replace(std::string s, const std::string& from, const std::string& to) {
+  const size_t at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) s.replace(at, from.size(), to);
+  return s;
+}
+
+TEST(LearnedModel, RefusesACorruptOrIncompatibleFileNamingWhatIsWrong) {
+  LearnedModel m;
+  for (int i = 0; i < 4; ++i) m.Learn(Period(m, History({75, 75, 75}), 75));
+  const std::string good = m.Serialize();
+  ExpectRefused(good.substr(0, good.size() / 2), "not valid JSON");
+  ExpectRefused("[1, 2]", "not a JSON object");
+  ExpectRefused(Replace(good, "\"shoal-learned-policy\"", "\"something-else\""),
+                "format is not \"shoal-learned-policy\"");
+  ExpectRefused(Replace(good, "\"version\": 1", "\"version\": 2"),
+                "version 2 is incompatible: this build reads version 1 (retrain with `shoal sim "
+                "train`)");
+  ExpectRefused(Replace(good, "\"version\": 1", "\"version\": \"1\""), "no integer \"version\"");
+  ExpectRefused(Replace(good, "[15, 45, 90", "[15, 40, 90"),
+                "\"median_edges_s\" differs from this build's discretisation (retrain)");
+  ExpectRefused(Replace(good, "\"keep-0s\"", "\"keep-1s\""),
+                "\"actions\" differ from this build's action set (retrain)");
+  // A table edited by hand: the checksum names it.
+  const size_t row = good.find("[[4, ");
+  ASSERT_NE(row, std::string::npos);
+  std::string edited = good;
+  edited.replace(row, 5, "[[5, ");
+  ExpectRefused(edited, "checksum mismatch (the table was edited or truncated");
+  std::string negative = good;
+  negative.replace(good.find("[0, 0, 0]"), 9, "[0, -1, 0]");
+  ExpectRefused(negative, "table[0][0] has a negative or non-finite sum");
+  std::string short_row = good;
+  short_row.replace(good.find("[[0, 0, 0], "), 12, "[");
+  ExpectRefused(short_row, "table row 0 must have 13 entries");
+  // A missing file.
+  auto missing = LearnedModel::Load("/nonexistent/learned.json");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(), "learned policy /nonexistent/learned.json: cannot open");
+}
+
+TEST(FunctionAutoscaler, LearnedPolicyFileAndWeightsFromTheManifest) {
+  AutoscalingConfig c;
+  c.policy = "learned";
+  c.params = {{"costWeight", 0.01}, {"coldWeight", 2}, {"learnOnline", 1}};
+  PolicyParams p;
+  ASSERT_TRUE(BuildAutoscalingParams(c, &p, nullptr, nullptr).ok());
+  EXPECT_DOUBLE_EQ(p.learned.weights.cost_weight, 0.01);
+  EXPECT_DOUBLE_EQ(p.learned.weights.cold_weight, 2);
+  EXPECT_TRUE(p.learned.learn_online);
+  auto made = FunctionAutoscaler::Make(c);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_EQ(std::string((*made)->policy().name()), "learned");
+
+  c.params = {{"learnOnline", 2}};
+  EXPECT_EQ(BuildAutoscalingParams(c, nullptr, nullptr, nullptr).message(),
+            "params.learnOnline: must be 0 or 1, got 2");
+  c.params = {{"costWeight", -1}};
+  EXPECT_EQ(BuildAutoscalingParams(c, nullptr, nullptr, nullptr).message(),
+            "params: learned.cost_weight must be >= 0 (got -1)");
+  c.params = {{"stableWindow", 30}};
+  EXPECT_EQ(BuildAutoscalingParams(c, nullptr, nullptr, nullptr).message(),
+            "params.stableWindow: not a parameter of policy learned (it is for kpa rl-q)");
+  c.params.clear();
+  c.policy_file = "/nonexistent/learned.json";
+  auto bad = FunctionAutoscaler::Make(c);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "learned policy /nonexistent/learned.json: cannot open");
+  c.policy = "kpa";
+  EXPECT_EQ(BuildAutoscalingParams(c, nullptr, nullptr, nullptr).message(),
+            "policyFile: only with policy learned (policy is kpa)");
+}
+
+FunctionSignals Tick(double now, uint64_t arrivals) {
+  FunctionSignals s;
+  s.function = "f";
+  s.now_s = now;
+  s.interval_s = 2;
+  s.arrivals = arrivals;
+  s.completions = arrivals;
+  s.mean_service_s = arrivals ? 0.2 : 0;
+  s.cold_start_cost_s = 1;
+  s.concurrency = 1;
+  s.max_scale = 0;
+  s.slo_s = 5;
+  return s;
+}
+
+// A timer every 76 s, just past the 1-minute keep-alive (the Huawei study's case): after a few
+// periods the shipped policy has an instance up when each call comes and releases it in
+// between, where a 60 s keep-alive would let every call go cold.
+TEST(LearnedPolicy, ATimerJustPastTheMinuteGetsAWindowCoveringIt) {
+  LearnedPolicy policy(LearnedParams{}, ShoalParams{}, LearnedModel::Default());
+  const double period = 76;
+  int covered = 0, released = 0, calls = 0;
+  for (double t = 2; t < 20 * period; t += 2) {
+    const bool call = std::fmod(t, period) < 2;
+    const ScalingDecision d = policy.Observe(Tick(t, call ? 1 : 0));
+    const double since = std::fmod(t, period);  // idle time since the last call
+    if (t < 5 * period) continue;                // history being learned
+    if (call) ++calls;
+    // The tick just before the call: an instance must be kept or pre-warmed.
+    if (period - since <= 2 && period - since > 0) covered += d.replicas + d.prewarm >= 1;
+    // Mid-period: nothing kept unless the action is a keep covering the period.
+    if (since > 20 && since < 40) released += d.replicas + d.prewarm == 0;
+  }
+  ASSERT_NE(policy.current_action(), nullptr);
+  EXPECT_EQ(covered, 15) << policy.Explain();
+  EXPECT_GT(released, 100) << policy.Explain();  // pre-warm, not a 2-minute keep
+  EXPECT_EQ(policy.current_action()->kind, LearnedAction::Kind::kPrewarm) << policy.Explain();
+  EXPECT_NE(policy.Explain().find("prewarm"), std::string::npos) << policy.Explain();
+  EXPECT_GE(calls, 14);
+}
+
+// timeScale 0.1 (time run 10x faster, as bench-autoscale-live does): a 7.6 s timer on a 0.2 s
+// tick reads as the 76 s one on the table's clock and gets the same pre-warm window, scaled.
+TEST(LearnedPolicy, TimeScaleReadsIdleTimesOnTheTrainingClock) {
+  LearnedParams p;
+  p.time_scale = 0.1;
+  LearnedPolicy policy(p, ShoalParams{}, LearnedModel::Default());
+  const double period = 7.6;
+  int covered = 0;
+  for (int k = 1; k < 760; ++k) {
+    const double t = 0.2 * k;
+    const double since = std::fmod(t + 1e-9, period);
+    FunctionSignals s = Tick(t, since < 0.2 ? 1 : 0);
+    s.interval_s = 0.2;
+    s.cold_start_cost_s = 0.1;
+    const ScalingDecision d = policy.Observe(s);
+    if (t > 5 * period && period - since <= 0.2 + 1e-9) covered += d.replicas + d.prewarm >= 1;
+  }
+  ASSERT_NE(policy.current_action(), nullptr);
+  EXPECT_EQ(policy.current_action()->kind, LearnedAction::Kind::kPrewarm) << policy.Explain();
+  EXPECT_GE(covered, 14) << policy.Explain();
+  EXPECT_EQ(policy.history().idle_s.size(), 18u);  // calls at 7.6, 15.2, ..., 144.4 s
+  EXPECT_NEAR(policy.history().idle_s.back(), 76, 2.1);  // training-clock seconds
+}
+
+TEST(LearnedPolicy, LearnsOnlineOnlyWhenEnabled) {
+  auto empty = std::make_shared<const LearnedModel>();
+  LearnedParams on;
+  on.learn_online = true;
+  LearnedPolicy learning(on, ShoalParams{}, empty);
+  LearnedPolicy fixed(LearnedParams{}, ShoalParams{}, empty);
+  std::vector<IdlePeriod> seen;
+  fixed.set_recorder(&seen);
+  for (double t = 2; t < 1000; t += 2) {
+    const uint64_t a = std::fmod(t, 100) < 2 ? 1 : 0;
+    learning.Observe(Tick(t, a));
+    fixed.Observe(Tick(t, a));
+  }
+  // Calls at 100, 200, ..., 900 s: eight idle periods ended.
+  EXPECT_EQ(learning.model().samples(), 8u);
+  EXPECT_EQ(fixed.model().samples(), 0u);
+  EXPECT_EQ(empty->samples(), 0u);  // the shared table is never written
+  ASSERT_EQ(seen.size(), 8u);
+  EXPECT_DOUBLE_EQ(seen.back().idle_s, 100);
+  // With the table filled online, the learning policy stops going cold at 60 s.
+  EXPECT_NE(learning.current_action()->name, "keep-1m") << learning.Explain();
+}
+
+}  // namespace
+}  // namespace shoal

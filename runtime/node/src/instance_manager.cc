@@ -59,6 +59,13 @@ Status InstanceManager::Start(RequestSink* sink) {
     static_cast<InstanceManager*>(t->data)->Reconcile();
   }, 0, config_.control_interval_ms);
   started_ = true;
+  {
+    // The functions restored from the state dir get their routes now, not at the first tick:
+    // shoald says ready (and /readyz answers 200) only once every one of them is routable.
+    std::lock_guard lock(mu_);
+    specs_changed_ = false;
+    SyncSpecs();
+  }
   spdlog::info("instance manager: instances run {} (control interval {} ms)", fn_binary_,
                config_.control_interval_ms);
   return {};

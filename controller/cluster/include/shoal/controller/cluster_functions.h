@@ -14,7 +14,7 @@
 
 #include "shoal/cluster/cluster_function.h"
 #include "shoal/cluster/etcd_client.h"
-#include "shoal/controller/function_spec.h"
+#include "shoal/interfaces/function_spec.h"
 #include "shoal/controller/node_directory.h"
 
 namespace shoal::controller {

@@ -235,6 +235,14 @@ TEST_F(FlJobTest, FedAvgRoundsThroughLeafInstancesEqualTheFlatAverageAndLearn) {
   EXPECT_EQ(st.value("updates_total", 0), 16);
   EXPECT_NEAR(st["versions"][4].value("accuracy", 0.0), eval->accuracy, 1e-9);
   EXPECT_EQ(st["versions"][4].value("updates", 0), 4);
+  // The leaves are forked from the job's zygote (the fold threads start in the instance, after
+  // the fork): none of them took the full spawn path.
+  EXPECT_GE(shoald_.Metric("shoal_instance_starts_total", "function=\"fl.fmnist\",path=\"zygote\""),
+            1)
+      << shoald_.Log();
+  EXPECT_EQ(shoald_.Metric("shoal_instance_starts_total", "function=\"fl.fmnist\",path=\"spawn\""),
+            0)
+      << shoald_.Log();
   // The trained model leaves as ONNX (`shoal fl model --format onnx`) and classifies the test
   // split on the CPU executor as the trainer's own evaluation did.
   const std::string onnx_path = shoald_.state_dir() + "/fmnist.onnx";

@@ -44,7 +44,26 @@ class FlLeafHandler final : public Handler {
   }
   bool MayBlock() const override { return false; }
 
+  // A zygote loads the handler and attaches the pool, then forks: nothing here may start a
+  // thread (a fork copies only the caller) or touch the device (a CUDA context does not survive
+  // a fork). The fold threads and the device attach start in the instance (OnInstanceStart);
+  // an unforked caller that attaches in the foreground (tests) attaches here.
   void OnPoolAttached(void* base, size_t bytes) override {
+    pool_base_ = base;
+    pool_bytes_ = bytes;
+    if (!options_.attach_in_background) AttachDevice();
+  }
+
+  Status OnInstanceStart() override {
+    if (!threads_) threads_ = std::make_unique<aggregator::FoldPool>();
+    if (options_.attach_in_background) AttachDevice();
+    return {};
+  }
+
+  void AttachDevice() {
+    void* const base = pool_base_;
+    const size_t bytes = pool_bytes_;
+    if (base == nullptr) return;
     if (options_.device == LeafFoldDevice::kCpu) {
       spdlog::info("fl-leaf: folding on the CPU ({}): spec.aggregation.device is cpu",
                    aggregator::FoldIsa());
@@ -81,8 +100,9 @@ class FlLeafHandler final : public Handler {
     // threads, vectorised; the parser's own scan only to name what is wrong.
     auto view = model::ParseUpdate(request.body, spec_, unscanned_);
     if (!view.ok()) return view.status();
+    if (!threads_) threads_ = std::make_unique<aggregator::FoldPool>();  // never started
     for (const model::TensorView& t : view->tensors) {
-      if (!threads_.AllFinite(t.data, static_cast<aggregator::DType>(t.dtype), t.numel)) {
+      if (!threads_->AllFinite(t.data, static_cast<aggregator::DType>(t.dtype), t.numel)) {
         auto named = model::ParseUpdate(request.body, spec_, limits_);
         return named.ok() ? InvalidArgument("update has non-finite values") : named.status();
       }
@@ -104,7 +124,7 @@ class FlLeafHandler final : public Handler {
     if (UseDevice(bytes)) {
       if (Status st = device_->Fold(segments_); !st.ok()) return DeviceFailed(st);
     } else {
-      for (const aggregator::FoldSegment& s : segments_) threads_.Fold(s.acc, s.x, s.dtype, s.n, s.w);
+      for (const aggregator::FoldSegment& s : segments_) threads_->Fold(s.acc, s.x, s.dtype, s.n, s.w);
     }
     const std::string json = "{\"accepted\":true,\"client_id\":\"" + view->meta.client_id +
                              "\",\"base_version\":" + std::to_string(view->meta.base_version) +
@@ -145,8 +165,11 @@ class FlLeafHandler final : public Handler {
     l.check_finite = false;
     return l;
   }();
-  // One large update is split across the machine's cores (bit-identical to one thread).
-  aggregator::FoldPool threads_;
+  // One large update is split across the machine's cores (bit-identical to one thread);
+  // started in the instance, after the zygote's fork.
+  std::unique_ptr<aggregator::FoldPool> threads_;
+  void* pool_base_ = nullptr;
+  size_t pool_bytes_ = 0;
   FlLeafOptions options_;
   std::unique_ptr<LeafDeviceFolder> device_;
   std::vector<aggregator::FoldSegment> segments_;

@@ -101,6 +101,12 @@ class InferenceTest : public ::testing::Test {
     d = shoald_.Deploy(InferManifest(job));
     ASSERT_EQ(d.exit_code, 0) << d.err << d.out;
     ASSERT_TRUE(shoald_.WaitReady(job + "-infer", 1, 20000)) << shoald_.Log();
+    // The inference instance is forked from its function's zygote (its batcher and watcher
+    // threads start in the instance): no full spawn.
+    EXPECT_EQ(shoald_.Metric("shoal_instance_starts_total",
+                             "function=\"" + job + "-infer\",path=\"spawn\""),
+              0)
+        << shoald_.Log();
   }
   std::vector<float> Weights(const std::string& job, uint64_t version) {
     auto r = shoald_.Api("GET",
@@ -445,6 +451,8 @@ TEST_F(InferenceTest, OnnxSourceAnswersLikePyTorch) {
     std::memcpy(&want, expect.data() + i * 4, 4);
     EXPECT_NEAR(got, want, 1e-4) << "output " << i;
   }
+  EXPECT_EQ(shoald_.Metric("shoal_instance_starts_total", "function=\"cnn\",path=\"spawn\""), 0)
+      << shoald_.Log();
 }
 
 }  // namespace

@@ -85,6 +85,10 @@ TEST_F(SpineTest, EchoBodiesFromZeroTo64MiBComeBackByteForByte) {
   // Every buffer went back to the pool.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(shoald_.Metric("shoal_pool_bytes", "state=\"used\""), 0);
+  // A built-in handler's instances are forked from its zygote, none spawned.
+  EXPECT_GE(shoald_.Metric("shoal_instance_starts_total", "function=\"echo\",path=\"zygote\""), 1);
+  EXPECT_EQ(shoald_.Metric("shoal_instance_starts_total", "function=\"echo\",path=\"spawn\""), 0)
+      << shoald_.Log();
 }
 
 TEST_F(SpineTest, Sha256AndWordcountDoRealWork) {

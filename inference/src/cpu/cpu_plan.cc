@@ -1,5 +1,7 @@
 #include "cpu_plan.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <climits>
 #include <set>
@@ -109,8 +111,15 @@ dnnl::memory WeightCache::Get(const std::string& name, const dnnl::memory::desc&
   dnnl::memory user(src, engine_, const_cast<float*>(data));
   dnnl::memory mem(want, engine_);
   dnnl::stream s(engine_);
+  // On the calling thread alone: compiling then starts no OpenMP team, so a process that
+  // compiles and then forks (an inference function's zygote) is still single-threaded. The
+  // compute primitives were created for the full thread count; only this one-time copy of the
+  // weights runs on one core.
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
   dnnl::reorder(user, mem).execute(s, user, mem);
   s.wait();
+  omp_set_num_threads(threads);
   if (scale != 1.0f) scaled_.pop_back();
   entries_.push_back({name, src, want, scale, mem});
   return mem;

@@ -21,6 +21,9 @@ PACKAGES=(
   # deploy/k8s: `kubectl kustomize` renders it, tests/k8s validates it with node (npm ci there),
   # capsh starts shoald with the DaemonSet's capability set; scripts/image builds the OCI image
   kubernetes-client nodejs npm libcap2-bin mmdebstrap buildah
+  # deploy/grafana's test: pytest runs it; a real Prometheus runs every query of the dashboard
+  # against live shoalds
+  python3-pytest prometheus
 )
 # A package whose command is already on PATH from another source (kubectl from Google's
 # repository, node and npm from NodeSource) is not installed again: it would conflict.
@@ -50,6 +53,8 @@ install_packages() {
   (systemctl stop nginx 2>/dev/null || service nginx stop 2>/dev/null || true) >/dev/null 2>&1
   # So does etcd-server; Shoal's tests and demo start their own etcd on their own ports.
   (systemctl disable --now etcd 2>/dev/null || service etcd stop 2>/dev/null || true) >/dev/null 2>&1
+  # And prometheus: the Grafana dashboard's test starts its own, scraping its own shoalds.
+  (systemctl disable --now prometheus 2>/dev/null || service prometheus stop 2>/dev/null || true) >/dev/null 2>&1
 }
 
 # tests/k8s's node modules (kubernetes-models, yaml) from its package-lock.json: from npm's

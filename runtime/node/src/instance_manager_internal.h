@@ -112,8 +112,17 @@ struct InstanceManager::FunctionState {
   std::string zygote_error;
   std::string zygote_unforkable;
   // A child forked ahead of demand, waiting for its start: the next instance start takes it,
-  // so that its fork is not on a request's path; forked again on the next tick.
+  // so that its fork is not on a request's path; forked again on the next tick. It is moved
+  // into a cgroup of its own (the next instance's) when forked, off the request's path too: a
+  // cgroup migration waits for an RCU grace period, milliseconds on a busy node. A spare
+  // dropped unstarted is killed, so that its cgroup is empty when removed.
   struct Spare {
+    Spare(Zygote::Forked c, UniqueFd fd, uint32_t id, int zpid)
+        : child(std::move(c)), pidfd(std::move(fd)), zygote_id(id), zygote_pid(zpid) {}
+    Spare(Spare&&) = default;
+    Spare& operator=(Spare&&) = default;
+    ~Spare();
+    std::unique_ptr<InstanceCgroup> cgroup;  // first: removed after the child is gone
     Zygote::Forked child;
     UniqueFd pidfd;
     uint32_t zygote_id = 0;

@@ -149,19 +149,12 @@ Status InstanceManager::Spawn(FunctionState& f, bool prewarm) {
   env.push_back("SHOAL_SLOT=" + std::to_string(slot));
 
   // Its cgroup, with the manifest's limits; without one it still runs (logged at start-up).
+  // A spare forked from the zygote brings its own; otherwise it is made here.
+  char cgroup_name[96];
+  std::snprintf(cgroup_name, sizeof cgroup_name, "%s-%x", spec.name.c_str(), key);
+  const bool zygote = config_.instance_start == InstanceStart::kZygote;
   std::unique_ptr<InstanceCgroup> cgroup;
-  if (cgroups_) {
-    char name[96];
-    std::snprintf(name, sizeof name, "%s-%x", spec.name.c_str(), key);
-    CgroupLimits limits{spec.cpu, spec.memory_bytes, config_.instance_pids_max};
-    auto cg = cgroups_->Create(name, limits);
-    if (cg.ok()) {
-      cgroup = std::move(*cg);
-    } else {
-      spdlog::warn("function {}: instance runs without its cgroup: {}", spec.name,
-                   cg.status().ToString());
-    }
-  }
+  if (!zygote || !f.spare || !f.spare->cgroup) cgroup = NewInstanceCgroup(spec, cgroup_name);
 
   SandboxOptions sandbox;
   sandbox.switch_ids = switch_ids_;
@@ -174,7 +167,6 @@ Status InstanceManager::Spawn(FunctionState& f, bool prewarm) {
     sandbox.ids = *id;
   }
   sandbox.seccomp = &*f.seccomp;
-  sandbox.cgroup = cgroup.get();
 
   int out_pipe[2], err_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0) {
@@ -200,10 +192,11 @@ Status InstanceManager::Spawn(FunctionState& f, bool prewarm) {
   raw->last_busy_ns = raw->spawn_ns;
   Result<ChildProcess> child = Internal("not started");
   bool started = false;
-  if (config_.instance_start == InstanceStart::kZygote) {
+  if (zygote) {
     ChildProcess forked;
     bool refuse = false;
-    Status st = ForkFromZygote(f, *raw, out_pipe[1], err_pipe[1], cgroup.get(), &forked, &refuse);
+    Status st = ForkFromZygote(f, *raw, out_pipe[1], err_pipe[1], &cgroup, cgroup_name, &forked,
+                               &refuse);
     if (st.ok()) {
       child = std::move(forked);
       started = true;
@@ -217,7 +210,11 @@ Status InstanceManager::Spawn(FunctionState& f, bool prewarm) {
       raw->start_note = st.message();
     }
   }
-  if (!started) child = SpawnSandboxed(opts, sandbox);
+  if (!started) {
+    if (!cgroup) cgroup = NewInstanceCgroup(spec, cgroup_name);
+    sandbox.cgroup = cgroup.get();
+    child = SpawnSandboxed(opts, sandbox);
+  }
   // The child has its copies of the endpoint socket and the pipes' write ends; shoald keeps
   // only the anchor and the read ends.
   close(raw->endpoint.ReleaseFd());

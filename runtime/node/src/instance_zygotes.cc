@@ -136,8 +136,37 @@ void InstanceManager::EnsureZygote(FunctionState& f, uint64_t now) {
                switch_ids_ ? ", uid " + std::to_string(sandbox.ids.uid) : std::string());
 }
 
+InstanceManager::FunctionState::Spare::~Spare() {
+  // Unstarted (a started one's pidfd has moved to its instance): it goes, and its cgroup after.
+  if (pidfd.valid()) (void)syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
+}
+
+std::unique_ptr<InstanceCgroup> InstanceManager::NewInstanceCgroup(const FunctionSpec& spec,
+                                                                   const std::string& name) {
+  if (!cgroups_) return nullptr;
+  auto cg = cgroups_->Create(name, {spec.cpu, spec.memory_bytes, config_.instance_pids_max});
+  if (!cg.ok()) {
+    spdlog::warn("function {}: instance runs without its cgroup: {}", spec.name,
+                 cg.status().ToString());
+    return nullptr;
+  }
+  return std::move(*cg);
+}
+
+// Moves `pid` into `cgroup` (every hierarchy).
+static Status MoveInto(const InstanceCgroup& cgroup, pid_t pid) {
+  const std::string text = std::to_string(pid);
+  for (const auto& fd : cgroup.procs()) {
+    if (write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+      return ErrnoStatus("moving the forked instance into its cgroup", errno);
+    }
+  }
+  return {};
+}
+
 Status InstanceManager::ForkFromZygote(FunctionState& f, Instance& inst, int out_fd, int err_fd,
-                                       const InstanceCgroup* cgroup, ChildProcess* child_out,
+                                       std::unique_ptr<InstanceCgroup>* cgroup,
+                                       const std::string& cgroup_name, ChildProcess* child_out,
                                        bool* refuse) {
   const FunctionSpec& spec = f.rt->spec;
   *refuse = false;
@@ -178,15 +207,14 @@ Status InstanceManager::ForkFromZygote(FunctionState& f, Instance& inst, int out
   inst.forked_ns = MonotonicNs();
   inst.prefork = spare;
   const pid_t pid = child.child.pid;
-  // Into the instance's cgroup before it runs (the tenant cannot write cgroup.procs). On an
-  // error the child is dropped: its start socket closes and it exits.
-  if (cgroup != nullptr) {
-    const std::string text = std::to_string(pid);
-    for (const auto& fd : cgroup->procs()) {
-      if (write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-        return ErrnoStatus("moving the forked instance into its cgroup", errno);
-      }
-    }
+  // In the instance's cgroup before it runs (the tenant cannot write cgroup.procs): the
+  // spare's own, where it was moved when forked, else moved now. On an error the child is
+  // dropped: killed, and its start socket closed.
+  if (child.cgroup) {
+    *cgroup = std::move(child.cgroup);
+  } else {
+    if (!*cgroup) *cgroup = NewInstanceCgroup(f.rt->spec, cgroup_name);
+    if (*cgroup) SHOAL_RETURN_IF_ERROR(MoveInto(**cgroup, pid));
   }
   if (Status st = Zygote::Start(child.child, inst.key, inst.slot, inst.endpoint.fd(), out_fd,
                                 err_fd);
@@ -222,7 +250,20 @@ Status InstanceManager::ForkSpare(FunctionState& f) {
   }
   UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
   if (!pidfd.valid()) return ErrnoStatus("pidfd_open", errno);
-  f.spare = FunctionState::Spare{std::move(*forked), std::move(pidfd), f.zygote_count, z.pid()};
+  FunctionState::Spare spare(std::move(*forked), std::move(pidfd), f.zygote_count, z.pid());
+  if (cgroups_) {
+    char name[96];
+    std::snprintf(name, sizeof name, "%s-s%x", f.rt->spec.name.c_str(), ++spare_cgroups_);
+    spare.cgroup = NewInstanceCgroup(f.rt->spec, name);
+    if (spare.cgroup) {
+      if (Status st = MoveInto(*spare.cgroup, pid); !st.ok()) {
+        // It stays in the zygote's cgroup and is moved when it starts.
+        spdlog::warn("function {}: spare (pid {}): {}", f.rt->spec.name, pid, st.ToString());
+        spare.cgroup.reset();
+      }
+    }
+  }
+  f.spare.emplace(std::move(spare));
   return {};
 }
 

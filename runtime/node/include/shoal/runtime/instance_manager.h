@@ -95,13 +95,19 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   // Reaps exited children of shoald that are no instance or zygote (processes an instance left
   // behind, re-parented to shoald as the child subreaper).
   void ReapStrays();
-  // Starts `inst` forked from f's zygote: the child is checked, moved into `cgroup` and
-  // released. On error *refuse says the handler cannot load (answer the error) rather than
-  // that the zygote path is unavailable now (spawn instead; the error says why).
+  // Starts `inst` forked from f's zygote: the child is checked, put in its cgroup and
+  // released. The spare brings the cgroup it was moved into when forked (*cgroup becomes that
+  // one); a child forked now is moved into *cgroup (made here, named `cgroup_name`, when
+  // null). On error *refuse says the handler cannot load (answer the error) rather than that
+  // the zygote path is unavailable now (spawn instead; the error says why).
   Status ForkFromZygote(FunctionState& f, Instance& inst, int out_fd, int err_fd,
-                        const InstanceCgroup* cgroup, ChildProcess* child, bool* refuse);
-  // Forks f's next child ahead of demand (f.spare).
+                        std::unique_ptr<InstanceCgroup>* cgroup, const std::string& cgroup_name,
+                        ChildProcess* child, bool* refuse);
+  // Forks f's next child ahead of demand (f.spare), in a cgroup of its own.
   Status ForkSpare(FunctionState& f);
+  // A cgroup `name` with spec's limits; null (logged) when cgroups are off or it cannot be made.
+  std::unique_ptr<InstanceCgroup> NewInstanceCgroup(const FunctionSpec& spec,
+                                                    const std::string& name);
   // The wait status of an exited instance forked from a zygote (its parent, which reports it):
   // 1 and *status, 0 when not known yet, -1 when it cannot be known (its zygote died first).
   int ZygoteExitStatus(Instance& inst, int* status);
@@ -135,6 +141,7 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   // The instance sandbox (shoal/sandbox): null cgroups_ when no hierarchy can be written;
   // switch_ids_ false when shoald is not root (instances then run as shoald's own uid).
   std::unique_ptr<CgroupHierarchy> cgroups_;
+  uint32_t spare_cgroups_ = 0;  // names the spares' cgroups: <function>-s<n>
   // {zygote pid, child pid} -> wait status, as the zygotes report their children's exits.
   std::map<std::pair<int, int>, int> zygote_exits_;
   std::unique_ptr<TenantIds> tenant_ids_;

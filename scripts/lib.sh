@@ -10,6 +10,8 @@ PACKAGES=(
   libssl-dev libcpp-httplib-dev libcurl4-openssl-dev libseccomp-dev libcap-dev libgtest-dev libgmock-dev curl wrk nginx-light
   libonnx-dev libdnnl-dev
   python3 python3-numpy python3-sklearn dataset-fashion-mnist iproute2 procps
+  # the Python SDK's tests (client/python/tests, tests/integration/python_sdk_test.py)
+  python3-pytest
   # onnx_test's checker; libFuzzer's runtime for the documented -DSHOAL_FUZZ=ON clang build
   python3-onnx libclang-rt-14-dev
   # the benchmarks' anchors: OpenBLAS (numpy, torch and bench-fold's saxpy use it), torch

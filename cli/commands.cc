@@ -1,10 +1,12 @@
 #include "commands.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -14,6 +16,8 @@
 #include <sstream>
 #include <thread>
 
+#include "fl_progress.h"
+#include "progress.h"
 #include "shoal/inference/model_graph.h"
 #include "shoal/inference/onnx.h"
 #include "shoal/model/safetensors.h"
@@ -127,15 +131,45 @@ std::string ReadAll(std::istream& in) {
 
 }  // namespace
 
-int Deploy(const HttpClient& client, const std::string& file) try {
+namespace {
+
+// The manifests `-f` names, in the order they are applied: a directory stands for its *.yaml,
+// *.yml and *.json files in name order (not its subdirectories).
+std::vector<std::string> ManifestFiles(const std::vector<std::string>& args) {
+  std::vector<std::string> files;
+  for (const std::string& a : args) {
+    std::error_code ec;
+    if (a == "-" || !std::filesystem::is_directory(a, ec)) {
+      files.push_back(a);
+      continue;
+    }
+    std::vector<std::string> in_dir;
+    for (const auto& e : std::filesystem::directory_iterator(a, ec)) {
+      const std::string ext = e.path().extension().string();
+      if (e.is_regular_file(ec) && (ext == ".yaml" || ext == ".yml" || ext == ".json")) {
+        in_dir.push_back(e.path().string());
+      }
+    }
+    if (in_dir.empty()) {
+      std::fprintf(stderr, "shoal: no manifests (*.yaml, *.yml, *.json) in %s\n", a.c_str());
+      throw Exit{1};
+    }
+    std::sort(in_dir.begin(), in_dir.end());
+    files.insert(files.end(), in_dir.begin(), in_dir.end());
+  }
+  return files;
+}
+
+// Applies one manifest file; returns the lines that report it, or "" with `*error` set.
+std::string DeployOne(const HttpClient& client, const std::string& file, std::string* error) {
   std::string manifest;
   if (file == "-") {
     manifest = ReadAll(std::cin);
   } else {
     std::ifstream in(file, std::ios::binary);
     if (!in) {
-      std::fprintf(stderr, "shoal: cannot read %s\n", file.c_str());
-      return 1;
+      *error = "cannot read " + file;
+      return "";
     }
     manifest = ReadAll(in);
   }
@@ -146,23 +180,58 @@ int Deploy(const HttpClient& client, const std::string& file) try {
   req.headers.push_back("Content-Type: application/yaml");
   HttpResponse r = SendOrExit(client, req);
   if (r.status >= 400) {
-    std::fprintf(stderr, "shoal: %s\n", ErrorMessage(r.body).c_str());
-    return 1;
+    *error = ErrorMessage(r.body);
+    return "";
   }
   auto j = json::parse(r.body, nullptr, false);
   if (j.is_discarded() || !j.is_object() || (!j.contains("functions") && !j.contains("jobs"))) {
-    std::fprintf(stderr, "shoal: unexpected answer: %s\n", r.body.c_str());
-    return 1;
+    *error = "unexpected answer: " + r.body;
+    return "";
   }
   // The server routes each document by kind: Functions to the registry, FLJobs to the
   // coordinator; both come back here.
+  std::string out;
   for (const char* kind : {"functions", "jobs"}) {
     for (const json& f : j.value(kind, json::array())) {
-      std::printf("%s/%s %s\n", std::string_view(kind) == "jobs" ? "fljob" : "function",
-                  Str(f, "name").c_str(),
-                  Str(f, "action").empty() ? "configured" : Str(f, "action").c_str());
+      out += std::string(std::string_view(kind) == "jobs" ? "fljob" : "function") + "/" +
+             Str(f, "name") + " " + (Str(f, "action").empty() ? "configured" : Str(f, "action")) +
+             "\n";
     }
   }
+  return out;
+}
+
+}  // namespace
+
+int Deploy(const HttpClient& client, const std::vector<std::string>& args) try {
+  const std::vector<std::string> files = ManifestFiles(args);
+  const size_t n = files.size();
+  // n/N on a terminal only: its line is redrawn under the results as they scroll past.
+  const bool live = n > 1 && DetectOutputMode(STDOUT_FILENO, false) == OutputMode::kTerminal;
+  const int width = TerminalWidth(STDOUT_FILENO);
+  for (size_t i = 0; i < n; ++i) {
+    if (live) {
+      WriteAll(STDOUT_FILENO,
+               RewriteLine(RenderBar(static_cast<double>(i) / static_cast<double>(n), 22) + " " +
+                               std::to_string(i + 1) + "/" + std::to_string(n) + " " + files[i],
+                           width));
+    }
+    std::string error;
+    const std::string report = DeployOne(client, files[i], &error);
+    if (live) WriteAll(STDOUT_FILENO, ClearLine());
+    if (!error.empty()) {
+      if (n > 1) {
+        std::fprintf(stderr, "shoal: %s: %s\nshoal: %zu of %zu manifests applied before it\n",
+                     files[i].c_str(), error.c_str(), i, n);
+      } else {
+        std::fprintf(stderr, "shoal: %s\n", error.c_str());
+      }
+      return 1;
+    }
+    std::fputs(report.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  if (n > 1) std::printf("%zu manifests applied\n", n);
   return 0;
 } catch (const Exit& e) {
   return e.code;
@@ -404,9 +473,26 @@ int Delete(const HttpClient& client, const std::string& name) try {
   return e.code;
 }
 
-int Top(const HttpClient& client, bool watch) try {
+namespace {
+
+void SleepSeconds(double s) {
+  std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(s * 1e6)));
+}
+
+}  // namespace
+
+int Top(const HttpClient& client, const WatchOptions& options) try {
+  const OutputMode mode = DetectOutputMode(STDOUT_FILENO, options.json);
+  TerminalSession session(STDOUT_FILENO, options.watch ? mode : OutputMode::kPlain);
   for (;;) {
     const json top = GetJson(client, "/v1/top");
+    if (mode == OutputMode::kJson) {
+      std::printf("%s\n", top.dump().c_str());
+      std::fflush(stdout);
+      if (!options.watch) return 0;
+      SleepSeconds(options.interval_s);
+      continue;
+    }
     Table t({"FUNCTION", "POLICY", "DESIRED", "ACTUAL", "INFLIGHT", "QUEUED", "REQ/S", "P50",
              "P99", "COLD-STARTS", "AVOIDED"});
     for (const json& f : top.value("functions", json::array())) {
@@ -427,15 +513,24 @@ int Top(const HttpClient& client, bool watch) try {
                 FormatMs(Num<double>(f, "p50_ms")), FormatMs(Num<double>(f, "p99_ms")), cold,
                 std::to_string(Num<uint64_t>(f, "cold_starts_avoided"))});
     }
-    std::string out;
-    if (watch) out += "\x1b[H\x1b[2J";  // clear the terminal between refreshes
-    out += "Data plane: " + Str(top, "dataplane") + "\n";
+    std::string out = "Data plane: " + Str(top, "dataplane") + "\n";
     out += t.Render();
     if (t.rows() == 0) out += "(no functions deployed)\n";
-    std::fputs(out.c_str(), stdout);
-    std::fflush(stdout);
-    if (!watch) return 0;
-    std::this_thread::sleep_for(std::chrono::seconds(1));
+    if (options.watch && mode == OutputMode::kTerminal) {
+      // In place: from the top-left corner, each line cleared to its end, then whatever the
+      // previous, longer refresh left below; the screen never scrolls or flashes blank.
+      std::string frame = "\x1b[H";
+      std::istringstream lines(out);
+      for (std::string line; std::getline(lines, line);) frame += line + "\x1b[K\n";
+      frame += "\x1b[J";
+      WriteAll(STDOUT_FILENO, frame);
+    } else {
+      if (options.watch) out += "\n";  // plain: refreshes one after the other, a blank line apart
+      std::fputs(out.c_str(), stdout);
+      std::fflush(stdout);
+    }
+    if (!options.watch) return 0;
+    SleepSeconds(options.interval_s);
   }
 } catch (const Exit& e) {
   return e.code;
@@ -447,17 +542,13 @@ int Top(const HttpClient& client, bool watch) try {
 // of them:
 //   {"name": "fmnist", "algorithm": "fedcompass", "state": "running" | "done",
 //    "version": 12, "round": 12, "clients": {"expected": 16, "joined": 16},
-//    "updates_total": 190, "elapsed_s": 83.4, "target_accuracy": 0.85,
+//    "updates_total": 190, "elapsed_s": 83.4, "target_accuracy": 0.85, "target_rounds": 60,
 //    "best_accuracy": 0.8123 | null,
 //    "versions": [{"version": 1, "accuracy": 0.7012 | null, "loss": 0.8123 | null,
 //                  "updates": 16, "elapsed_s": 4.2}, ...]}
 // accuracy and loss stay null until a client reports an evaluation of that version.
 
 namespace {
-
-// Versions this far behind the newest are printed by `fl watch` even without an evaluation:
-// reports may never come (no client evaluates), and watch must not fall silent.
-constexpr uint64_t kWatchEvalLag = 3;
 
 std::string Accuracy(const json& j, const char* key) {
   if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return "-";
@@ -531,47 +622,57 @@ int FlStatus(const HttpClient& client, const std::string& job) try {
   return e.code;
 }
 
-int FlWatch(const HttpClient& client, const std::string& job) try {
-  // Fixed columns (a Table would realign as rows arrive); wide enough for the usual values.
-  auto line = [](const std::vector<std::string>& c) {
-    char buf[256];
-    std::snprintf(buf, sizeof buf, "%-7s   %-8s   %-8s   %-7s   %s\n", c[0].c_str(), c[1].c_str(),
-                  c[2].c_str(), c[3].c_str(), c[4].c_str());
-    return std::string(buf);
-  };
-  std::fputs(line(kVersionHeader).c_str(), stdout);
-  std::fflush(stdout);
-  uint64_t next = 0;  // the lowest version not printed yet
+int FlWatch(const HttpClient& client, const std::string& job, const WatchOptions& options) try {
+  const OutputMode mode = DetectOutputMode(STDOUT_FILENO, options.json);
+  TerminalSession session(STDOUT_FILENO, mode);
+  TerminalBlock block(TerminalWidth(STDOUT_FILENO));
+  bool seen = false;      // the job answered once: a 404 now means it was deleted
+  std::string last_line;  // plain and JSON: a line only when something changed
   for (;;) {
-    const json st = GetJson(client, "/v1/jobs/" + job);
-    const bool done = Str(st, "state") == "done";
-    const uint64_t latest = Num<uint64_t>(st, "version");
-    const json versions = SortedVersions(st);
-    // A version waits for its evaluation, unless a newer one already has one (its report will
-    // most likely never come), it fell kWatchEvalLag behind, or the job is done.
-    std::optional<uint64_t> newest_evaluated;
-    for (const json& v : versions) {
-      if (v.contains("accuracy") && v["accuracy"].is_number()) {
-        newest_evaluated = Num<uint64_t>(v, "version");
+    HttpRequest req;
+    req.path = "/v1/jobs/" + job;
+    const HttpResponse r = SendOrExit(client, req);
+    if (r.status == 404 && seen) {
+      std::fprintf(stderr, "shoal: fljob/%s was deleted while it was watched\n", job.c_str());
+      return 1;
+    }
+    if (r.status >= 400) FailWith(r);
+    const json st = json::parse(r.body, nullptr, false);
+    if (st.is_discarded() || !st.is_object()) {
+      std::fprintf(stderr, "shoal: %s answered %s with something that is not JSON\n",
+                   client.base_url().c_str(), req.path.c_str());
+      return 1;
+    }
+    seen = true;
+    FlJobProgress p = JobProgress(st);
+    if (p.name.empty()) p.name = job;
+    if (mode == OutputMode::kTerminal) {
+      const int width = TerminalWidth(STDOUT_FILENO);
+      block.set_width(width);
+      WriteAll(STDOUT_FILENO, block.Frame(ProgressBlock(p, width)));
+    } else {
+      // Keyed on what a reader follows (not the ever-moving elapsed time and rates).
+      const std::string key = std::to_string(p.version) + "/" +
+                              std::to_string(p.evaluated_version.value_or(0)) + "/" + p.state;
+      if (key != last_line) {
+        const std::string line =
+            mode == OutputMode::kJson ? ProgressJson(p).dump() : ProgressLine(p);
+        std::printf("%s\n", line.c_str());
+        std::fflush(stdout);
+        last_line = key;
       }
     }
-    for (const json& v : versions) {
-      const uint64_t version = Num<uint64_t>(v, "version");
-      if (version < next) continue;
-      const bool ready = done || (newest_evaluated && version <= *newest_evaluated) ||
-                         latest >= version + kWatchEvalLag;
-      if (!ready) break;
-      std::fputs(line(VersionRow(v)).c_str(), stdout);
-      next = version + 1;
-    }
-    if (done) {
-      std::printf("fljob/%s done: version %llu, best accuracy %s (target %s), %s\n", job.c_str(),
-                  static_cast<unsigned long long>(latest), Accuracy(st, "best_accuracy").c_str(),
-                  TargetText(st).c_str(), Elapsed(Num<double>(st, "elapsed_s")).c_str());
+    if (p.done()) {
+      if (mode != OutputMode::kJson) std::printf("%s\n", DoneLine(p).c_str());
       return 0;
     }
-    std::fflush(stdout);
-    std::this_thread::sleep_for(std::chrono::seconds(1));
+    if (p.failed()) {
+      const std::string why = Str(st, "error");
+      std::fprintf(stderr, "shoal: fljob/%s failed (state '%s')%s%s\n", job.c_str(),
+                   p.state.c_str(), why.empty() ? "" : ": ", why.c_str());
+      return 1;
+    }
+    SleepSeconds(options.interval_s);
   }
 } catch (const Exit& e) {
   return e.code;
@@ -619,7 +720,28 @@ int FlModel(const HttpClient& client, const std::string& job, const std::string&
   HttpRequest req;
   req.path = "/v1/jobs/" + job + "/model";
   if (version) req.path += "?version=" + std::to_string(*version);
+  // A terminal sees the download as a bar (bytes of Content-Length), redrawn at most 10 times
+  // a second and replaced by the final line; a pipe sees only that line.
+  const bool live = DetectOutputMode(STDOUT_FILENO, false) == OutputMode::kTerminal;
+  const int width = TerminalWidth(STDOUT_FILENO);
+  bool drawn = false;
+  auto last_draw = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  if (live) {
+    req.progress = [&](int64_t received, int64_t total) {
+      const auto now = std::chrono::steady_clock::now();
+      if (received == 0 || now - last_draw < std::chrono::milliseconds(100)) return;
+      last_draw = now;
+      std::string line = "downloading " + job + " ";
+      if (total > 0) {
+        const double f = static_cast<double>(received) / static_cast<double>(total);
+        line += RenderBar(f, 30) + " " + FormatPercent(f) + " ";
+      }
+      WriteAll(STDOUT_FILENO, RewriteLine(line + FormatByteProgress(received, total), width));
+      drawn = true;
+    };
+  }
   HttpResponse r = SendOrExit(client, req);
+  if (drawn) WriteAll(STDOUT_FILENO, ClearLine());
   if (r.status >= 400) FailWith(r);
   auto v = r.headers.find("x-shoal-model-version");
   const std::string got = v != r.headers.end() ? v->second : "?";

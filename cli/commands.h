@@ -20,17 +20,28 @@ struct InvokeOptions {
   std::vector<std::string> headers;
 };
 
-int Deploy(const HttpClient& client, const std::string& file);
+// Each of `files` (a manifest, "-" for stdin, or a directory: its *.yaml, *.yml and *.json in
+// name order) is one request, applied all or nothing; with several, a terminal shows n/N.
+int Deploy(const HttpClient& client, const std::vector<std::string>& files);
 int Get(const HttpClient& client, const std::string& name, const std::string& output);
 int Describe(const HttpClient& client, const std::string& name);
 int Invoke(const HttpClient& client, const InvokeOptions& options);
 int Logs(const HttpClient& client, const std::string& name, bool follow);
 int Delete(const HttpClient& client, const std::string& name);
-int Top(const HttpClient& client, bool watch);
+struct WatchOptions {
+  bool watch = true;      // keep refreshing (top: -w)
+  double interval_s = 1;  // between refreshes
+  bool json = false;      // -o json: one JSON object per refresh, one a line
+};
+// `watch` on a terminal redraws in place (cursor home, clear to the end of the screen).
+int Top(const HttpClient& client, const WatchOptions& options);
 
 // `shoal fl ...`: FL jobs (kind FLJob), through /v1/jobs.
 int FlStatus(const HttpClient& client, const std::string& job);
-int FlWatch(const HttpClient& client, const std::string& job);
+// A progress bar toward the job's stop condition redrawn in place on a terminal; elsewhere one
+// plain line (or JSON object) per new version or evaluation. 0 once the job is done; 1 when it
+// fails or is deleted.
+int FlWatch(const HttpClient& client, const std::string& job, const WatchOptions& options);
 // `format`: "safetensors" (the server's bytes) or "onnx" (the job's architecture graph with
 // the version's weights, which other tools load).
 int FlModel(const HttpClient& client, const std::string& job, const std::string& output,

@@ -52,6 +52,14 @@ size_t OnRead(char* buffer, size_t size, size_t n, void* user) {
   return std::fread(buffer, 1, size * n, static_cast<FILE*>(user));
 }
 
+int OnProgress(void* user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t /*ultotal*/,
+               curl_off_t /*ulnow*/) {
+  auto* t = static_cast<Transfer*>(user);
+  t->request->progress(static_cast<int64_t>(dlnow),
+                       dltotal > 0 ? static_cast<int64_t>(dltotal) : -1);
+  return 0;
+}
+
 }  // namespace
 
 HttpClient::HttpClient(std::string base_url, std::string token, std::string ca)
@@ -79,6 +87,11 @@ std::optional<HttpResponse> HttpClient::Send(const HttpRequest& request, std::st
   curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, OnBody);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
+  if (request.progress) {
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, OnProgress);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, &t);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+  }
 
   const bool has_body = request.upload != nullptr || !request.body.empty() ||
                         request.method == "POST" || request.method == "PUT" ||

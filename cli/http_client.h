@@ -30,6 +30,9 @@ struct HttpRequest {
   // When set, response bytes go here as they arrive instead of into HttpResponse::body. The
   // status is known by then (the headers came first).
   std::function<void(long status, std::string_view bytes)> sink;
+  // When set, called as the response body arrives (libcurl's transfer-progress callback, at
+  // least once a second): bytes so far and the total, -1 while it is unknown.
+  std::function<void(int64_t received, int64_t total)> progress;
 };
 
 class HttpClient {

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "cli_config.h"
 #include "commands.h"
@@ -25,12 +27,15 @@ int main(int argc, char** argv) {
                  "the gateway's URL, for invoke (default: $SHOAL_GATEWAY, the config file's "
                  "gateway, or http://127.0.0.1:8080)");
 
-  std::string file;
-  auto* deploy = app.add_subcommand("deploy", "deploy (or update) functions from a manifest");
+  std::vector<std::string> files;
+  auto* deploy = app.add_subcommand("deploy", "deploy (or update) functions from manifests");
   deploy
-      ->add_option("-f,--filename", file,
-                   "manifest file (YAML or JSON; Function and FLJob documents), - for stdin")
-      ->required();
+      ->add_option("-f,--filename", files,
+                   "manifest file (YAML or JSON; Function and FLJob documents), - for stdin, or "
+                   "a directory of them (repeatable; each file is applied all or nothing)")
+      ->required()
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 
   std::string name, output;
   auto* get = app.add_subcommand("get", "list functions, or show one");
@@ -59,9 +64,16 @@ int main(int argc, char** argv) {
   auto* del = app.add_subcommand("delete", "delete a function (its instances stop)");
   del->add_option("name", name, "function name")->required();
 
-  bool watch = false;
+  WatchOptions top_opts{.watch = false};
+  std::string top_output;
   auto* top = app.add_subcommand("top", "per-function load: instances, in-flight, req/s, latency");
-  top->add_flag("-w,--watch", watch, "refresh every second until Ctrl-C");
+  top->add_flag("-w,--watch", top_opts.watch,
+                "refresh until Ctrl-C (in place on a terminal, one table after another elsewhere)");
+  top->add_option("--interval", top_opts.interval_s, "seconds between refreshes")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  top->add_option("-o,--output", top_output, "json: the /v1/top answer, one object a line")
+      ->check(CLI::IsMember({"json"}));
 
   std::string job, model_out;
   std::optional<uint64_t> model_version;
@@ -70,9 +82,20 @@ int main(int argc, char** argv) {
   auto* fl_status =
       fl->add_subcommand("status", "a job's version, clients and accuracy per version");
   fl_status->add_option("job", job, "job name")->required();
-  auto* fl_watch =
-      fl->add_subcommand("watch", "one line per new global model until the job is done");
+  WatchOptions watch_opts;
+  std::string watch_output;
+  auto* fl_watch = fl->add_subcommand(
+      "watch",
+      "a progress bar toward the job's target accuracy or rounds until it is done (plain lines "
+      "when stdout is not a terminal)");
   fl_watch->add_option("job", job, "job name")->required();
+  fl_watch->add_option("--interval", watch_opts.interval_s, "seconds between polls")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  fl_watch
+      ->add_option("-o,--output", watch_output,
+                   "json: one JSON object per new version or evaluation, one a line")
+      ->check(CLI::IsMember({"json"}));
   std::string model_format = "safetensors";
   auto* fl_model =
       fl->add_subcommand("model", "download a job's global model (safetensors or ONNX)");
@@ -141,7 +164,7 @@ int main(int argc, char** argv) {
   HttpClient gateway_client(cfg->gateway, cfg->token);
   int rc = 0;
   if (deploy->parsed()) {
-    rc = Deploy(client, file);
+    rc = Deploy(client, files);
   } else if (get->parsed()) {
     rc = Get(client, name, output);
   } else if (describe->parsed()) {
@@ -154,11 +177,13 @@ int main(int argc, char** argv) {
   } else if (del->parsed()) {
     rc = Delete(client, name);
   } else if (top->parsed()) {
-    rc = Top(client, watch);
+    top_opts.json = top_output == "json";
+    rc = Top(client, top_opts);
   } else if (fl_status->parsed()) {
     rc = FlStatus(client, job);
   } else if (fl_watch->parsed()) {
-    rc = FlWatch(client, job);
+    watch_opts.json = watch_output == "json";
+    rc = FlWatch(client, job, watch_opts);
   } else if (fl_model->parsed()) {
     rc = FlModel(client, job, model_out, model_version, model_format);
   } else if (fl_list->parsed()) {

@@ -810,6 +810,7 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
             {"gpu_fallbacks", job->gpu_fallbacks},
             {"elapsed_s", job->Elapsed()},
             {"target_accuracy", job->spec.target_accuracy},
+            {"target_rounds", job->spec.rounds},  // spec.stop.rounds; 0: none
             {"best_accuracy", job->best_accuracy},
             {"leaf_function", LeafFunction(name)},
             // What `shoal fl model --format onnx` and the inference handler rebuild the graph

@@ -4,13 +4,17 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pty.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -185,6 +189,49 @@ CliResult RunShoal(const std::string& server, std::vector<std::string> args,
   return r;
 }
 
+// Runs `shoal` on a pseudo-terminal (80 columns) and returns what it drew (the terminal turns
+// "\n" into "\r\n"); with `interrupt_after_ms`, sends it SIGINT then, as Ctrl-C would.
+CliResult RunShoalInPty(const std::string& server, std::vector<std::string> args,
+                        int interrupt_after_ms = -1) {
+  args.insert(args.begin(), {SHOAL_CLI_BIN, "--server", server, "--gateway", server});
+  winsize ws{};
+  ws.ws_col = 80;
+  ws.ws_row = 24;
+  int master = -1;
+  const pid_t pid = forkpty(&master, nullptr, nullptr, &ws);
+  if (pid == 0) {
+    setenv("TERM", "xterm", 1);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  CliResult r;
+  if (pid < 0) return r;
+  const auto start = std::chrono::steady_clock::now();
+  bool interrupted = false;
+  char buf[4096];
+  for (;;) {
+    pollfd p{master, POLLIN, 0};
+    if (poll(&p, 1, 20) > 0) {
+      const ssize_t n = read(master, buf, sizeof buf);
+      if (n <= 0) break;  // EIO: the child closed the terminal
+      r.out.append(buf, static_cast<size_t>(n));
+    }
+    if (interrupt_after_ms >= 0 && !interrupted &&
+        std::chrono::steady_clock::now() - start > std::chrono::milliseconds(interrupt_after_ms)) {
+      kill(pid, SIGINT);
+      interrupted = true;
+    }
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(master);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
 json FunctionJson(const std::string& name, int ready, int desired, double rps) {
   return json{{"id", 1},
               {"name", name},
@@ -289,6 +336,48 @@ TEST_F(CliTest, DeploySendsTheManifestAndReportsEachFunction) {
   EXPECT_EQ(missing.err, "shoal: cannot read /nonexistent.yaml\n");
 }
 
+// Several manifests: each file is its own request, in order (a directory's *.yaml, *.yml and
+// *.json by name); plain output reports each and the count, a terminal also shows n/N.
+TEST_F(CliTest, DeployManyManifestsOneRequestEach) {
+  json answer{{"functions", {{{"name", "echo"}, {"action", "configured"}}}}};
+  server_.On("POST /v1/functions", {200, "application/json", answer.dump(), {}});
+  const std::string dir = ::testing::TempDir() + "shoal-cli-deploy-dir";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/sub");
+  for (const char* f : {"b.yml", "a.yaml", "c.json", "notes.txt", "sub/d.yaml"}) {
+    std::ofstream(dir + "/" + f) << "doc " << f << "\n";
+  }
+  const std::string extra = dir + "/sub/d.yaml";
+  auto r = RunShoal(server_.url(), {"deploy", "-f", dir, "-f", extra});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "function/echo configured\nfunction/echo configured\nfunction/echo configured\n"
+            "function/echo configured\n4 manifests applied\n");
+  std::vector<std::string> bodies;
+  for (const auto& q : server_.requests()) bodies.push_back(q.body);
+  EXPECT_EQ(bodies, (std::vector<std::string>{"doc a.yaml\n", "doc b.yml\n", "doc c.json\n",
+                                              "doc sub/d.yaml\n"}));
+
+  auto tty = RunShoalInPty(server_.url(), {"deploy", "-f", dir});
+  EXPECT_EQ(tty.exit_code, 0) << tty.out;
+  EXPECT_NE(tty.out.find("\r[######--------------] 2/3 " + dir + "/b.yml\x1b[K"), std::string::npos)
+      << tty.out;
+  EXPECT_NE(tty.out.find("\r\x1b[Kfunction/echo configured\r\n"), std::string::npos) << tty.out;
+  EXPECT_NE(tty.out.find("3 manifests applied\r\n"), std::string::npos) << tty.out;
+
+  auto stopped = RunShoal(server_.url(), {"deploy", "-f", extra, "-f", "/nonexistent.yaml"});
+  EXPECT_EQ(stopped.exit_code, 1);
+  EXPECT_EQ(stopped.out, "function/echo configured\n");
+  EXPECT_EQ(stopped.err,
+            "shoal: /nonexistent.yaml: cannot read /nonexistent.yaml\n"
+            "shoal: 1 of 2 manifests applied before it\n");
+  std::filesystem::create_directories(dir + "/empty");
+  auto empty = RunShoal(server_.url(), {"deploy", "-f", dir + "/empty"});
+  EXPECT_EQ(empty.exit_code, 1);
+  EXPECT_EQ(empty.err, "shoal: no manifests (*.yaml, *.yml, *.json) in " + dir + "/empty\n");
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(CliTest, BadManifestPrintsTheServersMessageAndExits1) {
   server_.On("POST /v1/functions",
              {400, "application/json",
@@ -372,6 +461,27 @@ TEST_F(CliTest, TopPrintsTheDataPlaneAndATable) {
             "COLD-STARTS       AVOIDED\n"
             "echo       kpa      3         2+1      5          1        250.0   0.42ms   12.5ms   "
             "1 (last 35.0ms)   4\n");
+}
+
+// top -w on a terminal: every refresh from the top-left corner, each line cleared to its end
+// and the rest of the screen below, never a full clear or a scroll; Ctrl-C shows the cursor
+// again. Elsewhere: one table after another; -o json: one object a line.
+TEST_F(CliTest, TopWatchRefreshesInPlace) {
+  json top{{"dataplane", "sockmap"}, {"functions", json::array()}};
+  server_.On("GET /v1/top", {200, "application/json", top.dump(), {}});
+  auto r = RunShoalInPty(server_.url(), {"top", "-w", "--interval", "0.05"}, 400);
+  EXPECT_EQ(r.exit_code, 128 + SIGINT);
+  const std::string frame =
+      "\x1b[HData plane: sockmap\x1b[K\r\n"
+      "FUNCTION   POLICY   DESIRED   ACTUAL   INFLIGHT   QUEUED   REQ/S   P50   P99   "
+      "COLD-STARTS   AVOIDED\x1b[K\r\n(no functions deployed)\x1b[K\r\n\x1b[J";
+  EXPECT_EQ(r.out.rfind("\x1b[?25l" + frame + frame, 0), 0u) << r.out;
+  EXPECT_EQ(r.out.find("\x1b[2J"), std::string::npos);
+  EXPECT_EQ(r.out.substr(r.out.size() - 6), "\x1b[?25h");
+
+  auto j = RunShoal(server_.url(), {"top", "-o", "json"});
+  EXPECT_EQ(j.exit_code, 0);
+  EXPECT_EQ(j.out, top.dump() + "\n");
 }
 
 TEST_F(CliTest, DescribeShowsInstances) {
@@ -512,8 +622,8 @@ TEST_F(CliTest, FlStatusPrintsTheJobAndAVersionTable) {
   EXPECT_EQ(n.err, "shoal: job 'nope' not found\n");
 }
 
-TEST_F(CliTest, FlWatchPrintsOneLinePerVersionUntilDone) {
-  // First poll: version 1 evaluated, version 2 not yet (it waits for its evaluation).
+TEST_F(CliTest, FlWatchPrintsAPlainLinePerChangeUntilDone) {
+  // First polls: version 1 evaluated, version 2 not yet.
   server_.On(
       "GET /v1/jobs/fmnist",
       {200,
@@ -521,12 +631,19 @@ TEST_F(CliTest, FlWatchPrintsOneLinePerVersionUntilDone) {
        JobStatus("running", {Version(1, 0.6, 1.1, 16, 4.0), Version(2, nullptr, nullptr, 16, 8.0)})
            .dump(),
        {}});
+  auto polls = [&](const std::string& target) {
+    size_t n = 0;
+    for (const auto& q : server_.requests()) n += q.target == target;
+    return n;
+  };
   CliResult r;
-  std::thread cli([&] { r = RunShoal(server_.url(), {"fl", "watch", "fmnist"}); });
-  for (int i = 0; i < 500 && server_.requests().empty(); ++i) {
+  std::thread cli([&] {
+    r = RunShoal(server_.url(), {"fl", "watch", "fmnist", "--interval", "0.05"});
+  });
+  for (int i = 0; i < 500 && polls("/v1/jobs/fmnist") < 3; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  // Then the job finishes: version 2 got its evaluation, version 3 never will.
+  // Then the job finishes: version 2 got its evaluation.
   server_.On("GET /v1/jobs/fmnist",
              {200,
               "application/json",
@@ -536,46 +653,85 @@ TEST_F(CliTest, FlWatchPrintsOneLinePerVersionUntilDone) {
               {}});
   cli.join();
   EXPECT_EQ(r.exit_code, 0) << r.err;
+  // One line per change (three polls of the same status printed one), no escapes; the best
+  // accuracy is the server's (0.8123 of 0.85: 95%).
   EXPECT_EQ(r.out,
-            "VERSION   ACCURACY   LOSS       UPDATES   TIME\n"
-            "1         0.6000     1.1000     16        4.0s\n"
-            "2         0.7000     0.9000     16        8.0s\n"
-            "3         -          -          16        12.0s\n"
+            "fljob/fmnist  running  version 2   95% to accuracy 0.8500  accuracy 0.6000 (v1)  "
+            "loss 1.1000  0.0 commits/min  ETA -\n"
+            "fljob/fmnist  done  version 3  100% to accuracy 0.8500  accuracy 0.7000 (v2)  "
+            "loss 0.9000  0.0 commits/min  ETA 0s\n"
             "fljob/fmnist done: version 3, best accuracy 0.8123 (target 0.8500), 83.4s\n");
-  EXPECT_GE(server_.requests().size(), 2u);
+  EXPECT_GE(polls("/v1/jobs/fmnist"), 4u);
 
-  // A version whose evaluation never comes is printed once it is 3 versions behind the newest
-  // (and, here, the job vanishing ends the watch with exit 1 after what was printed).
-  server_.On("GET /v1/jobs/lagging", {200,
-                                      "application/json",
-                                      JobStatus("running", {Version(1, nullptr, nullptr, 1, 1.0),
-                                                            Version(2, nullptr, nullptr, 1, 2.0),
-                                                            Version(3, nullptr, nullptr, 1, 3.0),
-                                                            Version(4, nullptr, nullptr, 1, 4.0)})
-                                          .dump(),
-                                      {}});
-  auto polls = [&] {
-    size_t n = 0;
-    for (const auto& q : server_.requests()) n += q.target == "/v1/jobs/lagging";
-    return n;
-  };
-  std::thread lag([&] { r = RunShoal(server_.url(), {"fl", "watch", "lagging"}); });
-  for (int i = 0; i < 500 && polls() == 0; ++i) {
+  // -o json: one object per change, the last one done.
+  auto j = RunShoal(server_.url(), {"fl", "watch", "fmnist", "-o", "json"});
+  EXPECT_EQ(j.exit_code, 0) << j.err;
+  const json last = json::parse(j.out);
+  EXPECT_EQ(last["state"], "done");
+  EXPECT_EQ(last["progress"], 1.0);
+  EXPECT_EQ(last["version"], 3);
+  EXPECT_EQ(last["accuracy"], 0.7);
+  EXPECT_EQ(last["evaluated_version"], 2);
+
+  // A job deleted while watched ends the watch with exit 1 after what was printed.
+  server_.On("GET /v1/jobs/gone",
+             {200,
+              "application/json",
+              JobStatus("running", {Version(1, nullptr, nullptr, 1, 1.0)}).dump(),
+              {}});
+  std::thread del([&] {
+    r = RunShoal(server_.url(), {"fl", "watch", "gone", "--interval", "0.05"});
+  });
+  for (int i = 0; i < 500 && polls("/v1/jobs/gone") == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  server_.On("GET /v1/jobs/lagging",
-             {404, "application/json", R"({"error":"job 'lagging' not found"})", {}});
-  lag.join();
+  server_.On("GET /v1/jobs/gone",
+             {404, "application/json", R"({"error":"job 'gone' not found"})", {}});
+  del.join();
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(r.out,
-            "VERSION   ACCURACY   LOSS       UPDATES   TIME\n"
-            "1         -          -          1         1.0s\n");
-  EXPECT_EQ(r.err, "shoal: job 'lagging' not found\n");
+  EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << r.out;  // its one line
+  EXPECT_EQ(r.err, "shoal: fljob/gone was deleted while it was watched\n");
+  // Unknown from the start: the server's message.
   server_.On("GET /v1/jobs/missing",
              {404, "application/json", R"({"error":"job 'missing' not found"})", {}});
   auto m = RunShoal(server_.url(), {"fl", "watch", "missing"});
   EXPECT_EQ(m.exit_code, 1);
   EXPECT_EQ(m.err, "shoal: job 'missing' not found\n");
+  // A job in a failed state.
+  json failed = JobStatus("failed", json::array());
+  failed["error"] = "leaf function crashed";
+  server_.On("GET /v1/jobs/broken", {200, "application/json", failed.dump(), {}});
+  auto b = RunShoal(server_.url(), {"fl", "watch", "broken"});
+  EXPECT_EQ(b.exit_code, 1);
+  EXPECT_EQ(b.err, "shoal: fljob/broken failed (state 'failed'): leaf function crashed\n");
+}
+
+// A terminal: the block is redrawn in place (cursor up, lines cleared), the cursor hidden while
+// it runs and shown again at the end, also when Ctrl-C stops it.
+TEST_F(CliTest, FlWatchRedrawsInPlaceOnATerminal) {
+  server_.On(
+      "GET /v1/jobs/fmnist",
+      {200, "application/json", JobStatus("running", {Version(1, 0.6, 1.1, 16, 80.0)}).dump(), {}});
+  auto r = RunShoalInPty(server_.url(), {"fl", "watch", "fmnist", "--interval", "0.05"}, 400);
+  EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.out;
+  EXPECT_EQ(r.out.rfind("\x1b[?25lfljob/fmnist  fedcompass  running  version 1  clients 12/16"
+                        "\x1b[K\r\n[",
+                        0),
+            0u)
+      << r.out;
+  EXPECT_NE(r.out.find("   95%  to accuracy 0.8500\x1b[K\r\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\r\x1b[3Afljob/fmnist"), std::string::npos) << r.out;  // redrawn
+  EXPECT_EQ(r.out.substr(r.out.size() - 6), "\x1b[?25h") << r.out;             // the cursor is back
+
+  server_.On(
+      "GET /v1/jobs/fmnist",
+      {200, "application/json", JobStatus("done", {Version(1, 0.6, 1.1, 16, 80.0)}).dump(), {}});
+  auto d = RunShoalInPty(server_.url(), {"fl", "watch", "fmnist"});
+  EXPECT_EQ(d.exit_code, 0) << d.out;
+  EXPECT_NE(d.out.find("100%  to accuracy 0.8500"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("\r\nfljob/fmnist done: version 1, best accuracy 0.8123"), std::string::npos)
+      << d.out;
+  EXPECT_EQ(d.out.substr(d.out.size() - 6), "\x1b[?25h") << d.out;
 }
 
 TEST_F(CliTest, FlModelWritesTheBytes) {
@@ -609,6 +765,25 @@ TEST_F(CliTest, FlModelWritesTheBytes) {
   EXPECT_NE(noout.exit_code, 0);
   unlink(path.c_str());
   rmdir(dir);
+}
+
+// On a terminal the download shows bytes of the total with a bar, then the final line takes
+// its place; the bytes written are the same.
+TEST_F(CliTest, FlModelShowsDownloadProgressOnATerminal) {
+  std::string bytes(8 << 20, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 13 + 1);
+  server_.On("GET /v1/jobs/fmnist/model",
+             {200, "application/octet-stream", bytes, {"X-Shoal-Model-Version: 12"}});
+  const std::string path = ::testing::TempDir() + "shoal-cli-progress.safetensors";
+  auto r = RunShoalInPty(server_.url(), {"fl", "model", "fmnist", "-o", path});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("\rdownloading fmnist ["), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("/8.0Mi\x1b[K"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\r\x1b[Kwrote " + path + " (version 12, 8388608 bytes)\r\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_TRUE(Slurp(path) == bytes);
+  std::remove(path.c_str());
 }
 
 TEST_F(CliTest, FlModelAsOnnxIsTheArchitectureWithTheVersionsWeights) {

@@ -26,6 +26,9 @@ PACKAGES=(
   # deploy/grafana's test: pytest runs it; a real Prometheus runs every query of the dashboard
   # against live shoalds
   python3-pytest prometheus
+  # the web console (/ui): Chart.js compiled into shoald; its test drives Debian's headless
+  # Chromium over the DevTools Protocol
+  libjs-chart.js chromium python3-websocket
 )
 # A package whose command is already on PATH from another source (kubectl from Google's
 # repository, node and npm from NodeSource) is not installed again: it would conflict.

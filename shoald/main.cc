@@ -306,14 +306,17 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  {
-    // Instances reach the gateway on loopback unless it listens on one address only.
+  // Instances (and the control listener, for the console's model stats) reach the gateway on
+  // loopback unless it listens on one address only.
+  const std::string gateway_url = [&] {
     const std::string& host = config.listen_host;
     const bool any = host.empty() || host == "0.0.0.0" || host == "::";
-    manager.SetGatewayUrl("http://" + std::string(any ? "127.0.0.1" : host) + ":" +
-                          std::to_string(gateway.port()));
-  }
+    return "http://" + std::string(any ? "127.0.0.1" : host) + ":" +
+           std::to_string(gateway.port());
+  }();
+  manager.SetGatewayUrl(gateway_url);
   ControlServer control_server(config, control, *tokens);
+  control_server.SetGatewayUrl(gateway_url);
   if (Status st = control_server.Start(); !st.ok()) {
     spdlog::error("control API: {}", st.ToString());
     gateway.Stop();
@@ -321,10 +324,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   {
-    const std::string& host = config.listen_host;
-    const bool any = host.empty() || host == "0.0.0.0" || host == "::";
-    const std::string gateway_url =
-        "http://" + std::string(any ? "127.0.0.1" : host) + ":" + std::to_string(gateway.port());
     const std::string conf = config.state_dir + "/admin.conf";
     if (Status st = WriteAdminConf(conf, control_server.url(), gateway_url, first_admin_token);
         !st.ok()) {

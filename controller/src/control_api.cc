@@ -237,9 +237,15 @@ HttpReply ControlApi::Handle(std::string_view method, std::string_view path,
       // The role is checked against the function's namespace before anything else is said
       // about it; an unknown function is then 404 for whoever may act in some namespace.
       const auto spec = registry_.Get(name);
-      if (Status st = auth::Authorize(who, action, spec ? spec->tenant : who.ns); !st.ok()) {
-        return StatusError(st);
+      // An FL job's leaf function (fl.<job>) is the job's, not the registry's: readable (its
+      // instances: the aggregation tree's leaves) by whoever may read the job.
+      std::optional<std::string> leaf_ns;
+      if (!spec && name.starts_with("fl.") && jobs_ != nullptr) {
+        if (auto ns = JobNamespace(name.substr(3)); ns.ok()) leaf_ns = *ns;
       }
+      const std::string scope = spec ? spec->tenant : leaf_ns.value_or(who.ns);
+      if (Status st = auth::Authorize(who, action, scope); !st.ok()) return StatusError(st);
+      if (leaf_ns && !logs && method == "GET") return GetLeafFunction(name, *leaf_ns);
       if (!logs) {
         if (method == "GET") return GetFunction(name);
         if (method == "DELETE") return DeleteFunction(name);
@@ -621,6 +627,14 @@ HttpReply ControlApi::GetFunction(const std::string& name) {
   return Json(200, j);
 }
 
+HttpReply ControlApi::GetLeafFunction(const std::string& name, const std::string& ns) {
+  return Json(200, json{{"name", name},
+                        {"namespace", ns},
+                        {"internal", true},
+                        {"job", name.substr(3)},
+                        {"status", StatsJson(runtime_.Stats(name), true)}});
+}
+
 HttpReply ControlApi::DeleteFunction(const std::string& name) {
   Status st = registry_.Delete(name);
   if (!st.ok()) return Error(HttpStatusFor(st.code()), st.message());
@@ -710,10 +724,21 @@ HttpReply ControlApi::Top() {
 }
 
 HttpReply ControlApi::Node() {
+  json pools = json::array();
+  for (const TenantPoolInfo& p : runtime_.Pools()) {
+    pools.push_back({{"tenant", p.tenant},
+                     {"backend", p.backend},
+                     {"capacity_bytes", p.capacity_bytes},
+                     {"used_bytes", p.used_bytes},
+                     {"free_bytes", p.free_bytes},
+                     {"live_buffers", p.live_buffers},
+                     {"alloc_failures", p.alloc_failures}});
+  }
   return Json(200, json{{"dataplane", runtime_.DataPlaneMode()},
                         {"version", kShoalVersion},
                         {"node", registry_.config().node_name},
-                        {"functions", registry_.List().size()}});
+                        {"functions", registry_.List().size()},
+                        {"pools", std::move(pools)}});
 }
 
 }  // namespace shoal

@@ -5,7 +5,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
+#include <chrono>
 #include <nlohmann/json.hpp>
+
+#include "shoal/console/console_assets.h"
 
 namespace shoal {
 namespace {
@@ -18,6 +22,15 @@ void JsonError(httplib::Response& res, int status, const std::string& message) {
                                                            nlohmann::json::error_handler_t::replace) +
                       "\n",
                   "application/json");
+}
+
+// A model name as /v2/models/{m} takes it (no '/', '?', '%' or spaces to smuggle a path).
+bool ValidModelName(std::string_view m) {
+  const auto allowed = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  };
+  return !m.empty() && m.size() <= 253 && std::all_of(m.begin(), m.end(), allowed) && m != "." &&
+         m != "..";
 }
 
 }  // namespace
@@ -75,6 +88,11 @@ Status ControlServer::Start() {
       res.set_content("ok\n", "text/plain");
       return;
     }
+    if (console::IsUiPath(path) && (req.method == "GET" || req.method == "HEAD")) {
+      // The console's static files: no token (they hold no data; its /v1 calls carry one).
+      Write(console::ServeUi(path), res);
+      return;
+    }
     if (path != "/v1" && !path.starts_with("/v1/")) {
       JsonError(res, 404, "no route " + path + " on the control listener (it serves /v1)");
       return;
@@ -93,25 +111,15 @@ Status ControlServer::Start() {
       JsonError(res, 401, who.status().message());
       return;
     }
-    HttpReply r = api_.Handle(req.method, path, query, req.body, *who);
+    HttpReply r = path.starts_with("/v1/models/")
+                      ? ModelStats(req.method, path, *who)
+                      : api_.Handle(req.method, path, query, req.body, *who);
     if (r.status >= 400 && r.status != 404) {
       spdlog::info("control: {} {} by {}: {}", req.method, path, who->Describe(), r.status);
     } else if (req.method != "GET") {
       spdlog::info("control: {} {} by {}: {}", req.method, path, who->Describe(), r.status);
     }
-    res.status = r.status;
-    for (auto& [k, v] : r.headers) res.set_header(k, v);
-    if (r.shared_body) {
-      // Streamed from the bytes it holds (a model: tens of MB), not copied into the response.
-      const size_t size = r.shared_body->size();
-      res.set_content_provider(
-          size, r.content_type,
-          [body = std::move(r.shared_body)](size_t offset, size_t length, httplib::DataSink& sink) {
-            return sink.write(body->data() + offset, std::min(length, body->size() - offset));
-          });
-    } else {
-      res.set_content(std::move(r.body), r.content_type);
-    }
+    Write(std::move(r), res);
   };
   const std::string any = ".*";
   server_->Get(any, handle);
@@ -137,6 +145,65 @@ Status ControlServer::Start() {
                                   ? "loopback only"
                                   : "WARNING: plain HTTP beyond this host");
   return Status::Ok();
+}
+
+void ControlServer::Write(HttpReply r, httplib::Response& res) {
+  res.status = r.status;
+  for (auto& [k, v] : r.headers) res.set_header(k, v);
+  if (r.shared_body) {
+    // Streamed from the bytes it holds (a model: tens of MB), not copied into the response.
+    const size_t size = r.shared_body->size();
+    res.set_content_provider(
+        size, r.content_type,
+        [body = std::move(r.shared_body)](size_t offset, size_t length, httplib::DataSink& sink) {
+          return sink.write(body->data() + offset, std::min(length, body->size() - offset));
+        });
+  } else {
+    res.set_content(std::move(r.body), r.content_type);
+  }
+}
+
+HttpReply ControlServer::ModelStats(const std::string& method, const std::string& path,
+                                    const auth::Principal& who) {
+  auto error = [](int status, const std::string& message) {
+    HttpReply r;
+    r.status = status;
+    r.body = nlohmann::json{{"error", message}}.dump(-1, ' ', false,
+                                                     nlohmann::json::error_handler_t::replace) +
+             "\n";
+    return r;
+  };
+  std::string_view rest = std::string_view(path).substr(std::string_view("/v1/models/").size());
+  const size_t slash = rest.find('/');
+  const std::string_view model = rest.substr(0, slash);
+  if (slash == std::string_view::npos || rest.substr(slash) != "/stats" || !ValidModelName(model)) {
+    return error(404, "no route " + path + " (GET /v1/models/{model}/stats)");
+  }
+  if (method != "GET") {
+    HttpReply r = error(405, "method " + method + " not allowed on " + path + " (allowed: GET)");
+    r.headers.emplace_back("Allow", "GET");
+    return r;
+  }
+  if (Status st = auth::Authorize(who, auth::Action::kReadNode, {}); !st.ok()) {
+    return error(HttpStatusFor(st.code()), st.message());
+  }
+  if (gateway_url_.empty()) return error(501, "this listener has no gateway to ask");
+  // The gateway answers /v2 on a port of its own; the console, which may call only this
+  // origin, reads an inference model's stats through here.
+  httplib::Client client(gateway_url_);
+  client.set_connection_timeout(std::chrono::seconds(2));
+  client.set_read_timeout(std::chrono::seconds(10));
+  auto res = client.Get("/v2/models/" + std::string(model) + "/stats");
+  if (!res) {
+    return error(502, "the gateway at " + gateway_url_ +
+                          " did not answer: " + httplib::to_string(res.error()));
+  }
+  HttpReply r;
+  r.status = res->status;
+  r.content_type = res->get_header_value("Content-Type");
+  if (r.content_type.empty()) r.content_type = "application/json";
+  r.body = std::move(res->body);
+  return r;
 }
 
 void ControlServer::Stop() {

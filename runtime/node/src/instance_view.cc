@@ -94,6 +94,17 @@ LogChunk InstanceManager::Logs(const std::string& function, uint64_t offset, uin
   return chunk;
 }
 
+std::vector<TenantPoolInfo> InstanceManager::Pools() {
+  std::vector<TenantPoolInfo> out;
+  std::lock_guard lock(mu_);
+  for (auto& [tenant, pool] : pools_) {
+    const PoolStats s = pool->Stats();
+    out.push_back({tenant, std::string(PoolBackendName(pool->backend())), s.capacity_bytes,
+                   s.used_bytes, s.free_bytes, s.live_buffers, s.alloc_failures});
+  }
+  return out;
+}
+
 void InstanceManager::RefreshMetrics() {
   std::lock_guard lock(mu_);
   metrics_.dataplane_mode.Add({{"mode", DataPlaneKindName(dataplane_.kind())}}).Set(1);

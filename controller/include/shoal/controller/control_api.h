@@ -60,6 +60,8 @@ class ControlApi {
   HttpReply Evaluate(const std::string& job, std::string_view body);
   HttpReply ListFunctions(const auth::Principal& who);
   HttpReply GetFunction(const std::string& name);
+  // GET /v1/functions/fl.<job>: the job's leaf aggregators (live status and instances only).
+  HttpReply GetLeafFunction(const std::string& name, const std::string& ns);
   HttpReply DeleteFunction(const std::string& name);
   HttpReply Logs(const std::string& name, std::string_view query);
   HttpReply Top();

@@ -63,6 +63,17 @@ struct LogChunk {
   uint64_t next_offset = 0;  // pass back to continue (follow mode)
 };
 
+// One tenant's shared-memory pool, as `GET /v1/node` and the console show it.
+struct TenantPoolInfo {
+  std::string tenant;
+  std::string backend;  // boost | dpdk
+  uint64_t capacity_bytes = 0;
+  uint64_t used_bytes = 0;
+  uint64_t free_bytes = 0;
+  uint64_t live_buffers = 0;
+  uint64_t alloc_failures = 0;
+};
+
 class RuntimeView {
  public:
   virtual ~RuntimeView() = default;
@@ -72,6 +83,8 @@ class RuntimeView {
   // Logs of the function's instances (stdout and stderr, prefixed by instance), from `offset`.
   virtual LogChunk Logs(const std::string& function, uint64_t offset, uint64_t max_bytes) = 0;
   virtual std::string DataPlaneMode() = 0;  // "sockmap" or "unix"
+  // The node's tenant pools (none where the runtime keeps no pools, as in tests' fakes).
+  virtual std::vector<TenantPoolInfo> Pools() { return {}; }
 };
 
 }  // namespace shoal

@@ -71,6 +71,7 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   FunctionStats Stats(const std::string& function) override;
   LogChunk Logs(const std::string& function, uint64_t offset, uint64_t max_bytes) override;
   std::string DataPlaneMode() override;
+  std::vector<TenantPoolInfo> Pools() override;
 
   // Sets the gauges of the node's metrics from live state (called before each scrape).
   void RefreshMetrics();

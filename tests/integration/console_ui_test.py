@@ -1,0 +1,476 @@
+"""The web console (/ui) in a real headless Chromium against a live standalone shoald.
+
+shoald serves the page from its binary on the control listener; Chromium (Debian's) is driven
+over the Chrome DevTools Protocol (python3-websocket). The test deploys functions, an FL job
+that real shoal-client processes train, and an ONNX model served for inference; opens each
+page; and checks that what the page shows equals what /v1 says (function names and instance
+counts, the job's latest version and accuracy, the model's version and requests), that the
+accuracy chart gains points while the job trains, that the page logs no console error, and that
+it works with the keyboard and at a phone's width. Screenshots go to
+build/test-output/console/ (SHOAL_TEST_OUTPUT overrides).
+
+Run by ctest (console.ui) as root: shoald needs root. Reported as skipped, with the reason,
+where Chromium or the websocket client is missing or Chromium cannot start.
+"""
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from grafana_dashboard_test import BIN, ROOT, http, start_shoald, stop_shoald  # noqa: E402
+
+CHROMIUM = os.environ.get("SHOAL_CHROMIUM", "/usr/bin/chromium")
+OUT = os.environ.get("SHOAL_TEST_OUTPUT", os.path.join(ROOT, "build", "test-output", "console"))
+ONNX = os.path.join(ROOT, "tests", "data", "inference", "mlp.onnx")
+
+try:
+    import websocket  # Debian's python3-websocket
+except ImportError:  # pragma: no cover - reported as a skip below
+    websocket = None
+
+
+# ---------------------------------------------------------------- Chromium over CDP
+
+
+class Browser:
+    """A headless Chromium with a fresh profile, and one page driven over the DevTools Protocol."""
+
+    def __init__(self, tmp):
+        self.profile = tempfile.mkdtemp(prefix="chromium-", dir=tmp)
+        self.log = open(os.path.join(tmp, "chromium.log"), "wb")
+        self.proc = subprocess.Popen(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+             "--no-first-run", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", "--disable-extensions", "--disable-dev-shm-usage",
+             "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
+             f"--user-data-dir={self.profile}", "--window-size=1280,800", "about:blank"],
+            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        port_file = os.path.join(self.profile, "DevToolsActivePort")
+        deadline = time.time() + 30
+        while not os.path.exists(port_file) or not open(port_file).read().strip():
+            if self.proc.poll() is not None or time.time() > deadline:
+                self.close()
+                raise RuntimeError("chromium did not start:\n" + self.log_text()[-2000:])
+            time.sleep(0.1)
+        port = int(open(port_file).read().split()[0])
+        targets = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10).read())
+        page = next(t for t in targets if t["type"] == "page")
+        self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=30,
+                                              suppress_origin=True)
+        self.next_id = 0
+        self.events = []
+        for domain in ("Page", "Runtime", "Log"):
+            self.call(f"{domain}.enable")
+
+    def log_text(self):
+        self.log.flush()
+        with open(self.log.name, errors="replace") as f:
+            return f.read()
+
+    def call(self, method, **params):
+        self.next_id += 1
+        my = self.next_id
+        self.ws.send(json.dumps({"id": my, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == my:
+                if "error" in msg:
+                    raise AssertionError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+            if "method" in msg:
+                self.events.append(msg)
+
+    def eval(self, expr):
+        r = self.call("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in r:
+            raise AssertionError(f"{expr}: {r['exceptionDetails']}")
+        return r["result"].get("value")
+
+    def wait(self, expr, timeout=30, what=None):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                v = self.eval(expr)
+            except AssertionError:  # the page is still loading (Chart not defined yet, ...)
+                v = None
+            if v is not None and v is not False and v != 0 and v != "":
+                return v  # a DOM node comes back as {}: found
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what or expr}; page says: "
+                             + str(self.eval("document.body.innerText.slice(0, 3000)")))
+
+    def goto(self, url):
+        self.call("Page.navigate", url=url)
+
+    def viewport(self, width, height, mobile=False):
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
+                  deviceScaleFactor=1, mobile=mobile)
+
+    def key(self, key, code, vk):
+        for t in ("keyDown", "keyUp"):
+            self.call("Input.dispatchKeyEvent", type=t, key=key, code=code,
+                      windowsVirtualKeyCode=vk, nativeVirtualKeyCode=vk)
+
+    def screenshot(self, name):
+        os.makedirs(OUT, exist_ok=True)
+        data = self.call("Page.captureScreenshot", format="png")["data"]
+        path = os.path.join(OUT, name)
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(data))
+        return path
+
+    def console_errors(self):
+        """Console errors, uncaught exceptions and failed loads the page reported so far."""
+        self.eval("1")  # drains pending events into self.events
+        out = []
+        for e in self.events:
+            m, p = e["method"], e.get("params", {})
+            if m == "Runtime.exceptionThrown":
+                out.append("exception: " + json.dumps(p["exceptionDetails"])[:500])
+            elif m == "Runtime.consoleAPICalled" and p["type"] in ("error", "assert"):
+                out.append("console.error: " + json.dumps(p["args"])[:500])
+            elif m == "Log.entryAdded" and p["entry"]["level"] == "error":
+                out.append(f"log ({p['entry'].get('source')}): {p['entry']['text']} {p['entry'].get('url', '')}")
+        return out
+
+    def close(self):
+        try:
+            if getattr(self, "ws", None):
+                self.ws.close()
+        finally:
+            if self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+            self.log.close()
+
+
+# ---------------------------------------------------------------- a live shoald
+
+FUNCTION = """apiVersion: shoal.dev/v1
+kind: Function
+metadata: {{name: {name}}}
+spec:
+  handler: {{builtin: {builtin}}}
+{spec}"""
+
+FLJOB = """apiVersion: shoal.dev/v1
+kind: FLJob
+metadata: {name: digits}
+spec:
+  algorithm: {name: fedcompass}
+  model: {architecture: mlp, hidden: 32, seed: 1}
+  data: {dataset: digits}
+  clients: {expected: 4}
+  stop: {rounds: 100000}
+  training: {localSteps: 20, learningRate: 0.1, batchSize: 32}
+  aggregation: {maxFanIn: 4, maxLeaves: 2}
+"""
+
+INFER = f"""apiVersion: shoal.dev/v1
+kind: Function
+metadata: {{name: mlp-infer}}
+spec:
+  handler: inference
+  concurrency: 8
+  scale: {{min: 1, max: 1}}
+  inference:
+    modelName: mlp
+    source: {{onnx: {ONNX}}}
+    maxBatchSize: 8
+    maxQueueDelay: 1ms
+"""
+
+
+class Node:
+    def __init__(self, tmp):
+        self.d = start_shoald(tmp, f"ui{os.getpid()}", ("--standalone",),
+                              extra_yaml="autoscale_interval_ms: 250\n")
+        self.conf = os.path.join(self.d.state, "state", "admin.conf")
+        self.token = re.search(r"^token: (\S+)$", open(self.conf).read(), re.M).group(1)
+        self.gw = f"http://127.0.0.1:{self.d.port}"
+        self.api_url = f"http://127.0.0.1:{self.d.control_port}"
+
+    def deploy(self, manifest):
+        r = subprocess.run([os.path.join(BIN, "shoal"), "deploy", "-f", "-"], input=manifest,
+                           text=True, capture_output=True, timeout=60,
+                           env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "SHOAL_CONFIG": self.conf})
+        assert r.returncode == 0, r.stdout + r.stderr
+
+    def api(self, path, raw=False, data=None):
+        code, body = http(self.api_url + path, data=data, headers={
+            "Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
+        assert code in (200, 201), (path, code, body)
+        return body if raw else json.loads(body)
+
+    def wait_ready(self, fn, n=1, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.api(f"/v1/functions/{fn}")["status"]["ready"] >= n:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"{fn} not ready:\n{self.d.log()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def live():
+    if os.geteuid() != 0:
+        pytest.skip("shoald needs root (its pools, BPF programs and instance sandboxes)")
+    if websocket is None:
+        pytest.skip("python3-websocket (Debian) is missing: cannot drive Chromium over CDP")
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip(f"{CHROMIUM} is missing (Debian chromium)")
+    for b in ("shoald", "shoal", "shoal-client"):
+        if not os.access(os.path.join(BIN, b), os.X_OK):
+            pytest.skip(f"{BIN}/{b} is not built")
+    tmp = tempfile.mkdtemp(prefix="shoal-console-")
+    node = browser = trainer = None
+    try:
+        try:
+            browser = Browser(tmp)
+        except Exception as e:  # noqa: BLE001 - any failure to start is a skip with its reason
+            pytest.skip(f"chromium cannot start here: {e}")
+        node = Node(tmp)
+        node.deploy(FUNCTION.format(name="echo", builtin="echo",
+                                    spec="  concurrency: 4\n  scale: {min: 2, max: 4}\n"))
+        node.deploy(FUNCTION.format(name="sleepy", builtin="sleep", spec="  keepAlive: 2s\n"))
+        node.deploy(FLJOB)
+        node.deploy(INFER)
+        node.wait_ready("echo", 2)
+        for i in range(30):
+            assert http(f"{node.gw}/fn/echo", data=f"hi {i}".encode()) == (200, f"hi {i}")
+        assert http(f"{node.gw}/fn/sleepy?ms=5")[0] == 200  # a cold start from zero
+        fl_token = node.api("/v1/tokens", data=json.dumps({"role": "fl-client", "job": "digits"}).encode())["token"]
+        trainer = subprocess.Popen(
+            [os.path.join(BIN, "shoal-client"), "--server", node.gw, "--job", "digits", "--data", "digits",
+             "--clients", "4", "--partition", "iid", "--seed", "3", "--time-scale", "0.2",
+             "--train-threads", "1", "--max-seconds", "30"],
+            env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "SHOAL_TOKEN": fl_token},
+            stdout=open(os.path.join(tmp, "shoal-client.log"), "wb"), stderr=subprocess.STDOUT)
+        yield {"node": node, "browser": browser, "trainer": trainer, "tmp": tmp}
+    finally:
+        if trainer and trainer.poll() is None:
+            trainer.kill()
+            trainer.wait()
+        if browser:
+            browser.close()
+        if node:
+            stop_shoald(node.d)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def ui(live, route=""):
+    n = live["node"]
+    return f"{n.api_url}/ui/?token={n.token}#/{route}"
+
+
+def cells(b, selector):
+    """{data-k: text} of the cells under `selector`."""
+    return b.eval(f"""(() => {{ const o = {{}};
+        for (const e of document.querySelectorAll({json.dumps(selector)} + ' [data-k]')) o[e.dataset.k] = e.innerText.trim();
+        return o; }})()""")
+
+
+# ---------------------------------------------------------------- the pages
+
+
+def test_static_files_are_served_from_the_binary_without_a_token(live):
+    n = live["node"]
+    req = urllib.request.Request(f"{n.api_url}/ui/")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        page = r.read().decode()
+        assert r.headers["Content-Type"].startswith("text/html")
+        csp = r.headers["Content-Security-Policy"]
+    assert "connect-src 'self'" in csp and "script-src 'self'" in csp
+    # Nothing from elsewhere: every script and stylesheet is a file of this listener.
+    srcs = re.findall(r'(?:src|href)="([^"]+)"', page)
+    assert srcs and all(not re.match(r"(https?:)?//", s) for s in srcs), srcs
+    code, js = http(f"{n.api_url}/ui/chart.min.js")
+    assert code == 200 and "Chart.js v3" in js[:200]
+    assert open("/usr/share/javascript/chart.js/chart.min.js").read() == js  # Debian's, as built in
+    assert http(f"{n.api_url}/ui/nope.js")[0] == 404
+    assert http(f"{n.api_url}/v1/node")[0] == 401  # the data still needs the token
+
+
+def test_overview_shows_what_the_api_says(live):
+    b, n = live["browser"], live["node"]
+    b.viewport(1280, 800)
+    b.goto(ui(live))
+    b.wait("document.querySelector('tr[data-fn=\"echo\"]') && document.querySelector('tr[data-job=\"digits\"]')",
+           what="the overview's tables")
+    # The token went to sessionStorage and left the address bar.
+    assert "token=" not in b.eval("location.href")
+    assert b.eval("sessionStorage.getItem('shoal.token')") == n.token
+    time.sleep(1.5)  # one more poll, so the counts below are settled
+    fns = {f["name"]: f for f in n.api("/v1/functions")["functions"]}
+    shown = b.eval("[...document.querySelectorAll('tr[data-fn]')].map(r => r.dataset.fn)")
+    assert sorted(shown) == sorted(fns), (shown, list(fns))
+    for name in ("echo", "mlp-infer"):
+        c = cells(b, f'tr[data-fn="{name}"]')
+        st = n.api(f"/v1/functions/{name}")["status"]
+        assert int(c["ready"]) == st["ready"] and int(c["desired"]) == st["desired"], (name, c, st)
+        assert int(c["cold_starts"]) == st["cold_starts"], (name, c, st)
+    assert int(cells(b, 'tr[data-fn="echo"]')["ready"]) == 2
+    node = n.api("/v1/node")
+    c = cells(b, "main")
+    assert c["node"] == node["node"] and c["dataplane"] == node["dataplane"]
+    assert int(c["functions"]) == node["functions"]
+    tenants = b.eval("[...document.querySelectorAll('tr[data-tenant]')].map(r => r.dataset.tenant)")
+    assert sorted(tenants) == sorted(p["tenant"] for p in node["pools"]) and tenants, (tenants, node)
+    b.screenshot("overview.png")
+
+
+def test_function_page(live):
+    b, n = live["browser"], live["node"]
+    b.goto(ui(live, "fn/echo"))
+    b.wait("Chart.getChart(document.querySelector('canvas')) && "
+           "Chart.getChart(document.querySelector('canvas')).data.datasets[0].data.length >= 3",
+           what="three samples on the replicas chart")
+    for i in range(20):
+        http(f"{n.gw}/fn/echo", data=b"again")
+    st = n.api("/v1/functions/echo")["status"]
+    c = cells(b, "main")
+    assert c["name"] == "echo" and c["policy"] == st["policy"]
+    b.wait(f"document.querySelector('[data-k=requests]').innerText.replace(/,/g, '') == '{st['requests_total']}'",
+           what="the request count of /v1")
+    ids = b.eval("[...document.querySelectorAll('main table tbody tr')].length")
+    assert ids == len(st["instances"]) == 2
+    desired = b.eval("Chart.getChart(document.querySelector('canvas')).data.datasets[0].data.at(-1).y")
+    assert desired == n.api("/v1/functions/echo")["status"]["desired"]
+    b.wait("document.querySelector('pre.logs').textContent.length > 0", what="the logs tail")
+    b.screenshot("function-echo.png")
+    # A cold start while the page is open is marked on the chart: sleepy scales to zero after
+    # its keep-alive, and the next call starts an instance.
+    b.goto(ui(live, "fn/sleepy"))
+    b.wait("Chart.getChart(document.querySelector('canvas'))?.data.datasets[0].data.length >= 2")
+    deadline = time.time() + 30
+    while n.api("/v1/functions/sleepy")["status"]["actual"] > 0:
+        assert time.time() < deadline, "sleepy did not scale to zero"
+        time.sleep(0.3)
+    time.sleep(1.5)
+    assert http(f"{n.gw}/fn/sleepy?ms=5")[0] == 200
+    b.wait("Chart.getChart(document.querySelector('canvas')).data.datasets[3].data.length == 1",
+           timeout=10, what="a cold start marker")
+    assert int(cells(b, "main")["cold_starts"]) == n.api("/v1/functions/sleepy")["status"]["cold_starts"]
+    b.screenshot("function-sleepy.png")
+
+
+def accuracy_points(b):
+    return b.eval("(() => { const c = Chart.getChart(document.querySelector('canvas')); "
+                  "return c ? c.data.datasets[0].data.length : -1; })()")
+
+
+def test_fl_job_page_plots_accuracy_live(live):
+    b, n = live["browser"], live["node"]
+    b.goto(ui(live, "job/digits"))
+    b.wait("document.querySelector('[data-k=version]')", what="the job's status")
+    trainer = live["trainer"]
+    # While the job trains, the accuracy chart gains points.
+    first = None
+    deadline = time.time() + 40
+    while time.time() < deadline:
+        p = accuracy_points(b)
+        if p >= 1 and first is None:
+            first = p
+        if first is not None and p >= first + 2:
+            break
+        assert trainer.poll() is None or p > (first or 0), "shoal-client ended before the chart moved"
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"the accuracy chart did not gain points (first {first}); job: "
+                    + json.dumps(n.api('/v1/jobs/digits'))[:2000])
+    b.screenshot("fljob-digits-training.png")
+    trainer.wait(timeout=60)
+    time.sleep(2)  # two polls after the last commit
+    job = n.api("/v1/jobs/digits")
+    evals = [v for v in job["versions"] if v["accuracy"] is not None]
+    c = cells(b, "main")
+    assert int(c["version"]) == job["version"], (c, job["version"])
+    last = evals[-1]
+    assert c["accuracy"].startswith(f"{100 * last['accuracy']:.2f} %"), (c["accuracy"], last)
+    assert f"(version {last['version']})" in c["accuracy"]
+    assert accuracy_points(b) == len(evals)
+    assert b.eval("Chart.getChart(document.querySelector('canvas')).data.datasets[0].data.at(-1).y") == \
+        pytest.approx(last["accuracy"])
+    assert c["clients"] == f"{job['clients']['joined']} / {job['clients']['expected']}"
+    # FedCompass: each client with its measured speed and assigned steps.
+    shown = b.eval("[...document.querySelectorAll('tr[data-client]')].map(r => r.dataset.client)")
+    assert sorted(shown) == sorted(cl["id"] for cl in job["compass"]["clients"]) and len(shown) == 4
+    # The safetensors download: the bytes of the API's model.
+    model = urllib.request.urlopen(urllib.request.Request(
+        f"{n.api_url}/v1/jobs/digits/model", headers={"Authorization": f"Bearer {n.token}"}), timeout=10).read()
+    b.eval("document.querySelector('[data-k=download-safetensors]').click()")
+    msg = b.wait("(t => t.includes('safetensors') && t)(document.querySelector('[role=status]').innerText)",
+                 what="the download's message")
+    assert f"version {job['version']}," in msg, msg
+    # The FL job page at 1280x800 is the README's screenshot.
+    b.eval("window.scrollTo(0, 0)")
+    time.sleep(0.3)
+    b.screenshot("fljob-digits.png")
+
+
+def test_model_page(live):
+    b, n = live["browser"], live["node"]
+    n.wait_ready("mlp-infer")
+    meta = json.loads(http(f"{n.gw}/v2/models/mlp")[1])
+    inp = meta["inputs"][0]
+    width = 1
+    for d in inp["shape"][1:]:
+        width *= d
+    for rows in (1, 2, 3, 3):
+        body = {"inputs": [{"name": inp["name"], "shape": [rows] + inp["shape"][1:], "datatype": "FP32",
+                            "data": [0.1] * (rows * width)}]}
+        code, text = http(f"{n.gw}/v2/models/mlp/infer", data=json.dumps(body).encode())
+        assert code == 200, text
+    b.goto(ui(live, "model/mlp-infer"))
+    b.wait("document.querySelector('[data-k=model_version]')?.innerText.trim() !== '–' && "
+           "document.querySelector('[data-k=model_version]')?.innerText", what="the model's version")
+    stats = n.api("/v1/models/mlp/stats")
+    c = cells(b, "main")
+    assert c["model"] == "mlp" and c["model_version"] == str(stats["model_version"])
+    assert int(c["model_requests"]) == stats["requests"] >= 4
+    hist = b.eval("(() => { const c = Chart.getChart(document.querySelector('canvas[aria-label^=\"Batch sizes\"]')); "
+                  "return Object.fromEntries(c.data.labels.map((l, i) => [l, c.data.datasets[0].data[i]])); })()")
+    assert hist == stats["batch_rows_histogram"], (hist, stats)
+    b.screenshot("model-mlp.png")
+
+
+def test_keyboard_and_phone_width(live):
+    b = live["browser"]
+    b.viewport(390, 844, mobile=True)
+    b.goto(ui(live))
+    b.wait("document.querySelector('tr[data-job=\"digits\"] a')")
+    # Tab moves through real links and buttons: from the header's Overview link to the token
+    # button, and on into the page.
+    b.eval("document.querySelector('header nav a').focus()")
+    b.key("Tab", "Tab", 9)
+    assert b.eval("document.activeElement.id") == "token-button"
+    b.key("Tab", "Tab", 9)
+    assert b.eval("!!document.querySelector('main').contains(document.activeElement)")
+    # The job's link, reached by focus and followed with Enter.
+    b.eval("document.querySelector('tr[data-job=\"digits\"] a').focus()")
+    b.key("Enter", "Enter", 13)
+    b.wait("location.hash === '#/job/digits' && document.querySelector('[data-k=version]')")
+    # Nothing is wider than the phone's screen but the tables' own scrolling boxes.
+    overflow = b.eval("document.documentElement.scrollWidth")
+    assert overflow <= 390, overflow
+    b.screenshot("fljob-digits-phone.png")
+    b.viewport(1280, 800)
+
+
+def test_no_console_errors(live):
+    errors = live["browser"].console_errors()
+    assert not errors, "\n".join(errors)

@@ -18,9 +18,7 @@
 
 #include "fl_progress.h"
 #include "progress.h"
-#include "shoal/inference/model_graph.h"
-#include "shoal/inference/onnx.h"
-#include "shoal/model/safetensors.h"
+#include "shoal/inference/model_onnx.h"
 #include "table.h"
 
 namespace shoal::cli {
@@ -680,33 +678,13 @@ int FlWatch(const HttpClient& client, const std::string& job, const WatchOptions
 
 namespace {
 
-// The job's model version as an ONNX graph: the architecture the job's status names, with the
-// version's tensors (the safetensors the server hands out) as its weights.
+// The job's model version as an ONNX graph: the architecture the job's status describes, with
+// the version's tensors (the safetensors the server hands out) as its weights (the conversion
+// shoald's ?format=onnx runs too).
 std::string ModelAsOnnx(const HttpClient& client, const std::string& job, const std::string& body) {
-  const json st = GetJson(client, "/v1/jobs/" + job);
-  if (!st.contains("model") || !st["model"].is_object() || !st["model"].contains("architecture")) {
-    std::fprintf(stderr, "shoal: shoald does not report job %s's architecture (an older "
-                 "shoald?); use --format safetensors\n", job.c_str());
-    throw Exit{1};
-  }
-  const std::string arch = Str(st["model"], "architecture");
-  model::ArchitectureOptions options;
-  if (const uint64_t hidden = Num<uint64_t>(st["model"], "hidden"); hidden > 0) {
-    options.hidden = {hidden};
-  }
-  auto spec = model::ArchitectureSpec(arch, options);
-  const auto bytes = std::as_bytes(std::span(body.data(), body.size()));
-  auto m = spec.ok() ? model::ModelFromSafetensors(bytes, *spec) : Result<model::Model>(spec.status());
-  if (!m.ok()) {
-    std::fprintf(stderr, "shoal: job %s's model does not fit architecture '%s': %s\n", job.c_str(),
-                 arch.c_str(), m.status().message().c_str());
-    throw Exit{1};
-  }
-  auto graph = inference::GraphFromArchitecture(arch, options, *m);
-  Result<std::string> onnx = graph.ok() ? inference::SerializeOnnx(*graph)
-                                        : Result<std::string>(graph.status());
+  auto onnx = inference::JobModelAsOnnx(GetJson(client, "/v1/jobs/" + job).dump(), body);
   if (!onnx.ok()) {
-    std::fprintf(stderr, "shoal: cannot build the ONNX graph of '%s': %s\n", arch.c_str(),
+    std::fprintf(stderr, "shoal: job %s: %s; use --format safetensors\n", job.c_str(),
                  onnx.status().message().c_str());
     throw Exit{1};
   }

@@ -27,6 +27,9 @@
 #include "shoal/controller/registry.h"
 #include "shoal/dataplane/dataplane.h"
 #include "shoal/gateway/gateway.h"
+#ifdef SHOAL_HAVE_ONNX_EXPORT
+#include "shoal/inference/model_onnx.h"
+#endif
 #include "shoal/runtime/instance_manager.h"
 #include "shoal/runtime/node_capacity.h"
 #include "shoal/sandbox/capabilities.h"
@@ -263,6 +266,12 @@ int main(int argc, char** argv) {
   });
   ControlApi control(*registry, manager, &fl, tokens.get());
   ControlService control_service(control);
+  // The control listener's API also converts a job's model to ONNX (?format=onnx): long work
+  // for that listener's own threads, so the gateway's API (run on its loops) has no exporter.
+  ControlApi listener_api(*registry, manager, &fl, tokens.get());
+#ifdef SHOAL_HAVE_ONNX_EXPORT
+  listener_api.SetOnnxExport(inference::JobModelAsOnnx);
+#endif
   // An inference instance reads its FL job's models through the fleet routes: it gets an
   // ephemeral fl-client token of that job (memory only, gone with this shoald).
   manager.SetInstanceToken([&tokens](const FunctionSpec& spec) -> std::string {
@@ -315,7 +324,7 @@ int main(int argc, char** argv) {
            std::to_string(gateway.port());
   }();
   manager.SetGatewayUrl(gateway_url);
-  ControlServer control_server(config, control, *tokens);
+  ControlServer control_server(config, listener_api, *tokens);
   control_server.SetGatewayUrl(gateway_url);
   if (Status st = control_server.Start(); !st.ok()) {
     spdlog::error("control API: {}", st.ToString());
@@ -343,6 +352,7 @@ int main(int argc, char** argv) {
     cluster::NodeRecord record;
     record.name = config.node_name;
     record.address = cluster::AdvertiseHost(config) + ":" + std::to_string(gateway.port());
+    record.control = control_server.url();  // the cluster console links each node's own
     record.version = "0.1.0";
     const Resources capacity = ProbeNodeCapacity();
     record.cores = static_cast<uint32_t>(capacity.cores);

@@ -1,5 +1,6 @@
 // Shoal's web console: one page, hash routes, plain JavaScript over the /v1 API of the
-// listener that served it. Every data call carries the bearer token the user gave once (kept
+// listener that served it: a node's (shoald's control listener) or the cluster's
+// (shoal-controller; its pages show the nodes and the functions' placements). Every data call carries the bearer token the user gave once (kept
 // in sessionStorage, this tab only; or read from ?token= once and dropped from the address).
 // Live pages poll their /v1 resources every second; series over time (req/s, replicas,
 // latency) are built here from successive samples, so they start when the page opens.
@@ -394,7 +395,7 @@
             this.modelInfo = h('div'),
             h('div', { class: 'actions' },
               h('button', { type: 'button', class: 'primary', 'data-k': 'download-safetensors', onclick: () => this.download('safetensors') }, 'Download safetensors'),
-              h('span', { class: 'muted' }, 'ONNX: ', h('code', null, `shoal fl model ${n} --format onnx -o ${n}.onnx`))),
+              h('button', { type: 'button', 'data-k': 'download-onnx', onclick: () => this.download('onnx') }, 'Download ONNX')),
             this.downloadMsg = h('p', { class: 'muted', role: 'status' })),
           h('section', { class: 'card', 'aria-label': 'Commits per minute' }, h('h2', null, 'Commits per minute'), this.commits.box),
           h('section', { class: 'card wide', 'aria-label': 'Clients' }, h('h2', null, 'Clients'), this.clients = h('div'))));
@@ -476,15 +477,19 @@
       const n = this.name;
       this.downloadMsg.textContent = 'downloading…';
       try {
-        const r = await request(`/v1/jobs/${enc(n)}/model`);
+        const r = await request(`/v1/jobs/${enc(n)}/model?format=${format}`);
         const version = r.headers.get('X-Shoal-Model-Version');
         const blob = await r.blob();
+        // The digest lets the user check the file against `shoal fl model` or sha256sum.
+        const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', await blob.arrayBuffer()));
+        const sha256 = [...digest].map((b) => b.toString(16).padStart(2, '0')).join('');
         const a = h('a', { href: URL.createObjectURL(blob), download: `${n}-v${version}.${format}` });
         document.body.append(a);
         a.click();
         a.remove();
         setTimeout(() => URL.revokeObjectURL(a.href), 10000);
-        this.downloadMsg.textContent = `version ${version}, ${fmt.bytes(blob.size)} (${format})`;
+        this.downloadMsg.replaceChildren(`version ${version}, ${fmt.bytes(blob.size)} (${format}), sha256 `,
+          h('code', { 'data-k': 'sha256' }, sha256));
       } catch (e) {
         if (e instanceof AuthError) { showTokenPanel(e.message); return; }
         this.downloadMsg.textContent = e.message;
@@ -559,6 +564,98 @@
     }
   }
 
+  // ---- cluster pages (shoal-controller) ----------------------------------------------------
+
+  // A node's own console, at its control API (the node registers that address; a node's
+  // tokens are its own, so its console asks for one of them).
+  const nodeConsole = (node, route) => node && node.control ? `${node.control}/ui/#/${route || ''}` : null;
+  const MIB = 1024 * 1024;
+
+  class ClusterOverview extends Page {
+    start() {
+      this.main.replaceChildren(
+        h('h1', null, 'Cluster ', h('span', { 'data-k': 'cluster' })),
+        h('div', { class: 'grid' },
+          this.clusterCard = card('Control plane', h('p', { class: 'muted' }, 'loading')),
+          h('section', { class: 'card wide', 'aria-label': 'Nodes' }, h('h2', null, 'Nodes'), this.nodeBox = h('div')),
+          h('section', { class: 'card wide', 'aria-label': 'Functions' },
+            h('h2', null, 'Functions and their placements'), this.fnBox = h('div'))));
+      this.every(POLL_MS, () => this.refresh());
+    }
+
+    async refresh() {
+      const [c, nodes, fns] = await Promise.all([api('/v1/cluster'), api('/v1/nodes'), api('/v1/functions')]);
+      document.getElementById('node-name').textContent = `cluster ${c.cluster}`;
+      this.main.querySelector('h1 [data-k=cluster]').textContent = c.cluster;
+      this.clusterCard.replaceChildren(h('h2', null, 'Control plane'), kv([
+        ['cluster', c.cluster, 'cluster_name'], ['etcd prefix', c.prefix],
+        ['this controller', `${c.controller} (${c.is_leader ? 'leader' : 'standby'})`, 'controller'],
+        ['leader', c.leader || '– (none elected)', 'leader'], ['nodes ready', c.nodes, 'nodes'],
+        ['functions', fns.functions.length, 'functions']]));
+      const byName = new Map(nodes.nodes.map((n) => [n.name, n]));
+      const list = nodes.nodes;
+      this.nodeBox.replaceChildren(table(
+        [{ title: 'node', key: 'name' }, { title: 'gateway', key: 'address' }, { title: 'console' },
+          { title: 'cores', num: true, key: 'cores' }, { title: 'memory', num: true, key: 'memory' },
+          { title: 'GPUs', num: true, key: 'gpus' }, { title: 'status', key: 'status' }, { title: 'lease', key: 'lease' },
+          { title: 'version' }, { title: 'cold start p50', num: true }, { title: 'cached functions', num: true },
+          { title: 'up for' }],
+        list.map((n) => {
+          const url = nodeConsole(n);
+          return [n.name, n.address, url ? h('a', { href: url, 'data-console': n.name }, n.control) : h('span', { class: 'muted' }, 'unknown'),
+            n.cores, fmt.bytes(n.memory_mib * MIB), n.gpus, h('span', { class: n.status === 'Ready' ? 'state-ready' : '' }, n.status),
+            n.lease, n.version, fmt.num(n.cold_start_ms, 1) + ' ms', (n.cached_functions || []).length,
+            n.started_unix_ms ? fmt.secs((Date.now() - n.started_unix_ms) / 1000) : '–'];
+        }), (i) => ({ 'data-node': list[i].name })));
+      const fl = fns.functions;
+      this.fnBox.replaceChildren(table(
+        [{ title: 'function' }, { title: 'namespace' }, { title: 'generation', num: true },
+          { title: 'placed on', key: 'placements' }, { title: 'updated' }],
+        fl.map((f) => [link('#/fn/' + enc(f.name), f.name), f.namespace, f.generation,
+          f.placements.length === 0 ? h('span', { class: 'muted' }, 'not placed yet')
+            : f.placements.map((p, i) => {
+              const url = nodeConsole(byName.get(p.node), 'fn/' + enc(f.name));
+              return [i ? ', ' : '', url ? h('a', { href: url, 'data-placement': p.node }, p.node)
+                : h('span', { 'data-placement': p.node }, p.node), ` (${p.min}…${p.max})`];
+            }),
+          f.updated_unix_ms ? new Date(f.updated_unix_ms).toLocaleString() : '–']),
+        (i) => ({ 'data-fn': fl[i].name })));
+    }
+  }
+
+  class ClusterFunctionPage extends Page {
+    constructor(main, name) { super(main); this.name = name; }
+    start() {
+      this.main.replaceChildren(
+        h('h1', null, 'Cluster function ', h('span', { 'data-k': 'name' }, this.name)),
+        h('div', { class: 'grid' },
+          this.summary = card('Function'),
+          h('section', { class: 'card wide', 'aria-label': 'Placements' }, h('h2', null, 'Placements'),
+            this.placements = h('div'),
+            h('p', { class: 'muted' }, "Each node runs the function within its placement's scale; " +
+              "its instances, requests and logs are on that node's console."))));
+      this.every(POLL_MS, () => this.refresh());
+    }
+
+    async refresh() {
+      const [f, nodes] = await Promise.all([api('/v1/functions/' + enc(this.name)), api('/v1/nodes')]);
+      const byName = new Map(nodes.nodes.map((n) => [n.name, n]));
+      const when = (ms) => (ms ? new Date(ms).toLocaleString() : '–');
+      this.summary.replaceChildren(h('h2', null, 'Function'), kv([
+        ['namespace', f.namespace, 'namespace'], ['id', f.id], ['generation', f.generation, 'generation'],
+        ['created', when(f.created_unix_ms)], ['updated', when(f.updated_unix_ms)]]));
+      this.placements.replaceChildren(table(
+        [{ title: 'node' }, { title: 'min', num: true }, { title: 'max', num: true },
+          { title: 'generation', num: true }, { title: "on the node's console" }],
+        f.placements.map((p) => {
+          const n = byName.get(p.node);
+          const url = nodeConsole(n, 'fn/' + enc(f.name));
+          return [p.node, p.min, p.max, p.generation,
+            url ? h('a', { href: url }, `${p.node}: ${f.name}`) : h('span', { class: 'muted' }, n ? 'address unknown' : 'node gone')];
+        }), (i) => ({ 'data-placement': f.placements[i].node })));
+    }
+  }
+
   class NotFoundPage extends Page {
     start() {
       this.main.replaceChildren(h('h1', null, 'Not found'), h('p', null, 'No page at ', h('code', null, location.hash), '. ', link('#/', 'Overview')));
@@ -568,30 +665,57 @@
   // ---- router ------------------------------------------------------------------------------
 
   let page = null;
+  let routeSeq = 0;
+
+  // Which server the page talks to (GET /v1/ui-info): a node's control API ("shoald") or the
+  // cluster's (shoal-controller). Asked once per token.
+  let server = null;
+  async function detectServer() {
+    if (!server) server = (await api('/v1/ui-info')).server === 'shoal-controller' ? 'cluster' : 'node';
+    return server;
+  }
+
+  function makePage(main, kind, name) {
+    if (server === 'cluster') {
+      if (!kind) return new ClusterOverview(main);
+      if (kind === 'fn' && name) return new ClusterFunctionPage(main, name);
+      return new NotFoundPage(main);
+    }
+    if (!kind) return new Overview(main);
+    if (kind === 'fn' && name) return new FunctionPage(main, name);
+    if (kind === 'job' && name) return new JobPage(main, name);
+    if (kind === 'model' && name) return new ModelPage(main, name);
+    return new NotFoundPage(main);
+  }
 
   function route() {
     if (page) page.stop();
+    page = null;
+    const seq = ++routeSeq;
     const main = document.getElementById('main');
     const parts = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
     const [kind, name] = parts;
-    if (!kind) page = new Overview(main);
-    else if (kind === 'fn' && name) page = new FunctionPage(main, name);
-    else if (kind === 'job' && name) page = new JobPage(main, name);
-    else if (kind === 'model' && name) page = new ModelPage(main, name);
-    else page = new NotFoundPage(main);
     document.title = (kind && name ? `${name} · ` : '') + 'Shoal console';
     for (const a of document.querySelectorAll('header nav a')) {
       a.toggleAttribute('aria-current', a.getAttribute('href') === (location.hash || '#/'));
     }
     if (!token) {
       main.replaceChildren(h('h1', null, 'Shoal console'), h('p', null,
-        'Paste a bearer token above (shoald printed the admin token at its first start; it is in ',
+        'Paste a bearer token above (shoald, or shoal-controller for the cluster console, printed the admin token at its first start; it is in ',
         h('code', null, '<state_dir>/admin.conf'), '; ', h('code', null, 'shoal token create --role viewer'), ' makes a read-only one).'));
       showTokenPanel('');
       return;
     }
-    page.start();
-    main.focus({ preventScroll: true });
+    detectServer().then(() => {
+      if (seq !== routeSeq) return;  // the user moved on meanwhile
+      page = makePage(main, kind, name);
+      page.start();
+      main.focus({ preventScroll: true });
+    }, (e) => {
+      if (seq !== routeSeq) return;
+      if (e instanceof AuthError) showTokenPanel(e.message);
+      else setStatus(e.message, true);
+    });
   }
 
   document.getElementById('token-form').addEventListener('submit', (ev) => {
@@ -599,6 +723,7 @@
     token = document.getElementById('token-input').value.trim();
     document.getElementById('token-input').value = '';
     sessionStorage.setItem(TOKEN_KEY, token);
+    server = null;
     document.getElementById('token-panel').hidden = true;
     route();
   });

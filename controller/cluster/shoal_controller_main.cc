@@ -1,10 +1,11 @@
 // shoal-controller: the cluster's control plane. Several may run; one is leader through an etcd
 // election (the others stand by and take over within the leader's lease TTL). It keeps the
 // cluster's node directory from etcd and serves the control API that `shoal --server` talks to:
-// so far GET /v1/nodes and /v1/cluster (cluster-wide functions, placement and FL jobs follow).
+// GET /v1/nodes and /v1/cluster, cluster functions and their placement (FL jobs follow), and the
+// web console at /ui/.
+#include <fcntl.h>
 #include <httplib.h>
 #include <spdlog/spdlog.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,9 +14,9 @@
 #include <csignal>
 #include <cstring>
 #include <fstream>
-#include <thread>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "shoal/auth/role.h"
 #include "shoal/auth/token_store.h"
@@ -23,6 +24,7 @@
 #include "shoal/cluster/etcd_client.h"
 #include "shoal/cluster/node_agent.h"
 #include "shoal/common/log.h"
+#include "shoal/console/console_assets.h"
 #include "shoal/controller/cluster_functions.h"
 #include "shoal/controller/manifest.h"
 #include "shoal/controller/node_directory.h"
@@ -35,6 +37,12 @@ std::atomic<httplib::Server*> g_server{nullptr};
 void JsonError(httplib::Response& res, int status, const std::string& message) {
   res.status = status;
   res.set_content(json{{"error", message}}.dump() + "\n", "application/json");
+}
+
+void Write(const shoal::HttpReply& r, httplib::Response& res) {
+  res.status = r.status;
+  for (const auto& [k, v] : r.headers) res.set_header(k, v);
+  res.set_content(r.shared_body ? *r.shared_body : r.body, r.content_type);
 }
 
 bool IsLoopback(const std::string& host) {
@@ -182,6 +190,14 @@ int main(int argc, char** argv) {
     res.status = etcd_ok ? 200 : 503;
     res.set_content(body, "text/plain");
   });
+  // The web console (the same page as a node's, showing the cluster: it asks /v1/cluster). Its
+  // files hold no data, so they are served without a token; its /v1 calls carry one.
+  auto ui = [](const httplib::Request& req, httplib::Response& res) {
+    Write(console::ServeUi(req.path), res);
+  };
+  server.Get("/", ui);
+  server.Get("/ui", ui);
+  server.Get("/ui/.*", ui);
   server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
     std::ostringstream o;
     o << "# HELP shoal_cluster_nodes_ready Nodes registered with a live lease.\n"
@@ -210,6 +226,7 @@ int main(int argc, char** argv) {
       }
       list.push_back({{"name", n.record.name},
                       {"address", n.record.address},
+                      {"control", n.record.control},
                       {"status", "Ready"},
                       {"version", n.record.version},
                       {"protocol", std::to_string(n.record.protocol_major) + "." +
@@ -328,6 +345,23 @@ int main(int argc, char** argv) {
     }
     res.set_content(json{{"deleted", req.matches[1].str()}}.dump() + "\n", "application/json");
   });
+  server.Get("/v1/ui-info", [&](const httplib::Request& req, httplib::Response& res) {
+    // What the web console asks first to show the cluster's pages (a node answers "shoald").
+    const std::string token(auth::BearerToken(req.get_header_value("Authorization")));
+    auto who = tokens->Authenticate(token);
+    if (token.empty() || !who.ok()) {
+      JsonError(res, 401,
+                token.empty() ? "this API needs a bearer token (Authorization: Bearer "
+                                "<token>)"
+                              : who.status().message());
+      return;
+    }
+    res.set_content(
+        json{{"server", "shoal-controller"}, {"version", "0.1.0"}, {"cluster", cluster_name}}
+                .dump() +
+            "\n",
+        "application/json");
+  });
   server.Get("/v1/cluster", [&](const httplib::Request& req, httplib::Response& res) {
     if (!authorize(req, res, auth::Action::kReadNode)) return;
     res.set_content(json{{"cluster", cluster_name},
@@ -341,9 +375,10 @@ int main(int argc, char** argv) {
   });
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (res.status == 404) {
-      JsonError(res, 404, "shoal-controller serves /v1/nodes, /v1/cluster and /v1/functions so "
-                              "far; no route " + req.path +
-                              " (deploy functions and FL jobs on a node's control API meanwhile)");
+      JsonError(res, 404,
+                "shoal-controller serves /v1/nodes, /v1/cluster, /v1/functions, /v1/ui-info and "
+                "the console at /ui/ so far; no route " +
+                    req.path + " (deploy functions and FL jobs on a node's control API meanwhile)");
     }
   });
   const int bound = port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);

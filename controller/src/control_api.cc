@@ -265,6 +265,14 @@ HttpReply ControlApi::Handle(std::string_view method, std::string_view path,
       rest.remove_prefix(6);
       return Tokens(method, path, rest, body);
     }
+    if (rest == "ui-info") {
+      // Which server this is, so the web console picks a node's pages or the cluster's
+      // (shoal-controller answers "shoal-controller"). Any valid token may ask.
+      if (method != "GET") return MethodNotAllowed(method, path, "GET");
+      return Json(200, json{{"server", "shoald"},
+                            {"version", kShoalVersion},
+                            {"node", registry_.config().node_name}});
+    }
     if (rest == "top" || rest == "node") {
       if (Status st = auth::Authorize(who, Action::kReadNode, {}); !st.ok()) return StatusError(st);
       if (method != "GET") return MethodNotAllowed(method, path, "GET");
@@ -557,12 +565,30 @@ HttpReply ControlApi::Model(const std::string& job, std::string_view query) {
     if (!QueryUint(query, "version", &v)) return Error(400, "version: must be an integer");
     version = v;
   }
+  const std::string format = QueryValue(query, "format").value_or("safetensors");
+  if (format != "safetensors" && format != "onnx") {
+    return Error(400, "format: must be safetensors or onnx, not '" + format + "'");
+  }
+  if (format == "onnx" && !onnx_export_) {
+    return Error(501,
+                 "format=onnx: the ONNX conversion is served on the control listener "
+                 "(control_listen_host:control_port), not here");
+  }
   auto model = jobs_->Model(job, version);
   if (!model.ok()) return StatusError(model.status());
   HttpReply r;
   r.content_type = "application/octet-stream";
   r.headers.emplace_back("X-Shoal-Model-Version", std::to_string(model->version));
-  r.shared_body = std::move(model->bytes);
+  if (format == "safetensors") {
+    r.shared_body = std::move(model->bytes);
+    return r;
+  }
+  // The architecture and its widths come from the job's status, as `shoal fl model` reads them.
+  auto status = jobs_->JobStatusJson(job);
+  if (!status.ok()) return StatusError(status.status());
+  auto onnx = onnx_export_(*status, *model->bytes);
+  if (!onnx.ok()) return Error(500, "job " + job + ": " + onnx.status().message());
+  r.body = std::move(*onnx);
   return r;
 }
 

@@ -5,8 +5,9 @@ over the Chrome DevTools Protocol (python3-websocket). The test deploys function
 that real shoal-client processes train, and an ONNX model served for inference; opens each
 page; and checks that what the page shows equals what /v1 says (function names and instance
 counts, the job's latest version and accuracy, the model's version and requests), that the
-accuracy chart gains points while the job trains, that the page logs no console error, and that
-it works with the keyboard and at a phone's width. Screenshots go to
+accuracy chart gains points while the job trains, that the model downloads (safetensors, and
+ONNX with the bytes `shoal fl model --format onnx` writes), that the page logs no console error,
+and that it works with the keyboard and at a phone's width. Screenshots go to
 build/test-output/console/ (SHOAL_TEST_OUTPUT overrides).
 
 Run by ctest (console.ui) as root: shoald needs root. Reported as skipped, with the reason,
@@ -14,6 +15,7 @@ where Chromium or the websocket client is missing or Chromium cannot start.
 """
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -368,6 +370,13 @@ def test_function_page(live):
     b.screenshot("function-sleepy.png")
 
 
+def model_bytes(n, query=""):
+    """The job's model as GET /v1/jobs/digits/model?<query> hands it out."""
+    return urllib.request.urlopen(urllib.request.Request(
+        f"{n.api_url}/v1/jobs/digits/model" + (f"?{query}" if query else ""),
+        headers={"Authorization": f"Bearer {n.token}"}), timeout=30).read()
+
+
 def accuracy_points(b):
     return b.eval("(() => { const c = Chart.getChart(document.querySelector('canvas')); "
                   "return c ? c.data.datasets[0].data.length : -1; })()")
@@ -410,12 +419,30 @@ def test_fl_job_page_plots_accuracy_live(live):
     shown = b.eval("[...document.querySelectorAll('tr[data-client]')].map(r => r.dataset.client)")
     assert sorted(shown) == sorted(cl["id"] for cl in job["compass"]["clients"]) and len(shown) == 4
     # The safetensors download: the bytes of the API's model.
-    model = urllib.request.urlopen(urllib.request.Request(
-        f"{n.api_url}/v1/jobs/digits/model", headers={"Authorization": f"Bearer {n.token}"}), timeout=10).read()
+    model = model_bytes(n)
     b.eval("document.querySelector('[data-k=download-safetensors]').click()")
     msg = b.wait("(t => t.includes('safetensors') && t)(document.querySelector('[role=status]').innerText)",
                  what="the download's message")
     assert f"version {job['version']}," in msg, msg
+    # The ONNX download: shoald converts the version as `shoal fl model --format onnx` does,
+    # byte for byte, and the button hands out those bytes.
+    v = job["version"]
+    onnx = model_bytes(n, f"version={v}&format=onnx")
+    out = os.path.join(live["tmp"], "digits.onnx")
+    r = subprocess.run([os.path.join(BIN, "shoal"), "fl", "model", "digits", "--format", "onnx",
+                        "--version", str(v), "-o", out], text=True, capture_output=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "SHOAL_CONFIG": n.conf})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert open(out, "rb").read() == onnx and onnx != model and len(onnx) > len(model) // 2
+    code, body = http(f"{n.api_url}/v1/jobs/digits/model?format=pt",
+                      headers={"Authorization": f"Bearer {n.token}"})
+    assert code == 400 and json.loads(body)["error"].startswith("format: "), (code, body)
+    assert http(f"{n.api_url}/v1/jobs/digits/model?format=onnx")[0] == 401  # same auth as safetensors
+    b.eval("document.querySelector('[data-k=download-onnx]').click()")
+    msg = b.wait("(t => t.includes('(onnx)') && t)(document.querySelector('[role=status]').innerText)",
+                 what="the ONNX download's message")
+    assert f"version {v}," in msg, msg
+    assert b.eval("document.querySelector('[data-k=sha256]').innerText") == hashlib.sha256(onnx).hexdigest()
     # The FL job page at 1280x800 is the README's screenshot.
     b.eval("window.scrollTo(0, 0)")
     time.sleep(0.3)

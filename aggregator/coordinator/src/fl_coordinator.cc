@@ -813,11 +813,14 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
             {"target_rounds", job->spec.rounds},  // spec.stop.rounds; 0: none
             {"best_accuracy", job->best_accuracy},
             {"leaf_function", LeafFunction(name)},
-            // What `shoal fl model --format onnx` and the inference handler rebuild the graph
-            // from: the architecture and its size (inputs and classes are the defaults).
+            // What the ONNX export (inference::JobModelAsOnnx: `shoal fl model --format onnx`,
+            // ?format=onnx) and the inference handler rebuild the graph from: the architecture
+            // and its widths.
             {"model",
              {{"architecture", job->spec.architecture},
               {"hidden", job->spec.hidden},
+              {"inputs", JobArchitecture(job->spec).inputs},
+              {"classes", JobArchitecture(job->spec).classes},
               {"params", job->mspec.num_params()}}},
             {"versions", versions}};
   if (job->Compass()) {

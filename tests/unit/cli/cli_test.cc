@@ -817,7 +817,8 @@ TEST_F(CliTest, FlModelAsOnnxIsTheArchitectureWithTheVersionsWeights) {
              {200, "application/json", JobStatus("running", json::array()).dump(), {}});
   auto old = RunShoal(server_.url(), {"fl", "model", "fmnist", "--format", "onnx", "-o", path});
   EXPECT_EQ(old.exit_code, 1);
-  EXPECT_NE(old.err.find("does not report job fmnist's architecture"), std::string::npos) << old.err;
+  EXPECT_NE(old.err.find("job fmnist: its status names no model architecture"), std::string::npos)
+      << old.err;
   EXPECT_NE(access(path.c_str(), F_OK), 0);
   // Weights of another size than the architecture's: named.
   status["model"]["hidden"] = 32;
@@ -825,6 +826,24 @@ TEST_F(CliTest, FlModelAsOnnxIsTheArchitectureWithTheVersionsWeights) {
   auto wrong = RunShoal(server_.url(), {"fl", "model", "fmnist", "--format", "onnx", "-o", path});
   EXPECT_EQ(wrong.exit_code, 1);
   EXPECT_NE(wrong.err.find("does not fit architecture 'mlp'"), std::string::npos) << wrong.err;
+  // A job on sklearn's digits (8x8 inputs): the status's input width shapes the graph.
+  const shoal::model::Model digits =
+      shoal::model::InitModel(shoal::model::MlpSpec(64, {32}, 10), 5);
+  const std::vector<std::byte> dst = shoal::model::ModelToSafetensors(digits);
+  server_.On("GET /v1/jobs/fmnist/model",
+             {200,
+              "application/octet-stream",
+              std::string(reinterpret_cast<const char*>(dst.data()), dst.size()),
+              {"X-Shoal-Model-Version: 4"}});
+  status["model"]["inputs"] = 64;
+  status["model"]["classes"] = 10;
+  server_.On("GET /v1/jobs/fmnist", {200, "application/json", status.dump(), {}});
+  auto small = RunShoal(server_.url(), {"fl", "model", "fmnist", "--format", "onnx", "-o", path});
+  ASSERT_EQ(small.exit_code, 0) << small.err;
+  auto sg = shoal::inference::LoadOnnx(path);
+  ASSERT_TRUE(sg.ok()) << sg.status().ToString();
+  EXPECT_EQ(sg->initializers.at("fc1.weight").floats.size(), 32u * 64u);
+  unlink(path.c_str());
   rmdir(dir);
 }
 

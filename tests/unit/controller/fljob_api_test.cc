@@ -46,9 +46,10 @@ class FakeJobService : public JobService {
   }
   Result<std::string> JobStatusJson(const std::string& job) override {
     if (!jobs.count(job)) return NotFound("job '" + job + "' not found");
-    return json{
-        {"name", job}, {"algorithm", jobs[job].algorithm}, {"state", "running"}, {"version", 3}}
-        .dump();
+    json st{
+        {"name", job}, {"algorithm", jobs[job].algorithm}, {"state", "running"}, {"version", 3}};
+    if (!model.is_null()) st["model"] = model;
+    return st.dump();
   }
   Result<std::string> JobNamespace(const std::string& job) override {
     if (!jobs.count(job)) return NotFound("job '" + job + "' not found");
@@ -89,6 +90,7 @@ class FakeJobService : public JobService {
   TaskResult next_task;
   std::optional<uint64_t> last_model_version;
   std::vector<EvalReport> reports;
+  json model;  // the status's "model" object, when set
 };
 
 std::string Fn(const std::string& name) {
@@ -352,4 +354,46 @@ TEST(FlJobApiDisabledTest, WithoutAServiceJobRoutesAre501AndNothingIsDeployed) {
 }
 
 }  // namespace
+TEST_F(FlJobApiTest, ModelAsOnnx) {
+  ASSERT_EQ(Call("POST", "/v1/jobs", Job("fmnist")).status, 201);
+  auto bad = Call("GET", "/v1/jobs/fmnist/model", {}, "format=pt");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_EQ(Body(bad)["error"], "format: must be safetensors or onnx, not 'pt'");
+  // Without an exporter (the gateway's API: no long work on its loops) onnx is refused.
+  auto none = Call("GET", "/v1/jobs/fmnist/model", {}, "format=onnx");
+  EXPECT_EQ(none.status, 501);
+  EXPECT_EQ(Call("GET", "/v1/jobs/fmnist/model", {}, "format=safetensors").status, 200);
+
+  // The exporter gets the job's status and the version's bytes.
+  std::string got_status;
+  std::string got_bytes;
+  api_->SetOnnxExport([&](std::string_view status, std::string_view bytes) -> Result<std::string> {
+    got_status = status;
+    got_bytes = bytes;
+    if (jobs_.model.is_null()) return InvalidArgument("its status names no model architecture");
+    return std::string("ONNX!");
+  });
+  auto unnamed = Call("GET", "/v1/jobs/fmnist/model", {}, "format=onnx");
+  EXPECT_EQ(unnamed.status, 500);
+  EXPECT_EQ(Body(unnamed)["error"], "job fmnist: its status names no model architecture");
+  jobs_.model = {{"architecture", "mlp"}, {"hidden", 32}};
+  auto onnx = Call("GET", "/v1/jobs/fmnist/model", {}, "version=2&format=onnx");
+  EXPECT_EQ(onnx.status, 200) << onnx.body;
+  EXPECT_EQ(onnx.content_type, "application/octet-stream");
+  EXPECT_EQ(onnx.body, "ONNX!");
+  EXPECT_EQ(onnx.headers,
+            (std::vector<std::pair<std::string, std::string>>{{"X-Shoal-Model-Version", "2"}}));
+  EXPECT_EQ(json::parse(got_status)["model"], jobs_.model);
+  EXPECT_EQ(got_bytes, std::string("ST\0\x01bytes", 8));
+  EXPECT_EQ(Call("GET", "/v1/jobs/nope/model", {}, "format=onnx").status, 404);
+}
+
+TEST_F(FlJobApiTest, UiInfoNamesTheServer) {
+  auto r = Call("GET", "/v1/ui-info");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(Body(r)["server"], "shoald");
+  EXPECT_EQ(Body(r)["version"], kShoalVersion);
+  EXPECT_EQ(Call("POST", "/v1/ui-info").status, 405);
+}
+
 }  // namespace shoal

@@ -25,7 +25,7 @@ struct NodePool {
 struct NodeRecord {
   std::string name;
   std::string address;      // host:port of the node's gateway (data path, forwarding)
-  std::string control;      // host:port of its control API ("" when loopback-only)
+  std::string control;      // URL of its control API (http(s)://host:port; "" when unknown)
   int protocol_major = kClusterProtocolMajor;
   int protocol_minor = kClusterProtocolMinor;
   std::string version;      // shoald's version string

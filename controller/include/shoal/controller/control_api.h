@@ -7,6 +7,7 @@
 // excepted), errors as {"error": "..."} with the matching HTTP status.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -15,10 +16,10 @@
 
 #include "shoal/auth/role.h"
 #include "shoal/auth/token_store.h"
-#include "shoal/interfaces/http_reply.h"
-#include "shoal/interfaces/job_service.h"
 #include "shoal/controller/manifest.h"
 #include "shoal/controller/registry.h"
+#include "shoal/interfaces/http_reply.h"
+#include "shoal/interfaces/job_service.h"
 #include "shoal/interfaces/runtime_view.h"
 
 namespace shoal {
@@ -31,6 +32,15 @@ class ControlApi {
   // for /v1/tokens.
   ControlApi(FunctionRegistry& registry, RuntimeView& runtime, JobService* jobs = nullptr,
              auth::TokenStore* tokens = nullptr);
+
+  // A job's model version as ONNX bytes from the job's status JSON (its architecture and
+  // widths) and the version's safetensors: inference::JobModelAsOnnx, which the controller
+  // library does not link.
+  using OnnxExport = std::function<Result<std::string>(std::string_view job_status_json,
+                                                       std::string_view safetensors)>;
+  // Lets GET /v1/jobs/{job}/model?format=onnx convert (without it that answers 501). Only for
+  // an API whose caller may run long work: the control listener's threads, not a gateway loop.
+  void SetOnnxExport(OnnxExport e) { onnx_export_ = std::move(e); }
 
   // `path` starts with /v1/; `query` is the part after '?', without it; `who` made the request.
   HttpReply Handle(std::string_view method, std::string_view path, std::string_view query,
@@ -71,6 +81,7 @@ class ControlApi {
   RuntimeView& runtime_;
   JobService* jobs_;
   auth::TokenStore* tokens_;
+  OnnxExport onnx_export_;
 };
 
 }  // namespace shoal

@@ -50,9 +50,13 @@ constexpr uint32_t kNumClasses = kClassBytes.size();
 constexpr uint32_t kLargeClass = 0xff;
 // A class-sized buffer carved from the heap because its class's objects were all taken.
 constexpr uint32_t kFromHeap = 0x100;
-// Each class's mempool gets this fraction of the pool; the rest is the heap for updates (and
-// for class-sized buffers once a class's objects are all taken).
+// Each class's mempool gets this fraction of the pool, at most kMaxClassShareBytes; the rest
+// is the heap for updates (and for class-sized buffers once a class's objects are all taken).
+// The cap keeps a large pool's memory for what fills it, updates: without it the seven classes
+// held 7/32 of a 3.3 GiB FL pool (720 MiB of small-buffer objects), and a round that fits the
+// Boost pool of the same size found the heap full.
 constexpr uint64_t kClassShareDivisor = 32;
+constexpr uint64_t kMaxClassShareBytes = uint64_t{32} << 20;
 constexpr uint64_t kHeaderBytes = 4096;
 constexpr uint32_t kRingElemBytes = sizeof(uint32_t);  // a ring holds object indices
 // Cache lanes per holder slot: lane 0 shared (locked), the others one thread's each.
@@ -253,7 +257,7 @@ void PlanLayout(PoolHeader* h, uint64_t bytes) {
   uint64_t at = kHeaderBytes;
   h->caches_offset = at;
   at += sizeof(SlotCache) * kMaxHolderSlots * kLanes;
-  const uint64_t share = bytes / kClassShareDivisor;
+  const uint64_t share = std::min(bytes / kClassShareDivisor, kMaxClassShareBytes);
   for (uint32_t c = 0; c < kNumClasses; ++c) {
     ClassPool& cp = h->classes[c];
     cp.stride = DpdkPool::kBufferHeaderBytes + kClassBytes[c];

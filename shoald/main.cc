@@ -10,9 +10,8 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <iostream>
-
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "shoal/aggregator/fl_coordinator.h"
@@ -21,6 +20,7 @@
 #include "shoal/common/config.h"
 #include "shoal/common/file_io.h"
 #include "shoal/common/log.h"
+#include "shoal/controller/commit_feed.h"
 #include "shoal/controller/control_api.h"
 #include "shoal/controller/control_server.h"
 #include "shoal/controller/manifest.h"
@@ -228,7 +228,11 @@ int main(int argc, char** argv) {
   spdlog::info("auth: {} token(s) in {} (hashed); /v1 needs a bearer token",
                tokens->List().size(), tokens->path());
 
+  // Before the coordinator: it publishes here from its commit thread until it is destroyed.
+  CommitFeed commits;
   FlCoordinator fl(config);
+  fl.SetOnCommit(
+      [&commits](const std::string& job, uint64_t version) { commits.Publish(job, version); });
   if (Status st = fl.Restore(); !st.ok()) {
     spdlog::error("fl coordinator: {}", st.ToString());
     return 1;
@@ -326,6 +330,7 @@ int main(int argc, char** argv) {
   manager.SetGatewayUrl(gateway_url);
   ControlServer control_server(config, listener_api, *tokens);
   control_server.SetGatewayUrl(gateway_url);
+  control_server.SetCommitFeed(&commits);
   if (Status st = control_server.Start(); !st.ok()) {
     spdlog::error("control API: {}", st.ToString());
     gateway.Stop();

@@ -2,13 +2,17 @@
 // listener that served it: a node's (shoald's control listener) or the cluster's
 // (shoal-controller; its pages show the nodes and the functions' placements). Every data call carries the bearer token the user gave once (kept
 // in sessionStorage, this tab only; or read from ?token= once and dropped from the address).
-// Live pages poll their /v1 resources every second; series over time (req/s, replicas,
-// latency) are built here from successive samples, so they start when the page opens.
+// The overview follows GET /v1/events (server-sent events: a snapshot every second, opened
+// with a one-connection ticket because EventSource sends no Authorization header) and falls back
+// to polling when that fails; the other pages poll their /v1 resources every second. Series over
+// time (req/s, replicas, latency) are built here from successive samples, so they start when
+// the page opens.
 'use strict';
 
 (() => {
   const POLL_MS = 1000;
   const LOG_POLL_MS = 2000;
+  const STREAM_RETRY_MS = 15000;  // after a stream fails, poll this long before trying again
   const HISTORY = 600;           // samples kept per series (10 minutes at 1 s)
   const LOG_TAIL_BYTES = 64 << 10;
   const TOKEN_KEY = 'shoal.token';
@@ -40,9 +44,9 @@
 
   // ---- HTTP --------------------------------------------------------------------------------
 
-  async function request(path) {
+  async function request(path, method = 'GET') {
     if (!token) throw new AuthError('a bearer token is needed to read the API');
-    const r = await fetch(path, { headers: { Authorization: 'Bearer ' + token }, cache: 'no-store' });
+    const r = await fetch(path, { method, headers: { Authorization: 'Bearer ' + token }, cache: 'no-store' });
     if (r.status === 401) {
       throw new AuthError('the token was refused (401): ' + (await errorText(r)));
     }
@@ -181,9 +185,64 @@
       };
       loop();
     }
+    // Follows GET /v1/events: render(snapshot) for each snapshot event. Polls with poll()
+    // instead where EventSource is missing, and for a while after the stream fails or ends
+    // (then a new ticket is asked for).
+    live(render, poll) {
+      const fallback = () => {
+        const retryAt = Date.now() + STREAM_RETRY_MS;
+        const loop = async () => {
+          if (this.stopped) return;
+          if (typeof EventSource === 'function' && Date.now() >= retryAt) { open(); return; }
+          try {
+            await poll();
+            setStatus('updated ' + new Date().toLocaleTimeString());
+          } catch (e) {
+            if (e instanceof AuthError) { showTokenPanel(e.message); this.stop(); return; }
+            setStatus(e.message, true);
+          }
+          if (!this.stopped) this.timers.push(setTimeout(loop, POLL_MS));
+        };
+        loop();
+      };
+      const open = async () => {
+        if (this.stopped) return;
+        let ticket;
+        try {
+          ticket = (await (await request('/v1/events/ticket', 'POST')).json()).ticket;
+        } catch (e) {
+          if (e instanceof AuthError) { showTokenPanel(e.message); this.stop(); return; }
+          fallback();
+          return;
+        }
+        if (this.stopped) return;
+        const source = new EventSource('/v1/events?ticket=' + encodeURIComponent(ticket));
+        this.source = source;
+        const fail = () => {
+          source.close();
+          if (this.source !== source) return;
+          this.source = null;
+          fallback();
+        };
+        source.addEventListener('snapshot', (ev) => {
+          try {
+            render(JSON.parse(ev.data));
+            // How many snapshots this page has had from the stream (tests read it).
+            document.body.dataset.liveEvents = String(Number(document.body.dataset.liveEvents || 0) + 1);
+            setStatus('live ' + new Date().toLocaleTimeString());
+          } catch (e) {
+            setStatus(e.message, true);
+          }
+        });
+        source.addEventListener('end', fail);  // the token was revoked, or lost its role
+        source.onerror = fail;  // a ticket is good once: never let EventSource reconnect itself
+      };
+      if (typeof EventSource === 'function') open(); else fallback();
+    }
     chart(...args) { const c = lineChart(...args); this.charts.push(c.chart); return c; }
     stop() {
       this.stopped = true;
+      if (this.source) { this.source.close(); this.source = null; }
       this.timers.forEach(clearTimeout);
       this.charts.forEach((c) => c.destroy());
     }
@@ -207,14 +266,26 @@
             h('h2', null, 'Requests per second (since this page opened)'), rps.box),
           h('section', { class: 'card wide', 'aria-label': 'FL jobs' }, h('h2', null, 'FL jobs'), this.jobBox = h('div')),
           h('section', { class: 'card wide', 'aria-label': 'Inference models' }, h('h2', null, 'Inference models'), this.modelBox = h('div'))));
-      this.every(POLL_MS, () => this.refresh());
+      this.live((snapshot) => this.render(snapshot), () => this.refresh());
     }
 
+    // Polling: the same snapshot GET /v1/events sends, from three routes.
     async refresh() {
       const [node, fns, jobs] = await Promise.all([
         api('/v1/node'), api('/v1/functions'),
         api('/v1/jobs').catch((e) => (e.status === 501 || e.status === 403 ? { jobs: [], note: e.message } : Promise.reject(e))),
       ]);
+      const summary = (j) => {
+        const last = latestEval(j);
+        return { ...j, latest: last ? { version: last.version, accuracy: last.accuracy, loss: last.loss } : null };
+      };
+      this.render({ node, functions: fns.functions, jobs: jobs.jobs.map(summary), jobs_note: jobs.note });
+    }
+
+    render(snapshot) {
+      const { node } = snapshot;
+      const fns = { functions: snapshot.functions };
+      const jobs = { jobs: snapshot.jobs, note: snapshot.jobs_note };
       document.getElementById('node-name').textContent = `node ${node.node}`;
       this.nodeCard.replaceChildren(h('h2', null, 'Node'), kv([
         ['node', node.node, 'node'], ['version', node.version, 'version'],
@@ -267,7 +338,7 @@
           { title: 'version', num: true, key: 'version' }, { title: 'accuracy', num: true, key: 'accuracy' },
           { title: 'best', num: true }, { title: 'clients', num: true }, { title: 'updates', num: true }],
         jobs.jobs.map((j) => {
-          const last = latestEval(j);
+          const last = j.latest;
           return [link('#/job/' + enc(j.name), j.name), j.algorithm, h('span', { class: 'state-' + j.state }, j.state),
             j.version, last ? fmt.pct(last.accuracy) : '–', fmt.pct(j.best_accuracy),
             `${j.clients.joined}/${j.clients.expected}`, j.updates_total];

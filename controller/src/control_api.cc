@@ -749,6 +749,56 @@ HttpReply ControlApi::Top() {
   return Json(200, json{{"dataplane", runtime_.DataPlaneMode()}, {"functions", std::move(list)}});
 }
 
+HttpReply ControlApi::Snapshot(const auth::Principal& who) {
+  if (Status st = auth::Authorize(who, auth::Action::kReadNode, {}); !st.ok()) {
+    return StatusError(st);
+  }
+  json node = json::parse(Node().body);
+  json functions = json::array();
+  for (const FunctionSpec& s : registry_.List()) {
+    if (!Lists(who, s.tenant)) continue;
+    json j = FunctionJson(s);
+    j.erase("manifest");  // every second to every stream: the figures, not the documents
+    j["status"] = StatsJson(runtime_.Stats(s.name), false);
+    functions.push_back(std::move(j));
+  }
+  json jobs = json::array();
+  for (const std::string& name :
+       jobs_ == nullptr ? std::vector<std::string>{} : jobs_->ListJobs()) {
+    if (who.role == auth::Role::kDeployer) {
+      auto ns = jobs_->JobNamespace(name);
+      if (!ns.ok() || !Lists(who, *ns)) continue;
+    }
+    auto status = jobs_->JobStatusJson(name);
+    if (!status.ok()) continue;  // deleted meanwhile
+    const json j = json::parse(*status, nullptr, false);
+    if (!j.is_object()) continue;
+    json summary = json::object();
+    for (const char* key : {"name", "namespace", "algorithm", "state", "version", "round",
+                            "best_accuracy", "target_accuracy", "clients", "updates_total"}) {
+      if (j.contains(key)) summary[key] = j[key];
+    }
+    // The newest version that clients have evaluated (accuracy and loss arrive after commit).
+    summary["latest"] = nullptr;
+    if (j.contains("versions") && j["versions"].is_array()) {
+      const json& versions = j["versions"];
+      for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
+        if (it->is_object() && it->contains("accuracy") && !(*it)["accuracy"].is_null()) {
+          summary["latest"] = {{"version", it->value("version", json())},
+                               {"accuracy", (*it)["accuracy"]},
+                               {"loss", it->value("loss", json())}};
+          break;
+        }
+      }
+    }
+    jobs.push_back(std::move(summary));
+  }
+  json out{
+      {"node", std::move(node)}, {"functions", std::move(functions)}, {"jobs", std::move(jobs)}};
+  if (jobs_ == nullptr) out["jobs_note"] = kJobsDisabled;
+  return Json(200, out);
+}
+
 HttpReply ControlApi::Node() {
   json pools = json::array();
   for (const TenantPoolInfo& p : runtime_.Pools()) {

@@ -3,10 +3,13 @@
 #include <arpa/inet.h>
 #include <httplib.h>
 #include <spdlog/spdlog.h>
+#include <sys/random.h>
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <chrono>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "shoal/console/console_assets.h"
@@ -15,6 +18,52 @@ namespace shoal {
 namespace {
 
 constexpr size_t kControlThreads = 4;
+constexpr const char* kEventsPath = "/v1/events";
+constexpr const char* kTicketPath = "/v1/events/ticket";
+// GET /v1/events?interval=S: the snapshot's period, within these bounds.
+constexpr double kDefaultEventInterval = 1.0;
+constexpr double kMinEventInterval = 0.2;
+constexpr double kMaxEventInterval = 10.0;
+// A stream looks at the server's stop flag at least this often.
+constexpr auto kStopCheck = std::chrono::milliseconds(200);
+// Tickets waiting for their connection; more are refused (a token holder cannot grow the map).
+constexpr size_t kMaxTickets = 1024;
+
+// The value of `key` in a query string (no %-decoding: tickets and numbers need none).
+std::string QueryParam(std::string_view query, std::string_view key) {
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) == key) {
+      return eq == std::string_view::npos ? std::string() : std::string(pair.substr(eq + 1));
+    }
+  }
+  return {};
+}
+
+// One server-sent event: `data` is one line of JSON (dump(-1) writes no newline).
+std::string SseEvent(std::string_view name, std::string_view data) {
+  std::string e;
+  e.reserve(data.size() + name.size() + 16);
+  e.append("event: ").append(name).append("\ndata: ").append(data);
+  while (!e.empty() && e.back() == '\n') e.pop_back();
+  e.append("\n\n");
+  return e;
+}
+
+// Holds one of the kMaxEventStreams places while a stream's provider lives.
+class StreamSlot {
+ public:
+  explicit StreamSlot(std::atomic<size_t>& count) : count_(count) {}
+  ~StreamSlot() { count_.fetch_sub(1); }
+  StreamSlot(const StreamSlot&) = delete;
+  StreamSlot& operator=(const StreamSlot&) = delete;
+
+ private:
+  std::atomic<size_t>& count_;
+};
 
 void JsonError(httplib::Response& res, int status, const std::string& message) {
   res.status = status;
@@ -73,7 +122,10 @@ Status ControlServer::Start() {
   } else {
     server_ = std::make_unique<httplib::Server>();
   }
-  server_->new_task_queue = [] { return new httplib::ThreadPool(kControlThreads); };
+  // Event streams hold a thread each for their whole life: they get threads of their own.
+  server_->new_task_queue = [] {
+    return new httplib::ThreadPool(kControlThreads + kMaxEventStreams);
+  };
   server_->set_payload_max_length(config_.max_body_bytes);
   server_->set_keep_alive_max_count(1000);
   server_->set_read_timeout(std::chrono::seconds(30));
@@ -97,7 +149,21 @@ Status ControlServer::Start() {
       JsonError(res, 404, "no route " + path + " on the control listener (it serves /v1)");
       return;
     }
-    const std::string bearer(auth::BearerToken(req.get_header_value("Authorization")));
+    std::string bearer(auth::BearerToken(req.get_header_value("Authorization")));
+    if (bearer.empty() && path == kEventsPath && req.method == "GET") {
+      // EventSource cannot send a header: the page trades its token for a one-connection
+      // ticket (POST /v1/events/ticket) and passes that, so no long-lived token is in a URL.
+      if (const std::string ticket = QueryParam(query, "ticket"); !ticket.empty()) {
+        bearer = RedeemTicket(ticket);
+        if (bearer.empty()) {
+          JsonError(res, 401,
+                    "ticket: unknown, used or expired (POST " + std::string(kTicketPath) +
+                        " gives one, valid " + std::to_string(kTicketLifetime.count()) +
+                        " s for one stream)");
+          return;
+        }
+      }
+    }
     if (bearer.empty()) {
       res.set_header("WWW-Authenticate", "Bearer realm=\"shoal\"");
       JsonError(res, 401,
@@ -111,9 +177,27 @@ Status ControlServer::Start() {
       JsonError(res, 401, who.status().message());
       return;
     }
-    HttpReply r = path.starts_with("/v1/models/")
-                      ? ModelStats(req.method, path, *who)
-                      : api_.Handle(req.method, path, query, req.body, *who);
+    if (path == kEventsPath && req.method == "GET") {
+      if (Status st = auth::Authorize(*who, auth::Action::kReadNode, {}); !st.ok()) {
+        JsonError(res, HttpStatusFor(st.code()), st.message());
+        return;
+      }
+      ServeEvents(query, std::move(bearer), res);
+      return;
+    }
+    if (path == kEventsPath) {
+      res.set_header("Allow", "GET");
+      JsonError(res, 405, "method " + req.method + " not allowed on " + path + " (allowed: GET)");
+      return;
+    }
+    HttpReply r;
+    if (path.starts_with("/v1/models/")) {
+      r = ModelStats(req.method, path, *who);
+    } else if (path == kTicketPath) {
+      r = IssueTicket(req.method, bearer, *who);
+    } else {
+      r = api_.Handle(req.method, path, query, req.body, *who);
+    }
     if (r.status >= 400 && r.status != 404) {
       spdlog::info("control: {} {} by {}: {}", req.method, path, who->Describe(), r.status);
     } else if (req.method != "GET") {
@@ -206,7 +290,140 @@ HttpReply ControlServer::ModelStats(const std::string& method, const std::string
   return r;
 }
 
+HttpReply ControlServer::IssueTicket(const std::string& method, const std::string& bearer,
+                                     const auth::Principal& who) {
+  auto reply = [](int status, const nlohmann::json& j) {
+    HttpReply r;
+    r.status = status;
+    r.body = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    return r;
+  };
+  if (method != "POST") {
+    HttpReply r = reply(405, {{"error", "method " + method + " not allowed on " + kTicketPath +
+                                            " (allowed: POST)"}});
+    r.headers.emplace_back("Allow", "POST");
+    return r;
+  }
+  // Only for whoever may open the stream itself.
+  if (Status st = auth::Authorize(who, auth::Action::kReadNode, {}); !st.ok()) {
+    return reply(HttpStatusFor(st.code()), {{"error", st.message()}});
+  }
+  unsigned char raw[24];
+  if (getrandom(raw, sizeof raw, 0) != static_cast<ssize_t>(sizeof raw)) {
+    return reply(500, {{"error", "no randomness for a ticket"}});
+  }
+  std::string ticket;
+  for (unsigned char c : raw) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    ticket += kHex[c >> 4];
+    ticket += kHex[c & 15];
+  }
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(tickets_mu_);
+    std::erase_if(tickets_, [&](const auto& kv) { return kv.second.expires <= now; });
+    if (tickets_.size() >= kMaxTickets) {
+      HttpReply r = reply(503, {{"error", "too many event tickets waiting for their stream"}});
+      r.headers.emplace_back("Retry-After", "5");
+      return r;
+    }
+    tickets_[ticket] = Ticket{bearer, now + kTicketLifetime};
+  }
+  return reply(201, {{"ticket", ticket}, {"expires_in_s", kTicketLifetime.count()}});
+}
+
+std::string ControlServer::RedeemTicket(const std::string& ticket) {
+  std::lock_guard lock(tickets_mu_);
+  auto it = tickets_.find(ticket);
+  if (it == tickets_.end()) return {};
+  std::string bearer = std::move(it->second.bearer);
+  const bool fresh = it->second.expires > std::chrono::steady_clock::now();
+  tickets_.erase(it);
+  return fresh ? bearer : std::string();
+}
+
+void ControlServer::ServeEvents(const std::string& query, std::string bearer,
+                                httplib::Response& res) {
+  double interval = kDefaultEventInterval;
+  if (const std::string v = QueryParam(query, "interval"); !v.empty()) {
+    const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), interval);
+    if (ec != std::errc() || p != v.data() + v.size() || !std::isfinite(interval) ||
+        interval < kMinEventInterval || interval > kMaxEventInterval) {
+      JsonError(res, 400,
+                fmt::format("interval: seconds between snapshots, from {} to {}, not '{}'",
+                            kMinEventInterval, kMaxEventInterval, v));
+      return;
+    }
+  }
+  if (streams_.fetch_add(1) >= kMaxEventStreams) {
+    streams_.fetch_sub(1);
+    res.set_header("Retry-After", "5");
+    JsonError(res, 503,
+              "too many event streams (" + std::to_string(kMaxEventStreams) +
+                  " at once): poll the /v1 routes instead, or retry later");
+    return;
+  }
+  auto slot = std::make_shared<StreamSlot>(streams_);
+  res.set_header("Cache-Control", "no-store");
+  res.set_header("X-Accel-Buffering", "no");
+  const auto period = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(interval));
+  struct State {
+    uint64_t seq = 0;
+    bool started = false;
+    std::chrono::steady_clock::time_point next_tick;
+  };
+  auto state = std::make_shared<State>();
+  state->seq = commits_->Latest();
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, slot, state, period, bearer = std::move(bearer)](size_t, httplib::DataSink& sink) {
+        using Clock = std::chrono::steady_clock;
+        std::string out;
+        if (!state->started) {
+          state->started = true;
+          state->next_tick = Clock::now();
+          out = "retry: 2000\n\n";  // EventSource's reconnect delay
+        } else {
+          // Until the next tick, sending each commit as it lands; the stop flag is looked at
+          // every kStopCheck.
+          while (out.empty() && !stopping_.load()) {
+            const auto now = Clock::now();
+            if (now >= state->next_tick) break;
+            const auto until = std::min(state->next_tick, now + kStopCheck);
+            for (const CommitNotice& c : commits_->WaitAfter(&state->seq, until)) {
+              out +=
+                  SseEvent("commit", nlohmann::json{{"job", c.job}, {"version", c.version}}.dump(
+                                         -1, ' ', false, nlohmann::json::error_handler_t::replace));
+            }
+          }
+          if (stopping_.load()) return false;
+          if (!out.empty()) return sink.write(out.data(), out.size());
+        }
+        // The tick: a revoked token's stream ends here.
+        auto who = tokens_.Authenticate(bearer);
+        if (!who.ok()) {
+          out += SseEvent("end", R"({"reason":"token no longer valid"})");
+          sink.write(out.data(), out.size());
+          sink.done();
+          return true;
+        }
+        HttpReply snap = api_.Snapshot(*who);
+        if (snap.status != 200) {
+          out += SseEvent("end", snap.body);
+          sink.write(out.data(), out.size());
+          sink.done();
+          return true;
+        }
+        out += SseEvent("snapshot", snap.body);
+        state->next_tick += period;
+        if (state->next_tick < Clock::now()) state->next_tick = Clock::now() + period;
+        return sink.write(out.data(), out.size());
+      });
+}
+
 void ControlServer::Stop() {
+  stopping_.store(true);
   if (server_) server_->stop();
   if (thread_.joinable()) thread_.join();
 }

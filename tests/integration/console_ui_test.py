@@ -313,6 +313,8 @@ def test_overview_shows_what_the_api_says(live):
     b.goto(ui(live))
     b.wait("document.querySelector('tr[data-fn=\"echo\"]') && document.querySelector('tr[data-job=\"digits\"]')",
            what="the overview's tables")
+    # The overview follows GET /v1/events (EventSource, opened with a ticket), not polling.
+    assert int(b.wait("document.body.dataset.liveEvents", what="a server-sent event")) >= 1
     # The token went to sessionStorage and left the address bar.
     assert "token=" not in b.eval("location.href")
     assert b.eval("sessionStorage.getItem('shoal.token')") == n.token

@@ -1190,6 +1190,7 @@ void FlCoordinator::CommitLoop() {
     }
     if (!job) continue;
     std::vector<uint64_t> reuse;  // partial sums of committed rounds, to zero for the next
+    std::vector<uint64_t> committed_versions;  // for on_commit_, once the job's lock is released
     {
       std::lock_guard jl(job->mu);
       if (job->deleted) continue;
@@ -1288,6 +1289,7 @@ void FlCoordinator::CommitLoop() {
         const double before_persist_ms = Seconds(t0) * 1e3;
         Persist(job);
         if (committed) {
+          committed_versions.push_back(job->version());
           spdlog::info("fl job {}: version {} committed from {} update(s) over {} leaf partial "
                        "sum(s) in {:.2f} ms (top merge {:.1f}, {} step {:.1f}, model bytes {:.1f}, "
                        "checkpoint queued {:.1f}){}",
@@ -1297,6 +1299,9 @@ void FlCoordinator::CommitLoop() {
                        job->done ? " (last)" : "");
         }
       }
+    }
+    if (on_commit_) {
+      for (uint64_t v : committed_versions) on_commit_(job->spec.name, v);
     }
     PrepareWarmPartials(*job, std::move(reuse));
     PrepareSpareModel(*job);

@@ -46,6 +46,13 @@ class ControlApi {
   HttpReply Handle(std::string_view method, std::string_view path, std::string_view query,
                    std::string_view body, const auth::Principal& who);
 
+  // What the console's overview shows, in one JSON object on one line: the node (as GET
+  // /v1/node), the functions `who` may list with their live status (as GET /v1/functions) and
+  // the FL jobs in summary (name, algorithm, state, version, the latest evaluated accuracy and
+  // loss, best accuracy, clients, updates). GET /v1/events sends it every interval; 403 unless
+  // `who` may read the node.
+  HttpReply Snapshot(const auth::Principal& who);
+
  private:
   HttpReply Deploy(std::string_view body, const auth::Principal& who);
   HttpReply Tokens(std::string_view method, std::string_view path, std::string_view rest,

@@ -51,6 +51,11 @@ class FlCoordinator final : public JobService, public FlDataPath {
   Status Recover(const std::function<Result<SharedPool*>(const std::string&)>& pool_for);
   // Called when the set of jobs changes (the instance manager re-reads LeafSpecs()).
   void SetOnChange(std::function<void()> on_change) { on_change_ = std::move(on_change); }
+  // Called on the commit thread, outside every job lock, after each version is committed (the
+  // control listener's event streams send it to the console). Before the first commit.
+  void SetOnCommit(std::function<void(const std::string& job, uint64_t version)> on_commit) {
+    on_commit_ = std::move(on_commit);
+  }
   // The leaf-aggregator functions of the running jobs, for the instance manager.
   std::vector<FunctionSpec> LeafSpecs();
 
@@ -93,6 +98,7 @@ class FlCoordinator final : public JobService, public FlDataPath {
 
   const NodeConfig& config_;
   std::function<void()> on_change_;
+  std::function<void(const std::string&, uint64_t)> on_commit_;
   std::function<void(const std::string&)> on_gpu_fallback_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<JobState>, std::less<>> jobs_;

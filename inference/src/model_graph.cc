@@ -1,8 +1,37 @@
 #include "shoal/inference/model_graph.h"
 
+#include <nlohmann/json.hpp>
+
 #include "shoal/inference/architectures_graph.h"
 
 namespace shoal::inference {
+namespace {
+
+using json = nlohmann::json;
+
+// A positive integer field of `o`, or `fallback`.
+uint64_t Width(const json& o, const char* key, uint64_t fallback) {
+  return o.contains(key) && o[key].is_number_unsigned() && o[key].get<uint64_t>() > 0
+             ? o[key].get<uint64_t>()
+             : fallback;
+}
+
+}  // namespace
+
+Result<JobArchitecture> JobArchitectureFromStatus(std::string_view job_status_json) {
+  const json st = json::parse(job_status_json, nullptr, false);
+  const json m = st.is_object() ? st.value("model", json::object()) : json::object();
+  if (!m.is_object() || !m.contains("architecture") || !m["architecture"].is_string() ||
+      m["architecture"].get<std::string>().empty()) {
+    return InvalidArgument("its status names no model architecture");
+  }
+  JobArchitecture a;
+  a.name = m["architecture"].get<std::string>();
+  a.options.hidden = {Width(m, "hidden", a.options.hidden.at(0))};
+  a.options.inputs = Width(m, "inputs", a.options.inputs);
+  a.options.classes = Width(m, "classes", a.options.classes);
+  return a;
+}
 
 std::map<std::string, std::vector<float>, std::less<>> WeightsOf(const model::Model& m) {
   std::map<std::string, std::vector<float>, std::less<>> out;

@@ -455,5 +455,85 @@ TEST_F(InferenceTest, OnnxSourceAnswersLikePyTorch) {
       << shoald_.Log();
 }
 
+// A digits job's model (8x8 images: 64 inputs) served from the FL job: the handler takes the
+// input width from the job status's "model" object (it used to assume Fashion-MNIST's 784 and
+// failed to load). The metadata says [-1, 64] and the answer equals the MLP computed here.
+TEST(InferenceDigitsTest, FlJobOnDigitsServes64Inputs) {
+  auto digits = client::LoadDigits();
+  if (!digits.ok()) GTEST_SKIP() << digits.status().message();
+  ASSERT_EQ(digits->test.num_features, 64u);
+  constexpr uint32_t kDigitsHidden = 16;
+  Shoald shoald;
+  ASSERT_TRUE(shoald.Start()) << shoald.Log();
+  auto d = shoald.Deploy(
+      "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: dg\nspec:\n"
+      "  algorithm: {name: fedavg}\n  model: {architecture: mlp, hidden: 16, seed: 7}\n"
+      "  data: {dataset: digits}\n  clients: {expected: 2}\n  stop: {rounds: 3}\n"
+      "  training: {localSteps: 2, learningRate: 0.1, batchSize: 32}\n"
+      "  aggregation: {maxFanIn: 2, maxLeaves: 1}\n");
+  ASSERT_EQ(d.exit_code, 0) << d.err << d.out;
+  d = shoald.Deploy(InferManifest("dg"));
+  ASSERT_EQ(d.exit_code, 0) << d.err << d.out;
+  ASSERT_TRUE(shoald.WaitReady("dg-infer", 1, 20000)) << shoald.Log();
+
+  auto status = Json::parse(shoald.Api("GET", "/v1/jobs/dg").body, nullptr, false);
+  ASSERT_EQ(status["model"]["inputs"], 64) << status.dump();
+  // Ready once loaded: wait for the first version to be compiled.
+  for (int i = 0; i < 200 && Http(shoald.port(), "GET", "/v2/models/dg/ready").status != 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto meta_r = Http(shoald.port(), "GET", "/v2/models/dg");
+  ASSERT_EQ(meta_r.status, 200) << meta_r.body << shoald.Log();
+  auto meta = Json::parse(meta_r.body, nullptr, false);
+  EXPECT_EQ(meta["inputs"][0]["shape"], Json::array({-1, 64})) << meta.dump();
+  EXPECT_EQ(meta["outputs"][0]["shape"], Json::array({-1, 10})) << meta.dump();
+
+  // The served version's weights, and the MLP over one test image computed from them.
+  auto r = shoald.Api("GET", "/v1/jobs/dg/model?version=0");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const model::ModelSpec spec = model::MlpSpec(64, {kDigitsHidden}, 10);
+  auto m = model::ModelFromSafetensors(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.body.data()), r.body.size()),
+      spec);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const float* x = digits->test.Row(0);
+  const float* w1 = m->values.data() + spec.offset(0);
+  const float* b1 = m->values.data() + spec.offset(1);
+  const float* w2 = m->values.data() + spec.offset(2);
+  const float* b2 = m->values.data() + spec.offset(3);
+  std::vector<float> h(kDigitsHidden), expect(10);
+  for (uint32_t j = 0; j < kDigitsHidden; ++j) {
+    double s = b1[j];
+    for (int i = 0; i < 64; ++i) s += double(w1[j * 64 + i]) * x[i];
+    h[j] = s > 0 ? float(s) : 0.0f;
+  }
+  for (int c = 0; c < 10; ++c) {
+    double s = b2[c];
+    for (uint32_t j = 0; j < kDigitsHidden; ++j) s += double(w2[c * kDigitsHidden + j]) * h[j];
+    expect[c] = float(s);
+  }
+  Json req = {{"inputs",
+               {{{"name", "input"},
+                 {"shape", {1, 64}},
+                 {"datatype", "FP32"},
+                 {"data", std::vector<float>(x, x + 64)}}}}};
+  auto a = Http(shoald.port(), "POST", "/v2/models/dg/infer", req.dump(),
+                {"Content-Type: application/json"});
+  ASSERT_EQ(a.status, 200) << a.body;
+  auto j = Json::parse(a.body, nullptr, false);
+  EXPECT_EQ(j["model_version"], "0");
+  EXPECT_EQ(j["outputs"][0]["shape"], Json::array({1, 10}));
+  ASSERT_EQ(j["outputs"][0]["data"].size(), 10u) << a.body;
+  for (int c = 0; c < 10; ++c) {
+    EXPECT_NEAR(j["outputs"][0]["data"][c].get<float>(), expect[c], 1e-4) << "class " << c;
+  }
+  // A 784-wide input is refused naming the shape.
+  auto wrong = Http(shoald.port(), "POST", "/v2/models/dg/infer",
+                    R"({"inputs":[{"name":"input","shape":[1,784],"datatype":"FP32","data":[0]}]})",
+                    {"Content-Type: application/json"});
+  EXPECT_EQ(wrong.status, 400) << wrong.body;
+  if (HasFailure()) std::cerr << "---- shoald log ----\n" << shoald.Log();
+}
+
 }  // namespace
 }  // namespace shoal::testing

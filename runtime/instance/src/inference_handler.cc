@@ -109,13 +109,11 @@ class FlJobSource final : public ModelSource {
     auto status = feed_->NewestVersion();
     if (!status.ok()) return status.status();
     if (architecture_.empty()) {
-      const Json j = Json::parse(status->status_json, nullptr, false);
-      const Json desc = j.is_object() ? j.value("model", Json::object()) : Json::object();
-      architecture_ = desc.is_object() ? desc.value("architecture", "") : "";
-      if (architecture_.empty()) {
-        return Internal("FL job '" + job_ + "': its status names no model architecture");
-      }
-      arch_options_.hidden = {desc.value("hidden", uint64_t{128})};
+      // Its widths too: a digits job's MLP takes 64 inputs, not Fashion-MNIST's 784.
+      auto job = inference::JobArchitectureFromStatus(status->status_json);
+      if (!job.ok()) return Internal("FL job '" + job_ + "': " + job.status().message());
+      architecture_ = job->name;
+      arch_options_ = job->options;
       auto spec = model::ArchitectureSpec(architecture_, arch_options_);
       if (!spec.ok()) return spec.status();
       spec_ = std::move(*spec);

@@ -20,6 +20,16 @@ Result<Graph> GraphFromArchitecture(std::string_view name,
                                     const model::ArchitectureOptions& options,
                                     const model::Model& weights);
 
+// The architecture an FL job's status (GET /v1/jobs/{job}) describes in its "model" object:
+// the architecture's name and its widths (hidden; inputs and classes, the architecture's
+// defaults when absent, as from a shoald that did not write them).
+struct JobArchitecture {
+  std::string name;
+  model::ArchitectureOptions options;
+};
+// kInvalidArgument when the status names no architecture.
+Result<JobArchitecture> JobArchitectureFromStatus(std::string_view job_status_json);
+
 // Every tensor of `m` by name, as Graph::SetWeights takes them.
 std::map<std::string, std::vector<float>, std::less<>> WeightsOf(const model::Model& m);
 

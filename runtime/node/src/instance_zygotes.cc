@@ -53,7 +53,13 @@ void InstanceManager::EnsureZygote(FunctionState& f, uint64_t now) {
       }
     }
     if (!z.Exited()) {
-      if (z.state() == Zygote::State::kReady && !f.spare) {
+      // The next spare once no instance of f is starting: its fork and its cgroup migration
+      // (an RCU grace period on the manager's loop, milliseconds on a busy node) would
+      // otherwise hold up the start in flight, whose ready report this loop handles.
+      const bool starting = std::any_of(f.instances.begin(), f.instances.end(), [](const auto* i) {
+        return i->state == Instance::State::kStarting;
+      });
+      if (z.state() == Zygote::State::kReady && !f.spare && !starting) {
         // Without a spare the next start forks on demand; the next tick tries again.
         if (Status st = ForkSpare(f); !st.ok()) {
           spdlog::warn("function {}: no spare forked from the zygote: {}", f.rt->spec.name,

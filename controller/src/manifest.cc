@@ -5,12 +5,13 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <optional>
 #include <limits>
+#include <optional>
 #include <set>
 #include <system_error>
 
 #include "shoal/autoscaler/function_autoscaler.h"
+#include "shoal/autoscaler/learned_policy.h"
 #include "shoal/sandbox/handler_library.h"
 #include "shoal/sandbox/seccomp_policy.h"
 
@@ -316,6 +317,16 @@ class DocumentParser {
     c.policy_file = spec.autoscaling.policy_file;
     c.fixed_keep_alive_s = spec.keep_alive_s;
     Status st = BuildAutoscalingParams(c, nullptr, nullptr, nullptr);
+    // A trained table this host can read is checked now, so a corrupt or incompatible file is
+    // refused at deploy rather than logged by the node that falls back to reactive scaling. One
+    // this host cannot see is left to the nodes (in a cluster the file lives on them).
+    if (st.ok() && c.policy == "learned" && !c.policy_file.empty()) {
+      std::error_code ec;
+      if (std::filesystem::is_regular_file(c.policy_file, ec)) {
+        auto model = LearnedModel::Load(c.policy_file);
+        if (!model.ok()) st = InvalidArgument("policyFile: " + model.status().message());
+      }
+    }
     if (st.ok()) return;
     // Messages start with "params.<name>: " or "<field>: ".
     const std::string& m = st.message();

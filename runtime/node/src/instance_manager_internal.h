@@ -137,7 +137,8 @@ struct InstanceManager::FunctionState {
   ScalingDecision decision;
   bool have_decision = false;
   uint64_t decision_ns = 0;
-  std::string decision_reason;
+  std::string decision_why;     // the numbers at the last change
+  std::string decision_reason;  // decision_why and the policy's current Explain()
   uint64_t next_decision_ns = 0;
   uint64_t last_sample_ns = 0;
   FunctionRouter::Totals last_totals;

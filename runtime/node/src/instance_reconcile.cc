@@ -269,11 +269,14 @@ void InstanceManager::Decide(FunctionState& f, uint64_t now) {
                   target, replicas, d.prewarm, g.ready + g.starting, d.keep_alive_s,
                   d.concurrency_target, d.panic ? ", panic" : "", g.inflight, g.queued,
                   static_cast<unsigned long long>(g.arrivals), g.interval_s);
-    f.decision_reason = why;
-    if (auto e = f.autoscaler->policy().Explain(); !e.empty()) f.decision_reason += "; " + e;
+    f.decision_why = why;
     spdlog::info("function {}: autoscaler {}: {}", spec.name, f.autoscaler->policy_name(), why);
     metrics_.autoscaler_decisions.Add({{"function", spec.name}}).Increment();
   }
+  // The policy's own account can change while the numbers do not (the learned policy going idle
+  // under a keep that holds the same instance): describe shows the one in force.
+  f.decision_reason = f.decision_why;
+  if (auto e = f.autoscaler->policy().Explain(); !e.empty()) f.decision_reason += "; " + e;
   f.decision = d;
   f.decision.replicas = replicas;
   f.have_decision = true;

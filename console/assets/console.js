@@ -517,30 +517,66 @@
               ` (${i.state}, pid ${i.pid}): ${i.inflight} updates folding now (fan-in), ${fmt.num(i.served)} folded`)))))),
       h('p', { class: 'muted' }, `leaves: the instances of ${j.leaf_function} (up to the job's maxLeaves, ` +
         'each folding up to maxFanIn updates at once); the top adds their partial sums when it commits.'));
-      const cs = (j.compass && j.compass.clients) || [];
+      // Every client with its staleness; FedCompass jobs group them by the scheduler's arrival
+      // group, other jobs (every client trains the job's local steps) list them in one table.
+      const compass = !!j.compass;
+      const cs = j.clients.list || [];
+      const dash = (v) => (v === null || v === undefined ? '–' : v);
+      const groupOf = (c) => {
+        if (!c.group) return 'not grouped yet (first round)';
+        if (!c.group.open) return `group ${c.group.id} (closed)`;
+        const t = c.group.expected_arrival_s - j.elapsed_s;
+        return `group ${c.group.id}: expected at ${fmt.num(c.group.expected_arrival_s, 1)} s` +
+          (t >= 0 ? ` (in ${fmt.num(t, 1)} s)` : ` (${fmt.num(-t, 1)} s ago)`);
+      };
       const groups = new Map();
       for (const c of cs) {
-        const k = c.assigned_steps === null ? 'not assigned yet' : `${c.assigned_steps} local steps`;
+        const k = compass ? groupOf(c) : '';
         if (!groups.has(k)) groups.set(k, []);
         groups.get(k).push(c);
       }
-      if (cs.length === 0) {
-        this.clients.replaceChildren(h('p', { class: 'muted' },
-          `${j.clients.joined} clients joined. Per-client speeds and assigned steps are reported by FedCompass jobs.`));
-      } else {
-        const rows = [];
-        for (const [g, members] of groups) {
-          for (const c of members) {
-            rows.push([g, c.id, c.name, c.updates, c.speed_s_per_step === null ? '–' : fmt.num(c.speed_s_per_step * 1000, 2),
-              c.assigned_steps === null ? '–' : c.assigned_steps, c.last_update_steps]);
+      const ids = [];
+      const rows = [];
+      // Open groups by expected arrival, the rest after them.
+      const order = [...groups.entries()].sort(([, a], [, b]) => {
+        const at = (m) => (m[0].group && m[0].group.open ? m[0].group.expected_arrival_s : Infinity);
+        return at(a) - at(b);
+      });
+      for (const [g, members] of order) {
+        for (const c of members) {
+          ids.push(c.id);
+          const row = [c.id, c.name, c.updates, dash(c.staleness), c.max_staleness, c.last_update_steps];
+          if (compass) {
+            row.unshift(c.group ? c.group.id : '–');
+            row.push(c.speed_s_per_step === null ? '–' : fmt.num(c.speed_s_per_step * 1000, 2), dash(c.assigned_steps));
           }
+          rows.push({ g, row });
         }
-        this.clients.replaceChildren(
-          h('p', { class: 'muted' }, 'FedCompass assigns each client its local steps from its measured speed ' +
-            'so that a group arrives together; clients are grouped here by those assigned steps.'),
-          table([{ title: 'group' }, { title: 'client' }, { title: 'name' }, { title: 'updates', num: true },
-            { title: 'ms per step', num: true }, { title: 'assigned steps', num: true }, { title: 'last update steps', num: true }],
-          rows, (i) => ({ 'data-client': rows[i][1] })));
+      }
+      const cols = [{ title: 'client' }, { title: 'name' }, { title: 'updates', num: true },
+        { title: 'staleness', num: true, key: 'staleness' }, { title: 'max staleness', num: true, key: 'max-staleness' },
+        { title: 'last update steps', num: true }];
+      if (compass) {
+        cols.unshift({ title: 'group', key: 'group' });
+        cols.push({ title: 'ms per step', num: true }, { title: 'assigned steps', num: true, key: 'assigned-steps' });
+      }
+      const note = 'staleness: versions committed since the model its latest accepted update was trained from; ' +
+        'max staleness: the most any of its updates lagged on arrival.';
+      if (cs.length === 0) {
+        this.clients.replaceChildren(h('p', { class: 'muted' }, `${j.clients.joined} clients joined, none has sent an update yet.`));
+      } else if (!compass) {
+        this.clients.replaceChildren(h('p', { class: 'muted' }, note),
+          table(cols, rows.map((r) => r.row), (i) => ({ 'data-client': ids[i] })));
+      } else {
+        // One table per arrival group, headed by when the scheduler expects it.
+        const body = [h('p', { class: 'muted' }, 'FedCompass assigns each client its local steps from its measured speed ' +
+          'so that the clients of an arrival group arrive together; ' + note)];
+        for (const [g] of order) {
+          const mine = rows.filter((r) => r.g === g);
+          body.push(h('h3', { 'data-group-heading': mine[0].row[0] }, g),
+            table(cols, mine.map((r) => r.row), (i) => ({ 'data-client': mine[i].row[1] })));
+        }
+        this.clients.replaceChildren(...body);
       }
     }
 

@@ -420,6 +420,16 @@ def test_fl_job_page_plots_accuracy_live(live):
     # FedCompass: each client with its measured speed and assigned steps.
     shown = b.eval("[...document.querySelectorAll('tr[data-client]')].map(r => r.dataset.client)")
     assert sorted(shown) == sorted(cl["id"] for cl in job["compass"]["clients"]) and len(shown) == 4
+    # Each client's staleness and its FedCompass arrival group, as the status has them; the
+    # clients of one group are listed under that group's heading.
+    for cl in job["clients"]["list"]:
+        row = b.eval(f"""(() => {{ const r = document.querySelector('tr[data-client={json.dumps(cl["id"])}]');
+            const o = {{}}; for (const e of r.querySelectorAll('[data-k]')) o[e.dataset.k] = e.innerText.trim();
+            o.heading = r.closest('.table').previousElementSibling.dataset.groupHeading; return o; }})()""")
+        assert row["staleness"] == ("–" if cl["staleness"] is None else str(cl["staleness"])), (row, cl)
+        assert row["max-staleness"] == str(cl["max_staleness"]), (row, cl)
+        group = "–" if cl["group"] is None else str(cl["group"]["id"])
+        assert row["group"] == group and row["heading"] == group, (row, cl)
     # The safetensors download: the bytes of the API's model.
     model = model_bytes(n)
     b.eval("document.querySelector('[data-k=download-safetensors]').click()")

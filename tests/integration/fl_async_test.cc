@@ -200,6 +200,30 @@ TEST_F(FlAsyncTest, FedBuffCommitsEveryKUpdatesWithStalenessWeightsAndLearns) {
   }
   ASSERT_TRUE(WaitVersion("buff", 2)) << JobStatus("buff").dump();
   EXPECT_LT(MaxDiff(model(2), v2_expected), 1e-5);
+  // Each client's staleness in the status: the versions committed since its latest accepted
+  // update's base (version 2 now), and how stale it was on arrival: client 0's update from
+  // version 0 arrived at version 1; clients 1 and 2 sent theirs from version 1 at version 1.
+  {
+    const Json st = JobStatus("buff");
+    ASSERT_EQ(st.value("version", 0u), 2u) << st.dump();
+    ASSERT_TRUE(st["clients"]["list"].is_array()) << st.dump();
+    ASSERT_EQ(st["clients"]["list"].size(), 3u) << st.dump();
+    EXPECT_FALSE(st.contains("compass"));
+    for (int k = 0; k < 3; ++k) {
+      const Json& l = st["clients"]["list"];
+      const auto e = std::find_if(
+          l.begin(), l.end(), [&](const Json& j) { return j.value("id", "") == c[k].client_id; });
+      ASSERT_NE(e, l.end()) << c[k].client_id;
+      const uint64_t base = k == 0 ? 0 : 1;
+      EXPECT_EQ(e->value("updates", 0u), 2u) << e->dump();
+      EXPECT_EQ(e->value("base_version", uint64_t{99}), base) << e->dump();
+      EXPECT_EQ(e->value("staleness", uint64_t{99}), 2 - base) << e->dump();
+      EXPECT_EQ(e->value("staleness_at_arrival", uint64_t{99}), 1 - base) << e->dump();
+      EXPECT_EQ(e->value("max_staleness", uint64_t{99}), 1 - base) << e->dump();
+      EXPECT_EQ(e->value("last_update_steps", 0u), kSteps) << e->dump();
+      EXPECT_FALSE(e->contains("group")) << e->dump();
+    }
+  }
 
   // The rest of the job: shoal-client's four clients (lognormal speeds) to the last round.
   const std::string cmd = "SHOAL_TOKEN=" + token + " " + BinDir() + "/shoal-client --server " +
@@ -357,9 +381,49 @@ TEST_F(FlAsyncTest, FedCompassAssignsStepsBySpeedAndClientsRunThem) {
     }
     me.error = "the job did not finish in time";
   };
+  // While the clients train, the status names each client's arrival group: clients the
+  // scheduler put in one group carry the same id and that group's times, and some snapshot
+  // shows a group of more than one client.
+  std::atomic<bool> running = true;
+  std::vector<std::string> group_errors;
+  size_t shared_groups_seen = 0, snapshots = 0;
+  std::thread watcher([&] {
+    while (running) {
+      const Json st = JobStatus("compass");
+      if (st.contains("compass")) {
+        ++snapshots;
+        std::map<uint64_t, std::vector<Json>> by_group;
+        for (const Json& e : st["compass"]["clients"]) {
+          if (e["group"].is_object())
+            by_group[e["group"].value("id", uint64_t{0})].push_back(e["group"]);
+        }
+        for (const auto& [id, gs] : by_group) {
+          if (gs.size() > 1 && gs[0].value("open", false)) ++shared_groups_seen;
+          for (const Json& g : gs) {
+            if (g["open"] != gs[0]["open"] ||
+                g["expected_arrival_s"] != gs[0]["expected_arrival_s"] ||
+                g["latest_arrival_s"] != gs[0]["latest_arrival_s"]) {
+              group_errors.push_back(st["compass"].dump());
+            }
+            if (g.value("open", false) &&
+                !(g["expected_arrival_s"].get<double>() <= g["latest_arrival_s"].get<double>())) {
+              group_errors.push_back(st["compass"].dump());
+            }
+          }
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    }
+  });
   std::vector<std::thread> threads;
   for (auto& c : clients) threads.emplace_back(run, std::ref(c));
   for (auto& t : threads) t.join();
+  running = false;
+  watcher.join();
+  EXPECT_TRUE(group_errors.empty()) << group_errors.size() << " inconsistent snapshots, first "
+                                    << (group_errors.empty() ? "" : group_errors[0]);
+  EXPECT_GT(shared_groups_seen, 0u)
+      << "no group of two or more clients in " << snapshots << " snapshots";
 
   const Json st = JobStatus("compass");
   for (const auto& c : clients) ASSERT_EQ(c.error, "") << "client " << c.k << "\n" << st.dump();
@@ -404,6 +468,15 @@ TEST_F(FlAsyncTest, FedCompassAssignsStepsBySpeedAndClientsRunThem) {
     ASSERT_NE(it, sc.end()) << c.id.client_id;
     EXPECT_EQ(it->value("last_update_steps", 0u), c.last_admitted_steps) << "client " << c.k;
     EXPECT_EQ(it->value("updates", uint64_t{0}), c.accepted) << "client " << c.k;
+    // Its latest update was trained from a version at most the current one; FedCompass groups
+    // arrive together, so a client lags by at most a few versions on arrival.
+    ASSERT_TRUE((*it)["staleness"].is_number()) << it->dump();
+    EXPECT_EQ(it->value("staleness", uint64_t{0}), kRounds - it->value("base_version", uint64_t{0}))
+        << it->dump();
+    EXPECT_LE(it->value("staleness_at_arrival", uint64_t{0}),
+              it->value("max_staleness", uint64_t{0}))
+        << it->dump();
+    ASSERT_TRUE((*it)["group"].is_object()) << it->dump();
     ASSERT_TRUE((*it)["speed_s_per_step"].is_number()) << it->dump();
     speed[c.k] = (*it)["speed_s_per_step"].get<double>();
     EXPECT_GE(speed[c.k], c.step_seconds * 0.999) << "client " << c.k;

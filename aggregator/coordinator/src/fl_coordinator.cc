@@ -211,12 +211,18 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
     uint64_t updates = 0;
     uint64_t samples = 0;  // n_k of its latest update (FedFix's data share)
     uint32_t last_update_steps = 0;  // local steps its latest update says it trained
+    // Its latest accepted update's base version, and how stale its accepted updates were on
+    // arrival (the version then minus their base): the status shows how far clients lag.
+    std::optional<uint64_t> last_base_version;
+    uint64_t last_staleness = 0;
+    uint64_t max_staleness = 0;
   };
   struct Ticket {
     uint64_t round = 0;
     std::string client;
     uint64_t buffer = 0;  // the update, held with kCoordinatorSlot until its version commits
     uint64_t base_version = 0;
+    uint64_t staleness = 0;  // the current version minus base_version when it was admitted
     uint64_t num_samples = 0;
     double coefficient = 0;
     uint32_t instance = 0;
@@ -823,25 +829,58 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
               {"classes", JobArchitecture(job->spec).classes},
               {"params", job->mspec.num_params()}}},
             {"versions", versions}};
+  // Every client: its accepted updates and their staleness: `staleness` counts the versions
+  // committed since the base version of its latest accepted update (it grows while the client
+  // trains), `staleness_at_arrival` and `max_staleness` are what the algorithm weighted.
+  // FedCompass adds what the scheduler made of it: its speed estimate (seconds per local step,
+  // measured from its assignments' start to its arrivals), the steps it is assigned next and
+  // its arrival group (times on the job's clock, as elapsed_s; null once the group is closed).
+  std::map<agg::GroupId, agg::FedCompassScheduler::GroupView> open_groups;
   if (job->Compass()) {
-    // What the scheduler made of each client: its speed estimate (seconds per local step,
-    // measured from its assignments' start to its arrivals), the steps it is assigned next,
-    // and the steps its latest update says it trained.
-    Json clients = Json::array();
-    for (const auto& [id, c] : job->clients) {
+    for (agg::GroupId g : job->scheduler->open_groups()) {
+      if (auto v = job->scheduler->group(g)) open_groups.emplace(g, std::move(*v));
+    }
+  }
+  Json clients = Json::array();
+  for (const auto& [id, c] : job->clients) {
+    const auto base = c.last_base_version;
+    // A restart may resume from a checkpoint older than a re-folded update's base.
+    const auto lag = [&](uint64_t b) { return job->version() > b ? job->version() - b : 0; };
+    Json e = {{"id", id},
+              {"name", c.name},
+              {"updates", c.updates},
+              {"last_update_steps", c.last_update_steps},
+              {"base_version", base ? Json(*base) : Json(nullptr)},
+              {"staleness", base ? Json(lag(*base)) : Json(nullptr)},
+              {"staleness_at_arrival", base ? Json(c.last_staleness) : Json(nullptr)},
+              {"max_staleness", c.max_staleness}};
+    if (job->Compass()) {
       const agg::ClientId cid = NumericId(id);
       const auto speed = job->scheduler->speed(cid);
       const auto assignment = job->scheduler->assignment(cid);
-      clients.push_back(
-          {{"id", id},
-           {"name", c.name},
-           {"updates", c.updates},
-           {"speed_s_per_step", speed ? Json(*speed) : Json(nullptr)},
-           {"assigned_steps", assignment ? Json(assignment->local_steps) : Json(nullptr)},
-           {"last_update_steps", c.last_update_steps}});
+      e["speed_s_per_step"] = speed ? Json(*speed) : Json(nullptr);
+      e["assigned_steps"] = assignment ? Json(assignment->local_steps) : Json(nullptr);
+      Json group = nullptr;
+      if (assignment) {
+        group = {{"id", assignment->group},
+                 {"open", false},
+                 {"expected_arrival_s", nullptr},
+                 {"latest_arrival_s", nullptr},
+                 {"arrived", false}};
+        if (auto g = open_groups.find(assignment->group); g != open_groups.end()) {
+          group["open"] = true;
+          group["expected_arrival_s"] = g->second.expected_arrival;
+          group["latest_arrival_s"] = g->second.latest_arrival;
+          group["arrived"] = std::find(g->second.arrived.begin(), g->second.arrived.end(), cid) !=
+                             g->second.arrived.end();
+        }
+      }
+      e["group"] = std::move(group);
     }
-    j["compass"] = {{"clients", clients}};
+    clients.push_back(std::move(e));
   }
+  if (job->Compass()) j["compass"] = {{"clients", clients}};
+  j["clients"]["list"] = std::move(clients);
   return j.dump() + "\n";
 }
 
@@ -1012,6 +1051,7 @@ Result<FlAdmission> FlCoordinator::Admit(std::string_view name, BufferPool& pool
   t.client = client.id;
   t.buffer = buffer;
   t.base_version = h.base_version();
+  t.staleness = staleness;
   t.num_samples = h.num_samples();
   t.coefficient = coefficient;
   ++round.admitted;
@@ -1100,7 +1140,11 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status, bool leaf_answer
       counted = true;
       ++round.acked;
       round.partials[t.partial].tickets.push_back(ticket);
-      ++job->clients[t.client].updates;
+      JobState::Client& client = job->clients[t.client];
+      ++client.updates;
+      client.last_base_version = t.base_version;
+      client.last_staleness = t.staleness;
+      client.max_staleness = std::max(client.max_staleness, t.staleness);
       ++job->updates_total;
     }
     if (!counted) {
@@ -1364,8 +1408,15 @@ uint64_t FlCoordinator::Persist(const std::shared_ptr<JobState>& jp, bool with_m
   JobState& job = *jp;
   Json clients = Json::array();
   for (const auto& [id, c] : job.clients) {
-    clients.push_back({{"id", c.id}, {"name", c.name}, {"token", c.token}, {"updates", c.updates},
-                       {"samples", c.samples}});
+    clients.push_back(
+        {{"id", c.id},
+         {"name", c.name},
+         {"token", c.token},
+         {"updates", c.updates},
+         {"samples", c.samples},
+         {"last_base_version", c.last_base_version ? Json(*c.last_base_version) : Json(nullptr)},
+         {"last_staleness", c.last_staleness},
+         {"max_staleness", c.max_staleness}});
   }
   Json versions = Json::array();
   for (const auto& v : job.versions) {
@@ -1483,6 +1534,11 @@ Status FlCoordinator::Restore() {
       cl.token = c.value("token", "");
       cl.updates = c.value("updates", uint64_t{0});
       cl.samples = c.value("samples", uint64_t{0});
+      if (c.contains("last_base_version") && c["last_base_version"].is_number_unsigned()) {
+        cl.last_base_version = c["last_base_version"].get<uint64_t>();
+      }
+      cl.last_staleness = c.value("last_staleness", uint64_t{0});
+      cl.max_staleness = c.value("max_staleness", uint64_t{0});
       job->clients[cl.id] = cl;
     }
     job->next_client = state.value("next_client", 0u);
@@ -1614,6 +1670,7 @@ Status FlCoordinator::Recover(const std::function<Result<SharedPool*>(const std:
       JobState::Client& c = job->clients[client];
       c.submitted_round = r.round;
       c.samples = r.num_samples;
+      c.last_base_version = r.base_version;  // its staleness on arrival is not logged
       ++c.updates;
       ++job->updates_total;
       max_round = std::max(max_round, r.round);

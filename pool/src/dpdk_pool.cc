@@ -507,6 +507,9 @@ Result<std::unique_ptr<DpdkPool>> DpdkPool::CreateOrRecover(const std::string& n
                                                             bool* recovered) {
   *recovered = false;
   auto old = Attach(name);
+  // A pool this process may not open (another user's, no CAP_DAC_OVERRIDE) is not replaced:
+  // what it holds would be lost without a word.
+  if (!old.ok() && old.status().code() == StatusCode::kPermissionDenied) return old.status();
   if (old.ok() && (*old)->mapping_->size == dpdk_pool_detail::RoundUp(bytes, kHugepageBytes)) {
     std::unique_ptr<DpdkPool> pool = std::move(*old);
     pool->owner_ = true;

@@ -238,6 +238,9 @@ Result<std::unique_ptr<ShmPool>> ShmPool::CreateOrRecover(const std::string& nam
                                                            HolderSlot keep, bool* recovered) {
   *recovered = false;
   auto old = Attach(name);
+  // A pool this process may not open (another user's, no CAP_DAC_OVERRIDE) is not replaced:
+  // what it holds would be lost without a word.
+  if (!old.ok() && old.status().code() == StatusCode::kPermissionDenied) return old.status();
   if (old.ok() && (*old)->header()->segment_bytes == pool_detail::RoundUp(bytes, 4096)) {
     std::unique_ptr<ShmPool> pool = std::move(*old);
     pool->owner_ = true;

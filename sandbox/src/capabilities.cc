@@ -2,10 +2,12 @@
 
 #include <sys/capability.h>
 #include <sys/prctl.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 namespace shoal {
@@ -20,18 +22,28 @@ std::string Name(cap_value_t c) {
 
 }  // namespace
 
-std::vector<std::string> DaemonCapabilities(bool bind_low_port) {
+std::pair<int, int> KernelRelease() {
+  utsname u{};
+  int major = 0, minor = 0;
+  if (uname(&u) == 0) std::sscanf(u.release, "%d.%d", &major, &minor);
+  return {major, minor};
+}
+
+std::vector<std::string> DaemonCapabilities(bool bind_low_port, std::pair<int, int> kernel) {
   std::vector<std::string> caps = {
-      "cap_setuid", "cap_setgid",  // a child takes its tenant's uid, gid, empty groups
-      "cap_setpcap",               // ... and empties its bounding set
-      "cap_kill",                  // signal instances running under tenant uids
-      "cap_chown", "cap_fowner",   // hand a pool segment to its tenant, unlink a tenant's one
-      "cap_dac_override",          // re-open a tenant-owned pool after a restart (takeover)
-      "cap_bpf", "cap_net_admin", "cap_perfmon",  // the sockmap data plane, eBPF probes
-      "cap_sys_resource",          // the BPF maps' memlock and pool sizes past the rlimit
-      "cap_ipc_lock",              // pinning a pool for GPU copies (cudaHostRegister)
-      "cap_syslog",                // read the kernel's record of a seccomp kill (/dev/kmsg)
+      "cap_setuid",       "cap_setgid",  // a child takes its tenant's uid, gid, empty groups
+      "cap_setpcap",                     // ... and empties its bounding set (and shoald its own)
+      "cap_kill",                        // signal instances running under tenant uids
+      "cap_chown",                       // hand a pool segment to its tenant
+      "cap_fowner",                      // ... and make it 0600 once it is the tenant's
+      "cap_dac_override",                // re-open a tenant-owned pool after a restart (takeover)
+      "cap_bpf",          "cap_net_admin", "cap_perfmon",  // the sockmap data plane, eBPF probes
+      "cap_syslog",  // read the kernel's record of a seccomp kill (/dev/kmsg)
   };
+  // Older kernels: BPF needs CAP_SYS_ADMIN before 5.8 (no CAP_BPF), and BPF maps are charged
+  // to RLIMIT_MEMLOCK before 5.11 (libbpf raises it). Kept only where the container has them.
+  if (kernel < std::pair{5, 8}) caps.push_back("cap_sys_admin");
+  if (kernel < std::pair{5, 11}) caps.push_back("cap_sys_resource");
   if (bind_low_port) caps.push_back("cap_net_bind_service");
   return caps;
 }

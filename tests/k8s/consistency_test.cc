@@ -29,6 +29,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -741,6 +742,253 @@ TEST(K8sCapabilities, TheDaemonSetsSetLoadsBpfAndEachBpfCapabilityIsNeeded) {
     EXPECT_EQ(log.find("data plane: sockmap"), std::string::npos) << "without " << c << ":\n"
                                                                   << log;
     EXPECT_NE(log.find("BPF unavailable"), std::string::npos) << "without " << c << ":\n" << log;
+  }
+}
+
+// shoald started from the DaemonSet under capsh keeping exactly `keep`, on free ports, its own
+// node name; the test then does the least that needs the capability it left out.
+class CapNode {
+ public:
+  CapNode(const std::vector<YAML::Node>& docs, const YAML::Node& ds, const std::string& dir,
+          const std::string& node_name, const std::string& etcd, const std::set<std::string>& keep)
+      : log_(dir + ".log") {
+    const YAML::Node sc = NamedItem(PodSpec(ds)["containers"], "shoald");
+    PodOnHost node(docs, PodSpec(ds), sc, dir, NodeFieldRefs(), {{"SHOAL_ETCD", etcd}});
+    const std::string config = node.MapPath(node.Flag("--config"));
+    YAML::Node cfg = YAML::LoadFile(config);
+    for (const char* key : {"state_dir", "bpf_pin_root"})
+      cfg[key] = node.MapPath(cfg[key].as<std::string>());
+    state_ = cfg["state_dir"].as<std::string>();
+    port_ = FreePort();
+    control_ = FreePort();
+    cfg["listen_port"] = port_;
+    cfg["control_port"] = control_;
+    YAML::Emitter em;
+    em << cfg;
+    WriteFile(config, em.c_str());
+    std::vector<std::string> argv = node.Argv();
+    node.Replace(argv, "--node-name", node_name);
+    std::string drop;
+    for (const auto& c : HeldCapabilities()) {
+      if (!keep.count(c)) drop += (drop.empty() ? "" : ",") + c;
+    }
+    cmd_ = {"capsh", "--drop=" + drop, "--", "-c", "exec \"$0\" \"$@\""};
+    cmd_.insert(cmd_.end(), argv.begin(), argv.end());
+    pid_ = Spawn(cmd_, node.env(), log_);
+  }
+  ~CapNode() { Stop(SIGTERM); }
+
+  // Serving (readyz 200), or exited (then false).
+  bool Ready() {
+    HttpResult last;
+    for (int i = 0; i < 300; ++i) {
+      int st = 0;
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        exit_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        pid_ = -1;
+        return false;
+      }
+      if (Http(port_, "GET", "/readyz", {}, {}, 0, 1000).status == 200) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+  int Stop(int sig) {
+    if (pid_ > 0) {
+      kill(pid_, sig);
+      exit_ = WaitExit(pid_, 30);
+      pid_ = -1;
+    }
+    return exit_;
+  }
+  std::string Token() const {
+    std::istringstream conf(ReadFile(state_ + "/admin.conf"));
+    for (std::string line; std::getline(conf, line);) {
+      if (line.rfind("token: ", 0) == 0) return line.substr(7);
+    }
+    return {};
+  }
+  // Deploys the probe handler as `name` of tenant `ns` (no instance until invoked).
+  HttpResult Deploy(const std::string& name, const std::string& ns) {
+    const std::string manifest =
+        "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: " + name +
+        ", namespace: " + ns + "}\nspec:\n  handler:\n    library: " + BinDir() +
+        "/../lib/shoal/handlers/libshoal-probe.so\n";
+    return Http(control_, "POST", "/v1/functions", manifest,
+                {"Content-Type: application/yaml", "Authorization: Bearer " + Token()});
+  }
+  HttpResult Undeploy(const std::string& name) {
+    return Http(control_, "DELETE", "/v1/functions/" + name, {},
+                {"Authorization: Bearer " + Token()});
+  }
+  HttpResult Invoke(const std::string& fn, const std::string& body) {
+    return Http(port_, "POST", "/fn/" + fn, body, {}, 0, 20000);
+  }
+  std::string Log() const { return ReadFile(log_); }
+  std::string What() const { return Join(cmd_) + "\n" + Log(); }
+  pid_t pid() const { return pid_; }
+
+ private:
+  std::string log_, state_;
+  std::vector<std::string> cmd_;
+  uint16_t port_ = 0, control_ = 0;
+  pid_t pid_ = -1;
+  int exit_ = -1;
+};
+
+bool WaitForText(const std::function<std::string()>& read, const std::string& needle, int seconds) {
+  for (int i = 0; i < seconds * 20; ++i) {
+    if (read().find(needle) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// The capabilities besides BPF's: shoald started with the DaemonSet's set less one of them
+// fails at something concrete, with an error that names it. With the whole set the same work
+// succeeds (the first node), so each failure is the missing capability's.
+TEST(K8sCapabilities, EachOtherCapabilityIsNeededForWhatItIsNamedFor) {
+  if (auto why = KubectlMissing(); !why.empty()) GTEST_SKIP() << why;
+  if (access("/usr/bin/etcd", X_OK) != 0) GTEST_SKIP() << "/usr/bin/etcd is missing (etcd-server)";
+  if (geteuid() != 0) GTEST_SKIP() << "not root: shoald runs no instance under a tenant's uid";
+  int rc = 0;
+  Capture("command -v capsh >/dev/null", &rc);
+  if (rc != 0) GTEST_SKIP() << "capsh is missing (Debian package libcap2-bin)";
+  const auto docs = Render("");
+  const YAML::Node ds = Find(docs, "DaemonSet", "shoald");
+  const YAML::Node sc = NamedItem(PodSpec(ds)["containers"], "shoald");
+  std::set<std::string> named;
+  for (const auto& c : Strings(sc["securityContext"]["capabilities"]["add"]))
+    named.insert("cap_" + Lower(c));
+  const std::set<std::string> held = HeldCapabilities();
+  for (const auto& c : named) ASSERT_TRUE(held.count(c)) << c << " is named but not held here";
+
+  shoal::testing::EtcdForTest etcd;
+  ASSERT_TRUE(etcd.Start()) << etcd.Log(0);
+  TempDir tmp;
+  const std::string pid_tag = std::to_string(getpid());
+  int run = 0;
+  auto start = [&](const std::string& without, const std::string& node_name = {}) {
+    std::set<std::string> keep = named;
+    keep.erase(without);
+    const std::string name =
+        node_name.empty() ? "k8s-cap-" + pid_tag + "-" + std::to_string(run) : node_name;
+    return std::make_unique<CapNode>(docs, ds, tmp.path() + "/run" + std::to_string(++run), name,
+                                     etcd.endpoints(), keep);
+  };
+  std::set<std::string> checked = {"cap_bpf", "cap_net_admin", "cap_perfmon"};  // test above
+  auto check = [&](const std::string& c) {
+    EXPECT_TRUE(named.count(c)) << c << " is checked but not named";
+    checked.insert(c);
+  };
+
+  // The whole set: the tenant's pool is made and handed over, an instance starts as the
+  // tenant, answers, is killed by seccomp for a denied syscall (the kernel log names it),
+  // and stops when its function is deleted. Then killed: its tenant-owned pool stays.
+  const std::string full_name = "k8s-cap-" + pid_tag + "-full";
+  {
+    auto n = start("", full_name);
+    ASSERT_TRUE(n->Ready()) << n->What();
+    ASSERT_EQ(n->Deploy("probe", "team-a").status, 201) << n->What();
+    const HttpResult ok = n->Invoke("probe", "status");
+    ASSERT_EQ(ok.status, 200) << ok.body << n->What();
+    EXPECT_EQ(n->Invoke("probe", "unshare").status, 502);
+    EXPECT_TRUE(WaitForText([&] { return n->Log(); }, "seccomp filter for syscall unshare", 10))
+        << n->What();
+    ASSERT_EQ(n->Invoke("probe", "status").status, 200) << n->What();
+    EXPECT_EQ(n->Undeploy("probe").status, 200) << n->What();
+    EXPECT_TRUE(WaitForText([&] { return n->Log(); }, ") stopped", 10)) << n->What();
+    EXPECT_EQ(n->Log().find("Operation not permitted"), std::string::npos) << n->What();
+    ASSERT_EQ(n->Deploy("keep", "team-a").status, 201) << n->What();
+    ASSERT_EQ(n->Invoke("keep", "status").status, 200) << n->What();
+    n->Stop(SIGKILL);
+  }
+
+  // An instance's start: setgroups/setresgid, setresuid, the bounding set.
+  for (const auto& [c, step] : std::vector<std::pair<std::string, std::string>>{
+           {"cap_setgid", "clearing supplementary groups"}, {"cap_setuid", "setresuid"}}) {
+    SCOPED_TRACE("without " + c);
+    check(c);
+    auto n = start(c);
+    ASSERT_TRUE(n->Ready()) << n->What();
+    ASSERT_EQ(n->Deploy("probe", "team-a").status, 201) << n->What();
+    const HttpResult r = n->Invoke("probe", "status");
+    EXPECT_NE(r.status, 200) << r.body;
+    EXPECT_NE(r.body.find("sandbox: " + step + ": Operation not permitted"), std::string::npos)
+        << r.status << " " << r.body << "\n"
+        << n->What();
+  }
+  {
+    // shoald empties its own bounding set at start-up, as it does each instance's.
+    SCOPED_TRACE("without cap_setpcap");
+    check("cap_setpcap");
+    auto n = start("cap_setpcap");
+    EXPECT_FALSE(n->Ready()) << n->What();
+    EXPECT_EQ(n->Stop(SIGTERM), 1) << n->What();
+    EXPECT_NE(n->Log().find("capabilities: PERMISSION_DENIED: dropping cap_"), std::string::npos)
+        << n->What();
+    EXPECT_NE(n->Log().find(" from the bounding set: Operation not permitted"), std::string::npos)
+        << n->What();
+  }
+  // The tenant's pool: handed to the tenant (chown), then made 0600 (chmod of a file shoald no
+  // longer owns).
+  for (const auto& [c, op] : std::vector<std::pair<std::string, std::string>>{
+           {"cap_chown", "chown /dev/"}, {"cap_fowner", "chmod /dev/"}}) {
+    SCOPED_TRACE("without " + c);
+    check(c);
+    auto n = start(c);
+    ASSERT_TRUE(n->Ready()) << n->What();
+    ASSERT_EQ(n->Deploy("probe", "team-a").status, 201) << n->What();
+    const HttpResult r = n->Invoke("probe", "status");
+    EXPECT_NE(r.status, 200) << r.body;
+    EXPECT_TRUE(WaitForText([&] { return n->Log(); }, op, 5)) << n->What();
+    EXPECT_NE(n->Log().find("no pool for tenant team-a: PERMISSION_DENIED: " + op),
+              std::string::npos)
+        << n->What();
+  }
+  {
+    // Signalling an instance that runs under its tenant's uid.
+    SCOPED_TRACE("without cap_kill");
+    check("cap_kill");
+    auto n = start("cap_kill");
+    ASSERT_TRUE(n->Ready()) << n->What();
+    ASSERT_EQ(n->Deploy("probe", "team-a").status, 201) << n->What();
+    ASSERT_EQ(n->Invoke("probe", "status").status, 200) << n->What();
+    EXPECT_EQ(n->Undeploy("probe").status, 200) << n->What();
+    EXPECT_TRUE(WaitForText([&] { return n->Log(); }, "SIGTERM: Operation not permitted", 10))
+        << n->What();
+  }
+  {
+    // The kernel's record of a seccomp kill (/dev/kmsg, dmesg_restrict=1 here).
+    SCOPED_TRACE("without cap_syslog");
+    check("cap_syslog");
+    if (ReadFile("/proc/sys/kernel/dmesg_restrict").rfind('1', 0) != 0) {
+      ADD_FAILURE() << "kernel.dmesg_restrict is not 1: /dev/kmsg is readable without it";
+    }
+    auto n = start("cap_syslog");
+    ASSERT_TRUE(n->Ready()) << n->What();
+    ASSERT_EQ(n->Deploy("probe", "team-a").status, 201) << n->What();
+    EXPECT_EQ(n->Invoke("probe", "unshare").status, 502) << n->What();
+    EXPECT_TRUE(WaitForText([&] { return n->Log(); }, "no audit record in the kernel log", 10))
+        << n->What();
+  }
+  {
+    // Taking over the pool the killed shoald left: it belongs to the tenant, mode 0600.
+    SCOPED_TRACE("without cap_dac_override");
+    check("cap_dac_override");
+    auto n = start("cap_dac_override", full_name);
+    ASSERT_TRUE(n->Ready()) << n->What();
+    ASSERT_EQ(n->Deploy("keep", "team-a").status, 201) << n->What();
+    const HttpResult r = n->Invoke("keep", "status");
+    EXPECT_NE(r.status, 200) << r.body;
+    EXPECT_TRUE(WaitForText(
+        [&] { return n->Log(); },
+        "no pool for tenant team-a: PERMISSION_DENIED: pool shoal." + full_name + ".team-a", 5))
+        << n->What();
+  }
+  EXPECT_EQ(checked, named) << "a named capability without a check of what needs it";
+  for (const char* dir : {"/dev/shm/", "/dev/hugepages/"}) {
+    fs::remove(dir + ("shoal." + full_name + ".team-a"));
   }
 }
 

@@ -39,7 +39,11 @@ void InstanceManager::StopInstance(Instance& inst) {
   if (inst.state == Instance::State::kStopping || inst.exited) return;
   inst.state = Instance::State::kStopping;
   inst.expected_exit = true;
-  inst.child.Signal(SIGTERM);
+  if (const int err = inst.child.Signal(SIGTERM); err != 0) {
+    // EPERM: shoald lacks CAP_KILL for an instance under its tenant's uid.
+    spdlog::error("function {}: stopping instance {:#x} (pid {}): SIGTERM: {}",
+                  inst.fn->rt->spec.name, inst.key, inst.pid, std::strerror(-err));
+  }
 }
 
 void InstanceManager::OnReady(uint32_t key) {

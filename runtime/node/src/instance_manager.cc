@@ -159,8 +159,10 @@ Result<SharedPool*> InstanceManager::PoolFor(const std::string& tenant) {
     }
   }
   auto pool = CreateOrRecoverPool(backend, name, config_.pool_bytes, kCoordinatorSlot, &recovered);
-  if (!pool.ok() && backend == PoolBackend::kDpdk && config_.pool == "auto") {
-    // Hugepages ran out for this tenant (others took them): auto falls back for this one.
+  if (!pool.ok() && pool.status().code() != StatusCode::kPermissionDenied &&
+      backend == PoolBackend::kDpdk && config_.pool == "auto") {
+    // Hugepages ran out for this tenant (others took them): auto falls back for this one. Not
+    // for a pool left that shoald may not open: what it holds is the tenant's.
     reason = "auto: dpdk failed for this tenant: " + pool.status().message();
     spdlog::warn("pool: tenant '{}': {}; using boost", tenant, reason);
     pool = CreateOrRecoverPool(PoolBackend::kBoost, name, config_.pool_bytes, kCoordinatorSlot,

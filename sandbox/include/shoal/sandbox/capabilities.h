@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shoal/common/status.h"
@@ -17,8 +18,12 @@ struct CapabilityReport {
   std::vector<std::string> dropped;
 };
 
-// The capabilities shoald keeps (README "Instance sandbox" says why each).
-std::vector<std::string> DaemonCapabilities(bool bind_low_port);
+// The running kernel's {major, minor} ({0, 0} if uname cannot say).
+std::pair<int, int> KernelRelease();
+
+// The capabilities shoald keeps (README "Instance sandbox" says why each) on `kernel`.
+std::vector<std::string> DaemonCapabilities(bool bind_low_port,
+                                            std::pair<int, int> kernel = KernelRelease());
 
 // Limits this process to `keep` (names as cap_from_name reads them). Capabilities are per
 // thread: call it while the process has a single thread.

@@ -11,7 +11,9 @@
 // the baseline of the cold-start literature: cold-start requests after each function's first
 // instance, instance-seconds and p99 (targets <= 0.5x, <= 0.8x, <= 1.0x), whether it dominates
 // the shoal policy per workload, and the frontier: cold starts vs instance-seconds of each
-// policy over a sweep of its cost knob beside fixed keep-alives of 10 s .. 20 min.
+// policy (learned, shoal, kpa, rl-q) over a sweep of its cost knob beside fixed keep-alives of
+// 10 s .. 20 min, every point on every seed (medians, and each point's ratio to its own seed's
+// fixed frontier as median [min-max]).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -55,19 +57,31 @@ Result<FunctionReport> Run(const std::string& workload, const std::string& polic
   return r->report.total;
 }
 
-// Instance-seconds of the fixed keep-alive frontier at a cold-start rate (piecewise linear
-// between its points, sorted by cold rate; beyond its ends, the nearest end's).
+// Instance-seconds of the fixed keep-alive frontier at a cold-start rate: piecewise linear
+// between its Pareto points (those no other point beats on both cold rate and instance-seconds;
+// a mix of two keep-alives reaches any point between them), sorted by cold rate. Below its
+// least cold rate, that point's; beyond its greatest, the fewest instance-seconds of all.
 double FrontierAt(std::vector<std::pair<double, double>> pts, double cold) {
   std::sort(pts.begin(), pts.end());
-  if (cold <= pts.front().first) return pts.front().second;
-  for (size_t i = 1; i < pts.size(); ++i) {
-    if (cold <= pts[i].first) {
-      const auto [c0, i0] = pts[i - 1];
-      const auto [c1, i1] = pts[i];
-      return c1 > c0 ? i0 + (i1 - i0) * (cold - c0) / (c1 - c0) : std::min(i0, i1);
+  std::vector<std::pair<double, double>> pareto;
+  for (const auto& p : pts) {
+    if (pareto.empty() || p.second < pareto.back().second) pareto.push_back(p);
+  }
+  if (cold <= pareto.front().first) return pareto.front().second;
+  for (size_t i = 1; i < pareto.size(); ++i) {
+    if (cold <= pareto[i].first) {
+      const auto [c0, i0] = pareto[i - 1];
+      const auto [c1, i1] = pareto[i];
+      return i0 + (i1 - i0) * (cold - c0) / (c1 - c0);  // c1 > c0: strictly fewer inst-s
     }
   }
-  return pts.back().second;
+  return pareto.back().second;
+}
+
+double MedianOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 }  // namespace
@@ -269,79 +283,130 @@ int main(int argc, char** argv) {
               dominated >= 4 ? "met" : "MISSED");
 
   // ---- the frontier ---------------------------------------------------------------------------
-  std::printf("\nfrontier (seed %llu): cold-start requests after the first instance per 1000 "
-              "requests vs instance-seconds; fixed = reactive scaling with a fixed idle "
-              "keep-alive (the baseline frontier), learned over costWeight (coldWeight 1), shoal "
-              "over firstIdleWindow, kpa over its idle keep-alive\n",
-              static_cast<unsigned long long>(seed));
-  std::printf("%-8s %-8s %-12s %10s %11s %9s %s\n", "workload", "policy", "knob", "cold/1k",
-              "inst-s", "p99 ms", "vs fixed frontier");
+  // Every point is run on each seed; a row shows the medians over seeds, and its ratio to the
+  // fixed frontier is taken per seed (each seed's own fixed keep-alives) and summarised as the
+  // median [min-max].
+  std::printf(
+      "\nfrontier (seeds %llu..%llu, median per coordinate): cold-start requests after "
+      "the first instance per 1000 requests vs instance-seconds; fixed = reactive scaling "
+      "with a fixed idle keep-alive (the baseline frontier: its Pareto points, linear "
+      "between them), learned over costWeight (coldWeight 1), shoal over "
+      "firstIdleWindow, kpa and rl-q over their idle keep-alive; 'vs frontier' = "
+      "inst-s / the frontier's at the same cold rate, per seed, median [min-max]\n",
+      static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed + seeds - 1));
+  std::printf("%-8s %-8s %-10s %9s %10s %8s  %s\n", "workload", "policy", "knob", "cold/1k",
+              "inst-s", "p99 ms", "vs frontier");
   const double keep_alives[] = {10, 30, 60, 120, 300, 600, 1200};
   const double cost_weights[] = {1.0 / 10, 1.0 / 30, 1.0 / 60, 1.0 / 120, 1.0 / 300, 1.0 / 600};
   const double first_idle[] = {30, 90, 300};
-  int below = 0, points = 0;
-  for (const char* workload : kScenarioWorkloads) {
-    std::vector<std::pair<double, double>> fixed;
-    auto print = [&](const char* policy, const std::string& knob, const FunctionReport& t,
-                     const std::string& note) {
-      Point p;
-      p.Add(t);
-      std::printf("%-8s %-8s %-12s %10.2f %11.0f %9.1f %s\n", workload, policy, knob.c_str(),
-                  p.cold_per_1k(), p.instance_s, p.p99_s * 1e3, note.c_str());
-      return p;
-    };
-    auto fail = [](const Status& st) {
-      std::fprintf(stderr, "bench-autoscale: %s\n", st.ToString().c_str());
-      return 1;
-    };
-    auto vs_frontier = [&](const Point& p) {
-      const double f = FrontierAt(fixed, p.cold_per_1k());
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "%.2fx of the frontier's inst-s %s", p.instance_s / f,
-                    p.instance_s <= f * 1.01 ? "(on/below)" : "(ABOVE)");
-      return std::string(buf);
-    };
-    for (double ka : keep_alives) {
-      auto r = Run(workload, "reactive", seed, scale, ka);
-      if (!r.ok()) return fail(r.status());
-      char knob[32];
+  const double knative_keep_alives[] = {0, 60, 300};
+  struct Swept {
+    const char* policy;
+    std::string knob;
+    double keep_alive_s = -1;
+    std::map<std::string, double> params;
+  };
+  std::vector<Swept> swept;
+  char knob[32];
+  for (double w : cost_weights) {
+    std::snprintf(knob, sizeof knob, "cw 1/%.0f", 1 / w);
+    swept.push_back({"learned", knob, -1, {{"costWeight", w}}});
+  }
+  for (double fi : first_idle) {
+    std::snprintf(knob, sizeof knob, "first %gs", fi);
+    swept.push_back({"shoal", knob, -1, {{"firstIdleWindow", fi}}});
+  }
+  for (const char* policy : {"kpa", "rl-q"}) {
+    for (double ka : knative_keep_alives) {
       std::snprintf(knob, sizeof knob, "ka %gs", ka);
-      const Point p = print("fixed", knob, *r, "");
-      fixed.push_back({p.cold_per_1k(), p.instance_s});
-    }
-    for (double w : cost_weights) {
-      auto r = Run(workload, "learned", seed, scale, -1, {{"costWeight", w}});
-      if (!r.ok()) return fail(r.status());
-      char knob[32];
-      std::snprintf(knob, sizeof knob, "cw 1/%.0f", 1 / w);
-      Point p;
-      p.Add(*r);
-      const std::string note = vs_frontier(p);
-      print("learned", knob, *r, note);
-      ++points;
-      below += p.instance_s <= FrontierAt(fixed, p.cold_per_1k()) * 1.01;
-    }
-    for (double fi : first_idle) {
-      auto r = Run(workload, "shoal", seed, scale, -1, {{"firstIdleWindow", fi}});
-      if (!r.ok()) return fail(r.status());
-      char knob[32];
-      std::snprintf(knob, sizeof knob, "first %gs", fi);
-      Point p;
-      p.Add(*r);
-      print("shoal", knob, *r, vs_frontier(p));
-    }
-    for (double ka : {0.0, 60.0, 300.0}) {
-      auto r = Run(workload, "kpa", seed, scale, ka);
-      if (!r.ok()) return fail(r.status());
-      char knob[32];
-      std::snprintf(knob, sizeof knob, "ka %gs", ka);
-      Point p;
-      p.Add(*r);
-      print("kpa", knob, *r, vs_frontier(p));
+      swept.push_back({policy, knob, ka, {}});
     }
   }
-  std::printf("learned points on or below the fixed keep-alive frontier: %d of %d\n", below,
-              points);
+  auto fail = [](const Status& st) {
+    std::fprintf(stderr, "bench-autoscale: %s\n", st.ToString().c_str());
+    return 1;
+  };
+  int below = 0, points = 0, seed_points = 0, seed_above = 0;
+  double worst = 0;  // the learned points' largest per-seed ratio
+  std::vector<std::string> above;
+  for (const char* workload : kScenarioWorkloads) {
+    // Runs one point on every seed: the medians, and the per-seed ratios to `fixed` (if given).
+    auto run = [&](const char* policy, double ka, const std::map<std::string, double>& params,
+                   const std::vector<std::vector<std::pair<double, double>>>* fixed,
+                   std::vector<Point>* per_seed, std::vector<double>* ratios) -> Status {
+      for (int k = 0; k < seeds; ++k) {
+        auto r = Run(workload, policy, seed + k, scale, ka, params);
+        if (!r.ok()) return r.status();
+        Point p;
+        p.Add(*r);
+        per_seed->push_back(p);
+        if (fixed) ratios->push_back(p.instance_s / FrontierAt((*fixed)[k], p.cold_per_1k()));
+      }
+      return Status();
+    };
+    auto print = [&](const char* policy, const std::string& name, const std::vector<Point>& ps,
+                     const std::vector<double>& ratios) {
+      std::vector<double> cold, inst, p99;
+      for (const Point& p : ps) {
+        cold.push_back(p.cold_per_1k());
+        inst.push_back(p.instance_s);
+        p99.push_back(p.p99_s * 1e3);
+      }
+      std::string note;
+      if (!ratios.empty()) {
+        const double m = MedianOf(ratios);
+        const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
+        char buf[80];
+        std::snprintf(buf, sizeof buf, "%.3fx [%.3f-%.3f]%s", m, *lo, *hi,
+                      m <= 1.01 ? "" : "  ABOVE");
+        note = buf;
+      }
+      std::printf("%-8s %-8s %-10s %9.2f %10.0f %8.1f  %s\n", workload, policy, name.c_str(),
+                  MedianOf(cold), MedianOf(inst), MedianOf(p99), note.c_str());
+    };
+    std::vector<std::vector<std::pair<double, double>>> fixed(seeds);
+    for (double ka : keep_alives) {
+      std::vector<Point> ps;
+      if (Status st = run("reactive", ka, {}, nullptr, &ps, nullptr); !st.ok()) return fail(st);
+      for (int k = 0; k < seeds; ++k) fixed[k].push_back({ps[k].cold_per_1k(), ps[k].instance_s});
+      std::snprintf(knob, sizeof knob, "ka %gs", ka);
+      print("fixed", knob, ps, {});
+    }
+    for (const Swept& sw : swept) {
+      std::vector<Point> ps;
+      std::vector<double> ratios;
+      if (Status st = run(sw.policy, sw.keep_alive_s, sw.params, &fixed, &ps, &ratios); !st.ok()) {
+        return fail(st);
+      }
+      print(sw.policy, sw.knob, ps, ratios);
+      if (std::string(sw.policy) != "learned") continue;
+      ++points;
+      for (double r : ratios) {
+        ++seed_points;
+        seed_above += r > 1.01;
+        worst = std::max(worst, r);
+      }
+      const double m = MedianOf(ratios);
+      if (m <= 1.01) {
+        ++below;
+      } else {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%s %s %.2fx", workload, sw.knob.c_str(), m);
+        above.push_back(buf);
+      }
+    }
+  }
+  std::printf(
+      "learned points on or below the fixed keep-alive frontier (median ratio <= 1.01): "
+      "%d of %d",
+      below, points);
+  for (size_t i = 0; i < above.size(); ++i) {
+    std::printf("%s%s", i == 0 ? "; above: " : ", ", above[i].c_str());
+  }
+  std::printf(
+      "\nper seed: %d of %d learned (point, seed) pairs above 1.01x; the largest ratio "
+      "%.3fx\n",
+      seed_above, seed_points, worst);
   std::printf("learned sections simulated in %.1f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
   std::printf("RESULT autoscale_learned_vs_kpa60_cold ratio=%.3f\n", lc[1]);

@@ -179,8 +179,7 @@ Result<ScenarioResult> RunScenario(const ScenarioOptions& o) {
   // above the decided scale go at once), the stable window and the scale-to-zero rules of
   // KpaPolicy being all that keeps an instance.
   const bool knative = o.policy == "kpa" || o.policy == "rl-q";
-  const double platform_keep_alive =
-      knative ? (o.keep_alive_s >= 0 && o.policy == "kpa" ? o.keep_alive_s : 0) : 60;
+  const double platform_keep_alive = knative ? (o.keep_alive_s >= 0 ? o.keep_alive_s : 0) : 60;
   AutoscalingConfig ac;
   ac.policy = o.policy;
   ac.keep_alive = o.policy == "shoal" ? "histogram" : "fixed";

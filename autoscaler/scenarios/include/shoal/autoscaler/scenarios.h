@@ -28,8 +28,8 @@ struct ScenarioOptions {
   std::string trace_path; // for workload "trace": per-invocation CSV or Azure 2019 counts
   uint64_t seed = 42;
   double duration_scale = 1.0;  // shortens or lengthens the workload (tests use < 1)
-  // kpa only: an idle keep-alive for instances above the decided scale (KPA + K s keep-alive;
-  // negative: Knative's none). The row's policy reads "kpa+<K>s".
+  // kpa and rl-q: an idle keep-alive for instances above the decided scale (KPA + K s
+  // keep-alive; negative: Knative's none). The row's policy reads "kpa+<K>s".
   double keep_alive_s = -1;
   // Extra manifest params (e.g. costWeight for the learned policy's frontier).
   std::map<std::string, double> params;

@@ -14,7 +14,6 @@ reason, where etcd, Chromium or the websocket client is missing or Chromium cann
 
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -22,9 +21,9 @@ import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from console_ui_test import CHROMIUM, Browser, cells, websocket  # noqa: E402
-from grafana_dashboard_test import BIN, ETCD, Cluster, http  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from shoal_testlib import (Browser, Cluster, ControlApi, admin_token, http,  # noqa: E402
+                           skip_reason)
 
 FUNCTION = """apiVersion: shoal.dev/v1
 kind: Function
@@ -35,35 +34,11 @@ spec:
 """
 
 
-def admin_token(state_dir):
-    conf = os.path.join(state_dir, "admin.conf")
-    return re.search(r"^token: (\S+)$", open(conf).read(), re.M).group(1)
-
-
-class Api:
-    def __init__(self, url, token):
-        self.url, self.token = url, token
-
-    def __call__(self, path, data=None):
-        code, body = http(self.url + path, data=data,
-                          headers={"Authorization": f"Bearer {self.token}"})
-        assert code in (200, 201), (path, code, body)
-        return json.loads(body)
-
-
 @pytest.fixture(scope="module")
 def live():
-    if os.geteuid() != 0:
-        pytest.skip("shoald needs root (its pools, BPF programs and instance sandboxes)")
-    if websocket is None:
-        pytest.skip("python3-websocket (Debian) is missing: cannot drive Chromium over CDP")
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.skip(f"{CHROMIUM} is missing (Debian chromium)")
-    if not os.access(ETCD, os.X_OK):
-        pytest.skip(f"{ETCD} is missing (Debian etcd-server)")
-    for b in ("shoald", "shoal-controller"):
-        if not os.access(os.path.join(BIN, b), os.X_OK):
-            pytest.skip(f"{BIN}/{b} is not built")
+    reason = skip_reason(("shoald", "shoal-controller"), chromium=True, etcd=True)
+    if reason:
+        pytest.skip(reason)
     tmp = tempfile.mkdtemp(prefix="shoal-console-cluster-")
     cluster = browser = None
     try:
@@ -71,13 +46,13 @@ def live():
             browser = Browser(tmp)
         except Exception as e:  # noqa: BLE001 - any failure to start is a skip with its reason
             pytest.skip(f"chromium cannot start here: {e}")
-        cluster = Cluster(tmp)
-        ctl = Api(f"http://127.0.0.1:{cluster.controller}", admin_token(os.path.join(tmp, "controller")))
-        node = Api(f"http://127.0.0.1:{cluster.node.control_port}",
-                   admin_token(os.path.join(cluster.node.state, "state")))
+        cluster = Cluster(tmp, "graf")
+        ctl = ControlApi(f"http://127.0.0.1:{cluster.controller}",
+                         admin_token(os.path.join(tmp, "controller")))
+        node = ControlApi(f"http://127.0.0.1:{cluster.node.control_port}",
+                          admin_token(os.path.join(cluster.node.state, "state")))
         for name, lo in (("hello", 1), ("idle", 0)):
-            code, body = http(f"{ctl.url}/v1/functions", data=FUNCTION.format(name=name, min=lo).encode(),
-                              headers={"Authorization": f"Bearer {ctl.token}"})
+            code, body = ctl.request("/v1/functions", data=FUNCTION.format(name=name, min=lo).encode())
             assert code == 201, body
         # The leader places both functions on the one node.
         deadline = time.time() + 30
@@ -120,7 +95,7 @@ def test_cluster_overview_shows_nodes_and_placements(live):
     shown = b.eval("[...document.querySelectorAll('tr[data-node]')].map(r => r.dataset.node)")
     assert shown == [n["name"] for n in nodes], (shown, nodes)
     for n in nodes:
-        c = cells(b, f'tr[data-node="{n["name"]}"]')
+        c = b.cells(f'tr[data-node="{n["name"]}"]')
         assert c["name"] == n["name"] and c["address"] == n["address"], (c, n)
         assert int(c["cores"]) == n["cores"] and int(c["gpus"]) == n["gpus"], (c, n)
         assert c["status"] == "Ready" == n["status"] and c["lease"] == n["lease"], (c, n)
@@ -136,7 +111,7 @@ def test_cluster_overview_shows_nodes_and_placements(live):
         placed = b.eval(f"[...document.querySelectorAll('tr[data-fn=\"{f['name']}\"] [data-placement]')]"
                         ".map(e => e.dataset.placement)")
         assert placed == [p["node"] for p in f["placements"]], (placed, f)
-    c = cells(b, "main")
+    c = b.cells("main")
     assert c["cluster_name"] == "graf" and int(c["nodes"]) == len(nodes)
     assert int(c["functions"]) == len(fns)
     assert b.eval("document.getElementById('node-name').innerText") == "cluster graf"
@@ -148,7 +123,7 @@ def test_cluster_function_page(live):
     b.goto(f"{ctl.url}/ui/#/fn/hello")
     b.wait("document.querySelector('tr[data-placement]')", what="the placements table")
     f = ctl("/v1/functions/hello")
-    c = cells(b, "main")
+    c = b.cells("main")
     assert c["name"] == "hello" and c["namespace"] == f["namespace"]
     assert int(c["generation"]) == f["generation"]
     rows = b.eval("[...document.querySelectorAll('tr[data-placement]')].map(r => "
@@ -166,7 +141,7 @@ def test_a_node_link_opens_that_nodes_console(live):
     b.wait("document.querySelector('[data-k=node]') && document.querySelector('[data-k=dataplane]')",
            what="the node console's overview")
     info = node("/v1/node")
-    c = cells(b, "main")
+    c = b.cells("main")
     assert c["node"] == info["node"] == live["cluster"].node.node
     assert b.eval("document.getElementById('node-name').innerText") == f"node {info['node']}"
     b.screenshot("cluster-node-console.png")

@@ -14,7 +14,6 @@ Run by ctest (console.ui) as root: shoald needs root. Reported as skipped, with 
 where Chromium or the websocket client is missing or Chromium cannot start.
 """
 
-import base64
 import hashlib
 import json
 import os
@@ -28,159 +27,17 @@ import urllib.request
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from grafana_dashboard_test import BIN, ROOT, http, start_shoald, stop_shoald  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from shoal_testlib import (BUILTIN_FUNCTION, ROOT, Browser, StandaloneShoald,  # noqa: E402
+                           digits_fljob, fl_client_env, http, shoal_client_argv, skip_reason)
 
-CHROMIUM = os.environ.get("SHOAL_CHROMIUM", "/usr/bin/chromium")
-OUT = os.environ.get("SHOAL_TEST_OUTPUT", os.path.join(ROOT, "build", "test-output", "console"))
 ONNX = os.path.join(ROOT, "tests", "data", "inference", "mlp.onnx")
-
-try:
-    import websocket  # Debian's python3-websocket
-except ImportError:  # pragma: no cover - reported as a skip below
-    websocket = None
-
-
-# ---------------------------------------------------------------- Chromium over CDP
-
-
-class Browser:
-    """A headless Chromium with a fresh profile, and one page driven over the DevTools Protocol."""
-
-    def __init__(self, tmp):
-        self.profile = tempfile.mkdtemp(prefix="chromium-", dir=tmp)
-        self.log = open(os.path.join(tmp, "chromium.log"), "wb")
-        self.proc = subprocess.Popen(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-             "--no-first-run", "--disable-background-networking", "--disable-component-update",
-             "--disable-sync", "--disable-extensions", "--disable-dev-shm-usage",
-             "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
-             f"--user-data-dir={self.profile}", "--window-size=1280,800", "about:blank"],
-            stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        port_file = os.path.join(self.profile, "DevToolsActivePort")
-        deadline = time.time() + 30
-        while not os.path.exists(port_file) or not open(port_file).read().strip():
-            if self.proc.poll() is not None or time.time() > deadline:
-                self.close()
-                raise RuntimeError("chromium did not start:\n" + self.log_text()[-2000:])
-            time.sleep(0.1)
-        port = int(open(port_file).read().split()[0])
-        targets = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10).read())
-        page = next(t for t in targets if t["type"] == "page")
-        self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=30,
-                                              suppress_origin=True)
-        self.next_id = 0
-        self.events = []
-        for domain in ("Page", "Runtime", "Log"):
-            self.call(f"{domain}.enable")
-
-    def log_text(self):
-        self.log.flush()
-        with open(self.log.name, errors="replace") as f:
-            return f.read()
-
-    def call(self, method, **params):
-        self.next_id += 1
-        my = self.next_id
-        self.ws.send(json.dumps({"id": my, "method": method, "params": params}))
-        while True:
-            msg = json.loads(self.ws.recv())
-            if msg.get("id") == my:
-                if "error" in msg:
-                    raise AssertionError(f"{method}: {msg['error']}")
-                return msg.get("result", {})
-            if "method" in msg:
-                self.events.append(msg)
-
-    def eval(self, expr):
-        r = self.call("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
-        if "exceptionDetails" in r:
-            raise AssertionError(f"{expr}: {r['exceptionDetails']}")
-        return r["result"].get("value")
-
-    def wait(self, expr, timeout=30, what=None):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            try:
-                v = self.eval(expr)
-            except AssertionError:  # the page is still loading (Chart not defined yet, ...)
-                v = None
-            if v is not None and v is not False and v != 0 and v != "":
-                return v  # a DOM node comes back as {}: found
-            time.sleep(0.2)
-        raise AssertionError(f"timed out waiting for {what or expr}; page says: "
-                             + str(self.eval("document.body.innerText.slice(0, 3000)")))
-
-    def goto(self, url):
-        self.call("Page.navigate", url=url)
-
-    def viewport(self, width, height, mobile=False):
-        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
-                  deviceScaleFactor=1, mobile=mobile)
-
-    def key(self, key, code, vk):
-        for t in ("keyDown", "keyUp"):
-            self.call("Input.dispatchKeyEvent", type=t, key=key, code=code,
-                      windowsVirtualKeyCode=vk, nativeVirtualKeyCode=vk)
-
-    def screenshot(self, name):
-        os.makedirs(OUT, exist_ok=True)
-        data = self.call("Page.captureScreenshot", format="png")["data"]
-        path = os.path.join(OUT, name)
-        with open(path, "wb") as f:
-            f.write(base64.b64decode(data))
-        return path
-
-    def console_errors(self):
-        """Console errors, uncaught exceptions and failed loads the page reported so far."""
-        self.eval("1")  # drains pending events into self.events
-        out = []
-        for e in self.events:
-            m, p = e["method"], e.get("params", {})
-            if m == "Runtime.exceptionThrown":
-                out.append("exception: " + json.dumps(p["exceptionDetails"])[:500])
-            elif m == "Runtime.consoleAPICalled" and p["type"] in ("error", "assert"):
-                out.append("console.error: " + json.dumps(p["args"])[:500])
-            elif m == "Log.entryAdded" and p["entry"]["level"] == "error":
-                out.append(f"log ({p['entry'].get('source')}): {p['entry']['text']} {p['entry'].get('url', '')}")
-        return out
-
-    def close(self):
-        try:
-            if getattr(self, "ws", None):
-                self.ws.close()
-        finally:
-            if self.proc.poll() is None:
-                self.proc.terminate()
-                try:
-                    self.proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait()
-            self.log.close()
 
 
 # ---------------------------------------------------------------- a live shoald
 
-FUNCTION = """apiVersion: shoal.dev/v1
-kind: Function
-metadata: {{name: {name}}}
-spec:
-  handler: {{builtin: {builtin}}}
-{spec}"""
-
-FLJOB = """apiVersion: shoal.dev/v1
-kind: FLJob
-metadata: {name: digits}
-spec:
-  algorithm: {name: fedcompass}
-  model: {architecture: mlp, hidden: 32, seed: 1}
-  data: {dataset: digits}
-  clients: {expected: 4}
-  stop: {rounds: 100000}
-  training: {localSteps: 20, learningRate: 0.1, batchSize: 32}
-  aggregation: {maxFanIn: 4, maxLeaves: 2}
-"""
+FLJOB = digits_fljob("fedcompass", hidden=32, clients=4, rounds=100000, local_steps=20,
+                     max_fan_in=4, max_leaves=2)
 
 INFER = f"""apiVersion: shoal.dev/v1
 kind: Function
@@ -197,47 +54,11 @@ spec:
 """
 
 
-class Node:
-    def __init__(self, tmp):
-        self.d = start_shoald(tmp, f"ui{os.getpid()}", ("--standalone",),
-                              extra_yaml="autoscale_interval_ms: 250\n")
-        self.conf = os.path.join(self.d.state, "state", "admin.conf")
-        self.token = re.search(r"^token: (\S+)$", open(self.conf).read(), re.M).group(1)
-        self.gw = f"http://127.0.0.1:{self.d.port}"
-        self.api_url = f"http://127.0.0.1:{self.d.control_port}"
-
-    def deploy(self, manifest):
-        r = subprocess.run([os.path.join(BIN, "shoal"), "deploy", "-f", "-"], input=manifest,
-                           text=True, capture_output=True, timeout=60,
-                           env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "SHOAL_CONFIG": self.conf})
-        assert r.returncode == 0, r.stdout + r.stderr
-
-    def api(self, path, raw=False, data=None):
-        code, body = http(self.api_url + path, data=data, headers={
-            "Authorization": f"Bearer {self.token}", "Content-Type": "application/json"})
-        assert code in (200, 201), (path, code, body)
-        return body if raw else json.loads(body)
-
-    def wait_ready(self, fn, n=1, timeout=60):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.api(f"/v1/functions/{fn}")["status"]["ready"] >= n:
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"{fn} not ready:\n{self.d.log()[-3000:]}")
-
-
 @pytest.fixture(scope="module")
 def live():
-    if os.geteuid() != 0:
-        pytest.skip("shoald needs root (its pools, BPF programs and instance sandboxes)")
-    if websocket is None:
-        pytest.skip("python3-websocket (Debian) is missing: cannot drive Chromium over CDP")
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.skip(f"{CHROMIUM} is missing (Debian chromium)")
-    for b in ("shoald", "shoal", "shoal-client"):
-        if not os.access(os.path.join(BIN, b), os.X_OK):
-            pytest.skip(f"{BIN}/{b} is not built")
+    reason = skip_reason(("shoald", "shoal", "shoal-client"), chromium=True)
+    if reason:
+        pytest.skip(reason)
     tmp = tempfile.mkdtemp(prefix="shoal-console-")
     node = browser = trainer = None
     try:
@@ -245,22 +66,20 @@ def live():
             browser = Browser(tmp)
         except Exception as e:  # noqa: BLE001 - any failure to start is a skip with its reason
             pytest.skip(f"chromium cannot start here: {e}")
-        node = Node(tmp)
-        node.deploy(FUNCTION.format(name="echo", builtin="echo",
-                                    spec="  concurrency: 4\n  scale: {min: 2, max: 4}\n"))
-        node.deploy(FUNCTION.format(name="sleepy", builtin="sleep", spec="  keepAlive: 2s\n"))
+        node = StandaloneShoald(tmp, f"ui{os.getpid()}", extra_yaml="autoscale_interval_ms: 250\n")
+        node.deploy(BUILTIN_FUNCTION.format(name="echo", builtin="echo",
+                                            spec="  concurrency: 4\n  scale: {min: 2, max: 4}\n"))
+        node.deploy(BUILTIN_FUNCTION.format(name="sleepy", builtin="sleep", spec="  keepAlive: 2s\n"))
         node.deploy(FLJOB)
         node.deploy(INFER)
-        node.wait_ready("echo", 2)
+        node.wait_ready("echo", 2, timeout=60)
         for i in range(30):
             assert http(f"{node.gw}/fn/echo", data=f"hi {i}".encode()) == (200, f"hi {i}")
         assert http(f"{node.gw}/fn/sleepy?ms=5")[0] == 200  # a cold start from zero
         fl_token = node.api("/v1/tokens", data=json.dumps({"role": "fl-client", "job": "digits"}).encode())["token"]
         trainer = subprocess.Popen(
-            [os.path.join(BIN, "shoal-client"), "--server", node.gw, "--job", "digits", "--data", "digits",
-             "--clients", "4", "--partition", "iid", "--seed", "3", "--time-scale", "0.2",
-             "--train-threads", "1", "--max-seconds", "30"],
-            env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "SHOAL_TOKEN": fl_token},
+            shoal_client_argv(node.gw, clients=4, time_scale="0.2", max_seconds=30, train_threads=1),
+            env=fl_client_env(fl_token),
             stdout=open(os.path.join(tmp, "shoal-client.log"), "wb"), stderr=subprocess.STDOUT)
         yield {"node": node, "browser": browser, "trainer": trainer, "tmp": tmp}
     finally:
@@ -270,20 +89,13 @@ def live():
         if browser:
             browser.close()
         if node:
-            stop_shoald(node.d)
+            node.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def ui(live, route=""):
     n = live["node"]
     return f"{n.api_url}/ui/?token={n.token}#/{route}"
-
-
-def cells(b, selector):
-    """{data-k: text} of the cells under `selector`."""
-    return b.eval(f"""(() => {{ const o = {{}};
-        for (const e of document.querySelectorAll({json.dumps(selector)} + ' [data-k]')) o[e.dataset.k] = e.innerText.trim();
-        return o; }})()""")
 
 
 # ---------------------------------------------------------------- the pages
@@ -323,13 +135,13 @@ def test_overview_shows_what_the_api_says(live):
     shown = b.eval("[...document.querySelectorAll('tr[data-fn]')].map(r => r.dataset.fn)")
     assert sorted(shown) == sorted(fns), (shown, list(fns))
     for name in ("echo", "mlp-infer"):
-        c = cells(b, f'tr[data-fn="{name}"]')
+        c = b.cells(f'tr[data-fn="{name}"]')
         st = n.api(f"/v1/functions/{name}")["status"]
         assert int(c["ready"]) == st["ready"] and int(c["desired"]) == st["desired"], (name, c, st)
         assert int(c["cold_starts"]) == st["cold_starts"], (name, c, st)
-    assert int(cells(b, 'tr[data-fn="echo"]')["ready"]) == 2
+    assert int(b.cells('tr[data-fn="echo"]')["ready"]) == 2
     node = n.api("/v1/node")
-    c = cells(b, "main")
+    c = b.cells("main")
     assert c["node"] == node["node"] and c["dataplane"] == node["dataplane"]
     assert int(c["functions"]) == node["functions"]
     tenants = b.eval("[...document.querySelectorAll('tr[data-tenant]')].map(r => r.dataset.tenant)")
@@ -346,7 +158,7 @@ def test_function_page(live):
     for i in range(20):
         http(f"{n.gw}/fn/echo", data=b"again")
     st = n.api("/v1/functions/echo")["status"]
-    c = cells(b, "main")
+    c = b.cells("main")
     assert c["name"] == "echo" and c["policy"] == st["policy"]
     b.wait(f"document.querySelector('[data-k=requests]').innerText.replace(/,/g, '') == '{st['requests_total']}'",
            what="the request count of /v1")
@@ -368,7 +180,7 @@ def test_function_page(live):
     assert http(f"{n.gw}/fn/sleepy?ms=5")[0] == 200
     b.wait("Chart.getChart(document.querySelector('canvas')).data.datasets[3].data.length == 1",
            timeout=10, what="a cold start marker")
-    assert int(cells(b, "main")["cold_starts"]) == n.api("/v1/functions/sleepy")["status"]["cold_starts"]
+    assert int(b.cells("main")["cold_starts"]) == n.api("/v1/functions/sleepy")["status"]["cold_starts"]
     b.screenshot("function-sleepy.png")
 
 
@@ -408,7 +220,7 @@ def test_fl_job_page_plots_accuracy_live(live):
     time.sleep(2)  # two polls after the last commit
     job = n.api("/v1/jobs/digits")
     evals = [v for v in job["versions"] if v["accuracy"] is not None]
-    c = cells(b, "main")
+    c = b.cells("main")
     assert int(c["version"]) == job["version"], (c, job["version"])
     last = evals[-1]
     assert c["accuracy"].startswith(f"{100 * last['accuracy']:.2f} %"), (c["accuracy"], last)
@@ -441,13 +253,10 @@ def test_fl_job_page_plots_accuracy_live(live):
     v = job["version"]
     onnx = model_bytes(n, f"version={v}&format=onnx")
     out = os.path.join(live["tmp"], "digits.onnx")
-    r = subprocess.run([os.path.join(BIN, "shoal"), "fl", "model", "digits", "--format", "onnx",
-                        "--version", str(v), "-o", out], text=True, capture_output=True, timeout=60,
-                       env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "SHOAL_CONFIG": n.conf})
+    r = n.cli("fl", "model", "digits", "--format", "onnx", "--version", str(v), "-o", out)
     assert r.returncode == 0, r.stdout + r.stderr
     assert open(out, "rb").read() == onnx and onnx != model and len(onnx) > len(model) // 2
-    code, body = http(f"{n.api_url}/v1/jobs/digits/model?format=pt",
-                      headers={"Authorization": f"Bearer {n.token}"})
+    code, body = n.api.request("/v1/jobs/digits/model?format=pt")
     assert code == 400 and json.loads(body)["error"].startswith("format: "), (code, body)
     assert http(f"{n.api_url}/v1/jobs/digits/model?format=onnx")[0] == 401  # same auth as safetensors
     b.eval("document.querySelector('[data-k=download-onnx]').click()")
@@ -478,7 +287,7 @@ def test_model_page(live):
     b.wait("document.querySelector('[data-k=model_version]')?.innerText.trim() !== '–' && "
            "document.querySelector('[data-k=model_version]')?.innerText", what="the model's version")
     stats = n.api("/v1/models/mlp/stats")
-    c = cells(b, "main")
+    c = b.cells("main")
     assert c["model"] == "mlp" and c["model_version"] == str(stats["model_version"])
     assert int(c["model_requests"]) == stats["requests"] >= 4
     hist = b.eval("(() => { const c = Chart.getChart(document.querySelector('canvas[aria-label^=\"Batch sizes\"]')); "

@@ -22,24 +22,15 @@ import time
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from grafana_dashboard_test import BIN, http, start_shoald, stop_shoald  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from shoal_testlib import (StandaloneShoald, digits_fljob, fl_client_env,  # noqa: E402
+                           shoal_client_argv, skip_reason)
 
 MAX_STREAMS = 16  # ControlServer::kMaxEventStreams
 TICKET_LIFETIME_S = 30  # ControlServer::kTicketLifetime
 
-FLJOB = """apiVersion: shoal.dev/v1
-kind: FLJob
-metadata: {name: digits}
-spec:
-  algorithm: {name: fedavg}
-  model: {architecture: mlp, hidden: 16, seed: 1}
-  data: {dataset: digits}
-  clients: {expected: 2}
-  stop: {rounds: 6}
-  training: {localSteps: 2, learningRate: 0.1, batchSize: 32}
-  aggregation: {maxFanIn: 2, maxLeaves: 1}
-"""
+FLJOB = digits_fljob("fedavg", hidden=16, clients=2, rounds=6, local_steps=2,
+                     max_fan_in=2, max_leaves=1)
 
 ECHO = """apiVersion: shoal.dev/v1
 kind: Function
@@ -94,35 +85,25 @@ class Stream:
 
 @pytest.fixture(scope="module")
 def node():
-    if os.geteuid() != 0:
-        pytest.skip("shoald needs root (its pools, BPF programs and instance sandboxes)")
-    for b in ("shoald", "shoal", "shoal-client"):
-        if not os.access(os.path.join(BIN, b), os.X_OK):
-            pytest.skip(f"{BIN}/{b} is not built")
+    reason = skip_reason(("shoald", "shoal", "shoal-client"))
+    if reason:
+        pytest.skip(reason)
     tmp = tempfile.mkdtemp(prefix="shoal-events-")
     d = None
     try:
-        d = start_shoald(tmp, f"ev{os.getpid()}", ("--standalone",))
-        conf = os.path.join(d.state, "state", "admin.conf")
-        d.token = re.search(r"^token: (\S+)$", open(conf).read(), re.M).group(1)
-        d.conf = conf
+        d = StandaloneShoald(tmp, f"ev{os.getpid()}")
         d.tmp = tmp
-        d.api = f"http://127.0.0.1:{d.control_port}"
-        d.deploy_env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "SHOAL_CONFIG": conf}
         for manifest in (ECHO, FLJOB):
-            r = subprocess.run([os.path.join(BIN, "shoal"), "deploy", "-f", "-"], input=manifest,
-                               text=True, capture_output=True, timeout=60, env=d.deploy_env)
-            assert r.returncode == 0, r.stdout + r.stderr
+            d.deploy(manifest)
         yield d
     finally:
         if d:
-            stop_shoald(d)
+            d.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
 def api(node, path, data=None, method=None, token=None):
-    code, body = http(node.api + path, data=data, method=method,
-                      headers={"Authorization": f"Bearer {token or node.token}"})
+    code, body = node.api.request(path, data=data, method=method, token=token)
     return code, (json.loads(body) if body.strip().startswith(("{", "[")) else body)
 
 
@@ -232,10 +213,8 @@ def test_commits_arrive_as_events_while_a_job_trains(node):
     assert s.status == 200
     assert s.next_named("snapshot") is not None  # the first, at once
     trainer = subprocess.Popen(
-        [os.path.join(BIN, "shoal-client"), "--server", f"http://127.0.0.1:{node.port}",
-         "--job", "digits", "--data", "digits", "--clients", "2", "--partition", "iid",
-         "--seed", "3", "--time-scale", "0", "--train-threads", "1", "--max-seconds", "40"],
-        env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "SHOAL_TOKEN": fl},
+        shoal_client_argv(node.gw, clients=2, time_scale="0", max_seconds=40, train_threads=1),
+        env=fl_client_env(fl),
         stdout=open(os.path.join(node.tmp, "shoal-client.log"), "wb"), stderr=subprocess.STDOUT)
     try:
         versions = []

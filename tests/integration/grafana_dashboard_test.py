@@ -15,21 +15,20 @@ import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
+import sys
 import tempfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.environ.get("SHOAL_BIN_DIR", os.path.join(ROOT, "build", "bin"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from shoal_testlib import (BUILTIN_FUNCTION, ETCD, ROOT, Cluster, Proc,  # noqa: E402
+                           StandaloneShoald, digits_fljob, fl_client_env, free_port, http,
+                           shoal_client_argv, skip_reason, wait_until_answers)
+
 DASHBOARD = os.path.join(ROOT, "deploy", "grafana", "shoal.json")
-ETCD = "/usr/bin/etcd"
 PROMETHEUS = "/usr/bin/prometheus"
 
 # Exported only by shoal-controller (nodes_ready, leader) or by a shoald in cluster mode
@@ -215,21 +214,6 @@ def declared_in_source():
 # ---------------------------------------------------------------- live processes
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http(url, data=None, headers=None, method=None, timeout=10):
-    req = urllib.request.Request(url, data=data, headers=headers or {}, method=method)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read().decode(errors="replace")
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode(errors="replace")
-
-
 def exposition_types(text):
     """{family name: type} from an exposition's # TYPE lines (# HELP-only names: 'untyped')."""
     types = {}
@@ -243,108 +227,9 @@ def exposition_types(text):
     return types
 
 
-class Proc:
-    """A child process with its log in a file; stopped (SIGTERM, then SIGKILL) on close."""
-
-    def __init__(self, argv, log, env=None):
-        self.log_path = log
-        self.logf = open(log, "ab")
-        self.p = subprocess.Popen(argv, stdout=self.logf, stderr=subprocess.STDOUT, env=env,
-                                  stdin=subprocess.DEVNULL)
-
-    def log(self):
-        with open(self.log_path, errors="replace") as f:
-            return f.read()
-
-    def wait_log(self, pattern, timeout=30):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            m = re.search(pattern, self.log())
-            if m:
-                return m
-            if self.p.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise AssertionError(f"no '{pattern}' in {self.log_path}:\n{self.log()[-3000:]}")
-
-    def close(self):
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-        self.logf.close()
-
-
-READY = r"shoald ready on http://127\.0\.0\.1:(\d+) \(data plane \w+; control API https?://127\.0\.0\.1:(\d+)\)"
-
-
-def start_shoald(tmp, node, extra_args=(), extra_yaml=""):
-    state = os.path.join(tmp, node)
-    os.makedirs(state)
-    cfg = os.path.join(state, "shoald.yaml")
-    with open(cfg, "w") as f:
-        f.write(f"node_name: {node}\nlisten_host: 127.0.0.1\nlisten_port: 0\ncontrol_port: 0\n"
-                f"state_dir: {state}/state\ngateway_threads: 2\npool: boost\n"
-                f"pool_bytes: {256 << 20}\nmax_body_bytes: {64 << 20}\ndataplane: auto\n"
-                f"bpf_pin_root: /sys/fs/bpf/shoal-it\n{extra_yaml}")
-    proc = Proc([os.path.join(BIN, "shoald"), "-c", cfg, *extra_args],
-                os.path.join(state, "shoald.log"))
-    m = proc.wait_log(READY)
-    proc.port, proc.control_port, proc.state = int(m.group(1)), int(m.group(2)), state
-    proc.node = node
-    return proc
-
-
-def stop_shoald(proc):
-    proc.close()
-    # A shoald that did not stop cleanly leaves its pools and pins behind: this test's to remove.
-    for d in ("/dev/shm", "/dev/hugepages"):
-        if os.path.isdir(d):
-            for f in os.listdir(d):
-                if f.startswith(f"shoal.{proc.node}."):
-                    try:
-                        os.unlink(os.path.join(d, f))
-                    except OSError:
-                        pass
-    shutil.rmtree(f"/sys/fs/bpf/shoal-it/{proc.node}", ignore_errors=True)
-
-
-class Standalone:
+class Standalone(StandaloneShoald):
     def __init__(self, tmp):
-        self.d = start_shoald(tmp, f"graf{os.getpid()}", ("--standalone",),
-                              extra_yaml="autoscale_interval_ms: 250\n")
-        self.conf = os.path.join(self.d.state, "state", "admin.conf")
-        self.token = re.search(r"^token: (\S+)$", open(self.conf).read(), re.M).group(1)
-        self.gw = f"http://127.0.0.1:{self.d.port}"
-        self.api = f"http://127.0.0.1:{self.d.control_port}"
-
-    def cli(self, *args, stdin="", env=None):
-        e = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "SHOAL_CONFIG": self.conf}
-        e.update(env or {})
-        r = subprocess.run([os.path.join(BIN, "shoal"), *args], input=stdin, text=True,
-                           capture_output=True, env=e, timeout=60)
-        return r
-
-    def deploy(self, manifest):
-        r = self.cli("deploy", "-f", "-", stdin=manifest)
-        assert r.returncode == 0, r.stdout + r.stderr
-        return r
-
-    def status(self, fn):
-        code, body = http(f"{self.api}/v1/functions/{fn}",
-                          headers={"Authorization": f"Bearer {self.token}"})
-        return json.loads(body).get("status", {}) if code == 200 else {}
-
-    def wait_ready(self, fn, timeout=30):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.status(fn).get("ready", 0) >= 1:
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"{fn} not ready:\n{self.d.log()[-3000:]}")
+        super().__init__(tmp, f"graf{os.getpid()}", extra_yaml="autoscale_interval_ms: 250\n")
 
     def metrics(self):
         code, body = http(f"{self.gw}/metrics")
@@ -352,32 +237,15 @@ class Standalone:
         return body
 
 
-FUNCTION = """apiVersion: shoal.dev/v1
-kind: Function
-metadata: {{name: {name}}}
-spec:
-  handler: {{builtin: {builtin}}}
-{spec}"""
-
-FLJOB = """apiVersion: shoal.dev/v1
-kind: FLJob
-metadata: {name: digits}
-spec:
-  algorithm: {name: fedavg}
-  model: {architecture: mlp, hidden: 16, seed: 1}
-  data: {dataset: digits}
-  clients: {expected: 2}
-  stop: {rounds: 3}
-  training: {localSteps: 5, learningRate: 0.1, batchSize: 32}
-  aggregation: {maxFanIn: 2, maxLeaves: 1}
-"""
+FLJOB = digits_fljob("fedavg", hidden=16, clients=2, rounds=3, local_steps=5,
+                     max_fan_in=2, max_leaves=1)
 
 
 def exercise(s):
     """Gives every family of the dashboard at least one series."""
     # Requests, latency, starts by path, placement, the data plane's counters.
-    s.deploy(FUNCTION.format(name="echo", builtin="echo",
-                             spec="  concurrency: 8\n  scale: {min: 1, max: 4}\n"))
+    s.deploy(BUILTIN_FUNCTION.format(name="echo", builtin="echo",
+                                     spec="  concurrency: 8\n  scale: {min: 1, max: 4}\n"))
     s.wait_ready("echo")
     for i in range(20):
         code, body = http(f"{s.gw}/fn/echo", data=f"hello {i}".encode())
@@ -386,17 +254,12 @@ def exercise(s):
     assert http(f"{s.gw}/v1/jobs/digits/task")[0] == 401
     # An FL job: its leaf function fl.digits folds the updates of two real clients.
     s.deploy(FLJOB)
-    code, body = http(f"{s.api}/v1/tokens", data=json.dumps(
-        {"role": "fl-client", "job": "digits"}).encode(), headers={
-        "Authorization": f"Bearer {s.token}", "Content-Type": "application/json"})
+    code, body = s.api.request("/v1/tokens", data=json.dumps(
+        {"role": "fl-client", "job": "digits"}).encode(), headers={"Content-Type": "application/json"})
     assert code == 201, body
     fl_token = json.loads(body)["token"]
-    r = subprocess.run([os.path.join(BIN, "shoal-client"), "--server", s.gw, "--job", "digits",
-                        "--data", "digits", "--clients", "2", "--partition", "iid", "--seed", "3",
-                        "--time-scale", "0", "--max-seconds", "20"],
-                       env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent",
-                            "SHOAL_TOKEN": fl_token},
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(shoal_client_argv(s.gw, clients=2, time_scale="0", max_seconds=20),
+                       env=fl_client_env(fl_token), capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "updates accepted" in r.stdout + r.stderr, r.stdout + r.stderr
     # A refused update (not an update at all): counted on fl.digits with its 4xx.
     code, _ = http(f"{s.gw}/v1/jobs/digits/updates", data=b"not an update",
@@ -405,7 +268,7 @@ def exercise(s):
     # Pre-warm: a timer-like function (a call every 2.5 s) under the shoal policy's idle-period
     # histogram releases its instance after each call and starts one just before the next:
     # scale-to-zero cold requests, decisions, pre-warm starts and an avoided cold start.
-    s.deploy(FUNCTION.format(name="tick", builtin="sleep", spec=(
+    s.deploy(BUILTIN_FUNCTION.format(name="tick", builtin="sleep", spec=(
         "  keepAlive: 10s\n  autoscaling:\n    policy: shoal\n    keepAlive: histogram\n"
         "    params: {histogramBin: 1s, minSamples: 3, scaleDownDelay: 0s, coldStart: 10ms}\n")))
     next_call = time.time()
@@ -419,59 +282,19 @@ def exercise(s):
     assert st.get("prewarm_starts", 0) >= 1 and st.get("cold_starts_avoided", 0) >= 1, st
 
 
-class Cluster:
-    """etcd, a shoal-controller and a cluster-mode shoald."""
-
-    def __init__(self, tmp):
-        self.procs = []
-        cport, pport = free_port(), free_port()
-        client, peer = f"http://127.0.0.1:{cport}", f"http://127.0.0.1:{pport}"
-        env = dict(os.environ, ETCD_UNSUPPORTED_ARCH=os.environ.get("ETCD_UNSUPPORTED_ARCH", ""))
-        etcd = Proc([ETCD, "--name", "m0", "--data-dir", os.path.join(tmp, "etcd"),
-                     "--listen-client-urls", client, "--advertise-client-urls", client,
-                     "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                     "--initial-cluster", f"m0={peer}"], os.path.join(tmp, "etcd.log"), env=env)
-        self.procs.append(etcd)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                if '"health":"true"' in http(f"{client}/health", timeout=1)[1]:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
-        else:
-            raise AssertionError("etcd did not start:\n" + etcd.log()[-3000:])
-        ctl = Proc([os.path.join(BIN, "shoal-controller"), "--etcd", client, "--cluster", "graf",
-                    "--port", "0", "--state-dir", os.path.join(tmp, "controller")],
-                   os.path.join(tmp, "controller.log"))
-        self.procs.append(ctl)
-        self.controller = int(ctl.wait_log(r"shoal-controller ready on http://127\.0\.0\.1:(\d+)").group(1))
-        ctl.wait_log(r"is the leader")
-        self.node = start_shoald(tmp, f"grafc{os.getpid()}", ("--etcd", client, "--cluster", "graf"))
-        self.node.wait_log(r"registered at")
-
-    def close(self):
-        stop_shoald(self.node)
-        for p in reversed(self.procs):
-            p.close()
-
-
 @pytest.fixture(scope="module")
 def live():
-    if os.geteuid() != 0:
-        pytest.skip("shoald needs root (its pools, BPF programs and instance sandboxes)")
-    for b in ("shoald", "shoal", "shoal-client", "shoal-controller"):
-        if not os.access(os.path.join(BIN, b), os.X_OK):
-            pytest.skip(f"{BIN}/{b} is not built")
+    reason = skip_reason(("shoald", "shoal", "shoal-client", "shoal-controller"))
+    if reason:
+        pytest.skip(reason)
     tmp = tempfile.mkdtemp(prefix="shoal-grafana-")
     started = []
     try:
         s = Standalone(tmp)
-        started.append(lambda: stop_shoald(s.d))
+        started.append(s.close)
         cluster = None
         if os.access(ETCD, os.X_OK):
-            cluster = Cluster(tmp)
+            cluster = Cluster(tmp, "graf")
             started.append(cluster.close)
         prom = None
         if os.access(PROMETHEUS, os.X_OK):
@@ -498,14 +321,8 @@ def start_prometheus(tmp, s, cluster):
     p = Proc([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp}/tsdb",
               f"--web.listen-address=127.0.0.1:{port}"], os.path.join(tmp, "prometheus.log"))
     p.url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        try:
-            if http(f"{p.url}/-/ready", timeout=1)[0] == 200:
-                return p
-        except OSError:
-            pass
-        time.sleep(0.2)
+    if wait_until_answers(lambda: http(f"{p.url}/-/ready", timeout=1)[0] == 200, interval=0.2):
+        return p
     p.close()
     raise AssertionError("prometheus did not start:\n" + p.log()[-3000:])
 

@@ -11,24 +11,21 @@ Needs root (shoald's data plane and sandbox, as the C++ integration tests), pyth
 dataset-fashion-mnist; skips naming what is missing.
 """
 
-import glob
 import json
 import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from shoal_testlib import BIN, ROOT, StandaloneShoald  # noqa: E402
+
 SDK = os.path.join(ROOT, "client", "python")
 EXAMPLE = os.path.join(SDK, "examples", "fmnist_torch.py")
-BIN = os.environ.get("SHOAL_BIN_DIR", os.path.join(ROOT, "build", "bin"))
 DATA = "/usr/share/datasets/fashion-mnist"
 sys.path.insert(0, SDK)
 
@@ -70,88 +67,24 @@ def _skip_reason():
     return None
 
 
-class Shoald:
-    """shoald --standalone on ephemeral ports with a state dir of its own (as
-    tests/support/shoald_fixture.cc starts it)."""
-
-    READY = re.compile(r"shoald ready on http://[0-9.]+:([0-9]+) \(data plane [a-z]+; "
-                       r"control API https?://[0-9.]+:([0-9]+)\)")
-
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="shoal-pysdk-")
-        self.node = f"py{os.getpid()}-{os.path.basename(self.dir)[-6:]}"
-        self.log_path = os.path.join(self.dir, "shoald.log")
-        self.proc = None
-
-    def start(self):
-        cfg = os.path.join(self.dir, "shoald.yaml")
-        with open(cfg, "w") as f:
-            f.write(f"node_name: {self.node}\nlisten_host: 127.0.0.1\nlisten_port: 0\n"
-                    f"control_port: 0\nstate_dir: {self.dir}/state\ngateway_threads: 2\n"
-                    f"pool_bytes: {256 << 20}\npool: boost\nmax_body_bytes: {64 << 20}\n"
-                    "dataplane: auto\nbpf_pin_root: /sys/fs/bpf/shoal-it\n")
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([os.path.join(BIN, "shoald"), "--standalone", "-c", cfg],
-                                         stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("shoald exited:\n" + self.log())
-            m = self.READY.search(self.log())
-            if m:
-                self.port, self.control_port = int(m.group(1)), int(m.group(2))
-                with open(os.path.join(self.dir, "state", "admin.conf")) as f:
-                    self.admin_token = re.search(r"^token: (\S+)", f.read(), re.M).group(1)
-                return
-            time.sleep(0.05)
-        raise RuntimeError("shoald did not say ready in 20 s:\n" + self.log())
-
-    def log(self):
-        with open(self.log_path, errors="replace") as f:
-            return f.read()
-
-    def api(self, method, path, body=None):
-        req = urllib.request.Request(f"http://127.0.0.1:{self.control_port}{path}", method=method,
-                                     data=None if body is None else json.dumps(body).encode(),
-                                     headers={"Authorization": "Bearer " + self.admin_token,
-                                              "Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return json.loads(r.read())
-
-    def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        for p in glob.glob(f"/dev/shm/shoal.{self.node}.*"):
-            os.unlink(p)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 @pytest.fixture
 def shoald():
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
-    s = Shoald()
+    tmp = tempfile.mkdtemp(prefix="shoal-pysdk-")
     try:
-        s.start()
-        yield s
+        with StandaloneShoald(tmp, f"py{os.getpid()}-{os.path.basename(tmp)[-6:]}") as s:
+            yield s
     finally:
-        s.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_three_torch_clients_train_a_fedcompass_job_to_accuracy(shoald):
     t0 = time.time()
-    deploy = subprocess.run([os.path.join(BIN, "shoal"), "deploy", "-f", "-"], input=MANIFEST,
-                            text=True, capture_output=True, timeout=30,
-                            env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent",
-                                 "SHOAL_CONFIG": os.path.join(shoald.dir, "state", "admin.conf")})
+    deploy = shoald.cli("deploy", "-f", "-", stdin=MANIFEST, timeout=30)
     assert deploy.returncode == 0, deploy.stderr + deploy.stdout
-    token = shoald.api("POST", "/v1/tokens", {"role": "fl-client", "job": JOB})["token"]
+    token = shoald.api("/v1/tokens", json.dumps({"role": "fl-client", "job": JOB}).encode())["token"]
     server = f"http://127.0.0.1:{shoald.port}"
     initial = shoal_fl.JobClient(server, JOB, token).model(0)
 
@@ -171,7 +104,7 @@ def test_three_torch_clients_train_a_fedcompass_job_to_accuracy(shoald):
         summaries.append(json.loads(out.strip().splitlines()[-1]))
     train_s = time.time() - t0
 
-    status = shoald.api("GET", f"/v1/jobs/{JOB}")
+    status = shoald.api(f"/v1/jobs/{JOB}")
     assert status["state"] == "done"
     assert status["version"] == ROUNDS
     assert status["updates_total"] >= ROUNDS

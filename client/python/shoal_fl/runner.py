@@ -25,6 +25,7 @@ class RunSummary:
     done: bool = False  # the job said done (False: max_seconds ran out)
     tasks: int = 0  # train tasks fitted
     assigned_steps: list = dataclasses.field(default_factory=list)  # local_steps of each task
+    accepted_steps: list = dataclasses.field(default_factory=list)  # steps of each update taken
     updates_accepted: int = 0
     updates_stale: int = 0  # 409: too stale or a duplicate
     model_downloads: int = 0
@@ -128,6 +129,7 @@ def run_client(server: str, job: str, client: Client, *, token: Optional[str] = 
                 jc.push_update(member, task.model_version, model.names, params, num_examples,
                                local_steps=steps, train_seconds=train_seconds, dtype=dtype)
                 s.updates_accepted += 1
+                s.accepted_steps.append(steps)
             except StaleUpdate as e:
                 s.updates_stale += 1
                 log.info("%s: update from version %d not taken: %s", member.client_id,

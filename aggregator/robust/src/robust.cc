@@ -17,6 +17,9 @@ namespace {
 
 // Coordinates per transposed block: n rows of this many f32 stay in L2 (64 updates: 128 KB).
 constexpr size_t kBlock = 512;
+// Scratch rows are this far apart: 64 bytes more than the block, so the rows that a group of
+// coordinates reads fall in different L1 sets (a 2 KB stride puts 64 rows in 2 sets).
+constexpr size_t kRowStride = kBlock + 16;
 // Pairwise sums (Krum distances, Flag's Gram matrix, norms) are reduced over this many fixed
 // coordinate ranges, each summed by one thread in order, then added in range order: the result
 // does not depend on which thread ran which range.
@@ -110,7 +113,7 @@ struct RobustAggregator::Impl {
   Scratch& ScratchFor(unsigned thread, size_t n) {
     Scratch& s = scratch[thread];
     if (s.n_cap < n) {
-      s.rows = AllocAligned(n * kBlock);
+      s.rows = AllocAligned(n * kRowStride);
       s.sort_tmp = AllocAligned((n + 16) * 8);
       s.count_tmp = AllocAligned(n * 8);
       s.n_cap = n;
@@ -139,7 +142,7 @@ struct RobustAggregator::Impl {
     const size_t n = in.updates.size();
     const float* ref = in.reference ? in.reference + begin : nullptr;
     for (size_t i = 0; i < n; ++i) {
-      float* row = rows + i * kBlock;
+      float* row = rows + i * kRowStride;
       const UpdateRef& u = in.updates[i];
       ConvertToF32(row, static_cast<const char*>(u.data) + begin * DTypeSize(u.dtype), u.dtype,
                    len);
@@ -179,7 +182,7 @@ struct RobustAggregator::Impl {
         const size_t begin = b * kBlock, len = std::min(kBlock, d - begin);
         if (b + 1 < b1) Prefetch(in, (b + 1) * kBlock, std::min(kBlock, d - (b + 1) * kBlock));
         LoadRows(in, scale, begin, len, /*values=*/false, subtract_ref, s.rows.get());
-        internal::PairBlock(s.rows.get(), kBlock, n, mode, partial.data() + r * n * n);
+        internal::PairBlock(s.rows.get(), kRowStride, kBlock, n, mode, partial.data() + r * n * n);
       }
     });
     std::vector<double> m(n * n, 0.0);
@@ -238,7 +241,7 @@ struct RobustAggregator::Impl {
         LoadRows(in, report.clip_scale, begin, len, /*values=*/true, false, s.rows.get());
         internal::OrderStatsArgs a;
         a.rows = s.rows.get();
-        a.stride = kBlock;
+        a.stride = kRowStride;
         a.n = n;
         a.len = len;
         a.pairs = net.data();

@@ -129,9 +129,9 @@ template <int W>
   return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
 }
 
-[[gnu::always_inline]] inline void PairBody(const float* rows, size_t stride, size_t n,
+[[gnu::always_inline]] inline void PairBody(const float* rows, size_t stride, size_t len, size_t n,
                                             PairMode mode, double* partial) {
-  const size_t groups = stride / 8;
+  const size_t groups = len / 8;
   const bool gram = mode != PairMode::kDistances;
   for (size_t i = 0; i < n; ++i) {
     const float* ri = rows + i * stride;
@@ -200,14 +200,15 @@ __attribute__((target("avx2,fma"))) void OrderStatsAvx2(const OrderStatsArgs& a)
 #endif
 
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) void PairAvx2(const float* rows, size_t stride, size_t n,
-                                                  PairMode mode, double* partial) {
-  PairBody(rows, stride, n, mode, partial);
+__attribute__((target("avx2,fma"))) void PairAvx2(const float* rows, size_t stride, size_t len,
+                                                  size_t n, PairMode mode, double* partial) {
+  PairBody(rows, stride, len, n, mode, partial);
 }
 #endif
 void OrderStatsPortable(const OrderStatsArgs& a) { OrderStatsBody<8>(a); }
-void PairPortable(const float* rows, size_t stride, size_t n, PairMode mode, double* partial) {
-  PairBody(rows, stride, n, mode, partial);
+void PairPortable(const float* rows, size_t stride, size_t len, size_t n, PairMode mode,
+                  double* partial) {
+  PairBody(rows, stride, len, n, mode, partial);
 }
 
 bool UseAvx2() {
@@ -244,11 +245,12 @@ void OrderStatsBlock(const OrderStatsArgs& a) {
   OrderStatsPortable(a);
 }
 
-void PairBlock(const float* rows, size_t stride, size_t n, PairMode mode, double* partial) {
+void PairBlock(const float* rows, size_t stride, size_t len, size_t n, PairMode mode,
+               double* partial) {
 #if defined(__x86_64__)
-  if (UseAvx2()) return PairAvx2(rows, stride, n, mode, partial);
+  if (UseAvx2()) return PairAvx2(rows, stride, len, n, mode, partial);
 #endif
-  PairPortable(rows, stride, n, mode, partial);
+  PairPortable(rows, stride, len, n, mode, partial);
 }
 
 }  // namespace shoal::aggregator::internal

@@ -39,6 +39,7 @@ void OrderStatsBlock(const OrderStatsArgs& a);
 // (row_i - row_j)^2; kGram: for i <= j, += row_i * row_j; kNorms: the diagonal of kGram only.
 // Each block sum is taken in float lanes in a fixed order, then added in double.
 enum class PairMode { kDistances, kGram, kNorms };
-void PairBlock(const float* rows, size_t stride, size_t n, PairMode mode, double* partial);
+void PairBlock(const float* rows, size_t stride, size_t len, size_t n, PairMode mode,
+               double* partial);  // len: a multiple of 8 (rows zero padded)
 
 }  // namespace shoal::aggregator::internal

@@ -427,6 +427,13 @@ void LearnedPolicy::StartIdle(const FunctionSignals& s) {
                           p_.time_scale;
   pending_.interval_s = last_interval_s_ / p_.time_scale;
   pending_.burst_peak = last_burst_peak_;
+  for (const auto& [t, n] : arrivals_) {
+    const double age = (s.now_s - t) / p_.time_scale;
+    pending_.rate_10m += static_cast<double>(n);
+    if (age < 60) pending_.rate_1m += static_cast<double>(n);
+  }
+  pending_.rate_1m /= 60;
+  pending_.rate_10m /= 600;
   LearnedWeights w = p_.weights;
   if (s.slo_s > 0 && pending_.cold_start_s > s.slo_s) w.cold_weight += w.slo_weight;
   const size_t keep60 = 3;
@@ -464,6 +471,10 @@ void LearnedPolicy::EndIdle(const FunctionSignals& s, double real_idle_s) {
 ScalingDecision LearnedPolicy::Observe(const FunctionSignals& s) {
   ScalingDecision d = sizing_.Observe(s);
   if (s.interval_s > 0) last_interval_s_ = s.interval_s;
+  if (s.arrivals > 0) arrivals_.emplace_back(s.now_s, s.arrivals);
+  while (!arrivals_.empty() && (s.now_s - arrivals_.front().first) / p_.time_scale >= 600) {
+    arrivals_.pop_front();
+  }
   const double dt = last_interval_s_;
   const bool active = s.arrivals > 0 || s.inflight > 0 || s.queued > 0;
   if (active) {

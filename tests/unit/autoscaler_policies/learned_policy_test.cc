@@ -291,6 +291,10 @@ TEST(LearnedPolicy, LearnsOnlineOnlyWhenEnabled) {
   EXPECT_EQ(empty->samples(), 0u);  // the shared table is never written
   ASSERT_EQ(seen.size(), 8u);
   EXPECT_DOUBLE_EQ(seen.back().idle_s, 100);
+  // Its arrival rates when it began (after the call at 800 s): one call in the last minute, six
+  // (300 .. 800 s) in the last ten.
+  EXPECT_DOUBLE_EQ(seen.back().rate_1m, 1.0 / 60);
+  EXPECT_DOUBLE_EQ(seen.back().rate_10m, 6.0 / 600);
   // With the table filled online, the learning policy stops going cold at 60 s.
   EXPECT_NE(learning.current_action()->name, "keep-1m") << learning.Explain();
 }

@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shoal/autoscaler/scaling_policy.h"
@@ -62,6 +63,10 @@ struct IdlePeriod {
   double resume_arrivals = 1;     // arrivals in the interval the period ended with
   uint32_t burst_peak = 1;        // instances the last active period needed
   uint32_t history = 0;           // idle periods known at decision time
+  // Arrival rates (per second, training clock) over the minute and the ten minutes before the
+  // period began. Recorded for state-feature experiments (bench-learned-features); the v1 state
+  // does not use them.
+  double rate_1m = 0, rate_10m = 0;
 };
 
 // Cost of one action on one idle period.
@@ -167,6 +172,7 @@ class LearnedPolicy final : public ScalingPolicy {
   ActionCost expected_;
   uint32_t burst_peak_ = 0, last_burst_peak_ = 1;
   double last_interval_s_ = 2;
+  std::deque<std::pair<double, uint64_t>> arrivals_;  // (now, arrivals) per tick, last 10 min
   std::vector<IdlePeriod>* recorder_ = nullptr;
 };
 

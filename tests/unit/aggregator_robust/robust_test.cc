@@ -328,9 +328,12 @@ void ExpectClose(const std::vector<float>& got, const std::vector<double>& want,
   EXPECT_EQ(bad, 0u) << what;
 }
 
-TEST(Robust, MatchesNumpyReference) {
+// n = 12: one partial group of 16 rows sorted in registers; n = 37: two full ones and a partial.
+class RobustNumpy : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(RobustNumpy, MatchesNumpyReference) {
   if (access(SHOAL_SYSTEM_PYTHON, X_OK) != 0) GTEST_SKIP() << "no " << SHOAL_SYSTEM_PYTHON;
-  const size_t n = 12, d = 5003;
+  const size_t n = GetParam(), d = 5003;
   Updates u = Random(n, d, 3);
   // Two outliers so the rules have something to do.
   for (auto& v : u.rows[10]) v *= 30;
@@ -387,6 +390,8 @@ TEST(Robust, MatchesNumpyReference) {
   }
   std::system(("rm -rf " + base).c_str());
 }
+
+INSTANTIATE_TEST_SUITE_P(Sizes, RobustNumpy, ::testing::Values(size_t{12}, size_t{37}));
 
 }  // namespace
 }  // namespace shoal::aggregator

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <new>
 #include <numeric>
 #include <string>
@@ -106,6 +107,7 @@ struct RobustAggregator::Impl {
     size_t rows_cap = 0, n_cap = 0;
   };
 
+  std::mutex call_mu;  // serialises calls: the pool and the scratch serve one at a time
   internal::TaskPool pool;
   FoldPool fold;
   std::vector<Scratch> scratch;
@@ -300,12 +302,14 @@ RobustAggregator::~RobustAggregator() = default;
 unsigned RobustAggregator::threads() const { return impl_->pool.threads(); }
 
 Result<RobustReport> RobustAggregator::Median(const RobustInput& in, float* out) {
+  std::lock_guard<std::mutex> lock(impl_->call_mu);
   SHOAL_RETURN_IF_ERROR(Validate(in, "median"));
   const size_t n = in.updates.size();
   return impl_->OrderStats(in, (n - 1) / 2, /*median=*/true, out);
 }
 
 Result<RobustReport> RobustAggregator::TrimmedMean(const RobustInput& in, double beta, float* out) {
+  std::lock_guard<std::mutex> lock(impl_->call_mu);
   SHOAL_RETURN_IF_ERROR(Validate(in, "trimmed mean"));
   if (!(beta >= 0 && beta < 0.5)) {
     return InvalidArgument(
@@ -320,6 +324,7 @@ Result<RobustReport> RobustAggregator::TrimmedMean(const RobustInput& in, double
 
 Result<RobustReport> RobustAggregator::MultiKrum(const RobustInput& in, size_t f, size_t m,
                                                  float* out) {
+  std::lock_guard<std::mutex> lock(impl_->call_mu);
   SHOAL_RETURN_IF_ERROR(Validate(in, "multi-Krum"));
   const size_t n = in.updates.size();
   if (n <= 2 * f + 2) {
@@ -371,6 +376,7 @@ Result<RobustReport> RobustAggregator::MultiKrum(const RobustInput& in, size_t f
 }
 
 Result<RobustReport> RobustAggregator::ClippedMean(const RobustInput& in, float* out) {
+  std::lock_guard<std::mutex> lock(impl_->call_mu);
   SHOAL_RETURN_IF_ERROR(Validate(in, "clipped mean"));
   if (!(in.clip_norm > 0)) {
     return InvalidArgument("clipped mean: clip_norm must be > 0");
@@ -392,6 +398,7 @@ Result<RobustReport> RobustAggregator::ClippedMean(const RobustInput& in, float*
 
 Result<RobustReport> RobustAggregator::Flag(const RobustInput& in, const FlagOptions& opt,
                                             float* out) {
+  std::lock_guard<std::mutex> lock(impl_->call_mu);
   SHOAL_RETURN_IF_ERROR(Validate(in, "Flag"));
   const size_t n = in.updates.size();
   if (opt.rank < 1 || opt.rank > n) {

@@ -66,7 +66,10 @@ struct RobustReport {
 // (FlagIRLS): given weights a_i, Y is the top-r left singular subspace of [a_1 v_1 ... a_n v_n];
 // then a_i = (sin^2(theta_i) + eps)^(-1/4), so that sum_i a_i^2 ||(I - YY^T) v_i||^2 is the IRLS
 // surrogate of sum_i sin(theta_i). The aggregate is the projection of the updates' mean onto Y:
-// reference + Y Y^T (1/n) sum_i g_i.
+// reference + Y Y^T (1/n) sum_i g_i. (The public GAR code returns sum_i Y Y^T v_i / r, the
+// projections of the normalised gradients, so its step length is set by n / r and the learning
+// rate; an FL delta's length carries the clients' progress, so we project the deltas themselves.
+// That code also runs a fixed 1 to 4 iterations from a random start.)
 //
 // Ours works in the n-dimensional span of the updates: one threaded pass computes the Gram
 // matrix g_i . g_j (double, in fixed coordinate blocks, so it does not depend on the thread

@@ -129,6 +129,7 @@ int main(int argc, char** argv) {
     }
   }
   std::vector<UpdateRef> refs;
+  refs.reserve(k);
   for (const auto& row : data) refs.push_back({row.data(), shoal::aggregator::DType::kF32, n});
   RobustInput in{refs};
   std::vector<float> out(n);
@@ -160,7 +161,8 @@ int main(int argc, char** argv) {
   };
   time("fold", "mean via FoldPool", [&] {
     std::fill(out.begin(), out.end(), 0.0f);
-    for (const auto& row : data) fold.Fold(out.data(), row.data(), refs[0].dtype, n, 1.0f / k);
+    for (const auto& row : data)
+      fold.Fold(out.data(), row.data(), refs[0].dtype, n, 1.0f / static_cast<float>(k));
   });
   time("median", "", [&] { must(agg.Median(in, out.data())); });
   char p[128];

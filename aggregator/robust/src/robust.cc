@@ -149,7 +149,7 @@ struct RobustAggregator::Impl {
       ConvertToF32(row, static_cast<const char*>(u.data) + begin * DTypeSize(u.dtype), u.dtype,
                    len);
       std::fill(row + len, row + kBlock, 0.0f);
-      const float c = static_cast<float>(scale[i]);
+      const auto c = static_cast<float>(scale[i]);
       if (values) {
         if (c == 1.0f) continue;
         if (ref) {
@@ -318,7 +318,7 @@ Result<RobustReport> RobustAggregator::TrimmedMean(const RobustInput& in, double
         std::to_string(beta));
   }
   const size_t n = in.updates.size();
-  const size_t k = static_cast<size_t>(std::floor(beta * static_cast<double>(n)));
+  const auto k = static_cast<size_t>(std::floor(beta * static_cast<double>(n)));
   return impl_->OrderStats(in, k, /*median=*/false, out);
 }
 

@@ -24,8 +24,8 @@ struct Updates {
   explicit Updates(std::vector<std::vector<float>> r) : rows(std::move(r)) {
     for (const auto& row : rows) refs.push_back({row.data(), DType::kF32, row.size()});
   }
-  RobustInput Input() const { return RobustInput{refs}; }
-  size_t d() const { return rows[0].size(); }
+  [[nodiscard]] RobustInput Input() const { return RobustInput{refs}; }
+  [[nodiscard]] size_t d() const { return rows[0].size(); }
 };
 
 Updates Random(size_t n, size_t d, uint32_t seed, float scale = 1.0f) {
@@ -358,7 +358,12 @@ TEST_P(RobustNumpy, MatchesNumpyReference) {
     std::string cmd = std::string(SHOAL_SYSTEM_PYTHON) + " " + SHOAL_ROBUST_REFERENCE_PY +
                       " --data " + base + "/data --n " + std::to_string(n) + " --d " +
                       std::to_string(d) + " --beta 0.1 --f 2 --m 0 --out " + out;
-    if (with_ref) cmd += " --ref " + base + "/ref --clip " + std::to_string(clip);
+    if (with_ref) {
+      cmd += " --ref ";
+      cmd += base;
+      cmd += "/ref --clip ";
+      cmd += std::to_string(clip);
+    }
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     RobustInput in = u.Input();
     if (with_ref) {

@@ -2,7 +2,11 @@
 // through the sk_msg redirect on the SOCKHASH (the real SockmapDataPlane and SockmapChannel)
 // and, measured in the same run as anchors, plain loopback TCP (TCP_NODELAY) and a unix
 // socketpair. Every transport uses the same channel code (SockmapChannel reads a byte
-// stream), so only the kernel path differs. The waiting side blocks in epoll_wait.
+// stream), so only the kernel path differs. The waiting side blocks in epoll_wait. The whole
+// set of configs runs --runs times (default 3); the ratios' min/median/max follow the per-run
+// tables and RESULT carries the cross-core median.
+//
+//   bench-hop [--iterations N (100000)] [--runs N (3)] [--only SUBSTRING]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -25,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "run_stats.h"
 #include "shoal/common/descriptor.h"
 #include "shoal/dataplane/channel.h"
 #include "shoal/dataplane/dataplane.h"
@@ -173,14 +178,17 @@ struct Row {
 
 int Main(int argc, char** argv) {
   int iterations = 100000;
+  int runs = 3;
   std::string only;  // profiling aid: run only the configs whose name contains this
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--iterations") == 0 && i + 1 < argc) {
       iterations = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--runs") == 0 && i + 1 < argc) {
+      runs = std::max(1, std::atoi(argv[++i]));
     } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--iterations N] [--only SUBSTRING]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--iterations N] [--runs N] [--only SUBSTRING]\n", argv[0]);
       return 2;
     }
   }
@@ -208,37 +216,42 @@ int Main(int argc, char** argv) {
   }
   if (!dp) std::fprintf(stderr, "sk_msg skipped: %s\n", skip_reason.c_str());
 
-  std::vector<Row> rows;
-  for (const auto& [placement, child_cpu] : {std::pair<const char*, int>{"cross-core", 1},
-                                             std::pair<const char*, int>{"same-core", 0}}) {
-    Row sk{std::string("sk_msg redirect, ") + placement, std::nullopt};
-    auto wanted = [&](const Row& r) { return r.name.find(only) != std::string::npos; };
-    if (dp && wanted(sk)) {
-      std::fprintf(stderr, "sk_msg %s: %d round trips...\n", placement, iterations);
-      auto gw = dp->CreateEndpoint(kGateway);
-      auto inst = dp->CreateEndpoint(kInstance);
-      if (gw.ok() && inst.ok()) {
-        sk.stats = RoundTrips(gw->ReleaseFd(), inst->ReleaseFd(), child_cpu, iterations, warmup);
+  std::vector<std::vector<Row>> all_runs;
+  for (int run = 0; run < runs; ++run) {
+    std::fprintf(stderr, "bench-hop: run %d of %d\n", run + 1, runs);
+    std::vector<Row> rows;
+    for (const auto& [placement, child_cpu] : {std::pair<const char*, int>{"cross-core", 1},
+                                               std::pair<const char*, int>{"same-core", 0}}) {
+      Row sk{std::string("sk_msg redirect, ") + placement, std::nullopt};
+      auto wanted = [&](const Row& r) { return r.name.find(only) != std::string::npos; };
+      if (dp && wanted(sk)) {
+        std::fprintf(stderr, "sk_msg %s: %d round trips...\n", placement, iterations);
+        auto gw = dp->CreateEndpoint(kGateway);
+        auto inst = dp->CreateEndpoint(kInstance);
+        if (gw.ok() && inst.ok()) {
+          sk.stats = RoundTrips(gw->ReleaseFd(), inst->ReleaseFd(), child_cpu, iterations, warmup);
+        }
+        dp->RemoveEndpoint(kGateway);
+        dp->RemoveEndpoint(kInstance);
       }
-      dp->RemoveEndpoint(kGateway);
-      dp->RemoveEndpoint(kInstance);
+      Row tcp{std::string("loopback TCP, ") + placement, std::nullopt};
+      int fds[2];
+      if (wanted(tcp) && TcpPair(fds)) {
+        std::fprintf(stderr, "loopback TCP %s...\n", placement);
+        tcp.stats = RoundTrips(fds[0], fds[1], child_cpu, iterations, warmup);
+      }
+      Row unix_pair{std::string("unix socketpair, ") + placement, std::nullopt};
+      if (wanted(unix_pair) && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0) {
+        std::fprintf(stderr, "unix socketpair %s...\n", placement);
+        unix_pair.stats = RoundTrips(fds[0], fds[1], child_cpu, iterations, warmup);
+      }
+      const double anchor = tcp.stats ? tcp.stats->p50_us : NAN;
+      for (Row* r : {&sk, &tcp, &unix_pair}) {
+        r->anchor_p50 = anchor;
+        rows.push_back(*r);
+      }
     }
-    Row tcp{std::string("loopback TCP, ") + placement, std::nullopt};
-    int fds[2];
-    if (wanted(tcp) && TcpPair(fds)) {
-      std::fprintf(stderr, "loopback TCP %s...\n", placement);
-      tcp.stats = RoundTrips(fds[0], fds[1], child_cpu, iterations, warmup);
-    }
-    Row unix_pair{std::string("unix socketpair, ") + placement, std::nullopt};
-    if (wanted(unix_pair) && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) == 0) {
-      std::fprintf(stderr, "unix socketpair %s...\n", placement);
-      unix_pair.stats = RoundTrips(fds[0], fds[1], child_cpu, iterations, warmup);
-    }
-    const double anchor = tcp.stats ? tcp.stats->p50_us : NAN;
-    for (Row* r : {&sk, &tcp, &unix_pair}) {
-      r->anchor_p50 = anchor;
-      rows.push_back(*r);
-    }
+    all_runs.push_back(std::move(rows));
   }
   dp.reset();
   std::error_code ec;
@@ -251,18 +264,35 @@ int Main(int argc, char** argv) {
   std::printf(
       "lower is better; ratio = p50 / loopback TCP p50 of the same placement "
       "(anchors measured in this run)\n");
-  std::printf("%-32s %10s %10s %12s\n", "config", "p50 us", "p99 us", "ratio vs TCP");
-  for (const Row& r : rows) {
-    if (r.stats) {
-      std::printf("%-32s %10.2f %10.2f %12.3f\n", r.name.c_str(), r.stats->p50_us, r.stats->p99_us,
-                  r.stats->p50_us / r.anchor_p50);
-    } else {
-      std::printf("%-32s %10s %10s %12s\n", r.name.c_str(), "skipped", "-", "-");
+  // Per config, the ratio of each run (NaN where a run skipped it).
+  std::vector<std::vector<double>> ratios(all_runs[0].size());
+  for (size_t run = 0; run < all_runs.size(); ++run) {
+    const std::vector<Row>& rows = all_runs[run];
+    std::printf("run %zu/%d\n", run + 1, runs);
+    std::printf("%-32s %10s %10s %12s\n", "config", "p50 us", "p99 us", "ratio vs TCP");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      if (r.stats) {
+        ratios[i].push_back(r.stats->p50_us / r.anchor_p50);
+        std::printf("%-32s %10.2f %10.2f %12.3f\n", r.name.c_str(), r.stats->p50_us,
+                    r.stats->p99_us, r.stats->p50_us / r.anchor_p50);
+      } else {
+        ratios[i].push_back(NAN);
+        std::printf("%-32s %10s %10s %12s\n", r.name.c_str(), "skipped", "-", "-");
+      }
     }
   }
+  std::printf("ratio vs TCP over %d run(s) (target for sk_msg cross-core: <= 0.8)\n", runs);
+  std::printf("%-32s %10s %10s %10s\n", "config", "min", "median", "max");
+  for (size_t i = 0; i < ratios.size(); ++i) {
+    const shoal::bench::Spread sp = shoal::bench::SpreadOf(ratios[i]);
+    if (std::isnan(sp.median)) continue;
+    std::printf("%-32s %10.3f %10.3f %10.3f\n", all_runs[0][i].name.c_str(), sp.min, sp.median,
+                sp.max);
+  }
   if (!skip_reason.empty()) std::printf("sk_msg skipped: %s\n", skip_reason.c_str());
-  double ratio = NAN;
-  if (rows[0].stats && rows[1].stats) ratio = rows[0].stats->p50_us / rows[1].stats->p50_us;
+  // Row 0 is sk_msg cross-core; its ratio is NaN in any run that lacks it or its anchor.
+  const double ratio = shoal::bench::SpreadOf(ratios[0]).median;
   if (std::isnan(ratio)) {
     std::printf("RESULT hop ratio=nan\n");
   } else {

@@ -8,7 +8,9 @@
 // of plain loopback TCP connections into a receiver that does nothing with them (best of 3), and
 // reading every update once at the machine's memory bandwidth (STREAM, bench/stream_bandwidth.h,
 // all threads). Ratio = figure / bound; lower is better. Last byte -> commit (the tail after
-// the senders finish) is a secondary column.
+// the senders finish) is a secondary column with its own bound (issue 11): 3 x the time to fold
+// one update (read the update, read and write the sum: 12 B per f32 element) and to merge the
+// leaves' partial sums (8 B per element per leaf) at the same STREAM bandwidth.
 //
 //   bench-round [--updates N (64)] [--senders C (8)]
 #include <algorithm>
@@ -21,10 +23,10 @@
 #include <thread>
 #include <vector>
 
+#include "hugepages_for_test.h"
 #include "shoal/model/architectures.h"
 #include "shoal/model/update_format.h"
 #include "shoal/v1/fl.pb.h"
-#include "hugepages_for_test.h"
 #include "shoald_fixture.h"
 #include "stream_bandwidth.h"
 #include "tcp_sink.h"
@@ -83,9 +85,9 @@ double TcpSeconds(int updates, int senders, size_t prefix_bytes, const std::vect
 
 struct RoundResult {
   int leaves = 0;
-  double receive_s = 0;  // first byte written .. last byte written
-  double round_s = 0;    // first byte written .. committed version seen (second round)
-  double tail_s = 0;     // last byte written .. committed version seen (second round)
+  double receive_s = 0;     // first byte written .. last byte written
+  double round_s = 0;       // first byte written .. committed version seen (second round)
+  double tail_s = 0;        // last byte written .. committed version seen (second round)
   double cold_round_s = 0;  // first byte .. commit in the first round
   int leaves_used = 0;
   int failures = 0;
@@ -123,10 +125,12 @@ RoundResult RunRound(int leaves, int updates, int senders, const std::vector<std
   const int fan_in = std::max(1, (senders + leaves - 1) / leaves);
   auto d = shoald.Deploy("apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: " + job +
                          "\nspec:\n  algorithm: {name: fedavg}\n  model: {architecture: mlp, "
-                         "hidden: " + std::to_string(kHidden) + "}\n  clients: {expected: " +
-                         std::to_string(updates) + "}\n  stop: {rounds: 2}\n"
-                         "  aggregation: {maxFanIn: " + std::to_string(fan_in) +
-                         ", maxLeaves: " + std::to_string(leaves) + "}\n");
+                         "hidden: " +
+                         std::to_string(kHidden) +
+                         "}\n  clients: {expected: " + std::to_string(updates) +
+                         "}\n  stop: {rounds: 2}\n"
+                         "  aggregation: {maxFanIn: " +
+                         std::to_string(fan_in) + ", maxLeaves: " + std::to_string(leaves) + "}\n");
   if (d.exit_code != 0) {
     std::fprintf(stderr, "deploy: %s\n", d.err.c_str());
     res.failures = updates;
@@ -135,8 +139,8 @@ RoundResult RunRound(int leaves, int updates, int senders, const std::vector<std
   shoald.WaitReady("fl." + job, 1, 30000);
   std::vector<std::pair<std::string, std::string>> ids;  // client id, token
   for (int k = 0; k < updates; ++k) {
-    auto r = shoald.Api("POST", "/v1/jobs/" + job + "/join", "{}",
-                  {"Content-Type: application/json"});
+    auto r =
+        shoald.Api("POST", "/v1/jobs/" + job + "/join", "{}", {"Content-Type: application/json"});
     Json j = Json::parse(r.body, nullptr, false);
     ids.emplace_back(j.value("client_id", ""), j.value("token", ""));
   }
@@ -287,7 +291,8 @@ int main(int argc, char** argv) {
   std::string auth;
   size_t prefix_bytes = 0;
   for (int leaves : {1, 4}) {
-    std::fprintf(stderr, "bench-round: %d updates, %d leaf instance(s) at most...\n", updates, leaves);
+    std::fprintf(stderr, "bench-round: %d updates, %d leaf instance(s) at most...\n", updates,
+                 leaves);
     results.push_back(
         RunRound(leaves, updates, senders, area, header, &auth, &prefix_bytes, "boost"));
   }
@@ -318,32 +323,49 @@ int main(int argc, char** argv) {
       "bytes / memory bandwidth (STREAM %s, %u threads, %.2f GB/s): %.1f ms) = %.1f ms\n",
       senders, tcp_bound * 1e3, total_bytes / tcp_bound / 1e9, stream.best.Name().c_str(), threads,
       stream.best.gbps, memory_bound * 1e3, bound * 1e3);
-  std::printf("%-26s %11s %19s %12s %18s %17s %8s %9s\n", "tree", "receive ms",
-              "first byte->commit", "ratio/bound", "last byte->commit", "1st round (first)",
-              "counted", "failures");
+  // The tail's bound: what must follow the last byte even with the fold hidden behind the
+  // receive: fold that last update, then merge the leaves' sums, both at memory bandwidth.
+  const double elements = static_cast<double>(area.size()) / sizeof(float);
+  const double fold_one_s = 12.0 * elements / (stream.best.gbps * 1e9);
+  auto merge_s = [&](const RoundResult& r) {
+    return 8.0 * elements * std::max(1, r.leaves_used) / (stream.best.gbps * 1e9);
+  };
+  auto tail_bound = [&](const RoundResult& r) { return 3 * (fold_one_s + merge_s(r)); };
+  std::printf(
+      "tail bound = 3 x (fold one update, 12 B/element: %.2f ms + merge the leaves' sums, "
+      "8 B/element per leaf: %.2f ms per leaf) at %.2f GB/s; tail ratio = last byte->commit / "
+      "tail bound (target <= 1)\n",
+      fold_one_s * 1e3, 8.0 * elements / (stream.best.gbps * 1e9) * 1e3, stream.best.gbps);
+  std::printf("%-26s %11s %19s %12s %18s %14s %11s %17s %8s %9s\n", "tree", "receive ms",
+              "first byte->commit", "ratio/bound", "last byte->commit", "tail bound", "tail ratio",
+              "1st round (first)", "counted", "failures");
   for (const auto& r : results) {
-    std::printf("%-26s %11.1f %16.1f ms %12.3f %15.1f ms %14.1f ms %8u %9d\n",
+    std::printf("%-26s %11.1f %16.1f ms %12.3f %15.1f ms %11.1f ms %11.3f %14.1f ms %8u %9d\n",
                 (r.leaves == 1 ? std::string("flat (1 leaf)")
                                : "hierarchical (" + std::to_string(r.leaves_used) + " leaves)")
                     .c_str(),
                 r.receive_s * 1e3, r.round_s * 1e3, r.round_s / bound, r.tail_s * 1e3,
-                r.cold_round_s * 1e3, r.counted, r.failures);
+                tail_bound(r) * 1e3, r.tail_s / tail_bound(r), r.cold_round_s * 1e3, r.counted,
+                r.failures);
   }
   int dpdk_failures = 0;
   if (!dpdk.empty()) {
-    std::printf("pool dpdk (hugepages), the same rounds; boost/dpdk = Boost's first byte->commit "
-                "over DPDK's (> 1: DPDK faster)\n");
-    std::printf("%-26s %11s %19s %12s %11s %8s %9s\n", "tree", "receive ms", "first byte->commit",
-                "ratio/bound", "boost/dpdk", "counted", "failures");
+    std::printf(
+        "pool dpdk (hugepages), the same rounds; boost/dpdk = Boost's first byte->commit "
+        "over DPDK's (> 1: DPDK faster)\n");
+    std::printf("%-26s %11s %19s %12s %11s %18s %11s %8s %9s\n", "tree", "receive ms",
+                "first byte->commit", "ratio/bound", "boost/dpdk", "last byte->commit",
+                "tail ratio", "counted", "failures");
     for (size_t i = 0; i < dpdk.size(); ++i) {
       const RoundResult& r = dpdk[i];
       dpdk_failures += r.failures;
-      std::printf("%-26s %11.1f %16.1f ms %12.3f %11.3f %8u %9d\n",
+      std::printf("%-26s %11.1f %16.1f ms %12.3f %11.3f %15.1f ms %11.3f %8u %9d\n",
                   (r.leaves == 1 ? std::string("flat (1 leaf)")
                                  : "hierarchical (" + std::to_string(r.leaves_used) + " leaves)")
                       .c_str(),
                   r.receive_s * 1e3, r.round_s * 1e3, r.round_s / bound,
-                  results[i].round_s / r.round_s, r.counted, r.failures);
+                  results[i].round_s / r.round_s, r.tail_s * 1e3, r.tail_s / tail_bound(r),
+                  r.counted, r.failures);
     }
   }
   if (!dpdk_skip.empty()) std::printf("pool dpdk: skipped: %s\n", dpdk_skip.c_str());
@@ -354,8 +376,8 @@ int main(int argc, char** argv) {
     std::printf("RESULT round_dpdk ratio=%.3f\n", dpdk.back().round_s / bound);
     std::printf("RESULT round_dpdk_vs_boost ratio=%.3f\n", h.round_s / dpdk.back().round_s);
   }
-  return h.failures == 0 && results.front().failures == 0 && tcp_failures == 0 &&
-                 dpdk_failures == 0
+  std::printf("RESULT round_tail ratio=%.3f\n", h.tail_s / tail_bound(h));
+  return h.failures == 0 && results.front().failures == 0 && tcp_failures == 0 && dpdk_failures == 0
              ? 0
              : 1;
 }

@@ -1,0 +1,30 @@
+// The spread of one figure over a bench's repeated runs (min/median/max), printed beside the
+// median that its RESULT line reports: a single run on a shared VM says little on its own.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace shoal::bench {
+
+struct Spread {
+  double min = NAN;
+  double median = NAN;
+  double max = NAN;
+};
+
+// NaNs (a run whose figure is missing) are left out; all NaN gives all NaN.
+inline Spread SpreadOf(std::vector<double> v) {
+  std::erase_if(v, [](double x) { return std::isnan(x); });
+  Spread s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  s.min = v.front();
+  s.max = v.back();
+  s.median = v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2;
+  return s;
+}
+
+}  // namespace shoal::bench

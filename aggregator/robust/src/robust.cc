@@ -108,6 +108,42 @@ struct RobustAggregator::Impl {
   };
 
   std::mutex call_mu;  // serialises calls: the pool and the scratch serve one at a time
+  // Per update given in parts: where each part starts (coordinates), set by Prepare.
+  std::vector<std::vector<size_t>> part_starts;
+
+  void Prepare(const RobustInput& in) {
+    part_starts.resize(in.updates.size());
+    for (size_t i = 0; i < in.updates.size(); ++i) {
+      std::vector<size_t>& st = part_starts[i];
+      st.clear();
+      size_t at = 0;
+      for (const UpdatePart& p : in.updates[i].parts) {
+        st.push_back(at);
+        at += p.n;
+      }
+    }
+  }
+
+  // Calls f(part, offset in the part, dst offset, count) for each run of coordinates
+  // [begin, begin + len) of update i.
+  template <typename F>
+  void ForRange(const RobustInput& in, size_t i, size_t begin, size_t len, F&& f) const {
+    const UpdateRef& u = in.updates[i];
+    if (u.parts.empty()) {
+      f(UpdatePart{u.data, u.dtype, u.n}, begin, size_t{0}, len);
+      return;
+    }
+    const std::vector<size_t>& st = part_starts[i];
+    size_t p = static_cast<size_t>(std::upper_bound(st.begin(), st.end(), begin) - st.begin()) - 1;
+    size_t done = 0;
+    while (done < len && p < st.size()) {
+      const size_t at = begin + done - st[p];
+      const size_t take = std::min(len - done, u.parts[p].n - at);
+      if (take > 0) f(u.parts[p], at, done, take);
+      done += take;
+      ++p;
+    }
+  }
   internal::TaskPool pool;
   FoldPool fold;
   std::vector<Scratch> scratch;
@@ -125,11 +161,13 @@ struct RobustAggregator::Impl {
 
   // Asks for the next block's lines of every update while this one is computed: 64 updates are
   // 64 streams, more than the hardware prefetchers follow.
-  static void Prefetch(const RobustInput& in, size_t begin, size_t len) {
-    for (const UpdateRef& u : in.updates) {
-      const size_t size = DTypeSize(u.dtype);
-      const char* p = static_cast<const char*>(u.data) + begin * size;
-      for (size_t off = 0; off < len * size; off += 64) __builtin_prefetch(p + off);
+  void Prefetch(const RobustInput& in, size_t begin, size_t len) const {
+    for (size_t i = 0; i < in.updates.size(); ++i) {
+      ForRange(in, i, begin, len, [](const UpdatePart& u, size_t at, size_t, size_t count) {
+        const size_t size = DTypeSize(u.dtype);
+        const char* p = static_cast<const char*>(u.data) + at * size;
+        for (size_t off = 0; off < count * size; off += 64) __builtin_prefetch(p + off);
+      });
     }
     if (in.reference) {
       for (size_t off = 0; off < len; off += 16) __builtin_prefetch(in.reference + begin + off);
@@ -145,9 +183,10 @@ struct RobustAggregator::Impl {
     const float* ref = in.reference ? in.reference + begin : nullptr;
     for (size_t i = 0; i < n; ++i) {
       float* row = rows + i * kRowStride;
-      const UpdateRef& u = in.updates[i];
-      ConvertToF32(row, static_cast<const char*>(u.data) + begin * DTypeSize(u.dtype), u.dtype,
-                   len);
+      ForRange(in, i, begin, len, [row](const UpdatePart& u, size_t at, size_t dst, size_t count) {
+        ConvertToF32(row + dst, static_cast<const char*>(u.data) + at * DTypeSize(u.dtype),
+                     u.dtype, count);
+      });
       std::fill(row + len, row + kBlock, 0.0f);
       const auto c = static_cast<float>(scale[i]);
       if (values) {
@@ -219,7 +258,10 @@ struct RobustAggregator::Impl {
     std::fill(out, out + d, 0.0f);
     for (size_t i = 0; i < w.size(); ++i) {
       if (w[i] == 0) continue;
-      fold.Fold(out, in.updates[i].data, in.updates[i].dtype, d, static_cast<float>(w[i]));
+      ForRange(in, i, 0, d, [&](const UpdatePart& u, size_t at, size_t dst, size_t count) {
+        fold.Fold(out + dst, static_cast<const char*>(u.data) + at * DTypeSize(u.dtype), u.dtype,
+                  count, static_cast<float>(w[i]));
+      });
     }
     if (in.reference && w_ref != 0) {
       fold.Fold(out, in.reference, DType::kF32, d, static_cast<float>(w_ref));
@@ -284,8 +326,24 @@ Status Validate(const RobustInput& in, const char* rule) {
                              std::to_string(in.updates[i].n) + " elements, update 0 has " +
                              std::to_string(d));
     }
-    if (d > 0 && in.updates[i].data == nullptr) {
-      return InvalidArgument(r + ": update " + std::to_string(i) + " has no data");
+    const UpdateRef& u = in.updates[i];
+    if (u.parts.empty()) {
+      if (d > 0 && u.data == nullptr) {
+        return InvalidArgument(r + ": update " + std::to_string(i) + " has no data");
+      }
+      continue;
+    }
+    size_t total = 0;
+    for (const UpdatePart& p : u.parts) {
+      if (p.n > 0 && p.data == nullptr) {
+        return InvalidArgument(r + ": a part of update " + std::to_string(i) + " has no data");
+      }
+      total += p.n;
+    }
+    if (total != d) {
+      return InvalidArgument(r + ": the parts of update " + std::to_string(i) + " hold " +
+                             std::to_string(total) + " elements, not its n = " +
+                             std::to_string(d));
     }
   }
   if (!std::isfinite(in.clip_norm) || in.clip_norm < 0) {
@@ -304,6 +362,7 @@ unsigned RobustAggregator::threads() const { return impl_->pool.threads(); }
 Result<RobustReport> RobustAggregator::Median(const RobustInput& in, float* out) {
   std::lock_guard<std::mutex> lock(impl_->call_mu);
   SHOAL_RETURN_IF_ERROR(Validate(in, "median"));
+  impl_->Prepare(in);
   const size_t n = in.updates.size();
   return impl_->OrderStats(in, (n - 1) / 2, /*median=*/true, out);
 }
@@ -311,6 +370,7 @@ Result<RobustReport> RobustAggregator::Median(const RobustInput& in, float* out)
 Result<RobustReport> RobustAggregator::TrimmedMean(const RobustInput& in, double beta, float* out) {
   std::lock_guard<std::mutex> lock(impl_->call_mu);
   SHOAL_RETURN_IF_ERROR(Validate(in, "trimmed mean"));
+  impl_->Prepare(in);
   if (!(beta >= 0 && beta < 0.5)) {
     return InvalidArgument(
         "trimmed mean: beta (the fraction dropped at each end) must be in "
@@ -326,6 +386,7 @@ Result<RobustReport> RobustAggregator::MultiKrum(const RobustInput& in, size_t f
                                                  float* out) {
   std::lock_guard<std::mutex> lock(impl_->call_mu);
   SHOAL_RETURN_IF_ERROR(Validate(in, "multi-Krum"));
+  impl_->Prepare(in);
   const size_t n = in.updates.size();
   if (n <= 2 * f + 2) {
     return InvalidArgument(
@@ -378,6 +439,7 @@ Result<RobustReport> RobustAggregator::MultiKrum(const RobustInput& in, size_t f
 Result<RobustReport> RobustAggregator::ClippedMean(const RobustInput& in, float* out) {
   std::lock_guard<std::mutex> lock(impl_->call_mu);
   SHOAL_RETURN_IF_ERROR(Validate(in, "clipped mean"));
+  impl_->Prepare(in);
   if (!(in.clip_norm > 0)) {
     return InvalidArgument("clipped mean: clip_norm must be > 0");
   }
@@ -400,6 +462,7 @@ Result<RobustReport> RobustAggregator::Flag(const RobustInput& in, const FlagOpt
                                             float* out) {
   std::lock_guard<std::mutex> lock(impl_->call_mu);
   SHOAL_RETURN_IF_ERROR(Validate(in, "Flag"));
+  impl_->Prepare(in);
   const size_t n = in.updates.size();
   if (opt.rank < 1 || opt.rank > n) {
     return InvalidArgument("Flag: rank must be in [1, n = " + std::to_string(n) + "], got " +

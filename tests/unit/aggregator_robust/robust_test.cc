@@ -281,6 +281,66 @@ TEST(Robust, SingleAndMultiThreadBitIdentical) {
   }
 }
 
+// An update given in parts (a SHU1 update's tensors, each where it sits, in its own dtype, part
+// boundaries falling inside the rules' coordinate blocks) gives the result of the same values
+// laid out flat; a part count that does not add up to n is refused.
+TEST(Robust, UpdatesInPartsMatchFlatUpdates) {
+  Updates f = Random(11, 5003, 5);
+  std::vector<float> ref(f.d(), 0.1f);
+  // Tensors of 700, 1 and 4302 elements; update 3's middle part in bf16 (its flat twin holds
+  // the widened values).
+  const size_t cut[] = {0, 700, 701, f.d()};
+  std::vector<std::vector<float>> flat = f.rows;
+  std::vector<std::vector<std::vector<float>>> pieces(11);
+  std::vector<std::vector<uint16_t>> half(11);
+  std::vector<std::vector<UpdatePart>> parts(11);
+  std::vector<UpdateRef> refs;
+  for (size_t i = 0; i < 11; ++i) {
+    for (size_t p = 0; p < 3; ++p) {
+      pieces[i].emplace_back(f.rows[i].begin() + static_cast<long>(cut[p]),
+                             f.rows[i].begin() + static_cast<long>(cut[p + 1]));
+    }
+    if (i == 3) {
+      half[i].resize(1);
+      ConvertFromF32(half[i].data(), pieces[i][1].data(), DType::kBF16, 1);
+      ConvertToF32(flat[i].data() + 700, half[i].data(), DType::kBF16, 1);
+    }
+    for (size_t p = 0; p < 3; ++p) {
+      if (i == 3 && p == 1) {
+        parts[i].push_back({half[i].data(), DType::kBF16, 1});
+      } else {
+        parts[i].push_back({pieces[i][p].data(), DType::kF32, pieces[i][p].size()});
+      }
+    }
+    refs.emplace_back(std::span<const UpdatePart>(parts[i]), f.d());
+  }
+  Updates w(flat);
+  RobustAggregator agg(2);
+  for (bool clip : {false, true}) {
+    RobustInput a{refs}, b = w.Input();
+    if (clip) {
+      a.reference = b.reference = ref.data();
+      a.clip_norm = b.clip_norm = 60;
+    }
+    for (const char* rule : {"median", "trimmed", "krum", "clipped", "flag"}) {
+      if (!clip && std::string(rule) == "clipped") continue;
+      RobustReport ra, rb;
+      const auto x = RunRule(agg, rule, a, &ra);
+      const auto y = RunRule(agg, rule, b, &rb);
+      ASSERT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(float)))
+          << rule << " clip=" << clip;
+      EXPECT_EQ(ra.weights, rb.weights) << rule;
+    }
+  }
+  for (auto& r : refs) r.n = f.d() + 1;
+  std::vector<float> out(f.d() + 1);
+  auto bad = agg.Median(RobustInput{refs}, out.data());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "median: the parts of update 0 hold " + std::to_string(f.d()) + " elements, not its n = " +
+                std::to_string(f.d() + 1));
+}
+
 // bf16 and f16 updates widen exactly, so the result equals the result on the widened floats.
 TEST(Robust, HalfPrecisionInputsMatchWidenedFloats) {
   Updates f = Random(9, 3001, 2);

@@ -3,8 +3,8 @@
 // Flag Aggregator). Unlike the fold, these need every update at once, so they read the updates
 // where they sit (zero copy, f32/bf16/f16) and are vectorised and threaded like FoldPool.
 //
-// Not wired into FL jobs yet: `spec.aggregation.robust` needs the coordinator to keep the
-// individual updates of a round instead of the leaves' partial sums.
+// FL jobs select a rule with `spec.aggregation.robust`: the coordinator runs it at commit over
+// the round's updates where they sit in the job's pool (aggregator/coordinator/src/robust_commit.h).
 #pragma once
 
 #include <cstddef>
@@ -19,11 +19,25 @@ namespace shoal::aggregator {
 
 class FoldPool;
 
-// One update, read in place: n elements of dtype at data (no alignment needed).
-struct UpdateRef {
+// A run of elements of one update: n elements of dtype at data.
+struct UpdatePart {
   const void* data = nullptr;
   DType dtype = DType::kF32;
   size_t n = 0;
+};
+
+// One update, read in place: n elements of dtype at data (no alignment needed), or, when parts
+// is not empty, the parts end to end (their n add up to n; data and dtype are not read): a SHU1
+// update's tensors where they sit in its body, each in its own dtype.
+struct UpdateRef {
+  UpdateRef() = default;
+  UpdateRef(const void* d, DType t, size_t count) : data(d), dtype(t), n(count) {}
+  UpdateRef(std::span<const UpdatePart> p, size_t count) : n(count), parts(p) {}
+
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  size_t n = 0;
+  std::span<const UpdatePart> parts;
 };
 
 struct RobustInput {

@@ -1,0 +1,64 @@
+// BehaviourProbes: the loaded behaviour BPF programs (shoal_behaviour.bpf.c), attached to their
+// raw tracepoints for as long as the object lives. They count, per registered instance cgroup,
+// what the instance does (syscalls by class, execve, connect, open, forks, socket bytes, CPU
+// time) and send each distinct execve/connect/open once through a ring buffer. Loading needs
+// CAP_BPF + CAP_PERFMON (root) and kernel BTF; Load says which is missing.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "shoal/common/status.h"
+#include "shoal/ebpf/behaviour_abi.h"
+
+struct shoal_behaviour;  // the bpftool skeleton (shoal_behaviour.skel.h)
+struct ring_buffer;
+
+namespace shoal {
+
+using BehaviourCounters = shoal_bhv_counters;
+using BehaviourEvent = shoal_bhv_event;
+
+class BehaviourProbes {
+ public:
+  // Where instance cgroups live: which cgroup id the probes key on.
+  enum class CgroupMode { kV2, kV1Memory };
+
+  static Result<std::unique_ptr<BehaviourProbes>> Load(CgroupMode mode);
+  BehaviourProbes(const BehaviourProbes&) = delete;
+  BehaviourProbes& operator=(const BehaviourProbes&) = delete;
+  ~BehaviourProbes();  // detaches every program
+
+  // Starts counting for the cgroup (its counters start at zero); an error when the map is full.
+  Status Watch(uint64_t cgroup_id);
+  // Stops counting and forgets the cgroup (no error when it was not watched).
+  void Unwatch(uint64_t cgroup_id);
+  // The cgroup's counters, summed over CPUs (NotFound when it is not watched).
+  Result<BehaviourCounters> Read(uint64_t cgroup_id) const;
+  // Hands every event waiting in the ring buffer to `sink`; returns how many.
+  size_t Drain(const std::function<void(const BehaviourEvent&)>& sink);
+  // Entries of the instances map and of the seen-events set (the soak's leak checks).
+  size_t WatchedEntries() const;
+  size_t SeenEntries() const;
+  CgroupMode mode() const { return mode_; }
+
+  // The id the probes use for a cgroup directory: its inode number (the kernfs node id).
+  static Result<uint64_t> CgroupIdOf(const std::string& dir);
+  // The syscall class of an x86-64 syscall number (SHOAL_BHV_CLASS_*), as loaded in the map.
+  static uint32_t SyscallClass(uint32_t nr);
+  static const char* ClassName(uint32_t cls);
+
+ private:
+  explicit BehaviourProbes(CgroupMode mode) : mode_(mode) {}
+  size_t CountKeys(int fd, size_t key_size) const;
+
+  CgroupMode mode_;
+  shoal_behaviour* skel_ = nullptr;
+  ring_buffer* ring_ = nullptr;
+  int num_cpus_ = 0;
+  std::function<void(const BehaviourEvent&)>* sink_ = nullptr;
+};
+
+}  // namespace shoal

@@ -1,0 +1,259 @@
+// SPDX-License-Identifier: GPL-2.0
+// Shoal's behaviour probes: what each function instance does, counted per instance (keyed by
+// the id of its cgroup) for the compromise detector (detect/). Only instances user space has
+// registered in `instances` are counted; every other task returns after one lookup.
+//   raw_tp/sys_enter          syscalls by class; execve, connect and open with their argument
+//   raw_tp/sched_switch       on-CPU time
+//   raw_tp/sched_process_fork processes and threads created
+//   raw_tp/sock_send_length, raw_tp/sock_recv_length   socket bytes
+// Raw tracepoints and CO-RE reads only: nothing needs tracefs, and the kernel types below are
+// relocated against the running kernel's BTF. The layout user space reads is
+// shoal/ebpf/behaviour_abi.h.
+#include <linux/bpf.h>
+#include <linux/types.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+#include "shoal/ebpf/behaviour_abi.h"
+
+/* The kernel's types, as far as the probes read them (CO-RE: offsets come from kernel BTF). */
+struct kernfs_node {
+  __u64 id;
+} __attribute__((preserve_access_index));
+struct cgroup {
+  struct kernfs_node *kn;
+} __attribute__((preserve_access_index));
+struct cgroup_subsys_state {
+  struct cgroup *cgroup;
+} __attribute__((preserve_access_index));
+struct css_set {
+  struct cgroup_subsys_state *subsys[16];
+} __attribute__((preserve_access_index));
+struct task_struct {
+  struct css_set *cgroups;
+} __attribute__((preserve_access_index));
+struct pt_regs {
+  unsigned long di;
+  unsigned long si;
+  unsigned long dx;
+} __attribute__((preserve_access_index));
+enum cgroup_subsys_id { memory_cgrp_id = 4 };
+
+const volatile __u32 cgroup_mode = SHOAL_BHV_CGROUP_V2;
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+  __uint(max_entries, SHOAL_BHV_MAX_INSTANCES);
+  __type(key, __u64); /* cgroup id */
+  __type(value, struct shoal_bhv_counters);
+} instances SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, SHOAL_BHV_MAX_SYSCALL);
+  __type(key, __u32);
+  __type(value, __u32); /* SHOAL_BHV_CLASS_* */
+} syscall_class SEC(".maps");
+
+struct seen_key {
+  __u64 cgroup_id;
+  __u64 hash; /* kind and detail */
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, 65536);
+  __type(key, struct seen_key);
+  __type(value, __u8);
+} seen SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_RINGBUF);
+  __uint(max_entries, 256 * 1024);
+} events SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, __u64); /* ktime of this CPU's last context switch */
+} last_switch SEC(".maps");
+
+static __always_inline __u64 current_cgroup_id(void) {
+  if (cgroup_mode == SHOAL_BHV_CGROUP_V2) return bpf_get_current_cgroup_id();
+  struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+  struct css_set *cgroups = BPF_CORE_READ(task, cgroups);
+  if (!cgroups) return 0;
+  __u32 idx = bpf_core_enum_value(enum cgroup_subsys_id, memory_cgrp_id);
+  struct cgroup_subsys_state *css = 0;
+  if (idx >= 16) return 0;
+  bpf_core_read(&css, sizeof(css), &cgroups->subsys[idx]);
+  if (!css) return 0;
+  return BPF_CORE_READ(css, cgroup, kn, id);
+}
+
+static __always_inline struct shoal_bhv_counters *current_instance(__u64 *cgid) {
+  *cgid = current_cgroup_id();
+  if (*cgid == 0) return 0;
+  return bpf_map_lookup_elem(&instances, cgid);
+}
+
+static __always_inline __u64 fnv1a(__u64 h, const __u8 *p, __u32 n) {
+  for (__u32 i = 0; i < n && i < SHOAL_BHV_DETAIL; i++) {
+    if (p[i] == 0) break;
+    h = (h ^ p[i]) * 1099511628211ULL;
+  }
+  return h;
+}
+
+/* Sends `ev` unless this instance already sent the same (kind, hash). */
+static __always_inline void submit_once(struct shoal_bhv_event *ev, __u64 hash) {
+  struct seen_key k = {.cgroup_id = ev->cgroup_id, .hash = hash * 31 + ev->kind};
+  __u8 one = 1;
+  if (bpf_map_lookup_elem(&seen, &k)) {
+    bpf_ringbuf_discard(ev, 0);
+    return;
+  }
+  bpf_map_update_elem(&seen, &k, &one, BPF_ANY);
+  bpf_ringbuf_submit(ev, 0);
+}
+
+static __always_inline void path_event(struct shoal_bhv_counters *c, __u64 cgid, __u32 kind,
+                                       const void *user_path) {
+  struct shoal_bhv_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+  if (!ev) {
+    __sync_fetch_and_add(&c->events_lost, 1);
+    return;
+  }
+  __builtin_memset(ev, 0, sizeof(*ev));
+  ev->cgroup_id = cgid;
+  ev->kind = kind;
+  ev->pid = bpf_get_current_pid_tgid() >> 32;
+  if (bpf_probe_read_user_str(ev->detail, sizeof(ev->detail), user_path) < 0) {
+    ev->detail[0] = '?';
+    ev->detail[1] = 0;
+  }
+  submit_once(ev, fnv1a(14695981039346656037ULL, (const __u8 *)ev->detail, SHOAL_BHV_DETAIL));
+}
+
+static __always_inline void connect_event(struct shoal_bhv_counters *c, __u64 cgid,
+                                          const void *user_addr) {
+  __u16 family = 0;
+  if (bpf_probe_read_user(&family, sizeof(family), user_addr) != 0) return;
+  if (family != 2 && family != 10 && family != 1) return; /* AF_INET, AF_INET6, AF_UNIX */
+  struct shoal_bhv_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+  if (!ev) {
+    __sync_fetch_and_add(&c->events_lost, 1);
+    return;
+  }
+  __builtin_memset(ev, 0, sizeof(*ev));
+  ev->cgroup_id = cgid;
+  ev->kind = SHOAL_BHV_EV_CONNECT;
+  ev->pid = bpf_get_current_pid_tgid() >> 32;
+  ev->family = family;
+  __u64 h = 14695981039346656037ULL ^ family;
+  if (family == 1) {
+    bpf_probe_read_user_str(ev->detail, 108, (const char *)user_addr + 2);
+    h = fnv1a(h, (const __u8 *)ev->detail, 108);
+  } else {
+    __u16 port_be = 0;
+    bpf_probe_read_user(&port_be, sizeof(port_be), (const char *)user_addr + 2);
+    ev->port = __builtin_bswap16(port_be);
+    if (family == 2) {
+      bpf_probe_read_user(ev->addr, 4, (const char *)user_addr + 4);
+    } else {
+      bpf_probe_read_user(ev->addr, 16, (const char *)user_addr + 8);
+    }
+    h = (h ^ ev->port) * 1099511628211ULL;
+#pragma unroll
+    for (int i = 0; i < 16; i++) h = (h ^ ev->addr[i]) * 1099511628211ULL;
+  }
+  submit_once(ev, h);
+}
+
+SEC("raw_tp/sys_enter")
+int shoal_bhv_sys_enter(struct bpf_raw_tracepoint_args *ctx) {
+  __u64 cgid;
+  struct shoal_bhv_counters *c = current_instance(&cgid);
+  if (!c) return 0;
+  __u32 nr = (__u32)ctx->args[1];
+  __u32 cls = SHOAL_BHV_CLASS_OTHER;
+  if (nr < SHOAL_BHV_MAX_SYSCALL) {
+    __u32 *v = bpf_map_lookup_elem(&syscall_class, &nr);
+    if (v && *v < SHOAL_BHV_CLASSES) cls = *v;
+  }
+  if (cls < SHOAL_BHV_CLASSES) c->syscalls[cls] += 1; /* per-CPU value: no atomics needed */
+
+  struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+  switch (nr) {
+    case SHOAL_BHV_NR_EXECVE:
+      c->execs += 1;
+      path_event(c, cgid, SHOAL_BHV_EV_EXEC, (const void *)BPF_CORE_READ(regs, di));
+      break;
+    case SHOAL_BHV_NR_EXECVEAT:
+      c->execs += 1;
+      path_event(c, cgid, SHOAL_BHV_EV_EXEC, (const void *)BPF_CORE_READ(regs, si));
+      break;
+    case SHOAL_BHV_NR_OPEN:
+      c->opens += 1;
+      path_event(c, cgid, SHOAL_BHV_EV_OPEN, (const void *)BPF_CORE_READ(regs, di));
+      break;
+    case SHOAL_BHV_NR_OPENAT:
+    case SHOAL_BHV_NR_OPENAT2:
+      c->opens += 1;
+      path_event(c, cgid, SHOAL_BHV_EV_OPEN, (const void *)BPF_CORE_READ(regs, si));
+      break;
+    case SHOAL_BHV_NR_CONNECT:
+      c->connects += 1;
+      connect_event(c, cgid, (const void *)BPF_CORE_READ(regs, si));
+      break;
+    default:
+      break;
+  }
+  return 0;
+}
+
+SEC("raw_tp/sched_switch")
+int shoal_bhv_sched_switch(struct bpf_raw_tracepoint_args *ctx) {
+  __u32 zero = 0;
+  __u64 *last = bpf_map_lookup_elem(&last_switch, &zero);
+  if (!last) return 0;
+  __u64 now = bpf_ktime_get_ns();
+  __u64 since = *last;
+  *last = now;
+  if (since == 0) return 0;
+  /* Still the previous task's context: it ran on this CPU since the last switch. */
+  __u64 cgid;
+  struct shoal_bhv_counters *c = current_instance(&cgid);
+  if (c) c->cpu_ns += now - since;
+  return 0;
+}
+
+SEC("raw_tp/sched_process_fork")
+int shoal_bhv_fork(struct bpf_raw_tracepoint_args *ctx) {
+  __u64 cgid;
+  struct shoal_bhv_counters *c = current_instance(&cgid);
+  if (c) c->forks += 1;
+  return 0;
+}
+
+SEC("raw_tp/sock_send_length")
+int shoal_bhv_send(struct bpf_raw_tracepoint_args *ctx) {
+  int ret = (int)ctx->args[1];
+  if (ret <= 0) return 0;
+  __u64 cgid;
+  struct shoal_bhv_counters *c = current_instance(&cgid);
+  if (c) c->bytes_sent += (__u64)ret;
+  return 0;
+}
+
+SEC("raw_tp/sock_recv_length")
+int shoal_bhv_recv(struct bpf_raw_tracepoint_args *ctx) {
+  int ret = (int)ctx->args[1];
+  if (ret <= 0) return 0;
+  __u64 cgid;
+  struct shoal_bhv_counters *c = current_instance(&cgid);
+  if (c) c->bytes_recv += (__u64)ret;
+  return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

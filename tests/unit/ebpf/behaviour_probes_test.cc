@@ -1,0 +1,147 @@
+// BehaviourProbes against the real kernel: a child process in a cgroup of its own opens a file,
+// connects to a loopback port, burns CPU and execs a shell; the probes count each and send each
+// distinct event once, and count nothing for processes outside watched cgroups. Skips (with the
+// reason) only where BPF is absent (bpf_capability.h).
+#include "shoal/ebpf/behaviour_probes.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "bpf_capability.h"
+#include "test_cgroup.h"
+
+namespace shoal {
+namespace {
+
+class BehaviourProbesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const std::string absent = bpf_test::BpfCapabilityAbsent(); !absent.empty()) {
+      GTEST_SKIP() << "BPF is not available here: " << absent;
+    }
+  }
+};
+
+// Listens on an ephemeral loopback port; returns the port.
+int ListenLoopback(int* fd) {
+  *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(*fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(*fd, 4) != 0) return -1;
+  socklen_t len = sizeof a;
+  getsockname(*fd, reinterpret_cast<sockaddr*>(&a), &len);
+  return ntohs(a.sin_port);
+}
+
+TEST_F(BehaviourProbesTest, CountsAndReportsWhatAWatchedProcessDoes) {
+  bpf_test::TestCgroup cg("shoal-bhv-test-" + std::to_string(getpid()));
+  ASSERT_EQ(cg.error(), "");
+  auto loaded = BehaviourProbes::Load(cg.mode());
+  ASSERT_TRUE(loaded.ok()) << "the behaviour probes failed to load with BPF present: "
+                           << loaded.status().ToString();
+  auto& probes = **loaded;
+  auto id = BehaviourProbes::CgroupIdOf(cg.dir());
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  ASSERT_TRUE(probes.Watch(*id).ok());
+  EXPECT_EQ(probes.WatchedEntries(), 1u);
+
+  int lfd = -1;
+  const int port = ListenLoopback(&lfd);
+  ASSERT_GT(port, 0);
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(go[1]);
+    if (!cg.Join()) _exit(10);
+    char c;
+    if (read(go[0], &c, 1) != 1) _exit(11);
+    int f = open("/etc/hostname", O_RDONLY);
+    if (f >= 0) close(f);
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) _exit(12);
+    if (send(s, "hello", 5, 0) != 5) _exit(13);
+    close(s);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    volatile uint64_t x = 0;
+    while (std::chrono::steady_clock::now() < until) x = x + 1;
+    execl("/bin/sh", "sh", "-c", "exit 0", nullptr);
+    _exit(14);
+  }
+  close(go[0]);
+  ASSERT_EQ(write(go[1], "g", 1), 1);  // the child is in its cgroup before it starts
+  close(go[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  // Our own (unwatched) activity meanwhile: another open and connect that must not count.
+  int f = open("/etc/hostname", O_RDONLY);
+  close(f);
+  close(lfd);
+
+  auto c = probes.Read(*id);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->execs, 1u);
+  EXPECT_EQ(c->connects, 1u);
+  EXPECT_GE(c->opens, 1u);
+  EXPECT_GE(c->bytes_sent, 5u);
+  EXPECT_GE(c->cpu_ns, 250'000'000u);
+  EXPECT_LT(c->cpu_ns, 5'000'000'000u);
+  EXPECT_GE(c->syscalls[SHOAL_BHV_CLASS_NET], 3u);   // socket, connect, sendto
+  EXPECT_GE(c->syscalls[SHOAL_BHV_CLASS_PROCESS], 1u);  // execve
+  EXPECT_EQ(c->events_lost, 0u);
+
+  std::vector<BehaviourEvent> events;
+  probes.Drain([&](const BehaviourEvent& ev) { events.push_back(ev); });
+  int execs = 0, connects = 0, hostname_opens = 0;
+  for (const auto& ev : events) {
+    EXPECT_EQ(ev.cgroup_id, *id);
+    EXPECT_EQ(ev.pid, static_cast<uint32_t>(pid));
+    if (ev.kind == SHOAL_BHV_EV_EXEC) {
+      ++execs;
+      EXPECT_STREQ(ev.detail, "/bin/sh");
+    } else if (ev.kind == SHOAL_BHV_EV_CONNECT) {
+      ++connects;
+      EXPECT_EQ(ev.family, AF_INET);
+      EXPECT_EQ(ev.port, port);
+      EXPECT_EQ(ev.addr[0], 127);
+      EXPECT_EQ(ev.addr[3], 1);
+    } else if (ev.kind == SHOAL_BHV_EV_OPEN && std::string(ev.detail) == "/etc/hostname") {
+      ++hostname_opens;
+    }
+  }
+  EXPECT_EQ(execs, 1);
+  EXPECT_EQ(connects, 1);
+  EXPECT_EQ(hostname_opens, 1);  // ours (unwatched) is not reported
+  EXPECT_GT(probes.SeenEntries(), 0u);
+
+  probes.Unwatch(*id);
+  EXPECT_EQ(probes.WatchedEntries(), 0u);
+  EXPECT_FALSE(probes.Read(*id).ok());
+}
+
+TEST_F(BehaviourProbesTest, ClassifiesSyscalls) {
+  EXPECT_EQ(BehaviourProbes::SyscallClass(SHOAL_BHV_NR_EXECVE), SHOAL_BHV_CLASS_PROCESS);
+  EXPECT_EQ(BehaviourProbes::SyscallClass(SHOAL_BHV_NR_CONNECT), SHOAL_BHV_CLASS_NET);
+  EXPECT_EQ(BehaviourProbes::SyscallClass(SHOAL_BHV_NR_OPENAT), SHOAL_BHV_CLASS_FILE);
+  EXPECT_EQ(BehaviourProbes::SyscallClass(202 /* futex */), SHOAL_BHV_CLASS_SYNC);
+  EXPECT_EQ(BehaviourProbes::SyscallClass(500), SHOAL_BHV_CLASS_OTHER);
+  EXPECT_STREQ(BehaviourProbes::ClassName(SHOAL_BHV_CLASS_MEMORY), "memory");
+}
+
+}  // namespace
+}  // namespace shoal

@@ -130,6 +130,10 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
     else if (key == "fl_checkpoint_delay_ms")
       st = Read(v, "fl_checkpoint_delay_ms", c.fl_checkpoint_delay_ms);
     else if (key == "zygote_timeout_ms") st = Read(v, "zygote_timeout_ms", c.zygote_timeout_ms);
+    else if (key == "detect") st = Read(v, "detect", c.detect);
+    else if (key == "detect_interval_ms") st = Read(v, "detect_interval_ms", c.detect_interval_ms);
+    else if (key == "detect_learn_intervals")
+      st = Read(v, "detect_learn_intervals", c.detect_learn_intervals);
     else if (key == "instance_start") {
       std::string m;
       st = Read(v, "instance_start", m);
@@ -170,6 +174,12 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
     return InvalidArgument("config: control_tls_cert and control_tls_key: set both or neither");
   }
   if (c.tenant_uid_base == 0) return InvalidArgument("config: tenant_uid_base: must not be 0 (root)");
+  if (c.detect_interval_ms < 100 || c.detect_interval_ms > 600000) {
+    return InvalidArgument("config: detect_interval_ms: must be 100 to 600000 ms");
+  }
+  if (c.detect_learn_intervals < 1) {
+    return InvalidArgument("config: detect_learn_intervals: must be at least 1");
+  }
   if (c.pool_bytes < (16ull << 20)) return InvalidArgument("config: pool_bytes: must be >= 16 MiB");
   if (c.pool != "boost" && c.pool != "dpdk" && c.pool != "auto")
     return InvalidArgument("config: pool: '" + c.pool + "': want boost, dpdk or auto");
@@ -235,6 +245,9 @@ std::string NodeConfig::ToYaml() const {
   e << YAML::Key << "fl_checkpoint_delay_ms" << YAML::Value << fl_checkpoint_delay_ms;
   e << YAML::Key << "instance_start" << YAML::Value << InstanceStartName(instance_start);
   e << YAML::Key << "zygote_timeout_ms" << YAML::Value << zygote_timeout_ms;
+  e << YAML::Key << "detect" << YAML::Value << detect;
+  e << YAML::Key << "detect_interval_ms" << YAML::Value << detect_interval_ms;
+  e << YAML::Key << "detect_learn_intervals" << YAML::Value << detect_learn_intervals;
   e << YAML::Key << "etcd" << YAML::Value << etcd;
   e << YAML::Key << "cluster" << YAML::Value << cluster;
   e << YAML::Key << "advertise_host" << YAML::Value << advertise_host;

@@ -211,7 +211,8 @@ class DocumentParser {
   // spec.security: seccomp.allow, the denied syscalls (seccomp_policy.h) this function needs.
   void ParseSecurity(const YAML::Node& n, SecuritySpec* out) {
     ExpectMap(n, "spec.security");
-    CheckKeys(n, "spec.security", {"seccomp"});
+    CheckKeys(n, "spec.security", {"seccomp", "onAnomaly", "allowedPaths"});
+    ParseDetection(n, out);
     const YAML::Node sc = n["seccomp"];
     if (!sc) return;
     ExpectMap(sc, "spec.security.seccomp");
@@ -227,6 +228,27 @@ class DocumentParser {
           out->seccomp_allow.end()) {
         out->seccomp_allow.push_back(name);
       }
+    }
+  }
+
+  // spec.security.onAnomaly (alert | quarantine) and allowedPaths (absolute paths; a prefix
+  // when it ends in '/'): what the compromise detector does and which files are never anomalies.
+  void ParseDetection(const YAML::Node& n, SecuritySpec* out) {
+    if (const YAML::Node a = n["onAnomaly"]) {
+      const std::string v = String(a, "spec.security.onAnomaly");
+      if (v != "alert" && v != "quarantine") {
+        Fail("spec.security.onAnomaly", "must be alert or quarantine, got " + Quote(v), a);
+      }
+      out->on_anomaly = v;
+    }
+    const YAML::Node paths = n["allowedPaths"];
+    if (!paths || paths.IsNull()) return;
+    if (!paths.IsSequence()) Fail("spec.security.allowedPaths", "must be a list of absolute paths", paths);
+    for (size_t i = 0; i < paths.size(); ++i) {
+      const std::string path = "spec.security.allowedPaths[" + std::to_string(i) + "]";
+      const std::string p = String(paths[i], path);
+      if (p.empty() || p[0] != '/') Fail(path, "must be an absolute path, got " + Quote(p), paths[i]);
+      out->allowed_paths.push_back(p);
     }
   }
 

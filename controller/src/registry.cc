@@ -53,6 +53,8 @@ v1::FunctionRecord ToRecord(const FunctionSpec& s) {
   a->mutable_params()->insert(s.autoscaling.params.begin(), s.autoscaling.params.end());
   a->set_policy_file(s.autoscaling.policy_file);
   for (const auto& n : s.security.seccomp_allow) r.add_seccomp_allow(n);
+  r.set_on_anomaly(s.security.on_anomaly);
+  for (const auto& p : s.security.allowed_paths) r.add_allowed_paths(p);
   r.set_generation(s.generation);
   r.set_manifest(s.manifest);
   r.set_created_unix_ms(s.created_unix_ms);
@@ -89,6 +91,8 @@ FunctionSpec FromRecord(const v1::FunctionRecord& r) {
     s.autoscaling.policy_file = r.autoscaling().policy_file();
   }
   s.security.seccomp_allow.assign(r.seccomp_allow().begin(), r.seccomp_allow().end());
+  s.security.on_anomaly = r.on_anomaly().empty() ? "alert" : r.on_anomaly();
+  s.security.allowed_paths.assign(r.allowed_paths().begin(), r.allowed_paths().end());
   s.generation = r.generation();
   s.manifest = r.manifest();
   s.created_unix_ms = r.created_unix_ms();

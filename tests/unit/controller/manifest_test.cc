@@ -555,5 +555,29 @@ TEST(ManifestTest, SeccompAllowList) {
             "spec.security.seccomp.deny: unknown field (line 8)");
 }
 
+TEST(ManifestTest, SecurityOnAnomalyAndAllowedPaths) {
+  const std::string head = "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: h}\nspec:\n"
+                           "  handler: echo\n  security:\n";
+  auto plain = ParseFunctionManifests(head + "    seccomp: {allow: [ptrace]}\n", Defaults());
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ((*plain)[0].security.on_anomaly, "alert");  // the default
+  EXPECT_TRUE((*plain)[0].security.allowed_paths.empty());
+  auto r = ParseFunctionManifests(
+      head + "    onAnomaly: quarantine\n    allowedPaths: [/var/lib/models/, /etc/hosts]\n",
+      Defaults());
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ((*r)[0].security.on_anomaly, "quarantine");
+  EXPECT_EQ((*r)[0].security.allowed_paths,
+            (std::vector<std::string>{"/var/lib/models/", "/etc/hosts"}));
+  EXPECT_EQ(ErrorOf(head + "    onAnomaly: kill\n"),
+            "spec.security.onAnomaly: must be alert or quarantine, got \"kill\" (line 7)");
+  EXPECT_EQ(ErrorOf(head + "    allowedPaths: /etc\n"),
+            "spec.security.allowedPaths: must be a list of absolute paths (line 7)");
+  EXPECT_EQ(ErrorOf(head + "    allowedPaths: [/etc/, models/]\n"),
+            "spec.security.allowedPaths[1]: must be an absolute path, got \"models/\" (line 7)");
+  EXPECT_EQ(ErrorOf(head + "    onAnomalies: alert\n"),
+            "spec.security.onAnomalies: unknown field (line 7)");
+}
+
 }  // namespace
 }  // namespace shoal

@@ -76,6 +76,12 @@ struct NodeConfig {
   uint32_t instance_pids_max = 4096;    // processes + threads per instance (cgroup pids.max)
   InstanceStart instance_start = InstanceStart::kZygote;
   uint32_t zygote_timeout_ms = 2000;    // a zygote's load or one fork longer than this: spawn
+  // Compromised-function detection (README "Behaviour detection"): the behaviour probes and
+  // the detector scoring every instance each interval against its function's baseline, learned
+  // over its first detect_learn_intervals intervals (saved under <state_dir>/detect).
+  bool detect = true;
+  uint32_t detect_interval_ms = 5000;
+  uint32_t detect_learn_intervals = 12;
 
   // FL checkpoints are written behind their commits; this holds the checkpoint of each new
   // version back so long (for tests of the crash window between a commit and its checkpoint;

@@ -46,6 +46,12 @@ struct AutoscalingSpec {
 // node's policy (shoal/sandbox/seccomp_policy.h).
 struct SecuritySpec {
   std::vector<std::string> seccomp_allow;  // denied syscalls this function may make
+  // What the compromise detector (detect/) does with an anomalous instance: "alert" (log,
+  // metric, describe) or "quarantine" (also: no more requests, frozen for inspection, a clean
+  // instance started). Files below allowed_paths (prefixes ending in '/', or exact paths) are
+  // never anomalies.
+  std::string on_anomaly = "alert";
+  std::vector<std::string> allowed_paths;
 };
 
 struct FunctionSpec {

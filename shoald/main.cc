@@ -75,6 +75,23 @@ Status WriteAdminConf(const std::string& path, const std::string& server, const 
   return WriteFileAtomic(path, text.str(), 0600);
 }
 
+// Cluster mode: the gateway forwards by the node agent's routes once the node has joined
+// (the agent starts after the gateway; until then, and in standalone mode, nothing forwards).
+class AgentRoutes final : public shoal::ForwardTable {
+ public:
+  AgentRoutes(std::atomic<shoal::cluster::NodeAgent*>& agent, std::string self)
+      : agent_(agent), self_(std::move(self)) {}
+  bool Pick(Kind kind, std::string_view name, shoal::ForwardTarget* out) override {
+    shoal::cluster::NodeAgent* agent = agent_.load();
+    return agent != nullptr && agent->routes().Pick(kind, name, out);
+  }
+  const std::string& self() const override { return self_; }
+
+ private:
+  std::atomic<shoal::cluster::NodeAgent*>& agent_;
+  const std::string self_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -296,7 +313,15 @@ int main(int argc, char** argv) {
     return text;
   };
   hooks.ready = [&] { return manager.Ready(); };
+  // Cluster mode: /readyz says how the node's etcd link stands. It stays 200 while etcd is
+  // away: the data plane keeps serving what is placed here and forwarding by the last routes.
+  hooks.ready_detail = [&cluster_view]() -> std::string {
+    cluster::NodeAgent* agent = cluster_view.load();
+    return agent ? agent->StatusLine() + "\n" : std::string();
+  };
   hooks.fl = &fl;
+  AgentRoutes forward_routes(cluster_view, config.node_name);
+  if (!config.etcd.empty()) hooks.forward = &forward_routes;
   Gateway gateway(config, table, *data_plane, manager, metrics, std::move(hooks));
 
   if (Status st = manager.Start(&gateway); !st.ok()) {
@@ -367,7 +392,12 @@ int main(int argc, char** argv) {
                                  std::chrono::system_clock::now().time_since_epoch())
                                  .count();
     for (const auto& spec : registry->List()) record.cached_functions.push_back(spec.name);
-    auto agent = cluster::NodeAgent::Start(config, record, [&manager] { manager.FunctionsChanged(); });
+    auto agent = cluster::NodeAgent::Start(
+        config, record, [&manager] { manager.FunctionsChanged(); },
+        [&config](const cluster::ClusterFunction& f) -> std::string {
+          auto parsed = ParseFunctionManifests(f.manifest, config);
+          return parsed.ok() && parsed->size() == 1 ? InferenceModelName((*parsed)[0]) : "";
+        });
     if (!agent.ok()) {
       spdlog::error("cluster: {}", agent.status().ToString());
       control_server.Stop();

@@ -33,7 +33,8 @@ std::string AdvertiseHost(const NodeConfig& config) {
 }
 
 Result<std::unique_ptr<NodeAgent>> NodeAgent::Start(const NodeConfig& config, NodeRecord record,
-                                                    std::function<void()> on_functions) {
+                                                    std::function<void()> on_functions,
+                                                    PeerRoutes::ModelOf model_of) {
   const std::string node = record.name;
   auto endpoints = ParseEndpoints(config.etcd);
   if (!endpoints.ok()) return endpoints.status();
@@ -53,15 +54,27 @@ Result<std::unique_ptr<NodeAgent>> NodeAgent::Start(const NodeConfig& config, No
     spdlog::warn("cluster: etcd does not answer yet ({}); serving, and registering when it does",
                  st.message());
   }
-  agent->placed_ = std::make_unique<PlacedFunctions>(
-      agent->etcd_.get(), ClusterKeys(ClusterPrefix(config.cluster)), node, std::move(on_functions));
   NodeAgent* a = agent.get();
+  const ClusterKeys keys(ClusterPrefix(config.cluster));
+  // The routes are rebuilt on every change of functions, placements or nodes; they are made
+  // before the watches that call them start (below, on the starter thread).
+  agent->placed_ = std::make_unique<PlacedFunctions>(
+      agent->etcd_.get(), keys, node, std::move(on_functions), [a] { a->RebuildRoutes(); });
+  agent->nodes_ = std::make_unique<NodeDirectory>(
+      agent->etcd_.get(), keys, [a](const std::string&, bool) { a->RebuildRoutes(); });
+  agent->routes_ = std::make_unique<PeerRoutes>(node, agent->placed_.get(), agent->nodes_.get(),
+                                                std::move(model_of));
   agent->starter_ = std::thread([a] {
     auto backoff = std::chrono::milliseconds(100);
+    bool nodes_started = false;
     while (!a->stop_.load()) {
-      Status st = a->placed_->Start();
+      Status st = nodes_started ? Status::Ok() : a->nodes_->Start();
+      nodes_started = st.ok();
+      if (st.ok()) st = a->placed_->Start();
       if (st.ok()) {
-        spdlog::info("cluster: watching the functions placed on this node");
+        a->RebuildRoutes();
+        spdlog::info("cluster: watching the functions placed on this node and the nodes to "
+                     "forward to");
         return;
       }
       for (auto waited = std::chrono::milliseconds(0); waited < backoff && !a->stop_.load();
@@ -81,10 +94,20 @@ void NodeAgent::Leave() {
   }
 }
 
+void NodeAgent::RebuildRoutes() {
+  std::lock_guard lock(routes_mu_);
+  if (routes_live_) routes_->Rebuild();
+}
+
 NodeAgent::~NodeAgent() {
   stop_.store(true);
+  {
+    std::lock_guard lock(routes_mu_);
+    routes_live_ = false;
+  }
   if (starter_.joinable()) starter_.join();
   placed_.reset();
+  nodes_.reset();
   Leave();
 }
 

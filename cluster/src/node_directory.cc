@@ -1,10 +1,10 @@
-#include "shoal/controller/node_directory.h"
+#include "shoal/cluster/node_directory.h"
 
 #include <spdlog/spdlog.h>
 
-namespace shoal::controller {
+namespace shoal::cluster {
 
-NodeDirectory::NodeDirectory(cluster::EtcdClient* etcd, cluster::ClusterKeys keys,
+NodeDirectory::NodeDirectory(EtcdClient* etcd, ClusterKeys keys,
                              ChangeFn on_change)
     : etcd_(etcd), keys_(std::move(keys)), on_change_(std::move(on_change)) {}
 
@@ -13,16 +13,16 @@ NodeDirectory::~NodeDirectory() { watch_.reset(); }
 Status NodeDirectory::Start() {
   auto nodes = etcd_->GetPrefix(keys_.Nodes());
   if (!nodes.ok()) return nodes.status();
-  std::vector<cluster::WatchEvent> as_events;
+  std::vector<WatchEvent> as_events;
   for (auto& kv : nodes->kvs) {
-    cluster::WatchEvent e;
+    WatchEvent e;
     e.kv = std::move(kv);
     as_events.push_back(std::move(e));
   }
   Apply(as_events);
   watch_ = etcd_->WatchPrefix(
       keys_.Nodes(), nodes->revision + 1,
-      [this](const std::vector<cluster::WatchEvent>& events, int64_t) { Apply(events); },
+      [this](const std::vector<WatchEvent>& events, int64_t) { Apply(events); },
       [this](int64_t) { Reload(); });
   return Status::Ok();
 }
@@ -42,25 +42,25 @@ void NodeDirectory::Reload() {
       if (!still) gone.push_back(name);
     }
   }
-  std::vector<cluster::WatchEvent> events;
+  std::vector<WatchEvent> events;
   for (const auto& name : gone) {
-    cluster::WatchEvent e;
-    e.type = cluster::WatchEvent::Type::kDelete;
+    WatchEvent e;
+    e.type = WatchEvent::Type::kDelete;
     e.kv.key = keys_.Node(name);
     events.push_back(std::move(e));
   }
   for (auto& kv : nodes->kvs) {
-    cluster::WatchEvent e;
+    WatchEvent e;
     e.kv = std::move(kv);
     events.push_back(std::move(e));
   }
   Apply(events);
 }
 
-void NodeDirectory::Apply(const std::vector<cluster::WatchEvent>& events) {
+void NodeDirectory::Apply(const std::vector<WatchEvent>& events) {
   for (const auto& e : events) {
     const std::string name = e.kv.key.substr(keys_.Nodes().size());
-    if (e.type == cluster::WatchEvent::Type::kDelete) {
+    if (e.type == WatchEvent::Type::kDelete) {
       bool had;
       {
         std::lock_guard lock(mu_);
@@ -72,7 +72,7 @@ void NodeDirectory::Apply(const std::vector<cluster::WatchEvent>& events) {
       }
       continue;
     }
-    auto record = cluster::NodeRecord::FromJson(e.kv.value);
+    auto record = NodeRecord::FromJson(e.kv.value);
     if (!record.ok()) {
       spdlog::warn("nodes: {}: {}", e.kv.key, record.status().message());
       continue;
@@ -105,4 +105,4 @@ size_t NodeDirectory::size() const {
 
 bool NodeDirectory::watching() const { return watch_ && watch_->connected(); }
 
-}  // namespace shoal::controller
+}  // namespace shoal::cluster

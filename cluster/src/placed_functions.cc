@@ -5,8 +5,12 @@
 namespace shoal::cluster {
 
 PlacedFunctions::PlacedFunctions(EtcdClient* etcd, ClusterKeys keys, std::string node,
-                                 std::function<void()> on_change)
-    : etcd_(etcd), keys_(std::move(keys)), node_(std::move(node)), on_change_(std::move(on_change)) {}
+                                 std::function<void()> on_change, std::function<void()> on_any)
+    : etcd_(etcd),
+      keys_(std::move(keys)),
+      node_(std::move(node)),
+      on_change_(std::move(on_change)),
+      on_any_(std::move(on_any)) {}
 
 PlacedFunctions::~PlacedFunctions() {
   functions_watch_.reset();
@@ -27,6 +31,7 @@ Status PlacedFunctions::Start() {
     std::lock_guard lock(mu_);
     functions_.clear();
     placements_.clear();
+    all_.clear();
   }
   std::vector<WatchEvent> f, p;
   for (auto& kv : functions->kvs) f.push_back({WatchEvent::Type::kPut, std::move(kv)});
@@ -61,6 +66,7 @@ void PlacedFunctions::Resync() {
     std::lock_guard lock(mu_);
     functions_.clear();
     placements_.clear();
+    all_.clear();
   }
   std::vector<WatchEvent> f, p;
   for (auto& kv : functions->kvs) f.push_back({WatchEvent::Type::kPut, std::move(kv)});
@@ -87,6 +93,7 @@ void PlacedFunctions::OnFunctions(const std::vector<WatchEvent>& events) {
     functions_[name] = std::move(*f);
   }
   if (changed && on_change_) on_change_();
+  if (!events.empty() && on_any_) on_any_();
 }
 
 void PlacedFunctions::OnPlacements(const std::vector<WatchEvent>& events) {
@@ -97,11 +104,17 @@ void PlacedFunctions::OnPlacements(const std::vector<WatchEvent>& events) {
     // <root><fn>/<node>
     const std::string rest = e.kv.key.substr(root.size());
     const size_t slash = rest.find('/');
-    if (slash == std::string::npos || rest.substr(slash) != mine) continue;
+    if (slash == std::string::npos) continue;
     const std::string fn = rest.substr(0, slash);
+    const std::string node = rest.substr(slash + 1);
+    const bool here = rest.substr(slash) == mine;
     std::lock_guard lock(mu_);
     if (e.type == WatchEvent::Type::kDelete) {
-      changed |= placements_.erase(fn) > 0;
+      if (auto it = all_.find(fn); it != all_.end()) {
+        it->second.erase(node);
+        if (it->second.empty()) all_.erase(it);
+      }
+      if (here) changed |= placements_.erase(fn) > 0;
       continue;
     }
     auto p = Placement::FromJson(e.kv.value);
@@ -109,10 +122,13 @@ void PlacedFunctions::OnPlacements(const std::vector<WatchEvent>& events) {
       spdlog::warn("cluster: {}: {}", e.kv.key, p.status().message());
       continue;
     }
+    all_[fn][node] = *p;
+    if (!here) continue;
     placements_[fn] = *p;
     changed = true;
   }
   if (changed && on_change_) on_change_();
+  if (!events.empty() && on_any_) on_any_();
 }
 
 std::vector<PlacedFunction> PlacedFunctions::List() const {
@@ -122,6 +138,23 @@ std::vector<PlacedFunction> PlacedFunctions::List() const {
     auto f = functions_.find(name);
     if (f == functions_.end()) continue;  // placed, but its record is not here (yet)
     out.push_back({f->second, placement});
+  }
+  return out;
+}
+
+std::vector<PlacedFunctions::Everywhere> PlacedFunctions::All() const {
+  std::lock_guard lock(mu_);
+  std::vector<Everywhere> out;
+  for (const auto& [name, nodes] : all_) {
+    auto f = functions_.find(name);
+    if (f == functions_.end()) continue;
+    Everywhere e{f->second, {}};
+    for (int warm = 1; warm >= 0; --warm) {
+      for (const auto& [node, p] : nodes) {
+        if (p.max_scale > 0 && (p.min_scale > 0) == (warm == 1)) e.nodes.push_back(node);
+      }
+    }
+    out.push_back(std::move(e));
   }
   return out;
 }

@@ -23,11 +23,11 @@
 #include "shoal/cluster/election.h"
 #include "shoal/cluster/etcd_client.h"
 #include "shoal/cluster/node_agent.h"
+#include "shoal/cluster/node_directory.h"
 #include "shoal/common/log.h"
 #include "shoal/console/console_assets.h"
 #include "shoal/controller/cluster_functions.h"
 #include "shoal/controller/manifest.h"
-#include "shoal/controller/node_directory.h"
 
 namespace {
 
@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<cluster::EtcdClient> etcd_client = std::move(*client);
   const cluster::ClusterKeys keys(cluster::ClusterPrefix(cluster_name));
   controller::ClusterFunctions* functions_ptr = nullptr;  // set below; nodes feed its placement
-  controller::NodeDirectory nodes(etcd_client.get(), keys, [&](const std::string&, bool) {
+  cluster::NodeDirectory nodes(etcd_client.get(), keys, [&](const std::string&, bool) {
     if (functions_ptr != nullptr) functions_ptr->NodesChanged();
   });
   for (int attempt = 0;; ++attempt) {

@@ -41,6 +41,13 @@ void Connection::StartReading() {
 
 void Connection::OnAlloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
   auto* c = static_cast<Connection*>(h->data);
+  if (c->state_ == State::kBody && c->route_ == Route::kForward) {
+    // A forwarded body passes through the read buffer on its way to the peer.
+    *buf = uv_buf_init(c->rbuf_.get(),
+                       static_cast<unsigned>(std::min<uint64_t>(c->body_expected_ - c->body_len_,
+                                                                kReadBufferBytes)));
+    return;
+  }
   if (c->state_ == State::kBody) {
     // The body of a Content-Length request goes straight into its pool buffer.
     *buf = uv_buf_init(reinterpret_cast<char*>(c->body_ptr_ + c->body_len_),
@@ -61,6 +68,7 @@ void Connection::OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t*) {
   if (nread == 0) return;
   if (c->state_ == State::kBody) {
     c->body_len_ += static_cast<uint64_t>(nread);
+    if (c->route_ == Route::kForward) c->SendForwardBody(c->rbuf_.get(), static_cast<size_t>(nread));
     if (c->body_len_ == c->body_expected_) {
       c->state_ = State::kHeaders;
       c->HandleRequest();
@@ -89,7 +97,11 @@ void Connection::Consume() {
     if (raw_body_ && body_len_ < body_expected_) {
       // Body bytes that arrived with the headers: the only ones the gateway copies.
       const size_t take = std::min<uint64_t>(rbuf_len_ - pos, body_expected_ - body_len_);
-      std::memcpy(body_ptr_ + body_len_, rbuf_.get() + pos, take);
+      if (route_ == Route::kForward) {
+        SendForwardBody(rbuf_.get() + pos, take);
+      } else {
+        std::memcpy(body_ptr_ + body_len_, rbuf_.get() + pos, take);
+      }
       body_len_ += take;
       pos += take;
       if (body_len_ < body_expected_) {
@@ -194,6 +206,8 @@ bool Connection::RouteRequest(const RequestHead& head) {
       fn_ = m.name.empty() ? nullptr : gw.functions_.FindModel(m.name);
       if (!fn_ || fn_->retired.load(std::memory_order_relaxed)) {
         fn_.reset();
+        bool take_body = false;
+        if (TryForward(head, ForwardTable::Kind::kModel, m.name, &take_body)) return take_body;
         return not_found("model", m.name);
       }
       function_name_ = fn_->spec.name;
@@ -213,6 +227,8 @@ bool Connection::RouteRequest(const RequestHead& head) {
       fn_ = gw.functions_.Find(function_name_);
       if (!fn_ || fn_->retired.load(std::memory_order_relaxed)) {
         fn_.reset();
+        bool take_body = false;
+        if (TryForward(head, ForwardTable::Kind::kFunction, m.name, &take_body)) return take_body;
         return not_found("function", function_name_);
       }
       // Before any pool memory is taken: a function with `auth: token` needs a token that may
@@ -296,6 +312,104 @@ bool Connection::PrepareFunctionBody(const RequestHead& head) {
   return false;
 }
 
+bool Connection::TryForward(const RequestHead& head, ForwardTable::Kind kind,
+                            std::string_view name, bool* take_body) {
+  ForwardTable* table = loop_.gw().hooks_.forward;
+  // A request another node forwarded is never forwarded again (no loops between nodes whose
+  // views of the placements differ for a moment).
+  if (table == nullptr || !head.forwarded_by.empty() || name.empty()) return false;
+  ForwardTarget target;
+  if (!table->Pick(kind, name, &target)) return false;
+  route_ = Route::kForward;
+  function_name_ = name;
+  fwd_node_ = target.node;
+  fwd_chunked_ = head.chunked;
+  fwd_paused_ = false;
+  // The head is rebuilt with the headers a gateway acts on; the body follows as it arrives.
+  std::string req;
+  req.reserve(256 + head.url.size() + head.authorization.size());
+  req.append(head.method_name()).append(" ").append(head.url).append(" HTTP/1.1\r\nHost: ");
+  req.append(target.address).append("\r\nX-Shoal-Forwarded-By: ").append(table->self());
+  req.append("\r\n");
+  auto header = [&req](std::string_view k, std::string_view v) {
+    if (v.empty()) return;
+    req.append(k).append(": ").append(v).append("\r\n");
+  };
+  header("Content-Type", head.content_type);
+  header("Authorization", head.authorization);
+  header("Inference-Header-Content-Length", head.inference_header_length);
+  if (head.chunked) {
+    req.append("Transfer-Encoding: chunked\r\n");
+  } else {
+    req.append("Content-Length: ").append(std::to_string(head.content_length)).append("\r\n");
+  }
+  if (!head.keep_alive) req.append("Connection: close\r\n");
+  req.append("\r\n");
+  fwd_ = loop_.peers().Acquire(target.node, target.address);
+  fwd_->Begin(this, std::move(req));
+  if (head.expect_continue && head.has_body()) SendContinue();
+  *take_body = false;
+  if (!head.chunked && head.content_length > 0) {
+    // Like a pool-bound body, read outside the parser: Consume() and OnRead() pass it on.
+    raw_body_ = true;
+    body_len_ = 0;
+    body_expected_ = head.content_length;
+    *take_body = true;
+  }
+  return true;
+}
+
+void Connection::SendForwardBody(const char* data, size_t len) {
+  if (fwd_ == nullptr) return;  // the forward failed: its answer is written, the body dropped
+  if (!fwd_->Send(data, len) && !fwd_paused_) {
+    // The peer has not taken everything yet: read no more of the client until it has.
+    fwd_paused_ = true;
+    uv_read_stop(reinterpret_cast<uv_stream_t*>(&tcp_));
+  }
+}
+
+void Connection::OnForwardDrained() {
+  if (!fwd_paused_) return;
+  fwd_paused_ = false;
+  if (state_ == State::kBody || state_ == State::kHeaders) StartReading();
+}
+
+void Connection::CountForward(const char* result) {
+  loop_.gw()
+      .metrics_.forwards.Add({{"function", function_name_}, {"node", fwd_node_}, {"result", result}})
+      .Increment();
+}
+
+void Connection::OnForwardFailed(int http_status, std::string message) {
+  fwd_ = nullptr;
+  CountForward("failed");
+  spdlog::warn("gateway: forwarding a request for '{}' to node '{}' failed: {}", function_name_,
+               fwd_node_, message);
+  if (state_ != State::kBusy) {
+    // The client's body is not all read: this connection cannot carry another request.
+    close_after_ = true;
+    keep_alive_ = false;
+    state_ = State::kBusy;
+    uv_read_stop(reinterpret_cast<uv_stream_t*>(&tcp_));
+  }
+  route_ = Route::kError;
+  WriteError(http_status, "'" + function_name_ + "' runs on another node and could not be " +
+                              "reached there: " + message,
+             http_status == 503);
+}
+
+void Connection::OnForwardDone(bool complete, int) {
+  fwd_ = nullptr;
+  CountForward(complete ? "ok" : "broken");
+  if (!complete || state_ != State::kBusy) {
+    // Broken midway, or answered before the client finished sending its body.
+    close_after_ = true;
+    Close();
+    return;
+  }
+  NextRequest();
+}
+
 bool Connection::AppendFunctionBody(const char* at, size_t len) {
   if (body_len_ + len > body_cap_) {
     const uint64_t need = body_len_ + len;
@@ -330,6 +444,15 @@ bool Connection::OnBodyPiece(const char* at, size_t len) {
              !over);
     return false;
   }
+  if (route_ == Route::kForward) {
+    // A chunked body goes on chunked: each piece as it was decoded.
+    char size[24];
+    const int n = std::snprintf(size, sizeof size, "%zx\r\n", len);
+    SendForwardBody(size, static_cast<size_t>(n));
+    SendForwardBody(at, len);
+    SendForwardBody("\r\n", 2);
+    return true;
+  }
   if (route_ == Route::kControl) {
     if (small_body_.size() + len > body_limit_) {
       close_after_ = true;
@@ -362,6 +485,10 @@ void Connection::HandleRequest() {
     case Route::kFunction:
       DispatchFunction();
       return;
+    case Route::kForward:
+      // The whole body has gone (or is queued) to the peer; its answer comes through the link.
+      if (fwd_chunked_) SendForwardBody("0\r\n\r\n", 5);
+      return;
     case Route::kControl: {
       // Off this loop: a join or an evaluation may touch files (control_worker.h).
       ControlCall call;
@@ -382,7 +509,9 @@ void Connection::HandleRequest() {
       return;
     case Route::kReadyz: {
       const bool ready = !hooks.ready || hooks.ready();
-      WriteReply(ready ? 200 : 503, "text/plain", ready ? "ready\n" : "not ready\n");
+      std::string body = ready ? "ready\n" : "not ready\n";
+      if (hooks.ready_detail) body += hooks.ready_detail();
+      WriteReply(ready ? 200 : 503, "text/plain", std::move(body));
       return;
     }
     case Route::kV2Server:
@@ -523,16 +652,24 @@ void Connection::OnWritten(uv_write_t* req, int status) {
   auto* c = static_cast<Connection*>(req->data);
   c->writing_ = false;
   c->AfterWrite();
-  if (status != 0 || c->close_after_ || !c->keep_alive_ || c->state_ == State::kClosing) {
+  if (status != 0) {
     c->Close();
     return;
   }
-  c->state_ = State::kHeaders;
-  c->fn_.reset();
-  c->resp_body_.clear();
-  c->resp_shared_.reset();
-  if (c->rbuf_len_ > 0) c->Consume();  // a pipelined request already arrived
-  if (c->state_ == State::kHeaders || c->state_ == State::kBody) c->StartReading();
+  c->NextRequest();
+}
+
+void Connection::NextRequest() {
+  if (close_after_ || !keep_alive_ || state_ == State::kClosing) {
+    Close();
+    return;
+  }
+  state_ = State::kHeaders;
+  fn_.reset();
+  resp_body_.clear();
+  resp_shared_.reset();
+  if (rbuf_len_ > 0) Consume();  // a pipelined request already arrived
+  if (state_ == State::kHeaders || state_ == State::kBody) StartReading();
 }
 
 void Connection::AfterWrite() {
@@ -565,6 +702,10 @@ void Connection::Close() {
     return;
   }
   state_ = State::kClosing;
+  if (fwd_ != nullptr) {
+    fwd_->Detach();
+    fwd_ = nullptr;
+  }
   if (has_pending_) {
     has_pending_ = false;
     loop_.Abandon(pending_idx_);

@@ -1,7 +1,8 @@
 // One client connection of a gateway loop: reads requests one at a time (HttpRequestParser),
 // decides their route (routes.h) and what the route needs (a function and a pool buffer for
 // the body, a bearer token), hands them on (to an instance through the loop, to a control
-// thread, or answers them here), and writes the answer.
+// thread, to another node's gateway through a PeerLink, or answers them here), and writes the
+// answer.
 #pragma once
 
 #include <uv.h>
@@ -15,8 +16,10 @@
 #include <vector>
 
 #include "http_request_parser.h"
+#include "peer_links.h"
 #include "shoal/auth/token_store.h"
 #include "shoal/common/descriptor.h"
+#include "shoal/interfaces/forward_table.h"
 #include "shoal/interfaces/http_reply.h"
 
 namespace shoal {
@@ -24,7 +27,7 @@ namespace shoal {
 class GatewayLoop;
 struct FunctionRuntime;
 
-class Connection final : public RequestEvents {
+class Connection final : public RequestEvents, public ForwardClient {
  public:
   static constexpr size_t kReadBufferBytes = 64 * 1024;
   static constexpr size_t kChunkedInitialBytes = 64 * 1024;
@@ -56,10 +59,17 @@ class Connection final : public RequestEvents {
   bool OnHead(const RequestHead& head) override;
   bool OnBodyPiece(const char* at, size_t len) override;
 
+  // ForwardClient
+  uv_stream_t* client_stream() override { return reinterpret_cast<uv_stream_t*>(&tcp_); }
+  void OnForwardDrained() override;
+  void OnForwardFailed(int http_status, std::string message) override;
+  void OnForwardDone(bool complete, int status) override;
+
  private:
   enum class State { kHeaders, kBody, kBusy, kClosing };
   enum class Route {
-    kNone, kFunction, kControl, kMetrics, kHealthz, kReadyz, kV2Server, kV2Live, kV2Ready, kError
+    kNone, kFunction, kForward, kControl, kMetrics, kHealthz, kReadyz, kV2Server, kV2Live,
+    kV2Ready, kError
   };
 
   static void OnAlloc(uv_handle_t* h, size_t, uv_buf_t* buf);
@@ -72,6 +82,14 @@ class Connection final : public RequestEvents {
   bool RouteRequest(const RequestHead& head);
   // A function route whose function is known and allowed: the body's pool buffer.
   bool PrepareFunctionBody(const RequestHead& head);
+  // Cluster mode: a function (or model) that is not on this node but on another goes there.
+  // False when no other node runs it; otherwise as RouteRequest.
+  bool TryForward(const RequestHead& head, ForwardTable::Kind kind, std::string_view name,
+                  bool* take_body);
+  void SendForwardBody(const char* data, size_t len);
+  void CountForward(const char* result);
+  // After an answer went out: the next request (pipelined bytes first), or close.
+  void NextRequest();
   bool Reject(int status, std::string message, bool retry_after = false);
   bool Authenticate(const RequestHead& head);
   bool Authorize(const RequestHead& head, auth::Action action, std::string_view ns, std::string_view job);
@@ -138,6 +156,13 @@ class Connection final : public RequestEvents {
 
   uint32_t pending_idx_ = 0;
   bool has_pending_ = false;
+
+  // A forwarded request (Route::kForward): its link to the peer, and whether reading the
+  // client's body waits for the link to drain.
+  PeerLink* fwd_ = nullptr;
+  std::string fwd_node_;
+  bool fwd_chunked_ = false;
+  bool fwd_paused_ = false;
 };
 
 }  // namespace shoal

@@ -29,6 +29,7 @@ Status GatewayLoop::Init(int listen_fd, Endpoint endpoint) {
   uv_loop_init(&loop_);
   initialised_ = true;
   loop_.data = this;
+  peers_ = std::make_unique<PeerLinks>(&loop_);
   uv_tcp_init(&loop_, &listener_);
   listener_.data = this;
   if (int rc = uv_tcp_open(&listener_, listen_fd); rc != 0) {
@@ -69,6 +70,7 @@ Status GatewayLoop::Init(int listen_fd, Endpoint endpoint) {
     uv_close(reinterpret_cast<uv_handle_t*>(&self->retry_timer_), nullptr);
     auto conns = self->connections_;
     for (Connection* c : conns) c->Close();
+    self->peers_->CloseAll();
   });
   stop_async_.data = this;
   uv_timer_init(&loop_, &retry_timer_);

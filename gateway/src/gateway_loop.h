@@ -17,6 +17,7 @@
 #include "descriptor_outbox.h"
 #include "fl_tickets.h"
 #include "loop_inbox.h"
+#include "peer_links.h"
 #include "pending_requests.h"
 #include "shoal/common/config.h"
 #include "shoal/common/status.h"
@@ -62,6 +63,7 @@ class GatewayLoop {
   void CallControl(Connection* conn, ControlCall call);
   void Abandon(uint32_t pending_index);
   void OnConnectionClosed(Connection* conn);
+  PeerLinks& peers() { return *peers_; }  // links to other nodes' gateways (forwarding)
 
  private:
   void Run();
@@ -93,6 +95,7 @@ class GatewayLoop {
   PendingSlab pending_;
   FlTickets fl_;
   std::vector<Connection*> connections_;
+  std::unique_ptr<PeerLinks> peers_;
   std::thread thread_;
 };
 

@@ -53,6 +53,7 @@ int HttpRequestParser::OnMessageBegin(http_parser* p) {
   h.content_type.clear();
   h.authorization.clear();
   h.inference_header_length.clear();
+  h.forwarded_by.clear();
   h.expect_continue = false;
   h.keep_alive = true;
   h.chunked = false;
@@ -79,6 +80,8 @@ void HttpRequestParser::FinishHeader() {
     head_.authorization = header_value_;
   } else if (strcasecmp(header_field_.c_str(), "inference-header-content-length") == 0) {
     head_.inference_header_length = header_value_.substr(0, 20);
+  } else if (strcasecmp(header_field_.c_str(), "x-shoal-forwarded-by") == 0) {
+    head_.forwarded_by = header_value_.substr(0, 64);
   } else if (strcasecmp(header_field_.c_str(), "expect") == 0 &&
              strcasecmp(header_value_.c_str(), "100-continue") == 0) {
     head_.expect_continue = true;

@@ -20,7 +20,7 @@ int64_t NowUnixMs() {
 }
 
 // Why `spec` fits on no node of `nodes` ("" when one can hold it).
-std::string FitsNowhere(const FunctionSpec& spec, const std::vector<NodeEntry>& nodes) {
+std::string FitsNowhere(const FunctionSpec& spec, const std::vector<cluster::NodeEntry>& nodes) {
   if (nodes.empty()) return "no node is registered in the cluster";
   double cores = 0;
   uint64_t mem = 0;
@@ -58,7 +58,7 @@ std::vector<uint32_t> SplitScale(uint32_t total, size_t n) {
 }
 
 ClusterFunctions::ClusterFunctions(cluster::EtcdClient* etcd, cluster::ClusterKeys keys,
-                                   NodeDirectory* nodes)
+                                   cluster::NodeDirectory* nodes)
     : etcd_(etcd), keys_(std::move(keys)), nodes_(nodes) {}
 
 ClusterFunctions::~ClusterFunctions() { StopPlacing(); }
@@ -225,15 +225,15 @@ Status ClusterFunctions::PlaceAll() {
     const FunctionSpec& spec = (*specs)[0];
     // The nodes that can hold it, cheapest first: its code cached there, then the measured
     // cold start, then the name.
-    std::vector<const NodeEntry*> fit;
+    std::vector<const cluster::NodeEntry*> fit;
     for (const auto& n : nodes) {
       if (n.record.cores >= spec.cpu && n.record.memory_mib * (1ull << 20) >= spec.memory_bytes &&
           n.record.gpus >= spec.gpu) {
         fit.push_back(&n);
       }
     }
-    std::sort(fit.begin(), fit.end(), [&](const NodeEntry* a, const NodeEntry* b) {
-      auto cached = [&](const NodeEntry* n) {
+    std::sort(fit.begin(), fit.end(), [&](const cluster::NodeEntry* a, const cluster::NodeEntry* b) {
+      auto cached = [&](const cluster::NodeEntry* n) {
         const auto& c = n->record.cached_functions;
         return std::find(c.begin(), c.end(), f.name) != c.end();
       };

@@ -78,6 +78,12 @@ NodeMetrics::NodeMetrics()
                              .Name("shoal_gateway_rejections_total")
                              .Help("Requests refused before dispatch, by reason")
                              .Register(*registry_)),
+      forwards(prometheus::BuildCounter()
+                   .Name("shoal_forwards_total")
+                   .Help("Requests forwarded to the node running their function (cluster mode), "
+                         "by function, node and result: ok, failed (no answer: 502 here), "
+                         "broken (the answer broke off midway)")
+                   .Register(*registry_)),
       autoscaler_desired(prometheus::BuildGauge()
           .Name("shoal_autoscaler_desired_replicas")
           .Help("Instances the autoscaling policy wants (replicas + pre-warm)")

@@ -1,16 +1,20 @@
-// shoald's side of cluster mode: connects to etcd, registers the node (NodeMembership) and
-// reports how that stands for /readyz and /metrics. The data path never waits on it: an etcd
+// shoald's side of cluster mode: connects to etcd, registers the node (NodeMembership), runs the
+// cluster functions placed here (PlacedFunctions), keeps the table the gateway forwards requests
+// by (PeerRoutes over the NodeDirectory) and reports how that stands for /readyz and /metrics. The data path never waits on it: an etcd
 // outage is logged and retried while the node keeps serving.
 #pragma once
 
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <string>
 
 #include "shoal/cluster/etcd_client.h"
 #include "shoal/cluster/membership.h"
+#include "shoal/cluster/node_directory.h"
+#include "shoal/cluster/peer_routes.h"
 #include "shoal/cluster/placed_functions.h"
 #include "shoal/common/config.h"
 
@@ -20,9 +24,11 @@ class NodeAgent {
  public:
   // Refused (nothing registered) on bad endpoints, a name held by a live node elsewhere, or a
   // cluster speaking another protocol; an unreachable etcd is not refused (logged, retried).
-  // `on_functions` runs (on a watch thread) when the cluster functions placed here change.
+  // `on_functions` runs (on a watch thread) when the cluster functions placed here change;
+  // `model_of` names the OIP model a function serves (forwarding of /v2/models/{model}).
   static Result<std::unique_ptr<NodeAgent>> Start(const NodeConfig& config, NodeRecord record,
-                                                  std::function<void()> on_functions = {});
+                                                  std::function<void()> on_functions = {},
+                                                  PeerRoutes::ModelOf model_of = {});
   ~NodeAgent();  // leaves the cluster (revokes the lease: the record vanishes at once)
 
   // Revokes the lease now (the record vanishes); the placement watches stay until destruction.
@@ -38,13 +44,22 @@ class NodeAgent {
   // The cluster functions placed on this node, with its share of their scale.
   std::vector<PlacedFunction> Placed() const { return placed_->List(); }
   const ClusterKeys& keys() const { return membership_->keys(); }
+  // Where the gateway forwards a request for a function that is not on this node.
+  PeerRoutes& routes() { return *routes_; }
 
  private:
   NodeAgent() = default;
   std::unique_ptr<EtcdClient> etcd_;
   std::unique_ptr<NodeMembership> membership_;
   std::unique_ptr<PlacedFunctions> placed_;
-  // Starts the placement watches, retrying with back-off while etcd is away.
+  std::unique_ptr<NodeDirectory> nodes_;
+  std::unique_ptr<PeerRoutes> routes_;
+  // The watches rebuild the routes only while both their sources are alive (cleared first on
+  // destruction: each watch reads the other's source).
+  void RebuildRoutes();
+  std::mutex routes_mu_;
+  bool routes_live_ = true;
+  // Starts the placement and node watches, retrying with back-off while etcd is away.
   std::thread starter_;
   std::atomic<bool> stop_{false};
 };

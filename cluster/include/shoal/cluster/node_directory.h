@@ -1,6 +1,7 @@
-// The controller's view of the cluster's nodes: every record under <prefix>/nodes/, read once
+// A view of the cluster's nodes: every record under <prefix>/nodes/, read once
 // and then kept current by a watch (a node whose lease runs out is gone from here within the
-// watch's latency). Placement and `GET /v1/nodes` read it.
+// watch's latency). The controller's placement and `GET /v1/nodes` read it;
+// a node's gateway reads it for the addresses it forwards to.
 #pragma once
 
 #include <functional>
@@ -13,10 +14,10 @@
 #include "shoal/cluster/etcd_client.h"
 #include "shoal/cluster/node_record.h"
 
-namespace shoal::controller {
+namespace shoal::cluster {
 
 struct NodeEntry {
-  cluster::NodeRecord record;
+  NodeRecord record;
   int64_t lease = 0;
   int64_t mod_revision = 0;
 };
@@ -25,7 +26,7 @@ class NodeDirectory {
  public:
   // `on_change(name, joined)`: a node appeared (or changed its record) or left.
   using ChangeFn = std::function<void(const std::string& name, bool present)>;
-  NodeDirectory(cluster::EtcdClient* etcd, cluster::ClusterKeys keys, ChangeFn on_change = {});
+  NodeDirectory(EtcdClient* etcd, ClusterKeys keys, ChangeFn on_change = {});
   ~NodeDirectory();
   // Reads the nodes and starts watching; kUnavailable when etcd does not answer (retry later).
   Status Start();
@@ -35,13 +36,13 @@ class NodeDirectory {
 
  private:
   void Reload();
-  void Apply(const std::vector<cluster::WatchEvent>& events);
-  cluster::EtcdClient* etcd_;
-  cluster::ClusterKeys keys_;
+  void Apply(const std::vector<WatchEvent>& events);
+  EtcdClient* etcd_;
+  ClusterKeys keys_;
   ChangeFn on_change_;
   mutable std::mutex mu_;
   std::map<std::string, NodeEntry> nodes_;
-  std::unique_ptr<cluster::EtcdWatch> watch_;
+  std::unique_ptr<EtcdWatch> watch_;
 };
 
-}  // namespace shoal::controller
+}  // namespace shoal::cluster

@@ -1,6 +1,7 @@
-// A node's view of the cluster functions placed on it: watches <prefix>/functions/ and
-// <prefix>/placements/ and keeps the functions whose placement names this node, with this
-// node's share of their scale. shoald's instance manager runs them beside the node's own.
+// A node's view of the cluster functions: watches <prefix>/functions/ and <prefix>/placements/
+// and keeps the functions whose placement names this node, with this node's share of their
+// scale (shoald's instance manager runs them beside the node's own), and which nodes run every
+// other one (the gateway forwards there: PeerRoutes).
 #pragma once
 
 #include <functional>
@@ -23,15 +24,23 @@ struct PlacedFunction {
 
 class PlacedFunctions {
  public:
-  // `on_change` runs (on a watch thread) whenever the set or a placement changes.
+  // `on_change` runs (on a watch thread) whenever the set placed here or one of its placements
+  // changes; `on_any` whenever any function or placement in the cluster does.
   PlacedFunctions(EtcdClient* etcd, ClusterKeys keys, std::string node,
-                  std::function<void()> on_change);
+                  std::function<void()> on_change, std::function<void()> on_any = {});
   ~PlacedFunctions();
   // Reads both prefixes and starts the watches; kUnavailable when etcd does not answer (the
   // caller retries: until then the node runs only its own functions).
   Status Start();
   bool started() const;
   std::vector<PlacedFunction> List() const;  // placed here, by name
+  // Every cluster function with the nodes whose placement lets them run it (max_scale > 0),
+  // those that keep warm instances (min_scale > 0) first.
+  struct Everywhere {
+    ClusterFunction function;
+    std::vector<std::string> nodes;
+  };
+  std::vector<Everywhere> All() const;
 
  private:
   void Resync();  // re-reads both prefixes (start, and after a compaction)
@@ -41,9 +50,11 @@ class PlacedFunctions {
   ClusterKeys keys_;
   std::string node_;
   std::function<void()> on_change_;
+  std::function<void()> on_any_;
   mutable std::mutex mu_;
   std::map<std::string, ClusterFunction> functions_;  // every cluster function, by name
   std::map<std::string, Placement> placements_;       // this node's, by function
+  std::map<std::string, std::map<std::string, Placement>> all_;  // function -> node -> placement
   std::unique_ptr<EtcdWatch> functions_watch_;
   std::unique_ptr<EtcdWatch> placements_watch_;
 };

@@ -6,10 +6,11 @@
 // updates) are served on this public listener, each with a bearer token; the rest of the control
 // API has a listener of its own (ControlServer). The fleet routes other than the update run on
 // control threads, never on a loop. A function whose manifest says `auth: token` answers /fn
-// and /v2 only to a token that may invoke it.
+// and /v2 only to a token that may invoke it. In cluster mode, a request for a function that
+// runs only on other nodes is forwarded to one of them (hooks.forward, peer_links.h).
 // In src/: connection (reading, routing, writing), routes (the route table), gateway_loop
 // (dispatch to instances, with pending_requests, descriptor_outbox, loop_inbox, fl_tickets),
-// response_head, control_worker, http_request_parser.
+// response_head, control_worker, http_request_parser, peer_links (forwarding).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,7 @@
 #include "shoal/common/status.h"
 #include "shoal/dataplane/dataplane.h"
 #include "shoal/interfaces/fl_data_path.h"
+#include "shoal/interfaces/forward_table.h"
 #include "shoal/interfaces/http_reply.h"
 #include "shoal/interfaces/request_sink.h"
 #include "shoal/runtime/function_runtime.h"
@@ -51,7 +53,9 @@ struct GatewayHooks {
   auth::TokenStore* tokens = nullptr;           // bearer tokens (fleet routes, auth: token)
   std::function<std::string()> metrics_text;    // /metrics
   std::function<bool()> ready;                  // /readyz
+  std::function<std::string()> ready_detail;    // more lines for /readyz (the etcd link)
   FlDataPath* fl = nullptr;                     // POST /v1/jobs/{job}/updates
+  ForwardTable* forward = nullptr;              // cluster mode: where other nodes' functions run
 };
 
 class GatewayLoop;

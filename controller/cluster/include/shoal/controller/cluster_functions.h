@@ -14,8 +14,8 @@
 
 #include "shoal/cluster/cluster_function.h"
 #include "shoal/cluster/etcd_client.h"
+#include "shoal/cluster/node_directory.h"
 #include "shoal/interfaces/function_spec.h"
-#include "shoal/controller/node_directory.h"
 
 namespace shoal::controller {
 
@@ -26,7 +26,7 @@ struct DeployedFunction {
 
 class ClusterFunctions {
  public:
-  ClusterFunctions(cluster::EtcdClient* etcd, cluster::ClusterKeys keys, NodeDirectory* nodes);
+  ClusterFunctions(cluster::EtcdClient* etcd, cluster::ClusterKeys keys, cluster::NodeDirectory* nodes);
   ~ClusterFunctions();
 
   // Validates every document (all or nothing), refuses a function no registered node can hold
@@ -48,7 +48,7 @@ class ClusterFunctions {
   Status PlaceAll();
   cluster::EtcdClient* etcd_;
   cluster::ClusterKeys keys_;
-  NodeDirectory* nodes_;
+  cluster::NodeDirectory* nodes_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool placing_ = false;

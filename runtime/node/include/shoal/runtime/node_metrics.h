@@ -63,6 +63,7 @@ class NodeMetrics {
   prometheus::Family<prometheus::Gauge>& dataplane_bytes;
   prometheus::Family<prometheus::Gauge>& dataplane_inflight;
   prometheus::Family<prometheus::Counter>& gateway_rejections;
+  prometheus::Family<prometheus::Counter>& forwards;  // cluster mode: {function, node, result}
   // The autoscaler's decisions per function (instance manager, every control interval).
   prometheus::Family<prometheus::Gauge>& autoscaler_desired;
   prometheus::Family<prometheus::Gauge>& autoscaler_actual;

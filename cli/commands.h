@@ -24,6 +24,8 @@ struct InvokeOptions {
 // name order) is one request, applied all or nothing; with several, a terminal shows n/N.
 int Deploy(const HttpClient& client, const std::vector<std::string>& files);
 int Get(const HttpClient& client, const std::string& name, const std::string& output);
+// `shoal get nodes [NAME]` (nodes.cc): a controller's /v1/nodes, or a standalone shoald itself.
+int GetNodes(const HttpClient& client, const std::string& name, const std::string& output);
 int Describe(const HttpClient& client, const std::string& name);
 int Invoke(const HttpClient& client, const InvokeOptions& options);
 int Logs(const HttpClient& client, const std::string& name, bool follow);

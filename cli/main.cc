@@ -38,8 +38,11 @@ int main(int argc, char** argv) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 
   std::string name, output;
-  auto* get = app.add_subcommand("get", "list functions, or show one");
-  get->add_option("name", name, "function name");
+  std::string get_name;
+  auto* get = app.add_subcommand(
+      "get", "list functions, or show one; `get nodes [NAME]` lists the cluster's nodes");
+  get->add_option("name", name, "function name, or `nodes`");
+  get->add_option("node", get_name, "with `nodes`: one node's name");
   get->add_option("-o,--output", output, "wide, json or yaml")
       ->check(CLI::IsMember({"wide", "json", "yaml"}));
 
@@ -166,7 +169,17 @@ int main(int argc, char** argv) {
   if (deploy->parsed()) {
     rc = Deploy(client, files);
   } else if (get->parsed()) {
-    rc = Get(client, name, output);
+    if (name == "nodes" || name == "node" || name == "no") {
+      rc = GetNodes(client, get_name, output);
+    } else if (name == "functions" || name == "function" || name == "fn") {
+      rc = Get(client, get_name, output);
+    } else if (!get_name.empty()) {
+      std::fprintf(stderr, "shoal: get: '%s %s': give one function name, or `nodes [NAME]`\n",
+                   name.c_str(), get_name.c_str());
+      rc = 2;
+    } else {
+      rc = Get(client, name, output);
+    }
   } else if (describe->parsed()) {
     rc = Describe(client, name);
   } else if (invoke->parsed()) {

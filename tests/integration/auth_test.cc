@@ -290,6 +290,10 @@ TEST_F(AuthTest, TokensAreCreatedListedAndRevokedThroughTheCliAndStoredHashed) {
   EXPECT_EQ(list.out.find(viewer.substr(19)), std::string::npos) << "list shows a secret";
 
   EXPECT_EQ(shoald_.Cli({"get"}, {}, viewer).exit_code, 0);
+  // `shoal get nodes` on a standalone shoald lists the one node it is (a viewer may read it).
+  auto nodes = shoald_.Cli({"get", "nodes"}, {}, viewer);
+  EXPECT_EQ(nodes.exit_code, 0) << nodes.err;
+  EXPECT_NE(nodes.out.find("Ready,standalone"), std::string::npos) << nodes.out;
   auto bad_role = shoald_.Cli({"token", "create", "--role", "deployer"});
   EXPECT_NE(bad_role.exit_code, 0);
   EXPECT_NE(bad_role.err.find("namespace: role deployer needs a namespace"), std::string::npos)

@@ -199,6 +199,29 @@ TEST_F(ClusterForwardTest, ARequestEnteringAnyNodeIsAnsweredByTheNodeThatRunsIts
   EXPECT_EQ(none.status, 404);
   EXPECT_NE(none.body.find("function 'nowhere' not found"), std::string::npos) << none.body;
 
+  // `shoal get nodes` against the controller: every node with its gateway address.
+  const std::vector<std::string> env = {
+      "SHOAL_SERVER=http://127.0.0.1:" + std::to_string(cluster_->controller_port(0)),
+      "SHOAL_TOKEN=" + cluster_->controller_token()};
+  auto table = RunCli({"get", "nodes"}, {}, env);
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_EQ(table.out.rfind("NAME", 0), 0u) << table.out;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NE(table.out.find(cluster_->node_name(i)), std::string::npos) << table.out;
+    EXPECT_NE(table.out.find(cluster_->node_ip(i) + ":8080"), std::string::npos) << table.out;
+  }
+  auto listed = RunCli({"get", "nodes", "-o", "json"}, {}, env);
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_EQ(json::parse(listed.out)["nodes"].size(), 3u);
+  auto one = RunCli({"get", "nodes", cluster_->node_name(home), "-o", "yaml"}, {}, env);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_NE(one.out.find("name: " + cluster_->node_name(home)), std::string::npos) << one.out;
+  auto wide = RunCli({"get", "nodes", "-o", "wide"}, {}, env);
+  EXPECT_NE(wide.out.find("COLD-START"), std::string::npos) << wide.out;
+  auto missing = RunCli({"get", "nodes", "nope"}, {}, env);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("node 'nope' not found"), std::string::npos) << missing.err;
+
   // /readyz says how the node's etcd link stands.
   auto ready = cluster_->NodeGateway(a, "GET", "/readyz");
   EXPECT_EQ(ready.status, 200);

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -357,6 +358,18 @@ int Describe(const HttpClient& client, const std::string& name) try {
     o << "  Last change: " << Str(d, "reason") << " ("
       << FormatAge(Num<double>(d, "age_s")) << " ago)\n";
   }
+  if (st.contains("detector")) {
+    // The compromise detector: its state, action and latest anomalies (newest first).
+    const json& det = st["detector"];
+    o << "  Detector:    " << Str(det, "state") << "; on anomaly: " << Str(det, "on_anomaly")
+      << "; " << Num<uint64_t>(det, "anomalies_total") << " anomalies\n";
+    for (const json& a : det.value("anomalies", json::array())) {
+      char id[32];
+      std::snprintf(id, sizeof id, "%#llx", static_cast<unsigned long long>(Num<uint64_t>(a, "instance")));
+      o << "    " << FormatAge(Num<double>(a, "age_s")) << " ago  " << id << "  " << Str(a, "kind")
+        << "  " << Str(a, "action") << ": " << Str(a, "evidence") << "\n";
+    }
+  }
   o << "Instances:\n";
   const json instances = st.value("instances", json::array());
   if (instances.empty()) {
@@ -377,6 +390,9 @@ int Describe(const HttpClient& client, const std::string& name) try {
       // A spawn where the node forks from zygotes: say why.
       if (!Str(i, "start_note").empty()) {
         notes += "  " + std::string(id) + " spawned: " + Str(i, "start_note") + "\n";
+      }
+      if (!Str(i, "quarantine").empty()) {
+        notes += "  " + std::string(id) + " quarantined: " + Str(i, "quarantine") + "\n";
       }
     }
     std::istringstream lines(t.Render());
@@ -492,7 +508,7 @@ int Top(const HttpClient& client, const WatchOptions& options) try {
       continue;
     }
     Table t({"FUNCTION", "POLICY", "DESIRED", "ACTUAL", "INFLIGHT", "QUEUED", "REQ/S", "P50",
-             "P99", "COLD-STARTS", "AVOIDED"});
+             "P99", "COLD-STARTS", "AVOIDED", "ANOMALIES"});
     for (const json& f : top.value("functions", json::array())) {
       std::string cold = std::to_string(Num<uint64_t>(f, "cold_starts"));
       if (Num<double>(f, "last_cold_start_ms") > 0) {
@@ -509,7 +525,12 @@ int Top(const HttpClient& client, const WatchOptions& options) try {
                 std::to_string(Num<uint64_t>(f, "inflight")),
                 std::to_string(Num<uint64_t>(f, "queued")), FormatFixed(Num<double>(f, "rps"), 1),
                 FormatMs(Num<double>(f, "p50_ms")), FormatMs(Num<double>(f, "p99_ms")), cold,
-                std::to_string(Num<uint64_t>(f, "cold_starts_avoided"))});
+                std::to_string(Num<uint64_t>(f, "cold_starts_avoided")),
+                // The compromise detector's finds, with the instances it keeps quarantined.
+                std::to_string(Num<uint64_t>(f, "anomalies_total")) +
+                    (Num<uint64_t>(f, "quarantined") > 0
+                         ? " (" + std::to_string(Num<uint64_t>(f, "quarantined")) + " quarantined)"
+                         : "")});
     }
     std::string out = "Data plane: " + Str(top, "dataplane") + "\n";
     out += t.Render();
@@ -589,6 +610,51 @@ void FailWith(const HttpResponse& r) {
 
 }  // namespace
 
+namespace {
+
+// spec.aggregation.robust: the rule, and the clients whose updates it excluded or
+// down-weighted (suspects) with what it made of their latest update.
+void RobustText(const json& st, std::ostringstream& o) {
+  const json& r = st["robust"];
+  std::string rule = Str(r, "rule");
+  if (r.contains("beta")) rule += " (beta " + FormatFixed(Num<double>(r, "beta"), 2) + ")";
+  if (r.contains("f")) {
+    rule += " (f " + std::to_string(Num<uint64_t>(r, "f")) + ", m " +
+            std::to_string(Num<uint64_t>(r, "m")) + ")";
+  }
+  if (r.contains("rank")) rule += " (rank " + std::to_string(Num<uint64_t>(r, "rank")) + ")";
+  if (r.contains("clip_norm") && r["clip_norm"].is_number()) {
+    rule += ", clipNorm " + FormatFixed(r["clip_norm"].get<double>(), 3);
+  }
+  o << "Robust:" << std::string(8, ' ') << rule << "\n";
+  const json& suspects = r.contains("suspects") ? r["suspects"] : json::array();
+  if (suspects.empty()) {
+    o << "Suspects:      <none>\n";
+    return;
+  }
+  // The latest verdict per client from the status's client list.
+  std::map<std::string, json> last;
+  if (st.contains("clients") && st["clients"].contains("list")) {
+    for (const json& c : st["clients"]["list"]) last[Str(c, "id")] = c.value("robust", json());
+  }
+  o << "Suspects:\n";
+  Table t({"CLIENT", "NAME", "SUSPECT", "UPDATES", "LAST-WEIGHT", "KRUM-SCORE", "CLIP-SCALE"});
+  for (const json& s : suspects) {
+    const json& v = last[Str(s, "id")];
+    auto num = [&v](const char* k, int digits) {
+      return v.is_object() && v.contains(k) && v[k].is_number() ? FormatFixed(v[k].get<double>(), digits)
+                                                                : std::string("-");
+    };
+    t.AddRow({Str(s, "id"), Str(s, "name"), std::to_string(Num<uint64_t>(s, "suspect_updates")),
+              std::to_string(Num<uint64_t>(s, "updates")), num("weight", 3),
+              num("krum_score", 1), num("clip_scale", 3)});
+  }
+  std::istringstream lines(t.Render());
+  for (std::string line; std::getline(lines, line);) o << "  " << line << "\n";
+}
+
+}  // namespace
+
 int FlStatus(const HttpClient& client, const std::string& job) try {
   const json st = GetJson(client, "/v1/jobs/" + job);
   std::ostringstream o;
@@ -604,6 +670,7 @@ int FlStatus(const HttpClient& client, const std::string& job) try {
   field("Updates", std::to_string(Num<uint64_t>(st, "updates_total")));
   field("Elapsed", Elapsed(Num<double>(st, "elapsed_s")));
   field("Accuracy", "best " + Accuracy(st, "best_accuracy") + ", target " + TargetText(st));
+  if (st.contains("robust") && st["robust"].is_object()) RobustText(st, o);
   o << "Versions:\n";
   const json versions = SortedVersions(st);
   if (versions.empty()) {

@@ -285,6 +285,10 @@ int main(int argc, char** argv) {
   fl.SetOnGpuFallback([&metrics](const std::string& job) {
     metrics.fl_gpu_fallbacks.Add({{"job", job}}).Increment();
   });
+  fl.SetOnSuspect([&metrics](const std::string& job, const std::string& client,
+                             const std::string& rule) {
+    metrics.fl_suspect_updates.Add({{"job", job}, {"client", client}, {"rule", rule}}).Increment();
+  });
   ControlApi control(*registry, manager, &fl, tokens.get());
   ControlService control_service(control);
   // The control listener's API also converts a job's model to ONNX (?format=onnx): long work

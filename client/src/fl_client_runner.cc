@@ -230,6 +230,10 @@ void Simulation::ClientLoop(int k) {
       break;
     }
 
+    if (k >= static_cast<int>(plan_.partitions.size()) - o_.attackers) {
+      ApplyAttack(o_.attack, m.model.values, work->values,
+                  o_.seed * 7919ULL + static_cast<uint64_t>(k) * 104729ULL + trained_);
+    }
     model::UpdateMeta meta;
     meta.job = o_.job;
     meta.client_id = id.client_id;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "shoal/client/attack.h"
 #include "shoal/client/dataset.h"
 #include "shoal/client/fl_client_runner.h"
 #include "shoal/client/fl_http_client.h"
@@ -162,6 +163,15 @@ int main(int argc, char** argv) {
   app.add_option("--train-threads", run.train_threads,
                  "trainings computed at once; 0 = the machine's cores")
       ->capture_default_str();
+  std::string attack = "none";
+  app.add_option("--attack", attack,
+                 "the attackers poison their updates: none | sign-flip | scale:<k> (e.g. "
+                 "scale:-10) | noise:<sigma> (the delta replaced by Gaussian noise)")
+      ->capture_default_str();
+  app.add_option("--attackers", run.attackers,
+                 "how many clients attack (the last ones: client-<N-F> .. client-<N-1>)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--standardise", standardise,
                "shift and scale pixels by the train split's mean and stddev (default: pixels in "
                "[0,1]; the job's model then expects the same inputs)");
@@ -180,6 +190,16 @@ int main(int argc, char** argv) {
   std::transform(upper.begin(), upper.end(), upper.begin(), ::toupper);
   auto dtype = model::DTypeFromName(upper);
   if (!dtype) return Fail("--dtype: '" + dtype_name + "' is not one of f32, bf16, f16");
+  auto aspec = ParseAttackSpec(attack);
+  if (!aspec.ok()) return Fail("--attack: " + aspec.status().message());
+  run.attack = *aspec;
+  if (run.attack.kind != AttackSpec::Kind::kNone && run.attackers == 0) {
+    return Fail("--attack " + attack + " needs --attackers F (how many clients attack)");
+  }
+  if (run.attackers > clients) {
+    return Fail("--attackers: " + std::to_string(run.attackers) + " is more than --clients " +
+                std::to_string(clients));
+  }
   if (data != "fashion-mnist" && data != "digits" && data != "synthetic") {
     return Fail("--data: '" + data + "' is not one of fashion-mnist, digits, synthetic");
   }
@@ -253,6 +273,11 @@ int main(int argc, char** argv) {
             << (evaluator ? "on (client 0)" : "off")
             << (max_seconds > 0 ? ", stopping after " + Fmt("%.0f", max_seconds) + " s" : "")
             << std::endl;
+  if (run.attack.kind != AttackSpec::Kind::kNone) {
+    std::cout << "shoal-client: attack " << ToString(run.attack) << " by " << run.attackers
+              << " of " << clients << " clients: client-" << clients - run.attackers
+              << " .. client-" << clients - 1 << std::endl;
+  }
 
   run.server = server;
   run.job = job;

@@ -501,7 +501,8 @@ class DocumentParser {
     }
     if (const YAML::Node ag = s["aggregation"]) {
       ExpectMap(ag, "spec.aggregation");
-      CheckKeys(ag, "spec.aggregation", {"maxStaleness", "maxFanIn", "maxLeaves", "device"});
+      CheckKeys(ag, "spec.aggregation",
+                {"maxStaleness", "maxFanIn", "maxLeaves", "device", "robust"});
       if (const YAML::Node n = ag["maxStaleness"]) {
         spec.staleness_limit =
             static_cast<uint32_t>(Integer(n, "spec.aggregation.maxStaleness", 0, 1000000));
@@ -518,11 +519,56 @@ class DocumentParser {
         static constexpr const char* kDevices[] = {"auto", "cpu", "gpu"};
         spec.aggregation_device = OneOf(n, "spec.aggregation.device", "device", kDevices);
       }
+      if (const YAML::Node r = ag["robust"]) ParseRobust(r, spec.robust);
     }
     return spec;
   }
 
  private:
+  // spec.aggregation.robust: {rule, beta, f, m, rank, clipNorm}; a parameter of another rule
+  // is refused (it would be silently ignored). What depends on the round size (krum's n > 2f+2,
+  // flag's rank <= n) and the algorithm is checked by the coordinator at deploy.
+  void ParseRobust(const YAML::Node& r, FlRobustSpec& out) const {
+    const std::string path = "spec.aggregation.robust";
+    ExpectMap(r, path);
+    CheckKeys(r, path, {"rule", "beta", "f", "m", "rank", "clipNorm"});
+    static constexpr const char* kRules[] = {"none", "median", "trimmedMean", "krum", "flag"};
+    if (const YAML::Node n = r["rule"]) out.rule = OneOf(n, path + ".rule", "rule", kRules);
+    auto only = [&](const char* key, const char* rule) {
+      const YAML::Node n = r[key];
+      if (n && out.rule != rule) {
+        Fail(path + "." + key, std::string("is a parameter of rule ") + rule + ", not " +
+                                   Quote(out.rule),
+             n);
+      }
+      return n;
+    };
+    if (const YAML::Node n = only("beta", "trimmedMean")) {
+      out.beta = Number(n, path + ".beta");
+      if (!(out.beta >= 0 && out.beta < 0.5)) {
+        Fail(path + ".beta", "must be >= 0 and < 0.5 (the fraction dropped at each end), got " +
+                                 n.Scalar(),
+             n);
+      }
+    }
+    if (const YAML::Node n = only("f", "krum")) {
+      out.f = static_cast<uint32_t>(Integer(n, path + ".f", 0, 65535));
+    }
+    if (const YAML::Node n = only("m", "krum")) {
+      out.m = static_cast<uint32_t>(Integer(n, path + ".m", 0, 65535));
+    }
+    if (const YAML::Node n = only("rank", "flag")) {
+      out.rank = static_cast<uint32_t>(Integer(n, path + ".rank", 1, 65535));
+    }
+    if (const YAML::Node n = r["clipNorm"]) {
+      out.clip_norm = Number(n, path + ".clipNorm");
+      if (!(out.clip_norm > 0)) {
+        Fail(path + ".clipNorm", "must be > 0 (leave it out for no clipping), got " + n.Scalar(),
+             n);
+      }
+    }
+  }
+
   template <size_t N>
   std::string OneOf(const YAML::Node& node, const std::string& path, const char* what,
                     const char* const (&names)[N]) const {

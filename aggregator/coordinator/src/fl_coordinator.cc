@@ -24,6 +24,7 @@
 #include "shoal/model/safetensors.h"
 #include "shoal/model/update_format.h"
 #include "shoal/v1/fl.pb.h"
+#include "robust_commit.h"
 
 namespace shoal {
 
@@ -168,6 +169,13 @@ Json SpecToJson(const FlJobSpec& s) {
               {"staleness_limit", s.staleness_limit},
               {"max_fan_in", s.max_fan_in},
               {"max_leaves", s.max_leaves},
+              {"robust",
+               {{"rule", s.robust.rule},
+                {"beta", s.robust.beta},
+                {"f", s.robust.f},
+                {"m", s.robust.m},
+                {"rank", s.robust.rank},
+                {"clip_norm", s.robust.clip_norm}}},
               {"join_tokens", s.join_tokens},
               {"generation", s.generation},
               {"manifest", s.manifest}};
@@ -195,6 +203,15 @@ FlJobSpec SpecFromJson(const Json& j) {
   s.staleness_limit = j.value("staleness_limit", 20u);
   s.max_fan_in = j.value("max_fan_in", 8u);
   s.max_leaves = j.value("max_leaves", 4u);
+  if (j.contains("robust") && j["robust"].is_object()) {
+    const Json& r = j["robust"];
+    s.robust.rule = r.value("rule", std::string("none"));
+    s.robust.beta = r.value("beta", s.robust.beta);
+    s.robust.f = r.value("f", s.robust.f);
+    s.robust.m = r.value("m", s.robust.m);
+    s.robust.rank = r.value("rank", s.robust.rank);
+    s.robust.clip_norm = r.value("clip_norm", 0.0);
+  }
   s.join_tokens = j.value("join_tokens", std::vector<std::string>{});
   s.generation = j.value("generation", uint64_t{1});
   s.manifest = j.value("manifest", "");
@@ -216,6 +233,12 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
     std::optional<uint64_t> last_base_version;
     uint64_t last_staleness = 0;
     uint64_t max_staleness = 0;
+    // spec.aggregation.robust: its updates the rule excluded or down-weighted (suspects) and
+    // clipNorm scaled down, and what the rule made of its latest one.
+    uint64_t suspect_updates = 0;
+    uint64_t clipped_updates = 0;
+    std::optional<RobustVerdict> last_verdict;
+    uint64_t last_verdict_version = 0;
   };
   struct Ticket {
     uint64_t round = 0;
@@ -293,7 +316,14 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   // kShoaldSlot: a leaf's first update of a round takes one instead of zeroing 4 bytes per
   // parameter on the gateway's loop. Up to WarmPartialsWanted().
   std::vector<uint64_t> warm_partials;
-  size_t WarmPartialsWanted() const { return done ? 0 : std::min<size_t>(spec.max_leaves, 2); }
+  size_t WarmPartialsWanted() const {
+    return done || Robust() ? 0 : std::min<size_t>(spec.max_leaves, 2);
+  }
+  // spec.aggregation.robust: the rule runs at commit over the round's updates (robust_commit.h);
+  // the leaves fold nothing and the rounds have no partial-sum buffers (Partial::offset 0).
+  bool Robust() const { return spec.robust.enabled(); }
+  std::vector<float> robust_out;  // the rule's result, reused commit to commit
+  Json robust_last;               // the last robust commit, for the status
   std::map<std::string, Client> clients;
   uint32_t next_client = 0;
   std::map<uint64_t, Round> rounds;
@@ -491,6 +521,56 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
     }
     return n;
   }
+  // spec.aggregation.robust: the rule over the round's acknowledged updates, in place in the
+  // pool, into `total` as if every update were the rule's result (Σ c_k of them times it), so
+  // the algorithm's step is the same; what the rule made of each update is kept per client and
+  // each suspect is added to `suspects` (client id, rule).
+  Status RobustTotal(const Round& round, RobustCommitter& committer,
+                     std::vector<std::pair<std::string, std::string>>* suspects) {
+    std::vector<uint64_t> ids;
+    for (const auto& [key, p] : round.partials) ids.insert(ids.end(), p.tickets.begin(), p.tickets.end());
+    std::vector<std::span<const std::byte>> bodies;
+    double c = 0;
+    for (uint64_t tid : ids) {
+      bodies.push_back(ReadPayload(pool->Data(tickets[tid].buffer)).body);
+      c += tickets[tid].coefficient;
+    }
+    robust_out.resize(mspec.num_params());
+    auto outcome = committer.Aggregate(spec.robust, mspec, state.weights.data(), bodies,
+                                       robust_out.data());
+    if (!outcome.ok()) return outcome.status();
+    total.Reset();
+    SHOAL_RETURN_IF_ERROR(total.Fold(robust_out, c, version()));
+    Json list = Json::array();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Ticket& t = tickets[ids[i]];
+      const RobustVerdict& v = outcome->updates[i];
+      Client& cl = clients[t.client];
+      cl.last_verdict = v;
+      cl.last_verdict_version = version() + 1;
+      cl.suspect_updates += v.suspect ? 1 : 0;
+      cl.clipped_updates += v.clipped ? 1 : 0;
+      if (v.suspect) suspects->emplace_back(t.client, outcome->rule);
+      Json e = VerdictJson(v);
+      e["client"] = t.client;
+      e["name"] = cl.name;
+      list.push_back(std::move(e));
+    }
+    robust_last = {{"version", version() + 1},
+                   {"rule", outcome->rule},
+                   {"fallback", outcome->fallback.empty() ? Json(nullptr) : Json(outcome->fallback)},
+                   {"updates", std::move(list)},
+                   {"ms", outcome->ms}};
+    if (outcome->rule == "flag") robust_last["flag_iterations"] = outcome->flag_iterations;
+    if (!outcome->fallback.empty()) spdlog::warn("fl job {}: {}", spec.name, outcome->fallback);
+    return {};
+  }
+  static Json VerdictJson(const RobustVerdict& v) {
+    return {{"weight", v.weight},
+            {"clip_scale", v.clip_scale},
+            {"krum_score", v.krum_score ? Json(*v.krum_score) : Json(nullptr)},
+            {"suspect", v.suspect}};
+  }
 };
 
 namespace {
@@ -555,7 +635,8 @@ FlCoordinator::FlCoordinator(const NodeConfig& config)
     : config_(config),
       writer_(std::make_unique<CheckpointWriter>(
           std::chrono::milliseconds(config.fl_checkpoint_delay_ms))),
-      merge_pool_(std::make_unique<agg::FoldPool>()) {
+      merge_pool_(std::make_unique<agg::FoldPool>()),
+      robust_(std::make_unique<RobustCommitter>()) {
   if (config.fl_checkpoint_delay_ms > 0) {
     spdlog::warn("fl: checkpoints are written {} ms behind their commits "
                  "(fl_checkpoint_delay_ms, for tests)",
@@ -598,6 +679,8 @@ std::vector<FunctionSpec> FlCoordinator::LeafSpecs() {
     f.handler.env["SHOAL_FL_HIDDEN"] = std::to_string(job->spec.hidden);
     f.handler.env["SHOAL_FL_INPUTS"] = std::to_string(JobArchitecture(job->spec).inputs);
     f.handler.env["SHOAL_FL_AGG_DEVICE"] = job->spec.aggregation_device;  // the leaf's fold device
+    // A robust job's leaves validate and answer; the rule runs at the top (robust_commit.h).
+    f.handler.env["SHOAL_FL_FOLD"] = job->Robust() ? "none" : "sum";
     f.concurrency = std::max(1u, job->spec.max_fan_in);
     f.min_scale = 1;
     f.max_scale = std::max(1u, job->spec.max_leaves);
@@ -626,7 +709,10 @@ Status InitJob(FlCoordinator::JobState& job) {
   if (job.spec.algorithm == "fedcompass") {
     job.scheduler = std::make_unique<agg::FedCompassScheduler>(LibraryParams(job.spec).fedcompass);
   }
-  return {};
+  const FlJobSpec& s = job.spec;
+  const uint32_t min_round = s.round_deadline_s > 0 ? std::max(1u, s.quorum)
+                                                    : (s.quorum > 0 ? s.quorum : s.clients);
+  return CheckRobustSpec(s, job.algo->synchronous(), min_round);
 }
 
 }  // namespace
@@ -664,6 +750,11 @@ Status FlCoordinator::DeployJob(const FlJobSpec& in) {
           it->second->spec.hidden != in.hidden) {
         return InvalidArgument("spec.algorithm/spec.model: job '" + in.name +
                                "' exists with another algorithm or model; delete it first");
+      }
+      if (it->second->spec.robust.enabled() != in.robust.enabled()) {
+        return InvalidArgument("spec.aggregation.robust: job '" + in.name + "' exists " +
+                               (in.robust.enabled() ? "without" : "with") +
+                               " a robust rule (its rounds are kept differently); delete it first");
       }
       FlJobSpec updated = in;
       updated.generation = it->second->spec.generation + 1;
@@ -716,7 +807,9 @@ Status FlCoordinator::DeleteJob(const std::string& name) {
       }
       for (uint64_t off : job->warm_partials) (void)job->pool->Release(off, kShoaldSlot);
       for (auto& [id, r] : job->rounds) {
-        for (auto& [inst, p] : r.partials) (void)job->pool->Release(p.offset, kShoaldSlot);
+        for (auto& [inst, p] : r.partials) {
+          if (p.offset != 0) (void)job->pool->Release(p.offset, kShoaldSlot);
+        }
       }
     }
     job->tickets.clear();
@@ -842,6 +935,7 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
     }
   }
   Json clients = Json::array();
+  Json suspects = Json::array();
   for (const auto& [id, c] : job->clients) {
     const auto base = c.last_base_version;
     // A restart may resume from a checkpoint older than a re-folded update's base.
@@ -854,6 +948,20 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
               {"staleness", base ? Json(lag(*base)) : Json(nullptr)},
               {"staleness_at_arrival", base ? Json(c.last_staleness) : Json(nullptr)},
               {"max_staleness", c.max_staleness}};
+    if (job->Robust()) {
+      e["suspect_updates"] = c.suspect_updates;
+      e["clipped_updates"] = c.clipped_updates;
+      Json last = nullptr;
+      if (c.last_verdict) {
+        last = JobState::VerdictJson(*c.last_verdict);
+        last["version"] = c.last_verdict_version;
+      }
+      e["robust"] = std::move(last);
+      if (c.suspect_updates > 0) {
+        suspects.push_back({{"id", id}, {"name", c.name}, {"suspect_updates", c.suspect_updates},
+                            {"updates", c.updates}});
+      }
+    }
     if (job->Compass()) {
       const agg::ClientId cid = NumericId(id);
       const auto speed = job->scheduler->speed(cid);
@@ -880,6 +988,21 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
     clients.push_back(std::move(e));
   }
   if (job->Compass()) j["compass"] = {{"clients", clients}};
+  if (job->Robust()) {
+    // spec.aggregation.robust, the clients with updates it excluded or down-weighted, and what
+    // it made of each update of the last robust commit.
+    const FlRobustSpec& r = job->spec.robust;
+    j["robust"] = {{"rule", r.rule},
+                   {"clip_norm", r.clip_norm > 0 ? Json(r.clip_norm) : Json(nullptr)},
+                   {"suspects", std::move(suspects)},
+                   {"last_commit", job->robust_last.is_null() ? Json(nullptr) : job->robust_last}};
+    if (r.rule == "trimmedMean") j["robust"]["beta"] = r.beta;
+    if (r.rule == "krum") {
+      j["robust"]["f"] = r.f;
+      j["robust"]["m"] = r.m;
+    }
+    if (r.rule == "flag") j["robust"]["rank"] = r.rank;
+  }
   j["clients"]["list"] = std::move(clients);
   return j.dump() + "\n";
 }
@@ -1089,6 +1212,12 @@ Result<uint64_t> FlCoordinator::PartialFor(uint64_t ticket, uint32_t instance) {
   auto tit = job->tickets.find(ticket);
   if (tit == job->tickets.end()) return NotFound("ticket gone");
   tit->second.instance = instance;
+  if (job->Robust()) {
+    // No partial sum: the leaf validates only (offset 0, "none"); the update is listed under
+    // the round's partial 0 once acknowledged.
+    tit->second.partial = 0;
+    return uint64_t{0};
+  }
   const uint64_t key = job->PartialKey(instance, tit->second.base_version);
   tit->second.partial = key;
   JobState::Round& round = job->rounds[tit->second.round];
@@ -1235,6 +1364,7 @@ void FlCoordinator::CommitLoop() {
     if (!job) continue;
     std::vector<uint64_t> reuse;  // partial sums of committed rounds, to zero for the next
     std::vector<uint64_t> committed_versions;  // for on_commit_, once the job's lock is released
+    std::vector<std::pair<std::string, std::string>> suspects;  // for on_suspect_, likewise
     {
       std::lock_guard jl(job->mu);
       if (job->deleted) continue;
@@ -1263,7 +1393,12 @@ void FlCoordinator::CommitLoop() {
         double merge_ms = 0, step_ms = 0, cache_ms = 0;
         const size_t seqs_partials = round.partials.size();
         bool committed = false;
-        if (round.acked > 0) {
+        Status merged;
+        if (round.acked > 0 && job->Robust()) {
+          // The rule over the round's updates in the pool (robust_commit.h), then the step.
+          merged = job->RobustTotal(round, *robust_, &suspects);
+          merge_ms = Seconds(t0) * 1e3;
+        } else if (round.acked > 0) {
           // The top of the hierarchy: add the leaves' partial sums, then the algorithm's step.
           job->total.Reset();
           for (auto& [inst, p] : round.partials) {
@@ -1290,8 +1425,12 @@ void FlCoordinator::CommitLoop() {
             }
           }
           merge_ms = Seconds(t0) * 1e3;
-          Status st = job->algo->Commit(job->total, job->store ? *job->store : NoVersions(),
-                                        job->state);
+        }
+        if (round.acked > 0) {
+          Status st = merged.ok() ? job->algo->Commit(job->total,
+                                                      job->store ? *job->store : NoVersions(),
+                                                      job->state)
+                                  : merged;
           if (!st.ok()) {
             spdlog::error("fl job {}: commit of {} update(s) failed: {}", job->spec.name,
                           round.acked, st.ToString());
@@ -1318,6 +1457,7 @@ void FlCoordinator::CommitLoop() {
             job->tickets.erase(tid);
           }
           // Its pages are warm: zeroed again behind the commit for the next round's leaves.
+          if (p.offset == 0) continue;  // a robust job's rounds have none
           if (job->warm_partials.size() + reuse.size() < job->WarmPartialsWanted()) {
             reuse.push_back(p.offset);
           } else {
@@ -1346,6 +1486,9 @@ void FlCoordinator::CommitLoop() {
     }
     if (on_commit_) {
       for (uint64_t v : committed_versions) on_commit_(job->spec.name, v);
+    }
+    if (on_suspect_) {
+      for (const auto& [client, rule] : suspects) on_suspect_(job->spec.name, client, rule);
     }
     PrepareWarmPartials(*job, std::move(reuse));
     PrepareSpareModel(*job);
@@ -1416,7 +1559,9 @@ uint64_t FlCoordinator::Persist(const std::shared_ptr<JobState>& jp, bool with_m
          {"samples", c.samples},
          {"last_base_version", c.last_base_version ? Json(*c.last_base_version) : Json(nullptr)},
          {"last_staleness", c.last_staleness},
-         {"max_staleness", c.max_staleness}});
+         {"max_staleness", c.max_staleness},
+         {"suspect_updates", c.suspect_updates},
+         {"clipped_updates", c.clipped_updates}});
   }
   Json versions = Json::array();
   for (const auto& v : job.versions) {
@@ -1539,6 +1684,8 @@ Status FlCoordinator::Restore() {
       }
       cl.last_staleness = c.value("last_staleness", uint64_t{0});
       cl.max_staleness = c.value("max_staleness", uint64_t{0});
+      cl.suspect_updates = c.value("suspect_updates", uint64_t{0});
+      cl.clipped_updates = c.value("clipped_updates", uint64_t{0});
       job->clients[cl.id] = cl;
     }
     job->next_client = state.value("next_client", 0u);
@@ -1634,9 +1781,12 @@ Status FlCoordinator::Recover(const std::function<Result<SharedPool*>(const std:
         continue;
       }
       JobState::Round& round = job->rounds[r.round];
-      const uint64_t key = job->PartialKey(kRefoldedPartial, r.base_version);
+      const uint64_t key = job->Robust() ? 0 : job->PartialKey(kRefoldedPartial, r.base_version);
       auto pit = round.partials.find(key);
-      if (pit == round.partials.end()) {
+      if (pit == round.partials.end() && job->Robust()) {
+        // Nothing to re-fold: the rule reads the update from the pool at commit.
+        pit = round.partials.emplace(key, JobState::Partial{0, {}, r.base_version}).first;
+      } else if (pit == round.partials.end()) {
         auto off = sp->Allocate(bytes, kShoaldSlot);
         if (!off.ok()) return off.status();
         std::memset(sp->Data(*off).data(), 0, bytes);
@@ -1659,7 +1809,13 @@ Status FlCoordinator::Recover(const std::function<Result<SharedPool*>(const std:
         id = next_ticket_++;
       }
       job->tickets[id] = t;
-      if (job->Refold(reinterpret_cast<float*>(sp->Data(pit->second.offset).data()), {id}) != 1) {
+      const bool kept =
+          job->Robust()
+              ? model::ParseUpdate(ReadPayload(sp->Data(r.buffer)).body, job->mspec).ok()
+              : job->Refold(reinterpret_cast<float*>(sp->Data(pit->second.offset).data()), {id}) == 1;
+      if (!kept) {
+        spdlog::error("fl job {}: logged update {} of client {} no longer parses: lost",
+                      job->spec.name, r.seq, client);
         job->tickets.erase(id);
         continue;
       }

@@ -107,6 +107,7 @@ class FlLeafHandler final : public Handler {
         return named.ok() ? InvalidArgument("update has non-finite values") : named.status();
       }
     }
+    if (!options_.fold) return Accepted(view->meta, response);  // a robust job: validated
     const uint64_t need = spec_.num_params() * sizeof(float);
     if (request.aux.size() < need) {
       return Internal("no partial-sum buffer for this update (" +
@@ -126,9 +127,13 @@ class FlLeafHandler final : public Handler {
     } else {
       for (const aggregator::FoldSegment& s : segments_) threads_->Fold(s.acc, s.x, s.dtype, s.n, s.w);
     }
-    const std::string json = "{\"accepted\":true,\"client_id\":\"" + view->meta.client_id +
-                             "\",\"base_version\":" + std::to_string(view->meta.base_version) +
-                             "}\n";
+    return Accepted(view->meta, response);
+  }
+
+ private:
+  static Status Accepted(const model::UpdateMeta& meta, ResponseBuilder& response) {
+    const std::string json = "{\"accepted\":true,\"client_id\":\"" + meta.client_id +
+                             "\",\"base_version\":" + std::to_string(meta.base_version) + "}\n";
     auto out = response.Allocate(json.size(), "application/json");
     if (!out.ok()) return out.status();
     std::memcpy(out->data(), json.data(), json.size());
@@ -136,7 +141,6 @@ class FlLeafHandler final : public Handler {
     return {};
   }
 
- private:
   bool UseDevice(uint64_t update_bytes) const {
     if (!device_ready_.load(std::memory_order_acquire)) return false;
     return options_.device == LeafFoldDevice::kGpu ||
@@ -225,6 +229,13 @@ Result<std::unique_ptr<Handler>> CreateFlLeafHandler() {
   auto spec = model::ArchitectureSpec(arch ? arch : "mlp", opts);
   if (!spec.ok()) return spec.status();
   FlLeafOptions options;
+  const char* fold = std::getenv("SHOAL_FL_FOLD");  // sum (default) | none
+  const std::string f = fold ? fold : "sum";
+  if (f == "none") {
+    options.fold = false;
+  } else if (f != "sum" && !f.empty()) {
+    return InvalidArgument("SHOAL_FL_FOLD: unknown mode '" + f + "' (sum, none)");
+  }
   const std::string d = device ? device : "auto";
   if (d == "cpu") {
     options.device = LeafFoldDevice::kCpu;
@@ -234,7 +245,7 @@ Result<std::unique_ptr<Handler>> CreateFlLeafHandler() {
     return InvalidArgument("SHOAL_FL_AGG_DEVICE: unknown device '" + d + "' (auto, cpu, gpu)");
   }
   std::unique_ptr<LeafDeviceFolder> gpu;
-  if (options.device != LeafFoldDevice::kCpu) {
+  if (options.device != LeafFoldDevice::kCpu && options.fold) {
     auto folder = CreateGpuLeafFolder();
     if (folder.ok()) {
       gpu = std::move(*folder);

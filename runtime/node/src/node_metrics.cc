@@ -135,6 +135,11 @@ NodeMetrics::NodeMetrics()
       fl_gpu_fallbacks(prometheus::BuildCounter()
           .Name("shoal_fl_gpu_fallbacks_total")
           .Help("FL leaf aggregators whose GPU fold failed and that fold on the CPU since, by job")
+          .Register(*registry_)),
+      fl_suspect_updates(prometheus::BuildCounter()
+          .Name("shoal_fl_suspect_updates_total")
+          .Help("FL updates a job's robust rule (spec.aggregation.robust) excluded or "
+                "down-weighted, by job, client and rule")
           .Register(*registry_)) {}
 
 

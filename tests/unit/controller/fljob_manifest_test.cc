@@ -256,6 +256,56 @@ TEST(FlJobManifestTest, MixedFilesParseBothKindsOrNothing) {
   EXPECT_EQ(only.status().message(), "kind: expected Function, got FLJob (line 2)");
 }
 
+// spec.aggregation.robust: each rule with its parameters, and the errors naming the field.
+TEST(FlJobManifestTest, RobustAggregationRulesAndTheirErrors) {
+  auto r = ParseFlJobManifests(
+      Job("  aggregation:\n    robust: {rule: krum, f: 2, m: 5, clipNorm: 2.5}\n"));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const FlRobustSpec& k = (*r)[0].robust;
+  EXPECT_EQ(k.rule, "krum");
+  EXPECT_EQ(k.f, 2u);
+  EXPECT_EQ(k.m, 5u);
+  EXPECT_DOUBLE_EQ(k.clip_norm, 2.5);
+  EXPECT_TRUE(k.enabled());
+  r = ParseFlJobManifests(Job("  aggregation: {robust: {rule: trimmedMean, beta: 0.25}}\n"));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ((*r)[0].robust.rule, "trimmedMean");
+  EXPECT_DOUBLE_EQ((*r)[0].robust.beta, 0.25);
+  r = ParseFlJobManifests(Job("  aggregation: {robust: {clipNorm: 1}}\n"));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ((*r)[0].robust.rule, "none");
+  EXPECT_TRUE((*r)[0].robust.enabled());
+  r = ParseFlJobManifests(Job("  aggregation: {robust: {rule: flag, rank: 2}}\n"));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ((*r)[0].robust.rank, 2u);
+  r = ParseFlJobManifests(Job());
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE((*r)[0].robust.enabled());
+
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"  aggregation: {robust: {rule: mode}}\n",
+       "spec.aggregation.robust.rule: unknown rule \"mode\" (one of: none, median, trimmedMean, "
+       "krum, flag) (line 8)"},
+      {"  aggregation: {robust: {rule: trimmedMean, beta: 0.5}}\n",
+       "spec.aggregation.robust.beta: must be >= 0 and < 0.5 (the fraction dropped at each end), "
+       "got 0.5 (line 8)"},
+      {"  aggregation: {robust: {rule: median, f: 1}}\n",
+       "spec.aggregation.robust.f: is a parameter of rule krum, not \"median\" (line 8)"},
+      {"  aggregation: {robust: {rule: krum, f: -1}}\n",
+       "spec.aggregation.robust.f: must be between 0 and 65535, got -1 (line 8)"},
+      {"  aggregation: {robust: {rule: flag, rank: 0}}\n",
+       "spec.aggregation.robust.rank: must be between 1 and 65535, got 0 (line 8)"},
+      {"  aggregation: {robust: {clipNorm: 0}}\n",
+       "spec.aggregation.robust.clipNorm: must be > 0 (leave it out for no clipping), got 0 "
+       "(line 8)"},
+      {"  aggregation: {robust: {rule: median, z: 1}}\n",
+       "spec.aggregation.robust.z: unknown field (line 8)"},
+      {"  aggregation: {robust: median}\n",
+       "spec.aggregation.robust: must be a mapping (line 8)"},
+  };
+  for (const auto& [extra, want] : cases) EXPECT_EQ(ErrorOf(Job(extra)), want) << extra;
+}
+
 TEST(FlJobManifestTest, TheShippedExampleParses) {
   std::ifstream in(std::string(SHOAL_SOURCE_DIR) + "/deploy/examples/fljob-fashion-mnist.yaml");
   ASSERT_TRUE(in) << "deploy/examples/fljob-fashion-mnist.yaml";

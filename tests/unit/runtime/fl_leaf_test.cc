@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -120,6 +121,46 @@ class FlLeafDevice : public LeafPool {
   model::ModelSpec spec_ = model::MlpSpec(4, {3}, 2);
   std::vector<float> partial_ = std::vector<float>(spec_.num_params(), 0.0f);
 };
+
+// A robust job's leaf (fold = false, SHOAL_FL_FOLD=none) validates and answers 202 with no
+// partial sum given and writes nothing; a non-finite update is still refused by name, and the
+// device is never asked to fold.
+TEST_F(FlLeafDevice, ValidateOnlyLeafAnswersWithoutAPartialSum) {
+  auto log = std::make_shared<FakeFolderLog>();
+  FlLeafOptions o;
+  o.fold = false;
+  o.device = LeafFoldDevice::kGpu;
+  o.attach_in_background = false;
+  auto h = CreateFlLeafHandler(spec_, o, std::make_unique<FakeDeviceFolder>(log));
+  auto answer = [&](const std::string& update) {
+    const uint64_t req = MakeRequest(update, "application/octet-stream");
+    Request r = View(req);  // no aux: the coordinator names no partial sum
+    ResponseBuilder rb(*pool_, 1, req);
+    Status st = h->Handle(r, rb);
+    if (st.ok()) {
+      EXPECT_EQ(rb.status(), 202);
+      auto fin = rb.Finish();
+      EXPECT_TRUE(fin.ok());
+      if (fin.ok()) {
+        const std::string body(reinterpret_cast<const char*>(ReadPayload(pool_->Data(fin->first)).body.data()),
+                               ReadPayload(pool_->Data(fin->first)).body.size());
+        EXPECT_EQ(body, "{\"accepted\":true,\"client_id\":\"c0\",\"base_version\":0}\n");
+        (void)pool_->Release(fin->first, 1);
+      }
+    } else {
+      (void)pool_->Release(req, 1);
+    }
+    return st;
+  };
+  EXPECT_TRUE(answer(Update(0.5f)).ok());
+  std::string bad = Update(0.5f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(bad.data() + bad.size() - sizeof(float), &nan, sizeof nan);
+  const Status st = answer(bad);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "tensor 'fc2.bias': 1 non-finite values (first at index 1)");
+  EXPECT_EQ(log->folds, 0);
+}
 
 // A device fold that fails does not end the leaf: that update is answered 502 (kUnavailable:
 // the coordinator rebuilds the partial sum, the client sends it again), the device is dropped,

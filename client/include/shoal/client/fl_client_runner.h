@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "shoal/client/attack.h"
 #include "shoal/client/dataset.h"
 #include "shoal/common/status.h"
 #include "shoal/model/dtype.h"
@@ -36,6 +37,9 @@ struct FlRunOptions {
   int status_poll_ms = 500;
   int train_threads = 0;        // trainings computed at once; 0 = the machine's cores
   std::ostream* log = nullptr;  // progress lines; nullptr = quiet
+  // The last `attackers` clients poison each update with `attack` (attack.h) before sending it.
+  AttackSpec attack;
+  int attackers = 0;
 };
 
 // What each simulated client holds: its sample indices into the train split and its

@@ -10,6 +10,19 @@
 
 namespace shoal {
 
+// spec.aggregation.robust: a robust rule over a round's individual updates instead of their
+// weighted mean (aggregator/robust), with norm clipping before it or alone. The coordinator
+// checks it against the algorithm and the round size (errors name spec.aggregation.robust.<p>).
+struct FlRobustSpec {
+  std::string rule = "none";  // none | median | trimmedMean | krum | flag
+  double beta = 0.1;          // trimmedMean: the fraction dropped at each end, [0, 0.5)
+  uint32_t f = 1;             // krum: byzantine updates tolerated (needs n > 2f + 2)
+  uint32_t m = 0;             // krum: updates averaged (0: n - f)
+  uint32_t rank = 1;          // flag: the subspace's dimension
+  double clip_norm = 0;       // clipNorm: each delta scaled to at most this L2 norm (0: off)
+  bool enabled() const { return rule != "none" || clip_norm > 0; }
+};
+
 struct FlJobSpec {
   std::string name;                      // metadata.name (DNS label)
   std::string tenant = "default";        // metadata.namespace: the job's shared-memory pool
@@ -32,6 +45,7 @@ struct FlJobSpec {
   uint32_t max_fan_in = 8;               // spec.aggregation.maxFanIn: updates a leaf folds at once
   uint32_t max_leaves = 4;               // spec.aggregation.maxLeaves
   std::string aggregation_device = "auto";  // spec.aggregation.device: auto | cpu | gpu (leaf fold)
+  FlRobustSpec robust;                   // spec.aggregation.robust
   std::vector<std::string> join_tokens;  // spec.clients.tokens: pre-shared; empty = anyone may join
   uint64_t generation = 0;
   std::string manifest;                  // the YAML as deployed

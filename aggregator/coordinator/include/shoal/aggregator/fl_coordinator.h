@@ -36,6 +36,7 @@ namespace shoal {
 namespace aggregator {
 class FoldPool;
 }
+class RobustCommitter;  // robust_commit.h: spec.aggregation.robust at commit
 
 class FlCoordinator final : public JobService, public FlDataPath {
  public:
@@ -83,6 +84,13 @@ class FlCoordinator final : public JobService, public FlDataPath {
   void SetOnGpuFallback(std::function<void(const std::string& job)> f) {
     on_gpu_fallback_ = std::move(f);
   }
+  // Called on the commit thread, outside every job lock, once per update that a robust job's
+  // rule (spec.aggregation.robust) excluded or down-weighted: shoald counts
+  // shoal_fl_suspect_updates_total{job,client,rule}.
+  void SetOnSuspect(
+      std::function<void(const std::string& job, const std::string& client, const std::string& rule)> f) {
+    on_suspect_ = std::move(f);
+  }
 
   struct JobState;  // fl_coordinator.cc
 
@@ -100,6 +108,7 @@ class FlCoordinator final : public JobService, public FlDataPath {
   std::function<void()> on_change_;
   std::function<void(const std::string&, uint64_t)> on_commit_;
   std::function<void(const std::string&)> on_gpu_fallback_;
+  std::function<void(const std::string&, const std::string&, const std::string&)> on_suspect_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<JobState>, std::less<>> jobs_;
   std::map<uint64_t, std::shared_ptr<JobState>> by_ticket_;
@@ -118,6 +127,7 @@ class FlCoordinator final : public JobService, public FlDataPath {
   // written) before the jobs it calls back into.
   std::unique_ptr<CheckpointWriter> writer_;
   std::unique_ptr<aggregator::FoldPool> merge_pool_;  // the top's merge of the leaves' sums
+  std::unique_ptr<RobustCommitter> robust_;           // the robust jobs' rules, on the commit thread
 };
 
 }  // namespace shoal

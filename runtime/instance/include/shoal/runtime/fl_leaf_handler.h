@@ -43,6 +43,10 @@ struct FlLeafOptions {
   // Attach beside the event loop (updates fold on the CPU until it is done), or in
   // OnPoolAttached itself.
   bool attach_in_background = true;
+  // false (SHOAL_FL_FOLD=none: a job with spec.aggregation.robust): the leaf validates each
+  // update (structure, finiteness) and answers 202 without folding it; the coordinator runs the
+  // robust rule over the updates in the pool at commit and names no partial sum.
+  bool fold = true;
 };
 
 // A leaf for `spec` that folds on `device` when options allow (none: the CPU only).
@@ -50,7 +54,8 @@ std::unique_ptr<Handler> CreateFlLeafHandler(model::ModelSpec spec, const FlLeaf
                                              std::unique_ptr<LeafDeviceFolder> device);
 
 // The leaf shoald starts: the model from SHOAL_FL_ARCH, SHOAL_FL_HIDDEN and SHOAL_FL_INPUTS, the
-// device from SHOAL_FL_AGG_DEVICE (auto, cpu, gpu), the GPU folder where there is one.
+// device from SHOAL_FL_AGG_DEVICE (auto, cpu, gpu), the GPU folder where there is one, whether
+// it folds from SHOAL_FL_FOLD (sum, the default, or none).
 Result<std::unique_ptr<Handler>> CreateFlLeafHandler();
 
 // The GPU folder (GpuFolder::FoldHost through the pinned pool); kUnavailable with the reason

@@ -80,6 +80,9 @@ class NodeMetrics {
   prometheus::Family<prometheus::Counter>& placement_decisions;
   // FL leaves whose GPU fold failed (they answered that update 502 and fold on the CPU since).
   prometheus::Family<prometheus::Counter>& fl_gpu_fallbacks;
+  // Updates a robust FL job's rule excluded or down-weighted (spec.aggregation.robust), by job,
+  // client id and the rule that ran.
+  prometheus::Family<prometheus::Counter>& fl_suspect_updates;
 };
 
 }  // namespace shoal

@@ -1,0 +1,177 @@
+// Poisoned FL through a real shoald (issue 17, parts 3 and 4): FedAvg on sklearn's digits with 8
+// shoal-client clients, 2 of them attacking (--attack scale:-10 --attackers 2). With no robust
+// rule the model collapses; with spec.aggregation.robust median or krum the job reaches its
+// target anyway, and the attackers (client-6, client-7) are the suspects in the job status, in
+// `shoal fl status` and in /metrics.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <span>
+#include <string>
+
+#include "shoal/client/dataset.h"
+#include "shoal/client/mlp_trainer.h"
+#include "shoal/model/architectures.h"
+#include "shoal/model/safetensors.h"
+#include "hugepages_for_test.h"
+#include "shoald_fixture.h"
+
+namespace shoal::testing {
+namespace {
+
+using Json = nlohmann::json;
+constexpr int kClients = 8;
+constexpr int kAttackers = 2;
+
+std::string Manifest(const std::string& name, const std::string& robust, double accuracy,
+                     int rounds) {
+  return "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: " + name +
+         "\nspec:\n"
+         "  algorithm: {name: fedavg}\n  model: {architecture: mlp, hidden: 64, seed: 1}\n"
+         "  data: {dataset: digits}\n  clients: {expected: " + std::to_string(kClients) + "}\n"
+         "  stop: {rounds: " + std::to_string(rounds) + ", accuracy: " + std::to_string(accuracy) +
+         "}\n  training: {localSteps: 40, learningRate: 0.1, batchSize: 32}\n"
+         "  aggregation:\n    maxFanIn: 4\n    maxLeaves: 2\n" +
+         (robust.empty() ? "" : "    robust: " + robust + "\n");
+}
+
+class FlRobustTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto digits = client::LoadDigits();
+    if (!digits.ok()) GTEST_SKIP() << digits.status().message();
+    digits_ = std::move(*digits);
+    if (auto why = ShoaldShortOfHugepages(Shoald::Options{}.pool_bytes); !why.empty()) {
+      GTEST_SKIP() << why;
+    }
+    ASSERT_TRUE(shoald_.Start()) << shoald_.Log();
+  }
+  void TearDown() override {
+    if (HasFailure()) std::cerr << "---- shoald log ----\n" << shoald_.Log();
+  }
+
+  struct Run {
+    std::string out;  // shoal-client's output
+    Json status;
+    double accuracy = 0;  // the last version's, scored here on the test split
+    uint64_t version = 0;
+  };
+  // Deploys the job, runs 8 shoal-client clients (2 attacking) until it is done or
+  // max_seconds, and scores its last version on the digits test split.
+  Run Train(const std::string& name, const std::string& robust, double accuracy, int rounds) {
+    Run run;
+    const auto d = shoald_.Deploy(Manifest(name, robust, accuracy, rounds));
+    EXPECT_EQ(d.exit_code, 0) << d.out << d.err;
+    const std::string token = shoald_.CreateToken("fl-client", "", name);
+    EXPECT_FALSE(token.empty());
+    const std::string cmd = "SHOAL_TOKEN=" + token + " " + BinDir() +
+                            "/shoal-client --server http://127.0.0.1:" +
+                            std::to_string(shoald_.port()) + " --job " + name +
+                            " --data digits --clients " + std::to_string(kClients) +
+                            " --partition iid --seed 3 --time-scale 0 --max-seconds 40"
+                            " --attack scale:-10 --attackers " + std::to_string(kAttackers) +
+                            " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    EXPECT_NE(p, nullptr);
+    if (p == nullptr) return run;
+    char buf[4096];
+    while (fgets(buf, sizeof buf, p)) run.out += buf;
+    EXPECT_EQ(pclose(p), 0) << run.out;
+    run.status = Json::parse(shoald_.Api("GET", "/v1/jobs/" + name).body, nullptr, false);
+    run.version = run.status.value("version", uint64_t{0});
+    auto r = shoald_.Api("GET", "/v1/jobs/" + name + "/model?version=" + std::to_string(run.version));
+    EXPECT_EQ(r.status, 200) << r.body;
+    auto m = model::ModelFromSafetensors(
+        std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.body.data()), r.body.size()),
+        model::MlpSpec(64, {64}, 10));
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    if (!m.ok()) return run;
+    auto eval = client::Evaluate({64, 64, 10}, m->values, digits_.test);
+    EXPECT_TRUE(eval.ok());
+    run.accuracy = eval.ok() ? eval->accuracy : 0;
+    std::cerr << name << ": version " << run.version << ", test accuracy " << run.accuracy
+              << " on " << digits_.test.num_samples << " samples\n";
+    return run;
+  }
+  // The attackers are client-6 and client-7; precision and recall of the suspects per update.
+  void ExpectAttackersAreTheSuspects(const Run& run, const std::string& job,
+                                     const std::string& rule) {
+    ASSERT_TRUE(run.status.contains("robust")) << run.status.dump();
+    std::set<std::string> attackers, suspects;
+    uint64_t tp = 0, fp = 0, fn = 0;
+    for (const Json& c : run.status["clients"]["list"]) {
+      const std::string name = c.value("name", "");
+      const bool attacker = name == "client-6" || name == "client-7";
+      const uint64_t updates = c.value("updates", uint64_t{0});
+      const uint64_t flagged = c.value("suspect_updates", uint64_t{0});
+      if (attacker) {
+        attackers.insert(c.value("id", ""));
+        tp += flagged;
+        fn += updates - flagged;
+        EXPECT_GE(flagged, updates * 9 / 10) << c.dump();
+        EXPECT_GE(updates, 1u) << c.dump();
+      } else {
+        fp += flagged;
+        EXPECT_LE(flagged * 10, updates) << c.dump();
+      }
+    }
+    for (const Json& s : run.status["robust"]["suspects"]) {
+      if (s.value("suspect_updates", uint64_t{0}) * 2 > s.value("updates", uint64_t{1})) {
+        suspects.insert(s.value("id", ""));
+      }
+    }
+    EXPECT_EQ(suspects, attackers) << run.status["robust"].dump();
+    const double precision = tp + fp == 0 ? 0 : double(tp) / double(tp + fp);
+    const double recall = tp + fn == 0 ? 0 : double(tp) / double(tp + fn);
+    std::cerr << job << " (" << rule << "): suspect updates precision " << precision
+              << ", recall " << recall << "\n";
+    // /metrics: shoal_fl_suspect_updates_total{job,client,rule} per attacker.
+    for (const std::string& id : attackers) {
+      EXPECT_GE(shoald_.Metric("shoal_fl_suspect_updates_total",
+                               "client=\"" + id + "\",job=\"" + job + "\",rule=\"" + rule + "\""),
+                1.0)
+          << id;
+    }
+    // shoal fl status names them.
+    const auto cli = shoald_.Cli({"fl", "status", job});
+    EXPECT_EQ(cli.exit_code, 0) << cli.err;
+    EXPECT_NE(cli.out.find("Suspects:\n"), std::string::npos) << cli.out;
+    EXPECT_NE(cli.out.find("client-6"), std::string::npos) << cli.out;
+    EXPECT_NE(cli.out.find("client-7"), std::string::npos) << cli.out;
+  }
+
+  Shoald shoald_;
+  client::DatasetSplit digits_;
+};
+
+TEST_F(FlRobustTest, ScaledUpdatesCollapseFedAvgAndRobustRulesWithstandThem) {
+  // No rule: the mean step is (6 - 2 x 10) / 8 = -1.75 times the honest one.
+  const Run plain = Train("plain", "", 0.93, 20);
+  EXPECT_LT(plain.accuracy, 0.5) << plain.out;
+  EXPECT_FALSE(plain.status.contains("robust"));
+
+  const Run median = Train("median", "{rule: median}", 0.93, 60);
+  EXPECT_GE(median.accuracy, 0.9) << median.out;
+  ExpectAttackersAreTheSuspects(median, "median", "median");
+
+  const Run krum = Train("krum", "{rule: krum, f: 2}", 0.93, 60);
+  EXPECT_GE(krum.accuracy, 0.9) << krum.out;
+  ExpectAttackersAreTheSuspects(krum, "krum", "krum");
+}
+
+// A rule the round size cannot carry is a 400 naming the field, through the CLI.
+TEST_F(FlRobustTest, KrumThatCannotToleratefIsRefusedAtDeploy) {
+  const auto d = shoald_.Deploy(Manifest("bad", "{rule: krum, f: 3}", 0.9, 10));
+  EXPECT_NE(d.exit_code, 0);
+  EXPECT_NE((d.out + d.err).find("spec.aggregation.robust.f: krum tolerates f byzantine updates "
+                                 "among n only when n > 2f + 2 = 8"),
+            std::string::npos)
+      << d.out << d.err;
+  EXPECT_EQ(shoald_.Api("GET", "/v1/jobs/bad").status, 404);
+}
+
+}  // namespace
+}  // namespace shoal::testing

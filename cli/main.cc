@@ -145,6 +145,10 @@ int main(int argc, char** argv) {
   train->add_option("--out", train_opts.out, "the policy file to write")->capture_default_str();
   train->add_option("--seed", train_opts.seed, "first training seed")->capture_default_str();
   train->add_option("--seeds", train_opts.seeds, "runs per family")->capture_default_str();
+  train->add_option("--sizing-seeds", train_opts.sizing_seeds,
+                    "runs per family for the busy-time sizing table, each once per sizing "
+                    "action (0: no sizing table)")
+      ->capture_default_str();
   train->add_option("--families", train_opts.families,
                     "comma-separated: poisson, diurnal, zipf, timer, bursty, fl, azure "
                     "(default: all but fl and zipf, held out)");

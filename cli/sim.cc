@@ -46,6 +46,7 @@ int SimTrain(const SimTrainOptions& o) {
   c.out_path = o.out;
   c.train.seed = o.seed;
   c.train.seeds = o.seeds;
+  c.train.sizing_seeds = o.sizing_seeds;
   c.train.duration_scale = o.duration_scale;
   c.evaluate = o.evaluate;
   if (!o.families.empty()) {

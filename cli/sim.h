@@ -17,9 +17,10 @@ int Simulate(const SimOptions& options);
 
 // `shoal sim train`: trains the learned policy in the simulator and writes its file.
 struct SimTrainOptions {
-  std::string out = "deploy/policies/learned-v1.json";
+  std::string out = "deploy/policies/learned-v2.json";
   uint64_t seed = 1000;
   int seeds = 16;
+  int sizing_seeds = 8;
   double duration_scale = 1.0;
   std::string families;  // comma-separated; empty: the default training families
   bool evaluate = true;

@@ -274,6 +274,11 @@ TEST_F(LearnedAutoscaleTest, TimerIsKeptThenReleasedAndPrewarmedPerTheTable) {
                           "median 45-90s, q90/q10 <1.3; expects "),
             std::string::npos)
       << desc.out;
+  // A version-1 file has no busy-time sizing table: describe says which sizing ran instead.
+  EXPECT_NE(desc.out.find("sizing x1.00-hold-10s (shoal's Erlang-C as is: the policy file is "
+                          "version 1, which has no sizing table)"),
+            std::string::npos)
+      << desc.out;
   const json st = Status("timer");
   EXPECT_EQ(failed, 0);
   EXPECT_EQ(st.value("errors_total", -1), 0);
@@ -302,17 +307,17 @@ TEST_F(AutoscaleTest, CorruptLearnedPolicyFileIsRefusedAtDeploy) {
   EXPECT_NE(truncated.exit_code, 0);
   EXPECT_NE(truncated.err.find("spec.autoscaling.policyFile: learned policy "), std::string::npos)
       << truncated.err;
-  std::string v2 = good;
-  v2.replace(v2.find("\"version\": 1,"), 13, "\"version\": 2,");
-  auto newer = deploy(v2);
+  std::string v3 = good;
+  v3.replace(v3.find("\"version\": 1,"), 13, "\"version\": 3,");
+  auto newer = deploy(v3);
   EXPECT_NE(newer.exit_code, 0);
   EXPECT_NE(newer.err.find("spec.autoscaling.policyFile: learned policy "), std::string::npos)
       << newer.err;
-  EXPECT_NE(newer.err.find("version 2 is incompatible: this build reads version 1"),
+  EXPECT_NE(newer.err.find("version 3 is incompatible: this build reads versions 1 to 2"),
             std::string::npos)
       << newer.err;
   EXPECT_NE(shoald_.Api("GET", "/v1/functions/badtable").status, 200);
-  // The shipped file itself deploys.
+  // A version-1 file (idle table only) is still read; the shipped version-2 file deploys too.
   auto good_deploy = deploy(good);
   EXPECT_EQ(good_deploy.exit_code, 0) << good_deploy.err;
 }

@@ -51,6 +51,8 @@ const std::vector<AutoscalingParamInfo>& AutoscalingParamTable() {
       {"coldWeight", false, "learned", "reward weight per cold-start request (1)"},
       {"sloWeight", false, "learned",
        "extra weight per cold request whose cold start exceeds the slo (0)"},
+      {"missWeight", false, "learned",
+       "busy-time sizing: reward weight per request finished over the slo (1)"},
       {"learnOnline", false, "learned", "1: keep learning from the function's idle periods (0)"},
       {"timeScale", false, "learned",
        "seconds here per second of the training clock (1; 0.1 for time run 10x faster)"},
@@ -111,6 +113,7 @@ Status BuildAutoscalingParams(const AutoscalingConfig& c, PolicyParams* out,
   // keep-alive frontier, 30 s keeps it 2-4 % above).
   if (c.policy == "learned") p.shoal.scale_down_delay_s = kLearnedScaleDownDelayS;
   p.learned.model = c.learned_model;
+  p.learned.sizing_action = c.learned_sizing_action;
   p.kpa.target = c.target;
   p.rl_q.kpa.target = c.target;
   double slo = 0;
@@ -155,6 +158,7 @@ Status BuildAutoscalingParams(const AutoscalingConfig& c, PolicyParams* out,
     else if (n == "costWeight") p.learned.weights.cost_weight = v;
     else if (n == "coldWeight") p.learned.weights.cold_weight = v;
     else if (n == "sloWeight") p.learned.weights.slo_weight = v;
+    else if (n == "missWeight") p.learned.weights.miss_weight = v;
     else if (n == "excessKeepAlive") p.learned.excess_keep_alive_s = v;
     else if (n == "timeScale") p.learned.time_scale = v;
     else if (n == "learnOnline") {

@@ -144,9 +144,11 @@ Status Validate(const LearnedParams& p) {
   c.NonNegative("cost_weight", p.weights.cost_weight);
   c.NonNegative("cold_weight", p.weights.cold_weight);
   c.NonNegative("slo_weight", p.weights.slo_weight);
+  c.NonNegative("miss_weight", p.weights.miss_weight);
   c.NonNegative("excess_keep_alive_s", p.excess_keep_alive_s);
   c.Positive("time_scale", p.time_scale);
-  if (p.weights.cost_weight == 0 && p.weights.cold_weight == 0 && p.weights.slo_weight == 0)
+  if (p.weights.cost_weight == 0 && p.weights.cold_weight == 0 && p.weights.slo_weight == 0 &&
+      p.weights.miss_weight == 0)
     c.FailText("weights", "must not all be 0");
   return c.status();
 }

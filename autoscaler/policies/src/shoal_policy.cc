@@ -20,7 +20,7 @@ uint32_t ShoalPolicy::InstancesFor(double lambda, double service_s, uint32_t slo
   return (servers + slots - 1) / slots;
 }
 
-ScalingDecision ShoalPolicy::Observe(const FunctionSignals& s) {
+ScalingDecision ShoalPolicy::Observe(const FunctionSignals& s, const SizingKnobs& knobs) {
   double dt = s.interval_s;
   if (!(dt > 0)) dt = started_ ? s.now_s - last_now_ : 0;
   const double observed_rate = dt > 0 ? static_cast<double>(s.arrivals) / dt : 0;
@@ -59,6 +59,9 @@ ScalingDecision ShoalPolicy::Observe(const FunctionSignals& s) {
   uint32_t demand = 0;
   if (active) {
     demand = InstancesFor(std::max(level_, observed_rate), service_s_, slots, max_wait);
+    if (knobs.headroom != 1) {
+      demand = static_cast<uint32_t>(std::ceil(knobs.headroom * demand - 1e-9));
+    }
     demand = std::max<uint32_t>(demand, static_cast<uint32_t>((present + slots - 1) / slots));
     demand = std::max<uint32_t>(demand, 1);
     if (!last_activity_s_ || s.now_s - *last_activity_s_ > dt + 1e-9) burst_peak_ = 0;
@@ -68,8 +71,10 @@ ScalingDecision ShoalPolicy::Observe(const FunctionSignals& s) {
   }
 
   // Lazy scale-down: the largest demand of the last scale_down_delay_s.
+  const double delay = knobs.scale_down_delay_s >= 0 ? knobs.scale_down_delay_s
+                                                    : p_.scale_down_delay_s;
   recent_.emplace_back(s.now_s, demand);
-  while (!recent_.empty() && recent_.front().first < s.now_s - p_.scale_down_delay_s)
+  while (!recent_.empty() && recent_.front().first < s.now_s - delay)
     recent_.pop_front();
   uint32_t replicas = 0;
   for (const auto& r : recent_) replicas = std::max(replicas, r.second);

@@ -49,7 +49,84 @@ Result<TrainResult> TrainLearnedPolicy(const TrainOptions& t) {
                          std::to_string(t.seed + t.seeds - 1) + ", duration x" +
                          std::to_string(t.duration_scale).substr(0, 4) + ")";
   out.model.seed = t.seed;
+  if (t.sizing_seeds > 0) {
+    SHOAL_RETURN_IF_ERROR(TrainSizing(t, &out.model, &out.sizing_runs));
+    out.model.trained_on += "; sizing: seeds " + std::to_string(t.seed) + ".." +
+                            std::to_string(t.seed + std::min(t.seeds, t.sizing_seeds) - 1) + " x " +
+                            std::to_string(out.model.sizing().actions().size()) + " actions";
+  }
   return out;
+}
+
+Status TrainSizing(const TrainOptions& t, LearnedModel* model, size_t* runs) {
+  const auto idle = std::make_shared<const LearnedModel>(*model);
+  SizingTable& table = model->mutable_sizing();
+  const size_t actions = table.actions().size();
+  const int seeds = std::min(t.seeds, t.sizing_seeds);
+  const size_t total = t.families.size() * static_cast<size_t>(seeds) * actions;
+  size_t done = 0;
+  for (const auto& family : t.families) {
+    for (int k = 0; k < seeds; ++k) {
+      // The same run once per action: per function, its whole-run outcome under each.
+      std::vector<std::vector<SizingCost>> cost;  // [action][function]
+      std::vector<size_t> dominant;                // per function, from the default action's run
+      std::vector<uint64_t> intervals;
+      for (size_t a = 0; a < actions; ++a) {
+        ScenarioOptions o;
+        o.workload = "gen-" + family;
+        o.seed = t.seed + static_cast<uint64_t>(k);
+        o.duration_scale = t.duration_scale;
+        o.policy = "learned";
+        o.learned_model = idle;
+        o.sizing_action = static_cast<int>(a);
+        std::vector<std::vector<SizingSample>> samples;
+        if (a == SizingTable::kDefaultAction) o.sizing_samples = &samples;
+        auto r = RunScenario(o);
+        if (!r.ok()) return r.status();
+        cost.emplace_back();
+        for (const FunctionReport& f : r->report.functions) {
+          cost.back().push_back({f.instance_s, static_cast<double>(f.cold_requests),
+                                 static_cast<double>(f.slo_violations)});
+        }
+        if (a == SizingTable::kDefaultAction) {
+          for (const auto& fs : samples) {
+            std::vector<uint64_t> count(table.num_states(), 0);
+            for (const SizingSample& x : fs) ++count[x.state];
+            dominant.push_back(static_cast<size_t>(
+                std::max_element(count.begin(), count.end()) - count.begin()));
+            intervals.push_back(std::max<uint64_t>(1, fs.size()));
+          }
+        }
+        ++done;
+        if (t.progress) {
+          t.progress(done, total, "sizing " + family + " seed " + std::to_string(o.seed) + " " +
+                                      table.actions()[a].name);
+        }
+      }
+      for (size_t a = 0; a < actions; ++a) {
+        for (size_t f = 0; f < dominant.size() && f < cost[a].size(); ++f) {
+          table.Learn({dominant[f], a, cost[a][f], intervals[f]});
+        }
+      }
+    }
+  }
+  if (runs) *runs = done;
+  return {};
+}
+
+Result<RunCost> LearnedRunCost(ScenarioOptions o, std::shared_ptr<const LearnedModel> model,
+                               int sizing_action, const LearnedWeights& w) {
+  o.policy = "learned";
+  o.learned_model = std::move(model);
+  o.sizing_action = sizing_action;
+  auto r = RunScenario(o);
+  if (!r.ok()) return r.status();
+  const FunctionReport& t = r->report.total;
+  RunCost c;
+  c.cost = {t.instance_s, static_cast<double>(t.cold_requests),
+            static_cast<double>(t.slo_violations)};
+  c.weighted = c.cost.Weighted(w);
+  return c;
 }
 
 IdleCost EvaluateIdleCost(const LearnedModel& m, const std::vector<IdlePeriod>& periods,
@@ -83,6 +160,100 @@ void ProgressBar(size_t done, size_t total, const std::string& what) {
   std::fprintf(stderr, "\r[%.*s%*s] %zu/%zu %-50.50s", filled, "##############################",
                width - filled, "", done, total, what.c_str());
   if (done == total) std::fprintf(stderr, "\n");
+}
+
+
+// The sizing table's generalisation: whole-run weighted cost with the table's sizing over the
+// same run with shoal's sizing (the default action), on training runs, on the training families
+// at the evaluation seed, on held-out families and on the bench workloads.
+bool PrintSizingGeneralisation(const TrainOptions& t, std::shared_ptr<const LearnedModel> model,
+                               uint64_t eval_seed, const LearnedWeights& w) {
+  struct Row {
+    std::string set, kind;
+    double table = 0, shoal = 0;
+    SizingCost tc, sc;
+    int runs = 0;
+  };
+  std::vector<Row> rows;
+  auto add = [&](const std::string& set, const std::string& kind, const std::string& workload,
+                 uint64_t seed) -> bool {
+    ScenarioOptions o;
+    o.workload = workload;
+    o.seed = seed;
+    o.duration_scale = t.duration_scale;
+    auto a = LearnedRunCost(o, model, -1, w);
+    auto b = LearnedRunCost(o, model, static_cast<int>(SizingTable::kDefaultAction), w);
+    if (!a.ok() || !b.ok()) {
+      std::fprintf(stderr, "shoal sim train: %s\n",
+                   (a.ok() ? b.status() : a.status()).message().c_str());
+      return false;
+    }
+    if (rows.empty() || rows.back().set != set) {
+      rows.emplace_back();
+      rows.back().set = set;
+      rows.back().kind = kind;
+    }
+    Row& r = rows.back();
+    r.table += a->weighted;
+    r.shoal += b->weighted;
+    r.tc.instance_s += a->cost.instance_s;
+    r.tc.cold_requests += a->cost.cold_requests;
+    r.tc.slo_misses += a->cost.slo_misses;
+    r.sc.instance_s += b->cost.instance_s;
+    r.sc.cold_requests += b->cost.cold_requests;
+    r.sc.slo_misses += b->cost.slo_misses;
+    ++r.runs;
+    return true;
+  };
+  const int seeds = std::min(t.seeds, t.sizing_seeds);
+  size_t step = 0;
+  const size_t steps = t.families.size() * (static_cast<size_t>(seeds) + 1) +
+                       (std::size(kWorkloadFamilies) - t.families.size()) +
+                       std::size(kScenarioWorkloads);
+  for (const auto& f : t.families) {
+    for (int k = 0; k < seeds; ++k) {
+      if (!add("train " + f, "train", "gen-" + f, t.seed + static_cast<uint64_t>(k))) return false;
+      ProgressBar(++step, steps, "sizing evaluate gen-" + f);
+    }
+  }
+  for (const auto& f : t.families) {
+    if (!add("gen-" + f, "family, eval seed", "gen-" + f, eval_seed)) return false;
+    ProgressBar(++step, steps, "sizing evaluate gen-" + f);
+  }
+  for (const char* f : kWorkloadFamilies) {
+    if (std::find(t.families.begin(), t.families.end(), f) != t.families.end()) continue;
+    if (!add("gen-" + std::string(f), "held-out family", "gen-" + std::string(f), eval_seed))
+      return false;
+    ProgressBar(++step, steps, "sizing evaluate gen-" + std::string(f));
+  }
+  for (const char* wl : kScenarioWorkloads) {
+    if (!add(wl, "bench workload", wl, eval_seed)) return false;
+    ProgressBar(++step, steps, std::string("sizing evaluate ") + wl);
+  }
+  std::printf("\nbusy-time sizing: weighted cost of whole runs (costWeight x inst-s + coldWeight x "
+              "cold requests + missWeight %.1f x slo misses), the table's sizing vs shoal's "
+              "(x1.00, hold 10 s) on the same arrivals; eval seed %llu\n",
+              w.miss_weight, static_cast<unsigned long long>(eval_seed));
+  std::printf("%-16s %-18s %5s %12s %12s %8s %8s %8s %7s\n", "set", "kind", "runs", "inst-s",
+              "shoal inst-s", "cold", "shoal", "misses", "ratio");
+  double log_train = 0, log_eval = 0, log_held = 0;
+  int n_train = 0, n_eval = 0, n_held = 0;
+  for (const Row& r : rows) {
+    const double ratio = r.shoal > 0 ? r.table / r.shoal : 1;
+    std::printf("%-16s %-18s %5d %12.0f %12.0f %8.0f %8.0f %8.0f %7.3f\n", r.set.c_str(),
+                r.kind.c_str(), r.runs, r.tc.instance_s, r.sc.instance_s, r.tc.cold_requests,
+                r.sc.cold_requests, r.tc.slo_misses, ratio);
+    if (r.kind == "train") log_train += std::log(ratio), ++n_train;
+    if (r.kind == "family, eval seed") log_eval += std::log(ratio), ++n_eval;
+    if (r.kind == "held-out family") log_held += std::log(ratio), ++n_held;
+  }
+  const double tr = n_train ? std::exp(log_train / n_train) : 1;
+  const double ev = n_eval ? std::exp(log_eval / n_eval) : 1;
+  const double ho = n_held ? std::exp(log_held / n_held) : 1;
+  std::printf("sizing generalisation gap (geometric means of the ratios): training %.3f, training "
+              "families at eval seed %.3f (%+.3f), held-out families %.3f (%+.3f)\n",
+              tr, ev, ev - tr, ho, ho - tr);
+  return true;
 }
 
 }  // namespace
@@ -166,6 +337,10 @@ int RunTrainCommand(const TrainCommand& c) {
               "(%.3f)\n",
               eval_ratio - train_ratio, eval_ratio, train_ratio, held_ratio - train_ratio,
               held_ratio);
+  if (trained->model.sizing().samples() > 0 &&
+      !PrintSizingGeneralisation(t, model, c.eval_seed, w)) {
+    return 1;
+  }
   std::printf("total %.1f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return 0;

@@ -186,6 +186,7 @@ Result<ScenarioResult> RunScenario(const ScenarioOptions& o) {
   ac.fixed_keep_alive_s = platform_keep_alive;
   ac.params = o.params;
   ac.learned_model = o.learned_model;
+  ac.learned_sizing_action = o.sizing_action;
   // "reactive": shoald's scaler without a policy (as many instances as the requests present
   // need) with a fixed idle keep-alive: the classic fixed keep-alive baseline.
   const bool reactive = o.policy == "reactive";
@@ -222,6 +223,11 @@ Result<ScenarioResult> RunScenario(const ScenarioOptions& o) {
     std::shared_ptr<FunctionAutoscaler> p(FunctionAutoscaler::Make(ac).value().release());
     if (o.idle_periods) {
       if (auto* l = dynamic_cast<LearnedPolicy*>(&p->policy())) l->set_recorder(o.idle_periods);
+    }
+    if (o.sizing_samples) {
+      o.sizing_samples->resize(w->functions.size());
+      if (auto* l = dynamic_cast<LearnedPolicy*>(&p->policy()))
+        l->set_sizing_recorder(&(*o.sizing_samples)[cfg.functions.size()]);
     }
     f.policy = [p](const FunctionSignals& s) { return p->Observe(s); };
     cfg.functions.push_back(f);

@@ -102,7 +102,7 @@ struct FnState {
   // This control interval.
   uint64_t iv_arrivals = 0, iv_completions = 0, iv_dispatched = 0;
   double iv_wait = 0, iv_service = 0, iv_cold_cost = 0;
-  uint32_t iv_cold = 0;
+  uint32_t iv_cold = 0, iv_cold_requests = 0, iv_slo_misses = 0;
   std::vector<double> iv_latency;
   // The whole run.
   FunctionReport report;
@@ -304,6 +304,7 @@ class Engine {
     ++s.iv_completions;
     s.iv_service += service;
     s.iv_latency.push_back(latency);
+    if (s.cfg->slo_s > 0 && latency > s.cfg->slo_s) ++s.iv_slo_misses;
     if (e.a >= c_.warmup_s) {
       FunctionReport& r = s.report;
       ++r.requests;
@@ -361,6 +362,7 @@ class Engine {
     while (!s.queue.empty() && in.inflight < s.cfg->concurrency) {
       const Pending p = s.queue.front();
       s.queue.pop_front();
+      ++s.iv_cold_requests;
       if (p.arrival >= c_.warmup_s) {
         ++s.report.cold_requests;
         if (first) ++s.report.first_cold_requests;
@@ -449,6 +451,8 @@ class Engine {
     g.min_scale = cfg.min_scale;
     g.max_scale = cfg.max_scale;
     g.slo_s = cfg.slo_s;
+    g.cold_requests = s.iv_cold_requests;
+    g.slo_misses = s.iv_slo_misses;
     return g;
   }
 
@@ -490,7 +494,7 @@ class Engine {
       }
       s.iv_arrivals = s.iv_completions = s.iv_dispatched = 0;
       s.iv_wait = s.iv_service = s.iv_cold_cost = 0;
-      s.iv_cold = 0;
+      s.iv_cold = s.iv_cold_requests = s.iv_slo_misses = 0;
       s.iv_latency.clear();
     }
   }

@@ -99,11 +99,15 @@ TEST(LearnedModel, RoundTripsByteForByte) {
   m.trained_on = "timer \"quoted\" (seeds 1..2)";
   m.seed = 7;
   for (double t : {12.5, 75.0, 75.0, 300.0, 0.1 + 0.2}) m.Learn(Period(m, History({75, 80, 70}), t));
+  m.mutable_sizing().Learn({3, 5, {0.1 + 0.2, 1, 2}, 7});
+  m.mutable_sizing().Learn({35, 11, {1e-9, 0, 0.5}, 1});
   const std::string text = m.Serialize();
   auto back = LearnedModel::Parse(text, "mem");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->Serialize(), text);
   EXPECT_EQ(back->samples(), 5u);
+  EXPECT_EQ(back->sizing().samples(), 8u);
+  EXPECT_EQ(back->sizing().cells()[3 * 12 + 5].n, 7u);
   EXPECT_EQ(back->trained_on, m.trained_on);
   // Through a file too.
   const std::string path = ::testing::TempDir() + "learned-roundtrip.json";
@@ -119,11 +123,115 @@ TEST(LearnedModel, TheShippedFileIsCompiledInAndRoundTrips) {
   ASSERT_TRUE(in) << SHOAL_LEARNED_POLICY_FILE;
   std::stringstream text;
   text << in.rdbuf();
-  auto parsed = LearnedModel::Parse(text.str(), "learned-v1.json");
+  auto parsed = LearnedModel::Parse(text.str(), "learned-v2.json");
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->version(), 2);
+  EXPECT_TRUE(parsed->has_sizing());
   EXPECT_GT(parsed->samples(), 10000u);
+  EXPECT_GT(parsed->sizing().samples(), 100000u);
   EXPECT_EQ(parsed->Serialize(), text.str());
   EXPECT_EQ(LearnedModel::Default()->Serialize(), text.str());
+}
+
+TEST(LearnedModel, AVersionOneFileIsReadAndSaysItsSizingIsShoals) {
+  std::ifstream in(SHOAL_LEARNED_POLICY_V1_FILE, std::ios::binary);
+  ASSERT_TRUE(in) << SHOAL_LEARNED_POLICY_V1_FILE;
+  std::stringstream text;
+  text << in.rdbuf();
+  auto parsed = LearnedModel::Parse(text.str(), "learned-v1.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->version(), 1);
+  EXPECT_FALSE(parsed->has_sizing());
+  // It round-trips as version 1: same bytes, same checksum (the idle table's alone).
+  EXPECT_EQ(parsed->Serialize(), text.str());
+  LearnedParams p;
+  p.model = std::make_shared<const LearnedModel>(*parsed);
+  LearnedPolicy policy(p, ShoalParams{}, p.model);
+  FunctionSignals s;
+  s.now_s = 2;
+  s.interval_s = 2;
+  s.arrivals = 3;
+  s.inflight = 1;
+  s.concurrency = 1;
+  s.max_scale = 10;
+  policy.Observe(s);
+  EXPECT_EQ(policy.sizing_action(), SizingTable::kDefaultAction);
+  EXPECT_NE(policy.Explain().find("sizing x1.00-hold-10s (shoal's Erlang-C as is: the policy file "
+                                  "is version 1, which has no sizing table)"),
+            std::string::npos)
+      << policy.Explain();
+}
+
+TEST(SizingTable, ChoosesAnotherActionOnlyWhenClearlyCheaperInTheContextsOwnRow) {
+  SizingTable t;
+  const size_t state = t.StateOf(0.1, 1.0, 8);
+  const size_t def = SizingTable::kDefaultAction;
+  const size_t wide = 8;  // x1.30-hold-2s
+  ASSERT_EQ(t.actions()[wide].name, "x1.30-hold-2s");
+  ASSERT_EQ(t.actions()[def].name, "x1.00-hold-10s");
+  LearnedWeights w;  // 1/300 per inst-s, 1 per cold request, 1 per slo miss
+  // No data: the default, with no estimate.
+  SizingCost e{1, 1, 1};
+  EXPECT_EQ(t.Choose(state, w, &e), def);
+  EXPECT_EQ(e.instance_s, 0);
+  // 4000 intervals each: default 2 inst-s + 0.01 cold per interval; wide 3 inst-s, no cold.
+  t.Learn({state, def, {8000, 40, 0}, 4000});
+  t.Learn({state, wide, {12000, 0, 0}, 4000});
+  // Weighted per interval: default 2/300 + 0.01 = 0.01667, wide 3/300 = 0.01: wide, 40% less.
+  EXPECT_EQ(t.Choose(state, w, &e), wide);
+  EXPECT_DOUBLE_EQ(e.instance_s, 3);
+  EXPECT_DOUBLE_EQ(e.cold_requests, 0);
+  // Instance-seconds dearer (1/30): default 0.0767, wide 0.1: the default.
+  w.cost_weight = 1.0 / 30;
+  EXPECT_EQ(t.Choose(state, w), def);
+  // Within the 3 % margin the default stays: wide 2% cheaper.
+  SizingTable close;
+  close.Learn({state, def, {3000, 0, 0}, 3000});
+  close.Learn({state, wide, {2940, 0, 0}, 3000});
+  EXPECT_EQ(close.Choose(state, LearnedWeights{}), def);
+  // Too few intervals in a cell: not a candidate.
+  SizingTable sparse;
+  sparse.Learn({state, def, {3000, 30, 0}, 3000});
+  sparse.Learn({state, wide, {10, 0, 0}, 10});
+  EXPECT_EQ(sparse.Choose(state, LearnedWeights{}), def);
+  // Another context does not borrow this one's choice (only its own row decides).
+  EXPECT_EQ(t.Choose(t.StateOf(0.1, 1.0, 1), LearnedWeights{}), def);
+  EXPECT_EQ(t.samples(), 8000u);
+}
+
+TEST(SizingFeatures, LoadAndDispersionOverTheLastTenMinutes) {
+  SizingFeatures f;
+  FunctionSignals s;
+  s.interval_s = 2;
+  s.concurrency = 4;
+  // Steady 10 arrivals per 2 s interval for 20 minutes, 0.2 s service: 5/s x 0.2 / 4 = 0.25.
+  for (int k = 1; k <= 600; ++k) {
+    s.now_s = 2.0 * k;
+    s.arrivals = 10;
+    f.Observe(s, 0.2, 1.0);
+  }
+  EXPECT_NEAR(f.load(), 0.25, 1e-9);
+  EXPECT_NEAR(f.dispersion(), 0, 1e-9);  // no interval differs from the last
+  EXPECT_EQ(f.intervals(), 300u);        // ten minutes of 2 s intervals
+  EXPECT_EQ(f.concurrency(), 4u);
+  // Bursts: 40 arrivals every fourth interval, none between (same mean rate): dispersion
+  // = mean squared difference / 2 / mean, about 40^2 x (2/4) / 2 / 10 = 40.
+  for (int k = 601; k <= 1200; ++k) {
+    s.now_s = 2.0 * k;
+    s.arrivals = k % 4 == 0 ? 40 : 0;
+    f.Observe(s, 0.2, 1.0);
+  }
+  EXPECT_NEAR(f.load(), 0.25, 1e-9);
+  EXPECT_NEAR(f.dispersion(), 40, 0.5);
+  // timeScale 0.1: the same per-interval counts at 0.2 s intervals read as the same load.
+  SizingFeatures g;
+  s.interval_s = 0.2;
+  for (int k = 1; k <= 600; ++k) {
+    s.now_s = 0.2 * k;
+    s.arrivals = 10;
+    g.Observe(s, 0.02, 0.1);
+  }
+  EXPECT_NEAR(g.load(), 0.25, 1e-9);
 }
 
 void ExpectRefused(const std::string& text, const std::string& message) {
@@ -149,10 +257,25 @@ TEST(LearnedModel, RefusesACorruptOrIncompatibleFileNamingWhatIsWrong) {
   ExpectRefused("[1, 2]", "not a JSON object");
   ExpectRefused(Replace(good, "\"shoal-learned-policy\"", "\"something-else\""),
                 "format is not \"shoal-learned-policy\"");
-  ExpectRefused(Replace(good, "\"version\": 1", "\"version\": 2"),
-                "version 2 is incompatible: this build reads version 1 (retrain with `shoal sim "
-                "train`)");
-  ExpectRefused(Replace(good, "\"version\": 1", "\"version\": \"1\""), "no integer \"version\"");
+  ExpectRefused(Replace(good, "\"version\": 2", "\"version\": 3"),
+                "version 3 is incompatible: this build reads versions 1 to 2 (retrain with "
+                "`shoal sim train`)");
+  ExpectRefused(Replace(good, "\"version\": 2", "\"version\": 0"),
+                "version 0 is incompatible: this build reads versions 1 to 2");
+  ExpectRefused(Replace(good, "\"version\": 2", "\"version\": \"2\""), "no integer \"version\"");
+  // The version-2 sizing section: required, checked like the idle table.
+  ExpectRefused(Replace(good, "\"sizing\": {", "\"sizing-old\": {"),
+                "version 2 needs a \"sizing\" object (the busy-time table)");
+  ExpectRefused(Replace(good, "\"load_edges\": [0.01,", "\"load_edges\": [0.02,"),
+                "\"sizing.load_edges\" differs from this build's discretisation (retrain)");
+  ExpectRefused(Replace(good, "\"x0.85-hold-2s\"", "\"x0.80-hold-2s\""),
+                "\"sizing.actions\" differ from this build's action set (retrain)");
+  ExpectRefused(Replace(good, "[[0, 0, 0, 0], ", "[[0, -1, 0, 0], "),
+                "sizing.table[0][0] has a negative or non-finite sum");
+  ExpectRefused(Replace(good, "[[0, 0, 0, 0], ", "[[0, 0, 0], "),
+                "sizing.table[0][0] must be [intervals, instance_s, cold, slo_misses]");
+  ExpectRefused(Replace(good, "\"version\": 2", "\"version\": 1"),
+                "\"sizing\" is a version-2 section but the file says version 1");
   ExpectRefused(Replace(good, "[15, 45, 90", "[15, 40, 90"),
                 "\"median_edges_s\" differs from this build's discretisation (retrain)");
   ExpectRefused(Replace(good, "\"keep-0s\"", "\"keep-1s\""),

@@ -18,28 +18,65 @@ TrainOptions Small(uint64_t seed) {
 }
 
 TEST(TrainLearnedPolicy, DeterministicForAFixedSeed) {
-  size_t progress_calls = 0;
+  size_t idle_calls = 0, sizing_calls = 0;
   TrainOptions t = Small(1000);
-  t.progress = [&](size_t done, size_t total, const std::string&) {
-    ++progress_calls;
-    EXPECT_EQ(total, 6u);
-    EXPECT_EQ(done, progress_calls);
+  t.progress = [&](size_t done, size_t total, const std::string& what) {
+    // First the idle table (6 runs), then the sizing table (each run once per sizing action).
+    if (what.rfind("sizing ", 0) == 0) {
+      ++sizing_calls;
+      EXPECT_EQ(total, 72u);
+      EXPECT_EQ(done, sizing_calls);
+    } else {
+      ++idle_calls;
+      EXPECT_EQ(total, 6u);
+      EXPECT_EQ(done, idle_calls);
+    }
   };
   auto a = TrainLearnedPolicy(t);
   auto b = TrainLearnedPolicy(Small(1000));
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   ASSERT_TRUE(b.ok()) << b.status().ToString();
-  EXPECT_EQ(progress_calls, 6u);
+  EXPECT_EQ(idle_calls, 6u);
+  EXPECT_EQ(sizing_calls, 72u);
   EXPECT_EQ(a->runs, 6u);
+  EXPECT_EQ(a->sizing_runs, 72u);
   EXPECT_GT(a->model.samples(), 100u);
   EXPECT_EQ(a->model.samples(), a->periods.size());
+  // Every function's intervals, charged once per action: a multiple of the action count.
+  EXPECT_GT(a->model.sizing().samples(), 1000u);
+  EXPECT_EQ(a->model.sizing().samples() % 12, 0u);
   const std::string bytes = a->model.Serialize();
   EXPECT_EQ(bytes, b->model.Serialize());
   EXPECT_NE(bytes.find("\"trained_on\": \"timer, poisson, azure (seeds 1000..1001"),
             std::string::npos);
+  EXPECT_NE(bytes.find("sizing: seeds 1000..1001 x 12 actions"), std::string::npos);
   auto c = TrainLearnedPolicy(Small(2000));
   ASSERT_TRUE(c.ok());
   EXPECT_NE(c->model.Serialize(), bytes);
+  // No sizing seeds: an empty sizing table (every context keeps the default sizing).
+  TrainOptions none = Small(1000);
+  none.sizing_seeds = 0;
+  auto d = TrainLearnedPolicy(none);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->sizing_runs, 0u);
+  EXPECT_EQ(d->model.sizing().samples(), 0u);
+}
+
+TEST(LearnedRunCost, OneSizingActionForEveryIntervalChangesTheRunsCost) {
+  ScenarioOptions o;
+  o.workload = "gen-bursty";
+  o.seed = 42;
+  o.duration_scale = 0.25;
+  const LearnedWeights w;
+  auto model = LearnedModel::Default();
+  auto def = LearnedRunCost(o, model, static_cast<int>(SizingTable::kDefaultAction), w);
+  auto wide = LearnedRunCost(o, model, 11, w);  // x1.30, hold 60 s
+  ASSERT_TRUE(def.ok() && wide.ok());
+  EXPECT_GT(wide->cost.instance_s, def->cost.instance_s);
+  EXPECT_LE(wide->cost.cold_requests, def->cost.cold_requests);
+  EXPECT_DOUBLE_EQ(def->weighted, w.cost_weight * def->cost.instance_s +
+                                      w.cold_weight * def->cost.cold_requests +
+                                      w.miss_weight * def->cost.slo_misses);
 }
 
 TEST(TrainLearnedPolicy, RefusesUnknownFamiliesAndNoSeeds) {

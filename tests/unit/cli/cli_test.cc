@@ -458,9 +458,9 @@ TEST_F(CliTest, TopPrintsTheDataPlaneAndATable) {
   EXPECT_EQ(r.out,
             "Data plane: sockmap\n"
             "FUNCTION   POLICY   DESIRED   ACTUAL   INFLIGHT   QUEUED   REQ/S   P50      P99      "
-            "COLD-STARTS       AVOIDED\n"
+            "COLD-STARTS       AVOIDED   ANOMALIES\n"
             "echo       kpa      3         2+1      5          1        250.0   0.42ms   12.5ms   "
-            "1 (last 35.0ms)   4\n");
+            "1 (last 35.0ms)   4         0\n");
 }
 
 // top -w on a terminal: every refresh from the top-left corner, each line cleared to its end
@@ -474,7 +474,7 @@ TEST_F(CliTest, TopWatchRefreshesInPlace) {
   const std::string frame =
       "\x1b[HData plane: sockmap\x1b[K\r\n"
       "FUNCTION   POLICY   DESIRED   ACTUAL   INFLIGHT   QUEUED   REQ/S   P50   P99   "
-      "COLD-STARTS   AVOIDED\x1b[K\r\n(no functions deployed)\x1b[K\r\n\x1b[J";
+      "COLD-STARTS   AVOIDED   ANOMALIES\x1b[K\r\n(no functions deployed)\x1b[K\r\n\x1b[J";
   EXPECT_EQ(r.out.rfind("\x1b[?25l" + frame + frame, 0), 0u) << r.out;
   EXPECT_EQ(r.out.find("\x1b[2J"), std::string::npos);
   EXPECT_EQ(r.out.substr(r.out.size() - 6), "\x1b[?25h");
@@ -917,12 +917,15 @@ TEST(CliSimTest, TrainWritesTheLearnedPolicyWithAProgressBar) {
                      "--duration-scale", "0.1", "--no-eval"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("] 2/2 train poisson seed 1000"), std::string::npos) << r.err;
+  // Then the sizing table: each run once per sizing action (2 families x 1 seed x 12).
+  EXPECT_NE(r.err.find("] 24/24 sizing poisson seed 1000 x1.30-hold-60s"), std::string::npos)
+      << r.err;
   EXPECT_NE(r.out.find("trained on 2 runs (timer, poisson (seeds 1000..1000"), std::string::npos)
       << r.out;
   std::ifstream in(out);
   std::stringstream text;
   text << in.rdbuf();
-  EXPECT_EQ(text.str().rfind("{\n  \"format\": \"shoal-learned-policy\",\n  \"version\": 1,", 0),
+  EXPECT_EQ(text.str().rfind("{\n  \"format\": \"shoal-learned-policy\",\n  \"version\": 2,", 0),
             0u) << text.str().substr(0, 200);
   auto bad = RunShoal("http://127.0.0.1:1", {"sim", "train", "--families", "nope", "--no-eval"});
   EXPECT_EQ(bad.exit_code, 1);

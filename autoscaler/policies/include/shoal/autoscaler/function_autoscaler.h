@@ -35,9 +35,10 @@ struct AutoscalingConfig {
   // Manifest names (camelCase) -> values; durations already in seconds.
   std::map<std::string, double> params;
   double fixed_keep_alive_s = 60;  // the function's keepAlive: the fixed policy's window
-  // learned: the trained table to load (empty: the compiled-in deploy/policies/learned-v1.json).
+  // learned: the trained table to load (empty: the compiled-in deploy/policies/learned-v2.json).
   std::string policy_file;
   std::shared_ptr<const LearnedModel> learned_model;  // set: use it instead of any file
+  int learned_sizing_action = -1;  // training: force this busy-time sizing action
 };
 
 // A parameter the `params:` map accepts.

@@ -1,8 +1,10 @@
-// The learned policy: while a function is active it sizes replicas as the shoal policy does
-// (Holt forecast, Erlang C, lazy scale-down, pre-warm ahead of a rising forecast); every time
-// the function goes idle it picks one of a small set of idle actions (keep the last instance
-// K seconds, or release it and pre-warm the last burst's size for a window predicted from the
-// function's idle-time history) from a table trained offline in the simulator.
+// The learned policy: while a function is active it sizes replicas with the shoal policy's
+// machinery (Holt forecast, Erlang C, lazy scale-down, pre-warm ahead of a rising forecast)
+// under a sizing action its busy-time table picks (a headroom multiplier and the scale-down
+// window; learned_sizing.h); every time the function goes idle it picks one of a small set of
+// idle actions (keep the last instance K seconds, or release it and pre-warm the last burst's
+// size for a window predicted from the function's idle-time history). Both tables are trained
+// offline in the simulator and shipped in one versioned file.
 //
 // Method: a full-information contextual bandit. The arrivals that end an idle period do not
 // depend on what the autoscaler did during it, so once the period's length T is known the cost
@@ -27,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "shoal/autoscaler/learned_sizing.h"
 #include "shoal/autoscaler/scaling_policy.h"
 #include "shoal/autoscaler/shoal_policy.h"
 
@@ -63,10 +66,15 @@ struct IdlePeriod {
   double resume_arrivals = 1;     // arrivals in the interval the period ended with
   uint32_t burst_peak = 1;        // instances the last active period needed
   uint32_t history = 0;           // idle periods known at decision time
-  // Arrival rates (per second, training clock) over the minute and the ten minutes before the
-  // period began. Recorded for state-feature experiments (bench-learned-features); the v1 state
-  // does not use them.
+  // Recorded for state-feature experiments (bench-learned-features); the state does not use
+  // them. Arrival rates (per second, training clock) over the minute and the ten minutes before
+  // the period began; the mean queue wait of the active period that just ended (training-clock
+  // seconds); the idle period before that active period (time since the call before it; 0 when
+  // none); the function's per-instance concurrency.
   double rate_1m = 0, rate_10m = 0;
+  double queue_wait_s = 0;
+  double previous_idle_s = 0;
+  uint32_t concurrency = 1;
 };
 
 // Cost of one action on one idle period.
@@ -80,10 +88,13 @@ struct ActionCost {
 class LearnedModel {
  public:
   static constexpr const char* kFormat = "shoal-learned-policy";
-  static constexpr int kVersion = 1;
+  // Version 2 adds the busy-time sizing table. A version-1 file (idle table only) is still read:
+  // its functions size replicas with the fixed default sizing action, which Explain says.
+  static constexpr int kVersion = 2;
+  static constexpr int kOldestVersion = 1;
   static constexpr size_t kHistory = 32;  // idle periods remembered per function
 
-  LearnedModel();  // the v1 discretisation and action set, an empty table
+  LearnedModel();  // the idle discretisation and action set, empty tables, version kVersion
 
   size_t num_states() const;
   size_t num_actions() const { return actions_.size(); }
@@ -106,6 +117,12 @@ class LearnedModel {
                 ActionCost* expected = nullptr) const;
   uint64_t samples() const { return total_samples_; }
 
+  // The busy-time sizing table; has_sizing() is false for a version-1 file.
+  const SizingTable& sizing() const { return sizing_; }
+  SizingTable& mutable_sizing() { return sizing_; }
+  bool has_sizing() const { return version_ >= 2; }
+  int version() const { return version_; }
+
   // Training metadata written into the file (informational; not used for decisions).
   std::string trained_on;  // families and seeds
   uint64_t seed = 0;
@@ -117,7 +134,7 @@ class LearnedModel {
   // entry, a checksum mismatch.
   static Result<LearnedModel> Parse(std::string_view text, const std::string& origin);
   static Result<LearnedModel> Load(const std::string& path);
-  // The policy shipped in deploy/policies/learned-v1.json, compiled in.
+  // The policy shipped in deploy/policies/learned-v2.json, compiled in.
   static std::shared_ptr<const LearnedModel> Default();
 
  private:
@@ -126,7 +143,7 @@ class LearnedModel {
     double cold = 0, inst = 0;  // sums over the periods
   };
   size_t Row(size_t table_state, size_t action) const { return table_state * actions_.size() + action; }
-  uint64_t Checksum() const;
+  uint64_t Checksum() const;  // of the idle table, and the sizing table from version 2 on
 
   std::vector<double> median_edges_, spread_edges_;
   std::vector<uint32_t> count_edges_;
@@ -135,6 +152,8 @@ class LearnedModel {
   // Rows: fine states, then coarse states, then one global row.
   std::vector<Cell> table_;
   uint64_t total_samples_ = 0;
+  SizingTable sizing_;
+  int version_ = kVersion;
 };
 
 class LearnedPolicy final : public ScalingPolicy {
@@ -153,6 +172,10 @@ class LearnedPolicy final : public ScalingPolicy {
   const IdleHistory& history() const { return history_; }
   // Every idle period this policy saw end (training collects them).
   void set_recorder(std::vector<IdlePeriod>* out) { recorder_ = out; }
+  // Every interval's outcome with the sizing context and action that were in force.
+  void set_sizing_recorder(std::vector<SizingSample>* out) { sizing_recorder_ = out; }
+  size_t sizing_action() const { return sizing_action_; }
+  const SizingFeatures& sizing_features() const { return features_; }
 
  private:
   void StartIdle(const FunctionSignals& s);
@@ -174,6 +197,14 @@ class LearnedPolicy final : public ScalingPolicy {
   double last_interval_s_ = 2;
   std::deque<std::pair<double, uint64_t>> arrivals_;  // (now, arrivals) per tick, last 10 min
   std::vector<IdlePeriod>* recorder_ = nullptr;
+  // Busy-time sizing.
+  SizingFeatures features_;
+  size_t sizing_state_ = 0, sizing_action_ = SizingTable::kDefaultAction;
+  bool have_sizing_ = false;
+  SizingCost sizing_expected_;
+  std::vector<SizingSample>* sizing_recorder_ = nullptr;
+  // Of the active period in progress: queue wait summed over its dispatches, for IdlePeriod.
+  double active_wait_s_ = 0, active_dispatched_ = 0, last_active_wait_s_ = 0;
 };
 
 }  // namespace shoal

@@ -120,6 +120,7 @@ struct LearnedWeights {
   double cost_weight = 1.0 / 300;  // per instance-second
   double cold_weight = 1;         // per request that waits for a cold start
   double slo_weight = 0;          // more per cold request whose cold start alone exceeds the SLO
+  double miss_weight = 1;         // busy-time sizing: per request finished over the SLO
 };
 
 class LearnedModel;
@@ -133,9 +134,11 @@ struct LearnedParams {
   // runs time 10x faster: 0.1). Idle times are divided by it before they meet the table.
   double time_scale = 1;
   // The table: `model` when set (training, tests), else `policy_file`, else the compiled-in
-  // deploy/policies/learned-v1.json.
+  // deploy/policies/learned-v2.json.
   std::string policy_file;
   std::shared_ptr<const LearnedModel> model;
+  // Training only: every interval runs this sizing action instead of the table's (-1: the table).
+  int sizing_action = -1;
 };
 
 struct PolicyParams {

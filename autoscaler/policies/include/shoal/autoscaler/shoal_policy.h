@@ -16,11 +16,18 @@
 
 namespace shoal {
 
+// Per-call overrides of the sizing, for a policy that picks them every interval (learned).
+struct SizingKnobs {
+  double headroom = 1;             // the Erlang-C instance count is multiplied by this
+  double scale_down_delay_s = -1;  // the lazy scale-down window; < 0: the params' own
+};
+
 class ShoalPolicy final : public ScalingPolicy {
  public:
   explicit ShoalPolicy(const ShoalParams& params);  // params must have passed Validate
 
-  ScalingDecision Observe(const FunctionSignals& s) override;
+  ScalingDecision Observe(const FunctionSignals& s) override { return Observe(s, SizingKnobs{}); }
+  ScalingDecision Observe(const FunctionSignals& s, const SizingKnobs& knobs);
   const char* name() const override { return "shoal"; }
 
   // Instances needed for arrival rate `lambda` with service time `service_s`, `slots` requests

@@ -22,6 +22,9 @@ struct TrainOptions {
   std::vector<std::string> families{std::begin(kTrainingFamilies), std::end(kTrainingFamilies)};
   uint64_t seed = 1000;  // family f's runs use seeds seed .. seed + seeds - 1
   int seeds = 16;
+  // The busy-time sizing table: trained on the same families at the first sizing_seeds seeds,
+  // each run simulated once per sizing action; 0 leaves the table empty.
+  int sizing_seeds = 8;
   double duration_scale = 1.0;
   // Called after each simulated run: (runs done, runs in all, what just ran).
   std::function<void(size_t, size_t, const std::string&)> progress;
@@ -31,6 +34,7 @@ struct TrainResult {
   LearnedModel model;
   std::vector<IdlePeriod> periods;  // what it was trained on
   size_t runs = 0;
+  size_t sizing_runs = 0;
 };
 
 // Deterministic: the same options give the same model, byte for byte once serialised. The
@@ -51,6 +55,19 @@ struct IdleCost {
 IdleCost EvaluateIdleCost(const LearnedModel& model, const std::vector<IdlePeriod>& periods,
                           const LearnedWeights& weights);
 
+// Trains `model`'s sizing table in place (its idle table is what the runs use while idle).
+Status TrainSizing(const TrainOptions& options, LearnedModel* model, size_t* runs);
+
+// Weighted cost of a whole simulated run (instance-seconds, cold-start requests, SLO misses,
+// with the weights) under the learned policy: the model's sizing table, or one sizing action
+// for every interval (`sizing_action` >= 0; SizingTable::kDefaultAction is shoal's sizing).
+struct RunCost {
+  SizingCost cost;
+  double weighted = 0;
+};
+Result<RunCost> LearnedRunCost(ScenarioOptions options, std::shared_ptr<const LearnedModel> model,
+                               int sizing_action, const LearnedWeights& weights);
+
 }  // namespace shoal
 
 namespace shoal {
@@ -60,7 +77,7 @@ namespace shoal {
 // families at evaluation seeds, on held-out families, and on the bench's five workloads).
 struct TrainCommand {
   TrainOptions train;
-  std::string out_path = "deploy/policies/learned-v1.json";
+  std::string out_path = "deploy/policies/learned-v2.json";
   uint64_t eval_seed = 42;
   bool evaluate = true;
 };

@@ -35,6 +35,10 @@ struct ScenarioOptions {
   std::map<std::string, double> params;
   std::shared_ptr<const LearnedModel> learned_model;  // learned: this table, not the shipped one
   std::vector<IdlePeriod>* idle_periods = nullptr;     // learned: collects every idle period
+  int sizing_action = -1;  // learned: every interval runs this sizing action (training)
+  // learned: each function's interval outcomes, with the sizing context and action in force;
+  // resized to one vector per function, in the order of the report's functions.
+  std::vector<std::vector<SizingSample>>* sizing_samples = nullptr;
   std::string label;                                   // the row's policy name (default: policy)
 };
 

@@ -116,7 +116,9 @@ def build_model(names, shapes):
 
 
 class FashionMnistClient(shoal_fl.Client):
-    def __init__(self, train, test, seed):
+    def __init__(self, train, test, seed, attack=None):
+        self.attack = attack  # shoal_fl.Attack: this client poisons its updates
+        self.seed, self.fits = seed, 0
         self.x, self.y = train
         self.test_x, self.test_y = test
         self.net = None
@@ -145,7 +147,11 @@ class FashionMnistClient(shoal_fl.Client):
             opt.zero_grad()
             F.cross_entropy(net(x), y).backward()
             opt.step()
-        return get_parameters(net), len(self.y), {}
+        trained = get_parameters(net)
+        if self.attack is not None:
+            self.fits += 1
+            trained = self.attack.apply(parameters, trained, seed=self.seed * 7919 + self.fits)
+        return trained, len(self.y), {}
 
     def evaluate(self, parameters, config):
         net = self._net(parameters, config)
@@ -188,7 +194,14 @@ def main():
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-seconds", type=float, default=None)
+    p.add_argument("--attack", default="none",
+                   help="poison this client's updates: none | sign-flip | scale:<k> | "
+                        "noise:<sigma> (shoal_fl.attacks)")
     args = p.parse_args()
+    try:
+        attack = shoal_fl.parse_attack(args.attack)
+    except ValueError as e:
+        p.error(f"--attack: {e}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed * 1000 + args.client_index)
@@ -201,7 +214,10 @@ def main():
     # A fixed slice of the test split, different per client.
     start = (args.client_index * args.eval_samples) % len(test_y)
     test = (test_x[start:start + args.eval_samples], test_y[start:start + args.eval_samples])
-    client = FashionMnistClient((x[idx], y[idx]), test, seed=args.seed * 1000 + args.client_index)
+    client = FashionMnistClient((x[idx], y[idx]), test, seed=args.seed * 1000 + args.client_index,
+                                attack=None if attack.kind == "none" else attack)
+    if attack.kind != "none":
+        logging.info("client %d attacks: %s", args.client_index, attack)
 
     t0 = time.time()
     summary = shoal_fl.run_client(

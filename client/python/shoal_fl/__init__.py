@@ -9,9 +9,11 @@
     shoal_fl.run_client("http://localhost:8080", "fmnist", MyClient(), token=FL_TOKEN)
 
 JobClient speaks the protocol request by request; update_format writes SHU1 bodies;
-shoal_fl.torch (optional) moves parameters in and out of a torch.nn.Module.
+shoal_fl.torch (optional) moves parameters in and out of a torch.nn.Module; attacks poisons
+updates for experiments with a job's robust rule.
 """
 
+from .attacks import Attack, parse_attack
 from .client import Client, NumPyClient
 from .dtypes import DType
 from .errors import (BadRequest, ConnectionFailed, Forbidden, HttpError, NotFound,
@@ -24,9 +26,9 @@ from .update_format import EncodedUpdate, UpdateKind, UpdateMeta
 __version__ = "0.1.0"
 
 __all__ = [
-    "BadRequest", "Client", "ConnectionFailed", "DType", "EncodedUpdate", "Forbidden",
+    "Attack", "BadRequest", "Client", "ConnectionFailed", "DType", "EncodedUpdate", "Forbidden",
     "GlobalModel", "HttpError", "JobClient", "Membership", "NotFound", "NumPyClient",
     "PayloadTooLarge", "ProtocolError", "RetryPolicy", "RunSummary", "ServerError",
     "ServiceUnavailable", "ShoalError", "StaleUpdate", "Task", "Unauthorized", "UpdateKind",
-    "UpdateMeta", "run_client",
+    "UpdateMeta", "parse_attack", "run_client",
 ]

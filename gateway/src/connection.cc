@@ -488,6 +488,7 @@ void Connection::HandleRequest() {
     case Route::kForward:
       // The whole body has gone (or is queued) to the peer; its answer comes through the link.
       if (fwd_chunked_) SendForwardBody("0\r\n\r\n", 5);
+      if (fwd_ != nullptr) fwd_->Flush();
       return;
     case Route::kControl: {
       // Off this loop: a join or an evaluation may touch files (control_worker.h).

@@ -33,10 +33,11 @@ void PeerLink::Begin(ForwardClient* client, std::string head) {
   peer_keep_alive_ = false;
   http_parser_init(&parser_, HTTP_RESPONSE);
   parser_.data = this;
+  // The head waits for the first body bytes (Send) or the request's end (Flush), so that a
+  // small request leaves in one write.
   queued_ = std::move(head);
   if (connected_) {
     state_ = State::kExchange;
-    StartWrite();
     return;
   }
   state_ = State::kConnecting;
@@ -94,18 +95,30 @@ void PeerLink::Connect() {
 
 bool PeerLink::Send(const char* data, size_t len) {
   if (state_ == State::kClosing || len == 0) return true;
-  if (connected_ && !write_in_flight_ && queued_.empty()) {
-    // Straight from the caller's bytes into the socket; only what it does not take is kept.
-    uv_buf_t b = uv_buf_init(const_cast<char*>(data), static_cast<unsigned>(len));
-    const int n = uv_try_write(reinterpret_cast<uv_stream_t*>(&tcp_), &b, 1);
-    if (n == static_cast<int>(len)) return true;
-    const size_t sent = n > 0 ? static_cast<size_t>(n) : 0;
-    queued_.append(data + sent, len - sent);  // a hard error shows in uv_write's callback
+  if (connected_ && !write_in_flight_) {
+    // Whatever waits (the head) and these bytes in one writev, straight from the caller's
+    // buffer into the socket; only what it does not take is kept.
+    uv_buf_t b[2] = {uv_buf_init(queued_.data(), static_cast<unsigned>(queued_.size())),
+                     uv_buf_init(const_cast<char*>(data), static_cast<unsigned>(len))};
+    const bool head = !queued_.empty();
+    const int n = uv_try_write(reinterpret_cast<uv_stream_t*>(&tcp_), head ? b : b + 1,
+                               head ? 2 : 1);
+    size_t sent = n > 0 ? static_cast<size_t>(n) : 0;  // a hard error shows in uv_write's callback
+    const size_t from_queue = std::min(sent, queued_.size());
+    queued_.erase(0, from_queue);
+    sent -= from_queue;
+    if (queued_.empty() && sent == len) return true;
+    queued_.append(data + sent, len - sent);
   } else {
     queued_.append(data, len);
   }
   StartWrite();
   return false;
+}
+
+void PeerLink::Flush() {
+  if (state_ == State::kClosing) return;
+  StartWrite();
 }
 
 void PeerLink::StartWrite() {

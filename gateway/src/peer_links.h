@@ -39,11 +39,14 @@ class PeerLink {
  public:
   PeerLink(PeerLinks& owner, uv_loop_t* loop, std::string node, std::string address);
 
-  // Starts an exchange for `client`: connects if needed and writes `head`.
+  // Starts an exchange for `client`: connects if needed; `head` goes out with the first body
+  // bytes (Send) or at Flush.
   void Begin(ForwardClient* client, std::string head);
   // Request body bytes; they may be reused by the caller once this returns. False when some
   // are still queued: the caller stops reading until OnForwardDrained.
   bool Send(const char* data, size_t len);
+  // The request is complete: what waits goes out now.
+  void Flush();
   // The client went away: the link closes (an unfinished answer cannot be resumed).
   void Detach();
 

@@ -40,6 +40,8 @@ class TestCluster {
   int nodes() const { return options_.nodes; }
   std::string node_name(int i) const;
   std::string node_ip(int i) const;
+  // The network namespace node i runs in (its name under /var/run/netns).
+  std::string netns(int i) const { return ns(i); }
   static constexpr uint16_t kGatewayPort = 8080;
   static constexpr uint16_t kControlPort = 8081;
   // The node's control API (admin token of that node).

@@ -13,7 +13,10 @@
 // the shoal policy per workload, and the frontier: cold starts vs instance-seconds of each
 // policy (learned, shoal, kpa, rl-q) over a sweep of its cost knob beside fixed keep-alives of
 // 10 s .. 20 min, every point on every seed (medians, and each point's ratio to its own seed's
-// fixed frontier as median [min-max]).
+// fixed frontier as median [min-max]). Then the busy-time sizing: learned with its sizing table
+// against learned with shoal's sizing (the table's default action, all else equal), kpa and
+// shoal, per workload on sums over the seeds: whether it beats or matches each on cold starts,
+// instance-seconds and p99.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -44,8 +47,9 @@ struct Point {
 
 Result<FunctionReport> Run(const std::string& workload, const std::string& policy, uint64_t seed,
                            double scale, double keep_alive_s = -1,
-                           std::map<std::string, double> params = {}) {
+                           std::map<std::string, double> params = {}, int sizing_action = -1) {
   ScenarioOptions o;
+  o.sizing_action = sizing_action;
   o.workload = workload;
   o.policy = policy;
   o.seed = seed;
@@ -409,6 +413,71 @@ int main(int argc, char** argv) {
       seed_above, seed_points, worst);
   std::printf("learned sections simulated in %.1f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+  // ---- busy-time sizing ------------------------------------------------------------------------
+  std::printf("\nbusy-time sizing (learned's table, deploy/policies/learned-v2.json) vs the same "
+              "policy with shoal's sizing (x1.00, hold 10 s, every interval), kpa (Knative "
+              "defaults) and shoal; sums over seeds %llu..%llu (p99: mean over seeds); 'matches' "
+              "= within 1%% (p99: the latency histogram's resolution), no more cold starts\n",
+              static_cast<unsigned long long>(seed),
+              static_cast<unsigned long long>(seed + seeds - 1));
+  std::printf("%-8s %-15s %8s %12s %9s %10s %s\n", "workload", "policy", "later", "inst-s",
+              "p99 ms", "weighted", "learned vs it");
+  const LearnedWeights lw;
+  int beats_all = 0;
+  double log_sizing = 0;
+  for (const char* workload : kScenarioWorkloads) {
+    struct Variant {
+      const char* name;
+      const char* policy;
+      int sizing;
+    };
+    const Variant variants[] = {{"learned", "learned", -1},
+                                {"learned-shoalsz", "learned", int(SizingTable::kDefaultAction)},
+                                {"shoal", "shoal", -1},
+                                {"kpa", "kpa", -1}};
+    std::map<std::string, Point> pts;
+    std::map<std::string, double> weighted;
+    for (const Variant& v : variants) {
+      for (int k = 0; k < seeds; ++k) {
+        auto r = Run(workload, v.policy, seed + k, scale, -1, {}, v.sizing);
+        if (!r.ok()) return fail(r.status());
+        pts[v.name].Add(*r);
+        weighted[v.name] += lw.cost_weight * r->instance_s + lw.cold_weight * r->cold_requests +
+                            lw.miss_weight * r->slo_violations;
+      }
+    }
+    const Point& l = pts["learned"];
+    bool all = true;
+    for (const Variant& v : variants) {
+      const Point& o = pts[v.name];
+      std::string verdict;
+      if (std::string(v.name) != "learned") {
+        const bool cold_ok = l.later_cold <= o.later_cold;
+        const bool inst_ok = l.instance_s <= o.instance_s * 1.01;
+        const bool p99_ok = l.p99_s <= o.p99_s * 1.01;
+        const bool better = l.later_cold < o.later_cold || l.instance_s < o.instance_s * 0.99 ||
+                            l.p99_s < o.p99_s * 0.99;
+        verdict = cold_ok && inst_ok && p99_ok ? (better ? "beats" : "matches") : "worse on";
+        if (!cold_ok) verdict += " cold";
+        if (!inst_ok) verdict += " inst-s";
+        if (!p99_ok) verdict += " p99";
+        if (std::string(v.name) != "learned-shoalsz") all = all && cold_ok && inst_ok && p99_ok;
+      }
+      std::printf("%-8s %-15s %8.0f %12.0f %9.1f %10.1f %s\n", workload, v.name, o.later_cold,
+                  o.instance_s, 1e3 * o.p99_s / seeds, weighted[v.name], verdict.c_str());
+    }
+    beats_all += all;
+    log_sizing += std::log(weighted["learned"] / weighted["learned-shoalsz"]);
+  }
+  const double sizing_ratio = std::exp(log_sizing / std::size(kScenarioWorkloads));
+  std::printf("learned (with its sizing table) beats or matches both kpa and shoal on cold starts, "
+              "instance-seconds and p99 on %d of 5 workloads; its sizing table against shoal's "
+              "sizing, weighted cost (costWeight x inst-s + cold requests + slo misses), "
+              "geometric mean over the workloads: %.4fx\n",
+              beats_all, sizing_ratio);
+  std::printf("RESULT autoscale_learned_sizing_vs_shoal_sizing ratio=%.4f\n", sizing_ratio);
+  std::printf("RESULT autoscale_learned_beats_or_matches_kpa_and_shoal ratio=%.3f\n",
+              beats_all / 5.0);
   std::printf("RESULT autoscale_learned_vs_kpa60_cold ratio=%.3f\n", lc[1]);
   std::printf("RESULT autoscale_learned_vs_kpa60_inst ratio=%.3f\n", li[1]);
   std::printf("RESULT autoscale_learned_vs_kpa60_p99 ratio=%.3f\n", lp[1]);

@@ -184,9 +184,15 @@ bool RunPolicy(const std::string& policy, const std::vector<Fn>& fns,
 int main(int argc, char** argv) {
   double seconds = 120;
   uint64_t seed = 42;
+  int runs = 1;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--seconds") seconds = std::stod(argv[++i]);
-    if (std::string(argv[i]) == "--seed") seed = std::stoull(argv[++i]);
+    else if (std::string(argv[i]) == "--seed") seed = std::stoull(argv[++i]);
+    else if (std::string(argv[i]) == "--runs") runs = std::stoi(argv[++i]);
+  }
+  if (runs < 1 || !(seconds > 0)) {
+    std::fprintf(stderr, "bench-autoscale-live: --runs must be >= 1 and --seconds > 0\n");
+    return 1;
   }
   std::vector<Fn> fns = {{"bursty", 4, Distribution::LogNormal(0.04, 0.5)}};
   std::vector<std::unique_ptr<ArrivalSource>> sources;
@@ -203,43 +209,58 @@ int main(int argc, char** argv) {
     reqs.push_back({a.t, a.function, std::max(1, static_cast<int>(s * 1000 + 0.5))});
   }
 
-  std::vector<Row> rows;
-  for (const char* policy : {"kpa", "shoal", "learned"}) {
-    if (!RunPolicy(policy, fns, reqs, seconds, &rows)) return 1;
-  }
   std::printf("bench-autoscale-live: real shoald, seed %llu, %.0f s per policy, %zu requests "
-              "(bursty 8 req/s + 5 timers of 4.5..9 s), time 10x faster than bench-autoscale\n",
-              static_cast<unsigned long long>(seed), seconds, reqs.size());
-  std::printf("ratios x* are policy / kpa on the same arrivals; lower is better\n");
-  std::printf("%-7s %-7s %9s %7s %7s %7s %9s %9s %9s %7s %7s %7s\n", "group", "policy",
-              "requests", "failed", "starts", "cold", "p50 ms", "p99 ms", "inst-s", "xcold",
-              "xinst", "xp99");
+              "(bursty 8 req/s + 5 timers of 4.5..9 s), time 10x faster than bench-autoscale, "
+              "%d run(s) of the same replay\n",
+              static_cast<unsigned long long>(seed), seconds, reqs.size(), runs);
+  std::printf("ratios x* are policy / kpa on the same arrivals in the same run; lower is better\n");
   auto ratio = [](double a, double b) { return b > 0 ? a / b : (a > 0 ? INFINITY : 1.0); };
-  double inst_ratio = 1, l_cold = 1, l_inst = 1, l_p99 = 1;
-  for (const Row& r : rows) {
-    const Row* base = nullptr;
-    for (const Row& b : rows) {
-      if (b.policy == "kpa" && b.group == r.group) base = &b;
+  // Per run, total-row ratios: shoal inst-s, learned cold / inst-s / p99.
+  std::vector<double> shoal_inst, l_cold, l_inst, l_p99, s_p99;
+  for (int run = 0; run < runs; ++run) {
+    std::vector<Row> rows;
+    for (const char* policy : {"kpa", "shoal", "learned"}) {
+      if (!RunPolicy(policy, fns, reqs, seconds, &rows)) return 1;
     }
-    std::printf("%-7s %-7s %9llu %7llu %7llu %7llu %9.1f %9.1f %9.1f %7.2f %7.2f %7.2f\n",
-                r.group.c_str(), r.policy.c_str(), static_cast<unsigned long long>(r.requests),
-                static_cast<unsigned long long>(r.failed),
-                static_cast<unsigned long long>(r.starts), static_cast<unsigned long long>(r.cold),
-                r.p50, r.p99, r.inst_s, ratio(std::max<double>(1, r.cold), std::max<double>(1, base->cold)),
-                ratio(r.inst_s, base->inst_s), ratio(r.p99, base->p99));
-    if (r.policy == "shoal" && r.group == "total") inst_ratio = ratio(r.inst_s, base->inst_s);
-    if (r.policy == "learned" && r.group == "total") {
-      l_cold = ratio(std::max<double>(1, r.cold), std::max<double>(1, base->cold));
-      l_inst = ratio(r.inst_s, base->inst_s);
-      l_p99 = ratio(r.p99, base->p99);
+    std::printf("\nrun %d of %d\n", run + 1, runs);
+    std::printf("%-7s %-7s %9s %7s %7s %7s %9s %9s %9s %7s %7s %7s\n", "group", "policy",
+                "requests", "failed", "starts", "cold", "p50 ms", "p99 ms", "inst-s", "xcold",
+                "xinst", "xp99");
+    for (const Row& r : rows) {
+      const Row* base = nullptr;
+      for (const Row& b : rows) {
+        if (b.policy == "kpa" && b.group == r.group) base = &b;
+      }
+      const double xc = ratio(std::max<double>(1, r.cold), std::max<double>(1, base->cold));
+      const double xi = ratio(r.inst_s, base->inst_s), xp = ratio(r.p99, base->p99);
+      std::printf("%-7s %-7s %9llu %7llu %7llu %7llu %9.1f %9.1f %9.1f %7.2f %7.2f %7.2f\n",
+                  r.group.c_str(), r.policy.c_str(), static_cast<unsigned long long>(r.requests),
+                  static_cast<unsigned long long>(r.failed),
+                  static_cast<unsigned long long>(r.starts),
+                  static_cast<unsigned long long>(r.cold), r.p50, r.p99, r.inst_s, xc, xi, xp);
+      if (r.group != "total") continue;
+      if (r.policy == "shoal") shoal_inst.push_back(xi), s_p99.push_back(xp);
+      if (r.policy == "learned") l_cold.push_back(xc), l_inst.push_back(xi), l_p99.push_back(xp);
     }
   }
-  std::printf("learned / kpa (KPA + the 6 s = 60 s keep-alive): cold requests %.3fx (target <= "
-              "0.5), instance-seconds %.3fx (<= 0.8), p99 %.3fx (<= 1.0)\n",
-              l_cold, l_inst, l_p99);
-  std::printf("RESULT autoscale-live-learned-cold ratio=%.3f\n", l_cold);
-  std::printf("RESULT autoscale-live-learned-inst ratio=%.3f\n", l_inst);
-  std::printf("RESULT autoscale-live-learned-p99 ratio=%.3f\n", l_p99);
-  std::printf("RESULT autoscale-live ratio=%.3f\n", inst_ratio);
+  auto stats = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    const double med = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    return std::vector<double>{v.front(), med, v.back()};
+  };
+  const auto c = stats(l_cold), i = stats(l_inst), p = stats(l_p99), si = stats(shoal_inst),
+             sp = stats(s_p99);
+  std::printf("\nover %d run(s), median [min, max], total rows:\n", runs);
+  std::printf("  learned / kpa (KPA + the 6 s = 60 s keep-alive): cold requests %.3fx [%.3f, %.3f] "
+              "(target <= 0.5), instance-seconds %.3fx [%.3f, %.3f] (<= 0.8), p99 %.3fx "
+              "[%.3f, %.3f] (<= 1.0)\n",
+              c[1], c[0], c[2], i[1], i[0], i[2], p[1], p[0], p[2]);
+  std::printf("  shoal / kpa: instance-seconds %.3fx [%.3f, %.3f], p99 %.3fx [%.3f, %.3f]\n", si[1],
+              si[0], si[2], sp[1], sp[0], sp[2]);
+  std::printf("RESULT autoscale-live-learned-cold ratio=%.3f\n", c[1]);
+  std::printf("RESULT autoscale-live-learned-inst ratio=%.3f\n", i[1]);
+  std::printf("RESULT autoscale-live-learned-p99 ratio=%.3f\n", p[1]);
+  std::printf("RESULT autoscale-live ratio=%.3f\n", si[1]);
   return 0;
 }

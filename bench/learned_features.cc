@@ -1,12 +1,17 @@
-// bench-learned-features: does a richer state help the learned policy? The shipped table's state
-// is the idle-time history alone (count, median, spread; learned_policy.h). This measures one
-// more feature, issue 16's "arrival rates at several horizons": the arrival rate over the last
-// minute against the last ten minutes when the idle period begins, in three buckets (< 2x,
-// 2-5x, >= 5x: steady, rising, a burst holding most of the ten minutes' calls). Both tables
-// are trained on the same idle periods as `shoal sim train` (five families, seeds 1000..1015)
-// and scored exactly on the same evaluation periods (every action's cost on a finished idle
-// period is arithmetic, so the comparison is counterfactual, not two noisy runs). Anchor: the
-// state-only table, same run. A sparse (state, bucket) row falls back to the state's row.
+// bench-learned-features: does a richer state help the learned policy? The shipped idle table's
+// state is the idle-time history alone (count, median, spread; learned_policy.h). This measures,
+// one at a time, the features issue 16 names, each crossed with that state in three buckets:
+//   rate      the arrival rate over the last minute / the last ten minutes (< 2, 2-5, >= 5)
+//   wait      the mean queue wait of the active period that just ended (< 1 ms, < 100 ms, more)
+//   cold      the function's cold-start cost (< 0.5 s, 0.5-1.5 s, more)
+//   recency   the time since the call before that active period, over the history's median
+//             (< 0.5, 0.5-2, >= 2: the last gap short, typical or long)
+//   conc      the function's per-instance concurrency (1, 2-4, >= 5)
+// Every table is trained on the same idle periods as `shoal sim train` (five families, seeds
+// 1000..1015) and scored exactly on the same evaluation periods (every action's cost on a
+// finished idle period is arithmetic, so the comparison is counterfactual, not two noisy runs).
+// Anchor: the state-only table, same run. A sparse (state, bucket) row falls back to the
+// state's row. A feature is worth adopting only if it lowers the cost on unseen runs.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -22,15 +27,42 @@ namespace {
 
 constexpr size_t kKeep60 = 3;  // the action EvaluateIdleCost and the policy fall back to
 
+using Bucket = size_t (*)(const IdlePeriod&);
+
 size_t RateBucket(const IdlePeriod& p) {
   const double ratio = p.rate_10m > 0 ? p.rate_1m / p.rate_10m : 10;
   return ratio < 2 ? 0 : ratio < 5 ? 1 : 2;
 }
+size_t WaitBucket(const IdlePeriod& p) {
+  return p.queue_wait_s < 0.001 ? 0 : p.queue_wait_s < 0.1 ? 1 : 2;
+}
+size_t ColdBucket(const IdlePeriod& p) {
+  return p.cold_start_s < 0.5 ? 0 : p.cold_start_s < 1.5 ? 1 : 2;
+}
+size_t RecencyBucket(const IdlePeriod& p) {
+  const double median = p.quantiles.size() > 2 ? p.quantiles[2] : 0;
+  if (p.history == 0 || !(median > 0)) return 1;
+  const double r = p.previous_idle_s / median;
+  return r < 0.5 ? 0 : r < 2 ? 1 : 2;
+}
+size_t ConcurrencyBucket(const IdlePeriod& p) {
+  return p.concurrency <= 1 ? 0 : p.concurrency < 5 ? 1 : 2;
+}
 
-// The (state, rate bucket) table, trained like LearnedModel::Learn on the same periods.
-class RateAugmentedTable {
+struct Feature {
+  const char* name;
+  Bucket bucket;
+};
+constexpr Feature kFeatures[] = {{"rate", RateBucket},
+                                 {"wait", WaitBucket},
+                                 {"cold", ColdBucket},
+                                 {"recency", RecencyBucket},
+                                 {"conc", ConcurrencyBucket}};
+
+// The (state, feature bucket) table, trained like LearnedModel::Learn on the same periods.
+class AugmentedTable {
  public:
-  explicit RateAugmentedTable(const LearnedModel& base) : base_(base) {}
+  AugmentedTable(const LearnedModel& base, Bucket bucket) : base_(base), bucket_(bucket) {}
   void Learn(const IdlePeriod& p) {
     auto& row = rows_[Key(p)];
     row.resize(base_.num_actions());
@@ -64,8 +96,9 @@ class RateAugmentedTable {
     uint64_t n = 0;
     double cold = 0, inst = 0;
   };
-  static size_t Key(const IdlePeriod& p) { return p.state * 3 + RateBucket(p); }
+  size_t Key(const IdlePeriod& p) const { return p.state * 3 + bucket_(p); }
   const LearnedModel& base_;
+  Bucket bucket_;
   std::map<size_t, std::vector<Cell>> rows_;
 };
 
@@ -94,36 +127,55 @@ double GeoMean(const std::vector<double>& v) {
 
 int main() {
   TrainOptions t;  // the shipped table's training set
+  t.sizing_seeds = 0;  // the idle table only
   auto trained = TrainLearnedPolicy(t);
   if (!trained.ok()) {
     std::fprintf(stderr, "bench-learned-features: %s\n", trained.status().message().c_str());
     return 1;
   }
   const LearnedModel& m = trained->model;
-  RateAugmentedTable aug(m);
-  for (const IdlePeriod& p : trained->periods) aug.Learn(p);
+  const size_t nf = std::size(kFeatures);
+  std::vector<AugmentedTable> aug;
+  for (const Feature& f : kFeatures) aug.emplace_back(m, f.bucket);
+  for (AugmentedTable& a : aug) {
+    for (const IdlePeriod& p : trained->periods) a.Learn(p);
+  }
   const LearnedWeights w;
   auto state_only = [&](const IdlePeriod& p) { return m.Choose(p.state, w, kKeep60); };
-  auto with_rate = [&](const IdlePeriod& p) { return aug.Choose(p, w); };
 
-  size_t buckets[3] = {0, 0, 0};
-  for (const IdlePeriod& p : trained->periods) ++buckets[RateBucket(p)];
   std::printf(
-      "bench-learned-features: idle cost per period / a 60 s keep-alive's (lower is "
-      "better; default weights), state = idle history (v1, anchor) vs idle history x "
-      "rate(1 min)/rate(10 min) bucket (<2, 2-5, >=5)\n");
-  std::printf("training: %zu periods (buckets %zu / %zu / %zu), %zu (state, bucket) rows\n",
-              trained->periods.size(), buckets[0], buckets[1], buckets[2], aug.rows());
+      "bench-learned-features: idle cost per period / a 60 s keep-alive's (lower is better; "
+      "default weights); v1 = the idle-history state (anchor), +F = that state x feature F's "
+      "3 buckets\n");
+  std::printf("training: %zu periods; buckets (periods per bucket 0/1/2) and (state, bucket) "
+              "rows:\n", trained->periods.size());
+  for (size_t f = 0; f < nf; ++f) {
+    size_t b[3] = {0, 0, 0};
+    for (const IdlePeriod& p : trained->periods) ++b[kFeatures[f].bucket(p)];
+    std::printf("  %-8s %7zu / %7zu / %7zu, %4zu rows\n", kFeatures[f].name, b[0], b[1], b[2],
+                aug[f].rows());
+  }
+  std::printf("\n%-14s %-5s %8s %8s", "set", "seed", "periods", "v1");
+  for (const Feature& f : kFeatures) {
+    char head[16];
+    std::snprintf(head, sizeof head, "+%s", f.name);
+    std::printf(" %9s", head);
+  }
+  std::printf("\n");
   const double train_v1 = Ratio(m, trained->periods, w, state_only);
-  const double train_rate = Ratio(m, trained->periods, w, with_rate);
-  std::printf("%-18s %-6s %8s %9s %9s %7s\n", "set", "seed", "periods", "v1", "+rate", "ratio");
-  std::printf("%-18s %-6s %8zu %9.3f %9.3f %7.3f\n", "training runs", "1000+",
-              trained->periods.size(), train_v1, train_rate, train_rate / train_v1);
+  std::vector<double> train_f(nf);
+  std::printf("%-14s %-5s %8zu %8.3f", "training runs", "1000+", trained->periods.size(), train_v1);
+  for (size_t f = 0; f < nf; ++f) {
+    train_f[f] = Ratio(m, trained->periods, w, [&](const IdlePeriod& p) { return aug[f].Choose(p, w); });
+    std::printf(" %9.3f", train_f[f]);
+  }
+  std::printf("\n");
 
   const auto model = std::make_shared<const LearnedModel>(m);
-  std::vector<double> eval_v1, eval_rate, held_v1, held_rate;  // per seed, geometric means
+  // Per seed, geometric means over families: [0] = v1, [1 + f] = +feature f.
+  std::vector<std::vector<double>> eval(nf + 1), held(nf + 1);
   for (uint64_t seed = 42; seed <= 44; ++seed) {
-    std::vector<double> ev1, erate, hv1, hrate;
+    std::vector<std::vector<double>> ev(nf + 1), ho(nf + 1);
     for (const char* family : kWorkloadFamilies) {
       const bool held_out = std::find_if(std::begin(kTrainingFamilies), std::end(kTrainingFamilies),
                                          [&](const char* f) { return std::string(f) == family; }) ==
@@ -137,32 +189,44 @@ int main() {
         return 1;
       }
       if (periods->empty()) continue;
+      auto& dst = held_out ? ho : ev;
       const double v1 = Ratio(m, *periods, w, state_only);
-      const double rate = Ratio(m, *periods, w, with_rate);
-      (held_out ? hv1 : ev1).push_back(v1);
-      (held_out ? hrate : erate).push_back(rate);
-      std::printf("%-18s %-6llu %8zu %9.3f %9.3f %7.3f%s\n", o.workload.c_str(),
-                  static_cast<unsigned long long>(seed), periods->size(), v1, rate, rate / v1,
-                  held_out ? "  (held out)" : "");
+      dst[0].push_back(v1);
+      std::printf("%-14s %-5llu %8zu %8.3f", o.workload.c_str(),
+                  static_cast<unsigned long long>(seed), periods->size(), v1);
+      for (size_t f = 0; f < nf; ++f) {
+        const double r = Ratio(m, *periods, w, [&](const IdlePeriod& p) { return aug[f].Choose(p, w); });
+        dst[1 + f].push_back(r);
+        std::printf(" %9.3f", r);
+      }
+      std::printf("%s\n", held_out ? "  (held out)" : "");
     }
-    eval_v1.push_back(GeoMean(ev1));
-    eval_rate.push_back(GeoMean(erate));
-    held_v1.push_back(GeoMean(hv1));
-    held_rate.push_back(GeoMean(hrate));
+    for (size_t k = 0; k <= nf; ++k) {
+      eval[k].push_back(GeoMean(ev[k]));
+      held[k].push_back(GeoMean(ho[k]));
+    }
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  const double e1 = median(eval_v1), er = median(eval_rate);
-  const double h1 = median(held_v1), hr = median(held_rate);
-  std::printf("\nmedian over seeds 42..44 of the geometric mean over families:\n");
-  std::printf("  training families, eval seeds: v1 %.3f, +rate %.3f (%.3fx)\n", e1, er, er / e1);
-  std::printf("  held-out families (fl, zipf):  v1 %.3f, +rate %.3f (%.3fx)\n", h1, hr, hr / h1);
-  std::printf(
-      "  generalisation gap (eval - training): v1 %+.3f, +rate %+.3f; held-out - training: "
-      "v1 %+.3f, +rate %+.3f\n",
-      e1 - train_v1, er - train_rate, h1 - train_v1, hr - train_rate);
-  std::printf("RESULT learned_rate_feature_eval ratio=%.3f\n", er / e1);
+  const double e1 = median(eval[0]), h1 = median(held[0]);
+  std::printf("\nmedian over seeds 42..44 of the geometric mean over families; ratio = +F / v1 "
+              "(below 1: the feature helps); gap = unseen - training\n");
+  std::printf("%-8s %10s %10s %10s %10s %10s %10s %s\n", "state", "training", "eval seeds",
+              "ratio", "held-out", "ratio", "gap eval", "verdict");
+  std::printf("%-8s %10.3f %10.3f %10s %10.3f %10s %+10.3f %s\n", "v1", train_v1, e1, "-", h1,
+              "-", e1 - train_v1, "(anchor)");
+  double best = 1;
+  for (size_t f = 0; f < nf; ++f) {
+    const double e = median(eval[1 + f]), h = median(held[1 + f]);
+    const bool helps = e / e1 < 0.99 && h / h1 <= 1.0;
+    best = std::min(best, e / e1);
+    std::printf("+%-7s %10.3f %10.3f %10.3f %10.3f %10.3f %+10.3f %s\n", kFeatures[f].name,
+                train_f[f], e, e / e1, h, h / h1, e - train_f[f],
+                helps ? "helps: adopt" : "no gain on unseen runs: not adopted");
+    std::printf("RESULT learned_feature_%s_eval ratio=%.3f\n", kFeatures[f].name, e / e1);
+  }
+  std::printf("RESULT learned_features_best_eval ratio=%.3f\n", best);
   return 0;
 }

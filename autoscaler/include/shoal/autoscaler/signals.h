@@ -29,8 +29,8 @@ struct FunctionSignals {
   uint32_t min_scale = 0;
   uint32_t max_scale = 1;
   double slo_s = 0;            // latency objective (0 = none given)
-  // Outcomes of the interval that training charges to the decision in force (the simulator
-  // fills both; shoald fills cold_requests).
+  // Outcomes of the interval that training charges to the sizing in force: the simulator fills
+  // both; shoald leaves them 0 (the sizing table does not learn online).
   uint32_t cold_requests = 0;  // requests dispatched during the interval after a cold start
   uint32_t slo_misses = 0;     // requests finished during the interval over slo_s
 };

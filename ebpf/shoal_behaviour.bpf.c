@@ -2,9 +2,10 @@
 // Shoal's behaviour probes: what each function instance does, counted per instance (keyed by
 // the id of its cgroup) for the compromise detector (detect/). Only instances user space has
 // registered in `instances` are counted; every other task returns after one lookup.
-//   raw_tp/sys_enter          syscalls by class; execve, connect and open with their argument
-//   raw_tp/sched_switch       on-CPU time
-//   raw_tp/sched_process_fork processes and threads created
+//   raw_tp/sys_enter           syscalls by class; execve, connect and open with their argument
+//   raw_tp/sched_process_exec  the program an execve ran (its path from kernel memory)
+//   raw_tp/sched_stat_runtime  CPU time (every scheduler tick and switch of a running task)
+//   raw_tp/sched_process_fork  processes and threads created
 //   raw_tp/sock_send_length, raw_tp/sock_recv_length   socket bytes
 // Raw tracepoints and CO-RE reads only: nothing needs tracefs, and the kernel types below are
 // relocated against the running kernel's BTF. The layout user space reads is
@@ -28,6 +29,10 @@ struct cgroup_subsys_state {
 } __attribute__((preserve_access_index));
 struct css_set {
   struct cgroup_subsys_state *subsys[16];
+  struct cgroup *dfl_cgrp;
+} __attribute__((preserve_access_index));
+struct linux_binprm {
+  const char *filename;
 } __attribute__((preserve_access_index));
 struct task_struct {
   struct css_set *cgroups;
@@ -71,24 +76,22 @@ struct {
   __uint(max_entries, 256 * 1024);
 } events SEC(".maps");
 
-struct {
-  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-  __uint(max_entries, 1);
-  __type(key, __u32);
-  __type(value, __u64); /* ktime of this CPU's last context switch */
-} last_switch SEC(".maps");
-
-static __always_inline __u64 current_cgroup_id(void) {
-  if (cgroup_mode == SHOAL_BHV_CGROUP_V2) return bpf_get_current_cgroup_id();
-  struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+/* The instance cgroup id of `task` (v2: its default-hierarchy cgroup; v1: its memory one). */
+static __always_inline __u64 task_cgroup_id(struct task_struct *task) {
   struct css_set *cgroups = BPF_CORE_READ(task, cgroups);
   if (!cgroups) return 0;
+  if (cgroup_mode == SHOAL_BHV_CGROUP_V2) return BPF_CORE_READ(cgroups, dfl_cgrp, kn, id);
   __u32 idx = bpf_core_enum_value(enum cgroup_subsys_id, memory_cgrp_id);
   struct cgroup_subsys_state *css = 0;
   if (idx >= 16) return 0;
   bpf_core_read(&css, sizeof(css), &cgroups->subsys[idx]);
   if (!css) return 0;
   return BPF_CORE_READ(css, cgroup, kn, id);
+}
+
+static __always_inline __u64 current_cgroup_id(void) {
+  if (cgroup_mode == SHOAL_BHV_CGROUP_V2) return bpf_get_current_cgroup_id();
+  return task_cgroup_id((struct task_struct *)bpf_get_current_task());
 }
 
 static __always_inline struct shoal_bhv_counters *current_instance(__u64 *cgid) {
@@ -117,20 +120,25 @@ static __always_inline void submit_once(struct shoal_bhv_event *ev, __u64 hash) 
   bpf_ringbuf_submit(ev, 0);
 }
 
+/* A path event; `user` says where the path is. A user path whose page is not resident cannot
+ * be read here (no page faults in this context): no event then (the counter still counts it;
+ * an execve's path comes again from sched_process_exec, out of kernel memory). */
 static __always_inline void path_event(struct shoal_bhv_counters *c, __u64 cgid, __u32 kind,
-                                       const void *user_path) {
+                                       const void *path, int user) {
   struct shoal_bhv_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
   if (!ev) {
-    __sync_fetch_and_add(&c->events_lost, 1);
+    c->events_lost += 1;
     return;
   }
   __builtin_memset(ev, 0, sizeof(*ev));
   ev->cgroup_id = cgid;
   ev->kind = kind;
   ev->pid = bpf_get_current_pid_tgid() >> 32;
-  if (bpf_probe_read_user_str(ev->detail, sizeof(ev->detail), user_path) < 0) {
-    ev->detail[0] = '?';
-    ev->detail[1] = 0;
+  long n = user ? bpf_probe_read_user_str(ev->detail, sizeof(ev->detail), path)
+                : bpf_probe_read_kernel_str(ev->detail, sizeof(ev->detail), path);
+  if (n <= 1) {
+    bpf_ringbuf_discard(ev, 0);
+    return;
   }
   submit_once(ev, fnv1a(14695981039346656037ULL, (const __u8 *)ev->detail, SHOAL_BHV_DETAIL));
 }
@@ -142,7 +150,7 @@ static __always_inline void connect_event(struct shoal_bhv_counters *c, __u64 cg
   if (family != 2 && family != 10 && family != 1) return; /* AF_INET, AF_INET6, AF_UNIX */
   struct shoal_bhv_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
   if (!ev) {
-    __sync_fetch_and_add(&c->events_lost, 1);
+    c->events_lost += 1;
     return;
   }
   __builtin_memset(ev, 0, sizeof(*ev));
@@ -187,20 +195,20 @@ int shoal_bhv_sys_enter(struct bpf_raw_tracepoint_args *ctx) {
   switch (nr) {
     case SHOAL_BHV_NR_EXECVE:
       c->execs += 1;
-      path_event(c, cgid, SHOAL_BHV_EV_EXEC, (const void *)BPF_CORE_READ(regs, di));
+      path_event(c, cgid, SHOAL_BHV_EV_EXEC, (const void *)BPF_CORE_READ(regs, di), 1);
       break;
     case SHOAL_BHV_NR_EXECVEAT:
       c->execs += 1;
-      path_event(c, cgid, SHOAL_BHV_EV_EXEC, (const void *)BPF_CORE_READ(regs, si));
+      path_event(c, cgid, SHOAL_BHV_EV_EXEC, (const void *)BPF_CORE_READ(regs, si), 1);
       break;
     case SHOAL_BHV_NR_OPEN:
       c->opens += 1;
-      path_event(c, cgid, SHOAL_BHV_EV_OPEN, (const void *)BPF_CORE_READ(regs, di));
+      path_event(c, cgid, SHOAL_BHV_EV_OPEN, (const void *)BPF_CORE_READ(regs, di), 1);
       break;
     case SHOAL_BHV_NR_OPENAT:
     case SHOAL_BHV_NR_OPENAT2:
       c->opens += 1;
-      path_event(c, cgid, SHOAL_BHV_EV_OPEN, (const void *)BPF_CORE_READ(regs, si));
+      path_event(c, cgid, SHOAL_BHV_EV_OPEN, (const void *)BPF_CORE_READ(regs, si), 1);
       break;
     case SHOAL_BHV_NR_CONNECT:
       c->connects += 1;
@@ -212,19 +220,24 @@ int shoal_bhv_sys_enter(struct bpf_raw_tracepoint_args *ctx) {
   return 0;
 }
 
-SEC("raw_tp/sched_switch")
-int shoal_bhv_sched_switch(struct bpf_raw_tracepoint_args *ctx) {
-  __u32 zero = 0;
-  __u64 *last = bpf_map_lookup_elem(&last_switch, &zero);
-  if (!last) return 0;
-  __u64 now = bpf_ktime_get_ns();
-  __u64 since = *last;
-  *last = now;
-  if (since == 0) return 0;
-  /* Still the previous task's context: it ran on this CPU since the last switch. */
+SEC("raw_tp/sched_process_exec")
+int shoal_bhv_exec(struct bpf_raw_tracepoint_args *ctx) {
   __u64 cgid;
   struct shoal_bhv_counters *c = current_instance(&cgid);
-  if (c) c->cpu_ns += now - since;
+  if (!c) return 0;
+  struct linux_binprm *bprm = (struct linux_binprm *)ctx->args[2];
+  path_event(c, cgid, SHOAL_BHV_EV_EXEC, BPF_CORE_READ(bprm, filename), 0);
+  return 0;
+}
+
+SEC("raw_tp/sched_stat_runtime")
+int shoal_bhv_runtime(struct bpf_raw_tracepoint_args *ctx) {
+  /* The task that ran (not necessarily current: update_curr may run for another CPU's task). */
+  struct task_struct *task = (struct task_struct *)ctx->args[0];
+  __u64 cgid = task_cgroup_id(task);
+  if (cgid == 0) return 0;
+  struct shoal_bhv_counters *c = bpf_map_lookup_elem(&instances, &cgid);
+  if (c) __sync_fetch_and_add(&c->cpu_ns, ctx->args[1]);
   return 0;
 }
 

@@ -26,6 +26,7 @@
 #include "shoal/controller/manifest.h"
 #include "shoal/controller/registry.h"
 #include "shoal/dataplane/dataplane.h"
+#include "shoal/detect/behaviour_monitor.h"
 #include "shoal/gateway/gateway.h"
 #ifdef SHOAL_HAVE_ONNX_EXPORT
 #include "shoal/inference/model_onnx.h"
@@ -261,6 +262,8 @@ int main(int argc, char** argv) {
   // The instance manager runs the registry's functions and the FL jobs' leaf aggregators.
   // Cluster mode: the cluster functions placed on this node run beside its own.
   std::atomic<cluster::NodeAgent*> cluster_view{nullptr};
+  // The compromise detector (issue 18): watches the instances the manager reports ready.
+  BehaviourMonitor monitor(config, loop);
   InstanceManager manager(config, loop, *data_plane, table, metrics,
                           [&registry, &fl, &cluster_view, &config] {
     auto specs = registry->List();
@@ -313,6 +316,7 @@ int main(int argc, char** argv) {
   hooks.metrics_text = [&] {
     manager.RefreshMetrics();
     std::string text = metrics.Serialize();
+    text += monitor.MetricsText();
     if (node_agent) text += node_agent->MetricsText();
     return text;
   };
@@ -328,10 +332,14 @@ int main(int argc, char** argv) {
   if (!config.etcd.empty()) hooks.forward = &forward_routes;
   Gateway gateway(config, table, *data_plane, manager, metrics, std::move(hooks));
 
+  manager.SetObserver(&monitor);
   if (Status st = manager.Start(&gateway); !st.ok()) {
     spdlog::error("instance manager: {}", st.ToString());
     return 1;
   }
+  monitor.Start(manager.CgroupVersion(), [&manager](uint32_t key, const std::string& reason) {
+    return manager.Quarantine(key, reason);
+  });
   // Before the gateway takes updates: re-fold the acknowledged updates a killed shoald left in
   // the jobs' pools (fl.Restore read their log).
   if (Status st = fl.Recover([&manager](const std::string& tenant) {
@@ -433,6 +441,7 @@ int main(int argc, char** argv) {
   control_server.Stop();
   gateway.Stop();
   manager.Stop();
+  monitor.Stop();
   cluster_view.store(nullptr);
   node_agent.reset();
   uv_close(reinterpret_cast<uv_handle_t*>(&sigint), nullptr);

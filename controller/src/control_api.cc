@@ -109,6 +109,18 @@ json StatsJson(const FunctionStats& st, bool with_instances) {
       {"bpf_bytes", st.bpf_bytes},
       {"instances_total", st.instances.size()},
   };
+  // The compromise detector (detect/): its state, action and latest anomalies.
+  if (!st.detector.empty()) {
+    json anomalies = json::array();
+    for (const AnomalyInfo& a : st.anomalies) {
+      anomalies.push_back({{"age_s", a.age_s}, {"instance", a.instance}, {"kind", a.kind},
+                           {"evidence", a.evidence}, {"action", a.action}});
+    }
+    j["detector"] = {{"state", st.detector},
+                     {"on_anomaly", st.on_anomaly.empty() ? "alert" : st.on_anomaly},
+                     {"anomalies_total", st.anomalies_total},
+                     {"anomalies", anomalies}};
+  }
   if (with_instances) {
     json instances = json::array();
     for (const InstanceInfo& i : st.instances) {
@@ -121,7 +133,8 @@ json StatsJson(const FunctionStats& st, bool with_instances) {
                            {"cold_start_ms", i.cold_start_ms},
                            {"start_path", i.start_path},
                            {"start_note", i.start_note},
-                           {"restarts", i.restarts}});
+                           {"restarts", i.restarts},
+                           {"quarantine", i.quarantine}});
     }
     j["instances"] = std::move(instances);
   }
@@ -744,7 +757,12 @@ HttpReply ControlApi::Top() {
                     {"errors_total", st.errors_total},
                     {"cold_starts", st.cold_starts},
                     {"last_cold_start_ms", st.last_cold_start_ms},
-                    {"bpf_events", st.bpf_events}});
+                    {"bpf_events", st.bpf_events},
+                    {"anomalies_total", st.anomalies_total},
+                    {"quarantined", std::count_if(st.instances.begin(), st.instances.end(),
+                                                  [](const InstanceInfo& i) {
+                                                    return i.state == "quarantined";
+                                                  })}});
   }
   return Json(200, json{{"dataplane", runtime_.DataPlaneMode()}, {"functions", std::move(list)}});
 }

@@ -190,6 +190,19 @@ Status BehaviourProbes::Watch(uint64_t cgroup_id) {
 
 void BehaviourProbes::Unwatch(uint64_t cgroup_id) {
   bpf_map_delete_elem(bpf_map__fd(skel_->maps.instances), &cgroup_id);
+  // The seen-events set's entries of this cgroup (the key's first 8 bytes).
+  const int seen = bpf_map__fd(skel_->maps.seen);
+  struct {
+    uint64_t cgroup_id, hash;
+  } key{}, next{};
+  std::vector<decltype(key)> doomed;
+  const void* prev = nullptr;
+  while (bpf_map_get_next_key(seen, prev, &next) == 0) {
+    if (next.cgroup_id == cgroup_id) doomed.push_back(next);
+    key = next;
+    prev = &key;
+  }
+  for (const auto& k : doomed) bpf_map_delete_elem(seen, &k);
 }
 
 Result<BehaviourCounters> BehaviourProbes::Read(uint64_t cgroup_id) const {

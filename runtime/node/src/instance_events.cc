@@ -37,8 +37,21 @@ void InstanceManager::AppendLog(Instance& inst, const char* data, size_t len) {
 
 void InstanceManager::StopInstance(Instance& inst) {
   if (inst.state == Instance::State::kStopping || inst.exited) return;
+  const bool quarantined = inst.state == Instance::State::kQuarantined;
   inst.state = Instance::State::kStopping;
   inst.expected_exit = true;
+  if (quarantined) {
+    // Kept frozen for inspection until now: thawed only to be killed (it is not trusted to
+    // shut down cleanly, and a frozen v1 task would not take the signal).
+    if (inst.frozen) {
+      if (Status st = inst.frozen->Thaw(); !st.ok()) {
+        spdlog::warn("function {}: quarantined instance {:#x}: {}", inst.fn->rt->spec.name,
+                     inst.key, st.ToString());
+      }
+    }
+    inst.child.Signal(SIGKILL);
+    return;
+  }
   if (const int err = inst.child.Signal(SIGTERM); err != 0) {
     // EPERM: shoald lacks CAP_KILL for an instance under its tenant's uid.
     spdlog::error("function {}: stopping instance {:#x} (pid {}): SIGTERM: {}",
@@ -76,6 +89,10 @@ void InstanceManager::OnReady(uint32_t key) {
         .Increment(static_cast<double>(assigned.size()));
   }
   for (const auto& a : assigned) sink_->Deliver(a);
+  if (observer_ != nullptr && inst.cgroup && cgroups_) {
+    observer_->InstanceReady(
+        {&rt.spec, inst.fn->rt, key, inst.pid, cgroups_->version(), inst.cgroup->dirs()});
+  }
   std::string path = inst.start_path;
   char parts[192];
   if (inst.start_path == "zygote") {
@@ -94,6 +111,51 @@ void InstanceManager::OnReady(uint32_t key) {
   spdlog::info("function {}: instance {:#x} ready in {:.2f} ms (cold start, {}), took {} queued "
                "request(s)",
                rt.spec.name, key, inst.cold_start_ms, path, assigned.size());
+}
+
+Status InstanceManager::Quarantine(uint32_t key, const std::string& reason) {
+  std::unique_lock lock(mu_);
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) return NotFound("no instance " + std::to_string(key));
+  Instance& inst = *it->second;
+  if (inst.state != Instance::State::kReady && inst.state != Instance::State::kDraining) {
+    return Unavailable("instance is not serving (it is stopping or already quarantined)");
+  }
+  FunctionRuntime& rt = *inst.fn->rt;
+  const std::string& name = rt.spec.name;
+  // First: no request reaches it any more, and those it holds are answered now.
+  const uint32_t inflight = rt.router.RemoveInstance(key);
+  if (inflight > 0) {
+    sink_->FailInstance(key, 503, "instance of function '" + name +
+                                      "' was quarantined (" + reason + ") while running the request");
+  }
+  if (!inst.cgroup || !cgroups_) {
+    StopInstance(inst);
+    return Unavailable("the instance has no cgroup to freeze: stopped instead");
+  }
+  char fname[96];
+  std::snprintf(fname, sizeof fname, "%s-%x", name.c_str(), key);
+  auto frozen = FrozenCgroup::Freeze(*inst.cgroup, cgroups_->version(), fname);
+  if (!frozen.ok()) {
+    spdlog::error("function {}: instance {:#x} (pid {}): cannot freeze it: {}; stopping it instead",
+                  name, key, inst.pid, frozen.status().ToString());
+    StopInstance(inst);
+    return frozen.status();
+  }
+  inst.frozen = std::move(*frozen);
+  inst.state = Instance::State::kQuarantined;
+  inst.quarantine_reason = reason;
+  // Its place on the node goes to the clean instance (a frozen process uses no CPU).
+  if (inst.holds_reservation) {
+    cluster_.Release(0, inst.reserved);
+    inst.holds_reservation = false;
+  }
+  spdlog::warn("function {}: instance {:#x} (pid {}) quarantined: {}; {} request(s) in flight "
+               "answered 503; frozen in {} for inspection; starting a clean instance",
+               name, key, inst.pid, reason, inflight, inst.frozen->dir());
+  lock.unlock();
+  Reconcile();  // the clean instance, now
+  return Status::Ok();
 }
 
 void InstanceManager::OnManagerReadable() {
@@ -163,6 +225,8 @@ void InstanceManager::OnExit(Instance* inst, int64_t status, int signal) {
     if (n > 0) spdlog::info("pool {}: reclaimed {} buffer(s) of instance {:#x}", inst->tenant, n, inst->key);
   }
   used_slots_[inst->tenant] &= ~(1ull << inst->slot);
+  if (observer_ != nullptr) observer_->InstanceGone(inst->key);
+  inst->frozen.reset();  // thawed, and its v1 freezer directory removed
   inst->cgroup.reset();  // reaped: its cgroup is empty and goes
   if (inst->holds_reservation) cluster_.Release(0, inst->reserved);
   f.instance_s_done += static_cast<double>(MonotonicNs() - inst->spawn_ns) / 1e9;

@@ -30,6 +30,7 @@
 #include "shoal/runtime/node_capacity.h"
 #include "shoal/runtime/zygote.h"
 #include "shoal/sandbox/cgroup.h"
+#include "shoal/sandbox/cgroup_freezer.h"
 #include "shoal/sandbox/handler_library.h"
 #include "shoal/sandbox/sandboxed_process.h"
 #include "shoal/sandbox/seccomp_policy.h"
@@ -50,7 +51,7 @@ inline std::string SelfDir() {
 }  // namespace instance_manager_internal
 
 struct InstanceManager::Instance {
-  enum class State { kStarting, kReady, kDraining, kStopping };
+  enum class State { kStarting, kReady, kDraining, kStopping, kQuarantined };
   InstanceManager* mgr = nullptr;
   FunctionState* fn = nullptr;
   uint32_t key = 0;
@@ -83,6 +84,8 @@ struct InstanceManager::Instance {
   ChildProcess child;
   uv_poll_t exit_poll{};  // on the child's pidfd: readable once it has exited
   std::unique_ptr<InstanceCgroup> cgroup;
+  std::unique_ptr<FrozenCgroup> frozen;  // quarantined: its processes, frozen
+  std::string quarantine_reason;
   uv_pipe_t out{};
   uv_pipe_t err{};
   bool out_at_line_start = true;

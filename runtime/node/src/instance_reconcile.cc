@@ -105,7 +105,7 @@ void InstanceManager::Retire(FunctionState& f, const char* why) {
                   "function '" + f.rt->spec.name + "' was " + why + " while the request waited");
   }
   for (Instance* inst : f.instances) {
-    if (inst->state == Instance::State::kStarting) {
+    if (inst->state == Instance::State::kStarting || inst->state == Instance::State::kQuarantined) {
       StopInstance(*inst);
     } else if (inst->state == Instance::State::kReady) {
       inst->state = Instance::State::kDraining;

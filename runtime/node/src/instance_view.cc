@@ -4,6 +4,8 @@ namespace shoal {
 
 // ---- RuntimeView ----------------------------------------------------------------------------
 
+std::string InstanceManager::CgroupVersion() const { return cgroups_ ? cgroups_->version() : ""; }
+
 FunctionStats InstanceManager::Stats(const std::string& function) {
   FunctionStats st;
   std::lock_guard lock(mu_);
@@ -58,6 +60,11 @@ FunctionStats InstanceManager::Stats(const std::string& function) {
       case Instance::State::kReady: info.state = "ready"; ++st.ready; break;
       case Instance::State::kDraining: info.state = "draining"; break;
       case Instance::State::kStopping: info.state = "stopping"; break;
+      case Instance::State::kQuarantined:
+        info.state = "quarantined";
+        info.quarantine = inst->quarantine_reason +
+                          (inst->frozen ? "; frozen in " + inst->frozen->dir() : std::string());
+        break;
     }
     for (const auto& l : loads) {
       if (l.instance == inst->key) {
@@ -73,6 +80,7 @@ FunctionStats InstanceManager::Stats(const std::string& function) {
     st.instances.push_back(info);
   }
   st.actual = st.ready + st.starting;
+  if (observer_ != nullptr) observer_->Describe(function, &st);
   return st;
 }
 

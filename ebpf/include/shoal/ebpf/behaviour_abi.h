@@ -46,7 +46,7 @@ struct shoal_bhv_counters {
   __u64 forks;       /* processes and threads created */
   __u64 bytes_sent;  /* socket sends (sock_send_length tracepoint, bytes returned > 0) */
   __u64 bytes_recv;  /* socket receives (sock_recv_length) */
-  __u64 cpu_ns;      /* on-CPU time, from sched_switch */
+  __u64 cpu_ns;      /* on-CPU time, from sched_stat_runtime */
   __u64 events_lost; /* events the ring buffer had no room for */
 };
 

@@ -33,7 +33,8 @@ class BehaviourProbes {
 
   // Starts counting for the cgroup (its counters start at zero); an error when the map is full.
   Status Watch(uint64_t cgroup_id);
-  // Stops counting and forgets the cgroup (no error when it was not watched).
+  // Stops counting and forgets the cgroup and the events it sent (no error when it was not
+  // watched).
   void Unwatch(uint64_t cgroup_id);
   // The cgroup's counters, summed over CPUs (NotFound when it is not watched).
   Result<BehaviourCounters> Read(uint64_t cgroup_id) const;

@@ -14,7 +14,7 @@ namespace shoal {
 struct InstanceInfo {
   uint32_t id = 0;          // endpoint key
   int pid = 0;
-  std::string state;        // starting, ready, draining, stopped, crashed
+  std::string state;        // starting, ready, draining, stopped, crashed, quarantined
   uint32_t inflight = 0;
   uint64_t served = 0;      // requests answered
   double age_s = 0;
@@ -22,6 +22,16 @@ struct InstanceInfo {
   std::string start_path;   // zygote | spawn: how it was started
   std::string start_note;   // why a spawn where the node starts instances from zygotes
   uint32_t restarts = 0;
+  std::string quarantine;   // quarantined: why, and the frozen cgroup to inspect
+};
+
+// An anomaly the compromise detector (detect/) found in one of the function's instances.
+struct AnomalyInfo {
+  double age_s = 0;         // since it was found
+  uint32_t instance = 0;
+  std::string kind;         // exec, connect, file, cpu, syscalls, traffic, process
+  std::string evidence;
+  std::string action;       // alerted | quarantined | quarantine failed: <why>
 };
 
 struct FunctionStats {
@@ -56,6 +66,12 @@ struct FunctionStats {
   uint64_t bpf_events = 0;    // from the data plane's counters (0 in unix mode)
   uint64_t bpf_bytes = 0;
   std::vector<InstanceInfo> instances;
+  // The compromise detector: "off: <why>", "learning (3 of 12 intervals)", "scoring (...)";
+  // its action (alert | quarantine) and its latest anomalies, newest first.
+  std::string detector;
+  std::string on_anomaly;
+  uint64_t anomalies_total = 0;
+  std::vector<AnomalyInfo> anomalies;
 };
 
 struct LogChunk {

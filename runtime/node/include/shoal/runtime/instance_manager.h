@@ -28,6 +28,7 @@
 #include "shoal/pool/pool_backend.h"
 #include "shoal/pool/shm_pool.h"
 #include "shoal/runtime/function_runtime.h"
+#include "shoal/runtime/instance_observer.h"
 #include "shoal/runtime/node_metrics.h"
 
 namespace shoal {
@@ -62,6 +63,16 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   void SetInstanceToken(std::function<std::string(const FunctionSpec&)> source) {
     instance_token_ = std::move(source);
   }
+
+  // Who else watches instances start and go (the compromise detector); set before Start.
+  void SetObserver(InstanceObserver* observer) { observer_ = observer; }
+  // Quarantines instance `key` (the detector found it compromised; on the loop's thread):
+  // no new requests, its in-flight ones answered 503 with `reason`, its processes frozen
+  // (cgroup freezer) and kept until the function goes, and a clean instance started in its
+  // place. An error when it is not a ready instance or cannot be frozen (then it is stopped).
+  Status Quarantine(uint32_t key, const std::string& reason);
+  // "v1" or "v2": the cgroup hierarchy instances run in; "" when they run without cgroups.
+  std::string CgroupVersion() const;
 
   // ScaleSignal: requests are queueing; reconcile now (scale from zero).
   void Poke() override;
@@ -129,6 +140,7 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   Status StartSandbox();
   std::string gateway_url_;
   std::function<std::string(const FunctionSpec&)> instance_token_;
+  InstanceObserver* observer_ = nullptr;
   std::string LogPath(const std::string& function) const;
 
   const NodeConfig& config_;

@@ -1,0 +1,104 @@
+// BehaviourMonitor: shoald's compromise detector at work. It loads the behaviour probes
+// (shoal/ebpf/behaviour_probes.h) at start (logged; where they cannot load, the reason is logged
+// and the detector reports itself off in the log, /metrics and `shoal describe`), watches each
+// instance the manager reports ready (by its cgroup), and every detect_interval_ms reads each
+// one's counters and events, scores them with the Detector (detector.h) and, for each anomaly:
+// logs it with its evidence, counts it in shoal_function_anomalies_total{function,kind}, keeps
+// it for `shoal describe`, and, where the function's manifest says security.onAnomaly:
+// quarantine, has the manager quarantine the instance. A function's baseline, once learned,
+// is saved to <state_dir>/detect/<function>.profile and read back by later shoalds.
+// Runs on shoald's loop; Describe and MetricsText may be called from any thread.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "shoal/common/config.h"
+#include "shoal/detect/detector.h"
+#include "shoal/ebpf/behaviour_probes.h"
+#include "shoal/runtime/function_runtime.h"
+#include "shoal/runtime/instance_observer.h"
+
+namespace shoal {
+
+class BehaviourMonitor final : public InstanceObserver {
+ public:
+  using QuarantineFn = std::function<Status(uint32_t key, const std::string& reason)>;
+
+  BehaviourMonitor(const NodeConfig& config, uv_loop_t* loop);
+  ~BehaviourMonitor() override;
+
+  // Loads the probes (unless config.detect is false) for instances in cgroups of
+  // `cgroup_version` ("v1", "v2"; "": instances have no cgroup) and starts the interval timer.
+  // Never fails: the detector is then off, and says why (logged here, then in off_reason()).
+  void Start(const std::string& cgroup_version, QuarantineFn quarantine);
+  void Stop();
+  bool on() const { return probes_ != nullptr; }
+  const std::string& off_reason() const { return off_reason_; }
+
+  // InstanceObserver (the manager's loop thread, its lock held).
+  void InstanceReady(const ObservedInstance& inst) override;
+  void InstanceGone(uint32_t key) override;
+  void Describe(const std::string& function, FunctionStats* stats) override;
+
+  // shoal_function_anomalies_total{function,kind}, shoal_detector_enabled,
+  // shoal_detector_watched_instances, shoal_detector_bpf_entries{map}.
+  std::string MetricsText();
+  // Entries of the probes' maps (instances, seen events): 0 when off.
+  size_t WatchedEntries();
+  size_t SeenEntries();
+  // One scoring interval now (the timer calls it; tests may too).
+  void Tick();
+
+ private:
+  struct Watched {
+    std::string function;
+    uint32_t key = 0;
+    int pid = 0;
+    uint64_t cgroup_id = 0;
+    std::string on_anomaly;
+    std::weak_ptr<FunctionRuntime> runtime;
+    BehaviourCounters last{};
+    uint64_t last_served = 0;
+    uint64_t last_ns = 0;
+    bool quarantined = false;
+  };
+  struct FunctionRecord {
+    std::string on_anomaly = "alert";
+    std::deque<AnomalyInfo> recent;  // newest first, at most kRecent
+    std::vector<uint64_t> found_ns;
+    uint64_t total = 0;
+  };
+  static constexpr size_t kRecent = 16;
+
+  static uint64_t ServedBy(const FunctionRuntime* rt, uint32_t key);
+  void LoadProfile(const std::string& function);
+  void SaveProfile(const std::string& function);
+
+  const NodeConfig& config_;
+  uv_loop_t* loop_;
+  QuarantineFn quarantine_;
+  std::unique_ptr<BehaviourProbes> probes_;
+  std::string off_reason_ = "not started";
+  std::string profile_dir_;
+  uv_timer_t timer_{};
+  bool timer_started_ = false;
+  uint64_t tick_ = 0;
+
+  std::mutex mu_;  // everything below
+  detect::Detector detector_;
+  std::map<uint32_t, Watched> watched_;      // by instance key
+  std::map<uint64_t, uint32_t> by_cgroup_;   // cgroup id -> instance key
+  std::map<std::string, FunctionRecord> records_;
+  std::map<std::pair<std::string, std::string>, uint64_t> anomalies_;  // {function, kind}
+};
+
+}  // namespace shoal

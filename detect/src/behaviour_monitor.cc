@@ -1,0 +1,327 @@
+#include "shoal/detect/behaviour_monitor.h"
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "shoal/common/clock.h"
+#include "shoal/common/file_io.h"
+#include "shoal/common/log.h"
+#include "shoal/sandbox/cgroup.h"
+
+namespace shoal {
+namespace {
+
+static_assert(detect::kSyscallClasses == SHOAL_BHV_CLASSES);
+
+detect::ModelOptions Options(const NodeConfig& config) {
+  detect::ModelOptions o;
+  o.learn_intervals = config.detect_learn_intervals;
+  o.allowed_paths = detect::DefaultAllowedPaths();
+  return o;
+}
+
+detect::Interval Diff(const BehaviourCounters& now, const BehaviourCounters& before) {
+  auto d = [](uint64_t a, uint64_t b) { return a >= b ? a - b : 0; };
+  detect::Interval iv;
+  for (int i = 0; i < detect::kSyscallClasses; ++i) iv.syscalls[i] = d(now.syscalls[i], before.syscalls[i]);
+  iv.execs = d(now.execs, before.execs);
+  iv.connects = d(now.connects, before.connects);
+  iv.opens = d(now.opens, before.opens);
+  iv.forks = d(now.forks, before.forks);
+  iv.bytes_sent = d(now.bytes_sent, before.bytes_sent);
+  iv.bytes_recv = d(now.bytes_recv, before.bytes_recv);
+  iv.cpu_ns = d(now.cpu_ns, before.cpu_ns);
+  iv.events_lost = d(now.events_lost, before.events_lost);
+  return iv;
+}
+
+detect::Event ToEvent(const BehaviourEvent& ev) {
+  detect::Event e{detect::EventKind::kOpen, ev.detail};
+  if (ev.kind == SHOAL_BHV_EV_EXEC) e.kind = detect::EventKind::kExec;
+  if (ev.kind != SHOAL_BHV_EV_CONNECT) return e;
+  e.kind = detect::EventKind::kConnect;
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (ev.family == AF_INET) {
+    inet_ntop(AF_INET, ev.addr, host, sizeof host);
+    e.detail = std::string(host) + ":" + std::to_string(ev.port);
+  } else if (ev.family == AF_INET6) {
+    inet_ntop(AF_INET6, ev.addr, host, sizeof host);
+    e.detail = "[" + std::string(host) + "]:" + std::to_string(ev.port);
+  } else {
+    e.detail = "unix:" + std::string(ev.detail);
+  }
+  return e;
+}
+
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+BehaviourMonitor::BehaviourMonitor(const NodeConfig& config, uv_loop_t* loop)
+    : config_(config), loop_(loop), profile_dir_(config.state_dir + "/detect"),
+      detector_(Options(config)) {}
+
+BehaviourMonitor::~BehaviourMonitor() { Stop(); }
+
+void BehaviourMonitor::Start(const std::string& cgroup_version, QuarantineFn quarantine) {
+  quarantine_ = std::move(quarantine);
+  if (!config_.detect) {
+    off_reason_ = "off by config (detect: false)";
+  } else if (cgroup_version.empty()) {
+    off_reason_ = "instances run without cgroups (config cgroups: off, or none could be made), "
+                  "and the probes tell instances apart by their cgroup";
+  } else {
+    auto p = BehaviourProbes::Load(cgroup_version == "v2" ? BehaviourProbes::CgroupMode::kV2
+                                                          : BehaviourProbes::CgroupMode::kV1Memory);
+    if (p.ok()) {
+      probes_ = std::move(*p);
+      off_reason_.clear();
+    } else {
+      off_reason_ = "the behaviour probes cannot load: " + p.status().ToString();
+    }
+  }
+  if (!probes_) {
+    spdlog::warn("detector: OFF: {}; instances are not watched for compromise", off_reason_);
+    return;
+  }
+  spdlog::info("detector: behaviour probes loaded (raw tracepoints sys_enter, sched_process_exec, "
+               "sched_stat_runtime, sched_process_fork, sock_send_length, sock_recv_length; instances keyed by their "
+               "cgroup {} id); scoring every {} ms after {} learning intervals; profiles in {}",
+               cgroup_version == "v2" ? "v2" : "v1 memory", config_.detect_interval_ms,
+               config_.detect_learn_intervals, profile_dir_);
+  uv_timer_init(loop_, &timer_);
+  timer_.data = this;
+  uv_timer_start(
+      &timer_, [](uv_timer_t* t) { static_cast<BehaviourMonitor*>(t->data)->Tick(); },
+      config_.detect_interval_ms, config_.detect_interval_ms);
+  timer_started_ = true;
+}
+
+void BehaviourMonitor::Stop() {
+  if (timer_started_) {
+    uv_timer_stop(&timer_);
+    uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
+    timer_started_ = false;
+  }
+}
+
+void BehaviourMonitor::LoadProfile(const std::string& function) {
+  const std::string path = profile_dir_ + "/" + function + ".profile";
+  std::ifstream in(path);
+  if (!in) return;
+  std::stringstream text;
+  text << in.rdbuf();
+  if (Status st = detector_.LoadProfile(function, text.str()); !st.ok()) {
+    spdlog::error("detector: function {}: profile {} refused ({}); learning a new baseline",
+                  function, path, st.message());
+    return;
+  }
+  spdlog::info("detector: function {}: baseline read from {}: scoring from its first interval",
+               function, path);
+}
+
+void BehaviourMonitor::SaveProfile(const std::string& function) {
+  const std::string text = detector_.Profile(function);
+  std::error_code ec;
+  std::filesystem::create_directories(profile_dir_, ec);
+  const std::string path = profile_dir_ + "/" + function + ".profile";
+  if (Status st = WriteFileAtomic(path, text, 0600); !st.ok()) {
+    spdlog::warn("detector: function {}: baseline learned, not saved: {}", function, st.message());
+    return;
+  }
+  spdlog::info("detector: function {}: baseline learned ({}); saved to {}", function,
+               detector_.State(function), path);
+}
+
+void BehaviourMonitor::InstanceReady(const ObservedInstance& inst) {
+  if (!probes_ || inst.spec == nullptr) return;
+  // The cgroup directory the probes key on: v2's own, or the one in the v1 memory hierarchy.
+  std::string dir;
+  if (probes_->mode() == BehaviourProbes::CgroupMode::kV2) {
+    if (!inst.cgroup_dirs.empty()) dir = inst.cgroup_dirs.front();
+  } else if (auto m = cgroup_detail::FindMount("memory"); m.ok()) {
+    for (const auto& d : inst.cgroup_dirs) {
+      if (d.rfind(m->mount_point + "/", 0) == 0) dir = d;
+    }
+  }
+  const std::string& fn = inst.spec->name;
+  auto id = dir.empty() ? Result<uint64_t>(NotFound("no cgroup directory to key on"))
+                        : BehaviourProbes::CgroupIdOf(dir);
+  Status st = id.ok() ? probes_->Watch(*id) : id.status();
+  if (!st.ok()) {
+    spdlog::warn("detector: function {}: instance {:#x} is not watched: {}", fn, inst.key,
+                 st.ToString());
+    return;
+  }
+  std::lock_guard lock(mu_);
+  if (detector_.State(fn).empty()) LoadProfile(fn);
+  std::vector<std::string> allowed = inst.spec->security.allowed_paths;
+  if (!inst.spec->handler.library.empty()) {
+    allowed.push_back(std::filesystem::path(inst.spec->handler.library).parent_path().string() + "/");
+  }
+  detector_.SetAllowedPaths(fn, allowed);
+  Watched w;
+  w.function = fn;
+  w.key = inst.key;
+  w.pid = inst.pid;
+  w.cgroup_id = *id;
+  w.on_anomaly = inst.spec->security.on_anomaly;
+  w.runtime = inst.runtime;
+  w.last_served = ServedBy(inst.runtime.get(), inst.key);
+  w.last_ns = MonotonicNs();
+  records_[fn].on_anomaly = w.on_anomaly;
+  by_cgroup_[w.cgroup_id] = w.key;
+  watched_[w.key] = std::move(w);
+}
+
+void BehaviourMonitor::InstanceGone(uint32_t key) {
+  if (!probes_) return;
+  std::lock_guard lock(mu_);
+  auto it = watched_.find(key);
+  if (it == watched_.end()) return;
+  probes_->Unwatch(it->second.cgroup_id);
+  by_cgroup_.erase(it->second.cgroup_id);
+  detector_.ForgetInstance(key);
+  watched_.erase(it);
+}
+
+uint64_t BehaviourMonitor::ServedBy(const FunctionRuntime* rt, uint32_t key) {
+  if (rt == nullptr) return 0;
+  for (const auto& l : rt->router.Loads()) {
+    if (l.instance == key) return l.served;
+  }
+  return 0;
+}
+
+void BehaviourMonitor::Tick() {
+  if (!probes_) return;
+  struct Action {
+    std::string function;
+    uint32_t key;
+    std::string reason;
+  };
+  std::vector<Action> actions;
+  {
+    std::lock_guard lock(mu_);
+    ++tick_;
+    std::map<uint64_t, std::vector<detect::Event>> events;
+    probes_->Drain([&](const BehaviourEvent& ev) { events[ev.cgroup_id].push_back(ToEvent(ev)); });
+    const uint64_t now = MonotonicNs();
+    for (auto& [key, w] : watched_) {
+      if (w.quarantined) continue;
+      auto c = probes_->Read(w.cgroup_id);
+      if (!c.ok()) continue;
+      detect::Interval iv = Diff(*c, w.last);
+      w.last = *c;
+      auto rt = w.runtime.lock();
+      const uint64_t served = rt ? ServedBy(rt.get(), key) : w.last_served;
+      iv.requests = served >= w.last_served ? served - w.last_served : 0;
+      w.last_served = served;
+      iv.seconds = static_cast<double>(now - w.last_ns) / 1e9;
+      w.last_ns = now;
+      auto found = detector_.Observe(w.function, key, tick_, iv, events[w.cgroup_id]);
+      FunctionRecord& rec = records_[w.function];
+      for (auto& a : found) {
+        const bool quarantine = w.on_anomaly == "quarantine" && !w.quarantined;
+        spdlog::warn("detector: function {}: instance {:#x} (pid {}): anomaly {}: {}; {}",
+                     w.function, key, w.pid, a.kind, a.evidence,
+                     quarantine ? "quarantining it (security.onAnomaly: quarantine)"
+                                : "alert only (security.onAnomaly: " + w.on_anomaly + ")");
+        ++anomalies_[{w.function, a.kind}];
+        ++rec.total;
+        AnomalyInfo info;
+        info.instance = key;
+        info.kind = a.kind;
+        info.evidence = a.evidence;
+        info.action = quarantine ? "quarantined" : "alerted";
+        rec.recent.push_front(info);
+        rec.found_ns.insert(rec.found_ns.begin(), now);
+        if (rec.recent.size() > kRecent) {
+          rec.recent.pop_back();
+          rec.found_ns.pop_back();
+        }
+        if (quarantine) {
+          w.quarantined = true;
+          actions.push_back({w.function, key, "anomaly " + a.kind + ": " + a.evidence});
+        }
+      }
+    }
+    for (const auto& fn : detector_.FinishedLearning()) SaveProfile(fn);
+  }
+  for (const auto& a : actions) {
+    Status st = quarantine_ ? quarantine_(a.key, a.reason) : Unavailable("no quarantine hook");
+    if (st.ok()) continue;
+    spdlog::error("detector: function {}: instance {:#x}: quarantine failed: {}", a.function,
+                  a.key, st.ToString());
+    std::lock_guard lock(mu_);
+    for (auto& info : records_[a.function].recent) {
+      if (info.instance == a.key && info.action == "quarantined") {
+        info.action = "quarantine failed: " + st.message();
+      }
+    }
+  }
+}
+
+void BehaviourMonitor::Describe(const std::string& function, FunctionStats* stats) {
+  if (!probes_) {
+    stats->detector = "off: " + off_reason_;
+    return;
+  }
+  std::lock_guard lock(mu_);
+  stats->detector = detector_.State(function);
+  if (stats->detector.empty()) stats->detector = "waiting for its first instance";
+  auto it = records_.find(function);
+  if (it == records_.end()) return;
+  stats->on_anomaly = it->second.on_anomaly;
+  stats->anomalies_total = it->second.total;
+  const uint64_t now = MonotonicNs();
+  for (size_t i = 0; i < it->second.recent.size(); ++i) {
+    AnomalyInfo info = it->second.recent[i];
+    info.age_s = static_cast<double>(now - it->second.found_ns[i]) / 1e9;
+    stats->anomalies.push_back(std::move(info));
+  }
+}
+
+size_t BehaviourMonitor::WatchedEntries() { return probes_ ? probes_->WatchedEntries() : 0; }
+size_t BehaviourMonitor::SeenEntries() { return probes_ ? probes_->SeenEntries() : 0; }
+
+std::string BehaviourMonitor::MetricsText() {
+  std::ostringstream out;
+  out << "# HELP shoal_detector_enabled Whether the compromise detector's behaviour probes are "
+         "loaded (0: off, see the log)\n# TYPE shoal_detector_enabled gauge\n"
+      << "shoal_detector_enabled " << (probes_ ? 1 : 0) << "\n";
+  out << "# HELP shoal_function_anomalies_total Anomalies the compromise detector found in the "
+         "function's instances, by kind\n# TYPE shoal_function_anomalies_total counter\n";
+  std::lock_guard lock(mu_);
+  for (const auto& [k, n] : anomalies_) {
+    out << "shoal_function_anomalies_total{function=\"" << Escape(k.first) << "\",kind=\""
+        << Escape(k.second) << "\"} " << n << "\n";
+  }
+  out << "# HELP shoal_detector_watched_instances Instances the behaviour probes count\n"
+         "# TYPE shoal_detector_watched_instances gauge\n"
+      << "shoal_detector_watched_instances " << watched_.size() << "\n";
+  if (probes_) {
+    out << "# HELP shoal_detector_bpf_entries Entries of the behaviour probes' BPF maps\n"
+           "# TYPE shoal_detector_bpf_entries gauge\n"
+        << "shoal_detector_bpf_entries{map=\"instances\"} " << probes_->WatchedEntries() << "\n"
+        << "shoal_detector_bpf_entries{map=\"seen\"} " << probes_->SeenEntries() << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace shoal

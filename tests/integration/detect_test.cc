@@ -1,0 +1,311 @@
+// The compromise detector end to end, on a real shoald as root with the behaviour probes in the
+// kernel: a function's instance learns its baseline from normal requests, then the test handler
+// (handlers/attack_handler.c) spawns a shell, connects to an unexpected loopback port, opens a
+// file outside its allowed paths and burns CPU. Each is detected with its kind within two
+// scoring intervals (plus the test's polling), counted on /metrics, shown by `shoal describe`;
+// normal requests meanwhile all succeed and raise no alarm. With security.onAnomaly:
+// quarantine the instance stops taking requests, is frozen, and a clean instance serves.
+// Skips (saying why) only where BPF is absent (bpf_capability.h) or shoald is not root.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "bpf_capability.h"
+#include "hugepages_for_test.h"
+#include "sandbox_test_util.h"
+#include "shoald_fixture.h"
+
+namespace shoal::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+constexpr int kIntervalMs = 500;
+constexpr int kLearnIntervals = 4;
+
+class DetectTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!IsRoot()) GTEST_SKIP() << "not root: shoald cannot load the behaviour probes";
+    if (const std::string absent = bpf_test::BpfCapabilityAbsent(); !absent.empty()) {
+      GTEST_SKIP() << "BPF is not available here: " << absent;
+    }
+    if (auto why = ShoaldShortOfHugepages(64ull << 20, 3); !why.empty()) GTEST_SKIP() << why;
+    char t[] = "/tmp/shoal-detect-handlers-XXXXXX";
+    handlers_ = mkdtemp(t);
+    chmod(handlers_.c_str(), 0755);
+    library_ = handlers_ + "/libattack.so";
+    fs::copy_file(LibDir() + "/shoal/handlers/libshoal-attack.so", library_);
+    chmod(library_.c_str(), 0644);
+    Shoald::Options o;
+    o.pool_bytes = 64ull << 20;
+    o.max_body_bytes = 1ull << 20;
+    o.extra_yaml = "handler_dirs: [" + handlers_ + "]\nrestart_backoff_s: 0.05\n" +
+                   "detect_interval_ms: " + std::to_string(kIntervalMs) + "\n" +
+                   "detect_learn_intervals: " + std::to_string(kLearnIntervals) + "\n";
+    ASSERT_TRUE(shoald_.Start(o)) << shoald_.Log();
+    ASSERT_NE(shoald_.Log().find("detector: behaviour probes loaded"), std::string::npos)
+        << shoald_.Log();
+  }
+  void TearDown() override {
+    StopTraffic();
+    if (!handlers_.empty()) (void)!system(("rm -rf '" + handlers_ + "'").c_str());
+  }
+
+  void Deploy(const std::string& name, const std::string& security) {
+    const std::string manifest = "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: " +
+                                 name + "}\nspec:\n  handler:\n    library: " + library_ +
+                                 "\n  scale: {min: 1, max: 1}\n  security:\n" + security;
+    auto r = shoald_.Api("POST", "/v1/functions", manifest, {"Content-Type: application/yaml"});
+    ASSERT_EQ(r.status, 201) << r.body;
+    ASSERT_TRUE(shoald_.WaitReady(name, 1)) << shoald_.Log();
+  }
+  HttpResult Invoke(const std::string& fn, const std::string& body) {
+    return Http(shoald_.port(), "POST", "/fn/" + fn, body, {}, 0, 20000);
+  }
+  json Status(const std::string& fn) {
+    auto r = shoald_.Api("GET", "/v1/functions/" + fn);
+    auto j = json::parse(r.body, nullptr, false);
+    return j.is_discarded() ? json::object() : j.value("status", json::object());
+  }
+  std::string DetectorState(const std::string& fn) {
+    return Status(fn).value("detector", json::object()).value("state", "");
+  }
+  double Anomalies(const std::string& fn, const std::string& kind = {}) {
+    std::string filter = "function=\"" + fn + "\"";
+    if (!kind.empty()) filter += ",kind=\"" + kind + "\"";
+    return shoald_.Metric("shoal_function_anomalies_total", filter);
+  }
+  // Normal requests ("ok") every 10 ms from a thread until StopTraffic; counts failures.
+  void StartTraffic(const std::string& fn) {
+    traffic_on_ = true;
+    traffic_ = std::thread([this, fn] {
+      while (traffic_on_) {
+        auto r = Invoke(fn, "ok");
+        ++sent_;
+        if (r.status != 200 || r.body != "ok") {
+          ++failed_;
+          last_failure_ = std::to_string(r.status) + " " + r.body + " " + r.error;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    });
+  }
+  void StopTraffic() {
+    traffic_on_ = false;
+    if (traffic_.joinable()) traffic_.join();
+  }
+  // Waits until the function's baseline is learned (the detector says "scoring").
+  void WaitScoring(const std::string& fn) {
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (DetectorState(fn).rfind("scoring", 0) != 0 && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_EQ(DetectorState(fn).rfind("scoring (baseline of " + std::to_string(kLearnIntervals), 0), 0u)
+        << DetectorState(fn) << "\n" << shoald_.Log();
+  }
+  // Sends the attack and returns how long until anomalies of `kind` rose (-1: not in 10 s).
+  double Detect(const std::string& fn, const std::string& command, const std::string& kind,
+                const std::string& expect_reply) {
+    const double before = Anomalies(fn, kind);
+    auto r = Invoke(fn, command);
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.body, expect_reply);
+    const auto sent = Clock::now();
+    while (Clock::now() - sent < std::chrono::seconds(10)) {
+      if (Anomalies(fn, kind) > before) {
+        return std::chrono::duration<double>(Clock::now() - sent).count();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return -1;
+  }
+
+  Shoald shoald_;
+  std::string handlers_;
+  std::string library_;
+  std::thread traffic_;
+  std::atomic<bool> traffic_on_{false};
+  std::atomic<int> sent_{0}, failed_{0};
+  std::string last_failure_;
+};
+
+// Listens on an ephemeral loopback port nobody told the function about.
+int Listener(int* port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  listen(fd, 8);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+TEST_F(DetectTest, EachAttackIsDetectedWithItsKindAndNormalTrafficRaisesNone) {
+  Deploy("victim", "    onAnomaly: alert\n");
+  EXPECT_EQ(DetectorState("victim").rfind("learning (", 0), 0u) << DetectorState("victim");
+  StartTraffic("victim");
+  WaitScoring("victim");
+  // Normal traffic over the learning period and four more scoring intervals: no alarm.
+  std::this_thread::sleep_for(std::chrono::milliseconds(4 * kIntervalMs));
+  EXPECT_EQ(Anomalies("victim"), 0) << shoald_.Log();
+
+  int port = 0;
+  const int lfd = Listener(&port);
+  // Two intervals, plus the polling and a loaded 2-core machine's timer lag.
+  const double bound = 2 * kIntervalMs / 1e3 + 1.0;
+  struct Attack {
+    std::string command, kind, reply;
+  } attacks[] = {{"shell", "exec", "spawned"},
+                 {"connect " + std::to_string(port), "connect", "connected"},
+                 {"open /etc/shadow", "file", "Permission denied"},
+                 {"burn 2500", "cpu", "burning"}};
+  for (const auto& a : attacks) {
+    const double latency = Detect("victim", a.command, a.kind, a.reply);
+    EXPECT_GE(latency, 0) << a.command << " was not detected as " << a.kind << "\n" << shoald_.Log();
+    EXPECT_LE(latency, bound) << a.command;
+    std::printf("detected %-16s as %-8s in %.2f s\n", a.command.c_str(), a.kind.c_str(), latency);
+  }
+  close(lfd);
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));  // the burn ends
+  StopTraffic();
+  // Exactly the four, one of each kind (the burn is one episode however many intervals it lasts).
+  EXPECT_EQ(Anomalies("victim"), 4) << shoald_.Log();
+  for (const char* kind : {"exec", "connect", "file", "cpu"}) EXPECT_EQ(Anomalies("victim", kind), 1) << kind;
+  EXPECT_EQ(failed_.load(), 0) << last_failure_;
+  EXPECT_GT(sent_.load(), 100);
+
+  // The evidence: in the log, in describe, and the instance keeps serving (alert only).
+  const std::string log = shoald_.Log();
+  EXPECT_NE(log.find("anomaly exec: execve /bin/sh (never seen while learning); alert only"),
+            std::string::npos) << log;
+  EXPECT_NE(log.find("anomaly connect: connect to 127.0.0.1:" + std::to_string(port)),
+            std::string::npos);
+  EXPECT_NE(log.find("anomaly file: open /etc/shadow (outside the allowed paths"), std::string::npos);
+  EXPECT_NE(log.find("anomaly cpu: cpu: "), std::string::npos);
+  auto d = shoald_.Cli({"describe", "victim"});
+  EXPECT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_NE(d.out.find("Detector:    scoring (baseline of 4 intervals"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("on anomaly: alert; 4 anomalies"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("exec  alerted: execve /bin/sh"), std::string::npos) << d.out;
+  auto top = shoald_.Cli({"top"});
+  EXPECT_NE(top.out.find("ANOMALIES"), std::string::npos) << top.out;
+  EXPECT_EQ(Invoke("victim", "ok").body, "ok");
+  // The profile was saved for the next shoald.
+  EXPECT_TRUE(fs::exists(shoald_.state_dir() + "/state/detect/victim.profile") ||
+              fs::exists(shoald_.state_dir() + "/detect/victim.profile"))
+      << shoald_.state_dir();
+}
+
+TEST_F(DetectTest, QuarantineStopsRoutingFreezesTheInstanceAndACleanOneServes) {
+  Deploy("suspect", "    onAnomaly: quarantine\n");
+  const std::vector<int> pids = shoald_.InstancePids("suspect");
+  ASSERT_EQ(pids.size(), 1u);
+  const int bad = pids[0];
+  StartTraffic("suspect");
+  WaitScoring("suspect");
+  StopTraffic();
+  ASSERT_EQ(failed_.load(), 0) << last_failure_;
+
+  // The trigger request itself is answered; the anomaly quarantines its instance.
+  const double latency = Detect("suspect", "shell", "exec", "spawned");
+  ASSERT_GE(latency, 0) << shoald_.Log();
+  json quarantined;
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  int clean = 0;
+  while (Clock::now() < deadline && (quarantined.is_null() || clean == 0)) {
+    quarantined = nullptr;
+    clean = 0;
+    for (const auto& i : Status("suspect").value("instances", json::array())) {
+      if (i.value("state", "") == "quarantined") quarantined = i;
+      if (i.value("state", "") == "ready") clean = i.value("pid", 0);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(quarantined.is_null()) << Status("suspect").dump() << shoald_.Log();
+  EXPECT_EQ(quarantined.value("pid", 0), bad);
+  ASSERT_NE(clean, 0) << Status("suspect").dump();
+  EXPECT_NE(clean, bad);
+  // Frozen, in the freezer the quarantine names.
+  const std::string why = quarantined.value("quarantine", "");
+  EXPECT_EQ(why.rfind("anomaly exec: execve /bin/sh (never seen while learning); frozen in ", 0), 0u)
+      << why;
+  const std::string dir = why.substr(why.find("frozen in ") + 10);
+  if (fs::exists(dir + "/freezer.state")) {
+    EXPECT_EQ(ReadAll(dir + "/freezer.state"), "FROZEN\n");
+  } else {
+    EXPECT_NE(ReadAll(dir + "/cgroup.events").find("frozen 1"), std::string::npos) << dir;
+  }
+  EXPECT_EQ(kill(bad, 0), 0);  // alive, for inspection
+  // Every request now goes to the clean instance.
+  for (int i = 0; i < 20; ++i) {
+    auto r = Invoke("suspect", "pid");
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.body, std::to_string(clean));
+  }
+  auto d = shoald_.Cli({"describe", "suspect"});
+  EXPECT_NE(d.out.find("exec  quarantined: execve /bin/sh"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("quarantined: anomaly exec: execve /bin/sh"), std::string::npos) << d.out;
+  EXPECT_NE(shoald_.Log().find("quarantined: anomaly exec: execve /bin/sh"), std::string::npos);
+  // Deleting the function kills the frozen instance too.
+  auto del = shoald_.Cli({"delete", "suspect"});
+  EXPECT_EQ(del.exit_code, 0) << del.err;
+  const auto gone = Clock::now() + std::chrono::seconds(10);
+  while (kill(bad, 0) == 0 && Clock::now() < gone) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_NE(kill(bad, 0), 0) << "the quarantined instance outlived its function";
+  EXPECT_FALSE(fs::exists(dir) && fs::exists(dir + "/freezer.state")) << dir;
+}
+
+TEST_F(DetectTest, BuiltinEchoUnderChangingLoadRaisesNoAlarm) {
+  const std::string manifest =
+      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: echo}\nspec:\n"
+      "  handler: echo\n  scale: {min: 1, max: 2}\n";
+  auto r = shoald_.Api("POST", "/v1/functions", manifest, {"Content-Type: application/yaml"});
+  ASSERT_EQ(r.status, 201) << r.body;
+  ASSERT_TRUE(shoald_.WaitReady("echo", 1)) << shoald_.Log();
+  // Learn under light load, then score under bursts of 4 concurrent clients and idle gaps.
+  StartTraffic("echo");
+  WaitScoring("echo");
+  StopTraffic();
+  std::atomic<int> bad{0}, total{0};
+  for (int phase = 0; phase < 4; ++phase) {
+    std::vector<std::thread> clients;
+    for (int c = 0; c < 4; ++c) {
+      clients.emplace_back([&, c] {
+        const auto until = Clock::now() + std::chrono::milliseconds(1500);
+        std::string body(64 + 900 * c, 'x');
+        while (Clock::now() < until) {
+          auto e = Invoke("echo", body);
+          ++total;
+          if (e.status != 200 || e.body != body) ++bad;
+        }
+      });
+    }
+    for (auto& t : clients) t.join();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // idle
+  }
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_GT(total.load(), 200);
+  EXPECT_EQ(Anomalies("echo"), 0) << shoald_.Log();
+  EXPECT_EQ(DetectorState("echo").rfind("scoring", 0), 0u);
+}
+
+}  // namespace
+}  // namespace shoal::testing

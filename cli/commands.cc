@@ -258,7 +258,11 @@ int Get(const HttpClient& client, const std::string& name, const std::string& ou
     return 0;
   }
   const bool wide = output == "wide";
+  // Cluster functions (from shoal-controller) say which nodes run them.
+  const bool placed = std::any_of(functions.begin(), functions.end(),
+                                  [](const json& f) { return f.contains("placements"); });
   std::vector<std::string> header = {"NAME", "READY", "INFLIGHT", "RPS", "AGE"};
+  if (placed) header.push_back("NODES");
   if (wide) {
     header.insert(header.end(), {"HANDLER", "CONCURRENCY", "SCALE", "TIMEOUT", "NAMESPACE",
                                  "GENERATION"});
@@ -270,6 +274,14 @@ int Get(const HttpClient& client, const std::string& name, const std::string& ou
                                     std::to_string(Num<uint64_t>(st, "inflight")),
                                     FormatFixed(Num<double>(st, "rps"), 1),
                                     FormatAge(Num<double>(f, "age_s"))};
+    if (placed) {
+      std::string nodes;
+      for (const json& p : f.value("placements", json::array())) {
+        if (!nodes.empty()) nodes.append(",");
+        nodes.append(Str(p, "node"));
+      }
+      row.push_back(nodes.empty() ? "-" : nodes);
+    }
     if (wide) {
       row.insert(row.end(), {HandlerText(f), std::to_string(Num<uint64_t>(f, "concurrency")),
                              ScaleText(f), FormatSeconds(Num<double>(f, "timeout_s")),
@@ -331,6 +343,16 @@ int Describe(const HttpClient& client, const std::string& name) try {
   field("Resources", std::string("cpu ") + cpu + ", memory " +
                          FormatBytes(Num<uint64_t>(res, "memory_bytes")) + ", gpu " +
                          std::to_string(Num<uint64_t>(res, "gpu")));
+  if (f.contains("placements") && f["placements"].is_array()) {
+    // A cluster function (from shoal-controller): the nodes that run it, with their share.
+    o << "Placements:\n";
+    if (f["placements"].empty()) o << "  <none: no node holds it yet>\n";
+    for (const json& p : f["placements"]) {
+      o << "  " << Str(p, "node") << "   min " << Num<uint64_t>(p, "min") << ", max "
+        << Num<uint64_t>(p, "max") << " instance(s), generation " << Num<uint64_t>(p, "generation")
+        << "\n";
+    }
+  }
   o << "Status:\n";
   o << "  Instances:   " << ReadyText(st) << " ready (" << Num<uint64_t>(st, "starting")
     << " starting)\n";

@@ -218,6 +218,17 @@ TEST_F(ClusterForwardTest, ARequestEnteringAnyNodeIsAnsweredByTheNodeThatRunsIts
   EXPECT_NE(one.out.find("name: " + cluster_->node_name(home)), std::string::npos) << one.out;
   auto wide = RunCli({"get", "nodes", "-o", "wide"}, {}, env);
   EXPECT_NE(wide.out.find("COLD-START"), std::string::npos) << wide.out;
+  // The functions, each with the nodes that run it.
+  auto fns = RunCli({"get"}, {}, env);
+  ASSERT_EQ(fns.exit_code, 0) << fns.err;
+  EXPECT_NE(fns.out.find("NODES"), std::string::npos) << fns.out;
+  EXPECT_NE(fns.out.find(cluster_->node_name(home)), std::string::npos) << fns.out;
+  auto described = RunCli({"describe", "echo"}, {}, env);
+  ASSERT_EQ(described.exit_code, 0) << described.err;
+  EXPECT_NE(described.out.find("Placements:\n  " + cluster_->node_name(home) +
+                               "   min 0, max 1 instance(s)"),
+            std::string::npos)
+      << described.out;
   auto missing = RunCli({"get", "nodes", "nope"}, {}, env);
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.err.find("node 'nope' not found"), std::string::npos) << missing.err;

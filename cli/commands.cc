@@ -647,6 +647,8 @@ void RobustText(const json& st, std::ostringstream& o) {
   if (r.contains("rank")) rule += " (rank " + std::to_string(Num<uint64_t>(r, "rank")) + ")";
   if (r.contains("clip_norm") && r["clip_norm"].is_number()) {
     rule += ", clipNorm " + FormatFixed(r["clip_norm"].get<double>(), 3);
+  } else if (r.contains("clip_norm") && r["clip_norm"].is_string()) {
+    rule += ", clipNorm " + r["clip_norm"].get<std::string>();
   }
   o << "Robust:" << std::string(8, ' ') << rule << "\n";
   const json& suspects = r.contains("suspects") ? r["suspects"] : json::array();

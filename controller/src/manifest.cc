@@ -560,11 +560,19 @@ class DocumentParser {
     if (const YAML::Node n = only("rank", "flag")) {
       out.rank = static_cast<uint32_t>(Integer(n, path + ".rank", 1, 65535));
     }
-    if (const YAML::Node n = r["clipNorm"]) {
+    if (const YAML::Node n = r["clipNorm"]; n && n.IsScalar() && n.Scalar() == "median") {
+      out.clip_median = true;
+    } else if (n) {
+      double v = 0;
+      const std::string& text = n.IsScalar() ? n.Scalar() : std::string();
+      auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+        Fail(path + ".clipNorm", "must be a number > 0 or median, got " + Quote(text), n);
+      }
       out.clip_norm = Number(n, path + ".clipNorm");
       if (!(out.clip_norm > 0)) {
-        Fail(path + ".clipNorm", "must be > 0 (leave it out for no clipping), got " + n.Scalar(),
-             n);
+        Fail(path + ".clipNorm",
+             "must be > 0 or median (leave it out for no clipping), got " + n.Scalar(), n);
       }
     }
   }

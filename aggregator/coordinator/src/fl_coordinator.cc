@@ -175,7 +175,8 @@ Json SpecToJson(const FlJobSpec& s) {
                 {"f", s.robust.f},
                 {"m", s.robust.m},
                 {"rank", s.robust.rank},
-                {"clip_norm", s.robust.clip_norm}}},
+                {"clip_norm", s.robust.clip_norm},
+                {"clip_median", s.robust.clip_median}}},
               {"join_tokens", s.join_tokens},
               {"generation", s.generation},
               {"manifest", s.manifest}};
@@ -211,6 +212,7 @@ FlJobSpec SpecFromJson(const Json& j) {
     s.robust.m = r.value("m", s.robust.m);
     s.robust.rank = r.value("rank", s.robust.rank);
     s.robust.clip_norm = r.value("clip_norm", 0.0);
+    s.robust.clip_median = r.value("clip_median", false);
   }
   s.join_tokens = j.value("join_tokens", std::vector<std::string>{});
   s.generation = j.value("generation", uint64_t{1});
@@ -751,7 +753,7 @@ Status FlCoordinator::DeployJob(const FlJobSpec& in) {
         return InvalidArgument("spec.algorithm/spec.model: job '" + in.name +
                                "' exists with another algorithm or model; delete it first");
       }
-      if (it->second->spec.robust.enabled() != in.robust.enabled()) {
+      if (it->second->spec.robust.enabled() != in.robust.enabled()) {  // rule changes are fine
         return InvalidArgument("spec.aggregation.robust: job '" + in.name + "' exists " +
                                (in.robust.enabled() ? "without" : "with") +
                                " a robust rule (its rounds are kept differently); delete it first");
@@ -993,7 +995,9 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
     // it made of each update of the last robust commit.
     const FlRobustSpec& r = job->spec.robust;
     j["robust"] = {{"rule", r.rule},
-                   {"clip_norm", r.clip_norm > 0 ? Json(r.clip_norm) : Json(nullptr)},
+                   {"clip_norm", r.clip_median     ? Json("median")
+                                 : r.clip_norm > 0 ? Json(r.clip_norm)
+                                                   : Json(nullptr)},
                    {"suspects", std::move(suspects)},
                    {"last_commit", job->robust_last.is_null() ? Json(nullptr) : job->robust_last}};
     if (r.rule == "trimmedMean") j["robust"]["beta"] = r.beta;

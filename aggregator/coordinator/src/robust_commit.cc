@@ -101,6 +101,7 @@ Result<RobustOutcome> RobustCommitter::Aggregate(const FlRobustSpec& spec,
   in.updates = refs;
   in.reference = reference;
   in.clip_norm = static_cast<float>(spec.clip_norm);
+  in.clip_to_median_norm = spec.clip_median;
 
   RobustOutcome outcome;
   outcome.rule = spec.rule == "none" ? "clip" : spec.rule;

@@ -97,6 +97,8 @@ void SymmetricEigen(std::vector<double>& a, size_t p, std::vector<double>& value
 
 }  // namespace
 
+static bool Clipping(const RobustInput& in) { return in.clip_norm > 0 || in.clip_to_median_norm; }
+
 struct RobustAggregator::Impl {
   explicit Impl(unsigned threads) : pool(threads), fold(pool.threads()) {
     scratch.resize(pool.threads());
@@ -236,19 +238,24 @@ struct RobustAggregator::Impl {
     return m;
   }
 
-  // c_i = min(1, tau / ||x_i - ref||), all 1 when clipping is off.
+  // c_i = min(1, tau / ||x_i - ref||), all 1 when clipping is off; tau is clip_norm, or the
+  // median of the norms (clip_to_median_norm).
   std::vector<double> ClipScales(const RobustInput& in) {
     const size_t n = in.updates.size();
     std::vector<double> ones(n, 1.0);
-    if (!(in.clip_norm > 0)) return ones;
+    if (!Clipping(in)) return ones;
     // The diagonal of the Gram matrix; the pairs cost little next to reading the updates at
     // ResNet sizes, and sharing the kernel keeps one code path.
     const std::vector<double> g = PairSums(in, ones, internal::PairMode::kNorms, true);
-    std::vector<double> c(n);
-    for (size_t i = 0; i < n; ++i) {
-      const double norm = std::sqrt(g[i * n + i]);
-      c[i] = norm > in.clip_norm ? in.clip_norm / norm : 1.0;
+    std::vector<double> c(n), norms(n);
+    for (size_t i = 0; i < n; ++i) norms[i] = std::sqrt(g[i * n + i]);
+    double tau = in.clip_norm;
+    if (in.clip_to_median_norm) {
+      std::vector<double> sorted = norms;
+      std::sort(sorted.begin(), sorted.end());
+      tau = n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
     }
+    for (size_t i = 0; i < n; ++i) c[i] = norms[i] > tau ? tau / norms[i] : 1.0;
     return c;
   }
 
@@ -400,7 +407,7 @@ Result<RobustReport> RobustAggregator::MultiKrum(const RobustInput& in, size_t f
   }
   RobustReport report;
   report.clip_scale = impl_->ClipScales(in);
-  const bool clipping = in.clip_norm > 0;
+  const bool clipping = Clipping(in);
   const std::vector<double> dist =
       impl_->PairSums(in, report.clip_scale, internal::PairMode::kDistances, clipping);
   const size_t nearest = n - f - 2;
@@ -440,8 +447,8 @@ Result<RobustReport> RobustAggregator::ClippedMean(const RobustInput& in, float*
   std::lock_guard<std::mutex> lock(impl_->call_mu);
   SHOAL_RETURN_IF_ERROR(Validate(in, "clipped mean"));
   impl_->Prepare(in);
-  if (!(in.clip_norm > 0)) {
-    return InvalidArgument("clipped mean: clip_norm must be > 0");
+  if (!Clipping(in)) {
+    return InvalidArgument("clipped mean: clip_norm must be > 0 (or clip_to_median_norm set)");
   }
   const size_t n = in.updates.size();
   RobustReport report;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -178,6 +179,42 @@ TEST(RobustClip, ExactNorms) {
   auto neg = agg.Median(in, out.data());
   ASSERT_FALSE(neg.ok());
   EXPECT_NE(neg.status().message().find("clip_norm"), std::string::npos);
+}
+
+// clip_to_median_norm clips each delta to the median of the deltas' norms: the same result and
+// scales as clip_norm set to that median by hand, for every rule that clips.
+TEST(RobustClip, ToTheMedianNormEqualsClipNormAtThatMedian) {
+  Updates u = Random(7, 1001, 9);
+  std::vector<float> ref(u.d(), 0.5f);
+  for (size_t i = 0; i < u.rows.size(); ++i) {  // deltas of norms spread 1x .. 7x
+    for (size_t j = 0; j < u.d(); ++j) u.rows[i][j] = 0.5f + u.rows[i][j] * float(i + 1);
+  }
+  std::vector<double> norms;
+  for (const auto& row : u.rows) {
+    double s = 0;
+    for (size_t j = 0; j < u.d(); ++j) s += double(row[j] - 0.5f) * (row[j] - 0.5f);
+    norms.push_back(std::sqrt(s));
+  }
+  std::vector<double> sorted = norms;
+  std::sort(sorted.begin(), sorted.end());
+  RobustInput adaptive = u.Input(), fixed = u.Input();
+  adaptive.reference = fixed.reference = ref.data();
+  adaptive.clip_to_median_norm = true;
+  fixed.clip_norm = static_cast<float>(sorted[3]);
+  RobustAggregator agg(2);
+  for (const char* rule : {"clipped", "median", "krum", "flag"}) {
+    RobustReport ra, rf;
+    const auto a = RunRule(agg, rule, adaptive, &ra);
+    const auto f = RunRule(agg, rule, fixed, &rf);
+    ASSERT_EQ(ra.clip_scale.size(), 7u) << rule;
+    for (size_t i = 0; i < 7; ++i) {
+      EXPECT_NEAR(ra.clip_scale[i], rf.clip_scale[i], 1e-6) << rule << " " << i;
+      EXPECT_NEAR(ra.clip_scale[i], std::min(1.0, sorted[3] / norms[i]), 1e-5) << rule << " " << i;
+    }
+    for (size_t j = 0; j < a.size(); ++j) ASSERT_NEAR(a[j], f[j], 1e-5) << rule << " " << j;
+  }
+  EXPECT_EQ(agg.ClippedMean(u.Input(), std::vector<float>(u.d()).data()).status().message(),
+            "clipped mean: clip_norm must be > 0 (or clip_to_median_norm set)");
 }
 
 TEST(RobustFlag, RankOneHonestSubspaceWithOutliers) {

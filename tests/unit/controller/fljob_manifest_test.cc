@@ -275,6 +275,10 @@ TEST(FlJobManifestTest, RobustAggregationRulesAndTheirErrors) {
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ((*r)[0].robust.rule, "none");
   EXPECT_TRUE((*r)[0].robust.enabled());
+  r = ParseFlJobManifests(Job("  aggregation: {robust: {rule: flag, clipNorm: median}}\n"));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE((*r)[0].robust.clip_median);
+  EXPECT_EQ((*r)[0].robust.clip_norm, 0);
   r = ParseFlJobManifests(Job("  aggregation: {robust: {rule: flag, rank: 2}}\n"));
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ((*r)[0].robust.rank, 2u);
@@ -296,8 +300,10 @@ TEST(FlJobManifestTest, RobustAggregationRulesAndTheirErrors) {
       {"  aggregation: {robust: {rule: flag, rank: 0}}\n",
        "spec.aggregation.robust.rank: must be between 1 and 65535, got 0 (line 8)"},
       {"  aggregation: {robust: {clipNorm: 0}}\n",
-       "spec.aggregation.robust.clipNorm: must be > 0 (leave it out for no clipping), got 0 "
-       "(line 8)"},
+       "spec.aggregation.robust.clipNorm: must be > 0 or median (leave it out for no clipping), "
+       "got 0 (line 8)"},
+      {"  aggregation: {robust: {clipNorm: mean}}\n",
+       "spec.aggregation.robust.clipNorm: must be a number > 0 or median, got \"mean\" (line 8)"},
       {"  aggregation: {robust: {rule: median, z: 1}}\n",
        "spec.aggregation.robust.z: unknown field (line 8)"},
       {"  aggregation: {robust: median}\n",

@@ -20,7 +20,8 @@ struct FlRobustSpec {
   uint32_t m = 0;             // krum: updates averaged (0: n - f)
   uint32_t rank = 1;          // flag: the subspace's dimension
   double clip_norm = 0;       // clipNorm: each delta scaled to at most this L2 norm (0: off)
-  bool enabled() const { return rule != "none" || clip_norm > 0; }
+  bool clip_median = false;   // clipNorm: median: to the median of the round's deltas' norms
+  bool enabled() const { return rule != "none" || clip_norm > 0 || clip_median; }
 };
 
 struct FlJobSpec {

@@ -49,6 +49,9 @@ struct RobustInput {
   // Norm clipping before the rule (0: off): each delta x_i - reference is scaled by
   // c_i = min(1, clip_norm / ||x_i - reference||_2), on the fly (the updates stay untouched).
   float clip_norm = 0;
+  // Clip to the median of the deltas' norms instead (clip_norm is then not read): a scaled-up
+  // update is brought back to a typical length without knowing the length beforehand.
+  bool clip_to_median_norm = false;
 };
 
 // Which updates a rule excluded or down-weighted, so callers can count suspects per client.
@@ -123,7 +126,7 @@ class RobustAggregator {
   // n - f - 2 nearest other updates; out = mean of the m updates with the lowest scores (ties:
   // lower index). Needs n > 2f + 2 and 1 <= m <= n - f; m = 0 means n - f.
   Result<RobustReport> MultiKrum(const RobustInput& in, size_t f, size_t m, float* out);
-  // The mean of the clipped updates (needs in.clip_norm > 0).
+  // The mean of the clipped updates (needs in.clip_norm > 0 or in.clip_to_median_norm).
   Result<RobustReport> ClippedMean(const RobustInput& in, float* out);
   Result<RobustReport> Flag(const RobustInput& in, const FlagOptions& options, float* out);
 

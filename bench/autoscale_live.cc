@@ -242,6 +242,7 @@ int main(int argc, char** argv) {
       if (r.policy == "shoal") shoal_inst.push_back(xi), s_p99.push_back(xp);
       if (r.policy == "learned") l_cold.push_back(xc), l_inst.push_back(xi), l_p99.push_back(xp);
     }
+    std::fflush(stdout);  // each run's table as soon as it is done
   }
   auto stats = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());

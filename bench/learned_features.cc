@@ -123,6 +123,71 @@ double GeoMean(const std::vector<double>& v) {
   return v.empty() ? 1 : std::exp(s / static_cast<double>(v.size()));
 }
 
+
+// The busy-time sizing table's context with and without the function's concurrency (1, 2-4,
+// >= 5; the shipped table has none, on this measurement): both
+// trained the same way (`shoal sim train`'s sizing seeds), each scored as whole-run weighted
+// cost with its choices over the same run with shoal's sizing, on training runs, the training
+// families at seeds 42..44 and the held-out families at 42..44.
+bool SizingConcurrency(const LearnedModel& idle) {
+  TrainOptions t;
+  LearnedModel with = idle, without = idle;  // without: the shipped context
+  with.mutable_sizing() = SizingTable(std::vector<uint32_t>{2, 5});
+  without.mutable_sizing() = SizingTable();
+  size_t runs = 0;
+  if (!TrainSizing(t, &with, &runs).ok() || !TrainSizing(t, &without, &runs).ok()) {
+    std::fprintf(stderr, "bench-learned-features: sizing training failed\n");
+    return false;
+  }
+  const auto a = std::make_shared<const LearnedModel>(with);
+  const auto b = std::make_shared<const LearnedModel>(without);
+  const LearnedWeights w;
+  struct Sums {
+    double with = 0, without = 0, shoal = 0;
+  };
+  std::map<std::string, Sums> sets;  // "train", "eval", "held-out"
+  auto score = [&](const std::string& set, const std::string& workload, uint64_t seed) -> bool {
+    ScenarioOptions o;
+    o.workload = workload;
+    o.seed = seed;
+    auto x = LearnedRunCost(o, a, -1, w);
+    auto y = LearnedRunCost(o, b, -1, w);
+    auto z = LearnedRunCost(o, a, static_cast<int>(SizingTable::kDefaultAction), w);
+    if (!x.ok() || !y.ok() || !z.ok()) return false;
+    Sums& s = sets[set];
+    s.with += x->weighted;
+    s.without += y->weighted;
+    s.shoal += z->weighted;
+    return true;
+  };
+  for (const auto& f : t.families) {
+    for (int k = 0; k < std::min(t.seeds, t.sizing_seeds); ++k) {
+      if (!score("train", "gen-" + f, t.seed + static_cast<uint64_t>(k))) return false;
+    }
+  }
+  for (uint64_t seed = 42; seed <= 44; ++seed) {
+    for (const char* f : kWorkloadFamilies) {
+      const bool held_out = std::find(t.families.begin(), t.families.end(), f) == t.families.end();
+      if (!score(held_out ? "held-out" : "eval", std::string("gen-") + f, seed)) return false;
+    }
+  }
+  std::printf("\nbusy-time sizing context with and without the function's concurrency (3 buckets "
+              "vs 1): whole-run weighted cost with the table's sizing / with shoal's sizing, "
+              "summed over the runs of each set (lower is better)\n");
+  std::printf("%-10s %10s %10s %8s\n", "set", "+conc", "no conc", "ratio");
+  double eval_ratio = 1, train_with = 1, eval_with = 1;
+  for (const char* set : {"train", "eval", "held-out"}) {
+    const Sums& s = sets[set];
+    const double rw = s.with / s.shoal, ro = s.without / s.shoal;
+    std::printf("%-10s %10.4f %10.4f %8.4f\n", set, rw, ro, rw / ro);
+    if (std::string(set) == "train") train_with = rw;
+    if (std::string(set) == "eval") eval_ratio = rw / ro, eval_with = rw;
+  }
+  std::printf("generalisation gap with concurrency (eval - training): %+.4f\n", eval_with - train_with);
+  std::printf("RESULT learned_sizing_concurrency_eval ratio=%.4f\n", eval_ratio);
+  return true;
+}
+
 }  // namespace
 
 int main() {
@@ -228,5 +293,5 @@ int main() {
     std::printf("RESULT learned_feature_%s_eval ratio=%.3f\n", kFeatures[f].name, e / e1);
   }
   std::printf("RESULT learned_features_best_eval ratio=%.3f\n", best);
-  return 0;
+  return SizingConcurrency(trained->model) ? 0 : 1;
 }

@@ -292,6 +292,44 @@ TEST_F(LearnedAutoscaleTest, TimerIsKeptThenReleasedAndPrewarmedPerTheTable) {
       << Status("timer").dump();
 }
 
+// The compiled-in version-2 table: describe shows the replicas the busy-time sizing decided and
+// why (the sizing action, the context it was read in, the context's measured features and what
+// the table expects of the action per interval).
+TEST_F(AutoscaleTest, LearnedDescribeShowsTheBusyTimeSizingAndItsContext) {
+  auto d = shoald_.Deploy(Manifest("sized",
+                                   "  concurrency: 4\n"
+                                   "  autoscaling:\n"
+                                   "    policy: learned\n"
+                                   "    maxScale: 4\n"));
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  for (int call = 0; call < 6; ++call) {
+    auto r = Http(shoald_.port(), "GET", "/fn/sized?ms=20");
+    EXPECT_EQ(r.status, 200) << r.error << r.body;
+  }
+  std::string reason;
+  EXPECT_TRUE(WaitFor(
+      "sized",
+      [&](const json& st) {
+        reason = st.value("decision", json::object()).value("reason", "");
+        return reason.find("; sizing ") != std::string::npos;
+      },
+      std::chrono::seconds(5)))
+      << reason;
+  // The sizing the table chose, the context it was read in (load and dispersion buckets; the
+  // first ticks see a short window, so which bucket depends on timing), the measured features,
+  // and the table's per-interval expectation for that action in that context.
+  EXPECT_NE(reason.find("; sizing x"), std::string::npos) << reason;
+  EXPECT_NE(reason.find(" (load "), std::string::npos) << reason;
+  EXPECT_NE(reason.find(" instances, dispersion "), std::string::npos) << reason;
+  EXPECT_NE(reason.find("; expects "), std::string::npos) << reason;
+  EXPECT_NE(reason.find(" slo misses per interval)"), std::string::npos) << reason;
+  auto desc = shoald_.Cli({"describe", "sized"});
+  ASSERT_EQ(desc.exit_code, 0) << desc.err;
+  EXPECT_NE(desc.out.find("(replicas "), std::string::npos) << desc.out;
+  EXPECT_NE(desc.out.find("; sizing x"), std::string::npos) << desc.out;
+  EXPECT_NE(desc.out.find(" slo misses per interval)"), std::string::npos) << desc.out;
+}
+
 TEST_F(AutoscaleTest, CorruptLearnedPolicyFileIsRefusedAtDeploy) {
   const std::string good_path = std::string(SHOAL_SOURCE_DIR) + "/deploy/policies/learned-v1.json";
   std::ifstream in(good_path);

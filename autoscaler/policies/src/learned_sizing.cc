@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <sstream>
+#include <utility>
 
 namespace shoal {
 
@@ -19,6 +20,7 @@ size_t BinOf(T v, const std::vector<T>& edges) {
 
 template <typename T>
 std::string Range(const std::vector<T>& edges, size_t b) {
+  if (edges.empty()) return "any";
   std::ostringstream o;
   if (b == 0) o << "<" << edges[0];
   else if (b == edges.size()) o << ">=" << edges.back();
@@ -61,8 +63,10 @@ double SizingFeatures::dispersion() const {
   return std::max(0.0, sum_d2_) / (2 * (k - 1)) / mean;
 }
 
-SizingTable::SizingTable()
-    : load_edges_{0.01, 0.05, 0.2}, dispersion_edges_{1.2, 3}, concurrency_edges_{2, 5} {
+SizingTable::SizingTable(std::vector<uint32_t> concurrency_edges)
+    : load_edges_{0.01, 0.05, 0.2},
+      dispersion_edges_{1.2, 3},
+      concurrency_edges_(std::move(concurrency_edges)) {
   for (double h : {0.85, 1.0, 1.3}) {
     for (double hold : {2.0, 10.0, 30.0, 60.0}) {
       char name[40];
@@ -96,8 +100,10 @@ size_t SizingTable::LoadRow(size_t state) const {
 std::string SizingTable::DescribeState(size_t state) const {
   const size_t cs = concurrency_edges_.size() + 1, ds = dispersion_edges_.size() + 1;
   const size_t c = state % cs, d = (state / cs) % ds, l = state / cs / ds;
-  return "load " + Range(load_edges_, l) + " instances, dispersion " +
-         Range(dispersion_edges_, d) + ", concurrency " + Range(concurrency_edges_, c);
+  std::string out = "load " + Range(load_edges_, l) + " instances, dispersion " +
+                    Range(dispersion_edges_, d);
+  if (!concurrency_edges_.empty()) out += ", concurrency " + Range(concurrency_edges_, c);
+  return out;
 }
 
 void SizingTable::Learn(const SizingSample& s) {

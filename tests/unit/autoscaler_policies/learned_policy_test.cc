@@ -100,7 +100,7 @@ TEST(LearnedModel, RoundTripsByteForByte) {
   m.seed = 7;
   for (double t : {12.5, 75.0, 75.0, 300.0, 0.1 + 0.2}) m.Learn(Period(m, History({75, 80, 70}), t));
   m.mutable_sizing().Learn({3, 5, {0.1 + 0.2, 1, 2}, 7});
-  m.mutable_sizing().Learn({35, 11, {1e-9, 0, 0.5}, 1});
+  m.mutable_sizing().Learn({11, 11, {1e-9, 0, 0.5}, 1});
   const std::string text = m.Serialize();
   auto back = LearnedModel::Parse(text, "mem");
   ASSERT_TRUE(back.ok()) << back.status().ToString();
@@ -108,6 +108,7 @@ TEST(LearnedModel, RoundTripsByteForByte) {
   EXPECT_EQ(back->samples(), 5u);
   EXPECT_EQ(back->sizing().samples(), 8u);
   EXPECT_EQ(back->sizing().cells()[3 * 12 + 5].n, 7u);
+  EXPECT_EQ(back->sizing().num_rows(), 17u);  // 12 contexts, 4 load rows, 1 global
   EXPECT_EQ(back->trained_on, m.trained_on);
   // Through a file too.
   const std::string path = ::testing::TempDir() + "learned-roundtrip.json";
@@ -195,7 +196,16 @@ TEST(SizingTable, ChoosesAnotherActionOnlyWhenClearlyCheaperInTheContextsOwnRow)
   sparse.Learn({state, wide, {10, 0, 0}, 10});
   EXPECT_EQ(sparse.Choose(state, LearnedWeights{}), def);
   // Another context does not borrow this one's choice (only its own row decides).
-  EXPECT_EQ(t.Choose(t.StateOf(0.1, 1.0, 1), LearnedWeights{}), def);
+  EXPECT_EQ(t.Choose(t.StateOf(0.001, 1.0, 8), LearnedWeights{}), def);
+  // The shipped context has no concurrency buckets: any concurrency is the same context.
+  EXPECT_EQ(t.StateOf(0.1, 1.0, 1), state);
+  EXPECT_EQ(t.num_states(), 12u);
+  EXPECT_EQ(t.DescribeState(state), "load 0.05-0.2 instances, dispersion <1.2");
+  SizingTable by_conc({2, 5});
+  EXPECT_EQ(by_conc.num_states(), 36u);
+  EXPECT_NE(by_conc.StateOf(0.1, 1.0, 1), by_conc.StateOf(0.1, 1.0, 8));
+  EXPECT_EQ(by_conc.DescribeState(by_conc.StateOf(0.1, 1.0, 8)),
+            "load 0.05-0.2 instances, dispersion <1.2, concurrency >=5");
   EXPECT_EQ(t.samples(), 8000u);
 }
 

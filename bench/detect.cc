@@ -1,0 +1,230 @@
+// bench-detect (issue 18): what the compromise detector costs and what it finds.
+//  1. Cost: bench-invoke's load (wrk POST 64 B on /fn/echo, keep-alive) against a shoald with the
+//     behaviour probes loaded (detect: true) and one without (detect: false), --runs times each,
+//     interleaved (A B B A ...), each run a fresh shoald. Ratio = req/s with / without (per run
+//     pair: min/median/max); target >= 0.95.
+//  2. False alarms: anomalies counted by the probes-loaded shoalds while wrk saturated echo
+//     (after its baseline was learned in the warm-up), per hour of scored instance time.
+//  3. Detection latency per attack kind: the test handler (libshoal-attack.so) learns from
+//     normal requests, then spawns a shell, connects to an unexpected port, opens /etc/shadow
+//     and burns CPU; the time from its answer to the anomaly on /metrics (scoring every 1 s).
+//   bench-detect [--seconds S (10)] [--connections C (32)] [--runs R (3)]
+// RESULT detect ratio = median req/s ratio probes loaded / not.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shoald_fixture.h"
+#include "wrk_runner.h"
+
+using namespace shoal::testing;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+struct CostRun {
+  shoal::bench::WrkResult wrk;
+  double anomalies = 0;
+  double scored_instance_s = 0;
+  bool probes = false;
+};
+
+CostRun RunCost(bool detect, int workers, int conns, int secs, const std::string& script) {
+  CostRun out;
+  Shoald shoald;
+  Shoald::Options o;
+  o.threads = static_cast<uint32_t>(workers);
+  o.extra_yaml = std::string("detect: ") + (detect ? "true" : "false") +
+                 "\ndetect_interval_ms: 1000\ndetect_learn_intervals: 3\n";
+  if (!shoald.Start(o)) {
+    std::fprintf(stderr, "shoald did not start:\n%s", shoald.Log().c_str());
+    return out;
+  }
+  out.probes = shoald.Metric("shoal_detector_enabled") == 1;
+  auto d = shoald.Deploy(
+      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\nspec:\n  handler:\n"
+      "    builtin: echo\n  concurrency: 1024\n  scale: {min: 1, max: 1}\n");
+  if (d.exit_code != 0 || !shoald.WaitReady("echo", 1)) return out;
+  // Warm-up, and the baseline's learning (3 intervals of 1 s) under the same load.
+  shoal::bench::RunWrk(shoald.port(), "/fn/echo", workers, conns, 4, script);
+  out.wrk = shoal::bench::RunWrk(shoald.port(), "/fn/echo", workers, conns, secs, script);
+  out.anomalies = shoald.Metric("shoal_function_anomalies_total");
+  out.scored_instance_s = secs;  // one instance, scored for the whole measured run
+  shoald.Stop();
+  return out;
+}
+
+double DetectOnce(Shoald& shoald, const std::string& command, const std::string& kind) {
+  const std::string filter = "function=\"victim\",kind=\"" + kind + "\"";
+  const double before = shoald.Metric("shoal_function_anomalies_total", filter);
+  auto r = Http(shoald.port(), "POST", "/fn/victim", command, {}, 0, 20000);
+  const auto sent = Clock::now();
+  if (r.status != 200) return -1;
+  while (Clock::now() - sent < std::chrono::seconds(10)) {
+    if (shoald.Metric("shoal_function_anomalies_total", filter) > before) {
+      return std::chrono::duration<double>(Clock::now() - sent).count();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int secs = 10, conns = 32, runs = 3;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--seconds" && i + 1 < argc) secs = std::stoi(argv[++i]);
+    else if (a == "--connections" && i + 1 < argc) conns = std::stoi(argv[++i]);
+    else if (a == "--runs" && i + 1 < argc) runs = std::stoi(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: bench-detect [--seconds S] [--connections C] [--runs R]\n");
+      return 2;
+    }
+  }
+  if (secs < 1 || conns < 1 || runs < 1) {
+    std::fprintf(stderr, "bench-detect: --seconds, --connections and --runs must be >= 1\n");
+    return 2;
+  }
+  if (system("command -v wrk >/dev/null") != 0) {
+    std::fprintf(stderr, "bench-detect needs wrk (Debian package wrk)\n");
+    std::printf("RESULT detect ratio=nan\n");
+    return 1;
+  }
+  const int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  char tmpl[] = "/tmp/shoal-bench-detect-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  chmod(dir.c_str(), 0755);
+  const std::string script = dir + "/post.lua";
+  std::ofstream(script) << "wrk.method = \"POST\"\nwrk.body = \"" << std::string(64, 'x')
+                        << "\"\nwrk.headers[\"Content-Type\"] = \"text/plain\"\n";
+
+  std::vector<CostRun> on, off;
+  for (int r = 0; r < runs; ++r) {
+    for (int k = 0; k < 2; ++k) {
+      const bool probes = (k == 0) == (r % 2 == 0);
+      std::fprintf(stderr, "[cost] run %d/%d: shoald with detect: %s, wrk -t%d -c%d -d%ds\n",
+                   r + 1, runs, probes ? "true" : "false", workers, conns, secs);
+      (probes ? on : off).push_back(RunCost(probes, workers, conns, secs, script));
+    }
+  }
+  std::vector<double> ratios;
+  for (int r = 0; r < runs; ++r) {
+    ratios.push_back(off[r].wrk.good_rps > 0 ? on[r].wrk.good_rps / off[r].wrk.good_rps : 0);
+  }
+  std::sort(ratios.begin(), ratios.end());
+
+  // Detection latency.
+  std::fprintf(stderr, "[latency] shoald scoring every 1 s, the attack handler learning 5 intervals\n");
+  const std::string lib = dir + "/libattack.so";
+  std::filesystem::copy_file(LibDir() + "/shoal/handlers/libshoal-attack.so", lib);
+  chmod(lib.c_str(), 0644);
+  struct Kind {
+    std::string command, kind;
+    std::vector<double> latency;
+  };
+  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  listen(lfd, 64);
+  socklen_t len = sizeof a;
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  std::vector<Kind> kinds = {{"shell", "exec", {}},
+                             {"connect " + std::to_string(ntohs(a.sin_port)), "connect", {}},
+                             {"open /etc/shadow", "file", {}},
+                             {"burn 3000", "cpu", {}}};
+  bool probes_loaded = false;
+  for (int r = 0; r < runs; ++r) {
+    Shoald shoald;
+    Shoald::Options o;
+    o.extra_yaml = "handler_dirs: [" + dir + "]\ndetect_interval_ms: 1000\ndetect_learn_intervals: 5\n";
+    if (!shoald.Start(o)) break;
+    probes_loaded = shoald.Metric("shoal_detector_enabled") == 1;
+    shoald.Deploy("apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: victim}\nspec:\n"
+                  "  handler:\n    library: " + lib + "\n  scale: {min: 1, max: 1}\n");
+    if (!shoald.WaitReady("victim", 1)) break;
+    const auto learn_until = Clock::now() + std::chrono::seconds(7);
+    while (Clock::now() < learn_until) {
+      Http(shoald.port(), "POST", "/fn/victim", "ok");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    for (auto& k : kinds) {
+      k.latency.push_back(DetectOnce(shoald, k.command, k.kind));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    shoald.Stop();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+  close(lfd);
+
+  std::printf("bench-detect: POST 64 B /fn/echo, wrk -t%d -c%d -d%ds after a 4 s warm-up, %d "
+              "interleaved runs each, a fresh shoald per run\n", workers, conns, secs, runs);
+  std::printf("%-26s %4s %12s %10s %10s %10s\n", "shoald", "run", "2xx req/s", "p50 ms", "p99 ms",
+              "anomalies");
+  auto rows = [](const char* name, const std::vector<CostRun>& v) {
+    std::vector<double> rps;
+    for (size_t r = 0; r < v.size(); ++r) {
+      std::printf("%-26s %4zu %12.0f %10.3f %10.3f %10.0f\n", name, r + 1, v[r].wrk.good_rps,
+                  v[r].wrk.p50_ms, v[r].wrk.p99_ms, v[r].anomalies);
+      rps.push_back(v[r].wrk.good_rps);
+    }
+    std::printf("%-26s %4s %12.0f\n", name, "med", Median(rps));
+  };
+  rows("probes loaded (detect on)", on);
+  rows("no probes (detect: false)", off);
+  bool loaded_all = true;
+  double alarms = 0, scored_s = 0;
+  long errors = 0;
+  for (const auto& r : on) {
+    loaded_all = loaded_all && r.probes;
+    alarms += r.anomalies;
+    scored_s += r.scored_instance_s;
+    errors += r.wrk.errors;
+  }
+  for (const auto& r : off) errors += r.wrk.errors;
+  std::printf("ratio req/s probes/no probes: median %.3f (per run pair min/median/max "
+              "%.3f/%.3f/%.3f; target >= 0.95)%s\n",
+              Median(ratios), ratios.front(), Median(ratios), ratios.back(),
+              loaded_all ? "" : "  [the probes did NOT load in every run]");
+  std::printf("false alarms under saturation: %.0f in %.0f s of scored instance time = %.1f per hour "
+              "(target 0)\n", alarms, scored_s, scored_s > 0 ? alarms * 3600 / scored_s : 0);
+  std::printf("wrk errors (non-2xx + socket) over all runs: %ld\n", errors);
+  std::printf("detection latency (scoring every 1 s), %d runs%s:\n", runs,
+              probes_loaded ? "" : " [probes did not load]");
+  std::printf("%-16s %-8s %10s %10s %10s %9s\n", "attack", "kind", "min s", "median s", "max s",
+              "detected");
+  int missed = 0;
+  for (const auto& k : kinds) {
+    std::vector<double> ok;
+    for (double l : k.latency) if (l >= 0) ok.push_back(l);
+    missed += static_cast<int>(k.latency.size() - ok.size());
+    std::printf("%-16s %-8s %10.2f %10.2f %10.2f %5zu/%zu\n", k.command.substr(0, 16).c_str(),
+                k.kind.c_str(), ok.empty() ? -1 : *std::min_element(ok.begin(), ok.end()),
+                Median(ok), ok.empty() ? -1 : *std::max_element(ok.begin(), ok.end()), ok.size(),
+                k.latency.size());
+  }
+  std::printf("every attack detected: %s\n", missed == 0 ? "yes" : "NO");
+  std::printf("RESULT detect ratio=%.3f\n", Median(ratios));
+  (void)!system(("rm -rf '" + dir + "'").c_str());
+  return missed == 0 && alarms == 0 && loaded_all ? 0 : 1;
+}

@@ -1,45 +1,18 @@
 #include "shoal/aggregator/fl_coordinator.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
-#include <sstream>
 
-#include "shoal/aggregator/algorithms.h"
-#include "shoal/aggregator/compass_scheduler.h"
-#include "shoal/aggregator/fold.h"
+#include "job_state.h"
 #include "shoal/aggregator/fold_pool.h"
-#include "shoal/common/log.h"
-#include "shoal/common/payload.h"
-#include "shoal/model/architectures.h"
-#include "shoal/model/safetensors.h"
-#include "shoal/model/update_format.h"
 #include "shoal/v1/fl.pb.h"
-#include "robust_commit.h"
 
 namespace shoal {
 
-using Json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
-namespace agg = aggregator;
-
 namespace {
-
-constexpr size_t kKeptModels = 4;  // safetensors of the last versions kept for download
-constexpr size_t kSpareModels = 2;  // blobs of versions no longer kept, reused by the next ones
-
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
 
 std::string RandomToken() {
   std::random_device rd;
@@ -118,8 +91,14 @@ Result<std::unique_ptr<agg::AggregationAlgorithm>> MakeJobAlgorithm(const FlJobS
   return algo;
 }
 
-// The model's shape: spec.model's architecture and width; the input width follows the dataset
-// the clients train on (sklearn's digits are 8x8, Fashion-MNIST 28x28).
+}  // namespace
+
+namespace coordinator_internal {
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
 model::ArchitectureOptions JobArchitecture(const FlJobSpec& s) {
   model::ArchitectureOptions o;
   o.hidden = {s.hidden};
@@ -127,26 +106,11 @@ model::ArchitectureOptions JobArchitecture(const FlJobSpec& s) {
   return o;
 }
 
-// "c17" -> 17: the scheduler's client ids.
 agg::ClientId NumericId(const std::string& id) {
   return id.size() > 1 ? std::strtoull(id.c_str() + 1, nullptr, 10) : 0;
 }
 
-// One admitted-and-acknowledged update, as the job's update log keeps it: enough to find its
-// bytes in the pool again and to count it exactly once after a restart.
-struct LogRecord {
-  static constexpr uint32_t kMagic = 0x4c554853;  // "SHUL"
-  uint32_t magic = kMagic;
-  uint32_t reserved = 0;
-  uint64_t seq = 0;
-  uint64_t round = 0;
-  uint64_t buffer = 0;        // pool offset of the update (held with kCoordinatorSlot)
-  uint64_t base_version = 0;
-  uint64_t num_samples = 0;
-  double coefficient = 0;
-  char client[40] = {};
-};
-static_assert(sizeof(LogRecord) == 96);
+
 
 Json SpecToJson(const FlJobSpec& s) {
   return Json{{"name", s.name},
@@ -220,360 +184,24 @@ FlJobSpec SpecFromJson(const Json& j) {
   return s;
 }
 
+Status InitJob(FlCoordinator::JobState& job) {
+  auto algo = MakeJobAlgorithm(job.spec);
+  if (!algo.ok()) return algo.status();
+  job.algo = std::move(*algo);
+  // Only Δ-based algorithms read old versions; the others keep none (a model can be large).
+  if (job.algo->needs_base_versions()) {
+    job.store = std::make_unique<agg::VersionStore>(job.spec.staleness_limit);
+  }
+  if (job.spec.algorithm == "fedcompass") {
+    job.scheduler = std::make_unique<agg::FedCompassScheduler>(LibraryParams(job.spec).fedcompass);
+  }
+  const FlJobSpec& s = job.spec;
+  const uint32_t min_round = s.round_deadline_s > 0 ? std::max(1u, s.quorum)
+                                                    : (s.quorum > 0 ? s.quorum : s.clients);
+  return CheckRobustSpec(s, job.algo->synchronous(), min_round);
+}
 
-}  // namespace
-
-struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::JobState> {
-  struct Client {
-    std::string id, name, token;
-    uint64_t submitted_round = UINT64_MAX;  // sync: the round it already sent an update to
-    uint64_t updates = 0;
-    uint64_t samples = 0;  // n_k of its latest update (FedFix's data share)
-    uint32_t last_update_steps = 0;  // local steps its latest update says it trained
-    // Its latest accepted update's base version, and how stale its accepted updates were on
-    // arrival (the version then minus their base): the status shows how far clients lag.
-    std::optional<uint64_t> last_base_version;
-    uint64_t last_staleness = 0;
-    uint64_t max_staleness = 0;
-    // spec.aggregation.robust: its updates the rule excluded or down-weighted (suspects) and
-    // clipNorm scaled down, and what the rule made of its latest one.
-    uint64_t suspect_updates = 0;
-    uint64_t clipped_updates = 0;
-    std::optional<RobustVerdict> last_verdict;
-    uint64_t last_verdict_version = 0;
-  };
-  struct Ticket {
-    uint64_t round = 0;
-    std::string client;
-    uint64_t buffer = 0;  // the update, held with kCoordinatorSlot until its version commits
-    uint64_t base_version = 0;
-    uint64_t staleness = 0;  // the current version minus base_version when it was admitted
-    uint64_t num_samples = 0;
-    double coefficient = 0;
-    uint32_t instance = 0;
-    uint64_t partial = 0;  // the key of the partial sum it is folded into (Round::partials)
-    bool acked = false;
-    uint64_t seq = 0;  // its record in the update log, once acknowledged
-  };
-  struct Partial {
-    uint64_t offset = 0;            // float32[num_params] in the pool, held by shoald
-    std::vector<uint64_t> tickets;  // acked updates folded into it
-    uint64_t base = 0;              // their base version (staleness taken at commit)
-    // A fold into it failed halfway (its leaf died, or the leaf's GPU fold failed): rebuilt
-    // from `tickets` at commit, when no leaf can be writing it any more.
-    bool rebuild = false;
-  };
-  struct Round {
-    // By PartialKey: the leaf instance (kRefoldedPartial: refolded by the coordinator), and the
-    // base version where the staleness is taken at commit.
-    std::map<uint64_t, Partial> partials;
-    uint32_t admitted = 0, acked = 0, inflight = 0;
-    bool closed = false;
-    // FedCompass: what the scheduler hands out once this round is committed, and the general
-    // buffer's round committed together with this group's.
-    std::vector<agg::CompassAssignment> assignments;
-    uint64_t merge_round = 0;
-    bool merged = false;  // this round is committed as part of another
-  };
-  // A FedCompass client's next task: set from the scheduler's assignment once the model it
-  // trains from exists.
-  struct CompassTask {
-    uint32_t steps = 0;
-    uint64_t version = 0;
-    bool ready = false;
-    bool started = false;  // it fetched its first task
-  };
-  struct VersionInfo {
-    uint64_t version = 0;
-    std::optional<double> accuracy, loss;
-    uint32_t updates = 0;
-    double elapsed_s = 0;
-  };
-
-  std::mutex mu;
-  FlJobSpec spec;
-  model::ModelSpec mspec;
-  std::unique_ptr<agg::AggregationAlgorithm> algo;
-  agg::ModelState state;  // weights, version, server optimizer state
-  std::unique_ptr<agg::VersionStore> store;  // w_τ for Δ-based algorithms
-  agg::PartialSum total;                     // the top of the tree, reused commit to commit
-  std::unique_ptr<agg::FedCompassScheduler> scheduler;
-  std::map<std::string, CompassTask> compass_tasks;
-  std::map<agg::GroupId, uint64_t> group_round;
-  uint64_t general_round = 0;
-  // Safetensors of the recent versions, shared with the downloads and the checkpoint writer
-  // that still send or write them; the blobs of versions no longer kept are reused (their
-  // pages warm) once nobody holds them.
-  std::map<uint64_t, std::shared_ptr<std::string>> models;
-  std::vector<std::shared_ptr<std::string>> spare_models;
-  // Committed versions whose checkpoint is not written yet: their updates' buffers stay held
-  // (kCoordinatorSlot) and their log records stay in the update log until it is.
-  struct Undurable {
-    uint64_t version = 0;
-    std::vector<uint64_t> buffers;
-    std::vector<LogRecord> records;
-  };
-  std::deque<Undurable> undurable;
-  // Partial-sum buffers already zeroed (their pages touched) by the commit thread, held with
-  // kShoaldSlot: a leaf's first update of a round takes one instead of zeroing 4 bytes per
-  // parameter on the gateway's loop. Up to WarmPartialsWanted().
-  std::vector<uint64_t> warm_partials;
-  size_t WarmPartialsWanted() const {
-    return done || Robust() ? 0 : std::min<size_t>(spec.max_leaves, 2);
-  }
-  // spec.aggregation.robust: the rule runs at commit over the round's updates (robust_commit.h);
-  // the leaves fold nothing and the rounds have no partial-sum buffers (Partial::offset 0).
-  bool Robust() const { return spec.robust.enabled(); }
-  std::vector<float> robust_out;  // the rule's result, reused commit to commit
-  Json robust_last;               // the last robust commit, for the status
-  std::map<std::string, Client> clients;
-  uint32_t next_client = 0;
-  std::map<uint64_t, Round> rounds;
-  uint64_t open_round = 1;
-  double round_deadline = 0;  // sync with spec.deadlines.round: when the open round is due
-  std::map<uint64_t, Ticket> tickets;
-  BufferPool* pool = nullptr;
-  std::vector<VersionInfo> versions;
-  uint64_t updates_total = 0;
-  uint64_t gpu_fallbacks = 0;  // leaves whose GPU fold failed (they fold on the CPU since)
-  Clock::time_point start = Clock::now();
-  double elapsed_before = 0;  // from the checkpoint this run resumed
-  bool done = false;
-  bool deleted = false;
-  double best_accuracy = 0;
-  uint32_t leaf_id = 0;
-  // The update log: one LogRecord per acknowledged update, appended before the 202.
-  int log_fd = -1;
-  std::string dir;
-  uint64_t next_seq = 1;
-  std::vector<LogRecord> recovered;        // read by Restore, re-folded by Recover
-
-  ~JobState() {
-    if (log_fd >= 0) close(log_fd);
-  }
-
-  bool Compass() const { return scheduler != nullptr; }
-  uint64_t PartialKey(uint32_t instance, uint64_t base) const {
-    return algo->staleness_at_commit() ? (base << 32) | instance : instance;
-  }
-  bool Sync() const { return algo->synchronous(); }
-  uint64_t version() const { return state.version; }
-  uint64_t NewRound() { return open_round++; }
-  double Elapsed() const { return elapsed_before + Seconds(start); }
-  // Synchronous rounds: how many admitted updates close a round. With a deadline the round
-  // waits for every expected client and the deadline settles for a quorum (Timers).
-  uint32_t Needed() const {
-    if (spec.round_deadline_s > 0) return spec.clients;
-    return spec.quorum > 0 ? spec.quorum : spec.clients;
-  }
-  double TotalSamples() const {
-    double n = 0;
-    for (const auto& [id, c] : clients) n += static_cast<double>(c.samples);
-    // Clients that have not reported yet count as the mean of those that have.
-    size_t seen = 0;
-    for (const auto& [id, c] : clients) seen += c.samples > 0 ? 1 : 0;
-    if (seen == 0) return 0;
-    return n / static_cast<double>(seen) * std::max<double>(spec.clients, static_cast<double>(seen));
-  }
-  // The committed model as safetensors (f32, the same bytes ModelToSafetensors writes), taken
-  // straight from the weights: models are large, every copy shows in the commit's latency.
-  void CacheModel() {
-    std::vector<model::SafetensorsEntry> entries;
-    for (size_t i = 0; i < mspec.size(); ++i) {
-      const model::TensorSpec& t = mspec.tensor(i);
-      entries.push_back({t.name, model::DType::kF32, t.shape,
-                         std::as_bytes(std::span<const float>(
-                             state.weights.data() + mspec.offset(i), t.numel()))});
-    }
-    std::shared_ptr<std::string> blob;
-    for (auto it = spare_models.begin(); it != spare_models.end(); ++it) {
-      if (it->use_count() == 1) {  // no download and no checkpoint holds it any more
-        blob = std::move(*it);
-        spare_models.erase(it);
-        break;
-      }
-    }
-    if (!blob) blob = std::make_shared<std::string>();
-    if (Status st = model::WriteSafetensorsInto(
-            entries,
-            {{std::string(model::kMetadataJob), spec.name},
-             {std::string(model::kMetadataVersion), std::to_string(state.version)},
-             {"format", "pt"}},
-            blob.get());
-        !st.ok()) {
-      spdlog::error("fl job {}: model bytes: {}", spec.name, st.ToString());
-      return;
-    }
-    models[state.version] = std::move(blob);
-    while (models.size() > kKeptModels) {
-      spare_models.push_back(std::move(models.begin()->second));
-      models.erase(models.begin());
-    }
-    while (spare_models.size() > kSpareModels) spare_models.erase(spare_models.begin());
-  }
-  void KeepVersion() {
-    if (store) (void)store->Put(state.version, state.weights);
-  }
-  void SetTask(const agg::CompassAssignment& a) {
-    CompassTask& t = compass_tasks[fmt::format("c{}", a.client)];
-    t.steps = a.local_steps;
-    t.version = state.version;
-    t.ready = true;
-    t.started = true;
-  }
-  uint64_t GroupRound(agg::GroupId g) {
-    auto [it, inserted] = group_round.try_emplace(g, 0);
-    if (inserted) it->second = NewRound();
-    return it->second;
-  }
-  // FedCompass: the scheduler aggregates a group (its last member arrived, or its T_l passed):
-  // its round closes with the general buffer merged in.
-  void CloseGroup(const agg::CompassDecision& d) {
-    const uint64_t rid = GroupRound(d.group);
-    group_round.erase(d.group);
-    Round& r = rounds[rid];
-    r.closed = true;
-    r.assignments = d.assignments;
-    if (general_round != 0) {
-      r.merge_round = general_round;
-      rounds[general_round].closed = true;
-      rounds[general_round].merged = true;
-      general_round = 0;
-    }
-  }
-  Status OpenLog() {
-    if (log_fd >= 0) close(log_fd);
-    log_fd = open((dir + "/updates.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    return log_fd < 0 ? ErrnoStatus("opening " + dir + "/updates.log", errno) : Status::Ok();
-  }
-  // Written before the client's 202: a write() that returned is in the page cache and survives
-  // the process (kill -9); a power cut is a different failure (no fsync on the hot path).
-  static LogRecord RecordOf(const Ticket& t) {
-    LogRecord r;
-    r.seq = t.seq;
-    r.round = t.round;
-    r.buffer = t.buffer;
-    r.base_version = t.base_version;
-    r.num_samples = t.num_samples;
-    r.coefficient = t.coefficient;
-    std::strncpy(r.client, t.client.c_str(), sizeof r.client - 1);
-    return r;
-  }
-  Status AppendLog(const Ticket& t) {
-    const LogRecord r = RecordOf(t);
-    const ssize_t n = write(log_fd, &r, sizeof r);
-    if (n != static_cast<ssize_t>(sizeof r)) return ErrnoStatus("appending to the update log", errno);
-    return Status::Ok();
-  }
-  // The checkpoint of `version` is written: the updates it (and every older version) includes
-  // go back to the pool, and the log keeps only the acknowledged updates that no written
-  // checkpoint includes yet (those of later, still unwritten versions, and those in flight).
-  void Durable(uint64_t version) {
-    bool released = false;
-    while (!undurable.empty() && undurable.front().version <= version) {
-      for (uint64_t b : undurable.front().buffers) (void)pool->Release(b, kCoordinatorSlot);
-      undurable.pop_front();
-      released = true;
-    }
-    if (released) CompactLog();
-  }
-  // The seqs of the log records that the version in memory includes but no written
-  // checkpoint does (state.json's last_commit_seqs: a restart skips them).
-  std::vector<uint64_t> UndurableSeqs() const {
-    std::vector<uint64_t> seqs;
-    for (const Undurable& u : undurable) {
-      for (const LogRecord& r : u.records) seqs.push_back(r.seq);
-    }
-    return seqs;
-  }
-  void CompactLog() {
-    std::string bytes;
-    for (const Undurable& u : undurable) {
-      bytes.append(reinterpret_cast<const char*>(u.records.data()),
-                   u.records.size() * sizeof(LogRecord));
-    }
-    for (const auto& [id, t] : tickets) {
-      if (!t.acked) continue;
-      const LogRecord r = RecordOf(t);
-      bytes.append(reinterpret_cast<const char*>(&r), sizeof r);
-    }
-    if (Status st = WriteFileAtomic(dir + "/updates.log", bytes.data(), bytes.size()); !st.ok()) {
-      spdlog::error("fl job {}: update log: {}", spec.name, st.ToString());
-      return;
-    }
-    (void)OpenLog();
-  }
-  // Folds the acknowledged updates of `ids` (still in the pool) into the float32 sum at `acc`.
-  size_t Refold(float* acc, const std::vector<uint64_t>& ids) {
-    size_t n = 0;
-    for (uint64_t tid : ids) {
-      const Ticket& t = tickets[tid];
-      PayloadView pv = ReadPayload(pool->Data(t.buffer));
-      auto view = model::ParseUpdate(pv.body, mspec);
-      if (!view.ok()) {
-        spdlog::error("fl job {}: update {} of client {} no longer parses: {}", spec.name, t.seq,
-                      t.client, view.status().ToString());
-        continue;
-      }
-      for (const auto& tv : view->tensors) {
-        agg::Fold(acc + mspec.offset(tv.index), tv.data, static_cast<agg::DType>(tv.dtype),
-                  tv.numel, static_cast<float>(t.coefficient));
-      }
-      ++n;
-    }
-    return n;
-  }
-  // spec.aggregation.robust: the rule over the round's acknowledged updates, in place in the
-  // pool, into `total` as if every update were the rule's result (Σ c_k of them times it), so
-  // the algorithm's step is the same; what the rule made of each update is kept per client and
-  // each suspect is added to `suspects` (client id, rule).
-  Status RobustTotal(const Round& round, RobustCommitter& committer,
-                     std::vector<std::pair<std::string, std::string>>* suspects) {
-    std::vector<uint64_t> ids;
-    for (const auto& [key, p] : round.partials) ids.insert(ids.end(), p.tickets.begin(), p.tickets.end());
-    std::vector<std::span<const std::byte>> bodies;
-    double c = 0;
-    for (uint64_t tid : ids) {
-      bodies.push_back(ReadPayload(pool->Data(tickets[tid].buffer)).body);
-      c += tickets[tid].coefficient;
-    }
-    robust_out.resize(mspec.num_params());
-    auto outcome = committer.Aggregate(spec.robust, mspec, state.weights.data(), bodies,
-                                       robust_out.data());
-    if (!outcome.ok()) return outcome.status();
-    total.Reset();
-    SHOAL_RETURN_IF_ERROR(total.Fold(robust_out, c, version()));
-    Json list = Json::array();
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const Ticket& t = tickets[ids[i]];
-      const RobustVerdict& v = outcome->updates[i];
-      Client& cl = clients[t.client];
-      cl.last_verdict = v;
-      cl.last_verdict_version = version() + 1;
-      cl.suspect_updates += v.suspect ? 1 : 0;
-      cl.clipped_updates += v.clipped ? 1 : 0;
-      if (v.suspect) suspects->emplace_back(t.client, outcome->rule);
-      Json e = VerdictJson(v);
-      e["client"] = t.client;
-      e["name"] = cl.name;
-      list.push_back(std::move(e));
-    }
-    robust_last = {{"version", version() + 1},
-                   {"rule", outcome->rule},
-                   {"fallback", outcome->fallback.empty() ? Json(nullptr) : Json(outcome->fallback)},
-                   {"updates", std::move(list)},
-                   {"ms", outcome->ms}};
-    if (outcome->rule == "flag") robust_last["flag_iterations"] = outcome->flag_iterations;
-    if (!outcome->fallback.empty()) spdlog::warn("fl job {}: {}", spec.name, outcome->fallback);
-    return {};
-  }
-  static Json VerdictJson(const RobustVerdict& v) {
-    return {{"weight", v.weight},
-            {"clip_scale", v.clip_scale},
-            {"krum_score", v.krum_score ? Json(*v.krum_score) : Json(nullptr)},
-            {"suspect", v.suspect}};
-  }
-};
+}  // namespace coordinator_internal
 
 namespace {
 
@@ -697,27 +325,6 @@ std::vector<FunctionSpec> FlCoordinator::LeafSpecs() {
 
 // ---- jobs -----------------------------------------------------------------------------------
 
-namespace {
-
-// The parts of a job that follow from its spec (algorithm, version store, scheduler).
-Status InitJob(FlCoordinator::JobState& job) {
-  auto algo = MakeJobAlgorithm(job.spec);
-  if (!algo.ok()) return algo.status();
-  job.algo = std::move(*algo);
-  // Only Δ-based algorithms read old versions; the others keep none (a model can be large).
-  if (job.algo->needs_base_versions()) {
-    job.store = std::make_unique<agg::VersionStore>(job.spec.staleness_limit);
-  }
-  if (job.spec.algorithm == "fedcompass") {
-    job.scheduler = std::make_unique<agg::FedCompassScheduler>(LibraryParams(job.spec).fedcompass);
-  }
-  const FlJobSpec& s = job.spec;
-  const uint32_t min_round = s.round_deadline_s > 0 ? std::max(1u, s.quorum)
-                                                    : (s.quorum > 0 ? s.quorum : s.clients);
-  return CheckRobustSpec(s, job.algo->synchronous(), min_round);
-}
-
-}  // namespace
 
 Status FlCoordinator::DeployJob(const FlJobSpec& in) {
   auto job = std::make_shared<JobState>();
@@ -1339,7 +946,6 @@ void FlCoordinator::Enqueue(std::shared_ptr<JobState> job) {
 // ---- commits --------------------------------------------------------------------------------
 
 namespace {
-constexpr uint32_t kRefoldedPartial = 0x7fffffffu;  // the partial the coordinator refolds into
 const agg::VersionStore& NoVersions() {
   static const agg::VersionStore empty(0);
   return empty;
@@ -1549,343 +1155,6 @@ void FlCoordinator::Timers() {
     }
     if (due) Enqueue(job);
   }
-}
-
-uint64_t FlCoordinator::Persist(const std::shared_ptr<JobState>& jp, bool with_model) {
-  JobState& job = *jp;
-  Json clients = Json::array();
-  for (const auto& [id, c] : job.clients) {
-    clients.push_back(
-        {{"id", c.id},
-         {"name", c.name},
-         {"token", c.token},
-         {"updates", c.updates},
-         {"samples", c.samples},
-         {"last_base_version", c.last_base_version ? Json(*c.last_base_version) : Json(nullptr)},
-         {"last_staleness", c.last_staleness},
-         {"max_staleness", c.max_staleness},
-         {"suspect_updates", c.suspect_updates},
-         {"clipped_updates", c.clipped_updates}});
-  }
-  Json versions = Json::array();
-  for (const auto& v : job.versions) {
-    versions.push_back({{"version", v.version},
-                        {"accuracy", v.accuracy ? Json(*v.accuracy) : Json(nullptr)},
-                        {"loss", v.loss ? Json(*v.loss) : Json(nullptr)},
-                        {"updates", v.updates},
-                        {"elapsed_s", v.elapsed_s}});
-  }
-  Json state = {{"spec", SpecToJson(job.spec)},  {"version", job.version()},
-                {"clients", clients},            {"next_client", job.next_client},
-                {"versions", versions},          {"updates_total", job.updates_total},
-                {"elapsed_s", job.Elapsed()},    {"done", job.done},
-                {"best_accuracy", job.best_accuracy}, {"leaf_id", job.leaf_id},
-                {"open_round", job.open_round},  {"next_seq", job.next_seq},
-                {"last_commit_seqs", job.UndurableSeqs()}};
-  if (job.scheduler) {
-    Json tasks = Json::object();
-    for (const auto& [id, t] : job.compass_tasks) {
-      tasks[id] = {{"steps", t.steps}, {"version", t.version}, {"ready", t.ready},
-                   {"started", t.started}};
-    }
-    Json groups = Json::array();
-    for (const auto& [g, r] : job.group_round) groups.push_back({g, r});
-    state["compass"] = {{"scheduler", job.scheduler->Save()},
-                        {"tasks", tasks},
-                        {"group_round", groups},
-                        {"general_round", job.general_round}};
-  }
-  CheckpointWriter::Item item;
-  item.job = job.spec.name;
-  item.dir = config_.state_dir + "/jobs/" + job.spec.name;
-  item.version = job.version();
-  auto it = job.models.find(job.version());
-  if (with_model && it != job.models.end()) item.model = it->second;
-  if (with_model && (!job.state.momentum.empty() || !job.state.second_moment.empty())) {
-    agg::ModelState opt;
-    opt.version = job.version();
-    opt.momentum = job.state.momentum;
-    opt.second_moment = job.state.second_moment;
-    item.optimizer = std::make_shared<const std::vector<uint8_t>>(opt.Serialize());
-  }
-  item.state = state.dump();
-  if (with_model) {
-    item.on_durable = [weak = std::weak_ptr<JobState>(jp), v = job.version()] {
-      auto job = weak.lock();
-      if (!job) return;
-      std::lock_guard jl(job->mu);
-      if (!job->deleted && job->pool != nullptr) job->Durable(v);
-    };
-  }
-  return writer_->Enqueue(std::move(item));
-}
-
-namespace {
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-}  // namespace
-
-Status FlCoordinator::Restore() {
-  const std::string root = config_.state_dir + "/jobs";
-  std::error_code ec;
-  if (!std::filesystem::exists(root, ec)) return {};
-  for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
-    const std::string dir = entry.path().string();
-    std::ifstream sf(dir + "/state.json");
-    if (!sf) continue;
-    Json state = Json::parse(sf, nullptr, false);
-    if (state.is_discarded()) return Internal("corrupt FL job state: " + dir + "/state.json");
-    auto job = std::make_shared<JobState>();
-    job->spec = SpecFromJson(state["spec"]);
-    job->dir = dir;
-    if (Status st = InitJob(*job); !st.ok()) {
-      return Internal("FL job checkpoint " + dir + ": " + st.message());
-    }
-    auto mspec = model::ArchitectureSpec(job->spec.architecture, JobArchitecture(job->spec));
-    if (!mspec.ok()) return mspec.status();
-    job->mspec = *mspec;
-    job->state.version = state.value("version", uint64_t{0});
-    // The files of the version state.json names (model.safetensors and optimizer.bin: the
-    // layout before versioned files).
-    auto existing = [&dir](const std::string& name, const std::string& legacy) {
-      std::error_code ec;
-      return std::filesystem::exists(dir + "/" + name, ec) ? dir + "/" + name : dir + "/" + legacy;
-    };
-    const std::string model_path = existing(ModelFile(job->version()), "model.safetensors");
-    std::string bytes = ReadFile(model_path);
-    auto m = model::ModelFromSafetensors(
-        std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()),
-        job->mspec);
-    if (!m.ok()) return Internal("FL job checkpoint " + model_path + ": " + m.status().message());
-    job->state.weights = std::move(m->values);
-    const std::string opt_path = existing(OptimizerFile(job->version()), "optimizer.bin");
-    const std::string opt_bytes = ReadFile(opt_path);
-    if (!opt_bytes.empty()) {
-      auto opt = agg::ModelState::Deserialize(
-          {reinterpret_cast<const uint8_t*>(opt_bytes.data()), opt_bytes.size()});
-      if (!opt.ok()) return Internal("FL job checkpoint " + opt_path + ": " + opt.status().message());
-      if (opt->version == job->state.version) {
-        job->state.momentum = std::move(opt->momentum);
-        job->state.second_moment = std::move(opt->second_moment);
-      } else {
-        spdlog::warn("fl job {}: optimizer state is for version {}, the model {}: restarting it",
-                     job->spec.name, opt->version, job->state.version);
-      }
-    }
-    job->KeepVersion();
-    job->models[job->version()] = std::make_shared<std::string>(std::move(bytes));
-    for (const auto& c : state["clients"]) {
-      JobState::Client cl;
-      cl.id = c.value("id", "");
-      cl.name = c.value("name", "");
-      cl.token = c.value("token", "");
-      cl.updates = c.value("updates", uint64_t{0});
-      cl.samples = c.value("samples", uint64_t{0});
-      if (c.contains("last_base_version") && c["last_base_version"].is_number_unsigned()) {
-        cl.last_base_version = c["last_base_version"].get<uint64_t>();
-      }
-      cl.last_staleness = c.value("last_staleness", uint64_t{0});
-      cl.max_staleness = c.value("max_staleness", uint64_t{0});
-      cl.suspect_updates = c.value("suspect_updates", uint64_t{0});
-      cl.clipped_updates = c.value("clipped_updates", uint64_t{0});
-      job->clients[cl.id] = cl;
-    }
-    job->next_client = state.value("next_client", 0u);
-    for (const auto& v : state["versions"]) {
-      JobState::VersionInfo vi;
-      vi.version = v.value("version", uint64_t{0});
-      if (v["accuracy"].is_number()) vi.accuracy = v["accuracy"].get<double>();
-      if (v["loss"].is_number()) vi.loss = v["loss"].get<double>();
-      vi.updates = v.value("updates", 0u);
-      vi.elapsed_s = v.value("elapsed_s", 0.0);
-      job->versions.push_back(vi);
-    }
-    job->updates_total = state.value("updates_total", uint64_t{0});
-    job->elapsed_before = state.value("elapsed_s", 0.0);
-    job->done = state.value("done", false);
-    job->best_accuracy = state.value("best_accuracy", 0.0);
-    job->leaf_id = state.value("leaf_id", 4095u);
-    job->open_round = std::max(state.value("open_round", job->version() + 1), uint64_t{1});
-    job->next_seq = state.value("next_seq", uint64_t{1});
-    if (job->scheduler && state.contains("compass")) {
-      const Json& c = state["compass"];
-      if (Status st = job->scheduler->Load(c.value("scheduler", std::string())); !st.ok()) {
-        return Internal("FL job checkpoint " + dir + ": " + st.message());
-      }
-      for (const auto& [id, t] : c["tasks"].items()) {
-        job->compass_tasks[id] = {t.value("steps", 0u), t.value("version", uint64_t{0}),
-                                  t.value("ready", false), t.value("started", false)};
-      }
-      for (const auto& g : c["group_round"]) {
-        job->group_round[g.at(0).get<agg::GroupId>()] = g.at(1).get<uint64_t>();
-      }
-      job->general_round = c.value("general_round", uint64_t{0});
-    }
-    job->algo->Start(job->Elapsed());
-    if (job->spec.round_deadline_s > 0) job->round_deadline = job->Elapsed() + job->spec.round_deadline_s;
-    // The update log: records the checkpoint does not include are re-folded by Recover.
-    const std::string log = ReadFile(dir + "/updates.log");
-    const auto seqs = state.value("last_commit_seqs", std::vector<uint64_t>{});
-    const std::set<uint64_t> committed(seqs.begin(), seqs.end());
-    for (size_t off = 0; off + sizeof(LogRecord) <= log.size(); off += sizeof(LogRecord)) {
-      LogRecord r;
-      std::memcpy(&r, log.data() + off, sizeof r);
-      if (r.magic != LogRecord::kMagic) break;  // a torn tail
-      job->next_seq = std::max(job->next_seq, r.seq + 1);
-      if (committed.count(r.seq) != 0) continue;
-      job->recovered.push_back(r);
-    }
-    // The log keeps only what the checkpoint does not include: the next state.json written
-    // (whose last_commit_seqs name only versions committed from now on) stays true of it.
-    if (Status st = WriteFileAtomic(dir + "/updates.log", job->recovered.data(),
-                                    job->recovered.size() * sizeof(LogRecord));
-        !st.ok()) {
-      return Internal("FL job checkpoint " + dir + ": update log: " + st.message());
-    }
-    SHOAL_RETURN_IF_ERROR(job->OpenLog());
-    std::lock_guard lock(mu_);
-    next_leaf_id_ = std::min(next_leaf_id_, job->leaf_id - 1);
-    spdlog::info("fl job {}: resumed at version {} ({} clients, {} updates so far, {} logged "
-                 "update(s) to re-fold)",
-                 job->spec.name, job->version(), job->clients.size(), job->updates_total,
-                 job->recovered.size());
-    jobs_[job->spec.name] = job;
-  }
-  return {};
-}
-
-Status FlCoordinator::Recover(const std::function<Result<SharedPool*>(const std::string&)>& pool_for) {
-  std::vector<std::shared_ptr<JobState>> jobs;
-  {
-    std::lock_guard lock(mu_);
-    for (auto& [name, j] : jobs_) jobs.push_back(j);
-  }
-  std::map<SharedPool*, std::set<uint64_t>> kept;  // per pool: the buffers the logs still name
-  for (auto& job : jobs) {
-    std::lock_guard jl(job->mu);
-    auto pool = pool_for(job->spec.tenant);
-    if (!pool.ok()) return pool.status();
-    SharedPool* sp = *pool;
-    std::set<uint64_t>& keep = kept[sp];
-    if (job->recovered.empty()) continue;
-    job->pool = sp;
-    const std::vector<uint64_t> held = sp->HeldBy(kCoordinatorSlot);
-    const std::set<uint64_t> held_set(held.begin(), held.end());
-    const size_t bytes = job->mspec.num_params() * sizeof(float);
-    uint64_t max_round = 0;
-    size_t refolded = 0;
-    for (const LogRecord& r : job->recovered) {
-      const std::string client(r.client, strnlen(r.client, sizeof r.client));
-      if (held_set.count(r.buffer) == 0 || job->clients.count(client) == 0) {
-        spdlog::error("fl job {}: logged update {} of client {} is not in the pool any more "
-                      "(was the pool recreated?): lost",
-                      job->spec.name, r.seq, client);
-        continue;
-      }
-      JobState::Round& round = job->rounds[r.round];
-      const uint64_t key = job->Robust() ? 0 : job->PartialKey(kRefoldedPartial, r.base_version);
-      auto pit = round.partials.find(key);
-      if (pit == round.partials.end() && job->Robust()) {
-        // Nothing to re-fold: the rule reads the update from the pool at commit.
-        pit = round.partials.emplace(key, JobState::Partial{0, {}, r.base_version}).first;
-      } else if (pit == round.partials.end()) {
-        auto off = sp->Allocate(bytes, kShoaldSlot);
-        if (!off.ok()) return off.status();
-        std::memset(sp->Data(*off).data(), 0, bytes);
-        pit = round.partials.emplace(key, JobState::Partial{*off, {}, r.base_version}).first;
-      }
-      JobState::Ticket t;
-      t.round = r.round;
-      t.client = client;
-      t.buffer = r.buffer;
-      t.base_version = r.base_version;
-      t.num_samples = r.num_samples;
-      t.coefficient = r.coefficient;
-      t.instance = kRefoldedPartial;
-      t.partial = key;
-      t.acked = true;
-      t.seq = r.seq;
-      uint64_t id;
-      {
-        std::lock_guard lock(mu_);
-        id = next_ticket_++;
-      }
-      job->tickets[id] = t;
-      const bool kept =
-          job->Robust()
-              ? model::ParseUpdate(ReadPayload(sp->Data(r.buffer)).body, job->mspec).ok()
-              : job->Refold(reinterpret_cast<float*>(sp->Data(pit->second.offset).data()), {id}) == 1;
-      if (!kept) {
-        spdlog::error("fl job {}: logged update {} of client {} no longer parses: lost",
-                      job->spec.name, r.seq, client);
-        job->tickets.erase(id);
-        continue;
-      }
-      keep.insert(r.buffer);
-      pit->second.tickets.push_back(id);
-      ++round.admitted;
-      ++round.acked;
-      JobState::Client& c = job->clients[client];
-      c.submitted_round = r.round;
-      c.samples = r.num_samples;
-      c.last_base_version = r.base_version;  // its staleness on arrival is not logged
-      ++c.updates;
-      ++job->updates_total;
-      max_round = std::max(max_round, r.round);
-      ++refolded;
-    }
-    job->recovered.clear();
-    // Which recovered rounds are closed: every round but the open one (rounds open one at a
-    // time), and the open one when it is due; FedCompass: all but the open groups' and the
-    // general buffer's.
-    std::set<uint64_t> open_compass;
-    for (const auto& [g, r] : job->group_round) open_compass.insert(r);
-    if (job->general_round != 0) open_compass.insert(job->general_round);
-    const double now = job->Elapsed();
-    for (auto& [rid, round] : job->rounds) {
-      if (job->Compass()) {
-        if (open_compass.count(rid) == 0) round.closed = true;
-      } else if (rid < max_round || rid < job->open_round) {
-        round.closed = true;
-      } else {
-        round.closed = job->Sync() ? round.admitted >= job->Needed()
-                                   : job->algo->ShouldCommit(round.admitted, now) &&
-                                         job->algo->NextCommitTime() == std::nullopt;
-      }
-    }
-    if (!job->Compass()) {
-      job->open_round = std::max(job->open_round, max_round);
-      if (job->rounds.count(job->open_round) && job->rounds[job->open_round].closed) {
-        ++job->open_round;
-      }
-    } else {
-      job->open_round = std::max(job->open_round, max_round + 1);
-      // A client whose update the checkpoint's scheduler does not know as waiting in a group
-      // would wait for nothing: it trains again from the current model.
-      for (auto& [id, t] : job->tickets) {
-        if (open_compass.count(t.round) != 0) continue;
-        auto a = job->scheduler->assignment(NumericId(t.client));
-        job->SetTask(a ? *a
-                       : agg::CompassAssignment{NumericId(t.client), job->spec.local_steps, 0});
-      }
-    }
-    spdlog::info("fl job {}: re-folded {} acknowledged update(s) from the update log (rounds "
-                 "up to {}, open round {})",
-                 job->spec.name, refolded, max_round, job->open_round);
-  }
-  // Buffers held for updates that were admitted but never acknowledged: their clients got no
-  // 202 and send them again.
-  for (auto& [sp, keep] : kept) {
-    size_t released = 0;
-    for (uint64_t off : sp->HeldBy(kCoordinatorSlot)) {
-      if (keep.count(off) == 0 && sp->Release(off, kCoordinatorSlot).ok()) ++released;
-    }
-    if (released > 0) spdlog::info("fl: released {} unacknowledged update buffer(s)", released);
-  }
-  for (auto& job : jobs) Enqueue(job);
-  return {};
 }
 
 }  // namespace shoal

@@ -293,6 +293,34 @@ TEST_F(RobustCommitTest, ClipNormAloneClipsTheAttacker) {
   }
 }
 
+// clipNorm: median alone: every delta clipped to the median of the five deltas' norms, then the
+// plain mean; the attacker (the longest delta by far) is the clipped one.
+TEST_F(RobustCommitTest, ClipNormMedianClipsToTheMedianNorm) {
+  FlJobSpec spec = Spec("none");
+  spec.robust.clip_median = true;
+  Deploy(spec);
+  for (int k = 0; k < kClients; ++k) Send(k);
+  ASSERT_TRUE(WaitVersion(1)) << Status().dump();
+  std::vector<double> norms;
+  for (int k = 0; k < kClients; ++k) {
+    const auto x = X(k);
+    double norm = 0;
+    for (size_t j = 0; j < x.size(); ++j) norm += double(x[j] - w0_[j]) * (x[j] - w0_[j]);
+    norms.push_back(std::sqrt(norm));
+  }
+  std::vector<double> sorted = norms;
+  std::sort(sorted.begin(), sorted.end());
+  const double tau = sorted[kClients / 2];
+  std::vector<float> want = w0_;
+  for (int k = 0; k < kClients; ++k) {
+    const auto x = X(k);
+    const double c = norms[k] > tau ? tau / norms[k] : 1.0;
+    for (size_t j = 0; j < x.size(); ++j) want[j] += float(c * (x[j] - w0_[j]) / kClients);
+  }
+  EXPECT_LT(MaxDiff(Committed(1), want), 1e-5);
+  EXPECT_EQ(Status()["robust"].value("clip_norm", ""), "median");
+}
+
 // What cannot work is refused at deploy, naming the field.
 TEST_F(RobustCommitTest, DeployRefusesWhatCannotWork) {
   FlJobSpec krum = Spec("krum");

@@ -1,0 +1,429 @@
+// FlCoordinator's job state (private to shoal_coordinator): one JobState per FL job, and the
+// helpers that fl_coordinator.cc (admission, commits, status) and fl_persistence.cc (checkpoint
+// state, restore, crash recovery) share.
+#pragma once
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "robust_commit.h"
+#include "shoal/aggregator/algorithms.h"
+#include "shoal/aggregator/compass_scheduler.h"
+#include "shoal/aggregator/fl_coordinator.h"
+#include "shoal/aggregator/fold.h"
+#include "shoal/aggregator/model_state.h"
+#include "shoal/aggregator/partial_sum.h"
+#include "shoal/aggregator/version_store.h"
+#include "shoal/common/log.h"
+#include "shoal/common/payload.h"
+#include "shoal/model/architectures.h"
+#include "shoal/model/safetensors.h"
+#include "shoal/model/update_format.h"
+
+namespace shoal {
+
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+namespace agg = aggregator;
+
+namespace coordinator_internal {
+constexpr size_t kKeptModels = 4;  // safetensors of the last versions kept for download
+constexpr size_t kSpareModels = 2;  // blobs of versions no longer kept, reused by the next ones
+constexpr uint32_t kRefoldedPartial = 0x7fffffffu;  // the partial the coordinator refolds into
+
+double Seconds(Clock::time_point since);
+// The model's shape: spec.model's architecture and width; the input width follows the dataset
+// the clients train on (sklearn's digits are 8x8, Fashion-MNIST 28x28).
+model::ArchitectureOptions JobArchitecture(const FlJobSpec& s);
+// "c17" -> 17: the scheduler's client ids.
+agg::ClientId NumericId(const std::string& id);
+// The spec as state.json keeps it.
+Json SpecToJson(const FlJobSpec& s);
+FlJobSpec SpecFromJson(const Json& j);
+// The parts of a job that follow from its spec (algorithm, version store, scheduler), checked.
+Status InitJob(FlCoordinator::JobState& job);
+
+// One admitted-and-acknowledged update, as the job's update log keeps it: enough to find its
+// bytes in the pool again and to count it exactly once after a restart.
+struct LogRecord {
+  static constexpr uint32_t kMagic = 0x4c554853;  // "SHUL"
+  uint32_t magic = kMagic;
+  uint32_t reserved = 0;
+  uint64_t seq = 0;
+  uint64_t round = 0;
+  uint64_t buffer = 0;        // pool offset of the update (held with kCoordinatorSlot)
+  uint64_t base_version = 0;
+  uint64_t num_samples = 0;
+  double coefficient = 0;
+  char client[40] = {};
+};
+static_assert(sizeof(LogRecord) == 96);
+
+}  // namespace coordinator_internal
+
+using namespace coordinator_internal;  // NOLINT(google-build-using-namespace): this library's own
+
+struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::JobState> {
+  struct Client {
+    std::string id, name, token;
+    uint64_t submitted_round = UINT64_MAX;  // sync: the round it already sent an update to
+    uint64_t updates = 0;
+    uint64_t samples = 0;  // n_k of its latest update (FedFix's data share)
+    uint32_t last_update_steps = 0;  // local steps its latest update says it trained
+    // Its latest accepted update's base version, and how stale its accepted updates were on
+    // arrival (the version then minus their base): the status shows how far clients lag.
+    std::optional<uint64_t> last_base_version;
+    uint64_t last_staleness = 0;
+    uint64_t max_staleness = 0;
+    // spec.aggregation.robust: its updates the rule excluded or down-weighted (suspects) and
+    // clipNorm scaled down, and what the rule made of its latest one.
+    uint64_t suspect_updates = 0;
+    uint64_t clipped_updates = 0;
+    std::optional<RobustVerdict> last_verdict;
+    uint64_t last_verdict_version = 0;
+  };
+  struct Ticket {
+    uint64_t round = 0;
+    std::string client;
+    uint64_t buffer = 0;  // the update, held with kCoordinatorSlot until its version commits
+    uint64_t base_version = 0;
+    uint64_t staleness = 0;  // the current version minus base_version when it was admitted
+    uint64_t num_samples = 0;
+    double coefficient = 0;
+    uint32_t instance = 0;
+    uint64_t partial = 0;  // the key of the partial sum it is folded into (Round::partials)
+    bool acked = false;
+    uint64_t seq = 0;  // its record in the update log, once acknowledged
+  };
+  struct Partial {
+    uint64_t offset = 0;            // float32[num_params] in the pool, held by shoald
+    std::vector<uint64_t> tickets;  // acked updates folded into it
+    uint64_t base = 0;              // their base version (staleness taken at commit)
+    // A fold into it failed halfway (its leaf died, or the leaf's GPU fold failed): rebuilt
+    // from `tickets` at commit, when no leaf can be writing it any more.
+    bool rebuild = false;
+  };
+  struct Round {
+    // By PartialKey: the leaf instance (kRefoldedPartial: refolded by the coordinator), and the
+    // base version where the staleness is taken at commit.
+    std::map<uint64_t, Partial> partials;
+    uint32_t admitted = 0, acked = 0, inflight = 0;
+    bool closed = false;
+    // FedCompass: what the scheduler hands out once this round is committed, and the general
+    // buffer's round committed together with this group's.
+    std::vector<agg::CompassAssignment> assignments;
+    uint64_t merge_round = 0;
+    bool merged = false;  // this round is committed as part of another
+  };
+  // A FedCompass client's next task: set from the scheduler's assignment once the model it
+  // trains from exists.
+  struct CompassTask {
+    uint32_t steps = 0;
+    uint64_t version = 0;
+    bool ready = false;
+    bool started = false;  // it fetched its first task
+  };
+  struct VersionInfo {
+    uint64_t version = 0;
+    std::optional<double> accuracy, loss;
+    uint32_t updates = 0;
+    double elapsed_s = 0;
+  };
+
+  std::mutex mu;
+  FlJobSpec spec;
+  model::ModelSpec mspec;
+  std::unique_ptr<agg::AggregationAlgorithm> algo;
+  agg::ModelState state;  // weights, version, server optimizer state
+  std::unique_ptr<agg::VersionStore> store;  // w_τ for Δ-based algorithms
+  agg::PartialSum total;                     // the top of the tree, reused commit to commit
+  std::unique_ptr<agg::FedCompassScheduler> scheduler;
+  std::map<std::string, CompassTask> compass_tasks;
+  std::map<agg::GroupId, uint64_t> group_round;
+  uint64_t general_round = 0;
+  // Safetensors of the recent versions, shared with the downloads and the checkpoint writer
+  // that still send or write them; the blobs of versions no longer kept are reused (their
+  // pages warm) once nobody holds them.
+  std::map<uint64_t, std::shared_ptr<std::string>> models;
+  std::vector<std::shared_ptr<std::string>> spare_models;
+  // Committed versions whose checkpoint is not written yet: their updates' buffers stay held
+  // (kCoordinatorSlot) and their log records stay in the update log until it is.
+  struct Undurable {
+    uint64_t version = 0;
+    std::vector<uint64_t> buffers;
+    std::vector<LogRecord> records;
+  };
+  std::deque<Undurable> undurable;
+  // Partial-sum buffers already zeroed (their pages touched) by the commit thread, held with
+  // kShoaldSlot: a leaf's first update of a round takes one instead of zeroing 4 bytes per
+  // parameter on the gateway's loop. Up to WarmPartialsWanted().
+  std::vector<uint64_t> warm_partials;
+  size_t WarmPartialsWanted() const {
+    return done || Robust() ? 0 : std::min<size_t>(spec.max_leaves, 2);
+  }
+  // spec.aggregation.robust: the rule runs at commit over the round's updates (robust_commit.h);
+  // the leaves fold nothing and the rounds have no partial-sum buffers (Partial::offset 0).
+  bool Robust() const { return spec.robust.enabled(); }
+  std::vector<float> robust_out;  // the rule's result, reused commit to commit
+  Json robust_last;               // the last robust commit, for the status
+  std::map<std::string, Client> clients;
+  uint32_t next_client = 0;
+  std::map<uint64_t, Round> rounds;
+  uint64_t open_round = 1;
+  double round_deadline = 0;  // sync with spec.deadlines.round: when the open round is due
+  std::map<uint64_t, Ticket> tickets;
+  BufferPool* pool = nullptr;
+  std::vector<VersionInfo> versions;
+  uint64_t updates_total = 0;
+  uint64_t gpu_fallbacks = 0;  // leaves whose GPU fold failed (they fold on the CPU since)
+  Clock::time_point start = Clock::now();
+  double elapsed_before = 0;  // from the checkpoint this run resumed
+  bool done = false;
+  bool deleted = false;
+  double best_accuracy = 0;
+  uint32_t leaf_id = 0;
+  // The update log: one LogRecord per acknowledged update, appended before the 202.
+  int log_fd = -1;
+  std::string dir;
+  uint64_t next_seq = 1;
+  std::vector<LogRecord> recovered;        // read by Restore, re-folded by Recover
+
+  ~JobState() {
+    if (log_fd >= 0) close(log_fd);
+  }
+
+  bool Compass() const { return scheduler != nullptr; }
+  uint64_t PartialKey(uint32_t instance, uint64_t base) const {
+    return algo->staleness_at_commit() ? (base << 32) | instance : instance;
+  }
+  bool Sync() const { return algo->synchronous(); }
+  uint64_t version() const { return state.version; }
+  uint64_t NewRound() { return open_round++; }
+  double Elapsed() const { return elapsed_before + Seconds(start); }
+  // Synchronous rounds: how many admitted updates close a round. With a deadline the round
+  // waits for every expected client and the deadline settles for a quorum (Timers).
+  uint32_t Needed() const {
+    if (spec.round_deadline_s > 0) return spec.clients;
+    return spec.quorum > 0 ? spec.quorum : spec.clients;
+  }
+  double TotalSamples() const {
+    double n = 0;
+    for (const auto& [id, c] : clients) n += static_cast<double>(c.samples);
+    // Clients that have not reported yet count as the mean of those that have.
+    size_t seen = 0;
+    for (const auto& [id, c] : clients) seen += c.samples > 0 ? 1 : 0;
+    if (seen == 0) return 0;
+    return n / static_cast<double>(seen) * std::max<double>(spec.clients, static_cast<double>(seen));
+  }
+  // The committed model as safetensors (f32, the same bytes ModelToSafetensors writes), taken
+  // straight from the weights: models are large, every copy shows in the commit's latency.
+  void CacheModel() {
+    std::vector<model::SafetensorsEntry> entries;
+    for (size_t i = 0; i < mspec.size(); ++i) {
+      const model::TensorSpec& t = mspec.tensor(i);
+      entries.push_back({t.name, model::DType::kF32, t.shape,
+                         std::as_bytes(std::span<const float>(
+                             state.weights.data() + mspec.offset(i), t.numel()))});
+    }
+    std::shared_ptr<std::string> blob;
+    for (auto it = spare_models.begin(); it != spare_models.end(); ++it) {
+      if (it->use_count() == 1) {  // no download and no checkpoint holds it any more
+        blob = std::move(*it);
+        spare_models.erase(it);
+        break;
+      }
+    }
+    if (!blob) blob = std::make_shared<std::string>();
+    if (Status st = model::WriteSafetensorsInto(
+            entries,
+            {{std::string(model::kMetadataJob), spec.name},
+             {std::string(model::kMetadataVersion), std::to_string(state.version)},
+             {"format", "pt"}},
+            blob.get());
+        !st.ok()) {
+      spdlog::error("fl job {}: model bytes: {}", spec.name, st.ToString());
+      return;
+    }
+    models[state.version] = std::move(blob);
+    while (models.size() > kKeptModels) {
+      spare_models.push_back(std::move(models.begin()->second));
+      models.erase(models.begin());
+    }
+    while (spare_models.size() > kSpareModels) spare_models.erase(spare_models.begin());
+  }
+  void KeepVersion() {
+    if (store) (void)store->Put(state.version, state.weights);
+  }
+  void SetTask(const agg::CompassAssignment& a) {
+    CompassTask& t = compass_tasks[fmt::format("c{}", a.client)];
+    t.steps = a.local_steps;
+    t.version = state.version;
+    t.ready = true;
+    t.started = true;
+  }
+  uint64_t GroupRound(agg::GroupId g) {
+    auto [it, inserted] = group_round.try_emplace(g, 0);
+    if (inserted) it->second = NewRound();
+    return it->second;
+  }
+  // FedCompass: the scheduler aggregates a group (its last member arrived, or its T_l passed):
+  // its round closes with the general buffer merged in.
+  void CloseGroup(const agg::CompassDecision& d) {
+    const uint64_t rid = GroupRound(d.group);
+    group_round.erase(d.group);
+    Round& r = rounds[rid];
+    r.closed = true;
+    r.assignments = d.assignments;
+    if (general_round != 0) {
+      r.merge_round = general_round;
+      rounds[general_round].closed = true;
+      rounds[general_round].merged = true;
+      general_round = 0;
+    }
+  }
+  Status OpenLog() {
+    if (log_fd >= 0) close(log_fd);
+    log_fd = open((dir + "/updates.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    return log_fd < 0 ? ErrnoStatus("opening " + dir + "/updates.log", errno) : Status::Ok();
+  }
+  // Written before the client's 202: a write() that returned is in the page cache and survives
+  // the process (kill -9); a power cut is a different failure (no fsync on the hot path).
+  static LogRecord RecordOf(const Ticket& t) {
+    LogRecord r;
+    r.seq = t.seq;
+    r.round = t.round;
+    r.buffer = t.buffer;
+    r.base_version = t.base_version;
+    r.num_samples = t.num_samples;
+    r.coefficient = t.coefficient;
+    std::strncpy(r.client, t.client.c_str(), sizeof r.client - 1);
+    return r;
+  }
+  Status AppendLog(const Ticket& t) {
+    const LogRecord r = RecordOf(t);
+    const ssize_t n = write(log_fd, &r, sizeof r);
+    if (n != static_cast<ssize_t>(sizeof r)) return ErrnoStatus("appending to the update log", errno);
+    return Status::Ok();
+  }
+  // The checkpoint of `version` is written: the updates it (and every older version) includes
+  // go back to the pool, and the log keeps only the acknowledged updates that no written
+  // checkpoint includes yet (those of later, still unwritten versions, and those in flight).
+  void Durable(uint64_t version) {
+    bool released = false;
+    while (!undurable.empty() && undurable.front().version <= version) {
+      for (uint64_t b : undurable.front().buffers) (void)pool->Release(b, kCoordinatorSlot);
+      undurable.pop_front();
+      released = true;
+    }
+    if (released) CompactLog();
+  }
+  // The seqs of the log records that the version in memory includes but no written
+  // checkpoint does (state.json's last_commit_seqs: a restart skips them).
+  std::vector<uint64_t> UndurableSeqs() const {
+    std::vector<uint64_t> seqs;
+    for (const Undurable& u : undurable) {
+      for (const LogRecord& r : u.records) seqs.push_back(r.seq);
+    }
+    return seqs;
+  }
+  void CompactLog() {
+    std::string bytes;
+    for (const Undurable& u : undurable) {
+      bytes.append(reinterpret_cast<const char*>(u.records.data()),
+                   u.records.size() * sizeof(LogRecord));
+    }
+    for (const auto& [id, t] : tickets) {
+      if (!t.acked) continue;
+      const LogRecord r = RecordOf(t);
+      bytes.append(reinterpret_cast<const char*>(&r), sizeof r);
+    }
+    if (Status st = WriteFileAtomic(dir + "/updates.log", bytes.data(), bytes.size()); !st.ok()) {
+      spdlog::error("fl job {}: update log: {}", spec.name, st.ToString());
+      return;
+    }
+    (void)OpenLog();
+  }
+  // Folds the acknowledged updates of `ids` (still in the pool) into the float32 sum at `acc`.
+  size_t Refold(float* acc, const std::vector<uint64_t>& ids) {
+    size_t n = 0;
+    for (uint64_t tid : ids) {
+      const Ticket& t = tickets[tid];
+      PayloadView pv = ReadPayload(pool->Data(t.buffer));
+      auto view = model::ParseUpdate(pv.body, mspec);
+      if (!view.ok()) {
+        spdlog::error("fl job {}: update {} of client {} no longer parses: {}", spec.name, t.seq,
+                      t.client, view.status().ToString());
+        continue;
+      }
+      for (const auto& tv : view->tensors) {
+        agg::Fold(acc + mspec.offset(tv.index), tv.data, static_cast<agg::DType>(tv.dtype),
+                  tv.numel, static_cast<float>(t.coefficient));
+      }
+      ++n;
+    }
+    return n;
+  }
+  // spec.aggregation.robust: the rule over the round's acknowledged updates, in place in the
+  // pool, into `total` as if every update were the rule's result (Σ c_k of them times it), so
+  // the algorithm's step is the same; what the rule made of each update is kept per client and
+  // each suspect is added to `suspects` (client id, rule).
+  Status RobustTotal(const Round& round, RobustCommitter& committer,
+                     std::vector<std::pair<std::string, std::string>>* suspects) {
+    std::vector<uint64_t> ids;
+    for (const auto& [key, p] : round.partials) ids.insert(ids.end(), p.tickets.begin(), p.tickets.end());
+    std::vector<std::span<const std::byte>> bodies;
+    double c = 0;
+    for (uint64_t tid : ids) {
+      bodies.push_back(ReadPayload(pool->Data(tickets[tid].buffer)).body);
+      c += tickets[tid].coefficient;
+    }
+    robust_out.resize(mspec.num_params());
+    auto outcome = committer.Aggregate(spec.robust, mspec, state.weights.data(), bodies,
+                                       robust_out.data());
+    if (!outcome.ok()) return outcome.status();
+    total.Reset();
+    SHOAL_RETURN_IF_ERROR(total.Fold(robust_out, c, version()));
+    Json list = Json::array();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Ticket& t = tickets[ids[i]];
+      const RobustVerdict& v = outcome->updates[i];
+      Client& cl = clients[t.client];
+      cl.last_verdict = v;
+      cl.last_verdict_version = version() + 1;
+      cl.suspect_updates += v.suspect ? 1 : 0;
+      cl.clipped_updates += v.clipped ? 1 : 0;
+      if (v.suspect) suspects->emplace_back(t.client, outcome->rule);
+      Json e = VerdictJson(v);
+      e["client"] = t.client;
+      e["name"] = cl.name;
+      list.push_back(std::move(e));
+    }
+    robust_last = {{"version", version() + 1},
+                   {"rule", outcome->rule},
+                   {"fallback", outcome->fallback.empty() ? Json(nullptr) : Json(outcome->fallback)},
+                   {"updates", std::move(list)},
+                   {"ms", outcome->ms}};
+    if (outcome->rule == "flag") robust_last["flag_iterations"] = outcome->flag_iterations;
+    if (!outcome->fallback.empty()) spdlog::warn("fl job {}: {}", spec.name, outcome->fallback);
+    return {};
+  }
+  static Json VerdictJson(const RobustVerdict& v) {
+    return {{"weight", v.weight},
+            {"clip_scale", v.clip_scale},
+            {"krum_score", v.krum_score ? Json(*v.krum_score) : Json(nullptr)},
+            {"suspect", v.suspect}};
+  }
+};
+
+}  // namespace shoal

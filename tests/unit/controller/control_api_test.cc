@@ -40,6 +40,17 @@ class FakeRuntime : public RuntimeView {
       i.served = 97;
       i.cold_start_ms = 42;
       s.instances.push_back(i);
+      // The compromise detector's view: one anomaly, its instance quarantined.
+      InstanceInfo q;
+      q.id = 0x10002;
+      q.pid = 4243;
+      q.state = "quarantined";
+      q.quarantine = "anomaly exec: execve /bin/sh; frozen in /sys/fs/cgroup/freezer/q";
+      s.instances.push_back(q);
+      s.detector = "scoring (baseline of 12 intervals, 12 samples)";
+      s.on_anomaly = "quarantine";
+      s.anomalies_total = 1;
+      s.anomalies.push_back({2.5, 0x10002, "exec", "execve /bin/sh", "quarantined"});
     }
     return s;
   }
@@ -174,7 +185,7 @@ TEST_F(ControlApiTest, ListAndGetCarryStatus) {
   json o = Body(one);
   EXPECT_EQ(o["name"], "a");
   EXPECT_EQ(o["id"], 1);
-  ASSERT_EQ(o["status"]["instances"].size(), 1u);
+  ASSERT_EQ(o["status"]["instances"].size(), 2u);  // the second is quarantined (TopAndNode)
   const json& inst = o["status"]["instances"][0];
   EXPECT_EQ(inst["id"], 0x10001);
   EXPECT_EQ(inst["pid"], 4242);
@@ -236,7 +247,24 @@ TEST_F(ControlApiTest, TopAndNode) {
                   {"last_cold_start_ms", 42.0}, {"bpf_events", 200},
                   // The autoscaler's view (the fake runtime reports the reactive scaler).
                   {"policy", "none"},      {"actual", 0},           {"prewarm_starts", 0},
-                  {"cold_starts_avoided", 0}}));
+                  {"cold_starts_avoided", 0},
+                  // The compromise detector: anomalies found, instances kept quarantined.
+                  {"anomalies_total", 1},  {"quarantined", 1}}));
+  EXPECT_EQ(j["functions"][1]["anomalies_total"], 0);
+  EXPECT_EQ(j["functions"][1]["quarantined"], 0);
+  // describe's JSON: the detector's state, action and anomalies; the instance's quarantine.
+  json st = Body(Call("GET", "/v1/functions/a"))["status"];
+  EXPECT_EQ(st["detector"],
+            (json{{"state", "scoring (baseline of 12 intervals, 12 samples)"},
+                  {"on_anomaly", "quarantine"},
+                  {"anomalies_total", 1},
+                  {"anomalies", json::array({{{"age_s", 2.5}, {"instance", 0x10002}, {"kind", "exec"},
+                                               {"evidence", "execve /bin/sh"},
+                                               {"action", "quarantined"}}})}}));
+  EXPECT_EQ(st["instances"][1]["state"], "quarantined");
+  EXPECT_EQ(st["instances"][1]["quarantine"],
+            "anomaly exec: execve /bin/sh; frozen in /sys/fs/cgroup/freezer/q");
+  EXPECT_FALSE(Body(Call("GET", "/v1/functions/b"))["status"].contains("detector"));
   auto n = Call("GET", "/v1/node");
   EXPECT_EQ(n.status, 200);
   json nj = Body(n);

@@ -307,6 +307,90 @@ TEST_F(ClusterTest, FunctionsDeployedOnTheControllerRunWherePlacedAndMoveOffALos
             404);
 }
 
+// node -> {min, max} of `fn`'s placements.
+std::map<std::string, std::pair<int, int>> PlacedMinMax(TestCluster& c, const std::string& fn) {
+  std::map<std::string, std::pair<int, int>> out;
+  auto r = c.ControllerApi(0, "GET", "/v1/functions/" + fn);
+  auto j = json::parse(r.body, nullptr, false);
+  if (r.status != 200 || j.is_discarded()) return out;
+  for (const auto& p : j["placements"]) {
+    out[p["node"].get<std::string>()] = {p["min"].get<int>(), p["max"].get<int>()};
+  }
+  return out;
+}
+
+TEST_F(ClusterTest, PlacementPutsEachInstanceThroughPlaceAndHoldsOnlyWhatTheNodesHaveRoomFor) {
+  StartCluster({});
+  if (IsSkipped() || HasFatalFailure()) return;
+  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
+  // Every node registered the same cores (one machine): an instance asking for all of them fits
+  // once per node, so 3 of its 5 are placed, one on each node.
+  auto nodes = json::parse(cluster_->ControllerApi(0, "GET", "/v1/nodes").body);
+  const int cores = nodes["nodes"][0]["cores"].get<int>();
+  ASSERT_GE(cores, 1);
+  auto wide = ControllerDeploy(*cluster_,
+                               "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: wide\n"
+                               "spec:\n  handler:\n    builtin: echo\n  resources: {cpu: \"" +
+                                   std::to_string(cores) + "\"}\n  scale: {min: 0, max: 5}\n");
+  ASSERT_EQ(wide.status, 201) << wide.body;
+  const std::map<std::string, std::pair<int, int>> one_each = {
+      {cluster_->node_name(0), {0, 1}}, {cluster_->node_name(1), {0, 1}},
+      {cluster_->node_name(2), {0, 1}}};
+  ASSERT_TRUE(WaitFor([&] { return PlacedMinMax(*cluster_, "wide") == one_each; }, 10s))
+      << cluster_->ControllerLog(0);
+  EXPECT_NE(cluster_->ControllerLog(0).find("placement: wide: 3 of its 5 instances fit"),
+            std::string::npos);
+  // The nodes are full of `wide`: a second such function has no room anywhere and is not placed
+  // (the deploy itself is accepted: a node could hold it once `wide` goes).
+  auto more = ControllerDeploy(*cluster_,
+                               "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: more\n"
+                               "spec:\n  handler:\n    builtin: echo\n  resources: {cpu: \"" +
+                                   std::to_string(cores) + "\"}\n  scale: {min: 0, max: 1}\n");
+  ASSERT_EQ(more.status, 201) << more.body;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return cluster_->ControllerLog(0).find("placement: more: no node has room for an instance") !=
+               std::string::npos;
+      },
+      10s))
+      << cluster_->ControllerLog(0);
+  EXPECT_TRUE(PlacedMinMax(*cluster_, "more").empty());
+  // Deleting `wide` frees the room: `more` is placed.
+  ASSERT_EQ(Http(cluster_->controller_port(0), "DELETE", "/v1/functions/wide", {},
+                 {"Authorization: Bearer " + cluster_->controller_token()})
+                .status,
+            200);
+  EXPECT_TRUE(WaitFor([&] { return PlacedMinMax(*cluster_, "more").size() == 1; }, 10s))
+      << cluster_->ControllerLog(0);
+  ASSERT_EQ(Http(cluster_->controller_port(0), "DELETE", "/v1/functions/more", {},
+                 {"Authorization: Bearer " + cluster_->controller_token()})
+                .status,
+            200);
+  // Instances that reserve no CPU spread over the nodes; min_scale goes to the nodes holding
+  // most of the share, one instance at a time.
+  auto spread = ControllerDeploy(*cluster_,
+                                 "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: spread\n"
+                                 "spec:\n  handler:\n    builtin: echo\n  scale: {min: 2, max: 4}\n");
+  ASSERT_EQ(spread.status, 201) << spread.body;
+  std::map<std::string, std::pair<int, int>> got;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        got = PlacedMinMax(*cluster_, "spread");
+        return got.size() == 3;
+      },
+      10s));
+  int max_sum = 0, min_sum = 0;
+  for (const auto& [node, mm] : got) {
+    EXPECT_GE(mm.second, 1) << node;
+    EXPECT_LE(mm.second, 2) << node;
+    EXPECT_LE(mm.first, 1) << node;
+    max_sum += mm.second;
+    min_sum += mm.first;
+  }
+  EXPECT_EQ(max_sum, 4);
+  EXPECT_EQ(min_sum, 2);
+}
+
 TEST_F(ClusterTest, AFunctionNoNodeCanHoldIsRefusedNamingTheResource) {
   TestCluster::Options o;
   o.nodes = 2;

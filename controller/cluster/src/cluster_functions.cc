@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "shoal/autoscaler/placement.h"
 #include "shoal/common/config.h"
 #include "shoal/controller/manifest.h"
 
@@ -48,14 +49,6 @@ std::string FitsNowhere(const FunctionSpec& spec, const std::vector<cluster::Nod
 }
 
 }  // namespace
-
-std::vector<uint32_t> SplitScale(uint32_t total, size_t n) {
-  std::vector<uint32_t> out(n, 0);
-  for (size_t i = 0; i < n; ++i) {
-    out[i] = static_cast<uint32_t>(total / n + (i < total % n ? 1 : 0));
-  }
-  return out;
-}
 
 ClusterFunctions::ClusterFunctions(cluster::EtcdClient* etcd, cluster::ClusterKeys keys,
                                    cluster::NodeDirectory* nodes)
@@ -218,41 +211,79 @@ Status ClusterFunctions::PlaceAll() {
   std::map<std::string, std::string> have;  // key -> value
   for (const auto& kv : current->kvs) have[kv.key] = kv.value;
   const auto nodes = nodes_->List();
+  ClusterModel model;
+  for (const auto& n : nodes) {
+    const size_t i = model.AddNode(n.record.name,
+                                   Resources{static_cast<double>(n.record.cores),
+                                             static_cast<double>(n.record.memory_mib),
+                                             n.record.gpus},
+                                   n.record.cold_start_ms / 1000.0);
+    for (const auto& c : n.record.cached_functions) model.node(i).cached.insert(c);
+  }
   std::map<std::string, std::string> want;
+  // The oldest functions are placed first: a new one takes only the room they leave, never
+  // theirs (a deploy must not move what already runs).
+  std::stable_sort(functions->begin(), functions->end(),
+                   [](const cluster::ClusterFunction& a, const cluster::ClusterFunction& b) {
+                     if (a.created_unix_ms != b.created_unix_ms) {
+                       return a.created_unix_ms < b.created_unix_ms;
+                     }
+                     return a.id < b.id;
+                   });
   for (const auto& f : *functions) {
     auto specs = ParseFunctionManifests(f.manifest, NodeConfig{});
     if (!specs.ok() || specs->size() != 1) continue;
     const FunctionSpec& spec = (*specs)[0];
-    // The nodes that can hold it, cheapest first: its code cached there, then the measured
-    // cold start, then the name.
-    std::vector<const cluster::NodeEntry*> fit;
-    for (const auto& n : nodes) {
-      if (n.record.cores >= spec.cpu && n.record.memory_mib * (1ull << 20) >= spec.memory_bytes &&
-          n.record.gpus >= spec.gpu) {
-        fit.push_back(&n);
-      }
-    }
-    std::sort(fit.begin(), fit.end(), [&](const cluster::NodeEntry* a, const cluster::NodeEntry* b) {
-      auto cached = [&](const cluster::NodeEntry* n) {
-        const auto& c = n->record.cached_functions;
-        return std::find(c.begin(), c.end(), f.name) != c.end();
-      };
-      if (cached(a) != cached(b)) return cached(a);
-      if (a->record.cold_start_ms != b->record.cold_start_ms) {
-        return a->record.cold_start_ms < b->record.cold_start_ms;
-      }
-      return a->record.name < b->record.name;
-    });
+    // Each of its max_scale instances in turn through Place(), the simulator's cold-start-aware
+    // placement (a node with its code cached, then the cheapest measured cold start, then the
+    // most free cores), over a model of the registered nodes from which every instance placed
+    // so far (of this and the functions before it) is taken: the placement holds only what the
+    // nodes have room for, and spreads instances as their free cores even out.
+    const Resources need{spec.cpu, static_cast<double>(spec.memory_bytes) / (1 << 20), spec.gpu};
+    // An instance that reserves no CPU still takes a millionth of a core from the model where
+    // there is one, so that Place()'s tie-break (most free cores) spreads such instances over
+    // the nodes instead of stacking them on the first.
+    Resources taken = need;
+    if (taken.cores == 0) taken.cores = 1e-6;
     const uint32_t max_total = spec.max_scale == 0 ? NodeConfig{}.default_max_scale : spec.max_scale;
-    const size_t n = std::min<size_t>(fit.size(), std::max<uint32_t>(max_total, 1));
-    const auto maxes = SplitScale(max_total, n);
-    const auto mins = SplitScale(spec.min_scale, n);
-    for (size_t i = 0; i < n; ++i) {
+    std::vector<uint32_t> count(nodes.size(), 0);
+    uint32_t placed = 0;
+    std::string short_of;
+    for (; placed < std::max<uint32_t>(max_total, 1); ++placed) {
+      auto d = Place(model, PlacementRequest{f.name, need});
+      if (!d.ok()) {
+        short_of = d.status().message();
+        break;
+      }
+      if (!model.Allocate(d->node, taken).ok()) (void)model.Allocate(d->node, need);
+      ++count[d->node];
+    }
+    if (placed == 0) {
+      spdlog::warn("placement: {}: no node has room for an instance: {}", f.name, short_of);
+      continue;
+    }
+    if (placed < max_total) {
+      spdlog::info("placement: {}: {} of its {} instances fit ({})", f.name, placed, max_total,
+                   short_of);
+    }
+    // Its min_scale goes one instance at a time to the node with the most of its share not yet
+    // kept warm (ties: the node keeping fewer warm), so warm instances spread too.
+    std::vector<uint32_t> mins(nodes.size(), 0);
+    for (uint32_t k = 0; k < std::min(spec.min_scale, placed); ++k) {
+      size_t best = 0;
+      for (size_t i = 1; i < nodes.size(); ++i) {
+        const uint32_t left = count[i] - mins[i], best_left = count[best] - mins[best];
+        if (left > best_left || (left == best_left && mins[i] < mins[best])) best = i;
+      }
+      ++mins[best];
+    }
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (count[i] == 0) continue;
       cluster::Placement p;
       p.generation = f.generation;
       p.min_scale = mins[i];
-      p.max_scale = std::max<uint32_t>(maxes[i], 1);
-      want[keys_.Placements(f.name) + fit[i]->record.name] = p.ToJson();
+      p.max_scale = count[i];
+      want[keys_.Placements(f.name) + nodes[i].record.name] = p.ToJson();
     }
   }
   for (const auto& [key, value] : want) {

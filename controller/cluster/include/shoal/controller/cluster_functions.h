@@ -1,7 +1,9 @@
 // The cluster's functions in etcd, as the controller deploys them (<prefix>/functions/<name>),
 // and the leader's placement of each over the registered nodes (<prefix>/placements/<fn>/<node>:
-// the share of its scale a node runs). Placement reruns whenever a function or a node changes,
-// so a lost node's share moves to the nodes that are left.
+// the share of its scale a node runs): each instance of a function's max_scale goes through the
+// simulator's Place() (cached code, cold-start cost, free resources) over a model of the nodes,
+// oldest functions first. Placement reruns whenever a function or a node changes, so a lost
+// node's share moves to the nodes that are left.
 #pragma once
 
 #include <condition_variable>
@@ -58,7 +60,5 @@ class ClusterFunctions {
   std::unique_ptr<cluster::EtcdWatch> watch_;
 };
 
-// Splits `total` over `n` nodes, the first ones taking the remainder ({5, 3} -> 2, 2, 1).
-std::vector<uint32_t> SplitScale(uint32_t total, size_t n);
 
 }  // namespace shoal::controller

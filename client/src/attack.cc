@@ -14,15 +14,18 @@ Result<AttackSpec> ParseAttackSpec(std::string_view spec) {
   const std::string_view arg = colon == std::string_view::npos ? "" : spec.substr(colon + 1);
   const std::string where = "attack \"" + std::string(spec) + "\": ";
   AttackSpec a;
-  if (kind == "none" || kind == "sign-flip") {
+  if (kind == "none" || kind == "sign-flip" || kind == "label-flip") {
     if (colon != std::string_view::npos) {
       return InvalidArgument(where + std::string(kind) + " takes no argument");
     }
-    a.kind = kind == "none" ? AttackSpec::Kind::kNone : AttackSpec::Kind::kSignFlip;
+    a.kind = kind == "none"        ? AttackSpec::Kind::kNone
+             : kind == "sign-flip" ? AttackSpec::Kind::kSignFlip
+                                   : AttackSpec::Kind::kLabelFlip;
     return a;
   }
   if (kind != "scale" && kind != "noise") {
-    return InvalidArgument(where + "unknown attack (none, sign-flip, scale:<k>, noise:<sigma>)");
+    return InvalidArgument(where +
+                           "unknown attack (none, sign-flip, label-flip, scale:<k>, noise:<sigma>)");
   }
   const auto v = internal::ParseDouble(arg);
   if (!v || !std::isfinite(*v)) {
@@ -47,6 +50,8 @@ std::string ToString(const AttackSpec& a) {
       return "none";
     case AttackSpec::Kind::kSignFlip:
       return "sign-flip";
+    case AttackSpec::Kind::kLabelFlip:
+      return "label-flip";
     case AttackSpec::Kind::kScale:
       std::snprintf(buf, sizeof buf, "scale:%g", a.value);
       return buf;
@@ -57,11 +62,16 @@ std::string ToString(const AttackSpec& a) {
   return "?";
 }
 
+void FlipLabels(std::span<uint8_t> labels, int num_classes) {
+  for (uint8_t& y : labels) y = static_cast<uint8_t>(num_classes - 1 - y);
+}
+
 void ApplyAttack(const AttackSpec& a, std::span<const float> global, std::span<float> trained,
                  uint64_t seed) {
   const size_t n = std::min(global.size(), trained.size());
   switch (a.kind) {
     case AttackSpec::Kind::kNone:
+    case AttackSpec::Kind::kLabelFlip:  // the data did it
       return;
     case AttackSpec::Kind::kSignFlip:
       for (size_t i = 0; i < n; ++i) trained[i] = 2 * global[i] - trained[i];

@@ -45,7 +45,21 @@ class Simulation {
         n_(static_cast<int>(plan.partitions.size())),
         train_slots_(o.train_threads > 0
                          ? o.train_threads
-                         : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {}
+                         : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {
+    // label-flip: each attacker trains on a copy of its own samples with the labels flipped.
+    if (o.attack.kind == AttackSpec::Kind::kLabelFlip) {
+      flipped_.resize(plan.partitions.size());
+      for (int k = std::max(0, n_ - o.attackers); k < n_; ++k) {
+        Dataset& d = flipped_[static_cast<size_t>(k)];
+        d = Subset(train, plan.partitions[static_cast<size_t>(k)]);
+        FlipLabels(d.labels, d.num_classes);
+        flipped_indices_.resize(plan.partitions.size());
+        auto& idx = flipped_indices_[static_cast<size_t>(k)];
+        idx.resize(d.num_samples);
+        for (uint32_t i = 0; i < idx.size(); ++i) idx[i] = i;
+      }
+    }
+  }
 
   Result<FlRunSummary> Run();
 
@@ -93,6 +107,8 @@ class Simulation {
 
   const FlRunOptions& o_;
   const Dataset& train_;
+  std::vector<Dataset> flipped_;  // label-flip: the attackers' own samples, labels flipped
+  std::vector<std::vector<uint32_t>> flipped_indices_;
   const Dataset& test_;
   const FlClientPlan& plan_;
   const int n_;
@@ -213,7 +229,12 @@ void Simulation::ClientLoop(int k) {
     Result<TrainStats> stats = Internal("unset");
     {
       train_slots_.acquire();
-      stats = trainer->Train(work->values, train_, indices, static_cast<int>(task->local_steps));
+      const bool flipped = !flipped_.empty() && flipped_[static_cast<size_t>(k)].num_samples > 0;
+      stats = flipped ? trainer->Train(work->values, flipped_[static_cast<size_t>(k)],
+                                       flipped_indices_[static_cast<size_t>(k)],
+                                       static_cast<int>(task->local_steps))
+                      : trainer->Train(work->values, train_, indices,
+                                       static_cast<int>(task->local_steps));
       train_slots_.release();
     }
     if (!stats.ok()) {

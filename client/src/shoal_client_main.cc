@@ -166,7 +166,8 @@ int main(int argc, char** argv) {
   std::string attack = "none";
   app.add_option("--attack", attack,
                  "the attackers poison their updates: none | sign-flip | scale:<k> (e.g. "
-                 "scale:-10) | noise:<sigma> (the delta replaced by Gaussian noise)")
+                 "scale:-10) | noise:<sigma> (the delta replaced by Gaussian noise) | "
+                 "label-flip (trained on labels C-1-y)")
       ->capture_default_str();
   app.add_option("--attackers", run.attackers,
                  "how many clients attack (the last ones: client-<N-F> .. client-<N-1>)")

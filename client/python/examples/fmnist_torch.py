@@ -196,7 +196,7 @@ def main():
     p.add_argument("--max-seconds", type=float, default=None)
     p.add_argument("--attack", default="none",
                    help="poison this client's updates: none | sign-flip | scale:<k> | "
-                        "noise:<sigma> (shoal_fl.attacks)")
+                        "noise:<sigma> | label-flip (shoal_fl.attacks)")
     args = p.parse_args()
     try:
         attack = shoal_fl.parse_attack(args.attack)
@@ -214,7 +214,10 @@ def main():
     # A fixed slice of the test split, different per client.
     start = (args.client_index * args.eval_samples) % len(test_y)
     test = (test_x[start:start + args.eval_samples], test_y[start:start + args.eval_samples])
-    client = FashionMnistClient((x[idx], y[idx]), test, seed=args.seed * 1000 + args.client_index,
+    train_y = y[idx]
+    if attack.kind == "label-flip":
+        train_y = torch.from_numpy(shoal_fl.flip_labels(train_y.numpy()).astype(np.int64))
+    client = FashionMnistClient((x[idx], train_y), test, seed=args.seed * 1000 + args.client_index,
                                 attack=None if attack.kind == "none" else attack)
     if attack.kind != "none":
         logging.info("client %d attacks: %s", args.client_index, attack)

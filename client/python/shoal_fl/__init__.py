@@ -13,7 +13,7 @@ shoal_fl.torch (optional) moves parameters in and out of a torch.nn.Module; atta
 updates for experiments with a job's robust rule.
 """
 
-from .attacks import Attack, parse_attack
+from .attacks import Attack, flip_labels, parse_attack
 from .client import Client, NumPyClient
 from .dtypes import DType
 from .errors import (BadRequest, ConnectionFailed, Forbidden, HttpError, NotFound,
@@ -30,5 +30,5 @@ __all__ = [
     "GlobalModel", "HttpError", "JobClient", "Membership", "NotFound", "NumPyClient",
     "PayloadTooLarge", "ProtocolError", "RetryPolicy", "RunSummary", "ServerError",
     "ServiceUnavailable", "ShoalError", "StaleUpdate", "Task", "Unauthorized", "UpdateKind",
-    "UpdateMeta", "parse_attack", "run_client",
+    "UpdateMeta", "flip_labels", "parse_attack", "run_client",
 ]

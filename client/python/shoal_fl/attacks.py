@@ -6,6 +6,7 @@ numpy arrays: each rewrites the trained parameters x from the global ones g thro
     sign-flip      x <- g - (x - g)
     scale:<k>      x <- g + k (x - g)        (scale:-10: the delta reversed and 10 times longer)
     noise:<sigma>  x <- g + N(0, sigma^2)    (the delta replaced by Gaussian noise)
+    label-flip     trained on labels C - 1 - y (flip_labels; apply leaves the update as it is)
 
     attack = shoal_fl.parse_attack("scale:-10")
     poisoned = attack.apply(global_parameters, trained_parameters, seed=7)
@@ -19,11 +20,13 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Attack:
-    kind: str  # "none" | "sign-flip" | "scale" | "noise"
+    kind: str  # "none" | "sign-flip" | "label-flip" | "scale" | "noise"
     value: float = 0.0
 
     def __str__(self):
-        return self.kind if self.kind in ("none", "sign-flip") else f"{self.kind}:{self.value:g}"
+        if self.kind in ("none", "sign-flip", "label-flip"):
+            return self.kind
+        return f"{self.kind}:{self.value:g}"
 
     def apply(self, global_parameters, trained, seed=0):
         """The poisoned parameters (new float32 arrays; the inputs are not changed)."""
@@ -37,7 +40,7 @@ class Attack:
             x = np.asarray(x, dtype=np.float32)
             if g.shape != x.shape:
                 raise ValueError(f"attack: shapes {g.shape} and {x.shape} differ")
-            if self.kind == "none":
+            if self.kind in ("none", "label-flip"):
                 out.append(x.copy())
             elif self.kind == "sign-flip":
                 out.append((2 * g - x).astype(np.float32))
@@ -49,17 +52,24 @@ class Attack:
         return out
 
 
+def flip_labels(labels, num_classes=10):
+    """label-flip's training labels: y -> num_classes - 1 - y (a new array)."""
+    return (num_classes - 1) - np.asarray(labels)
+
+
 def parse_attack(spec):
-    """"none", "sign-flip", "scale:<k>" (finite, k != 1) or "noise:<sigma>" (finite, > 0);
+    """"none", "sign-flip", "label-flip", "scale:<k>" (finite, k != 1) or "noise:<sigma>"
+    (finite, > 0);
     ValueError naming the spec and what is wrong, as shoal-client words it."""
     kind, colon, arg = spec.partition(":")
     where = f'attack "{spec}": '
-    if kind in ("none", "sign-flip"):
+    if kind in ("none", "sign-flip", "label-flip"):
         if colon:
             raise ValueError(where + f"{kind} takes no argument")
         return Attack(kind)
     if kind not in ("scale", "noise"):
-        raise ValueError(where + "unknown attack (none, sign-flip, scale:<k>, noise:<sigma>)")
+        raise ValueError(where + "unknown attack "
+                         "(none, sign-flip, label-flip, scale:<k>, noise:<sigma>)")
     try:
         value = float(arg)
     except ValueError:

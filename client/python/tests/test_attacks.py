@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from shoal_fl import parse_attack
+from shoal_fl import flip_labels, parse_attack
 
 G = [np.array([1.0, -2.0], np.float32), np.array([[0.5, 0.0]], np.float32)]
 X = [np.array([1.5, -2.25], np.float32), np.array([[0.5, 4.0]], np.float32)]
@@ -35,7 +35,9 @@ def test_noise_replaces_the_delta_reproducibly():
 
 
 @pytest.mark.parametrize("spec,message", [
-    ("flip", 'attack "flip": unknown attack (none, sign-flip, scale:<k>, noise:<sigma>)'),
+    ("flip", 'attack "flip": unknown attack '
+             '(none, sign-flip, label-flip, scale:<k>, noise:<sigma>)'),
+    ("label-flip:1", 'attack "label-flip:1": label-flip takes no argument'),
     ("scale", 'attack "scale": scale needs a finite number, e.g. scale:-10'),
     ("scale:x", 'attack "scale:x": scale needs a finite number, e.g. scale:-10'),
     ("scale:1", 'attack "scale:1": scale:1 changes nothing'),
@@ -47,6 +49,13 @@ def test_bad_specs_are_refused_naming_them(spec, message):
     with pytest.raises(ValueError) as e:
         parse_attack(spec)
     assert str(e.value) == message
+
+
+def test_label_flip_flips_the_data_not_the_update():
+    a = parse_attack("label-flip")
+    assert str(a) == "label-flip"
+    assert flat(a.apply(G, X)) == [1.5, -2.25, 0.5, 4.0]
+    assert flip_labels(np.array([0, 3, 9, 5])).tolist() == [9, 6, 0, 4]
 
 
 def test_mismatched_tensors_are_refused():

@@ -41,12 +41,24 @@ TEST(Attack, SignFlipScaleAndNoiseRewriteTheDelta) {
   EXPECT_EQ(ToString(*a), "noise:0.5");
   EXPECT_EQ(ToString(*ParseAttackSpec("scale:-10")), "scale:-10");
   EXPECT_EQ(ToString(*ParseAttackSpec("sign-flip")), "sign-flip");
+  // label-flip: the labels flipped, the trained update sent as it is.
+  auto lf = ParseAttackSpec("label-flip");
+  ASSERT_TRUE(lf.ok());
+  EXPECT_EQ(ToString(*lf), "label-flip");
+  std::vector<float> t = x;
+  ApplyAttack(*lf, g, t, 1);
+  EXPECT_EQ(t, x);
+  std::vector<uint8_t> labels = {0, 3, 9, 5};
+  FlipLabels(labels, 10);
+  EXPECT_EQ(labels, (std::vector<uint8_t>{9, 6, 0, 4}));
 }
 
 TEST(Attack, BadSpecsAreRefusedNamingThem) {
   auto err = [](const std::string& spec) { return ParseAttackSpec(spec).status().message(); };
   EXPECT_EQ(err("flip"),
-            "attack \"flip\": unknown attack (none, sign-flip, scale:<k>, noise:<sigma>)");
+            "attack \"flip\": unknown attack (none, sign-flip, label-flip, scale:<k>, "
+            "noise:<sigma>)");
+  EXPECT_EQ(err("label-flip:1"), "attack \"label-flip:1\": label-flip takes no argument");
   EXPECT_EQ(err("scale"), "attack \"scale\": scale needs a finite number, e.g. scale:-10");
   EXPECT_EQ(err("scale:x"), "attack \"scale:x\": scale needs a finite number, e.g. scale:-10");
   EXPECT_EQ(err("scale:1"), "attack \"scale:1\": scale:1 changes nothing");

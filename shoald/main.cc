@@ -284,7 +284,11 @@ int main(int argc, char** argv) {
     }
     return specs;
   });
-  fl.SetOnChange([&manager] { manager.FunctionsChanged(); });
+  fl.SetOnChange([&manager, &cluster_view] {
+    manager.FunctionsChanged();
+    // Cluster mode: the node's record lists its FL jobs, so other gateways forward theirs here.
+    if (cluster::NodeAgent* agent = cluster_view.load()) agent->Refresh();
+  });
   fl.SetOnGpuFallback([&metrics](const std::string& job) {
     metrics.fl_gpu_fallbacks.Add({{"job", job}}).Increment();
   });
@@ -418,6 +422,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     node_agent = std::move(*agent);
+    node_agent->SetRecordSource([&fl](cluster::NodeRecord* r) { r->fl_jobs = fl.ListJobs(); });
     cluster_view.store(node_agent.get());
     spdlog::info("cluster: node {} of cluster '{}' at {} (etcd {}; lease TTL {} s)",
                  config.node_name, config.cluster, record.address, config.etcd,

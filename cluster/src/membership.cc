@@ -193,6 +193,11 @@ Status NodeMembership::Update(NodeRecord record) {
   return r.status();
 }
 
+NodeRecord NodeMembership::record() const {
+  std::lock_guard lock(mu_);
+  return record_;
+}
+
 Status NodeMembership::Leave() {
   {
     std::lock_guard lock(stop_mu_);

@@ -94,13 +94,57 @@ void NodeAgent::Leave() {
   }
 }
 
+void NodeAgent::SetRecordSource(std::function<void(NodeRecord*)> fill) {
+  {
+    std::lock_guard lock(record_mu_);
+    fill_ = std::move(fill);
+    record_dirty_ = true;
+    if (!recorder_.joinable()) recorder_ = std::thread([this] { RecordLoop(); });
+  }
+  record_cv_.notify_all();
+}
+
+void NodeAgent::Refresh() {
+  {
+    std::lock_guard lock(record_mu_);
+    record_dirty_ = true;
+  }
+  record_cv_.notify_all();
+}
+
+void NodeAgent::RecordLoop() {
+  std::unique_lock lock(record_mu_);
+  while (!stop_.load()) {
+    record_cv_.wait_for(lock, std::chrono::seconds(2), [this] { return stop_.load() || record_dirty_; });
+    if (stop_.load()) return;
+    if (!record_dirty_ || !fill_) continue;
+    record_dirty_ = false;
+    auto fill = fill_;
+    lock.unlock();
+    NodeRecord record = membership_->record();
+    const std::string before = record.ToJson();
+    fill(&record);
+    Status st = before == record.ToJson() ? Status::Ok() : membership_->Update(std::move(record));
+    lock.lock();
+    if (!st.ok()) {
+      spdlog::warn("cluster: updating this node's record: {} (retrying)", st.message());
+      record_dirty_ = true;
+    }
+  }
+}
+
 void NodeAgent::RebuildRoutes() {
   std::lock_guard lock(routes_mu_);
   if (routes_live_) routes_->Rebuild();
 }
 
 NodeAgent::~NodeAgent() {
-  stop_.store(true);
+  {
+    std::lock_guard lock(record_mu_);
+    stop_.store(true);
+  }
+  record_cv_.notify_all();
+  if (recorder_.joinable()) recorder_.join();
   {
     std::lock_guard lock(routes_mu_);
     routes_live_ = false;

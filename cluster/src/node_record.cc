@@ -38,6 +38,7 @@ std::string NodeRecord::ToJson() const {
               {"gpus", gpus},
               {"cold_start_ms", cold_start_ms},
               {"cached_functions", cached_functions},
+              {"fl_jobs", fl_jobs},
               {"pools", pools_json},
               {"started_unix_ms", started_unix_ms}}
       .dump();
@@ -58,6 +59,7 @@ Result<NodeRecord> NodeRecord::FromJson(const std::string& text) {
   SHOAL_RETURN_IF_ERROR(Field(j, "gpus", &r.gpus, false));
   SHOAL_RETURN_IF_ERROR(Field(j, "cold_start_ms", &r.cold_start_ms, false));
   SHOAL_RETURN_IF_ERROR(Field(j, "cached_functions", &r.cached_functions, false));
+  SHOAL_RETURN_IF_ERROR(Field(j, "fl_jobs", &r.fl_jobs, false));
   SHOAL_RETURN_IF_ERROR(Field(j, "started_unix_ms", &r.started_unix_ms, false));
   if (int major = 0, minor = 0; std::sscanf(protocol.c_str(), "%d.%d", &major, &minor) == 2) {
     r.protocol_major = major;

@@ -15,8 +15,14 @@ PeerRoutes::PeerRoutes(std::string self, PlacedFunctions* placed, NodeDirectory*
 void PeerRoutes::Rebuild() {
   std::lock_guard rebuilding(rebuild_mu_);
   std::map<std::string, std::string> address;  // live node -> gateway
-  for (const auto& n : nodes_->List()) address[n.record.name] = n.record.address;
   auto table = std::make_shared<Table>();
+  for (const auto& n : nodes_->List()) {
+    address[n.record.name] = n.record.address;
+    if (n.record.name == self_ || n.record.address.empty()) continue;
+    for (const auto& job : n.record.fl_jobs) {
+      table->by_job[job].push_back({n.record.name, n.record.address});
+    }
+  }
   size_t routes = 0;
   for (const auto& e : placed_->All()) {
     std::vector<ForwardTarget> targets;
@@ -47,7 +53,9 @@ bool PeerRoutes::Pick(Kind kind, std::string_view name, ForwardTarget* out) {
     std::lock_guard lock(mu_);
     table = table_;
   }
-  const auto& map = kind == Kind::kModel ? table->by_model : table->by_function;
+  const auto& map = kind == Kind::kModel ? table->by_model
+                    : kind == Kind::kJob ? table->by_job
+                                         : table->by_function;
   auto it = map.find(name);
   if (it == map.end() || it->second.empty()) return false;
   // In turn over the nodes (warm ones are listed first, so a lone warm node takes the most).

@@ -246,6 +246,9 @@ bool Connection::RouteRequest(const RequestHead& head) {
       fn_ = gw.functions_.Find(function_name_);
       if (!fn_ || fn_->retired.load(std::memory_order_relaxed)) {
         fn_.reset();
+        // Cluster mode: the job runs on another node, whose tokens authenticate the update.
+        bool take_body = false;
+        if (TryForward(head, ForwardTable::Kind::kJob, m.job, &take_body)) return take_body;
         if (!Authenticate(head)) return has_body;
         return not_found("FL job", fl_job_);
       }
@@ -255,7 +258,15 @@ bool Connection::RouteRequest(const RequestHead& head) {
         return has_body;
       }
       return PrepareFunctionBody(head);
-    case RouteKind::kFleet:
+    case RouteKind::kFleet: {
+      // Cluster mode: a job this node does not run goes to the node that does (its tokens
+      // authenticate the request there).
+      auto leaf = fl != nullptr ? gw.functions_.Find(fl->LeafFunction(m.job)) : nullptr;
+      if (!leaf || leaf->retired.load(std::memory_order_relaxed)) {
+        bool take_body = false;
+        if (TryForward(head, ForwardTable::Kind::kJob, m.job, &take_body)) return take_body;
+      }
+    }
       if (gw.hooks_.control == nullptr) return Reject(404, "no FL jobs on this node");
       // The control API knows the job's namespace and checks the token's role (403 there).
       if (!Authenticate(head)) return has_body;
@@ -321,7 +332,7 @@ bool Connection::TryForward(const RequestHead& head, ForwardTable::Kind kind,
   ForwardTarget target;
   if (!table->Pick(kind, name, &target)) return false;
   route_ = Route::kForward;
-  function_name_ = name;
+  function_name_ = kind == ForwardTable::Kind::kJob ? "fl." + std::string(name) : std::string(name);
   fwd_node_ = target.node;
   fwd_chunked_ = head.chunked;
   fwd_paused_ = false;

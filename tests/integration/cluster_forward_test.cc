@@ -278,5 +278,109 @@ TEST_F(ClusterForwardTest, ALostNodesFunctionIsServedThroughEveryNodeOnceItMoved
   EXPECT_NE(placed[0], cluster_->node_name(home));
 }
 
+// The output of a popen()ed command and its exit status.
+std::pair<int, std::string> ReadToEnd(FILE* p) {
+  std::string out;
+  char buf[4096];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  return {pclose(p), out};
+}
+
+TEST_F(ClusterForwardTest, AnFlJobOnOneNodeTrainsWithItsClientsSpreadOverTheOtherNodesGateways) {
+  const char* kDigits = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz";
+  if (access(kDigits, R_OK) != 0) GTEST_SKIP() << kDigits << " is missing (python3-sklearn)";
+  // The job runs on node 0 (deployed through its own control API); its clients reach nodes 1
+  // and 2 only, whose gateways forward every route of the job (join, task, model, updates,
+  // eval, status) to node 0, where its tokens authenticate them.
+  auto r = cluster_->NodeApi(
+      0, "POST", "/v1/functions",
+      "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: digits\nspec:\n"
+      "  algorithm: {name: fedavg}\n  model: {architecture: mlp, hidden: 64, seed: 1}\n"
+      "  data: {dataset: digits}\n  clients: {expected: 4}\n"
+      "  stop: {rounds: 60, accuracy: 0.95}\n"
+      "  training: {localSteps: 40, learningRate: 0.1, batchSize: 32}\n"
+      "  aggregation: {maxFanIn: 2, maxLeaves: 2}\n");
+  ASSERT_EQ(r.status, 201) << r.body;
+  auto t = HttpAt(cluster_->node_ip(0), TestCluster::kControlPort, "POST", "/v1/tokens",
+                  R"({"role": "fl-client", "job": "digits"})",
+                  {"Authorization: Bearer " + cluster_->node_token(0),
+                   "Content-Type: application/json"},
+                  0, 10000);
+  ASSERT_EQ(t.status, 201) << t.body;
+  const std::string token = json::parse(t.body)["token"].get<std::string>();
+  const std::string auth = "Authorization: Bearer " + token;
+  // Nodes 1 and 2 learn from node 0's record that it runs the job.
+  for (int i : {1, 2}) {
+    HttpResult st;
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          st = HttpAt(cluster_->node_ip(i), TestCluster::kGatewayPort, "GET", "/v1/jobs/digits",
+                      {}, {auth}, 0, 10000);
+          return st.status == 200;
+        },
+        10s))
+        << st.status << " " << st.body;
+    EXPECT_EQ(json::parse(st.body)["name"], "digits") << st.body;
+  }
+  // A token node 0 does not know is refused there, through the forward.
+  auto bad = HttpAt(cluster_->node_ip(1), TestCluster::kGatewayPort, "GET", "/v1/jobs/digits",
+                    {}, {"Authorization: Bearer shoal_nottherighttoken"}, 0, 10000);
+  EXPECT_EQ(bad.status, 401) << bad.body;
+  // Two client processes, two clients each, one through node 1 and one through node 2.
+  auto client = [&](int node, int seed) {
+    const std::string cmd = "SHOAL_TOKEN=" + token + " " + BinDir() +
+                            "/shoal-client --server http://" + cluster_->node_ip(node) + ":" +
+                            std::to_string(TestCluster::kGatewayPort) +
+                            " --job digits --data digits --clients 2 --partition iid --seed " +
+                            std::to_string(seed) + " --time-scale 0 --max-seconds 60 2>&1";
+    return popen(cmd.c_str(), "r");
+  };
+  FILE* a = client(1, 3);
+  FILE* b = client(2, 4);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  auto [rc_a, out_a] = ReadToEnd(a);
+  auto [rc_b, out_b] = ReadToEnd(b);
+  EXPECT_EQ(rc_a, 0) << out_a;
+  EXPECT_EQ(rc_b, 0) << out_b;
+  EXPECT_NE(out_a.find("job done"), std::string::npos) << out_a;
+  EXPECT_NE(out_b.find("job done"), std::string::npos) << out_b;
+  // The job trained to its target on node 0 from updates that all entered elsewhere.
+  auto st = cluster_->NodeApi(0, "GET", "/v1/jobs/digits");
+  ASSERT_EQ(st.status, 200) << st.body;
+  const json status = json::parse(st.body);
+  EXPECT_EQ(status.value("state", ""), "done") << st.body;
+  double accuracy = 0;
+  for (const auto& v : status["versions"]) {
+    if (v.contains("accuracy") && v["accuracy"].is_number()) accuracy = v["accuracy"].get<double>();
+  }
+  EXPECT_GE(accuracy, 0.90) << st.body;
+  // Each entry node counted its forwards to node 0.
+  const std::string labels =
+      "function=\"fl.digits\",node=\"" + cluster_->node_name(0) + "\",result=\"ok\"";
+  for (int i : {1, 2}) {
+    auto m = cluster_->NodeGateway(i, "GET", "/metrics");
+    EXPECT_GT(Metric(m.body, "shoal_forwards_total", labels), 10.0) << m.body;
+  }
+  // The model downloaded through a forward is node 0's, byte for byte.
+  auto direct = HttpAt(cluster_->node_ip(0), TestCluster::kGatewayPort, "GET",
+                       "/v1/jobs/digits/model", {}, {auth}, 0, 10000);
+  auto forwarded = HttpAt(cluster_->node_ip(2), TestCluster::kGatewayPort, "GET",
+                          "/v1/jobs/digits/model", {}, {auth}, 0, 10000);
+  ASSERT_EQ(direct.status, 200);
+  ASSERT_EQ(forwarded.status, 200) << forwarded.body;
+  EXPECT_GT(direct.body.size(), 1000u);
+  EXPECT_TRUE(direct.body == forwarded.body);
+  // A job no node runs is not forwarded: node 1 answers it itself, and node 0's token means
+  // nothing there (401 before anything about jobs is said); its own admin token gets the 404.
+  auto none = HttpAt(cluster_->node_ip(1), TestCluster::kGatewayPort, "GET", "/v1/jobs/nope",
+                     {}, {auth}, 0, 10000);
+  EXPECT_EQ(none.status, 401) << none.body;
+  auto none_admin = HttpAt(cluster_->node_ip(1), TestCluster::kGatewayPort, "GET",
+                           "/v1/jobs/nope", {}, {"Authorization: Bearer " + cluster_->node_token(1)},
+                           0, 10000);
+  EXPECT_EQ(none_admin.status, 404) << none_admin.body;
+}
+
 }  // namespace
 }  // namespace shoal::testing

@@ -47,6 +47,7 @@ class TestCluster {
   // The node's control API (admin token of that node).
   HttpResult NodeApi(int i, const std::string& method, const std::string& path,
                      const std::string& body = {});
+  const std::string& node_token(int i) const { return nodes_[static_cast<size_t>(i)].token; }
   HttpResult NodeGateway(int i, const std::string& method, const std::string& path,
                          const std::string& body = {});
   // Starts (again) node i's shoald, with `name` instead of its own when given; false if it

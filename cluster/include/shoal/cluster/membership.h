@@ -47,6 +47,7 @@ class NodeMembership {
   Status Join();
   // Replaces the record (cached functions, pools, cold-start cost changed).
   Status Update(NodeRecord record);
+  NodeRecord record() const;
   // Revokes the lease: the record vanishes now (a clean shutdown).
   Status Leave();
 

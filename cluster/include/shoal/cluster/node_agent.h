@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -46,6 +47,11 @@ class NodeAgent {
   const ClusterKeys& keys() const { return membership_->keys(); }
   // Where the gateway forwards a request for a function that is not on this node.
   PeerRoutes& routes() { return *routes_; }
+  // What the node publishes about itself beyond its start-up record (the FL jobs it runs):
+  // `fill` edits a copy of the record, on the agent's own thread, after each Refresh().
+  void SetRecordSource(std::function<void(NodeRecord*)> fill);
+  // Any thread, never blocks: the record is filled and rewritten in etcd soon.
+  void Refresh();
 
  private:
   NodeAgent() = default;
@@ -59,6 +65,13 @@ class NodeAgent {
   void RebuildRoutes();
   std::mutex routes_mu_;
   bool routes_live_ = true;
+  // Rewrites the record when Refresh() asked (or a write failed: every 2 s until it lands).
+  void RecordLoop();
+  std::thread recorder_;
+  std::mutex record_mu_;
+  std::condition_variable record_cv_;
+  std::function<void(NodeRecord*)> fill_;
+  bool record_dirty_ = false;
   // Starts the placement and node watches, retrying with back-off while etcd is away.
   std::thread starter_;
   std::atomic<bool> stop_{false};

@@ -34,6 +34,7 @@ struct NodeRecord {
   uint32_t gpus = 0;
   double cold_start_ms = 0;                // measured spawn → ready, p50
   std::vector<std::string> cached_functions;  // functions with a warm zygote or instance
+  std::vector<std::string> fl_jobs;  // FL jobs this node runs (other gateways forward to it)
   std::vector<NodePool> pools;
   int64_t started_unix_ms = 0;
 

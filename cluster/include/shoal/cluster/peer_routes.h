@@ -1,5 +1,6 @@
 // The gateway's forwarding table in cluster mode: for each cluster function (and the OIP model
-// it serves), the live nodes placed to run it with their gateway addresses. Rebuilt from the
+// it serves), the live nodes placed to run it with their gateway addresses; for each FL job, the
+// node that runs it (from the nodes' records). Rebuilt from the
 // placements and the node directory whenever either changes (watch threads); read by the gateway
 // loops through ForwardTable::Pick, which takes a mutex only to copy a shared pointer.
 #pragma once
@@ -35,6 +36,7 @@ class PeerRoutes final : public ForwardTable {
   struct Table {
     std::map<std::string, std::vector<ForwardTarget>, std::less<>> by_function;
     std::map<std::string, std::vector<ForwardTarget>, std::less<>> by_model;
+    std::map<std::string, std::vector<ForwardTarget>, std::less<>> by_job;
   };
   const std::string self_;
   PlacedFunctions* placed_;

@@ -17,10 +17,11 @@ struct ForwardTarget {
 
 class ForwardTable {
  public:
-  enum class Kind { kFunction, kModel };
+  enum class Kind { kFunction, kModel, kJob };
   virtual ~ForwardTable() = default;
-  // A node that runs `name` (a function, or the function serving an OIP model), picked in turn
-  // among those placed; false when no other live node runs it.
+  // A node that runs `name` (a function, the function serving an OIP model, or an FL job: its
+  // fleet routes and updates), picked in turn among those that run it; false when no other
+  // live node does.
   virtual bool Pick(Kind kind, std::string_view name, ForwardTarget* out) = 0;
   // This node's name: a forwarded request carries it (X-Shoal-Forwarded-By), and a request that
   // carries one is never forwarded again.

@@ -95,12 +95,8 @@ for i in $(seq 0 $((NODES - 1))); do
 done
 
 show_nodes() {
-  api "$CTL/v1/nodes" | python3 -c '
-import json, sys
-j = json.load(sys.stdin)
-print("%-8s %-16s %-7s %5s %9s  leader: %s" % ("NAME", "ADDRESS", "STATUS", "CORES", "MEMORY", j["leader"]))
-for n in j["nodes"]:
-    print("%-8s %-16s %-7s %5d %6d Mi" % (n["name"], n["address"], n["status"], n["cores"], n["memory_mib"]))'
+  echo "\$ shoal --server $CTL get nodes -o wide"
+  SHOAL_TOKEN="$TOKEN" "$BIN/shoal" --server "$CTL" get nodes -o wide
 }
 show_placements() {
   api "$CTL/v1/functions" | python3 -c '
@@ -110,7 +106,7 @@ for f in json.load(sys.stdin)["functions"]:
           ", ".join("%s (max %d)" % (p["node"], p["max"]) for p in f["placements"]) or "-"))'
 }
 for _ in $(seq 1 50); do [ "$(api "$CTL/v1/cluster" | python3 -c 'import json,sys; print(json.load(sys.stdin)["nodes"])')" = "$NODES" ] && break; sleep 0.1; done
-step "GET $CTL/v1/nodes"
+step "shoal get nodes (the controller's /v1/nodes)"
 show_nodes
 
 step "Deploying deploy/examples/echo.yaml and sha256.yaml through the controller"
@@ -132,6 +128,58 @@ for i in $(seq 0 $((NODES - 1))); do
 done
 
 if [ "$NODES" -ge 2 ]; then
+  step "Forwarding: 'pinned' runs on one node only (scale max 1); every gateway answers it"
+  printf 'apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: pinned\nspec:\n  handler:\n    builtin: echo\n  scale: {min: 1, max: 1}\n' |
+    api -X POST -H 'Content-Type: application/yaml' --data-binary @- "$CTL/v1/functions"
+  sleep 1
+  show_placements
+  for i in $(seq 0 $((NODES - 1))); do
+    for _ in $(seq 1 50); do
+      out=$(curl -s -w ' [%{http_code}]' -d "entered node-$i" "http://$NET.$((i + 1)):8080/fn/pinned")
+      case "$out" in *"[200]") break ;; esac
+      sleep 0.2
+    done
+    fwd=$(curl -s "http://$NET.$((i + 1)):8080/metrics" | sed -n 's/^shoal_forwards_total{function="pinned",node="\([^"]*\)",result="ok"} \(.*\)/forwarded to \1: \2/p')
+    echo "  $NET.$((i + 1)): $out   ${fwd:-served here}"
+  done
+  step "FL across gateways: a FedAvg job on node-0, its clients spread over the other nodes' gateways"
+  # node-0's control API listens on loopback inside its namespace: reach it there.
+  N0_TOKEN=$(sed -n 's/^token: //p' "$STATE/node-0/state/admin.conf")
+  N0_API=$(sed -n 's/^server: //p' "$STATE/node-0/state/admin.conf")
+  n0() { nsenter --net=/var/run/netns/shoal-demo-n0 curl -sS -H "Authorization: Bearer $N0_TOKEN" "$@"; }
+  printf 'apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: digits\nspec:\n  algorithm: {name: fedavg}\n  model: {architecture: mlp, hidden: 64, seed: 1}\n  data: {dataset: digits}\n  clients: {expected: %d}\n  stop: {rounds: 60, accuracy: 0.95}\n  training: {localSteps: 40, learningRate: 0.1, batchSize: 32}\n' \
+    "$((2 * (NODES - 1)))" |
+    n0 -H 'Content-Type: application/yaml' --data-binary @- "$N0_API/v1/functions"
+  FL_TOKEN=$(n0 -H 'Content-Type: application/json' -d '{"role": "fl-client", "job": "digits"}' \
+    "$N0_API/v1/tokens" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
+  for _ in $(seq 1 50); do
+    curl -fsS -H "Authorization: Bearer $FL_TOKEN" "http://$NET.2:8080/v1/jobs/digits" >/dev/null 2>&1 && break
+    sleep 0.2
+  done
+  CLIENTS=()
+  for i in $(seq 1 $((NODES - 1))); do
+    echo "\$ shoal-client --server http://$NET.$((i + 1)):8080 --job digits --clients 2 --data digits &"
+    SHOAL_TOKEN="$FL_TOKEN" "$BIN/shoal-client" --server "http://$NET.$((i + 1)):8080" --job digits \
+      --clients 2 --data digits --partition iid --seed "$i" --time-scale 0 --max-seconds 60 \
+      >"$STATE/client-$i.log" 2>&1 &
+    CLIENTS+=($!)
+  done
+  FL_OK=1
+  for i in $(seq 1 $((NODES - 1))); do
+    wait "${CLIENTS[$((i - 1))]}" || FL_OK=0
+    echo "  clients via node-$i: $(grep -m1 'job done' "$STATE/client-$i.log" || tail -1 "$STATE/client-$i.log")"
+  done
+  curl -sS -H "Authorization: Bearer $FL_TOKEN" "http://$NET.2:8080/v1/jobs/digits" | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+acc = [v["accuracy"] for v in j.get("versions", []) if isinstance(v.get("accuracy"), (int, float))]
+print("  job digits on node-0: %s at version %s, accuracy %s" % (j.get("state"), j.get("version"), acc[-1] if acc else "-"))'
+  for i in $(seq 1 $((NODES - 1))); do
+    echo "  node-$i forwarded: $(curl -s "http://$NET.$((i + 1)):8080/metrics" | sed -n 's/^shoal_forwards_total{function="fl.digits",node="node-0",result="ok"} //p') request(s) of the job to node-0"
+  done
+  [ "$FL_OK" = 1 ] || { echo "an FL client process failed: see $STATE/client-*.log"; exit 1; }
+
   LAST=$((NODES - 1))
   step "Node loss: kill -9 node-$LAST; its share of each function moves once its lease (5 s) ends"
   kill -9 "${PIDS[$((LAST + 2))]}"
@@ -146,8 +194,8 @@ if [ "$NODES" -ge 2 ]; then
   show_placements
 fi
 echo
-echo "  Not yet in cluster mode: forwarding a request to a node that runs the function, and FL"
-echo "  aggregation across nodes (one partial sum per node): see README, \"Cluster\"."
+echo "  Not yet in cluster mode: FL aggregation across nodes (leaves on every node, one partial"
+echo "  sum per node to the job's top): the job above aggregates on node-0. See README, \"Cluster\"."
 if [ "$ONCE" = 1 ]; then
   step "Done (--once): stopping the cluster"
   exit 0

@@ -2,13 +2,14 @@
 // Shoal's behaviour probes: what each function instance does, counted per instance (keyed by
 // the id of its cgroup) for the compromise detector (detect/). Only instances user space has
 // registered in `instances` are counted; every other task returns after one lookup.
-//   raw_tp/sys_enter           syscalls by class; execve, connect and open with their argument
-//   raw_tp/sched_process_exec  the program an execve ran (its path from kernel memory)
-//   raw_tp/sched_stat_runtime  CPU time (every scheduler tick and switch of a running task)
-//   raw_tp/sched_process_fork  processes and threads created
-//   raw_tp/sock_send_length, raw_tp/sock_recv_length   socket bytes
-// Raw tracepoints and CO-RE reads only: nothing needs tracefs, and the kernel types below are
-// relocated against the running kernel's BTF. The layout user space reads is
+//   tp_btf/sys_enter           syscalls by class; execve, connect and open with their argument
+//   tp_btf/sched_process_exec  the program an execve ran (its path from kernel memory)
+//   tp_btf/sched_stat_runtime  CPU time (every scheduler tick and switch of a running task)
+//   tp_btf/sched_process_fork  processes and threads created
+//   tp_btf/sock_send_length, tp_btf/sock_recv_length   socket bytes
+// BTF-typed raw tracepoints (tp_btf) and CO-RE: nothing needs tracefs, the kernel types below
+// are relocated against the running kernel's BTF, and kernel pointers are walked with plain
+// loads the verifier checks (no helper call per level: every syscall of the node pays it). The layout user space reads is
 // shoal/ebpf/behaviour_abi.h.
 #include <linux/bpf.h>
 #include <linux/types.h>
@@ -76,22 +77,26 @@ struct {
   __uint(max_entries, 256 * 1024);
 } events SEC(".maps");
 
-/* The instance cgroup id of `task` (v2: its default-hierarchy cgroup; v1: its memory one). */
+/* The instance cgroup id of `task` (v2: its default-hierarchy cgroup; v1: its memory one).
+ * BTF-typed programs (tp_btf) walk kernel pointers with plain loads (the verifier checks them
+ * against the kernel's BTF; a fault reads 0): no helper call per level, which a syscall pays. */
 static __always_inline __u64 task_cgroup_id(struct task_struct *task) {
-  struct css_set *cgroups = BPF_CORE_READ(task, cgroups);
+  struct css_set *cgroups = task->cgroups;
   if (!cgroups) return 0;
-  if (cgroup_mode == SHOAL_BHV_CGROUP_V2) return BPF_CORE_READ(cgroups, dfl_cgrp, kn, id);
-  __u32 idx = bpf_core_enum_value(enum cgroup_subsys_id, memory_cgrp_id);
-  struct cgroup_subsys_state *css = 0;
-  if (idx >= 16) return 0;
-  bpf_core_read(&css, sizeof(css), &cgroups->subsys[idx]);
-  if (!css) return 0;
-  return BPF_CORE_READ(css, cgroup, kn, id);
+  if (cgroup_mode == SHOAL_BHV_CGROUP_V2) {
+    struct cgroup *dfl = cgroups->dfl_cgrp;
+    if (!dfl || !dfl->kn) return 0;
+    return dfl->kn->id;
+  }
+  struct cgroup_subsys_state *css =
+      cgroups->subsys[bpf_core_enum_value(enum cgroup_subsys_id, memory_cgrp_id)];
+  if (!css || !css->cgroup || !css->cgroup->kn) return 0;
+  return css->cgroup->kn->id;
 }
 
 static __always_inline __u64 current_cgroup_id(void) {
   if (cgroup_mode == SHOAL_BHV_CGROUP_V2) return bpf_get_current_cgroup_id();
-  return task_cgroup_id((struct task_struct *)bpf_get_current_task());
+  return task_cgroup_id(bpf_get_current_task_btf());
 }
 
 static __always_inline struct shoal_bhv_counters *current_instance(__u64 *cgid) {
@@ -178,12 +183,12 @@ static __always_inline void connect_event(struct shoal_bhv_counters *c, __u64 cg
   submit_once(ev, h);
 }
 
-SEC("raw_tp/sys_enter")
-int shoal_bhv_sys_enter(struct bpf_raw_tracepoint_args *ctx) {
+SEC("tp_btf/sys_enter")
+int shoal_bhv_sys_enter(__u64 *ctx) {
   __u64 cgid;
   struct shoal_bhv_counters *c = current_instance(&cgid);
   if (!c) return 0;
-  __u32 nr = (__u32)ctx->args[1];
+  __u32 nr = (__u32)ctx[1];
   __u32 cls = SHOAL_BHV_CLASS_OTHER;
   if (nr < SHOAL_BHV_MAX_SYSCALL) {
     __u32 *v = bpf_map_lookup_elem(&syscall_class, &nr);
@@ -191,28 +196,28 @@ int shoal_bhv_sys_enter(struct bpf_raw_tracepoint_args *ctx) {
   }
   if (cls < SHOAL_BHV_CLASSES) c->syscalls[cls] += 1; /* per-CPU value: no atomics needed */
 
-  struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+  struct pt_regs *regs = (struct pt_regs *)ctx[0];
   switch (nr) {
     case SHOAL_BHV_NR_EXECVE:
       c->execs += 1;
-      path_event(c, cgid, SHOAL_BHV_EV_EXEC, (const void *)BPF_CORE_READ(regs, di), 1);
+      path_event(c, cgid, SHOAL_BHV_EV_EXEC, (const void *)regs->di, 1);
       break;
     case SHOAL_BHV_NR_EXECVEAT:
       c->execs += 1;
-      path_event(c, cgid, SHOAL_BHV_EV_EXEC, (const void *)BPF_CORE_READ(regs, si), 1);
+      path_event(c, cgid, SHOAL_BHV_EV_EXEC, (const void *)regs->si, 1);
       break;
     case SHOAL_BHV_NR_OPEN:
       c->opens += 1;
-      path_event(c, cgid, SHOAL_BHV_EV_OPEN, (const void *)BPF_CORE_READ(regs, di), 1);
+      path_event(c, cgid, SHOAL_BHV_EV_OPEN, (const void *)regs->di, 1);
       break;
     case SHOAL_BHV_NR_OPENAT:
     case SHOAL_BHV_NR_OPENAT2:
       c->opens += 1;
-      path_event(c, cgid, SHOAL_BHV_EV_OPEN, (const void *)BPF_CORE_READ(regs, si), 1);
+      path_event(c, cgid, SHOAL_BHV_EV_OPEN, (const void *)regs->si, 1);
       break;
     case SHOAL_BHV_NR_CONNECT:
       c->connects += 1;
-      connect_event(c, cgid, (const void *)BPF_CORE_READ(regs, si));
+      connect_event(c, cgid, (const void *)regs->si);
       break;
     default:
       break;
@@ -220,38 +225,38 @@ int shoal_bhv_sys_enter(struct bpf_raw_tracepoint_args *ctx) {
   return 0;
 }
 
-SEC("raw_tp/sched_process_exec")
-int shoal_bhv_exec(struct bpf_raw_tracepoint_args *ctx) {
+SEC("tp_btf/sched_process_exec")
+int shoal_bhv_exec(__u64 *ctx) {
   __u64 cgid;
   struct shoal_bhv_counters *c = current_instance(&cgid);
   if (!c) return 0;
-  struct linux_binprm *bprm = (struct linux_binprm *)ctx->args[2];
-  path_event(c, cgid, SHOAL_BHV_EV_EXEC, BPF_CORE_READ(bprm, filename), 0);
+  struct linux_binprm *bprm = (struct linux_binprm *)ctx[2];
+  path_event(c, cgid, SHOAL_BHV_EV_EXEC, bprm->filename, 0);
   return 0;
 }
 
-SEC("raw_tp/sched_stat_runtime")
-int shoal_bhv_runtime(struct bpf_raw_tracepoint_args *ctx) {
+SEC("tp_btf/sched_stat_runtime")
+int shoal_bhv_runtime(__u64 *ctx) {
   /* The task that ran (not necessarily current: update_curr may run for another CPU's task). */
-  struct task_struct *task = (struct task_struct *)ctx->args[0];
+  struct task_struct *task = (struct task_struct *)ctx[0];
   __u64 cgid = task_cgroup_id(task);
   if (cgid == 0) return 0;
   struct shoal_bhv_counters *c = bpf_map_lookup_elem(&instances, &cgid);
-  if (c) __sync_fetch_and_add(&c->cpu_ns, ctx->args[1]);
+  if (c) __sync_fetch_and_add(&c->cpu_ns, ctx[1]);
   return 0;
 }
 
-SEC("raw_tp/sched_process_fork")
-int shoal_bhv_fork(struct bpf_raw_tracepoint_args *ctx) {
+SEC("tp_btf/sched_process_fork")
+int shoal_bhv_fork(__u64 *ctx) {
   __u64 cgid;
   struct shoal_bhv_counters *c = current_instance(&cgid);
   if (c) c->forks += 1;
   return 0;
 }
 
-SEC("raw_tp/sock_send_length")
-int shoal_bhv_send(struct bpf_raw_tracepoint_args *ctx) {
-  int ret = (int)ctx->args[1];
+SEC("tp_btf/sock_send_length")
+int shoal_bhv_send(__u64 *ctx) {
+  int ret = (int)ctx[1];
   if (ret <= 0) return 0;
   __u64 cgid;
   struct shoal_bhv_counters *c = current_instance(&cgid);
@@ -259,9 +264,9 @@ int shoal_bhv_send(struct bpf_raw_tracepoint_args *ctx) {
   return 0;
 }
 
-SEC("raw_tp/sock_recv_length")
-int shoal_bhv_recv(struct bpf_raw_tracepoint_args *ctx) {
-  int ret = (int)ctx->args[1];
+SEC("tp_btf/sock_recv_length")
+int shoal_bhv_recv(__u64 *ctx) {
+  int ret = (int)ctx[1];
   if (ret <= 0) return 0;
   __u64 cgid;
   struct shoal_bhv_counters *c = current_instance(&cgid);

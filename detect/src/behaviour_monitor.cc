@@ -120,8 +120,12 @@ void BehaviourMonitor::Stop() {
   }
 }
 
-void BehaviourMonitor::LoadProfile(const std::string& function) {
-  const std::string path = profile_dir_ + "/" + function + ".profile";
+std::string BehaviourMonitor::ProfilePath(const std::string& function, uint64_t generation) const {
+  return profile_dir_ + "/" + function + ".g" + std::to_string(generation) + ".profile";
+}
+
+void BehaviourMonitor::LoadProfile(const std::string& function, uint64_t generation) {
+  const std::string path = ProfilePath(function, generation);
   std::ifstream in(path);
   if (!in) return;
   std::stringstream text;
@@ -139,7 +143,19 @@ void BehaviourMonitor::SaveProfile(const std::string& function) {
   const std::string text = detector_.Profile(function);
   std::error_code ec;
   std::filesystem::create_directories(profile_dir_, ec);
-  const std::string path = profile_dir_ + "/" + function + ".profile";
+  const uint64_t generation = records_[function].generation;
+  const std::string path = ProfilePath(function, generation);
+  // Profiles of the function's earlier generations are of code that no longer runs.
+  for (const auto& e : std::filesystem::directory_iterator(profile_dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    const std::string prefix = function + ".g", suffix = ".profile";
+    if (e.path().string() == path || !name.starts_with(prefix) || !name.ends_with(suffix) ||
+        name.size() <= prefix.size() + suffix.size()) {
+      continue;
+    }
+    const std::string gen = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    if (gen.find_first_not_of("0123456789") == std::string::npos) std::filesystem::remove(e.path(), ec);
+  }
   if (Status st = WriteFileAtomic(path, text, 0600); !st.ok()) {
     spdlog::warn("detector: function {}: baseline learned, not saved: {}", function, st.message());
     return;
@@ -169,7 +185,15 @@ void BehaviourMonitor::InstanceReady(const ObservedInstance& inst) {
     return;
   }
   std::lock_guard lock(mu_);
-  if (detector_.State(fn).empty()) LoadProfile(fn);
+  FunctionRecord& rec = records_[fn];
+  if (inst.spec->generation > rec.generation && !detector_.State(fn).empty()) {
+    // Re-deployed: the old baseline is of the old code.
+    spdlog::info("detector: function {}: generation {} deployed: learning a new baseline",
+                 fn, inst.spec->generation);
+    detector_.ForgetFunction(fn);
+  }
+  if (inst.spec->generation >= rec.generation) rec.generation = inst.spec->generation;
+  if (detector_.State(fn).empty()) LoadProfile(fn, rec.generation);
   std::vector<std::string> allowed = inst.spec->security.allowed_paths;
   if (!inst.spec->handler.library.empty()) {
     allowed.push_back(std::filesystem::path(inst.spec->handler.library).parent_path().string() + "/");
@@ -184,7 +208,7 @@ void BehaviourMonitor::InstanceReady(const ObservedInstance& inst) {
   w.runtime = inst.runtime;
   w.last_served = ServedBy(inst.runtime.get(), inst.key);
   w.last_ns = MonotonicNs();
-  records_[fn].on_anomaly = w.on_anomaly;
+  rec.on_anomaly = w.on_anomaly;
   by_cgroup_[w.cgroup_id] = w.key;
   watched_[w.key] = std::move(w);
 }

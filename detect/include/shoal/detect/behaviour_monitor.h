@@ -6,7 +6,8 @@
 // logs it with its evidence, counts it in shoal_function_anomalies_total{function,kind}, keeps
 // it for `shoal describe`, and, where the function's manifest says security.onAnomaly:
 // quarantine, has the manager quarantine the instance. A function's baseline, once learned,
-// is saved to <state_dir>/detect/<function>.profile and read back by later shoalds.
+// is saved to <state_dir>/detect/<function>.g<generation>.profile and read back by later
+// shoalds; a re-deploy (a new generation: new code, perhaps new behaviour) learns anew.
 // Runs on shoald's loop; Describe and MetricsText may be called from any thread.
 #pragma once
 
@@ -73,6 +74,7 @@ class BehaviourMonitor final : public InstanceObserver {
   };
   struct FunctionRecord {
     std::string on_anomaly = "alert";
+    uint64_t generation = 0;  // the generation its baseline is of
     std::deque<AnomalyInfo> recent;  // newest first, at most kRecent
     std::vector<uint64_t> found_ns;
     uint64_t total = 0;
@@ -80,7 +82,8 @@ class BehaviourMonitor final : public InstanceObserver {
   static constexpr size_t kRecent = 16;
 
   static uint64_t ServedBy(const FunctionRuntime* rt, uint32_t key);
-  void LoadProfile(const std::string& function);
+  std::string ProfilePath(const std::string& function, uint64_t generation) const;
+  void LoadProfile(const std::string& function, uint64_t generation);
   void SaveProfile(const std::string& function);
 
   const NodeConfig& config_;

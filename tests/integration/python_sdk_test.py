@@ -1,9 +1,11 @@
-"""The Python SDK against a live shoald: a FedCompass FLJob on Fashion-MNIST with the job's `cnn`
+"""The Python SDK against a live shoald. A FedCompass FLJob on Fashion-MNIST with the job's `cnn`
 architecture, three PyTorch clients (client/python/examples/fmnist_torch.py, one process each,
 one per wire dtype: f32, bf16, f16) training concurrently until the job is done. Asserts the
 job committed its last version, every client's updates were taken and each ran the local steps
 its tasks assigned, and the final global model's accuracy on 2,000 test images (scored here,
-not by the clients) is above the bound.
+not by the clients) is above the bound. And a FedAvg job with spec.aggregation.robust median, one
+of three example clients attacking (--attack scale:-10): it learns, and that client is the one
+suspect.
 
 Run by ctest (python_sdk.integration), or:
   SHOAL_BIN_DIR=build/bin /usr/bin/python3 -m pytest -q tests/integration/python_sdk_test.py
@@ -148,3 +150,72 @@ def test_three_torch_clients_train_a_fedcompass_job_to_accuracy(shoald):
           f"(initial {acc0:.4f}); steps assigned {[s['assigned_steps'] for s in summaries]}")
     assert acc >= ACCURACY_BOUND
     assert acc0 < 0.3
+
+
+ROBUST_JOB = "pyrobust"
+# Three runs: 0.7625 each (deterministic seeds); chance is 0.10.
+ROBUST_ACCURACY_BOUND = 0.6
+ROBUST_ROUNDS = 8
+ROBUST_MANIFEST = f"""apiVersion: shoal.dev/v1
+kind: FLJob
+metadata:
+  name: {ROBUST_JOB}
+spec:
+  algorithm: {{name: fedavg}}
+  model: {{architecture: logreg, seed: 1}}
+  data: {{dataset: fashion-mnist}}
+  clients: {{expected: 3}}
+  stop: {{rounds: {ROBUST_ROUNDS}}}
+  training: {{localSteps: 20, learningRate: 0.1, batchSize: 32}}
+  aggregation:
+    maxFanIn: 4
+    maxLeaves: 1
+    robust: {{rule: median}}
+"""
+
+
+def test_an_attacking_torch_client_is_the_median_rules_suspect(shoald):
+    """Three example clients of a FedAvg job with spec.aggregation.robust median; client 2
+    poisons every update (--attack scale:-10). The job still learns, and torch-2 is the one
+    suspect (status and shoal fl status)."""
+    deploy = shoald.cli("deploy", "-f", "-", stdin=ROBUST_MANIFEST, timeout=30)
+    assert deploy.returncode == 0, deploy.stderr + deploy.stdout
+    token = shoald.api("/v1/tokens",
+                       json.dumps({"role": "fl-client", "job": ROBUST_JOB}).encode())["token"]
+    server = f"http://127.0.0.1:{shoald.port}"
+    procs = []
+    for k in range(3):
+        cmd = [sys.executable, EXAMPLE, "--server", server, "--job", ROBUST_JOB,
+               "--client-index", str(k), "--num-clients", "3", "--train-samples", "1500",
+               "--no-evaluate", "--seed", "7", "--max-seconds", "120"]
+        if k == 2:
+            cmd += ["--attack", "scale:-10"]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=dict(os.environ, SHOAL_TOKEN=token)))
+    for k, p in enumerate(procs):
+        out, err = p.communicate(timeout=150)
+        assert p.returncode == 0, f"client {k} exit {p.returncode}:\n{err}\n{out}"
+        if k == 2:
+            assert "client 2 attacks: scale:-10" in err, err
+    status = shoald.api(f"/v1/jobs/{ROBUST_JOB}")
+    assert status["state"] == "done" and status["version"] == ROBUST_ROUNDS
+    robust = status["robust"]
+    assert robust["rule"] == "median"
+    assert [s["name"] for s in robust["suspects"]] == ["torch-2"], robust
+    assert robust["suspects"][0]["suspect_updates"] == ROBUST_ROUNDS, robust
+    assert len(robust["last_commit"]["updates"]) == 3
+    cli = shoald.cli("fl", "status", ROBUST_JOB, timeout=30)
+    assert cli.returncode == 0, cli.stderr
+    assert "Robust:        median" in cli.stdout and "torch-2" in cli.stdout, cli.stdout
+
+    sys.path.insert(0, os.path.dirname(EXAMPLE))
+    import fmnist_torch
+    test_x, test_y = fmnist_torch.load_split(DATA, "test")
+    final = shoal_fl.JobClient(server, ROBUST_JOB, token).model()
+    net = fmnist_torch.build_model(final.names, [a.shape for a in final.arrays])
+    shoal_fl.torch.set_parameters(net, final.arrays)
+    with torch.no_grad():
+        acc = (net(test_x[-2000:]).argmax(1) == test_y[-2000:]).float().mean().item()
+    print(f"\npython sdk, median rule, torch-2 attacking (scale:-10): version {final.version}, "
+          f"test accuracy {acc:.4f}")
+    assert acc >= ROBUST_ACCURACY_BOUND

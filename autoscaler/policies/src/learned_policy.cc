@@ -577,8 +577,8 @@ void LearnedPolicy::EndIdle(const FunctionSignals& s, double real_idle_s) {
 }
 
 ScalingDecision LearnedPolicy::Observe(const FunctionSignals& s) {
-  // The interval that just ended ran under the sizing chosen at the previous tick: its outcome
-  // is charged there (training).
+  // The interval that just ended ran under the sizing chosen at the previous tick: recorded with
+  // it (training reads which contexts each function spent its intervals in).
   if (sizing_recorder_ && have_sizing_) {
     SizingSample x;
     x.state = sizing_state_;

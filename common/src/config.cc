@@ -92,6 +92,7 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
     else if (key == "cluster") st = Read(v, "cluster", c.cluster);
     else if (key == "advertise_host") st = Read(v, "advertise_host", c.advertise_host);
     else if (key == "node_lease_ttl_s") st = Read(v, "node_lease_ttl_s", c.node_lease_ttl_s);
+    else if (key == "forward_timeout_s") st = Read(v, "forward_timeout_s", c.forward_timeout_s);
     else if (key == "control_allow_insecure")
       st = Read(v, "control_allow_insecure", c.control_allow_insecure);
     else if (key == "handler_dirs") {
@@ -131,6 +132,7 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
       st = Read(v, "fl_checkpoint_delay_ms", c.fl_checkpoint_delay_ms);
     else if (key == "zygote_timeout_ms") st = Read(v, "zygote_timeout_ms", c.zygote_timeout_ms);
     else if (key == "detect") st = Read(v, "detect", c.detect);
+    else if (key == "detect_syscalls") st = Read(v, "detect_syscalls", c.detect_syscalls);
     else if (key == "detect_interval_ms") st = Read(v, "detect_interval_ms", c.detect_interval_ms);
     else if (key == "detect_learn_intervals")
       st = Read(v, "detect_learn_intervals", c.detect_learn_intervals);
@@ -185,6 +187,8 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
     return InvalidArgument("config: pool: '" + c.pool + "': want boost, dpdk or auto");
   if (c.node_lease_ttl_s < 2 || c.node_lease_ttl_s > 300)
     return InvalidArgument("config: node_lease_ttl_s: must be 2 to 300 seconds");
+  if (!(c.forward_timeout_s >= 0.1 && c.forward_timeout_s <= 3600))
+    return InvalidArgument("config: forward_timeout_s: must be 0.1 to 3600 seconds");
   if (c.cluster.empty() || c.cluster.find('/') != std::string::npos)
     return InvalidArgument("config: cluster: '" + c.cluster + "': want a name without '/'");
   if (c.max_body_bytes >= c.pool_bytes)
@@ -246,12 +250,14 @@ std::string NodeConfig::ToYaml() const {
   e << YAML::Key << "instance_start" << YAML::Value << InstanceStartName(instance_start);
   e << YAML::Key << "zygote_timeout_ms" << YAML::Value << zygote_timeout_ms;
   e << YAML::Key << "detect" << YAML::Value << detect;
+  e << YAML::Key << "detect_syscalls" << YAML::Value << detect_syscalls;
   e << YAML::Key << "detect_interval_ms" << YAML::Value << detect_interval_ms;
   e << YAML::Key << "detect_learn_intervals" << YAML::Value << detect_learn_intervals;
   e << YAML::Key << "etcd" << YAML::Value << etcd;
   e << YAML::Key << "cluster" << YAML::Value << cluster;
   e << YAML::Key << "advertise_host" << YAML::Value << advertise_host;
   e << YAML::Key << "node_lease_ttl_s" << YAML::Value << node_lease_ttl_s;
+  e << YAML::Key << "forward_timeout_s" << YAML::Value << forward_timeout_s;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

@@ -354,7 +354,8 @@ bool Connection::TryForward(const RequestHead& head, ForwardTable::Kind kind,
   } else {
     req.append("Content-Length: ").append(std::to_string(head.content_length)).append("\r\n");
   }
-  if (!head.keep_alive) req.append("Connection: close\r\n");
+  // The link outlives this client: it stays open for the next request whatever this client
+  // asked (a client that asked to close is closed after its answer).
   req.append("\r\n");
   fwd_ = loop_.peers().Acquire(target.node, target.address);
   fwd_->Begin(this, std::move(req));

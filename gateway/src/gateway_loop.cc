@@ -29,7 +29,8 @@ Status GatewayLoop::Init(int listen_fd, Endpoint endpoint) {
   uv_loop_init(&loop_);
   initialised_ = true;
   loop_.data = this;
-  peers_ = std::make_unique<PeerLinks>(&loop_);
+  peers_ = std::make_unique<PeerLinks>(
+      &loop_, static_cast<uint64_t>(gw_.config_.forward_timeout_s * 1000));
   uv_tcp_init(&loop_, &listener_);
   listener_.data = this;
   if (int rc = uv_tcp_open(&listener_, listen_fd); rc != 0) {

@@ -1,6 +1,7 @@
 #include "peer_links.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "shoal/common/log.h"
@@ -38,6 +39,7 @@ void PeerLink::Begin(ForwardClient* client, std::string head) {
   queued_ = std::move(head);
   if (connected_) {
     state_ = State::kExchange;
+    ArmAnswerTimer();
     return;
   }
   state_ = State::kConnecting;
@@ -78,6 +80,7 @@ void PeerLink::Connect() {
     }
     self->connected_ = true;
     self->state_ = State::kExchange;
+    self->ArmAnswerTimer();
     uv_tcp_nodelay(&self->tcp_, 1);
     self->StartReading();
     self->StartWrite();
@@ -95,6 +98,7 @@ void PeerLink::Connect() {
 
 bool PeerLink::Send(const char* data, size_t len) {
   if (state_ == State::kClosing || len == 0) return true;
+  if (state_ == State::kExchange) ArmAnswerTimer();  // the request is still coming
   if (connected_ && !write_in_flight_) {
     // Whatever waits (the head) and these bytes in one writev, straight from the caller's
     // buffer into the socket; only what it does not take is kept.
@@ -142,6 +146,7 @@ void PeerLink::StartWrite() {
       }
       return;
     }
+    if (self->state_ == State::kExchange && !self->answer_done_) self->ArmAnswerTimer();
     if (!self->queued_.empty()) {
       self->StartWrite();
     } else if (self->client_ != nullptr) {
@@ -173,7 +178,23 @@ int PeerLink::OnMessageComplete(http_parser* p) {
   return 0;
 }
 
+void PeerLink::ArmAnswerTimer() {
+  uv_timer_start(&timer_, [](uv_timer_t* t) {
+    auto* self = static_cast<PeerLink*>(t->data);
+    if (self->state_ != State::kExchange) return;
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.3g", static_cast<double>(self->owner_.answer_timeout_ms_) / 1000);
+    if (self->answer_started_) {
+      self->Finish(false);
+    } else {
+      self->Fail(504, "node '" + self->node_ + "' at " + self->address_ + " sent nothing for " +
+                          secs + " s (forward_timeout_s)");
+    }
+  }, owner_.answer_timeout_ms_, 0);
+}
+
 void PeerLink::OnPeerData(size_t n) {
+  if (!answer_done_) ArmAnswerTimer();  // the peer is alive: its answer may take longer
   static const http_parser_settings settings = [] {
     http_parser_settings x{};
     x.on_headers_complete = &PeerLink::OnHeadersComplete;
@@ -210,8 +231,10 @@ void PeerLink::RelayToClient(size_t n) {
     AfterRelay();
     return;
   }
-  // The client is slower than the peer: hold the peer until it took these bytes.
+  // The client is slower than the peer: hold the peer until it took these bytes (the answer
+  // timer waits too: the peer is not late, the client is).
   StopReading();
+  uv_timer_stop(&timer_);
   relaying_ = true;
   b = uv_buf_init(rbuf_.get() + w, static_cast<unsigned>(n - static_cast<size_t>(w)));
   const int rc = uv_write(&relay_req_, cs, &b, 1, [](uv_write_t* req, int status) {
@@ -238,7 +261,10 @@ void PeerLink::AfterRelay() {
     Finish(true);
     return;
   }
-  if (state_ == State::kExchange) StartReading();
+  if (state_ == State::kExchange) {
+    ArmAnswerTimer();
+    StartReading();
+  }
 }
 
 void PeerLink::StartReading() {
@@ -292,6 +318,7 @@ void PeerLink::Finish(bool complete) {
   client_ = nullptr;
   const bool reuse = complete && peer_keep_alive_ && !write_in_flight_ && queued_.empty() &&
                      state_ == State::kExchange;
+  uv_timer_stop(&timer_);
   if (reuse) {
     state_ = State::kIdle;
     owner_.Idle(this);

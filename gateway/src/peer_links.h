@@ -66,6 +66,8 @@ class PeerLink {
   void OnPeerData(size_t n);
   void RelayToClient(size_t n);
   void AfterRelay();
+  // (Re)arms the timer: the peer must send something within the answer timeout.
+  void ArmAnswerTimer();
   void StartReading();
   void StopReading();
   static void OnAlloc(uv_handle_t* h, size_t, uv_buf_t* buf);
@@ -102,7 +104,9 @@ class PeerLink {
 // One loop's links, idle ones kept per peer address for the next request.
 class PeerLinks {
  public:
-  explicit PeerLinks(uv_loop_t* loop) : loop_(loop) {}
+  // `answer_timeout_ms`: an exchange whose peer sends nothing for so long fails (504).
+  PeerLinks(uv_loop_t* loop, uint64_t answer_timeout_ms)
+      : loop_(loop), answer_timeout_ms_(answer_timeout_ms) {}
   ~PeerLinks();
   PeerLink* Acquire(const std::string& node, const std::string& address);
   void CloseAll();  // loop shutdown
@@ -114,6 +118,7 @@ class PeerLinks {
   void Forget(PeerLink* link);    // it closed
   void Deleted(PeerLink* link);   // its handles closed: the object is gone
   uv_loop_t* loop_;
+  uint64_t answer_timeout_ms_;
   std::unordered_map<std::string, std::vector<PeerLink*>> idle_;
   std::vector<PeerLink*> all_;
 };

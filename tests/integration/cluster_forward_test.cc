@@ -48,7 +48,9 @@ class ClusterForwardTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (auto why = NetnsMissing(); !why.empty()) GTEST_SKIP() << why;
-    cluster_ = std::make_unique<TestCluster>(TestCluster::Options{});
+    TestCluster::Options o;
+    o.forward_timeout_s = 2;  // a partitioned node's silence becomes a 504 quickly
+    cluster_ = std::make_unique<TestCluster>(o);
     std::string why;
     ASSERT_TRUE(cluster_->Start(&why)) << why;
   }
@@ -276,6 +278,56 @@ TEST_F(ClusterForwardTest, ALostNodesFunctionIsServedThroughEveryNodeOnceItMoved
   placed = PlacedOn("echo");
   ASSERT_EQ(placed.size(), 1u);
   EXPECT_NE(placed[0], cluster_->node_name(home));
+}
+
+TEST_F(ClusterForwardTest, APartitionedNodesForwardFailsWith504AndItsFunctionMovesAway) {
+  auto r = Deploy(
+      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\n"
+      "spec:\n  handler:\n    builtin: echo\n  scale: {min: 1, max: 1}\n");
+  ASSERT_EQ(r.status, 201) << r.body;
+  std::vector<std::string> placed;
+  ASSERT_TRUE(WaitFor([&] { return (placed = PlacedOn("echo")).size() == 1; }, 10s));
+  const int home = IndexOf(placed[0]);
+  const int a = (home + 1) % 3, b = (home + 2) % 3;
+  // A's link to the home node is open and pooled.
+  ASSERT_TRUE(WaitFor(
+      [&] { return cluster_->NodeGateway(a, "POST", "/fn/echo", "before").body == "before"; }, 15s));
+  // The home node's link goes down: its packets vanish, no reset comes back. A forward over the
+  // open link gets no answer and fails after forward_timeout_s (2 s) with a 504 that says so.
+  cluster_->SetLink(home, false);
+  const auto t0 = Clock::now();
+  auto cut = cluster_->NodeGateway(a, "POST", "/fn/echo", "during the cut");
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::cerr << "during the cut: " << cut.status << " after " << waited << " s: " << cut.body;
+  if (cut.status != 200) {  // 200 only if placement already moved it (the lease is 3 s)
+    EXPECT_TRUE(cut.status == 504 || cut.status == 502) << cut.status << " " << cut.body;
+    EXPECT_NE(cut.body.find("runs on another node and could not be reached there"),
+              std::string::npos)
+        << cut.body;
+    EXPECT_LT(waited, 8.0);
+  }
+  // Once its lease ends, the function is placed on a node that is reachable and every gateway
+  // serves it there.
+  for (int from : {a, b}) {
+    HttpResult echo;
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          echo = cluster_->NodeGateway(from, "POST", "/fn/echo", "after the cut");
+          return echo.status == 200 && echo.body == "after the cut";
+        },
+        20s))
+        << cluster_->node_name(from) << ": " << echo.status << " " << echo.body;
+  }
+  placed = PlacedOn("echo");
+  ASSERT_EQ(placed.size(), 1u);
+  EXPECT_NE(placed[0], cluster_->node_name(home));
+  auto metrics = cluster_->NodeGateway(a, "GET", "/metrics");
+  const std::string failed =
+      "function=\"echo\",node=\"" + cluster_->node_name(home) + "\",result=\"failed\"";
+  if (cut.status != 200) {
+    EXPECT_GE(Metric(metrics.body, "shoal_forwards_total", failed), 1.0) << metrics.body;
+  }
+  cluster_->SetLink(home, true);
 }
 
 // The output of a popen()ed command and its exit status.

@@ -200,6 +200,7 @@ bool TestCluster::StartNode(int i, const std::string& name) {
       << "etcd: " << etcd_->endpoints() << "\n"
       << "cluster: c" << tag_ << "\n"
       << "node_lease_ttl_s: " << options_.node_lease_ttl_s << "\n";
+    if (options_.forward_timeout_s > 0) f << "forward_timeout_s: " << options_.forward_timeout_s << "\n";
   }
   const size_t offset = Slurp(p.log).size();
   p.pid = Launch({BinDir() + "/shoald", "-c", cfg}, p.log, ns(i));

@@ -25,6 +25,7 @@ class TestCluster {
     int controllers = 1;
     int etcd_members = 1;
     uint32_t node_lease_ttl_s = 3;
+    double forward_timeout_s = 0;  // 0: shoald's default
     int controller_lease_ttl_s = 2;
     uint64_t pool_bytes = 64ull << 20;
   };

@@ -82,6 +82,9 @@ struct NodeConfig {
   bool detect = true;
   uint32_t detect_interval_ms = 5000;
   uint32_t detect_learn_intervals = 12;
+  // Also count every instance syscall by class (a sys_enter hook: every syscall of the node then
+  // pays ~130 ns on a 2-vCPU VM, bench-detect); off, the rules and the other rates still run.
+  bool detect_syscalls = false;
 
   // FL checkpoints are written behind their commits; this holds the checkpoint of each new
   // version back so long (for tests of the crash window between a commit and its checkpoint;
@@ -96,6 +99,9 @@ struct NodeConfig {
   std::string cluster = "default";
   std::string advertise_host;
   uint32_t node_lease_ttl_s = 10;
+  // A request forwarded to another node fails with 504 when that node sends nothing for this
+  // long (a partitioned node drops packets silently; TCP alone would wait many minutes).
+  double forward_timeout_s = 60.0;
 
   // Loads `path` (YAML). Unknown keys are errors that name the key.
   static Result<NodeConfig> LoadFile(const std::string& path);

@@ -82,9 +82,6 @@ struct NodeConfig {
   bool detect = true;
   uint32_t detect_interval_ms = 5000;
   uint32_t detect_learn_intervals = 12;
-  // Also count every instance syscall by class (a sys_enter hook: every syscall of the node then
-  // pays ~130 ns on a 2-vCPU VM, bench-detect); off, the rules and the other rates still run.
-  bool detect_syscalls = false;
 
   // FL checkpoints are written behind their commits; this holds the checkpoint of each new
   // version back so long (for tests of the crash window between a commit and its checkpoint;

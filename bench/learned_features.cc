@@ -233,7 +233,8 @@ int main() {
   std::vector<double> train_f(nf);
   std::printf("%-14s %-5s %8zu %8.3f", "training runs", "1000+", trained->periods.size(), train_v1);
   for (size_t f = 0; f < nf; ++f) {
-    train_f[f] = Ratio(m, trained->periods, w, [&](const IdlePeriod& p) { return aug[f].Choose(p, w); });
+    train_f[f] =
+        Ratio(m, trained->periods, w, [&](const IdlePeriod& p) { return aug[f].Choose(p, w); });
     std::printf(" %9.3f", train_f[f]);
   }
   std::printf("\n");
@@ -262,7 +263,8 @@ int main() {
       std::printf("%-14s %-5llu %8zu %8.3f", o.workload.c_str(),
                   static_cast<unsigned long long>(seed), periods->size(), v1);
       for (size_t f = 0; f < nf; ++f) {
-        const double r = Ratio(m, *periods, w, [&](const IdlePeriod& p) { return aug[f].Choose(p, w); });
+        const double r =
+            Ratio(m, *periods, w, [&](const IdlePeriod& p) { return aug[f].Choose(p, w); });
         dst[1 + f].push_back(r);
         std::printf(" %9.3f", r);
       }

@@ -125,7 +125,8 @@ Status ParseSizing(const nlohmann::json& j, const std::string& where, SizingTabl
   std::vector<std::string> names;
   for (const auto& a : z->actions()) names.push_back(a.name);
   if (!s.contains("actions") || s["actions"].get<std::vector<std::string>>() != names)
-    return InvalidArgument(where + "\"sizing.actions\" differ from this build's action set (retrain)");
+    return InvalidArgument(where +
+                           "\"sizing.actions\" differ from this build's action set (retrain)");
   const size_t na = names.size(), rows = z->num_rows();
   const auto& t = s.contains("table") ? s["table"] : nlohmann::json();
   if (!t.is_array() || t.size() != rows)
@@ -441,7 +442,8 @@ Result<LearnedModel> LearnedModel::Parse(std::string_view text, const std::strin
     }
     if (version >= 2) SHOAL_RETURN_IF_ERROR(ParseSizing(j, where, &m.sizing_));
     else if (j.contains("sizing"))
-      return InvalidArgument(where + "\"sizing\" is a version-2 section but the file says version 1");
+      return InvalidArgument(where +
+                             "\"sizing\" is a version-2 section but the file says version 1");
     m.trained_on = j.value("trained_on", "");
     m.seed = j.value("seed", uint64_t{0});
     m.total_samples_ = j.value("samples", uint64_t{0});
@@ -606,7 +608,9 @@ ScalingDecision LearnedPolicy::Observe(const FunctionSignals& s) {
   const SizingAction& act = table.actions()[sizing_action_];
   knobs.headroom = act.headroom;
   // A version-1 file keeps the manifest's scaleDownDelay (its sizing was shoal's as is).
-  if (model_->has_sizing() || p_.sizing_action >= 0) knobs.scale_down_delay_s = act.hold_s * p_.time_scale;
+  if (model_->has_sizing() || p_.sizing_action >= 0) {
+    knobs.scale_down_delay_s = act.hold_s * p_.time_scale;
+  }
   ScalingDecision d = sizing_.Observe(s, knobs);
   if (s.arrivals > 0 || s.inflight > 0 || s.queued > 0) {
     const double n = static_cast<double>(std::max<uint64_t>(s.completions, s.arrivals));

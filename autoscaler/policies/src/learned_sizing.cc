@@ -22,9 +22,12 @@ template <typename T>
 std::string Range(const std::vector<T>& edges, size_t b) {
   if (edges.empty()) return "any";
   std::ostringstream o;
-  if (b == 0) o << "<" << edges[0];
-  else if (b == edges.size()) o << ">=" << edges.back();
-  else o << edges[b - 1] << "-" << edges[b];
+  if (b == 0)
+    o << "<" << edges[0];
+  else if (b == edges.size())
+    o << ">=" << edges.back();
+  else
+    o << edges[b - 1] << "-" << edges[b];
   return o.str();
 }
 
@@ -100,8 +103,8 @@ size_t SizingTable::LoadRow(size_t state) const {
 std::string SizingTable::DescribeState(size_t state) const {
   const size_t cs = concurrency_edges_.size() + 1, ds = dispersion_edges_.size() + 1;
   const size_t c = state % cs, d = (state / cs) % ds, l = state / cs / ds;
-  std::string out = "load " + Range(load_edges_, l) + " instances, dispersion " +
-                    Range(dispersion_edges_, d);
+  std::string out =
+      "load " + Range(load_edges_, l) + " instances, dispersion " + Range(dispersion_edges_, d);
   if (!concurrency_edges_.empty()) out += ", concurrency " + Range(concurrency_edges_, c);
   return out;
 }

@@ -918,7 +918,8 @@ TEST(CliSimTest, TrainWritesTheLearnedPolicyWithAProgressBar) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("] 2/2 train poisson seed 1000"), std::string::npos) << r.err;
   // Then the sizing table: each run once per sizing action (2 families x 1 seed x 12).
-  EXPECT_NE(r.err.find("] 24/24 train sizing poisson seed 1000 x1.30-hold-60s"), std::string::npos)
+  EXPECT_NE(r.err.find("] 24/24 train sizing poisson seed 1000 x1.30-hold-60s"),
+            std::string::npos)
       << r.err;
   EXPECT_NE(r.out.find("trained on 2 runs (timer, poisson (seeds 1000..1000"), std::string::npos)
       << r.out;

@@ -5,13 +5,14 @@
 //
 // Method: a contextual bandit whose context is computed from arrivals only (the load of the last
 // ten minutes and their dispersion; the load already divides by the function's concurrency),
-// never from what the autoscaler did. Training simulates every training run once per action on the same arrivals (functions
-// do not interact in the simulator's unbounded node), and charges each function's whole-run
-// outcome (instance-seconds, cold-start requests, SLO misses) to the context it spent most
-// intervals in: per interval, charging an outcome to the context in force was measured to mix
-// badly (an interval's cost stems from earlier intervals' sizing; the mixed policy cost more
-// than any constant action on the training runs). The weights are applied at decision time, as
-// for the idle table, and a choice must be kMargin cheaper than the default sizing to be taken.
+// never from what the autoscaler did. Training simulates every training run once per action
+// on the same arrivals (functions do not interact in the simulator's unbounded node), and
+// charges each function's whole-run outcome (instance-seconds, cold-start requests, SLO misses) to
+// the context it spent most intervals in: per interval, charging an outcome to the context in force
+// was measured to mix badly (an interval's cost stems from earlier intervals' sizing; the mixed
+// policy cost more than any constant action on the training runs). The weights are applied at
+// decision time, as for the idle table, and a choice must be kMargin cheaper than the default
+// sizing to be taken.
 #pragma once
 
 #include <cstdint>
@@ -55,7 +56,7 @@ class SizingFeatures {
  public:
   static constexpr double kWindowS = 600;  // training-clock seconds
   void Observe(const FunctionSignals& s, double service_s, double time_scale);
-  double load() const;        // instances the window's mean rate needed: rate x service / slots
+  double load() const;  // instances the window's mean rate needed: rate x service / slots
   // Allan variance / mean of the per-interval arrivals (Poisson: 1; a slow drift adds little).
   double dispersion() const;
   uint32_t concurrency() const { return concurrency_; }
@@ -67,8 +68,8 @@ class SizingFeatures {
   };
   std::deque<Tick> ticks_;  // the last kWindowS
   double sum_ = 0, sum_d2_ = 0, last_ = 0;
-  double service_s_ = 0;   // training clock
-  double span_s_ = 0;      // training-clock seconds the window covers
+  double service_s_ = 0;  // training clock
+  double span_s_ = 0;     // training-clock seconds the window covers
   uint32_t concurrency_ = 1;
 };
 

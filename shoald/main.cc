@@ -6,7 +6,9 @@
 #include <uv.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -422,7 +424,29 @@ int main(int argc, char** argv) {
       return 1;
     }
     node_agent = std::move(*agent);
-    node_agent->SetRecordSource([&fl](cluster::NodeRecord* r) { r->fl_jobs = fl.ListJobs(); });
+    // What placement reads about this node, kept current: its FL jobs, the functions it holds
+    // warm (an instance ready) or has the code of (its own registry's), and the cold start its
+    // functions measured here (the median of their latest).
+    node_agent->SetRecordSource([&fl, &registry, &manager, &node_agent](cluster::NodeRecord* r) {
+      r->fl_jobs = fl.ListJobs();
+      std::vector<std::string> names;
+      for (const auto& spec : registry->List()) names.push_back(spec.name);
+      for (const auto& placed : node_agent->Placed()) names.push_back(placed.function.name);
+      std::sort(names.begin(), names.end());
+      names.erase(std::unique(names.begin(), names.end()), names.end());
+      std::vector<std::string> cached;
+      std::vector<double> cold_ms;
+      for (const auto& name : names) {
+        const FunctionStats st = manager.Stats(name);
+        if (st.ready > 0 || registry->Get(name)) cached.push_back(name);
+        if (st.cold_starts > 0 && st.last_cold_start_ms > 0) cold_ms.push_back(st.last_cold_start_ms);
+      }
+      r->cached_functions = std::move(cached);
+      if (!cold_ms.empty()) {
+        std::nth_element(cold_ms.begin(), cold_ms.begin() + cold_ms.size() / 2, cold_ms.end());
+        r->cold_start_ms = std::round(cold_ms[cold_ms.size() / 2] * 10) / 10;
+      }
+    });
     cluster_view.store(node_agent.get());
     spdlog::info("cluster: node {} of cluster '{}' at {} (etcd {}; lease TTL {} s)",
                  config.node_name, config.cluster, record.address, config.etcd,

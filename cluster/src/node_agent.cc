@@ -87,7 +87,17 @@ Result<std::unique_ptr<NodeAgent>> NodeAgent::Start(const NodeConfig& config, No
   return agent;
 }
 
+void NodeAgent::StopRecorder() {
+  {
+    std::lock_guard lock(record_mu_);
+    stop_.store(true);
+  }
+  record_cv_.notify_all();
+  if (recorder_.joinable()) recorder_.join();
+}
+
 void NodeAgent::Leave() {
+  StopRecorder();  // first: its source reads what shoald is about to stop
   if (membership_ && membership_->state() != MembershipState::kLeft) {
     Status st = membership_->Leave();
     if (!st.ok()) spdlog::warn("cluster: leaving: {}", st.message());
@@ -115,8 +125,12 @@ void NodeAgent::Refresh() {
 void NodeAgent::RecordLoop() {
   std::unique_lock lock(record_mu_);
   while (!stop_.load()) {
-    record_cv_.wait_for(lock, std::chrono::seconds(2), [this] { return stop_.load() || record_dirty_; });
+    // Also every 10 s: what the record says may change without anyone calling Refresh() (an
+    // instance became ready, a cold start was measured); an unchanged record is not written.
+    const bool asked = record_cv_.wait_for(lock, std::chrono::seconds(10),
+                                           [this] { return stop_.load() || record_dirty_; });
     if (stop_.load()) return;
+    if (!asked) record_dirty_ = true;
     if (!record_dirty_ || !fill_) continue;
     record_dirty_ = false;
     auto fill = fill_;
@@ -139,12 +153,7 @@ void NodeAgent::RebuildRoutes() {
 }
 
 NodeAgent::~NodeAgent() {
-  {
-    std::lock_guard lock(record_mu_);
-    stop_.store(true);
-  }
-  record_cv_.notify_all();
-  if (recorder_.joinable()) recorder_.join();
+  StopRecorder();
   {
     std::lock_guard lock(routes_mu_);
     routes_live_ = false;

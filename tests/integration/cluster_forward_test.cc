@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -234,6 +235,24 @@ TEST_F(ClusterForwardTest, ARequestEnteringAnyNodeIsAnsweredByTheNodeThatRunsIts
   auto missing = RunCli({"get", "nodes", "nope"}, {}, env);
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.err.find("node 'nope' not found"), std::string::npos) << missing.err;
+
+  // The home node's record now says what placement should know: echo is warm there and what
+  // a cold start measured there (rewritten within 10 s).
+  json home_record;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        auto nodes = cluster_->ControllerApi(0, "GET", "/v1/nodes");
+        auto j = json::parse(nodes.body, nullptr, false);
+        if (j.is_discarded()) return false;
+        for (const auto& n : j["nodes"]) {
+          if (n["name"] == cluster_->node_name(home)) home_record = n;
+        }
+        const auto& c = home_record.value("cached_functions", json::array());
+        return std::find(c.begin(), c.end(), "echo") != c.end() &&
+               home_record.value("cold_start_ms", 0.0) > 0;
+      },
+      15s))
+      << home_record.dump();
 
   // /readyz says how the node's etcd link stands.
   auto ready = cluster_->NodeGateway(a, "GET", "/readyz");

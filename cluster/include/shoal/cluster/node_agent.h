@@ -32,7 +32,8 @@ class NodeAgent {
                                                   PeerRoutes::ModelOf model_of = {});
   ~NodeAgent();  // leaves the cluster (revokes the lease: the record vanishes at once)
 
-  // Revokes the lease now (the record vanishes); the placement watches stay until destruction.
+  // Revokes the lease now (the record vanishes) after stopping the record's updates; the
+  // placement watches stay until destruction.
   void Leave();
   MembershipState state() const { return membership_->state(); }
   std::string detail() const { return membership_->detail(); }
@@ -65,8 +66,10 @@ class NodeAgent {
   void RebuildRoutes();
   std::mutex routes_mu_;
   bool routes_live_ = true;
-  // Rewrites the record when Refresh() asked (or a write failed: every 2 s until it lands).
+  // Rewrites the record when Refresh() asked, and looks again every 10 s (a failed write is
+  // tried again then).
   void RecordLoop();
+  void StopRecorder();
   std::thread recorder_;
   std::mutex record_mu_;
   std::condition_variable record_cv_;

@@ -18,6 +18,7 @@
 
 #include "shoal/aggregator/fl_coordinator.h"
 #include "shoal/auth/token_store.h"
+#include "shoal/autoscaler/signals.h"
 #include "shoal/cluster/node_agent.h"
 #include "shoal/common/config.h"
 #include "shoal/common/file_io.h"
@@ -314,6 +315,34 @@ int main(int argc, char** argv) {
     auto t = tokens->Create({"instance:" + spec.name, auth::Role::kFlClient, "", it->second},
                             /*ephemeral=*/true);
     return t.ok() ? t->token : std::string();
+  });
+  // The cluster functions' autoscaling signals go to the leader (it decides their warm
+  // instances over the whole cluster; this node still scales its share between min and max).
+  manager.SetSignalSink([&cluster_view](const FunctionSpec& spec, const FunctionSignals& g) {
+    cluster::NodeAgent* agent = cluster_view.load();
+    if (agent == nullptr || spec.id < cluster::kClusterFunctionIdFirst ||
+        spec.id > cluster::kClusterFunctionIdLast) {
+      return;
+    }
+    cluster::NodeSignals s;
+    s.unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+    s.interval_s = g.interval_s;
+    s.inflight = g.inflight;
+    s.queued = g.queued;
+    s.ready = g.ready;
+    s.starting = g.starting;
+    s.busy = g.busy;
+    s.idle = g.idle;
+    s.arrivals = g.arrivals;
+    s.completions = g.completions;
+    s.cold_starts = g.cold_starts;
+    s.mean_queue_wait_s = g.mean_queue_wait_s;
+    s.mean_service_s = g.mean_service_s;
+    s.p99_latency_s = g.p99_latency_s;
+    s.cold_start_cost_s = g.cold_start_cost_s;
+    agent->OfferSignals(spec.name, s);
   });
   GatewayHooks hooks;
   hooks.control = &control_service;

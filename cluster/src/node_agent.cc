@@ -125,12 +125,21 @@ void NodeAgent::Refresh() {
 void NodeAgent::RecordLoop() {
   std::unique_lock lock(record_mu_);
   while (!stop_.load()) {
-    // Also every 10 s: what the record says may change without anyone calling Refresh() (an
-    // instance became ready, a cold start was measured); an unchanged record is not written.
-    const bool asked = record_cv_.wait_for(lock, std::chrono::seconds(10),
+    // Every 2 s the offered signals go out; every 10 s the record is looked at again: what it
+    // says may change without anyone calling Refresh() (an instance became ready, a cold start
+    // was measured); an unchanged record is not written.
+    const bool asked = record_cv_.wait_for(lock, std::chrono::seconds(2),
                                            [this] { return stop_.load() || record_dirty_; });
     if (stop_.load()) return;
-    if (!asked) record_dirty_ = true;
+    if (!signals_.empty()) {
+      lock.unlock();
+      PublishSignals();
+      lock.lock();
+    }
+    if (!asked && ++idle_ticks_ >= 5) {
+      idle_ticks_ = 0;
+      record_dirty_ = true;
+    }
     if (!record_dirty_ || !fill_) continue;
     record_dirty_ = false;
     auto fill = fill_;
@@ -143,6 +152,34 @@ void NodeAgent::RecordLoop() {
     if (!st.ok()) {
       spdlog::warn("cluster: updating this node's record: {} (retrying)", st.message());
       record_dirty_ = true;
+    }
+  }
+}
+
+void NodeAgent::OfferSignals(const std::string& function, const NodeSignals& signals) {
+  {
+    std::lock_guard lock(record_mu_);
+    signals_[function] = signals;
+    if (!recorder_.joinable() && !stop_.load()) {
+      recorder_ = std::thread([this] { RecordLoop(); });
+    }
+  }
+}
+
+void NodeAgent::PublishSignals() {
+  std::map<std::string, NodeSignals> out;
+  {
+    std::lock_guard lock(record_mu_);
+    out.swap(signals_);
+  }
+  const int64_t lease = membership_->lease();
+  if (lease == 0) return;  // not registered: the leader would not count this node anyway
+  const std::string node = membership_->record().name;
+  for (const auto& [fn, s] : out) {
+    auto put = etcd_->Put(keys().Signals(fn) + node, s.ToJson(), lease);
+    if (!put.ok()) {
+      spdlog::debug("cluster: publishing {}'s signals: {}", fn, put.status().message());
+      return;
     }
   }
 }

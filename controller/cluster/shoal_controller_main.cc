@@ -26,6 +26,7 @@
 #include "shoal/cluster/node_directory.h"
 #include "shoal/common/log.h"
 #include "shoal/console/console_assets.h"
+#include "shoal/controller/cluster_autoscaler.h"
 #include "shoal/controller/cluster_functions.h"
 #include "shoal/controller/manifest.h"
 
@@ -150,10 +151,13 @@ int main(int argc, char** argv) {
   controller::ClusterFunctions functions(etcd_client.get(), keys, &nodes);
   functions_ptr = &functions;
   // The leader places; a standby only serves the API.
+  controller::ClusterAutoscaler autoscaler(etcd_client.get(), keys, &functions);
   cluster::LeaderElection election(etcd_client.get(), keys.Leader(), name, elo, [&](bool leader) {
     if (leader) {
       functions.StartPlacing();
+      autoscaler.Start();
     } else {
+      autoscaler.Stop();
       functions.StopPlacing();
     }
   });
@@ -213,7 +217,8 @@ int main(int argc, char** argv) {
       << etcd_client->failures()
       << "\n# HELP shoal_cluster_etcd_latency_seconds The last etcd round trip.\n"
       << "# TYPE shoal_cluster_etcd_latency_seconds gauge\nshoal_cluster_etcd_latency_seconds "
-      << etcd_client->last_latency_us() / 1e6 << "\n";
+      << etcd_client->last_latency_us() / 1e6 << "\n"
+      << autoscaler.MetricsText();
     res.set_content(o.str(), "text/plain; version=0.0.4");
   });
   server.Get("/v1/nodes", [&](const httplib::Request& req, httplib::Response& res) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <map>
@@ -389,6 +390,61 @@ TEST_F(ClusterTest, PlacementPutsEachInstanceThroughPlaceAndHoldsOnlyWhatTheNode
   }
   EXPECT_EQ(max_sum, 4);
   EXPECT_EQ(min_sum, 2);
+}
+
+// The controller's value of `family{labels}` (-1 when absent).
+double ControllerMetric(TestCluster& c, const std::string& series) {
+  auto r = c.ControllerApi(0, "GET", "/metrics");
+  const size_t at = r.body.find(series + " ");
+  return at == std::string::npos ? -1 : std::stod(r.body.substr(at + series.size() + 1));
+}
+
+TEST_F(ClusterTest, TheLeaderAutoscalesAClusterFunctionFromEveryNodesSignals) {
+  StartCluster({});
+  if (IsSkipped() || HasFatalFailure()) return;
+  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
+  auto r = ControllerDeploy(*cluster_,
+                            "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: busy\n"
+                            "spec:\n  handler:\n    builtin: sleep\n  concurrency: 1\n"
+                            "  keepAlive: 1s\n  scale: {min: 0, max: 6}\n  autoscaling:\n"
+                            "    policy: kpa\n    params: {stableWindow: 4s, panicWindow: 1s, "
+                            "scaleToZeroGrace: 1s}\n");
+  ASSERT_EQ(r.status, 201) << r.body;
+  ASSERT_TRUE(WaitFor([&] { return PlacedMinMax(*cluster_, "busy").size() == 3; }, 10s));
+  auto warm = [&] {
+    int sum = 0;
+    for (const auto& [node, mm] : PlacedMinMax(*cluster_, "busy")) sum += mm.first;
+    return sum;
+  };
+  EXPECT_EQ(warm(), 0);
+  // Six closed-loop clients, two through each node, on a one-request-per-instance function:
+  // the nodes' signals sum to about six in flight, and the leader's KPA keeps that many warm
+  // across the nodes (their placements' min).
+  std::atomic<bool> loading{true};
+  std::atomic<int> ok{0}, failed{0};
+  std::vector<std::thread> clients;
+  for (int k = 0; k < 6; ++k) {
+    clients.emplace_back([&, k] {
+      while (loading) {
+        auto res = cluster_->NodeGateway(k % 3, "POST", "/fn/busy?ms=200", "");
+        (res.status == 200 ? ok : failed)++;
+      }
+    });
+  }
+  const bool scaled = WaitFor([&] { return warm() >= 3; }, 20s);
+  const double desired = ControllerMetric(*cluster_, "shoal_cluster_autoscaler_desired{function=\"busy\"}");
+  const double reporting =
+      ControllerMetric(*cluster_, "shoal_cluster_autoscaler_signal_nodes{function=\"busy\"}");
+  loading = false;
+  for (auto& t : clients) t.join();
+  EXPECT_TRUE(scaled) << "warm " << warm() << "\n" << cluster_->ControllerLog(0);
+  EXPECT_GE(desired, 3) << cluster_->ControllerLog(0);
+  EXPECT_EQ(reporting, 3) << cluster_->ControllerLog(0);
+  EXPECT_GT(ok.load(), 20);
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_NE(cluster_->ControllerLog(0).find("cluster autoscaler: busy (kpa): "), std::string::npos);
+  // Load gone: after KPA's 4 s window the leader wants none warm again.
+  EXPECT_TRUE(WaitFor([&] { return warm() == 0; }, 20s)) << cluster_->ControllerLog(0);
 }
 
 TEST_F(ClusterTest, AFunctionNoNodeCanHoldIsRefusedNamingTheResource) {

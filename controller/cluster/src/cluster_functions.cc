@@ -178,6 +178,23 @@ void ClusterFunctions::StopPlacing() {
   if (placer.joinable()) placer.join();
 }
 
+void ClusterFunctions::SetWarm(const std::string& function, uint32_t warm) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = warm_.find(function);
+    if (it != warm_.end() && it->second == warm) return;
+    warm_[function] = warm;
+    dirty_ = true;
+  }
+  cv_.notify_all();
+}
+
+uint32_t ClusterFunctions::Warm(const std::string& function) {
+  std::lock_guard lock(mu_);
+  auto it = warm_.find(function);
+  return it == warm_.end() ? 0 : it->second;
+}
+
 void ClusterFunctions::NodesChanged() {
   {
     std::lock_guard lock(mu_);
@@ -266,10 +283,12 @@ Status ClusterFunctions::PlaceAll() {
       spdlog::info("placement: {}: {} of its {} instances fit ({})", f.name, placed, max_total,
                    short_of);
     }
-    // Its min_scale goes one instance at a time to the node with the most of its share not yet
+    // Its warm instances (scale.min, or more where the cluster autoscaler wants them) go one
+    // instance at a time to the node with the most of its share not yet
     // kept warm (ties: the node keeping fewer warm), so warm instances spread too.
     std::vector<uint32_t> mins(nodes.size(), 0);
-    for (uint32_t k = 0; k < std::min(spec.min_scale, placed); ++k) {
+    const uint32_t warm = std::max(spec.min_scale, Warm(f.name));
+    for (uint32_t k = 0; k < std::min(warm, placed); ++k) {
       size_t best = 0;
       for (size_t i = 1; i < nodes.size(); ++i) {
         const uint32_t left = count[i] - mins[i], best_left = count[best] - mins[best];

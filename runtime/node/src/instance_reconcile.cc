@@ -254,6 +254,7 @@ void InstanceManager::Decide(FunctionState& f, uint64_t now) {
   f.iv_cold_s = 0;
 
   const ScalingDecision d = f.autoscaler->Observe(g);
+  if (signal_sink_) signal_sink_(spec, g);
   const uint32_t replicas = std::clamp(d.replicas, spec.min_scale, spec.max_scale);
   const uint32_t target = static_cast<uint32_t>(
       std::min<uint64_t>(uint64_t{replicas} + d.prewarm, spec.max_scale));

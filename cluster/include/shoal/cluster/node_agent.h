@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "shoal/cluster/etcd_client.h"
 #include "shoal/cluster/membership.h"
 #include "shoal/cluster/node_directory.h"
+#include "shoal/cluster/node_signals.h"
 #include "shoal/cluster/peer_routes.h"
 #include "shoal/cluster/placed_functions.h"
 #include "shoal/common/config.h"
@@ -53,6 +55,10 @@ class NodeAgent {
   void SetRecordSource(std::function<void(NodeRecord*)> fill);
   // Any thread, never blocks: the record is filled and rewritten in etcd soon.
   void Refresh();
+  // A cluster function's latest autoscaling signals on this node (the instance manager's
+  // thread, every control interval); published under the node's lease every 2 s for the
+  // leader's cluster-wide autoscaler.
+  void OfferSignals(const std::string& function, const NodeSignals& signals);
 
  private:
   NodeAgent() = default;
@@ -75,6 +81,10 @@ class NodeAgent {
   std::condition_variable record_cv_;
   std::function<void(NodeRecord*)> fill_;
   bool record_dirty_ = false;
+  int idle_ticks_ = 0;
+  // Offered signals not yet published (the publisher runs on the recorder's thread).
+  std::map<std::string, NodeSignals> signals_;
+  void PublishSignals();
   // Starts the placement and node watches, retrying with back-off while etcd is away.
   std::thread starter_;
   std::atomic<bool> stop_{false};

@@ -57,6 +57,8 @@ class ClusterKeys {
   std::string Jobs() const { return prefix_ + "/jobs/"; }
   std::string Placements(const std::string& fn) const { return prefix_ + "/placements/" + fn + "/"; }
   std::string Leader() const { return prefix_ + "/leader"; }
+  std::string Signals(const std::string& fn) const { return prefix_ + "/signals/" + fn + "/"; }
+  std::string AllSignals() const { return prefix_ + "/signals/"; }
   std::string Version() const { return prefix_ + "/version"; }
 
  private:

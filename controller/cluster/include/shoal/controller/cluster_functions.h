@@ -7,6 +7,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -44,6 +45,10 @@ class ClusterFunctions {
   void StartPlacing();
   void StopPlacing();
   void NodesChanged();  // from the node directory
+  // The cluster-wide autoscaler's warm instances for `function` (its placements keep at least
+  // this many across the nodes, within scale.min..scale.max); re-places when it changes.
+  void SetWarm(const std::string& function, uint32_t warm);
+  uint32_t Warm(const std::string& function);
 
  private:
   void PlaceLoop();
@@ -58,6 +63,7 @@ class ClusterFunctions {
   bool stop_ = false;
   std::thread placer_;
   std::unique_ptr<cluster::EtcdWatch> watch_;
+  std::map<std::string, uint32_t> warm_;  // under mu_
 };
 
 

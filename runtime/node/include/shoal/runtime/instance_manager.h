@@ -33,6 +33,8 @@
 
 namespace shoal {
 
+struct FunctionSignals;  // shoal/autoscaler/signals.h
+
 class ChildProcess;
 class InstanceCgroup;
 
@@ -66,6 +68,12 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
 
   // Who else watches instances start and go (the compromise detector); set before Start.
   void SetObserver(InstanceObserver* observer) { observer_ = observer; }
+  // Called on the manager's thread with each autoscaled function's signals of the interval
+  // just decided (cluster mode: the leader's cluster-wide autoscaler sums them); set before
+  // Start, and cheap.
+  void SetSignalSink(std::function<void(const FunctionSpec&, const FunctionSignals&)> sink) {
+    signal_sink_ = std::move(sink);
+  }
   // Quarantines instance `key` (the detector found it compromised; on the loop's thread):
   // no new requests, its in-flight ones answered 503 with `reason`, its processes frozen
   // (cgroup freezer) and kept until the function goes, and a clean instance started in its
@@ -141,6 +149,7 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   std::string gateway_url_;
   std::function<std::string(const FunctionSpec&)> instance_token_;
   InstanceObserver* observer_ = nullptr;
+  std::function<void(const FunctionSpec&, const FunctionSignals&)> signal_sink_;
   std::string LogPath(const std::string& function) const;
 
   const NodeConfig& config_;

@@ -1,0 +1,54 @@
+// The leader's cluster-wide autoscaler: every interval it sums the nodes' signals of each
+// cluster function that names an autoscaling policy (<prefix>/signals/<fn>/<node>, published by
+// each node under its lease), runs that function's FunctionAutoscaler (the same object a node
+// or the simulator runs) on the sum with the function's cluster-wide scale, and hands the
+// decision (replicas + pre-warm) to placement as the function's warm instances: the nodes keep
+// at least that many ready between them, and each still scales its own share up to its max.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "shoal/autoscaler/function_autoscaler.h"
+#include "shoal/cluster/etcd_client.h"
+#include "shoal/cluster/node_record.h"
+#include "shoal/controller/cluster_functions.h"
+
+namespace shoal::controller {
+
+class ClusterAutoscaler {
+ public:
+  ClusterAutoscaler(cluster::EtcdClient* etcd, cluster::ClusterKeys keys,
+                    ClusterFunctions* functions, double interval_s = 2.0);
+  ~ClusterAutoscaler();
+  void Start();  // leader only
+  void Stop();
+  // Prometheus text: shoal_cluster_autoscaler_desired{function}, _signals_nodes{function}.
+  std::string MetricsText();
+
+ private:
+  struct Fn {
+    uint64_t generation = 0;
+    std::unique_ptr<FunctionAutoscaler> autoscaler;
+    uint32_t desired = 0;
+    size_t nodes = 0;  // nodes whose signals the last decision summed
+  };
+  void Loop();
+  void Tick();
+  cluster::EtcdClient* etcd_;
+  cluster::ClusterKeys keys_;
+  ClusterFunctions* functions_;
+  const double interval_s_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool running_ = false;
+  bool stop_ = false;
+  std::thread thread_;
+  std::map<std::string, Fn> fns_;  // under mu_ (Tick runs on thread_ alone)
+};
+
+}  // namespace shoal::controller

@@ -1,0 +1,185 @@
+#include "shoal/controller/cluster_autoscaler.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <sstream>
+
+#include "shoal/cluster/node_signals.h"
+#include "shoal/common/config.h"
+#include "shoal/controller/manifest.h"
+
+namespace shoal::controller {
+namespace {
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+double NowMonotonicS() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// A node's signals older than this are its last words (it stopped deciding: gone, or the
+// function left it): not summed.
+constexpr int64_t kStaleMs = 10000;
+
+}  // namespace
+
+ClusterAutoscaler::ClusterAutoscaler(cluster::EtcdClient* etcd, cluster::ClusterKeys keys,
+                                     ClusterFunctions* functions, double interval_s)
+    : etcd_(etcd), keys_(std::move(keys)), functions_(functions), interval_s_(interval_s) {}
+
+ClusterAutoscaler::~ClusterAutoscaler() { Stop(); }
+
+void ClusterAutoscaler::Start() {
+  std::lock_guard lock(mu_);
+  if (running_) return;
+  running_ = true;
+  stop_ = false;
+  thread_ = std::thread([this] { Loop(); });
+  spdlog::info("cluster autoscaler: deciding every {:.1f} s from the nodes' signals", interval_s_);
+}
+
+void ClusterAutoscaler::Stop() {
+  std::thread t;
+  {
+    std::lock_guard lock(mu_);
+    if (!running_) return;
+    running_ = false;
+    stop_ = true;
+    t = std::move(thread_);
+  }
+  cv_.notify_all();
+  if (t.joinable()) t.join();
+  std::lock_guard lock(mu_);
+  fns_.clear();  // a new leader starts its policies afresh
+}
+
+void ClusterAutoscaler::Loop() {
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, std::chrono::duration<double>(interval_s_), [this] { return stop_; });
+    if (stop_) return;
+    lock.unlock();
+    Tick();
+    lock.lock();
+  }
+}
+
+void ClusterAutoscaler::Tick() {
+  auto functions = functions_->List();
+  if (!functions.ok()) return;  // etcd away: the next tick tries again
+  auto signals = etcd_->GetPrefix(keys_.AllSignals());
+  if (!signals.ok()) return;
+  // function -> its nodes' fresh signals
+  std::map<std::string, std::vector<cluster::NodeSignals>> by_fn;
+  const int64_t now_ms = NowUnixMs();
+  for (const auto& kv : signals->kvs) {
+    const std::string rest = kv.key.substr(keys_.AllSignals().size());
+    const size_t slash = rest.find('/');
+    if (slash == std::string::npos) continue;
+    auto s = cluster::NodeSignals::FromJson(kv.value);
+    if (!s.ok() || now_ms - s->unix_ms > kStaleMs) continue;
+    by_fn[rest.substr(0, slash)].push_back(*s);
+  }
+  std::map<std::string, Fn> next;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& f : *functions) {
+      auto specs = ParseFunctionManifests(f.manifest, NodeConfig{});
+      if (!specs.ok() || specs->size() != 1) continue;
+      const FunctionSpec& spec = (*specs)[0];
+      if (spec.autoscaling.policy == "none") continue;
+      Fn fn;
+      if (auto it = fns_.find(f.name); it != fns_.end() && it->second.generation == f.generation) {
+        fn = std::move(it->second);
+      } else {
+        // The same conversion a node makes (runtime/node/src/instance_reconcile.cc).
+        AutoscalingConfig ac;
+        ac.policy = spec.autoscaling.policy;
+        ac.target = spec.autoscaling.target;
+        ac.keep_alive = spec.autoscaling.keep_alive;
+        ac.params = spec.autoscaling.params;
+        ac.policy_file = spec.autoscaling.policy_file;
+        ac.fixed_keep_alive_s = spec.keep_alive_s;
+        auto made = FunctionAutoscaler::Make(ac);
+        if (!made.ok()) {
+          spdlog::warn("cluster autoscaler: {}: {}", f.name, made.status().message());
+          continue;
+        }
+        fn.generation = f.generation;
+        fn.autoscaler = std::move(made).value();
+      }
+      const auto& nodes = by_fn[f.name];
+      // The nodes' intervals summed into one: counts add up, means are weighted by what they
+      // average over, the p99 is the worst node's.
+      FunctionSignals g;
+      g.function = f.name;
+      g.now_s = NowMonotonicS();
+      g.interval_s = interval_s_;
+      double wait_w = 0, service_w = 0, cold_w = 0;
+      for (const auto& s : nodes) {
+        g.interval_s = std::max(g.interval_s, s.interval_s);
+        g.inflight += s.inflight;
+        g.queued += s.queued;
+        g.ready += s.ready;
+        g.starting += s.starting;
+        g.busy += s.busy;
+        g.idle += s.idle;
+        g.arrivals += s.arrivals;
+        g.completions += s.completions;
+        g.cold_starts += s.cold_starts;
+        g.mean_queue_wait_s += s.mean_queue_wait_s * static_cast<double>(s.arrivals);
+        wait_w += static_cast<double>(s.arrivals);
+        g.mean_service_s += s.mean_service_s * static_cast<double>(s.completions);
+        service_w += static_cast<double>(s.completions);
+        g.cold_start_cost_s += s.cold_start_cost_s;
+        cold_w += 1;
+        g.p99_latency_s = std::max(g.p99_latency_s, s.p99_latency_s);
+      }
+      if (wait_w > 0) g.mean_queue_wait_s /= wait_w;
+      if (service_w > 0) g.mean_service_s /= service_w;
+      if (cold_w > 0) g.cold_start_cost_s /= cold_w;
+      g.concurrency = std::max<uint32_t>(1, spec.concurrency);
+      g.min_scale = spec.min_scale;
+      g.max_scale = spec.max_scale == 0 ? NodeConfig{}.default_max_scale : spec.max_scale;
+      const ScalingDecision d = fn.autoscaler->Observe(g);
+      const uint32_t desired = std::min<uint32_t>(
+          std::clamp(d.replicas, g.min_scale, g.max_scale) + d.prewarm, g.max_scale);
+      if (desired != fn.desired) {
+        spdlog::info("cluster autoscaler: {} ({}): {} warm instance(s) (replicas {} + pre-warm "
+                     "{}); {} node(s) report {} in flight, {} queued, {} arrivals in {:.1f} s",
+                     f.name, spec.autoscaling.policy, desired, d.replicas, d.prewarm,
+                     nodes.size(), g.inflight, g.queued, g.arrivals, g.interval_s);
+      }
+      fn.desired = desired;
+      fn.nodes = nodes.size();
+      functions_->SetWarm(f.name, desired);
+      next[f.name] = std::move(fn);
+    }
+    fns_ = std::move(next);
+  }
+}
+
+std::string ClusterAutoscaler::MetricsText() {
+  std::ostringstream o;
+  o << "# HELP shoal_cluster_autoscaler_desired Warm instances the leader's cluster-wide "
+       "autoscaler wants for a function, over all nodes.\n"
+    << "# TYPE shoal_cluster_autoscaler_desired gauge\n";
+  std::lock_guard lock(mu_);
+  for (const auto& [name, fn] : fns_) {
+    o << "shoal_cluster_autoscaler_desired{function=\"" << name << "\"} " << fn.desired << "\n";
+  }
+  o << "# HELP shoal_cluster_autoscaler_signal_nodes Nodes whose fresh signals the last decision "
+       "summed.\n# TYPE shoal_cluster_autoscaler_signal_nodes gauge\n";
+  for (const auto& [name, fn] : fns_) {
+    o << "shoal_cluster_autoscaler_signal_nodes{function=\"" << name << "\"} " << fn.nodes << "\n";
+  }
+  return o.str();
+}
+
+}  // namespace shoal::controller

@@ -14,6 +14,8 @@
 //     normal requests, then spawns a shell, connects to an unexpected port, opens /etc/shadow
 //     and burns CPU; the time from its answer to the anomaly on /metrics (scoring every 1 s).
 //   bench-detect [--seconds S (10)] [--connections C (32)] [--runs R (3)] [--syscalls-only]
+// Each cost measurement also runs the probes without their sys_enter hook (detect_syscalls:
+// false), the configuration in which no syscall pays for them.
 // RESULT detect ratio = median req/s ratio probes loaded / not.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -55,12 +57,14 @@ struct CostRun {
   bool probes = false;
 };
 
-CostRun RunCost(bool detect, int workers, int conns, int secs, const std::string& script) {
+CostRun RunCost(bool detect, bool syscalls, int workers, int conns, int secs,
+                const std::string& script) {
   CostRun out;
   Shoald shoald;
   Shoald::Options o;
   o.threads = static_cast<uint32_t>(workers);
   o.extra_yaml = std::string("detect: ") + (detect ? "true" : "false") +
+                 "\ndetect_syscalls: " + (syscalls ? "true" : "false") +
                  "\ndetect_interval_ms: 1000\ndetect_learn_intervals: 3\n";
   if (!shoald.Start(o)) {
     std::fprintf(stderr, "shoald did not start:\n%s", shoald.Log().c_str());
@@ -154,24 +158,30 @@ int main(int argc, char** argv) {
   std::ofstream(script) << "wrk.method = \"POST\"\nwrk.body = \"" << std::string(64, 'x')
                         << "\"\nwrk.headers[\"Content-Type\"] = \"text/plain\"\n";
 
-  std::vector<CostRun> on, off;
+  std::vector<CostRun> on, off, lean;
   for (int r = 0; r < runs && !syscalls_only; ++r) {
-    for (int k = 0; k < 2; ++k) {
-      const bool probes = (k == 0) == (r % 2 == 0);
-      std::fprintf(stderr, "[cost] run %d/%d: shoald with detect: %s, wrk -t%d -c%d -d%ds\n",
-                   r + 1, runs, probes ? "true" : "false", workers, conns, secs);
-      (probes ? on : off).push_back(RunCost(probes, workers, conns, secs, script));
+    // A B C, C B A, ...: drift falls on all three alike.
+    for (int k = 0; k < 3; ++k) {
+      const int arm = r % 2 == 0 ? k : 2 - k;
+      const char* names[] = {"detect: true", "detect: false", "detect: true, detect_syscalls: false"};
+      std::fprintf(stderr, "[cost] run %d/%d: shoald with %s, wrk -t%d -c%d -d%ds\n", r + 1, runs,
+                   names[arm], workers, conns, secs);
+      auto run = RunCost(arm != 1, arm != 2, workers, conns, secs, script);
+      (arm == 0 ? on : arm == 1 ? off : lean).push_back(std::move(run));
     }
   }
-  std::vector<double> ratios;
+  std::vector<double> ratios, lean_ratios;
   for (int r = 0; r < static_cast<int>(on.size()); ++r) {
     ratios.push_back(off[r].wrk.good_rps > 0 ? on[r].wrk.good_rps / off[r].wrk.good_rps : 0);
+    lean_ratios.push_back(off[r].wrk.good_rps > 0 ? lean[r].wrk.good_rps / off[r].wrk.good_rps : 0);
   }
   std::sort(ratios.begin(), ratios.end());
+  std::sort(lean_ratios.begin(), lean_ratios.end());
   if (ratios.empty()) ratios.push_back(0);
+  if (lean_ratios.empty()) lean_ratios.push_back(0);
 
   // The cost per syscall.
-  std::vector<double> w_on, w_off, u_on, u_off, add_w, add_u;
+  std::vector<double> w_on, w_off, u_on, u_off, add_w, add_u, w_lean, u_lean;
   std::string syscall_note;
   {
     shoal::bpf_test::TestCgroup cg("shoal-bench-detect-" + std::to_string(getpid()));
@@ -186,6 +196,14 @@ int main(int argc, char** argv) {
       }
       const double a = NsPerSyscallIn(cg), b = NsPerSyscall();
       probes->reset();
+      {
+        auto lean_probes = shoal::BehaviourProbes::Load(cg.mode(), /*syscall_hook=*/false);
+        if (lean_probes.ok() && (*lean_probes)->Watch(*id).ok()) {
+          const double e = NsPerSyscallIn(cg), f = NsPerSyscall();
+          w_lean.push_back(e);
+          u_lean.push_back(f);
+        }
+      }
       const double c = NsPerSyscallIn(cg), d = NsPerSyscall();
       w_on.push_back(a);
       u_on.push_back(b);
@@ -256,10 +274,17 @@ int main(int argc, char** argv) {
     std::printf("%-26s %4s %12.0f\n", name, "med", Median(rps));
   };
   rows("probes loaded (detect on)", on);
+  rows("probes, no sys_enter", lean);
   rows("no probes (detect: false)", off);
   bool loaded_all = true;
   double alarms = 0, scored_s = 0;
   long errors = 0;
+  for (const auto& r : lean) {
+    loaded_all = loaded_all && r.probes;
+    alarms += r.anomalies;
+    scored_s += r.scored_instance_s;
+    errors += r.wrk.errors;
+  }
   for (const auto& r : on) {
     loaded_all = loaded_all && r.probes;
     alarms += r.anomalies;
@@ -271,6 +296,9 @@ int main(int argc, char** argv) {
               "%.3f/%.3f/%.3f; target >= 0.95)%s\n",
               Median(ratios), ratios.front(), Median(ratios), ratios.back(),
               loaded_all ? "" : "  [the probes did NOT load in every run]");
+  std::printf("ratio req/s probes without sys_enter (detect_syscalls: false)/no probes: median "
+              "%.3f (per run pair min/median/max %.3f/%.3f/%.3f)\n",
+              Median(lean_ratios), lean_ratios.front(), Median(lean_ratios), lean_ratios.back());
   std::printf("false alarms under saturation: %.0f in %.0f s of scored instance time = %.1f per hour "
               "(target 0)\n", alarms, scored_s, scored_s > 0 ? alarms * 3600 / scored_s : 0);
   std::printf("wrk errors (non-2xx + socket) over all runs: %ld\n", errors);
@@ -282,6 +310,11 @@ int main(int argc, char** argv) {
                 Median(w_off), Median(add_w));
     std::printf("%-34s %12.1f %12.1f %14.1f\n", "unwatched (shoald, anything else)", Median(u_on),
                 Median(u_off), Median(add_u));
+    if (!w_lean.empty()) {
+      std::printf("without sys_enter (detect_syscalls: false): watched %.1f ns, unwatched %.1f ns "
+                  "(probes off %.1f / %.1f)\n", Median(w_lean), Median(u_lean), Median(w_off),
+                  Median(u_off));
+    }
   } else {
     std::printf("syscall cost: not measured (%s)\n", syscall_note.c_str());
   }

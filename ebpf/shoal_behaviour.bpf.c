@@ -3,6 +3,8 @@
 // the id of its cgroup) for the compromise detector (detect/). Only instances user space has
 // registered in `instances` are counted; every other task returns after one lookup.
 //   tp_btf/sys_enter           syscalls by class; execve, connect and open with their argument
+//                              (optional: every syscall of the node pays for this hook)
+//   tp_btf/inet_sock_set_state without sys_enter: TCP connects and their destination
 //   tp_btf/sched_process_exec  the program an execve ran (its path from kernel memory)
 //   tp_btf/sched_stat_runtime  CPU time (every scheduler tick and switch of a running task)
 //   tp_btf/sched_process_fork  processes and threads created
@@ -35,6 +37,18 @@ struct css_set {
 struct linux_binprm {
   const char *filename;
 } __attribute__((preserve_access_index));
+struct in6_addr___shoal {
+  __u8 s6_addr[16];
+};
+struct sock_common {
+  unsigned short skc_family;
+  __u16 skc_dport;
+  __u32 skc_daddr;
+  struct in6_addr___shoal skc_v6_daddr;
+} __attribute__((preserve_access_index));
+struct sock {
+  struct sock_common __sk_common;
+} __attribute__((preserve_access_index));
 struct task_struct {
   struct css_set *cgroups;
 } __attribute__((preserve_access_index));
@@ -46,6 +60,9 @@ struct pt_regs {
 enum cgroup_subsys_id { memory_cgrp_id = 4 };
 
 const volatile __u32 cgroup_mode = SHOAL_BHV_CGROUP_V2;
+/* Whether sys_enter is attached (user space's choice): without it, TCP connects are counted and
+ * reported from inet_sock_set_state instead, and syscall classes and opens are not seen. */
+const volatile __u32 syscall_hook = 1;
 
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -225,11 +242,49 @@ int shoal_bhv_sys_enter(__u64 *ctx) {
   return 0;
 }
 
+/* A TCP connect's SYN_SENT (process context: current is the connecting task). Only without the
+ * sys_enter hook: a per-event hook, so that no other syscall pays for it. */
+SEC("tp_btf/inet_sock_set_state")
+int shoal_bhv_tcp_connect(__u64 *ctx) {
+  if (syscall_hook || (int)ctx[2] != 2 /* TCP_SYN_SENT */) return 0;
+  __u64 cgid;
+  struct shoal_bhv_counters *c = current_instance(&cgid);
+  if (!c) return 0;
+  c->connects += 1;
+  struct sock *sk = (struct sock *)ctx[0];
+  struct shoal_bhv_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+  if (!ev) {
+    c->events_lost += 1;
+    return 0;
+  }
+  __builtin_memset(ev, 0, sizeof(*ev));
+  ev->cgroup_id = cgid;
+  ev->kind = SHOAL_BHV_EV_CONNECT;
+  ev->pid = bpf_get_current_pid_tgid() >> 32;
+  __u16 family = sk->__sk_common.skc_family;
+  ev->family = family;
+  ev->port = __builtin_bswap16(sk->__sk_common.skc_dport);
+  if (family == 2) {
+    __u32 a = sk->__sk_common.skc_daddr;
+    __builtin_memcpy(ev->addr, &a, 4);
+  } else {
+    bpf_probe_read_kernel(ev->addr, 16, &sk->__sk_common.skc_v6_daddr);
+  }
+  /* The same hash as connect_event's, so that either path's event is sent once. */
+  __u64 h = 14695981039346656037ULL ^ family;
+  h = (h ^ ev->port) * 1099511628211ULL;
+#pragma unroll
+  for (int i = 0; i < 16; i++) h = (h ^ ev->addr[i]) * 1099511628211ULL;
+  submit_once(ev, h);
+  return 0;
+}
+
 SEC("tp_btf/sched_process_exec")
 int shoal_bhv_exec(__u64 *ctx) {
   __u64 cgid;
   struct shoal_bhv_counters *c = current_instance(&cgid);
   if (!c) return 0;
+  if (!syscall_hook) c->execs += 1;  /* else counted (attempts) at sys_enter */
   struct linux_binprm *bprm = (struct linux_binprm *)ctx[2];
   path_event(c, cgid, SHOAL_BHV_EV_EXEC, bprm->filename, 0);
   return 0;

@@ -132,6 +132,7 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
       st = Read(v, "fl_checkpoint_delay_ms", c.fl_checkpoint_delay_ms);
     else if (key == "zygote_timeout_ms") st = Read(v, "zygote_timeout_ms", c.zygote_timeout_ms);
     else if (key == "detect") st = Read(v, "detect", c.detect);
+    else if (key == "detect_syscalls") st = Read(v, "detect_syscalls", c.detect_syscalls);
     else if (key == "detect_interval_ms") st = Read(v, "detect_interval_ms", c.detect_interval_ms);
     else if (key == "detect_learn_intervals")
       st = Read(v, "detect_learn_intervals", c.detect_learn_intervals);
@@ -249,6 +250,7 @@ std::string NodeConfig::ToYaml() const {
   e << YAML::Key << "instance_start" << YAML::Value << InstanceStartName(instance_start);
   e << YAML::Key << "zygote_timeout_ms" << YAML::Value << zygote_timeout_ms;
   e << YAML::Key << "detect" << YAML::Value << detect;
+  e << YAML::Key << "detect_syscalls" << YAML::Value << detect_syscalls;
   e << YAML::Key << "detect_interval_ms" << YAML::Value << detect_interval_ms;
   e << YAML::Key << "detect_learn_intervals" << YAML::Value << detect_learn_intervals;
   e << YAML::Key << "etcd" << YAML::Value << etcd;

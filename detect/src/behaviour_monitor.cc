@@ -87,7 +87,8 @@ void BehaviourMonitor::Start(const std::string& cgroup_version, QuarantineFn qua
                   "and the probes tell instances apart by their cgroup";
   } else {
     auto p = BehaviourProbes::Load(cgroup_version == "v2" ? BehaviourProbes::CgroupMode::kV2
-                                                          : BehaviourProbes::CgroupMode::kV1Memory);
+                                                          : BehaviourProbes::CgroupMode::kV1Memory,
+                                   config_.detect_syscalls);
     if (p.ok()) {
       probes_ = std::move(*p);
       off_reason_.clear();
@@ -99,9 +100,14 @@ void BehaviourMonitor::Start(const std::string& cgroup_version, QuarantineFn qua
     spdlog::warn("detector: OFF: {}; instances are not watched for compromise", off_reason_);
     return;
   }
-  spdlog::info("detector: behaviour probes loaded (raw tracepoints sys_enter, sched_process_exec, "
-               "sched_stat_runtime, sched_process_fork, sock_send_length, sock_recv_length; instances keyed by their "
-               "cgroup {} id); scoring every {} ms after {} learning intervals; profiles in {}",
+  spdlog::info("detector: behaviour probes loaded (tp_btf {}sched_process_exec, "
+               "sched_stat_runtime, sched_process_fork, sock_send_length, sock_recv_length; "
+               "instances keyed by their cgroup {} id); scoring every {} ms after {} learning "
+               "intervals; profiles in {}",
+               config_.detect_syscalls
+                   ? "sys_enter, "
+                   : "inet_sock_set_state (detect_syscalls: false: no syscall classes, no open "
+                     "paths, TCP connects only), ",
                cgroup_version == "v2" ? "v2" : "v1 memory", config_.detect_interval_ms,
                config_.detect_learn_intervals, profile_dir_);
   uv_timer_init(loop_, &timer_);

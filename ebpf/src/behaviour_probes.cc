@@ -133,13 +133,16 @@ Result<uint64_t> BehaviourProbes::CgroupIdOf(const std::string& dir) {
   return static_cast<uint64_t>(st.st_ino);
 }
 
-Result<std::unique_ptr<BehaviourProbes>> BehaviourProbes::Load(CgroupMode mode) {
+Result<std::unique_ptr<BehaviourProbes>> BehaviourProbes::Load(CgroupMode mode,
+                                                               bool syscall_hook) {
   libbpf_set_print(LibbpfPrint);
   std::unique_ptr<BehaviourProbes> p(new BehaviourProbes(mode));
   p->skel_ = shoal_behaviour__open();
   if (p->skel_ == nullptr) return ErrnoStatus("open BPF object shoal_behaviour", errno);
   p->skel_->rodata->cgroup_mode =
       mode == CgroupMode::kV2 ? SHOAL_BHV_CGROUP_V2 : SHOAL_BHV_CGROUP_V1_MEMORY;
+  p->skel_->rodata->syscall_hook = syscall_hook ? 1 : 0;
+  bpf_program__set_autoload(p->skel_->progs.shoal_bhv_sys_enter, syscall_hook);
   if (int err = shoal_behaviour__load(p->skel_); err != 0) {
     Status st = ErrnoStatus("load BPF programs shoal_behaviour", -err);
     if (err == -EPERM || err == -EACCES) return PermissionDenied(st.message());

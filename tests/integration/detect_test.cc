@@ -305,6 +305,37 @@ TEST_F(DetectTest, ProfileSurvivesARestartAndARedeployLearnsAnew) {
                                "baseline"), std::string::npos) << shoald_.Log();
 }
 
+// detect_syscalls: false (no syscall of the node pays for the probes): a shell and a TCP
+// connect are still detected; an open is not seen (it needs the sys_enter probe), and says so.
+TEST_F(DetectTest, WithoutTheSyscallProbeShellAndConnectAreStillDetected) {
+  ASSERT_EQ(shoald_.Stop(), 0);
+  Shoald::Options o;
+  o.pool_bytes = 64ull << 20;
+  o.max_body_bytes = 1ull << 20;
+  o.extra_yaml = "handler_dirs: [" + handlers_ + "]\ndetect_syscalls: false\n" +
+                 "detect_interval_ms: " + std::to_string(kIntervalMs) + "\n" +
+                 "detect_learn_intervals: " + std::to_string(kLearnIntervals) + "\n";
+  ASSERT_TRUE(shoald_.Start(o)) << shoald_.Log();
+  EXPECT_NE(shoald_.Log().find("inet_sock_set_state (detect_syscalls: false"), std::string::npos);
+  Deploy("lean", "    onAnomaly: alert\n");
+  StartTraffic("lean");
+  WaitScoring("lean");
+  int port = 0;
+  const int lfd = Listener(&port);
+  const double bound = 2 * kIntervalMs / 1e3 + 1.0;
+  const double shell = Detect("lean", "shell", "exec", "spawned");
+  EXPECT_GE(shell, 0) << shoald_.Log();
+  EXPECT_LE(shell, bound);
+  const double conn = Detect("lean", "connect " + std::to_string(port), "connect", "connected");
+  EXPECT_GE(conn, 0) << shoald_.Log();
+  EXPECT_LE(conn, bound);
+  close(lfd);
+  EXPECT_EQ(Detect("lean", "open /etc/shadow", "file", "Permission denied"), -1);
+  StopTraffic();
+  EXPECT_EQ(failed_.load(), 0) << last_failure_;
+  EXPECT_EQ(Anomalies("lean"), 2) << shoald_.Log();
+}
+
 TEST_F(DetectTest, BuiltinEchoUnderChangingLoadRaisesNoAlarm) {
   const std::string manifest =
       "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: echo}\nspec:\n"

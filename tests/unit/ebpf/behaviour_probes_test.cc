@@ -142,6 +142,74 @@ TEST_F(BehaviourProbesTest, CountsAndReportsWhatAWatchedProcessDoes) {
   EXPECT_FALSE(probes.Read(*id).ok());
 }
 
+// Without the sys_enter hook (no syscall pays for the probes): execs and TCP connects come from
+// their own tracepoints, with the same events; syscall classes and opens are not counted.
+TEST_F(BehaviourProbesTest, WithoutTheSyscallHookExecAndTcpConnectAreStillSeen) {
+  bpf_test::TestCgroup cg("shoal-bhv-test-nohook-" + std::to_string(getpid()));
+  ASSERT_EQ(cg.error(), "");
+  auto loaded = BehaviourProbes::Load(cg.mode(), /*syscall_hook=*/false);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  auto& probes = **loaded;
+  auto id = BehaviourProbes::CgroupIdOf(cg.dir());
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(probes.Watch(*id).ok());
+  int lfd = -1;
+  const int port = ListenLoopback(&lfd);
+  ASSERT_GT(port, 0);
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(go[1]);
+    if (!cg.Join()) _exit(10);
+    char c;
+    if (read(go[0], &c, 1) != 1) _exit(11);
+    int f = open("/etc/hostname", O_RDONLY);
+    if (f >= 0) close(f);
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) _exit(12);
+    close(s);
+    execl("/bin/sh", "sh", "-c", "exit 0", nullptr);
+    _exit(14);
+  }
+  close(go[0]);
+  ASSERT_EQ(write(go[1], "g", 1), 1);
+  close(go[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  close(lfd);
+  auto c = probes.Read(*id);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->execs, 1u);
+  EXPECT_EQ(c->connects, 1u);
+  EXPECT_EQ(c->opens, 0u);
+  for (int i = 0; i < SHOAL_BHV_CLASSES; ++i) EXPECT_EQ(c->syscalls[i], 0u) << i;
+  int execs = 0, connects = 0, opens = 0;
+  probes.Drain([&](const BehaviourEvent& ev) {
+    if (ev.kind == SHOAL_BHV_EV_EXEC) {
+      ++execs;
+      EXPECT_STREQ(ev.detail, "/bin/sh");
+    } else if (ev.kind == SHOAL_BHV_EV_CONNECT) {
+      ++connects;
+      EXPECT_EQ(ev.family, AF_INET);
+      EXPECT_EQ(ev.port, port);
+      EXPECT_EQ(ev.addr[0], 127);
+      EXPECT_EQ(ev.addr[3], 1);
+    } else {
+      ++opens;
+    }
+  });
+  EXPECT_EQ(execs, 1);
+  EXPECT_EQ(connects, 1);
+  EXPECT_EQ(opens, 0);
+}
+
 TEST_F(BehaviourProbesTest, ClassifiesSyscalls) {
   EXPECT_EQ(BehaviourProbes::SyscallClass(SHOAL_BHV_NR_EXECVE), SHOAL_BHV_CLASS_PROCESS);
   EXPECT_EQ(BehaviourProbes::SyscallClass(SHOAL_BHV_NR_CONNECT), SHOAL_BHV_CLASS_NET);

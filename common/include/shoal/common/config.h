@@ -82,6 +82,10 @@ struct NodeConfig {
   bool detect = true;
   uint32_t detect_interval_ms = 5000;
   uint32_t detect_learn_intervals = 12;
+  // Attach the sys_enter probe (syscalls by class, open paths, every connect): every syscall
+  // of the node pays for it; false keeps exec, TCP connect, CPU, fork and byte detection at no
+  // per-syscall cost (README "Behaviour detection").
+  bool detect_syscalls = true;
 
   // FL checkpoints are written behind their commits; this holds the checkpoint of each new
   // version back so long (for tests of the crash window between a commit and its checkpoint;

@@ -26,7 +26,11 @@ class BehaviourProbes {
   // Where instance cgroups live: which cgroup id the probes key on.
   enum class CgroupMode { kV2, kV1Memory };
 
-  static Result<std::unique_ptr<BehaviourProbes>> Load(CgroupMode mode);
+  // `syscall_hook`: attach sys_enter (syscalls by class, open paths, every connect). It costs
+  // every syscall of the node (~130 ns on a 2-vCPU VM, the hook alone: bench-detect); without
+  // it, execs (sched_process_exec), TCP connects (inet_sock_set_state), forks, bytes and CPU
+  // time are still counted, and no syscall pays anything.
+  static Result<std::unique_ptr<BehaviourProbes>> Load(CgroupMode mode, bool syscall_hook = true);
   BehaviourProbes(const BehaviourProbes&) = delete;
   BehaviourProbes& operator=(const BehaviourProbes&) = delete;
   ~BehaviourProbes();  // detaches every program

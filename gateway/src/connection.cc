@@ -358,7 +358,7 @@ bool Connection::TryForward(const RequestHead& head, ForwardTable::Kind kind,
   // asked (a client that asked to close is closed after its answer).
   req.append("\r\n");
   fwd_ = loop_.peers().Acquire(target.node, target.address);
-  fwd_->Begin(this, std::move(req));
+  fwd_->Begin(this, std::move(req), head.method == HTTP_HEAD);
   if (head.expect_continue && head.has_body()) SendContinue();
   *take_body = false;
   if (!head.chunked && head.content_length > 0) {

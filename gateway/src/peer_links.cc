@@ -27,8 +27,9 @@ PeerLink::PeerLink(PeerLinks& owner, uv_loop_t* loop, std::string node, std::str
   relay_req_.data = this;
 }
 
-void PeerLink::Begin(ForwardClient* client, std::string head) {
+void PeerLink::Begin(ForwardClient* client, std::string head, bool no_body) {
   client_ = client;
+  no_body_ = no_body;
   status_ = 0;
   answer_started_ = answer_done_ = false;
   peer_keep_alive_ = false;
@@ -167,7 +168,7 @@ void PeerLink::StartWrite() {
 int PeerLink::OnHeadersComplete(http_parser* p) {
   auto* self = static_cast<PeerLink*>(p->data);
   self->status_ = static_cast<int>(p->status_code);
-  return 0;
+  return self->no_body_ ? 1 : 0;  // 1: http_parser expects no body
 }
 
 int PeerLink::OnMessageComplete(http_parser* p) {

@@ -41,7 +41,8 @@ class PeerLink {
 
   // Starts an exchange for `client`: connects if needed; `head` goes out with the first body
   // bytes (Send) or at Flush.
-  void Begin(ForwardClient* client, std::string head);
+  // `no_body`: the answer has no body whatever its head says (a HEAD request's).
+  void Begin(ForwardClient* client, std::string head, bool no_body = false);
   // Request body bytes; they may be reused by the caller once this returns. False when some
   // are still queued: the caller stops reading until OnForwardDrained.
   bool Send(const char* data, size_t len);
@@ -99,6 +100,7 @@ class PeerLink {
   bool answer_started_ = false;  // bytes of the answer went to the client
   bool answer_done_ = false;
   bool peer_keep_alive_ = false;
+  bool no_body_ = false;
 };
 
 // One loop's links, idle ones kept per peer address for the next request.

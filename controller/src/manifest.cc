@@ -331,13 +331,7 @@ class DocumentParser {
 
   // The policy objects' own checks (ranges, combinations), reported at the param's line.
   void CheckAutoscaling(const YAML::Node& a, const FunctionSpec& spec) {
-    AutoscalingConfig c;
-    c.policy = spec.autoscaling.policy;
-    c.target = spec.autoscaling.target;
-    c.keep_alive = spec.autoscaling.keep_alive;
-    c.params = spec.autoscaling.params;
-    c.policy_file = spec.autoscaling.policy_file;
-    c.fixed_keep_alive_s = spec.keep_alive_s;
+    const AutoscalingConfig c = AutoscalingConfigOf(spec);
     Status st = BuildAutoscalingParams(c, nullptr, nullptr, nullptr);
     // A trained table this host can read is checked now, so a corrupt or incompatible file is
     // refused at deploy rather than logged by the node that falls back to reactive scaling. One

@@ -220,6 +220,17 @@ Status BuildAutoscalingParams(const AutoscalingConfig& c, PolicyParams* out,
   return {};
 }
 
+AutoscalingConfig AutoscalingConfigOf(const FunctionSpec& spec) {
+  AutoscalingConfig c;
+  c.policy = spec.autoscaling.policy;
+  c.target = spec.autoscaling.target;
+  c.keep_alive = spec.autoscaling.keep_alive;
+  c.params = spec.autoscaling.params;
+  c.policy_file = spec.autoscaling.policy_file;
+  c.fixed_keep_alive_s = spec.keep_alive_s;
+  return c;
+}
+
 Result<std::unique_ptr<FunctionAutoscaler>> FunctionAutoscaler::Make(const AutoscalingConfig& c) {
   PolicyParams p;
   KeepAliveParams k;

@@ -98,15 +98,7 @@ void ClusterAutoscaler::Tick() {
       if (auto it = fns_.find(f.name); it != fns_.end() && it->second.generation == f.generation) {
         fn = std::move(it->second);
       } else {
-        // The same conversion a node makes (runtime/node/src/instance_reconcile.cc).
-        AutoscalingConfig ac;
-        ac.policy = spec.autoscaling.policy;
-        ac.target = spec.autoscaling.target;
-        ac.keep_alive = spec.autoscaling.keep_alive;
-        ac.params = spec.autoscaling.params;
-        ac.policy_file = spec.autoscaling.policy_file;
-        ac.fixed_keep_alive_s = spec.keep_alive_s;
-        auto made = FunctionAutoscaler::Make(ac);
+        auto made = FunctionAutoscaler::Make(AutoscalingConfigOf(spec));
         if (!made.ok()) {
           spdlog::warn("cluster autoscaler: {}: {}", f.name, made.status().message());
           continue;

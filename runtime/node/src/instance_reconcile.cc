@@ -64,13 +64,7 @@ void InstanceManager::SyncSpecs() {
     f->rt = std::make_shared<FunctionRuntime>(s, *pool, metrics_, config_.max_queue_per_function);
     f->keep_alive_s = s.keep_alive_s;
     if (s.autoscaling.policy != "none") {
-      AutoscalingConfig ac;
-      ac.policy = s.autoscaling.policy;
-      ac.target = s.autoscaling.target;
-      ac.keep_alive = s.autoscaling.keep_alive;
-      ac.params = s.autoscaling.params;
-      ac.policy_file = s.autoscaling.policy_file;
-      ac.fixed_keep_alive_s = s.keep_alive_s;
+      const AutoscalingConfig ac = AutoscalingConfigOf(s);
       auto a = FunctionAutoscaler::Make(ac);
       if (a.ok()) {
         f->autoscaler = std::move(a).value();

@@ -15,6 +15,7 @@
 #include "shoal/autoscaler/policy_params.h"
 #include "shoal/autoscaler/scaling_policy.h"
 #include "shoal/common/status.h"
+#include "shoal/interfaces/function_spec.h"
 
 namespace shoal {
 
@@ -50,6 +51,10 @@ struct AutoscalingParamInfo {
 };
 const std::vector<AutoscalingParamInfo>& AutoscalingParamTable();
 const AutoscalingParamInfo* FindAutoscalingParam(std::string_view name);
+
+// A function's manifest `autoscaling:` block (and its keepAlive) as the config above: what a
+// node, the manifest parser and the cluster's leader each build their autoscaler from.
+AutoscalingConfig AutoscalingConfigOf(const FunctionSpec& spec);
 
 // Fills the policies' parameter structs from the config. Errors name the offending entry as
 // "params.<name>: ..." (or "policy"/"keepAlive"/"target"), so a manifest parser can point at

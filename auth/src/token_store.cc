@@ -1,5 +1,6 @@
 #include "shoal/auth/token_store.h"
 
+#include "shoal/common/clock.h"
 #include "shoal/common/file_io.h"
 
 #include <openssl/crypto.h>
@@ -53,12 +54,6 @@ Result<std::string> RandomHex(size_t bytes) {
     return Internal("RAND_bytes failed: no randomness for a token");
   }
   return Hex(reinterpret_cast<const unsigned char*>(raw.data()), bytes);
-}
-
-int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 }  // namespace
@@ -180,7 +175,7 @@ Result<CreatedToken> TokenStore::Create(const TokenRequest& req, bool ephemeral)
   r.info.role = req.role;
   r.info.ns = req.ns;
   r.info.job = req.job;
-  r.info.created_unix_ms = NowUnixMs();
+  r.info.created_unix_ms = UnixMs();
   r.info.ephemeral = ephemeral;
   r.sha256 = Sha256(*secret);
   CreatedToken out{r.info, std::string(kPrefix) + *id + "_" + *secret};

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "shoal/common/clock.h"
 #include "shoal/controller/manifest.h"
 #include "shoal/v1/function.pb.h"
 
@@ -18,12 +19,6 @@ namespace {
 namespace fs = std::filesystem;
 constexpr std::string_view kRecordSuffix = ".pb";
 constexpr std::string_view kTempSuffix = ".tmp";
-
-int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 v1::FunctionRecord ToRecord(const FunctionSpec& s) {
   v1::FunctionRecord r;
@@ -206,7 +201,7 @@ Result<std::vector<FunctionSpec>> FunctionRegistry::Deploy(std::vector<FunctionS
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<bool> taken(kMaxFunctionId + 1, false);
   for (const auto& [name, spec] : functions_) taken[spec.id] = true;
-  const int64_t now = NowUnixMs();
+  const int64_t now = UnixMs();
   for (FunctionSpec& spec : specs) {
     auto existing = functions_.find(spec.name);
     if (existing != functions_.end()) {

@@ -7,17 +7,12 @@
 #include <sstream>
 
 #include "shoal/cluster/node_signals.h"
+#include "shoal/common/clock.h"
 #include "shoal/common/config.h"
 #include "shoal/controller/manifest.h"
 
 namespace shoal::controller {
 namespace {
-
-int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 double NowMonotonicS() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -77,7 +72,7 @@ void ClusterAutoscaler::Tick() {
   if (!signals.ok()) return;
   // function -> its nodes' fresh signals
   std::map<std::string, std::vector<cluster::NodeSignals>> by_fn;
-  const int64_t now_ms = NowUnixMs();
+  const int64_t now_ms = UnixMs();
   for (const auto& kv : signals->kvs) {
     const std::string rest = kv.key.substr(keys_.AllSignals().size());
     const size_t slash = rest.find('/');

@@ -8,17 +8,12 @@
 #include <set>
 
 #include "shoal/autoscaler/placement.h"
+#include "shoal/common/clock.h"
 #include "shoal/common/config.h"
 #include "shoal/controller/manifest.h"
 
 namespace shoal::controller {
 namespace {
-
-int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Why `spec` fits on no node of `nodes` ("" when one can hold it).
 std::string FitsNowhere(const FunctionSpec& spec, const std::vector<cluster::NodeEntry>& nodes) {
@@ -97,13 +92,13 @@ Result<std::vector<DeployedFunction>> ClusterFunctions::Deploy(std::string_view 
           }
         }
         if (f.id == 0) return ResourceExhausted("no free cluster function id");
-        f.created_unix_ms = NowUnixMs();
+        f.created_unix_ms = UnixMs();
       }
       f.name = spec.name;
       f.tenant = spec.tenant;
       f.generation += 1;
       f.manifest = spec.manifest;
-      f.updated_unix_ms = NowUnixMs();
+      f.updated_unix_ms = UnixMs();
       auto written = etcd_->PutIfModRevision(keys_.Function(spec.name), f.ToJson(), mod_revision);
       if (!written.ok()) return written.status();
       if (*written) {

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -368,6 +369,75 @@ TEST_F(DetectTest, BuiltinEchoUnderChangingLoadRaisesNoAlarm) {
   EXPECT_GT(total.load(), 200);
   EXPECT_EQ(Anomalies("echo"), 0) << shoald_.Log();
   EXPECT_EQ(DetectorState("echo").rfind("scoring", 0), 0u);
+}
+
+// The inference handler (an ONNX CNN on the CPU executor: its batching thread and its OpenMP
+// team) under normal load: it learns its baseline under light traffic, then is scored under
+// bursts of concurrent clients and idle gaps, and raises no alarm.
+TEST_F(DetectTest, InferenceUnderLoadRaisesNoAlarm) {
+  const std::string dir = std::string(SHOAL_SOURCE_DIR) + "/tests/data/inference/";
+  auto r = shoald_.Api("POST", "/v1/functions",
+                       "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: cnn}\nspec:\n"
+                       "  handler: inference\n  concurrency: 4\n  scale: {min: 1, max: 1}\n"
+                       "  inference:\n    source: {onnx: " + dir + "cnn.onnx}\n    device: cpu\n"
+                       "    maxBatchSize: 4\n",
+                       {"Content-Type: application/yaml"});
+  ASSERT_EQ(r.status, 201) << r.body;
+  ASSERT_TRUE(shoald_.WaitReady("cnn", 1)) << shoald_.Log();
+  auto meta_r = Http(shoald_.port(), "GET", "/v2/models/cnn");
+  ASSERT_EQ(meta_r.status, 200) << meta_r.body;
+  const json meta = json::parse(meta_r.body);
+  std::ifstream f(dir + "cnn.input.bin", std::ios::binary);
+  const std::string input((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(input.size(), 3u * 784 * 4);
+  const std::string header =
+      json{{"inputs",
+            {{{"name", meta["inputs"][0]["name"]},
+              {"shape", {3, 1, 28, 28}},
+              {"datatype", "FP32"},
+              {"parameters", {{"binary_data_size", input.size()}}}}}},
+           {"outputs",
+            {{{"name", meta["outputs"][0]["name"]}, {"parameters", {{"binary_data", true}}}}}}}
+          .dump();
+  std::atomic<int> bad{0}, total{0};
+  auto infer = [&] {
+    auto a = Http(shoald_.port(), "POST", "/v2/models/cnn/infer", header + input,
+                  {"Content-Type: application/octet-stream",
+                   "Inference-Header-Content-Length: " + std::to_string(header.size())},
+                  0, 20000);
+    ++total;
+    const size_t jl = a.headers.count("inference-header-content-length")
+                          ? std::stoul(a.headers["inference-header-content-length"])
+                          : 0;
+    if (a.status != 200 || a.body.size() != jl + 3 * 10 * 4) ++bad;
+  };
+  // Learn under light load (one client, a request every 10 ms).
+  std::atomic<bool> learning{true};
+  std::thread light([&] {
+    while (learning) {
+      infer();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  WaitScoring("cnn");
+  learning = false;
+  light.join();
+  // Scored under bursts of four clients with idle gaps between them.
+  for (int phase = 0; phase < 3; ++phase) {
+    std::vector<std::thread> clients;
+    for (int c = 0; c < 4; ++c) {
+      clients.emplace_back([&] {
+        const auto until = Clock::now() + std::chrono::milliseconds(1500);
+        while (Clock::now() < until) infer();
+      });
+    }
+    for (auto& t : clients) t.join();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  }
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_GT(total.load(), 100);
+  EXPECT_EQ(Anomalies("cnn"), 0) << shoald_.Log();
+  EXPECT_EQ(DetectorState("cnn").rfind("scoring", 0), 0u) << DetectorState("cnn");
 }
 
 }  // namespace

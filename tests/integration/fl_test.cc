@@ -596,5 +596,55 @@ TEST(FlDigitsTest, ShoalClientTrainsDigitsToNinetyPercent) {
             << digits->test.num_samples << " samples\n";
 }
 
+// A long job keeps the records of its latest 256 versions (status and state.json): its status
+// and checkpoint state no longer grow with every commit (they did, and shoald's memory with
+// them: about 1 KiB per update in a 300 s soak; each commit and status also re-serialised the
+// whole history).
+TEST(FlHistoryTest, ALongJobKeepsItsLatest256VersionsInStatusAndState) {
+  auto digits = client::LoadDigits();
+  if (!digits.ok()) GTEST_SKIP() << digits.status().message();
+  if (auto why = ShoaldShortOfHugepages(Shoald::Options{}.pool_bytes); !why.empty()) {
+    GTEST_SKIP() << why;
+  }
+  Shoald shoald;
+  ASSERT_TRUE(shoald.Start()) << shoald.Log();
+  ASSERT_EQ(shoald.Deploy("apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: hist\nspec:\n"
+                          "  algorithm: {name: fedbuff}\n  model: {architecture: mlp, hidden: 16, "
+                          "seed: 1}\n  data: {dataset: digits}\n  clients: {expected: 4}\n"
+                          "  stop: {rounds: 300}\n"
+                          "  training: {localSteps: 2, learningRate: 0.1, batchSize: 32}\n")
+                .exit_code,
+            0);
+  const std::string token = shoald.CreateToken("fl-client", "", "hist");
+  ASSERT_FALSE(token.empty());
+  const std::string cmd = "SHOAL_TOKEN=" + token + " " + BinDir() +
+                          "/shoal-client --server http://127.0.0.1:" +
+                          std::to_string(shoald.port()) +
+                          " --job hist --data digits --clients 4 --partition iid --seed 3"
+                          " --time-scale 0 --no-evaluator --max-seconds 120 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  EXPECT_EQ(pclose(p), 0) << out;
+  auto st = Json::parse(shoald.Api("GET", "/v1/jobs/hist").body, nullptr, false);
+  ASSERT_EQ(st.value("version", uint64_t{0}), 300u) << st.dump().substr(0, 500) << out;
+  EXPECT_EQ(st.value("state", ""), "done");
+  const Json& versions = st["versions"];
+  ASSERT_EQ(versions.size(), 256u);
+  EXPECT_EQ(versions.front()["version"], 45);
+  EXPECT_EQ(versions.back()["version"], 300);
+  for (size_t i = 1; i < versions.size(); ++i) {
+    ASSERT_EQ(versions[i]["version"].get<uint64_t>(), versions[i - 1]["version"].get<uint64_t>() + 1);
+  }
+  // The checkpoint state holds the same window.
+  std::ifstream f(shoald.state_dir() + "/state/jobs/hist/state.json");
+  const Json state = Json::parse(f, nullptr, false);
+  ASSERT_FALSE(state.is_discarded());
+  EXPECT_EQ(state["versions"].size(), 256u);
+  EXPECT_EQ(state["versions"].back()["version"], 300);
+}
+
 }  // namespace
 }  // namespace shoal::testing

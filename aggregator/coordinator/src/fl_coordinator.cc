@@ -373,7 +373,7 @@ Status FlCoordinator::DeployJob(const FlJobSpec& in) {
       job->spec.generation = 1;
       job->leaf_id = next_leaf_id_--;
       job->KeepVersion();
-      job->versions.push_back({0, std::nullopt, std::nullopt, 0, 0});
+      job->AddVersion({0, std::nullopt, std::nullopt, 0, 0});
       job->CacheModel();
       job->dir = config_.state_dir + "/jobs/" + in.name;
       std::error_code ec;
@@ -1050,8 +1050,8 @@ void FlCoordinator::CommitLoop() {
             job->KeepVersion();
             job->CacheModel();
             cache_ms = Seconds(t0) * 1e3 - merge_ms - step_ms;
-            job->versions.push_back({job->version(), std::nullopt, std::nullopt, round.acked,
-                                     job->Elapsed()});
+            job->AddVersion({job->version(), std::nullopt, std::nullopt, round.acked,
+                             job->Elapsed()});
             if (job->spec.rounds > 0 && job->version() >= job->spec.rounds) job->done = true;
           }
         }

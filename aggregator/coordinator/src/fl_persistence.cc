@@ -161,7 +161,7 @@ Status FlCoordinator::Restore() {
       if (v["loss"].is_number()) vi.loss = v["loss"].get<double>();
       vi.updates = v.value("updates", 0u);
       vi.elapsed_s = v.value("elapsed_s", 0.0);
-      job->versions.push_back(vi);
+      job->AddVersion(vi);
     }
     job->updates_total = state.value("updates_total", uint64_t{0});
     job->elapsed_before = state.value("elapsed_s", 0.0);

@@ -184,7 +184,18 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   double round_deadline = 0;  // sync with spec.deadlines.round: when the open round is due
   std::map<uint64_t, Ticket> tickets;
   BufferPool* pool = nullptr;
+  // The latest versions' records (status, state.json, evaluations): a bounded history, so a
+  // long job's status and checkpoint state do not grow with every commit (they did: ~1 KiB of
+  // shoald's memory per update over a 300 s soak, the growing JSON strings fragmenting the heap).
+  static constexpr size_t kVersionHistory = 256;
   std::vector<VersionInfo> versions;
+  void AddVersion(const VersionInfo& v) {
+    versions.push_back(v);
+    if (versions.size() > kVersionHistory) {
+      versions.erase(versions.begin(),
+                     versions.begin() + static_cast<std::ptrdiff_t>(versions.size() - kVersionHistory));
+    }
+  }
   uint64_t updates_total = 0;
   uint64_t gpu_fallbacks = 0;  // leaves whose GPU fold failed (they fold on the CPU since)
   Clock::time_point start = Clock::now();

@@ -84,6 +84,23 @@ class ClusterForwardTest : public ::testing::Test {
     }
     return -1;
   }
+  // Once `home`'s lease ended: echo is placed on another node, and each of `nodes` answers it.
+  void ExpectMovedAwayAndServedThrough(int home, std::initializer_list<int> nodes,
+                                       const std::string& body) {
+    for (int from : nodes) {
+      HttpResult echo;
+      EXPECT_TRUE(WaitFor(
+          [&] {
+            echo = cluster_->NodeGateway(from, "POST", "/fn/echo", body);
+            return echo.status == 200 && echo.body == body;
+          },
+          20s))
+          << cluster_->node_name(from) << ": " << echo.status << " " << echo.body;
+    }
+    const auto placed = PlacedOn("echo");
+    ASSERT_EQ(placed.size(), 1u);
+    EXPECT_NE(placed[0], cluster_->node_name(home));
+  }
   std::unique_ptr<TestCluster> cluster_;
 };
 
@@ -284,19 +301,7 @@ TEST_F(ClusterForwardTest, ALostNodesFunctionIsServedThroughEveryNodeOnceItMoved
               std::string::npos)
         << during.body;
   }
-  for (int from : {a, b}) {
-    HttpResult echo;
-    EXPECT_TRUE(WaitFor(
-        [&] {
-          echo = cluster_->NodeGateway(from, "POST", "/fn/echo", "after");
-          return echo.status == 200 && echo.body == "after";
-        },
-        20s))
-        << cluster_->node_name(from) << ": " << echo.status << " " << echo.body;
-  }
-  placed = PlacedOn("echo");
-  ASSERT_EQ(placed.size(), 1u);
-  EXPECT_NE(placed[0], cluster_->node_name(home));
+  ExpectMovedAwayAndServedThrough(home, {a, b}, "after");
 }
 
 TEST_F(ClusterForwardTest, APartitionedNodesForwardFailsWith504AndItsFunctionMovesAway) {
@@ -327,19 +332,7 @@ TEST_F(ClusterForwardTest, APartitionedNodesForwardFailsWith504AndItsFunctionMov
   }
   // Once its lease ends, the function is placed on a node that is reachable and every gateway
   // serves it there.
-  for (int from : {a, b}) {
-    HttpResult echo;
-    EXPECT_TRUE(WaitFor(
-        [&] {
-          echo = cluster_->NodeGateway(from, "POST", "/fn/echo", "after the cut");
-          return echo.status == 200 && echo.body == "after the cut";
-        },
-        20s))
-        << cluster_->node_name(from) << ": " << echo.status << " " << echo.body;
-  }
-  placed = PlacedOn("echo");
-  ASSERT_EQ(placed.size(), 1u);
-  EXPECT_NE(placed[0], cluster_->node_name(home));
+  ExpectMovedAwayAndServedThrough(home, {a, b}, "after the cut");
   auto metrics = cluster_->NodeGateway(a, "GET", "/metrics");
   const std::string failed =
       "function=\"echo\",node=\"" + cluster_->node_name(home) + "\",result=\"failed\"";

@@ -547,6 +547,17 @@ TEST_F(FlJobTest, FedFixCommitsDataShareWeightedDeltasAtItsTick) {
   EXPECT_LT(MaxDiff(Download("fix", version), expected), 1e-5);
 }
 
+// `cmd`'s output (stdout and what it redirects there) and, in `*rc`, its exit status.
+std::string RunCommand(const std::string& cmd, int* rc) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return "popen failed";
+  char buf[4096];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  *rc = pclose(p);
+  return out;
+}
+
 // A whole small job on sklearn's digits through real shoald, HTTP, leaf instances and the
 // shoal-client binary (FedAvg, 4 IID clients, MLP 64-64-10): the committed model reaches 90%
 // test accuracy.
@@ -574,12 +585,9 @@ TEST(FlDigitsTest, ShoalClientTrainsDigitsToNinetyPercent) {
                           std::to_string(shoald.port()) +
                           " --job digits --data digits --clients 4 --partition iid --seed 3"
                           " --time-scale 0 --max-seconds 25 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  EXPECT_EQ(pclose(p), 0) << out;
+  int rc = -1;
+  const std::string out = RunCommand(cmd, &rc);
+  EXPECT_EQ(rc, 0) << out;
   auto st = Json::parse(shoald.Api("GET", "/v1/jobs/digits").body, nullptr, false);
   const uint64_t version = st.value("version", uint64_t{0});
   ASSERT_GE(version, 1u) << out;
@@ -622,12 +630,9 @@ TEST(FlHistoryTest, ALongJobKeepsItsLatest256VersionsInStatusAndState) {
                           std::to_string(shoald.port()) +
                           " --job hist --data digits --clients 4 --partition iid --seed 3"
                           " --time-scale 0 --no-evaluator --max-seconds 120 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  EXPECT_EQ(pclose(p), 0) << out;
+  int rc = -1;
+  const std::string out = RunCommand(cmd, &rc);
+  EXPECT_EQ(rc, 0) << out;
   auto st = Json::parse(shoald.Api("GET", "/v1/jobs/hist").body, nullptr, false);
   ASSERT_EQ(st.value("version", uint64_t{0}), 300u) << st.dump().substr(0, 500) << out;
   EXPECT_EQ(st.value("state", ""), "done");

@@ -101,16 +101,15 @@ CompassDecision FedCompassScheduler::Aggregate(GroupId gid, double now) {
   general_.clear();
 
   // Reassign the arrived members fastest first (smallest seconds per step), so the fast ones
-  // pick their groups first.
+  // pick their groups first; equal speeds keep their arrival order (as APPFL's stable sort of
+  // the group's arrived clients does).
   std::vector<ClientId> members;
   for (const auto& u : d.group_updates) {
     clients_[u.client].waiting_in_group = false;
     members.push_back(u.client);
   }
-  std::sort(members.begin(), members.end(), [&](ClientId a, ClientId b) {
-    const double sa = clients_[a].speed, sb = clients_[b].speed;
-    return sa != sb ? sa < sb : a < b;
-  });
+  std::stable_sort(members.begin(), members.end(),
+                   [&](ClientId a, ClientId b) { return clients_[a].speed < clients_[b].speed; });
   for (ClientId m : members) d.assignments.push_back(Assign(m, now));
   return d;
 }
@@ -123,12 +122,14 @@ CompassAssignment FedCompassScheduler::Assign(ClientId id, double now) {
   if (groups_.empty()) {
     gid = CreateGroup(id, p_.q_max, now);
   } else {
-    // Join the group this client can reach with the most steps within [Q_min, Q_max].
+    // Join the group this client can reach with the most steps within [Q_min, Q_max]; of
+    // groups that give the same steps, the newest (APPFL scans its groups oldest first and
+    // keeps the last that is not worse). groups_ is ordered by id, that is by creation.
     std::optional<GroupId> best;
     double best_q = -1;
     for (const auto& [g_id, g] : groups_) {
       const double q = std::floor((g.t_e - now) / c.speed);
-      if (q >= q_min && q <= q_max && q > best_q) {
+      if (q >= q_min && q <= q_max && q >= best_q) {
         best = g_id;
         best_q = q;
       }
@@ -210,13 +211,20 @@ std::string FedCompassScheduler::Save() const {
   };
   Json clients = Json::array();
   for (const auto& [id, c] : clients_) {
-    clients.push_back({{"id", id}, {"seen", c.seen}, {"speed", c.speed}, {"start", c.start},
-                       {"steps", c.steps}, {"group", c.group ? Json(*c.group) : Json(nullptr)},
+    clients.push_back({{"id", id},
+                       {"seen", c.seen},
+                       {"speed", c.speed},
+                       {"start", c.start},
+                       {"steps", c.steps},
+                       {"group", c.group ? Json(*c.group) : Json(nullptr)},
                        {"waiting_in_group", c.waiting_in_group}});
   }
   Json groups = Json::array();
   for (const auto& [id, g] : groups_) {
-    groups.push_back({{"id", id}, {"t_e", g.t_e}, {"t_l", g.t_l}, {"waiting", g.waiting},
+    groups.push_back({{"id", id},
+                      {"t_e", g.t_e},
+                      {"t_l", g.t_l},
+                      {"waiting", g.waiting},
                       {"arrived", refs(g.arrived)}});
   }
   Json j = {{"start", start_ ? Json(*start_) : Json(nullptr)},

@@ -176,6 +176,91 @@ TEST(FedCompassScheduler, ArrivalAfterLatestTimeBeforeTheTimerFired) {
   EXPECT_EQ(s.general_buffer_size(), 2u);
 }
 
+// A replay checked against APPFL's CompassScheduler (src/appfl/scheduler/compass_scheduler.py,
+// the FedCompass authors' implementation): three clients whose true step times are C 0.5 s,
+// B 2.0 s, A 2.5 s, each arriving exactly `steps x step time` after it was assigned, so every
+// measured speed equals the true one. Each expectation is APPFL's rule applied by hand:
+//   speed:  first arrival: (now - start) / Q_max; later: 0.1 speed + 0.9 (now - assigned) / Q.
+//   join:   Q = floor((T_e - now) / speed) for every group, oldest first; keep Q in
+//           [Q_min, Q_max] and not below the best so far (a tie goes to the newer group).
+//   create: for each group with now < T_l: est = T_l + (its fastest member's speed) Q_max,
+//           Q = floor((est - now) / speed), kept if Q <= Q_max; the largest; raised to Q_min;
+//           none: Q_max. T_e = now + Q speed, T_l = now + Q speed 1.5.
+//   group:  the last member arriving by T_l aggregates it; members are reassigned fastest first.
+TEST(FedCompassScheduler, ReplaysAnArrivalSequenceAsAppflsSchedulerDecidesIt) {
+  FedCompassScheduler s(Params());
+  s.Start(0);
+  // t=50, C's first arrival: 50/100 = 0.5 s/step. Applied alone; no group → group 0 with
+  // Q_max: T_e = 50 + 50 = 100, T_l = 50 + 75 = 125.
+  auto d = Arrive(s, C, 50);
+  EXPECT_EQ(d.action, CompassAction::kApplyAlone);
+  EXPECT_EQ(d.assignments, (std::vector<CompassAssignment>{{C, 100, 0}}));
+  ExpectGroup(s, 0, 100, 125);
+  // t=100: C, alone in group 0, completes it → aggregated; reassigned to a new group 1 (no
+  // other group): Q_max, T_e 150, T_l 175. t=150: the same → group 2, T_e 200, T_l 225.
+  d = Arrive(s, C, 100);
+  EXPECT_EQ(d.action, CompassAction::kAggregateGroup);
+  EXPECT_EQ(d.assignments, (std::vector<CompassAssignment>{{C, 100, 1}}));
+  d = Arrive(s, C, 150);
+  EXPECT_EQ(d.assignments, (std::vector<CompassAssignment>{{C, 100, 2}}));
+  ExpectGroup(s, 2, 200, 225);
+  // t=200, B's first arrival: 2.0 s/step. Join group 2: floor(0 / 2) = 0 < Q_min. Create:
+  // group 2 (200 < 225) est = 225 + 0.5 · 100 = 275, Q = floor(75 / 2) = 37 → group 3:
+  // T_e = 200 + 74 = 274, T_l = 200 + 111 = 311.
+  d = Arrive(s, B, 200);
+  EXPECT_EQ(d.action, CompassAction::kApplyAlone);
+  EXPECT_EQ(d.assignments, (std::vector<CompassAssignment>{{B, 37, 3}}));
+  ExpectGroup(s, 3, 274, 311);
+  // t=200, C completes group 2. Join group 3: floor(74 / 0.5) = 148 > Q_max. Create: group 3
+  // est = 311 + 2 · 100 = 511, floor(311 / 0.5) = 622 > Q_max, dropped → Q_max → group 4:
+  // T_e 250, T_l 275.
+  d = Arrive(s, C, 200);
+  EXPECT_EQ(d.assignments, (std::vector<CompassAssignment>{{C, 100, 4}}));
+  ExpectGroup(s, 4, 250, 275);
+  // t=250, A's first arrival: 2.5 s/step. Join: group 3 floor(24 / 2.5) = 9, group 4
+  // floor(0) = 0, both < Q_min. Create: group 3 est 511, floor(261 / 2.5) = 104 > Q_max,
+  // dropped; group 4 est = 275 + 0.5 · 100 = 325, floor(75 / 2.5) = 30 → group 5:
+  // T_e = 250 + 75 = 325, T_l = 250 + 112.5 = 362.5.
+  d = Arrive(s, A, 250);
+  EXPECT_EQ(d.assignments, (std::vector<CompassAssignment>{{A, 30, 5}}));
+  ExpectGroup(s, 5, 325, 362.5);
+  // t=250, C completes group 4. Join: group 3 floor(24 / 0.5) = 48 ∈ [20, 100]; group 5
+  // floor(75 / 0.5) = 150 > Q_max → group 3 with 48 steps.
+  d = Arrive(s, C, 250);
+  EXPECT_EQ(d.assignments, (std::vector<CompassAssignment>{{C, 48, 3}}));
+  EXPECT_EQ(s.group(3)->waiting, (std::vector<ClientId>{B, C}));
+  // t=274 = 200 + 37 · 2: B in group 3 (before T_l 311), C still out → it waits.
+  EXPECT_EQ(Arrive(s, B, 274).action, CompassAction::kBufferedInGroup);
+  // t=274 = 250 + 48 · 0.5: C completes group 3 → aggregated; reassigned fastest first, C then B.
+  // C: join group 5 floor(51 / 0.5) = 102 > Q_max. Create: group 5 est = 362.5 + 2.5 · 100 =
+  // 612.5, floor(338.5 / 0.5) = 677, dropped → Q_max → group 6: T_e 324, T_l 349.
+  // B: group 5 floor((325 − 274) / 2) = 25, group 6 floor((324 − 274) / 2) = 25: a tie, and
+  // APPFL keeps the newer group, 6 (so B arrives with C, not with A).
+  d = Arrive(s, C, 274);
+  EXPECT_EQ(d.action, CompassAction::kAggregateGroup);
+  EXPECT_EQ(d.group, 3u);
+  EXPECT_EQ(d.group_updates, (std::vector<CompassUpdateRef>{{B, 7}, {C, 8}}));
+  EXPECT_EQ(d.assignments, (std::vector<CompassAssignment>{{C, 100, 6}, {B, 25, 6}}));
+  ExpectGroup(s, 6, 324, 349);
+  EXPECT_EQ(s.group(5)->waiting, (std::vector<ClientId>{A}));
+  EXPECT_DOUBLE_EQ(*s.speed(A), 2.5);
+  EXPECT_DOUBLE_EQ(*s.speed(B), 2.0);
+  EXPECT_DOUBLE_EQ(*s.speed(C), 0.5);
+}
+
+// Members with the same speed are reassigned in the order they arrived (APPFL sorts the
+// group's arrived clients by speed with Python's stable sort), not by client id.
+TEST(FedCompassScheduler, EqualSpeedsAreReassignedInArrivalOrder) {
+  FedCompassScheduler s(Params());
+  s.Start(0);
+  Arrive(s, B, 100);  // 1 s/step: group 0, Q_max, T_e 200
+  Arrive(s, A, 100);  // 1 s/step: joins group 0 with floor(100 / 1) = 100
+  EXPECT_EQ(Arrive(s, B, 200).action, CompassAction::kBufferedInGroup);
+  auto d = Arrive(s, A, 200);
+  ASSERT_EQ(d.action, CompassAction::kAggregateGroup);
+  EXPECT_EQ(d.assignments, (std::vector<CompassAssignment>{{B, 100, 1}, {A, 100, 1}}));
+}
+
 TEST(FedCompassScheduler, RefusesArrivalsBeforeStart) {
   FedCompassScheduler s(Params());
   auto d = s.OnArrival(A, 1);

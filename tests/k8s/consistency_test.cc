@@ -1,5 +1,7 @@
 // deploy/k8s against the real binaries: everything is read from the YAML that `kubectl
-// kustomize` renders (the base and every overlay), nothing is copied into this test.
+// kustomize` renders (the base and every overlay), nothing is copied into this test. Rendering
+// and placing a pod on this machine is tests/support/k8s_pod.h's (the netns cluster's nodes run
+// from the same DaemonSet through it).
 //  - every shoald container's command and args (with $(VAR) expanded from its env, as the
 //    kubelet does) are accepted by shoald (--print-config: parsed, config loaded, printed);
 //  - a live etcd (EtcdForTest), the shoal-controller started from the Deployment (its init
@@ -39,6 +41,7 @@
 
 #include "bpf_capability.h"
 #include "etcd_for_test.h"
+#include "k8s_pod.h"
 #include "shoald_fixture.h"
 
 namespace {
@@ -47,10 +50,14 @@ namespace fs = std::filesystem;
 using shoal::testing::BinDir;
 using shoal::testing::Http;
 using shoal::testing::HttpResult;
-
-const std::string kImageBin = "/opt/shoal/bin/";  // where scripts/image puts the binaries
-
-std::string Root() { return SHOAL_SOURCE_DIR; }
+using shoal::testing::k8s::Base64Decode;
+using shoal::testing::k8s::Find;
+using shoal::testing::k8s::FindGenerated;
+using shoal::testing::k8s::KubectlMissing;
+using shoal::testing::k8s::NamedItem;
+using shoal::testing::k8s::PodOnHost;
+using shoal::testing::k8s::PodSpec;
+using shoal::testing::k8s::Strings;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -78,56 +85,12 @@ std::string Capture(const std::string& cmd, int* rc) {
   return out;
 }
 
-// What is missing for these tests, or "".
-std::string KubectlMissing() {
-  int rc = 0;
-  Capture("command -v kubectl >/dev/null 2>&1", &rc);
-  return rc == 0 ? "" : "kubectl is missing (Debian package kubernetes-client)";
-}
-
-// The objects `kubectl kustomize deploy/k8s/<dir>` renders.
+// The rendered objects; a render that fails is this test's failure.
 std::vector<YAML::Node> Render(const std::string& dir) {
-  int rc = 0;
-  const std::string out = Capture(
-      "kubectl kustomize '" + Root() + "/deploy/k8s/" + dir + "' 2>&1 | grep -v '^# Warning'", &rc);
-  std::vector<YAML::Node> docs;
-  try {
-    for (const auto& d : YAML::LoadAll(out)) {
-      if (d.IsMap()) docs.push_back(d);
-    }
-  } catch (const YAML::Exception& e) {
-    ADD_FAILURE() << "deploy/k8s/" << dir << ": " << e.what() << "\n" << out;
-  }
-  EXPECT_FALSE(docs.empty()) << "kubectl kustomize deploy/k8s/" << dir << " rendered nothing:\n"
-                             << out;
+  std::string error;
+  std::vector<YAML::Node> docs = shoal::testing::k8s::Render(dir, &error);
+  EXPECT_TRUE(error.empty()) << error;
   return docs;
-}
-
-YAML::Node Find(const std::vector<YAML::Node>& docs, const std::string& kind,
-                const std::string& name) {
-  for (const auto& d : docs) {
-    if (d["kind"].as<std::string>() == kind && d["metadata"]["name"].as<std::string>() == name) {
-      return d;
-    }
-  }
-  return YAML::Node();
-}
-
-// A generated ConfigMap (its name carries kustomize's hash) by its base name.
-YAML::Node FindGenerated(const std::vector<YAML::Node>& docs, const std::string& kind,
-                         const std::string& base) {
-  for (const auto& d : docs) {
-    const std::string n = d["metadata"]["name"].as<std::string>();
-    if (d["kind"].as<std::string>() == kind && (n == base || n.rfind(base + "-", 0) == 0)) return d;
-  }
-  return YAML::Node();
-}
-
-YAML::Node NamedItem(const YAML::Node& list, const std::string& name) {
-  for (const auto& i : list) {
-    if (i["name"] && i["name"].as<std::string>() == name) return i;
-  }
-  return YAML::Node();
 }
 
 uint16_t FreePort() {
@@ -141,185 +104,6 @@ uint16_t FreePort() {
   close(s);
   return ntohs(a.sin_port);
 }
-
-std::vector<std::string> Strings(const YAML::Node& n) {
-  std::vector<std::string> v;
-  if (n) {
-    for (const auto& s : n) v.push_back(s.as<std::string>());
-  }
-  return v;
-}
-
-// One container of a rendered pod, placed on this machine: its volumes on temporary
-// directories, its env resolved, its argv expanded as the kubelet expands $(VAR).
-class PodOnHost {
- public:
-  // `field_refs`: the downward API's values (spec.nodeName, status.hostIP, metadata.name);
-  // `overrides`: env values the test replaces (SHOAL_ETCD: the test's etcd).
-  PodOnHost(const std::vector<YAML::Node>& docs, const YAML::Node& pod_spec,
-            const YAML::Node& container, const std::string& tmp,
-            std::map<std::string, std::string> field_refs,
-            std::map<std::string, std::string> overrides, const YAML::Node& secret = {})
-      : docs_(docs), container_(container), tmp_(tmp) {
-    for (const auto& e : container["env"]) {
-      const std::string name = e["name"].as<std::string>();
-      std::string value;
-      if (e["value"]) {
-        value = e["value"].as<std::string>();
-      } else if (e["valueFrom"]["fieldRef"]) {
-        const std::string f = e["valueFrom"]["fieldRef"]["fieldPath"].as<std::string>();
-        EXPECT_TRUE(field_refs.count(f)) << name << ": downward API field " << f << " not known";
-        value = field_refs[f];
-      } else if (e["valueFrom"]["configMapKeyRef"]) {
-        const auto ref = e["valueFrom"]["configMapKeyRef"];
-        const YAML::Node cm = Find(docs, "ConfigMap", ref["name"].as<std::string>());
-        EXPECT_TRUE(cm && cm["data"][ref["key"].as<std::string>()])
-            << name << ": ConfigMap " << ref["name"] << " key " << ref["key"] << " not rendered";
-        if (cm) value = cm["data"][ref["key"].as<std::string>()].as<std::string>("");
-      } else if (e["valueFrom"]["secretKeyRef"]) {
-        const auto ref = e["valueFrom"]["secretKeyRef"];
-        EXPECT_TRUE(secret) << name << ": needs Secret " << ref["name"];
-        if (secret)
-          value = Base64Decode(secret["data"][ref["key"].as<std::string>()].as<std::string>(""));
-      }
-      manifest_env_[name] = value;
-      env_[name] = overrides.count(name) ? overrides[name] : value;
-    }
-    for (const auto& m : container["volumeMounts"]) {
-      const std::string vol = m["name"].as<std::string>();
-      const std::string mount = m["mountPath"].as<std::string>();
-      const YAML::Node v = NamedItem(pod_spec["volumes"], vol);
-      EXPECT_TRUE(v) << "volumeMount " << vol << " has no volume";
-      if (!v) continue;
-      std::string host = tmp_ + "/vol-" + vol;
-      if (v["hostPath"] && v["hostPath"]["path"].as<std::string>() == "/sys/fs/bpf") {
-        // A directory of the real bpffs, so that pins work and nothing clashes with others.
-        host = "/sys/fs/bpf/shoal-k8s-test-" + std::to_string(getpid());
-        bpf_dir_ = host;
-      } else if (mount == "/dev/shm") {
-        host = "/dev/shm";  // shm_open's directory: the pod's own tmpfs there
-      }
-      fs::create_directories(host);
-      if (v["configMap"]) {
-        const YAML::Node cm = Find(docs, "ConfigMap", v["configMap"]["name"].as<std::string>());
-        EXPECT_TRUE(cm) << "volume " << vol << ": ConfigMap " << v["configMap"]["name"]
-                        << " not rendered";
-        for (const auto& kv : cm["data"]) {
-          WriteFile(host + "/" + kv.first.as<std::string>(), kv.second.as<std::string>());
-        }
-      } else if (v["secret"]) {
-        EXPECT_TRUE(secret) << "volume " << vol << " needs the Secret";
-        for (const auto& item : v["secret"]["items"]) {
-          WriteFile(
-              host + "/" + item["path"].as<std::string>(),
-              Base64Decode(secret["data"][item["key"].as<std::string>()].as<std::string>("")));
-        }
-      }
-      mounts_[mount] = host;
-      volumes_[mount] = v;
-      read_only_[mount] = m["readOnly"].as<bool>(false);
-    }
-  }
-  ~PodOnHost() {
-    if (!bpf_dir_.empty()) fs::remove_all(bpf_dir_);
-  }
-
-  static std::string Base64Decode(const std::string& in) {
-    static const std::string chars =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    std::string out;
-    int val = 0, bits = -8;
-    for (char c : in) {
-      const size_t p = chars.find(c);
-      if (p == std::string::npos) continue;
-      val = (val << 6) + static_cast<int>(p);
-      bits += 6;
-      if (bits >= 0) {
-        out.push_back(static_cast<char>((val >> bits) & 0xff));
-        bits -= 8;
-      }
-    }
-    return out;
-  }
-
-  // The mount a container path lies on ("" if none).
-  std::string MountOf(const std::string& path) const {
-    std::string best;
-    for (const auto& [m, h] : mounts_) {
-      if ((path == m || path.rfind(m + "/", 0) == 0) && m.size() > best.size()) best = m;
-    }
-    return best;
-  }
-  std::string MapPath(const std::string& path) const {
-    if (path.rfind(kImageBin, 0) == 0) return BinDir() + "/" + path.substr(kImageBin.size());
-    const std::string m = MountOf(path);
-    return m.empty() ? path : mounts_.at(m) + path.substr(m.size());
-  }
-  // Every container path in `text` (a shell command) mapped.
-  std::string MapText(std::string text) const {
-    for (const auto& [m, h] : mounts_) {
-      for (size_t at; (at = text.find(m + "/")) != std::string::npos;)
-        text.replace(at, m.size(), h);
-    }
-    return text;
-  }
-  // $(VAR) expanded from the env (the kubelet's rule; unknown names stay as written).
-  std::string Expand(const std::string& s, bool manifest = false) const {
-    const auto& env = manifest ? manifest_env_ : env_;
-    std::string out;
-    for (size_t i = 0; i < s.size();) {
-      if (s.compare(i, 2, "$(") == 0) {
-        const size_t end = s.find(')', i);
-        if (end != std::string::npos && env.count(s.substr(i + 2, end - i - 2))) {
-          out += env.at(s.substr(i + 2, end - i - 2));
-          i = end + 1;
-          continue;
-        }
-      }
-      out += s[i++];
-    }
-    return out;
-  }
-  // command + args, expanded, absolute paths mapped (also in --flag=/path).
-  std::vector<std::string> Argv() const {
-    std::vector<std::string> argv;
-    for (const auto* field : {"command", "args"}) {
-      for (const std::string& a : Strings(container_[field])) {
-        std::string x = Expand(a);
-        const size_t eq = x.find('=');
-        if (x[0] == '/')
-          x = MapPath(x);
-        else if (x.rfind("--", 0) == 0 && eq != std::string::npos && x[eq + 1] == '/')
-          x = x.substr(0, eq + 1) + MapPath(x.substr(eq + 1));
-        argv.push_back(x);
-      }
-    }
-    return argv;
-  }
-  // The value of --name=V in the expanded args (as the manifest has it, before overrides).
-  std::string Flag(const std::string& name) const {
-    for (const std::string& a : Strings(container_["args"])) {
-      if (a.rfind(name + "=", 0) == 0) return Expand(a.substr(name.size() + 1), true);
-    }
-    return {};
-  }
-  void Replace(std::vector<std::string>& argv, const std::string& flag, const std::string& value) {
-    for (auto& a : argv) {
-      if (a.rfind(flag + "=", 0) == 0) a = flag + "=" + value;
-    }
-  }
-  const std::map<std::string, std::string>& env() const { return env_; }
-  const YAML::Node& volume(const std::string& mount) const { return volumes_.at(mount); }
-  bool read_only(const std::string& mount) const { return read_only_.at(mount); }
-
- private:
-  const std::vector<YAML::Node>& docs_;
-  YAML::Node container_;
-  std::string tmp_, bpf_dir_;
-  std::map<std::string, std::string> env_, manifest_env_, mounts_;
-  std::map<std::string, YAML::Node> volumes_;
-  std::map<std::string, bool> read_only_;
-};
 
 // A process with `env` added, stdout+stderr to `log`.
 pid_t Spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
@@ -404,8 +188,6 @@ class TempDir {
 const std::vector<std::string> kRenders = {"", "overlays/dev", "overlays/gpu", "overlays/hugepages",
                                            "overlays/with-etcd"};
 
-YAML::Node PodSpec(const YAML::Node& workload) { return workload["spec"]["template"]["spec"]; }
-
 std::map<std::string, std::string> NodeFieldRefs() {
   return {{"spec.nodeName", "k8s-test-node"},
           {"status.hostIP", "127.0.0.1"},
@@ -426,6 +208,7 @@ TEST(K8sShoald, EveryRendersArgsAreAcceptedAndItsConfigLiesOnItsMounts) {
     ASSERT_TRUE(c);
     TempDir tmp;
     PodOnHost pod(docs, spec, c, tmp.path(), NodeFieldRefs(), {});
+    EXPECT_TRUE(pod.problems().empty()) << Join(pod.problems());
     std::vector<std::string> argv = pod.Argv();
     ASSERT_EQ(argv[0], BinDir() + "/shoald") << "command " << c["command"];
     argv.push_back("--print-config");
@@ -503,7 +286,8 @@ TEST(K8sExamples, TheJobsManifestsAreDeployExamples) {
   int n = 0;
   for (const auto& kv : cm["data"]) {
     const std::string name = kv.first.as<std::string>();
-    EXPECT_EQ(kv.second.as<std::string>(), ReadFile(Root() + "/deploy/examples/" + name))
+    EXPECT_EQ(kv.second.as<std::string>(),
+              ReadFile(shoal::testing::k8s::SourceDir() + "/deploy/examples/" + name))
         << "deploy/k8s/core/examples/" << name << " differs from deploy/examples/" << name;
     ++n;
   }
@@ -522,10 +306,11 @@ TEST(K8sLive, ControllerNodeAndJobRunAsRenderedAndEveryProbeAnswers200) {
 
   // The Secret, as scripts/k8s-admin-secret makes it.
   int rc = 0;
-  const std::string secret_yaml = Capture(Root() + "/scripts/k8s-admin-secret shoal", &rc);
+  const std::string secret_yaml =
+      Capture(shoal::testing::k8s::SourceDir() + "/scripts/k8s-admin-secret shoal", &rc);
   ASSERT_EQ(rc, 0) << secret_yaml;
   const YAML::Node secret = YAML::Load(secret_yaml);
-  const std::string token = PodOnHost::Base64Decode(secret["data"]["token"].as<std::string>());
+  const std::string token = Base64Decode(secret["data"]["token"].as<std::string>());
 
   // shoal-controller: init container, then the container.
   const YAML::Node dep = Find(docs, "Deployment", "shoal-controller");
@@ -537,7 +322,9 @@ TEST(K8sLive, ControllerNodeAndJobRunAsRenderedAndEveryProbeAnswers200) {
   ASSERT_TRUE(cc && init);
   const std::map<std::string, std::string> etcd_env = {{"SHOAL_ETCD", etcd.endpoints()}};
   PodOnHost ctl(docs, PodSpec(dep), cc, tmp.path() + "/ctl", NodeFieldRefs(), etcd_env, secret);
+  EXPECT_TRUE(ctl.problems().empty()) << Join(ctl.problems());
   PodOnHost seed(docs, PodSpec(dep), init, tmp.path() + "/ctl", NodeFieldRefs(), {}, secret);
+  EXPECT_TRUE(seed.problems().empty()) << Join(seed.problems());
   {
     std::vector<std::string> argv = Strings(init["command"]);
     ASSERT_EQ(argv.size(), 3u);
@@ -576,6 +363,7 @@ TEST(K8sLive, ControllerNodeAndJobRunAsRenderedAndEveryProbeAnswers200) {
   const YAML::Node ds = Find(docs, "DaemonSet", "shoald");
   const YAML::Node sc = NamedItem(PodSpec(ds)["containers"], "shoald");
   PodOnHost node(docs, PodSpec(ds), sc, tmp.path() + "/node", NodeFieldRefs(), etcd_env);
+  EXPECT_TRUE(node.problems().empty()) << Join(node.problems());
   const std::string config = node.MapPath(node.Flag("--config"));
   YAML::Node cfg = YAML::LoadFile(config);
   const uint16_t gw = FreePort(), control = FreePort();
@@ -612,6 +400,7 @@ TEST(K8sLive, ControllerNodeAndJobRunAsRenderedAndEveryProbeAnswers200) {
   ASSERT_TRUE(job);
   const YAML::Node jc = PodSpec(job)["containers"][0];
   PodOnHost jpod(docs, PodSpec(job), jc, tmp.path() + "/job", NodeFieldRefs(), {}, secret);
+  EXPECT_TRUE(jpod.problems().empty()) << Join(jpod.problems());
   std::vector<std::string> jargv = jpod.Argv();
   const std::string server = jpod.Flag("--server");
   EXPECT_EQ(server, "http://" + svc["metadata"]["name"].as<std::string>() + ":" +
@@ -705,6 +494,7 @@ TEST(K8sCapabilities, TheDaemonSetsSetLoadsBpfAndEachBpfCapabilityIsNeeded) {
   auto start = [&](const std::set<std::string>& with) {
     PodOnHost node(docs, PodSpec(ds), sc, tmp.path() + "/run" + std::to_string(++run),
                    NodeFieldRefs(), {{"SHOAL_ETCD", etcd.endpoints()}});
+    EXPECT_TRUE(node.problems().empty()) << Join(node.problems());
     const std::string config = node.MapPath(node.Flag("--config"));
     YAML::Node cfg = YAML::LoadFile(config);
     for (const char* key : {"state_dir", "bpf_pin_root"})
@@ -754,6 +544,7 @@ class CapNode {
       : log_(dir + ".log") {
     const YAML::Node sc = NamedItem(PodSpec(ds)["containers"], "shoald");
     PodOnHost node(docs, PodSpec(ds), sc, dir, NodeFieldRefs(), {{"SHOAL_ETCD", etcd}});
+    EXPECT_TRUE(node.problems().empty()) << Join(node.problems());
     const std::string config = node.MapPath(node.Flag("--config"));
     YAML::Node cfg = YAML::LoadFile(config);
     for (const char* key : {"state_dir", "bpf_pin_root"})

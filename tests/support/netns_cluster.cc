@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -26,9 +27,9 @@ std::string Slurp(const std::string& path) {
   return s.str();
 }
 
-// fork + (setns into `netns`) + exec, output appended to `log`.
-pid_t Launch(const std::vector<std::string>& args, const std::string& log,
-             const std::string& netns) {
+// fork + (setns into `netns`) + exec with `env` added, output appended to `log`.
+pid_t Launch(const std::vector<std::string>& args, const std::string& log, const std::string& netns,
+             const std::map<std::string, std::string>& env = {}) {
   pid_t pid = fork();
   if (pid != 0) return pid;
   int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -43,11 +44,38 @@ pid_t Launch(const std::vector<std::string>& args, const std::string& log,
       _exit(126);
     }
   }
+  for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   execv(argv[0], argv.data());
   _exit(127);
+}
+
+void AppendLog(const std::string& log, const std::string& text) {
+  std::ofstream(log, std::ios::app) << text << "\n";
+}
+
+// Every absolute path among the config's values, mapped onto the pod's volumes; a path on no
+// volume is a manifest error (the config would write into the image's read-only root).
+void MapConfigPaths(YAML::Node node, const k8s::PodOnHost& pod, std::vector<std::string>* bad) {
+  if (node.IsMap()) {
+    for (auto kv : node) {
+      if (kv.second.IsScalar()) {
+        const std::string v = kv.second.as<std::string>();
+        if (v.empty() || v[0] != '/') continue;
+        if (pod.MountOf(v).empty()) {
+          bad->push_back(kv.first.as<std::string>() + ": " + v + " lies on no volume");
+        } else {
+          kv.second = pod.MapPath(v);
+        }
+      } else {
+        MapConfigPaths(kv.second, pod, bad);
+      }
+    }
+  } else if (node.IsSequence()) {
+    for (auto item : node) MapConfigPaths(item, pod, bad);
+  }
 }
 
 int Reap(pid_t pid, int sig) {
@@ -74,6 +102,11 @@ std::string NetnsMissing() {
     return "cannot create a bridge (no bridge support in this kernel)";
   }
   (void)system(("ip link del " + bridge + " >/dev/null 2>&1").c_str());
+  // The nodes run as the rendered DaemonSet runs shoald: without kubectl there is nothing to
+  // start them from. A hand-written fallback config would be the drift this helper removes.
+  if (auto why = k8s::KubectlMissing(); !why.empty()) {
+    return why + ": the cluster's nodes start from deploy/k8s's rendered DaemonSet";
+  }
   return EtcdMissing();
 }
 
@@ -98,11 +131,8 @@ TestCluster::~TestCluster() {
     }
     Sh("ip link del " + bridge_ + " 2>/dev/null");
   }
-  for (int i = 0; i < options_.nodes; ++i) {
-    std::error_code ec;
-    std::filesystem::remove_all("/sys/fs/bpf/shoal-it/" + node_name(i), ec);
-  }
   std::error_code ec;
+  std::filesystem::remove_all(bpffs(), ec);
   std::filesystem::remove_all(dir_, ec);
 }
 
@@ -120,6 +150,19 @@ std::string TestCluster::node_ip(int i) const {
 }
 
 bool TestCluster::Start(std::string* why) {
+  manifests_ = k8s::Render("", why);
+  if (manifests_.empty()) return false;
+  const YAML::Node ds = k8s::Find(manifests_, "DaemonSet", "shoald");
+  if (!ds || !k8s::NamedItem(k8s::PodSpec(ds)["containers"], "shoald")) {
+    *why = "deploy/k8s renders no DaemonSet shoald with a container shoald";
+    return false;
+  }
+  const YAML::Node names = k8s::FindGenerated(manifests_, "ConfigMap", "shoal-cluster");
+  cluster_ = names["data"]["cluster"].as<std::string>("");
+  if (cluster_.empty()) {
+    *why = "deploy/k8s renders no ConfigMap shoal-cluster with a key cluster";
+    return false;
+  }
   network_made_ = true;
   {
     // Clusters of tests running side by side each take a /24 no interface has yet: chosen and
@@ -128,8 +171,8 @@ bool TestCluster::Start(std::string* why) {
     if (lock >= 0) flock(lock, LOCK_EX);
     for (int k = 0; k < 200; ++k) {
       const int candidate = 20 + static_cast<int>((getpid() + k) % 200);
-      const std::string probe = "ip -4 -o addr show to 10.77." + std::to_string(candidate) +
-                                ".0/24 | grep -q .";
+      const std::string probe =
+          "ip -4 -o addr show to 10.77." + std::to_string(candidate) + ".0/24 | grep -q .";
       if (system(probe.c_str()) != 0) {
         subnet_ = candidate;
         break;
@@ -185,25 +228,57 @@ bool TestCluster::StartNode(int i, const std::string& name) {
     std::filesystem::create_directories(p.dir);
     p.log = p.dir + "/shoald.log";
   }
-  const std::string cfg = p.dir + "/shoald.yaml";
-  {
-    std::ofstream f(cfg);
-    f << "node_name: " << (name.empty() ? node_name(i) : name) << "\n"
-      << "listen_host: " << node_ip(i) << "\nlisten_port: " << kGatewayPort << "\n"
-      << "control_listen_host: " << node_ip(i) << "\ncontrol_port: " << kControlPort << "\n"
-      << "control_allow_insecure: true\n"
-      << "state_dir: " << p.dir << "/state\n"
-      << "gateway_threads: 1\n"
-      << "pool: boost\npool_bytes: " << options_.pool_bytes << "\n"
-      << "max_body_bytes: " << (options_.pool_bytes / 4) << "\n"
-      << "bpf_pin_root: /sys/fs/bpf/shoal-it\n"
-      << "etcd: " << etcd_->endpoints() << "\n"
-      << "cluster: c" << tag_ << "\n"
-      << "node_lease_ttl_s: " << options_.node_lease_ttl_s << "\n";
-    if (options_.forward_timeout_s > 0) f << "forward_timeout_s: " << options_.forward_timeout_s << "\n";
+  // shoald as the DaemonSet runs it: its command and args, its env (the downward API's node
+  // name and host IP: this node's; ConfigMap shoal-cluster's etcd: replaced by the test's
+  // etcd, the Service name resolves nowhere here), the node ConfigMap as its config file and
+  // its volumes below the node's directory (bpffs: a directory of this machine's bpffs).
+  const YAML::Node spec = k8s::PodSpec(k8s::Find(manifests_, "DaemonSet", "shoald"));
+  const k8s::PodOnHost pod(
+      manifests_, spec, k8s::NamedItem(spec["containers"], "shoald"), p.dir,
+      {{"spec.nodeName", name.empty() ? node_name(i) : name}, {"status.hostIP", node_ip(i)}},
+      {{"SHOAL_ETCD", etcd_->endpoints()}}, {}, bpffs() + "/n" + std::to_string(i));
+  std::vector<std::string> problems = pod.problems();
+  const std::string cfg = pod.MapPath(pod.Flag("--config"));
+  YAML::Node config;
+  try {
+    config = YAML::LoadFile(cfg);
+  } catch (const YAML::Exception& e) {
+    problems.push_back("the DaemonSet's --config " + cfg + ": " + e.what());
   }
+  MapConfigPaths(config, pod, &problems);
+  if (config["listen_port"].as<int>(0) != kGatewayPort ||
+      config["control_port"].as<int>(0) != kControlPort) {
+    problems.push_back("the node config's listen_port/control_port are not " +
+                       std::to_string(kGatewayPort) + "/" + std::to_string(kControlPort) +
+                       " (TestCluster::kGatewayPort/kControlPort)");
+  }
+  // What the tests change in the node config, and why. Everything else is the DaemonSet's.
+  //  - The tests call each node's control API from the root namespace (NodeApi); in a pod it
+  //    stays on the node's loopback. Off loopback shoald wants TLS or control_allow_insecure.
+  config["control_listen_host"] = node_ip(i);
+  config["control_allow_insecure"] = true;
+  //  - Several nodes share this machine (two cores in CI), its /dev/shm and its hugepages: one
+  //    gateway loop each, the boost pool (dpdk would take hugepages other tests reserve), the
+  //    test's pool size, and bodies that fit that pool.
+  config["gateway_threads"] = 1;
+  config["pool"] = "boost";
+  config["pool_bytes"] = options_.pool_bytes;
+  config["max_body_bytes"] = options_.pool_bytes / 4;
+  //  - The tests lose nodes and wait for their leases to expire (the DaemonSet's TTL is 10 s).
+  config["node_lease_ttl_s"] = options_.node_lease_ttl_s;
+  if (options_.forward_timeout_s > 0) config["forward_timeout_s"] = options_.forward_timeout_s;
+  {
+    YAML::Emitter out;
+    out << config;
+    std::ofstream(cfg) << out.c_str() << "\n";
+  }
+  if (!problems.empty()) {
+    for (const auto& why : problems) AppendLog(p.log, "netns_cluster: " + why);
+    return false;
+  }
+  const std::string state = config["state_dir"].as<std::string>();
   const size_t offset = Slurp(p.log).size();
-  p.pid = Launch({BinDir() + "/shoald", "-c", cfg}, p.log, ns(i));
+  p.pid = Launch(pod.Argv(), p.log, ns(i), pod.env());
   const std::regex ready("shoald ready on http://");
   for (int t = 0; t < 500; ++t) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -213,9 +288,8 @@ bool TestCluster::StartNode(int i, const std::string& name) {
       return false;
     }
     const std::string log = Slurp(p.log).substr(offset);
-    if (log.find("cluster: node ") != std::string::npos &&
-        std::regex_search(log, ready)) {
-      std::istringstream conf(Slurp(p.dir + "/state/admin.conf"));
+    if (log.find("cluster: node ") != std::string::npos && std::regex_search(log, ready)) {
+      std::istringstream conf(Slurp(state + "/admin.conf"));
       for (std::string line; std::getline(conf, line);) {
         if (line.rfind("token: ", 0) == 0) p.token = line.substr(7);
       }
@@ -258,9 +332,7 @@ HttpResult TestCluster::NodeGateway(int i, const std::string& method, const std:
   return HttpAt(node_ip(i), kGatewayPort, method, path, body, {}, 0, 10000);
 }
 
-void TestCluster::SetLink(int i, bool up) {
-  Sh("ip link set " + veth(i) + (up ? " up" : " down"));
-}
+void TestCluster::SetLink(int i, bool up) { Sh("ip link set " + veth(i) + (up ? " up" : " down")); }
 
 bool TestCluster::StartController(int j) {
   Proc& p = controllers_[static_cast<size_t>(j)];
@@ -272,11 +344,11 @@ bool TestCluster::StartController(int j) {
   // The controllers share one state dir (one token store), as replicas sharing a Secret would.
   const std::string state = dir_ + "/controller-state";
   const size_t offset = Slurp(p.log).size();
-  p.pid = Launch({BinDir() + "/shoal-controller", "--etcd", etcd_->endpoints(), "--cluster",
-                  "c" + tag_, "--port", "0", "--state-dir", state, "--name",
-                  "ctl-" + std::to_string(j), "--lease-ttl",
-                  std::to_string(options_.controller_lease_ttl_s)},
-                 p.log, "");
+  p.pid =
+      Launch({BinDir() + "/shoal-controller", "--etcd", etcd_->endpoints(), "--cluster", cluster_,
+              "--port", "0", "--state-dir", state, "--name", "ctl-" + std::to_string(j),
+              "--lease-ttl", std::to_string(options_.controller_lease_ttl_s)},
+             p.log, "");
   const std::regex ready("shoal-controller ready on http://127.0.0.1:([0-9]+)");
   for (int t = 0; t < 500; ++t) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

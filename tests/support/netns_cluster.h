@@ -1,8 +1,10 @@
 // A real Shoal cluster on one machine for tests and benchmarks: N network namespaces joined by
 // veth pairs to a bridge, one shoald per namespace on its own address (10.77.K.i:8080), a real
-// etcd on the bridge's address and shoal-controllers in the root namespace. Everything is torn
-// down by the destructor (processes, links, namespaces, BPF pins, directories), also when a
-// test fails. Where namespaces cannot be made, NetnsMissing() says why (for GTEST_SKIP).
+// etcd on the bridge's address and shoal-controllers in the root namespace. Each shoald runs as
+// deploy/k8s's rendered DaemonSet runs it (k8s_pod.h: its command, args, env and ConfigMap
+// config, its volumes in the node's directory); what the tests change is listed, with its
+// reason, in StartNode. Everything is torn down by the destructor (processes, links,
+// namespaces, BPF pins, directories), also when a test fails.
 #pragma once
 
 #include <sys/types.h>
@@ -12,10 +14,13 @@
 #include <vector>
 
 #include "etcd_for_test.h"
+#include "k8s_pod.h"
 #include "shoald_fixture.h"
 
 namespace shoal::testing {
 
+// What this machine lacks for a TestCluster (namespaces, a bridge, etcd, and kubectl to render
+// the DaemonSet the nodes run as), or "": the reason to skip.
 std::string NetnsMissing();
 
 class TestCluster {
@@ -34,8 +39,8 @@ class TestCluster {
   TestCluster(const TestCluster&) = delete;
   TestCluster& operator=(const TestCluster&) = delete;
 
-  // Makes the network, starts etcd, the controllers and every node, and waits until each node
-  // answers /readyz; false with `why` set otherwise.
+  // Renders deploy/k8s, makes the network, starts etcd, the controllers and every node, and
+  // waits until each node answers /readyz; false with `why` set otherwise.
   bool Start(std::string* why);
 
   int nodes() const { return options_.nodes; }
@@ -43,8 +48,12 @@ class TestCluster {
   std::string node_ip(int i) const;
   // The network namespace node i runs in (its name under /var/run/netns).
   std::string netns(int i) const { return ns(i); }
+  // The DaemonSet's ports (its config's listen_port and control_port; StartNode fails naming
+  // them if the manifests change them).
   static constexpr uint16_t kGatewayPort = 8080;
   static constexpr uint16_t kControlPort = 8081;
+  // The cluster's name: the rendered ConfigMap shoal-cluster's, for nodes and controllers.
+  const std::string& cluster_name() const { return cluster_; }
   // The node's control API (admin token of that node).
   HttpResult NodeApi(int i, const std::string& method, const std::string& path,
                      const std::string& body = {});
@@ -83,7 +92,10 @@ class TestCluster {
   bool Sh(const std::string& cmd, std::string* why = nullptr);
   std::string ns(int i) const;
   std::string veth(int i) const;
+  std::string bpffs() const { return "/sys/fs/bpf/shoal-it-" + tag_; }
   Options options_;
+  std::vector<YAML::Node> manifests_;  // deploy/k8s, rendered
+  std::string cluster_;
   std::string tag_;
   int subnet_ = 0;
   std::string dir_;

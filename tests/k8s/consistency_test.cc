@@ -13,7 +13,8 @@
 //  - capabilities: shoald started with exactly the DaemonSet's set (capsh) loads the sockmap
 //    data plane, and without CAP_BPF, CAP_NET_ADMIN or CAP_PERFMON it does not; the set is
 //    what shoald keeps for itself;
-//  - etcd's StatefulSet: its flags are etcd's, its members, peers and Services agree.
+//  - etcd's StatefulSet: its flags are etcd's, its members, peers and Services agree, and the
+//    dev overlay's member started from it answers both probes.
 // Paths are mapped onto temporary directories and ports onto free ones (other Shoal processes
 // may hold 8080 on this machine); each mapping is asserted equal to the manifest's first.
 #include <gtest/gtest.h>
@@ -830,6 +831,63 @@ TEST(K8sEtcd, FlagsAreEtcdsAndMembersPeersAndServicesAgree) {
     const bool pvc = static_cast<bool>(sts["spec"]["volumeClaimTemplates"]);
     EXPECT_EQ(pvc, dir != "overlays/dev");
   }
+}
+
+// The dev overlay's one-member etcd started from its StatefulSet (command, args, env, data
+// volume): both probes answer 200 on the client port the flags listen on, and the container's
+// ports are the flags' ports. Mapped, each asserted first: the image's /usr/local/bin/etcd is
+// Debian's /usr/bin/etcd, the pod's DNS name (<pod>.<headless Service>) is 127.0.0.1, and the
+// ports are free ones (another etcd may hold 2379 here).
+TEST(K8sEtcd, TheDevMemberStartsFromItsStatefulSetAndBothProbesAnswer200) {
+  if (auto why = KubectlMissing(); !why.empty()) GTEST_SKIP() << why;
+  if (access("/usr/bin/etcd", X_OK) != 0) GTEST_SKIP() << "/usr/bin/etcd is missing (etcd-server)";
+  const auto docs = Render("overlays/dev");
+  const YAML::Node sts = Find(docs, "StatefulSet", "shoal-etcd");
+  ASSERT_TRUE(sts);
+  const YAML::Node c = NamedItem(PodSpec(sts)["containers"], "etcd");
+  ASSERT_TRUE(c);
+  TempDir tmp;
+  const std::string pod_name = sts["metadata"]["name"].as<std::string>() + "-0";
+  PodOnHost pod(docs, PodSpec(sts), c, tmp.path(), {{"metadata.name", pod_name}}, {});
+  EXPECT_TRUE(pod.problems().empty()) << Join(pod.problems());
+  std::vector<std::string> argv = pod.Argv();
+  ASSERT_EQ(argv[0], "/usr/local/bin/etcd");
+  argv[0] = "/usr/bin/etcd";
+  const int client = NamedItem(c["ports"], "etcd-client")["containerPort"].as<int>();
+  const int peer = NamedItem(c["ports"], "etcd-server")["containerPort"].as<int>();
+  EXPECT_EQ(pod.Flag("--listen-client-urls"), "http://0.0.0.0:" + std::to_string(client));
+  EXPECT_EQ(pod.Flag("--listen-peer-urls"), "http://0.0.0.0:" + std::to_string(peer));
+  const std::string dns = pod_name + "." + sts["spec"]["serviceName"].as<std::string>();
+  EXPECT_EQ(pod.Flag("--initial-advertise-peer-urls"),
+            "http://" + dns + ":" + std::to_string(peer));
+  EXPECT_EQ(pod.Flag("--advertise-client-urls"), "http://" + dns + ":" + std::to_string(client));
+  EXPECT_EQ(pod.MountOf(pod.Flag("--data-dir")), "/var/lib/etcd") << "etcd's data on no volume";
+  const uint16_t free_client = FreePort(), free_peer = FreePort();
+  auto replace_all = [](std::string s, const std::string& from, const std::string& to) {
+    for (size_t at = 0; (at = s.find(from, at)) != std::string::npos; at += to.size())
+      s.replace(at, from.size(), to);
+    return s;
+  };
+  for (std::string& a : argv) {
+    a = replace_all(a, dns, "127.0.0.1");
+    a = replace_all(a, ":" + std::to_string(client), ":" + std::to_string(free_client));
+    a = replace_all(a, ":" + std::to_string(peer), ":" + std::to_string(free_peer));
+  }
+  const std::string log = tmp.path() + "/etcd.log";
+  const pid_t pid = Spawn(argv, pod.env(), log);
+  HttpResult last;
+  for (const char* probe : {"livenessProbe", "readinessProbe"}) {
+    EXPECT_EQ(c[probe]["httpGet"]["port"].as<int>(), client) << probe;
+    const std::string path = c[probe]["httpGet"]["path"].as<std::string>();
+    EXPECT_TRUE(WaitFor200(free_client, path, 30, &last))
+        << "etcd " << probe << " " << path << ": " << last.status << " " << last.body << last.error
+        << "\n"
+        << Join(argv) << "\n"
+        << ReadFile(log);
+  }
+  // SIGTERM ends it within the pod's default grace period (etcd re-raises it: 128 + 15).
+  kill(pid, SIGTERM);
+  EXPECT_EQ(WaitExit(pid, 30), 128 + SIGTERM) << ReadFile(log);
 }
 
 }  // namespace

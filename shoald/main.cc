@@ -355,10 +355,15 @@ int main(int argc, char** argv) {
     if (node_agent) text += node_agent->MetricsText();
     return text;
   };
-  hooks.ready = [&] { return manager.Ready(); };
+  // Ready only once the whole start-up is done: the gateway answers /readyz before the control
+  // API listens, admin.conf is written and (cluster mode) the node has joined, and a readiness
+  // probe or a script that reads admin.conf on the first 200 must find all of them there.
+  std::atomic<bool> started{false};
+  hooks.ready = [&] { return started.load() && manager.Ready(); };
   // Cluster mode: /readyz says how the node's etcd link stands. It stays 200 while etcd is
   // away: the data plane keeps serving what is placed here and forwarding by the last routes.
-  hooks.ready_detail = [&cluster_view]() -> std::string {
+  hooks.ready_detail = [&cluster_view, &started]() -> std::string {
+    if (!started.load()) return "starting: control API and cluster membership not up yet\n";
     cluster::NodeAgent* agent = cluster_view.load();
     return agent ? agent->StatusLine() + "\n" : std::string();
   };
@@ -490,6 +495,7 @@ int main(int argc, char** argv) {
   uv_signal_init(loop, &sigterm);
   uv_signal_start(&sigint, on_signal, SIGINT);
   uv_signal_start(&sigterm, on_signal, SIGTERM);
+  started.store(true);
   spdlog::info("shoald ready on http://{}:{} (data plane {}; control API {})", config.listen_host,
                gateway.port(), DataPlaneKindName(data_plane->kind()), control_server.url());
 

@@ -8,8 +8,8 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -19,6 +19,7 @@
 #include "shoal/aggregator/fl_coordinator.h"
 #include "shoal/auth/token_store.h"
 #include "shoal/autoscaler/signals.h"
+#include "shoal/cluster/cluster_fl.h"
 #include "shoal/cluster/node_agent.h"
 #include "shoal/common/config.h"
 #include "shoal/common/file_io.h"
@@ -348,6 +349,7 @@ int main(int argc, char** argv) {
   hooks.control = &control_service;
   hooks.tokens = tokens.get();
   std::unique_ptr<cluster::NodeAgent> node_agent;  // cluster mode: the node's etcd registration
+  std::unique_ptr<cluster::ClusterFl> cluster_fl;  // cluster mode: FL across the nodes
   hooks.metrics_text = [&] {
     manager.RefreshMetrics();
     std::string text = metrics.Serialize();
@@ -482,6 +484,17 @@ int main(int argc, char** argv) {
       }
     });
     cluster_view.store(node_agent.get());
+    // LIFL's hierarchy across nodes: this node folds the updates it receives for jobs whose top
+    // is elsewhere, and tops the jobs it runs for the other nodes.
+    cluster_fl = std::make_unique<cluster::ClusterFl>(config, fl, *tokens, *node_agent);
+    if (Status st = cluster_fl->Start(); !st.ok()) {
+      spdlog::error("cluster: {}", st.ToString());
+      node_agent->Leave();
+      control_server.Stop();
+      gateway.Stop();
+      manager.Stop();
+      return 1;
+    }
     spdlog::info("cluster: node {} of cluster '{}' at {} (etcd {}; lease TTL {} s)",
                  config.node_name, config.cluster, record.address, config.etcd,
                  config.node_lease_ttl_s);
@@ -506,6 +519,8 @@ int main(int argc, char** argv) {
   gateway.Stop();
   manager.Stop();
   monitor.Stop();
+  if (cluster_fl) cluster_fl->Stop();  // before the agent it reads and the coordinator it calls
+  cluster_fl.reset();
   cluster_view.store(nullptr);
   node_agent.reset();
   uv_close(reinterpret_cast<uv_handle_t*>(&sigint), nullptr);

@@ -93,6 +93,10 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
     else if (key == "advertise_host") st = Read(v, "advertise_host", c.advertise_host);
     else if (key == "node_lease_ttl_s") st = Read(v, "node_lease_ttl_s", c.node_lease_ttl_s);
     else if (key == "forward_timeout_s") st = Read(v, "forward_timeout_s", c.forward_timeout_s);
+    else if (key == "fl_hierarchy")
+      st = Read(v, "fl_hierarchy", c.fl_hierarchy);
+    else if (key == "fl_peer_port")
+      st = Read(v, "fl_peer_port", c.fl_peer_port);
     else if (key == "control_allow_insecure")
       st = Read(v, "control_allow_insecure", c.control_allow_insecure);
     else if (key == "handler_dirs") {
@@ -258,6 +262,8 @@ std::string NodeConfig::ToYaml() const {
   e << YAML::Key << "advertise_host" << YAML::Value << advertise_host;
   e << YAML::Key << "node_lease_ttl_s" << YAML::Value << node_lease_ttl_s;
   e << YAML::Key << "forward_timeout_s" << YAML::Value << forward_timeout_s;
+  e << YAML::Key << "fl_hierarchy" << YAML::Value << fl_hierarchy;
+  e << YAML::Key << "fl_peer_port" << YAML::Value << fl_peer_port;
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

@@ -127,6 +127,7 @@ void Connection::OnBegin() {
   small_body_.clear();
   error_status_ = 0;
   fl_job_.clear();
+  fl_bearer_.clear();
 }
 
 bool Connection::OnHead(const RequestHead& head) {
@@ -252,6 +253,19 @@ bool Connection::RouteRequest(const RequestHead& head) {
         if (!Authenticate(head)) return has_body;
         return not_found("FL job", fl_job_);
       }
+      fl_bearer_.clear();
+      if (fl->FoldsForOtherNode(fl_job_)) {
+        // Folded here for a top on another node, which holds the job's tokens: it authenticates
+        // the bearer token with the update's small admit request (AdmitForTop).
+        fl_bearer_ = auth::BearerToken(head.authorization);
+        if (fl_bearer_.empty()) {
+          fn_.reset();
+          loop_.gw().metrics_.gateway_rejections.Add({{"reason", "unauthenticated"}}).Increment();
+          Reject(401, "authentication required: send 'Authorization: Bearer <token>'");
+          return has_body;
+        }
+        return PrepareFunctionBody(head);
+      }
       // An update needs the job's FL client token (or a deployer's of its namespace).
       if (!Authorize(head, auth::Action::kFlClient, fn_->spec.tenant, fl_job_)) {
         fn_.reset();
@@ -262,7 +276,7 @@ bool Connection::RouteRequest(const RequestHead& head) {
       // Cluster mode: a job this node does not run goes to the node that does (its tokens
       // authenticate the request there).
       auto leaf = fl != nullptr ? gw.functions_.Find(fl->LeafFunction(m.job)) : nullptr;
-      if (!leaf || leaf->retired.load(std::memory_order_relaxed)) {
+      if (!leaf || leaf->retired.load(std::memory_order_relaxed) || fl->FoldsForOtherNode(m.job)) {
         bool take_body = false;
         if (TryForward(head, ForwardTable::Kind::kJob, m.job, &take_body)) return take_body;
       }
@@ -558,8 +572,10 @@ void Connection::DispatchFunction() {
   FlAdmission admission;
   if (!fl_job_.empty()) {
     // The coordinator checks the update's header before any leaf touches it.
-    auto adm = loop_.gw().hooks_.fl->Admit(
-        fl_job_, *fn_->pool, std::span<const std::byte>(body_ptr_, body_len_), buffer_);
+    const std::span<const std::byte> body(body_ptr_, body_len_);
+    FlDataPath* fl = loop_.gw().hooks_.fl;
+    auto adm = fl_bearer_.empty() ? fl->Admit(fl_job_, *fn_->pool, body, buffer_)
+                                  : fl->AdmitForTop(fl_job_, *fn_->pool, body, buffer_, fl_bearer_);
     if (!adm.ok()) {
       ReleaseRequestBuffer();
       const int status = adm.status().code() == StatusCode::kAlreadyExists

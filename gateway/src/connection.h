@@ -131,6 +131,8 @@ class Connection final : public RequestEvents, public ForwardClient {
   Route route_ = Route::kNone;
   std::string function_name_, sub_path_, query_, path_;
   std::string fl_job_;  // POST /v1/jobs/{job}/updates: the update goes to the job's leaves
+  // Cluster mode, a job whose top is on another node: the bearer token the top authenticates.
+  std::string fl_bearer_;
   std::shared_ptr<FunctionRuntime> fn_;
   uint64_t body_limit_ = 0;
   // Function bodies live in the pool: [payload head][body].

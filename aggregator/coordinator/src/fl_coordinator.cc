@@ -7,6 +7,7 @@
 #include <set>
 
 #include "job_state.h"
+#include "shoal/aggregator/fl_members.h"
 #include "shoal/aggregator/fold_pool.h"
 #include "shoal/v1/fl.pb.h"
 
@@ -110,7 +111,28 @@ agg::ClientId NumericId(const std::string& id) {
   return id.size() > 1 ? std::strtoull(id.c_str() + 1, nullptr, 10) : 0;
 }
 
-
+FunctionSpec LeafSpec(const FlJobSpec& spec, uint32_t id, std::string name,
+                      const NodeConfig& config) {
+  FunctionSpec f;
+  f.id = id;
+  f.name = std::move(name);
+  f.tenant = spec.tenant;
+  f.handler.builtin = "fl-leaf";
+  f.handler.env["SHOAL_FL_ARCH"] = spec.architecture;
+  f.handler.env["SHOAL_FL_HIDDEN"] = std::to_string(spec.hidden);
+  f.handler.env["SHOAL_FL_INPUTS"] = std::to_string(JobArchitecture(spec).inputs);
+  f.handler.env["SHOAL_FL_AGG_DEVICE"] = spec.aggregation_device;  // the leaf's fold device
+  // A robust job's leaves validate and answer; the rule runs at the top (robust_commit.h).
+  f.handler.env["SHOAL_FL_FOLD"] = spec.robust.enabled() ? "none" : "sum";
+  f.concurrency = std::max(1u, spec.max_fan_in);
+  f.min_scale = 1;
+  f.max_scale = std::max(1u, spec.max_leaves);
+  f.timeout_s = config.default_timeout_s;
+  f.keep_alive_s = config.default_keep_alive_s;
+  f.max_body_bytes = config.max_body_bytes;
+  f.generation = spec.generation;
+  return f;
+}
 
 Json SpecToJson(const FlJobSpec& s) {
   return Json{{"name", s.name},
@@ -267,6 +289,7 @@ FlCoordinator::FlCoordinator(const NodeConfig& config)
           std::chrono::milliseconds(config.fl_checkpoint_delay_ms))),
       merge_pool_(std::make_unique<agg::FoldPool>()),
       robust_(std::make_unique<RobustCommitter>()) {
+  members_ = std::make_unique<FlMembers>(config);
   if (config.fl_checkpoint_delay_ms > 0) {
     spdlog::warn("fl: checkpoints are written {} ms behind their commits "
                  "(fl_checkpoint_delay_ms, for tests)",
@@ -296,28 +319,16 @@ std::string FlCoordinator::LeafFunction(std::string_view job) {
 }
 
 std::vector<FunctionSpec> FlCoordinator::LeafSpecs() {
-  std::lock_guard lock(mu_);
   std::vector<FunctionSpec> out;
-  for (const auto& [name, job] : jobs_) {
-    if (job->deleted) continue;
-    FunctionSpec f;
-    f.id = job->leaf_id;
-    f.name = LeafFunction(name);
-    f.tenant = job->spec.tenant;
-    f.handler.builtin = "fl-leaf";
-    f.handler.env["SHOAL_FL_ARCH"] = job->spec.architecture;
-    f.handler.env["SHOAL_FL_HIDDEN"] = std::to_string(job->spec.hidden);
-    f.handler.env["SHOAL_FL_INPUTS"] = std::to_string(JobArchitecture(job->spec).inputs);
-    f.handler.env["SHOAL_FL_AGG_DEVICE"] = job->spec.aggregation_device;  // the leaf's fold device
-    // A robust job's leaves validate and answer; the rule runs at the top (robust_commit.h).
-    f.handler.env["SHOAL_FL_FOLD"] = job->Robust() ? "none" : "sum";
-    f.concurrency = std::max(1u, job->spec.max_fan_in);
-    f.min_scale = 1;
-    f.max_scale = std::max(1u, job->spec.max_leaves);
-    f.timeout_s = config_.default_timeout_s;
-    f.keep_alive_s = config_.default_keep_alive_s;
-    f.max_body_bytes = config_.max_body_bytes;
-    f.generation = job->spec.generation;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [name, job] : jobs_) {
+      if (job->deleted) continue;
+      out.push_back(LeafSpec(job->spec, job->leaf_id, LeafFunction(name), config_));
+    }
+  }
+  // Cluster mode: the leaves of the jobs this node folds for tops elsewhere.
+  for (auto& f : members_->LeafSpecs([this](std::string_view job) { return LeafFunction(job); })) {
     out.push_back(std::move(f));
   }
   return out;
@@ -496,128 +507,6 @@ Result<std::string> FlCoordinator::JobNamespace(const std::string& name) {
   return job->spec.tenant;
 }
 
-Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
-  auto job = Find(name);
-  if (!job) return NotFound("FL job '" + name + "' not found");
-  std::lock_guard jl(job->mu);
-  Json versions = Json::array();
-  for (const auto& v : job->versions) {
-    versions.push_back({{"version", v.version},
-                        {"accuracy", v.accuracy ? Json(*v.accuracy) : Json(nullptr)},
-                        {"loss", v.loss ? Json(*v.loss) : Json(nullptr)},
-                        {"updates", v.updates},
-                        {"elapsed_s", v.elapsed_s}});
-  }
-  Json j = {{"name", name},
-            {"algorithm", job->spec.algorithm},
-            {"state", job->done ? "done" : "running"},
-            {"version", job->version()},
-            {"round", job->open_round},
-            {"clients", {{"expected", job->spec.clients}, {"joined", job->clients.size()}}},
-            {"updates_total", job->updates_total},
-            {"gpu_fallbacks", job->gpu_fallbacks},
-            {"elapsed_s", job->Elapsed()},
-            {"target_accuracy", job->spec.target_accuracy},
-            {"target_rounds", job->spec.rounds},  // spec.stop.rounds; 0: none
-            {"best_accuracy", job->best_accuracy},
-            {"leaf_function", LeafFunction(name)},
-            // What the ONNX export (inference::JobModelAsOnnx: `shoal fl model --format onnx`,
-            // ?format=onnx) and the inference handler rebuild the graph from: the architecture
-            // and its widths.
-            {"model",
-             {{"architecture", job->spec.architecture},
-              {"hidden", job->spec.hidden},
-              {"inputs", JobArchitecture(job->spec).inputs},
-              {"classes", JobArchitecture(job->spec).classes},
-              {"params", job->mspec.num_params()}}},
-            {"versions", versions}};
-  // Every client: its accepted updates and their staleness: `staleness` counts the versions
-  // committed since the base version of its latest accepted update (it grows while the client
-  // trains), `staleness_at_arrival` and `max_staleness` are what the algorithm weighted.
-  // FedCompass adds what the scheduler made of it: its speed estimate (seconds per local step,
-  // measured from its assignments' start to its arrivals), the steps it is assigned next and
-  // its arrival group (times on the job's clock, as elapsed_s; null once the group is closed).
-  std::map<agg::GroupId, agg::FedCompassScheduler::GroupView> open_groups;
-  if (job->Compass()) {
-    for (agg::GroupId g : job->scheduler->open_groups()) {
-      if (auto v = job->scheduler->group(g)) open_groups.emplace(g, std::move(*v));
-    }
-  }
-  Json clients = Json::array();
-  Json suspects = Json::array();
-  for (const auto& [id, c] : job->clients) {
-    const auto base = c.last_base_version;
-    // A restart may resume from a checkpoint older than a re-folded update's base.
-    const auto lag = [&](uint64_t b) { return job->version() > b ? job->version() - b : 0; };
-    Json e = {{"id", id},
-              {"name", c.name},
-              {"updates", c.updates},
-              {"last_update_steps", c.last_update_steps},
-              {"base_version", base ? Json(*base) : Json(nullptr)},
-              {"staleness", base ? Json(lag(*base)) : Json(nullptr)},
-              {"staleness_at_arrival", base ? Json(c.last_staleness) : Json(nullptr)},
-              {"max_staleness", c.max_staleness}};
-    if (job->Robust()) {
-      e["suspect_updates"] = c.suspect_updates;
-      e["clipped_updates"] = c.clipped_updates;
-      Json last = nullptr;
-      if (c.last_verdict) {
-        last = JobState::VerdictJson(*c.last_verdict);
-        last["version"] = c.last_verdict_version;
-      }
-      e["robust"] = std::move(last);
-      if (c.suspect_updates > 0) {
-        suspects.push_back({{"id", id}, {"name", c.name}, {"suspect_updates", c.suspect_updates},
-                            {"updates", c.updates}});
-      }
-    }
-    if (job->Compass()) {
-      const agg::ClientId cid = NumericId(id);
-      const auto speed = job->scheduler->speed(cid);
-      const auto assignment = job->scheduler->assignment(cid);
-      e["speed_s_per_step"] = speed ? Json(*speed) : Json(nullptr);
-      e["assigned_steps"] = assignment ? Json(assignment->local_steps) : Json(nullptr);
-      Json group = nullptr;
-      if (assignment) {
-        group = {{"id", assignment->group},
-                 {"open", false},
-                 {"expected_arrival_s", nullptr},
-                 {"latest_arrival_s", nullptr},
-                 {"arrived", false}};
-        if (auto g = open_groups.find(assignment->group); g != open_groups.end()) {
-          group["open"] = true;
-          group["expected_arrival_s"] = g->second.expected_arrival;
-          group["latest_arrival_s"] = g->second.latest_arrival;
-          group["arrived"] = std::find(g->second.arrived.begin(), g->second.arrived.end(), cid) !=
-                             g->second.arrived.end();
-        }
-      }
-      e["group"] = std::move(group);
-    }
-    clients.push_back(std::move(e));
-  }
-  if (job->Compass()) j["compass"] = {{"clients", clients}};
-  if (job->Robust()) {
-    // spec.aggregation.robust, the clients with updates it excluded or down-weighted, and what
-    // it made of each update of the last robust commit.
-    const FlRobustSpec& r = job->spec.robust;
-    j["robust"] = {{"rule", r.rule},
-                   {"clip_norm", r.clip_median     ? Json("median")
-                                 : r.clip_norm > 0 ? Json(r.clip_norm)
-                                                   : Json(nullptr)},
-                   {"suspects", std::move(suspects)},
-                   {"last_commit", job->robust_last.is_null() ? Json(nullptr) : job->robust_last}};
-    if (r.rule == "trimmedMean") j["robust"]["beta"] = r.beta;
-    if (r.rule == "krum") {
-      j["robust"]["f"] = r.f;
-      j["robust"]["m"] = r.m;
-    }
-    if (r.rule == "flag") j["robust"]["rank"] = r.rank;
-  }
-  j["clients"]["list"] = std::move(clients);
-  return j.dump() + "\n";
-}
-
 Result<JoinResult> FlCoordinator::Join(const std::string& name, const std::string& client_name,
                                        const std::string& join_token) {
   auto job = Find(name);
@@ -685,21 +574,21 @@ Status FlCoordinator::Evaluate(const std::string& name, const EvalReport& r) {
 Result<FlAdmission> FlCoordinator::Admit(std::string_view name, BufferPool& pool,
                                          std::span<const std::byte> body, uint64_t buffer) {
   auto job = Find(std::string(name));
-  if (!job) return NotFound("FL job '" + std::string(name) + "' not found");
+  if (!job) {
+    if (members_->Has(name)) return members_->Admit(name, pool, body, buffer, {});
+    return NotFound("FL job '" + std::string(name) + "' not found");
+  }
   // Only the header is read here (on a gateway loop); the leaf validates the tensors.
-  if (body.size() < model::kUpdatePrefixBytes ||
-      std::memcmp(body.data(), model::kUpdateMagic, 4) != 0) {
-    return InvalidArgument("not an update: the body must start with \"SHU1\"");
-  }
-  uint32_t hlen;
-  std::memcpy(&hlen, body.data() + 4, 4);
-  if (hlen > body.size() - model::kUpdatePrefixBytes || hlen > (1u << 20)) {
-    return InvalidArgument("update header length " + std::to_string(hlen) + " runs past the body");
-  }
   shoal::v1::UpdateHeader h;
-  if (!h.ParseFromArray(body.data() + model::kUpdatePrefixBytes, static_cast<int>(hlen))) {
-    return InvalidArgument("update header does not parse as a shoal.v1.UpdateHeader");
-  }
+  SHOAL_RETURN_IF_ERROR(ParseUpdateHead(body, &h, nullptr));
+  auto t = AdmitHeader(job, name, h, &pool, buffer, {});
+  if (!t.ok()) return t.status();
+  return FlAdmission{t->ticket, static_cast<float>(t->coefficient)};
+}
+
+Result<FlCoordinator::HeaderAdmission> FlCoordinator::AdmitHeader(
+    const std::shared_ptr<JobState>& job, std::string_view name, const shoal::v1::UpdateHeader& h,
+    BufferPool* pool, uint64_t buffer, const std::string& node) {
   std::lock_guard jl(job->mu);
   if (h.job() != name) {
     return InvalidArgument("update is for job '" + h.job().substr(0, 64) + "', not '" +
@@ -739,10 +628,12 @@ Result<FlAdmission> FlCoordinator::Admit(std::string_view name, BufferPool& pool
     if (!d.ok()) return AlreadyExists(d.status().message());
     decision = std::move(*d);
   }
-  if (Status st = pool.Retain(buffer, kCoordinatorSlot); !st.ok()) {
-    return Internal("cannot hold the update buffer: " + st.message());
+  if (pool != nullptr) {
+    if (Status st = pool->Retain(buffer, kCoordinatorSlot); !st.ok()) {
+      return Internal("cannot hold the update buffer: " + st.message());
+    }
+    job->pool = pool;
   }
-  job->pool = &pool;
   client.samples = h.num_samples();
   client.last_update_steps = h.local_steps();
   agg::UpdateMeta meta;
@@ -788,6 +679,8 @@ Result<FlAdmission> FlCoordinator::Admit(std::string_view name, BufferPool& pool
   t.staleness = staleness;
   t.num_samples = h.num_samples();
   t.coefficient = coefficient;
+  t.node = node;  // another node's update: folded there, into that node's one partial sum
+  if (!node.empty()) t.partial = job->RemoteKey(node);
   ++round.admitted;
   ++round.inflight;
   client.submitted_round = round_id;
@@ -808,10 +701,11 @@ Result<FlAdmission> FlCoordinator::Admit(std::string_view name, BufferPool& pool
   const uint64_t id = next_ticket_++;
   job->tickets[id] = t;
   by_ticket_[id] = job;
-  return FlAdmission{id, static_cast<float>(coefficient)};
+  return HeaderAdmission{id, round_id, coefficient};
 }
 
 Result<uint64_t> FlCoordinator::PartialFor(uint64_t ticket, uint32_t instance) {
+  if (ticket & FlMembers::kTicketBit) return members_->PartialFor(ticket, instance);
   std::shared_ptr<JobState> job;
   {
     std::lock_guard lock(mu_);
@@ -852,6 +746,10 @@ Result<uint64_t> FlCoordinator::PartialFor(uint64_t ticket, uint32_t instance) {
 }
 
 void FlCoordinator::Completed(uint64_t ticket, int http_status, bool leaf_answered) {
+  if (ticket & FlMembers::kTicketBit) {
+    members_->Completed(ticket, http_status, leaf_answered);
+    return;
+  }
   std::shared_ptr<JobState> job;
   {
     std::lock_guard lock(mu_);
@@ -872,14 +770,18 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status, bool leaf_answer
     bool counted = false;
     if (http_status >= 200 && http_status < 300) {
       // Logged before the gateway answers 202 (it does once this returns).
-      t.seq = job->next_seq++;
-      if (Status st = job->AppendLog(t); !st.ok()) {
-        spdlog::error("fl job {}: {}", job->spec.name, st.ToString());
+      // (Another node's update is in that node's log: it acknowledged it.)
+      if (t.node.empty()) {
+        t.seq = job->next_seq++;
+        if (Status st = job->AppendLog(t); !st.ok()) {
+          spdlog::error("fl job {}: {}", job->spec.name, st.ToString());
+        }
       }
       t.acked = true;
       counted = true;
       ++round.acked;
       round.partials[t.partial].tickets.push_back(ticket);
+      if (!t.node.empty()) round.partials[t.partial].node = t.node;
       JobState::Client& client = job->clients[t.client];
       ++client.updates;
       client.last_base_version = t.base_version;
@@ -909,7 +811,7 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status, bool leaf_answer
         }
       }
       auto pit = round.partials.find(t.partial);
-      if (http_status == 502 && pit != round.partials.end()) {
+      if (http_status == 502 && pit != round.partials.end() && t.node.empty()) {
         // The leaf died, or its GPU fold failed, maybe halfway through folding this update
         // into its partial sum. The partial is rebuilt from the acknowledged updates it holds
         // (still in the pool) when the round commits: a leaf that fell back to the CPU is
@@ -926,7 +828,7 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status, bool leaf_answer
                        job->spec.name, t.instance);
         }
       }
-      (void)job->pool->Release(t.buffer, kCoordinatorSlot);
+      if (t.node.empty()) (void)job->pool->Release(t.buffer, kCoordinatorSlot);
       job->tickets.erase(tit);
     }
     commit = round.closed && round.inflight == 0;
@@ -972,6 +874,8 @@ void FlCoordinator::CommitLoop() {
       Timers();
     }
     if (!job) continue;
+    // Other nodes' partial sums of the rounds that are due, fetched without the job's lock.
+    FetchRemotePartials(job);
     std::vector<uint64_t> reuse;  // partial sums of committed rounds, to zero for the next
     std::vector<uint64_t> committed_versions;  // for on_commit_, once the job's lock is released
     std::vector<std::pair<std::string, std::string>> suspects;  // for on_suspect_, likewise
@@ -985,6 +889,12 @@ void FlCoordinator::CommitLoop() {
             round.merge_round != 0 && job->rounds.count(round.merge_round)
                 ? &job->rounds[round.merge_round]
                 : nullptr;
+        if (round.closed && round.inflight == 0 && !job->RemoteReady(round)) {
+          // Another node's partial sum did not come (FetchRemotePartials logged why): the round
+          // waits, and is tried again shortly (Timers), or once that node's loss re-opens it.
+          job->remote_retry_at = job->Elapsed() + 0.2;
+          break;
+        }
         if (!round.closed || round.inflight != 0 || round.merged ||
             (partner != nullptr && partner->inflight != 0)) {
           if (!job->Compass() && !round.closed) break;
@@ -1012,7 +922,7 @@ void FlCoordinator::CommitLoop() {
           // The top of the hierarchy: add the leaves' partial sums, then the algorithm's step.
           job->total.Reset();
           for (auto& [inst, p] : round.partials) {
-            if (p.rebuild) {
+            if (p.rebuild && p.node.empty()) {
               // No leaf writes it now (every update of the round has answered): from scratch.
               float* acc = reinterpret_cast<float*>(job->pool->Data(p.offset).data());
               std::fill(acc, acc + n, 0.0f);
@@ -1026,7 +936,10 @@ void FlCoordinator::CommitLoop() {
               const JobState::Ticket& t = job->tickets[tid];
               folded.emplace_back(t.base_version, t.coefficient);
             }
-            const auto* leaf = reinterpret_cast<const float*>(job->pool->Data(p.offset).data());
+            // Another node's one partial sum of the round (fetched), or a leaf's here.
+            const auto* leaf =
+                !p.node.empty() ? p.sum.data()
+                                : reinterpret_cast<const float*>(job->pool->Data(p.offset).data());
             const double scale = job->algo->staleness_at_commit()
                                      ? job->algo->CommitScale(job->version() - std::min(p.base, job->version()))
                                      : 1.0;
@@ -1062,8 +975,10 @@ void FlCoordinator::CommitLoop() {
         for (auto& [inst, p] : round.partials) {
           for (uint64_t tid : p.tickets) {
             const JobState::Ticket& t = job->tickets[tid];
-            u.buffers.push_back(t.buffer);
-            u.records.push_back(JobState::RecordOf(t));
+            if (t.node.empty()) {  // another node's update is held (and logged) there
+              u.buffers.push_back(t.buffer);
+              u.records.push_back(JobState::RecordOf(t));
+            }
             job->tickets.erase(tid);
           }
           // Its pages are warm: zeroed again behind the commit for the next round's leaves.
@@ -1075,6 +990,7 @@ void FlCoordinator::CommitLoop() {
           }
         }
         if (!u.records.empty()) job->undurable.push_back(std::move(u));
+        if (committed) job->round_of_version[job->version()] = rit->first;
         for (const auto& a : round.assignments) job->SetTask(a);
         rit = job->rounds.erase(rit);
         if (job->Sync() && job->spec.round_deadline_s > 0) {
@@ -1115,8 +1031,16 @@ void FlCoordinator::Timers() {
     bool due = false;
     {
       std::lock_guard jl(job->mu);
-      if (job->deleted || job->done) continue;
+      if (job->deleted) continue;
       const double now = job->Elapsed();
+      if (job->remote_retry_at > 0 && now >= job->remote_retry_at) {
+        job->remote_retry_at = 0;
+        due = true;
+      }
+      if (job->done) {
+        if (due) Enqueue(job);
+        continue;
+      }
       if (job->Compass()) {
         for (const auto& d : job->scheduler->OnTimer(now)) {
           if (d.action == agg::CompassAction::kAggregateGroup) {

@@ -75,6 +75,7 @@ uint64_t FlCoordinator::Persist(const std::shared_ptr<JobState>& jp, bool with_m
       auto job = weak.lock();
       if (!job) return;
       std::lock_guard jl(job->mu);
+      job->RoundsDurable(v);
       if (!job->deleted && job->pool != nullptr) job->Durable(v);
     };
   }

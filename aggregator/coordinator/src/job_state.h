@@ -48,6 +48,13 @@ double Seconds(Clock::time_point since);
 model::ArchitectureOptions JobArchitecture(const FlJobSpec& s);
 // "c17" -> 17: the scheduler's client ids.
 agg::ClientId NumericId(const std::string& id);
+// The leaf-aggregator function of a job (the coordinator's own jobs and FlMembers' jobs).
+FunctionSpec LeafSpec(const FlJobSpec& spec, uint32_t id, std::string name,
+                      const NodeConfig& config);
+// An update's prefix and header (the tensors are the leaf's to check); `head_bytes`: their
+// length.
+Status ParseUpdateHead(std::span<const std::byte> body, shoal::v1::UpdateHeader* h,
+                       size_t* head_bytes);
 // The spec as state.json keeps it.
 Json SpecToJson(const FlJobSpec& s);
 FlJobSpec SpecFromJson(const Json& j);
@@ -105,6 +112,9 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
     uint64_t partial = 0;  // the key of the partial sum it is folded into (Round::partials)
     bool acked = false;
     uint64_t seq = 0;  // its record in the update log, once acknowledged
+    // Cluster mode: the node that received and folds this update (its buffer and its log
+    // record are there; `buffer` is 0 here); empty for this node's own updates.
+    std::string node;
   };
   struct Partial {
     uint64_t offset = 0;            // float32[num_params] in the pool, held by shoald
@@ -113,6 +123,11 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
     // A fold into it failed halfway (its leaf died, or the leaf's GPU fold failed): rebuilt
     // from `tickets` at commit, when no leaf can be writing it any more.
     bool rebuild = false;
+    // Cluster mode: another node's one partial sum of the round (`offset` 0): fetched from
+    // that node once every update it folds for the round has answered (FetchRemotePartials).
+    std::string node{};
+    std::vector<float> sum{};
+    bool fetched = false;
   };
   struct Round {
     // By PartialKey: the leaf instance (kRefoldedPartial: refolded by the coordinator), and the
@@ -212,6 +227,32 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
 
   ~JobState() {
     if (log_fd >= 0) close(log_fd);
+  }
+
+  // Cluster mode (fl_cluster_top.cc): the partial-sum key of each node that folds updates of
+  // this job for it, the rounds whose other nodes' partial sums are all here, and how far the
+  // checkpoints go (those nodes release a round's updates once its version is durable).
+  std::map<std::string, uint64_t, std::less<>> remote_keys;
+  uint64_t RemoteKey(const std::string& node) {
+    auto [it, inserted] = remote_keys.try_emplace(node, 0);
+    if (inserted) it->second = kRemotePartialBit | remote_keys.size();
+    return it->second;
+  }
+  static constexpr uint64_t kRemotePartialBit = uint64_t{1} << 62;
+  bool RemoteReady(const Round& r) const {
+    for (const auto& [key, p] : r.partials) {
+      if (!p.node.empty() && !p.fetched) return false;
+    }
+    return true;
+  }
+  double remote_retry_at = 0;  // Elapsed() when a failed partial-sum fetch is tried again
+  std::map<uint64_t, uint64_t> round_of_version;  // committed, checkpoint not yet written
+  uint64_t durable_round = 0;  // the newest round whose version's checkpoint is written
+  void RoundsDurable(uint64_t version) {
+    while (!round_of_version.empty() && round_of_version.begin()->first <= version) {
+      durable_round = std::max(durable_round, round_of_version.begin()->second);
+      round_of_version.erase(round_of_version.begin());
+    }
   }
 
   bool Compass() const { return scheduler != nullptr; }

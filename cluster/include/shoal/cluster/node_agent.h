@@ -50,6 +50,8 @@ class NodeAgent {
   const ClusterKeys& keys() const { return membership_->keys(); }
   // Where the gateway forwards a request for a function that is not on this node.
   PeerRoutes& routes() { return *routes_; }
+  // The live nodes' records (this one included), from the directory's watch.
+  std::vector<NodeEntry> Nodes() const { return nodes_->List(); }
   // What the node publishes about itself beyond its start-up record (the FL jobs it runs):
   // `fill` edits a copy of the record, on the agent's own thread, after each Refresh().
   void SetRecordSource(std::function<void(NodeRecord*)> fill);

@@ -103,6 +103,12 @@ struct NodeConfig {
   // A request forwarded to another node fails with 504 when that node sends nothing for this
   // long (a partitioned node drops packets silently; TCP alone would wait many minutes).
   double forward_timeout_s = 60.0;
+  // FL across nodes (LIFL's hierarchy): an update entering this node for a job whose top is on
+  // another node is folded here and the top gets one partial sum per round from this node, over
+  // the nodes' FL peer links on fl_peer_port (same port on every node). false: such updates are
+  // forwarded to the top's node whole (the central layout).
+  bool fl_hierarchy = true;
+  uint16_t fl_peer_port = 8082;
 
   // Loads `path` (YAML). Unknown keys are errors that name the key.
   static Result<NodeConfig> LoadFile(const std::string& path);

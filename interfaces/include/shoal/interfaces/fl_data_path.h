@@ -41,6 +41,20 @@ class FlDataPath {
   // the leaf's device (GPU) fold failed (the leaf's own 502, `leaf_answered` true; it folds on
   // the CPU from then on, fl_leaf_handler.h).
   virtual void Completed(uint64_t ticket, int http_status, bool leaf_answered) = 0;
+
+  // Cluster mode (LIFL's hierarchy across nodes): this node folds the job's updates in its own
+  // pool and leaves, but the job's top (its tokens, rounds, scheduler and model) is on another
+  // node. The gateway then leaves the update's authentication to the top (the bearer token
+  // travels with the small admit request, AdmitForTop) and forwards the job's other routes.
+  virtual bool FoldsForOtherNode(std::string_view /*job*/) { return false; }
+  // Admit for such a job: the top decides (a small admit exchange carrying the update's header,
+  // never its tensors) and the update is folded here. Errors as Admit's.
+  virtual Result<FlAdmission> AdmitForTop(std::string_view job, BufferPool& pool,
+                                          std::span<const std::byte> body, uint64_t buffer,
+                                          std::string_view bearer) {
+    (void)bearer;
+    return Admit(job, pool, body, buffer);
+  }
 };
 
 }  // namespace shoal

@@ -20,23 +20,55 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "shoal/aggregator/checkpoint_writer.h"
 #include "shoal/common/config.h"
+#include "shoal/interfaces/fl_data_path.h"
 #include "shoal/interfaces/function_spec.h"
 #include "shoal/interfaces/job_service.h"
 #include "shoal/pool/shm_pool.h"
-#include "shoal/interfaces/fl_data_path.h"
 
 namespace shoal {
 
 namespace aggregator {
 class FoldPool;
 }
+namespace v1 {
+class UpdateHeader;
+}
 class RobustCommitter;  // robust_commit.h: spec.aggregation.robust at commit
+class FlMembers;        // fl_members.h: the jobs this node folds for a top on another node
+
+// Cluster mode, LIFL's hierarchy across nodes (fl_cluster_top.cc, fl_members.cc): what a node
+// that folds a job's updates for the job's top on another node needs from that top. shoald's
+// cluster part (shoald/cluster_fl.*) implements it over the nodes' FL peer links.
+class FlTopLink {
+ public:
+  struct Admission {
+    uint64_t ticket = 0;  // the top's ticket
+    uint64_t round = 0;   // the top's round the update counts toward
+    double coefficient = 0;
+    uint64_t durable_round = 0;  // rounds up to this one are committed and checkpointed
+  };
+  virtual ~FlTopLink() = default;
+  // The small admit request: the update's header (prefix + UpdateHeader, no tensors) and the
+  // request's bearer token; the top authenticates and admits it or says why not (the error is
+  // the client's, as a local Admit's). Called on a gateway loop: one short round trip.
+  virtual Result<Admission> Admit(const std::string& top, const std::string& job,
+                                  std::string_view bearer, std::span<const std::byte> head) = 0;
+  // The update of the top's `ticket` is folded and durable here (ok) or failed (it does not
+  // count, and its client may send it again). Never blocks: delivered in order, retried.
+  virtual void Report(const std::string& top, const std::string& job, uint64_t ticket, bool ok) = 0;
+};
+
+// A job's spec as JSON (state.json's "spec"), and back: how a top hands it to the nodes that
+// fold its updates.
+std::string FlJobSpecJson(const FlJobSpec& spec);
+Result<FlJobSpec> FlJobSpecFromJson(std::string_view text);
 
 class FlCoordinator final : public JobService, public FlDataPath {
  public:
@@ -92,6 +124,44 @@ class FlCoordinator final : public JobService, public FlDataPath {
     on_suspect_ = std::move(f);
   }
 
+  // ---- cluster mode: this node as a job's top (fl_cluster_top.cc) ----
+  struct HeaderAdmission {
+    uint64_t ticket = 0;
+    uint64_t round = 0;
+    double coefficient = 0;
+  };
+  // Whether another node may fold the job's updates for this top: jobs whose partial sums
+  // merge as they are (not a robust rule over every update, nor staleness taken at commit).
+  bool FoldsElsewhere(const std::string& job);
+  // The spec of a job this node is the top of, for the nodes that fold its updates.
+  Result<FlJobSpec> Spec(const std::string& job);
+  // An update received by `node`: admitted on its header alone (its bytes stay there).
+  Result<FlTopLink::Admission> AdmitRemote(const std::string& job, const std::string& node,
+                                           std::span<const std::byte> head);
+  // `node` folded the update of `ticket` and made it durable there (ok), or it failed.
+  void CompletedRemote(const std::string& job, uint64_t ticket, bool ok);
+  // `node` is lost (its lease expired): the updates it admitted whose partial sum is not here
+  // no longer count, and their clients are told to send them again (their next task trains).
+  void NodeLost(const std::string& node);
+  // Fetches `node`'s partial sum of `round` over exactly `tickets` into `sum` (float32).
+  using PartialFetch =
+      std::function<Status(const std::string& node, const std::string& job, uint64_t round,
+                           const std::vector<uint64_t>& tickets, std::vector<float>* sum)>;
+  void SetPartialFetch(PartialFetch fetch);
+
+  // ---- cluster mode: this node folding for tops on other nodes (fl_members.cc) ----
+  FlMembers& members() { return *members_; }
+  // Folds the job's updates that enter this node for its top on node `top` (its leaves start
+  // here); StopFolding ends that (the top deleted it, or is gone).
+  Status FoldFor(const FlJobSpec& spec, const std::string& top);
+  void StopFolding(const std::string& job);
+  void SetTopLink(FlTopLink* link);
+  // FlDataPath
+  bool FoldsForOtherNode(std::string_view job) override;
+  Result<FlAdmission> AdmitForTop(std::string_view job, BufferPool& pool,
+                                  std::span<const std::byte> body, uint64_t buffer,
+                                  std::string_view bearer) override;
+
   struct JobState;  // fl_coordinator.cc
 
  private:
@@ -103,6 +173,12 @@ class FlCoordinator final : public JobService, public FlDataPath {
   uint64_t Persist(const std::shared_ptr<JobState>& job, bool with_model = true);
   void Timers();
   void Enqueue(std::shared_ptr<JobState> job);
+  Result<HeaderAdmission> AdmitHeader(const std::shared_ptr<JobState>& job, std::string_view name,
+                                      const shoal::v1::UpdateHeader& h, BufferPool* pool,
+                                      uint64_t buffer, const std::string& node);
+  void FetchRemotePartials(const std::shared_ptr<JobState>& job);
+  PartialFetch partial_fetch_;
+  std::unique_ptr<FlMembers> members_;
 
   const NodeConfig& config_;
   std::function<void()> on_change_;

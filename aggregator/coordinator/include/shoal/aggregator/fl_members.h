@@ -1,0 +1,76 @@
+// Cluster mode, LIFL's hierarchy across nodes: the FL jobs this node folds for a top on another
+// node. An update that enters this node's gateway for such a job is written once into this
+// node's pool, admitted by the top on its header alone (FlTopLink::Admit), folded by a leaf
+// here, written to this node's update log and only then acknowledged (202: durable here); the
+// top hears that it counts (FlTopLink::Report) and, once its round is due, fetches this node's
+// one partial sum of the round (PartialOf), never the updates. The updates stay held here
+// until the top says the version that includes them is checkpointed (durable_round).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shoal/aggregator/fl_coordinator.h"
+
+namespace shoal {
+
+class FlMembers {
+ public:
+  // Tickets of member jobs carry this bit (FlCoordinator routes PartialFor/Completed by it).
+  static constexpr uint64_t kTicketBit = uint64_t{1} << 61;
+
+  explicit FlMembers(const NodeConfig& config);
+  ~FlMembers();
+  void SetTopLink(FlTopLink* link) { link_.store(link); }
+
+  // Folds `spec`'s updates here for its top on node `top`; a job already here keeps its
+  // state (its top's name is updated). `leaf_id` is the leaf function's id.
+  Status Add(const FlJobSpec& spec, const std::string& top, uint32_t leaf_id);
+  // Stops folding the job here: its held updates go back to the pool, its log is removed.
+  void Remove(const std::string& job);
+  bool Has(std::string_view job);
+  std::map<std::string, std::string> Tops();  // job -> its top's node
+  // The jobs' leaf-aggregator functions (as the coordinator's own jobs' leaves).
+  std::vector<FunctionSpec> LeafSpecs(const std::function<std::string(std::string_view)>& name);
+
+  // FlDataPath for these jobs (gateway loops).
+  Result<FlAdmission> Admit(std::string_view job, BufferPool& pool, std::span<const std::byte> body,
+                            uint64_t buffer, std::string_view bearer);
+  Result<uint64_t> PartialFor(uint64_t ticket, uint32_t instance);
+  void Completed(uint64_t ticket, int http_status, bool leaf_answered);
+
+  // This node's partial sum of the top's `round`, over exactly the top's `tickets` (all of
+  // them acknowledged here): `sum` points at float32[num_params] that stays valid while `keep`
+  // is held (a leaf's partial in the pool when one leaf folded them all, else added up).
+  struct PartialSum {
+    std::span<const float> sum;
+    std::shared_ptr<void> keep;
+    size_t updates = 0;
+  };
+  Result<PartialSum> PartialOf(const std::string& job, uint64_t round,
+                               const std::vector<uint64_t>& tickets);
+  // The top's rounds up to `durable_round` are committed and checkpointed: their updates go
+  // back to the pool and leave the update log.
+  void Released(const std::string& job, uint64_t durable_round);
+
+  struct Job;  // fl_members.cc
+
+ private:
+  std::shared_ptr<Job> Find(std::string_view job);
+  const NodeConfig& config_;
+  std::atomic<FlTopLink*> link_{nullptr};
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Job>, std::less<>> jobs_;
+  std::map<uint64_t, std::shared_ptr<Job>> by_ticket_;
+  uint64_t next_ticket_ = 1;
+};
+
+}  // namespace shoal

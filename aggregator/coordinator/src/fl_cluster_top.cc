@@ -1,0 +1,236 @@
+// FlCoordinator as the top of a job whose updates other nodes fold (cluster mode, LIFL's
+// hierarchy across nodes): it admits their updates on the header alone (AdmitRemote), counts
+// them when their node says they are folded and durable there (CompletedRemote), fetches each
+// such node's one partial sum of a round before that round commits (FetchRemotePartials; the
+// commit merges it like a local leaf's), and when such a node is lost un-counts what it held
+// that had not reached the top, so that its clients send it again (NodeLost).
+#include <set>
+
+#include "job_state.h"
+#include "shoal/aggregator/fl_members.h"
+#include "shoal/v1/fl.pb.h"
+
+namespace shoal {
+
+namespace coordinator_internal {
+
+Status ParseUpdateHead(std::span<const std::byte> body, shoal::v1::UpdateHeader* h,
+                       size_t* head_bytes) {
+  if (body.size() < model::kUpdatePrefixBytes ||
+      std::memcmp(body.data(), model::kUpdateMagic, 4) != 0) {
+    return InvalidArgument("not an update: the body must start with \"SHU1\"");
+  }
+  uint32_t hlen;
+  std::memcpy(&hlen, body.data() + 4, 4);
+  if (hlen > body.size() - model::kUpdatePrefixBytes || hlen > (1u << 20)) {
+    return InvalidArgument("update header length " + std::to_string(hlen) + " runs past the body");
+  }
+  if (!h->ParseFromArray(body.data() + model::kUpdatePrefixBytes, static_cast<int>(hlen))) {
+    return InvalidArgument("update header does not parse as a shoal.v1.UpdateHeader");
+  }
+  if (head_bytes != nullptr) *head_bytes = model::kUpdatePrefixBytes + hlen;
+  return {};
+}
+
+}  // namespace coordinator_internal
+
+std::string FlJobSpecJson(const FlJobSpec& spec) { return SpecToJson(spec).dump(); }
+
+Result<FlJobSpec> FlJobSpecFromJson(std::string_view text) {
+  auto j = Json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument("job spec: not a JSON object");
+  try {
+    return SpecFromJson(j);
+  } catch (const std::exception& e) {
+    return InvalidArgument(std::string("job spec: ") + e.what());
+  }
+}
+
+bool FlCoordinator::FoldsElsewhere(const std::string& name) {
+  auto job = Find(name);
+  if (!job) return false;
+  std::lock_guard jl(job->mu);
+  return !job->Robust() && !job->Compass() && !job->algo->staleness_at_commit();
+}
+
+Result<FlJobSpec> FlCoordinator::Spec(const std::string& name) {
+  auto job = Find(name);
+  if (!job) return NotFound("FL job '" + name + "' not found");
+  std::lock_guard jl(job->mu);
+  return job->spec;
+}
+
+Result<FlTopLink::Admission> FlCoordinator::AdmitRemote(const std::string& name,
+                                                        const std::string& node,
+                                                        std::span<const std::byte> head) {
+  auto job = Find(name);
+  if (!job) return NotFound("FL job '" + name + "' not found");
+  if (node.empty()) return InvalidArgument("admit: the folding node has no name");
+  if (!FoldsElsewhere(name)) {
+    return InvalidArgument("job '" + name +
+                           "' folds every update at its top (robust or "
+                           "FedCompass): send updates to node " +
+                           config_.node_name);
+  }
+  shoal::v1::UpdateHeader h;
+  SHOAL_RETURN_IF_ERROR(ParseUpdateHead(head, &h, nullptr));
+  auto t = AdmitHeader(job, name, h, nullptr, 0, node);
+  if (!t.ok()) return t.status();
+  std::lock_guard jl(job->mu);
+  return FlTopLink::Admission{t->ticket, t->round, t->coefficient, job->durable_round};
+}
+
+void FlCoordinator::CompletedRemote(const std::string& name, uint64_t ticket, bool ok) {
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_ticket_.find(ticket);
+    if (it == by_ticket_.end() || it->second->spec.name != name) return;
+  }
+  Completed(ticket, ok ? 202 : 503, false);
+}
+
+void FlCoordinator::NodeLost(const std::string& node) {
+  std::vector<std::shared_ptr<JobState>> jobs;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [name, j] : jobs_) jobs.push_back(j);
+  }
+  for (auto& job : jobs) {
+    std::vector<uint64_t> failed;  // answered below as failed updates (Completed)
+    size_t acked = 0;
+    {
+      std::lock_guard jl(job->mu);
+      for (auto& [id, t] : job->tickets) {
+        if (t.node != node) continue;
+        JobState::Round& round = job->rounds[t.round];
+        auto pit = round.partials.find(t.partial);
+        if (pit != round.partials.end() && pit->second.fetched) continue;  // its sum is here
+        if (t.acked) {
+          // Counted, but its partial sum went down with the node: it counts no more, as if it
+          // were still in flight and then failed.
+          t.acked = false;
+          --round.acked;
+          ++round.inflight;
+          if (pit != round.partials.end()) {
+            auto& ids = pit->second.tickets;
+            ids.erase(std::remove(ids.begin(), ids.end(), id), ids.end());
+            if (ids.empty()) round.partials.erase(pit);
+          }
+          JobState::Client& c = job->clients[t.client];
+          if (c.updates > 0) --c.updates;
+          if (job->updates_total > 0) --job->updates_total;
+          ++acked;
+        }
+        failed.push_back(id);
+      }
+    }
+    if (failed.empty()) continue;
+    spdlog::warn(
+        "fl job {}: node {} is lost with {} update(s) it admitted ({} acknowledged) "
+        "whose partial sum never reached this top: they no longer count, and their "
+        "clients are asked to send them again",
+        job->spec.name, node, failed.size(), acked);
+    {
+      std::lock_guard lock(mu_);
+      for (uint64_t id : failed) by_ticket_[id] = job;
+    }
+    for (uint64_t id : failed) Completed(id, 503, false);
+    Enqueue(job);
+  }
+}
+
+void FlCoordinator::SetPartialFetch(PartialFetch fetch) {
+  std::lock_guard lock(mu_);
+  partial_fetch_ = std::move(fetch);
+}
+
+void FlCoordinator::FetchRemotePartials(const std::shared_ptr<JobState>& job) {
+  struct Want {
+    uint64_t round, key;
+    std::string node;
+    std::vector<uint64_t> tickets;
+  };
+  std::vector<Want> wants;
+  {
+    std::lock_guard jl(job->mu);
+    if (job->deleted) return;
+    for (const auto& [rid, round] : job->rounds) {
+      if (!round.closed) break;  // rounds commit in order
+      if (round.inflight != 0) break;
+      for (const auto& [key, p] : round.partials) {
+        if (!p.node.empty() && !p.fetched) wants.push_back({rid, key, p.node, p.tickets});
+      }
+    }
+  }
+  if (wants.empty()) return;
+  PartialFetch fetch;
+  {
+    std::lock_guard lock(mu_);
+    fetch = partial_fetch_;
+  }
+  for (Want& w : wants) {
+    std::vector<float> sum;
+    const auto t0 = Clock::now();
+    Status st = fetch ? fetch(w.node, job->spec.name, w.round, w.tickets, &sum)
+                      : Unavailable("no link to other nodes");
+    if (st.ok() && sum.size() != job->mspec.num_params()) {
+      st = Internal("its partial sum has " + std::to_string(sum.size()) + " parameters, not " +
+                    std::to_string(job->mspec.num_params()));
+    }
+    if (!st.ok()) {
+      spdlog::warn("fl job {}: round {}: node {}'s partial sum of {} update(s): {}", job->spec.name,
+                   w.round, w.node, w.tickets.size(), st.ToString());
+      continue;
+    }
+    spdlog::info("fl job {}: round {}: node {}'s partial sum of {} update(s) fetched in {:.1f} ms",
+                 job->spec.name, w.round, w.node, w.tickets.size(), Seconds(t0) * 1e3);
+    std::lock_guard jl(job->mu);
+    auto rit = job->rounds.find(w.round);
+    if (rit == job->rounds.end()) continue;
+    auto pit = rit->second.partials.find(w.key);
+    if (pit == rit->second.partials.end() || pit->second.tickets != w.tickets) continue;
+    pit->second.sum = std::move(sum);
+    pit->second.fetched = true;
+  }
+}
+
+// ---- this node folding for tops elsewhere: the FlDataPath side (fl_members.cc) ----
+
+void FlCoordinator::SetTopLink(FlTopLink* link) { members_->SetTopLink(link); }
+
+Status FlCoordinator::FoldFor(const FlJobSpec& spec, const std::string& top) {
+  if (Find(spec.name)) return AlreadyExists("this node is the top of job '" + spec.name + "'");
+  const bool known = members_->Has(spec.name);
+  uint32_t leaf_id = 0;
+  if (!known) {
+    std::lock_guard lock(mu_);
+    leaf_id = next_leaf_id_--;
+  }
+  SHOAL_RETURN_IF_ERROR(members_->Add(spec, top, leaf_id));
+  if (!known) {
+    spdlog::info(
+        "fl job {}: this node folds its updates for its top on node {} (leaves: "
+        "function {})",
+        spec.name, top, LeafFunction(spec.name));
+    if (on_change_) on_change_();
+  }
+  return {};
+}
+
+void FlCoordinator::StopFolding(const std::string& job) {
+  if (!members_->Has(job)) return;
+  members_->Remove(job);
+  spdlog::info("fl job {}: this node no longer folds its updates", job);
+  if (on_change_) on_change_();
+}
+
+bool FlCoordinator::FoldsForOtherNode(std::string_view job) { return members_->Has(job); }
+
+Result<FlAdmission> FlCoordinator::AdmitForTop(std::string_view job, BufferPool& pool,
+                                               std::span<const std::byte> body, uint64_t buffer,
+                                               std::string_view bearer) {
+  if (!members_->Has(job)) return Admit(job, pool, body, buffer);
+  return members_->Admit(job, pool, body, buffer, bearer);
+}
+
+}  // namespace shoal

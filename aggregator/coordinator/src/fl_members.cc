@@ -1,0 +1,397 @@
+// FlMembers (fl_members.h): the jobs this node folds for tops on other nodes.
+#include "shoal/aggregator/fl_members.h"
+
+#include <filesystem>
+
+#include "job_state.h"
+#include "shoal/v1/fl.pb.h"
+
+namespace shoal {
+
+struct FlMembers::Job {
+  struct Ticket {
+    uint64_t top_ticket = 0;
+    uint64_t round = 0;   // the top's round
+    uint64_t buffer = 0;  // held with kCoordinatorSlot until the top's checkpoint includes it
+    uint64_t base_version = 0;
+    uint64_t num_samples = 0;
+    double coefficient = 0;
+    std::string client;
+    uint32_t instance = 0;
+    bool acked = false;
+    uint64_t seq = 0;
+  };
+  struct Partial {
+    uint64_t offset = 0;            // float32[num_params] in the pool, held with kShoaldSlot
+    std::vector<uint64_t> tickets;  // local tickets folded into it
+    bool rebuild = false;           // a fold into it failed halfway: refolded when asked for
+  };
+  struct Round {
+    std::map<uint32_t, Partial> partials;  // by leaf instance
+    uint32_t inflight = 0;
+  };
+
+  std::mutex mu;
+  FlJobSpec spec;
+  model::ModelSpec mspec;
+  std::string top;
+  uint32_t leaf_id = 0;
+  BufferPool* pool = nullptr;
+  std::map<uint64_t, Ticket> tickets;  // by local ticket
+  std::map<uint64_t, Round> rounds;    // by the top's round
+  std::string dir;
+  int log_fd = -1;
+  uint64_t next_seq = 1;
+  bool removed = false;
+
+  ~Job() {
+    if (log_fd >= 0) close(log_fd);
+  }
+  LogRecord RecordOf(const Ticket& t) const {
+    LogRecord r;
+    r.seq = t.seq;
+    r.round = t.round;
+    r.buffer = t.buffer;
+    r.base_version = t.base_version;
+    r.num_samples = t.num_samples;
+    r.coefficient = t.coefficient;
+    std::strncpy(r.client, t.client.c_str(), sizeof r.client - 1);
+    return r;
+  }
+  Status OpenLog() {
+    if (log_fd >= 0) close(log_fd);
+    log_fd = open((dir + "/updates.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    return log_fd < 0 ? ErrnoStatus("opening " + dir + "/updates.log", errno) : Status::Ok();
+  }
+  // The log keeps the acknowledged updates the top's checkpoints do not include yet.
+  void CompactLog() {
+    std::string bytes;
+    for (const auto& [id, t] : tickets) {
+      if (!t.acked) continue;
+      const LogRecord r = RecordOf(t);
+      bytes.append(reinterpret_cast<const char*>(&r), sizeof r);
+    }
+    if (Status st = WriteFileAtomic(dir + "/updates.log", bytes.data(), bytes.size()); !st.ok()) {
+      spdlog::error("fl job {}: update log: {}", spec.name, st.ToString());
+      return;
+    }
+    (void)OpenLog();
+  }
+  void ReleaseAll() {
+    if (pool == nullptr) return;
+    for (auto& [id, t] : tickets) (void)pool->Release(t.buffer, kCoordinatorSlot);
+    for (auto& [rid, r] : rounds) {
+      for (auto& [inst, p] : r.partials) {
+        if (p.offset != 0) (void)pool->Release(p.offset, kShoaldSlot);
+      }
+    }
+    tickets.clear();
+    rounds.clear();
+  }
+  // Folds the update of local ticket `id` (in the pool) into `acc`.
+  bool Refold(float* acc, uint64_t id) {
+    const Ticket& t = tickets[id];
+    PayloadView pv = ReadPayload(pool->Data(t.buffer));
+    auto view = model::ParseUpdate(pv.body, mspec);
+    if (!view.ok()) {
+      spdlog::error("fl job {}: update of client {} no longer parses: {}", spec.name, t.client,
+                    view.status().ToString());
+      return false;
+    }
+    for (const auto& tv : view->tensors) {
+      agg::Fold(acc + mspec.offset(tv.index), tv.data, static_cast<agg::DType>(tv.dtype), tv.numel,
+                static_cast<float>(t.coefficient));
+    }
+    return true;
+  }
+};
+
+FlMembers::FlMembers(const NodeConfig& config) : config_(config) {}
+
+FlMembers::~FlMembers() {
+  std::lock_guard lock(mu_);
+  for (auto& [name, job] : jobs_) {
+    std::lock_guard jl(job->mu);
+    job->ReleaseAll();
+  }
+}
+
+std::shared_ptr<FlMembers::Job> FlMembers::Find(std::string_view name) {
+  std::lock_guard lock(mu_);
+  auto it = jobs_.find(name);
+  return it == jobs_.end() ? nullptr : it->second;
+}
+
+bool FlMembers::Has(std::string_view job) {
+  std::lock_guard lock(mu_);
+  return jobs_.find(job) != jobs_.end();
+}
+
+std::map<std::string, std::string> FlMembers::Tops() {
+  std::map<std::string, std::string> out;
+  std::lock_guard lock(mu_);
+  for (const auto& [name, job] : jobs_) {
+    std::lock_guard jl(job->mu);
+    out[name] = job->top;
+  }
+  return out;
+}
+
+Status FlMembers::Add(const FlJobSpec& spec, const std::string& top, uint32_t leaf_id) {
+  if (auto job = Find(spec.name)) {
+    std::lock_guard jl(job->mu);
+    job->top = top;
+    return {};
+  }
+  auto job = std::make_shared<Job>();
+  job->spec = spec;
+  job->top = top;
+  job->leaf_id = leaf_id;
+  auto mspec = model::ArchitectureSpec(spec.architecture, JobArchitecture(spec));
+  if (!mspec.ok()) return InvalidArgument("spec.model.architecture: " + mspec.status().message());
+  job->mspec = *mspec;
+  job->dir = config_.state_dir + "/members/" + spec.name;
+  std::error_code ec;
+  std::filesystem::create_directories(job->dir, ec);
+  std::filesystem::remove(job->dir + "/updates.log", ec);
+  SHOAL_RETURN_IF_ERROR(job->OpenLog());
+  std::lock_guard lock(mu_);
+  jobs_.emplace(spec.name, std::move(job));
+  return {};
+}
+
+void FlMembers::Remove(const std::string& name) {
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard lock(mu_);
+    auto it = jobs_.find(name);
+    if (it == jobs_.end()) return;
+    job = it->second;
+    jobs_.erase(it);
+    for (auto t = by_ticket_.begin(); t != by_ticket_.end();) {
+      t = t->second == job ? by_ticket_.erase(t) : std::next(t);
+    }
+  }
+  std::lock_guard jl(job->mu);
+  job->removed = true;
+  job->ReleaseAll();
+  std::error_code ec;
+  std::filesystem::remove_all(job->dir, ec);
+}
+
+std::vector<FunctionSpec> FlMembers::LeafSpecs(
+    const std::function<std::string(std::string_view)>& name) {
+  std::vector<FunctionSpec> out;
+  std::lock_guard lock(mu_);
+  for (const auto& [job_name, job] : jobs_) {
+    out.push_back(LeafSpec(job->spec, job->leaf_id, name(job_name), config_));
+  }
+  return out;
+}
+
+Result<FlAdmission> FlMembers::Admit(std::string_view name, BufferPool& pool,
+                                     std::span<const std::byte> body, uint64_t buffer,
+                                     std::string_view bearer) {
+  auto job = Find(name);
+  if (!job) return NotFound("FL job '" + std::string(name) + "' not found");
+  FlTopLink* link = link_.load();
+  if (link == nullptr) return Unavailable("this node has no link to the job's top");
+  shoal::v1::UpdateHeader h;
+  size_t head_bytes = 0;
+  SHOAL_RETURN_IF_ERROR(ParseUpdateHead(body, &h, &head_bytes));
+  std::string top;
+  {
+    std::lock_guard jl(job->mu);
+    top = job->top;
+  }
+  // The top decides on the header alone; the tensors stay in this node's pool.
+  auto a = link->Admit(top, std::string(name), bearer, body.first(head_bytes));
+  if (!a.ok()) return a.status();
+  uint64_t id;
+  {
+    std::lock_guard jl(job->mu);
+    if (Status st = pool.Retain(buffer, kCoordinatorSlot); !st.ok() || job->removed) {
+      link->Report(top, job->spec.name, a->ticket, false);
+      return Internal("cannot hold the update buffer: " + st.message());
+    }
+    job->pool = &pool;
+    Job::Ticket t;
+    t.top_ticket = a->ticket;
+    t.round = a->round;
+    t.buffer = buffer;
+    t.base_version = h.base_version();
+    t.num_samples = h.num_samples();
+    t.coefficient = a->coefficient;
+    t.client = h.client_id().substr(0, 39);
+    ++job->rounds[t.round].inflight;
+    std::lock_guard lock(mu_);
+    id = kTicketBit | next_ticket_++;
+    job->tickets[id] = std::move(t);
+    by_ticket_[id] = job;
+  }
+  if (a->durable_round > 0) Released(job->spec.name, a->durable_round);
+  return FlAdmission{id, static_cast<float>(a->coefficient)};
+}
+
+Result<uint64_t> FlMembers::PartialFor(uint64_t ticket, uint32_t instance) {
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_ticket_.find(ticket);
+    if (it == by_ticket_.end()) return NotFound("ticket " + std::to_string(ticket) + " unknown");
+    job = it->second;
+  }
+  std::lock_guard jl(job->mu);
+  auto tit = job->tickets.find(ticket);
+  if (tit == job->tickets.end()) return NotFound("ticket gone");
+  tit->second.instance = instance;
+  Job::Partial& p = job->rounds[tit->second.round].partials[instance];
+  if (p.offset == 0) {
+    // A leaf's first update of the round: its partial sum (once per leaf and round).
+    const size_t bytes = job->mspec.num_params() * sizeof(float);
+    auto fresh = job->pool->Allocate(bytes, kShoaldSlot);
+    if (!fresh.ok()) return fresh.status();
+    std::memset(job->pool->Data(*fresh).data(), 0, bytes);
+    p.offset = *fresh;
+  }
+  return p.offset;
+}
+
+void FlMembers::Completed(uint64_t ticket, int http_status, bool leaf_answered) {
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_ticket_.find(ticket);
+    if (it == by_ticket_.end()) return;
+    job = it->second;
+    by_ticket_.erase(it);
+  }
+  std::string top;
+  uint64_t top_ticket = 0;
+  bool ok = false;
+  {
+    std::lock_guard jl(job->mu);
+    auto tit = job->tickets.find(ticket);
+    if (tit == job->tickets.end()) return;
+    Job::Ticket& t = tit->second;
+    Job::Round& round = job->rounds[t.round];
+    --round.inflight;
+    top = job->top;
+    top_ticket = t.top_ticket;
+    if (http_status >= 200 && http_status < 300) {
+      // Durable here (pool + log) before the gateway answers 202 (it does once this returns).
+      t.seq = job->next_seq++;
+      t.acked = true;
+      const LogRecord r = job->RecordOf(t);
+      if (write(job->log_fd, &r, sizeof r) != static_cast<ssize_t>(sizeof r)) {
+        spdlog::error("fl job {}: appending to the update log: {}", job->spec.name,
+                      std::strerror(errno));
+      }
+      round.partials[t.instance].tickets.push_back(ticket);
+      ok = true;
+    } else {
+      auto pit = round.partials.find(t.instance);
+      if (http_status == 502 && pit != round.partials.end()) {
+        pit->second.rebuild = true;
+        spdlog::warn(
+            "fl job {}: leaf {:#x} failed{}; its partial sum is rebuilt when the top "
+            "asks for it",
+            job->spec.name, t.instance, leaf_answered ? " (its GPU fold)" : "");
+      }
+      (void)job->pool->Release(t.buffer, kCoordinatorSlot);
+      job->tickets.erase(tit);
+    }
+  }
+  if (FlTopLink* link = link_.load()) link->Report(top, job->spec.name, top_ticket, ok);
+}
+
+Result<FlMembers::PartialSum> FlMembers::PartialOf(const std::string& name, uint64_t round_id,
+                                                   const std::vector<uint64_t>& wanted) {
+  auto job = Find(name);
+  if (!job) return NotFound("FL job '" + name + "' is not folded on this node");
+  std::lock_guard jl(job->mu);
+  auto rit = job->rounds.find(round_id);
+  if (rit == job->rounds.end()) {
+    return NotFound("round " + std::to_string(round_id) + " of job '" + name +
+                    "' has no update on this node");
+  }
+  Job::Round& round = rit->second;
+  if (round.inflight != 0) {
+    return Unavailable(std::to_string(round.inflight) + " update(s) of round " +
+                       std::to_string(round_id) + " are still being folded here");
+  }
+  // The top's tickets -> this node's, for the acknowledged updates of the round.
+  std::map<uint64_t, uint64_t> local;
+  bool rebuild = false;
+  for (const auto& [inst, p] : round.partials) {
+    rebuild = rebuild || p.rebuild;
+    for (uint64_t id : p.tickets) local[job->tickets[id].top_ticket] = id;
+  }
+  std::vector<uint64_t> want_sorted = wanted;
+  std::sort(want_sorted.begin(), want_sorted.end());
+  bool same = want_sorted.size() == local.size();
+  for (size_t i = 0; same && i < want_sorted.size(); ++i) {
+    same = local.count(want_sorted[i]) != 0;
+  }
+  const size_t n = job->mspec.num_params();
+  PartialSum out;
+  out.updates = wanted.size();
+  if (same && !rebuild && round.partials.size() == 1) {
+    // One leaf folded them all: its partial sum, sent from the pool as it is.
+    const Job::Partial& p = round.partials.begin()->second;
+    out.sum = {reinterpret_cast<const float*>(job->pool->Data(p.offset).data()), n};
+    out.keep = job;
+    return out;
+  }
+  auto sum = std::make_shared<std::vector<float>>(n, 0.0f);
+  if (same && !rebuild) {
+    for (const auto& [inst, p] : round.partials) {
+      const auto* leaf = reinterpret_cast<const float*>(job->pool->Data(p.offset).data());
+      float* acc = sum->data();
+      for (size_t i = 0; i < n; ++i) acc[i] += leaf[i];
+    }
+  } else {
+    // Exactly the updates the top counts, from their bytes in the pool.
+    for (uint64_t top_ticket : wanted) {
+      auto it = local.find(top_ticket);
+      if (it == local.end()) {
+        return NotFound("update " + std::to_string(top_ticket) + " of round " +
+                        std::to_string(round_id) + " is not acknowledged on this node");
+      }
+      if (!job->Refold(sum->data(), it->second)) {
+        return Internal("update " + std::to_string(top_ticket) + " no longer parses");
+      }
+    }
+    spdlog::warn("fl job {}: round {}: partial sum refolded from {} update(s) in the pool", name,
+                 round_id, wanted.size());
+  }
+  out.sum = *sum;
+  out.keep = std::move(sum);
+  return out;
+}
+
+void FlMembers::Released(const std::string& name, uint64_t durable_round) {
+  auto job = Find(name);
+  if (!job) return;
+  std::lock_guard jl(job->mu);
+  bool released = false;
+  for (auto rit = job->rounds.begin(); rit != job->rounds.end() && rit->first <= durable_round;) {
+    Job::Round& r = rit->second;
+    if (r.inflight != 0) {
+      ++rit;
+      continue;
+    }
+    for (auto& [inst, p] : r.partials) {
+      for (uint64_t id : p.tickets) {
+        (void)job->pool->Release(job->tickets[id].buffer, kCoordinatorSlot);
+        job->tickets.erase(id);
+      }
+      if (p.offset != 0) (void)job->pool->Release(p.offset, kShoaldSlot);
+    }
+    rit = job->rounds.erase(rit);
+    released = true;
+  }
+  if (released) job->CompactLog();
+}
+
+}  // namespace shoal

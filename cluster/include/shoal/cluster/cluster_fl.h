@@ -1,0 +1,82 @@
+// shoald's FL part of cluster mode: LIFL's hierarchy across nodes. Every node serves the FL
+// peer links (fl_peer.h). As a job's top, a node admits the updates other nodes received (on
+// their header and the client's bearer token, checked against its token store), counts them
+// when their node reports them folded and durable, and fetches each such node's one partial
+// sum of a round before committing it. As a member, a node folds the updates its gateway
+// receives for a job whose top is elsewhere (FlCoordinator::FoldFor, from the nodes' records:
+// a node that runs a job lists it). A node whose lease expires is lost: its tops un-count what
+// it held and had not sent, so that those clients send again.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "shoal/aggregator/fl_coordinator.h"
+#include "shoal/auth/token_store.h"
+#include "shoal/cluster/fl_peer.h"
+#include "shoal/cluster/node_agent.h"
+
+namespace shoal::cluster {
+
+class ClusterFl final : public FlTopLink {
+ public:
+  ClusterFl(const NodeConfig& config, FlCoordinator& fl, auth::TokenStore& tokens,
+            NodeAgent& agent);
+  ~ClusterFl() override;
+  Status Start();
+  // Before the coordinator and the agent go: no call reaches them after this returns.
+  void Stop();
+
+  // FlTopLink (this node as a member).
+  Result<Admission> Admit(const std::string& top, const std::string& job, std::string_view bearer,
+                          std::span<const std::byte> head) override;
+  void Report(const std::string& top, const std::string& job, uint64_t ticket, bool ok) override;
+
+ private:
+  FlPeerReply Handle(FlPeerCall call, const std::string& json, std::span<const std::byte> payload);
+  Status FetchPartial(const std::string& node, const std::string& job, uint64_t round,
+                      const std::vector<uint64_t>& tickets, std::vector<float>* sum);
+  // The live nodes' peer addresses (refreshed by WatchLoop; Allow refreshes on a miss).
+  std::string PeerOf(const std::string& node);
+  void RefreshNodes();
+  void WatchLoop();
+  void ReportLoop();
+
+  const NodeConfig& config_;
+  FlCoordinator& fl_;
+  auth::TokenStore& tokens_;
+  NodeAgent& agent_;
+  FlPeerServer server_;
+  FlPeerClient client_;
+
+  std::mutex nodes_mu_;
+  std::map<std::string, std::string> peers_;  // live node -> "ip:fl_peer_port"
+  std::set<std::string> peer_ips_;
+
+  // Reports to tops, sent in order by ReportLoop (batched per top), retried until the top
+  // takes them or is lost.
+  struct PendingReport {
+    std::string top, job;
+    uint64_t ticket;
+    bool ok;
+  };
+  std::mutex report_mu_;
+  std::condition_variable report_cv_;
+  std::deque<PendingReport> reports_;
+  bool stopping_ = false;
+  std::thread reporter_, watcher_;
+  // The commit thread's fetches stop reaching this object once Stop() cleared it.
+  struct Gate {
+    std::mutex mu;
+    ClusterFl* self = nullptr;
+  };
+  std::shared_ptr<Gate> gate_ = std::make_shared<Gate>();
+};
+
+}  // namespace shoal::cluster

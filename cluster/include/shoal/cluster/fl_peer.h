@@ -1,0 +1,84 @@
+// The nodes' FL peer links (cluster mode, LIFL's hierarchy across nodes): a small framed
+// request/response protocol over persistent TCP connections between shoalds, on fl_peer_port.
+// A node that folds a job's updates asks the job's top to admit each update (its header only)
+// and reports it folded; the top asks each such node for its one partial sum of a round (the
+// only large message: float32[params], written straight from the pool). Each frame:
+//   "SHFP" | u32 kind | u32 json_len | u32 0 | u64 payload_len | json | payload
+// A request's kind names the call; a reply's kind is an HTTP-like status (200, 4xx, 5xx) and
+// its JSON carries "message" when it is not 200.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shoal/common/status.h"
+
+namespace shoal::cluster {
+
+enum class FlPeerCall : uint32_t { kSpec = 1, kAdmit = 2, kReport = 3, kPartial = 4 };
+
+struct FlPeerReply {
+  int status = 200;
+  std::string json;                    // a JSON object
+  std::span<const std::byte> payload;  // valid while `keep` is held
+  std::shared_ptr<void> keep;
+};
+
+class FlPeerServer {
+ public:
+  // Called on the connection's thread, one request at a time per connection.
+  using Handler = std::function<FlPeerReply(FlPeerCall call, const std::string& json,
+                                            std::span<const std::byte> payload)>;
+  // Whether a connection from `ip` may talk to this node (the cluster's live nodes).
+  using Allow = std::function<bool(const std::string& ip)>;
+  FlPeerServer(Handler handler, Allow allow);
+  ~FlPeerServer();
+  Status Start(const std::string& host, uint16_t port);
+  void Stop();
+  uint16_t port() const { return port_; }
+
+ private:
+  void AcceptLoop();
+  void Serve(int fd, std::string ip);
+  Handler handler_;
+  Allow allow_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::thread acceptor_;
+  std::mutex mu_;
+  bool stopping_ = false;
+  std::map<int, std::thread> conns_;  // by fd
+  std::vector<std::thread> finished_;
+};
+
+class FlPeerClient {
+ public:
+  struct Response {
+    int status = 0;
+    std::string json;
+  };
+  FlPeerClient() = default;
+  ~FlPeerClient();
+  // One call to the node at `address` ("ip:port"); an error when no reply came (unreachable,
+  // closed, `timeout_s` without progress). A reply's payload goes to the buffer `into(len)`
+  // returns (it must hold `len` bytes; a null span refuses the payload), or is dropped.
+  Result<Response> Call(const std::string& address, FlPeerCall call, const std::string& json,
+                        std::span<const std::byte> payload, double timeout_s,
+                        const std::function<std::span<std::byte>(uint64_t)>& into = {});
+
+ private:
+  int Take(const std::string& address, double timeout_s, bool* reused, Status* why);
+  void Give(const std::string& address, int fd);
+  std::mutex mu_;
+  std::map<std::string, std::vector<int>> idle_;
+};
+
+}  // namespace shoal::cluster

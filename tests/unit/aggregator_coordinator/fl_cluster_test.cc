@@ -1,0 +1,270 @@
+// LIFL's hierarchy across nodes, at the coordinators: a job's top (node "a") and a node that
+// folds updates for it (node "b"), each with its own shared-memory pool, wired as shoald's
+// cluster part wires them (admit on the header, reports, one partial sum per round) but in one
+// process. The committed model is the one a single node would commit; a lost node's updates
+// are asked for again; the member's update log keeps exactly what the top has not checkpointed.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shoal/aggregator/fl_coordinator.h"
+#include "shoal/aggregator/fl_members.h"
+#include "shoal/aggregator/fold.h"
+#include "shoal/common/payload.h"
+#include "shoal/model/architectures.h"
+#include "shoal/model/safetensors.h"
+#include "shoal/model/update_format.h"
+#include "shoal/pool/shm_pool.h"
+
+namespace shoal {
+namespace {
+
+using Json = nlohmann::json;
+
+// Node b's link to the top: direct calls where shoald sends FL peer messages.
+class DirectLink final : public FlTopLink {
+ public:
+  explicit DirectLink(FlCoordinator* top) : top_(top) {}
+  Result<Admission> Admit(const std::string& top, const std::string& job, std::string_view bearer,
+                          std::span<const std::byte> head) override {
+    EXPECT_EQ(top, "a");
+    EXPECT_EQ(bearer, "the-bearer");
+    head_bytes = head.size();
+    return top_->AdmitRemote(job, "b", head);
+  }
+  void Report(const std::string&, const std::string& job, uint64_t ticket, bool ok) override {
+    top_->CompletedRemote(job, ticket, ok);
+  }
+  size_t head_bytes = 0;
+
+ private:
+  FlCoordinator* top_;
+};
+
+class FlClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int n = 0; n < 2; ++n) {
+      char dir[] = "/tmp/shoal-flcluster-test-XXXXXX";
+      ASSERT_NE(mkdtemp(dir), nullptr);
+      dirs_[n] = dir;
+      configs_[n].state_dir = dirs_[n];
+      configs_[n].node_name = n == 0 ? "a" : "b";
+      auto p = ShmPool::Create(
+          "shoal-flcluster-" + std::to_string(getpid()) + "-" + std::to_string(n), 16 << 20);
+      ASSERT_TRUE(p.ok()) << p.status().ToString();
+      pools_[n] = std::move(*p);
+    }
+    top_ = std::make_unique<FlCoordinator>(configs_[0]);
+    member_ = std::make_unique<FlCoordinator>(configs_[1]);
+    FlJobSpec spec;
+    spec.name = "rb";
+    spec.algorithm = "fedavg";
+    spec.architecture = "mlp";
+    spec.hidden = 4;
+    spec.dataset = "digits";
+    spec.clients = 3;
+    spec.rounds = 3;
+    ASSERT_TRUE(top_->DeployJob(spec).ok());
+    ASSERT_TRUE(top_->FoldsElsewhere("rb"));
+    mspec_ = model::MlpSpec(64, {4}, 10);
+    for (int k = 0; k < 3; ++k) {
+      auto j = top_->Join("rb", "c" + std::to_string(k), "");
+      ASSERT_TRUE(j.ok()) << j.status().ToString();
+      clients_.push_back(*j);
+    }
+    link_ = std::make_unique<DirectLink>(top_.get());
+    member_->SetTopLink(link_.get());
+    top_->SetPartialFetch([this](const std::string& node, const std::string& job, uint64_t round,
+                                 const std::vector<uint64_t>& tickets, std::vector<float>* sum) {
+      EXPECT_EQ(node, "b");
+      ++fetches_;
+      auto p = member_->members().PartialOf(job, round, tickets);
+      if (!p.ok()) return p.status();
+      sum->assign(p->sum.begin(), p->sum.end());
+      return Status::Ok();
+    });
+    auto s = top_->Spec("rb");
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE(member_->FoldFor(*s, "a").ok());
+    auto m = top_->Model("rb", 0);
+    ASSERT_TRUE(m.ok());
+    w0_ = Values(*m->bytes);
+  }
+  void TearDown() override {
+    member_.reset();
+    top_.reset();
+    for (const auto& d : dirs_) std::filesystem::remove_all(d);
+  }
+  std::vector<float> Values(const std::string& safetensors) {
+    auto m = model::ModelFromSafetensors(
+        std::as_bytes(std::span<const char>(safetensors.data(), safetensors.size())), mspec_);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    return m.ok() ? m->values : std::vector<float>{};
+  }
+  std::vector<float> X(int k, const std::vector<float>& base) {
+    std::vector<float> x = base;
+    for (size_t i = 0; i < x.size(); ++i) x[i] += float(k + 1) / 16.0f + float(i % 7) / 64.0f;
+    return x;
+  }
+  // Client k's update from `base` (version `v`), sent to node `n` (0: the top, 1: b), folded by
+  // that node's leaf (instance 7) and answered `status`. The ticket's admission status.
+  shoal::Status Send(int n, int k, uint64_t v, const std::vector<float>& base, int status = 200) {
+    model::Model m(mspec_);
+    m.values = X(k, base);
+    model::UpdateMeta meta;
+    meta.job = "rb";
+    meta.client_id = clients_[k].client_id;
+    meta.token = clients_[k].token;
+    meta.base_version = v;
+    meta.num_samples = 100 * (k + 1);
+    auto body = model::EncodeUpdate(meta, m, model::DType::kF32);
+    EXPECT_TRUE(body.ok());
+    const std::string_view ct = "application/octet-stream";
+    const size_t off = PayloadBodyOffset(0, 0, ct.size());
+    ShmPool& pool = *pools_[n];
+    auto b = pool.Allocate(off + body->size(), kShoaldSlot);
+    EXPECT_TRUE(b.ok());
+    auto span = pool.Data(*b);
+    WritePayloadHead(span, 3, 0, "", "", ct, body->size());
+    std::memcpy(span.data() + off, body->data(), body->size());
+    FlCoordinator& fl = n == 0 ? *top_ : *member_;
+    auto adm = n == 0
+                   ? fl.Admit("rb", pool, span.subspan(off, body->size()), *b)
+                   : fl.AdmitForTop("rb", pool, span.subspan(off, body->size()), *b, "the-bearer");
+    if (!adm.ok()) {
+      (void)pool.Release(*b, kShoaldSlot);
+      return adm.status();
+    }
+    auto partial = fl.PartialFor(adm->ticket, 7);
+    EXPECT_TRUE(partial.ok()) << partial.status().ToString();
+    const std::vector<float> x = X(k, base);
+    aggregator::Fold(reinterpret_cast<float*>(pool.Data(*partial).data()), x.data(),
+                     aggregator::DType::kF32, x.size(), adm->coefficient);
+    fl.Completed(adm->ticket, status, true);
+    (void)pool.Release(*b, kShoaldSlot);
+    return {};
+  }
+  Json JobStatus() { return Json::parse(*top_->JobStatusJson("rb"), nullptr, false); }
+  bool WaitVersion(uint64_t v) {
+    for (int i = 0; i < 250; ++i) {
+      if (JobStatus().value("version", uint64_t{0}) >= v) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+  std::vector<float> FedAvg(const std::vector<int>& ks, const std::vector<float>& base) {
+    std::vector<double> acc(base.size(), 0.0);
+    double n = 0;
+    for (int k : ks) {
+      const std::vector<float> x = X(k, base);
+      for (size_t i = 0; i < x.size(); ++i) acc[i] += 100.0 * (k + 1) * x[i];
+      n += 100.0 * (k + 1);
+    }
+    std::vector<float> out(base.size());
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(acc[i] / n);
+    return out;
+  }
+  uintmax_t MemberLogBytes() {
+    std::error_code ec;
+    return std::filesystem::file_size(dirs_[1] + "/members/rb/updates.log", ec);
+  }
+
+  std::string dirs_[2];
+  NodeConfig configs_[2];
+  std::unique_ptr<ShmPool> pools_[2];
+  std::unique_ptr<FlCoordinator> top_, member_;
+  std::unique_ptr<DirectLink> link_;
+  model::ModelSpec mspec_;
+  std::vector<JoinResult> clients_;
+  std::vector<float> w0_;
+  std::atomic<int> fetches_{0};
+};
+
+TEST_F(FlClusterTest,
+       ARoundFoldedOnTwoNodesCommitsTheModelOneNodeWouldAndTheMemberLogsUntilDurable) {
+  const size_t used_b = pools_[1]->Stats().used_bytes;
+  ASSERT_TRUE(Send(0, 0, 0, w0_).ok());  // at the top
+  ASSERT_TRUE(Send(1, 1, 0, w0_).ok());  // at b: admitted by the top on its header alone
+  EXPECT_GT(link_->head_bytes, 8u);
+  EXPECT_LT(link_->head_bytes, 1024u);  // never the tensors (4810 floats)
+  ASSERT_TRUE(Send(1, 2, 0, w0_).ok());
+  // Both of b's updates are durable there: two records in its log, their buffers held.
+  EXPECT_EQ(MemberLogBytes(), 2 * 96u);
+  ASSERT_TRUE(WaitVersion(1)) << JobStatus().dump();
+  EXPECT_EQ(fetches_.load(), 1);  // one partial sum from b for the round, not two updates
+  const Json st = JobStatus();
+  EXPECT_EQ(st["versions"].back()["updates"], 3) << st.dump();
+  EXPECT_EQ(st["updates_total"], 3);
+  auto m = top_->Model("rb", 1);
+  ASSERT_TRUE(m.ok());
+  const std::vector<float> got = Values(*m->bytes);
+  const std::vector<float> want = FedAvg({0, 1, 2}, w0_);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
+  // The next admission through b tells it version 1 is checkpointed: round 1's two updates
+  // leave its log and its pool; only the new update is held.
+  // (A join's answer waits for its own checkpoint, so for version 1's, written before it.)
+  ASSERT_TRUE(top_->Join("rb", "late", "").ok());
+  ASSERT_TRUE(Send(1, 1, 1, got).ok());
+  EXPECT_EQ(MemberLogBytes(), 96u);
+  EXPECT_GT(pools_[1]->Stats().used_bytes, used_b);  // the round-2 update and its partial
+  // A token the top does not know is refused there; b holds nothing for it.
+  clients_[2].token = "wrong";
+  const uint64_t used = pools_[1]->Stats().used_bytes;
+  shoal::Status bad = Send(1, 2, 1, got);
+  EXPECT_EQ(bad.code(), StatusCode::kPermissionDenied) << bad.ToString();
+  EXPECT_EQ(pools_[1]->Stats().used_bytes, used);
+}
+
+TEST_F(FlClusterTest, ALostNodesAcknowledgedUpdatesAreAskedForAgainAndTheRoundCommits) {
+  ASSERT_TRUE(Send(1, 1, 0, w0_).ok());
+  ASSERT_TRUE(Send(1, 2, 0, w0_).ok());
+  EXPECT_EQ(JobStatus()["updates_total"], 2);
+  // b's lease expires before the round is due: its two acknowledged updates never reached the
+  // top as a partial sum.
+  top_->NodeLost("b");
+  EXPECT_EQ(JobStatus()["updates_total"], 0) << JobStatus().dump();
+  // Their clients are told to train and send again (not to wait for the round).
+  for (int k : {1, 2}) {
+    auto t = top_->Task("rb", clients_[k].client_id, clients_[k].token);
+    ASSERT_TRUE(t.ok());
+    EXPECT_EQ(t->kind, TaskResult::Kind::kTrain) << k;
+  }
+  ASSERT_TRUE(Send(0, 0, 0, w0_).ok());
+  EXPECT_EQ(JobStatus()["version"], 0);  // one of three
+  ASSERT_TRUE(Send(0, 1, 0, w0_).ok());
+  ASSERT_TRUE(Send(0, 2, 0, w0_).ok());
+  ASSERT_TRUE(WaitVersion(1)) << JobStatus().dump();
+  EXPECT_EQ(fetches_.load(), 0);
+  auto m = top_->Model("rb", 1);
+  ASSERT_TRUE(m.ok());
+  const std::vector<float> got = Values(*m->bytes);
+  const std::vector<float> want = FedAvg({0, 1, 2}, w0_);
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
+}
+
+TEST_F(FlClusterTest, AFoldThatFailedOnTheMemberIsNotCountedAndItsClientMaySendAgain) {
+  ASSERT_TRUE(Send(1, 1, 0, w0_, 502).ok());  // the leaf died halfway through
+  EXPECT_EQ(JobStatus()["updates_total"], 0);
+  ASSERT_TRUE(Send(1, 1, 0, w0_).ok());  // sent again: admitted (not "already sent")
+  ASSERT_TRUE(Send(0, 0, 0, w0_).ok());
+  ASSERT_TRUE(Send(1, 2, 0, w0_).ok());
+  ASSERT_TRUE(WaitVersion(1)) << JobStatus().dump();
+  auto m = top_->Model("rb", 1);
+  ASSERT_TRUE(m.ok());
+  const std::vector<float> got = Values(*m->bytes);
+  const std::vector<float> want = FedAvg({0, 1, 2}, w0_);
+  // b's partial was rebuilt from its acknowledged updates (the failed fold left half of one).
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
+}
+
+}  // namespace
+}  // namespace shoal

@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
     }
     for (size_t i = 0; i < sets.size(); ++i) {
       FoldSet& f = sets[i];
-      const std::string name = std::string("fold ") + DTypeName(f.dtype);
+      const std::string name = "fold " + std::string(DTypeName(f.dtype));
       rows.push_back({name, t, f.bytes_per_element(),
                       f.bytes_per_element() * n * f.pairs / fold_best[i] / 1e9, true});
       // The same pair over and over: what the cache adds (outside the ratio).

@@ -241,8 +241,9 @@ int main(int argc, char** argv) {
   double memcpy_all_gbps = 0;
   for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
     const size_t bytes = n * shoal::aggregator::DTypeSize(d);
-    std::fprintf(stderr, "bench-fold: %s: filling %zu updates of %.1f MB\n",
-                 shoal::aggregator::DTypeName(d), k, bytes / 1e6);
+    const std::string dname(shoal::aggregator::DTypeName(d));
+    std::fprintf(stderr, "bench-fold: %s: filling %zu updates of %.1f MB\n", dname.c_str(), k,
+                 bytes / 1e6);
     std::vector<std::unique_ptr<uint8_t[]>> updates;
     for (size_t u = 0; u < k; ++u) {
       updates.emplace_back(new uint8_t[bytes]);
@@ -263,13 +264,13 @@ int main(int argc, char** argv) {
         pass_gbps.push_back(static_cast<double>(bytes) * k / s / 1e9);
       }
       const double gbps = static_cast<double>(bytes) * k / best / 1e9;
-      rows.push_back({"fold", shoal::aggregator::DTypeName(d), threads, gbps, best / k * 1e3});
+      rows.push_back({"fold", dname, threads, gbps, best / k * 1e3});
       if (d == DType::kF32) {
         f32_gbps[threads] = gbps;
         f32_reps[threads] = pass_gbps;
       }
-      std::fprintf(stderr, "bench-fold: fold %s threads=%u %.2f GB/s\n",
-                   shoal::aggregator::DTypeName(d), threads, gbps);
+      std::fprintf(stderr, "bench-fold: fold %s threads=%u %.2f GB/s\n", dname.c_str(), threads,
+                   gbps);
 
       // The finiteness scan that runs before each fold, same bytes.
       best = 1e30;
@@ -283,8 +284,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bench-fold: AllFinite rejected a finite update\n");
         return 1;
       }
-      rows.push_back({"allfinite", shoal::aggregator::DTypeName(d), threads,
-                      static_cast<double>(bytes) * k / best / 1e9, best / k * 1e3});
+      rows.push_back({"allfinite", dname, threads, static_cast<double>(bytes) * k / best / 1e9,
+                      best / k * 1e3});
     }
     if (d == DType::kF32) {
       std::fprintf(stderr, "bench-fold: memcpy of the f32 update bytes\n");

@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
   std::map<std::string, double> device_gbps, d2d_gbps, h2d_gbps;
   std::vector<float> scratch(n), host_acc(n);
   for (DType d : {DType::kF32, DType::kBF16}) {
-    const std::string dn = DTypeName(d);
+    const std::string dn(DTypeName(d));
     const size_t es = DTypeSize(d), bytes = n * es, total = bytes * k;
     // Host updates in one shared mapping registered like the job's pool (MAP_SHARED, as
     // /dev/shm is), different values per update.

@@ -202,8 +202,11 @@ Status GpuFoldDevice(float* acc, const void* const* xs, const float* ws, int cou
       return Launch<Bf16>(acc, args, n, s);
     case DType::kF16:
       return Launch<F16>(acc, args, n, s);
+    case DType::kI64:
+      break;
   }
-  return InvalidArgument("GpuFoldDevice: unknown dtype");
+  return InvalidArgument("GpuFoldDevice: element type " + std::string(DTypeName(dtype)) +
+                         " is not a floating type");
 }
 
 }  // namespace shoal::aggregator

@@ -14,7 +14,15 @@ namespace {
 
 using internal::FoldKernels;
 
-int Index(DType dtype) { return static_cast<int>(dtype); }
+// The kernel tables hold the floating types only: anything else would index past them.
+int Index(DType dtype) {
+  if (!IsFloatDType(dtype)) [[unlikely]] {
+    std::fprintf(stderr, "shoal_fold: element type %s is not a floating type\n",
+                 DTypeName(dtype).data());
+    std::abort();
+  }
+  return static_cast<int>(dtype);
+}
 
 const FoldKernels& TableFor(Isa isa) {
   if (!IsaSupported(isa)) {
@@ -56,20 +64,6 @@ const FoldKernels& Active() {
 }
 
 }  // namespace
-
-size_t DTypeSize(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
-
-const char* DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return "f32";
-    case DType::kBF16:
-      return "bf16";
-    case DType::kF16:
-      return "f16";
-  }
-  return "?";
-}
 
 bool IsaSupported(Isa isa) {
 #if defined(__x86_64__) || defined(__i386__)

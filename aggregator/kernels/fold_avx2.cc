@@ -45,7 +45,7 @@ SHOAL_AVX2 void FoldBf16(float* acc, const void* x, size_t n, float w) {
     _mm256_storeu_ps(acc + i, a0);
     _mm256_storeu_ps(acc + i + 8, a1);
   }
-  for (; i < n; ++i) acc[i] = __builtin_fmaf(w, Bf16ToF32(LoadU16(x, i)), acc[i]);
+  for (; i < n; ++i) acc[i] = __builtin_fmaf(w, Bf16ToFloat(LoadU16(x, i)), acc[i]);
 }
 
 SHOAL_AVX2 void FoldF16(float* acc, const void* x, size_t n, float w) {
@@ -58,7 +58,7 @@ SHOAL_AVX2 void FoldF16(float* acc, const void* x, size_t n, float w) {
     _mm256_storeu_ps(acc + i, a0);
     _mm256_storeu_ps(acc + i + 8, a1);
   }
-  for (; i < n; ++i) acc[i] = __builtin_fmaf(w, F16ToF32(LoadU16(x, i)), acc[i]);
+  for (; i < n; ++i) acc[i] = __builtin_fmaf(w, F16ToFloat(LoadU16(x, i)), acc[i]);
 }
 
 SHOAL_AVX2 void ToF32F32(float* out, const void* x, size_t n) {
@@ -67,12 +67,12 @@ SHOAL_AVX2 void ToF32F32(float* out, const void* x, size_t n) {
 SHOAL_AVX2 void ToF32Bf16(float* out, const void* x, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, LoadBf16x8(At(x, i, 2)));
-  for (; i < n; ++i) out[i] = Bf16ToF32(LoadU16(x, i));
+  for (; i < n; ++i) out[i] = Bf16ToFloat(LoadU16(x, i));
 }
 SHOAL_AVX2 void ToF32F16(float* out, const void* x, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, LoadF16x8(At(x, i, 2)));
-  for (; i < n; ++i) out[i] = F16ToF32(LoadU16(x, i));
+  for (; i < n; ++i) out[i] = F16ToFloat(LoadU16(x, i));
 }
 
 SHOAL_AVX2 void FromF32F32(void* out, const float* x, size_t n) {
@@ -102,7 +102,7 @@ SHOAL_AVX2 void FromF32Bf16(void* out, const float* x, size_t n) {
     const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r0, r1), 0xd8);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * i), packed);
   }
-  for (; i < n; ++i) StoreU16(out, i, F32ToBf16(x[i]));
+  for (; i < n; ++i) StoreU16(out, i, FloatToBf16(x[i]));
 }
 
 SHOAL_AVX2 void FromF32F16(void* out, const float* x, size_t n) {
@@ -112,7 +112,7 @@ SHOAL_AVX2 void FromF32F16(void* out, const float* x, size_t n) {
     const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 2 * i), h);
   }
-  for (; i < n; ++i) StoreU16(out, i, F32ToF16(x[i]));
+  for (; i < n; ++i) StoreU16(out, i, FloatToF16(x[i]));
 }
 
 // Checks 64 elements (f32) or 128 (16-bit) per early-exit test: the scan stays bandwidth bound.

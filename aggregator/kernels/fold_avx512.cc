@@ -50,7 +50,7 @@ SHOAL_AVX512 void FoldBf16(float* acc, const void* x, size_t n, float w) {
     _mm512_storeu_ps(acc + i, a0);
     _mm512_storeu_ps(acc + i + 16, a1);
   }
-  for (; i < n; ++i) acc[i] = __builtin_fmaf(w, Bf16ToF32(LoadU16(x, i)), acc[i]);
+  for (; i < n; ++i) acc[i] = __builtin_fmaf(w, Bf16ToFloat(LoadU16(x, i)), acc[i]);
 }
 
 SHOAL_AVX512 void FoldF16(float* acc, const void* x, size_t n, float w) {
@@ -63,7 +63,7 @@ SHOAL_AVX512 void FoldF16(float* acc, const void* x, size_t n, float w) {
     _mm512_storeu_ps(acc + i, a0);
     _mm512_storeu_ps(acc + i + 16, a1);
   }
-  for (; i < n; ++i) acc[i] = __builtin_fmaf(w, F16ToF32(LoadU16(x, i)), acc[i]);
+  for (; i < n; ++i) acc[i] = __builtin_fmaf(w, F16ToFloat(LoadU16(x, i)), acc[i]);
 }
 
 SHOAL_AVX512 void ToF32F32(float* out, const void* x, size_t n) {
@@ -72,12 +72,12 @@ SHOAL_AVX512 void ToF32F32(float* out, const void* x, size_t n) {
 SHOAL_AVX512 void ToF32Bf16(float* out, const void* x, size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, LoadBf16x16(At(x, i, 2)));
-  for (; i < n; ++i) out[i] = Bf16ToF32(LoadU16(x, i));
+  for (; i < n; ++i) out[i] = Bf16ToFloat(LoadU16(x, i));
 }
 SHOAL_AVX512 void ToF32F16(float* out, const void* x, size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, LoadF16x16(At(x, i, 2)));
-  for (; i < n; ++i) out[i] = F16ToF32(LoadU16(x, i));
+  for (; i < n; ++i) out[i] = F16ToFloat(LoadU16(x, i));
 }
 
 SHOAL_AVX512 void FromF32F32(void* out, const float* x, size_t n) {
@@ -99,7 +99,7 @@ SHOAL_AVX512 void FromF32Bf16(void* out, const float* x, size_t n) {
     r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(b, 16), qbit));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * i), _mm512_cvtepi32_epi16(r));
   }
-  for (; i < n; ++i) StoreU16(out, i, F32ToBf16(x[i]));
+  for (; i < n; ++i) StoreU16(out, i, FloatToBf16(x[i]));
 }
 
 SHOAL_AVX512 void FromF32F16(void* out, const float* x, size_t n) {
@@ -110,7 +110,7 @@ SHOAL_AVX512 void FromF32F16(void* out, const float* x, size_t n) {
         _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 2 * i), h);
   }
-  for (; i < n; ++i) StoreU16(out, i, F32ToF16(x[i]));
+  for (; i < n; ++i) StoreU16(out, i, FloatToF16(x[i]));
 }
 
 // One early-exit test per 128 elements (f32) or 256 (16-bit): the scan stays bandwidth bound.

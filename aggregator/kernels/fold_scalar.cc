@@ -9,30 +9,30 @@ void FoldF32(float* acc, const void* x, size_t n, float w) {
   for (size_t i = 0; i < n; ++i) acc[i] = acc[i] + w * LoadF32(x, i);
 }
 void FoldBf16(float* acc, const void* x, size_t n, float w) {
-  for (size_t i = 0; i < n; ++i) acc[i] = acc[i] + w * Bf16ToF32(LoadU16(x, i));
+  for (size_t i = 0; i < n; ++i) acc[i] = acc[i] + w * Bf16ToFloat(LoadU16(x, i));
 }
 void FoldF16(float* acc, const void* x, size_t n, float w) {
-  for (size_t i = 0; i < n; ++i) acc[i] = acc[i] + w * F16ToF32(LoadU16(x, i));
+  for (size_t i = 0; i < n; ++i) acc[i] = acc[i] + w * F16ToFloat(LoadU16(x, i));
 }
 
 void ToF32F32(float* out, const void* x, size_t n) {
   if (n) std::memmove(out, x, n * 4);
 }
 void ToF32Bf16(float* out, const void* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) out[i] = Bf16ToF32(LoadU16(x, i));
+  for (size_t i = 0; i < n; ++i) out[i] = Bf16ToFloat(LoadU16(x, i));
 }
 void ToF32F16(float* out, const void* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) out[i] = F16ToF32(LoadU16(x, i));
+  for (size_t i = 0; i < n; ++i) out[i] = F16ToFloat(LoadU16(x, i));
 }
 
 void FromF32F32(void* out, const float* x, size_t n) {
   if (n) std::memmove(out, x, n * 4);
 }
 void FromF32Bf16(void* out, const float* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) StoreU16(out, i, F32ToBf16(x[i]));
+  for (size_t i = 0; i < n; ++i) StoreU16(out, i, FloatToBf16(x[i]));
 }
 void FromF32F16(void* out, const float* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) StoreU16(out, i, F32ToF16(x[i]));
+  for (size_t i = 0; i < n; ++i) StoreU16(out, i, FloatToF16(x[i]));
 }
 
 bool AllFiniteF32(const void* x, size_t n) {

@@ -13,7 +13,7 @@ class Builder {
  public:
   explicit Builder(std::string name, std::vector<int64_t> input_shape) {
     g_.name = std::move(name);
-    g_.inputs.push_back({kGraphInput, ElementType::kF32, std::move(input_shape)});
+    g_.inputs.push_back({kGraphInput, DType::kF32, std::move(input_shape)});
   }
 
   std::string Param(const std::string& name, std::vector<int64_t> shape) {
@@ -57,7 +57,7 @@ class Builder {
   // The last node writes the graph output under its public name.
   Graph Finish() {
     g_.nodes.back().outputs[0] = kGraphOutput;
-    g_.outputs.push_back({kGraphOutput, ElementType::kF32, {}});
+    g_.outputs.push_back({kGraphOutput, DType::kF32, {}});
     return std::move(g_);
   }
 

@@ -32,13 +32,18 @@ struct Arity {
 
 Arity ArityOf(OpType op) {
   switch (op) {
-    case OpType::kGemm: return {2, 3, 1};
-    case OpType::kConv: return {2, 3, 1};
+    case OpType::kGemm:
+      return {2, 3, 1};
+    case OpType::kConv:
+      return {2, 3, 1};
     case OpType::kMatMul:
     case OpType::kAdd:
-    case OpType::kReshape: return {2, 2, 1};
-    case OpType::kBatchNormalization: return {5, 5, 1};
-    default: return {1, 1, 1};
+    case OpType::kReshape:
+      return {2, 2, 1};
+    case OpType::kBatchNormalization:
+      return {5, 5, 1};
+    default:
+      return {1, 1, 1};
   }
 }
 
@@ -139,12 +144,16 @@ Status CheckArity(const Node& n) {
 
 }  // namespace
 
-std::string_view ElementTypeName(ElementType t) {
+std::string_view OipDatatype(DType t) {
   switch (t) {
-    case ElementType::kF32: return "FP32";
-    case ElementType::kF16: return "FP16";
-    case ElementType::kBF16: return "BF16";
-    case ElementType::kI64: return "INT64";
+    case DType::kF32:
+      return "FP32";
+    case DType::kF16:
+      return "FP16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kI64:
+      return "INT64";
   }
   return "?";
 }
@@ -190,9 +199,10 @@ Status Graph::Validate() {
   if (inputs.empty()) return InvalidArgument("graph '" + name + "' has no inputs");
   if (outputs.empty()) return InvalidArgument("graph '" + name + "' has no outputs");
   for (const ValueInfo& in : inputs) {
-    if (in.type != ElementType::kF32) {
+    if (in.type != DType::kF32) {
       return InvalidArgument("graph input '" + in.name + "' is " +
-                             std::string(ElementTypeName(in.type)) + "; only FP32 inputs are supported");
+                             std::string(OipDatatype(in.type)) +
+                             "; only FP32 inputs are supported");
     }
     if (in.shape.empty()) return InvalidArgument("graph input '" + in.name + "' has no shape");
     for (size_t d = 1; d < in.shape.size(); ++d) {
@@ -255,7 +265,7 @@ Status Graph::Validate() {
     }
     out.shape = s;
     out.shape[0] = -1;
-    out.type = ElementType::kF32;
+    out.type = DType::kF32;
   }
   return {};
 }

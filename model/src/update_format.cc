@@ -4,27 +4,44 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "shoal/v1/fl.pb.h"
 
 namespace shoal::model {
 namespace {
 
-v1::DType ToProto(DType d) {
+// shoal::DType <-> shoal.v1.DType: the one place the proto enum is mapped. The values agree so
+// that an update's bytes read the same either way.
+static_assert(static_cast<int>(DType::kF32) == v1::F32 &&
+              static_cast<int>(DType::kBF16) == v1::BF16 &&
+              static_cast<int>(DType::kF16) == v1::F16);
+
+// nullopt for a type updates do not carry (EncodeUpdate refuses it).
+std::optional<v1::DType> ToProto(DType d) {
   switch (d) {
-    case DType::kF32: return v1::F32;
-    case DType::kBF16: return v1::BF16;
-    case DType::kF16: return v1::F16;
+    case DType::kF32:
+      return v1::F32;
+    case DType::kBF16:
+      return v1::BF16;
+    case DType::kF16:
+      return v1::F16;
+    case DType::kI64:
+      break;
   }
-  return v1::F32;
+  return std::nullopt;
 }
 
 std::optional<DType> FromProto(int d) {
   switch (d) {
-    case v1::F32: return DType::kF32;
-    case v1::BF16: return DType::kBF16;
-    case v1::F16: return DType::kF16;
-    default: return std::nullopt;
+    case v1::F32:
+      return DType::kF32;
+    case v1::BF16:
+      return DType::kBF16;
+    case v1::F16:
+      return DType::kF16;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -79,6 +96,11 @@ Result<std::vector<std::byte>> EncodeUpdate(const UpdateMeta& meta,
   h.set_local_steps(meta.local_steps);
   h.set_train_seconds(meta.train_seconds);
   h.set_kind(meta.kind == UpdateKind::kDelta ? v1::UPDATE_DELTA : v1::UPDATE_WEIGHTS);
+  const std::optional<v1::DType> wire = ToProto(wire_dtype);
+  if (!wire) {
+    return InvalidArgument("wire dtype " + std::string(DTypeName(wire_dtype)) +
+                           ": updates carry F32, BF16 or F16");
+  }
   uint64_t area = 0;
   for (const NamedTensor& t : tensors) {
     uint64_t numel = 1;
@@ -90,7 +112,7 @@ Result<std::vector<std::byte>> EncodeUpdate(const UpdateMeta& meta,
     }
     v1::TensorEntry* e = h.add_tensors();
     e->set_name(std::string(t.name));
-    e->set_dtype(ToProto(wire_dtype));
+    e->set_dtype(*wire);
     for (uint64_t d : t.shape) e->add_shape(d);
     area = AlignUp(area, kUpdateAlignment);
     e->set_offset(area);
@@ -147,8 +169,7 @@ Result<UpdateView> ParseUpdate(std::span<const std::byte> body, const ModelSpec&
   }
   if (kUpdatePrefixBytes + hlen > size) {
     return InvalidArgument("header length " + std::to_string(hlen) +
-                           " runs past the end of the body (" + std::to_string(size) +
-                           " bytes)");
+                           " runs past the end of the body (" + std::to_string(size) + " bytes)");
   }
   v1::UpdateHeader h;
   if (!h.ParseFromArray(body.data() + kUpdatePrefixBytes, static_cast<int>(hlen))) {
@@ -187,11 +208,14 @@ Result<UpdateView> ParseUpdate(std::span<const std::byte> body, const ModelSpec&
   for (const v1::TensorEntry& e : h.tensors()) {
     const std::optional<size_t> idx = model.Find(e.name());
     if (!idx) return InvalidArgument(Quoted(e.name()) + ": not in the model");
-    if (seen[*idx]) return InvalidArgument(Quoted(e.name()) + ": appears twice in the tensor table");
+    if (seen[*idx])
+      return InvalidArgument(Quoted(e.name()) + ": appears twice in the tensor table");
     seen[*idx] = true;
     const TensorSpec& spec = model.tensor(*idx);
     const std::optional<DType> dtype = FromProto(e.dtype());
-    if (!dtype) return InvalidArgument(Quoted(e.name()) + ": dtype " + std::to_string(e.dtype()) + " unknown");
+    if (!dtype)
+      return InvalidArgument(Quoted(e.name()) + ": dtype " + std::to_string(e.dtype()) +
+                             " unknown");
     if (std::find(limits.allowed_dtypes.begin(), limits.allowed_dtypes.end(), *dtype) ==
         limits.allowed_dtypes.end()) {
       return InvalidArgument(Quoted(e.name()) + ": dtype " + std::string(DTypeName(*dtype)) +
@@ -199,8 +223,7 @@ Result<UpdateView> ParseUpdate(std::span<const std::byte> body, const ModelSpec&
     }
     if (!std::equal(spec.shape.begin(), spec.shape.end(), e.shape().begin(), e.shape().end())) {
       return InvalidArgument(Quoted(e.name()) + ": shape " + ShapeString(spec.shape) +
-                             " expected, got " +
-                             ClientShape(e.shape()));
+                             " expected, got " + ClientShape(e.shape()));
     }
     const uint64_t numel = spec.numel();
     const uint64_t need = numel * DTypeSize(*dtype);
@@ -216,8 +239,8 @@ Result<UpdateView> ParseUpdate(std::span<const std::byte> body, const ModelSpec&
     if (e.offset() > area_size || e.length() > area_size - e.offset()) {
       return InvalidArgument(Quoted(e.name()) + ": offset " + std::to_string(e.offset()) +
                              " + length " + std::to_string(e.length()) +
-                             " runs past the end of the tensor area (" +
-                             std::to_string(area_size) + " bytes): body truncated");
+                             " runs past the end of the tensor area (" + std::to_string(area_size) +
+                             " bytes): body truncated");
     }
     TensorView& v = view.tensors[*idx];
     v.index = *idx;
@@ -235,10 +258,9 @@ Result<UpdateView> ParseUpdate(std::span<const std::byte> body, const ModelSpec&
   std::vector<const TensorView*> by_offset;
   by_offset.reserve(view.tensors.size());
   for (const TensorView& v : view.tensors) by_offset.push_back(&v);
-  std::sort(by_offset.begin(), by_offset.end(),
-            [](const TensorView* a, const TensorView* b) {
-              return a->data < b->data || (a->data == b->data && a->index < b->index);
-            });
+  std::sort(by_offset.begin(), by_offset.end(), [](const TensorView* a, const TensorView* b) {
+    return a->data < b->data || (a->data == b->data && a->index < b->index);
+  });
   const std::byte* area = body.data() + area_offset;
   uint64_t end = 0;
   for (size_t i = 0; i < by_offset.size(); ++i) {

@@ -80,10 +80,11 @@ class FlLeafHandler final : public Handler {
         return;
       }
       const bool forced = options_.device == LeafFoldDevice::kGpu;
-      spdlog::info("fl-leaf: folding on the {} for updates >= {} bytes ({}); pool attached ({} "
-                   "MiB in {:.2f} s)",
-                   device_->Describe(), forced ? 0 : options_.device_min_update_bytes,
-                   forced ? "device: gpu" : "device: auto", bytes >> 20, s);
+      spdlog::info(
+          "fl-leaf: folding on the {} for updates >= {} bytes ({}); pool attached ({} "
+          "MiB in {:.2f} s)",
+          device_->Describe(), forced ? 0 : options_.device_min_update_bytes,
+          forced ? "device: gpu" : "device: auto", bytes >> 20, s);
       device_ready_.store(true, std::memory_order_release);
     };
     // Pinning the pool takes about 0.9 s per GiB: done beside the event loop, which folds on
@@ -102,7 +103,7 @@ class FlLeafHandler final : public Handler {
     if (!view.ok()) return view.status();
     if (!threads_) threads_ = std::make_unique<aggregator::FoldPool>();  // never started
     for (const model::TensorView& t : view->tensors) {
-      if (!threads_->AllFinite(t.data, static_cast<aggregator::DType>(t.dtype), t.numel)) {
+      if (!threads_->AllFinite(t.data, t.dtype, t.numel)) {
         auto named = model::ParseUpdate(request.body, spec_, limits_);
         return named.ok() ? InvalidArgument("update has non-finite values") : named.status();
       }
@@ -118,14 +119,15 @@ class FlLeafHandler final : public Handler {
     segments_.clear();
     uint64_t bytes = 0;
     for (const model::TensorView& t : view->tensors) {
-      const auto dtype = static_cast<aggregator::DType>(t.dtype);
-      segments_.push_back({acc + spec_.offset(t.index), t.data, dtype, t.numel, request.aux_value});
-      bytes += t.numel * aggregator::DTypeSize(dtype);
+      segments_.push_back(
+          {acc + spec_.offset(t.index), t.data, t.dtype, t.numel, request.aux_value});
+      bytes += t.numel * DTypeSize(t.dtype);
     }
     if (UseDevice(bytes)) {
       if (Status st = device_->Fold(segments_); !st.ok()) return DeviceFailed(st);
     } else {
-      for (const aggregator::FoldSegment& s : segments_) threads_->Fold(s.acc, s.x, s.dtype, s.n, s.w);
+      for (const aggregator::FoldSegment& s : segments_)
+        threads_->Fold(s.acc, s.x, s.dtype, s.n, s.w);
     }
     return Accepted(view->meta, response);
   }
@@ -154,9 +156,10 @@ class FlLeafHandler final : public Handler {
   Status DeviceFailed(const Status& st) {
     device_ready_.store(false, std::memory_order_release);
     const std::string what = device_->Describe();
-    spdlog::error("fl-leaf: the {} fold failed, folding on the CPU from now on; the update is "
-                  "refused (502) and the partial sum rebuilt by the coordinator: {}",
-                  what, st.ToString());
+    spdlog::error(
+        "fl-leaf: the {} fold failed, folding on the CPU from now on; the update is "
+        "refused (502) and the partial sum rebuilt by the coordinator: {}",
+        what, st.ToString());
     device_.reset();  // frees its device memory and unpins the pool (best effort)
     return Unavailable("the " + what + " fold failed (" + st.message() +
                        "); the leaf folds on the CPU now: send the update again");
@@ -250,10 +253,9 @@ Result<std::unique_ptr<Handler>> CreateFlLeafHandler() {
     if (folder.ok()) {
       gpu = std::move(*folder);
     } else {
-      spdlog::log(options.device == LeafFoldDevice::kGpu ? spdlog::level::warn
-                                                         : spdlog::level::info,
-                  "fl-leaf: folding on the CPU ({}): {}", aggregator::FoldIsa(),
-                  folder.status().message());
+      spdlog::log(
+          options.device == LeafFoldDevice::kGpu ? spdlog::level::warn : spdlog::level::info,
+          "fl-leaf: folding on the CPU ({}): {}", aggregator::FoldIsa(), folder.status().message());
     }
   }
   return CreateFlLeafHandler(std::move(*spec), options, std::move(gpu));

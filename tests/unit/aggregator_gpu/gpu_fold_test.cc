@@ -235,7 +235,7 @@ TEST(GpuFold, DeviceAccumulatorFromHostAndDeviceMatchesCpu) {
     Status st = (*folder)->DownloadAccumulator(got.data());
     ASSERT_TRUE(st.ok()) << st.ToString();
     for (DeviceBuffer* b : dev) delete b;
-    ExpectClose(got, want, std::string("accumulator ") + DTypeName(dtype));
+    ExpectClose(got, want, "accumulator " + std::string(DTypeName(dtype)));
   }
 }
 

@@ -103,7 +103,7 @@ TEST(CpuExecutor, CompileBesideARunningExecutable) {
 
 TEST(CpuExecutor, GraphsWithTwoOutputsRefused) {
   Graph g = MlpGraph(2, {2}, 2);
-  g.outputs.push_back({"fc1.relu.out", ElementType::kF32, {}});
+  g.outputs.push_back({"fc1.relu.out", DType::kF32, {}});
   ASSERT_TRUE(g.Validate().ok());
   auto ex = CreateExecutor("cpu");
   auto exe = (*ex)->Compile(g, {});

@@ -164,7 +164,7 @@ TEST(GraphErrors, StructureAndArity) {
   }
   {
     Graph g = OneInput({2});
-    g.inputs[0].type = ElementType::kI64;
+    g.inputs[0].type = DType::kI64;
     g.nodes.push_back({OpType::kRelu, "r", {"x"}, {"y"}, {}});
     ExpectError(g, "graph input 'x' is INT64; only FP32 inputs are supported");
   }

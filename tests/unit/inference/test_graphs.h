@@ -22,8 +22,8 @@ inline Graph OneInput(std::vector<int64_t> sample) {
   Graph g;
   g.name = "test";
   sample.insert(sample.begin(), -1);
-  g.inputs.push_back({"x", ElementType::kF32, sample});
-  g.outputs.push_back({"y", ElementType::kF32, {}});
+  g.inputs.push_back({"x", DType::kF32, sample});
+  g.outputs.push_back({"y", DType::kF32, {}});
   return g;
 }
 

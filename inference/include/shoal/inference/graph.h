@@ -11,22 +11,33 @@
 #include <variant>
 #include <vector>
 
+#include "shoal/common/dtype.h"
 #include "shoal/common/status.h"
 
 namespace shoal::inference {
 
-// Element types an executor reads or writes. Weights are held as float32 in the graph; an
-// executor may run in a narrower precision (ExecutorOptions::precision).
-enum class ElementType : uint8_t { kF32, kF16, kBF16, kI64 };
-std::string_view ElementTypeName(ElementType t);  // OIP spelling: "FP32", "FP16", "BF16", "INT64"
+// Element types an executor reads or writes: Shoal's one DType. Weights are held as float32 in
+// the graph; an executor may run in a narrower precision (ExecutorOptions::precision).
+using shoal::DType;
+std::string_view OipDatatype(DType t);  // the OIP spelling: "FP32", "FP16", "BF16", "INT64"
 
 // The operators Shoal runs: enough for MLPs, small CNNs and ResNet-18. ONNX semantics (opset
 // 13) for each, including attributes and their defaults.
 enum class OpType : uint8_t {
-  kGemm, kMatMul, kAdd, kRelu, kConv, kBatchNormalization, kMaxPool, kAveragePool,
-  kGlobalAveragePool, kFlatten, kReshape, kSoftmax,
+  kGemm,
+  kMatMul,
+  kAdd,
+  kRelu,
+  kConv,
+  kBatchNormalization,
+  kMaxPool,
+  kAveragePool,
+  kGlobalAveragePool,
+  kFlatten,
+  kReshape,
+  kSoftmax,
 };
-std::string_view OpTypeName(OpType op);                  // the ONNX op_type, "Gemm"
+std::string_view OpTypeName(OpType op);  // the ONNX op_type, "Gemm"
 // kInvalidArgument "unsupported operator 'LSTM' (node 'lstm_1')" when not one of the above.
 Result<OpType> OpTypeFromName(std::string_view op_type, std::string_view node_name);
 
@@ -34,8 +45,8 @@ using AttributeValue = std::variant<int64_t, float, std::vector<int64_t>, std::v
 
 struct Node {
   OpType op;
-  std::string name;                   // unique within the graph (generated when ONNX has none)
-  std::vector<std::string> inputs;    // tensor names; "" for an omitted optional input
+  std::string name;                 // unique within the graph (generated when ONNX has none)
+  std::vector<std::string> inputs;  // tensor names; "" for an omitted optional input
   std::vector<std::string> outputs;
   std::map<std::string, AttributeValue> attributes;
 
@@ -47,24 +58,24 @@ struct Node {
 // A graph input or output. A dimension of -1 is the batch dimension (dynamic).
 struct ValueInfo {
   std::string name;
-  ElementType type = ElementType::kF32;
+  DType type = DType::kF32;
   std::vector<int64_t> shape;
 };
 
 // A constant tensor (weights, biases, reshape targets). float32 or int64 values.
 struct Initializer {
   std::vector<int64_t> shape;
-  std::vector<float> floats;   // set for float tensors
-  std::vector<int64_t> ints;   // set for int64 tensors (Reshape's shape)
+  std::vector<float> floats;  // set for float tensors
+  std::vector<int64_t> ints;  // set for int64 tensors (Reshape's shape)
   bool is_int() const { return !ints.empty() || floats.empty(); }
 };
 
 struct Graph {
   std::string name;
-  std::vector<ValueInfo> inputs;    // the graph's runtime inputs (not initializers)
+  std::vector<ValueInfo> inputs;  // the graph's runtime inputs (not initializers)
   std::vector<ValueInfo> outputs;
   std::map<std::string, Initializer, std::less<>> initializers;
-  std::vector<Node> nodes;          // topologically sorted after Validate()
+  std::vector<Node> nodes;  // topologically sorted after Validate()
 
   // Checks every node's operator, arity and attributes, that every tensor is produced once
   // before it is used, and infers every intermediate shape; sorts the nodes topologically,

@@ -1,6 +1,7 @@
-// Element types of model tensors on the wire and on disk (float32, bfloat16, float16), and the
-// scalar conversions between them. Accumulation is always float32; the narrow types only
-// exist to halve the bytes an update moves.
+// Model tensors' element types on the wire and on disk: Shoal's one DType
+// (shoal/common/dtype.h) and its scalar conversions (shoal/common/dtype_convert.h), the name
+// parser for the types a model file or an update may hold, and the bulk conversions.
+// Accumulation is always float32; the narrow types only exist to halve the bytes an update moves.
 #pragma once
 
 #include <cstddef>
@@ -8,22 +9,25 @@
 #include <optional>
 #include <string_view>
 
+#include "shoal/common/dtype.h"
+#include "shoal/common/dtype_convert.h"
+
 namespace shoal::model {
 
-enum class DType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
+using shoal::Bf16ToFloat;
+using shoal::DType;
+using shoal::DTypeName;
+using shoal::DTypeSize;
+using shoal::F16ToFloat;
+using shoal::FloatToBf16;
+using shoal::FloatToF16;
 
-inline constexpr size_t DTypeSize(DType d) { return d == DType::kF32 ? 4 : 2; }
-// "F32", "BF16", "F16": the safetensors spelling, also used in error messages.
-std::string_view DTypeName(DType d);
+// "F32", "BF16" or "F16" (DTypeName's spelling): the floating types a model file, an update or
+// a client's --dtype may name; nullopt for anything else (I64 included).
 std::optional<DType> DTypeFromName(std::string_view name);
 
-// Round-to-nearest-even conversions; NaN stays NaN, overflow goes to infinity.
-uint16_t FloatToBf16(float f);
-float Bf16ToFloat(uint16_t h);
-uint16_t FloatToF16(float f);
-float F16ToFloat(uint16_t h);
-
-// Writes n float32 values as `dst_dtype` (little-endian) at dst; dst needs no alignment.
+// Writes n float32 values as `dst_dtype` (little-endian) at dst; dst needs no alignment. These
+// and CountNonFinite take the floating types; any other aborts naming it (a caller's bug).
 void EncodeFloats(const float* src, size_t n, DType dst_dtype, std::byte* dst);
 // Reads n little-endian values of `src_dtype` at src (no alignment needed) into float32.
 void DecodeFloats(const std::byte* src, DType src_dtype, size_t n, float* dst);

@@ -17,13 +17,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "shoal/common/dtype.h"
+
 namespace shoal::aggregator {
 
-enum class DType : uint8_t { kF32, kBF16, kF16 };
-
-// Bytes per element on the wire: 4, 2, 2.
-size_t DTypeSize(DType dtype);
-const char* DTypeName(DType dtype);  // "f32", "bf16", "f16"
+// Shoal's one element-type enum. The functions below take its floating types (kF32, kBF16,
+// kF16); any other is a caller's bug and aborts naming it.
+using shoal::DType;
+using shoal::DTypeName;
+using shoal::DTypeSize;
 
 // acc[i] += w * float(x[i]) for i in [0, n). Single thread; see FoldPool for many.
 void Fold(float* acc, const void* x, DType dtype, size_t n, float w);

@@ -34,7 +34,15 @@ bool Connection::Accept(uv_stream_t* server) {
 }
 
 void Connection::StartReading() {
+  if (reading_) return;
+  reading_ = true;
   uv_read_start(reinterpret_cast<uv_stream_t*>(&tcp_), &Connection::OnAlloc, &Connection::OnRead);
+}
+
+void Connection::StopReading() {
+  if (!reading_) return;
+  reading_ = false;
+  uv_read_stop(reinterpret_cast<uv_stream_t*>(&tcp_));
 }
 
 // ---- reading -------------------------------------------------------------------------------
@@ -61,6 +69,18 @@ void Connection::OnAlloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
 
 void Connection::OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t*) {
   auto* c = static_cast<Connection*>(s->data);
+  if (nread == UV_ENOBUFS && c->state_ == State::kBusy) {
+    // Busy with a request and the read buffer full of the next ones: wait for the answer.
+    c->StopReading();
+    return;
+  }
+  if (nread == UV_EOF && c->state_ == State::kBusy) {
+    // The client sent its request and shut its side: answer it (and any pipelined one already
+    // read), then close.
+    c->StopReading();
+    c->peer_shut_ = true;
+    return;
+  }
   if (nread < 0) {
     c->Close();
     return;
@@ -76,6 +96,7 @@ void Connection::OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t*) {
     return;
   }
   c->rbuf_len_ += static_cast<size_t>(nread);
+  if (c->state_ == State::kBusy) return;  // the next request: parsed once this one is answered
   c->Consume();
 }
 
@@ -88,7 +109,7 @@ void Connection::Consume() {
       keep_alive_ = false;
       close_after_ = true;
       state_ = State::kBusy;
-      uv_read_stop(reinterpret_cast<uv_stream_t*>(&tcp_));
+      StopReading();
       WriteError(step.error_status, std::string("malformed HTTP request: ") + step.error);
       return;
     }
@@ -390,7 +411,7 @@ void Connection::SendForwardBody(const char* data, size_t len) {
   if (!fwd_->Send(data, len) && !fwd_paused_) {
     // The peer has not taken everything yet: read no more of the client until it has.
     fwd_paused_ = true;
-    uv_read_stop(reinterpret_cast<uv_stream_t*>(&tcp_));
+    StopReading();
   }
 }
 
@@ -416,7 +437,7 @@ void Connection::OnForwardFailed(int http_status, std::string message) {
     close_after_ = true;
     keep_alive_ = false;
     state_ = State::kBusy;
-    uv_read_stop(reinterpret_cast<uv_stream_t*>(&tcp_));
+    StopReading();
   }
   route_ = Route::kError;
   WriteError(http_status, "'" + function_name_ + "' runs on another node and could not be " +
@@ -504,8 +525,10 @@ void Connection::ReleaseRequestBuffer() {
 // ---- answering -----------------------------------------------------------------------------
 
 void Connection::HandleRequest() {
+  // Reading goes on while the request is served: stopping and restarting it cost libuv two
+  // epoll_ctl calls per request (a failing ADD, then a MOD). What arrives meanwhile (a
+  // pipelined request) waits in the read buffer; a full buffer stops reading (OnRead).
   state_ = State::kBusy;
-  uv_read_stop(reinterpret_cast<uv_stream_t*>(&tcp_));
   auto& hooks = loop_.gw().hooks_;
   switch (route_) {
     case Route::kFunction:
@@ -628,12 +651,40 @@ void Connection::WriteReply(int status, std::string_view content_type, std::stri
 }
 
 void Connection::StartWrite(std::string_view body) {
-  // uv_write only reads the body: pool or shared bytes are sent as they are.
+  // Only read, never copied: pool or shared bytes are sent as they are.
   uv_buf_t bufs[2] = {
       uv_buf_init(resp_head_.data(), static_cast<unsigned>(resp_head_.size())),
       uv_buf_init(const_cast<char*>(body.data()), static_cast<unsigned>(body.size()))};
+  unsigned nbufs = body.empty() ? 1 : 2;
+  // First at once (one writev): an answer the socket takes whole needs no write request, and
+  // libuv's completion of one re-arms the socket's epoll entry (an epoll_ctl per answer). Not
+  // with a pipelined request waiting: NextRequest() would dispatch it from inside whatever
+  // called this; the write request's callback takes it from the loop instead.
+  const int sent = rbuf_len_ == 0
+                       ? uv_try_write(reinterpret_cast<uv_stream_t*>(&tcp_), bufs, nbufs)
+                       : UV_EAGAIN;
+  if (sent < 0 && sent != UV_EAGAIN) {
+    AfterWrite();
+    Close();
+    return;
+  }
+  size_t skip = sent > 0 ? static_cast<size_t>(sent) : 0;
+  if (skip == resp_head_.size() + body.size()) {
+    AfterWrite();
+    NextRequest();
+    return;
+  }
+  // The rest when the socket takes it.
+  uv_buf_t* rest = bufs;
+  while (skip >= rest->len) {
+    skip -= rest->len;
+    ++rest;
+    --nbufs;
+  }
+  rest->base += skip;
+  rest->len -= static_cast<unsigned>(skip);
   writing_ = true;
-  if (uv_write(&write_req_, reinterpret_cast<uv_stream_t*>(&tcp_), bufs, body.empty() ? 1 : 2,
+  if (uv_write(&write_req_, reinterpret_cast<uv_stream_t*>(&tcp_), rest, nbufs,
                &Connection::OnWritten) != 0) {
     writing_ = false;
     AfterWrite();
@@ -698,7 +749,13 @@ void Connection::NextRequest() {
   resp_body_.clear();
   resp_shared_.reset();
   if (rbuf_len_ > 0) Consume();  // a pipelined request already arrived
-  if (state_ == State::kHeaders || state_ == State::kBody) StartReading();
+  if (state_ == State::kHeaders || state_ == State::kBody) {
+    if (peer_shut_) {
+      Close();  // nothing more can come
+      return;
+    }
+    StartReading();
+  }
 }
 
 void Connection::AfterWrite() {

@@ -36,6 +36,7 @@ class Connection final : public RequestEvents, public ForwardClient {
 
   bool Accept(uv_stream_t* server);
   void StartReading();
+  void StopReading();
   void Close();
 
   // A function's answer (kResponse or kError descriptor).
@@ -165,6 +166,8 @@ class Connection final : public RequestEvents, public ForwardClient {
   std::string fwd_node_;
   bool fwd_chunked_ = false;
   bool fwd_paused_ = false;
+  bool reading_ = false;    // uv_read_start is in effect
+  bool peer_shut_ = false;  // the client shut its sending side while a request was served
 };
 
 }  // namespace shoal

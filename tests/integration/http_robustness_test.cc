@@ -374,6 +374,39 @@ TEST_F(HttpRobustnessTest, PipelinedRequestsAnswerInOrder) {
   EXPECT_EQ(responses, expect);
 }
 
+TEST_F(HttpRobustnessTest, AClientThatShutsItsSideIsAnsweredThenClosed) {
+  // The gateway keeps reading while a request is served: a FIN that arrives meanwhile must not
+  // lose the answers to what was already sent (two pipelined requests here).
+  RawConn c(shoald_.port());
+  ASSERT_TRUE(c.Send(EchoRequest("first") + EchoRequest(RandomBytes(90000, 7))));
+  c.ShutdownWrite();
+  bool closed = false;
+  const std::string got = c.ReadAll(10000, &closed);
+  const std::string want = EchoResponse("first", "text/x-echo", false) +
+                           EchoResponse(RandomBytes(90000, 7), "text/x-echo", false);
+  EXPECT_EQ(got.size(), want.size());
+  EXPECT_TRUE(got == want) << "answers after the client's FIN differ";
+  EXPECT_TRUE(closed);
+  // A FIN in the middle of the second request's body: the first is answered, then the
+  // connection closes without an answer for the cut one, and its buffer goes back.
+  RawConn cut(shoald_.port());
+  ASSERT_TRUE(
+      cut.Send(EchoRequest("whole") + "POST /fn/echo HTTP/1.1\r\nContent-Length: 50\r\n\r\nhalf"));
+  cut.ShutdownWrite();
+  EXPECT_EQ(cut.ReadAll(10000, &closed), EchoResponse("whole", "text/x-echo", false));
+  EXPECT_TRUE(closed);
+  // Resets while requests are in flight leave no buffer behind.
+  for (int i = 0; i < 20; ++i) {
+    RawConn r(shoald_.port());
+    ASSERT_TRUE(r.Send(EchoRequest(RandomBytes(20000, 50 + i))));
+    r.Reset();
+  }
+  EXPECT_TRUE(PoolDrains()) << "pool bytes in use: " << PoolUsed();
+  const HttpResult ok = Http(shoald_.port(), "POST", "/fn/echo", "still here");
+  EXPECT_EQ(ok.status, 200) << ok.error;
+  EXPECT_EQ(ok.body, "still here");
+}
+
 TEST_F(HttpRobustnessTest, Http10ClosesUnlessKeepAlive) {
   {
     bool closed = false;

@@ -175,7 +175,7 @@ std::string DeployOne(const HttpClient& client, const std::string& file, std::st
   HttpRequest req;
   req.method = "POST";
   req.path = "/v1/functions";
-  req.body = std::move(manifest);
+  req.body = manifest;
   req.headers.push_back("Content-Type: application/yaml");
   HttpResponse r = SendOrExit(client, req);
   if (r.status >= 400) {
@@ -435,8 +435,10 @@ int Invoke(const HttpClient& client, const InvokeOptions& options) try {
   req.path = "/fn/" + options.name + (sub.empty() ? "" : "/" + sub);
   req.headers = options.headers;
   std::unique_ptr<FILE, decltype(&std::fclose)> file(nullptr, std::fclose);
+  std::string stdin_body;  // req.body views it
   if (options.has_data && options.data == "@-") {
-    req.body = ReadAll(std::cin);
+    stdin_body = ReadAll(std::cin);
+    req.body = stdin_body;
   } else if (options.has_data && options.data.starts_with("@")) {
     const std::string path = options.data.substr(1);
     file.reset(std::fopen(path.c_str(), "rb"));
@@ -855,10 +857,11 @@ int TokenCreate(const HttpClient& client, const TokenOptions& options) try {
   if (!options.ns.empty()) body["namespace"] = options.ns;
   if (!options.job.empty()) body["job"] = options.job;
   if (!options.name.empty()) body["name"] = options.name;
+  const std::string text = body.dump();
   HttpRequest req;
   req.method = "POST";
   req.path = "/v1/tokens";
-  req.body = body.dump();
+  req.body = text;
   req.headers = {"Content-Type: application/json"};
   HttpResponse r = SendOrExit(client, req);
   if (r.status >= 400) {

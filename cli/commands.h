@@ -7,16 +7,20 @@
 #include <string>
 #include <vector>
 
-#include "http_client.h"
+#include "shoal/client/http_client.h"
 
 namespace shoal::cli {
 
+using shoal::client::HttpClient;
+using shoal::client::HttpRequest;
+using shoal::client::HttpResponse;
+
 struct InvokeOptions {
   std::string name;
-  std::string data;     // "" = no body; "@FILE" streams FILE; "@-" reads stdin
+  std::string data;  // "" = no body; "@FILE" streams FILE; "@-" reads stdin
   bool has_data = false;
-  std::string method;   // "" = POST with data, GET without
-  std::string path;     // below /fn/<name>/
+  std::string method;  // "" = POST with data, GET without
+  std::string path;    // below /fn/<name>/
   std::vector<std::string> headers;
 };
 

@@ -1,7 +1,6 @@
 // shoal: the command line for a Shoal node. Every command is one or a few HTTP requests to
 // shoald's control API (/v1/..., its own listener) or its gateway (/fn/...), with the bearer
 // token of the config file or $SHOAL_TOKEN (cli_config.h).
-#include <curl/curl.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
@@ -166,7 +165,6 @@ int main(int argc, char** argv) {
   }
   if (!server.empty()) cfg->server = server;
   if (!gateway.empty()) cfg->gateway = gateway;
-  curl_global_init(CURL_GLOBAL_DEFAULT);
   HttpClient client(cfg->server, cfg->token, cfg->ca);
   HttpClient gateway_client(cfg->gateway, cfg->token);
   int rc = 0;
@@ -214,6 +212,5 @@ int main(int argc, char** argv) {
   } else if (token_revoke->parsed()) {
     rc = TokenRevoke(client, token_id);
   }
-  curl_global_cleanup();
   return rc;
 }

@@ -1,15 +1,16 @@
 #include "shoal/client/oip_classifier.h"
 
-#include <curl/curl.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 #include <vector>
+
+#include "shoal/client/http_client.h"
 
 namespace shoal::client {
 namespace {
@@ -17,78 +18,44 @@ namespace {
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-size_t OnBody(char* data, size_t size, size_t n, void* user) {
-  static_cast<std::string*>(user)->append(data, size * n);
-  return size * n;
-}
-
-size_t OnHeader(char* data, size_t size, size_t n, void* user) {
-  std::string_view line(data, size * n);
-  static constexpr std::string_view kName = "inference-header-content-length:";
-  if (line.size() > kName.size()) {
-    std::string lower(line.substr(0, kName.size()));
-    std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-    if (lower == kName) {
-      *static_cast<size_t*>(user) = std::strtoull(std::string(line.substr(kName.size())).c_str(),
-                                                  nullptr, 10);
-    }
-  }
-  return size * n;
-}
-
-// One keep-alive connection.
+// One keep-alive connection to the OIP server.
 class Connection {
  public:
-  explicit Connection(const std::string& url) : url_(url), handle_(curl_easy_init()) {
-    curl_easy_setopt(handle_, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(handle_, CURLOPT_TIMEOUT_MS, 30000L);
-    curl_easy_setopt(handle_, CURLOPT_WRITEFUNCTION, &OnBody);
-    curl_easy_setopt(handle_, CURLOPT_WRITEDATA, &body_);
-    curl_easy_setopt(handle_, CURLOPT_HEADERFUNCTION, &OnHeader);
-    curl_easy_setopt(handle_, CURLOPT_HEADERDATA, &json_length_);
-  }
-  ~Connection() { curl_easy_cleanup(handle_); }
+  explicit Connection(const std::string& url) : http_(url) {}
 
-  // GET when `request` is empty. Returns the HTTP status, or 0 with *error set.
+  // GET when `request` is empty, else POST of the binary OIP body whose JSON head is
+  // `request_json_length` bytes. Returns the HTTP status, or 0 with *error set.
   long Send(const std::string& path, const std::string& request, size_t request_json_length,
             std::string* error) {
-    body_.clear();
-    json_length_ = 0;
-    const std::string url = url_ + path;
-    curl_easy_setopt(handle_, CURLOPT_URL, url.c_str());
-    curl_slist* headers = nullptr;
-    std::string h;
-    if (request.empty()) {
-      curl_easy_setopt(handle_, CURLOPT_HTTPGET, 1L);
-    } else {
-      curl_easy_setopt(handle_, CURLOPT_POST, 1L);
-      curl_easy_setopt(handle_, CURLOPT_POSTFIELDS, request.data());
-      curl_easy_setopt(handle_, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(request.size()));
-      h = "Inference-Header-Content-Length: " + std::to_string(request_json_length);
-      headers = curl_slist_append(headers, "Content-Type: application/octet-stream");
-      headers = curl_slist_append(headers, h.c_str());
-      headers = curl_slist_append(headers, "Expect:");
+    HttpRequest r;
+    r.path = path;
+    r.timeout_ms = 30000;
+    if (!request.empty()) {
+      r.method = "POST";
+      r.body = request;
+      r.headers = {"Content-Type: application/octet-stream",
+                   "Inference-Header-Content-Length: " + std::to_string(request_json_length)};
     }
-    curl_easy_setopt(handle_, CURLOPT_HTTPHEADER, headers);
-    const CURLcode rc = curl_easy_perform(handle_);
-    curl_easy_setopt(handle_, CURLOPT_HTTPHEADER, nullptr);
-    curl_slist_free_all(headers);
-    if (rc != CURLE_OK) {
-      *error = std::string("cannot reach ") + url_ + ": " + curl_easy_strerror(rc);
+    std::string why;
+    std::optional<HttpResponse> reply = http_.Send(r, &why);
+    if (!reply) {
+      *error = "cannot reach " + http_.base_url() + ": " + why;
+      reply_ = HttpResponse{};
       return 0;
     }
-    long status = 0;
-    curl_easy_getinfo(handle_, CURLINFO_RESPONSE_CODE, &status);
-    return status;
+    reply_ = std::move(*reply);
+    return reply_.status;
   }
-  const std::string& body() const { return body_; }
-  size_t json_length() const { return json_length_; }
+  const std::string& body() const { return reply_.body; }
+  // The reply's Inference-Header-Content-Length (0 when it has none).
+  size_t json_length() const {
+    auto it = reply_.headers.find("inference-header-content-length");
+    return it == reply_.headers.end() ? 0 : std::strtoull(it->second.c_str(), nullptr, 10);
+  }
 
  private:
-  std::string url_;
-  CURL* handle_;
-  std::string body_;
-  size_t json_length_ = 0;
+  HttpClient http_;
+  HttpResponse reply_;
 };
 
 struct Shared {
@@ -102,7 +69,6 @@ struct Shared {
 }  // namespace
 
 Result<OipClassifySummary> ClassifyOverOip(const OipClassifyOptions& o, const Dataset& data) {
-  curl_global_init(CURL_GLOBAL_DEFAULT);
   if (data.num_samples == 0) return InvalidArgument("no images to classify");
   // The model's metadata names its input and output (OIP clients do not guess them).
   Connection meta_conn(o.server);
@@ -145,7 +111,7 @@ Result<OipClassifySummary> ClassifyOverOip(const OipClassifyOptions& o, const Da
   Shared shared;
   std::atomic<uint64_t> next{0};        // cycling: the next image, modulo n
   std::atomic<uint64_t> final_next{0};  // the final pass: the next image, up to n
-  std::atomic<int> phase{0};  // 0 cycling, 1 final pass, 2 finished
+  std::atomic<int> phase{0};            // 0 cycling, 1 final pass, 2 finished
   const uint64_t n = data.num_samples;
   const auto t0 = Clock::now();
 
@@ -224,11 +190,12 @@ Result<OipClassifySummary> ClassifyOverOip(const OipClassifyOptions& o, const Da
       const auto now = Clock::now();
       if (o.log && ph == 0 &&
           (shared.last_version_logged == UINT64_MAX ||
-           (version > shared.last_version_logged && now - shared.last_log >= std::chrono::seconds(5)))) {
+           (version > shared.last_version_logged &&
+            now - shared.last_log >= std::chrono::seconds(5)))) {
         shared.last_version_logged = version;
         shared.last_log = now;
-        *o.log << "shoal-client: infer: model '" << o.model << "' answers with version "
-               << version << std::endl;
+        *o.log << "shoal-client: infer: model '" << o.model << "' answers with version " << version
+               << std::endl;
       }
     }
     std::lock_guard lock(shared.mu);

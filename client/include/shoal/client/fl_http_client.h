@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "shoal/client/http_client.h"
 #include "shoal/common/status.h"
 
 namespace shoal::client {
@@ -67,7 +68,7 @@ class FlHttpClient {
   FlHttpClient(const FlHttpClient&) = delete;
   FlHttpClient& operator=(const FlHttpClient&) = delete;
 
-  const std::string& server() const { return server_; }
+  const std::string& server() const;
   const std::string& job() const { return job_; }
 
   // GET /v1/jobs/{job}
@@ -88,16 +89,12 @@ class FlHttpClient {
   uint32_t retry_after_ms() const { return retry_after_ms_; }
 
  private:
-  struct Reply;
-  Result<Reply> Call(const char* method, const std::string& path, std::string_view body,
-                     const char* content_type);
+  Result<HttpResponse> Call(const char* method, const std::string& path, std::string_view body,
+                            const char* content_type);
 
-  std::string server_;
-  std::string authorization_;  // "Authorization: Bearer ..." or ""
   std::string job_;
+  std::unique_ptr<HttpClient> http_;
   std::string job_path_;  // "/v1/jobs/<escaped job>"
-  struct Handle;
-  std::unique_ptr<Handle> handle_;
   uint32_t retry_after_ms_ = 0;
 };
 

@@ -1,12 +1,12 @@
-#include "http_client.h"
+#include "shoal/client/http_client.h"
 
 #include <curl/curl.h>
 
 #include <algorithm>
 #include <cctype>
-#include <memory>
+#include <mutex>
 
-namespace shoal::cli {
+namespace shoal::client {
 namespace {
 
 struct Transfer {
@@ -60,21 +60,54 @@ int OnProgress(void* user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t /*ul
   return 0;
 }
 
+bool IsContentType(const std::string& header) {
+  std::string lower = header.substr(0, 13);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  return lower == "content-type:";
+}
+
 }  // namespace
 
+// One easy handle for the client's life: curl_easy_reset between requests keeps its connection
+// cache, so the next request to the same server reuses the connection.
+struct HttpClient::Connection {
+  CURL* curl = nullptr;
+  Connection() {
+    static std::once_flag once;
+    std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+    curl = curl_easy_init();
+  }
+  ~Connection() {
+    if (curl != nullptr) curl_easy_cleanup(curl);
+  }
+};
+
 HttpClient::HttpClient(std::string base_url, std::string token, std::string ca)
-    : base_url_(std::move(base_url)), ca_(std::move(ca)) {
+    : base_url_(std::move(base_url)),
+      ca_(std::move(ca)),
+      connection_(std::make_unique<Connection>()) {
   if (!token.empty()) authorization_ = "Authorization: Bearer " + token;
   while (!base_url_.empty() && base_url_.back() == '/') base_url_.pop_back();
 }
 
+HttpClient::~HttpClient() = default;
+
+std::string HttpClient::Escape(std::string_view s) const {
+  if (connection_->curl == nullptr) return std::string(s);
+  char* e = curl_easy_escape(connection_->curl, s.data(), static_cast<int>(s.size()));
+  std::string out = e != nullptr ? std::string(e) : std::string(s);
+  curl_free(e);
+  return out;
+}
+
 std::optional<HttpResponse> HttpClient::Send(const HttpRequest& request, std::string* error) const {
-  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
-  if (!curl) {
+  CURL* c = connection_->curl;
+  if (c == nullptr) {
     *error = "curl_easy_init failed";
     return std::nullopt;
   }
-  CURL* c = curl.get();
+  curl_easy_reset(c);
   HttpResponse response;
   Transfer t{&request, &response, c};
   const std::string url = base_url_ + request.path;
@@ -83,6 +116,7 @@ std::optional<HttpResponse> HttpClient::Send(const HttpRequest& request, std::st
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+  if (request.timeout_ms > 0) curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, request.timeout_ms);
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, OnHeader);
   curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, OnBody);
@@ -115,12 +149,9 @@ std::optional<HttpResponse> HttpClient::Send(const HttpRequest& request, std::st
   bool has_content_type = false;
   for (const std::string& h : request.headers) {
     headers = curl_slist_append(headers, h.c_str());
-    std::string lower = h.substr(0, 13);
-    std::transform(lower.begin(), lower.end(), lower.begin(),
-                   [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-    has_content_type = has_content_type || lower == "content-type:";
+    has_content_type = has_content_type || IsContentType(h);
   }
-  // libcurl would label a POST body as a form; shoal bodies are opaque bytes.
+  // libcurl would label a POST body as a form; Shoal's bodies are opaque bytes.
   if (has_body && !has_content_type) {
     headers = curl_slist_append(headers, "Content-Type: application/octet-stream");
   }
@@ -139,4 +170,4 @@ std::optional<HttpResponse> HttpClient::Send(const HttpRequest& request, std::st
   return response;
 }
 
-}  // namespace shoal::cli
+}  // namespace shoal::client

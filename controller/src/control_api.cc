@@ -1,5 +1,7 @@
 #include "shoal/controller/control_api.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -113,8 +115,11 @@ json StatsJson(const FunctionStats& st, bool with_instances) {
   if (!st.detector.empty()) {
     json anomalies = json::array();
     for (const AnomalyInfo& a : st.anomalies) {
-      anomalies.push_back({{"age_s", a.age_s}, {"instance", a.instance}, {"kind", a.kind},
-                           {"evidence", a.evidence}, {"action", a.action}});
+      anomalies.push_back({{"age_s", a.age_s},
+                           {"instance", a.instance},
+                           {"kind", a.kind},
+                           {"evidence", a.evidence},
+                           {"action", a.action}});
     }
     j["detector"] = {{"state", st.detector},
                      {"on_anomaly", st.on_anomaly.empty() ? "alert" : st.on_anomaly},
@@ -192,7 +197,9 @@ bool Lists(const auth::Principal& who, const std::string& ns) {
 }
 
 json TokenJson(const auth::TokenInfo& t) {
-  json j{{"id", t.id}, {"name", t.name}, {"role", auth::RoleName(t.role)},
+  json j{{"id", t.id},
+         {"name", t.name},
+         {"role", auth::RoleName(t.role)},
          {"created_unix_ms", t.created_unix_ms}};
   if (!t.ns.empty()) j["namespace"] = t.ns;
   if (!t.job.empty()) j["job"] = t.job;
@@ -221,9 +228,8 @@ ControlApi::ControlApi(FunctionRegistry& registry, RuntimeView& runtime, JobServ
                        auth::TokenStore* tokens)
     : registry_(registry), runtime_(runtime), jobs_(jobs), tokens_(tokens) {}
 
-HttpReply ControlApi::Handle(std::string_view method, std::string_view path,
-                             std::string_view query, std::string_view body,
-                             const auth::Principal& who) {
+HttpReply ControlApi::Handle(std::string_view method, std::string_view path, std::string_view query,
+                             std::string_view body, const auth::Principal& who) {
   using auth::Action;
   try {
     std::string_view rest = path;
@@ -245,8 +251,9 @@ HttpReply ControlApi::Handle(std::string_view method, std::string_view path,
       if (name.empty()) return Error(404, "no route " + std::string(path));
       const bool logs = sub == "logs";
       if (!sub.empty() && !logs) return Error(404, "no route " + std::string(path));
-      const Action action = logs ? Action::kLogs : method == "DELETE" ? Action::kWrite
-                                                                      : Action::kRead;
+      const Action action = logs                 ? Action::kLogs
+                            : method == "DELETE" ? Action::kWrite
+                                                 : Action::kRead;
       // The role is checked against the function's namespace before anything else is said
       // about it; an unknown function is then 404 for whoever may act in some namespace.
       const auto spec = registry_.Get(name);
@@ -399,7 +406,12 @@ Result<std::vector<bool>> ControlApi::DeployJobSpecs(const std::vector<FlJobSpec
 void ControlApi::DeleteCreatedJobs(const std::vector<FlJobSpec>& specs,
                                    const std::vector<bool>& created) {
   for (size_t i = 0; i < created.size() && i < specs.size(); ++i) {
-    if (created[i]) (void)jobs_->DeleteJob(specs[i].name);
+    if (!created[i]) continue;
+    // The manifest is refused whole; a job it created that cannot be taken back stays, said.
+    if (Status st = jobs_->DeleteJob(specs[i].name); !st.ok()) {
+      spdlog::warn("control: a refused manifest's job {} stays deployed: {}", specs[i].name,
+                   st.ToString());
+    }
   }
 }
 
@@ -454,9 +466,9 @@ HttpReply ControlApi::Jobs(std::string_view method, std::string_view path, std::
     // the FL client's.
     const bool client_route = sub == "join" || sub == "task" || sub == "eval";
     const bool readable = sub.empty() || sub == "model";
-    const Action action = client_route ? Action::kFlClient
+    const Action action = client_route                          ? Action::kFlClient
                           : (sub.empty() && method == "DELETE") ? Action::kWrite
-                                                                 : Action::kRead;
+                                                                : Action::kRead;
     auto ns = JobNamespace(job);
     // An unknown job: authorize against the caller's own scope, then say 404.
     const std::string scope = ns.ok() ? *ns : who.ns;
@@ -489,8 +501,9 @@ HttpReply ControlApi::Jobs(std::string_view method, std::string_view path, std::
     return MethodNotAllowed(method, path, "POST");
   }
   if (sub == "updates") {
-    return Error(404, "updates go to the gateway's public listener (they land in the job's "
-                      "shared-memory pool), not to the control API");
+    return Error(404,
+                 "updates go to the gateway's public listener (they land in the job's "
+                 "shared-memory pool), not to the control API");
   }
   return Error(404, "no route " + std::string(path));
 }
@@ -697,8 +710,8 @@ HttpReply ControlApi::Logs(const std::string& name, std::string_view query) {
   return r;
 }
 
-HttpReply ControlApi::Tokens(std::string_view method, std::string_view path,
-                             std::string_view rest, std::string_view body) {
+HttpReply ControlApi::Tokens(std::string_view method, std::string_view path, std::string_view rest,
+                             std::string_view body) {
   if (tokens_ == nullptr) return Error(501, "tokens are not managed by this node");
   if (rest.empty() || rest == "/") {
     if (method == "GET") {
@@ -709,8 +722,9 @@ HttpReply ControlApi::Tokens(std::string_view method, std::string_view path,
     if (method != "POST") return MethodNotAllowed(method, path, "GET, POST");
     auto j = JsonObject(body);
     if (!j) {
-      return Error(400, "body: must be a JSON object like {\"role\": \"deployer\", "
-                        "\"namespace\": \"team-a\", \"name\": \"ci\"}");
+      return Error(400,
+                   "body: must be a JSON object like {\"role\": \"deployer\", "
+                   "\"namespace\": \"team-a\", \"name\": \"ci\"}");
     }
     for (const auto& [key, value] : j->items()) {
       if (key != "role" && key != "namespace" && key != "job" && key != "name") {
@@ -718,7 +732,8 @@ HttpReply ControlApi::Tokens(std::string_view method, std::string_view path,
       }
       if (!value.is_string()) return Error(400, key + ": must be a string");
     }
-    if (!j->contains("role")) return Error(400, "role: required (admin, deployer, viewer, invoker or fl-client)");
+    if (!j->contains("role"))
+      return Error(400, "role: required (admin, deployer, viewer, invoker or fl-client)");
     auto role = auth::ParseRole((*j)["role"].get<std::string>());
     if (!role.ok()) return StatusError(role.status());
     auth::TokenRequest req{j->value("name", ""), *role, j->value("namespace", ""),

@@ -150,11 +150,10 @@ void ClusterFunctions::StartPlacing() {
   stop_ = false;
   dirty_ = true;
   placer_ = std::thread([this] { PlaceLoop(); });
-  watch_ = etcd_->WatchPrefix(keys_.Functions(), 0,
-                              [this](const std::vector<cluster::WatchEvent>&, int64_t) {
-                                NodesChanged();
-                              },
-                              [this](int64_t) { NodesChanged(); });
+  watch_ = etcd_->WatchPrefix(
+      keys_.Functions(), 0,
+      [this](const std::vector<cluster::WatchEvent>&, int64_t) { NodesChanged(); },
+      [this](int64_t) { NodesChanged(); });
 }
 
 void ClusterFunctions::StopPlacing() {
@@ -225,11 +224,11 @@ Status ClusterFunctions::PlaceAll() {
   const auto nodes = nodes_->List();
   ClusterModel model;
   for (const auto& n : nodes) {
-    const size_t i = model.AddNode(n.record.name,
-                                   Resources{static_cast<double>(n.record.cores),
-                                             static_cast<double>(n.record.memory_mib),
-                                             n.record.gpus},
-                                   n.record.cold_start_ms / 1000.0);
+    const size_t i =
+        model.AddNode(n.record.name,
+                      Resources{static_cast<double>(n.record.cores),
+                                static_cast<double>(n.record.memory_mib), n.record.gpus},
+                      n.record.cold_start_ms / 1000.0);
     for (const auto& c : n.record.cached_functions) model.node(i).cached.insert(c);
   }
   std::map<std::string, std::string> want;
@@ -257,7 +256,8 @@ Status ClusterFunctions::PlaceAll() {
     // the nodes instead of stacking them on the first.
     Resources taken = need;
     if (taken.cores == 0) taken.cores = 1e-6;
-    const uint32_t max_total = spec.max_scale == 0 ? NodeConfig{}.default_max_scale : spec.max_scale;
+    const uint32_t max_total =
+        spec.max_scale == 0 ? NodeConfig{}.default_max_scale : spec.max_scale;
     std::vector<uint32_t> count(nodes.size(), 0);
     uint32_t placed = 0;
     std::string short_of;
@@ -267,7 +267,13 @@ Status ClusterFunctions::PlaceAll() {
         short_of = d.status().message();
         break;
       }
-      if (!model.Allocate(d->node, taken).ok()) (void)model.Allocate(d->node, need);
+      if (!model.Allocate(d->node, taken).ok()) {
+        // Place found room for `need`; only the millionth of a core may not fit.
+        if (Status st = model.Allocate(d->node, need); !st.ok()) {
+          short_of = st.message();
+          break;
+        }
+      }
       ++count[d->node];
     }
     if (placed == 0) {

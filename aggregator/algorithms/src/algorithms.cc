@@ -68,7 +68,7 @@ Result<std::vector<double>> WeightedDeltaSum(const PartialSum& total,
   return d;
 }
 
-// w ← (1 − Σ α_k) w + Σ α_k w_k (FedAsync, FedCompass).
+// w ← (1 − Σ α_k) w + Σ α_k w_k (FedAsync).
 Status MixIn(const PartialSum& total, ModelState& state) {
   SHOAL_RETURN_IF_ERROR(CheckTotal(total, state));
   const double keep = 1.0 - total.weight();
@@ -270,8 +270,16 @@ double FedCompass::CommitScale(uint64_t staleness) const {
   return PolynomialStaleness(staleness, p_.staleness_exponent);
 }
 
-Status FedCompass::Commit(const PartialSum& total, const VersionStore&, ModelState& state) {
-  return MixIn(total, state);
+Status FedCompass::Commit(const PartialSum& total, const VersionStore& versions,
+                          ModelState& state) {
+  SHOAL_RETURN_IF_ERROR(CheckTotal(total, state));
+  auto d = WeightedDeltaSum(total, versions);
+  if (!d.ok()) return d.status();
+  for (size_t i = 0; i < state.weights.size(); ++i) {
+    state.weights[i] = static_cast<float>(state.weights[i] + (*d)[i]);
+  }
+  ++state.version;
+  return Status::Ok();
 }
 
 // ---- Factory ---------------------------------------------------------------------------------

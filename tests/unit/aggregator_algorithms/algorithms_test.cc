@@ -159,26 +159,36 @@ TEST(FedFix, DataShareWeightedDeltasAtEachTick) {
   EXPECT_EQ(algo.NextCommitTime(), 140.0);
 }
 
+// FedCompass applies each update's own progress, Δ_k = w_k − w_{τ_k} (APPFL's FedCompass runs
+// with clients sending gradients): w ← w + Σ α_k Δ_k, α_k = α s(u_k) / N.
 TEST(FedCompass, GroupAndSingleUpdate) {
   FedCompassParams p;
   p.num_clients = 3;
   FedCompass algo(p);
-  VersionStore versions(0);
-  // Single (first-arrival) update, u = 0: α = 0.9 / 3 = 0.3.
+  ASSERT_TRUE(algo.needs_base_versions());
+  VersionStore versions = ThreeVersions();
+  // Single (first-arrival) update from the current version v2, u = 0: α = 0.9 / 3 = 0.3,
+  // Δ = kW1 − kW0 = {1, 0, −1, −2}.
   ModelState s = State(kW0, 2);
   auto one = FoldAll(algo, {{&kW1, 1, 2}}, 2);
   ASSERT_TRUE(algo.Commit(one, versions, s).ok());
   ExpectNear(s.weights, {1.3, 2.0, 2.7, 3.4});
-  // A group: u = 0, 1, 2 → α_k = 0.3, 0.3/√2, 0.3/√3.
+  // A group from bases v2, v1, v0: u = 0, 1, 2 → α_k = 0.3, 0.3/√2, 0.3/√3;
+  // Δ = {1, 0, −1, −2}, kW2 − w_1 = {−1, 3, 5, 7}, kW3 − w_0 = {4, 0, 3, 0}.
   s = State(kW0, 2);
   auto group = FoldAll(algo, {{&kW1, 1, 2}, {&kW2, 1, 1}, {&kW3, 1, 0}}, 2);
   ASSERT_TRUE(algo.Commit(group, versions, s).ok());
   const double a1 = 0.3, a2 = 0.3 / std::sqrt(2.0), a3 = 0.3 / std::sqrt(3.0);
-  const double keep = 1 - a1 - a2 - a3;
-  std::vector<double> want(4);
-  for (size_t i = 0; i < 4; ++i) want[i] = keep * kW0[i] + a1 * kW1[i] + a2 * kW2[i] + a3 * kW3[i];
-  ExpectNear(s.weights, want);
+  ExpectNear(s.weights,
+             {1 + a1 - a2 + 4 * a3, 2 + 3 * a2, 3 - a1 + 5 * a2 + 3 * a3, 4 - 2 * a1 + 7 * a2});
   EXPECT_EQ(s.version, 3u);
+  // A base version the store no longer keeps is an error, and the model is unchanged.
+  VersionStore only_current(5);
+  ASSERT_TRUE(only_current.Put(2, kW0).ok());
+  s = State(kW0, 2);
+  EXPECT_FALSE(algo.Commit(group, only_current, s).ok());
+  EXPECT_EQ(s.weights, kW0);
+  EXPECT_EQ(s.version, 2u);
 }
 
 // FedCompass takes staleness when the group aggregates: leaves fold α/N (u = 0) per base
@@ -188,7 +198,7 @@ TEST(FedCompass, StalenessAtCommitMatchesDirectCoefficients) {
   p.num_clients = 3;
   FedCompass algo(p);
   ASSERT_TRUE(algo.staleness_at_commit());
-  VersionStore versions(0);
+  VersionStore versions = ThreeVersions();
   // Bases 2, 1, 0 at commit version 2; folded with u = 0 into one leaf sum per base.
   PartialSum total(4);
   const std::vector<std::pair<const Vec*, uint64_t>> ups = {{&kW1, 2}, {&kW2, 1}, {&kW3, 0}};
@@ -205,10 +215,8 @@ TEST(FedCompass, StalenessAtCommitMatchesDirectCoefficients) {
   ModelState s = State(kW0, 2);
   ASSERT_TRUE(algo.Commit(total, versions, s).ok());
   const double a1 = 0.3, a2 = 0.3 / std::sqrt(2.0), a3 = 0.3 / std::sqrt(3.0);
-  const double keep = 1 - a1 - a2 - a3;
-  std::vector<double> want(4);
-  for (size_t i = 0; i < 4; ++i) want[i] = keep * kW0[i] + a1 * kW1[i] + a2 * kW2[i] + a3 * kW3[i];
-  ExpectNear(s.weights, want);
+  ExpectNear(s.weights,
+             {1 + a1 - a2 + 4 * a3, 2 + 3 * a2, 3 - a1 + 5 * a2 + 3 * a3, 4 - 2 * a1 + 7 * a2});
 }
 
 TEST(Staleness, PolynomialDecay) {

@@ -72,9 +72,8 @@ std::vector<double> Reference(const std::string& name, const AlgorithmParams& p,
         out[i] = w[i] + p.fedadam.eta * m / (std::sqrt(v) + p.fedadam.tau);
       }
     }
-  } else if (name == "fedasync" || name == "fedcompass") {
-    const double alpha =
-        name == "fedasync" ? p.fedasync.alpha : p.fedcompass.alpha / p.fedcompass.num_clients;
+  } else if (name == "fedasync") {
+    const double alpha = p.fedasync.alpha;
     double sum_a = 0;
     std::vector<double> acc(kParams, 0);
     for (const auto& u : f.updates) {
@@ -83,12 +82,13 @@ std::vector<double> Reference(const std::string& name, const AlgorithmParams& p,
       for (size_t i = 0; i < kParams; ++i) acc[i] += a * u.x[i];
     }
     for (size_t i = 0; i < kParams; ++i) out[i] = (1 - sum_a) * w[i] + acc[i];
-  } else if (name == "fedbuff" || name == "fedfix") {
+  } else if (name == "fedbuff" || name == "fedfix" || name == "fedcompass") {
     for (const auto& u : f.updates) {
       const auto& wt = f.versions[u.meta.base_version];
-      const double c = name == "fedbuff"
-                           ? p.fedbuff.eta_g * s(kCurrent - u.meta.base_version, 0.5) / kUpdates
-                           : u.meta.num_samples / p.fedfix.total_samples;
+      const double st = s(kCurrent - u.meta.base_version, 0.5);
+      const double c = name == "fedbuff"  ? p.fedbuff.eta_g * st / kUpdates
+                       : name == "fedfix" ? u.meta.num_samples / p.fedfix.total_samples
+                                          : p.fedcompass.alpha * st / p.fedcompass.num_clients;
       for (size_t i = 0; i < kParams; ++i) out[i] += c * (double(u.x[i]) - wt[i]);
     }
   }

@@ -73,7 +73,7 @@ struct FedBuffParams {
 };
 
 struct FedFixParams {
-  double period_s = 10.0;    // Δt between server ticks (the paper leaves it to the user)
+  double period_s = 10.0;  // Δt between server ticks (the paper leaves it to the user)
   // Σ n over all the job's clients: p_k = n_k / total_samples; 0 = take UpdateMeta's
   // total_samples (the coordinator's running count).
   double total_samples = 0;
@@ -242,13 +242,17 @@ class FedFix final : public AggregationAlgorithm {
   std::optional<double> next_tick_;  // unset until Start
 };
 
-// FedCompass's aggregation: α_k = α s(u_k) / N; w ← (1 − Σ α_k) w + Σ α_k w_k, for a client's
-// first arrival alone and for a group (plus the general buffer). When to commit is
+// FedCompass's aggregation: α_k = α s(u_k) / N; w ← w + Σ α_k Δ_k with Δ_k = w_k − w_{τ_k}
+// (each update's progress from the version it trained from, as the authors' APPFL runs it:
+// clients send gradients, `gradient_based: true`), for a client's first arrival alone and for a
+// group (plus the general buffer). Mixing models instead, (1 − Σ α_k) w + Σ α_k w_k, would also
+// pull the global model back towards each stale update's old base. When to commit is
 // FedCompassScheduler's decision.
 class FedCompass final : public AggregationAlgorithm {
  public:
   explicit FedCompass(FedCompassParams p) : p_(p) {}
   std::string_view name() const override { return "fedcompass"; }
+  bool needs_base_versions() const override { return true; }
   double Coefficient(const UpdateMeta& meta) const override;
   bool staleness_at_commit() const override { return true; }
   double CommitScale(uint64_t staleness) const override;

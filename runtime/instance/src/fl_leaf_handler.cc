@@ -25,6 +25,7 @@
 
 #include "shoal/aggregator/fold.h"
 #include "shoal/aggregator/fold_pool.h"
+#include "shoal/interfaces/fl_leaf_env.h"
 #include "shoal/model/architectures.h"
 #include "shoal/model/update_format.h"
 #if defined(SHOAL_HAVE_GPU_FOLD)
@@ -222,22 +223,23 @@ std::unique_ptr<Handler> CreateFlLeafHandler(model::ModelSpec spec, const FlLeaf
 }
 
 Result<std::unique_ptr<Handler>> CreateFlLeafHandler() {
-  const char* arch = std::getenv("SHOAL_FL_ARCH");
-  const char* hidden = std::getenv("SHOAL_FL_HIDDEN");
-  const char* device = std::getenv("SHOAL_FL_AGG_DEVICE");  // spec.aggregation.device
+  const char* arch = std::getenv(fl_leaf_env::kArchitecture);
+  const char* hidden = std::getenv(fl_leaf_env::kHidden);
+  const char* device = std::getenv(fl_leaf_env::kAggregationDevice);
   model::ArchitectureOptions opts;
   if (hidden != nullptr && *hidden != '\0') opts.hidden = {std::strtoull(hidden, nullptr, 10)};
-  const char* inputs = std::getenv("SHOAL_FL_INPUTS");  // 64 for digits; default 784
+  const char* inputs = std::getenv(fl_leaf_env::kInputs);  // default 784
   if (inputs != nullptr && *inputs != '\0') opts.inputs = std::strtoull(inputs, nullptr, 10);
   auto spec = model::ArchitectureSpec(arch ? arch : "mlp", opts);
   if (!spec.ok()) return spec.status();
   FlLeafOptions options;
-  const char* fold = std::getenv("SHOAL_FL_FOLD");  // sum (default) | none
+  const char* fold = std::getenv(fl_leaf_env::kFold);  // default sum
   const std::string f = fold ? fold : "sum";
   if (f == "none") {
     options.fold = false;
   } else if (f != "sum" && !f.empty()) {
-    return InvalidArgument("SHOAL_FL_FOLD: unknown mode '" + f + "' (sum, none)");
+    return InvalidArgument(std::string(fl_leaf_env::kFold) + ": unknown mode '" + f +
+                           "' (sum, none)");
   }
   const std::string d = device ? device : "auto";
   if (d == "cpu") {
@@ -245,7 +247,8 @@ Result<std::unique_ptr<Handler>> CreateFlLeafHandler() {
   } else if (d == "gpu") {
     options.device = LeafFoldDevice::kGpu;
   } else if (d != "auto" && !d.empty()) {
-    return InvalidArgument("SHOAL_FL_AGG_DEVICE: unknown device '" + d + "' (auto, cpu, gpu)");
+    return InvalidArgument(std::string(fl_leaf_env::kAggregationDevice) + ": unknown device '" + d +
+                           "' (auto, cpu, gpu)");
   }
   std::unique_ptr<LeafDeviceFolder> gpu;
   if (options.device != LeafFoldDevice::kCpu && options.fold) {

@@ -311,7 +311,11 @@ void ClusterFl::WatchLoop() {
     const auto tops = fl_.members().Tops();
     for (const auto& [job, top] : tops) {
       auto it = remote_jobs.find(job);
-      if (it == remote_jobs.end() || it->second != top) fl_.StopFolding(job);
+      if (it != remote_jobs.end() && it->second == top) continue;
+      // Its top is gone (or only its lease blinked): keep the updates this node acknowledged
+      // for it; a top that comes back asks for them. Stop only when a live top dropped the job.
+      if (it == remote_jobs.end() && live_before.count(top) == 0) continue;
+      fl_.StopFolding(job);
     }
     if (!config_.fl_hierarchy) continue;
     for (const auto& [job, top] : remote_jobs) {

@@ -354,8 +354,9 @@ TEST_F(ClusterForwardTest, AnFlJobOnOneNodeTrainsWithItsClientsSpreadOverTheOthe
   const char* kDigits = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz";
   if (access(kDigits, R_OK) != 0) GTEST_SKIP() << kDigits << " is missing (python3-sklearn)";
   // The job runs on node 0 (deployed through its own control API); its clients reach nodes 1
-  // and 2 only, whose gateways forward every route of the job (join, task, model, updates,
-  // eval, status) to node 0, where its tokens authenticate them.
+  // and 2 only, whose gateways forward the job's routes (join, task, model, eval, status) to
+  // node 0, where its tokens authenticate them; its updates are folded where they enter once
+  // those nodes fold for the job (LIFL's hierarchy: cluster_fl_test.cc), forwarded before.
   auto r = cluster_->NodeApi(
       0, "POST", "/v1/functions",
       "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: digits\nspec:\n"

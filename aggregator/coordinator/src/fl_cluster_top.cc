@@ -119,6 +119,9 @@ void FlCoordinator::NodeLost(const std::string& node) {
           JobState::Client& c = job->clients[t.client];
           if (c.updates > 0) --c.updates;
           if (job->updates_total > 0) --job->updates_total;
+          JobState::RemoteStats& rs = job->remote_stats[node];
+          if (rs.updates > 0) --rs.updates;
+          ++rs.lost;
           ++acked;
         }
         failed.push_back(id);
@@ -189,6 +192,9 @@ void FlCoordinator::FetchRemotePartials(const std::shared_ptr<JobState>& job) {
     if (rit == job->rounds.end()) continue;
     auto pit = rit->second.partials.find(w.key);
     if (pit == rit->second.partials.end() || pit->second.tickets != w.tickets) continue;
+    JobState::RemoteStats& rs = job->remote_stats[w.node];
+    ++rs.partials;
+    rs.partial_bytes += sum.size() * sizeof(float);
     pit->second.sum = std::move(sum);
     pit->second.fetched = true;
   }

@@ -781,7 +781,10 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status, bool leaf_answer
       counted = true;
       ++round.acked;
       round.partials[t.partial].tickets.push_back(ticket);
-      if (!t.node.empty()) round.partials[t.partial].node = t.node;
+      if (!t.node.empty()) {
+        round.partials[t.partial].node = t.node;
+        ++job->remote_stats[t.node].updates;
+      }
       JobState::Client& client = job->clients[t.client];
       ++client.updates;
       client.last_base_version = t.base_version;

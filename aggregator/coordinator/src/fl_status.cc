@@ -125,6 +125,15 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
     if (r.rule == "flag") j["robust"]["rank"] = r.rank;
   }
   j["clients"]["list"] = std::move(clients);
+  // Cluster mode: the nodes that fold this job's updates for this top (LIFL's hierarchy).
+  Json elsewhere = Json::object();
+  for (const auto& [node, rs] : job->remote_stats) {
+    elsewhere[node] = {{"updates", rs.updates},
+                       {"partial_sums", rs.partials},
+                       {"partial_sum_bytes", rs.partial_bytes},
+                       {"lost_updates", rs.lost}};
+  }
+  j["folded_elsewhere"] = std::move(elsewhere);
   return j.dump() + "\n";
 }
 

@@ -246,6 +246,12 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
     return true;
   }
   double remote_retry_at = 0;  // Elapsed() when a failed partial-sum fetch is tried again
+  // Per node that folds for this top: updates it acknowledged (counted here), partial sums
+  // fetched from it and their bytes, updates un-counted when it was lost (the status shows it).
+  struct RemoteStats {
+    uint64_t updates = 0, partials = 0, partial_bytes = 0, lost = 0;
+  };
+  std::map<std::string, RemoteStats, std::less<>> remote_stats;
   std::map<uint64_t, uint64_t> round_of_version;  // committed, checkpoint not yet written
   uint64_t durable_round = 0;  // the newest round whose version's checkpoint is written
   void RoundsDurable(uint64_t version) {

@@ -203,6 +203,9 @@ TEST_F(FlClusterTest,
   const Json st = JobStatus();
   EXPECT_EQ(st["versions"].back()["updates"], 3) << st.dump();
   EXPECT_EQ(st["updates_total"], 3);
+  EXPECT_EQ(st["folded_elsewhere"]["b"]["updates"], 2) << st.dump();
+  EXPECT_EQ(st["folded_elsewhere"]["b"]["partial_sums"], 1);
+  EXPECT_EQ(st["folded_elsewhere"]["b"]["partial_sum_bytes"], 310 * 4);
   auto m = top_->Model("rb", 1);
   ASSERT_TRUE(m.ok());
   const std::vector<float> got = Values(*m->bytes);
@@ -232,6 +235,7 @@ TEST_F(FlClusterTest, ALostNodesAcknowledgedUpdatesAreAskedForAgainAndTheRoundCo
   // top as a partial sum.
   top_->NodeLost("b");
   EXPECT_EQ(JobStatus()["updates_total"], 0) << JobStatus().dump();
+  EXPECT_EQ(JobStatus()["folded_elsewhere"]["b"]["lost_updates"], 2);
   // Their clients are told to train and send again (not to wait for the round).
   for (int k : {1, 2}) {
     auto t = top_->Task("rb", clients_[k].client_id, clients_[k].token);

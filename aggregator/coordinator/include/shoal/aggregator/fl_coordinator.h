@@ -177,6 +177,10 @@ class FlCoordinator final : public JobService, public FlDataPath {
                                       const shoal::v1::UpdateHeader& h, BufferPool* pool,
                                       uint64_t buffer, const std::string& node);
   void FetchRemotePartials(const std::shared_ptr<JobState>& job);
+  // Un-counts `node`'s updates of the job that are not merged yet (`only`: just these tickets):
+  // their clients' next task trains again.
+  void Uncount(const std::shared_ptr<JobState>& job, const std::string& node,
+               const std::vector<uint64_t>* only, const char* why);
   PartialFetch partial_fetch_;
   std::unique_ptr<FlMembers> members_;
 

@@ -1,0 +1,238 @@
+// LIFL's hierarchy across the nodes of a real cluster (three shoalds in network namespaces,
+// real etcd): an FL update entering a node whose job's top is on another node is folded on the
+// node it entered (the top admits it on its header and merges that node's one partial sum of
+// the round), the committed model is the FedAvg of every update wherever it entered, and a node
+// killed mid-round loses no update it acknowledged: its clients are told to train again.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "netns_cluster.h"
+#include "shoal/model/architectures.h"
+#include "shoal/model/safetensors.h"
+#include "shoal/model/update_format.h"
+
+namespace shoal::testing {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+bool WaitFor(const std::function<bool()>& f, std::chrono::milliseconds d) {
+  const auto until = Clock::now() + d;
+  while (Clock::now() < until) {
+    if (f()) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return f();
+}
+
+double Metric(const std::string& page, const std::string& family, const std::string& labels) {
+  const std::string key = family + "{" + labels + "} ";
+  const size_t at = page.find(key);
+  if (at == std::string::npos) return 0;
+  return std::stod(page.substr(at + key.size()));
+}
+
+class ClusterFlTest : public ::testing::Test {
+ protected:
+  struct Client {
+    std::string id, token;
+  };
+  void SetUp() override {
+    if (auto why = NetnsMissing(); !why.empty()) GTEST_SKIP() << why;
+    cluster_ = std::make_unique<TestCluster>(TestCluster::Options{});
+    std::string why;
+    ASSERT_TRUE(cluster_->Start(&why)) << why;
+    // The job's top is node 0 (deployed there); clients: 3, one round.
+    auto r = cluster_->NodeApi(0, "POST", "/v1/functions",
+                               "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: mix\n"
+                               "spec:\n  algorithm: {name: fedavg}\n"
+                               "  model: {architecture: mlp, hidden: 8, seed: 3}\n"
+                               "  data: {dataset: digits}\n  clients: {expected: 3}\n"
+                               "  stop: {rounds: 2}\n");
+    ASSERT_EQ(r.status, 201) << r.body;
+    auto t = HttpAt(
+        cluster_->node_ip(0), TestCluster::kControlPort, "POST", "/v1/tokens",
+        R"({"role": "fl-client", "job": "mix"})",
+        {"Authorization: Bearer " + cluster_->node_token(0), "Content-Type: application/json"}, 0,
+        10000);
+    ASSERT_EQ(t.status, 201) << t.body;
+    auth_ = "Authorization: Bearer " + json::parse(t.body)["token"].get<std::string>();
+    // Nodes 1 and 2 fold the job's updates once they see node 0 runs it.
+    for (int i : {1, 2}) {
+      ASSERT_TRUE(WaitFor(
+          [&] {
+            return cluster_->NodeLog(i).find(
+                       "fl job mix: this node folds its updates for its "
+                       "top on node " +
+                       cluster_->node_name(0)) != std::string::npos;
+          },
+          10s))
+          << cluster_->NodeLog(i);
+    }
+    for (int k = 0; k < 3; ++k) {
+      // Joined through node k's gateway (forwarded to the top, which holds the tokens).
+      auto j = HttpAt(cluster_->node_ip(k), TestCluster::kGatewayPort, "POST", "/v1/jobs/mix/join",
+                      "{\"name\":\"c" + std::to_string(k) + "\"}",
+                      {auth_, "Content-Type: application/json"}, 0, 10000);
+      ASSERT_EQ(j.status, 200) << j.body;
+      auto b = json::parse(j.body);
+      clients_.push_back({b["client_id"].get<std::string>(), b["token"].get<std::string>()});
+    }
+    w0_ = Download(0, 0);
+    ASSERT_FALSE(w0_.empty());
+  }
+  void TearDown() override {
+    if (HasFailure() && cluster_) {
+      for (int i = 0; i < cluster_->nodes(); ++i) {
+        std::cerr << "---- " << cluster_->node_name(i) << " ----\n" << cluster_->NodeLog(i);
+      }
+    }
+  }
+  std::vector<float> Download(int node, uint64_t version, std::string* bytes = nullptr) {
+    auto r = HttpAt(cluster_->node_ip(node), TestCluster::kGatewayPort, "GET",
+                    "/v1/jobs/mix/model?version=" + std::to_string(version), {}, {auth_}, 0, 10000);
+    EXPECT_EQ(r.status, 200) << r.body;
+    if (bytes != nullptr) *bytes = r.body;
+    auto m = model::ModelFromSafetensors(
+        std::as_bytes(std::span<const char>(r.body.data(), r.body.size())), mspec_);
+    return m.ok() ? m->values : std::vector<float>{};
+  }
+  std::vector<float> X(int k) {
+    std::vector<float> x = w0_;
+    for (size_t i = 0; i < x.size(); ++i) x[i] += float(k + 1) / 8.0f - float(i % 5) / 32.0f;
+    return x;
+  }
+  // Client k's update (from version 0, 100 (k + 1) samples) through node `node`'s gateway.
+  HttpResult Send(int node, int k, const std::string& auth) {
+    model::Model m(mspec_);
+    m.values = X(k);
+    model::UpdateMeta meta;
+    meta.job = "mix";
+    meta.client_id = clients_[k].id;
+    meta.token = clients_[k].token;
+    meta.base_version = 0;
+    meta.num_samples = 100 * (k + 1);
+    auto body = model::EncodeUpdate(meta, m, model::DType::kF32);
+    EXPECT_TRUE(body.ok());
+    return HttpAt(cluster_->node_ip(node), TestCluster::kGatewayPort, "POST",
+                  "/v1/jobs/mix/updates",
+                  std::string(reinterpret_cast<const char*>(body->data()), body->size()),
+                  {auth, "Content-Type: application/octet-stream"}, 0, 10000);
+  }
+  json Status() {
+    auto r = cluster_->NodeApi(0, "GET", "/v1/jobs/mix");
+    return json::parse(r.body, nullptr, false);
+  }
+  std::string TaskKind(int node, int k) {
+    auto r = HttpAt(cluster_->node_ip(node), TestCluster::kGatewayPort, "GET",
+                    "/v1/jobs/mix/task?client=" + clients_[k].id + "&token=" + clients_[k].token,
+                    {}, {auth_}, 0, 10000);
+    return json::parse(r.body, nullptr, false).value("kind", "");
+  }
+  // FedAvg of clients `ks`' updates: Σ n_k x_k / Σ n_k.
+  void ExpectFedAvg(const std::vector<float>& got) {
+    ASSERT_EQ(got.size(), w0_.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      double acc = 0, n = 0;
+      for (int k = 0; k < 3; ++k) {
+        acc += 100.0 * (k + 1) * X(k)[i];
+        n += 100.0 * (k + 1);
+      }
+      ASSERT_NEAR(got[i], acc / n, 1e-5) << i;
+    }
+  }
+
+  std::unique_ptr<TestCluster> cluster_;
+  std::string auth_;
+  std::vector<Client> clients_;
+  model::ModelSpec mspec_ = model::MlpSpec(64, {8}, 10);
+  std::vector<float> w0_;
+};
+
+TEST_F(ClusterFlTest, AnUpdateIsFoldedOnTheNodeItEntersAndTheTopMergesOnePartialSumPerNode) {
+  const std::string fwd =
+      "function=\"fl.mix\",node=\"" + cluster_->node_name(0) + "\",result=\"ok\"";
+  const double forwards_before =
+      Metric(cluster_->NodeGateway(1, "GET", "/metrics").body, "shoal_forwards_total", fwd);
+  // A bearer token the top does not know: refused by the top, through node 1's admit request.
+  auto bad = Send(1, 1, "Authorization: Bearer shoal_nottherighttoken");
+  EXPECT_EQ(bad.status, 401) << bad.body;
+  auto a = Send(0, 0, auth_);  // at the top
+  ASSERT_EQ(a.status, 202) << a.body;
+  auto b = Send(1, 1, auth_);  // folded on node 1
+  ASSERT_EQ(b.status, 202) << b.body;
+  // The update itself never crossed to node 0 as a forwarded request.
+  EXPECT_EQ(Metric(cluster_->NodeGateway(1, "GET", "/metrics").body, "shoal_forwards_total", fwd),
+            forwards_before);
+  // Its client's next task waits for the round, as at the top (the top counted it).
+  EXPECT_EQ(TaskKind(1, 1), "wait");
+  auto c = Send(2, 2, auth_);  // folded on node 2: the round is complete
+  ASSERT_EQ(c.status, 202) << c.body;
+  json st;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        st = Status();
+        return st.value("version", 0) >= 1;
+      },
+      10s))
+      << st.dump();
+  EXPECT_EQ(st["versions"].back()["updates"], 3) << st.dump();
+  // One partial sum of the round from each of nodes 1 and 2, float32 x params each.
+  const size_t params = w0_.size();
+  for (int i : {1, 2}) {
+    const json& n = st["folded_elsewhere"][cluster_->node_name(i)];
+    EXPECT_EQ(n["updates"], 1) << st.dump();
+    EXPECT_EQ(n["partial_sums"], 1) << st.dump();
+    EXPECT_EQ(n["partial_sum_bytes"], params * 4) << st.dump();
+  }
+  // The committed model is the FedAvg of all three, and every node serves the same bytes.
+  std::string top_bytes, node1_bytes, node2_bytes;
+  ExpectFedAvg(Download(0, 1, &top_bytes));
+  Download(1, 1, &node1_bytes);
+  Download(2, 1, &node2_bytes);
+  EXPECT_TRUE(top_bytes == node1_bytes);
+  EXPECT_TRUE(top_bytes == node2_bytes);
+}
+
+TEST_F(ClusterFlTest, ANodeKilledMidRoundLosesNoUpdateItAcknowledged) {
+  // Two updates acknowledged by node 2 (durable there): the round waits for the third.
+  ASSERT_EQ(Send(2, 1, auth_).status, 202);
+  ASSERT_EQ(Send(2, 2, auth_).status, 202);
+  EXPECT_EQ(Status()["updates_total"], 2);
+  EXPECT_EQ(TaskKind(1, 1), "wait");
+  // Node 2 dies before the round is due: its partial sum never reaches the top.
+  cluster_->StopNode(2, SIGKILL);
+  json st;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        st = Status();
+        return st["folded_elsewhere"][cluster_->node_name(2)].value("lost_updates", 0) == 2;
+      },
+      15s))
+      << st.dump();
+  EXPECT_EQ(st["updates_total"], 0) << st.dump();
+  // Their clients are told to train and send again (their task is no longer "wait").
+  EXPECT_EQ(TaskKind(1, 1), "train");
+  EXPECT_EQ(TaskKind(0, 2), "train");
+  ASSERT_EQ(Send(1, 1, auth_).status, 202);
+  ASSERT_EQ(Send(0, 2, auth_).status, 202);
+  ASSERT_EQ(Send(0, 0, auth_).status, 202);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        st = Status();
+        return st.value("version", 0) >= 1;
+      },
+      10s))
+      << st.dump();
+  EXPECT_EQ(st["versions"].back()["updates"], 3) << st.dump();
+  ExpectFedAvg(Download(1, 1));
+}
+
+}  // namespace
+}  // namespace shoal::testing

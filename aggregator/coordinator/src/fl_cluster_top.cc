@@ -5,6 +5,7 @@
 // commit merges it like a local leaf's), and when such a node is lost un-counts what it held
 // that had not reached the top, so that its clients send it again (NodeLost).
 #include <set>
+#include <thread>
 
 #include "job_state.h"
 #include "shoal/aggregator/fl_members.h"
@@ -95,51 +96,55 @@ void FlCoordinator::NodeLost(const std::string& node) {
     std::lock_guard lock(mu_);
     for (auto& [name, j] : jobs_) jobs.push_back(j);
   }
-  for (auto& job : jobs) {
-    std::vector<uint64_t> failed;  // answered below as failed updates (Completed)
-    size_t acked = 0;
-    {
-      std::lock_guard jl(job->mu);
-      for (auto& [id, t] : job->tickets) {
-        if (t.node != node) continue;
-        JobState::Round& round = job->rounds[t.round];
-        auto pit = round.partials.find(t.partial);
-        if (pit != round.partials.end() && pit->second.fetched) continue;  // its sum is here
-        if (t.acked) {
-          // Counted, but its partial sum went down with the node: it counts no more, as if it
-          // were still in flight and then failed.
-          t.acked = false;
-          --round.acked;
-          ++round.inflight;
-          if (pit != round.partials.end()) {
-            auto& ids = pit->second.tickets;
-            ids.erase(std::remove(ids.begin(), ids.end(), id), ids.end());
-            if (ids.empty()) round.partials.erase(pit);
-          }
-          JobState::Client& c = job->clients[t.client];
-          if (c.updates > 0) --c.updates;
-          if (job->updates_total > 0) --job->updates_total;
-          JobState::RemoteStats& rs = job->remote_stats[node];
-          if (rs.updates > 0) --rs.updates;
-          ++rs.lost;
-          ++acked;
+  for (auto& job : jobs) Uncount(job, node, nullptr, "is lost");
+}
+
+void FlCoordinator::Uncount(const std::shared_ptr<JobState>& job, const std::string& node,
+                            const std::vector<uint64_t>* only, const char* why) {
+  std::vector<uint64_t> failed;  // answered below as failed updates (Completed)
+  size_t acked = 0;
+  {
+    std::lock_guard jl(job->mu);
+    for (auto& [id, t] : job->tickets) {
+      if (t.node != node) continue;
+      if (only != nullptr && std::find(only->begin(), only->end(), id) == only->end()) continue;
+      JobState::Round& round = job->rounds[t.round];
+      auto pit = round.partials.find(t.partial);
+      if (pit != round.partials.end() && pit->second.fetched) continue;  // its sum is here
+      if (t.acked) {
+        // Counted, but its partial sum will not come: it counts no more, as if it were still
+        // in flight and then failed.
+        t.acked = false;
+        --round.acked;
+        ++round.inflight;
+        if (pit != round.partials.end()) {
+          auto& ids = pit->second.tickets;
+          ids.erase(std::remove(ids.begin(), ids.end(), id), ids.end());
+          if (ids.empty()) round.partials.erase(pit);
         }
-        failed.push_back(id);
+        JobState::Client& c = job->clients[t.client];
+        if (c.updates > 0) --c.updates;
+        if (job->updates_total > 0) --job->updates_total;
+        JobState::RemoteStats& rs = job->remote_stats[node];
+        if (rs.updates > 0) --rs.updates;
+        ++rs.lost;
+        ++acked;
       }
+      failed.push_back(id);
     }
-    if (failed.empty()) continue;
-    spdlog::warn(
-        "fl job {}: node {} is lost with {} update(s) it admitted ({} acknowledged) "
-        "whose partial sum never reached this top: they no longer count, and their "
-        "clients are asked to send them again",
-        job->spec.name, node, failed.size(), acked);
-    {
-      std::lock_guard lock(mu_);
-      for (uint64_t id : failed) by_ticket_[id] = job;
-    }
-    for (uint64_t id : failed) Completed(id, 503, false);
-    Enqueue(job);
   }
+  if (failed.empty()) return;
+  spdlog::warn(
+      "fl job {}: node {} {} with {} update(s) it admitted ({} acknowledged) whose "
+      "partial sum never reached this top: they no longer count, and their clients "
+      "are asked to send them again",
+      job->spec.name, node, why, failed.size(), acked);
+  {
+    std::lock_guard lock(mu_);
+    for (uint64_t id : failed) by_ticket_[id] = job;
+  }
+  for (uint64_t id : failed) Completed(id, 503, false);
+  Enqueue(job);
 }
 
 void FlCoordinator::SetPartialFetch(PartialFetch fetch) {
@@ -171,22 +176,43 @@ void FlCoordinator::FetchRemotePartials(const std::shared_ptr<JobState>& job) {
     std::lock_guard lock(mu_);
     fetch = partial_fetch_;
   }
-  for (Want& w : wants) {
+  // Every node's partial sum at once (each is float32[params] over its own link).
+  struct Got {
     std::vector<float> sum;
-    const auto t0 = Clock::now();
-    Status st = fetch ? fetch(w.node, job->spec.name, w.round, w.tickets, &sum)
-                      : Unavailable("no link to other nodes");
-    if (st.ok() && sum.size() != job->mspec.num_params()) {
-      st = Internal("its partial sum has " + std::to_string(sum.size()) + " parameters, not " +
-                    std::to_string(job->mspec.num_params()));
+    Status st;
+    double ms = 0;
+  };
+  std::vector<Got> got(wants.size());
+  {
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < wants.size(); ++i) {
+      threads.emplace_back([&, i] {
+        const Want& w = wants[i];
+        const auto t0 = Clock::now();
+        got[i].st = fetch ? fetch(w.node, job->spec.name, w.round, w.tickets, &got[i].sum)
+                          : Unavailable("no link to other nodes");
+        if (got[i].st.ok() && got[i].sum.size() != job->mspec.num_params()) {
+          got[i].st = Internal("its partial sum has " + std::to_string(got[i].sum.size()) +
+                               " parameters, not " + std::to_string(job->mspec.num_params()));
+        }
+        got[i].ms = Seconds(t0) * 1e3;
+      });
     }
+    for (auto& t : threads) t.join();
+  }
+  for (size_t i = 0; i < wants.size(); ++i) {
+    const Want& w = wants[i];
+    const Status& st = got[i].st;
     if (!st.ok()) {
       spdlog::warn("fl job {}: round {}: node {}'s partial sum of {} update(s): {}", job->spec.name,
                    w.round, w.node, w.tickets.size(), st.ToString());
+      // The node is alive but no longer has them (it restarted): their clients send again.
+      if (st.code() == StatusCode::kNotFound)
+        Uncount(job, w.node, &w.tickets, "no longer has them");
       continue;
     }
     spdlog::info("fl job {}: round {}: node {}'s partial sum of {} update(s) fetched in {:.1f} ms",
-                 job->spec.name, w.round, w.node, w.tickets.size(), Seconds(t0) * 1e3);
+                 job->spec.name, w.round, w.node, w.tickets.size(), got[i].ms);
     std::lock_guard jl(job->mu);
     auto rit = job->rounds.find(w.round);
     if (rit == job->rounds.end()) continue;
@@ -194,8 +220,8 @@ void FlCoordinator::FetchRemotePartials(const std::shared_ptr<JobState>& job) {
     if (pit == rit->second.partials.end() || pit->second.tickets != w.tickets) continue;
     JobState::RemoteStats& rs = job->remote_stats[w.node];
     ++rs.partials;
-    rs.partial_bytes += sum.size() * sizeof(float);
-    pit->second.sum = std::move(sum);
+    rs.partial_bytes += got[i].sum.size() * sizeof(float);
+    pit->second.sum = std::move(got[i].sum);
     pit->second.fetched = true;
   }
 }

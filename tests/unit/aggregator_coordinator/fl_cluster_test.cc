@@ -270,5 +270,32 @@ TEST_F(FlClusterTest, AFoldThatFailedOnTheMemberIsNotCountedAndItsClientMaySendA
   for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
 }
 
+TEST_F(FlClusterTest, AMemberThatNoLongerHasARoundsUpdatesHasThemAskedForAgain) {
+  ASSERT_TRUE(Send(1, 1, 0, w0_).ok());
+  ASSERT_TRUE(Send(1, 2, 0, w0_).ok());
+  // b restarts (its state for the job is gone) while its lease holds.
+  member_->StopFolding("rb");
+  ASSERT_TRUE(member_->FoldFor(*top_->Spec("rb"), "a").ok());
+  ASSERT_TRUE(Send(0, 0, 0, w0_).ok());  // the round is due: the top asks b for its sum
+  for (int i = 0; i < 250 && JobStatus()["folded_elsewhere"]["b"]["lost_updates"] != 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(JobStatus()["folded_elsewhere"]["b"]["lost_updates"], 2) << JobStatus().dump();
+  EXPECT_EQ(JobStatus()["version"], 0);
+  for (int k : {1, 2}) {
+    auto t = top_->Task("rb", clients_[k].client_id, clients_[k].token);
+    ASSERT_TRUE(t.ok());
+    EXPECT_EQ(t->kind, TaskResult::Kind::kTrain) << k;
+  }
+  ASSERT_TRUE(Send(1, 1, 0, w0_).ok());
+  ASSERT_TRUE(Send(1, 2, 0, w0_).ok());
+  ASSERT_TRUE(WaitVersion(1)) << JobStatus().dump();
+  auto m = top_->Model("rb", 1);
+  ASSERT_TRUE(m.ok());
+  const std::vector<float> got = Values(*m->bytes);
+  const std::vector<float> want = FedAvg({0, 1, 2}, w0_);
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
+}
+
 }  // namespace
 }  // namespace shoal

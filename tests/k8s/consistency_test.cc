@@ -52,6 +52,7 @@ using shoal::testing::BinDir;
 using shoal::testing::Http;
 using shoal::testing::HttpResult;
 using shoal::testing::k8s::Base64Decode;
+using shoal::testing::k8s::Capture;
 using shoal::testing::k8s::Find;
 using shoal::testing::k8s::FindGenerated;
 using shoal::testing::k8s::KubectlMissing;
@@ -70,20 +71,6 @@ std::string ReadFile(const std::string& path) {
 void WriteFile(const std::string& path, const std::string& text) {
   fs::create_directories(fs::path(path).parent_path());
   std::ofstream(path) << text;
-}
-
-std::string Capture(const std::string& cmd, int* rc) {
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  if (p == nullptr) {
-    *rc = -1;
-    return out;
-  }
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int st = pclose(p);
-  *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
 }
 
 // The rendered objects; a render that fails is this test's failure.

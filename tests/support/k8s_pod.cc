@@ -27,20 +27,6 @@ void WriteFile(const std::string& path, const std::string& text) {
   std::ofstream(path) << text;
 }
 
-std::string Capture(const std::string& cmd, int* rc) {
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  if (p == nullptr) {
-    *rc = -1;
-    return out;
-  }
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int st = pclose(p);
-  *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return out;
-}
-
 // The host's bpffs at /sys/fs/bpf, mounted where it is not yet (as a node's boot does, and as
 // shoald does when it finds none); "" or why not.
 std::string MountBpffs() {
@@ -61,6 +47,20 @@ std::string Text(const YAML::Node& n) {
 }  // namespace
 
 std::string SourceDir() { return SHOAL_SOURCE_DIR; }
+
+std::string Capture(const std::string& cmd, int* rc) {
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  if (p == nullptr) {
+    *rc = -1;
+    return out;
+  }
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int st = pclose(p);
+  *rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return out;
+}
 
 std::string KubectlMissing() {
   int rc = 0;

@@ -17,6 +17,9 @@ namespace shoal::testing::k8s {
 // The source tree's root (deploy/k8s lies below it).
 std::string SourceDir();
 
+// `sh -c cmd`'s standard output, its exit status in *rc (-1 when it did not exit).
+std::string Capture(const std::string& cmd, int* rc);
+
 // What is missing to render the manifests here, or "".
 std::string KubectlMissing();
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <iterator>
 #include <set>
 #include <utility>
 
@@ -145,17 +146,9 @@ Status CheckArity(const Node& n) {
 }  // namespace
 
 std::string_view OipDatatype(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return "FP32";
-    case DType::kF16:
-      return "FP16";
-    case DType::kBF16:
-      return "BF16";
-    case DType::kI64:
-      return "INT64";
-  }
-  return "?";
+  constexpr std::string_view kOip[] = {"FP32", "BF16", "FP16", "INT64"};  // by DType's value
+  const auto i = static_cast<size_t>(t);
+  return i < std::size(kOip) ? kOip[i] : "?";
 }
 
 std::string_view OpTypeName(OpType op) {

@@ -11,38 +11,21 @@
 namespace shoal::model {
 namespace {
 
-// shoal::DType <-> shoal.v1.DType: the one place the proto enum is mapped. The values agree so
-// that an update's bytes read the same either way.
+// shoal::DType <-> shoal.v1.DType: the one place the proto enum is mapped. The values agree, so
+// the mapping is a cast of the floating types.
 static_assert(static_cast<int>(DType::kF32) == v1::F32 &&
               static_cast<int>(DType::kBF16) == v1::BF16 &&
               static_cast<int>(DType::kF16) == v1::F16);
 
 // nullopt for a type updates do not carry (EncodeUpdate refuses it).
 std::optional<v1::DType> ToProto(DType d) {
-  switch (d) {
-    case DType::kF32:
-      return v1::F32;
-    case DType::kBF16:
-      return v1::BF16;
-    case DType::kF16:
-      return v1::F16;
-    case DType::kI64:
-      break;
-  }
-  return std::nullopt;
+  if (!IsFloatDType(d)) return std::nullopt;
+  return static_cast<v1::DType>(d);
 }
 
 std::optional<DType> FromProto(int d) {
-  switch (d) {
-    case v1::F32:
-      return DType::kF32;
-    case v1::BF16:
-      return DType::kBF16;
-    case v1::F16:
-      return DType::kF16;
-    default:
-      return std::nullopt;
-  }
+  if (d != v1::F32 && d != v1::BF16 && d != v1::F16) return std::nullopt;
+  return static_cast<DType>(d);
 }
 
 // Names in messages come from the client: printable ASCII only (others as \xNN), at most 64

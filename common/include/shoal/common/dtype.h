@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <string_view>
 
 namespace shoal {
@@ -20,31 +21,16 @@ inline constexpr bool IsFloatDType(DType d) {
 }
 
 inline constexpr size_t DTypeSize(DType d) {
-  switch (d) {
-    case DType::kF32:
-      return 4;
-    case DType::kBF16:
-    case DType::kF16:
-      return 2;
-    case DType::kI64:
-      return 8;
-  }
-  return 0;
+  constexpr size_t kSizes[] = {4, 2, 2, 8};
+  const auto i = static_cast<size_t>(d);
+  return i < std::size(kSizes) ? kSizes[i] : 0;
 }
 
 // "F32", "BF16", "F16", "I64": the safetensors spelling, also used in messages.
 inline constexpr std::string_view DTypeName(DType d) {
-  switch (d) {
-    case DType::kF32:
-      return "F32";
-    case DType::kBF16:
-      return "BF16";
-    case DType::kF16:
-      return "F16";
-    case DType::kI64:
-      return "I64";
-  }
-  return "?";
+  constexpr std::string_view kNames[] = {"F32", "BF16", "F16", "I64"};
+  const auto i = static_cast<size_t>(d);
+  return i < std::size(kNames) ? kNames[i] : "?";
 }
 
 }  // namespace shoal

@@ -14,6 +14,8 @@
 // --pool dpdk measures both HTTP paths again on a shoald with `pool: dpdk` (the pool in 2 MiB
 // hugepages, 1024 of them reserved if missing, else the column says why it is skipped) and
 // prints the DPDK column with its ratio to the Boost one (time Boost / time DPDK: > 1 is faster).
+// --pool prefault does the same with a Boost pool that `pool_prefault: true` allocated and
+// mapped whole at creation (no first-touch fault or page zeroing while a body arrives).
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -60,7 +62,7 @@ struct Times {
 
 // Both HTTP paths on a fresh shoald whose pools run on `pool` (boost|dpdk).
 Times Measure(const std::string& pool, int reps, const std::vector<std::byte>** area_out,
-              std::vector<std::string>* prefixes_out);
+              std::vector<std::string>* prefixes_out, const std::string& extra_yaml = {});
 
 // One whole measurement: a fresh Boost shoald, the TCP anchor, and the dpdk shoald if asked.
 struct RunFigures {
@@ -87,6 +89,10 @@ RunFigures MeasureOnce(const std::string& also, int reps) {
     return Now() - t0;
   });
   close(tcp_fd);
+  if (also == "prefault") {
+    f.dpdk = Measure("boost", reps, nullptr, nullptr, "pool_prefault: true\n");
+    if (!f.dpdk.ok) f.dpdk_skip = "the pool_prefault shoald did not run (printed above)";
+  }
   if (also == "dpdk") {
     const uint64_t pages = HugepagesFor(uint64_t{2} << 30);
     f.dpdk_skip = ShortOfHugepages(pages, "bench-ingest's dpdk shoald (one 2 GiB pool)");
@@ -113,8 +119,9 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--runs") runs = std::atoi(argv[++i]);
     if (std::string(argv[i]) == "--pool") also = argv[++i];
   }
-  if (!also.empty() && also != "dpdk" && also != "boost") {
-    std::fprintf(stderr, "bench-ingest: --pool %s: want dpdk (boost is always measured)\n",
+  if (!also.empty() && also != "dpdk" && also != "prefault" && also != "boost") {
+    std::fprintf(stderr,
+                 "bench-ingest: --pool %s: want dpdk or prefault (boost is always measured)\n",
                  also.c_str());
     return 2;
   }
@@ -141,9 +148,11 @@ int main(int argc, char** argv) {
         "target: <= 1.3)\n",
         run + 1, runs, mb, static_cast<unsigned long long>(boost.params), reps);
     const bool with_dpdk = dpdk.ok;
+    const std::string col = also == "prefault" ? "pref" : "dpdk";  // the second column's pool
     if (with_dpdk) {
       std::printf("%-44s %9s %9s %12s %10s %10s %9s %13s\n", "path", "ms", "GB/s", "ratio/tcp",
-                  "x ingest", "dpdk ms", "dpdk GB/s", "boost/dpdk");
+                  "x ingest", (col + " ms").c_str(), (col + " GB/s").c_str(),
+                  ("boost/" + col).c_str());
     } else {
       std::printf("%-44s %9s %9s %12s %10s\n", "path", "ms", "GB/s", "ratio/tcp", "x ingest");
     }
@@ -156,7 +165,9 @@ int main(int argc, char** argv) {
     row("loopback TCP socket (anchor)", tcp, 0);
     row("HTTP -> gateway -> pool -> instance (ingest)", boost.http, dpdk.http);
     row("HTTP -> pool -> admitted + leaf fold -> 202", boost.fl, dpdk.fl);
-    if (!f.dpdk_skip.empty()) std::printf("dpdk: skipped: %s\n", f.dpdk_skip.c_str());
+    if (!f.dpdk_skip.empty()) {
+      std::printf("%s: skipped: %s\n", col.c_str(), f.dpdk_skip.c_str());
+    }
     r_ingest.push_back(tcp / boost.http);
     r_202.push_back(boost.fl / boost.http);
     if (with_dpdk) {
@@ -172,21 +183,29 @@ int main(int argc, char** argv) {
   std::printf("%-44s %9s %9s %9s   %s\n", "ratio", "min", "median", "max", "target");
   PrintSpread("ingest: tcp / HTTP into the pool", r_ingest, "higher is better");
   PrintSpread("ingest_202: the 202 / HTTP into the pool", r_202, "<= 1.3 (issue 11)");
+  // The second pool's rows and RESULT names: ingest_dpdk* for --pool dpdk, ingest_prefault*
+  // for --pool prefault.
+  const std::string col = also == "prefault" ? "prefault" : "dpdk";
   if (!r_dpdk.empty()) {
-    PrintSpread("ingest_dpdk: tcp / dpdk HTTP into the pool", r_dpdk, "higher is better");
-    PrintSpread("ingest_dpdk_vs_boost: boost / dpdk", r_dpdk_vs_boost, "> 1: dpdk faster");
-    PrintSpread("dpdk: the 202 / HTTP into the pool", r_dpdk_202, "<= 1.3 (issue 11)");
+    PrintSpread(("ingest_" + col + ": tcp / " + col + " HTTP into the pool").c_str(), r_dpdk,
+                "higher is better");
+    PrintSpread(("ingest_" + col + "_vs_boost: boost / " + col).c_str(), r_dpdk_vs_boost,
+                ("> 1: " + col + " faster").c_str());
+    PrintSpread((col + ": the 202 / HTTP into the pool").c_str(), r_dpdk_202,
+                "<= 1.3 (issue 11)");
   }
   std::printf("RESULT ingest ratio=%.3f\n", shoal::bench::SpreadOf(r_ingest).median);
-  // Only when every run measured dpdk, so that the medians pair the same runs.
+  // Only when every run measured the second pool, so that the medians pair the same runs.
   if (static_cast<int>(r_dpdk.size()) == runs) {
-    std::printf("RESULT ingest_dpdk ratio=%.3f\n", shoal::bench::SpreadOf(r_dpdk).median);
-    std::printf("RESULT ingest_dpdk_vs_boost ratio=%.3f\n",
+    std::printf("RESULT ingest_%s ratio=%.3f\n", col.c_str(),
+                shoal::bench::SpreadOf(r_dpdk).median);
+    std::printf("RESULT ingest_%s_vs_boost ratio=%.3f\n", col.c_str(),
                 shoal::bench::SpreadOf(r_dpdk_vs_boost).median);
   }
   std::printf("RESULT ingest_202 ratio=%.3f\n", shoal::bench::SpreadOf(r_202).median);
   if (static_cast<int>(r_dpdk_202.size()) == runs) {
-    std::printf("RESULT ingest_202_dpdk ratio=%.3f\n", shoal::bench::SpreadOf(r_dpdk_202).median);
+    std::printf("RESULT ingest_202_%s ratio=%.3f\n", col.c_str(),
+                shoal::bench::SpreadOf(r_dpdk_202).median);
   }
   return bad == 0 ? 0 : 1;
 }
@@ -194,12 +213,13 @@ int main(int argc, char** argv) {
 namespace {
 
 Times Measure(const std::string& pool, int reps, const std::vector<std::byte>** area_out,
-              std::vector<std::string>* prefixes_out) {
+              std::vector<std::string>* prefixes_out, const std::string& extra_yaml) {
   Times out;
   using Json = nlohmann::json;
   Shoald shoald;
   Shoald::Options opt;
   opt.pool = pool;
+  opt.extra_yaml = extra_yaml;
   opt.pool_bytes = uint64_t{2} << 30;
   opt.max_body_bytes = uint64_t{128} << 20;
   if (!shoald.Start(opt)) {

@@ -66,6 +66,7 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
     else if (key == "state_dir") st = Read(v, "state_dir", c.state_dir);
     else if (key == "pool_bytes") st = Read(v, "pool_bytes", c.pool_bytes);
     else if (key == "pool") st = Read(v, "pool", c.pool);
+    else if (key == "pool_prefault") st = Read(v, "pool_prefault", c.pool_prefault);
     else if (key == "max_body_bytes") st = Read(v, "max_body_bytes", c.max_body_bytes);
     else if (key == "max_queue_per_function")
       st = Read(v, "max_queue_per_function", c.max_queue_per_function);
@@ -218,6 +219,7 @@ std::string NodeConfig::ToYaml() const {
   e << YAML::Key << "state_dir" << YAML::Value << state_dir;
   e << YAML::Key << "pool_bytes" << YAML::Value << pool_bytes;
   e << YAML::Key << "pool" << YAML::Value << pool;
+  e << YAML::Key << "pool_prefault" << YAML::Value << pool_prefault;
   e << YAML::Key << "max_body_bytes" << YAML::Value << max_body_bytes;
   e << YAML::Key << "max_queue_per_function" << YAML::Value << max_queue_per_function;
   e << YAML::Key << "dataplane" << YAML::Value << DataPlaneModeName(dataplane);

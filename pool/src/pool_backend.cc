@@ -2,7 +2,11 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "shoal/pool/hugepages.h"
 #include "shoal/pool/shm_pool.h"
@@ -86,8 +90,8 @@ Result<PoolBackendChoice> ChoosePoolBackend(std::string_view setting, uint64_t p
     return refuse(std::to_string(counts->free) + " free 2 MiB hugepages (of " +
                   std::to_string(counts->total) + ")" + held_text +
                   " are fewer than one tenant pool of " + std::to_string(pool_bytes >> 20) +
-                  " MiB needs (" + std::to_string(need) + "); reserve them in " +
-                  kHugepagesSysfs + "/nr_hugepages");
+                  " MiB needs (" + std::to_string(need) + "); reserve them in " + kHugepagesSysfs +
+                  "/nr_hugepages");
   }
   return PoolBackendChoice{
       PoolBackend::kDpdk,
@@ -149,6 +153,26 @@ bool PoolFileExists(PoolBackend backend, const std::string& name) {
   }
   struct stat st {};
   return stat(path.c_str(), &st) == 0;
+}
+
+Status PrefaultPool(SharedPool& pool) {
+  if (pool.backend() != PoolBackend::kBoost) return {};
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14; older headers lack the name
+#endif
+  // One call for the whole mapping: the kernel allocates the tmpfs pages (zeroed, once) and
+  // installs writable page-table entries, without writing to what is there.
+  if (madvise(pool.base(), pool.mapped_size(), MADV_POPULATE_WRITE) == 0) return {};
+  const int err = errno;
+  const std::string what = "pre-faulting pool " + pool.Name() + " (" +
+                           std::to_string(pool.mapped_size() >> 20) + " MiB)";
+  if (err == EINVAL)
+    return Unavailable(what + ": this kernel has no MADV_POPULATE_WRITE (Linux >= 5.14)");
+  if (err == ENOMEM || err == EFAULT || err == ENOSPC) {
+    return ResourceExhausted(what + ": /dev/shm has no room for the whole pool (" +
+                             std::strerror(err) + "); make it larger or lower pool_bytes");
+  }
+  return ErrnoStatus(what, err);
 }
 
 }  // namespace shoal

@@ -183,6 +183,23 @@ Result<SharedPool*> InstanceManager::PoolFor(const std::string& tenant) {
   spdlog::info("pool: {} {} {} ({} MiB, mode 0600, {}) for tenant '{}'",
                recovered ? "recovered" : "created", PoolBackendName((*pool)->backend()),
                (*pool)->Path(), config_.pool_bytes >> 20, owner, tenant);
+  if (config_.pool_prefault && (*pool)->backend() == PoolBackend::kBoost) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (Status st = PrefaultPool(**pool); !st.ok()) {
+      if (!recovered) {
+        // A new pool /dev/shm cannot hold: refused now, not a failed write later.
+        spdlog::error("pool: tenant '{}': {}", tenant, st.ToString());
+        return st;
+      }
+      // A pool taken over keeps what it holds, whatever its pages.
+      spdlog::warn("pool: tenant '{}': kept without pre-faulting: {}", tenant, st.ToString());
+    } else {
+      spdlog::info("pool: tenant '{}': {} MiB pre-faulted in {:.0f} ms (pool_prefault)", tenant,
+                   (*pool)->mapped_size() >> 20,
+                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                       .count());
+    }
+  }
   pool_reasons_[tenant] = reason;
   SharedPool* raw = pool->get();
   pools_[tenant] = std::move(*pool);

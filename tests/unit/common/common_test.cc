@@ -37,6 +37,11 @@ TEST(Config, DefaultsAndOverrides) {
   ASSERT_TRUE(spawn.ok());
   EXPECT_EQ(spawn->instance_start, InstanceStart::kSpawn);
   EXPECT_EQ(spawn->zygote_timeout_ms, 500u);
+  EXPECT_FALSE(c->pool_prefault);
+  auto prefault = NodeConfig::LoadString("pool_prefault: true\n");
+  ASSERT_TRUE(prefault.ok());
+  EXPECT_TRUE(prefault->pool_prefault);
+  EXPECT_NE(prefault->ToYaml().find("pool_prefault: true"), std::string::npos);
   // The printed config loads back to the same values.
   auto again = NodeConfig::LoadString(c->ToYaml());
   ASSERT_TRUE(again.ok());
@@ -56,6 +61,8 @@ TEST(Config, ErrorsNameTheKey) {
   auto start = NodeConfig::LoadString("instance_start: fork\n");
   EXPECT_EQ(start.status().message(),
             "config: instance_start: must be zygote or spawn, not 'fork'");
+  EXPECT_EQ(NodeConfig::LoadString("pool_prefault: sometimes\n").status().message(),
+            "config: pool_prefault: bad value (line 1)");
   auto small = NodeConfig::LoadString("pool_bytes: 1000\n");
   EXPECT_EQ(small.status().message(), "config: pool_bytes: must be >= 16 MiB");
 }

@@ -1,11 +1,7 @@
 // Both pool backends (ShmPool over /dev/shm, DpdkPool over hugetlbfs) against real files and
 // real processes (fork + Attach, kill -9): every test runs once per backend. The DPDK runs
 // reserve 2 MiB hugepages when there are too few, or skip saying why they could not.
-#include "shoal/pool/hugepages.h"
-#include "shoal/pool/pool_backend.h"
 #include "shoal/pool/shm_pool.h"
-
-#include "hugepages_for_test.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -26,6 +22,10 @@
 #include <set>
 #include <thread>
 #include <vector>
+
+#include "hugepages_for_test.h"
+#include "shoal/pool/hugepages.h"
+#include "shoal/pool/pool_backend.h"
 
 namespace shoal {
 namespace {
@@ -70,8 +70,7 @@ class PoolTest : public ::testing::TestWithParam<PoolBackend> {
   // The share of an empty pool's capacity one buffer can take: the Boost heap is all of it, the
   // DPDK heap what the size classes' mempools leave.
   uint64_t LargestBuffer(const PoolStats& s) const {
-    return backend() == PoolBackend::kBoost ? s.capacity_bytes * 9 / 10
-                                            : s.capacity_bytes * 7 / 10;
+    return backend() == PoolBackend::kBoost ? s.capacity_bytes * 9 / 10 : s.capacity_bytes * 7 / 10;
   }
   std::unique_ptr<SharedPool> MustCreate(const std::string& name, uint64_t bytes) const {
     auto pool = Create(name, bytes);
@@ -149,8 +148,7 @@ TEST(PoolNames, SegmentNameFollowsNodeAndTenant) {
 TEST(PoolBackendChoice, NamesParseAndBoostIsAlwaysBoost) {
   EXPECT_EQ(ParsePoolBackend("boost").value(), PoolBackend::kBoost);
   EXPECT_EQ(ParsePoolBackend("dpdk").value(), PoolBackend::kDpdk);
-  EXPECT_EQ(ParsePoolBackend("spdk").status().message(),
-            "pool backend 'spdk': want boost or dpdk");
+  EXPECT_EQ(ParsePoolBackend("spdk").status().message(), "pool backend 'spdk': want boost or dpdk");
   auto boost = ChoosePoolBackend("boost", 512 * kMiB);
   ASSERT_TRUE(boost.ok());
   EXPECT_EQ(boost->backend, PoolBackend::kBoost);
@@ -263,6 +261,41 @@ TEST_P(PoolTest, CreateMakesAPrivateSegmentThatTheCreatorUnlinks) {
   EXPECT_EQ(errno, ENOENT);
 }
 
+// The pages of `bytes` at `base` that are in memory (mincore: the tmpfs or hugetlbfs pages the
+// mapping's file holds).
+size_t ResidentPages(void* base, size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> v((bytes + page - 1) / page);
+  if (mincore(base, bytes, v.data()) != 0) return 0;
+  return static_cast<size_t>(
+      std::count_if(v.begin(), v.end(), [](unsigned char c) { return c & 1; }));
+}
+
+// pool_prefault: a Boost pool's pages are all allocated by PrefaultPool, whatever they held
+// stays; a dpdk pool is populated at creation (nothing to do).
+TEST_P(PoolTest, PrefaultAllocatesEveryPageAndKeepsTheContents) {
+  const std::string name = UniqueName("prefault");
+  auto pool = MustCreate(name, 32 * kMiB);
+  ASSERT_NE(pool, nullptr);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t pages = pool->mapped_size() / page;
+  auto off = pool->Allocate(3 * kMiB, 0);
+  ASSERT_TRUE(off.ok());
+  std::span<std::byte> data = pool->Data(*off);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(i * 7 + 1);
+  if (backend() == PoolBackend::kBoost) {
+    EXPECT_LT(ResidentPages(pool->base(), pool->mapped_size()), pages / 2)
+        << "a new Boost pool is sparse until touched";
+  }
+  ASSERT_TRUE(PrefaultPool(*pool).ok());
+  EXPECT_EQ(ResidentPages(pool->base(), pool->mapped_size()), pages);
+  for (size_t i = 0; i < data.size(); ++i) {
+    ASSERT_EQ(data[i], static_cast<std::byte>(i * 7 + 1)) << "byte " << i;
+  }
+  EXPECT_EQ(pool->Stats().live_buffers, 1u);
+  EXPECT_TRUE(pool->Release(*off, 0).ok());
+}
+
 TEST_P(PoolTest, CreateReplacesAStaleSegment) {
   const std::string name = UniqueName("stale");
   WriteJunk(name, backend() == PoolBackend::kBoost ? 12345 : 2 * kMiB, 0644);
@@ -349,8 +382,7 @@ TEST_P(PoolTest, AttachErrorsAreClear) {
 
   EXPECT_EQ(Attach("a/b").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Create("", 4 * kMiB).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(Create(UniqueName("tiny"), 1024).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Create(UniqueName("tiny"), 1024).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_P(PoolTest, RoundTripsEverySizeClassBoundaryUpTo64MiB) {

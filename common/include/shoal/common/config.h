@@ -40,6 +40,11 @@ struct NodeConfig {
   uint64_t pool_bytes = 1ull << 30;          // shared-memory pool per tenant
   // Pool backend: boost (/dev/shm), dpdk (hugepages) or auto (dpdk where hugepages are free).
   std::string pool = "auto";
+  // Boost pools: allocate and map every page of a tenant's pool when it is created, so no
+  // request body or partial sum pays a first-touch fault and the kernel's zeroing of a fresh
+  // page, and a /dev/shm too small for the pool is an error then rather than a failed write
+  // later. It commits the whole pool_bytes per tenant at once (the dpdk backend always does).
+  bool pool_prefault = false;
   uint64_t max_body_bytes = 128ull << 20;    // larger request bodies get 413
   uint32_t max_queue_per_function = 10000;   // waiting requests beyond this get 503
   DataPlaneMode dataplane = DataPlaneMode::kAuto;

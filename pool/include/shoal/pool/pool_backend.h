@@ -45,4 +45,10 @@ void RemovePool(PoolBackend backend, const std::string& name);
 // Whether `backend` has a file for pool `name` (/dev/shm, or the hugetlbfs mount).
 bool PoolFileExists(PoolBackend backend, const std::string& name);
 
+// Allocates every page of `pool` and maps it writable in this process (the config's
+// pool_prefault), contents untouched: a pool taken over keeps what it holds. A dpdk pool is
+// populated at creation already (nothing to do). kResourceExhausted when /dev/shm has no room
+// for the whole pool; kUnavailable when the kernel lacks MADV_POPULATE_WRITE (Linux < 5.14).
+Status PrefaultPool(SharedPool& pool);
+
 }  // namespace shoal

@@ -215,6 +215,10 @@ TEST(K8sShoald, EveryRendersArgsAreAcceptedAndItsConfigLiesOnItsMounts) {
     EXPECT_EQ(NamedItem(c["ports"], "gateway")["containerPort"].as<int>(), listen);
     EXPECT_EQ(c["livenessProbe"]["httpGet"]["port"].as<int>(), listen);
     EXPECT_EQ(c["readinessProbe"]["httpGet"]["port"].as<int>(), listen);
+    // The FL peer links' port (node to node), the one shoald listens on for them.
+    EXPECT_EQ(NamedItem(c["ports"], "fl-peer")["containerPort"].as<int>(),
+              eff["fl_peer_port"].as<int>());
+    EXPECT_EQ(c["ports"].size(), 2u) << "a port shoald does not listen on, or one not checked";
     EXPECT_TRUE(spec["hostNetwork"].as<bool>(false)) << "the README says hostNetwork";
     EXPECT_EQ(spec["dnsPolicy"].as<std::string>(""), "ClusterFirstWithHostNet");
     EXPECT_EQ(ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"].as<int>(), 1);

@@ -79,7 +79,8 @@ int RunInfer(const std::string& server, const std::string& model, const std::str
                                                           r->by_version.end());
   const size_t group = (versions.size() + 15) / 16;
   std::cout << "shoal-client: infer: accuracy per model version that answered (while "
-            << (job.empty() ? "cycling" : "the job trained") << "):\n  version(s)    images  accuracy\n";
+            << (job.empty() ? "cycling" : "the job trained")
+            << "):\n  version(s)    images  accuracy\n";
   for (size_t i = 0; i < versions.size(); i += group) {
     VersionScore sum;
     const size_t end = std::min(versions.size(), i + group);
@@ -100,8 +101,9 @@ int RunInfer(const std::string& server, const std::string& model, const std::str
                      double(score.images), score.accuracy());
   }
   std::cout << "shoal-client: infer: " << r->requests << " requests (" << r->failed
-            << " failed) in " << Fmt("%.1f s: %.0f req/s, p50 %.2f ms", r->seconds,
-                                     double(r->requests) / r->seconds, r->p50_ms)
+            << " failed) in "
+            << Fmt("%.1f s: %.0f req/s, p50 %.2f ms", r->seconds, double(r->requests) / r->seconds,
+                   r->p50_ms)
             << Fmt(", p99 %.2f ms", r->p99_ms) << std::endl;
   if (r->failed > 0) return Fail("failed requests, the first: " + r->first_error);
   return 0;
@@ -178,8 +180,8 @@ int main(int argc, char** argv) {
                "[0,1]; the job's model then expects the same inputs)");
   CLI11_PARSE(app, argc, argv);
   if (!infer_model.empty()) {
-    return RunInfer(server, infer_model, job, data_dir, standardise, infer_connections,
-                    infer_batch, max_seconds > 0 ? max_seconds : 120);
+    return RunInfer(server, infer_model, job, data_dir, standardise, infer_connections, infer_batch,
+                    max_seconds > 0 ? max_seconds : 120);
   }
   if (job.empty()) return Fail("--job is required (or --infer MODEL)");
 
@@ -270,7 +272,9 @@ int main(int argc, char** argv) {
             << " max " << Fmt("%.4f", hi) << "; time scale " << time_scale
             << Fmt(": 100 steps sleep %.2f / %.2f / %.2f s", 100 * lo * time_scale,
                    100 * med * time_scale, 100 * hi * time_scale)
-            << "\nshoal-client: updates as " << model::DTypeName(*dtype) << ", evaluator "
+            << "\n  step seconds:";
+  for (double v : plan.step_seconds) std::cout << ' ' << Fmt("%.5f", v);
+  std::cout << "\nshoal-client: updates as " << model::DTypeName(*dtype) << ", evaluator "
             << (evaluator ? "on (client 0)" : "off")
             << (max_seconds > 0 ? ", stopping after " + Fmt("%.0f", max_seconds) + " s" : "")
             << std::endl;

@@ -219,7 +219,7 @@ bool Shoald::Start(const Options& o) {
     int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
-    std::string bin = BinDir() + "/shoald";
+    std::string bin = o.binary.empty() ? BinDir() + "/shoald" : o.binary;
     execl(bin.c_str(), bin.c_str(), "--standalone", "-c", cfg.c_str(), nullptr);
     _exit(127);
   }

@@ -51,6 +51,7 @@ class Shoald {
     uint32_t threads = 2;
     std::string pool;        // `pool:` (boost|dpdk|auto); empty: TestPoolBackend()
     std::string extra_yaml;  // appended to the config file
+    std::string binary;      // the shoald to run; empty: BinDir()/shoald
   };
   Shoald();
   ~Shoald();
@@ -60,7 +61,7 @@ class Shoald {
   bool Start() { return Start(Options{}); }
   // SIGTERM (or `sig`) and wait for exit; returns the exit status.
   int Stop(int sig = 15);
-  uint16_t port() const { return port_; }            // the public gateway
+  uint16_t port() const { return port_; }                  // the public gateway
   uint16_t control_port() const { return control_port_; }  // the control API's listener
   // The first admin token, as shoald saved it in <state>/admin.conf on its first start.
   const std::string& admin_token() const { return admin_token_; }

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "command_support.h"
 #include "fl_progress.h"
 #include "progress.h"
 #include "shoal/inference/model_onnx.h"
@@ -24,77 +25,6 @@
 
 namespace shoal::cli {
 namespace {
-
-using nlohmann::json;
-
-// Unwinds to main with an exit code once the message is printed.
-struct Exit {
-  int code;
-};
-
-HttpResponse SendOrExit(const HttpClient& client, const HttpRequest& request) {
-  std::string error;
-  auto r = client.Send(request, &error);
-  if (!r) {
-    std::fprintf(stderr, "shoal: cannot reach shoald at %s: %s\n", client.base_url().c_str(),
-                 error.c_str());
-    throw Exit{2};
-  }
-  if (r->status == 401) {
-    auto j = json::parse(r->body, nullptr, false);
-    const std::string msg = !j.is_discarded() && j.is_object() && j.contains("error") &&
-                                    j["error"].is_string()
-                                ? j["error"].get<std::string>()
-                                : "unauthorized";
-    std::fprintf(stderr,
-                 "shoal: %s: %s\nshoal: give a token with SHOAL_TOKEN or `token:` in the config "
-                 "file ($SHOAL_CONFIG or ~/.config/shoal/config); shoald saved the first admin's "
-                 "in <state_dir>/admin.conf\n",
-                 client.base_url().c_str(), msg.c_str());
-    throw Exit{1};
-  }
-  return std::move(*r);
-}
-
-// The server's {"error": "..."} message, or the raw body when it is not that.
-std::string ErrorMessage(const std::string& body) {
-  auto j = json::parse(body, nullptr, false);
-  if (!j.is_discarded() && j.is_object() && j.contains("error") && j["error"].is_string()) {
-    return j["error"].get<std::string>();
-  }
-  std::string b = body;
-  while (!b.empty() && (b.back() == '\n' || b.back() == '\r')) b.pop_back();
-  return b;
-}
-
-// GET `path` expecting JSON; HTTP errors print the server's message and exit 1.
-json GetJson(const HttpClient& client, const std::string& path) {
-  HttpRequest req;
-  req.path = path;
-  HttpResponse r = SendOrExit(client, req);
-  if (r.status >= 400) {
-    std::fprintf(stderr, "shoal: %s\n", ErrorMessage(r.body).c_str());
-    throw Exit{1};
-  }
-  auto j = json::parse(r.body, nullptr, false);
-  if (j.is_discarded()) {
-    std::fprintf(stderr, "shoal: %s answered %s with something that is not JSON\n",
-                 client.base_url().c_str(), path.c_str());
-    throw Exit{1};
-  }
-  return j;
-}
-
-template <typename T>
-T Num(const json& j, const char* key) {
-  if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return T{};
-  return j[key].get<T>();
-}
-
-std::string Str(const json& j, const char* key) {
-  if (!j.is_object() || !j.contains(key) || !j[key].is_string()) return "";
-  return j[key].get<std::string>();
-}
 
 std::string HandlerText(const json& f) {
   const json& h = f.value("handler", json::object());
@@ -119,13 +49,10 @@ std::string MapText(const json& m) {
   if (!m.is_object()) return out;
   for (auto it = m.begin(); it != m.end(); ++it) {
     if (!out.empty()) out += ",";
-    out += it.key() + "=" + (it.value().is_string() ? it.value().get<std::string>() : it.value().dump());
+    out += it.key() + "=" +
+           (it.value().is_string() ? it.value().get<std::string>() : it.value().dump());
   }
   return out;
-}
-
-std::string ReadAll(std::istream& in) {
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 }  // namespace
@@ -264,16 +191,15 @@ int Get(const HttpClient& client, const std::string& name, const std::string& ou
   std::vector<std::string> header = {"NAME", "READY", "INFLIGHT", "RPS", "AGE"};
   if (placed) header.push_back("NODES");
   if (wide) {
-    header.insert(header.end(), {"HANDLER", "CONCURRENCY", "SCALE", "TIMEOUT", "NAMESPACE",
-                                 "GENERATION"});
+    header.insert(header.end(),
+                  {"HANDLER", "CONCURRENCY", "SCALE", "TIMEOUT", "NAMESPACE", "GENERATION"});
   }
   Table table(header);
   for (const json& f : functions) {
     const json& st = f.value("status", json::object());
-    std::vector<std::string> row = {Str(f, "name"), ReadyText(st),
-                                    std::to_string(Num<uint64_t>(st, "inflight")),
-                                    FormatFixed(Num<double>(st, "rps"), 1),
-                                    FormatAge(Num<double>(f, "age_s"))};
+    std::vector<std::string> row = {
+        Str(f, "name"), ReadyText(st), std::to_string(Num<uint64_t>(st, "inflight")),
+        FormatFixed(Num<double>(st, "rps"), 1), FormatAge(Num<double>(f, "age_s"))};
     if (placed) {
       std::string nodes;
       for (const json& p : f.value("placements", json::array())) {
@@ -356,8 +282,8 @@ int Describe(const HttpClient& client, const std::string& name) try {
   o << "Status:\n";
   o << "  Instances:   " << ReadyText(st) << " ready (" << Num<uint64_t>(st, "starting")
     << " starting)\n";
-  o << "  In-flight:   " << Num<uint64_t>(st, "inflight") << "   Queued: " << Num<uint64_t>(st, "queued")
-    << "\n";
+  o << "  In-flight:   " << Num<uint64_t>(st, "inflight")
+    << "   Queued: " << Num<uint64_t>(st, "queued") << "\n";
   o << "  Requests:    " << Num<uint64_t>(st, "requests_total") << " ("
     << Num<uint64_t>(st, "errors_total") << " errors)   " << FormatFixed(Num<double>(st, "rps"), 1)
     << " req/s   p50 " << FormatMs(Num<double>(st, "p50_ms")) << "   p99 "
@@ -377,8 +303,8 @@ int Describe(const HttpClient& client, const std::string& name) try {
     << FormatFixed(Num<double>(d, "concurrency_target"), 1) << "/instance"
     << (d.value("panic", false) ? ", panic" : "") << "\n";
   if (!Str(d, "reason").empty()) {
-    o << "  Last change: " << Str(d, "reason") << " ("
-      << FormatAge(Num<double>(d, "age_s")) << " ago)\n";
+    o << "  Last change: " << Str(d, "reason") << " (" << FormatAge(Num<double>(d, "age_s"))
+      << " ago)\n";
   }
   if (st.contains("detector")) {
     // The compromise detector: its state, action and latest anomalies (newest first).
@@ -387,7 +313,8 @@ int Describe(const HttpClient& client, const std::string& name) try {
       << "; " << Num<uint64_t>(det, "anomalies_total") << " anomalies\n";
     for (const json& a : det.value("anomalies", json::array())) {
       char id[32];
-      std::snprintf(id, sizeof id, "%#llx", static_cast<unsigned long long>(Num<uint64_t>(a, "instance")));
+      std::snprintf(id, sizeof id, "%#llx",
+                    static_cast<unsigned long long>(Num<uint64_t>(a, "instance")));
       o << "    " << FormatAge(Num<double>(a, "age_s")) << " ago  " << id << "  " << Str(a, "kind")
         << "  " << Str(a, "action") << ": " << Str(a, "evidence") << "\n";
     }
@@ -397,12 +324,12 @@ int Describe(const HttpClient& client, const std::string& name) try {
   if (instances.empty()) {
     o << "  <none>\n";
   } else {
-    Table t({"ID", "PID", "STATE", "INFLIGHT", "SERVED", "AGE", "COLD-START", "START",
-             "RESTARTS"});
+    Table t({"ID", "PID", "STATE", "INFLIGHT", "SERVED", "AGE", "COLD-START", "START", "RESTARTS"});
     std::string notes;
     for (const json& i : instances) {
       char id[32];
-      std::snprintf(id, sizeof id, "%#llx", static_cast<unsigned long long>(Num<uint64_t>(i, "id")));
+      std::snprintf(id, sizeof id, "%#llx",
+                    static_cast<unsigned long long>(Num<uint64_t>(i, "id")));
       t.AddRow({id, std::to_string(Num<int64_t>(i, "pid")), Str(i, "state"),
                 std::to_string(Num<uint64_t>(i, "inflight")),
                 std::to_string(Num<uint64_t>(i, "served")), FormatAge(Num<double>(i, "age_s")),
@@ -511,14 +438,6 @@ int Delete(const HttpClient& client, const std::string& name) try {
   return e.code;
 }
 
-namespace {
-
-void SleepSeconds(double s) {
-  std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(s * 1e6)));
-}
-
-}  // namespace
-
 int Top(const HttpClient& client, const WatchOptions& options) try {
   const OutputMode mode = DetectOutputMode(STDOUT_FILENO, options.json);
   TerminalSession session(STDOUT_FILENO, options.watch ? mode : OutputMode::kPlain);
@@ -531,8 +450,8 @@ int Top(const HttpClient& client, const WatchOptions& options) try {
       SleepSeconds(options.interval_s);
       continue;
     }
-    Table t({"FUNCTION", "POLICY", "DESIRED", "ACTUAL", "INFLIGHT", "QUEUED", "REQ/S", "P50",
-             "P99", "COLD-STARTS", "AVOIDED", "ANOMALIES"});
+    Table t({"FUNCTION", "POLICY", "DESIRED", "ACTUAL", "INFLIGHT", "QUEUED", "REQ/S", "P50", "P99",
+             "COLD-STARTS", "AVOIDED", "ANOMALIES"});
     for (const json& f : top.value("functions", json::array())) {
       std::string cold = std::to_string(Num<uint64_t>(f, "cold_starts"));
       if (Num<double>(f, "last_cold_start_ms") > 0) {
@@ -575,356 +494,6 @@ int Top(const HttpClient& client, const WatchOptions& options) try {
     if (!options.watch) return 0;
     SleepSeconds(options.interval_s);
   }
-} catch (const Exit& e) {
-  return e.code;
-}
-
-// ---- FL jobs ----------------------------------------------------------------------------
-//
-// GET /v1/jobs/{job} answers the coordinator's status JSON, and GET /v1/jobs {"jobs": [...]}
-// of them:
-//   {"name": "fmnist", "algorithm": "fedcompass", "state": "running" | "done",
-//    "version": 12, "round": 12, "clients": {"expected": 16, "joined": 16},
-//    "updates_total": 190, "elapsed_s": 83.4, "target_accuracy": 0.85, "target_rounds": 60,
-//    "best_accuracy": 0.8123 | null,
-//    "versions": [{"version": 1, "accuracy": 0.7012 | null, "loss": 0.8123 | null,
-//                  "updates": 16, "elapsed_s": 4.2}, ...]}
-// accuracy and loss stay null until a client reports an evaluation of that version.
-
-namespace {
-
-std::string Accuracy(const json& j, const char* key) {
-  if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return "-";
-  return FormatFixed(j[key].get<double>(), 4);
-}
-
-std::string Elapsed(double seconds) { return FormatFixed(seconds, 1) + "s"; }
-
-std::vector<std::string> VersionRow(const json& v) {
-  return {std::to_string(Num<uint64_t>(v, "version")), Accuracy(v, "accuracy"), Accuracy(v, "loss"),
-          std::to_string(Num<uint64_t>(v, "updates")), Elapsed(Num<double>(v, "elapsed_s"))};
-}
-
-const std::vector<std::string> kVersionHeader = {"VERSION", "ACCURACY", "LOSS", "UPDATES", "TIME"};
-
-json SortedVersions(const json& status) {
-  json versions = status.value("versions", json::array());
-  if (!versions.is_array()) return json::array();
-  std::stable_sort(versions.begin(), versions.end(), [](const json& a, const json& b) {
-    return Num<uint64_t>(a, "version") < Num<uint64_t>(b, "version");
-  });
-  return versions;
-}
-
-std::string ClientsText(const json& st) {
-  const json& c = st.value("clients", json::object());
-  return std::to_string(Num<uint64_t>(c, "joined")) + "/" +
-         std::to_string(Num<uint64_t>(c, "expected"));
-}
-
-std::string TargetText(const json& st) {
-  return Num<double>(st, "target_accuracy") > 0 ? FormatFixed(Num<double>(st, "target_accuracy"), 4)
-                                                : "none";
-}
-
-void FailWith(const HttpResponse& r) {
-  std::fprintf(stderr, "shoal: %s\n", ErrorMessage(r.body).c_str());
-  throw Exit{1};
-}
-
-}  // namespace
-
-namespace {
-
-// spec.aggregation.robust: the rule, and the clients whose updates it excluded or
-// down-weighted (suspects) with what it made of their latest update.
-void RobustText(const json& st, std::ostringstream& o) {
-  const json& r = st["robust"];
-  std::string rule = Str(r, "rule");
-  if (r.contains("beta")) rule += " (beta " + FormatFixed(Num<double>(r, "beta"), 2) + ")";
-  if (r.contains("f")) {
-    rule += " (f " + std::to_string(Num<uint64_t>(r, "f")) + ", m " +
-            std::to_string(Num<uint64_t>(r, "m")) + ")";
-  }
-  if (r.contains("rank")) rule += " (rank " + std::to_string(Num<uint64_t>(r, "rank")) + ")";
-  if (r.contains("clip_norm") && r["clip_norm"].is_number()) {
-    rule += ", clipNorm " + FormatFixed(r["clip_norm"].get<double>(), 3);
-  } else if (r.contains("clip_norm") && r["clip_norm"].is_string()) {
-    rule += ", clipNorm " + r["clip_norm"].get<std::string>();
-  }
-  o << "Robust:" << std::string(8, ' ') << rule << "\n";
-  const json& suspects = r.contains("suspects") ? r["suspects"] : json::array();
-  if (suspects.empty()) {
-    o << "Suspects:      <none>\n";
-    return;
-  }
-  // The latest verdict per client from the status's client list.
-  std::map<std::string, json> last;
-  if (st.contains("clients") && st["clients"].contains("list")) {
-    for (const json& c : st["clients"]["list"]) last[Str(c, "id")] = c.value("robust", json());
-  }
-  o << "Suspects:\n";
-  Table t({"CLIENT", "NAME", "SUSPECT", "UPDATES", "LAST-WEIGHT", "KRUM-SCORE", "CLIP-SCALE"});
-  for (const json& s : suspects) {
-    const json& v = last[Str(s, "id")];
-    auto num = [&v](const char* k, int digits) {
-      return v.is_object() && v.contains(k) && v[k].is_number() ? FormatFixed(v[k].get<double>(), digits)
-                                                                : std::string("-");
-    };
-    t.AddRow({Str(s, "id"), Str(s, "name"), std::to_string(Num<uint64_t>(s, "suspect_updates")),
-              std::to_string(Num<uint64_t>(s, "updates")), num("weight", 3),
-              num("krum_score", 1), num("clip_scale", 3)});
-  }
-  std::istringstream lines(t.Render());
-  for (std::string line; std::getline(lines, line);) o << "  " << line << "\n";
-}
-
-}  // namespace
-
-int FlStatus(const HttpClient& client, const std::string& job) try {
-  const json st = GetJson(client, "/v1/jobs/" + job);
-  std::ostringstream o;
-  auto field = [&o](const std::string& k, const std::string& v) {
-    o << k << ":" << std::string(k.size() < 14 ? 14 - k.size() : 1, ' ') << v << "\n";
-  };
-  field("Name", Str(st, "name"));
-  field("Algorithm", Str(st, "algorithm"));
-  field("State", Str(st, "state"));
-  field("Version", std::to_string(Num<uint64_t>(st, "version")) + " (round " +
-                       std::to_string(Num<uint64_t>(st, "round")) + ")");
-  field("Clients", ClientsText(st) + " joined");
-  field("Updates", std::to_string(Num<uint64_t>(st, "updates_total")));
-  field("Elapsed", Elapsed(Num<double>(st, "elapsed_s")));
-  field("Accuracy", "best " + Accuracy(st, "best_accuracy") + ", target " + TargetText(st));
-  if (st.contains("robust") && st["robust"].is_object()) RobustText(st, o);
-  o << "Versions:\n";
-  const json versions = SortedVersions(st);
-  if (versions.empty()) {
-    o << "  <none>\n";
-  } else {
-    Table t(kVersionHeader);
-    for (const json& v : versions) t.AddRow(VersionRow(v));
-    std::istringstream lines(t.Render());
-    for (std::string line; std::getline(lines, line);) o << "  " << line << "\n";
-  }
-  std::fputs(o.str().c_str(), stdout);
-  return 0;
-} catch (const Exit& e) {
-  return e.code;
-}
-
-int FlWatch(const HttpClient& client, const std::string& job, const WatchOptions& options) try {
-  const OutputMode mode = DetectOutputMode(STDOUT_FILENO, options.json);
-  TerminalSession session(STDOUT_FILENO, mode);
-  TerminalBlock block(TerminalWidth(STDOUT_FILENO));
-  bool seen = false;      // the job answered once: a 404 now means it was deleted
-  std::string last_line;  // plain and JSON: a line only when something changed
-  for (;;) {
-    HttpRequest req;
-    req.path = "/v1/jobs/" + job;
-    const HttpResponse r = SendOrExit(client, req);
-    if (r.status == 404 && seen) {
-      std::fprintf(stderr, "shoal: fljob/%s was deleted while it was watched\n", job.c_str());
-      return 1;
-    }
-    if (r.status >= 400) FailWith(r);
-    const json st = json::parse(r.body, nullptr, false);
-    if (st.is_discarded() || !st.is_object()) {
-      std::fprintf(stderr, "shoal: %s answered %s with something that is not JSON\n",
-                   client.base_url().c_str(), req.path.c_str());
-      return 1;
-    }
-    seen = true;
-    FlJobProgress p = JobProgress(st);
-    if (p.name.empty()) p.name = job;
-    if (mode == OutputMode::kTerminal) {
-      const int width = TerminalWidth(STDOUT_FILENO);
-      block.set_width(width);
-      WriteAll(STDOUT_FILENO, block.Frame(ProgressBlock(p, width)));
-    } else {
-      // Keyed on what a reader follows (not the ever-moving elapsed time and rates).
-      const std::string key = std::to_string(p.version) + "/" +
-                              std::to_string(p.evaluated_version.value_or(0)) + "/" + p.state;
-      if (key != last_line) {
-        const std::string line =
-            mode == OutputMode::kJson ? ProgressJson(p).dump() : ProgressLine(p);
-        std::printf("%s\n", line.c_str());
-        std::fflush(stdout);
-        last_line = key;
-      }
-    }
-    if (p.done()) {
-      if (mode != OutputMode::kJson) std::printf("%s\n", DoneLine(p).c_str());
-      return 0;
-    }
-    if (p.failed()) {
-      const std::string why = Str(st, "error");
-      std::fprintf(stderr, "shoal: fljob/%s failed (state '%s')%s%s\n", job.c_str(),
-                   p.state.c_str(), why.empty() ? "" : ": ", why.c_str());
-      return 1;
-    }
-    SleepSeconds(options.interval_s);
-  }
-} catch (const Exit& e) {
-  return e.code;
-}
-
-namespace {
-
-// The job's model version as an ONNX graph: the architecture the job's status describes, with
-// the version's tensors (the safetensors the server hands out) as its weights (the conversion
-// shoald's ?format=onnx runs too).
-std::string ModelAsOnnx(const HttpClient& client, const std::string& job, const std::string& body) {
-  auto onnx = inference::JobModelAsOnnx(GetJson(client, "/v1/jobs/" + job).dump(), body);
-  if (!onnx.ok()) {
-    std::fprintf(stderr, "shoal: job %s: %s; use --format safetensors\n", job.c_str(),
-                 onnx.status().message().c_str());
-    throw Exit{1};
-  }
-  return std::move(*onnx);
-}
-
-}  // namespace
-
-int FlModel(const HttpClient& client, const std::string& job, const std::string& output,
-            const std::optional<uint64_t>& version, const std::string& format) try {
-  HttpRequest req;
-  req.path = "/v1/jobs/" + job + "/model";
-  if (version) req.path += "?version=" + std::to_string(*version);
-  // A terminal sees the download as a bar (bytes of Content-Length), redrawn at most 10 times
-  // a second and replaced by the final line; a pipe sees only that line.
-  const bool live = DetectOutputMode(STDOUT_FILENO, false) == OutputMode::kTerminal;
-  const int width = TerminalWidth(STDOUT_FILENO);
-  bool drawn = false;
-  auto last_draw = std::chrono::steady_clock::now() - std::chrono::seconds(1);
-  if (live) {
-    req.progress = [&](int64_t received, int64_t total) {
-      const auto now = std::chrono::steady_clock::now();
-      if (received == 0 || now - last_draw < std::chrono::milliseconds(100)) return;
-      last_draw = now;
-      std::string line = "downloading " + job + " ";
-      if (total > 0) {
-        const double f = static_cast<double>(received) / static_cast<double>(total);
-        line += RenderBar(f, 30) + " " + FormatPercent(f) + " ";
-      }
-      WriteAll(STDOUT_FILENO, RewriteLine(line + FormatByteProgress(received, total), width));
-      drawn = true;
-    };
-  }
-  HttpResponse r = SendOrExit(client, req);
-  if (drawn) WriteAll(STDOUT_FILENO, ClearLine());
-  if (r.status >= 400) FailWith(r);
-  auto v = r.headers.find("x-shoal-model-version");
-  const std::string got = v != r.headers.end() ? v->second : "?";
-  const std::string bytes = format == "onnx" ? ModelAsOnnx(client, job, r.body) : r.body;
-  {
-    std::ofstream out(output, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.close();
-    if (!out) {
-      std::fprintf(stderr, "shoal: cannot write %s\n", output.c_str());
-      return 1;
-    }
-  }
-  std::printf("wrote %s (version %s%s, %zu bytes)\n", output.c_str(), got.c_str(),
-              format == "onnx" ? ", ONNX opset 13" : "", bytes.size());
-  return 0;
-} catch (const Exit& e) {
-  return e.code;
-}
-
-int FlList(const HttpClient& client) try {
-  const json answer = GetJson(client, "/v1/jobs");
-  const json jobs = answer.value("jobs", json::array());
-  if (jobs.empty()) {
-    std::fprintf(stderr, "No FL jobs deployed.\n");
-    return 0;
-  }
-  Table t({"NAME", "ALGORITHM", "STATE", "VERSION", "CLIENTS", "BEST-ACCURACY", "ELAPSED"});
-  for (const json& st : jobs) {
-    t.AddRow({Str(st, "name"), Str(st, "algorithm"), Str(st, "state"),
-              std::to_string(Num<uint64_t>(st, "version")), ClientsText(st),
-              Accuracy(st, "best_accuracy"), Elapsed(Num<double>(st, "elapsed_s"))});
-  }
-  std::fputs(t.Render().c_str(), stdout);
-  return 0;
-} catch (const Exit& e) {
-  return e.code;
-}
-
-int TokenCreate(const HttpClient& client, const TokenOptions& options) try {
-  json body{{"role", options.role}};
-  if (!options.ns.empty()) body["namespace"] = options.ns;
-  if (!options.job.empty()) body["job"] = options.job;
-  if (!options.name.empty()) body["name"] = options.name;
-  const std::string text = body.dump();
-  HttpRequest req;
-  req.method = "POST";
-  req.path = "/v1/tokens";
-  req.body = text;
-  req.headers = {"Content-Type: application/json"};
-  HttpResponse r = SendOrExit(client, req);
-  if (r.status >= 400) {
-    std::fprintf(stderr, "shoal: %s\n", ErrorMessage(r.body).c_str());
-    return 1;
-  }
-  auto j = json::parse(r.body, nullptr, false);
-  if (j.is_discarded() || !j.contains("token")) {
-    std::fprintf(stderr, "shoal: unexpected reply: %s\n", r.body.c_str());
-    return 1;
-  }
-  // The token alone on stdout (for $(...)); what it is on stderr. It is not shown again.
-  std::fprintf(stderr, "token %s (%s%s%s) created; it is shown once:\n", Str(j, "id").c_str(),
-               Str(j, "role").c_str(),
-               Str(j, "namespace").empty() ? "" : (", namespace " + Str(j, "namespace")).c_str(),
-               Str(j, "job").empty() ? "" : (", job " + Str(j, "job")).c_str());
-  std::printf("%s\n", Str(j, "token").c_str());
-  return 0;
-} catch (const Exit& e) {
-  return e.code;
-}
-
-int TokenList(const HttpClient& client) try {
-  json j = GetJson(client, "/v1/tokens");
-  Table t({"ID", "NAME", "ROLE", "NAMESPACE", "JOB", "AGE"});
-  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
-  for (const json& tok : j.value("tokens", json::array())) {
-    const double age_s = static_cast<double>(now - Num<int64_t>(tok, "created_unix_ms")) / 1000;
-    t.AddRow({Str(tok, "id"), Str(tok, "name"), Str(tok, "role"),
-              Str(tok, "namespace").empty() ? "-" : Str(tok, "namespace"),
-              Str(tok, "job").empty() ? "-" : Str(tok, "job"), FormatAge(age_s)});
-  }
-  std::cout << t.Render();
-  return 0;
-} catch (const Exit& e) {
-  return e.code;
-}
-
-int TokenRevoke(const HttpClient& client, const std::string& id) try {
-  HttpRequest req;
-  req.method = "DELETE";
-  req.path = "/v1/tokens/" + id;
-  HttpResponse r = SendOrExit(client, req);
-  if (r.status >= 400) {
-    std::fprintf(stderr, "shoal: %s\n", ErrorMessage(r.body).c_str());
-    return 1;
-  }
-  std::printf("token %s revoked\n", id.c_str());
-  return 0;
-} catch (const Exit& e) {
-  return e.code;
-}
-
-int FlDelete(const HttpClient& client, const std::string& job) try {
-  HttpRequest req;
-  req.method = "DELETE";
-  req.path = "/v1/jobs/" + job;
-  HttpResponse r = SendOrExit(client, req);
-  if (r.status >= 400) FailWith(r);
-  std::printf("fljob/%s deleted\n", job.c_str());
-  return 0;
 } catch (const Exit& e) {
   return e.code;
 }

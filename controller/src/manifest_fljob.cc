@@ -18,16 +18,7 @@ namespace shoal::manifest_internal {
 
 FlJobSpec DocumentParser::ParseFlJob(const YAML::Node& doc) {
   FlJobSpec spec;
-  const YAML::Node meta = Required(doc, "metadata", "");
-  ExpectMap(meta, "metadata");
-  CheckKeys(meta, "metadata", {"name", "namespace"});
-  const YAML::Node name = Required(meta, "name", "metadata");
-  spec.name = String(name, "metadata.name");
-  CheckDnsLabel(spec.name, "metadata.name", name);
-  if (const YAML::Node ns = meta["namespace"]) {
-    spec.tenant = String(ns, "metadata.namespace");
-    CheckDnsLabel(spec.tenant, "metadata.namespace", ns);
-  }
+  ParseMetadata(doc, {"name", "namespace"}, &spec.name, &spec.tenant);
 
   const YAML::Node s = Required(doc, "spec", "");
   ExpectMap(s, "spec");

@@ -18,16 +18,8 @@ namespace shoal::manifest_internal {
 
 FunctionSpec DocumentParser::ParseFunction(const YAML::Node& doc) {
   FunctionSpec spec;
-  const YAML::Node meta = Required(doc, "metadata", "");
-  ExpectMap(meta, "metadata");
-  CheckKeys(meta, "metadata", {"name", "namespace", "labels"});
-  const YAML::Node name = Required(meta, "name", "metadata");
-  spec.name = String(name, "metadata.name");
-  CheckDnsLabel(spec.name, "metadata.name", name);
-  if (const YAML::Node ns = meta["namespace"]) {
-    spec.tenant = String(ns, "metadata.namespace");
-    CheckDnsLabel(spec.tenant, "metadata.namespace", ns);
-  }
+  const YAML::Node meta =
+      ParseMetadata(doc, {"name", "namespace", "labels"}, &spec.name, &spec.tenant);
   if (const YAML::Node labels = meta["labels"]) {
     spec.labels = StringMap(labels, "metadata.labels");
   }

@@ -175,4 +175,20 @@ void DocumentParser::CheckBuiltin(const std::string& name, const std::string& pa
   }
 }
 
+YAML::Node DocumentParser::ParseMetadata(const YAML::Node& doc,
+                                         std::initializer_list<std::string_view> keys,
+                                         std::string* name, std::string* ns) {
+  const YAML::Node meta = Required(doc, "metadata", "");
+  ExpectMap(meta, "metadata");
+  CheckKeys(meta, "metadata", keys);
+  const YAML::Node n = Required(meta, "name", "metadata");
+  *name = String(n, "metadata.name");
+  CheckDnsLabel(*name, "metadata.name", n);
+  if (const YAML::Node node = meta["namespace"]) {
+    *ns = String(node, "metadata.namespace");
+    CheckDnsLabel(*ns, "metadata.namespace", node);
+  }
+  return meta;
+}
+
 }  // namespace shoal::manifest_internal

@@ -37,6 +37,11 @@ class DocumentParser {
 
   FunctionSpec ParseFunction(const YAML::Node& doc);
 
+  // metadata: name (required) and namespace (optional), both DNS labels, and no keys but
+  // `keys`; returns the metadata mapping.
+  YAML::Node ParseMetadata(const YAML::Node& doc, std::initializer_list<std::string_view> keys,
+                           std::string* name, std::string* ns);
+
   // spec.security: seccomp.allow, the denied syscalls (seccomp_policy.h) this function needs.
   void ParseSecurity(const YAML::Node& n, SecuritySpec* out);
 

@@ -228,7 +228,10 @@ TEST_F(ClusterTest, TheStandbyControllerTakesOverFromAKilledLeader) {
   cluster_->StopController(0, SIGKILL);
   ASSERT_TRUE(WaitFor([&] { return cluster_info(1).value("is_leader", false); }, 10s));
   const double took = std::chrono::duration<double>(Clock::now() - t0).count();
-  EXPECT_LT(took, 2 + 2.0);  // the 2 s lease, then the next poll
+  // The 2 s lease, then the standby's next campaign: a few seconds, with room for a loaded
+  // 2-core CI machine (the etcd, both controllers and the node share it); what this guards
+  // against is a take-over that waits for something slower than the lease.
+  EXPECT_LT(took, 2 + 4.0);
   std::cerr << "[ take-over ] " << took << " s after the leader's kill -9 (lease TTL 2 s)\n";
   EXPECT_EQ(Listed(1), Names({0}));
   auto metrics = Http(cluster_->controller_port(1), "GET", "/metrics");

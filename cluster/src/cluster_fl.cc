@@ -264,8 +264,14 @@ FlPeerReply ClusterFl::Handle(FlPeerCall call, const std::string& text,
       if (j.contains("tickets") && j["tickets"].is_array()) {
         tickets = j["tickets"].get<std::vector<uint64_t>>();
       }
+      const auto t0 = std::chrono::steady_clock::now();
       auto p = fl_.members().PartialOf(job, j.value("round", uint64_t{0}), tickets);
       if (!p.ok()) return Error(p.status());
+      spdlog::info(
+          "fl job {}: round {}: partial sum of {} update(s) for the top ({:.1f} ms to "
+          "ready it)",
+          job, j.value("round", uint64_t{0}), p->updates,
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       FlPeerReply r = Ok({{"updates", p->updates}});
       r.payload = std::as_bytes(p->sum);
       r.keep = std::move(p->keep);
@@ -308,6 +314,18 @@ void ClusterFl::WatchLoop() {
     }
     live_before = std::move(live);
     first = false;
+    // A job whose top is gone, with a shared checkpoint store: the first live node by name
+    // takes it over (every node decides alike from the same directory); the others fold for
+    // it once its record lists the job.
+    if (!config_.checkpoint_dir.empty() && !live_before.empty() &&
+        *live_before.begin() == config_.node_name) {
+      for (const auto& [job, top] : fl_.members().Tops()) {
+        if (live_before.count(top) != 0 || remote_jobs.count(job) != 0) continue;
+        if (Status st = fl_.TakeOver(job); !st.ok()) {
+          spdlog::error("fl job {}: taking it over from node {}: {}", job, top, st.ToString());
+        }
+      }
+    }
     const auto tops = fl_.members().Tops();
     for (const auto& [job, top] : tops) {
       auto it = remote_jobs.find(job);

@@ -135,6 +135,8 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
     else if (key == "instance_pids_max") st = Read(v, "instance_pids_max", c.instance_pids_max);
     else if (key == "fl_checkpoint_delay_ms")
       st = Read(v, "fl_checkpoint_delay_ms", c.fl_checkpoint_delay_ms);
+    else if (key == "checkpoint_dir")
+      st = Read(v, "checkpoint_dir", c.checkpoint_dir);
     else if (key == "zygote_timeout_ms") st = Read(v, "zygote_timeout_ms", c.zygote_timeout_ms);
     else if (key == "detect") st = Read(v, "detect", c.detect);
     else if (key == "detect_syscalls") st = Read(v, "detect_syscalls", c.detect_syscalls);
@@ -253,6 +255,7 @@ std::string NodeConfig::ToYaml() const {
   e << YAML::Key << "cgroup_parent" << YAML::Value << cgroup_parent;
   e << YAML::Key << "instance_pids_max" << YAML::Value << instance_pids_max;
   e << YAML::Key << "fl_checkpoint_delay_ms" << YAML::Value << fl_checkpoint_delay_ms;
+  e << YAML::Key << "checkpoint_dir" << YAML::Value << checkpoint_dir;
   e << YAML::Key << "instance_start" << YAML::Value << InstanceStartName(instance_start);
   e << YAML::Key << "zygote_timeout_ms" << YAML::Value << zygote_timeout_ms;
   e << YAML::Key << "detect" << YAML::Value << detect;

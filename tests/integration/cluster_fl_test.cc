@@ -45,7 +45,7 @@ class ClusterFlTest : public ::testing::Test {
   };
   void SetUp() override {
     if (auto why = NetnsMissing(); !why.empty()) GTEST_SKIP() << why;
-    cluster_ = std::make_unique<TestCluster>(TestCluster::Options{});
+    cluster_ = std::make_unique<TestCluster>(Options());
     std::string why;
     ASSERT_TRUE(cluster_->Start(&why)) << why;
     // The job's top is node 0 (deployed there); clients: 3, one round.
@@ -87,6 +87,7 @@ class ClusterFlTest : public ::testing::Test {
     w0_ = Download(0, 0);
     ASSERT_FALSE(w0_.empty());
   }
+  virtual TestCluster::Options Options() { return {}; }
   void TearDown() override {
     if (HasFailure() && cluster_) {
       for (int i = 0; i < cluster_->nodes(); ++i) {
@@ -103,20 +104,23 @@ class ClusterFlTest : public ::testing::Test {
         std::as_bytes(std::span<const char>(r.body.data(), r.body.size())), mspec_);
     return m.ok() ? m->values : std::vector<float>{};
   }
-  std::vector<float> X(int k) {
-    std::vector<float> x = w0_;
+  std::vector<float> X(int k) { return X(k, w0_); }
+  std::vector<float> X(int k, const std::vector<float>& base) {
+    std::vector<float> x = base;
     for (size_t i = 0; i < x.size(); ++i) x[i] += float(k + 1) / 8.0f - float(i % 5) / 32.0f;
     return x;
   }
   // Client k's update (from version 0, 100 (k + 1) samples) through node `node`'s gateway.
-  HttpResult Send(int node, int k, const std::string& auth) {
+  HttpResult Send(int node, int k, const std::string& auth) { return Send(node, k, auth, 0, w0_); }
+  HttpResult Send(int node, int k, const std::string& auth, uint64_t v,
+                  const std::vector<float>& base) {
     model::Model m(mspec_);
-    m.values = X(k);
+    m.values = X(k, base);
     model::UpdateMeta meta;
     meta.job = "mix";
     meta.client_id = clients_[k].id;
     meta.token = clients_[k].token;
-    meta.base_version = 0;
+    meta.base_version = v;
     meta.num_samples = 100 * (k + 1);
     auto body = model::EncodeUpdate(meta, m, model::DType::kF32);
     EXPECT_TRUE(body.ok());
@@ -125,8 +129,8 @@ class ClusterFlTest : public ::testing::Test {
                   std::string(reinterpret_cast<const char*>(body->data()), body->size()),
                   {auth, "Content-Type: application/octet-stream"}, 0, 10000);
   }
-  json Status() {
-    auto r = cluster_->NodeApi(0, "GET", "/v1/jobs/mix");
+  json Status(int node = 0) {
+    auto r = cluster_->NodeApi(node, "GET", "/v1/jobs/mix");
     return json::parse(r.body, nullptr, false);
   }
   std::string TaskKind(int node, int k) {
@@ -136,12 +140,13 @@ class ClusterFlTest : public ::testing::Test {
     return json::parse(r.body, nullptr, false).value("kind", "");
   }
   // FedAvg of clients `ks`' updates: Σ n_k x_k / Σ n_k.
-  void ExpectFedAvg(const std::vector<float>& got) {
-    ASSERT_EQ(got.size(), w0_.size());
+  void ExpectFedAvg(const std::vector<float>& got) { ExpectFedAvg(got, w0_); }
+  void ExpectFedAvg(const std::vector<float>& got, const std::vector<float>& base) {
+    ASSERT_EQ(got.size(), base.size());
     for (size_t i = 0; i < got.size(); ++i) {
       double acc = 0, n = 0;
       for (int k = 0; k < 3; ++k) {
-        acc += 100.0 * (k + 1) * X(k)[i];
+        acc += 100.0 * (k + 1) * X(k, base)[i];
         n += 100.0 * (k + 1);
       }
       ASSERT_NEAR(got[i], acc / n, 1e-5) << i;
@@ -232,6 +237,87 @@ TEST_F(ClusterFlTest, ANodeKilledMidRoundLosesNoUpdateItAcknowledged) {
       << st.dump();
   EXPECT_EQ(st["versions"].back()["updates"], 3) << st.dump();
   ExpectFedAvg(Download(1, 1));
+}
+
+// The nodes share one checkpoint store (checkpoint_dir; a ReadWriteMany volume on Kubernetes).
+class ClusterFlTakeOverTest : public ClusterFlTest {
+ protected:
+  TestCluster::Options Options() override {
+    TestCluster::Options o;
+    o.shared_checkpoints = true;
+    return o;
+  }
+};
+
+TEST_F(ClusterFlTakeOverTest, WhenTheTopsNodeIsKilledAnotherNodeResumesTheJobFromItsCheckpoint) {
+  ASSERT_EQ(Send(0, 0, auth_).status, 202);
+  ASSERT_EQ(Send(1, 1, auth_).status, 202);
+  ASSERT_EQ(Send(2, 2, auth_).status, 202);
+  json st;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        st = Status();
+        return st.value("version", 0) >= 1;
+      },
+      10s))
+      << st.dump();
+  std::string v1_bytes;
+  const std::vector<float> w1 = Download(0, 1, &v1_bytes);
+  // A join answers once its own checkpoint is written: version 1's is written before it.
+  ASSERT_EQ(HttpAt(cluster_->node_ip(0), TestCluster::kGatewayPort, "POST", "/v1/jobs/mix/join",
+                   "{\"name\":\"late\"}", {auth_, "Content-Type: application/json"}, 0, 10000)
+                .status,
+            200);
+  // Round 2 has begun when node 0 dies: node 1 had acknowledged client 1's update.
+  ASSERT_EQ(Send(1, 1, auth_, 1, w1).status, 202);
+  cluster_->StopNode(0, SIGKILL);
+  // Node 1 (the first live node by name) takes the job over once node 0's lease is gone.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return cluster_->NodeLog(1).find("fl job mix: this node took it over from node " +
+                                         cluster_->node_name(0)) != std::string::npos;
+      },
+      20s))
+      << cluster_->NodeLog(1);
+  st = Status(1);
+  EXPECT_EQ(st["version"], 1) << st.dump();
+  EXPECT_EQ(st["clients"]["joined"], 4) << st.dump();
+  // Tokens are per node: the clients' bearer token is one of node 1's now (the clients' own ids
+  // and tokens came with the checkpoint).
+  auto t =
+      HttpAt(cluster_->node_ip(1), TestCluster::kControlPort, "POST", "/v1/tokens",
+             R"({"role": "fl-client", "job": "mix"})",
+             {"Authorization: Bearer " + cluster_->node_token(1), "Content-Type: application/json"},
+             0, 10000);
+  ASSERT_EQ(t.status, 201) << t.body;
+  auth_ = "Authorization: Bearer " + json::parse(t.body)["token"].get<std::string>();
+  std::string served;
+  Download(1, 1, &served);
+  EXPECT_TRUE(served == v1_bytes);  // the checkpoint's model, byte for byte
+  // Node 2 folds for the new top.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return cluster_->NodeLog(2).find(
+                   "fl job mix: this node folds its updates for its top "
+                   "on node " +
+                   cluster_->node_name(1)) != std::string::npos;
+      },
+      10s))
+      << cluster_->NodeLog(2);
+  // Client 1's round-2 update was in no checkpoint: it is asked for again.
+  EXPECT_EQ(TaskKind(2, 1), "train");
+  ASSERT_EQ(Send(1, 0, auth_, 1, w1).status, 202);
+  ASSERT_EQ(Send(2, 1, auth_, 1, w1).status, 202);
+  ASSERT_EQ(Send(2, 2, auth_, 1, w1).status, 202);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        st = Status(1);
+        return st.value("version", 0) >= 2;
+      },
+      10s))
+      << st.dump();
+  EXPECT_EQ(st["folded_elsewhere"][cluster_->node_name(2)]["partial_sums"], 1) << st.dump();
+  ExpectFedAvg(Download(2, 2), w1);
 }
 
 }  // namespace

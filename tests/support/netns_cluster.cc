@@ -134,6 +134,14 @@ TestCluster::~TestCluster() {
   std::error_code ec;
   std::filesystem::remove_all(bpffs(), ec);
   std::filesystem::remove_all(dir_, ec);
+  // The nodes' shared-memory pools outlive a killed shoald by design (a restarted node takes
+  // them over); nothing restarts these: each is gone with the cluster (a benchmark's are GBs).
+  for (int i = 0; i < options_.nodes; ++i) {
+    const std::string prefix = "shoal." + node_name(i) + ".";
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+      if (e.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove(e.path(), ec);
+    }
+  }
 }
 
 bool TestCluster::Sh(const std::string& cmd, std::string* why) {
@@ -267,6 +275,9 @@ bool TestCluster::StartNode(int i, const std::string& name) {
   //  - The tests lose nodes and wait for their leases to expire (the DaemonSet's TTL is 10 s).
   config["node_lease_ttl_s"] = options_.node_lease_ttl_s;
   if (options_.forward_timeout_s > 0) config["forward_timeout_s"] = options_.forward_timeout_s;
+  //  - bench-cluster-round compares LIFL's hierarchy with the central layout.
+  if (!options_.fl_hierarchy) config["fl_hierarchy"] = false;
+  if (options_.shared_checkpoints) config["checkpoint_dir"] = dir_ + "/checkpoints";
   {
     YAML::Emitter out;
     out << config;

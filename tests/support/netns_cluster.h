@@ -33,6 +33,10 @@ class TestCluster {
     double forward_timeout_s = 0;  // 0: shoald's default
     int controller_lease_ttl_s = 2;
     uint64_t pool_bytes = 64ull << 20;
+    bool fl_hierarchy = true;  // false: FL updates go whole to their job's top (central layout)
+    // The nodes' checkpoint_dir: one directory they all share (the ReadWriteMany volume of a
+    // Kubernetes install), so a node can take a lost top's FL jobs over.
+    bool shared_checkpoints = false;
   };
   explicit TestCluster(Options options);
   ~TestCluster();
@@ -48,6 +52,8 @@ class TestCluster {
   std::string node_ip(int i) const;
   // The network namespace node i runs in (its name under /var/run/netns).
   std::string netns(int i) const { return ns(i); }
+  // Node i's veth in the root namespace (its rx counts what node i sends, its tx what it gets).
+  std::string host_veth(int i) const { return veth(i); }
   // The DaemonSet's ports (its config's listen_port and control_port; StartNode fails naming
   // them if the manifests change them).
   static constexpr uint16_t kGatewayPort = 8080;

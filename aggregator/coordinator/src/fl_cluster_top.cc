@@ -4,6 +4,7 @@
 // such node's one partial sum of a round before that round commits (FetchRemotePartials; the
 // commit merges it like a local leaf's), and when such a node is lost un-counts what it held
 // that had not reached the top, so that its clients send it again (NodeLost).
+#include <fstream>
 #include <set>
 #include <thread>
 
@@ -164,9 +165,11 @@ void FlCoordinator::FetchRemotePartials(const std::shared_ptr<JobState>& job) {
     if (job->deleted) return;
     for (const auto& [rid, round] : job->rounds) {
       if (!round.closed) break;  // rounds commit in order
-      if (round.inflight != 0) break;
       for (const auto& [key, p] : round.partials) {
-        if (!p.node.empty() && !p.fetched) wants.push_back({rid, key, p.node, p.tickets});
+        // A node's sum once its updates of the round have all answered (the others may fold on).
+        if (!p.node.empty() && !p.fetched && job->NodeDone(rid, p.node)) {
+          wants.push_back({rid, key, p.node, p.tickets});
+        }
       }
     }
   }
@@ -183,6 +186,14 @@ void FlCoordinator::FetchRemotePartials(const std::shared_ptr<JobState>& job) {
     double ms = 0;
   };
   std::vector<Got> got(wants.size());
+  {
+    std::lock_guard jl(job->mu);  // warm buffers of earlier fetches (no page faults, no zeroing)
+    for (Got& g : got) {
+      if (job->spare_sums.empty()) break;
+      g.sum = std::move(job->spare_sums.back());
+      job->spare_sums.pop_back();
+    }
+  }
   {
     std::vector<std::thread> threads;
     for (size_t i = 0; i < wants.size(); ++i) {
@@ -224,6 +235,37 @@ void FlCoordinator::FetchRemotePartials(const std::shared_ptr<JobState>& job) {
     pit->second.sum = std::move(got[i].sum);
     pit->second.fetched = true;
   }
+}
+
+Status FlCoordinator::TakeOver(const std::string& name) {
+  if (Find(name)) return AlreadyExists("this node is already the top of job '" + name + "'");
+  if (config_.checkpoint_dir.empty()) {
+    return InvalidArgument("checkpoint_dir: not set, so no node can take job '" + name + "' over");
+  }
+  const std::string dir = JobsRoot() + "/" + name;
+  std::ifstream sf(dir + "/state.json");
+  if (!sf) return NotFound("job '" + name + "' has no checkpoint in " + JobsRoot());
+  Json state = Json::parse(sf, nullptr, false);
+  if (state.is_discarded()) return Internal("corrupt FL job state: " + dir + "/state.json");
+  const std::string from = state.value("top", std::string("?"));
+  // What this node folded for the lost top never reached a checkpoint: those clients train
+  // again, as the lost node's own.
+  if (members_->Has(name)) members_->Remove(name);
+  SHOAL_RETURN_IF_ERROR(RestoreJob(dir, state, /*take_over=*/true));
+  auto job = Find(name);
+  if (!job) return Internal("job '" + name + "' vanished while taken over");
+  uint64_t durable;
+  {
+    std::lock_guard jl(job->mu);
+    durable = Persist(job, /*with_model=*/false);  // state.json: this node is its top now
+  }
+  writer_->Wait(durable);
+  spdlog::warn(
+      "fl job {}: this node took it over from node {} at version {} (its checkpoint "
+      "in {}); updates not in that checkpoint are asked for again",
+      name, from, job->version(), JobsRoot());
+  if (on_change_) on_change_();
+  return {};
 }
 
 // ---- this node folding for tops elsewhere: the FlDataPath side (fl_members.cc) ----

@@ -386,7 +386,7 @@ Status FlCoordinator::DeployJob(const FlJobSpec& in) {
       job->KeepVersion();
       job->AddVersion({0, std::nullopt, std::nullopt, 0, 0});
       job->CacheModel();
-      job->dir = config_.state_dir + "/jobs/" + in.name;
+      job->dir = JobsRoot() + "/" + in.name;
       std::error_code ec;
       std::filesystem::create_directories(job->dir, ec);
       std::filesystem::remove(job->dir + "/updates.log", ec);
@@ -439,7 +439,7 @@ Status FlCoordinator::DeleteJob(const std::string& name) {
   }
   writer_->Flush();  // no queued checkpoint of the job writes its directory again
   std::error_code ec;
-  std::filesystem::remove_all(config_.state_dir + "/jobs/" + name, ec);
+  std::filesystem::remove_all(JobsRoot() + "/" + name, ec);
   spdlog::info("fl job {} deleted", name);
   if (on_change_) on_change_();
   return {};
@@ -766,6 +766,8 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status, bool leaf_answer
     if (tit == job->tickets.end()) return;
     JobState::Ticket& t = tit->second;
     JobState::Round& round = job->rounds[t.round];
+    const uint64_t t_round = t.round;
+    const std::string t_node = t.node;
     --round.inflight;
     bool counted = false;
     if (http_status >= 200 && http_status < 300) {
@@ -834,7 +836,9 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status, bool leaf_answer
       if (t.node.empty()) (void)job->pool->Release(t.buffer, kCoordinatorSlot);
       job->tickets.erase(tit);
     }
-    commit = round.closed && round.inflight == 0;
+    // (Cluster mode: a node's partial sum is fetched as soon as that node's updates of the
+    // closed round have all answered, while the others still fold.)
+    commit = round.closed && (round.inflight == 0 || job->NodeDone(t_round, t_node));
   }
   if (gpu_fallback && on_gpu_fallback_) on_gpu_fallback_(job->spec.name);
   if (commit) Enqueue(job);
@@ -985,7 +989,10 @@ void FlCoordinator::CommitLoop() {
             job->tickets.erase(tid);
           }
           // Its pages are warm: zeroed again behind the commit for the next round's leaves.
-          if (p.offset == 0) continue;  // a robust job's rounds have none
+          if (!p.node.empty() && job->spare_sums.size() < 4) {
+            job->spare_sums.push_back(std::move(p.sum));  // warm pages for the next fetch
+          }
+          if (p.offset == 0) continue;  // a robust job's (and other nodes') have none
           if (job->warm_partials.size() + reuse.size() < job->WarmPartialsWanted()) {
             reuse.push_back(p.offset);
           } else {

@@ -43,6 +43,9 @@ struct FlMembers::Job {
   int log_fd = -1;
   uint64_t next_seq = 1;
   bool removed = false;
+  // The buffer the leaves' partial sums are added up in for the top (its pages stay warm
+  // round to round; a new one while the last is still being sent).
+  std::shared_ptr<std::vector<float>> sum_spare;
 
   ~Job() {
     if (log_fd >= 0) close(log_fd);
@@ -343,14 +346,25 @@ Result<FlMembers::PartialSum> FlMembers::PartialOf(const std::string& name, uint
     out.keep = job;
     return out;
   }
-  auto sum = std::make_shared<std::vector<float>>(n, 0.0f);
+  std::shared_ptr<std::vector<float>> sum = job->sum_spare;
+  if (!sum || sum.use_count() > 1) sum = std::make_shared<std::vector<float>>();
+  job->sum_spare = sum;
+  sum->resize(n);
   if (same && !rebuild) {
+    // The leaves' partial sums added up in one pass over each.
+    bool first = true;
     for (const auto& [inst, p] : round.partials) {
       const auto* leaf = reinterpret_cast<const float*>(job->pool->Data(p.offset).data());
       float* acc = sum->data();
-      for (size_t i = 0; i < n; ++i) acc[i] += leaf[i];
+      if (first) {
+        std::memcpy(acc, leaf, n * sizeof(float));
+      } else {
+        for (size_t i = 0; i < n; ++i) acc[i] += leaf[i];
+      }
+      first = false;
     }
   } else {
+    std::fill(sum->begin(), sum->end(), 0.0f);
     // Exactly the updates the top counts, from their bytes in the pool.
     for (uint64_t top_ticket : wanted) {
       auto it = local.find(top_ticket);

@@ -36,13 +36,20 @@ uint64_t FlCoordinator::Persist(const std::shared_ptr<JobState>& jp, bool with_m
                         {"updates", v.updates},
                         {"elapsed_s", v.elapsed_s}});
   }
-  Json state = {{"spec", SpecToJson(job.spec)},  {"version", job.version()},
-                {"clients", clients},            {"next_client", job.next_client},
-                {"versions", versions},          {"updates_total", job.updates_total},
-                {"elapsed_s", job.Elapsed()},    {"done", job.done},
-                {"best_accuracy", job.best_accuracy}, {"leaf_id", job.leaf_id},
-                {"open_round", job.open_round},  {"next_seq", job.next_seq},
-                {"last_commit_seqs", job.UndurableSeqs()}};
+  Json state = {{"spec", SpecToJson(job.spec)},
+                {"version", job.version()},
+                {"clients", clients},
+                {"next_client", job.next_client},
+                {"versions", versions},
+                {"updates_total", job.updates_total},
+                {"elapsed_s", job.Elapsed()},
+                {"done", job.done},
+                {"best_accuracy", job.best_accuracy},
+                {"leaf_id", job.leaf_id},
+                {"open_round", job.open_round},
+                {"next_seq", job.next_seq},
+                {"last_commit_seqs", job.UndurableSeqs()},
+                {"top", config_.node_name}};  // a shared checkpoint_dir: whose job it is
   if (job.scheduler) {
     Json tasks = Json::object();
     for (const auto& [id, t] : job.compass_tasks) {
@@ -58,7 +65,7 @@ uint64_t FlCoordinator::Persist(const std::shared_ptr<JobState>& jp, bool with_m
   }
   CheckpointWriter::Item item;
   item.job = job.spec.name;
-  item.dir = config_.state_dir + "/jobs/" + job.spec.name;
+  item.dir = job.dir;
   item.version = job.version();
   auto it = job.models.find(job.version());
   if (with_model && it != job.models.end()) item.model = it->second;
@@ -89,8 +96,12 @@ std::string ReadFile(const std::string& path) {
 }
 }  // namespace
 
+std::string FlCoordinator::JobsRoot() const {
+  return config_.checkpoint_dir.empty() ? config_.state_dir + "/jobs" : config_.checkpoint_dir;
+}
+
 Status FlCoordinator::Restore() {
-  const std::string root = config_.state_dir + "/jobs";
+  const std::string root = JobsRoot();
   std::error_code ec;
   if (!std::filesystem::exists(root, ec)) return {};
   for (const auto& entry : std::filesystem::directory_iterator(root, ec)) {
@@ -99,122 +110,145 @@ Status FlCoordinator::Restore() {
     if (!sf) continue;
     Json state = Json::parse(sf, nullptr, false);
     if (state.is_discarded()) return Internal("corrupt FL job state: " + dir + "/state.json");
-    auto job = std::make_shared<JobState>();
-    job->spec = SpecFromJson(state["spec"]);
-    job->dir = dir;
-    if (Status st = InitJob(*job); !st.ok()) {
+    const std::string top = state.value("top", std::string());
+    if (!config_.checkpoint_dir.empty() && !top.empty() && top != config_.node_name) {
+      // The shared store holds other nodes' jobs too: theirs unless this node takes one over.
+      spdlog::info("fl: {} is node {}'s job (checkpoint_dir {}): not restored here",
+                   entry.path().filename().string(), top, root);
+      continue;
+    }
+    SHOAL_RETURN_IF_ERROR(RestoreJob(dir, state, /*take_over=*/false));
+  }
+  return {};
+}
+
+Status FlCoordinator::RestoreJob(const std::string& dir, const Json& state, bool take_over) {
+  auto job = std::make_shared<JobState>();
+  job->spec = SpecFromJson(state["spec"]);
+  job->dir = dir;
+  if (Status st = InitJob(*job); !st.ok()) {
+    return Internal("FL job checkpoint " + dir + ": " + st.message());
+  }
+  auto mspec = model::ArchitectureSpec(job->spec.architecture, JobArchitecture(job->spec));
+  if (!mspec.ok()) return mspec.status();
+  job->mspec = *mspec;
+  job->state.version = state.value("version", uint64_t{0});
+  // The files of the version state.json names (model.safetensors and optimizer.bin: the
+  // layout before versioned files).
+  auto existing = [&dir](const std::string& name, const std::string& legacy) {
+    std::error_code ec;
+    return std::filesystem::exists(dir + "/" + name, ec) ? dir + "/" + name : dir + "/" + legacy;
+  };
+  const std::string model_path = existing(ModelFile(job->version()), "model.safetensors");
+  std::string bytes = ReadFile(model_path);
+  auto m = model::ModelFromSafetensors(
+      std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()),
+      job->mspec);
+  if (!m.ok()) return Internal("FL job checkpoint " + model_path + ": " + m.status().message());
+  job->state.weights = std::move(m->values);
+  const std::string opt_path = existing(OptimizerFile(job->version()), "optimizer.bin");
+  const std::string opt_bytes = ReadFile(opt_path);
+  if (!opt_bytes.empty()) {
+    auto opt = agg::ModelState::Deserialize(
+        {reinterpret_cast<const uint8_t*>(opt_bytes.data()), opt_bytes.size()});
+    if (!opt.ok()) return Internal("FL job checkpoint " + opt_path + ": " + opt.status().message());
+    if (opt->version == job->state.version) {
+      job->state.momentum = std::move(opt->momentum);
+      job->state.second_moment = std::move(opt->second_moment);
+    } else {
+      spdlog::warn("fl job {}: optimizer state is for version {}, the model {}: restarting it",
+                   job->spec.name, opt->version, job->state.version);
+    }
+  }
+  job->KeepVersion();
+  job->models[job->version()] = std::make_shared<std::string>(std::move(bytes));
+  for (const auto& c : state["clients"]) {
+    JobState::Client cl;
+    cl.id = c.value("id", "");
+    cl.name = c.value("name", "");
+    cl.token = c.value("token", "");
+    cl.updates = c.value("updates", uint64_t{0});
+    cl.samples = c.value("samples", uint64_t{0});
+    if (c.contains("last_base_version") && c["last_base_version"].is_number_unsigned()) {
+      cl.last_base_version = c["last_base_version"].get<uint64_t>();
+    }
+    cl.last_staleness = c.value("last_staleness", uint64_t{0});
+    cl.max_staleness = c.value("max_staleness", uint64_t{0});
+    cl.suspect_updates = c.value("suspect_updates", uint64_t{0});
+    cl.clipped_updates = c.value("clipped_updates", uint64_t{0});
+    job->clients[cl.id] = cl;
+  }
+  job->next_client = state.value("next_client", 0u);
+  for (const auto& v : state["versions"]) {
+    JobState::VersionInfo vi;
+    vi.version = v.value("version", uint64_t{0});
+    if (v["accuracy"].is_number()) vi.accuracy = v["accuracy"].get<double>();
+    if (v["loss"].is_number()) vi.loss = v["loss"].get<double>();
+    vi.updates = v.value("updates", 0u);
+    vi.elapsed_s = v.value("elapsed_s", 0.0);
+    job->AddVersion(vi);
+  }
+  job->updates_total = state.value("updates_total", uint64_t{0});
+  job->elapsed_before = state.value("elapsed_s", 0.0);
+  job->done = state.value("done", false);
+  job->best_accuracy = state.value("best_accuracy", 0.0);
+  job->leaf_id = state.value("leaf_id", 4095u);
+  job->open_round = std::max(state.value("open_round", job->version() + 1), uint64_t{1});
+  job->next_seq = state.value("next_seq", uint64_t{1});
+  if (job->scheduler && state.contains("compass")) {
+    const Json& c = state["compass"];
+    if (Status st = job->scheduler->Load(c.value("scheduler", std::string())); !st.ok()) {
       return Internal("FL job checkpoint " + dir + ": " + st.message());
     }
-    auto mspec = model::ArchitectureSpec(job->spec.architecture, JobArchitecture(job->spec));
-    if (!mspec.ok()) return mspec.status();
-    job->mspec = *mspec;
-    job->state.version = state.value("version", uint64_t{0});
-    // The files of the version state.json names (model.safetensors and optimizer.bin: the
-    // layout before versioned files).
-    auto existing = [&dir](const std::string& name, const std::string& legacy) {
-      std::error_code ec;
-      return std::filesystem::exists(dir + "/" + name, ec) ? dir + "/" + name : dir + "/" + legacy;
-    };
-    const std::string model_path = existing(ModelFile(job->version()), "model.safetensors");
-    std::string bytes = ReadFile(model_path);
-    auto m = model::ModelFromSafetensors(
-        std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()),
-        job->mspec);
-    if (!m.ok()) return Internal("FL job checkpoint " + model_path + ": " + m.status().message());
-    job->state.weights = std::move(m->values);
-    const std::string opt_path = existing(OptimizerFile(job->version()), "optimizer.bin");
-    const std::string opt_bytes = ReadFile(opt_path);
-    if (!opt_bytes.empty()) {
-      auto opt = agg::ModelState::Deserialize(
-          {reinterpret_cast<const uint8_t*>(opt_bytes.data()), opt_bytes.size()});
-      if (!opt.ok()) return Internal("FL job checkpoint " + opt_path + ": " + opt.status().message());
-      if (opt->version == job->state.version) {
-        job->state.momentum = std::move(opt->momentum);
-        job->state.second_moment = std::move(opt->second_moment);
-      } else {
-        spdlog::warn("fl job {}: optimizer state is for version {}, the model {}: restarting it",
-                     job->spec.name, opt->version, job->state.version);
-      }
+    for (const auto& [id, t] : c["tasks"].items()) {
+      job->compass_tasks[id] = {t.value("steps", 0u), t.value("version", uint64_t{0}),
+                                t.value("ready", false), t.value("started", false)};
     }
-    job->KeepVersion();
-    job->models[job->version()] = std::make_shared<std::string>(std::move(bytes));
-    for (const auto& c : state["clients"]) {
-      JobState::Client cl;
-      cl.id = c.value("id", "");
-      cl.name = c.value("name", "");
-      cl.token = c.value("token", "");
-      cl.updates = c.value("updates", uint64_t{0});
-      cl.samples = c.value("samples", uint64_t{0});
-      if (c.contains("last_base_version") && c["last_base_version"].is_number_unsigned()) {
-        cl.last_base_version = c["last_base_version"].get<uint64_t>();
-      }
-      cl.last_staleness = c.value("last_staleness", uint64_t{0});
-      cl.max_staleness = c.value("max_staleness", uint64_t{0});
-      cl.suspect_updates = c.value("suspect_updates", uint64_t{0});
-      cl.clipped_updates = c.value("clipped_updates", uint64_t{0});
-      job->clients[cl.id] = cl;
+    for (const auto& g : c["group_round"]) {
+      job->group_round[g.at(0).get<agg::GroupId>()] = g.at(1).get<uint64_t>();
     }
-    job->next_client = state.value("next_client", 0u);
-    for (const auto& v : state["versions"]) {
-      JobState::VersionInfo vi;
-      vi.version = v.value("version", uint64_t{0});
-      if (v["accuracy"].is_number()) vi.accuracy = v["accuracy"].get<double>();
-      if (v["loss"].is_number()) vi.loss = v["loss"].get<double>();
-      vi.updates = v.value("updates", 0u);
-      vi.elapsed_s = v.value("elapsed_s", 0.0);
-      job->AddVersion(vi);
-    }
-    job->updates_total = state.value("updates_total", uint64_t{0});
-    job->elapsed_before = state.value("elapsed_s", 0.0);
-    job->done = state.value("done", false);
-    job->best_accuracy = state.value("best_accuracy", 0.0);
-    job->leaf_id = state.value("leaf_id", 4095u);
-    job->open_round = std::max(state.value("open_round", job->version() + 1), uint64_t{1});
-    job->next_seq = state.value("next_seq", uint64_t{1});
-    if (job->scheduler && state.contains("compass")) {
-      const Json& c = state["compass"];
-      if (Status st = job->scheduler->Load(c.value("scheduler", std::string())); !st.ok()) {
-        return Internal("FL job checkpoint " + dir + ": " + st.message());
-      }
-      for (const auto& [id, t] : c["tasks"].items()) {
-        job->compass_tasks[id] = {t.value("steps", 0u), t.value("version", uint64_t{0}),
-                                  t.value("ready", false), t.value("started", false)};
-      }
-      for (const auto& g : c["group_round"]) {
-        job->group_round[g.at(0).get<agg::GroupId>()] = g.at(1).get<uint64_t>();
-      }
-      job->general_round = c.value("general_round", uint64_t{0});
-    }
-    job->algo->Start(job->Elapsed());
-    if (job->spec.round_deadline_s > 0) job->round_deadline = job->Elapsed() + job->spec.round_deadline_s;
-    // The update log: records the checkpoint does not include are re-folded by Recover.
-    const std::string log = ReadFile(dir + "/updates.log");
-    const auto seqs = state.value("last_commit_seqs", std::vector<uint64_t>{});
-    const std::set<uint64_t> committed(seqs.begin(), seqs.end());
-    for (size_t off = 0; off + sizeof(LogRecord) <= log.size(); off += sizeof(LogRecord)) {
-      LogRecord r;
-      std::memcpy(&r, log.data() + off, sizeof r);
-      if (r.magic != LogRecord::kMagic) break;  // a torn tail
-      job->next_seq = std::max(job->next_seq, r.seq + 1);
-      if (committed.count(r.seq) != 0) continue;
-      job->recovered.push_back(r);
-    }
-    // The log keeps only what the checkpoint does not include: the next state.json written
-    // (whose last_commit_seqs name only versions committed from now on) stays true of it.
-    if (Status st = WriteFileAtomic(dir + "/updates.log", job->recovered.data(),
-                                    job->recovered.size() * sizeof(LogRecord));
-        !st.ok()) {
-      return Internal("FL job checkpoint " + dir + ": update log: " + st.message());
-    }
-    SHOAL_RETURN_IF_ERROR(job->OpenLog());
-    std::lock_guard lock(mu_);
-    next_leaf_id_ = std::min(next_leaf_id_, job->leaf_id - 1);
-    spdlog::info("fl job {}: resumed at version {} ({} clients, {} updates so far, {} logged "
-                 "update(s) to re-fold)",
-                 job->spec.name, job->version(), job->clients.size(), job->updates_total,
-                 job->recovered.size());
-    jobs_[job->spec.name] = job;
+    job->general_round = c.value("general_round", uint64_t{0});
   }
+  job->algo->Start(job->Elapsed());
+  if (job->spec.round_deadline_s > 0)
+    job->round_deadline = job->Elapsed() + job->spec.round_deadline_s;
+  // The update log: records the checkpoint does not include are re-folded by Recover.
+  const std::string log = ReadFile(dir + "/updates.log");
+  const auto seqs = state.value("last_commit_seqs", std::vector<uint64_t>{});
+  const std::set<uint64_t> committed(seqs.begin(), seqs.end());
+  for (size_t off = 0; off + sizeof(LogRecord) <= log.size(); off += sizeof(LogRecord)) {
+    LogRecord r;
+    std::memcpy(&r, log.data() + off, sizeof r);
+    if (r.magic != LogRecord::kMagic) break;  // a torn tail
+    job->next_seq = std::max(job->next_seq, r.seq + 1);
+    if (committed.count(r.seq) != 0) continue;
+    job->recovered.push_back(r);
+  }
+  // The log keeps only what the checkpoint does not include: the next state.json written
+  // (whose last_commit_seqs name only versions committed from now on) stays true of it.
+  if (Status st = WriteFileAtomic(dir + "/updates.log", job->recovered.data(),
+                                  job->recovered.size() * sizeof(LogRecord));
+      !st.ok()) {
+    return Internal("FL job checkpoint " + dir + ": update log: " + st.message());
+  }
+  SHOAL_RETURN_IF_ERROR(job->OpenLog());
+  std::lock_guard lock(mu_);
+  next_leaf_id_ = std::min(next_leaf_id_, job->leaf_id - 1);
+  spdlog::info(
+      "fl job {}: resumed at version {} ({} clients, {} updates so far, {} logged "
+      "update(s) to re-fold)",
+      job->spec.name, job->version(), job->clients.size(), job->updates_total,
+      job->recovered.size());
+  if (take_over) {
+    // Its logged updates are in the lost top's pool: their clients are asked again (a restored
+    // client has no update in a round, so its next task trains). A fresh leaf id: this node's
+    // ids are its own.
+    job->recovered.clear();
+    (void)WriteFileAtomic(dir + "/updates.log", "", 0);
+    SHOAL_RETURN_IF_ERROR(job->OpenLog());
+    job->leaf_id = next_leaf_id_--;
+  }
+  jobs_[job->spec.name] = job;
   return {};
 }
 

@@ -245,6 +245,15 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
     }
     return true;
   }
+  // Whether `node` (non-empty) has no update of `round` in flight any more.
+  bool NodeDone(uint64_t round, const std::string& node) const {
+    if (node.empty()) return false;
+    for (const auto& [id, t] : tickets) {
+      if (t.round == round && !t.acked && t.node == node) return false;
+    }
+    return true;
+  }
+  std::vector<std::vector<float>> spare_sums;  // fetched partial sums' buffers, for reuse
   double remote_retry_at = 0;  // Elapsed() when a failed partial-sum fetch is tried again
   // Per node that folds for this top: updates it acknowledged (counted here), partial sums
   // fetched from it and their bytes, updates un-counted when it was lost (the status shows it).

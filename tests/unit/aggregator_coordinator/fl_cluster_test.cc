@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -57,6 +58,8 @@ class FlClusterTest : public ::testing::Test {
       dirs_[n] = dir;
       configs_[n].state_dir = dirs_[n];
       configs_[n].node_name = n == 0 ? "a" : "b";
+      // One checkpoint store for both (a directory every node mounts).
+      configs_[n].checkpoint_dir = dirs_[0] + "/shared";
       auto p = ShmPool::Create(
           "shoal-flcluster-" + std::to_string(getpid()) + "-" + std::to_string(n), 16 << 20);
       ASSERT_TRUE(p.ok()) << p.status().ToString();
@@ -294,6 +297,60 @@ TEST_F(FlClusterTest, AMemberThatNoLongerHasARoundsUpdatesHasThemAskedForAgain) 
   ASSERT_TRUE(m.ok());
   const std::vector<float> got = Values(*m->bytes);
   const std::vector<float> want = FedAvg({0, 1, 2}, w0_);
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
+}
+
+TEST_F(FlClusterTest, ANodeTakesALostTopsJobOverFromTheSharedCheckpointStore) {
+  ASSERT_TRUE(Send(0, 0, 0, w0_).ok());
+  ASSERT_TRUE(Send(1, 1, 0, w0_).ok());
+  ASSERT_TRUE(Send(1, 2, 0, w0_).ok());
+  ASSERT_TRUE(WaitVersion(1)) << JobStatus().dump();
+  ASSERT_TRUE(top_->Join("rb", "late", "").ok());  // version 1's checkpoint is written
+  const std::string v1 = *top_->Model("rb", 1)->bytes;
+  const std::vector<float> w1 = Values(v1);
+  // Round 2 has one update, acknowledged by b, when the top's node is lost.
+  ASSERT_TRUE(Send(1, 1, 1, w1).ok());
+  EXPECT_TRUE(std::filesystem::exists(dirs_[0] + "/shared/rb/state.json"));
+  top_.reset();
+  // A node whose checkpoint_dir is the same store does not restore another node's job.
+  {
+    NodeConfig c = configs_[0];
+    c.node_name = "c";
+    char dir[] = "/tmp/shoal-flcluster-test-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    c.state_dir = dir;
+    FlCoordinator other(c);
+    ASSERT_TRUE(other.Restore().ok());
+    EXPECT_TRUE(other.ListJobs().empty());
+    std::filesystem::remove_all(dir);
+  }
+  ASSERT_TRUE(member_->TakeOver("rb").ok());
+  EXPECT_FALSE(member_->FoldsForOtherNode("rb"));
+  EXPECT_EQ(member_->TakeOver("rb").code(), StatusCode::kAlreadyExists);
+  auto st = Json::parse(*member_->JobStatusJson("rb"));
+  EXPECT_EQ(st["version"], 1) << st.dump();
+  EXPECT_EQ(st["clients"]["joined"], 4);  // the clients (and their tokens) came along
+  auto m = member_->Model("rb", 1);
+  ASSERT_TRUE(m.ok());
+  EXPECT_TRUE(*m->bytes == v1);
+  auto state = Json::parse(std::ifstream(dirs_[0] + "/shared/rb/state.json"), nullptr, false);
+  EXPECT_EQ(state.value("top", ""), "b");
+  // The update b had acknowledged for the lost top is not in any checkpoint: its client trains
+  // again, and round 2 commits at the new top from all three.
+  auto t = member_->Task("rb", clients_[1].client_id, clients_[1].token);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->kind, TaskResult::Kind::kTrain);
+  ASSERT_TRUE(Send(1, 0, 1, w1).ok());
+  ASSERT_TRUE(Send(1, 1, 1, w1).ok());
+  ASSERT_TRUE(Send(1, 2, 1, w1).ok());
+  for (int i = 0; i < 250; ++i) {
+    if (Json::parse(*member_->JobStatusJson("rb")).value("version", 0) >= 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  auto m2 = member_->Model("rb", 2);
+  ASSERT_TRUE(m2.ok()) << m2.status().ToString();
+  const std::vector<float> got = Values(*m2->bytes);
+  const std::vector<float> want = FedAvg({0, 1, 2}, w1);
   for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
 }
 

@@ -96,6 +96,10 @@ struct NodeConfig {
   // version back so long (for tests of the crash window between a commit and its checkpoint;
   // 0 otherwise).
   uint32_t fl_checkpoint_delay_ms = 0;
+  // Where the FL jobs this node is the top of keep their checkpoints (state, model, update
+  // log): "" = <state_dir>/jobs; in a cluster, a directory every node mounts (a ReadWriteMany
+  // volume on Kubernetes), so another node can take a lost top's jobs over from there.
+  std::string checkpoint_dir;
 
   // Cluster mode (README "Cluster"): etcd's client URLs, comma-separated ("" = standalone).
   // The node registers under /shoal/<cluster>/nodes/<node_name> with a lease it renews; other

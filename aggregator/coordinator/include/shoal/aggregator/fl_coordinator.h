@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -148,6 +149,10 @@ class FlCoordinator final : public JobService, public FlDataPath {
       std::function<Status(const std::string& node, const std::string& job, uint64_t round,
                            const std::vector<uint64_t>& tickets, std::vector<float>* sum)>;
   void SetPartialFetch(PartialFetch fetch);
+  // The job's top was lost: this node becomes its top, resuming from its last checkpoint in
+  // the shared checkpoint_dir. Updates acknowledged but not in that checkpoint (in the lost
+  // node's pool, or folded here for it) no longer count: their clients' next task trains.
+  Status TakeOver(const std::string& job);
 
   // ---- cluster mode: this node folding for tops on other nodes (fl_members.cc) ----
   FlMembers& members() { return *members_; }
@@ -173,6 +178,9 @@ class FlCoordinator final : public JobService, public FlDataPath {
   uint64_t Persist(const std::shared_ptr<JobState>& job, bool with_model = true);
   void Timers();
   void Enqueue(std::shared_ptr<JobState> job);
+  // Where the jobs' checkpoint directories are: checkpoint_dir, or <state_dir>/jobs.
+  std::string JobsRoot() const;
+  Status RestoreJob(const std::string& dir, const nlohmann::json& state, bool take_over);
   Result<HeaderAdmission> AdmitHeader(const std::shared_ptr<JobState>& job, std::string_view name,
                                       const shoal::v1::UpdateHeader& h, BufferPool* pool,
                                       uint64_t buffer, const std::string& node);

@@ -237,6 +237,14 @@ TEST(K8sShoald, EveryRendersArgsAreAcceptedAndItsConfigLiesOnItsMounts) {
     EXPECT_EQ(pod.volume(pin_mount)["hostPath"]["path"].as<std::string>(), "/sys/fs/bpf");
     EXPECT_FALSE(pod.read_only(pin_mount));
     EXPECT_FALSE(pod.MountOf("/dev/shm").empty()) << "the pools' /dev/shm is not mounted";
+    // The FL checkpoint store lies on volume "checkpoints" (the ReadWriteMany PVC every node
+    // shares, or the dev overlay's emptyDir: both checked below), writable.
+    const std::string ckpt_dir = eff["checkpoint_dir"].as<std::string>();
+    const std::string ckpt_mount = pod.MountOf(ckpt_dir);
+    ASSERT_FALSE(ckpt_mount.empty()) << "checkpoint_dir " << ckpt_dir << " is on no volume";
+    EXPECT_EQ(NamedItem(spec["volumes"], "checkpoints"), pod.volume(ckpt_mount))
+        << "checkpoint_dir " << ckpt_dir << " is not on volume checkpoints";
+    EXPECT_FALSE(pod.read_only(ckpt_mount));
     const std::string config_arg = pod.Flag("--config");
     EXPECT_TRUE(pod.volume(pod.MountOf(config_arg))["configMap"]) << config_arg;
 
@@ -359,7 +367,7 @@ TEST(K8sLive, ControllerNodeAndJobRunAsRenderedAndEveryProbeAnswers200) {
   const std::string config = node.MapPath(node.Flag("--config"));
   YAML::Node cfg = YAML::LoadFile(config);
   const uint16_t gw = FreePort(), control = FreePort();
-  for (const char* key : {"state_dir", "bpf_pin_root"}) {
+  for (const char* key : {"state_dir", "bpf_pin_root", "checkpoint_dir"}) {
     cfg[key] = node.MapPath(cfg[key].as<std::string>());
   }
   cfg["listen_port"] = gw;
@@ -489,7 +497,7 @@ TEST(K8sCapabilities, TheDaemonSetsSetLoadsBpfAndEachBpfCapabilityIsNeeded) {
     EXPECT_TRUE(node.problems().empty()) << Join(node.problems());
     const std::string config = node.MapPath(node.Flag("--config"));
     YAML::Node cfg = YAML::LoadFile(config);
-    for (const char* key : {"state_dir", "bpf_pin_root"})
+    for (const char* key : {"state_dir", "bpf_pin_root", "checkpoint_dir"})
       cfg[key] = node.MapPath(cfg[key].as<std::string>());
     cfg["listen_port"] = FreePort();
     cfg["control_port"] = FreePort();
@@ -539,7 +547,7 @@ class CapNode {
     EXPECT_TRUE(node.problems().empty()) << Join(node.problems());
     const std::string config = node.MapPath(node.Flag("--config"));
     YAML::Node cfg = YAML::LoadFile(config);
-    for (const char* key : {"state_dir", "bpf_pin_root"})
+    for (const char* key : {"state_dir", "bpf_pin_root", "checkpoint_dir"})
       cfg[key] = node.MapPath(cfg[key].as<std::string>());
     state_ = cfg["state_dir"].as<std::string>();
     port_ = FreePort();

@@ -51,6 +51,11 @@ agg::ClientId NumericId(const std::string& id);
 // The leaf-aggregator function of a job (the coordinator's own jobs and FlMembers' jobs).
 FunctionSpec LeafSpec(const FlJobSpec& spec, uint32_t id, std::string name,
                       const NodeConfig& config);
+// Behind the commits (fl_commit.cc): a warm blob for the next version's model bytes, and the
+// partial-sum buffers of committed rounds (and new ones, up to the job's want) zeroed for the
+// next round's leaves.
+void PrepareSpareModel(FlCoordinator::JobState& job);
+void PrepareWarmPartials(FlCoordinator::JobState& job, std::vector<uint64_t> reuse);
 // An update's prefix and header (the tensors are the leaf's to check); `head_bytes`: their
 // length.
 Status ParseUpdateHead(std::span<const std::byte> body, shoal::v1::UpdateHeader* h,

@@ -287,6 +287,7 @@ void ClusterFl::WatchLoop() {
   std::set<std::string> live_before;
   bool first = true;
   std::map<std::string, std::string> central;  // job -> the top that folds all its updates
+  std::set<std::string> tried_takeover;        // "job@top": one try (a store not shared fails)
   for (;;) {
     {
       std::unique_lock lock(report_mu_);
@@ -321,6 +322,7 @@ void ClusterFl::WatchLoop() {
         *live_before.begin() == config_.node_name) {
       for (const auto& [job, top] : fl_.members().Tops()) {
         if (live_before.count(top) != 0 || remote_jobs.count(job) != 0) continue;
+        if (!tried_takeover.insert(job + "@" + top).second) continue;
         if (Status st = fl_.TakeOver(job); !st.ok()) {
           spdlog::error("fl job {}: taking it over from node {}: {}", job, top, st.ToString());
         }

@@ -435,9 +435,14 @@ TEST_F(ClusterTest, TheLeaderAutoscalesAClusterFunctionFromEveryNodesSignals) {
     });
   }
   const bool scaled = WaitFor([&] { return warm() >= 3; }, 20s);
+  // The leader may scale on its first tick, before every node's first signals arrived (each
+  // node publishes every 2 s): under the same load all three report within a few ticks.
+  auto reporting_nodes = [&] {
+    return ControllerMetric(*cluster_, "shoal_cluster_autoscaler_signal_nodes{function=\"busy\"}");
+  };
+  WaitFor([&] { return reporting_nodes() == 3; }, 10s);
   const double desired = ControllerMetric(*cluster_, "shoal_cluster_autoscaler_desired{function=\"busy\"}");
-  const double reporting =
-      ControllerMetric(*cluster_, "shoal_cluster_autoscaler_signal_nodes{function=\"busy\"}");
+  const double reporting = reporting_nodes();
   loading = false;
   for (auto& t : clients) t.join();
   EXPECT_TRUE(scaled) << "warm " << warm() << "\n" << cluster_->ControllerLog(0);

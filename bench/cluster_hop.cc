@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "netns_cluster.h"
+#include "netns_peer.h"
 #include "run_stats.h"
 
 using namespace shoal::testing;
@@ -41,29 +42,6 @@ namespace {
 double P50(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
-}
-
-bool EnterNetns(const std::string& name) {
-  const int fd = open(("/var/run/netns/" + name).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool ok = setns(fd, CLONE_NEWNET) == 0;
-  close(fd);
-  return ok;
-}
-
-int Connect(const std::string& ip, uint16_t port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
 }
 
 bool WriteAll(int fd, const char* p, size_t n) {
@@ -91,7 +69,7 @@ bool ReadExactly(int fd, char* p, size_t n) {
 std::vector<double> HttpLatencies(const std::string& ip, const std::string& path,
                                   const std::string& body, int n) {
   std::vector<double> out;
-  const int fd = Connect(ip, TestCluster::kGatewayPort);
+  const int fd = shoal::bench::ConnectTcp(ip, TestCluster::kGatewayPort);
   if (fd < 0) return out;
   const std::string head = "POST " + path + " HTTP/1.1\r\nHost: bench\r\nContent-Length: " +
                            std::to_string(body.size()) + "\r\n\r\n";
@@ -110,11 +88,13 @@ std::vector<double> HttpLatencies(const std::string& ip, const std::string& path
     if (end == std::string::npos) break;
     const std::string_view h(buf.data(), end);
     if (h.substr(0, 12) != "HTTP/1.1 200") {
-      std::printf("  %s answered: %.*s\n", ip.c_str(), static_cast<int>(std::min<size_t>(h.size(), 200)), h.data());
+      std::printf("  %s answered: %.*s\n", ip.c_str(),
+                  static_cast<int>(std::min<size_t>(h.size(), 200)), h.data());
       break;
     }
     const size_t cl = h.find("Content-Length: ");
-    const size_t len = cl == std::string_view::npos ? 0 : std::stoul(std::string(h.substr(cl + 16, 12)));
+    const size_t len =
+        cl == std::string_view::npos ? 0 : std::stoul(std::string(h.substr(cl + 16, 12)));
     const size_t need = end + 4 + len;
     if (need > have && !ReadExactly(fd, buf.data() + have, need - have)) break;
     out.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
@@ -134,7 +114,7 @@ std::vector<double> TcpLatencies(const std::string& from_ns, const std::string& 
   std::vector<double> out;
   std::atomic<int> port{0};
   std::thread server([&] {
-    if (!EnterNetns(to_ns)) {
+    if (!shoal::bench::EnterNetns(to_ns)) {
       port = -1;
       return;
     }
@@ -162,8 +142,8 @@ std::vector<double> TcpLatencies(const std::string& from_ns, const std::string& 
   });
   std::thread client([&] {
     while (port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (port < 0 || !EnterNetns(from_ns)) return;
-    const int fd = Connect(to_ip, static_cast<uint16_t>(port.load()));
+    if (port < 0 || !shoal::bench::EnterNetns(from_ns)) return;
+    const int fd = shoal::bench::ConnectTcp(to_ip, static_cast<uint16_t>(port.load()));
     if (fd < 0) return;
     std::string msg(bytes, 'x'), back(bytes, '\0');
     for (int i = 0; i < n; ++i) {
@@ -186,26 +166,27 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--runs")) runs = std::max(1, std::atoi(argv[i + 1]));
     if (!std::strcmp(argv[i], "--requests")) requests = std::max(10, std::atoi(argv[i + 1]));
-    if (!std::strcmp(argv[i], "--bytes")) bytes = static_cast<size_t>(std::max(1, std::atoi(argv[i + 1])));
+    if (!std::strcmp(argv[i], "--bytes"))
+      bytes = static_cast<size_t>(std::max(1, std::atoi(argv[i + 1])));
   }
   if (auto why = NetnsMissing(); !why.empty()) {
     std::printf("bench-cluster-hop: SKIPPED: %s\n", why.c_str());
     return 0;
   }
-  std::printf("bench-cluster-hop: 3 nodes, %d run(s) x %d sequential requests of %zu bytes\n",
-              runs, requests, bytes);
+  std::printf("bench-cluster-hop: 3 nodes, %d run(s) x %d sequential requests of %zu bytes\n", runs,
+              requests, bytes);
   TestCluster cluster(TestCluster::Options{});
   std::string why;
   if (!cluster.Start(&why)) {
     std::printf("the cluster did not start: %s\n", why.c_str());
     return 1;
   }
-  auto deploy = Http(cluster.controller_port(0), "POST", "/v1/functions",
-                     "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\n"
-                     "spec:\n  handler:\n    builtin: echo\n  scale: {min: 1, max: 1}\n",
-                     {"Authorization: Bearer " + cluster.controller_token(),
-                      "Content-Type: application/yaml"},
-                     0, 10000);
+  auto deploy = Http(
+      cluster.controller_port(0), "POST", "/v1/functions",
+      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\n"
+      "spec:\n  handler:\n    builtin: echo\n  scale: {min: 1, max: 1}\n",
+      {"Authorization: Bearer " + cluster.controller_token(), "Content-Type: application/yaml"}, 0,
+      10000);
   if (deploy.status != 201) {
     std::printf("deploy: %d %s\n", deploy.status, deploy.body.c_str());
     return 1;
@@ -261,8 +242,10 @@ int main(int argc, char** argv) {
   const auto r = SpreadOf(ratios);
   const auto a = SpreadOf(added_us);
   const auto t = SpreadOf(tcp_us);
-  std::printf("\nforward adds %.1f us (min %.1f, max %.1f); plain TCP round trip over the same "
-              "veths %.1f us\n", a.median, a.min, a.max, t.median);
+  std::printf(
+      "\nforward adds %.1f us (min %.1f, max %.1f); plain TCP round trip over the same "
+      "veths %.1f us\n",
+      a.median, a.min, a.max, t.median);
   std::printf("ratio (added / TCP round trip): min %.3f  median %.3f  max %.3f   (target <= 1.2)\n",
               r.min, r.median, r.max);
   std::printf("RESULT cluster_hop ratio=%.3f\n", r.median);

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "netns_cluster.h"
+#include "netns_peer.h"
 #include "run_stats.h"
 #include "shoal/model/architectures.h"
 #include "shoal/model/update_format.h"
@@ -52,29 +53,6 @@ namespace {
 
 constexpr uint64_t kHidden = 14704;  // 784-14704-10 MLP: 11,689,690 parameters (ResNet-18's)
 constexpr int kNodes = 3;
-
-bool EnterNetns(const std::string& name) {
-  const int fd = open(("/var/run/netns/" + name).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool ok = setns(fd, CLONE_NEWNET) == 0;
-  close(fd);
-  return ok;
-}
-
-int ConnectTo(const std::string& ip, uint16_t port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
-}
 
 uint64_t Counter(const std::string& dev, const char* which) {
   std::ifstream f("/sys/class/net/" + dev + "/statistics/" + which);
@@ -180,7 +158,7 @@ Layout RunLayout(bool hierarchy, int updates, int runs, int senders,
     std::atomic<uint32_t> counted{0};
     std::atomic<bool> give_up{false};
     std::thread poller([&] {
-      if (!EnterNetns(cluster.netns(0))) return;
+      if (!shoal::bench::EnterNetns(cluster.netns(0))) return;
       while (!give_up) {
         auto r = HttpAt(cluster.node_ip(0), TestCluster::kControlPort, "GET", "/v1/jobs/" + job, {},
                         {"Authorization: Bearer " + cluster.node_token(0)}, 0, 10000);
@@ -202,7 +180,7 @@ Layout RunLayout(bool hierarchy, int updates, int runs, int senders,
     for (int s = 0; s < total_senders; ++s) {
       threads.emplace_back([&, s] {
         const int node = s % kNodes;
-        const int fd = ConnectTo(cluster.node_ip(node), TestCluster::kGatewayPort);
+        const int fd = shoal::bench::ConnectTcp(cluster.node_ip(node), TestCluster::kGatewayPort);
         if (fd < 0) {
           ++failures;
           return;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "shoal/client/fl_http_client.h"
+#include "shoal/client/lie_board.h"
 #include "shoal/client/mlp_trainer.h"
 #include "shoal/client/model_cache.h"
 #include "shoal/model/update_format.h"
@@ -59,6 +60,9 @@ class Simulation {
         for (uint32_t i = 0; i < idx.size(); ++i) idx[i] = i;
       }
     }
+    if (o.attack.kind == AttackSpec::Kind::kLie) {
+      lie_.emplace(o.attackers, o.attack.value, std::chrono::milliseconds(o.lie_wait_ms));
+    }
   }
 
   Result<FlRunSummary> Run();
@@ -93,9 +97,12 @@ class Simulation {
     return clients_out_ >= n_;
   }
   void Stop() {
-    std::lock_guard lock(stop_mu_);
-    stop_ = true;
-    stop_cv_.notify_all();
+    {
+      std::lock_guard lock(stop_mu_);
+      stop_ = true;
+      stop_cv_.notify_all();
+    }
+    if (lie_) lie_->Stop();
   }
   void Log(const std::string& line) {
     if (o_.log == nullptr) return;
@@ -109,6 +116,7 @@ class Simulation {
   const Dataset& train_;
   std::vector<Dataset> flipped_;  // label-flip: the attackers' own samples, labels flipped
   std::vector<std::vector<uint32_t>> flipped_indices_;
+  std::optional<LieBoard> lie_;  // lie: the attackers' pool
   const Dataset& test_;
   const FlClientPlan& plan_;
   const int n_;
@@ -131,6 +139,7 @@ class Simulation {
   std::atomic<int> clients_joined_{0};
   std::atomic<int> clients_failed_{0};
   std::atomic<uint64_t> accepted_{0}, stale_{0}, rejected_{0}, retries_{0}, trained_{0};
+  std::atomic<uint64_t> lie_colluded_{0}, lie_pooled_{0}, lie_alone_{0};
   std::mutex err_mu_;
   std::optional<Status> first_join_error_;
 
@@ -252,6 +261,16 @@ void Simulation::ClientLoop(int k) {
     }
 
     if (k >= static_cast<int>(plan_.partitions.size()) - o_.attackers) {
+      if (lie_) {
+        const int met = lie_->Collude(task->model_version, work->values);
+        if (met == 0) break;  // stopped while waiting for the other attackers
+        if (met == 1) {
+          ++lie_alone_;
+        } else {
+          ++lie_colluded_;
+          lie_pooled_ += static_cast<uint64_t>(met);
+        }
+      }
       ApplyAttack(o_.attack, m.model.values, work->values,
                   o_.seed * 7919ULL + static_cast<uint64_t>(k) * 104729ULL + trained_);
     }
@@ -399,6 +418,9 @@ Result<FlRunSummary> Simulation::Run() {
   s.tasks_trained = trained_;
   s.model_downloads = cache_.downloads();
   s.clients_failed = clients_failed_;
+  s.lie_colluded = lie_colluded_;
+  s.lie_pooled = lie_pooled_;
+  s.lie_alone = lie_alone_;
   s.seconds = Elapsed();
   return s;
 }
@@ -412,6 +434,20 @@ Result<FlRunSummary> RunFlClients(const FlRunOptions& options, const Dataset& tr
   }
   if (options.evaluator && test.num_samples == 0) {
     return InvalidArgument("the evaluator needs a non-empty test set");
+  }
+  if (options.attack.kind == AttackSpec::Kind::kLie && options.attackers < 2) {
+    return InvalidArgument(
+        "attack lie: the attackers pool their models, so it needs at least 2 "
+        "attackers (got " +
+        std::to_string(options.attackers) + ")");
+  }
+  if (options.attack.kind == AttackSpec::Kind::kLie && options.attack.value == 0) {
+    auto z = LieZ(static_cast<int>(plan.partitions.size()), options.attackers);
+    if (!z.ok()) return z.status();
+    FlRunOptions with_z = options;
+    with_z.attack.value = *z;
+    Simulation sim(with_z, train, test, plan);
+    return sim.Run();
   }
   Simulation sim(options, train, test, plan);
   return sim.Run();

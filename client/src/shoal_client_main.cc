@@ -169,7 +169,9 @@ int main(int argc, char** argv) {
   app.add_option("--attack", attack,
                  "the attackers poison their updates: none | sign-flip | scale:<k> (e.g. "
                  "scale:-10) | noise:<sigma> (the delta replaced by Gaussian noise) | "
-                 "label-flip (trained on labels C-1-y)")
+                 "label-flip (trained on labels C-1-y) | lie[:<z>] (\"a little is enough\": "
+                 "the attackers pool their honest models of a round and all send mean - z std; "
+                 "z defaults to the paper's z_max for --clients and --attackers)")
       ->capture_default_str();
   app.add_option("--attackers", run.attackers,
                  "how many clients attack (the last ones: client-<N-F> .. client-<N-1>)")
@@ -202,6 +204,19 @@ int main(int argc, char** argv) {
   if (run.attackers > clients) {
     return Fail("--attackers: " + std::to_string(run.attackers) + " is more than --clients " +
                 std::to_string(clients));
+  }
+  if (run.attack.kind == AttackSpec::Kind::kLie) {
+    if (run.attackers < 2) {
+      return Fail("--attack " + attack +
+                  ": the attackers pool their honest models to estimate "
+                  "mean and std, so it needs --attackers >= 2 (got " +
+                  std::to_string(run.attackers) + ")");
+    }
+    if (run.attack.value == 0) {
+      auto z = LieZ(clients, run.attackers);
+      if (!z.ok()) return Fail("--attack " + attack + ": " + z.status().message());
+      run.attack.value = *z;
+    }
   }
   if (data != "fashion-mnist" && data != "digits" && data != "synthetic") {
     return Fail("--data: '" + data + "' is not one of fashion-mnist, digits, synthetic");
@@ -281,7 +296,15 @@ int main(int argc, char** argv) {
   if (run.attack.kind != AttackSpec::Kind::kNone) {
     std::cout << "shoal-client: attack " << ToString(run.attack) << " by " << run.attackers
               << " of " << clients << " clients: client-" << clients - run.attackers
-              << " .. client-" << clients - 1 << std::endl;
+              << " .. client-" << clients - 1;
+    if (run.attack.kind == AttackSpec::Kind::kLie) {
+      std::cout << " (colluding: each round's attackers pool their honest models and send mean "
+                << Fmt("- %.4f std", run.attack.value)
+                << (attack == "lie" ? Fmt("; z_max for n %.0f, f %.0f", clients, run.attackers)
+                                    : std::string())
+                << ")";
+    }
+    std::cout << std::endl;
   }
 
   run.server = server;
@@ -311,6 +334,14 @@ int main(int argc, char** argv) {
             << s.model_downloads << " model downloads";
   if (s.clients_failed > 0) std::cout << ", " << s.clients_failed << " clients failed";
   std::cout << '\n';
+  if (run.attack.kind == AttackSpec::Kind::kLie) {
+    std::cout << "shoal-client: lie: " << s.lie_colluded
+              << " updates sent as the colluders' mean - " << Fmt("%.4f std", run.attack.value)
+              << " ("
+              << Fmt("%.2f", s.lie_colluded ? double(s.lie_pooled) / double(s.lie_colluded) : 0.0)
+              << " attackers pooled per update), " << s.lie_alone
+              << " sent honest (no other attacker met)\n";
+  }
   if (s.evaluated) {
     std::cout << "shoal-client: final accuracy " << Fmt("%.4f", s.final_accuracy) << " loss "
               << Fmt("%.4f", s.final_loss) << " (version " << s.final_version << ", "

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -288,6 +289,63 @@ TEST(RunFlClients, TwoClientsAgainstAFedAvgFake) {
   // Separable clusters: three FedAvg rounds of five steps learn them.
   EXPECT_GT(summary->final_accuracy, 0.5);
   EXPECT_NE(log.str().find("version 3  accuracy "), std::string::npos) << log.str();
+}
+
+// --attack lie: the two attackers of each round pool their honest models and send the same
+// one (mean - z std of theirs: attack_test.cc checks the arithmetic), the honest client its own.
+TEST(RunFlClients, LieAttackersOfARoundSendOneModel) {
+  Dataset all = MakeSyntheticDataset(600, 16, 4, 3, 0.1F);
+  FlClientPlan plan;
+  plan.partitions = {{}, {}, {}};
+  for (uint32_t i = 0; i < 600; ++i) plan.partitions[i % 3].push_back(i);
+  plan.step_seconds = {0.01, 0.01, 0.01};
+  FlRunOptions o;
+  o.job = "fmnist";
+  o.time_scale = 0;
+  o.status_poll_ms = 20;
+  o.max_seconds = 60;
+  o.evaluator = false;
+  o.attack = *ParseAttackSpec("lie:1");
+  o.attackers = 2;
+  FakeFlConfig config;
+  config.clients = 3;
+  config.answer_503_to = "";
+  config.answer_409_to = "";
+  FakeFlServer server(config);
+  o.server = server.url();
+
+  auto summary = RunFlClients(o, all, Dataset{}, plan);
+  ASSERT_TRUE(summary.ok()) << summary.status().message();
+  EXPECT_TRUE(server.errors().empty()) << server.errors()[0];
+  EXPECT_EQ(server.version(), 3u);
+  EXPECT_EQ(summary->lie_colluded, 6u);  // 3 rounds x 2 attackers
+  EXPECT_EQ(summary->lie_pooled, 12u);   // each from both attackers' models
+  EXPECT_EQ(summary->lie_alone, 0u);
+  // Per version: the tensors the attackers sent, byte for byte.
+  std::map<uint64_t, std::map<std::string, std::string>> sent;
+  for (const auto& u : server.updates()) {
+    ASSERT_EQ(u.status, 202) << u.client_name;
+    auto view = model::ParseUpdate(
+        std::as_bytes(std::span<const char>(u.body.data(), u.body.size())), config.spec);
+    ASSERT_TRUE(view.ok());
+    sent[u.base_version][u.client_name] = u.body.substr(view->tensor_area_offset);
+  }
+  ASSERT_EQ(sent.size(), 3u);
+  for (auto& [version, by_client] : sent) {
+    ASSERT_EQ(by_client.size(), 3u) << version;
+    EXPECT_EQ(by_client["client-1"], by_client["client-2"]) << version;
+    EXPECT_NE(by_client["client-0"], by_client["client-1"]) << version;
+  }
+  // Two attackers, or a z the paper's formula cannot give, are needed.
+  o.attackers = 1;
+  EXPECT_EQ(RunFlClients(o, all, Dataset{}, plan).status().message(),
+            "attack lie: the attackers pool their models, so it needs at least 2 attackers "
+            "(got 1)");
+  o.attackers = 2;
+  o.attack.value = 0;  // z_max for n 3, f 2: s = 2 - 2 = 0
+  EXPECT_EQ(RunFlClients(o, all, Dataset{}, plan).status().message(),
+            "lie: 2 attackers of 3 clients need no supporters (s = floor(n/2 + 1) - f = 0): "
+            "z_max is unbounded, give one as lie:<z>");
 }
 
 TEST(RunFlClients, MaxSecondsStopsARunThatNeverEnds) {

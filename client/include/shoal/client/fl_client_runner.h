@@ -38,8 +38,11 @@ struct FlRunOptions {
   int train_threads = 0;        // trainings computed at once; 0 = the machine's cores
   std::ostream* log = nullptr;  // progress lines; nullptr = quiet
   // The last `attackers` clients poison each update with `attack` (attack.h) before sending it.
+  // lie: the attackers pool their honest models per version (lie_board.h) and wait this long
+  // for the others; attack.value is z (0: LieZ(clients, attackers)).
   AttackSpec attack;
   int attackers = 0;
+  int lie_wait_ms = 30000;
 };
 
 // What each simulated client holds: its sample indices into the train split and its
@@ -66,6 +69,9 @@ struct FlRunSummary {
   bool job_done = false;   // the job reported "done"
   bool timed_out = false;  // max_seconds passed first
   int clients_failed = 0;  // clients that stopped on an error they could not retry
+  // lie: updates sent as the colluders' mean - z std, and the models they pooled in all (so
+  // lie_pooled / lie_colluded attackers met per round); updates sent honest, no colluder met.
+  uint64_t lie_colluded = 0, lie_pooled = 0, lie_alone = 0;
   double seconds = 0.0;
 };
 

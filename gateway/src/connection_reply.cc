@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "connection.h"
+#include "fl_tickets.h"
 #include "gateway_loop.h"
 #include "response_head.h"
 #include "routes.h"
@@ -89,15 +90,18 @@ void Connection::DispatchFunction() {
   if (!fl_job_.empty()) {
     // The coordinator checks the update's header before any leaf touches it.
     const std::span<const std::byte> body(body_ptr_, body_len_);
-    FlDataPath* fl = loop_.gw().hooks_.fl;
-    auto adm = fl_bearer_.empty() ? fl->Admit(fl_job_, *fn_->pool, body, buffer_)
-                                  : fl->AdmitForTop(fl_job_, *fn_->pool, body, buffer_, fl_bearer_);
+    if (!fl_bearer_.empty()) {
+      // Cluster mode, a job whose top is on another node: the top's answer takes a round trip;
+      // the request waits for it off this loop, which goes on serving the others.
+      const uint64_t buffer = buffer_;
+      buffer_ = 0;  // the pending request owns it now
+      loop_.AdmitForTop(this, fn_, buffer, head_len_ + body_len_, fl_job_, body, fl_bearer_);
+      return;
+    }
+    auto adm = loop_.gw().hooks_.fl->Admit(fl_job_, *fn_->pool, body, buffer_);
     if (!adm.ok()) {
       ReleaseRequestBuffer();
-      const int status = adm.status().code() == StatusCode::kAlreadyExists
-                             ? 409
-                             : HttpStatusFor(adm.status().code());
-      WriteError(status, adm.status().message());
+      WriteError(FlAdmitErrorStatus(adm.status()), adm.status().message());
       return;
     }
     admission = *adm;

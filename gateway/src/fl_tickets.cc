@@ -4,6 +4,14 @@
 
 namespace shoal {
 
+int FlAdmitErrorStatus(const Status& st) {
+  return st.code() == StatusCode::kAlreadyExists ? 409 : HttpStatusFor(st.code());
+}
+
+void FlTickets::Finish(uint64_t ticket, int status) {
+  if (ticket != 0) fl_->Completed(ticket, status, false);
+}
+
 void FlTickets::Finish(Pending& p, int status, bool leaf_answered) {
   if (p.fl_ticket == 0) return;
   fl_->Completed(p.fl_ticket, status, leaf_answered);

@@ -12,6 +12,9 @@
 
 namespace shoal {
 
+// The HTTP status of a refused admission (409 for a duplicate or stale update).
+int FlAdmitErrorStatus(const Status& st);
+
 class FlTickets {
  public:
   explicit FlTickets(FlDataPath* fl) : fl_(fl) {}
@@ -19,6 +22,8 @@ class FlTickets {
   // Tells the coordinator how the request's update ended (nothing for other requests) and
   // forgets its ticket. `leaf_answered`: `status` is the leaf's own answer, not the gateway's.
   void Finish(Pending& p, int status, bool leaf_answered = false);
+  // The same for an admitted update that never reached a request (its client left first).
+  void Finish(uint64_t ticket, int status);
   // Names the partial sum and the weight of the request's update in `d` for the leaf
   // `instance`. Without a partial sum the leaf folds nothing; the error is logged.
   void Stamp(const Pending& p, uint32_t instance, EventDescriptor& d);

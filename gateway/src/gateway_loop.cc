@@ -15,8 +15,7 @@ namespace {
 constexpr size_t kDescriptorBatch = 64;
 }  // namespace
 
-GatewayLoop::GatewayLoop(Gateway& gw, uint32_t index)
-    : gw_(gw), index_(index), fl_(gw.hooks_.fl) {}
+GatewayLoop::GatewayLoop(Gateway& gw, uint32_t index) : gw_(gw), index_(index), fl_(gw.hooks_.fl) {}
 
 GatewayLoop::~GatewayLoop() {
   if (thread_.joinable()) thread_.join();
@@ -29,24 +28,25 @@ Status GatewayLoop::Init(int listen_fd, Endpoint endpoint) {
   uv_loop_init(&loop_);
   initialised_ = true;
   loop_.data = this;
-  peers_ = std::make_unique<PeerLinks>(
-      &loop_, static_cast<uint64_t>(gw_.config_.forward_timeout_s * 1000));
+  peers_ = std::make_unique<PeerLinks>(&loop_,
+                                       static_cast<uint64_t>(gw_.config_.forward_timeout_s * 1000));
   uv_tcp_init(&loop_, &listener_);
   listener_.data = this;
   if (int rc = uv_tcp_open(&listener_, listen_fd); rc != 0) {
     return Internal(std::string("uv_tcp_open: ") + uv_strerror(rc));
   }
-  int rc = uv_listen(reinterpret_cast<uv_stream_t*>(&listener_), 1024, [](uv_stream_t* s, int status) {
-    auto* self = static_cast<GatewayLoop*>(s->data);
-    if (status != 0) return;
-    auto* c = new Connection(*self);
-    if (!c->Accept(s)) {
-      c->Close();
-      return;
-    }
-    self->connections_.push_back(c);
-    c->StartReading();
-  });
+  int rc =
+      uv_listen(reinterpret_cast<uv_stream_t*>(&listener_), 1024, [](uv_stream_t* s, int status) {
+        auto* self = static_cast<GatewayLoop*>(s->data);
+        if (status != 0) return;
+        auto* c = new Connection(*self);
+        if (!c->Accept(s)) {
+          c->Close();
+          return;
+        }
+        self->connections_.push_back(c);
+        c->StartReading();
+      });
   if (rc != 0) return Internal(std::string("listen: ") + uv_strerror(rc));
 
   endpoint_ = std::move(endpoint);
@@ -58,9 +58,8 @@ Status GatewayLoop::Init(int listen_fd, Endpoint endpoint) {
   uv_poll_start(&channel_poll_, UV_READABLE, [](uv_poll_t* h, int, int) {
     static_cast<GatewayLoop*>(h->data)->OnChannelReadable();
   });
-  uv_async_init(&loop_, &inbox_async_, [](uv_async_t* a) {
-    static_cast<GatewayLoop*>(a->data)->OnInbox();
-  });
+  uv_async_init(&loop_, &inbox_async_,
+                [](uv_async_t* a) { static_cast<GatewayLoop*>(a->data)->OnInbox(); });
   inbox_async_.data = this;
   uv_async_init(&loop_, &stop_async_, [](uv_async_t* a) {
     auto* self = static_cast<GatewayLoop*>(a->data);
@@ -76,6 +75,10 @@ Status GatewayLoop::Init(int listen_fd, Endpoint endpoint) {
   stop_async_.data = this;
   uv_timer_init(&loop_, &retry_timer_);
   retry_timer_.data = this;
+  {
+    std::lock_guard lock(gate_->mu);
+    gate_->loop = this;
+  }
   return {};
 }
 
@@ -86,6 +89,10 @@ void GatewayLoop::Run() {
 
 void GatewayLoop::Stop() {
   if (!initialised_) return;
+  {
+    std::lock_guard lock(gate_->mu);
+    gate_->loop = nullptr;
+  }
   uv_async_send(&stop_async_);
   if (thread_.joinable()) thread_.join();
 }
@@ -123,9 +130,9 @@ void GatewayLoop::Dispatch(Connection* conn, std::shared_ptr<FunctionRuntime> fn
   conn->SetPending(idx);
   FunctionRuntime& f = *p.fn;
   const auto timeout_ms = static_cast<uint64_t>(f.spec.timeout_s * 1000.0);
-  uv_timer_start(conn->timer(), [](uv_timer_t* t) {
-    static_cast<Connection*>(t->data)->OnTimeoutFired();
-  }, timeout_ms ? timeout_ms : 1, 0);
+  uv_timer_start(
+      conn->timer(), [](uv_timer_t* t) { static_cast<Connection*>(t->data)->OnTimeoutFired(); },
+      timeout_ms ? timeout_ms : 1, 0);
   auto r = f.router.Acquire(index_, pending_.RequestId(idx));
   switch (r.outcome) {
     case FunctionRouter::Outcome::kAssigned:
@@ -142,7 +149,8 @@ void GatewayLoop::Dispatch(Connection* conn, std::shared_ptr<FunctionRuntime> fn
       auto keep = std::move(p.fn);
       pending_.Free(idx);
       gw_.metrics_.gateway_rejections.Add({{"reason", "queue_full"}}).Increment();
-      conn->WriteError(503, "function '" + keep->spec.name + "' has too many queued requests", true);
+      conn->WriteError(503, "function '" + keep->spec.name + "' has too many queued requests",
+                       true);
       return;
     }
   }
@@ -157,6 +165,58 @@ void GatewayLoop::CallControl(Connection* conn, ControlCall call) {
   call.loop = index_;
   call.request_id = pending_.RequestId(idx);
   gw_.control_worker_->Submit(std::move(call));
+}
+
+void GatewayLoop::AdmitForTop(Connection* conn, std::shared_ptr<FunctionRuntime> fn,
+                              uint64_t buffer, uint64_t length, std::string_view job,
+                              std::span<const std::byte> body, std::string_view bearer) {
+  const uint32_t idx = pending_.Alloc();
+  Pending& p = pending_[idx];
+  p.conn = conn;
+  p.fn = std::move(fn);
+  p.buffer = buffer;
+  p.length = length;
+  p.admitting = true;
+  conn->SetPending(idx);
+  BufferPool& pool = *p.fn->pool;
+  // The answer comes on an admit thread (or at once, an error known here): through the inbox.
+  gw_.hooks_.fl->AdmitForTopAsync(
+      job, pool, body, buffer, bearer,
+      [gate = gate_, id = pending_.RequestId(idx)](Result<FlAdmission> a) {
+        InboxItem item{InboxItem::Kind::kFlAdmitted, id, 0, 0, {}, {}, {}};
+        if (a.ok()) {
+          item.fl = *a;
+        } else {
+          item.status = FlAdmitErrorStatus(a.status());
+          item.reason = a.status().message();
+        }
+        std::lock_guard lock(gate->mu);
+        if (gate->loop != nullptr) gate->loop->Post(std::move(item));
+      });
+}
+
+void GatewayLoop::OnFlAdmitted(InboxItem& item) {
+  uint32_t idx;
+  Pending* p = pending_.Lookup(item.request_id, &idx);
+  if (p == nullptr || !p->admitting) return;
+  Connection* conn = p->conn;
+  auto fn = std::move(p->fn);
+  const uint64_t buffer = p->buffer;
+  const uint64_t length = p->length;
+  pending_.Free(idx);
+  if (item.status != 0 || conn == nullptr) {
+    // Refused (nothing is held for it), or admitted for a client that left meanwhile: it does
+    // not count, and that client sends it again.
+    if (item.status == 0) fl_.Finish(item.fl.ticket, 503);
+    ReleaseBuffer(*fn, buffer, "request");
+    if (conn != nullptr) {
+      conn->ClearPending();
+      conn->WriteError(item.status, item.reason);
+    }
+    return;
+  }
+  conn->ClearPending();
+  Dispatch(conn, std::move(fn), buffer, length, item.fl);
 }
 
 void GatewayLoop::OnControlReply(uint64_t request_id, HttpReply reply) {
@@ -195,9 +255,9 @@ void GatewayLoop::SendToInstance(uint32_t idx, uint32_t instance) {
     st = outbox_->Send(d, &queued);
     if (st.ok()) {
       if (queued && !uv_is_active(reinterpret_cast<uv_handle_t*>(&retry_timer_))) {
-        uv_timer_start(&retry_timer_, [](uv_timer_t* t) {
-          static_cast<GatewayLoop*>(t->data)->FlushOutbox();
-        }, 1, 1);
+        uv_timer_start(
+            &retry_timer_, [](uv_timer_t* t) { static_cast<GatewayLoop*>(t->data)->FlushOutbox(); },
+            1, 1);
       }
       return;
     }
@@ -224,8 +284,8 @@ void GatewayLoop::SendToInstance(uint32_t idx, uint32_t instance) {
   pending_.Free(idx);
   if (conn) {
     conn->ClearPending();
-    conn->WriteError(502, "instance of function '" + fn->spec.name + "' is unavailable: " +
-                              st.message());
+    conn->WriteError(
+        502, "instance of function '" + fn->spec.name + "' is unavailable: " + st.message());
   }
 }
 
@@ -245,7 +305,7 @@ void GatewayLoop::RouteAssignment(const shoal::RouteAssignment& a) {
     SendToInstance(idx, a.instance);
     return;
   }
-  if (p != nullptr && p->conn == nullptr) {
+  if (p != nullptr && p->conn == nullptr && !p->admitting) {
     // The waiter gave up meanwhile: pass the slot on.
     fl_.Finish(*p, 504);
     auto keep = p->fn;
@@ -285,7 +345,7 @@ void GatewayLoop::OnResponse(const EventDescriptor& d) {
   }
   uint32_t idx;
   Pending* p = pending_.Lookup(d.request_id, &idx);
-  if (p == nullptr || p->control || p->queued || p->instance != d.source) {
+  if (p == nullptr || p->control || p->admitting || p->queued || p->instance != d.source) {
     // Stale (already failed or timed out and reused): the response buffer is ours to free.
     // Its pool is the one of the function that sent it; find it by the instance's function id.
     if (d.offset == 0) return;
@@ -330,6 +390,9 @@ void GatewayLoop::OnInbox() {
       case InboxItem::Kind::kControlReply:
         OnControlReply(item.request_id, std::move(*item.reply));
         break;
+      case InboxItem::Kind::kFlAdmitted:
+        OnFlAdmitted(item);
+        break;
     }
   });
 }
@@ -337,7 +400,7 @@ void GatewayLoop::OnInbox() {
 void GatewayLoop::Reject(uint64_t request_id, int status, const std::string& reason) {
   uint32_t idx;
   Pending* p = pending_.Lookup(request_id, &idx);
-  if (p == nullptr || p->control) return;
+  if (p == nullptr || p->control || p->admitting) return;
   fl_.Finish(*p, status);
   ReleaseBuffer(*p->fn, p->buffer, "request");
   Connection* conn = p->conn;
@@ -351,7 +414,7 @@ void GatewayLoop::Reject(uint64_t request_id, int status, const std::string& rea
 void GatewayLoop::FailInstance(uint32_t instance, int status, const std::string& reason) {
   for (uint32_t idx = 0; idx < pending_.size(); ++idx) {
     Pending& p = pending_[idx];
-    if (!p.in_use || p.control || p.queued || p.instance != instance) continue;
+    if (!p.in_use || p.control || p.admitting || p.queued || p.instance != instance) continue;
     // The request buffer was the instance's: the pool reclaims it with the instance's slot.
     fl_.Finish(p, status);
     Connection* conn = p.conn;

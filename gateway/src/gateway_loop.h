@@ -9,7 +9,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -33,12 +36,13 @@ class Gateway;
 struct FunctionRuntime;
 
 struct InboxItem {
-  enum class Kind { kAssign, kReject, kFailInstance, kControlReply } kind;
+  enum class Kind { kAssign, kReject, kFailInstance, kControlReply, kFlAdmitted } kind;
   uint64_t request_id = 0;
   uint32_t instance = 0;
-  int status = 0;
+  int status = 0;  // kFlAdmitted: 0, or the HTTP status of the top's refusal (`reason`)
   std::string reason;
   std::unique_ptr<HttpReply> reply;  // kControlReply
+  FlAdmission fl{};                  // kFlAdmitted
 };
 
 class GatewayLoop {
@@ -47,7 +51,9 @@ class GatewayLoop {
   ~GatewayLoop();
 
   Status Init(int listen_fd, Endpoint endpoint);
-  void Start() { thread_ = std::thread([this] { Run(); }); }
+  void Start() {
+    thread_ = std::thread([this] { Run(); });
+  }
   void Stop();
   // Any thread.
   void Post(InboxItem item);
@@ -61,6 +67,12 @@ class GatewayLoop {
   void Dispatch(Connection* conn, std::shared_ptr<FunctionRuntime> fn, uint64_t buffer,
                 uint64_t length, FlAdmission fl = {});
   void CallControl(Connection* conn, ControlCall call);
+  // Cluster mode: an update for a job whose top is on another node waits (its connection
+  // parked, its body held in `buffer`) while the top admits it off this loop; then it is
+  // dispatched as Dispatch does, or answered with the top's refusal.
+  void AdmitForTop(Connection* conn, std::shared_ptr<FunctionRuntime> fn, uint64_t buffer,
+                   uint64_t length, std::string_view job, std::span<const std::byte> body,
+                   std::string_view bearer);
   void Abandon(uint32_t pending_index);
   void OnConnectionClosed(Connection* conn);
   PeerLinks& peers() { return *peers_; }  // links to other nodes' gateways (forwarding)
@@ -73,6 +85,7 @@ class GatewayLoop {
   void OnInbox();
   void OnResponse(const EventDescriptor& d);
   void OnControlReply(uint64_t request_id, HttpReply reply);
+  void OnFlAdmitted(InboxItem& item);
   void FailInstance(uint32_t instance, int status, const std::string& reason);
   void Reject(uint64_t request_id, int status, const std::string& reason);
   void FlushOutbox();
@@ -92,6 +105,13 @@ class GatewayLoop {
   std::unique_ptr<DescriptorChannel> channel_;
   std::unique_ptr<DescriptorOutbox> outbox_;
   LoopInbox<InboxItem> inbox_;
+  // How threads that may outlive the loop (the FL admit threads) reach its inbox: `loop` is
+  // cleared when the loop stops.
+  struct Gate {
+    std::mutex mu;
+    GatewayLoop* loop = nullptr;
+  };
+  std::shared_ptr<Gate> gate_ = std::make_shared<Gate>();
   PendingSlab pending_;
   FlTickets fl_;
   std::vector<Connection*> connections_;

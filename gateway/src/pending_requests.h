@@ -22,7 +22,10 @@ struct Pending {
   uint64_t length = 0;
   bool in_use = false;
   bool queued = false;
-  bool control = false;    // a control route's call, answered by a control thread
+  bool control = false;  // a control route's call, answered by a control thread
+  // An FL update waiting for its job's top on another node to admit it (GatewayLoop::
+  // AdmitForTop): its body's buffer is held here, no instance has it yet.
+  bool admitting = false;
   uint64_t fl_ticket = 0;  // an FL update admitted by the coordinator (0: none)
   float fl_weight = 0;
 };
@@ -57,6 +60,7 @@ class PendingSlab {
     p.buffer = 0;
     p.queued = false;
     p.control = false;
+    p.admitting = false;
     free_.push_back(idx);
   }
 

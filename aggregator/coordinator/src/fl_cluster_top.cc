@@ -307,4 +307,14 @@ Result<FlAdmission> FlCoordinator::AdmitForTop(std::string_view job, BufferPool&
   return members_->Admit(job, pool, body, buffer, bearer);
 }
 
+void FlCoordinator::AdmitForTopAsync(std::string_view job, BufferPool& pool,
+                                     std::span<const std::byte> body, uint64_t buffer,
+                                     std::string_view bearer, AdmitDone done) {
+  if (!members_->Has(job)) {
+    done(Admit(job, pool, body, buffer));
+    return;
+  }
+  members_->AdmitAsync(job, pool, body, buffer, bearer, std::move(done));
+}
+
 }  // namespace shoal

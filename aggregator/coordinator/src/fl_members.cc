@@ -112,6 +112,15 @@ struct FlMembers::Job {
 FlMembers::FlMembers(const NodeConfig& config) : config_(config) {}
 
 FlMembers::~FlMembers() {
+  std::deque<AdmitCall> left;
+  {
+    std::lock_guard lock(admit_mu_);
+    admit_stopping_ = true;
+    left.swap(admits_);
+  }
+  admit_cv_.notify_all();
+  for (auto& t : admit_threads_) t.join();
+  for (AdmitCall& c : left) c.done(Unavailable("shoald is stopping"));
   std::lock_guard lock(mu_);
   for (auto& [name, job] : jobs_) {
     std::lock_guard jl(job->mu);
@@ -192,40 +201,62 @@ std::vector<FunctionSpec> FlMembers::LeafSpecs(
   return out;
 }
 
-Result<FlAdmission> FlMembers::Admit(std::string_view name, BufferPool& pool,
-                                     std::span<const std::byte> body, uint64_t buffer,
-                                     std::string_view bearer) {
-  auto job = Find(name);
-  if (!job) return NotFound("FL job '" + std::string(name) + "' not found");
-  FlTopLink* link = link_.load();
-  if (link == nullptr) return Unavailable("this node has no link to the job's top");
+void FlMembers::SetTopLink(FlTopLink* link) {
+  std::unique_lock lock(link_mu_);
+  link_.store(link);
+}
+
+Status FlMembers::Prepare(std::string_view name, BufferPool& pool, std::span<const std::byte> body,
+                          uint64_t buffer, std::string_view bearer, AdmitCall* call) {
+  call->job = Find(name);
+  if (!call->job) return NotFound("FL job '" + std::string(name) + "' not found");
   shoal::v1::UpdateHeader h;
   size_t head_bytes = 0;
   SHOAL_RETURN_IF_ERROR(ParseUpdateHead(body, &h, &head_bytes));
-  std::string top;
   {
-    std::lock_guard jl(job->mu);
-    top = job->top;
+    std::lock_guard jl(call->job->mu);
+    call->top = call->job->top;
   }
   // The top decides on the header alone; the tensors stay in this node's pool.
-  auto a = link->Admit(top, std::string(name), bearer, body.first(head_bytes));
-  if (!a.ok()) return a.status();
+  call->head.assign(reinterpret_cast<const char*>(body.data()), head_bytes);
+  call->bearer = bearer;
+  call->base_version = h.base_version();
+  call->num_samples = h.num_samples();
+  call->client = h.client_id().substr(0, 39);
+  call->pool = &pool;
+  call->buffer = buffer;
+  return {};
+}
+
+Result<FlAdmission> FlMembers::Exchange(const AdmitCall& c) {
+  const std::shared_ptr<Job>& job = c.job;
+  Result<FlTopLink::Admission> a = Unavailable("this node has no link to the job's top");
+  FlTopLink* link;
+  {
+    // Held while the link is used: SetTopLink(nullptr) (shoald stopping) waits for it.
+    std::shared_lock ll(link_mu_);
+    link = link_.load();
+    if (link == nullptr) return a.status();
+    a = link->Admit(c.top, job->spec.name, c.bearer, std::as_bytes(std::span(c.head)));
+    if (!a.ok()) return a.status();
+  }
   uint64_t id;
   {
     std::lock_guard jl(job->mu);
-    if (Status st = pool.Retain(buffer, kCoordinatorSlot); !st.ok() || job->removed) {
-      link->Report(top, job->spec.name, a->ticket, false);
+    if (Status st = c.pool->Retain(c.buffer, kCoordinatorSlot); !st.ok() || job->removed) {
+      std::shared_lock ll(link_mu_);
+      if (FlTopLink* l = link_.load()) l->Report(c.top, job->spec.name, a->ticket, false);
       return Internal("cannot hold the update buffer: " + st.message());
     }
-    job->pool = &pool;
+    job->pool = c.pool;
     Job::Ticket t;
     t.top_ticket = a->ticket;
     t.round = a->round;
-    t.buffer = buffer;
-    t.base_version = h.base_version();
-    t.num_samples = h.num_samples();
+    t.buffer = c.buffer;
+    t.base_version = c.base_version;
+    t.num_samples = c.num_samples;
     t.coefficient = a->coefficient;
-    t.client = h.client_id().substr(0, 39);
+    t.client = c.client;
     ++job->rounds[t.round].inflight;
     std::lock_guard lock(mu_);
     id = kTicketBit | next_ticket_++;
@@ -234,6 +265,52 @@ Result<FlAdmission> FlMembers::Admit(std::string_view name, BufferPool& pool,
   }
   if (a->durable_round > 0) Released(job->spec.name, a->durable_round);
   return FlAdmission{id, static_cast<float>(a->coefficient)};
+}
+
+Result<FlAdmission> FlMembers::Admit(std::string_view name, BufferPool& pool,
+                                     std::span<const std::byte> body, uint64_t buffer,
+                                     std::string_view bearer) {
+  AdmitCall call;
+  SHOAL_RETURN_IF_ERROR(Prepare(name, pool, body, buffer, bearer, &call));
+  return Exchange(call);
+}
+
+void FlMembers::AdmitAsync(std::string_view name, BufferPool& pool, std::span<const std::byte> body,
+                           uint64_t buffer, std::string_view bearer, FlDataPath::AdmitDone done) {
+  AdmitCall call;
+  if (Status st = Prepare(name, pool, body, buffer, bearer, &call); !st.ok()) {
+    done(st);
+    return;
+  }
+  {
+    std::lock_guard lock(admit_mu_);
+    if (!admit_stopping_ && admits_.size() < kAdmitsWaiting) {
+      while (admit_threads_.size() < kAdmitThreads) {
+        admit_threads_.emplace_back([this] { AdmitLoop(); });
+      }
+      call.done = std::move(done);
+      admits_.push_back(std::move(call));
+      admit_cv_.notify_one();
+      return;
+    }
+  }
+  done(ResourceExhausted("job '" + std::string(name) + "': " + std::to_string(kAdmitsWaiting) +
+                         " updates already wait for their top, node " + call.top +
+                         ", to admit them; retry"));
+}
+
+void FlMembers::AdmitLoop() {
+  for (;;) {
+    AdmitCall call;
+    {
+      std::unique_lock lock(admit_mu_);
+      admit_cv_.wait(lock, [this] { return admit_stopping_ || !admits_.empty(); });
+      if (admits_.empty()) return;  // stopping
+      call = std::move(admits_.front());
+      admits_.pop_front();
+    }
+    call.done(Exchange(call));
+  }
 }
 
 Result<uint64_t> FlMembers::PartialFor(uint64_t ticket, uint32_t instance) {
@@ -305,6 +382,7 @@ void FlMembers::Completed(uint64_t ticket, int http_status, bool leaf_answered) 
       job->tickets.erase(tit);
     }
   }
+  std::shared_lock ll(link_mu_);
   if (FlTopLink* link = link_.load()) link->Report(top, job->spec.name, top_ticket, ok);
 }
 

@@ -1,22 +1,24 @@
 // The fleet control routes run on control threads: while one is busy (a join's or an
 // evaluation's file I/O), the same gateway loop keeps serving other connections, and a client
-// that leaves before its control reply does not disturb the loop. A real Gateway with one
-// loop, real sockets, the unix data plane.
+// that leaves before its control reply does not disturb the loop. Likewise an FL update whose
+// job's top is on another node waits for the top's admission off the loop. A real Gateway
+// with one loop, real sockets, the unix data plane, a real shared-memory pool.
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "shoal/gateway/gateway.h"
+#include "shoal/pool/shm_pool.h"
 
 namespace shoal {
 namespace {
@@ -94,8 +96,8 @@ std::string Receive(int fd, size_t want, int timeout_ms) {
 class GatewayControlTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("shoal-gw-control-" + std::to_string(getpid()));
+    dir_ =
+        std::filesystem::temp_directory_path() / ("shoal-gw-control-" + std::to_string(getpid()));
     std::filesystem::create_directories(dir_);
     config_.node_name = "gwctl" + std::to_string(getpid());
     config_.listen_host = "127.0.0.1";
@@ -156,8 +158,9 @@ TEST_F(GatewayControlTest, TheLoopServesOthersWhileAControlCallRuns) {
 
   control_.Release();
   const std::string body = "GET /v1/jobs/j for client-a\n";
-  const std::string expected = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
-                               std::to_string(body.size()) + "\r\nX-Job: j\r\n\r\n" + body;
+  const std::string expected =
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\nX-Job: j\r\n\r\n" + body;
   EXPECT_EQ(Receive(a, expected.size(), 10000), expected);
 
   // The connection stays usable: a pipelined pair is answered in order.
@@ -184,8 +187,9 @@ TEST_F(GatewayControlTest, AClientThatLeavesBeforeItsReplyIsForgotten) {
   // The loop goes on: the next control call on b is answered.
   SendAll(b, JobStatusRequest());
   const std::string body = "GET /v1/jobs/j for client-a\n";
-  const std::string expected = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
-                               std::to_string(body.size()) + "\r\nX-Job: j\r\n\r\n" + body;
+  const std::string expected =
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\nX-Job: j\r\n\r\n" + body;
   EXPECT_EQ(Receive(b, expected.size(), 10000), expected);
   close(b);
 }
@@ -199,6 +203,183 @@ TEST_F(GatewayControlTest, FleetRoutesStillNeedAToken) {
   EXPECT_NE(got.find("WWW-Authenticate: Bearer realm=\"shoal\""), std::string::npos);
   EXPECT_EQ(control_.calls, 0);
   close(a);
+}
+
+// Cluster mode: job "j" is folded here for a top elsewhere. Each admission waits until the test
+// answers it from its own thread, as the peer link's answer comes.
+class SlowTop : public FlDataPath {
+ public:
+  std::string LeafFunction(std::string_view job) override { return "fl." + std::string(job); }
+  bool FoldsForOtherNode(std::string_view job) override { return job == "j"; }
+  Result<FlAdmission> Admit(std::string_view, BufferPool&, std::span<const std::byte>,
+                            uint64_t) override {
+    return Internal("the gateway must not admit a member job's update itself");
+  }
+  void AdmitForTopAsync(std::string_view, BufferPool&, std::span<const std::byte> body, uint64_t,
+                        std::string_view bearer, AdmitDone done) override {
+    std::lock_guard lock(mu);
+    bodies.emplace_back(reinterpret_cast<const char*>(body.data()), body.size());
+    bearers.emplace_back(bearer);
+    waiting.push_back(std::move(done));
+    cv.notify_all();
+  }
+  Result<uint64_t> PartialFor(uint64_t, uint32_t) override { return NotFound("no leaf here"); }
+  void Completed(uint64_t ticket, int http_status, bool) override {
+    std::lock_guard lock(mu);
+    completed.emplace_back(ticket, http_status);
+  }
+  bool WaitAdmits(size_t n) {
+    std::unique_lock lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(10), [&] { return bearers.size() >= n; });
+  }
+  // Answers the oldest waiting admission from another thread.
+  void Answer(Result<FlAdmission> a) {
+    AdmitDone done;
+    {
+      std::lock_guard lock(mu);
+      done = std::move(waiting.front());
+      waiting.erase(waiting.begin());
+    }
+    std::thread([done = std::move(done), a = std::move(a)] { done(a); }).join();
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<AdmitDone> waiting;
+  std::vector<std::string> bodies, bearers;
+  std::vector<std::pair<uint64_t, int>> completed;
+};
+
+class GatewayFlAdmitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_.node_name = "gwfl" + std::to_string(getpid());
+    config_.listen_host = "127.0.0.1";
+    config_.listen_port = 0;
+    config_.gateway_threads = 1;
+    config_.dataplane = DataPlaneMode::kUnix;
+    auto dp = CreateDataPlane(config_);
+    ASSERT_TRUE(dp.ok()) << dp.status().ToString();
+    dataplane_ = std::move(*dp);
+    auto pool = ShmPool::Create("shoal-gwfl-" + std::to_string(getpid()), 8 << 20);
+    ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+    pool_ = std::move(*pool);
+    FunctionSpec leaf;
+    leaf.name = "fl.j";
+    leaf.id = 7;
+    leaf.tenant = "default";
+    leaf.timeout_s = 30;
+    // No instance and no queue: an admitted update is refused with 503 when dispatched, which
+    // shows the admission reached the dispatch (the leaf path is the integration tests').
+    functions_.Set(leaf.name, std::make_shared<FunctionRuntime>(leaf, pool_.get(), metrics_, 0));
+    GatewayHooks hooks;
+    hooks.fl = &top_;
+    gateway_ = std::make_unique<Gateway>(config_, functions_, *dataplane_, scale_, metrics_, hooks);
+    ASSERT_TRUE(gateway_->Start().ok());
+  }
+  void TearDown() override {
+    if (gateway_) gateway_->Stop();
+  }
+  static std::string Update(const std::string& body) {
+    return "POST /v1/jobs/j/updates HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-1\r\n"
+           "Content-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body;
+  }
+  // The whole error answer, {"error": message}.
+  static std::string Error(const std::string& status_line, const std::string& message) {
+    const std::string json = "{\"error\":\"" + message + "\"}\n";
+    return "HTTP/1.1 " + status_line +
+           "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(json.size()) +
+           "\r\n\r\n" + json;
+  }
+
+  NodeConfig config_;
+  std::unique_ptr<DataPlane> dataplane_;
+  std::unique_ptr<ShmPool> pool_;
+  FunctionTable functions_;
+  NoScale scale_;
+  NodeMetrics metrics_;
+  SlowTop top_;
+  std::unique_ptr<Gateway> gateway_;
+};
+
+TEST_F(GatewayFlAdmitTest, TheLoopServesOthersWhileTheTopAdmitsAnUpdate) {
+  ASSERT_EQ(gateway_->loops(), 1u);
+  const int a = Connect(gateway_->port());
+  ASSERT_GE(a, 0);
+  SendAll(a, Update("SHU1-update-one"));
+  ASSERT_TRUE(top_.WaitAdmits(1));
+  EXPECT_EQ(top_.bearers[0], "tok-1");
+  EXPECT_EQ(top_.bodies[0], "SHU1-update-one");  // read in place in the pool
+  EXPECT_EQ(pool_->Stats().live_buffers, 1u);
+
+  // The only loop answers another connection while the top has not answered.
+  const int b = Connect(gateway_->port());
+  ASSERT_GE(b, 0);
+  SendAll(b, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string health =
+      "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n";
+  EXPECT_EQ(Receive(b, health.size(), 10000), health);
+  EXPECT_EQ(Receive(a, 1, 100), "");  // still waiting for the top
+
+  // The top's refusal is the client's answer, as a synchronous admission's was.
+  top_.Answer(PermissionDenied("bad token for client 'c3'"));
+  std::string want = Error("403 Forbidden", "bad token for client 'c3'");
+  EXPECT_EQ(Receive(a, want.size(), 10000), want);
+  EXPECT_EQ(pool_->Stats().live_buffers, 0u);
+
+  // The same connection: a top that cannot be reached (Unavailable) is a 502 with its reason.
+  SendAll(a, Update("SHU1-update-two"));
+  ASSERT_TRUE(top_.WaitAdmits(2));
+  top_.Answer(Unavailable("job 'j': admitting the update at its top, node n0: no reply"));
+  want = Error("502 Bad Gateway", "job 'j': admitting the update at its top, node n0: no reply");
+  EXPECT_EQ(Receive(a, want.size(), 10000), want);
+  // A duplicate is the 409 a local update gets.
+  SendAll(a, Update("SHU1-update-three"));
+  ASSERT_TRUE(top_.WaitAdmits(3));
+  top_.Answer(AlreadyExists("client 'c3' already sent an update for this round"));
+  want = Error("409 Conflict", "client 'c3' already sent an update for this round");
+  EXPECT_EQ(Receive(a, want.size(), 10000), want);
+
+  // Admitted: the update goes on to the leaf function's dispatch (here: no room, 503), and
+  // the coordinator hears once that its ticket failed.
+  SendAll(a, Update("SHU1-update-four"));
+  ASSERT_TRUE(top_.WaitAdmits(4));
+  top_.Answer(FlAdmission{41, 0.5f});
+  const std::string got = Receive(a, 1, 10000);
+  EXPECT_EQ(got.rfind("HTTP/1.1 503 Service Unavailable\r\n", 0), 0u) << got;
+  EXPECT_NE(got.find("function 'fl.j' has too many queued requests"), std::string::npos) << got;
+  {
+    std::lock_guard lock(top_.mu);
+    ASSERT_EQ(top_.completed.size(), 1u);
+    EXPECT_EQ(top_.completed[0], std::make_pair(uint64_t{41}, 503));
+  }
+  EXPECT_EQ(pool_->Stats().live_buffers, 0u);
+  close(a);
+  close(b);
+}
+
+TEST_F(GatewayFlAdmitTest, AnUpdateWhoseClientLeftBeforeTheTopAdmittedItDoesNotCount) {
+  const int a = Connect(gateway_->port());
+  ASSERT_GE(a, 0);
+  SendAll(a, Update("SHU1-update"));
+  ASSERT_TRUE(top_.WaitAdmits(1));
+  close(a);
+  // The loop has seen the close once it answers the next connection.
+  const int b = Connect(gateway_->port());
+  SendAll(b, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(Receive(b, 1, 10000).rfind("HTTP/1.1 200 OK", 0), 0u);
+  EXPECT_EQ(pool_->Stats().live_buffers, 1u);  // held until the top answers
+  top_.Answer(FlAdmission{42, 0.5f});
+  // The admission comes back through the loop: the ticket is failed, the buffer released.
+  SendAll(b, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(Receive(b, 1, 10000).rfind("HTTP/1.1 200 OK", 0), 0u);
+  {
+    std::lock_guard lock(top_.mu);
+    ASSERT_EQ(top_.completed.size(), 1u);
+    EXPECT_EQ(top_.completed[0], std::make_pair(uint64_t{42}, 503));
+  }
+  EXPECT_EQ(pool_->Stats().live_buffers, 0u);
+  close(b);
 }
 
 }  // namespace

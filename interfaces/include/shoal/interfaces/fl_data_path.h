@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -54,6 +55,16 @@ class FlDataPath {
                                           std::string_view bearer) {
     (void)bearer;
     return Admit(job, pool, body, buffer);
+  }
+  // AdmitForTop without waiting for the top (the gateway's loop goes on serving meanwhile):
+  // `done` gets what AdmitForTop would return, exactly once, on another thread once the top
+  // answered, or before this returns when the answer is known here. The caller keeps `buffer`
+  // (and `body` in it) untouched until `done` ran.
+  using AdmitDone = std::function<void(Result<FlAdmission>)>;
+  virtual void AdmitForTopAsync(std::string_view job, BufferPool& pool,
+                                std::span<const std::byte> body, uint64_t buffer,
+                                std::string_view bearer, AdmitDone done) {
+    done(AdmitForTop(job, pool, body, buffer, bearer));
   }
 };
 

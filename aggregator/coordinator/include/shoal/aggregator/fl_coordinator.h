@@ -166,6 +166,8 @@ class FlCoordinator final : public JobService, public FlDataPath {
   Result<FlAdmission> AdmitForTop(std::string_view job, BufferPool& pool,
                                   std::span<const std::byte> body, uint64_t buffer,
                                   std::string_view bearer) override;
+  void AdmitForTopAsync(std::string_view job, BufferPool& pool, std::span<const std::byte> body,
+                        uint64_t buffer, std::string_view bearer, AdmitDone done) override;
 
   struct JobState;  // fl_coordinator.cc
 

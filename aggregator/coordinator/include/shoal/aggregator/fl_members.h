@@ -8,14 +8,18 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "shoal/aggregator/fl_coordinator.h"
@@ -29,7 +33,8 @@ class FlMembers {
 
   explicit FlMembers(const NodeConfig& config);
   ~FlMembers();
-  void SetTopLink(FlTopLink* link) { link_.store(link); }
+  // (Waits for the admit exchanges using the link it replaces.)
+  void SetTopLink(FlTopLink* link);
 
   // Folds `spec`'s updates here for its top on node `top`; a job already here keeps its
   // state (its top's name is updated). `leaf_id` is the leaf function's id.
@@ -44,6 +49,11 @@ class FlMembers {
   // FlDataPath for these jobs (gateway loops).
   Result<FlAdmission> Admit(std::string_view job, BufferPool& pool, std::span<const std::byte> body,
                             uint64_t buffer, std::string_view bearer);
+  // Admit without waiting: the exchange with the top runs on one of this node's admit threads,
+  // which calls `done` with Admit's result (or `done` runs before this returns, with an error
+  // known here: an unknown job, a malformed header, too many admissions waiting).
+  void AdmitAsync(std::string_view job, BufferPool& pool, std::span<const std::byte> body,
+                  uint64_t buffer, std::string_view bearer, FlDataPath::AdmitDone done);
   Result<uint64_t> PartialFor(uint64_t ticket, uint32_t instance);
   void Completed(uint64_t ticket, int http_status, bool leaf_answered);
 
@@ -64,9 +74,35 @@ class FlMembers {
   struct Job;  // fl_members.cc
 
  private:
+  // An admission: what the gateway's loop reads of the update (its header's bytes copied),
+  // then the exchange with the top and the ticket (Exchange, on the caller's or an admit
+  // thread).
+  struct AdmitCall {
+    std::shared_ptr<Job> job;
+    std::string top, bearer, head;  // head: prefix + UpdateHeader, as the top reads them
+    uint64_t base_version = 0, num_samples = 0;
+    std::string client;
+    BufferPool* pool = nullptr;
+    uint64_t buffer = 0;
+    FlDataPath::AdmitDone done;
+  };
+  Status Prepare(std::string_view job, BufferPool& pool, std::span<const std::byte> body,
+                 uint64_t buffer, std::string_view bearer, AdmitCall* call);
+  Result<FlAdmission> Exchange(const AdmitCall& call);
+  void AdmitLoop();
+
   std::shared_ptr<Job> Find(std::string_view job);
   const NodeConfig& config_;
   std::atomic<FlTopLink*> link_{nullptr};
+  std::shared_mutex link_mu_;  // held shared while an admit exchange uses link_
+  // Admissions waiting for an admit thread (started at the first), at most kAdmitsWaiting.
+  static constexpr size_t kAdmitThreads = 4;
+  static constexpr size_t kAdmitsWaiting = 1024;
+  std::mutex admit_mu_;
+  std::condition_variable admit_cv_;
+  std::deque<AdmitCall> admits_;
+  std::vector<std::thread> admit_threads_;
+  bool admit_stopping_ = false;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Job>, std::less<>> jobs_;
   std::map<uint64_t, std::shared_ptr<Job>> by_ticket_;

@@ -5,7 +5,8 @@ job committed its last version, every client's updates were taken and each ran t
 its tasks assigned, and the final global model's accuracy on 2,000 test images (scored here,
 not by the clients) is above the bound. And a FedAvg job with spec.aggregation.robust median, one
 of three example clients attacking (--attack scale:-10): it learns, and that client is the one
-suspect.
+suspect. And two of four example clients mounting the colluding "little is enough" attack
+from separate processes: they pool their models through a directory and send the same bytes.
 
 Run by ctest (python_sdk.integration), or:
   SHOAL_BIN_DIR=build/bin /usr/bin/python3 -m pytest -q tests/integration/python_sdk_test.py
@@ -219,3 +220,62 @@ def test_an_attacking_torch_client_is_the_median_rules_suspect(shoald):
     print(f"\npython sdk, median rule, torch-2 attacking (scale:-10): version {final.version}, "
           f"test accuracy {acc:.4f}")
     assert acc >= ROBUST_ACCURACY_BOUND
+
+
+LIE_JOB = "pylie"
+LIE_ROUNDS = 4
+LIE_MANIFEST = ROBUST_MANIFEST.replace(ROBUST_JOB, LIE_JOB).replace(
+    "expected: 3", "expected: 4").replace(f"rounds: {ROBUST_ROUNDS}", f"rounds: {LIE_ROUNDS}")
+
+
+def test_lie_attackers_in_separate_processes_collude_through_a_directory(shoald, tmp_path):
+    """Four example clients of a FedAvg job with the median rule; torch-2 and torch-3 mount the
+    colluding "little is enough" attack (--attack lie --attackers 2 --collude-dir): each
+    trains honestly, they pool their models per round in the directory, and both send the same
+    mean - z std, z = z_max(4, 2) = Phi^-1(3/4) = 0.6745."""
+    deploy = shoald.cli("deploy", "-f", "-", stdin=LIE_MANIFEST, timeout=30)
+    assert deploy.returncode == 0, deploy.stderr + deploy.stdout
+    token = shoald.api("/v1/tokens",
+                       json.dumps({"role": "fl-client", "job": LIE_JOB}).encode())["token"]
+    server = f"http://127.0.0.1:{shoald.port}"
+    procs = []
+    for k in range(4):
+        cmd = [sys.executable, EXAMPLE, "--server", server, "--job", LIE_JOB,
+               "--client-index", str(k), "--num-clients", "4", "--train-samples", "1000",
+               "--no-evaluate", "--seed", "7", "--max-seconds", "120"]
+        if k >= 2:
+            cmd += ["--attack", "lie", "--attackers", "2", "--collude-dir", str(tmp_path)]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=dict(os.environ, SHOAL_TOKEN=token)))
+    summaries = []
+    for k, p in enumerate(procs):
+        out, err = p.communicate(timeout=150)
+        assert p.returncode == 0, f"client {k} exit {p.returncode}:\n{err}\n{out}"
+        if k >= 2:
+            assert f"client {k} attacks: lie:0.67449" in err, err
+        summaries.append(json.loads(out.strip().splitlines()[-1]))
+    status = shoald.api(f"/v1/jobs/{LIE_JOB}")
+    assert status["state"] == "done" and status["version"] == LIE_ROUNDS
+    assert "lie" not in summaries[0] and "lie" not in summaries[1]
+    two, three = summaries[2]["lie"], summaries[3]["lie"]
+    # Every round both attackers met, and sent the same parameters, byte for byte.
+    assert two["colluded"] == three["colluded"] == LIE_ROUNDS, (two, three)
+    assert two["alone"] == three["alone"] == 0
+    assert sorted(two["sent"]) == [str(v) for v in range(LIE_ROUNDS)]
+    assert two["sent"] == three["sent"]
+    assert len(set(two["sent"].values())) == LIE_ROUNDS
+
+    sys.path.insert(0, os.path.dirname(EXAMPLE))
+    import fmnist_torch
+    test_x, test_y = fmnist_torch.load_split(DATA, "test")
+    final = shoal_fl.JobClient(server, LIE_JOB, token).model()
+    net = fmnist_torch.build_model(final.names, [a.shape for a in final.arrays])
+    shoal_fl.torch.set_parameters(net, final.arrays)
+    with torch.no_grad():
+        acc = (net(test_x[-2000:]).argmax(1) == test_y[-2000:]).float().mean().item()
+    suspects = [(s["name"], s["suspect_updates"]) for s in status["robust"]["suspects"]]
+    print(f"\npython sdk, median rule, torch-2 and torch-3 colluding (lie, z 0.6745): version "
+          f"{final.version}, test accuracy {acc:.4f}, suspects {suspects}")
+    # What the attack is for: inside the honest spread, the median never flags them (here it
+    # flags the honest clients instead: torch-1 4 and torch-0 3 of their 4 updates).
+    assert not [s for s in suspects if s[0] in ("torch-2", "torch-3")], suspects

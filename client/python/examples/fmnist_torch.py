@@ -12,10 +12,18 @@ order (model/include/shoal/model/architectures.h): `logreg` (fc), `mlp` (fc1..fc
 non-IID share with --dirichlet ALPHA) from Debian's dataset-fashion-mnist, exactly the local
 steps each task assigns (FedCompass gives each client its own), and reports its accuracy on a
 slice of the test split. The last line on stdout is the run's summary as JSON.
+
+--attack poisons this client's updates (shoal_fl.attacks). The colluding "little is enough"
+attack runs as several such processes, each a client of its own:
+    ... --client-index 8 --num-clients 10 --attack lie --attackers 2 --collude-dir /tmp/lie
+    ... --client-index 9 --num-clients 10 --attack lie --attackers 2 --collude-dir /tmp/lie
+Each trains honestly, they pool their models of each round in the directory and both send
+mean - z std of them (z the paper's z_max for --num-clients and --attackers, or lie:<z>).
 """
 
 import argparse
 import gzip
+import hashlib
 import json
 import logging
 import os
@@ -116,8 +124,10 @@ def build_model(names, shapes):
 
 
 class FashionMnistClient(shoal_fl.Client):
-    def __init__(self, train, test, seed, attack=None):
+    def __init__(self, train, test, seed, attack=None, collusion=None):
         self.attack = attack  # shoal_fl.Attack: this client poisons its updates
+        self.collusion = collusion  # lie: shoal_fl.Collusion, the attackers' shared directory
+        self.lie = {"colluded": 0, "alone": 0, "sent": {}}  # sent: version -> sha256
         self.seed, self.fits = seed, 0
         self.x, self.y = train
         self.test_x, self.test_y = test
@@ -150,7 +160,18 @@ class FashionMnistClient(shoal_fl.Client):
         trained = get_parameters(net)
         if self.attack is not None:
             self.fits += 1
-            trained = self.attack.apply(parameters, trained, seed=self.seed * 7919 + self.fits)
+            peers = None
+            if self.collusion is not None:
+                version = config["model_version"]
+                peers = self.collusion.pool(version, trained)
+                self.lie["colluded" if len(peers) >= 2 else "alone"] += 1
+            trained = self.attack.apply(parameters, trained, seed=self.seed * 7919 + self.fits,
+                                        peers=peers)
+            if self.collusion is not None:
+                digest = hashlib.sha256()
+                for t in trained:
+                    digest.update(np.ascontiguousarray(t, dtype=np.float32).tobytes())
+                self.lie["sent"][str(version)] = digest.hexdigest()
         return trained, len(self.y), {}
 
     def evaluate(self, parameters, config):
@@ -196,10 +217,23 @@ def main():
     p.add_argument("--max-seconds", type=float, default=None)
     p.add_argument("--attack", default="none",
                    help="poison this client's updates: none | sign-flip | scale:<k> | "
-                        "noise:<sigma> | label-flip (shoal_fl.attacks)")
+                        "noise:<sigma> | label-flip | lie[:<z>] (shoal_fl.attacks)")
+    p.add_argument("--attackers", type=int, default=0,
+                   help="lie: how many attackers collude (z_max from it and --num-clients)")
+    p.add_argument("--collude-dir", default=None,
+                   help="lie: the directory the attackers pool their models in")
+    p.add_argument("--collude-wait", type=float, default=30.0,
+                   help="lie: seconds to wait for the round's other attackers")
     args = p.parse_args()
+    collusion = None
     try:
         attack = shoal_fl.parse_attack(args.attack)
+        if attack.kind == "lie":
+            if not args.collude_dir:
+                raise ValueError("lie needs --collude-dir (where the attackers pool models)")
+            attack = attack.with_z(args.num_clients, args.attackers)
+            collusion = shoal_fl.Collusion(args.collude_dir, args.attackers, args.client_index,
+                                           wait=args.collude_wait)
     except ValueError as e:
         p.error(f"--attack: {e}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -218,7 +252,8 @@ def main():
     if attack.kind == "label-flip":
         train_y = torch.from_numpy(shoal_fl.flip_labels(train_y.numpy()).astype(np.int64))
     client = FashionMnistClient((x[idx], train_y), test, seed=args.seed * 1000 + args.client_index,
-                                attack=None if attack.kind == "none" else attack)
+                                attack=None if attack.kind == "none" else attack,
+                                collusion=collusion)
     if attack.kind != "none":
         logging.info("client %d attacks: %s", args.client_index, attack)
 
@@ -233,6 +268,8 @@ def main():
                  summary.updates_stale, last)
     out = dict(vars(summary))
     out["evaluations"] = {str(k): v for k, v in summary.evaluations.items()}
+    if collusion is not None:
+        out["lie"] = client.lie
     print(json.dumps(out), flush=True)
     return 0 if summary.done else 1
 

@@ -13,7 +13,7 @@ shoal_fl.torch (optional) moves parameters in and out of a torch.nn.Module; atta
 updates for experiments with a job's robust rule.
 """
 
-from .attacks import Attack, flip_labels, parse_attack
+from .attacks import Attack, Collusion, flip_labels, lie_z, little_is_enough, parse_attack
 from .client import Client, NumPyClient
 from .dtypes import DType
 from .errors import (BadRequest, ConnectionFailed, Forbidden, HttpError, NotFound,
@@ -26,9 +26,9 @@ from .update_format import EncodedUpdate, UpdateKind, UpdateMeta
 __version__ = "0.1.0"
 
 __all__ = [
-    "Attack", "BadRequest", "Client", "ConnectionFailed", "DType", "EncodedUpdate", "Forbidden",
-    "GlobalModel", "HttpError", "JobClient", "Membership", "NotFound", "NumPyClient",
+    "Attack", "BadRequest", "Client", "Collusion", "ConnectionFailed", "DType", "EncodedUpdate",
+    "Forbidden", "GlobalModel", "HttpError", "JobClient", "Membership", "NotFound", "NumPyClient",
     "PayloadTooLarge", "ProtocolError", "RetryPolicy", "RunSummary", "ServerError",
     "ServiceUnavailable", "ShoalError", "StaleUpdate", "Task", "Unauthorized", "UpdateKind",
-    "UpdateMeta", "flip_labels", "parse_attack", "run_client",
+    "UpdateMeta", "flip_labels", "lie_z", "little_is_enough", "parse_attack", "run_client",
 ]

@@ -2,7 +2,8 @@
 // shoal-client clients, 2 of them attacking (--attack scale:-10 --attackers 2). With no robust
 // rule the model collapses; with spec.aggregation.robust median or krum the job reaches its
 // target anyway, and the attackers (client-6, client-7) are the suspects in the job status, in
-// `shoal fl status` and in /metrics.
+// `shoal fl status` and in /metrics. And the colluding "little is enough" attack (--attack lie):
+// the attackers send one pooled model every round, and Krum flags only honest clients.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -12,11 +13,11 @@
 #include <span>
 #include <string>
 
+#include "hugepages_for_test.h"
 #include "shoal/client/dataset.h"
 #include "shoal/client/mlp_trainer.h"
 #include "shoal/model/architectures.h"
 #include "shoal/model/safetensors.h"
-#include "hugepages_for_test.h"
 #include "shoald_fixture.h"
 
 namespace shoal::testing {
@@ -31,8 +32,11 @@ std::string Manifest(const std::string& name, const std::string& robust, double 
   return "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: " + name +
          "\nspec:\n"
          "  algorithm: {name: fedavg}\n  model: {architecture: mlp, hidden: 64, seed: 1}\n"
-         "  data: {dataset: digits}\n  clients: {expected: " + std::to_string(kClients) + "}\n"
-         "  stop: {rounds: " + std::to_string(rounds) + ", accuracy: " + std::to_string(accuracy) +
+         "  data: {dataset: digits}\n  clients: {expected: " +
+         std::to_string(kClients) +
+         "}\n"
+         "  stop: {rounds: " +
+         std::to_string(rounds) + ", accuracy: " + std::to_string(accuracy) +
          "}\n  training: {localSteps: 40, learningRate: 0.1, batchSize: 32}\n"
          "  aggregation:\n    maxFanIn: 4\n    maxLeaves: 2\n" +
          (robust.empty() ? "" : "    robust: " + robust + "\n");
@@ -61,19 +65,20 @@ class FlRobustTest : public ::testing::Test {
   };
   // Deploys the job, runs 8 shoal-client clients (2 attacking) until it is done or
   // max_seconds, and scores its last version on the digits test split.
-  Run Train(const std::string& name, const std::string& robust, double accuracy, int rounds) {
+  Run Train(const std::string& name, const std::string& robust, double accuracy, int rounds,
+            const std::string& attack = "scale:-10") {
     Run run;
     const auto d = shoald_.Deploy(Manifest(name, robust, accuracy, rounds));
     EXPECT_EQ(d.exit_code, 0) << d.out << d.err;
     const std::string token = shoald_.CreateToken("fl-client", "", name);
     EXPECT_FALSE(token.empty());
-    const std::string cmd = "SHOAL_TOKEN=" + token + " " + BinDir() +
-                            "/shoal-client --server http://127.0.0.1:" +
-                            std::to_string(shoald_.port()) + " --job " + name +
-                            " --data digits --clients " + std::to_string(kClients) +
-                            " --partition iid --seed 3 --time-scale 0 --max-seconds 40"
-                            " --attack scale:-10 --attackers " + std::to_string(kAttackers) +
-                            " 2>&1";
+    const std::string cmd =
+        "SHOAL_TOKEN=" + token + " " + BinDir() +
+        "/shoal-client --server http://127.0.0.1:" + std::to_string(shoald_.port()) + " --job " +
+        name + " --data digits --clients " + std::to_string(kClients) +
+        " --partition iid --seed 3 --time-scale 0 --max-seconds 40"
+        " --attack " +
+        attack + " --attackers " + std::to_string(kAttackers) + " 2>&1";
     FILE* p = popen(cmd.c_str(), "r");
     EXPECT_NE(p, nullptr);
     if (p == nullptr) return run;
@@ -82,18 +87,20 @@ class FlRobustTest : public ::testing::Test {
     EXPECT_EQ(pclose(p), 0) << run.out;
     run.status = Json::parse(shoald_.Api("GET", "/v1/jobs/" + name).body, nullptr, false);
     run.version = run.status.value("version", uint64_t{0});
-    auto r = shoald_.Api("GET", "/v1/jobs/" + name + "/model?version=" + std::to_string(run.version));
+    auto r =
+        shoald_.Api("GET", "/v1/jobs/" + name + "/model?version=" + std::to_string(run.version));
     EXPECT_EQ(r.status, 200) << r.body;
     auto m = model::ModelFromSafetensors(
-        std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.body.data()), r.body.size()),
+        std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.body.data()),
+                                   r.body.size()),
         model::MlpSpec(64, {64}, 10));
     EXPECT_TRUE(m.ok()) << m.status().ToString();
     if (!m.ok()) return run;
     auto eval = client::Evaluate({64, 64, 10}, m->values, digits_.test);
     EXPECT_TRUE(eval.ok());
     run.accuracy = eval.ok() ? eval->accuracy : 0;
-    std::cerr << name << ": version " << run.version << ", test accuracy " << run.accuracy
-              << " on " << digits_.test.num_samples << " samples\n";
+    std::cerr << name << ": version " << run.version << ", test accuracy " << run.accuracy << " on "
+              << digits_.test.num_samples << " samples\n";
     return run;
   }
   // The attackers are client-6 and client-7; precision and recall of the suspects per update.
@@ -126,8 +133,8 @@ class FlRobustTest : public ::testing::Test {
     EXPECT_EQ(suspects, attackers) << run.status["robust"].dump();
     const double precision = tp + fp == 0 ? 0 : double(tp) / double(tp + fp);
     const double recall = tp + fn == 0 ? 0 : double(tp) / double(tp + fn);
-    std::cerr << job << " (" << rule << "): suspect updates precision " << precision
-              << ", recall " << recall << "\n";
+    std::cerr << job << " (" << rule << "): suspect updates precision " << precision << ", recall "
+              << recall << "\n";
     // /metrics: shoal_fl_suspect_updates_total{job,client,rule} per attacker.
     for (const std::string& id : attackers) {
       EXPECT_GE(shoald_.Metric("shoal_fl_suspect_updates_total",
@@ -162,12 +169,41 @@ TEST_F(FlRobustTest, ScaledUpdatesCollapseFedAvgAndRobustRulesWithstandThem) {
   ExpectAttackersAreTheSuspects(krum, "krum", "krum");
 }
 
+// The colluding "little is enough" attack (--attack lie): client-6 and client-7 train honestly,
+// pool their models each round and both send mean - z std of them, z = z_max(8, 2) =
+// Phi^-1(5/8) = 0.3186. Inside the honest spread, Krum never flags them.
+TEST_F(FlRobustTest, LittleIsEnoughAttackersColludeEveryRoundAndKrumDoesNotFlagThem) {
+  const Run krum = Train("liekrum", "{rule: krum, f: 2}", 1.0, 15, "lie");
+  EXPECT_EQ(krum.version, 15u) << krum.out;
+  EXPECT_NE(krum.out.find("attack lie:0.318639 by 2 of 8 clients: client-6 .. client-7 "
+                          "(colluding: each round's attackers pool their honest models and send "
+                          "mean - 0.3186 std; z_max for n 8, f 2)"),
+            std::string::npos)
+      << krum.out;
+  EXPECT_NE(krum.out.find("shoal-client: lie: 30 updates sent as the colluders' mean - 0.3186 "
+                          "std (2.00 attackers pooled per update), 0 sent honest"),
+            std::string::npos)
+      << krum.out;
+  uint64_t honest_flagged = 0;
+  for (const Json& c : krum.status["clients"]["list"]) {
+    const std::string name = c.value("name", "");
+    if (name == "client-6" || name == "client-7") {
+      EXPECT_EQ(c.value("updates", uint64_t{0}), 15u) << c.dump();
+      EXPECT_EQ(c.value("suspect_updates", uint64_t{0}), 0u) << c.dump();
+    } else {
+      honest_flagged += c.value("suspect_updates", uint64_t{0});
+    }
+  }
+  EXPECT_EQ(honest_flagged, 30u);  // Krum drops f = 2 per round: all of them honest ones
+}
+
 // A rule the round size cannot carry is a 400 naming the field, through the CLI.
 TEST_F(FlRobustTest, KrumThatCannotToleratefIsRefusedAtDeploy) {
   const auto d = shoald_.Deploy(Manifest("bad", "{rule: krum, f: 3}", 0.9, 10));
   EXPECT_NE(d.exit_code, 0);
-  EXPECT_NE((d.out + d.err).find("spec.aggregation.robust.f: krum tolerates f byzantine updates "
-                                 "among n only when n > 2f + 2 = 8"),
+  EXPECT_NE((d.out + d.err)
+                .find("spec.aggregation.robust.f: krum tolerates f byzantine updates "
+                      "among n only when n > 2f + 2 = 8"),
             std::string::npos)
       << d.out << d.err;
   EXPECT_EQ(shoald_.Api("GET", "/v1/jobs/bad").status, 404);

@@ -44,15 +44,22 @@ struct Options {
   int rounds = 30, seeds = 1;
   uint64_t first_seed = 1;
   double max_seconds = 240;
-  std::vector<std::string> attacks = {"none", "sign-flip", "scale:-10", "noise:1"};
+  std::vector<std::string> attacks = {"none",    "sign-flip",  "scale:-10",
+                                      "noise:1", "label-flip", "lie"};
 };
 
 std::string Manifest(const std::string& name, const Rule& rule, const Options& o, uint64_t seed) {
   return "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: " + name +
          "\nspec:\n  algorithm: {name: fedavg}\n"
-         "  model: {architecture: mlp, hidden: 64, seed: " + std::to_string(seed) + "}\n"
-         "  clients: {expected: " + std::to_string(kClients) + "}\n"
-         "  stop: {rounds: " + std::to_string(o.rounds) + "}\n"
+         "  model: {architecture: mlp, hidden: 64, seed: " +
+         std::to_string(seed) +
+         "}\n"
+         "  clients: {expected: " +
+         std::to_string(kClients) +
+         "}\n"
+         "  stop: {rounds: " +
+         std::to_string(o.rounds) +
+         "}\n"
          "  training: {localSteps: 50, learningRate: 0.1, batchSize: 32}\n"
          "  aggregation:\n    maxFanIn: 8\n    maxLeaves: 2\n" +
          (rule.yaml.empty() ? "" : "    robust: " + rule.yaml + "\n");
@@ -88,7 +95,9 @@ bool RunOne(const Rule& rule, const std::string& attack, const Options& o, uint6
   const Json st = Json::parse(shoald.Api("GET", "/v1/jobs/" + job).body, nullptr, false);
   shoald.Stop();
   std::smatch m;
-  if (std::regex_search(out, m, std::regex("(?:job done|stopped at --max-seconds|clients stopped) after ([0-9.]+) s"))) {
+  if (std::regex_search(
+          out, m,
+          std::regex("(?:job done|stopped at --max-seconds|clients stopped) after ([0-9.]+) s"))) {
     r->seconds = std::stod(m[1]);
   }
   if (std::regex_search(out, m, std::regex("final accuracy ([0-9.]+) .*\\(version ([0-9]+)"))) {
@@ -132,10 +141,14 @@ int main(int argc, char** argv) {
   Options o;
   for (int i = 1; i + 1 < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--rounds") o.rounds = std::stoi(argv[++i]);
-    else if (a == "--seeds") o.seeds = std::stoi(argv[++i]);
-    else if (a == "--first-seed") o.first_seed = std::stoull(argv[++i]);
-    else if (a == "--max-seconds") o.max_seconds = std::stod(argv[++i]);
+    if (a == "--rounds")
+      o.rounds = std::stoi(argv[++i]);
+    else if (a == "--seeds")
+      o.seeds = std::stoi(argv[++i]);
+    else if (a == "--first-seed")
+      o.first_seed = std::stoull(argv[++i]);
+    else if (a == "--max-seconds")
+      o.max_seconds = std::stod(argv[++i]);
     else if (a == "--attacks") {
       o.attacks.clear();
       std::stringstream ss(argv[++i]);
@@ -143,8 +156,9 @@ int main(int argc, char** argv) {
     }
   }
   if (o.seeds < 1 || o.rounds < 1 || o.attacks.empty() || o.attacks[0] != "none") {
-    std::fprintf(stderr, "bench-fl-attack: --seeds and --rounds >= 1; --attacks must start "
-                         "with none (the clean anchor)\n");
+    std::fprintf(stderr,
+                 "bench-fl-attack: --seeds and --rounds >= 1; --attacks must start "
+                 "with none (the clean anchor)\n");
     return 1;
   }
   const std::vector<Rule> rules = {{"none", ""},
@@ -177,14 +191,16 @@ int main(int argc, char** argv) {
     for (const Run& x : runs[a][r]) v.push_back(x.accuracy);
     return v;
   };
-  std::printf("bench-fl-attack: FedAvg, Fashion-MNIST, MLP 784-64-10, %d clients, dirichlet:0.5, "
-              "%d attackers (client-8, client-9), %d versions, local steps 50, time scale 0, "
-              "seeds %llu..%llu; accuracy of the final model on the 10,000 test images\n",
-              kClients, kAttackers, o.rounds, static_cast<unsigned long long>(o.first_seed),
-              static_cast<unsigned long long>(o.first_seed + o.seeds - 1));
-  std::printf("cell: accuracy (median over seeds [min, max] when several), gap to the clean run "
-              "(attack none, rule none) in points, seconds; suspects: precision/recall of the "
-              "flagged updates\n");
+  std::printf(
+      "bench-fl-attack: FedAvg, Fashion-MNIST, MLP 784-64-10, %d clients, dirichlet:0.5, "
+      "%d attackers (client-8, client-9), %d versions, local steps 50, time scale 0, "
+      "seeds %llu..%llu; accuracy of the final model on the 10,000 test images\n",
+      kClients, kAttackers, o.rounds, static_cast<unsigned long long>(o.first_seed),
+      static_cast<unsigned long long>(o.first_seed + o.seeds - 1));
+  std::printf(
+      "cell: accuracy (median over seeds [min, max] when several), gap to the clean run "
+      "(attack none, rule none) in points, seconds; suspects: precision/recall of the "
+      "flagged updates\n");
   std::printf("%-11s %-12s %-22s %9s %9s %-18s\n", "attack", "rule", "accuracy", "gap pts",
               "seconds", "suspects P/R");
   const double clean = Median(acc(0, 0));

@@ -15,6 +15,7 @@ using Json = nlohmann::json;
 constexpr double kAdmitTimeoutS = 5;     // one small round trip; a silent top fails the update
 constexpr double kPartialTimeoutS = 60;  // a partial sum is float32[params]; per read/write
 constexpr double kReportTimeoutS = 5;
+constexpr double kProbeTimeoutS = 5;
 
 FlPeerReply Error(const Status& st) {
   FlPeerReply r;
@@ -77,6 +78,13 @@ Status ClusterFl::Start() {
     if (gate->self == nullptr) return Unavailable("shoald is stopping");
     return gate->self->FetchPartial(node, job, round, tickets, sum);
   });
+  fl_.SetAdmissionProbe(
+      [gate = gate_](const std::string& node, const std::string& job,
+                     const std::vector<uint64_t>& keys) -> Result<std::vector<uint64_t>> {
+        std::lock_guard g(gate->mu);
+        if (gate->self == nullptr) return Unavailable("shoald is stopping");
+        return gate->self->Probe(node, job, keys);
+      });
   fl_.SetTopLink(this);
   reporter_ = std::thread([this] { ReportLoop(); });
   watcher_ = std::thread([this] { WatchLoop(); });
@@ -127,11 +135,14 @@ std::string ClusterFl::PeerOf(const std::string& node) {
 
 Result<FlTopLink::Admission> ClusterFl::Admit(const std::string& top, const std::string& job,
                                               std::string_view bearer,
-                                              std::span<const std::byte> head) {
+                                              std::span<const std::byte> head, uint64_t key) {
   const std::string peer = PeerOf(top);
   if (peer.empty()) return Unavailable("job '" + job + "': its top, node " + top + ", is gone");
-  const std::string json =
-      Json{{"job", job}, {"node", config_.node_name}, {"bearer", std::string(bearer)}}.dump();
+  const std::string json = Json{
+      {"job", job},
+      {"node", config_.node_name},
+      {"bearer", std::string(bearer)},
+      {"key", key}}.dump();
   auto r = client_.Call(peer, FlPeerCall::kAdmit, json, head, kAdmitTimeoutS);
   if (!r.ok()) {
     return Unavailable("job '" + job + "': admitting the update at its top, node " + top + ": " +
@@ -217,6 +228,25 @@ Status ClusterFl::FetchPartial(const std::string& node, const std::string& job, 
   return {};
 }
 
+Result<std::vector<uint64_t>> ClusterFl::Probe(const std::string& node, const std::string& job,
+                                               const std::vector<uint64_t>& keys) {
+  const std::string peer = PeerOf(node);
+  if (peer.empty()) return Unavailable("node " + node + " is not live");
+  auto r = client_.Call(peer, FlPeerCall::kProbe, Json{{"job", job}, {"keys", keys}}.dump(), {},
+                        kProbeTimeoutS);
+  if (!r.ok()) return r.status();
+  if (r->status != 200) return ReplyStatus(*r, "node " + node);
+  auto j = Json::parse(r->json, nullptr, false);
+  if (!j.is_object() || !j.contains("unknown") || !j["unknown"].is_array()) {
+    return Unavailable("node " + node + ": a bad probe reply");
+  }
+  std::vector<uint64_t> out;
+  for (const auto& k : j["unknown"]) {
+    if (k.is_number_unsigned()) out.push_back(k.get<uint64_t>());
+  }
+  return out;
+}
+
 FlPeerReply ClusterFl::Handle(FlPeerCall call, const std::string& text,
                               std::span<const std::byte> payload) {
   auto j = Json::parse(text, nullptr, false);
@@ -242,7 +272,8 @@ FlPeerReply ClusterFl::Handle(FlPeerCall call, const std::string& text,
       if (Status st = auth::Authorize(*who, auth::Action::kFlClient, *ns, job); !st.ok()) {
         return Error(st);
       }
-      auto a = fl_.AdmitRemote(job, j.value("node", std::string()), payload);
+      auto a = fl_.AdmitRemote(job, j.value("node", std::string()), payload,
+                               j.value("key", uint64_t{0}));
       if (!a.ok()) return Error(a.status());
       return Ok({{"ticket", a->ticket},
                  {"round", a->round},
@@ -258,6 +289,13 @@ FlPeerReply ClusterFl::Handle(FlPeerCall call, const std::string& text,
                             r.value("ok", false));
       }
       return Ok(Json::object());
+    }
+    case FlPeerCall::kProbe: {
+      std::vector<uint64_t> keys;
+      if (j.contains("keys") && j["keys"].is_array()) keys = j["keys"].get<std::vector<uint64_t>>();
+      auto unknown = fl_.members().Unknown(job, keys);
+      if (!unknown.ok()) return Error(unknown.status());
+      return Ok({{"unknown", *unknown}});
     }
     case FlPeerCall::kPartial: {
       std::vector<uint64_t> tickets;

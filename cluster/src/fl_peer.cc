@@ -302,12 +302,17 @@ Result<FlPeerClient::Response> FlPeerClient::Call(
     SetTimeouts(fd, timeout_s, timeout_s);
     FrameHead h;
     int got = -1;
-    if (SendFrame(fd, static_cast<uint32_t>(call), json, payload)) got = ReadAll(fd, &h, sizeof h);
+    const bool sent = SendFrame(fd, static_cast<uint32_t>(call), json, payload);
+    if (sent) got = ReadAll(fd, &h, sizeof h);
     if (got != 1) {
       const int err = errno;
       close(fd);
-      // A pooled link the peer closed while it was idle: once more on a fresh one.
-      if (reused && attempt == 0) continue;
+      // A pooled link the peer closed while it was idle (a restarted peer): once more on a fresh
+      // one. Never after a reply that did not come in time: the peer may be serving the request
+      // still, and a call is not idempotent (an admission sent twice was admitted once and then
+      // refused as a duplicate, which left the first one in flight at the top for good).
+      const bool closed = !sent || got == 0 || err == ECONNRESET || err == EPIPE;
+      if (reused && attempt == 0 && closed) continue;
       return Unavailable("fl peer " + address + ": " +
                          (got == 0 ? std::string("closed the link")
                           : err == EAGAIN || err == EWOULDBLOCK

@@ -64,7 +64,8 @@ Result<FlJobSpec> FlCoordinator::Spec(const std::string& name) {
 
 Result<FlTopLink::Admission> FlCoordinator::AdmitRemote(const std::string& name,
                                                         const std::string& node,
-                                                        std::span<const std::byte> head) {
+                                                        std::span<const std::byte> head,
+                                                        uint64_t key) {
   auto job = Find(name);
   if (!job) return NotFound("FL job '" + name + "' not found");
   if (node.empty()) return InvalidArgument("admit: the folding node has no name");
@@ -79,6 +80,14 @@ Result<FlTopLink::Admission> FlCoordinator::AdmitRemote(const std::string& name,
   auto t = AdmitHeader(job, name, h, nullptr, 0, node);
   if (!t.ok()) return t.status();
   std::lock_guard jl(job->mu);
+  if (auto it = job->tickets.find(t->ticket); it != job->tickets.end()) {
+    it->second.key = key;
+    it->second.probe_at = job->Elapsed() + kProbeAfterS;
+    // Timers wakes the commit thread then, should it still be unanswered.
+    if (job->remote_retry_at == 0 || it->second.probe_at < job->remote_retry_at) {
+      job->remote_retry_at = it->second.probe_at;
+    }
+  }
   return FlTopLink::Admission{t->ticket, t->round, t->coefficient, job->durable_round};
 }
 
@@ -151,6 +160,55 @@ void FlCoordinator::Uncount(const std::shared_ptr<JobState>& job, const std::str
 void FlCoordinator::SetPartialFetch(PartialFetch fetch) {
   std::lock_guard lock(mu_);
   partial_fetch_ = std::move(fetch);
+}
+
+void FlCoordinator::SetAdmissionProbe(AdmissionProbe probe) {
+  std::lock_guard lock(mu_);
+  admission_probe_ = std::move(probe);
+}
+
+void FlCoordinator::ProbeRemoteAdmissions(const std::shared_ptr<JobState>& job) {
+  std::map<std::string, std::map<uint64_t, uint64_t>> ask;  // node -> key -> ticket
+  {
+    std::lock_guard jl(job->mu);
+    if (job->deleted) return;
+    const double now = job->Elapsed();
+    double next = 0;
+    for (auto& [id, t] : job->tickets) {
+      if (t.node.empty() || t.acked || t.key == 0) continue;
+      if (now >= t.probe_at) {
+        ask[t.node][t.key] = id;
+        t.probe_at = now + kProbeAfterS;
+      }
+      next = next == 0 ? t.probe_at : std::min(next, t.probe_at);
+    }
+    // Asked again while they stay unanswered (Timers wakes the commit thread).
+    if (next > 0 && (job->remote_retry_at == 0 || next < job->remote_retry_at)) {
+      job->remote_retry_at = next;
+    }
+  }
+  if (ask.empty()) return;
+  AdmissionProbe probe;
+  {
+    std::lock_guard lock(mu_);
+    probe = admission_probe_;
+  }
+  if (!probe) return;
+  for (const auto& [node, tickets] : ask) {
+    std::vector<uint64_t> keys;
+    for (const auto& [key, id] : tickets) keys.push_back(key);
+    auto unknown = probe(node, job->spec.name, keys);
+    if (!unknown.ok()) {
+      spdlog::warn("fl job {}: asking node {} about {} admission(s) still unanswered: {}",
+                   job->spec.name, node, keys.size(), unknown.status().ToString());
+      continue;
+    }
+    std::vector<uint64_t> lost;
+    for (uint64_t key : *unknown) {
+      if (auto it = tickets.find(key); it != tickets.end()) lost.push_back(it->second);
+    }
+    if (!lost.empty()) Uncount(job, node, &lost, "missed the top's answer");
+  }
 }
 
 void FlCoordinator::FetchRemotePartials(const std::shared_ptr<JobState>& job) {

@@ -95,7 +95,9 @@ void FlCoordinator::CommitLoop() {
       Timers();
     }
     if (!job) continue;
-    // Other nodes' partial sums of the rounds that are due, fetched without the job's lock.
+    // Other nodes' partial sums of the rounds that are due, fetched without the job's lock
+    // (and their admissions that no answer ever reached dropped: ProbeRemoteAdmissions).
+    ProbeRemoteAdmissions(job);
     FetchRemotePartials(job);
     std::vector<uint64_t> reuse;  // partial sums of committed rounds, to zero for the next
     std::vector<uint64_t> committed_versions;  // for on_commit_, once the job's lock is released

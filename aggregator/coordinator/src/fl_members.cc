@@ -1,7 +1,9 @@
 // FlMembers (fl_members.h): the jobs this node folds for tops on other nodes.
 #include "shoal/aggregator/fl_members.h"
 
+#include <chrono>
 #include <filesystem>
+#include <set>
 
 #include "job_state.h"
 #include "shoal/v1/fl.pb.h"
@@ -38,6 +40,7 @@ struct FlMembers::Job {
   uint32_t leaf_id = 0;
   BufferPool* pool = nullptr;
   std::map<uint64_t, Ticket> tickets;  // by local ticket
+  std::set<uint64_t> admitting;        // local tickets whose admission by the top is under way
   std::map<uint64_t, Round> rounds;    // by the top's round
   std::string dir;
   int log_fd = -1;
@@ -109,7 +112,13 @@ struct FlMembers::Job {
   }
 };
 
-FlMembers::FlMembers(const NodeConfig& config) : config_(config) {}
+// Local tickets start from the clock: a restarted node does not name its admissions as before.
+FlMembers::FlMembers(const NodeConfig& config)
+    : config_(config),
+      next_ticket_(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                             std::chrono::system_clock::now().time_since_epoch())
+                                             .count()) &
+                   (kTicketBit - 1)) {}
 
 FlMembers::~FlMembers() {
   std::deque<AdmitCall> left;
@@ -230,19 +239,41 @@ Status FlMembers::Prepare(std::string_view name, BufferPool& pool, std::span<con
 
 Result<FlAdmission> FlMembers::Exchange(const AdmitCall& c) {
   const std::shared_ptr<Job>& job = c.job;
+  // The admission's key at the top is its ticket here: known to the top before this node
+  // knows the top's answer (Unknown).
+  uint64_t id;
+  {
+    std::lock_guard lock(mu_);
+    id = kTicketBit | next_ticket_++;
+  }
+  {
+    std::lock_guard jl(job->mu);
+    job->admitting.insert(id);
+  }
+  auto done_admitting = [&] {
+    std::lock_guard jl(job->mu);
+    job->admitting.erase(id);
+  };
   Result<FlTopLink::Admission> a = Unavailable("this node has no link to the job's top");
-  FlTopLink* link;
   {
     // Held while the link is used: SetTopLink(nullptr) (shoald stopping) waits for it.
     std::shared_lock ll(link_mu_);
-    link = link_.load();
-    if (link == nullptr) return a.status();
-    a = link->Admit(c.top, job->spec.name, c.bearer, std::as_bytes(std::span(c.head)));
-    if (!a.ok()) return a.status();
+    if (FlTopLink* link = link_.load()) {
+      a = link->Admit(c.top, job->spec.name, c.bearer, std::as_bytes(std::span(c.head)), id);
+    }
   }
-  uint64_t id;
+  if (!a.ok()) {
+    if (a.status().code() == StatusCode::kUnavailable) {
+      // The top may have admitted it all the same (its answer lost): it asks, and drops it.
+      spdlog::warn("fl job {}: update of client {} not admitted: {}", job->spec.name, c.client,
+                   a.status().message());
+    }
+    done_admitting();
+    return a.status();
+  }
   {
     std::lock_guard jl(job->mu);
+    job->admitting.erase(id);
     if (Status st = c.pool->Retain(c.buffer, kCoordinatorSlot); !st.ok() || job->removed) {
       std::shared_lock ll(link_mu_);
       if (FlTopLink* l = link_.load()) l->Report(c.top, job->spec.name, a->ticket, false);
@@ -259,7 +290,6 @@ Result<FlAdmission> FlMembers::Exchange(const AdmitCall& c) {
     t.client = c.client;
     ++job->rounds[t.round].inflight;
     std::lock_guard lock(mu_);
-    id = kTicketBit | next_ticket_++;
     job->tickets[id] = std::move(t);
     by_ticket_[id] = job;
   }
@@ -459,6 +489,18 @@ Result<FlMembers::PartialSum> FlMembers::PartialOf(const std::string& name, uint
   }
   out.sum = *sum;
   out.keep = std::move(sum);
+  return out;
+}
+
+Result<std::vector<uint64_t>> FlMembers::Unknown(const std::string& name,
+                                                 const std::vector<uint64_t>& keys) {
+  auto job = Find(name);
+  if (!job) return keys;  // nothing of the job is held here
+  std::vector<uint64_t> out;
+  std::lock_guard jl(job->mu);
+  for (uint64_t key : keys) {
+    if (job->admitting.count(key) == 0 && job->tickets.count(key) == 0) out.push_back(key);
+  }
   return out;
 }
 

@@ -41,6 +41,9 @@ namespace coordinator_internal {
 constexpr size_t kKeptModels = 4;  // safetensors of the last versions kept for download
 constexpr size_t kSpareModels = 2;  // blobs of versions no longer kept, reused by the next ones
 constexpr uint32_t kRefoldedPartial = 0x7fffffffu;  // the partial the coordinator refolds into
+// Cluster mode: how long another node's admission may stay unanswered before the top asks that
+// node whether it holds it (and again as often while it stays so).
+constexpr double kProbeAfterS = 2.0;
 
 double Seconds(Clock::time_point since);
 // The model's shape: spec.model's architecture and width; the input width follows the dataset
@@ -118,8 +121,12 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
     bool acked = false;
     uint64_t seq = 0;  // its record in the update log, once acknowledged
     // Cluster mode: the node that received and folds this update (its buffer and its log
-    // record are there; `buffer` is 0 here); empty for this node's own updates.
+    // record are there; `buffer` is 0 here); empty for this node's own updates. `key`: that
+    // node's name for the admission; `probe_at`: when to ask that node whether it holds it, if
+    // it is still unanswered then (ProbeRemoteAdmissions).
     std::string node;
+    uint64_t key = 0;
+    double probe_at = 0;
   };
   struct Partial {
     uint64_t offset = 0;            // float32[num_params] in the pool, held by shoald

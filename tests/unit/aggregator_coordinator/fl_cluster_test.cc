@@ -34,16 +34,23 @@ class DirectLink final : public FlTopLink {
  public:
   explicit DirectLink(FlCoordinator* top) : top_(top) {}
   Result<Admission> Admit(const std::string& top, const std::string& job, std::string_view bearer,
-                          std::span<const std::byte> head) override {
+                          std::span<const std::byte> head, uint64_t key) override {
     EXPECT_EQ(top, "a");
     EXPECT_EQ(bearer, "the-bearer");
     head_bytes = head.size();
-    return top_->AdmitRemote(job, "b", head);
+    auto a = top_->AdmitRemote(job, "b", head, key);
+    if (lose_answer) {
+      // The top admitted it, but its answer never reaches b (a timeout, a broken link).
+      lose_answer = false;
+      return Unavailable("fl peer 10.0.0.1:8082: no reply within 5 s");
+    }
+    return a;
   }
   void Report(const std::string&, const std::string& job, uint64_t ticket, bool ok) override {
     top_->CompletedRemote(job, ticket, ok);
   }
   size_t head_bytes = 0;
+  bool lose_answer = false;
 
  private:
   FlCoordinator* top_;
@@ -94,6 +101,12 @@ class FlClusterTest : public ::testing::Test {
       sum->assign(p->sum.begin(), p->sum.end());
       return Status::Ok();
     });
+    top_->SetAdmissionProbe(
+        [this](const std::string& node, const std::string& job, const std::vector<uint64_t>& keys) {
+          EXPECT_EQ(node, "b");
+          ++probes_;
+          return member_->members().Unknown(job, keys);
+        });
     auto s = top_->Spec("rb");
     ASSERT_TRUE(s.ok());
     ASSERT_TRUE(member_->FoldFor(*s, "a").ok());
@@ -189,6 +202,7 @@ class FlClusterTest : public ::testing::Test {
   std::vector<JoinResult> clients_;
   std::vector<float> w0_;
   std::atomic<int> fetches_{0};
+  std::atomic<int> probes_{0};
 };
 
 TEST_F(FlClusterTest,
@@ -293,6 +307,46 @@ TEST_F(FlClusterTest, AMemberThatNoLongerHasARoundsUpdatesHasThemAskedForAgain) 
   ASSERT_TRUE(Send(1, 1, 0, w0_).ok());
   ASSERT_TRUE(Send(1, 2, 0, w0_).ok());
   ASSERT_TRUE(WaitVersion(1)) << JobStatus().dump();
+  auto m = top_->Model("rb", 1);
+  ASSERT_TRUE(m.ok());
+  const std::vector<float> got = Values(*m->bytes);
+  const std::vector<float> want = FedAvg({0, 1, 2}, w0_);
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
+}
+
+// The hang of issue 14: b's admission of an update times out after the top admitted it. b
+// never folds or reports it, its client (told 502) sends it again and is told it already sent
+// one for the round, and the round, closed with that admission in flight, never committed.
+// The top asks b about its admissions still unanswered in a closed round; b holds none under
+// that key, so it no longer counts and its client sends it again.
+TEST_F(FlClusterTest, AnAdmissionWhoseAnswerNeverReachedTheMemberIsDroppedAndTheRoundCommits) {
+  link_->lose_answer = true;
+  shoal::Status lost = Send(1, 1, 0, w0_);
+  EXPECT_EQ(lost.code(), StatusCode::kUnavailable) << lost.ToString();
+  // The top holds it: the client's second try is refused as a duplicate (409).
+  shoal::Status again = Send(1, 1, 0, w0_);
+  EXPECT_EQ(again.code(), StatusCode::kAlreadyExists) << again.ToString();
+  EXPECT_EQ(again.message(),
+            "client '" + clients_[1].client_id + "' already sent an update for this round");
+  ASSERT_TRUE(Send(0, 0, 0, w0_).ok());
+  ASSERT_TRUE(Send(1, 2, 0, w0_).ok());  // three admitted: the round is closed
+  // The lost admission no longer counts: the round is open again, client 1 is told to train.
+  TaskResult t;
+  for (int i = 0; i < 500; ++i) {
+    auto r = top_->Task("rb", clients_[1].client_id, clients_[1].token);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    t = *r;
+    if (t.kind == TaskResult::Kind::kTrain) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(t.kind, TaskResult::Kind::kTrain) << JobStatus().dump();
+  EXPECT_GE(probes_.load(), 1);
+  EXPECT_EQ(JobStatus()["version"], 0);
+  ASSERT_TRUE(Send(1, 1, 0, w0_).ok());
+  ASSERT_TRUE(WaitVersion(1)) << JobStatus().dump();
+  const Json st = JobStatus();
+  EXPECT_EQ(st["versions"].back()["updates"], 3) << st.dump();
+  EXPECT_EQ(st["folded_elsewhere"]["b"]["updates"], 2) << st.dump();
   auto m = top_->Model("rb", 1);
   ASSERT_TRUE(m.ok());
   const std::vector<float> got = Values(*m->bytes);

@@ -35,13 +35,15 @@ class ClusterFl final : public FlTopLink {
 
   // FlTopLink (this node as a member).
   Result<Admission> Admit(const std::string& top, const std::string& job, std::string_view bearer,
-                          std::span<const std::byte> head) override;
+                          std::span<const std::byte> head, uint64_t key) override;
   void Report(const std::string& top, const std::string& job, uint64_t ticket, bool ok) override;
 
  private:
   FlPeerReply Handle(FlPeerCall call, const std::string& json, std::span<const std::byte> payload);
   Status FetchPartial(const std::string& node, const std::string& job, uint64_t round,
                       const std::vector<uint64_t>& tickets, std::vector<float>* sum);
+  Result<std::vector<uint64_t>> Probe(const std::string& node, const std::string& job,
+                                      const std::vector<uint64_t>& keys);
   // The live nodes' peer addresses (refreshed by WatchLoop; Allow refreshes on a miss).
   std::string PeerOf(const std::string& node);
   void RefreshNodes();

@@ -23,7 +23,8 @@
 
 namespace shoal::cluster {
 
-enum class FlPeerCall : uint32_t { kSpec = 1, kAdmit = 2, kReport = 3, kPartial = 4 };
+// kProbe: which of a top's admissions a member does not hold (FlMembers::Unknown).
+enum class FlPeerCall : uint32_t { kSpec = 1, kAdmit = 2, kReport = 3, kPartial = 4, kProbe = 5 };
 
 struct FlPeerReply {
   int status = 200;

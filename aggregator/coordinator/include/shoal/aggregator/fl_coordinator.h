@@ -58,9 +58,13 @@ class FlTopLink {
   virtual ~FlTopLink() = default;
   // The small admit request: the update's header (prefix + UpdateHeader, no tensors) and the
   // request's bearer token; the top authenticates and admits it or says why not (the error is
-  // the client's, as a local Admit's). Called on a gateway loop: one short round trip.
+  // the client's, as a local Admit's). One short round trip (on an admit thread). `key` is this
+  // node's name for the admission (never reused): the top keeps it with its ticket and may ask
+  // later whether this node holds it (FlMembers::Unknown), since an answer that never arrived
+  // here (a timeout) leaves the top with an admission this node knows nothing of.
   virtual Result<Admission> Admit(const std::string& top, const std::string& job,
-                                  std::string_view bearer, std::span<const std::byte> head) = 0;
+                                  std::string_view bearer, std::span<const std::byte> head,
+                                  uint64_t key) = 0;
   // The update of the top's `ticket` is folded and durable here (ok) or failed (it does not
   // count, and its client may send it again). Never blocks: delivered in order, retried.
   virtual void Report(const std::string& top, const std::string& job, uint64_t ticket, bool ok) = 0;
@@ -138,7 +142,7 @@ class FlCoordinator final : public JobService, public FlDataPath {
   Result<FlJobSpec> Spec(const std::string& job);
   // An update received by `node`: admitted on its header alone (its bytes stay there).
   Result<FlTopLink::Admission> AdmitRemote(const std::string& job, const std::string& node,
-                                           std::span<const std::byte> head);
+                                           std::span<const std::byte> head, uint64_t key);
   // `node` folded the update of `ticket` and made it durable there (ok), or it failed.
   void CompletedRemote(const std::string& job, uint64_t ticket, bool ok);
   // `node` is lost (its lease expired): the updates it admitted whose partial sum is not here
@@ -149,6 +153,11 @@ class FlCoordinator final : public JobService, public FlDataPath {
       std::function<Status(const std::string& node, const std::string& job, uint64_t round,
                            const std::vector<uint64_t>& tickets, std::vector<float>* sum)>;
   void SetPartialFetch(PartialFetch fetch);
+  // Asks `node` which of `keys` (its names for admissions this top made, FlTopLink::Admit) it
+  // neither holds nor is still admitting: those updates will never be folded there.
+  using AdmissionProbe = std::function<Result<std::vector<uint64_t>>(
+      const std::string& node, const std::string& job, const std::vector<uint64_t>& keys)>;
+  void SetAdmissionProbe(AdmissionProbe probe);
   // The job's top was lost: this node becomes its top, resuming from its last checkpoint in
   // the shared checkpoint_dir. Updates acknowledged but not in that checkpoint (in the lost
   // node's pool, or folded here for it) no longer count: their clients' next task trains.
@@ -187,11 +196,16 @@ class FlCoordinator final : public JobService, public FlDataPath {
                                       const shoal::v1::UpdateHeader& h, BufferPool* pool,
                                       uint64_t buffer, const std::string& node);
   void FetchRemotePartials(const std::shared_ptr<JobState>& job);
+  // Other nodes' admissions that stay unanswered: asks those nodes (after kProbeAfterS, then
+  // again as long as they stay so) and un-counts what they never took (their clients, told the
+  // admission failed, send again; until then a round would wait for them for good).
+  void ProbeRemoteAdmissions(const std::shared_ptr<JobState>& job);
   // Un-counts `node`'s updates of the job that are not merged yet (`only`: just these tickets):
   // their clients' next task trains again.
   void Uncount(const std::shared_ptr<JobState>& job, const std::string& node,
                const std::vector<uint64_t>* only, const char* why);
   PartialFetch partial_fetch_;
+  AdmissionProbe admission_probe_;
   std::unique_ptr<FlMembers> members_;
 
   const NodeConfig& config_;

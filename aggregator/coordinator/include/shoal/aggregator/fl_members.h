@@ -67,6 +67,10 @@ class FlMembers {
   };
   Result<PartialSum> PartialOf(const std::string& job, uint64_t round,
                                const std::vector<uint64_t>& tickets);
+  // Of `keys` (admissions this node asked the top for: FlTopLink::Admit), those this node neither
+  // holds (in flight or folded) nor is still admitting: failed ones (the top hears that from
+  // their report), or ones the top admitted but whose answer never arrived here.
+  Result<std::vector<uint64_t>> Unknown(const std::string& job, const std::vector<uint64_t>& keys);
   // The top's rounds up to `durable_round` are committed and checkpointed: their updates go
   // back to the pool and leave the update log.
   void Released(const std::string& job, uint64_t durable_round);

@@ -326,6 +326,14 @@ void GatewayLoop::Abandon(uint32_t idx) {
     pending_.Free(idx);
     return;
   }
+  if (p.fl_ticket != 0 && !p.queued && !p.admitting) {
+    // Its leaf still folds it: it counts once the leaf answers; a leaf that never does holds
+    // its round (and its job) back, so say so.
+    spdlog::warn(
+        "function '{}': FL update (ticket {:#x}) given up by its client or its timeout "
+        "while instance {:#x} folds it; it counts if that instance still answers",
+        p.fn->spec.name, p.fl_ticket, p.instance);
+  }
   p.conn = nullptr;  // an answer or an assignment is on its way: drop it when it comes
 }
 

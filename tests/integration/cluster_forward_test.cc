@@ -51,11 +51,6 @@ class ClusterForwardTest : public ::testing::Test {
     if (auto why = NetnsMissing(); !why.empty()) GTEST_SKIP() << why;
     TestCluster::Options o;
     o.forward_timeout_s = 2;  // a partitioned node's silence becomes a 504 quickly
-    // This suite is about forwarding: an FL job's routes, its updates too, go whole to the
-    // job's node (the central layout); LIFL's hierarchy is cluster_fl_test.cc's. (Its 20-round
-    // digits run here hung once with the hierarchy on: a member never readied a round's
-    // partial sum; open in issue 14.)
-    o.fl_hierarchy = false;
     cluster_ = std::make_unique<TestCluster>(o);
     std::string why;
     ASSERT_TRUE(cluster_->Start(&why)) << why;
@@ -69,10 +64,10 @@ class ClusterForwardTest : public ::testing::Test {
     }
   }
   HttpResult Deploy(const std::string& yaml) {
-    return Http(cluster_->controller_port(0), "POST", "/v1/functions", yaml,
-                {"Authorization: Bearer " + cluster_->controller_token(),
-                 "Content-Type: application/yaml"},
-                0, 10000);
+    return Http(
+        cluster_->controller_port(0), "POST", "/v1/functions", yaml,
+        {"Authorization: Bearer " + cluster_->controller_token(), "Content-Type: application/yaml"},
+        0, 10000);
   }
   // The nodes `fn` is placed on, from the controller.
   std::vector<std::string> PlacedOn(const std::string& fn) {
@@ -167,15 +162,16 @@ TEST_F(ClusterForwardTest, ARequestEnteringAnyNodeIsAnsweredByTheNodeThatRunsIts
   const int home = IndexOf(placed[0]);
   ASSERT_GE(home, 0);
   const int a = (home + 1) % 3, b = (home + 2) % 3;
-  ASSERT_TRUE(WaitFor([&] { return cluster_->NodeGateway(home, "POST", "/fn/echo", "x").status == 200; },
-                      15s));
+  ASSERT_TRUE(WaitFor(
+      [&] { return cluster_->NodeGateway(home, "POST", "/fn/echo", "x").status == 200; }, 15s));
   // The first forwarded request may meet the instance's cold start there; it waits, it is not
   // dropped. Every node's routes learn the placement from etcd, so allow them a moment.
   for (int from : {a, b}) {
     HttpResult echo;
     ASSERT_TRUE(WaitFor(
         [&] {
-          echo = cluster_->NodeGateway(from, "POST", "/fn/echo", "via " + cluster_->node_name(from));
+          echo =
+              cluster_->NodeGateway(from, "POST", "/fn/echo", "via " + cluster_->node_name(from));
           return echo.status == 200;
         },
         10s))
@@ -320,7 +316,8 @@ TEST_F(ClusterForwardTest, APartitionedNodesForwardFailsWith504AndItsFunctionMov
   const int a = (home + 1) % 3, b = (home + 2) % 3;
   // A's link to the home node is open and pooled.
   ASSERT_TRUE(WaitFor(
-      [&] { return cluster_->NodeGateway(a, "POST", "/fn/echo", "before").body == "before"; }, 15s));
+      [&] { return cluster_->NodeGateway(a, "POST", "/fn/echo", "before").body == "before"; },
+      15s));
   // The home node's link goes down: its packets vanish, no reset comes back. A forward over the
   // open link gets no answer and fails after forward_timeout_s (2 s) with a 504 that says so.
   cluster_->SetLink(home, false);
@@ -360,8 +357,9 @@ TEST_F(ClusterForwardTest, AnFlJobOnOneNodeTrainsWithItsClientsSpreadOverTheOthe
   if (access(kDigits, R_OK) != 0) GTEST_SKIP() << kDigits << " is missing (python3-sklearn)";
   // The job runs on node 0 (deployed through its own control API); its clients reach nodes 1
   // and 2 only, whose gateways forward the job's routes (join, task, model, eval, status) to
-  // node 0, where its tokens authenticate them, and its updates too (the suite's central
-  // layout; LIFL's hierarchy folds them where they enter: cluster_fl_test.cc).
+  // node 0, where its tokens authenticate them; their updates are folded where they enter
+  // (LIFL's hierarchy: node 0 admits each on its header and merges one partial sum per node
+  // and round). Twenty-odd rounds of it: its run here once hung (issue 14).
   auto r = cluster_->NodeApi(
       0, "POST", "/v1/functions",
       "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: digits\nspec:\n"
@@ -371,11 +369,11 @@ TEST_F(ClusterForwardTest, AnFlJobOnOneNodeTrainsWithItsClientsSpreadOverTheOthe
       "  training: {localSteps: 40, learningRate: 0.1, batchSize: 32}\n"
       "  aggregation: {maxFanIn: 2, maxLeaves: 2}\n");
   ASSERT_EQ(r.status, 201) << r.body;
-  auto t = HttpAt(cluster_->node_ip(0), TestCluster::kControlPort, "POST", "/v1/tokens",
-                  R"({"role": "fl-client", "job": "digits"})",
-                  {"Authorization: Bearer " + cluster_->node_token(0),
-                   "Content-Type: application/json"},
-                  0, 10000);
+  auto t =
+      HttpAt(cluster_->node_ip(0), TestCluster::kControlPort, "POST", "/v1/tokens",
+             R"({"role": "fl-client", "job": "digits"})",
+             {"Authorization: Bearer " + cluster_->node_token(0), "Content-Type: application/json"},
+             0, 10000);
   ASSERT_EQ(t.status, 201) << t.body;
   const std::string token = json::parse(t.body)["token"].get<std::string>();
   const std::string auth = "Authorization: Bearer " + token;
@@ -384,8 +382,8 @@ TEST_F(ClusterForwardTest, AnFlJobOnOneNodeTrainsWithItsClientsSpreadOverTheOthe
     HttpResult st;
     ASSERT_TRUE(WaitFor(
         [&] {
-          st = HttpAt(cluster_->node_ip(i), TestCluster::kGatewayPort, "GET", "/v1/jobs/digits",
-                      {}, {auth}, 0, 10000);
+          st = HttpAt(cluster_->node_ip(i), TestCluster::kGatewayPort, "GET", "/v1/jobs/digits", {},
+                      {auth}, 0, 10000);
           return st.status == 200;
         },
         10s))
@@ -393,8 +391,8 @@ TEST_F(ClusterForwardTest, AnFlJobOnOneNodeTrainsWithItsClientsSpreadOverTheOthe
     EXPECT_EQ(json::parse(st.body)["name"], "digits") << st.body;
   }
   // A token node 0 does not know is refused there, through the forward.
-  auto bad = HttpAt(cluster_->node_ip(1), TestCluster::kGatewayPort, "GET", "/v1/jobs/digits",
-                    {}, {"Authorization: Bearer shoal_nottherighttoken"}, 0, 10000);
+  auto bad = HttpAt(cluster_->node_ip(1), TestCluster::kGatewayPort, "GET", "/v1/jobs/digits", {},
+                    {"Authorization: Bearer shoal_nottherighttoken"}, 0, 10000);
   EXPECT_EQ(bad.status, 401) << bad.body;
   // Two client processes, two clients each, one through node 1 and one through node 2.
   auto client = [&](int node, int seed) {
@@ -425,6 +423,13 @@ TEST_F(ClusterForwardTest, AnFlJobOnOneNodeTrainsWithItsClientsSpreadOverTheOthe
     if (v.contains("accuracy") && v["accuracy"].is_number()) accuracy = v["accuracy"].get<double>();
   }
   EXPECT_GE(accuracy, 0.90) << st.body;
+  // The updates were folded on the nodes they entered (from the round after those nodes
+  // learnt of the job): node 0 merged one partial sum of them per node and round.
+  for (int i : {1, 2}) {
+    const json& f = status["folded_elsewhere"][cluster_->node_name(i)];
+    EXPECT_GT(f.value("partial_sums", uint64_t{0}), 0u) << st.body;
+    EXPECT_GE(f.value("updates", uint64_t{0}), f.value("partial_sums", uint64_t{0})) << st.body;
+  }
   // Each entry node counted its forwards to node 0.
   const std::string labels =
       "function=\"fl.digits\",node=\"" + cluster_->node_name(0) + "\",result=\"ok\"";
@@ -443,12 +448,11 @@ TEST_F(ClusterForwardTest, AnFlJobOnOneNodeTrainsWithItsClientsSpreadOverTheOthe
   EXPECT_TRUE(direct.body == forwarded.body);
   // A job no node runs is not forwarded: node 1 answers it itself, and node 0's token means
   // nothing there (401 before anything about jobs is said); its own admin token gets the 404.
-  auto none = HttpAt(cluster_->node_ip(1), TestCluster::kGatewayPort, "GET", "/v1/jobs/nope",
-                     {}, {auth}, 0, 10000);
+  auto none = HttpAt(cluster_->node_ip(1), TestCluster::kGatewayPort, "GET", "/v1/jobs/nope", {},
+                     {auth}, 0, 10000);
   EXPECT_EQ(none.status, 401) << none.body;
-  auto none_admin = HttpAt(cluster_->node_ip(1), TestCluster::kGatewayPort, "GET",
-                           "/v1/jobs/nope", {}, {"Authorization: Bearer " + cluster_->node_token(1)},
-                           0, 10000);
+  auto none_admin = HttpAt(cluster_->node_ip(1), TestCluster::kGatewayPort, "GET", "/v1/jobs/nope",
+                           {}, {"Authorization: Bearer " + cluster_->node_token(1)}, 0, 10000);
   EXPECT_EQ(none_admin.status, 404) << none_admin.body;
 }
 

@@ -208,6 +208,21 @@ void FlCoordinator::ProbeRemoteAdmissions(const std::shared_ptr<JobState>& job) 
       if (auto it = tickets.find(key); it != tickets.end()) lost.push_back(it->second);
     }
     if (!lost.empty()) Uncount(job, node, &lost, "missed the top's answer");
+    // Held there, in flight: said once, when one has waited about ten seconds.
+    size_t slow = 0;
+    {
+      std::lock_guard jl(job->mu);
+      for (const auto& [key, id] : tickets) {
+        auto it = job->tickets.find(id);
+        if (it != job->tickets.end() && !it->second.acked && ++it->second.probes == 5) ++slow;
+      }
+    }
+    if (slow > 0) {
+      spdlog::warn(
+          "fl job {}: {} update(s) admitted {:.0f} s ago are still being folded on node {} "
+          "(its leaf has not answered): their round waits for them",
+          job->spec.name, slow, 5 * kProbeAfterS, node);
+    }
   }
 }
 

@@ -127,6 +127,7 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
     std::string node;
     uint64_t key = 0;
     double probe_at = 0;
+    uint32_t probes = 0;  // how often that node was asked (it said it holds it)
   };
   struct Partial {
     uint64_t offset = 0;            // float32[num_params] in the pool, held by shoald

@@ -20,6 +20,8 @@
 #include "shoal/auth/token_store.h"
 #include "shoal/autoscaler/signals.h"
 #include "shoal/cluster/cluster_fl.h"
+#include "shoal/cluster/cluster_tokens.h"
+#include "shoal/cluster/managed_fl_jobs.h"
 #include "shoal/cluster/node_agent.h"
 #include "shoal/common/config.h"
 #include "shoal/common/file_io.h"
@@ -59,8 +61,8 @@ class ControlService final : public HttpService {
 // <state>/admin.conf: the CLI config of the first admin (server, gateway, token), mode 0600,
 // like kubeadm's admin.conf. Written with the token when shoald creates it; on later starts
 // only the addresses are refreshed (ports may change), the token line is kept.
-Status WriteAdminConf(const std::string& path, const std::string& server, const std::string& gateway,
-                      const std::string& new_token) {
+Status WriteAdminConf(const std::string& path, const std::string& server,
+                      const std::string& gateway, const std::string& new_token) {
   std::string token = new_token;
   if (token.empty()) {
     std::ifstream in(path);
@@ -104,8 +106,9 @@ int main(int argc, char** argv) {
   // for reuse instead of glibc's mmap/munmap per allocation (a page fault per 4 KiB each time).
   mallopt(M_MMAP_THRESHOLD, 512 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  CLI::App app{"shoald: the Shoal node daemon (gateway, shared-memory pools, eBPF data plane, "
-               "instance manager)"};
+  CLI::App app{
+      "shoald: the Shoal node daemon (gateway, shared-memory pools, eBPF data plane, "
+      "instance manager)"};
   std::string config_path;
   bool standalone = false;
   bool print_config = false;
@@ -138,7 +141,8 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   CLI11_PARSE(app, argc, argv);
 
-  Result<NodeConfig> loaded = config_path.empty() ? NodeConfig{} : NodeConfig::LoadFile(config_path);
+  Result<NodeConfig> loaded =
+      config_path.empty() ? NodeConfig{} : NodeConfig::LoadFile(config_path);
   if (!loaded.ok()) {
     std::fprintf(stderr, "shoald: %s\n", loaded.status().message().c_str());
     return 2;
@@ -196,10 +200,10 @@ int main(int argc, char** argv) {
   }
   std::signal(SIGPIPE, SIG_IGN);
   InitLogging("shoald", config.log_level);
-  spdlog::info("shoald 0.1.0 starting: node '{}', state {}, pool {} MiB per tenant, body limit "
-               "{} MiB",
-               config.node_name, config.state_dir, config.pool_bytes >> 20,
-               config.max_body_bytes >> 20);
+  spdlog::info(
+      "shoald 0.1.0 starting: node '{}', state {}, pool {} MiB per tenant, body limit "
+      "{} MiB",
+      config.node_name, config.state_dir, config.pool_bytes >> 20, config.max_body_bytes >> 20);
 
   // Still one thread: capabilities are per thread, so the limit set here is every thread's.
   if (auto caps = LimitCapabilities(DaemonCapabilities(config.listen_port < 1024)); !caps.ok()) {
@@ -247,14 +251,18 @@ int main(int argc, char** argv) {
     }
     first_admin_token = created->token;
   }
-  spdlog::info("auth: {} token(s) in {} (hashed); /v1 needs a bearer token",
-               tokens->List().size(), tokens->path());
+  spdlog::info("auth: {} token(s) in {} (hashed); /v1 needs a bearer token", tokens->List().size(),
+               tokens->path());
 
   // Before the coordinator: it publishes here from its commit thread until it is destroyed.
   CommitFeed commits;
+  // Cluster mode: the controller's FL jobs that this node tops publish their state on commits.
+  std::atomic<cluster::ManagedFlJobs*> managed_view{nullptr};
   FlCoordinator fl(config);
-  fl.SetOnCommit(
-      [&commits](const std::string& job, uint64_t version) { commits.Publish(job, version); });
+  fl.SetOnCommit([&commits, &managed_view](const std::string& job, uint64_t version) {
+    commits.Publish(job, version);
+    if (cluster::ManagedFlJobs* m = managed_view.load()) m->Committed(job);
+  });
   if (Status st = fl.Restore(); !st.ok()) {
     spdlog::error("fl coordinator: {}", st.ToString());
     return 1;
@@ -268,26 +276,26 @@ int main(int argc, char** argv) {
   std::atomic<cluster::NodeAgent*> cluster_view{nullptr};
   // The compromise detector (issue 18): watches the instances the manager reports ready.
   BehaviourMonitor monitor(config, loop);
-  InstanceManager manager(config, loop, *data_plane, table, metrics,
-                          [&registry, &fl, &cluster_view, &config] {
-    auto specs = registry->List();
-    for (auto& leaf : fl.LeafSpecs()) specs.push_back(std::move(leaf));
-    if (cluster::NodeAgent* agent = cluster_view.load()) {
-      for (const auto& placed : agent->Placed()) {
-        auto parsed = ParseFunctionManifests(placed.function.manifest, config);
-        if (!parsed.ok() || parsed->size() != 1) continue;
-        FunctionSpec spec = std::move((*parsed)[0]);
-        spec.id = placed.function.id;
-        spec.generation = placed.function.generation;
-        spec.min_scale = placed.placement.min_scale;
-        spec.max_scale = placed.placement.max_scale;
-        spec.created_unix_ms = placed.function.created_unix_ms;
-        spec.updated_unix_ms = placed.function.updated_unix_ms;
-        specs.push_back(std::move(spec));
-      }
-    }
-    return specs;
-  });
+  InstanceManager manager(
+      config, loop, *data_plane, table, metrics, [&registry, &fl, &cluster_view, &config] {
+        auto specs = registry->List();
+        for (auto& leaf : fl.LeafSpecs()) specs.push_back(std::move(leaf));
+        if (cluster::NodeAgent* agent = cluster_view.load()) {
+          for (const auto& placed : agent->Placed()) {
+            auto parsed = ParseFunctionManifests(placed.function.manifest, config);
+            if (!parsed.ok() || parsed->size() != 1) continue;
+            FunctionSpec spec = std::move((*parsed)[0]);
+            spec.id = placed.function.id;
+            spec.generation = placed.function.generation;
+            spec.min_scale = placed.placement.min_scale;
+            spec.max_scale = placed.placement.max_scale;
+            spec.created_unix_ms = placed.function.created_unix_ms;
+            spec.updated_unix_ms = placed.function.updated_unix_ms;
+            specs.push_back(std::move(spec));
+          }
+        }
+        return specs;
+      });
   fl.SetOnChange([&manager, &cluster_view] {
     manager.FunctionsChanged();
     // Cluster mode: the node's record lists its FL jobs, so other gateways forward theirs here.
@@ -350,6 +358,8 @@ int main(int argc, char** argv) {
   hooks.tokens = tokens.get();
   std::unique_ptr<cluster::NodeAgent> node_agent;  // cluster mode: the node's etcd registration
   std::unique_ptr<cluster::ClusterFl> cluster_fl;  // cluster mode: FL across the nodes
+  std::unique_ptr<cluster::ClusterTokens> cluster_tokens;  // cluster mode: the cluster's tokens
+  std::unique_ptr<cluster::ManagedFlJobs> managed_jobs;    // cluster mode: the controller's jobs
   hooks.metrics_text = [&] {
     manager.RefreshMetrics();
     std::string text = metrics.Serialize();
@@ -384,9 +394,8 @@ int main(int argc, char** argv) {
   });
   // Before the gateway takes updates: re-fold the acknowledged updates a killed shoald left in
   // the jobs' pools (fl.Restore read their log).
-  if (Status st = fl.Recover([&manager](const std::string& tenant) {
-        return manager.TenantPool(tenant);
-      });
+  if (Status st =
+          fl.Recover([&manager](const std::string& tenant) { return manager.TenantPool(tenant); });
       !st.ok()) {
     spdlog::error("fl coordinator: {}", st.ToString());
     manager.Stop();
@@ -403,8 +412,7 @@ int main(int argc, char** argv) {
   const std::string gateway_url = [&] {
     const std::string& host = config.listen_host;
     const bool any = host.empty() || host == "0.0.0.0" || host == "::";
-    return "http://" + std::string(any ? "127.0.0.1" : host) + ":" +
-           std::to_string(gateway.port());
+    return "http://" + std::string(any ? "127.0.0.1" : host) + ":" + std::to_string(gateway.port());
   }();
   manager.SetGatewayUrl(gateway_url);
   ControlServer control_server(config, listener_api, *tokens);
@@ -475,7 +483,8 @@ int main(int argc, char** argv) {
       for (const auto& name : names) {
         const FunctionStats st = manager.Stats(name);
         if (st.ready > 0 || registry->Get(name)) cached.push_back(name);
-        if (st.cold_starts > 0 && st.last_cold_start_ms > 0) cold_ms.push_back(st.last_cold_start_ms);
+        if (st.cold_starts > 0 && st.last_cold_start_ms > 0)
+          cold_ms.push_back(st.last_cold_start_ms);
       }
       r->cached_functions = std::move(cached);
       if (!cold_ms.empty()) {
@@ -486,8 +495,30 @@ int main(int argc, char** argv) {
     cluster_view.store(node_agent.get());
     // LIFL's hierarchy across nodes: this node folds the updates it receives for jobs whose top
     // is elsewhere, and tops the jobs it runs for the other nodes.
+    // The cluster's tokens (issued by the controllers) are accepted here beside this node's own.
+    cluster_tokens = std::make_unique<cluster::ClusterTokens>(&node_agent->etcd(),
+                                                              node_agent->keys(), tokens.get());
+    // The FL jobs deployed through the controller: this node runs those it is the top of.
+    managed_jobs = std::make_unique<cluster::ManagedFlJobs>(
+        config.node_name, fl, &node_agent->etcd(), node_agent->keys(),
+        [](const std::string& manifest) -> Result<FlJobSpec> {
+          auto specs = ParseFlJobManifests(manifest);
+          if (!specs.ok()) return specs.status();
+          if (specs->size() != 1) return InvalidArgument("want one FLJob document");
+          return std::move((*specs)[0]);
+        });
     cluster_fl = std::make_unique<cluster::ClusterFl>(config, fl, *tokens, *node_agent);
-    if (Status st = cluster_fl->Start(); !st.ok()) {
+    cluster_fl->SetManaged(
+        [m = managed_jobs.get()](const std::string& job) { return m->Manages(job); });
+    Status cluster_st = cluster_tokens->Start();
+    if (cluster_st.ok()) cluster_st = managed_jobs->Start();
+    if (cluster_st.ok()) {
+      managed_view.store(managed_jobs.get());
+      spdlog::info(
+          "cluster: the cluster's tokens accepted here; FL jobs deployed through the "
+          "controller run on the node it names as their top");
+    }
+    if (Status st = cluster_st.ok() ? cluster_fl->Start() : cluster_st; !st.ok()) {
       spdlog::error("cluster: {}", st.ToString());
       node_agent->Leave();
       control_server.Stop();
@@ -519,8 +550,12 @@ int main(int argc, char** argv) {
   gateway.Stop();
   manager.Stop();
   monitor.Stop();
-  if (cluster_fl) cluster_fl->Stop();  // before the agent it reads and the coordinator it calls
+  managed_view.store(nullptr);
+  if (managed_jobs) managed_jobs->Stop();  // before the coordinator it runs jobs on
+  if (cluster_fl) cluster_fl->Stop();      // before the agent it reads and the coordinator it calls
   cluster_fl.reset();
+  managed_jobs.reset();
+  cluster_tokens.reset();
   cluster_view.store(nullptr);
   node_agent.reset();
   uv_close(reinterpret_cast<uv_handle_t*>(&sigint), nullptr);

@@ -1,20 +1,21 @@
 #include "shoal/auth/token_store.h"
 
-#include "shoal/common/clock.h"
-#include "shoal/common/file_io.h"
-
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "shoal/common/clock.h"
+#include "shoal/common/file_io.h"
 
 namespace shoal::auth {
 namespace {
@@ -66,6 +67,37 @@ bool ValidScopeName(std::string_view name) {
   return name.front() != '-' && name.back() != '-';
 }
 
+Result<TokenRequest> TokenRequestFromJson(std::string_view body) {
+  const json j = json::parse(body, nullptr, false);
+  if (!j.is_object()) {
+    return InvalidArgument(
+        "body: must be a JSON object like {\"role\": \"deployer\", \"namespace\": "
+        "\"team-a\", \"name\": \"ci\"}");
+  }
+  for (const auto& [key, value] : j.items()) {
+    if (key != "role" && key != "namespace" && key != "job" && key != "name") {
+      return InvalidArgument(key + ": unknown field (role, namespace, job, name)");
+    }
+    if (!value.is_string()) return InvalidArgument(key + ": must be a string");
+  }
+  if (!j.contains("role")) {
+    return InvalidArgument("role: required (admin, deployer, viewer, invoker or fl-client)");
+  }
+  auto role = ParseRole(j["role"].get<std::string>());
+  if (!role.ok()) return role.status();
+  return TokenRequest{j.value("name", ""), *role, j.value("namespace", ""), j.value("job", "")};
+}
+
+std::string TokenInfoJson(const TokenInfo& t) {
+  json j{{"id", t.id},
+         {"name", t.name},
+         {"role", RoleName(t.role)},
+         {"created_unix_ms", t.created_unix_ms}};
+  if (!t.ns.empty()) j["namespace"] = t.ns;
+  if (!t.job.empty()) j["job"] = t.job;
+  return j.dump();
+}
+
 std::string_view BearerToken(std::string_view v) {
   while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
   if (v.size() < 7) return {};
@@ -79,6 +111,94 @@ std::string_view BearerToken(std::string_view v) {
     v.remove_suffix(1);
   }
   return v;
+}
+
+Result<TokenStore::Record> TokenStore::ParseRecord(std::string_view text) {
+  const json t = json::parse(text, nullptr, false);
+  if (!t.is_object()) return InvalidArgument("a token record is not a JSON object");
+  Record r;
+  try {
+    r.info.id = t.at("id").get<std::string>();
+    r.info.name = t.value("name", r.info.id);
+    auto role = ParseRole(t.at("role").get<std::string>());
+    if (!role.ok()) return InvalidArgument("token " + r.info.id + ": " + role.status().message());
+    r.info.role = *role;
+    r.info.ns = t.value("namespace", "");
+    r.info.job = t.value("job", "");
+    r.info.created_unix_ms = t.value("created_unix_ms", int64_t{0});
+    const std::string hex = t.at("sha256").get<std::string>();
+    if (hex.size() != 64 || !IsLowerHex(hex) || r.info.id.size() != kIdHex) {
+      return InvalidArgument("token " + r.info.id + ": malformed record");
+    }
+    for (size_t i = 0; i < 32; ++i) {
+      r.sha256 += static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+    }
+  } catch (const std::exception& e) {
+    return InvalidArgument(std::string("malformed token record: ") + e.what());
+  }
+  return r;
+}
+
+std::string TokenStore::RecordText(const Record& r) {
+  json t{{"id", r.info.id},
+         {"name", r.info.name},
+         {"role", RoleName(r.info.role)},
+         {"created_unix_ms", r.info.created_unix_ms},
+         {"sha256", Hex(reinterpret_cast<const unsigned char*>(r.sha256.data()), r.sha256.size())}};
+  if (!r.info.ns.empty()) t["namespace"] = r.info.ns;
+  if (!r.info.job.empty()) t["job"] = r.info.job;
+  return t.dump();
+}
+
+std::string TokenStore::RecordJson(std::string_view id) const {
+  std::shared_lock lock(mu_);
+  auto it = records_.find(id);
+  return it == records_.end() ? std::string() : RecordText(it->second);
+}
+
+Status TokenStore::SetShared(const std::vector<std::string>& records) {
+  std::map<std::string, Record, std::less<>> shared;
+  std::string bad;
+  for (const std::string& text : records) {
+    auto r = ParseRecord(text);
+    if (!r.ok()) {
+      bad += (bad.empty() ? "" : "; ") + r.status().message();
+      continue;
+    }
+    shared[r->info.id] = std::move(*r);
+  }
+  {
+    std::unique_lock lock(mu_);
+    shared_ = std::move(shared);
+  }
+  if (!bad.empty()) return InvalidArgument("shared tokens left out: " + bad);
+  return Status::Ok();
+}
+
+Status TokenStore::AddShared(const std::string& record) {
+  auto r = ParseRecord(record);
+  if (!r.ok()) return r.status();
+  std::unique_lock lock(mu_);
+  shared_[r->info.id] = std::move(*r);
+  return Status::Ok();
+}
+
+void TokenStore::RemoveShared(std::string_view id) {
+  std::unique_lock lock(mu_);
+  if (auto it = shared_.find(id); it != shared_.end()) shared_.erase(it);
+}
+
+std::vector<TokenInfo> TokenStore::ListShared() const {
+  std::vector<TokenInfo> out;
+  {
+    std::shared_lock lock(mu_);
+    for (const auto& [id, r] : shared_) out.push_back(r.info);
+  }
+  std::sort(out.begin(), out.end(), [](const TokenInfo& a, const TokenInfo& b) {
+    return a.created_unix_ms != b.created_unix_ms ? a.created_unix_ms < b.created_unix_ms
+                                                  : a.id < b.id;
+  });
+  return out;
 }
 
 Result<std::unique_ptr<TokenStore>> TokenStore::Open(std::string path) {
@@ -98,44 +218,18 @@ Result<std::unique_ptr<TokenStore>> TokenStore::Open(std::string path) {
     return InvalidArgument(store->path_ + ": not a Shoal token file");
   }
   for (const json& t : j["tokens"]) {
-    Record r;
-    try {
-      r.info.id = t.at("id").get<std::string>();
-      r.info.name = t.value("name", r.info.id);
-      auto role = ParseRole(t.at("role").get<std::string>());
-      if (!role.ok()) return InvalidArgument(store->path_ + ": token " + r.info.id + ": " +
-                                             role.status().message());
-      r.info.role = *role;
-      r.info.ns = t.value("namespace", "");
-      r.info.job = t.value("job", "");
-      r.info.created_unix_ms = t.value("created_unix_ms", int64_t{0});
-      const std::string hex = t.at("sha256").get<std::string>();
-      if (hex.size() != 64 || !IsLowerHex(hex) || r.info.id.size() != kIdHex) {
-        return InvalidArgument(store->path_ + ": token " + r.info.id + ": malformed record");
-      }
-      for (size_t i = 0; i < 32; ++i) {
-        r.sha256 += static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
-      }
-    } catch (const std::exception& e) {
-      return InvalidArgument(store->path_ + ": malformed token record: " + e.what());
-    }
-    store->records_[r.info.id] = std::move(r);
+    auto r = ParseRecord(t.dump());
+    if (!r.ok()) return InvalidArgument(store->path_ + ": " + r.status().message());
+    store->records_[r->info.id] = std::move(*r);
   }
   return store;
 }
 
 Status TokenStore::SaveLocked() const {
+  if (path_.empty()) return Status::Ok();  // kept in memory only
   json list = json::array();
   for (const auto& [id, r] : records_) {
-    if (r.info.ephemeral) continue;
-    json t{{"id", id},
-           {"name", r.info.name},
-           {"role", RoleName(r.info.role)},
-           {"created_unix_ms", r.info.created_unix_ms},
-           {"sha256", Hex(reinterpret_cast<const unsigned char*>(r.sha256.data()), r.sha256.size())}};
-    if (!r.info.ns.empty()) t["namespace"] = r.info.ns;
-    if (!r.info.job.empty()) t["job"] = r.info.job;
-    list.push_back(std::move(t));
+    if (!r.info.ephemeral) list.push_back(json::parse(RecordText(r)));
   }
   return WriteFileAtomic(path_, json{{"tokens", std::move(list)}}.dump(2) + "\n", 0600);
 }
@@ -148,8 +242,9 @@ Result<CreatedToken> TokenStore::Create(const TokenRequest& req, bool ephemeral)
                            " needs a namespace (1-63 of a-z, 0-9 and '-'), got '" + req.ns + "'");
   }
   if (!needs_ns && !req.ns.empty()) {
-    return InvalidArgument(std::string("namespace: only deployer and invoker tokens have one, not ") +
-                           RoleName(req.role));
+    return InvalidArgument(
+        std::string("namespace: only deployer and invoker tokens have one, not ") +
+        RoleName(req.role));
   }
   if (needs_job && !ValidScopeName(req.job)) {
     return InvalidArgument("job: role fl-client needs an FL job name, got '" + req.job + "'");
@@ -237,13 +332,18 @@ Result<Principal> TokenStore::Authenticate(std::string_view token) const {
   const std::string_view id = token.substr(kPrefix.size(), kIdHex);
   const std::string digest = Sha256(token.substr(kPrefix.size() + kIdHex + 1));
   std::shared_lock lock(mu_);
-  auto it = records_.find(id);
+  const Record* rec = nullptr;
+  if (auto it = records_.find(id); it != records_.end()) {
+    rec = &it->second;
+  } else if (auto sit = shared_.find(id); sit != shared_.end()) {
+    rec = &sit->second;
+  }
   // An unknown id costs the same comparison as a known one.
   static const std::string kNoMatch(32, '\0');
-  const std::string& want = it == records_.end() ? kNoMatch : it->second.sha256;
+  const std::string& want = rec != nullptr ? rec->sha256 : kNoMatch;
   const bool match = CRYPTO_memcmp(digest.data(), want.data(), 32) == 0;
-  if (it == records_.end() || !match) return kInvalid;
-  const TokenInfo& info = it->second.info;
+  if (rec == nullptr || !match) return kInvalid;
+  const TokenInfo& info = rec->info;
   return Principal{info.id, info.name, info.role, info.ns, info.job};
 }
 

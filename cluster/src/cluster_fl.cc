@@ -360,6 +360,7 @@ void ClusterFl::WatchLoop() {
         *live_before.begin() == config_.node_name) {
       for (const auto& [job, top] : fl_.members().Tops()) {
         if (live_before.count(top) != 0 || remote_jobs.count(job) != 0) continue;
+        if (managed_ && managed_(job)) continue;  // the controller moves it
         if (!tried_takeover.insert(job + "@" + top).second) continue;
         if (Status st = fl_.TakeOver(job); !st.ok()) {
           spdlog::error("fl job {}: taking it over from node {}: {}", job, top, st.ToString());

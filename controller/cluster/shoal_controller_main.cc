@@ -1,8 +1,8 @@
 // shoal-controller: the cluster's control plane. Several may run; one is leader through an etcd
 // election (the others stand by and take over within the leader's lease TTL). It keeps the
 // cluster's node directory from etcd and serves the control API that `shoal --server` talks to:
-// GET /v1/nodes and /v1/cluster, cluster functions and their placement (FL jobs follow), and the
-// web console at /ui/.
+// GET /v1/nodes and /v1/cluster, cluster functions and their placement, FL jobs (each run by the
+// node chosen as its top), the cluster's tokens, and the web console at /ui/.
 #include <fcntl.h>
 #include <httplib.h>
 #include <spdlog/spdlog.h>
@@ -15,11 +15,13 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include "shoal/auth/role.h"
 #include "shoal/auth/token_store.h"
+#include "shoal/cluster/cluster_tokens.h"
 #include "shoal/cluster/election.h"
 #include "shoal/cluster/etcd_client.h"
 #include "shoal/cluster/node_agent.h"
@@ -27,18 +29,17 @@
 #include "shoal/common/log.h"
 #include "shoal/console/console_assets.h"
 #include "shoal/controller/cluster_autoscaler.h"
+#include "shoal/controller/cluster_fl_jobs.h"
 #include "shoal/controller/cluster_functions.h"
 #include "shoal/controller/manifest.h"
+#include "src/controller_api.h"
 
 namespace {
 
 using json = nlohmann::json;
 std::atomic<httplib::Server*> g_server{nullptr};
 
-void JsonError(httplib::Response& res, int status, const std::string& message) {
-  res.status = status;
-  res.set_content(json{{"error", message}}.dump() + "\n", "application/json");
-}
+using shoal::controller::JsonError;
 
 void Write(const shoal::HttpReply& r, httplib::Response& res) {
   res.status = r.status;
@@ -54,9 +55,11 @@ bool IsLoopback(const std::string& host) {
 
 int main(int argc, char** argv) {
   using namespace shoal;
-  CLI::App app{"shoal-controller: the Shoal cluster's control plane (node directory, leader "
-               "election, the /v1 API for `shoal --server`)"};
-  std::string etcd, cluster_name = "default", host = "127.0.0.1", state_dir = "/var/lib/shoal-controller";
+  CLI::App app{
+      "shoal-controller: the Shoal cluster's control plane (node directory, leader "
+      "election, the /v1 API for `shoal --server`)"};
+  std::string etcd, cluster_name = "default", host = "127.0.0.1",
+                    state_dir = "/var/lib/shoal-controller";
   std::string name, log_level = "info";
   uint16_t port = 8090;
   int64_t lease_ttl = 5;
@@ -108,24 +111,6 @@ int main(int argc, char** argv) {
     spdlog::error("state dir {}: {}", state_dir, std::strerror(errno));
     return 1;
   }
-  auto store = auth::TokenStore::Open(state_dir + "/tokens.json");
-  if (!store.ok()) {
-    spdlog::error("auth: {}", store.status().ToString());
-    return 1;
-  }
-  std::unique_ptr<auth::TokenStore> tokens = std::move(*store);
-  std::string first_admin_token;
-  if (!tokens->HasRole(auth::Role::kAdmin)) {
-    auto created = tokens->Create({"admin", auth::Role::kAdmin, "", ""});
-    if (!created.ok()) {
-      spdlog::error("auth: cannot create the admin token: {}", created.status().ToString());
-      return 1;
-    }
-    first_admin_token = created->token;
-  }
-  spdlog::info("auth: {} token(s) in {} (hashed); /v1 needs a bearer token", tokens->List().size(),
-               tokens->path());
-
   cluster::EtcdOptions eo;
   eo.endpoints = *endpoints;
   auto client = cluster::EtcdClient::Create(eo);
@@ -135,29 +120,72 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<cluster::EtcdClient> etcd_client = std::move(*client);
   const cluster::ClusterKeys keys(cluster::ClusterPrefix(cluster_name));
+  // The cluster's tokens live in etcd (hashed), shared by every controller and accepted by every
+  // node; this controller holds none of its own. Its state dir's tokens.json (on Kubernetes, the
+  // Secret's) seeds them at every start.
+  auto seed = auth::TokenStore::Open(state_dir + "/tokens.json");
+  if (!seed.ok()) {
+    spdlog::error("auth: {}", seed.status().ToString());
+    return 1;
+  }
+  auto store = auth::TokenStore::Open("");
+  if (!store.ok()) {
+    spdlog::error("auth: {}", store.status().ToString());
+    return 1;
+  }
+  std::unique_ptr<auth::TokenStore> tokens = std::move(*store);
+  cluster::ClusterTokens cluster_tokens(etcd_client.get(), keys, tokens.get());
+  std::string first_admin_token;
+  for (int attempt = 0;; ++attempt) {
+    Status st = cluster_tokens.Start();
+    if (st.ok()) {
+      auto imported = cluster_tokens.Import(**seed);
+      st = imported.ok() ? Status::Ok() : imported.status();
+      if (imported.ok() && *imported > 0) {
+        spdlog::info("auth: {} token(s) of {} added to the cluster's", *imported, (*seed)->path());
+      }
+    }
+    Result<std::string> admin = st.ok() ? cluster_tokens.EnsureAdmin() : Result<std::string>(st);
+    if (admin.ok()) {
+      first_admin_token = *admin;
+      break;
+    }
+    if (attempt == 0) spdlog::warn("etcd: {}; retrying", admin.status().message());
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::min(2000, 100 << std::min(attempt, 5))));
+  }
+  spdlog::info("auth: the cluster's {} token(s) under {} (hashed); /v1 needs a bearer token",
+               cluster_tokens.List().size(), keys.Tokens());
   controller::ClusterFunctions* functions_ptr = nullptr;  // set below; nodes feed its placement
+  controller::ClusterFlJobs* jobs_ptr = nullptr;          // and the moves of FL jobs' tops
   cluster::NodeDirectory nodes(etcd_client.get(), keys, [&](const std::string&, bool) {
     if (functions_ptr != nullptr) functions_ptr->NodesChanged();
+    if (jobs_ptr != nullptr) jobs_ptr->NodesChanged();
   });
   for (int attempt = 0;; ++attempt) {
     Status st = nodes.Start();
     if (st.ok()) break;
     if (attempt == 0) spdlog::warn("etcd: {}; retrying", st.message());
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(2000, 100 << std::min(attempt, 5))));
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::min(2000, 100 << std::min(attempt, 5))));
   }
   spdlog::info("nodes: {} registered under {}", nodes.size(), keys.Nodes());
   cluster::ElectionOptions elo;
   elo.lease_ttl_s = lease_ttl;
   controller::ClusterFunctions functions(etcd_client.get(), keys, &nodes);
   functions_ptr = &functions;
+  controller::ClusterFlJobs fl_jobs(etcd_client.get(), keys, &nodes);
+  jobs_ptr = &fl_jobs;
   // The leader places; a standby only serves the API.
   controller::ClusterAutoscaler autoscaler(etcd_client.get(), keys, &functions);
   cluster::LeaderElection election(etcd_client.get(), keys.Leader(), name, elo, [&](bool leader) {
     if (leader) {
       functions.StartPlacing();
+      fl_jobs.StartMoving();
       autoscaler.Start();
     } else {
       autoscaler.Stop();
+      fl_jobs.StopMoving();
       functions.StopPlacing();
     }
   });
@@ -167,21 +195,7 @@ int main(int argc, char** argv) {
   server.new_task_queue = [] { return new httplib::ThreadPool(4); };
   auto authorize = [&](const httplib::Request& req, httplib::Response& res,
                        auth::Action action) -> bool {
-    const std::string token(auth::BearerToken(req.get_header_value("Authorization")));
-    if (token.empty()) {
-      JsonError(res, 401, "this API needs a bearer token (Authorization: Bearer <token>)");
-      return false;
-    }
-    auto who = tokens->Authenticate(token);
-    if (!who.ok()) {
-      JsonError(res, 401, who.status().message());
-      return false;
-    }
-    if (Status st = auth::Authorize(*who, action, ""); !st.ok()) {
-      JsonError(res, 403, st.message());
-      return false;
-    }
-    return true;
+    return controller::Authorize(req, res, *tokens, action);
   };
   server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
@@ -245,56 +259,97 @@ int main(int argc, char** argv) {
                       {"started_unix_ms", n.record.started_unix_ms},
                       {"lease", std::to_string(n.lease)}});
     }
-    res.set_content(json{{"cluster", cluster_name}, {"leader", election.leader()},
-                         {"nodes", list}}.dump() + "\n",
-                    "application/json");
+    res.set_content(
+        json{{"cluster", cluster_name}, {"leader", election.leader()}, {"nodes", list}}.dump() +
+            "\n",
+        "application/json");
   });
   auto function_json = [&](const cluster::ClusterFunction& f) {
     json placements = json::array();
     if (auto p = functions.Placements(f.name); p.ok()) {
       for (const auto& [node, pl] : *p) {
-        placements.push_back({{"node", node}, {"min", pl.min_scale}, {"max", pl.max_scale},
+        placements.push_back({{"node", node},
+                              {"min", pl.min_scale},
+                              {"max", pl.max_scale},
                               {"generation", pl.generation}});
       }
     }
-    return json{{"name", f.name},       {"namespace", f.tenant},
-                {"id", f.id},           {"generation", f.generation},
-                {"placements", placements}, {"created_unix_ms", f.created_unix_ms},
+    return json{{"name", f.name},
+                {"namespace", f.tenant},
+                {"id", f.id},
+                {"generation", f.generation},
+                {"placements", placements},
+                {"created_unix_ms", f.created_unix_ms},
                 {"updated_unix_ms", f.updated_unix_ms}};
   };
   server.Post("/v1/functions", [&](const httplib::Request& req, httplib::Response& res) {
-    const std::string token(auth::BearerToken(req.get_header_value("Authorization")));
-    auto who = tokens->Authenticate(token);
-    if (token.empty() || !who.ok()) {
-      JsonError(res, 401, token.empty() ? "this API needs a bearer token (Authorization: Bearer "
-                                          "<token>)"
-                                        : who.status().message());
+    // Function and FLJob documents, as a node takes them; all are validated and authorised
+    // before anything is written.
+    auto who = controller::Authenticate(req, res, *tokens);
+    if (!who) return;
+    auto parsed = ParseManifests(req.body, NodeConfig{});
+    if (!parsed.ok()) {
+      JsonError(res, 400, parsed.status().message());
       return;
     }
-    auto specs = ParseFunctionManifests(req.body, NodeConfig{});
-    if (!specs.ok()) {
-      JsonError(res, 400, specs.status().message());
-      return;
-    }
-    for (const auto& spec : *specs) {
+    std::string function_docs;
+    for (const auto& spec : parsed->functions) {
       if (Status st = auth::Authorize(*who, auth::Action::kWrite, spec.tenant); !st.ok()) {
         JsonError(res, 403, st.message());
         return;
       }
+      function_docs += (function_docs.empty() ? "" : "---\n") + spec.manifest + "\n";
     }
-    auto deployed = functions.Deploy(req.body);
-    if (!deployed.ok()) {
-      JsonError(res, HttpStatusFor(deployed.status().code()), deployed.status().message());
-      return;
+    for (const auto& spec : parsed->jobs) {
+      if (Status st = auth::Authorize(*who, auth::Action::kWrite, spec.tenant); !st.ok()) {
+        JsonError(res, 403, st.message());
+        return;
+      }
+      if (auto old = fl_jobs.Get(spec.name); old.ok() && old->record.tenant != spec.tenant) {
+        if (Status st = auth::Authorize(*who, auth::Action::kWrite, old->record.tenant); !st.ok()) {
+          JsonError(res, 403, st.message());
+          return;
+        }
+      }
     }
     json list = json::array();
-    for (const auto& d : *deployed) {
-      list.push_back({{"name", d.function.name}, {"namespace", d.function.tenant},
-                      {"id", d.function.id}, {"generation", d.function.generation},
-                      {"created", d.created}});
+    if (!parsed->functions.empty()) {
+      auto deployed = functions.Deploy(function_docs);
+      if (!deployed.ok()) {
+        JsonError(res, HttpStatusFor(deployed.status().code()), deployed.status().message());
+        return;
+      }
+      for (const auto& d : *deployed) {
+        list.push_back({{"name", d.function.name},
+                        {"namespace", d.function.tenant},
+                        {"id", d.function.id},
+                        {"generation", d.function.generation},
+                        {"created", d.created},
+                        {"action", d.created ? "created" : "configured"}});
+      }
+    }
+    json jobs = json::array();
+    if (!parsed->jobs.empty()) {
+      auto deployed = fl_jobs.Deploy(parsed->jobs);
+      if (!deployed.ok()) {
+        JsonError(res, HttpStatusFor(deployed.status().code()),
+                  deployed.status().message() +
+                      (list.empty() ? "" : " (the manifest's functions were deployed)"));
+        return;
+      }
+      for (const auto& d : *deployed) {
+        jobs.push_back({{"name", d.record.name},
+                        {"namespace", d.record.tenant},
+                        {"top", d.record.top},
+                        {"generation", d.record.generation},
+                        {"created", d.created},
+                        {"action", d.created ? "created" : "configured"}});
+      }
     }
     res.status = 201;
-    res.set_content(json{{"functions", list}}.dump() + "\n", "application/json");
+    json out{{"functions", list}};
+    if (!jobs.empty()) out["jobs"] = jobs;
+    res.set_content(out.dump() + "\n", "application/json");
   });
   server.Get("/v1/functions", [&](const httplib::Request& req, httplib::Response& res) {
     if (!authorize(req, res, auth::Action::kRead)) return;
@@ -307,60 +362,59 @@ int main(int argc, char** argv) {
     for (const auto& f : *all) list.push_back(function_json(f));
     res.set_content(json{{"functions", list}}.dump() + "\n", "application/json");
   });
-  server.Get(R"(/v1/functions/([a-z0-9-]+))", [&](const httplib::Request& req,
-                                                   httplib::Response& res) {
-    if (!authorize(req, res, auth::Action::kRead)) return;
-    auto all = functions.List();
-    if (!all.ok()) {
-      JsonError(res, 503, all.status().message());
-      return;
-    }
-    for (const auto& f : *all) {
-      if (f.name == req.matches[1].str()) {
-        res.set_content(function_json(f).dump() + "\n", "application/json");
-        return;
-      }
-    }
-    JsonError(res, 404, "no function " + req.matches[1].str());
-  });
-  server.Delete(R"(/v1/functions/([a-z0-9-]+))", [&](const httplib::Request& req,
-                                                      httplib::Response& res) {
-    // Authorised against the function's own namespace (a deployer deletes only its own).
-    std::string ns = "default";
-    if (auto all = functions.List(); all.ok()) {
-      for (const auto& f : *all) {
-        if (f.name == req.matches[1].str()) ns = f.tenant;
-      }
-    }
-    const std::string token(auth::BearerToken(req.get_header_value("Authorization")));
-    auto who = tokens->Authenticate(token);
-    if (token.empty() || !who.ok()) {
-      JsonError(res, 401, token.empty() ? "this API needs a bearer token (Authorization: Bearer "
-                                          "<token>)"
-                                        : who.status().message());
-      return;
-    }
-    if (Status st = auth::Authorize(*who, auth::Action::kWrite, ns); !st.ok()) {
-      JsonError(res, 403, st.message());
-      return;
-    }
-    if (Status st = functions.Delete(req.matches[1].str()); !st.ok()) {
-      JsonError(res, HttpStatusFor(st.code()), st.message());
-      return;
-    }
-    res.set_content(json{{"deleted", req.matches[1].str()}}.dump() + "\n", "application/json");
-  });
+  server.Get(R"(/v1/functions/([a-z0-9-]+))",
+             [&](const httplib::Request& req, httplib::Response& res) {
+               if (!authorize(req, res, auth::Action::kRead)) return;
+               auto all = functions.List();
+               if (!all.ok()) {
+                 JsonError(res, 503, all.status().message());
+                 return;
+               }
+               for (const auto& f : *all) {
+                 if (f.name == req.matches[1].str()) {
+                   res.set_content(function_json(f).dump() + "\n", "application/json");
+                   return;
+                 }
+               }
+               JsonError(res, 404, "no function " + req.matches[1].str());
+             });
+  server.Delete(R"(/v1/functions/([a-z0-9-]+))",
+                [&](const httplib::Request& req, httplib::Response& res) {
+                  // Authorised against the function's (or FL job's) own namespace: a deployer
+                  // deletes only its own.
+                  const std::string name = req.matches[1].str();
+                  std::string ns = "default";
+                  bool function = false;
+                  if (auto all = functions.List(); all.ok()) {
+                    for (const auto& f : *all) {
+                      if (f.name == name) {
+                        ns = f.tenant;
+                        function = true;
+                      }
+                    }
+                  }
+                  std::optional<controller::ClusterJob> job;
+                  if (!function) {
+                    if (auto j = fl_jobs.Get(name); j.ok()) {
+                      ns = j->record.tenant;
+                      job = *j;
+                    }
+                  }
+                  if (!controller::Authorize(req, res, *tokens, auth::Action::kWrite, ns)) return;
+                  Status st = function ? functions.Delete(name)
+                              : job    ? fl_jobs.Delete(name)
+                                       : NotFound("no function or FL job " + name);
+                  if (!st.ok()) {
+                    JsonError(res, HttpStatusFor(st.code()), st.message());
+                    return;
+                  }
+                  res.set_content(json{{"deleted", name}}.dump() + "\n", "application/json");
+                });
+  controller::AddTokenRoutes(server, *tokens, cluster_tokens);
+  controller::AddFlJobRoutes(server, *tokens, fl_jobs);
   server.Get("/v1/ui-info", [&](const httplib::Request& req, httplib::Response& res) {
     // What the web console asks first to show the cluster's pages (a node answers "shoald").
-    const std::string token(auth::BearerToken(req.get_header_value("Authorization")));
-    auto who = tokens->Authenticate(token);
-    if (token.empty() || !who.ok()) {
-      JsonError(res, 401,
-                token.empty() ? "this API needs a bearer token (Authorization: Bearer "
-                                "<token>)"
-                              : who.status().message());
-      return;
-    }
+    if (!controller::Authenticate(req, res, *tokens)) return;
     res.set_content(
         json{{"server", "shoal-controller"}, {"version", "0.1.0"}, {"cluster", cluster_name}}
                 .dump() +
@@ -375,18 +429,21 @@ int main(int argc, char** argv) {
                          {"leader", election.leader()},
                          {"is_leader", election.is_leader()},
                          {"nodes", nodes.size()}}
-                            .dump() + "\n",
+                            .dump() +
+                        "\n",
                     "application/json");
   });
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (res.status == 404) {
-      JsonError(res, 404,
-                "shoal-controller serves /v1/nodes, /v1/cluster, /v1/functions, /v1/ui-info and "
-                "the console at /ui/ so far; no route " +
-                    req.path + " (deploy functions and FL jobs on a node's control API meanwhile)");
+    if (res.status == 404 && res.body.empty()) {  // no route (a route's own 404 keeps its message)
+      JsonError(
+          res, 404,
+          "shoal-controller serves /v1/nodes, /v1/cluster, /v1/functions, /v1/jobs, /v1/tokens, "
+          "/v1/ui-info and the console at /ui/; no route " +
+              req.path);
     }
   });
-  const int bound = port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
+  const int bound =
+      port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
   if (bound < 0) {
     spdlog::error("control API: cannot listen on {}:{}", host, port);
     return 1;
@@ -403,7 +460,8 @@ int main(int argc, char** argv) {
         if (line.rfind("token: ", 0) == 0) token = line.substr(7);
       }
     }
-    const std::string text = "server: " + url + "\n" + (token.empty() ? "" : "token: " + token + "\n");
+    const std::string text =
+        "server: " + url + "\n" + (token.empty() ? "" : "token: " + token + "\n");
     int fd = open(conf.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0 || write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
       spdlog::error("auth: cannot write {}: {}", conf, std::strerror(errno));
@@ -426,6 +484,7 @@ int main(int argc, char** argv) {
                keys.Leader());
   server.listen_after_bind();
   spdlog::info("shoal-controller stopping (resigning if leader)");
+  fl_jobs.StopMoving();
   functions.StopPlacing();
   return 0;
 }

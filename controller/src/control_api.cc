@@ -217,15 +217,7 @@ json StatsJson(const FunctionStats& st, bool with_instances) {
   return j;
 }
 
-json TokenJson(const auth::TokenInfo& t) {
-  json j{{"id", t.id},
-         {"name", t.name},
-         {"role", auth::RoleName(t.role)},
-         {"created_unix_ms", t.created_unix_ms}};
-  if (!t.ns.empty()) j["namespace"] = t.ns;
-  if (!t.job.empty()) j["job"] = t.job;
-  return j;
-}
+json TokenJson(const auth::TokenInfo& t) { return json::parse(auth::TokenInfoJson(t)); }
 
 }  // namespace
 
@@ -457,25 +449,9 @@ HttpReply ControlApi::Tokens(std::string_view method, std::string_view path, std
       return Json(200, json{{"tokens", std::move(list)}});
     }
     if (method != "POST") return MethodNotAllowed(method, path, "GET, POST");
-    auto j = JsonObject(body);
-    if (!j) {
-      return Error(400,
-                   "body: must be a JSON object like {\"role\": \"deployer\", "
-                   "\"namespace\": \"team-a\", \"name\": \"ci\"}");
-    }
-    for (const auto& [key, value] : j->items()) {
-      if (key != "role" && key != "namespace" && key != "job" && key != "name") {
-        return Error(400, key + ": unknown field (role, namespace, job, name)");
-      }
-      if (!value.is_string()) return Error(400, key + ": must be a string");
-    }
-    if (!j->contains("role"))
-      return Error(400, "role: required (admin, deployer, viewer, invoker or fl-client)");
-    auto role = auth::ParseRole((*j)["role"].get<std::string>());
-    if (!role.ok()) return StatusError(role.status());
-    auth::TokenRequest req{j->value("name", ""), *role, j->value("namespace", ""),
-                           j->value("job", "")};
-    auto created = tokens_->Create(req);
+    auto req = auth::TokenRequestFromJson(body);
+    if (!req.ok()) return StatusError(req.status());
+    auto created = tokens_->Create(*req);
     if (!created.ok()) return StatusError(created.status());
     json out = TokenJson(created->info);
     out["token"] = created->token;

@@ -48,21 +48,8 @@ class ClusterFlTest : public ::testing::Test {
     cluster_ = std::make_unique<TestCluster>(Options());
     std::string why;
     ASSERT_TRUE(cluster_->Start(&why)) << why;
-    // The job's top is node 0 (deployed there); clients: 3, one round.
-    auto r = cluster_->NodeApi(0, "POST", "/v1/functions",
-                               "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: mix\n"
-                               "spec:\n  algorithm: {name: fedavg}\n"
-                               "  model: {architecture: mlp, hidden: 8, seed: 3}\n"
-                               "  data: {dataset: digits}\n  clients: {expected: 3}\n"
-                               "  stop: {rounds: 2}\n");
-    ASSERT_EQ(r.status, 201) << r.body;
-    auto t = HttpAt(
-        cluster_->node_ip(0), TestCluster::kControlPort, "POST", "/v1/tokens",
-        R"({"role": "fl-client", "job": "mix"})",
-        {"Authorization: Bearer " + cluster_->node_token(0), "Content-Type: application/json"}, 0,
-        10000);
-    ASSERT_EQ(t.status, 201) << t.body;
-    auth_ = "Authorization: Bearer " + json::parse(t.body)["token"].get<std::string>();
+    // The job's top is node 0; clients: 3, one round.
+    ASSERT_NO_FATAL_FAILURE(DeployJob());
     // Nodes 1 and 2 fold the job's updates once they see node 0 runs it.
     for (int i : {1, 2}) {
       ASSERT_TRUE(WaitFor(
@@ -86,6 +73,24 @@ class ClusterFlTest : public ::testing::Test {
     }
     w0_ = Download(0, 0);
     ASSERT_FALSE(w0_.empty());
+  }
+  static constexpr const char* kJob =
+      "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: mix\n"
+      "spec:\n  algorithm: {name: fedavg}\n"
+      "  model: {architecture: mlp, hidden: 8, seed: 3}\n"
+      "  data: {dataset: digits}\n  clients: {expected: 3}\n"
+      "  stop: {rounds: 2}\n";
+  // Deployed on node 0's control API, and its clients' bearer token one of node 0's.
+  virtual void DeployJob() {
+    auto r = cluster_->NodeApi(0, "POST", "/v1/functions", kJob);
+    ASSERT_EQ(r.status, 201) << r.body;
+    auto t = HttpAt(
+        cluster_->node_ip(0), TestCluster::kControlPort, "POST", "/v1/tokens",
+        R"({"role": "fl-client", "job": "mix"})",
+        {"Authorization: Bearer " + cluster_->node_token(0), "Content-Type: application/json"}, 0,
+        10000);
+    ASSERT_EQ(t.status, 201) << t.body;
+    auth_ = "Authorization: Bearer " + json::parse(t.body)["token"].get<std::string>();
   }
   virtual TestCluster::Options Options() { return {}; }
   void TearDown() override {
@@ -321,6 +326,168 @@ TEST_F(ClusterFlTakeOverTest, WhenTheTopsNodeIsKilledAnotherNodeResumesTheJobFro
       << st.dump();
   EXPECT_EQ(st["folded_elsewhere"][cluster_->node_name(2)]["partial_sums"], 1) << st.dump();
   ExpectFedAvg(Download(2, 2), w1);
+}
+
+// Through shoal-controller: the FLJob and its clients' token come from the controller (the token
+// is the cluster's, accepted on every node), the controller chooses the top and serves the job's
+// status from etcd, moves the job off a lost top, and deletes it.
+class ClusterFlControllerTest : public ClusterFlTest {
+ protected:
+  TestCluster::Options Options() override {
+    TestCluster::Options o;
+    o.shared_checkpoints = true;
+    return o;
+  }
+  HttpResult Controller(const std::string& method, const std::string& path,
+                        const std::string& body = {}, const std::string& token = {}) {
+    return Http(cluster_->controller_port(0), method, path, body,
+                {"Authorization: Bearer " + (token.empty() ? cluster_->controller_token() : token),
+                 "Content-Type: application/yaml"},
+                0, 10000);
+  }
+  json ControllerStatus() {
+    return json::parse(Controller("GET", "/v1/jobs/mix").body, nullptr, false);
+  }
+  void DeployJob() override {
+    // A bad manifest is refused with the field, and nothing is written.
+    std::string bad = kJob;
+    bad.replace(bad.find("expected: 3"), 11, "expected: 0");
+    auto refused = Controller("POST", "/v1/functions", bad);
+    EXPECT_EQ(refused.status, 400) << refused.body;
+    EXPECT_NE(refused.body.find("spec.clients.expected"), std::string::npos) << refused.body;
+    EXPECT_EQ(Controller("GET", "/v1/jobs/mix").status, 404);
+    // A deployer of another namespace may not deploy into default.
+    auto dep = Controller("POST", "/v1/tokens", R"({"role": "deployer", "namespace": "team-b"})");
+    ASSERT_EQ(dep.status, 201) << dep.body;
+    auto forbidden = Controller("POST", "/v1/functions", kJob,
+                                json::parse(dep.body)["token"].get<std::string>());
+    EXPECT_EQ(forbidden.status, 403) << forbidden.body;
+
+    auto r = Controller("POST", "/v1/functions", kJob);
+    ASSERT_EQ(r.status, 201) << r.body;
+    auto deployed = json::parse(r.body);
+    ASSERT_EQ(deployed["jobs"].size(), 1u) << r.body;
+    // Equal nodes: the first by name (no FL job on any yet).
+    EXPECT_EQ(deployed["jobs"][0]["top"], cluster_->node_name(0)) << r.body;
+    EXPECT_EQ(deployed["jobs"][0]["created"], true) << r.body;
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return cluster_->NodeLog(0).find("fl job mix: generation 1 runs on this node, its top") !=
+                 std::string::npos;
+        },
+        10s))
+        << cluster_->NodeLog(0);
+    auto t = Controller("POST", "/v1/tokens", R"({"role": "fl-client", "job": "mix"})");
+    ASSERT_EQ(t.status, 201) << t.body;
+    token_id_ = json::parse(t.body)["id"].get<std::string>();
+    auth_ = "Authorization: Bearer " + json::parse(t.body)["token"].get<std::string>();
+    // Every node accepts the cluster's new token once its watch has it.
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(WaitFor(
+          [&] {
+            return HttpAt(cluster_->node_ip(i), TestCluster::kGatewayPort, "GET",
+                          "/v1/jobs/mix/model?version=0", {}, {auth_}, 0, 10000)
+                       .status == 200;
+          },
+          10s))
+          << "node " << i;
+    }
+  }
+  std::string token_id_;
+};
+
+TEST_F(ClusterFlControllerTest, TheControllersJobRunsOnItsTopMovesOffALostTopAndIsDeleted) {
+  ASSERT_EQ(Send(0, 0, auth_).status, 202);
+  ASSERT_EQ(Send(1, 1, auth_).status, 202);
+  ASSERT_EQ(Send(2, 2, auth_).status, 202);
+  // The controller shows the top's published state (etcd), version 1 from all three.
+  json st;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        st = ControllerStatus();
+        return st.value("version", 0) >= 1;
+      },
+      10s))
+      << st.dump();
+  EXPECT_EQ(st["top"], cluster_->node_name(0)) << st.dump();
+  EXPECT_EQ(st["updates_total"], 3) << st.dump();
+  EXPECT_EQ(st["clients"]["joined"], 3) << st.dump();
+  EXPECT_EQ(st["state"], "running") << st.dump();
+  std::string v1_bytes;
+  const std::vector<float> w1 = Download(0, 1, &v1_bytes);
+  ExpectFedAvg(w1);
+  // The list holds it too.
+  auto list = json::parse(Controller("GET", "/v1/jobs").body, nullptr, false);
+  ASSERT_EQ(list["jobs"].size(), 1u) << list.dump();
+  EXPECT_EQ(list["jobs"][0]["name"], "mix");
+  // A join answers once its checkpoint is written: version 1's is written before it.
+  ASSERT_EQ(HttpAt(cluster_->node_ip(0), TestCluster::kGatewayPort, "POST", "/v1/jobs/mix/join",
+                   "{\"name\":\"late\"}", {auth_, "Content-Type: application/json"}, 0, 10000)
+                .status,
+            200);
+
+  // The top's node dies: the controller moves the job to node 1 (the first live by name), which
+  // resumes it from the shared checkpoint store.
+  cluster_->StopNode(0, SIGKILL);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        st = ControllerStatus();
+        return st.value("top", "") == cluster_->node_name(1) && st.value("version", 0) == 1;
+      },
+      20s))
+      << st.dump() << cluster_->ControllerLog(0);
+  EXPECT_EQ(st["moved_from"], cluster_->node_name(0)) << st.dump();
+  EXPECT_EQ(st["clients"]["joined"], 4) << st.dump();
+  EXPECT_NE(
+      cluster_->NodeLog(1).find("fl job mix: this node is its top now (moved here from node " +
+                                cluster_->node_name(0)),
+      std::string::npos)
+      << cluster_->NodeLog(1);
+  // The clients' token is the cluster's: it still works, on the new top.
+  std::string served;
+  Download(1, 1, &served);
+  EXPECT_TRUE(served == v1_bytes);  // the checkpoint's model, byte for byte
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return cluster_->NodeLog(2).find(
+                   "fl job mix: this node folds its updates for its top "
+                   "on node " +
+                   cluster_->node_name(1)) != std::string::npos;
+      },
+      10s))
+      << cluster_->NodeLog(2);
+  ASSERT_EQ(Send(1, 0, auth_, 1, w1).status, 202);
+  ASSERT_EQ(Send(2, 1, auth_, 1, w1).status, 202);
+  ASSERT_EQ(Send(2, 2, auth_, 1, w1).status, 202);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        st = ControllerStatus();
+        return st.value("version", 0) >= 2;
+      },
+      10s))
+      << st.dump();
+  EXPECT_EQ(st["top"], cluster_->node_name(1)) << st.dump();
+  ExpectFedAvg(Download(2, 2), w1);
+
+  // Revoked at the controller: refused on every node once their watch has it.
+  ASSERT_EQ(Controller("DELETE", "/v1/tokens/" + token_id_).status, 200);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return HttpAt(cluster_->node_ip(2), TestCluster::kGatewayPort, "GET",
+                      "/v1/jobs/mix/model?version=0", {}, {auth_}, 0, 10000)
+                   .status == 401;
+      },
+      10s));
+  // Deleted through the controller: gone from its top and from etcd.
+  auto del = Controller("DELETE", "/v1/jobs/mix");
+  ASSERT_EQ(del.status, 200) << del.body;
+  ASSERT_TRUE(WaitFor(
+      [&] { return cluster_->NodeLog(1).find("fl job mix deleted") != std::string::npos; }, 10s))
+      << cluster_->NodeLog(1);
+  EXPECT_EQ(cluster_->NodeApi(1, "GET", "/v1/jobs/mix").status, 404);
+  auto gone = Controller("GET", "/v1/jobs/mix");
+  EXPECT_EQ(gone.status, 404) << gone.body;
+  EXPECT_NE(gone.body.find("no FL job mix"), std::string::npos) << gone.body;
 }
 
 }  // namespace

@@ -350,7 +350,11 @@ Status FlCoordinator::DeployJob(const FlJobSpec& in) {
   return {};
 }
 
-Status FlCoordinator::DeleteJob(const std::string& name) {
+Status FlCoordinator::DeleteJob(const std::string& name) { return RemoveJob(name, false); }
+
+Status FlCoordinator::DropJob(const std::string& name) { return RemoveJob(name, true); }
+
+Status FlCoordinator::RemoveJob(const std::string& name, bool keep_checkpoint) {
   std::shared_ptr<JobState> job;
   {
     std::lock_guard lock(mu_);
@@ -381,9 +385,14 @@ Status FlCoordinator::DeleteJob(const std::string& name) {
     job->warm_partials.clear();
   }
   writer_->Flush();  // no queued checkpoint of the job writes its directory again
-  std::error_code ec;
-  std::filesystem::remove_all(JobsRoot() + "/" + name, ec);
-  spdlog::info("fl job {} deleted", name);
+  if (keep_checkpoint) {
+    spdlog::info("fl job {} stopped here (its checkpoint stays for the node that runs it now)",
+                 name);
+  } else {
+    std::error_code ec;
+    std::filesystem::remove_all(JobsRoot() + "/" + name, ec);
+    spdlog::info("fl job {} deleted", name);
+  }
   if (on_change_) on_change_();
   return {};
 }

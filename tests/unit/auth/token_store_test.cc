@@ -78,7 +78,8 @@ TEST_F(TokenStoreTest, WrongMalformedAndRevokedTokensAre401) {
     auto r = (*store)->Authenticate(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.status().code(), StatusCode::kUnauthenticated);
-    EXPECT_EQ(r.status().message(), "the bearer token is not valid (malformed, unknown or revoked)");
+    EXPECT_EQ(r.status().message(),
+              "the bearer token is not valid (malformed, unknown or revoked)");
   }
   ASSERT_TRUE((*store)->Revoke(t->info.id).ok());
   EXPECT_FALSE((*store)->Authenticate(t->token).ok());
@@ -127,25 +128,83 @@ TEST_F(TokenStoreTest, EphemeralTokensWorkButAreNeverWritten) {
 }
 
 TEST_F(TokenStoreTest, ADamagedFileIsRefusedAndALooseModeIsTightened) {
-  {
-    std::ofstream(path_) << "{\"tokens\": [{\"id\": \"x\"}]}";
-  }
+  { std::ofstream(path_) << "{\"tokens\": [{\"id\": \"x\"}]}"; }
   auto bad = TokenStore::Open(path_);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("malformed token record"), std::string::npos)
       << bad.status().message();
-  {
-    std::ofstream(path_) << "not json";
-  }
+  { std::ofstream(path_) << "not json"; }
   EXPECT_FALSE(TokenStore::Open(path_).ok());
-  {
-    std::ofstream(path_) << "{\"tokens\": []}";
-  }
+  { std::ofstream(path_) << "{\"tokens\": []}"; }
   chmod(path_.c_str(), 0644);
   ASSERT_TRUE(TokenStore::Open(path_).ok());
   struct stat st {};
   ASSERT_EQ(stat(path_.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+// A cluster's tokens: records made by one store (a controller's) accepted by another (a node's)
+// as shared ones, beside its own; replaced, removed and refused when malformed.
+TEST_F(TokenStoreTest, SharedRecordsAuthenticateBesideTheStoresOwnAndCarryNoSecret) {
+  auto issuer = TokenStore::Open("");  // a controller's: in memory only
+  ASSERT_TRUE(issuer.ok());
+  auto made = (*issuer)->Create({"c1", Role::kFlClient, "", "mix"}, /*ephemeral=*/true);
+  ASSERT_TRUE(made.ok());
+  const std::string record = (*issuer)->RecordJson(made->info.id);
+  EXPECT_NE(record.find("\"sha256\""), std::string::npos) << record;
+  EXPECT_NE(record.find("\"job\":\"mix\""), std::string::npos) << record;
+  EXPECT_EQ(record.find(made->token.substr(19)), std::string::npos) << "secret in the record";
+  EXPECT_EQ((*issuer)->RecordJson("000000000000"), "");
+
+  auto node = TokenStore::Open(path_);
+  ASSERT_TRUE(node.ok());
+  auto own = (*node)->Create({"local", Role::kViewer, "", ""});
+  ASSERT_TRUE(own.ok());
+  EXPECT_FALSE((*node)->Authenticate(made->token).ok());
+  ASSERT_TRUE((*node)->SetShared({record}).ok());
+  auto who = (*node)->Authenticate(made->token);
+  ASSERT_TRUE(who.ok());
+  EXPECT_EQ(who->role, Role::kFlClient);
+  EXPECT_EQ(who->job, "mix");
+  EXPECT_TRUE((*node)->Authenticate(own->token).ok());
+  // Shared records are listed apart and never written to the node's file.
+  ASSERT_EQ((*node)->ListShared().size(), 1u);
+  EXPECT_EQ((*node)->ListShared()[0].name, "c1");
+  EXPECT_EQ((*node)->List().size(), 1u);
+  EXPECT_EQ(Read().find(made->info.id), std::string::npos);
+  // A wrong secret for a shared id is 401 like any other.
+  std::string wrong = made->token;
+  wrong.back() = wrong.back() == '0' ? '1' : '0';
+  EXPECT_EQ((*node)->Authenticate(wrong).status().code(), StatusCode::kUnauthenticated);
+
+  // A malformed record is left out and named; the good ones are still taken.
+  Status st = (*node)->SetShared({record, R"({"id": "abc", "role": "admin"})"});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("shared tokens left out"), std::string::npos) << st.message();
+  EXPECT_TRUE((*node)->Authenticate(made->token).ok());
+  // Revoked in the cluster: replaced by a set without it, or removed one by one.
+  ASSERT_TRUE((*node)->SetShared({}).ok());
+  EXPECT_FALSE((*node)->Authenticate(made->token).ok());
+  ASSERT_TRUE((*node)->AddShared(record).ok());
+  EXPECT_TRUE((*node)->Authenticate(made->token).ok());
+  (*node)->RemoveShared(made->info.id);
+  EXPECT_FALSE((*node)->Authenticate(made->token).ok());
+  EXPECT_EQ((*node)->AddShared("not json").code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TokenRequestFromJson, NamesTheFieldThatIsWrong) {
+  auto ok = TokenRequestFromJson(R"({"role": "fl-client", "job": "mix", "name": "c"})");
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->role, Role::kFlClient);
+  EXPECT_EQ(ok->job, "mix");
+  EXPECT_EQ(ok->name, "c");
+  EXPECT_EQ(TokenRequestFromJson("[1]").status().message().substr(0, 5), "body:");
+  EXPECT_EQ(TokenRequestFromJson(R"({"role": "admin", "color": "red"})").status().message(),
+            "color: unknown field (role, namespace, job, name)");
+  EXPECT_EQ(TokenRequestFromJson(R"({"role": 3})").status().message(), "role: must be a string");
+  EXPECT_EQ(TokenRequestFromJson(R"({"name": "x"})").status().message(),
+            "role: required (admin, deployer, viewer, invoker or fl-client)");
+  EXPECT_FALSE(TokenRequestFromJson(R"({"role": "wizard"})").ok());
 }
 
 TEST(BearerToken, ParsesTheSchemeCaseInsensitively) {

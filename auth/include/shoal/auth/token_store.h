@@ -42,7 +42,8 @@ struct CreatedToken {
 
 class TokenStore {
  public:
-  // Loads `path` (a missing file is an empty store). kInvalidArgument for a damaged file.
+  // Loads `path` (a missing file is an empty store; "" a store kept in memory only).
+  // kInvalidArgument for a damaged file.
   static Result<std::unique_ptr<TokenStore>> Open(std::string path);
 
   // Validates the request (scope fields match the role) and adds a token; persisted unless
@@ -52,8 +53,20 @@ class TokenStore {
   Status Revoke(std::string_view id);
   std::vector<TokenInfo> List() const;  // persistent tokens, by creation time
   bool HasRole(Role role) const;
-  // kUnauthenticated (401) for a malformed, unknown or revoked token; never says which.
+  // kUnauthenticated (401) for a malformed, unknown or revoked token; never says which. A
+  // token is looked up among this store's own records, then among the shared ones.
   Result<Principal> Authenticate(std::string_view token) const;
+
+  // Shared records: tokens kept elsewhere (a cluster's, in etcd) that this store also accepts.
+  // A record is the JSON object tokens.json holds for one token (id, name, role, scope,
+  // created_unix_ms, sha256 of the secret): never the secret.
+  std::string RecordJson(std::string_view id) const;  // "" for an unknown id
+  // Replaces the shared set; a malformed record is left out and named in the result's message
+  // (the others are taken).
+  Status SetShared(const std::vector<std::string>& records);
+  Status AddShared(const std::string& record);
+  void RemoveShared(std::string_view id);
+  std::vector<TokenInfo> ListShared() const;  // by creation time
 
   const std::string& path() const { return path_; }
 
@@ -63,12 +76,23 @@ class TokenStore {
     std::string sha256;  // 32 raw bytes of SHA-256(secret)
   };
   explicit TokenStore(std::string path) : path_(std::move(path)) {}
+  // One record as tokens.json holds it (JSON object text), both ways.
+  static Result<Record> ParseRecord(std::string_view text);
+  static std::string RecordText(const Record& r);
   Status SaveLocked() const;
 
   std::string path_;
   mutable std::shared_mutex mu_;
   std::map<std::string, Record, std::less<>> records_;  // by id
+  std::map<std::string, Record, std::less<>> shared_;   // by id
 };
+
+// A token request as the control APIs take it (POST /v1/tokens): a JSON object of strings
+// {"role", "namespace", "job", "name"}; kInvalidArgument naming the field otherwise. The scope
+// itself is checked by TokenStore::Create.
+Result<TokenRequest> TokenRequestFromJson(std::string_view body);
+// A token's public fields as the control APIs list them (JSON object text; never a secret).
+std::string TokenInfoJson(const TokenInfo& t);
 
 // The token in an Authorization header value ("Bearer <token>", scheme case-insensitive);
 // empty when the value is not a bearer credential.

@@ -29,6 +29,11 @@ class ClusterFl final : public FlTopLink {
   ClusterFl(const NodeConfig& config, FlCoordinator& fl, auth::TokenStore& tokens,
             NodeAgent& agent);
   ~ClusterFl() override;
+  // Jobs the controller manages (ManagedFlJobs): a lost top's are moved by the controller, not
+  // taken over by the nodes' own rule. Set before Start.
+  void SetManaged(std::function<bool(const std::string& job)> managed) {
+    managed_ = std::move(managed);
+  }
   Status Start();
   // Before the coordinator and the agent go: no call reaches them after this returns.
   void Stop();
@@ -54,6 +59,7 @@ class ClusterFl final : public FlTopLink {
   FlCoordinator& fl_;
   auth::TokenStore& tokens_;
   NodeAgent& agent_;
+  std::function<bool(const std::string&)> managed_;
   FlPeerServer server_;
   FlPeerClient client_;
 

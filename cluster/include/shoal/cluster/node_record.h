@@ -53,8 +53,17 @@ class ClusterKeys {
   std::string Nodes() const { return prefix_ + "/nodes/"; }
   std::string Function(const std::string& name) const { return prefix_ + "/functions/" + name; }
   std::string Functions() const { return prefix_ + "/functions/"; }
+  // FL jobs deployed through the controller (FlJobRecord) and each one's small state, as its
+  // top publishes it after its commits (version, round, counts).
   std::string Job(const std::string& name) const { return prefix_ + "/jobs/" + name; }
   std::string Jobs() const { return prefix_ + "/jobs/"; }
+  std::string JobState(const std::string& name) const { return prefix_ + "/job-state/" + name; }
+  std::string JobStates() const { return prefix_ + "/job-state/"; }
+  // The cluster's bearer tokens (hashed records, as tokens.json holds them), which the
+  // controllers issue and every node and controller accepts.
+  std::string Token(const std::string& id) const { return prefix_ + "/tokens/" + id; }
+  std::string Tokens() const { return prefix_ + "/tokens/"; }
+  std::string AdminBootstrap() const { return prefix_ + "/admin-bootstrap"; }
   std::string Placements(const std::string& fn) const { return prefix_ + "/placements/" + fn + "/"; }
   std::string Leader() const { return prefix_ + "/leader"; }
   std::string Signals(const std::string& fn) const { return prefix_ + "/signals/" + fn + "/"; }

@@ -162,6 +162,9 @@ class FlCoordinator final : public JobService, public FlDataPath {
   // the shared checkpoint_dir. Updates acknowledged but not in that checkpoint (in the lost
   // node's pool, or folded here for it) no longer count: their clients' next task trains.
   Status TakeOver(const std::string& job);
+  // Stops running `job` on this node as DeleteJob does, but keeps its checkpoint (in the shared
+  // checkpoint_dir): the job was moved to another node, which resumes it from there.
+  Status DropJob(const std::string& job);
 
   // ---- cluster mode: this node folding for tops on other nodes (fl_members.cc) ----
   FlMembers& members() { return *members_; }
@@ -192,6 +195,7 @@ class FlCoordinator final : public JobService, public FlDataPath {
   // Where the jobs' checkpoint directories are: checkpoint_dir, or <state_dir>/jobs.
   std::string JobsRoot() const;
   Status RestoreJob(const std::string& dir, const nlohmann::json& state, bool take_over);
+  Status RemoveJob(const std::string& job, bool keep_checkpoint);
   Result<HeaderAdmission> AdmitHeader(const std::shared_ptr<JobState>& job, std::string_view name,
                                       const shoal::v1::UpdateHeader& h, BufferPool* pool,
                                       uint64_t buffer, const std::string& node);

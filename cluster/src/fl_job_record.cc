@@ -1,0 +1,86 @@
+#include "shoal/cluster/fl_job_record.h"
+
+#include <nlohmann/json.hpp>
+
+namespace shoal::cluster {
+namespace {
+using json = nlohmann::json;
+
+Result<json> Object(const std::string& text, const char* what) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return InvalidArgument(std::string(what) + ": not a JSON object");
+  }
+  return j;
+}
+
+template <typename T>
+Status Field(const json& j, const char* what, const char* name, T* out) {
+  auto it = j.find(name);
+  if (it == j.end())
+    return InvalidArgument(std::string(what) + ": field '" + name + "' is missing");
+  try {
+    *out = it->get<T>();
+  } catch (const json::exception&) {
+    return InvalidArgument(std::string(what) + ": field '" + name + "' has the wrong type (" +
+                           it->type_name() + ")");
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+std::string FlJobRecord::ToJson() const {
+  return json{{"name", name},
+              {"namespace", tenant},
+              {"top", top},
+              {"moved_from", moved_from},
+              {"generation", generation},
+              {"manifest", manifest},
+              {"created_unix_ms", created_unix_ms},
+              {"updated_unix_ms", updated_unix_ms}}
+      .dump();
+}
+
+Result<FlJobRecord> FlJobRecord::FromJson(const std::string& text) {
+  constexpr const char* what = "FL job record";
+  auto j = Object(text, what);
+  if (!j.ok()) return j.status();
+  FlJobRecord r;
+  SHOAL_RETURN_IF_ERROR(Field(*j, what, "name", &r.name));
+  SHOAL_RETURN_IF_ERROR(Field(*j, what, "namespace", &r.tenant));
+  SHOAL_RETURN_IF_ERROR(Field(*j, what, "top", &r.top));
+  if (j->contains("moved_from")) {
+    SHOAL_RETURN_IF_ERROR(Field(*j, what, "moved_from", &r.moved_from));
+  }
+  SHOAL_RETURN_IF_ERROR(Field(*j, what, "generation", &r.generation));
+  SHOAL_RETURN_IF_ERROR(Field(*j, what, "manifest", &r.manifest));
+  SHOAL_RETURN_IF_ERROR(Field(*j, what, "created_unix_ms", &r.created_unix_ms));
+  SHOAL_RETURN_IF_ERROR(Field(*j, what, "updated_unix_ms", &r.updated_unix_ms));
+  return r;
+}
+
+std::string FlJobState::ToJson() const {
+  return json{{"top", top},           {"version", version},
+              {"round", round},       {"updates_total", updates_total},
+              {"clients", clients},   {"done", done},
+              {"accuracy", accuracy}, {"updated_unix_ms", updated_unix_ms}}
+      .dump();
+}
+
+Result<FlJobState> FlJobState::FromJson(const std::string& text) {
+  constexpr const char* what = "FL job state";
+  auto j = Object(text, what);
+  if (!j.ok()) return j.status();
+  FlJobState s;
+  SHOAL_RETURN_IF_ERROR(Field(*j, what, "top", &s.top));
+  SHOAL_RETURN_IF_ERROR(Field(*j, what, "version", &s.version));
+  SHOAL_RETURN_IF_ERROR(Field(*j, what, "round", &s.round));
+  SHOAL_RETURN_IF_ERROR(Field(*j, what, "updates_total", &s.updates_total));
+  SHOAL_RETURN_IF_ERROR(Field(*j, what, "clients", &s.clients));
+  SHOAL_RETURN_IF_ERROR(Field(*j, what, "done", &s.done));
+  SHOAL_RETURN_IF_ERROR(Field(*j, what, "accuracy", &s.accuracy));
+  SHOAL_RETURN_IF_ERROR(Field(*j, what, "updated_unix_ms", &s.updated_unix_ms));
+  return s;
+}
+
+}  // namespace shoal::cluster

@@ -1,0 +1,192 @@
+#include "shoal/controller/cluster_fl_jobs.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
+
+#include "shoal/common/clock.h"
+
+namespace shoal::controller {
+
+ClusterFlJobs::ClusterFlJobs(cluster::EtcdClient* etcd, cluster::ClusterKeys keys,
+                             cluster::NodeDirectory* nodes)
+    : etcd_(etcd), keys_(std::move(keys)), nodes_(nodes) {}
+
+ClusterFlJobs::~ClusterFlJobs() { StopMoving(); }
+
+std::string ClusterFlJobs::ChooseTop(const std::vector<cluster::NodeEntry>& nodes,
+                                     const std::string& except) const {
+  const cluster::NodeEntry* best = nullptr;
+  for (const auto& n : nodes) {
+    if (n.record.name == except) continue;
+    if (best == nullptr || n.record.cores > best->record.cores ||
+        (n.record.cores == best->record.cores &&
+         n.record.fl_jobs.size() < best->record.fl_jobs.size())) {
+      best = &n;  // nodes come by name: ties keep the first
+    }
+  }
+  return best == nullptr ? std::string() : best->record.name;
+}
+
+Result<std::vector<DeployedJob>> ClusterFlJobs::Deploy(const std::vector<FlJobSpec>& specs) {
+  const auto nodes = nodes_->List();
+  if (nodes.empty()) {
+    return Unavailable("no node is registered in the cluster to run an FL job's top");
+  }
+  std::vector<DeployedJob> out;
+  for (const FlJobSpec& spec : specs) {
+    for (int attempt = 0;; ++attempt) {
+      if (attempt == 20)
+        return Unavailable("etcd: FL job " + spec.name + " kept changing under us");
+      auto now = etcd_->Get(keys_.Job(spec.name));
+      if (!now.ok()) return now.status();
+      cluster::FlJobRecord r;
+      int64_t mod_revision = 0;
+      if (!now->kvs.empty()) {
+        auto existing = cluster::FlJobRecord::FromJson(now->kvs[0].value);
+        if (existing.ok()) {
+          r = *existing;
+          mod_revision = now->kvs[0].mod_revision;
+        }
+      }
+      const bool created = mod_revision == 0;
+      if (created) {
+        r.top = ChooseTop(nodes, "");
+        r.created_unix_ms = UnixMs();
+      }
+      r.name = spec.name;
+      r.tenant = spec.tenant;
+      r.generation += 1;
+      r.manifest = spec.manifest;
+      r.updated_unix_ms = UnixMs();
+      auto written = etcd_->PutIfModRevision(keys_.Job(spec.name), r.ToJson(), mod_revision);
+      if (!written.ok()) return written.status();
+      if (*written) {
+        spdlog::info("fl jobs: {} {} (generation {}), its top on node {}", spec.name,
+                     created ? "deployed" : "re-deployed", r.generation, r.top);
+        out.push_back({r, created});
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+Status ClusterFlJobs::Delete(const std::string& name) {
+  auto deleted = etcd_->Delete(keys_.Job(name));
+  if (!deleted.ok()) return deleted.status();
+  if (*deleted == 0) return NotFound("no FL job " + name);
+  (void)etcd_->Delete(keys_.JobState(name));
+  spdlog::info("fl jobs: {} deleted", name);
+  return Status::Ok();
+}
+
+Result<std::vector<ClusterJob>> ClusterFlJobs::List() {
+  auto records = etcd_->GetPrefix(keys_.Jobs());
+  if (!records.ok()) return records.status();
+  auto states = etcd_->GetPrefix(keys_.JobStates());
+  if (!states.ok()) return states.status();
+  std::map<std::string, cluster::FlJobState> by_name;
+  for (const auto& kv : states->kvs) {
+    auto s = cluster::FlJobState::FromJson(kv.value);
+    if (s.ok()) by_name[kv.key.substr(keys_.JobStates().size())] = *s;
+  }
+  std::vector<ClusterJob> out;
+  for (const auto& kv : records->kvs) {
+    auto r = cluster::FlJobRecord::FromJson(kv.value);
+    if (!r.ok()) continue;
+    ClusterJob j{*r, std::nullopt};
+    if (auto it = by_name.find(r->name); it != by_name.end()) j.state = it->second;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+Result<ClusterJob> ClusterFlJobs::Get(const std::string& name) {
+  auto all = List();
+  if (!all.ok()) return all.status();
+  for (auto& j : *all) {
+    if (j.record.name == name) return std::move(j);
+  }
+  return NotFound("no FL job " + name);
+}
+
+void ClusterFlJobs::StartMoving() {
+  std::lock_guard lock(mu_);
+  if (moving_) return;
+  moving_ = true;
+  stop_ = false;
+  dirty_ = true;
+  mover_ = std::thread([this] { MoveLoop(); });
+}
+
+void ClusterFlJobs::StopMoving() {
+  std::thread mover;
+  {
+    std::lock_guard lock(mu_);
+    if (!moving_) return;
+    moving_ = false;
+    stop_ = true;
+    mover = std::move(mover_);
+  }
+  cv_.notify_all();
+  if (mover.joinable()) mover.join();
+}
+
+void ClusterFlJobs::NodesChanged() {
+  {
+    std::lock_guard lock(mu_);
+    dirty_ = true;
+  }
+  cv_.notify_all();
+}
+
+void ClusterFlJobs::MoveLoop() {
+  while (true) {
+    {
+      std::unique_lock lock(mu_);
+      // Also every few seconds: a move that failed while etcd was away is tried again.
+      cv_.wait_for(lock, std::chrono::seconds(3), [this] { return stop_ || dirty_; });
+      if (stop_) return;
+      dirty_ = false;
+    }
+    if (Status st = MoveAll(); !st.ok()) {
+      spdlog::warn("fl jobs: {}", st.message());
+      std::lock_guard lock(mu_);
+      dirty_ = true;
+    }
+  }
+}
+
+Status ClusterFlJobs::MoveAll() {
+  const auto nodes = nodes_->List();
+  if (nodes.empty()) return Status::Ok();  // nowhere to go: they wait for a node
+  auto records = etcd_->GetPrefix(keys_.Jobs());
+  if (!records.ok()) return records.status();
+  for (const auto& kv : records->kvs) {
+    auto r = cluster::FlJobRecord::FromJson(kv.value);
+    if (!r.ok()) continue;
+    const bool live = std::any_of(nodes.begin(), nodes.end(), [&](const cluster::NodeEntry& n) {
+      return n.record.name == r->top;
+    });
+    if (live) continue;
+    const std::string from = r->top;
+    r->top = ChooseTop(nodes, from);
+    if (r->top.empty()) continue;
+    r->moved_from = from;
+    r->updated_unix_ms = UnixMs();
+    // Only if nobody changed it since it was read (a re-deploy, another leader's move).
+    auto written = etcd_->PutIfModRevision(kv.key, r->ToJson(), kv.mod_revision);
+    if (!written.ok()) return written.status();
+    if (*written) {
+      spdlog::warn(
+          "fl jobs: {}: its top, node {}, left the cluster: node {} takes it over from the "
+          "checkpoint store",
+          r->name, from, r->top);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace shoal::controller

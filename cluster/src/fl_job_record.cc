@@ -60,11 +60,9 @@ Result<FlJobRecord> FlJobRecord::FromJson(const std::string& text) {
 }
 
 std::string FlJobState::ToJson() const {
-  return json{{"top", top},           {"version", version},
-              {"round", round},       {"updates_total", updates_total},
-              {"clients", clients},   {"done", done},
-              {"accuracy", accuracy}, {"updated_unix_ms", updated_unix_ms}}
-      .dump();
+  json j{{"top", top}, {"updated_unix_ms", updated_unix_ms}};
+  j["status"] = json::parse(status, nullptr, false);
+  return j.dump();
 }
 
 Result<FlJobState> FlJobState::FromJson(const std::string& text) {
@@ -73,14 +71,32 @@ Result<FlJobState> FlJobState::FromJson(const std::string& text) {
   if (!j.ok()) return j.status();
   FlJobState s;
   SHOAL_RETURN_IF_ERROR(Field(*j, what, "top", &s.top));
-  SHOAL_RETURN_IF_ERROR(Field(*j, what, "version", &s.version));
-  SHOAL_RETURN_IF_ERROR(Field(*j, what, "round", &s.round));
-  SHOAL_RETURN_IF_ERROR(Field(*j, what, "updates_total", &s.updates_total));
-  SHOAL_RETURN_IF_ERROR(Field(*j, what, "clients", &s.clients));
-  SHOAL_RETURN_IF_ERROR(Field(*j, what, "done", &s.done));
-  SHOAL_RETURN_IF_ERROR(Field(*j, what, "accuracy", &s.accuracy));
   SHOAL_RETURN_IF_ERROR(Field(*j, what, "updated_unix_ms", &s.updated_unix_ms));
+  auto it = j->find("status");
+  if (it == j->end() || !it->is_object()) {
+    return InvalidArgument(std::string(what) + ": field 'status' is missing or not an object");
+  }
+  s.status = it->dump();
   return s;
+}
+
+Result<std::string> FlJobState::CutStatus(const std::string& status_json) {
+  auto j = Object(status_json, "FL job status");
+  if (!j.ok()) return j.status();
+  constexpr size_t kVersions = 20;  // the latest, as `shoal fl status` shows them
+  json out = json::object();
+  for (const char* k :
+       {"name", "algorithm", "state", "version", "round", "clients", "updates_total", "elapsed_s",
+        "target_accuracy", "target_rounds", "best_accuracy", "leaf_function", "model"}) {
+    if (auto it = j->find(k); it != j->end()) out[k] = *it;
+  }
+  if (auto it = j->find("versions"); it != j->end() && it->is_array()) {
+    json v = json::array();
+    const size_t from = it->size() > kVersions ? it->size() - kVersions : 0;
+    for (size_t i = from; i < it->size(); ++i) v.push_back((*it)[i]);
+    out["versions"] = std::move(v);
+  }
+  return out.dump();
 }
 
 }  // namespace shoal::cluster

@@ -2,8 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <nlohmann/json.hpp>
-
 #include "shoal/common/clock.h"
 
 namespace shoal::cluster {
@@ -174,23 +172,11 @@ void ManagedFlJobs::Publish() {
     if (running_.count(name) == 0) continue;
     auto text = fl_.JobStatusJson(name);
     if (!text.ok()) continue;
-    auto j = nlohmann::json::parse(*text, nullptr, false);
-    if (!j.is_object()) continue;
+    auto cut = FlJobState::CutStatus(*text);
+    if (!cut.ok()) continue;
     FlJobState s;
     s.top = node_;
-    s.version = j.value("version", uint64_t{0});
-    s.round = j.value("round", uint64_t{0});
-    s.updates_total = j.value("updates_total", uint64_t{0});
-    if (j.contains("clients") && j["clients"].is_object()) {
-      s.clients = j["clients"].value("joined", uint64_t{0});
-    }
-    s.done = j.value("state", std::string()) == "done";
-    if (j.contains("versions") && j["versions"].is_array() && !j["versions"].empty()) {
-      const auto& last = j["versions"].back();
-      if (last.contains("accuracy") && last["accuracy"].is_number()) {
-        s.accuracy = last["accuracy"].get<double>();
-      }
-    }
+    s.status = std::move(*cut);
     // Unchanged but for the time: not written again.
     const std::string key_part = s.ToJson();  // updated_unix_ms 0
     auto it = published_.find(name);

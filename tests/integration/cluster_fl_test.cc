@@ -416,10 +416,19 @@ TEST_F(ClusterFlControllerTest, TheControllersJobRunsOnItsTopMovesOffALostTopAnd
   std::string v1_bytes;
   const std::vector<float> w1 = Download(0, 1, &v1_bytes);
   ExpectFedAvg(w1);
-  // The list holds it too.
+  // The list holds it too, and `shoal fl status` reads the controller as it reads a node.
   auto list = json::parse(Controller("GET", "/v1/jobs").body, nullptr, false);
   ASSERT_EQ(list["jobs"].size(), 1u) << list.dump();
   EXPECT_EQ(list["jobs"][0]["name"], "mix");
+  EXPECT_EQ(list["jobs"][0]["algorithm"], "fedavg");
+  auto cli =
+      RunCli({"fl", "status", "mix"}, {},
+             {"SHOAL_SERVER=http://127.0.0.1:" + std::to_string(cluster_->controller_port(0)),
+              "SHOAL_TOKEN=" + cluster_->controller_token()});
+  ASSERT_EQ(cli.exit_code, 0) << cli.err;
+  EXPECT_NE(cli.out.find("Algorithm:     fedavg"), std::string::npos) << cli.out;
+  EXPECT_NE(cli.out.find("Version:       1 (round"), std::string::npos) << cli.out;
+  EXPECT_NE(cli.out.find("Updates:       3"), std::string::npos) << cli.out;
   // A join answers once its checkpoint is written: version 1's is written before it.
   ASSERT_EQ(HttpAt(cluster_->node_ip(0), TestCluster::kGatewayPort, "POST", "/v1/jobs/mix/join",
                    "{\"name\":\"late\"}", {auth_, "Content-Type: application/json"}, 0, 10000)

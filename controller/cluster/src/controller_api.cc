@@ -77,26 +77,24 @@ void AddTokenRoutes(httplib::Server& server, const auth::TokenStore& tokens,
 
 std::string ClusterJobJson(const ClusterJob& job) {
   const cluster::FlJobRecord& r = job.record;
-  json j{{"name", r.name},
-         {"namespace", r.tenant},
-         {"top", r.top},
-         {"generation", r.generation},
-         {"created_unix_ms", r.created_unix_ms},
-         {"updated_unix_ms", r.updated_unix_ms}};
-  if (!r.moved_from.empty()) j["moved_from"] = r.moved_from;
+  // The top's published status (the same fields as a node's GET /v1/jobs/<name>, with its
+  // latest versions), then where the job runs.
+  json j = json::object();
   if (job.state && job.state->top == r.top) {
-    const cluster::FlJobState& s = *job.state;
-    j["state"] = s.done ? "done" : "running";
-    j["version"] = s.version;
-    j["round"] = s.round;
-    j["updates_total"] = s.updates_total;
-    j["clients"] = {{"joined", s.clients}};
-    j["accuracy"] = s.accuracy >= 0 ? json(s.accuracy) : json(nullptr);
-    j["state_unix_ms"] = s.updated_unix_ms;
+    j = json::parse(job.state->status, nullptr, false);
+    if (!j.is_object()) j = json::object();
+    j["state_unix_ms"] = job.state->updated_unix_ms;
   } else {
     // Its top has not published since it was deployed (or moved): starting there.
     j["state"] = "pending";
   }
+  j["name"] = r.name;
+  j["namespace"] = r.tenant;
+  j["top"] = r.top;
+  j["generation"] = r.generation;
+  j["created_unix_ms"] = r.created_unix_ms;
+  j["updated_unix_ms"] = r.updated_unix_ms;
+  if (!r.moved_from.empty()) j["moved_from"] = r.moved_from;
   return j.dump();
 }
 

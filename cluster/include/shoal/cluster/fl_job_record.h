@@ -26,18 +26,17 @@ struct FlJobRecord {
   static Result<FlJobRecord> FromJson(const std::string& text);
 };
 
+// The job's status as its top's coordinator gives it (GET /v1/jobs/<name> on that node), cut to
+// what a client of the controller needs: the counts, the stop targets and the latest versions.
 struct FlJobState {
-  std::string top;  // the node that published it
-  uint64_t version = 0;
-  uint64_t round = 0;
-  uint64_t updates_total = 0;
-  uint64_t clients = 0;
-  bool done = false;
-  double accuracy = -1;  // the latest evaluation's, -1 when none
+  std::string top;     // the node that published it
+  std::string status;  // JSON object text
   int64_t updated_unix_ms = 0;
 
   std::string ToJson() const;
   static Result<FlJobState> FromJson(const std::string& text);
+  // The published cut of a coordinator's status JSON (kInvalidArgument if not an object).
+  static Result<std::string> CutStatus(const std::string& status_json);
 };
 
 }  // namespace shoal::cluster

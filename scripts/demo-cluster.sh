@@ -142,16 +142,14 @@ if [ "$NODES" -ge 2 ]; then
     fwd=$(curl -s "http://$NET.$((i + 1)):8080/metrics" | sed -n 's/^shoal_forwards_total{function="pinned",node="\([^"]*\)",result="ok"} \(.*\)/forwarded to \1: \2/p')
     echo "  $NET.$((i + 1)): $out   ${fwd:-served here}"
   done
-  step "FL across gateways: a FedAvg job on node-0, its clients spread over the other nodes' gateways"
-  # node-0's control API listens on loopback inside its namespace: reach it there.
-  N0_TOKEN=$(sed -n 's/^token: //p' "$STATE/node-0/state/admin.conf")
-  N0_API=$(sed -n 's/^server: //p' "$STATE/node-0/state/admin.conf")
-  n0() { nsenter --net=/var/run/netns/shoal-demo-n0 curl -sS -H "Authorization: Bearer $N0_TOKEN" "$@"; }
+  step "FL across gateways: a FedAvg job deployed through the controller, its clients spread over the other nodes' gateways"
+  echo "\$ curl -X POST $CTL/v1/functions --data-binary @fljob-digits.yaml   (the controller picks the job's top)"
   printf 'apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: digits\nspec:\n  algorithm: {name: fedavg}\n  model: {architecture: mlp, hidden: 64, seed: 1}\n  data: {dataset: digits}\n  clients: {expected: %d}\n  stop: {rounds: 60, accuracy: 0.95}\n  training: {localSteps: 40, learningRate: 0.1, batchSize: 32}\n' \
     "$((2 * (NODES - 1)))" |
-    n0 -H 'Content-Type: application/yaml' --data-binary @- "$N0_API/v1/functions"
-  FL_TOKEN=$(n0 -H 'Content-Type: application/json' -d '{"role": "fl-client", "job": "digits"}' \
-    "$N0_API/v1/tokens" |
+    api -X POST -H 'Content-Type: application/yaml' --data-binary @- "$CTL/v1/functions"
+  # The clients' token is the cluster's (issued by the controller, accepted on every node).
+  FL_TOKEN=$(api -X POST -H 'Content-Type: application/json' -d '{"role": "fl-client", "job": "digits"}' \
+    "$CTL/v1/tokens" |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
   for _ in $(seq 1 50); do
     curl -fsS -H "Authorization: Bearer $FL_TOKEN" "http://$NET.2:8080/v1/jobs/digits" >/dev/null 2>&1 && break
@@ -174,12 +172,14 @@ if [ "$NODES" -ge 2 ]; then
 import json, sys
 j = json.load(sys.stdin)
 acc = [v["accuracy"] for v in j.get("versions", []) if isinstance(v.get("accuracy"), (int, float))]
-print("  job digits on node-0: %s at version %s, accuracy %s" % (j.get("state"), j.get("version"), acc[-1] if acc else "-"))
+print("  job digits on its top: %s at version %s, accuracy %s" % (j.get("state"), j.get("version"), acc[-1] if acc else "-"))
 for node, f in sorted(j.get("folded_elsewhere", {}).items()):
     print("  %s folded %d update(s) there and sent the top %d partial sum(s) (%.1f MB), never the updates" % (node, f["updates"], f["partial_sums"], f["partial_sum_bytes"] / 1e6))'
   for i in $(seq 1 $((NODES - 1))); do
     echo "  node-$i forwarded: $(curl -s "http://$NET.$((i + 1)):8080/metrics" | sed -n 's/^shoal_forwards_total{function="fl.digits",node="node-0",result="ok"} //p') control request(s) of the job (join, task, model) to node-0"
   done
+  echo "\$ shoal --server $CTL fl status digits   (the top's state as etcd holds it)"
+  SHOAL_TOKEN="$TOKEN" "$BIN/shoal" --server "$CTL" fl status digits | sed -n '1,8p' | sed 's/^/  /'
   [ "$FL_OK" = 1 ] || { echo "an FL client process failed: see $STATE/client-*.log"; exit 1; }
 
   LAST=$((NODES - 1))

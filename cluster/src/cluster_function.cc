@@ -2,22 +2,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_field.h"
+
 namespace shoal::cluster {
 namespace {
 using json = nlohmann::json;
 
-template <typename T>
-Status Field(const json& j, const char* what, const char* name, T* out) {
-  auto it = j.find(name);
-  if (it == j.end()) return InvalidArgument(std::string(what) + ": field '" + name + "' is missing");
-  try {
-    *out = it->get<T>();
-  } catch (const json::exception&) {
-    return InvalidArgument(std::string(what) + ": field '" + name + "' has the wrong type (" +
-                           it->type_name() + ")");
-  }
-  return Status::Ok();
-}
 }  // namespace
 
 std::string ClusterFunction::ToJson() const {
@@ -33,16 +23,17 @@ std::string ClusterFunction::ToJson() const {
 
 Result<ClusterFunction> ClusterFunction::FromJson(const std::string& text) {
   json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return InvalidArgument("function record: not a JSON object");
+  if (j.is_discarded() || !j.is_object())
+    return InvalidArgument("function record: not a JSON object");
   ClusterFunction f;
   const char* what = "function record";
-  SHOAL_RETURN_IF_ERROR(Field(j, what, "name", &f.name));
-  SHOAL_RETURN_IF_ERROR(Field(j, what, "namespace", &f.tenant));
-  SHOAL_RETURN_IF_ERROR(Field(j, what, "id", &f.id));
-  SHOAL_RETURN_IF_ERROR(Field(j, what, "generation", &f.generation));
-  SHOAL_RETURN_IF_ERROR(Field(j, what, "manifest", &f.manifest));
-  SHOAL_RETURN_IF_ERROR(Field(j, what, "created_unix_ms", &f.created_unix_ms));
-  SHOAL_RETURN_IF_ERROR(Field(j, what, "updated_unix_ms", &f.updated_unix_ms));
+  SHOAL_RETURN_IF_ERROR(JsonField(j, what, "name", &f.name));
+  SHOAL_RETURN_IF_ERROR(JsonField(j, what, "namespace", &f.tenant));
+  SHOAL_RETURN_IF_ERROR(JsonField(j, what, "id", &f.id));
+  SHOAL_RETURN_IF_ERROR(JsonField(j, what, "generation", &f.generation));
+  SHOAL_RETURN_IF_ERROR(JsonField(j, what, "manifest", &f.manifest));
+  SHOAL_RETURN_IF_ERROR(JsonField(j, what, "created_unix_ms", &f.created_unix_ms));
+  SHOAL_RETURN_IF_ERROR(JsonField(j, what, "updated_unix_ms", &f.updated_unix_ms));
   if (f.id < kClusterFunctionIdFirst || f.id > kClusterFunctionIdLast) {
     return InvalidArgument("function record: id " + std::to_string(f.id) + " is outside " +
                            std::to_string(kClusterFunctionIdFirst) + ".." +
@@ -59,9 +50,9 @@ Result<Placement> Placement::FromJson(const std::string& text) {
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return InvalidArgument("placement: not a JSON object");
   Placement p;
-  SHOAL_RETURN_IF_ERROR(Field(j, "placement", "generation", &p.generation));
-  SHOAL_RETURN_IF_ERROR(Field(j, "placement", "min", &p.min_scale));
-  SHOAL_RETURN_IF_ERROR(Field(j, "placement", "max", &p.max_scale));
+  SHOAL_RETURN_IF_ERROR(JsonField(j, "placement", "generation", &p.generation));
+  SHOAL_RETURN_IF_ERROR(JsonField(j, "placement", "min", &p.min_scale));
+  SHOAL_RETURN_IF_ERROR(JsonField(j, "placement", "max", &p.max_scale));
   return p;
 }
 

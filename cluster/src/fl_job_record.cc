@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_field.h"
+
 namespace shoal::cluster {
 namespace {
 using json = nlohmann::json;
@@ -14,19 +16,6 @@ Result<json> Object(const std::string& text, const char* what) {
   return j;
 }
 
-template <typename T>
-Status Field(const json& j, const char* what, const char* name, T* out) {
-  auto it = j.find(name);
-  if (it == j.end())
-    return InvalidArgument(std::string(what) + ": field '" + name + "' is missing");
-  try {
-    *out = it->get<T>();
-  } catch (const json::exception&) {
-    return InvalidArgument(std::string(what) + ": field '" + name + "' has the wrong type (" +
-                           it->type_name() + ")");
-  }
-  return Status::Ok();
-}
 }  // namespace
 
 std::string FlJobRecord::ToJson() const {
@@ -46,16 +35,16 @@ Result<FlJobRecord> FlJobRecord::FromJson(const std::string& text) {
   auto j = Object(text, what);
   if (!j.ok()) return j.status();
   FlJobRecord r;
-  SHOAL_RETURN_IF_ERROR(Field(*j, what, "name", &r.name));
-  SHOAL_RETURN_IF_ERROR(Field(*j, what, "namespace", &r.tenant));
-  SHOAL_RETURN_IF_ERROR(Field(*j, what, "top", &r.top));
+  SHOAL_RETURN_IF_ERROR(JsonField(*j, what, "name", &r.name));
+  SHOAL_RETURN_IF_ERROR(JsonField(*j, what, "namespace", &r.tenant));
+  SHOAL_RETURN_IF_ERROR(JsonField(*j, what, "top", &r.top));
   if (j->contains("moved_from")) {
-    SHOAL_RETURN_IF_ERROR(Field(*j, what, "moved_from", &r.moved_from));
+    SHOAL_RETURN_IF_ERROR(JsonField(*j, what, "moved_from", &r.moved_from));
   }
-  SHOAL_RETURN_IF_ERROR(Field(*j, what, "generation", &r.generation));
-  SHOAL_RETURN_IF_ERROR(Field(*j, what, "manifest", &r.manifest));
-  SHOAL_RETURN_IF_ERROR(Field(*j, what, "created_unix_ms", &r.created_unix_ms));
-  SHOAL_RETURN_IF_ERROR(Field(*j, what, "updated_unix_ms", &r.updated_unix_ms));
+  SHOAL_RETURN_IF_ERROR(JsonField(*j, what, "generation", &r.generation));
+  SHOAL_RETURN_IF_ERROR(JsonField(*j, what, "manifest", &r.manifest));
+  SHOAL_RETURN_IF_ERROR(JsonField(*j, what, "created_unix_ms", &r.created_unix_ms));
+  SHOAL_RETURN_IF_ERROR(JsonField(*j, what, "updated_unix_ms", &r.updated_unix_ms));
   return r;
 }
 
@@ -70,8 +59,8 @@ Result<FlJobState> FlJobState::FromJson(const std::string& text) {
   auto j = Object(text, what);
   if (!j.ok()) return j.status();
   FlJobState s;
-  SHOAL_RETURN_IF_ERROR(Field(*j, what, "top", &s.top));
-  SHOAL_RETURN_IF_ERROR(Field(*j, what, "updated_unix_ms", &s.updated_unix_ms));
+  SHOAL_RETURN_IF_ERROR(JsonField(*j, what, "top", &s.top));
+  SHOAL_RETURN_IF_ERROR(JsonField(*j, what, "updated_unix_ms", &s.updated_unix_ms));
   auto it = j->find("status");
   if (it == j->end() || !it->is_object()) {
     return InvalidArgument(std::string(what) + ": field 'status' is missing or not an object");

@@ -11,7 +11,11 @@ namespace shoal::controller {
 
 ClusterFlJobs::ClusterFlJobs(cluster::EtcdClient* etcd, cluster::ClusterKeys keys,
                              cluster::NodeDirectory* nodes)
-    : etcd_(etcd), keys_(std::move(keys)), nodes_(nodes) {}
+    : etcd_(etcd),
+      keys_(std::move(keys)),
+      nodes_(nodes),
+      // Also every few seconds: a move that failed while etcd was away is tried again.
+      mover_("fl jobs", std::chrono::seconds(3), [this] { return MoveAll(); }) {}
 
 ClusterFlJobs::~ClusterFlJobs() { StopMoving(); }
 
@@ -112,52 +116,11 @@ Result<ClusterJob> ClusterFlJobs::Get(const std::string& name) {
   return NotFound("no FL job " + name);
 }
 
-void ClusterFlJobs::StartMoving() {
-  std::lock_guard lock(mu_);
-  if (moving_) return;
-  moving_ = true;
-  stop_ = false;
-  dirty_ = true;
-  mover_ = std::thread([this] { MoveLoop(); });
-}
+void ClusterFlJobs::StartMoving() { mover_.Start(); }
 
-void ClusterFlJobs::StopMoving() {
-  std::thread mover;
-  {
-    std::lock_guard lock(mu_);
-    if (!moving_) return;
-    moving_ = false;
-    stop_ = true;
-    mover = std::move(mover_);
-  }
-  cv_.notify_all();
-  if (mover.joinable()) mover.join();
-}
+void ClusterFlJobs::StopMoving() { mover_.Stop(); }
 
-void ClusterFlJobs::NodesChanged() {
-  {
-    std::lock_guard lock(mu_);
-    dirty_ = true;
-  }
-  cv_.notify_all();
-}
-
-void ClusterFlJobs::MoveLoop() {
-  while (true) {
-    {
-      std::unique_lock lock(mu_);
-      // Also every few seconds: a move that failed while etcd was away is tried again.
-      cv_.wait_for(lock, std::chrono::seconds(3), [this] { return stop_ || dirty_; });
-      if (stop_) return;
-      dirty_ = false;
-    }
-    if (Status st = MoveAll(); !st.ok()) {
-      spdlog::warn("fl jobs: {}", st.message());
-      std::lock_guard lock(mu_);
-      dirty_ = true;
-    }
-  }
-}
+void ClusterFlJobs::NodesChanged() { mover_.Poke(); }
 
 Status ClusterFlJobs::MoveAll() {
   const auto nodes = nodes_->List();

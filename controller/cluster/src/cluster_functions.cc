@@ -47,7 +47,11 @@ std::string FitsNowhere(const FunctionSpec& spec, const std::vector<cluster::Nod
 
 ClusterFunctions::ClusterFunctions(cluster::EtcdClient* etcd, cluster::ClusterKeys keys,
                                    cluster::NodeDirectory* nodes)
-    : etcd_(etcd), keys_(std::move(keys)), nodes_(nodes) {}
+    : etcd_(etcd),
+      keys_(std::move(keys)),
+      nodes_(nodes),
+      // Also every few seconds: a write that failed while etcd was away is tried again.
+      placer_("placement", std::chrono::seconds(3), [this] { return PlaceAll(); }) {}
 
 ClusterFunctions::~ClusterFunctions() { StopPlacing(); }
 
@@ -144,32 +148,26 @@ Result<std::vector<std::pair<std::string, cluster::Placement>>> ClusterFunctions
 }
 
 void ClusterFunctions::StartPlacing() {
-  std::lock_guard lock(mu_);
-  if (placing_) return;
-  placing_ = true;
-  stop_ = false;
-  dirty_ = true;
-  placer_ = std::thread([this] { PlaceLoop(); });
-  watch_ = etcd_->WatchPrefix(
+  if (placer_.running()) return;
+  auto watch = etcd_->WatchPrefix(
       keys_.Functions(), 0,
       [this](const std::vector<cluster::WatchEvent>&, int64_t) { NodesChanged(); },
       [this](int64_t) { NodesChanged(); });
+  {
+    std::lock_guard lock(mu_);
+    watch_ = std::move(watch);
+  }
+  placer_.Start();
 }
 
 void ClusterFunctions::StopPlacing() {
   std::unique_ptr<cluster::EtcdWatch> watch;
-  std::thread placer;
   {
     std::lock_guard lock(mu_);
-    if (!placing_) return;
-    placing_ = false;
-    stop_ = true;
     watch = std::move(watch_);
-    placer = std::move(placer_);
   }
-  cv_.notify_all();
   watch.reset();
-  if (placer.joinable()) placer.join();
+  placer_.Stop();
 }
 
 void ClusterFunctions::SetWarm(const std::string& function, uint32_t warm) {
@@ -178,9 +176,8 @@ void ClusterFunctions::SetWarm(const std::string& function, uint32_t warm) {
     auto it = warm_.find(function);
     if (it != warm_.end() && it->second == warm) return;
     warm_[function] = warm;
-    dirty_ = true;
   }
-  cv_.notify_all();
+  placer_.Poke();
 }
 
 uint32_t ClusterFunctions::Warm(const std::string& function) {
@@ -189,30 +186,7 @@ uint32_t ClusterFunctions::Warm(const std::string& function) {
   return it == warm_.end() ? 0 : it->second;
 }
 
-void ClusterFunctions::NodesChanged() {
-  {
-    std::lock_guard lock(mu_);
-    dirty_ = true;
-  }
-  cv_.notify_all();
-}
-
-void ClusterFunctions::PlaceLoop() {
-  while (true) {
-    {
-      std::unique_lock lock(mu_);
-      // Also every few seconds: a write that failed while etcd was away is tried again.
-      cv_.wait_for(lock, std::chrono::seconds(3), [this] { return stop_ || dirty_; });
-      if (stop_) return;
-      dirty_ = false;
-    }
-    if (Status st = PlaceAll(); !st.ok()) {
-      spdlog::warn("placement: {}", st.message());
-      std::lock_guard lock(mu_);
-      dirty_ = true;
-    }
-  }
-}
+void ClusterFunctions::NodesChanged() { placer_.Poke(); }
 
 Status ClusterFunctions::PlaceAll() {
   auto functions = List();

@@ -114,37 +114,38 @@ void AddFlJobRoutes(httplib::Server& server, const auth::TokenStore& tokens, Clu
     }
     res.set_content(json{{"jobs", list}}.dump() + "\n", "application/json");
   });
-  server.Get(R"(/v1/jobs/([a-z0-9-]+))", [&](const httplib::Request& req, httplib::Response& res) {
+  // The job a request names, once the caller may take `action` on it (written when not). A
+  // job's own clients may read its status, as on a node.
+  auto authorized_job = [&](const httplib::Request& req, httplib::Response& res,
+                            auth::Action action) -> std::optional<ClusterJob> {
     auto who = Authenticate(req, res, tokens);
-    if (!who) return;
+    if (!who) return std::nullopt;
     auto job = jobs.Get(req.matches[1].str());
     if (!job.ok()) {
       JsonError(res, HttpStatusFor(job.status().code()), job.status().message());
-      return;
+      return std::nullopt;
     }
-    // A job's own clients may read its status, as on a node.
-    if (Status st = auth::Authorize(*who, auth::Action::kRead, job->record.tenant);
-        !st.ok() &&
-        !auth::Authorize(*who, auth::Action::kFlClient, job->record.tenant, job->record.name)
-             .ok()) {
+    const cluster::FlJobRecord& r = job->record;
+    Status st = auth::Authorize(*who, action, r.tenant);
+    if (!st.ok() && action == auth::Action::kRead &&
+        auth::Authorize(*who, auth::Action::kFlClient, r.tenant, r.name).ok()) {
+      st = Status::Ok();
+    }
+    if (!st.ok()) {
       JsonError(res, 403, st.message());
-      return;
+      return std::nullopt;
     }
-    res.set_content(ClusterJobJson(*job) + "\n", "application/json");
+    return std::move(*job);
+  };
+  server.Get(R"(/v1/jobs/([a-z0-9-]+))", [=](const httplib::Request& req, httplib::Response& res) {
+    if (auto job = authorized_job(req, res, auth::Action::kRead)) {
+      res.set_content(ClusterJobJson(*job) + "\n", "application/json");
+    }
   });
   server.Delete(
-      R"(/v1/jobs/([a-z0-9-]+))", [&](const httplib::Request& req, httplib::Response& res) {
-        auto who = Authenticate(req, res, tokens);
-        if (!who) return;
-        auto job = jobs.Get(req.matches[1].str());
-        if (!job.ok()) {
-          JsonError(res, HttpStatusFor(job.status().code()), job.status().message());
-          return;
-        }
-        if (Status st = auth::Authorize(*who, auth::Action::kWrite, job->record.tenant); !st.ok()) {
-          JsonError(res, 403, st.message());
-          return;
-        }
+      R"(/v1/jobs/([a-z0-9-]+))", [=, &jobs](const httplib::Request& req, httplib::Response& res) {
+        auto job = authorized_job(req, res, auth::Action::kWrite);
+        if (!job) return;
         if (Status st = jobs.Delete(job->record.name); !st.ok()) {
           JsonError(res, HttpStatusFor(st.code()), st.message());
           return;

@@ -6,14 +6,12 @@
 // left the cluster to a live node, which resumes it from the shared checkpoint store.
 #pragma once
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "shoal/cluster/dirty_loop.h"
 #include "shoal/cluster/etcd_client.h"
 #include "shoal/cluster/fl_job_record.h"
 #include "shoal/cluster/node_directory.h"
@@ -51,20 +49,15 @@ class ClusterFlJobs {
   void NodesChanged();
 
  private:
-  void MoveLoop();
   Status MoveAll();
-  // The node a job goes to (by `TopOrder`), "" when none is live.
+  // The node a job goes to (the most cores, then the fewest FL jobs, then by name), "" when
+  // none is live.
   std::string ChooseTop(const std::vector<cluster::NodeEntry>& nodes,
                         const std::string& except) const;
   cluster::EtcdClient* etcd_;
   cluster::ClusterKeys keys_;
   cluster::NodeDirectory* nodes_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool moving_ = false;
-  bool dirty_ = false;
-  bool stop_ = false;
-  std::thread mover_;
+  cluster::DirtyLoop mover_;
 };
 
 }  // namespace shoal::controller

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "shoal/cluster/cluster_function.h"
+#include "shoal/cluster/dirty_loop.h"
 #include "shoal/cluster/etcd_client.h"
 #include "shoal/cluster/node_directory.h"
 #include "shoal/interfaces/function_spec.h"
@@ -29,7 +30,8 @@ struct DeployedFunction {
 
 class ClusterFunctions {
  public:
-  ClusterFunctions(cluster::EtcdClient* etcd, cluster::ClusterKeys keys, cluster::NodeDirectory* nodes);
+  ClusterFunctions(cluster::EtcdClient* etcd, cluster::ClusterKeys keys,
+                   cluster::NodeDirectory* nodes);
   ~ClusterFunctions();
 
   // Validates every document (all or nothing), refuses a function no registered node can hold
@@ -51,20 +53,14 @@ class ClusterFunctions {
   uint32_t Warm(const std::string& function);
 
  private:
-  void PlaceLoop();
   Status PlaceAll();
   cluster::EtcdClient* etcd_;
   cluster::ClusterKeys keys_;
   cluster::NodeDirectory* nodes_;
   std::mutex mu_;
-  std::condition_variable cv_;
-  bool placing_ = false;
-  bool dirty_ = false;
-  bool stop_ = false;
-  std::thread placer_;
-  std::unique_ptr<cluster::EtcdWatch> watch_;
-  std::map<std::string, uint32_t> warm_;  // under mu_
+  std::unique_ptr<cluster::EtcdWatch> watch_;  // under mu_
+  std::map<std::string, uint32_t> warm_;       // under mu_
+  cluster::DirtyLoop placer_;
 };
-
 
 }  // namespace shoal::controller

@@ -324,18 +324,27 @@ int Describe(const HttpClient& client, const std::string& name) try {
   if (instances.empty()) {
     o << "  <none>\n";
   } else {
-    Table t({"ID", "PID", "STATE", "INFLIGHT", "SERVED", "AGE", "COLD-START", "START", "RESTARTS"});
+    // A controller's describe has the instances of every node running the function.
+    const bool by_node = std::any_of(instances.begin(), instances.end(),
+                                     [](const json& i) { return i.contains("node"); });
+    std::vector<std::string> header = {"ID",  "PID",        "STATE", "INFLIGHT", "SERVED",
+                                       "AGE", "COLD-START", "START", "RESTARTS"};
+    if (by_node) header.insert(header.begin(), "NODE");
+    Table t(header);
     std::string notes;
     for (const json& i : instances) {
       char id[32];
       std::snprintf(id, sizeof id, "%#llx",
                     static_cast<unsigned long long>(Num<uint64_t>(i, "id")));
-      t.AddRow({id, std::to_string(Num<int64_t>(i, "pid")), Str(i, "state"),
-                std::to_string(Num<uint64_t>(i, "inflight")),
-                std::to_string(Num<uint64_t>(i, "served")), FormatAge(Num<double>(i, "age_s")),
-                FormatMs(Num<double>(i, "cold_start_ms")),
-                Str(i, "start_path").empty() ? "-" : Str(i, "start_path"),
-                std::to_string(Num<uint64_t>(i, "restarts"))});
+      std::vector<std::string> row = {id, std::to_string(Num<int64_t>(i, "pid")), Str(i, "state"),
+                                      std::to_string(Num<uint64_t>(i, "inflight")),
+                                      std::to_string(Num<uint64_t>(i, "served")),
+                                      FormatAge(Num<double>(i, "age_s")),
+                                      FormatMs(Num<double>(i, "cold_start_ms")),
+                                      Str(i, "start_path").empty() ? "-" : Str(i, "start_path"),
+                                      std::to_string(Num<uint64_t>(i, "restarts"))};
+      if (by_node) row.insert(row.begin(), Str(i, "node"));
+      t.AddRow(row);
       // A spawn where the node forks from zygotes: say why.
       if (!Str(i, "start_note").empty()) {
         notes += "  " + std::string(id) + " spawned: " + Str(i, "start_note") + "\n";
@@ -450,9 +459,16 @@ int Top(const HttpClient& client, const WatchOptions& options) try {
       SleepSeconds(options.interval_s);
       continue;
     }
-    Table t({"FUNCTION", "POLICY", "DESIRED", "ACTUAL", "INFLIGHT", "QUEUED", "REQ/S", "P50", "P99",
-             "COLD-STARTS", "AVOIDED", "ANOMALIES"});
-    for (const json& f : top.value("functions", json::array())) {
+    // A controller's top has every node's rows, each naming its node.
+    const json rows = top.value("functions", json::array());
+    const bool by_node = std::any_of(rows.begin(), rows.end(),
+                                     [](const json& f) { return f.contains("node"); });
+    std::vector<std::string> header = {"FUNCTION", "POLICY", "DESIRED", "ACTUAL",
+                                       "INFLIGHT", "QUEUED", "REQ/S",   "P50",
+                                       "P99",      "COLD-STARTS", "AVOIDED", "ANOMALIES"};
+    if (by_node) header.insert(header.begin() + 1, "NODE");
+    Table t(header);
+    for (const json& f : rows) {
       std::string cold = std::to_string(Num<uint64_t>(f, "cold_starts"));
       if (Num<double>(f, "last_cold_start_ms") > 0) {
         cold += " (last " + FormatMs(Num<double>(f, "last_cold_start_ms")) + ")";
@@ -463,7 +479,8 @@ int Top(const HttpClient& client, const WatchOptions& options) try {
         actual.push_back('+');
         actual.append(std::to_string(Num<uint64_t>(f, "starting")));
       }
-      t.AddRow({Str(f, "name"), Str(f, "policy").empty() ? "none" : Str(f, "policy"),
+      std::vector<std::string> row = {
+          Str(f, "name"), Str(f, "policy").empty() ? "none" : Str(f, "policy"),
                 std::to_string(Num<uint64_t>(f, "desired")), actual,
                 std::to_string(Num<uint64_t>(f, "inflight")),
                 std::to_string(Num<uint64_t>(f, "queued")), FormatFixed(Num<double>(f, "rps"), 1),
@@ -473,10 +490,15 @@ int Top(const HttpClient& client, const WatchOptions& options) try {
                 std::to_string(Num<uint64_t>(f, "anomalies_total")) +
                     (Num<uint64_t>(f, "quarantined") > 0
                          ? " (" + std::to_string(Num<uint64_t>(f, "quarantined")) + " quarantined)"
-                         : "")});
+                         : "")};
+      if (by_node) row.insert(row.begin() + 1, Str(f, "node"));
+      t.AddRow(row);
     }
     std::string out = "Data plane: " + Str(top, "dataplane") + "\n";
     out += t.Render();
+    for (const json& u : top.value("unreachable", json::array())) {
+      out += "node " + Str(u, "node") + " did not answer: " + Str(u, "error") + "\n";
+    }
     if (t.rows() == 0) out += "(no functions deployed)\n";
     if (options.watch && mode == OutputMode::kTerminal) {
       // In place: from the top-left corner, each line cleared to its end, then whatever the

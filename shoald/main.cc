@@ -276,26 +276,33 @@ int main(int argc, char** argv) {
   std::atomic<cluster::NodeAgent*> cluster_view{nullptr};
   // The compromise detector (issue 18): watches the instances the manager reports ready.
   BehaviourMonitor monitor(config, loop);
-  InstanceManager manager(
-      config, loop, *data_plane, table, metrics, [&registry, &fl, &cluster_view, &config] {
-        auto specs = registry->List();
-        for (auto& leaf : fl.LeafSpecs()) specs.push_back(std::move(leaf));
-        if (cluster::NodeAgent* agent = cluster_view.load()) {
-          for (const auto& placed : agent->Placed()) {
-            auto parsed = ParseFunctionManifests(placed.function.manifest, config);
-            if (!parsed.ok() || parsed->size() != 1) continue;
-            FunctionSpec spec = std::move((*parsed)[0]);
-            spec.id = placed.function.id;
-            spec.generation = placed.function.generation;
-            spec.min_scale = placed.placement.min_scale;
-            spec.max_scale = placed.placement.max_scale;
-            spec.created_unix_ms = placed.function.created_unix_ms;
-            spec.updated_unix_ms = placed.function.updated_unix_ms;
-            specs.push_back(std::move(spec));
-          }
-        }
-        return specs;
-      });
+  // Cluster mode: the cluster functions placed on this node, as this node runs them (its share
+  // of their scale).
+  auto placed_specs = [&cluster_view, &config] {
+    std::vector<FunctionSpec> specs;
+    cluster::NodeAgent* agent = cluster_view.load();
+    if (agent == nullptr) return specs;
+    for (const auto& placed : agent->Placed()) {
+      auto parsed = ParseFunctionManifests(placed.function.manifest, config);
+      if (!parsed.ok() || parsed->size() != 1) continue;
+      FunctionSpec spec = std::move((*parsed)[0]);
+      spec.id = placed.function.id;
+      spec.generation = placed.function.generation;
+      spec.min_scale = placed.placement.min_scale;
+      spec.max_scale = placed.placement.max_scale;
+      spec.created_unix_ms = placed.function.created_unix_ms;
+      spec.updated_unix_ms = placed.function.updated_unix_ms;
+      specs.push_back(std::move(spec));
+    }
+    return specs;
+  };
+  InstanceManager manager(config, loop, *data_plane, table, metrics,
+                          [&registry, &fl, placed_specs] {
+                            auto specs = registry->List();
+                            for (auto& leaf : fl.LeafSpecs()) specs.push_back(std::move(leaf));
+                            for (auto& spec : placed_specs()) specs.push_back(std::move(spec));
+                            return specs;
+                          });
   fl.SetOnChange([&manager, &cluster_view] {
     manager.FunctionsChanged();
     // Cluster mode: the node's record lists its FL jobs, so other gateways forward theirs here.
@@ -309,6 +316,7 @@ int main(int argc, char** argv) {
     metrics.fl_suspect_updates.Add({{"job", job}, {"client", client}, {"rule", rule}}).Increment();
   });
   ControlApi control(*registry, manager, &fl, tokens.get());
+  control.SetClusterFunctions(placed_specs);
   ControlService control_service(control);
   // The control listener's API also converts a job's model to ONNX (?format=onnx): long work
   // for that listener's own threads, so the gateway's API (run on its loops) has no exporter.

@@ -33,6 +33,7 @@
 #include "shoal/controller/cluster_functions.h"
 #include "shoal/controller/manifest.h"
 #include "src/controller_api.h"
+#include "src/node_views.h"
 
 namespace {
 
@@ -371,13 +372,29 @@ int main(int argc, char** argv) {
                  return;
                }
                for (const auto& f : *all) {
-                 if (f.name == req.matches[1].str()) {
-                   res.set_content(function_json(f).dump() + "\n", "application/json");
-                   return;
+                 if (f.name != req.matches[1].str()) continue;
+                 json j = function_json(f);
+                 // Its live status and instances, from the nodes placed to run it.
+                 std::vector<cluster::NodeEntry> placed;
+                 for (const auto& n : nodes.List()) {
+                   for (const auto& p : j["placements"]) {
+                     if (p["node"] == n.record.name) placed.push_back(n);
+                   }
                  }
+                 j["status"] = controller::ClusterFunctionStatus(
+                     placed, f.name, req.get_header_value("Authorization"));
+                 res.set_content(j.dump() + "\n", "application/json");
+                 return;
                }
                JsonError(res, 404, "no function " + req.matches[1].str());
              });
+  server.Get("/v1/top", [&](const httplib::Request& req, httplib::Response& res) {
+    // Every node's functions with their load and instances, as each node's own top has them.
+    if (!authorize(req, res, auth::Action::kReadNode)) return;
+    res.set_content(
+        controller::ClusterTop(nodes.List(), req.get_header_value("Authorization")).dump() + "\n",
+        "application/json");
+  });
   server.Delete(R"(/v1/functions/([a-z0-9-]+))",
                 [&](const httplib::Request& req, httplib::Response& res) {
                   // Authorised against the function's (or FL job's) own namespace: a deployer
@@ -435,11 +452,11 @@ int main(int argc, char** argv) {
   });
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (res.status == 404 && res.body.empty()) {  // no route (a route's own 404 keeps its message)
-      JsonError(
-          res, 404,
-          "shoal-controller serves /v1/nodes, /v1/cluster, /v1/functions, /v1/jobs, /v1/tokens, "
-          "/v1/ui-info and the console at /ui/; no route " +
-              req.path);
+      JsonError(res, 404,
+                "shoal-controller serves /v1/nodes, /v1/cluster, /v1/functions, /v1/jobs, "
+                "/v1/tokens, /v1/top, "
+                "/v1/ui-info and the console at /ui/; no route " +
+                    req.path);
     }
   });
   const int bound =

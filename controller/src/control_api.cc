@@ -225,6 +225,29 @@ ControlApi::ControlApi(FunctionRegistry& registry, RuntimeView& runtime, JobServ
                        auth::TokenStore* tokens)
     : registry_(registry), runtime_(runtime), jobs_(jobs), tokens_(tokens) {}
 
+std::optional<FunctionSpec> ControlApi::FindFunction(const std::string& name) const {
+  if (auto spec = registry_.Get(name)) return spec;
+  if (cluster_functions_) {
+    for (auto& s : cluster_functions_()) {
+      if (s.name == name) return std::move(s);
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<FunctionSpec> ControlApi::AllFunctions(std::vector<bool>* cluster) const {
+  std::vector<FunctionSpec> all = registry_.List();
+  if (cluster != nullptr) cluster->assign(all.size(), false);
+  if (cluster_functions_) {
+    for (auto& s : cluster_functions_()) {
+      if (registry_.Get(s.name)) continue;  // the node's own of that name is what runs here
+      all.push_back(std::move(s));
+      if (cluster != nullptr) cluster->push_back(true);
+    }
+  }
+  return all;
+}
+
 HttpReply ControlApi::Handle(std::string_view method, std::string_view path, std::string_view query,
                              std::string_view body, const auth::Principal& who) {
   using auth::Action;
@@ -253,7 +276,12 @@ HttpReply ControlApi::Handle(std::string_view method, std::string_view path, std
                                                  : Action::kRead;
       // The role is checked against the function's namespace before anything else is said
       // about it; an unknown function is then 404 for whoever may act in some namespace.
-      const auto spec = registry_.Get(name);
+      const auto spec = FindFunction(name);
+      if (spec && method == "DELETE" && !registry_.Get(name)) {
+        return Error(409, "function '" + name +
+                              "' is the cluster's (deployed through shoal-controller): delete it "
+                              "there");
+      }
       // An FL job's leaf function (fl.<job>) is the job's, not the registry's: readable (its
       // instances: the aggregation tree's leaves) by whoever may read the job.
       std::optional<std::string> leaf_ns;
@@ -391,9 +419,13 @@ HttpReply ControlApi::ListFunctions(const auth::Principal& who) {
     if (Status st = auth::Authorize(who, auth::Action::kRead, {}); !st.ok()) return StatusError(st);
   }
   json list = json::array();
-  for (const FunctionSpec& s : registry_.List()) {
+  std::vector<bool> cluster;
+  const std::vector<FunctionSpec> all = AllFunctions(&cluster);
+  for (size_t i = 0; i < all.size(); ++i) {
+    const FunctionSpec& s = all[i];
     if (!Lists(who, s.tenant)) continue;
     json j = FunctionJson(s);
+    if (cluster[i]) j["cluster"] = true;
     j["status"] = StatsJson(runtime_.Stats(s.name), false);
     list.push_back(std::move(j));
   }
@@ -401,9 +433,10 @@ HttpReply ControlApi::ListFunctions(const auth::Principal& who) {
 }
 
 HttpReply ControlApi::GetFunction(const std::string& name) {
-  auto spec = registry_.Get(name);
+  auto spec = FindFunction(name);
   if (!spec) return Error(404, "function '" + name + "' not found");
   json j = FunctionJson(*spec);
+  if (!registry_.Get(name)) j["cluster"] = true;
   j["status"] = StatsJson(runtime_.Stats(name), true);
   return Json(200, j);
 }
@@ -424,7 +457,7 @@ HttpReply ControlApi::DeleteFunction(const std::string& name) {
 }
 
 HttpReply ControlApi::Logs(const std::string& name, std::string_view query) {
-  if (!registry_.Get(name)) return Error(404, "function '" + name + "' not found");
+  if (!FindFunction(name)) return Error(404, "function '" + name + "' not found");
   uint64_t offset = 0;
   uint64_t max = kDefaultLogBytes;
   if (!QueryUint(query, "offset", &offset)) return Error(400, "offset: must be an integer");
@@ -466,9 +499,13 @@ HttpReply ControlApi::Tokens(std::string_view method, std::string_view path, std
 
 HttpReply ControlApi::Top() {
   json list = json::array();
-  for (const FunctionSpec& s : registry_.List()) {
+  std::vector<bool> cluster;
+  const std::vector<FunctionSpec> all = AllFunctions(&cluster);
+  for (size_t i = 0; i < all.size(); ++i) {
+    const FunctionSpec& s = all[i];
     const FunctionStats st = runtime_.Stats(s.name);
     list.push_back({{"name", s.name},
+                    {"cluster", static_cast<bool>(cluster[i])},
                     {"policy", st.policy},
                     {"desired", st.desired},
                     {"actual", st.actual},
@@ -501,7 +538,7 @@ HttpReply ControlApi::Snapshot(const auth::Principal& who) {
   }
   json node = json::parse(Node().body);
   json functions = json::array();
-  for (const FunctionSpec& s : registry_.List()) {
+  for (const FunctionSpec& s : AllFunctions()) {
     if (!Lists(who, s.tenant)) continue;
     json j = FunctionJson(s);
     j.erase("manifest");  // every second to every stream: the figures, not the documents

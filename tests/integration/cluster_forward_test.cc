@@ -250,6 +250,28 @@ TEST_F(ClusterForwardTest, ARequestEnteringAnyNodeIsAnsweredByTheNodeThatRunsIts
                                "   min 0, max 1 instance(s)"),
             std::string::npos)
       << described.out;
+  // The instance itself, read from its node through the controller, with that node's name.
+  EXPECT_NE(described.out.find("NODE"), std::string::npos) << described.out;
+  EXPECT_NE(described.out.find("\n  " + cluster_->node_name(home) + "  "), std::string::npos)
+      << described.out;
+  auto status = json::parse(cluster_->ControllerApi(0, "GET", "/v1/functions/echo").body);
+  EXPECT_EQ(status["status"]["ready"], 1) << status.dump();
+  ASSERT_EQ(status["status"]["instances"].size(), 1u) << status.dump();
+  EXPECT_EQ(status["status"]["instances"][0]["node"], cluster_->node_name(home));
+  EXPECT_GE(status["status"]["requests_total"].get<int>(), 6) << status.dump();
+  // `shoal top` over the cluster: every node's rows, echo's on its node.
+  auto top = RunCli({"top"}, {}, env);
+  ASSERT_EQ(top.exit_code, 0) << top.err;
+  EXPECT_NE(top.out.find("FUNCTION  NODE"), std::string::npos) << top.out;
+  EXPECT_NE(top.out.find("echo      " + cluster_->node_name(home)), std::string::npos) << top.out;
+  EXPECT_EQ(top.out.find("did not answer"), std::string::npos) << top.out;
+  // The node itself lists the cluster's function as one it runs, and refuses to delete it.
+  auto own = cluster_->NodeApi(home, "GET", "/v1/functions/echo");
+  ASSERT_EQ(own.status, 200) << own.body;
+  EXPECT_EQ(json::parse(own.body)["cluster"], true) << own.body;
+  auto refused = cluster_->NodeApi(home, "DELETE", "/v1/functions/echo");
+  EXPECT_EQ(refused.status, 409) << refused.body;
+  EXPECT_NE(refused.body.find("delete it there"), std::string::npos) << refused.body;
   auto missing = RunCli({"get", "nodes", "nope"}, {}, env);
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.err.find("node 'nope' not found"), std::string::npos) << missing.err;

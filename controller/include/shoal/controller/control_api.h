@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -42,6 +43,13 @@ class ControlApi {
   // an API whose caller may run long work: the control listener's threads, not a gateway loop.
   void SetOnnxExport(OnnxExport e) { onnx_export_ = std::move(e); }
 
+  // Cluster mode: the cluster's functions placed on this node (the controller deployed them;
+  // this node's instance manager runs them beside its own). They are listed, described, shown
+  // in top and their logs read as the node's own, marked "cluster": true; deploying or deleting
+  // one here is refused (the controller owns them).
+  using ClusterFunctions = std::function<std::vector<FunctionSpec>()>;
+  void SetClusterFunctions(ClusterFunctions f) { cluster_functions_ = std::move(f); }
+
   // `path` starts with /v1/; `query` is the part after '?', without it; `who` made the request.
   HttpReply Handle(std::string_view method, std::string_view path, std::string_view query,
                    std::string_view body, const auth::Principal& who);
@@ -55,6 +63,11 @@ class ControlApi {
 
  private:
   HttpReply Deploy(std::string_view body, const auth::Principal& who);
+  // A function of this node: its registry's, or one of the cluster's placed here.
+  std::optional<FunctionSpec> FindFunction(const std::string& name) const;
+  // Every function of this node, the registry's first; `cluster` (if given) says which are
+  // the cluster's.
+  std::vector<FunctionSpec> AllFunctions(std::vector<bool>* cluster = nullptr) const;
   HttpReply Tokens(std::string_view method, std::string_view path, std::string_view rest,
                    std::string_view body);
   // The job's namespace; kNotFound for an unknown job.
@@ -88,6 +101,7 @@ class ControlApi {
   RuntimeView& runtime_;
   JobService* jobs_;
   auth::TokenStore* tokens_;
+  ClusterFunctions cluster_functions_;
   OnnxExport onnx_export_;
 };
 

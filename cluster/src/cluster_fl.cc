@@ -64,7 +64,24 @@ ClusterFl::ClusterFl(const NodeConfig& config, FlCoordinator& fl, auth::TokenSto
 
 ClusterFl::~ClusterFl() { Stop(); }
 
+bool ClusterFl::LoadSecret() {
+  auto secret = LoadPeerSecret(agent_.etcd(), agent_.keys().PeerSecret());
+  if (!secret.ok()) {
+    if (!secret_warned_) {
+      spdlog::warn("cluster: FL peer links refuse every call until this node has {} (retried)",
+                   secret.status().message());
+    }
+    secret_warned_ = true;
+    return false;
+  }
+  if (secret_warned_) spdlog::info("cluster: the cluster's peer secret read from etcd");
+  server_.SetSecret(*secret);
+  client_.SetIdentity(config_.node_name, std::move(*secret));
+  return true;
+}
+
 Status ClusterFl::Start() {
+  have_secret_ = LoadSecret();
   RefreshNodes();
   SHOAL_RETURN_IF_ERROR(server_.Start(config_.listen_host, config_.fl_peer_port));
   {
@@ -334,6 +351,7 @@ void ClusterFl::WatchLoop() {
         return;
       }
     }
+    if (!have_secret_) have_secret_ = LoadSecret();
     RefreshNodes();
     std::set<std::string> live;
     std::map<std::string, std::string> remote_jobs;  // job -> the node that is its top

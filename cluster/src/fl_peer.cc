@@ -4,6 +4,10 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -12,7 +16,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
+#include "shoal/cluster/etcd_client.h"
 #include "shoal/common/log.h"
 
 namespace shoal::cluster {
@@ -22,6 +28,7 @@ namespace {
 constexpr char kMagic[4] = {'S', 'H', 'F', 'P'};
 constexpr uint32_t kMaxJson = 1u << 20;
 constexpr uint64_t kMaxRequestPayload = 4ull << 20;  // requests carry an update's header at most
+constexpr double kHandshakeTimeoutS = 5;
 
 struct FrameHead {
   char magic[4];
@@ -104,7 +111,65 @@ void SetTimeouts(int fd, double recv_s, double send_s) {
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &w, sizeof w);
 }
 
+// A handshake frame's JSON and payload (small: the proof's JSON names a node).
+bool ReadSmall(int fd, const FrameHead& h, std::string* json, std::string* payload) {
+  if (h.json_len > 4096 || h.payload_len > 4096) return false;
+  json->resize(h.json_len);
+  payload->resize(h.payload_len);
+  return ReadAll(fd, json->data(), json->size()) == 1 &&
+         ReadAll(fd, payload->data(), payload->size()) == 1;
+}
+
+std::string MessageOf(const std::string& json) {
+  auto j = nlohmann::json::parse(json, nullptr, false);
+  return j.is_object() ? j.value("message", std::string("no message")) : std::string("no message");
+}
+
 }  // namespace
+
+Result<std::string> LoadPeerSecret(EtcdClient& etcd, const std::string& key) {
+  unsigned char raw[kFlPeerSecretBytes];
+  if (RAND_bytes(raw, sizeof raw) != 1) return Internal("RAND_bytes failed: no peer secret");
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char b : raw) {
+    hex += kHex[b >> 4];
+    hex += kHex[b & 15];
+  }
+  OPENSSL_cleanse(raw, sizeof raw);
+  RangeResult current;
+  auto created = etcd.PutIfAbsent(key, hex, 0, &current);
+  if (!created.ok()) {
+    return Unavailable("the cluster's peer secret (" + key + "): " + created.status().message());
+  }
+  const std::string text =
+      *created ? hex : (current.kvs.empty() ? std::string() : current.kvs[0].value);
+  auto nibble = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  std::string secret;
+  for (size_t i = 0; text.size() == 2 * kFlPeerSecretBytes && i < text.size(); i += 2) {
+    const int hi = nibble(text[i]), lo = nibble(text[i + 1]);
+    if (hi < 0 || lo < 0) break;
+    secret += static_cast<char>(hi << 4 | lo);
+  }
+  if (secret.size() != kFlPeerSecretBytes) {
+    return InvalidArgument("the cluster's peer secret at " + key + " is not " +
+                           std::to_string(2 * kFlPeerSecretBytes) + " lowercase hex digits");
+  }
+  return secret;
+}
+
+std::string PeerProof(const std::string& secret, std::span<const std::byte> nonce,
+                      const std::string& node) {
+  std::string msg(reinterpret_cast<const char*>(nonce.data()), nonce.size());
+  msg += node;
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+       reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), mac, &len);
+  return std::string(reinterpret_cast<const char*>(mac), len);
+}
 
 // ---- server ---------------------------------------------------------------------------------
 
@@ -112,6 +177,78 @@ FlPeerServer::FlPeerServer(Handler handler, Allow allow)
     : handler_(std::move(handler)), allow_(std::move(allow)) {}
 
 FlPeerServer::~FlPeerServer() { Stop(); }
+
+void FlPeerServer::SetSecret(std::string secret) {
+  std::lock_guard lock(secret_mu_);
+  secret_ = std::move(secret);
+}
+
+void FlPeerServer::Refuse(int fd, const std::string& ip, const std::string& why) {
+  ++refused_;
+  {
+    std::lock_guard lock(secret_mu_);
+    if (logged_.insert(ip).second) {
+      spdlog::warn("fl peer: connection from {} refused: {} (logged once per peer)", ip, why);
+    }
+  }
+  const std::string json = nlohmann::json{
+      {"code", static_cast<int>(StatusCode::kUnauthenticated)},
+      {"message",
+       "fl peer: " + why}}.dump();
+  (void)SendFrame(fd, 401, json, {});
+  // Closed after the caller has the message: what it sent unread would turn the close into a
+  // reset that can overtake the answer.
+  shutdown(fd, SHUT_WR);
+  SetTimeouts(fd, 0.2, 0.2);
+  char sink[4096];
+  for (int i = 0; i < 16 && recv(fd, sink, sizeof sink, 0) > 0; ++i) {
+  }
+}
+
+bool FlPeerServer::Handshake(int fd, const std::string& ip) {
+  std::string secret;
+  {
+    std::lock_guard lock(secret_mu_);
+    secret = secret_;
+  }
+  if (secret.empty()) {
+    Refuse(fd, ip, "this node has not read the cluster's peer secret from etcd yet");
+    return false;
+  }
+  std::byte nonce[kFlPeerNonceBytes];
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(nonce), sizeof nonce) != 1) {
+    Refuse(fd, ip, "no randomness for the challenge");
+    return false;
+  }
+  SetTimeouts(fd, kHandshakeTimeoutS, kHandshakeTimeoutS);
+  if (!SendFrame(fd, kFlPeerChallenge, "{}", nonce)) return false;
+  FrameHead h;
+  if (ReadAll(fd, &h, sizeof h) != 1) {
+    Refuse(fd, ip, "no answer to the peer challenge");
+    return false;
+  }
+  std::string json, proof;
+  if (std::memcmp(h.magic, kMagic, 4) != 0 || h.kind != kFlPeerProof) {
+    Refuse(fd, ip,
+           "the link did not start with the cluster's peer handshake (the challenge's proof)");
+    return false;
+  }
+  if (!ReadSmall(fd, h, &json, &proof)) {
+    Refuse(fd, ip, "a malformed peer proof");
+    return false;
+  }
+  auto j = nlohmann::json::parse(json, nullptr, false);
+  const std::string node = j.is_object() ? j.value("node", std::string()) : std::string();
+  const std::string want = PeerProof(secret, nonce, node);
+  if (proof.size() != want.size() || CRYPTO_memcmp(proof.data(), want.data(), want.size()) != 0) {
+    Refuse(fd, ip,
+           "node '" + node +
+               "' failed the peer handshake: its proof does not match the cluster's peer secret");
+    return false;
+  }
+  if (!SendFrame(fd, 200, "{}", {})) return false;
+  return true;
+}
 
 Status FlPeerServer::Start(const std::string& host, uint16_t port) {
   listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -193,10 +330,11 @@ void FlPeerServer::AcceptLoop() {
 }
 
 void FlPeerServer::Serve(int fd, std::string ip) {
+  const bool authenticated = Handshake(fd, ip);
   SetTimeouts(fd, 0, 60);  // idle links wait; a reply that cannot be sent in 60 s fails
   std::string json;
   std::vector<std::byte> payload;
-  for (;;) {
+  while (authenticated) {
     FrameHead h;
     if (ReadAll(fd, &h, sizeof h) != 1) break;
     if (std::memcmp(h.magic, kMagic, 4) != 0 || h.json_len > kMaxJson ||
@@ -230,6 +368,53 @@ FlPeerClient::~FlPeerClient() {
   for (auto& [addr, fds] : idle_) {
     for (int fd : fds) close(fd);
   }
+}
+
+void FlPeerClient::SetIdentity(std::string node, std::string secret) {
+  std::lock_guard lock(mu_);
+  node_ = std::move(node);
+  secret_ = std::move(secret);
+}
+
+Status FlPeerClient::Handshake(int fd, const std::string& address) {
+  std::string node, secret;
+  {
+    std::lock_guard lock(mu_);
+    node = node_;
+    secret = secret_;
+  }
+  if (secret.empty()) {
+    return Unavailable("fl peer " + address + ": this node has no cluster peer secret yet");
+  }
+  FrameHead h;
+  std::string json, nonce;
+  auto broke = [&](const char* when) {
+    return Unavailable(
+        "fl peer " + address + ": the link broke off " + when + " (" +
+        (errno == EAGAIN || errno == EWOULDBLOCK ? "timed out" : std::strerror(errno)) + ")");
+  };
+  if (ReadAll(fd, &h, sizeof h) != 1) return broke("before the peer's challenge");
+  if (std::memcmp(h.magic, kMagic, 4) != 0 || !ReadSmall(fd, h, &json, &nonce)) {
+    return Unavailable("fl peer " + address + ": a malformed challenge");
+  }
+  if (h.kind != kFlPeerChallenge) {
+    return Unauthenticated("fl peer " + address + " refused the link (" + std::to_string(h.kind) +
+                           "): " + MessageOf(json));
+  }
+  const std::string proof = PeerProof(secret, std::as_bytes(std::span(nonce)), node);
+  if (!SendFrame(fd, kFlPeerProof, nlohmann::json{{"node", node}}.dump(),
+                 std::as_bytes(std::span(proof)))) {
+    return broke("sending the proof");
+  }
+  if (ReadAll(fd, &h, sizeof h) != 1) return broke("before the handshake's answer");
+  if (std::memcmp(h.magic, kMagic, 4) != 0 || !ReadSmall(fd, h, &json, &nonce)) {
+    return Unavailable("fl peer " + address + ": a malformed handshake answer");
+  }
+  if (h.kind != 200) {
+    return Unauthenticated("fl peer " + address + " refused the link (" + std::to_string(h.kind) +
+                           "): " + MessageOf(json));
+  }
+  return {};
 }
 
 int FlPeerClient::Take(const std::string& address, double timeout_s, bool* reused, Status* why) {
@@ -277,6 +462,12 @@ int FlPeerClient::Take(const std::string& address, double timeout_s, bool* reuse
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  SetTimeouts(fd, timeout_s, timeout_s);
+  if (Status st = Handshake(fd, address); !st.ok()) {
+    *why = std::move(st);
+    close(fd);
+    return -1;
+  }
   return fd;
 }
 

@@ -51,6 +51,11 @@ class ClusterFl final : public FlTopLink {
                                       const std::vector<uint64_t>& keys);
   // The live nodes' peer addresses (refreshed by WatchLoop; Allow refreshes on a miss).
   std::string PeerOf(const std::string& node);
+  // The cluster's peer secret from etcd, for the links' handshake (tried again by WatchLoop
+  // until it succeeds).
+  bool LoadSecret();
+  bool have_secret_ = false;  // WatchLoop's (and Start's, before it runs)
+  bool secret_warned_ = false;
   void RefreshNodes();
   void WatchLoop();
   void ReportLoop();

@@ -64,6 +64,7 @@ class ClusterKeys {
   std::string Token(const std::string& id) const { return prefix_ + "/tokens/" + id; }
   std::string Tokens() const { return prefix_ + "/tokens/"; }
   std::string AdminBootstrap() const { return prefix_ + "/admin-bootstrap"; }
+  std::string PeerSecret() const { return prefix_ + "/peer-secret"; }  // fl_peer.h's handshake
   std::string Placements(const std::string& fn) const { return prefix_ + "/placements/" + fn + "/"; }
   std::string Leader() const { return prefix_ + "/leader"; }
   std::string Signals(const std::string& fn) const { return prefix_ + "/signals/" + fn + "/"; }

@@ -16,6 +16,10 @@ namespace shoal {
 
 namespace {
 constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+// An update's prefix (model/update_format.h): "SHU1", u32 header length, then the header.
+constexpr char kUpdateMagic[4] = {'S', 'H', 'U', '1'};
+constexpr uint64_t kUpdatePrefixBytes = 8;
+constexpr uint32_t kMaxUpdateHeader = 1u << 20;  // as the coordinator's ParseUpdateHead
 }  // namespace
 
 Connection::Connection(GatewayLoop& loop) : loop_(loop), parser_(*this) {
@@ -49,6 +53,10 @@ void Connection::StopReading() {
 
 void Connection::OnAlloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
   auto* c = static_cast<Connection*>(h->data);
+  if (c->state_ == State::kDiscard) {
+    *buf = uv_buf_init(c->rbuf_.get(), static_cast<unsigned>(kReadBufferBytes));
+    return;
+  }
   if (c->state_ == State::kBody && c->route_ == Route::kForward) {
     // A forwarded body passes through the read buffer on its way to the peer.
     *buf = uv_buf_init(c->rbuf_.get(),
@@ -86,6 +94,11 @@ void Connection::OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t*) {
     return;
   }
   if (nread == 0) return;
+  if (c->state_ == State::kDiscard) {
+    c->body_len_ += static_cast<uint64_t>(nread);
+    if (c->body_len_ >= c->body_expected_) c->Close();
+    return;
+  }
   if (c->state_ == State::kBody) {
     c->body_len_ += static_cast<uint64_t>(nread);
     if (c->route_ == Route::kForward) c->SendForwardBody(c->rbuf_.get(), static_cast<size_t>(nread));
@@ -96,6 +109,10 @@ void Connection::OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t*) {
     return;
   }
   c->rbuf_len_ += static_cast<size_t>(nread);
+  if (c->state_ == State::kFlHead) {
+    c->FeedFlHead();
+    return;
+  }
   if (c->state_ == State::kBusy) return;  // the next request: parsed once this one is answered
   c->Consume();
 }
@@ -115,6 +132,14 @@ void Connection::Consume() {
     }
     pos += step.consumed;
     if (step.outcome != HttpRequestParser::Step::Outcome::kMessage) continue;
+    if (raw_body_ && fl_head_need_ != 0) {
+      // An FL update for a top elsewhere: its header first, the body once the top admitted it.
+      std::memmove(rbuf_.get(), rbuf_.get() + pos, rbuf_len_ - pos);
+      rbuf_len_ -= pos;
+      state_ = State::kFlHead;
+      FeedFlHead();
+      return;
+    }
     if (raw_body_ && body_len_ < body_expected_) {
       // Body bytes that arrived with the headers: the only ones the gateway copies.
       const size_t take = std::min<uint64_t>(rbuf_len_ - pos, body_expected_ - body_len_);
@@ -149,6 +174,11 @@ void Connection::OnBegin() {
   error_status_ = 0;
   fl_job_.clear();
   fl_bearer_.clear();
+  fl_head_.clear();
+  fl_head_need_ = 0;
+  fl_prefix_read_ = false;
+  fl_discard_ = false;
+  fl_admitted_ = {};
 }
 
 bool Connection::OnHead(const RequestHead& head) {
@@ -285,7 +315,7 @@ bool Connection::RouteRequest(const RequestHead& head) {
           Reject(401, "authentication required: send 'Authorization: Bearer <token>'");
           return has_body;
         }
-        return PrepareFunctionBody(head);
+        return PrepareMemberUpdate(head);
       }
       // An update needs the job's FL client token (or a deployer's of its namespace).
       if (!Authorize(head, auth::Action::kFlClient, fn_->spec.tenant, fl_job_)) {
@@ -356,6 +386,130 @@ bool Connection::PrepareFunctionBody(const RequestHead& head) {
     return true;  // the parser skips the body; Consume() and OnRead() put it in the pool
   }
   return false;
+}
+
+bool Connection::PrepareMemberUpdate(const RequestHead& head) {
+  route_ = Route::kFunction;
+  const uint64_t content_length = head.content_length;
+  body_limit_ = fn_->spec.max_body_bytes ? fn_->spec.max_body_bytes : loop_.config().max_body_bytes;
+  if (content_length > body_limit_) {
+    return Reject(413, "request body of " + std::to_string(content_length) +
+                           " bytes is over the limit of " + std::to_string(body_limit_) +
+                           " bytes for function '" + function_name_ + "'");
+  }
+  if (head.chunked) {
+    return Reject(411, "FL job '" + fl_job_ +
+                           "' is folded on this node for its top on another node: send the "
+                           "update with a Content-Length (the top admits its header before "
+                           "its body is read)");
+  }
+  if (content_length < kUpdatePrefixBytes) {
+    return Reject(400, "not an update: the body must start with \"SHU1\" and its header length");
+  }
+  // No pool memory yet: the header goes to fl_head_, the top decides, then the body is read.
+  head_len_ = PayloadBodyOffset(sub_path_.size(), query_.size(), head.content_type.size());
+  raw_body_ = true;
+  body_expected_ = content_length;
+  fl_head_need_ = kUpdatePrefixBytes;
+  if (head.expect_continue) SendContinue();
+  return true;
+}
+
+void Connection::FeedFlHead() {
+  for (;;) {
+    const size_t take = std::min<uint64_t>(fl_head_need_ - fl_head_.size(), rbuf_len_);
+    fl_head_.append(rbuf_.get(), take);
+    std::memmove(rbuf_.get(), rbuf_.get() + take, rbuf_len_ - take);
+    rbuf_len_ -= take;
+    if (fl_head_.size() < fl_head_need_) {
+      StartReading();
+      return;
+    }
+    if (fl_prefix_read_) break;
+    fl_prefix_read_ = true;
+    uint32_t hlen;
+    std::memcpy(&hlen, fl_head_.data() + 4, 4);
+    if (std::memcmp(fl_head_.data(), kUpdateMagic, 4) != 0) {
+      OnFlRefused(400, "not an update: the body must start with \"SHU1\"");
+      return;
+    }
+    if (hlen > kMaxUpdateHeader || kUpdatePrefixBytes + hlen > body_expected_) {
+      OnFlRefused(400, "update header length " + std::to_string(hlen) + " runs past the body");
+      return;
+    }
+    fl_head_need_ = kUpdatePrefixBytes + hlen;
+  }
+  // The whole header: reading stops (the client's body waits in its socket) until the top's
+  // answer comes back through the loop (OnFlAdmitted / OnFlRefused).
+  StopReading();
+  state_ = State::kBusy;
+  loop_.AdmitForTop(this, fn_, fl_job_, std::as_bytes(std::span(fl_head_)), fl_bearer_);
+}
+
+void Connection::OnFlAdmitted(FlAdmission admission) {
+  FlDataPath* fl = loop_.gw().hooks_.fl;
+  auto buf = fn_->pool->Allocate(head_len_ + body_expected_, kShoaldSlot);
+  Status held = buf.ok() ? Status::Ok() : buf.status();
+  if (buf.ok()) {
+    buffer_ = *buf;
+    held = fl->HoldUpdate(admission.ticket, *fn_->pool, buffer_);
+  }
+  if (!held.ok()) {
+    fl->Completed(admission.ticket, 503, false);
+    ReleaseRequestBuffer();
+    if (!buf.ok()) {
+      loop_.gw().metrics_.gateway_rejections.Add({{"reason", "pool_full"}}).Increment();
+      OnFlRefused(503,
+                  "shared-memory pool of tenant '" + fn_->spec.tenant + "' is full: retry later",
+                  true);
+    } else {
+      OnFlRefused(
+          503,
+          "FL job '" + fl_job_ + "': the update's admission is gone: " + held.message() + "; retry",
+          true);
+    }
+    return;
+  }
+  fl_admitted_ = admission;
+  body_ptr_ = fn_->pool->Data(buffer_).data() + head_len_;
+  std::memcpy(body_ptr_, fl_head_.data(), fl_head_.size());
+  body_len_ = fl_head_.size();
+  // Body bytes that came with the header (in the read buffer), then the rest from the socket.
+  const size_t take = std::min<uint64_t>(rbuf_len_, body_expected_ - body_len_);
+  std::memcpy(body_ptr_ + body_len_, rbuf_.get(), take);
+  std::memmove(rbuf_.get(), rbuf_.get() + take, rbuf_len_ - take);
+  rbuf_len_ -= take;
+  body_len_ += take;
+  if (body_len_ == body_expected_) {
+    HandleRequest();
+    return;
+  }
+  state_ = State::kBody;
+  StartReading();
+}
+
+void Connection::OnFlRefused(int status, const std::string& reason, bool retry_after) {
+  // The body was never read: the connection closes after the answer, once the rest of the body
+  // has been dropped (StartDiscard).
+  StopReading();
+  state_ = State::kBusy;
+  keep_alive_ = false;
+  close_after_ = true;
+  fl_discard_ = true;
+  WriteError(status, reason, retry_after);
+}
+
+bool Connection::StartDiscard() {
+  fl_discard_ = false;
+  body_len_ = fl_head_.size() + rbuf_len_;
+  rbuf_len_ = 0;
+  if (body_len_ >= body_expected_ || peer_shut_) return false;
+  state_ = State::kDiscard;
+  // A client that stops sending is not waited for long.
+  uv_timer_start(
+      &timer_, [](uv_timer_t* t) { static_cast<Connection*>(t->data)->Close(); }, 5000, 0);
+  StartReading();
+  return true;
 }
 
 bool Connection::AppendFunctionBody(const char* at, size_t len) {

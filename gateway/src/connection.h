@@ -19,6 +19,7 @@
 #include "peer_links.h"
 #include "shoal/auth/token_store.h"
 #include "shoal/common/descriptor.h"
+#include "shoal/interfaces/fl_data_path.h"
 #include "shoal/interfaces/forward_table.h"
 #include "shoal/interfaces/http_reply.h"
 
@@ -54,6 +55,10 @@ class Connection final : public RequestEvents, public ForwardClient {
     uv_timer_stop(&timer_);
   }
   uv_timer_t* timer() { return &timer_; }
+  // Cluster mode: the top admitted (or refused) the update whose header this connection read;
+  // its body is read now (into the pool), or the refusal answered and the connection closed.
+  void OnFlAdmitted(FlAdmission admission);
+  void OnFlRefused(int status, const std::string& reason, bool retry_after = false);
 
   // RequestEvents
   void OnBegin() override;
@@ -67,10 +72,23 @@ class Connection final : public RequestEvents, public ForwardClient {
   void OnForwardDone(bool complete, int status) override;
 
  private:
-  enum class State { kHeaders, kBody, kBusy, kClosing };
+  // kFlHead: an FL update for a top elsewhere, its prefix and header read into fl_head_ (no
+  // pool memory until the top admits it).
+  // kDiscard: after such an update's refusal, the rest of its body is read and dropped (in the
+  // read buffer) before the close, so that the client reads the answer rather than a reset.
+  enum class State { kHeaders, kFlHead, kBody, kBusy, kDiscard, kClosing };
   enum class Route {
-    kNone, kFunction, kForward, kControl, kMetrics, kHealthz, kReadyz, kV2Server, kV2Live,
-    kV2Ready, kError
+    kNone,
+    kFunction,
+    kForward,
+    kControl,
+    kMetrics,
+    kHealthz,
+    kReadyz,
+    kV2Server,
+    kV2Live,
+    kV2Ready,
+    kError
   };
 
   static void OnAlloc(uv_handle_t* h, size_t, uv_buf_t* buf);
@@ -83,6 +101,14 @@ class Connection final : public RequestEvents, public ForwardClient {
   bool RouteRequest(const RequestHead& head);
   // A function route whose function is known and allowed: the body's pool buffer.
   bool PrepareFunctionBody(const RequestHead& head);
+  // Such an update for a job whose top is on another node: only its header is read before the
+  // top's answer.
+  bool PrepareMemberUpdate(const RequestHead& head);
+  // Moves the update's header from the read buffer into fl_head_; asks the top once it is whole.
+  void FeedFlHead();
+  // After its refusal was written: drops the rest of the update's body, then closes (false:
+  // nothing left to drop).
+  bool StartDiscard();
   // Cluster mode: a function (or model) that is not on this node but on another goes there.
   // False when no other node runs it; otherwise as RouteRequest.
   bool TryForward(const RequestHead& head, ForwardTable::Kind kind, std::string_view name,
@@ -93,7 +119,8 @@ class Connection final : public RequestEvents, public ForwardClient {
   void NextRequest();
   bool Reject(int status, std::string message, bool retry_after = false);
   bool Authenticate(const RequestHead& head);
-  bool Authorize(const RequestHead& head, auth::Action action, std::string_view ns, std::string_view job);
+  bool Authorize(const RequestHead& head, auth::Action action, std::string_view ns,
+                 std::string_view job);
   void SendContinue();
   bool AppendFunctionBody(const char* at, size_t len);
   void Consume();
@@ -134,6 +161,11 @@ class Connection final : public RequestEvents, public ForwardClient {
   std::string fl_job_;  // POST /v1/jobs/{job}/updates: the update goes to the job's leaves
   // Cluster mode, a job whose top is on another node: the bearer token the top authenticates.
   std::string fl_bearer_;
+  std::string fl_head_;          // its prefix + UpdateHeader (kFlHead)
+  uint64_t fl_head_need_ = 0;    // bytes of it known so far to be needed
+  bool fl_prefix_read_ = false;  // the prefix (magic, header length) checked
+  bool fl_discard_ = false;      // refused: drop the rest of the body after the answer
+  FlAdmission fl_admitted_{};    // the top's admission while its body is read (ticket != 0)
   std::shared_ptr<FunctionRuntime> fn_;
   uint64_t body_limit_ = 0;
   // Function bodies live in the pool: [payload head][body].

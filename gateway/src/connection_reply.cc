@@ -88,23 +88,22 @@ void Connection::DispatchFunction() {
                    body_len_);
   FlAdmission admission;
   if (!fl_job_.empty()) {
-    // The coordinator checks the update's header before any leaf touches it.
-    const std::span<const std::byte> body(body_ptr_, body_len_);
     if (!fl_bearer_.empty()) {
-      // Cluster mode, a job whose top is on another node: the top's answer takes a round trip;
-      // the request waits for it off this loop, which goes on serving the others.
-      const uint64_t buffer = buffer_;
-      buffer_ = 0;  // the pending request owns it now
-      loop_.AdmitForTop(this, fn_, buffer, head_len_ + body_len_, fl_job_, body, fl_bearer_);
-      return;
+      // Cluster mode, a job whose top is on another node: its top admitted the update on its
+      // header before the body was read (Connection::FeedFlHead); its buffer is held now.
+      admission = fl_admitted_;
+      fl_admitted_ = {};
+    } else {
+      // The coordinator checks the update's header before any leaf touches it.
+      const std::span<const std::byte> body(body_ptr_, body_len_);
+      auto adm = loop_.gw().hooks_.fl->Admit(fl_job_, *fn_->pool, body, buffer_);
+      if (!adm.ok()) {
+        ReleaseRequestBuffer();
+        WriteError(FlAdmitErrorStatus(adm.status()), adm.status().message());
+        return;
+      }
+      admission = *adm;
     }
-    auto adm = loop_.gw().hooks_.fl->Admit(fl_job_, *fn_->pool, body, buffer_);
-    if (!adm.ok()) {
-      ReleaseRequestBuffer();
-      WriteError(FlAdmitErrorStatus(adm.status()), adm.status().message());
-      return;
-    }
-    admission = *adm;
   }
   const uint64_t buffer = buffer_;
   buffer_ = 0;  // the pending request owns it now
@@ -237,6 +236,7 @@ void Connection::OnWritten(uv_write_t* req, int status) {
 }
 
 void Connection::NextRequest() {
+  if (fl_discard_ && state_ != State::kClosing && StartDiscard()) return;
   if (close_after_ || !keep_alive_ || state_ == State::kClosing) {
     Close();
     return;
@@ -292,6 +292,11 @@ void Connection::Close() {
   if (has_pending_) {
     has_pending_ = false;
     loop_.Abandon(pending_idx_);
+  }
+  if (fl_admitted_.ticket != 0) {
+    // Admitted by its top, its body not all read: it does not count; its client sends it again.
+    loop_.gw().hooks_.fl->Completed(fl_admitted_.ticket, 503, false);
+    fl_admitted_ = {};
   }
   ReleaseRequestBuffer();
   AfterWrite();

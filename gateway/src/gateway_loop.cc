@@ -168,20 +168,18 @@ void GatewayLoop::CallControl(Connection* conn, ControlCall call) {
 }
 
 void GatewayLoop::AdmitForTop(Connection* conn, std::shared_ptr<FunctionRuntime> fn,
-                              uint64_t buffer, uint64_t length, std::string_view job,
-                              std::span<const std::byte> body, std::string_view bearer) {
+                              std::string_view job, std::span<const std::byte> head,
+                              std::string_view bearer) {
   const uint32_t idx = pending_.Alloc();
   Pending& p = pending_[idx];
   p.conn = conn;
   p.fn = std::move(fn);
-  p.buffer = buffer;
-  p.length = length;
   p.admitting = true;
   conn->SetPending(idx);
   BufferPool& pool = *p.fn->pool;
   // The answer comes on an admit thread (or at once, an error known here): through the inbox.
   gw_.hooks_.fl->AdmitForTopAsync(
-      job, pool, body, buffer, bearer,
+      job, pool, head, 0, bearer,
       [gate = gate_, id = pending_.RequestId(idx)](Result<FlAdmission> a) {
         InboxItem item{InboxItem::Kind::kFlAdmitted, id, 0, 0, {}, {}, {}};
         if (a.ok()) {
@@ -200,23 +198,18 @@ void GatewayLoop::OnFlAdmitted(InboxItem& item) {
   Pending* p = pending_.Lookup(item.request_id, &idx);
   if (p == nullptr || !p->admitting) return;
   Connection* conn = p->conn;
-  auto fn = std::move(p->fn);
-  const uint64_t buffer = p->buffer;
-  const uint64_t length = p->length;
   pending_.Free(idx);
-  if (item.status != 0 || conn == nullptr) {
-    // Refused (nothing is held for it), or admitted for a client that left meanwhile: it does
-    // not count, and that client sends it again.
+  if (conn == nullptr) {
+    // Admitted for a client that left meanwhile: it does not count; that client sends it again.
     if (item.status == 0) fl_.Finish(item.fl.ticket, 503);
-    ReleaseBuffer(*fn, buffer, "request");
-    if (conn != nullptr) {
-      conn->ClearPending();
-      conn->WriteError(item.status, item.reason);
-    }
     return;
   }
   conn->ClearPending();
-  Dispatch(conn, std::move(fn), buffer, length, item.fl);
+  if (item.status != 0) {
+    conn->OnFlRefused(item.status, item.reason);  // nothing was read past its header
+    return;
+  }
+  conn->OnFlAdmitted(item.fl);
 }
 
 void GatewayLoop::OnControlReply(uint64_t request_id, HttpReply reply) {

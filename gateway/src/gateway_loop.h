@@ -68,11 +68,11 @@ class GatewayLoop {
                 uint64_t length, FlAdmission fl = {});
   void CallControl(Connection* conn, ControlCall call);
   // Cluster mode: an update for a job whose top is on another node waits (its connection
-  // parked, its body held in `buffer`) while the top admits it off this loop; then it is
-  // dispatched as Dispatch does, or answered with the top's refusal.
-  void AdmitForTop(Connection* conn, std::shared_ptr<FunctionRuntime> fn, uint64_t buffer,
-                   uint64_t length, std::string_view job, std::span<const std::byte> body,
-                   std::string_view bearer);
+  // parked, not reading: only `head`, the update's prefix and header, has been read, and no pool
+  // memory is taken) while the top admits it off this loop; then the connection reads its body
+  // (Connection::OnFlAdmitted) or answers the top's refusal (OnFlRefused).
+  void AdmitForTop(Connection* conn, std::shared_ptr<FunctionRuntime> fn, std::string_view job,
+                   std::span<const std::byte> head, std::string_view bearer);
   void Abandon(uint32_t pending_index);
   void OnConnectionClosed(Connection* conn);
   PeerLinks& peers() { return *peers_; }  // links to other nodes' gateways (forwarding)

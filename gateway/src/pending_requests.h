@@ -24,7 +24,7 @@ struct Pending {
   bool queued = false;
   bool control = false;  // a control route's call, answered by a control thread
   // An FL update waiting for its job's top on another node to admit it (GatewayLoop::
-  // AdmitForTop): its body's buffer is held here, no instance has it yet.
+  // AdmitForTop): only its header has been read; no buffer, no instance yet.
   bool admitting = false;
   uint64_t fl_ticket = 0;  // an FL update admitted by the coordinator (0: none)
   float fl_weight = 0;

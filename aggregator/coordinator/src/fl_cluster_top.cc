@@ -384,10 +384,20 @@ void FlCoordinator::AdmitForTopAsync(std::string_view job, BufferPool& pool,
                                      std::span<const std::byte> body, uint64_t buffer,
                                      std::string_view bearer, AdmitDone done) {
   if (!members_->Has(job)) {
+    if (buffer == 0) {
+      // Only its header was read (the gateway took the job for a member's): send it again.
+      done(Unavailable("FL job '" + std::string(job) +
+                       "' moved to this node while its update waited; send it again"));
+      return;
+    }
     done(Admit(job, pool, body, buffer));
     return;
   }
   members_->AdmitAsync(job, pool, body, buffer, bearer, std::move(done));
+}
+
+Status FlCoordinator::HoldUpdate(uint64_t ticket, BufferPool& pool, uint64_t buffer) {
+  return members_->Hold(ticket, pool, buffer);
 }
 
 }  // namespace shoal

@@ -85,7 +85,9 @@ struct FlMembers::Job {
   }
   void ReleaseAll() {
     if (pool == nullptr) return;
-    for (auto& [id, t] : tickets) (void)pool->Release(t.buffer, kCoordinatorSlot);
+    for (auto& [id, t] : tickets) {
+      if (t.buffer != 0) (void)pool->Release(t.buffer, kCoordinatorSlot);
+    }
     for (auto& [rid, r] : rounds) {
       for (auto& [inst, p] : r.partials) {
         if (p.offset != 0) (void)pool->Release(p.offset, kShoaldSlot);
@@ -274,7 +276,10 @@ Result<FlAdmission> FlMembers::Exchange(const AdmitCall& c) {
   {
     std::lock_guard jl(job->mu);
     job->admitting.erase(id);
-    if (Status st = c.pool->Retain(c.buffer, kCoordinatorSlot); !st.ok() || job->removed) {
+    // Without a buffer yet (the gateway reads the body once admitted): Hold() takes it.
+    Status st = c.buffer == 0 ? Status::Ok() : c.pool->Retain(c.buffer, kCoordinatorSlot);
+    if (!st.ok() || job->removed) {
+      if (st.ok() && c.buffer != 0) (void)c.pool->Release(c.buffer, kCoordinatorSlot);
       std::shared_lock ll(link_mu_);
       if (FlTopLink* l = link_.load()) l->Report(c.top, job->spec.name, a->ticket, false);
       return Internal("cannot hold the update buffer: " + st.message());
@@ -343,6 +348,24 @@ void FlMembers::AdmitLoop() {
   }
 }
 
+Status FlMembers::Hold(uint64_t ticket, BufferPool& pool, uint64_t buffer) {
+  std::shared_ptr<Job> job;
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_ticket_.find(ticket);
+    if (it == by_ticket_.end()) return NotFound("ticket " + std::to_string(ticket) + " unknown");
+    job = it->second;
+  }
+  std::lock_guard jl(job->mu);
+  auto tit = job->tickets.find(ticket);
+  if (tit == job->tickets.end() || tit->second.buffer != 0) {
+    return NotFound("ticket " + std::to_string(ticket) + " is gone or holds a buffer");
+  }
+  SHOAL_RETURN_IF_ERROR(pool.Retain(buffer, kCoordinatorSlot));
+  tit->second.buffer = buffer;
+  return {};
+}
+
 Result<uint64_t> FlMembers::PartialFor(uint64_t ticket, uint32_t instance) {
   std::shared_ptr<Job> job;
   {
@@ -408,7 +431,7 @@ void FlMembers::Completed(uint64_t ticket, int http_status, bool leaf_answered) 
             "asks for it",
             job->spec.name, t.instance, leaf_answered ? " (its GPU fold)" : "");
       }
-      (void)job->pool->Release(t.buffer, kCoordinatorSlot);
+      if (t.buffer != 0) (void)job->pool->Release(t.buffer, kCoordinatorSlot);
       job->tickets.erase(tit);
     }
   }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -146,15 +147,31 @@ class FlClusterTest : public ::testing::Test {
     const std::string_view ct = "application/octet-stream";
     const size_t off = PayloadBodyOffset(0, 0, ct.size());
     ShmPool& pool = *pools_[n];
+    FlCoordinator& fl = n == 0 ? *top_ : *member_;
+    Result<FlAdmission> adm = Internal("not admitted");
+    const bool member = n == 1 && fl.FoldsForOtherNode("rb");  // (b took the job over: local)
+    if (member) {
+      // As the gateway does: the top admits the update on its header (prefix + UpdateHeader,
+      // no pool memory), then its body is read into a buffer that the member holds.
+      uint32_t hlen;
+      std::memcpy(&hlen, body->data() + 4, 4);
+      const auto all = std::as_bytes(std::span(body->data(), body->size()));
+      std::promise<Result<FlAdmission>> answer;
+      fl.AdmitForTopAsync("rb", pool, all.first(8 + hlen), 0, "the-bearer",
+                          [&](Result<FlAdmission> a) { answer.set_value(std::move(a)); });
+      adm = answer.get_future().get();
+      if (!adm.ok()) return adm.status();
+    }
     auto b = pool.Allocate(off + body->size(), kShoaldSlot);
     EXPECT_TRUE(b.ok());
     auto span = pool.Data(*b);
     WritePayloadHead(span, 3, 0, "", "", ct, body->size());
     std::memcpy(span.data() + off, body->data(), body->size());
-    FlCoordinator& fl = n == 0 ? *top_ : *member_;
-    auto adm = n == 0
-                   ? fl.Admit("rb", pool, span.subspan(off, body->size()), *b)
-                   : fl.AdmitForTop("rb", pool, span.subspan(off, body->size()), *b, "the-bearer");
+    if (!member) {
+      adm = fl.Admit("rb", pool, span.subspan(off, body->size()), *b);
+    } else if (Status st = fl.HoldUpdate(adm->ticket, pool, *b); !st.ok()) {
+      adm = st;
+    }
     if (!adm.ok()) {
       (void)pool.Release(*b, kShoaldSlot);
       return adm.status();

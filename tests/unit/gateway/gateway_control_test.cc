@@ -10,13 +10,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "shoal/common/payload.h"
 #include "shoal/gateway/gateway.h"
 #include "shoal/pool/shm_pool.h"
 
@@ -206,7 +210,8 @@ TEST_F(GatewayControlTest, FleetRoutesStillNeedAToken) {
 }
 
 // Cluster mode: job "j" is folded here for a top elsewhere. Each admission waits until the test
-// answers it from its own thread, as the peer link's answer comes.
+// answers it from its own thread, as the peer link's answer comes. The gateway sends the top
+// the update's header only, before it reads the body: no pool memory until the top admitted it.
 class SlowTop : public FlDataPath {
  public:
   std::string LeafFunction(std::string_view job) override { return "fl." + std::string(job); }
@@ -215,18 +220,33 @@ class SlowTop : public FlDataPath {
                             uint64_t) override {
     return Internal("the gateway must not admit a member job's update itself");
   }
-  void AdmitForTopAsync(std::string_view, BufferPool&, std::span<const std::byte> body, uint64_t,
-                        std::string_view bearer, AdmitDone done) override {
+  void AdmitForTopAsync(std::string_view, BufferPool&, std::span<const std::byte> body,
+                        uint64_t buffer, std::string_view bearer, AdmitDone done) override {
     std::lock_guard lock(mu);
     bodies.emplace_back(reinterpret_cast<const char*>(body.data()), body.size());
+    buffers.push_back(buffer);
     bearers.emplace_back(bearer);
     waiting.push_back(std::move(done));
     cv.notify_all();
+  }
+  Status HoldUpdate(uint64_t ticket, BufferPool& pool, uint64_t buffer) override {
+    std::lock_guard lock(mu);
+    held[ticket] = {&pool, buffer};
+    return pool.Retain(buffer, kCoordinatorSlot);
   }
   Result<uint64_t> PartialFor(uint64_t, uint32_t) override { return NotFound("no leaf here"); }
   void Completed(uint64_t ticket, int http_status, bool) override {
     std::lock_guard lock(mu);
     completed.emplace_back(ticket, http_status);
+    auto it = held.find(ticket);
+    if (it == held.end()) return;
+    // What reached the leaf's dispatch: the update's whole body in the held buffer.
+    PayloadView v = ReadPayload(it->second.first->Data(it->second.second));
+    folded[ticket] = v.valid
+                         ? std::string(reinterpret_cast<const char*>(v.body.data()), v.body.size())
+                         : std::string("(no payload)");
+    (void)it->second.first->Release(it->second.second, kCoordinatorSlot);
+    held.erase(it);
   }
   bool WaitAdmits(size_t n) {
     std::unique_lock lock(mu);
@@ -246,6 +266,9 @@ class SlowTop : public FlDataPath {
   std::condition_variable cv;
   std::vector<AdmitDone> waiting;
   std::vector<std::string> bodies, bearers;
+  std::vector<uint64_t> buffers;
+  std::map<uint64_t, std::pair<BufferPool*, uint64_t>> held;
+  std::map<uint64_t, std::string> folded;
   std::vector<std::pair<uint64_t, int>> completed;
 };
 
@@ -260,7 +283,7 @@ class GatewayFlAdmitTest : public ::testing::Test {
     auto dp = CreateDataPlane(config_);
     ASSERT_TRUE(dp.ok()) << dp.status().ToString();
     dataplane_ = std::move(*dp);
-    auto pool = ShmPool::Create("shoal-gwfl-" + std::to_string(getpid()), 8 << 20);
+    auto pool = ShmPool::Create("shoal-gwfl-" + std::to_string(getpid()), 16 << 20);
     ASSERT_TRUE(pool.ok()) << pool.status().ToString();
     pool_ = std::move(*pool);
     FunctionSpec leaf;
@@ -279,17 +302,32 @@ class GatewayFlAdmitTest : public ::testing::Test {
   void TearDown() override {
     if (gateway_) gateway_->Stop();
   }
+  // An update's body: "SHU1", the header's length, the header, the tensors.
+  static std::string Body(const std::string& header, const std::string& tensors) {
+    const auto hlen = static_cast<uint32_t>(header.size());
+    std::string b = "SHU1";
+    b.append(reinterpret_cast<const char*>(&hlen), 4);
+    return b + header + tensors;
+  }
   static std::string Update(const std::string& body) {
     return "POST /v1/jobs/j/updates HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-1\r\n"
            "Content-Length: " +
            std::to_string(body.size()) + "\r\n\r\n" + body;
   }
-  // The whole error answer, {"error": message}.
-  static std::string Error(const std::string& status_line, const std::string& message) {
+  // The whole error answer, {"error": message}; the connection closes after a refusal.
+  static std::string Error(const std::string& status_line, const std::string& message,
+                           bool close = true) {
     const std::string json = "{\"error\":\"" + message + "\"}\n";
     return "HTTP/1.1 " + status_line +
            "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(json.size()) +
-           "\r\n\r\n" + json;
+           (close ? "\r\nConnection: close" : "") + "\r\n\r\n" + json;
+  }
+  // Whether the peer closed the connection (EOF or reset) within 10 s.
+  static bool Closed(int fd) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 10000) <= 0) return false;
+    char c;
+    return recv(fd, &c, 1, 0) <= 0;
   }
 
   NodeConfig config_;
@@ -306,11 +344,12 @@ TEST_F(GatewayFlAdmitTest, TheLoopServesOthersWhileTheTopAdmitsAnUpdate) {
   ASSERT_EQ(gateway_->loops(), 1u);
   const int a = Connect(gateway_->port());
   ASSERT_GE(a, 0);
-  SendAll(a, Update("SHU1-update-one"));
+  SendAll(a, Update(Body("head-one", "tensors-one")));
   ASSERT_TRUE(top_.WaitAdmits(1));
   EXPECT_EQ(top_.bearers[0], "tok-1");
-  EXPECT_EQ(top_.bodies[0], "SHU1-update-one");  // read in place in the pool
-  EXPECT_EQ(pool_->Stats().live_buffers, 1u);
+  EXPECT_EQ(top_.bodies[0], Body("head-one", ""));  // the header only
+  EXPECT_EQ(top_.buffers[0], 0u);
+  EXPECT_EQ(pool_->Stats().live_buffers, 0u);
 
   // The only loop answers another connection while the top has not answered.
   const int b = Connect(gateway_->port());
@@ -321,58 +360,170 @@ TEST_F(GatewayFlAdmitTest, TheLoopServesOthersWhileTheTopAdmitsAnUpdate) {
   EXPECT_EQ(Receive(b, health.size(), 10000), health);
   EXPECT_EQ(Receive(a, 1, 100), "");  // still waiting for the top
 
-  // The top's refusal is the client's answer, as a synchronous admission's was.
+  // The top's refusal is the client's answer, as a synchronous admission's was, and the
+  // connection closes (its body was never read).
   top_.Answer(PermissionDenied("bad token for client 'c3'"));
   std::string want = Error("403 Forbidden", "bad token for client 'c3'");
   EXPECT_EQ(Receive(a, want.size(), 10000), want);
+  EXPECT_TRUE(Closed(a));
+  close(a);
   EXPECT_EQ(pool_->Stats().live_buffers, 0u);
 
-  // The same connection: a top that cannot be reached (Unavailable) is a 502 with its reason.
-  SendAll(a, Update("SHU1-update-two"));
-  ASSERT_TRUE(top_.WaitAdmits(2));
-  top_.Answer(Unavailable("job 'j': admitting the update at its top, node n0: no reply"));
-  want = Error("502 Bad Gateway", "job 'j': admitting the update at its top, node n0: no reply");
-  EXPECT_EQ(Receive(a, want.size(), 10000), want);
-  // A duplicate is the 409 a local update gets.
-  SendAll(a, Update("SHU1-update-three"));
-  ASSERT_TRUE(top_.WaitAdmits(3));
-  top_.Answer(AlreadyExists("client 'c3' already sent an update for this round"));
-  want = Error("409 Conflict", "client 'c3' already sent an update for this round");
-  EXPECT_EQ(Receive(a, want.size(), 10000), want);
+  // A top that cannot be reached (Unavailable) is a 502 with its reason; a duplicate the 409 a
+  // local update gets.
+  const std::pair<Status, std::string> refusals[] = {
+      {Unavailable("job 'j': admitting the update at its top, node n0: no reply"),
+       Error("502 Bad Gateway", "job 'j': admitting the update at its top, node n0: no reply")},
+      {AlreadyExists("client 'c3' already sent an update for this round"),
+       Error("409 Conflict", "client 'c3' already sent an update for this round")}};
+  size_t n = 1;
+  for (const auto& [st, answer] : refusals) {
+    const int c = Connect(gateway_->port());
+    SendAll(c, Update(Body("head", "tensors")));
+    ASSERT_TRUE(top_.WaitAdmits(++n));
+    top_.Answer(st);
+    EXPECT_EQ(Receive(c, answer.size(), 10000), answer);
+    EXPECT_TRUE(Closed(c));
+    close(c);
+  }
 
-  // Admitted: the update goes on to the leaf function's dispatch (here: no room, 503), and
-  // the coordinator hears once that its ticket failed.
-  SendAll(a, Update("SHU1-update-four"));
-  ASSERT_TRUE(top_.WaitAdmits(4));
+  // Admitted: the body is read into the pool then, held for the coordinator, and goes on to
+  // the leaf function's dispatch (here: no room, 503); the coordinator hears once that its
+  // ticket failed, and its buffer held the whole update.
+  const int d = Connect(gateway_->port());
+  SendAll(d, Update(Body("head-four", "tensors-four")));
+  ASSERT_TRUE(top_.WaitAdmits(++n));
+  EXPECT_EQ(pool_->Stats().live_buffers, 0u);
   top_.Answer(FlAdmission{41, 0.5f});
-  const std::string got = Receive(a, 1, 10000);
+  const std::string got = Receive(d, 1, 10000);
   EXPECT_EQ(got.rfind("HTTP/1.1 503 Service Unavailable\r\n", 0), 0u) << got;
   EXPECT_NE(got.find("function 'fl.j' has too many queued requests"), std::string::npos) << got;
   {
     std::lock_guard lock(top_.mu);
     ASSERT_EQ(top_.completed.size(), 1u);
     EXPECT_EQ(top_.completed[0], std::make_pair(uint64_t{41}, 503));
+    EXPECT_EQ(top_.folded[41], Body("head-four", "tensors-four"));
+  }
+  EXPECT_EQ(pool_->Stats().live_buffers, 0u);
+  close(d);
+  close(b);
+}
+
+TEST_F(GatewayFlAdmitTest, ARefusedUpdateNeverTakesPoolMemoryBeyondItsHeader) {
+  // 12 MiB of tensors behind a small header; the client sends it all at once (its sends block
+  // once the gateway stops reading).
+  const std::string body = Body("client-c9", std::string(12 << 20, '\x11'));
+  const int a = Connect(gateway_->port());
+  ASSERT_GE(a, 0);
+  std::atomic<bool> sent_all{false};
+  std::thread sender([&] {
+    const std::string req = Update(body);
+    size_t off = 0;
+    while (off < req.size()) {
+      const ssize_t k = send(a, req.data() + off, req.size() - off, MSG_NOSIGNAL);
+      if (k <= 0) return;
+      off += static_cast<size_t>(k);
+    }
+    sent_all = true;
+  });
+  ASSERT_TRUE(top_.WaitAdmits(1));
+  EXPECT_EQ(top_.bodies[0], Body("client-c9", ""));
+  // While the top decides: no pool buffer, no pool byte.
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(pool_->Stats().live_buffers, 0u);
+    EXPECT_EQ(pool_->Stats().used_bytes, 0u);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_FALSE(sent_all.load());  // the gateway stopped reading after the header
+  top_.Answer(Unauthenticated("token of client 'c9' is not valid"));
+  const std::string want = Error("401 Client Error", "token of client 'c9' is not valid");
+  std::string got = Receive(a, want.size() + 40, 10000);  // (+ WWW-Authenticate)
+  EXPECT_EQ(got.rfind("HTTP/1.1 401 Client Error\r\n", 0), 0u) << got;
+  EXPECT_NE(got.find("{\"error\":\"token of client 'c9' is not valid\"}"), std::string::npos)
+      << got;
+  EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
+  // The rest of the body is dropped as it comes, then the connection closes.
+  sender.join();
+  EXPECT_TRUE(sent_all.load());
+  EXPECT_TRUE(Closed(a));
+  close(a);
+  const PoolStats after = pool_->Stats();
+  EXPECT_EQ(after.live_buffers, 0u);
+  EXPECT_EQ(after.used_bytes, 0u);
+  EXPECT_EQ(after.alloc_failures, 0u);
+  {
+    std::lock_guard lock(top_.mu);
+    EXPECT_TRUE(top_.completed.empty());
+    EXPECT_TRUE(top_.held.empty());
+  }
+}
+
+TEST_F(GatewayFlAdmitTest, AnAdmittedLargeUpdateIsReadWholeIntoThePool) {
+  std::string tensors(6 << 20, '\0');
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i] = static_cast<char>(i * 7 + 3);
+  const std::string body = Body("client-c8", tensors);
+  const int a = Connect(gateway_->port());
+  ASSERT_GE(a, 0);
+  std::thread sender([&] { SendAll(a, Update(body)); });
+  ASSERT_TRUE(top_.WaitAdmits(1));
+  EXPECT_EQ(pool_->Stats().live_buffers, 0u);
+  top_.Answer(FlAdmission{77, 1.0f});
+  sender.join();
+  const std::string got = Receive(a, 1, 10000);
+  EXPECT_EQ(got.rfind("HTTP/1.1 503 Service Unavailable\r\n", 0), 0u) << got;
+  {
+    std::lock_guard lock(top_.mu);
+    ASSERT_EQ(top_.completed.size(), 1u);
+    EXPECT_EQ(top_.completed[0], std::make_pair(uint64_t{77}, 503));
+    EXPECT_TRUE(top_.folded[77] == body) << "the held buffer does not hold the update's bytes";
   }
   EXPECT_EQ(pool_->Stats().live_buffers, 0u);
   close(a);
+}
+
+TEST_F(GatewayFlAdmitTest, AMalformedOrChunkedMemberUpdateIsRefusedBeforeTheTopIsAsked) {
+  const int a = Connect(gateway_->port());
+  SendAll(a, Update("XXXX1234-not-an-update"));
+  std::string want =
+      Error("400 Bad Request", "not an update: the body must start with \\\"SHU1\\\"");
+  EXPECT_EQ(Receive(a, want.size(), 10000), want);
+  EXPECT_TRUE(Closed(a));
+  close(a);
+  const int b = Connect(gateway_->port());
+  SendAll(b,
+          "POST /v1/jobs/j/updates HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-1\r\n"
+          "Transfer-Encoding: chunked\r\n\r\n4\r\nSHU1\r\n0\r\n\r\n");
+  const std::string got = Receive(b, 1, 10000);
+  EXPECT_EQ(got.rfind("HTTP/1.1 411 Client Error\r\n", 0), 0u) << got;
+  EXPECT_NE(got.find("send the update with a Content-Length"), std::string::npos) << got;
   close(b);
+  std::lock_guard lock(top_.mu);
+  EXPECT_TRUE(top_.bodies.empty());
+  EXPECT_EQ(pool_->Stats().live_buffers, 0u);
 }
 
 TEST_F(GatewayFlAdmitTest, AnUpdateWhoseClientLeftBeforeTheTopAdmittedItDoesNotCount) {
   const int a = Connect(gateway_->port());
   ASSERT_GE(a, 0);
-  SendAll(a, Update("SHU1-update"));
+  SendAll(a, Update(Body("head", "tensors")));
   ASSERT_TRUE(top_.WaitAdmits(1));
   close(a);
-  // The loop has seen the close once it answers the next connection.
+  // The loop has not seen the close (it stopped reading); the next connection is served.
   const int b = Connect(gateway_->port());
   SendAll(b, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(Receive(b, 1, 10000).rfind("HTTP/1.1 200 OK", 0), 0u);
-  EXPECT_EQ(pool_->Stats().live_buffers, 1u);  // held until the top answers
+  EXPECT_EQ(pool_->Stats().live_buffers, 0u);  // nothing held while the top decides
   top_.Answer(FlAdmission{42, 0.5f});
-  // The admission comes back through the loop: the ticket is failed, the buffer released.
-  SendAll(b, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
-  EXPECT_EQ(Receive(b, 1, 10000).rfind("HTTP/1.1 200 OK", 0), 0u);
+  // The admission comes back through the loop; the connection is found gone as its body is
+  // read: the ticket is failed, no buffer is left.
+  for (int i = 0; i < 100; ++i) {
+    {
+      std::lock_guard lock(top_.mu);
+      if (!top_.completed.empty()) break;
+    }
+    SendAll(b, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_EQ(Receive(b, 1, 10000).rfind("HTTP/1.1 200 OK", 0), 0u);
+  }
   {
     std::lock_guard lock(top_.mu);
     ASSERT_EQ(top_.completed.size(), 1u);

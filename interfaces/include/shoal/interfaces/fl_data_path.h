@@ -60,11 +60,22 @@ class FlDataPath {
   // `done` gets what AdmitForTop would return, exactly once, on another thread once the top
   // answered, or before this returns when the answer is known here. The caller keeps `buffer`
   // (and `body` in it) untouched until `done` ran.
+  //
+  // The gateway calls it before it reads the update's tensors: `body` is then the update's
+  // prefix and header only (in the gateway's memory) and `buffer` 0, so that an update the top
+  // refuses never takes pool memory; once admitted, the gateway reads the body into a buffer of
+  // `pool` and hands it over with HoldUpdate before the update goes to a leaf.
   using AdmitDone = std::function<void(Result<FlAdmission>)>;
   virtual void AdmitForTopAsync(std::string_view job, BufferPool& pool,
                                 std::span<const std::byte> body, uint64_t buffer,
                                 std::string_view bearer, AdmitDone done) {
     done(AdmitForTop(job, pool, body, buffer, bearer));
+  }
+  // The buffer (of `pool`) of an update admitted without one (above): held with
+  // kCoordinatorSlot from here on. An error: the ticket is unknown (the job left meanwhile).
+  virtual Status HoldUpdate(uint64_t ticket, BufferPool& pool, uint64_t buffer) {
+    (void)ticket;
+    return pool.Retain(buffer, kCoordinatorSlot);
   }
 };
 

@@ -180,6 +180,7 @@ class FlCoordinator final : public JobService, public FlDataPath {
                                   std::string_view bearer) override;
   void AdmitForTopAsync(std::string_view job, BufferPool& pool, std::span<const std::byte> body,
                         uint64_t buffer, std::string_view bearer, AdmitDone done) override;
+  Status HoldUpdate(uint64_t ticket, BufferPool& pool, uint64_t buffer) override;
 
   struct JobState;  // fl_coordinator.cc
 

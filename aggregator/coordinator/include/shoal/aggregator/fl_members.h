@@ -54,6 +54,9 @@ class FlMembers {
   // known here: an unknown job, a malformed header, too many admissions waiting).
   void AdmitAsync(std::string_view job, BufferPool& pool, std::span<const std::byte> body,
                   uint64_t buffer, std::string_view bearer, FlDataPath::AdmitDone done);
+  // The buffer of an update admitted on its header alone (AdmitAsync with `buffer` 0): held
+  // with kCoordinatorSlot from here on.
+  Status Hold(uint64_t ticket, BufferPool& pool, uint64_t buffer);
   Result<uint64_t> PartialFor(uint64_t ticket, uint32_t instance);
   void Completed(uint64_t ticket, int http_status, bool leaf_answered);
 

@@ -321,6 +321,7 @@ int main(int argc, char** argv) {
   // The control listener's API also converts a job's model to ONNX (?format=onnx): long work
   // for that listener's own threads, so the gateway's API (run on its loops) has no exporter.
   ControlApi listener_api(*registry, manager, &fl, tokens.get());
+  listener_api.SetClusterFunctions(placed_specs);
 #ifdef SHOAL_HAVE_ONNX_EXPORT
   listener_api.SetOnnxExport(inference::JobModelAsOnnx);
 #endif

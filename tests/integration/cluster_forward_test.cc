@@ -262,8 +262,14 @@ TEST_F(ClusterForwardTest, ARequestEnteringAnyNodeIsAnsweredByTheNodeThatRunsIts
   // `shoal top` over the cluster: every node's rows, echo's on its node.
   auto top = RunCli({"top"}, {}, env);
   ASSERT_EQ(top.exit_code, 0) << top.err;
-  EXPECT_NE(top.out.find("FUNCTION  NODE"), std::string::npos) << top.out;
-  EXPECT_NE(top.out.find("echo      " + cluster_->node_name(home)), std::string::npos) << top.out;
+  const size_t header = top.out.find("FUNCTION ");
+  ASSERT_NE(header, std::string::npos) << top.out;
+  EXPECT_EQ(top.out.find("NODE", header), top.out.find_first_not_of(' ', header + 8)) << top.out;
+  const size_t row = top.out.find("\necho ");
+  ASSERT_NE(row, std::string::npos) << top.out;
+  EXPECT_EQ(top.out.find(cluster_->node_name(home), row),
+            top.out.find_first_not_of(' ', row + 5))
+      << top.out;
   EXPECT_EQ(top.out.find("did not answer"), std::string::npos) << top.out;
   // The node itself lists the cluster's function as one it runs, and refuses to delete it.
   auto own = cluster_->NodeApi(home, "GET", "/v1/functions/echo");

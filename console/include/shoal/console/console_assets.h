@@ -1,7 +1,8 @@
-// The web console's files (index.html, console.js, console.css and Debian's Chart.js), compiled
-// into the binary at build time by console/embed_assets.cmake, and the reply a listener gives
-// for GET /ui/...: the page is static (it holds no data; every number on it comes from /v1
-// calls that carry the user's bearer token), so it is served without a token.
+// The web console's files (index.html, console.js and the modules it imports, console.css and
+// Debian's Chart.js), compiled into the binary at build time by console/embed_assets.cmake, and
+// the reply a listener gives for GET /ui/...: the page is static (it holds no data; every number
+// on it comes from /v1 calls that carry the user's bearer token), so it is served without a
+// token.
 #pragma once
 
 #include <span>

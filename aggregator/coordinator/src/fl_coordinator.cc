@@ -9,6 +9,7 @@
 #include "job_state.h"
 #include "shoal/aggregator/fl_members.h"
 #include "shoal/aggregator/fold_pool.h"
+#include "shoal/interfaces/fl_leaf_env.h"
 #include "shoal/v1/fl.pb.h"
 
 namespace shoal {
@@ -85,7 +86,8 @@ Result<std::unique_ptr<agg::AggregationAlgorithm>> MakeJobAlgorithm(const FlJobS
   }
   if (s.clients == 0) return InvalidArgument("spec.clients.expected: must be >= 1");
   if (s.algorithm == "fedcompass" && Param(s, "q_min", 20) > s.local_steps) {
-    return InvalidArgument("spec.algorithm.params.q_min: must be <= spec.training.localSteps (Q_max)");
+    return InvalidArgument(
+        "spec.algorithm.params.q_min: must be <= spec.training.localSteps (Q_max)");
   }
   auto algo = agg::MakeAlgorithm(s.algorithm, LibraryParams(s));
   if (!algo.ok()) return InvalidArgument("spec.algorithm.params: " + algo.status().message());
@@ -118,12 +120,12 @@ FunctionSpec LeafSpec(const FlJobSpec& spec, uint32_t id, std::string name,
   f.name = std::move(name);
   f.tenant = spec.tenant;
   f.handler.builtin = "fl-leaf";
-  f.handler.env["SHOAL_FL_ARCH"] = spec.architecture;
-  f.handler.env["SHOAL_FL_HIDDEN"] = std::to_string(spec.hidden);
-  f.handler.env["SHOAL_FL_INPUTS"] = std::to_string(JobArchitecture(spec).inputs);
-  f.handler.env["SHOAL_FL_AGG_DEVICE"] = spec.aggregation_device;  // the leaf's fold device
+  f.handler.env[fl_leaf_env::kArchitecture] = spec.architecture;
+  f.handler.env[fl_leaf_env::kHidden] = std::to_string(spec.hidden);
+  f.handler.env[fl_leaf_env::kInputs] = std::to_string(JobArchitecture(spec).inputs);
+  f.handler.env[fl_leaf_env::kAggregationDevice] = spec.aggregation_device;  // its fold device
   // A robust job's leaves validate and answer; the rule runs at the top (robust_commit.h).
-  f.handler.env["SHOAL_FL_FOLD"] = spec.robust.enabled() ? "none" : "sum";
+  f.handler.env[fl_leaf_env::kFold] = spec.robust.enabled() ? "none" : "sum";
   f.concurrency = std::max(1u, spec.max_fan_in);
   f.min_scale = 1;
   f.max_scale = std::max(1u, spec.max_leaves);
@@ -218,13 +220,12 @@ Status InitJob(FlCoordinator::JobState& job) {
     job.scheduler = std::make_unique<agg::FedCompassScheduler>(LibraryParams(job.spec).fedcompass);
   }
   const FlJobSpec& s = job.spec;
-  const uint32_t min_round = s.round_deadline_s > 0 ? std::max(1u, s.quorum)
-                                                    : (s.quorum > 0 ? s.quorum : s.clients);
+  const uint32_t min_round =
+      s.round_deadline_s > 0 ? std::max(1u, s.quorum) : (s.quorum > 0 ? s.quorum : s.clients);
   return CheckRobustSpec(s, job.algo->synchronous(), min_round);
 }
 
 }  // namespace coordinator_internal
-
 
 FlCoordinator::FlCoordinator(const NodeConfig& config)
     : config_(config),
@@ -234,9 +235,10 @@ FlCoordinator::FlCoordinator(const NodeConfig& config)
       robust_(std::make_unique<RobustCommitter>()) {
   members_ = std::make_unique<FlMembers>(config);
   if (config.fl_checkpoint_delay_ms > 0) {
-    spdlog::warn("fl: checkpoints are written {} ms behind their commits "
-                 "(fl_checkpoint_delay_ms, for tests)",
-                 config.fl_checkpoint_delay_ms);
+    spdlog::warn(
+        "fl: checkpoints are written {} ms behind their commits "
+        "(fl_checkpoint_delay_ms, for tests)",
+        config.fl_checkpoint_delay_ms);
   }
   committer_ = std::thread([this] { CommitLoop(); });
 }
@@ -257,9 +259,7 @@ std::shared_ptr<FlCoordinator::JobState> FlCoordinator::Find(const std::string& 
   return it == jobs_.end() || it->second->deleted ? nullptr : it->second;
 }
 
-std::string FlCoordinator::LeafFunction(std::string_view job) {
-  return "fl." + std::string(job);
-}
+std::string FlCoordinator::LeafFunction(std::string_view job) { return "fl." + std::string(job); }
 
 std::vector<FunctionSpec> FlCoordinator::LeafSpecs() {
   std::vector<FunctionSpec> out;
@@ -278,7 +278,6 @@ std::vector<FunctionSpec> FlCoordinator::LeafSpecs() {
 }
 
 // ---- jobs -----------------------------------------------------------------------------------
-
 
 Status FlCoordinator::DeployJob(const FlJobSpec& in) {
   auto job = std::make_shared<JobState>();
@@ -338,10 +337,11 @@ Status FlCoordinator::DeployJob(const FlJobSpec& in) {
       if (job->spec.round_deadline_s > 0) job->round_deadline = job->spec.round_deadline_s;
       durable = Persist(job);
       jobs_[in.name] = job;
-      spdlog::info("fl job {}: {} on {} ({} parameters), {} clients expected, leaves: function "
-                   "{} (fan-in {}, up to {})",
-                   in.name, in.algorithm, in.architecture, job->mspec.num_params(), in.clients,
-                   LeafFunction(in.name), in.max_fan_in, in.max_leaves);
+      spdlog::info(
+          "fl job {}: {} on {} ({} parameters), {} clients expected, leaves: function "
+          "{} (fan-in {}, up to {})",
+          in.name, in.algorithm, in.architecture, job->mspec.num_params(), in.clients,
+          LeafFunction(in.name), in.max_fan_in, in.max_leaves);
     }
   }
   writer_->Wait(durable);
@@ -359,7 +359,8 @@ Status FlCoordinator::RemoveJob(const std::string& name, bool keep_checkpoint) {
   {
     std::lock_guard lock(mu_);
     auto it = jobs_.find(name);
-    if (it == jobs_.end() || it->second->deleted) return NotFound("FL job '" + name + "' not found");
+    if (it == jobs_.end() || it->second->deleted)
+      return NotFound("FL job '" + name + "' not found");
     job = it->second;
     job->deleted = true;
     jobs_.erase(it);
@@ -404,7 +405,8 @@ Result<TaskResult> FlCoordinator::Task(const std::string& name, const std::strin
   std::lock_guard jl(job->mu);
   auto it = job->clients.find(client_id);
   if (it == job->clients.end()) return NotFound("unknown client '" + client_id + "'");
-  if (it->second.token != token) return PermissionDenied("bad token for client '" + client_id + "'");
+  if (it->second.token != token)
+    return PermissionDenied("bad token for client '" + client_id + "'");
   TaskResult t;
   if (job->done) {
     t.kind = TaskResult::Kind::kDone;
@@ -501,7 +503,8 @@ Status FlCoordinator::Evaluate(const std::string& name, const EvalReport& r) {
   std::lock_guard jl(job->mu);
   auto it = job->clients.find(r.client_id);
   if (it == job->clients.end()) return NotFound("unknown client '" + r.client_id + "'");
-  if (it->second.token != r.token) return PermissionDenied("bad token for client '" + r.client_id + "'");
+  if (it->second.token != r.token)
+    return PermissionDenied("bad token for client '" + r.client_id + "'");
   if (!(r.accuracy >= 0 && r.accuracy <= 1) || !std::isfinite(r.loss)) {
     return InvalidArgument("accuracy must be in [0,1] and loss finite");
   }

@@ -39,11 +39,11 @@ void PrepareWarmPartials(FlCoordinator::JobState& job, std::vector<uint64_t> reu
     if (pool == nullptr) return;
     bytes = job.mspec.num_params() * sizeof(float);
     if (job.deleted) {
-      for (uint64_t off : reuse) (void)pool->Release(off, kShoaldSlot);
+      for (uint64_t off : reuse) job.ReleaseBuffer(off, kShoaldSlot, "a deleted job's partial sum");
       return;
     }
     while (job.warm_partials.size() > job.WarmPartialsWanted()) {  // a job that is done
-      (void)pool->Release(job.warm_partials.back(), kShoaldSlot);
+      job.ReleaseBuffer(job.warm_partials.back(), kShoaldSlot, "a done job's warm partial sum");
       job.warm_partials.pop_back();
     }
     while (job.warm_partials.size() + reuse.size() < job.WarmPartialsWanted()) {
@@ -57,7 +57,7 @@ void PrepareWarmPartials(FlCoordinator::JobState& job, std::vector<uint64_t> reu
   std::lock_guard jl(job.mu);
   for (uint64_t off : reuse) {
     if (job.deleted || job.warm_partials.size() >= job.WarmPartialsWanted()) {
-      (void)pool->Release(off, kShoaldSlot);
+      job.ReleaseBuffer(off, kShoaldSlot, "a partial sum no longer wanted warm");
     } else {
       job.warm_partials.push_back(off);
     }
@@ -213,7 +213,7 @@ void FlCoordinator::CommitLoop() {
           if (job->warm_partials.size() + reuse.size() < job->WarmPartialsWanted()) {
             reuse.push_back(p.offset);
           } else {
-            (void)job->pool->Release(p.offset, kShoaldSlot);
+            job->ReleaseBuffer(p.offset, kShoaldSlot, "a committed round's partial sum");
           }
         }
         if (!u.records.empty()) job->undurable.push_back(std::move(u));

@@ -369,14 +369,20 @@ Status FlCoordinator::RemoveJob(const std::string& name, bool keep_checkpoint) {
     std::lock_guard jl(job->mu);
     // Buffers still held for uncommitted updates go back to the pool.
     if (job->pool != nullptr) {
-      for (auto& [id, t] : job->tickets) (void)job->pool->Release(t.buffer, kCoordinatorSlot);
-      for (const auto& u : job->undurable) {
-        for (uint64_t b : u.buffers) (void)job->pool->Release(b, kCoordinatorSlot);
+      for (auto& [id, t] : job->tickets) {
+        job->ReleaseBuffer(t.buffer, kCoordinatorSlot, "an uncommitted update");
       }
-      for (uint64_t off : job->warm_partials) (void)job->pool->Release(off, kShoaldSlot);
+      for (const auto& u : job->undurable) {
+        for (uint64_t b : u.buffers) job->ReleaseBuffer(b, kCoordinatorSlot, "an undurable update");
+      }
+      for (uint64_t off : job->warm_partials) {
+        job->ReleaseBuffer(off, kShoaldSlot, "a warm partial sum");
+      }
       for (auto& [id, r] : job->rounds) {
         for (auto& [inst, p] : r.partials) {
-          if (p.offset != 0) (void)job->pool->Release(p.offset, kShoaldSlot);
+          if (p.offset != 0) {
+            job->ReleaseBuffer(p.offset, kShoaldSlot, "an open round's partial sum");
+          }
         }
       }
     }

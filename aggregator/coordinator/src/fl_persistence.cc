@@ -53,8 +53,8 @@ uint64_t FlCoordinator::Persist(const std::shared_ptr<JobState>& jp, bool with_m
   if (job.scheduler) {
     Json tasks = Json::object();
     for (const auto& [id, t] : job.compass_tasks) {
-      tasks[id] = {{"steps", t.steps}, {"version", t.version}, {"ready", t.ready},
-                   {"started", t.started}};
+      tasks[id] = {
+          {"steps", t.steps}, {"version", t.version}, {"ready", t.ready}, {"started", t.started}};
     }
     Json groups = Json::array();
     for (const auto& [g, r] : job.group_round) groups.push_back({g, r});
@@ -244,7 +244,11 @@ Status FlCoordinator::RestoreJob(const std::string& dir, const Json& state, bool
     // client has no update in a round, so its next task trains). A fresh leaf id: this node's
     // ids are its own.
     job->recovered.clear();
-    (void)WriteFileAtomic(dir + "/updates.log", "", 0);
+    if (Status st = WriteFileAtomic(dir + "/updates.log", "", 0); !st.ok()) {
+      // OpenLog below appends after them: a restart here would meet the lost top's records.
+      spdlog::error("fl job {}: emptying the update log of the lost top's updates: {}",
+                    job->spec.name, st.ToString());
+    }
     SHOAL_RETURN_IF_ERROR(job->OpenLog());
     job->leaf_id = next_leaf_id_--;
   }
@@ -252,7 +256,8 @@ Status FlCoordinator::RestoreJob(const std::string& dir, const Json& state, bool
   return {};
 }
 
-Status FlCoordinator::Recover(const std::function<Result<SharedPool*>(const std::string&)>& pool_for) {
+Status FlCoordinator::Recover(
+    const std::function<Result<SharedPool*>(const std::string&)>& pool_for) {
   std::vector<std::shared_ptr<JobState>> jobs;
   {
     std::lock_guard lock(mu_);
@@ -275,9 +280,10 @@ Status FlCoordinator::Recover(const std::function<Result<SharedPool*>(const std:
     for (const LogRecord& r : job->recovered) {
       const std::string client(r.client, strnlen(r.client, sizeof r.client));
       if (held_set.count(r.buffer) == 0 || job->clients.count(client) == 0) {
-        spdlog::error("fl job {}: logged update {} of client {} is not in the pool any more "
-                      "(was the pool recreated?): lost",
-                      job->spec.name, r.seq, client);
+        spdlog::error(
+            "fl job {}: logged update {} of client {} is not in the pool any more "
+            "(was the pool recreated?): lost",
+            job->spec.name, r.seq, client);
         continue;
       }
       JobState::Round& round = job->rounds[r.round];
@@ -310,9 +316,9 @@ Status FlCoordinator::Recover(const std::function<Result<SharedPool*>(const std:
       }
       job->tickets[id] = t;
       const bool kept =
-          job->Robust()
-              ? model::ParseUpdate(ReadPayload(sp->Data(r.buffer)).body, job->mspec).ok()
-              : job->Refold(reinterpret_cast<float*>(sp->Data(pit->second.offset).data()), {id}) == 1;
+          job->Robust() ? model::ParseUpdate(ReadPayload(sp->Data(r.buffer)).body, job->mspec).ok()
+                        : job->Refold(reinterpret_cast<float*>(sp->Data(pit->second.offset).data()),
+                                      {id}) == 1;
       if (!kept) {
         spdlog::error("fl job {}: logged update {} of client {} no longer parses: lost",
                       job->spec.name, r.seq, client);
@@ -367,9 +373,10 @@ Status FlCoordinator::Recover(const std::function<Result<SharedPool*>(const std:
                        : agg::CompassAssignment{NumericId(t.client), job->spec.local_steps, 0});
       }
     }
-    spdlog::info("fl job {}: re-folded {} acknowledged update(s) from the update log (rounds "
-                 "up to {}, open round {})",
-                 job->spec.name, refolded, max_round, job->open_round);
+    spdlog::info(
+        "fl job {}: re-folded {} acknowledged update(s) from the update log (rounds "
+        "up to {}, open round {})",
+        job->spec.name, refolded, max_round, job->open_round);
   }
   // Buffers held for updates that were admitted but never acknowledged: their clients got no
   // 202 and send them again.

@@ -273,7 +273,8 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status, bool leaf_answer
                        job->spec.name, t.instance);
         }
       }
-      if (t.node.empty()) (void)job->pool->Release(t.buffer, kCoordinatorSlot);
+      if (t.node.empty())
+        job->ReleaseBuffer(t.buffer, kCoordinatorSlot, "an update its leaf did not take");
       job->tickets.erase(tit);
     }
     // (Cluster mode: a node's partial sum is fetched as soon as that node's updates of the

@@ -38,7 +38,7 @@ using Clock = std::chrono::steady_clock;
 namespace agg = aggregator;
 
 namespace coordinator_internal {
-constexpr size_t kKeptModels = 4;  // safetensors of the last versions kept for download
+constexpr size_t kKeptModels = 4;   // safetensors of the last versions kept for download
 constexpr size_t kSpareModels = 2;  // blobs of versions no longer kept, reused by the next ones
 constexpr uint32_t kRefoldedPartial = 0x7fffffffu;  // the partial the coordinator refolds into
 // Cluster mode: how long another node's admission may stay unanswered before the top asks that
@@ -77,7 +77,7 @@ struct LogRecord {
   uint32_t reserved = 0;
   uint64_t seq = 0;
   uint64_t round = 0;
-  uint64_t buffer = 0;        // pool offset of the update (held with kCoordinatorSlot)
+  uint64_t buffer = 0;  // pool offset of the update (held with kCoordinatorSlot)
   uint64_t base_version = 0;
   uint64_t num_samples = 0;
   double coefficient = 0;
@@ -94,7 +94,7 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
     std::string id, name, token;
     uint64_t submitted_round = UINT64_MAX;  // sync: the round it already sent an update to
     uint64_t updates = 0;
-    uint64_t samples = 0;  // n_k of its latest update (FedFix's data share)
+    uint64_t samples = 0;            // n_k of its latest update (FedFix's data share)
     uint32_t last_update_steps = 0;  // local steps its latest update says it trained
     // Its latest accepted update's base version, and how stale its accepted updates were on
     // arrival (the version then minus their base): the status shows how far clients lag.
@@ -173,7 +173,7 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   FlJobSpec spec;
   model::ModelSpec mspec;
   std::unique_ptr<agg::AggregationAlgorithm> algo;
-  agg::ModelState state;  // weights, version, server optimizer state
+  agg::ModelState state;                     // weights, version, server optimizer state
   std::unique_ptr<agg::VersionStore> store;  // w_τ for Δ-based algorithms
   agg::PartialSum total;                     // the top of the tree, reused commit to commit
   std::unique_ptr<agg::FedCompassScheduler> scheduler;
@@ -220,8 +220,8 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   void AddVersion(const VersionInfo& v) {
     versions.push_back(v);
     if (versions.size() > kVersionHistory) {
-      versions.erase(versions.begin(),
-                     versions.begin() + static_cast<std::ptrdiff_t>(versions.size() - kVersionHistory));
+      versions.erase(versions.begin(), versions.begin() + static_cast<std::ptrdiff_t>(
+                                                              versions.size() - kVersionHistory));
     }
   }
   uint64_t updates_total = 0;
@@ -236,7 +236,7 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   int log_fd = -1;
   std::string dir;
   uint64_t next_seq = 1;
-  std::vector<LogRecord> recovered;        // read by Restore, re-folded by Recover
+  std::vector<LogRecord> recovered;  // read by Restore, re-folded by Recover
 
   ~JobState() {
     if (log_fd >= 0) close(log_fd);
@@ -304,7 +304,8 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
     size_t seen = 0;
     for (const auto& [id, c] : clients) seen += c.samples > 0 ? 1 : 0;
     if (seen == 0) return 0;
-    return n / static_cast<double>(seen) * std::max<double>(spec.clients, static_cast<double>(seen));
+    return n / static_cast<double>(seen) *
+           std::max<double>(spec.clients, static_cast<double>(seen));
   }
   // The committed model as safetensors (f32, the same bytes ModelToSafetensors writes), taken
   // straight from the weights: models are large, every copy shows in the commit's latency.
@@ -343,7 +344,13 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
     while (spare_models.size() > kSpareModels) spare_models.erase(spare_models.begin());
   }
   void KeepVersion() {
-    if (store) (void)store->Put(state.version, state.weights);
+    if (!store) return;
+    // Fails only for a version not newer than the last kept one, which the commits' order
+    // rules out; were it to, updates trained from this version would be refused as unknown.
+    if (Status st = store->Put(state.version, state.weights); !st.ok()) {
+      spdlog::error("fl job {}: keeping version {} for the updates trained from it: {}", spec.name,
+                    state.version, st.ToString());
+    }
   }
   void SetTask(const agg::CompassAssignment& a) {
     CompassTask& t = compass_tasks[fmt::format("c{}", a.client)];
@@ -393,8 +400,19 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   Status AppendLog(const Ticket& t) {
     const LogRecord r = RecordOf(t);
     const ssize_t n = write(log_fd, &r, sizeof r);
-    if (n != static_cast<ssize_t>(sizeof r)) return ErrnoStatus("appending to the update log", errno);
+    if (n != static_cast<ssize_t>(sizeof r))
+      return ErrnoStatus("appending to the update log", errno);
     return Status::Ok();
+  }
+  // Gives the job's hold (`slot`) on the pool buffer at `offset` back. It fails only where the
+  // job's bookkeeping and the pool disagree (the slot does not hold that buffer, or it was
+  // freed already) or the pool's lock died with its holder, never through what a client sent:
+  // logged with what the buffer was, and the caller goes on as before (nothing to undo).
+  void ReleaseBuffer(uint64_t offset, HolderSlot slot, const char* what) {
+    if (Status st = pool->Release(offset, slot); !st.ok()) {
+      spdlog::error("fl job {}: releasing {} at offset {} (slot {}): {}", spec.name, what, offset,
+                    slot, st.ToString());
+    }
   }
   // The checkpoint of `version` is written: the updates it (and every older version) includes
   // go back to the pool, and the log keeps only the acknowledged updates that no written
@@ -402,7 +420,9 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   void Durable(uint64_t version) {
     bool released = false;
     while (!undurable.empty() && undurable.front().version <= version) {
-      for (uint64_t b : undurable.front().buffers) (void)pool->Release(b, kCoordinatorSlot);
+      for (uint64_t b : undurable.front().buffers) {
+        ReleaseBuffer(b, kCoordinatorSlot, "a durable version's update");
+      }
       undurable.pop_front();
       released = true;
     }
@@ -432,7 +452,11 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
       spdlog::error("fl job {}: update log: {}", spec.name, st.ToString());
       return;
     }
-    (void)OpenLog();
+    // Until the log opens again (the next compaction), each acknowledged update's append fails
+    // and is logged on its own: those updates are not in the log for crash recovery.
+    if (Status st = OpenLog(); !st.ok()) {
+      spdlog::error("fl job {}: reopening the compacted update log: {}", spec.name, st.ToString());
+    }
   }
   // Folds the acknowledged updates of `ids` (still in the pool) into the float32 sum at `acc`.
   size_t Refold(float* acc, const std::vector<uint64_t>& ids) {
@@ -461,7 +485,8 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   Status RobustTotal(const Round& round, RobustCommitter& committer,
                      std::vector<std::pair<std::string, std::string>>* suspects) {
     std::vector<uint64_t> ids;
-    for (const auto& [key, p] : round.partials) ids.insert(ids.end(), p.tickets.begin(), p.tickets.end());
+    for (const auto& [key, p] : round.partials)
+      ids.insert(ids.end(), p.tickets.begin(), p.tickets.end());
     std::vector<std::span<const std::byte>> bodies;
     double c = 0;
     for (uint64_t tid : ids) {
@@ -469,8 +494,8 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
       c += tickets[tid].coefficient;
     }
     robust_out.resize(mspec.num_params());
-    auto outcome = committer.Aggregate(spec.robust, mspec, state.weights.data(), bodies,
-                                       robust_out.data());
+    auto outcome =
+        committer.Aggregate(spec.robust, mspec, state.weights.data(), bodies, robust_out.data());
     if (!outcome.ok()) return outcome.status();
     total.Reset();
     SHOAL_RETURN_IF_ERROR(total.Fold(robust_out, c, version()));
@@ -489,11 +514,12 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
       e["name"] = cl.name;
       list.push_back(std::move(e));
     }
-    robust_last = {{"version", version() + 1},
-                   {"rule", outcome->rule},
-                   {"fallback", outcome->fallback.empty() ? Json(nullptr) : Json(outcome->fallback)},
-                   {"updates", std::move(list)},
-                   {"ms", outcome->ms}};
+    robust_last = {
+        {"version", version() + 1},
+        {"rule", outcome->rule},
+        {"fallback", outcome->fallback.empty() ? Json(nullptr) : Json(outcome->fallback)},
+        {"updates", std::move(list)},
+        {"ms", outcome->ms}};
     if (outcome->rule == "flag") robust_last["flag_iterations"] = outcome->flag_iterations;
     if (!outcome->fallback.empty()) spdlog::warn("fl job {}: {}", spec.name, outcome->fallback);
     return {};

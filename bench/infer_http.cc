@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,45 +24,14 @@
 #include "shoal/model/architectures.h"
 #include "shoal/model/safetensors.h"
 #include "shoald_fixture.h"
+#include "wrk_runner.h"
 
 using namespace shoal;
 using namespace shoal::testing;
+using shoal::bench::RunWrk;
+using shoal::bench::WrkResult;
 
 namespace {
-
-struct WrkResult {
-  double rps = 0, p50_ms = 0, p99_ms = 0;
-  long errors = 0;
-  std::string raw;
-};
-
-double ToMs(const std::string& v, const std::string& unit) {
-  const double x = std::stod(v);
-  if (unit == "us") return x / 1000;
-  if (unit == "s") return x * 1000;
-  return x;
-}
-
-WrkResult RunWrk(uint16_t port, const std::string& path, int threads, int conns, int secs,
-                 const std::string& script) {
-  const std::string cmd = "wrk --latency -t" + std::to_string(threads) + " -c" +
-                          std::to_string(conns) + " -d" + std::to_string(secs) + "s -s " +
-                          script + " http://127.0.0.1:" + std::to_string(port) + path + " 2>&1";
-  WrkResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  while (fgets(buf, sizeof buf, p)) r.raw += buf;
-  pclose(p);
-  std::smatch m;
-  if (std::regex_search(r.raw, m, std::regex("Requests/sec:\\s+([0-9.]+)"))) r.rps = std::stod(m[1]);
-  if (std::regex_search(r.raw, m, std::regex("\\s50%\\s+([0-9.]+)(us|ms|s)"))) r.p50_ms = ToMs(m[1], m[2]);
-  if (std::regex_search(r.raw, m, std::regex("\\s99%\\s+([0-9.]+)(us|ms|s)"))) r.p99_ms = ToMs(m[1], m[2]);
-  if (std::regex_search(r.raw, m, std::regex("Non-2xx or 3xx responses:\\s+([0-9]+)")))
-    r.errors += std::stol(m[1]);
-  if (std::regex_search(r.raw, m, std::regex("Socket errors: connect ([0-9]+), read ([0-9]+), write ([0-9]+), timeout ([0-9]+)")))
-    r.errors += std::stol(m[1]) + std::stol(m[2]) + std::stol(m[3]) + std::stol(m[4]);
-  return r;
-}
 
 struct ExecResult {
   double images_per_s = 0, p50_ms = 0, p99_ms = 0;
@@ -81,11 +49,13 @@ ExecResult RunExecutor(inference::Executable& exe, const std::vector<float>& ima
     const auto t = std::chrono::steady_clock::now();
     if (std::chrono::duration<double>(t - t0).count() >= secs) break;
     if (!exe.Run({in, out, batch}).ok()) break;
-    lat.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count());
+    lat.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count());
     images += static_cast<uint64_t>(batch);
   }
   ExecResult r;
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.images_per_s = double(images) / elapsed;
   std::sort(lat.begin(), lat.end());
   if (!lat.empty()) {
@@ -98,7 +68,8 @@ ExecResult RunExecutor(inference::Executable& exe, const std::vector<float>& ima
 std::string InferFunction(const std::string& name, int max_batch, const std::string& delay) {
   return "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: " + name +
          "}\nspec:\n  handler: inference\n  concurrency: 256\n  scale: {min: 1, max: 1}\n"
-         "  inference:\n    source: {flJob: bench}\n    device: cpu\n    threads: 1\n    maxBatchSize: " +
+         "  inference:\n    source: {flJob: bench}\n    device: cpu\n    threads: 1\n    "
+         "maxBatchSize: " +
          std::to_string(max_batch) + "\n    maxQueueDelay: " + delay + "\n";
 }
 
@@ -147,16 +118,20 @@ int main(int argc, char** argv) {
     const std::string path = dir + "/" + name + ".lua";
     std::ofstream(path) << "local f = io.open(\"" << dir << "/" << name
                         << ".body\", \"rb\")\nwrk.body = f:read(\"*all\")\nf:close()\n"
-                        << "wrk.method = \"POST\"\n" << headers;
+                        << "wrk.method = \"POST\"\n"
+                        << headers;
     return path;
   };
-  const std::string json_lua = script("json", "wrk.headers[\"Content-Type\"] = \"application/json\"\n");
+  const std::string json_lua =
+      script("json", "wrk.headers[\"Content-Type\"] = \"application/json\"\n");
   const std::string bin_lua =
-      script("binary", "wrk.headers[\"Content-Type\"] = \"application/octet-stream\"\n"
-                       "wrk.headers[\"Inference-Header-Content-Length\"] = \"" +
-                           std::to_string(header.size()) + "\"\n");
+      script("binary",
+             "wrk.headers[\"Content-Type\"] = \"application/octet-stream\"\n"
+             "wrk.headers[\"Inference-Header-Content-Length\"] = \"" +
+                 std::to_string(header.size()) + "\"\n");
 
-  std::fprintf(stderr, "[1/4] starting shoald (%d event loops), an FL job and two inference functions\n",
+  std::fprintf(stderr,
+               "[1/4] starting shoald (%d event loops), an FL job and two inference functions\n",
                workers);
   Shoald shoald;
   Shoald::Options opts;
@@ -186,12 +161,15 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "[2/4] wrk -t%d -c%d -d%ds: batched (max %d, %s), JSON and binary\n",
                wrk_threads, conns, secs, max_batch, delay.c_str());
   RunWrk(shoald.port(), "/v2/models/batched/infer", wrk_threads, conns, 1, json_lua);  // warm-up
-  WrkResult bj = RunWrk(shoald.port(), "/v2/models/batched/infer", wrk_threads, conns, secs, json_lua);
-  WrkResult bb = RunWrk(shoald.port(), "/v2/models/batched/infer", wrk_threads, conns, secs, bin_lua);
+  WrkResult bj =
+      RunWrk(shoald.port(), "/v2/models/batched/infer", wrk_threads, conns, secs, json_lua);
+  WrkResult bb =
+      RunWrk(shoald.port(), "/v2/models/batched/infer", wrk_threads, conns, secs, bin_lua);
   const std::string stats = Http(shoald.port(), "GET", "/v2/models/batched/stats").body;
   std::fprintf(stderr, "[3/4] the same against maxBatchSize 1 (no batching)\n");
   RunWrk(shoald.port(), "/v2/models/unbatched/infer", wrk_threads, conns, 1, bin_lua);
-  WrkResult ub = RunWrk(shoald.port(), "/v2/models/unbatched/infer", wrk_threads, conns, secs, bin_lua);
+  WrkResult ub =
+      RunWrk(shoald.port(), "/v2/models/unbatched/infer", wrk_threads, conns, secs, bin_lua);
 
   // The same model and weights (version 0), compiled here.
   std::fprintf(stderr, "[4/4] the CPU executor alone, in this process\n");
@@ -229,9 +207,10 @@ int main(int argc, char** argv) {
   const ExecResult eb = RunExecutor(**exe, image, max_batch, secs);
 
   const double ratio = e1.images_per_s > 0 ? bb.rps / e1.images_per_s : 0;
-  std::printf("bench-infer-http: MLP 784-128-10 (the FL demo's model), 1 image (%s) per request, "
-              "wrk -t%d -c%d -d%ds, %d server loops, CPU executor (oneDNN), same run\n",
-              image_from.c_str(), wrk_threads, conns, secs, workers);
+  std::printf(
+      "bench-infer-http: MLP 784-128-10 (the FL demo's model), 1 image (%s) per request, "
+      "wrk -t%d -c%d -d%ds, %d server loops, CPU executor (oneDNN), same run\n",
+      image_from.c_str(), wrk_threads, conns, secs, workers);
   std::printf("%-46s %12s %10s %10s %8s\n", "what", "images/s", "p50 ms", "p99 ms", "errors");
   // The executor's rows: images/s over the whole run (what a server gets, interference from
   // other processes included) and, in the p50 column, one call's median time.
@@ -248,9 +227,10 @@ int main(int argc, char** argv) {
   std::printf("%-46s %12.0f %10.3f %10.3f %8s\n", label, eb.images_per_s, eb.p50_ms, eb.p99_ms,
               "-");
   std::printf("batcher stats after the batched runs: %s", stats.c_str());
-  std::printf("ratio end-to-end batched binary / executor alone batch 1 = %.3f (1 = HTTP, OIP "
-              "parsing and batching cost nothing)\n",
-              ratio);
+  std::printf(
+      "ratio end-to-end batched binary / executor alone batch 1 = %.3f (1 = HTTP, OIP "
+      "parsing and batching cost nothing)\n",
+      ratio);
   std::printf("ratio end-to-end batched / unbatched (maxBatchSize 1) = %.3f\n",
               ub.rps > 0 ? bb.rps / ub.rps : 0);
   std::printf("ratio end-to-end batched binary / executor alone batch %d = %.3f\n", max_batch,

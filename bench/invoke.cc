@@ -15,77 +15,18 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <regex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "shoald_fixture.h"
+#include "wrk_runner.h"
 
 using namespace shoal::testing;
+using shoal::bench::RunWrk;
+using shoal::bench::WrkResult;
 
 namespace {
-
-struct WrkResult {
-  double rps = 0;       // wrk's Requests/sec: every response, whatever its status
-  double good_rps = 0;  // (responses - non-2xx - read/write/timeout errors) / duration
-  double p50_ms = 0;
-  double p99_ms = 0;
-  long requests = 0;  // responses read
-  long non2xx = 0;
-  long socket_errors = 0;  // connect + read + write + timeout
-  long errors = 0;         // non2xx + socket_errors
-  std::string raw;
-};
-
-double ToMs(const std::string& v, const std::string& unit) {
-  double x = std::stod(v);
-  if (unit == "us") return x / 1000;
-  if (unit == "s") return x * 1000;
-  return x;
-}
-
-WrkResult RunWrk(uint16_t port, const std::string& path, int threads, int conns, int secs,
-                 const std::string& script) {
-  std::string cmd = "wrk --latency -t" + std::to_string(threads) + " -c" + std::to_string(conns) +
-                    " -d" + std::to_string(secs) + "s -s " + script + " http://127.0.0.1:" +
-                    std::to_string(port) + path + " 2>&1";
-  WrkResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  while (fgets(buf, sizeof buf, p)) r.raw += buf;
-  pclose(p);
-  std::smatch m;
-  if (std::regex_search(r.raw, m, std::regex("Requests/sec:\\s+([0-9.]+)"))) r.rps = std::stod(m[1]);
-  if (std::regex_search(r.raw, m, std::regex("\\s50%\\s+([0-9.]+)(us|ms|s)")))
-    r.p50_ms = ToMs(m[1], m[2]);
-  if (std::regex_search(r.raw, m, std::regex("\\s99%\\s+([0-9.]+)(us|ms|s)")))
-    r.p99_ms = ToMs(m[1], m[2]);
-  double duration_s = 0;
-  if (std::regex_search(r.raw, m, std::regex("([0-9]+) requests in ([0-9.]+)(us|ms|s|m)"))) {
-    r.requests = std::stol(m[1]);
-    duration_s = std::stod(m[2]) * (m[3] == "m"    ? 60
-                                    : m[3] == "ms" ? 1e-3
-                                    : m[3] == "us" ? 1e-6
-                                                   : 1);
-  }
-  // wrk counts 3xx with the non-2xx; there are none here, and they would not be successes.
-  if (std::regex_search(r.raw, m, std::regex("Non-2xx or 3xx responses:\\s+([0-9]+)")))
-    r.non2xx = std::stol(m[1]);
-  long lost = 0;  // socket errors that cost a request: read, write, timeout
-  if (std::regex_search(r.raw, m,
-                        std::regex("Socket errors: connect ([0-9]+), read ([0-9]+), write "
-                                   "([0-9]+), timeout ([0-9]+)"))) {
-    r.socket_errors = std::stol(m[1]) + std::stol(m[2]) + std::stol(m[3]) + std::stol(m[4]);
-    lost = std::stol(m[2]) + std::stol(m[3]) + std::stol(m[4]);
-  }
-  r.errors = r.non2xx + r.socket_errors;
-  if (duration_s > 0) {
-    r.good_rps = static_cast<double>(std::max(0L, r.requests - r.non2xx - lost)) / duration_s;
-  }
-  return r;
-}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -142,7 +83,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "deploy failed: %s\n", d.err.c_str());
     return 1;
   }
-  const std::string mode = shoald.Metric("shoal_dataplane_mode", "mode=\"sockmap\"") == 1 ? "sockmap" : "unix";
+  const std::string mode =
+      shoald.Metric("shoal_dataplane_mode", "mode=\"sockmap\"") == 1 ? "sockmap" : "unix";
 
   std::fprintf(stderr, "[2/4] starting nginx (%d workers, return 200)\n", workers);
   const uint16_t nginx_port = static_cast<uint16_t>(shoald.port() + 1);

@@ -1,5 +1,5 @@
 // wrk as the benchmarks run it: one command, its output parsed (req/s, latency percentiles,
-// non-2xx, socket errors). Shared by bench-soak and bench-detect.
+// non-2xx, socket errors). Shared by bench-invoke, bench-infer-http, bench-soak and bench-detect.
 #pragma once
 
 #include <algorithm>

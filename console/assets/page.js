@@ -10,9 +10,11 @@ const STREAM_RETRY_MS = 15000;  // after a stream fails, poll this long before t
 
 export class Page {
   constructor(main) { this.main = main; this.timers = []; this.charts = []; this.stopped = false; }
-  every(ms, fn) {
+  // Runs fn now and again `ms` after each run ends, the outcome in the status line, until the
+  // page stops, the token is refused, or until() says so before a run.
+  every(ms, fn, until = () => false) {
     const loop = async () => {
-      if (this.stopped) return;
+      if (this.stopped || until()) return;
       try {
         await fn();
         setStatus('updated ' + new Date().toLocaleTimeString());
@@ -30,19 +32,11 @@ export class Page {
   live(render, poll) {
     const fallback = () => {
       const retryAt = Date.now() + STREAM_RETRY_MS;
-      const loop = async () => {
-        if (this.stopped) return;
-        if (typeof EventSource === 'function' && Date.now() >= retryAt) { open(); return; }
-        try {
-          await poll();
-          setStatus('updated ' + new Date().toLocaleTimeString());
-        } catch (e) {
-          if (e instanceof AuthError) { showTokenPanel(e.message); this.stop(); return; }
-          setStatus(e.message, true);
-        }
-        if (!this.stopped) this.timers.push(setTimeout(loop, POLL_MS));
-      };
-      loop();
+      this.every(POLL_MS, poll, () => {
+        if (typeof EventSource !== 'function' || Date.now() < retryAt) return false;
+        open();
+        return true;
+      });
     };
     const open = async () => {
       if (this.stopped) return;

@@ -149,9 +149,14 @@ json FunctionJson(const FunctionSpec& s) {
   };
 }
 
-json StatsJson(const FunctionStats& st, bool with_instances) {
-  json j{
+// The figures of a function that its status and its row of GET /v1/top both give.
+json FiguresJson(const FunctionStats& st) {
+  return {
+      {"policy", st.policy},
       {"desired", st.desired},
+      {"actual", st.actual},
+      {"prewarm_starts", st.prewarm_starts},
+      {"cold_starts_avoided", st.cold_starts_avoided},
       {"ready", st.ready},
       {"starting", st.starting},
       {"inflight", st.inflight},
@@ -163,25 +168,24 @@ json StatsJson(const FunctionStats& st, bool with_instances) {
       {"errors_total", st.errors_total},
       {"cold_starts", st.cold_starts},
       {"last_cold_start_ms", st.last_cold_start_ms},
-      {"policy", st.policy},
-      {"unschedulable", st.unschedulable},
-      {"actual", st.actual},
-      {"decision",
-       {{"replicas", st.decision_replicas},
-        {"prewarm", st.decision_prewarm},
-        {"keep_alive_s", st.decision_keep_alive_s},
-        {"concurrency_target", st.decision_target},
-        {"panic", st.decision_panic},
-        {"age_s", st.decision_age_s},
-        {"reason", st.decision_reason}}},
-      {"prewarm_starts", st.prewarm_starts},
-      {"cold_starts_avoided", st.cold_starts_avoided},
-      {"cold_requests", st.cold_requests},
-      {"instance_seconds", st.instance_seconds},
       {"bpf_events", st.bpf_events},
-      {"bpf_bytes", st.bpf_bytes},
-      {"instances_total", st.instances.size()},
   };
+}
+
+json StatsJson(const FunctionStats& st, bool with_instances) {
+  json j = FiguresJson(st);
+  j["unschedulable"] = st.unschedulable;
+  j["decision"] = {{"replicas", st.decision_replicas},
+                   {"prewarm", st.decision_prewarm},
+                   {"keep_alive_s", st.decision_keep_alive_s},
+                   {"concurrency_target", st.decision_target},
+                   {"panic", st.decision_panic},
+                   {"age_s", st.decision_age_s},
+                   {"reason", st.decision_reason}};
+  j["cold_requests"] = st.cold_requests;
+  j["instance_seconds"] = st.instance_seconds;
+  j["bpf_bytes"] = st.bpf_bytes;
+  j["instances_total"] = st.instances.size();
   // The compromise detector (detect/): its state, action and latest anomalies.
   if (!st.detector.empty()) {
     json anomalies = json::array();
@@ -504,30 +508,14 @@ HttpReply ControlApi::Top() {
   for (size_t i = 0; i < all.size(); ++i) {
     const FunctionSpec& s = all[i];
     const FunctionStats st = runtime_.Stats(s.name);
-    list.push_back({{"name", s.name},
-                    {"cluster", static_cast<bool>(cluster[i])},
-                    {"policy", st.policy},
-                    {"desired", st.desired},
-                    {"actual", st.actual},
-                    {"prewarm_starts", st.prewarm_starts},
-                    {"cold_starts_avoided", st.cold_starts_avoided},
-                    {"ready", st.ready},
-                    {"starting", st.starting},
-                    {"inflight", st.inflight},
-                    {"queued", st.queued},
-                    {"rps", st.rps},
-                    {"p50_ms", st.p50_ms},
-                    {"p99_ms", st.p99_ms},
-                    {"requests_total", st.requests_total},
-                    {"errors_total", st.errors_total},
-                    {"cold_starts", st.cold_starts},
-                    {"last_cold_start_ms", st.last_cold_start_ms},
-                    {"bpf_events", st.bpf_events},
-                    {"anomalies_total", st.anomalies_total},
-                    {"quarantined", std::count_if(st.instances.begin(), st.instances.end(),
-                                                  [](const InstanceInfo& i) {
-                                                    return i.state == "quarantined";
-                                                  })}});
+    json row = FiguresJson(st);
+    row["name"] = s.name;
+    row["cluster"] = static_cast<bool>(cluster[i]);
+    row["anomalies_total"] = st.anomalies_total;
+    row["quarantined"] =
+        std::count_if(st.instances.begin(), st.instances.end(),
+                      [](const InstanceInfo& i) { return i.state == "quarantined"; });
+    list.push_back(std::move(row));
   }
   return Json(200, json{{"dataplane", runtime_.DataPlaneMode()}, {"functions", std::move(list)}});
 }

@@ -47,6 +47,7 @@ using namespace shoal;
 using namespace shoal::testing;
 using shoal::bench::Now;
 using shoal::bench::SpreadOf;
+using shoal::bench::UpdatePrefix;
 using Json = nlohmann::json;
 
 namespace {
@@ -143,13 +144,7 @@ Layout RunLayout(bool hierarchy, int updates, int runs, int senders,
       h.set_token(ids[k].second);
       h.set_num_samples(100 + k);
       h.set_base_version(round);
-      const std::string hb = h.SerializeAsString();
-      const uint32_t hlen = static_cast<uint32_t>(hb.size());
-      std::string prefix(model::TensorAreaOffset(hlen), '\0');
-      std::memcpy(prefix.data(), model::kUpdateMagic, 4);
-      std::memcpy(prefix.data() + 4, &hlen, 4);
-      std::memcpy(prefix.data() + 8, hb.data(), hb.size());
-      prefixes.push_back(std::move(prefix));
+      prefixes.push_back(UpdatePrefix(h.SerializeAsString()));
     }
     std::vector<uint64_t> rx0(kNodes);
     for (int i = 0; i < kNodes; ++i) rx0[i] = Counter(veths[i], "rx_bytes");

@@ -35,6 +35,7 @@
 using namespace shoal;
 using namespace shoal::testing;
 using shoal::bench::Now;
+using shoal::bench::UpdatePrefix;
 using Json = nlohmann::json;
 
 namespace {
@@ -158,13 +159,7 @@ RoundResult RunRound(int leaves, int updates, int senders, const std::vector<std
       h.set_token(ids[k].second);
       h.set_num_samples(100 + k);
       h.set_base_version(round);
-      const std::string hb = h.SerializeAsString();
-      const uint32_t hlen = static_cast<uint32_t>(hb.size());
-      std::string prefix(model::TensorAreaOffset(hlen), '\0');
-      std::memcpy(prefix.data(), model::kUpdateMagic, 4);
-      std::memcpy(prefix.data() + 4, &hlen, 4);
-      std::memcpy(prefix.data() + 8, hb.data(), hb.size());
-      prefixes.push_back(std::move(prefix));
+      prefixes.push_back(UpdatePrefix(h.SerializeAsString()));
     }
     std::vector<double> first_write(senders, 1e30), last_write(senders, 0);
     std::atomic<int> failures{0};

@@ -14,13 +14,28 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
+
+#include "shoal/model/update_format.h"
 
 namespace shoal::bench {
 
 inline double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// A client's update prefix: magic, header length, the serialized header and the padding up to
+// the tensor area (whose offsets the header's tensor table gives), so that one tensor area built
+// once can follow every client's prefix.
+inline std::string UpdatePrefix(const std::string& header) {
+  const uint32_t hlen = static_cast<uint32_t>(header.size());
+  std::string prefix(model::TensorAreaOffset(hlen), '\0');
+  std::memcpy(prefix.data(), model::kUpdateMagic, 4);
+  std::memcpy(prefix.data() + 4, &hlen, 4);
+  std::memcpy(prefix.data() + 8, header.data(), header.size());
+  return prefix;
 }
 
 inline int ConnectLoopback(uint16_t port) {
@@ -72,7 +87,8 @@ inline int ReadResponse(int fd, std::string* body = nullptr) {
   size_t len = 0;
   for (const char* key : {"Content-Length: ", "content-length: "}) {
     auto p = buf.find(key);
-    if (p != std::string::npos && p < head_end) len = std::strtoull(buf.c_str() + p + 16, nullptr, 10);
+    if (p != std::string::npos && p < head_end)
+      len = std::strtoull(buf.c_str() + p + 16, nullptr, 10);
   }
   while (buf.size() < head_end + 4 + len) {
     ssize_t n = read(fd, tmp, sizeof tmp);
@@ -86,7 +102,8 @@ inline int ReadResponse(int fd, std::string* body = nullptr) {
 // `extra_header` ("Name: value", e.g. the bearer token) is sent when not empty.
 inline std::string PostHead(const std::string& path, size_t length,
                             const std::string& extra_header = {}) {
-  return "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n" +
+  return "POST " + path +
+         " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n" +
          (extra_header.empty() ? std::string() : extra_header + "\r\n") +
          "Content-Length: " + std::to_string(length) + "\r\n\r\n";
 }

@@ -510,7 +510,7 @@ HttpReply ControlApi::Top() {
     const FunctionStats st = runtime_.Stats(s.name);
     json row = FiguresJson(st);
     row["name"] = s.name;
-    row["cluster"] = static_cast<bool>(cluster[i]);
+    if (cluster[i]) row["cluster"] = true;  // as in the list: only the cluster's are marked
     row["anomalies_total"] = st.anomalies_total;
     row["quarantined"] =
         std::count_if(st.instances.begin(), st.instances.end(),

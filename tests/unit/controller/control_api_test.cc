@@ -145,8 +145,7 @@ TEST_F(ControlApiTest, OneFunctionPerInferenceModelName) {
   EXPECT_EQ(clash.status, 409);
   EXPECT_EQ(Body(clash)["error"],
             "spec.inference.modelName: model 'm' is already served by function 'a'");
-  EXPECT_EQ(Call("POST", "/v1/functions", infer("b", "n") + "---\n" + infer("c", "n")).status,
-            409);
+  EXPECT_EQ(Call("POST", "/v1/functions", infer("b", "n") + "---\n" + infer("c", "n")).status, 409);
   // A redeploy of the same function keeps or renames its own model.
   EXPECT_EQ(Call("POST", "/v1/functions", infer("a", "m")).status, 200);
   EXPECT_EQ(Call("POST", "/v1/functions", infer("a", "m2")).status, 200);
@@ -157,7 +156,8 @@ TEST_F(ControlApiTest, OneFunctionPerInferenceModelName) {
 TEST_F(ControlApiTest, BadManifestIs400WithTheParsersMessage) {
   auto r = Call("POST", "/v1/functions", Fn("a", "  scale: {min: 2, max: 1}\n"));
   EXPECT_EQ(r.status, 400);
-  EXPECT_EQ(Body(r), (json{{"error", "spec.scale.max: must be >= spec.scale.min (2 > 1) (line 8)"}}));
+  EXPECT_EQ(Body(r),
+            (json{{"error", "spec.scale.max: must be >= spec.scale.min (2 > 1) (line 8)"}}));
   EXPECT_EQ(runtime_.changed, 0);
   EXPECT_TRUE(reg_->List().empty());
   EXPECT_EQ(Call("POST", "/v1/functions", "").status, 400);
@@ -232,6 +232,41 @@ TEST_F(ControlApiTest, LogsAreTextWithTheNextOffset) {
   EXPECT_EQ(Body(missing), (json{{"error", "function 'zz' not found"}}));
 }
 
+// Cluster mode: the cluster's functions placed on this node are listed, described and shown in
+// top beside the node's own, marked, and cannot be deleted here.
+TEST_F(ControlApiTest, TheClustersFunctionsPlacedHereAreShownAndNotDeletedHere) {
+  ASSERT_EQ(Call("POST", "/v1/functions", Fn("own")).status, 201);
+  api_->SetClusterFunctions([this] {
+    auto parsed = ParseFunctionManifests(Fn("shared") + "---\n" + Fn("own"), config_);
+    EXPECT_TRUE(parsed.ok());
+    for (auto& s : *parsed) s.id = 2048;
+    return *parsed;
+  });
+  json list = Body(Call("GET", "/v1/functions"))["functions"];
+  ASSERT_EQ(list.size(), 2u) << list.dump();  // "own" once: the node's own wins
+  EXPECT_EQ(list[0]["name"], "own");
+  EXPECT_FALSE(list[0].contains("cluster"));
+  EXPECT_EQ(list[1]["name"], "shared");
+  EXPECT_EQ(list[1]["cluster"], true);
+  EXPECT_EQ(list[1]["id"], 2048);
+  auto one = Call("GET", "/v1/functions/shared");
+  ASSERT_EQ(one.status, 200) << one.body;
+  EXPECT_EQ(Body(one)["cluster"], true);
+  json top = Body(Call("GET", "/v1/top"))["functions"];
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[1]["name"], "shared");
+  EXPECT_EQ(top[1]["cluster"], true);
+  EXPECT_FALSE(top[0].contains("cluster"));
+  EXPECT_EQ(Call("GET", "/v1/functions/shared/logs").status, 200);
+  auto del = Call("DELETE", "/v1/functions/shared");
+  EXPECT_EQ(del.status, 409);
+  EXPECT_EQ(Body(del)["error"],
+            "function 'shared' is the cluster's (deployed through shoal-controller): delete it "
+            "there");
+  EXPECT_EQ(Call("GET", "/v1/functions/nowhere").status, 404);
+  EXPECT_EQ(Call("DELETE", "/v1/functions/own").status, 200);
+}
+
 TEST_F(ControlApiTest, TopAndNode) {
   ASSERT_EQ(Call("POST", "/v1/functions", Fn("a") + "---\n" + Fn("b")).status, 201);
   auto t = Call("GET", "/v1/top");
@@ -240,27 +275,40 @@ TEST_F(ControlApiTest, TopAndNode) {
   EXPECT_EQ(j["dataplane"], "unix");
   ASSERT_EQ(j["functions"].size(), 2u);
   EXPECT_EQ(j["functions"][0],
-            (json{{"name", "a"},           {"desired", 2},          {"ready", 1},
-                  {"starting", 1},         {"inflight", 3},         {"queued", 4},
-                  {"rps", 12.5},           {"p50_ms", 1.25},        {"p99_ms", 9.5},
-                  {"requests_total", 100}, {"errors_total", 2},     {"cold_starts", 5},
-                  {"last_cold_start_ms", 42.0}, {"bpf_events", 200},
+            (json{{"name", "a"},
+                  {"desired", 2},
+                  {"ready", 1},
+                  {"starting", 1},
+                  {"inflight", 3},
+                  {"queued", 4},
+                  {"rps", 12.5},
+                  {"p50_ms", 1.25},
+                  {"p99_ms", 9.5},
+                  {"requests_total", 100},
+                  {"errors_total", 2},
+                  {"cold_starts", 5},
+                  {"last_cold_start_ms", 42.0},
+                  {"bpf_events", 200},
                   // The autoscaler's view (the fake runtime reports the reactive scaler).
-                  {"policy", "none"},      {"actual", 0},           {"prewarm_starts", 0},
+                  {"policy", "none"},
+                  {"actual", 0},
+                  {"prewarm_starts", 0},
                   {"cold_starts_avoided", 0},
                   // The compromise detector: anomalies found, instances kept quarantined.
-                  {"anomalies_total", 1},  {"quarantined", 1}}));
+                  {"anomalies_total", 1},
+                  {"quarantined", 1}}));
   EXPECT_EQ(j["functions"][1]["anomalies_total"], 0);
   EXPECT_EQ(j["functions"][1]["quarantined"], 0);
   // describe's JSON: the detector's state, action and anomalies; the instance's quarantine.
   json st = Body(Call("GET", "/v1/functions/a"))["status"];
-  EXPECT_EQ(st["detector"],
-            (json{{"state", "scoring (baseline of 12 intervals, 12 samples)"},
-                  {"on_anomaly", "quarantine"},
-                  {"anomalies_total", 1},
-                  {"anomalies", json::array({{{"age_s", 2.5}, {"instance", 0x10002}, {"kind", "exec"},
-                                               {"evidence", "execve /bin/sh"},
-                                               {"action", "quarantined"}}})}}));
+  EXPECT_EQ(st["detector"], (json{{"state", "scoring (baseline of 12 intervals, 12 samples)"},
+                                  {"on_anomaly", "quarantine"},
+                                  {"anomalies_total", 1},
+                                  {"anomalies", json::array({{{"age_s", 2.5},
+                                                              {"instance", 0x10002},
+                                                              {"kind", "exec"},
+                                                              {"evidence", "execve /bin/sh"},
+                                                              {"action", "quarantined"}}})}}));
   EXPECT_EQ(st["instances"][1]["state"], "quarantined");
   EXPECT_EQ(st["instances"][1]["quarantine"],
             "anomaly exec: execve /bin/sh; frozen in /sys/fs/cgroup/freezer/q");

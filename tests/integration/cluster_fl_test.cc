@@ -208,6 +208,35 @@ TEST_F(ClusterFlTest, AnUpdateIsFoldedOnTheNodeItEntersAndTheTopMergesOnePartial
   Download(2, 1, &node2_bytes);
   EXPECT_TRUE(top_bytes == node1_bytes);
   EXPECT_TRUE(top_bytes == node2_bytes);
+
+  // The peer links authenticate with the cluster's secret: the nodes never refused one another,
+  // but a process on node 1's address that calls node 0's peer port without the handshake is
+  // answered the 401 frame and closed (the IP check alone would have let it in).
+  for (int i = 0; i < 3; ++i) {
+    const std::string log = cluster_->NodeLog(i);
+    EXPECT_EQ(log.find("failed the peer handshake"), std::string::npos) << log;
+    EXPECT_EQ(log.find("has not read the cluster's peer secret"), std::string::npos) << log;
+  }
+  const std::string call =
+      "ip netns exec " + cluster_->netns(1) + " bash -c 'exec 3<>/dev/tcp/" + cluster_->node_ip(0) +
+      "/8082 && printf \"SHFP\\x02\\0\\0\\0\\x02\\0\\0\\0\\0\\0\\0\\0\\0\\0\\0\\0"
+      "\\0\\0\\0\\0{}\" >&3 && timeout 5 cat <&3' 2>&1";
+  std::string answer;
+  if (FILE* f = popen(call.c_str(), "r")) {
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof buf, f)) > 0;) answer.append(buf, n);
+    pclose(f);
+  }
+  EXPECT_NE(answer.find("fl peer: the link did not start with the cluster's peer handshake"),
+            std::string::npos)
+      << answer;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return cluster_->NodeLog(0).find("fl peer: connection from " + cluster_->node_ip(1) +
+                                         " refused: the link did not start") != std::string::npos;
+      },
+      5s))
+      << cluster_->NodeLog(0);
 }
 
 TEST_F(ClusterFlTest, ANodeKilledMidRoundLosesNoUpdateItAcknowledged) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "libbpf_log.h"
 #include "shoal_behaviour.skel.h"
 
 namespace shoal {
@@ -89,19 +90,6 @@ constexpr ClassOf kClasses[] = {
     {SYS_setitimer, SHOAL_BHV_CLASS_TIME}, {SYS_alarm, SHOAL_BHV_CLASS_TIME},
 };
 
-int LibbpfPrint(enum libbpf_print_level level, const char* fmt, va_list args) {
-  char buf[1024];
-  int n = vsnprintf(buf, sizeof(buf), fmt, args);
-  std::string_view line(buf, n < 0 ? 0 : std::min<size_t>(n, sizeof(buf) - 1));
-  while (!line.empty() && line.back() == '\n') line.remove_suffix(1);
-  if (level == LIBBPF_WARN) {
-    spdlog::warn("libbpf: {}", line);
-  } else {
-    spdlog::debug("libbpf: {}", line);
-  }
-  return n;
-}
-
 int OnEvent(void* ctx, void* data, size_t size) {
   if (size < sizeof(BehaviourEvent)) return 0;
   auto* sink = static_cast<std::function<void(const BehaviourEvent&)>*>(ctx);
@@ -135,7 +123,7 @@ Result<uint64_t> BehaviourProbes::CgroupIdOf(const std::string& dir) {
 
 Result<std::unique_ptr<BehaviourProbes>> BehaviourProbes::Load(CgroupMode mode,
                                                                bool syscall_hook) {
-  libbpf_set_print(LibbpfPrint);
+  ebpf_internal::RouteLibbpfLogs();
   std::unique_ptr<BehaviourProbes> p(new BehaviourProbes(mode));
   p->skel_ = shoal_behaviour__open();
   if (p->skel_ == nullptr) return ErrnoStatus("open BPF object shoal_behaviour", errno);

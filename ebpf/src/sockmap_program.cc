@@ -10,13 +10,11 @@
 
 #include <cerrno>
 #include <cstddef>
-#include <cstdarg>
-#include <cstdio>
 #include <filesystem>
-#include <mutex>
 #include <system_error>
 #include <vector>
 
+#include "libbpf_log.h"
 #include "shoal/common/descriptor.h"
 #include "shoal_dataplane.skel.h"
 
@@ -48,19 +46,6 @@ static_assert(offsetof(shoal_fn_counters, requests) == 16);
 static_assert(offsetof(shoal_fn_counters, responses) == 24);
 static_assert(offsetof(shoal_fn_counters, drops) == 32);
 
-int LibbpfPrint(enum libbpf_print_level level, const char* fmt, va_list args) {
-  char buf[1024];
-  int n = vsnprintf(buf, sizeof(buf), fmt, args);
-  std::string_view line(buf, n < 0 ? 0 : std::min<size_t>(n, sizeof(buf) - 1));
-  while (!line.empty() && line.back() == '\n') line.remove_suffix(1);
-  if (level == LIBBPF_WARN) {
-    spdlog::warn("libbpf: {}", line);
-  } else {
-    spdlog::debug("libbpf: {}", line);
-  }
-  return n;
-}
-
 Status EnsureBpffsMounted() {
   struct statfs st {};
   if (statfs(kBpffsMount, &st) == 0 && static_cast<unsigned long>(st.f_type) == BPF_FS_MAGIC) {
@@ -90,8 +75,7 @@ void RemoveStalePins(const std::filesystem::path& dir) {
 }  // namespace
 
 Result<std::unique_ptr<SockmapProgram>> SockmapProgram::Load(const std::string& pin_dir) {
-  static std::once_flag print_once;
-  std::call_once(print_once, [] { libbpf_set_print(LibbpfPrint); });
+  ebpf_internal::RouteLibbpfLogs();
 
   if (pin_dir.empty()) return InvalidArgument("empty BPF pin directory");
   SHOAL_RETURN_IF_ERROR(EnsureBpffsMounted());

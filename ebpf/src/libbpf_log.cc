@@ -1,0 +1,35 @@
+#include "libbpf_log.h"
+
+#include <bpf/libbpf.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <mutex>
+#include <string_view>
+
+namespace shoal::ebpf_internal {
+namespace {
+
+int LibbpfPrint(enum libbpf_print_level level, const char* fmt, va_list args) {
+  char buf[1024];
+  int n = vsnprintf(buf, sizeof(buf), fmt, args);
+  std::string_view line(buf, n < 0 ? 0 : std::min<size_t>(n, sizeof(buf) - 1));
+  while (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+  if (level == LIBBPF_WARN) {
+    spdlog::warn("libbpf: {}", line);
+  } else {
+    spdlog::debug("libbpf: {}", line);
+  }
+  return n;
+}
+
+}  // namespace
+
+void RouteLibbpfLogs() {
+  static std::once_flag once;
+  std::call_once(once, [] { libbpf_set_print(LibbpfPrint); });
+}
+
+}  // namespace shoal::ebpf_internal

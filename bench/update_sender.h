@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "shoal/model/update_format.h"
+#include "tcp_connect.h"
 
 namespace shoal::bench {
 
@@ -38,20 +39,7 @@ inline std::string UpdatePrefix(const std::string& header) {
   return prefix;
 }
 
-inline int ConnectLoopback(uint16_t port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
-}
+inline int ConnectLoopback(uint16_t port) { return ConnectTcp("127.0.0.1", port); }
 
 // Writes every byte of the pieces; false on a socket error.
 inline bool WriteAll(int fd, std::vector<iovec> iov) {

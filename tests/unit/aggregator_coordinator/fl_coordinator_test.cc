@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "coordinator_fixture.h"
 #include "shoal/aggregator/fold.h"
 #include "shoal/common/payload.h"
 #include "shoal/model/architectures.h"
@@ -27,46 +28,14 @@ namespace {
 
 using Json = nlohmann::json;
 
-class FlCoordinatorTest : public ::testing::Test {
+class FlCoordinatorTest : public coordinator_test::CoordinatorFixture {
  protected:
   void SetUp() override {
-    char dir[] = "/tmp/shoal-coord-test-XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-    config_.state_dir = dir_;
-    auto p = ShmPool::Create("shoal-coord-test-" + std::to_string(getpid()), 16 << 20);
-    ASSERT_TRUE(p.ok()) << p.status().ToString();
-    pool_ = std::move(*p);
+    MakeDirAndPool("shoal-coord-test");
+    if (HasFatalFailure()) return;
     fl_ = std::make_unique<FlCoordinator>(config_);
     fl_->SetOnGpuFallback([this](const std::string& job) { fallbacks_.push_back(job); });
-    FlJobSpec spec;
-    spec.name = "rb";
-    spec.algorithm = "fedavg";
-    spec.architecture = "mlp";
-    spec.hidden = 4;
-    spec.dataset = "digits";
-    spec.clients = 3;
-    spec.rounds = 2;
-    ASSERT_TRUE(fl_->DeployJob(spec).ok());
-    mspec_ = model::MlpSpec(64, {4}, 10);
-    for (int k = 0; k < 3; ++k) {
-      auto j = fl_->Join("rb", "c" + std::to_string(k), "");
-      ASSERT_TRUE(j.ok()) << j.status().ToString();
-      clients_.push_back(*j);
-    }
-    auto m = fl_->Model("rb", 0);
-    ASSERT_TRUE(m.ok());
-    w0_ = Values(*m->bytes);
-  }
-  void TearDown() override {
-    fl_.reset();
-    std::filesystem::remove_all(dir_);
-  }
-  std::vector<float> Values(const std::string& safetensors) {
-    auto m = model::ModelFromSafetensors(
-        std::as_bytes(std::span<const char>(safetensors.data(), safetensors.size())), mspec_);
-    EXPECT_TRUE(m.ok()) << m.status().ToString();
-    return m.ok() ? m->values : std::vector<float>{};
+    DeployAndJoin(RbSpec(3), 3, "c");
   }
   // Client k's update: w0 + (k + 1) / 16 everywhere, from `samples` samples.
   std::vector<float> X(int k) {
@@ -82,26 +51,13 @@ class FlCoordinatorTest : public ::testing::Test {
   // As the gateway does: the body into a pool buffer, admitted, its partial sum named for leaf
   // instance 7.
   InFlight Send(int k) {
-    model::Model m(mspec_);
-    m.values = X(k);
-    model::UpdateMeta meta;
-    meta.job = "rb";
-    meta.client_id = clients_[k].client_id;
-    meta.token = clients_[k].token;
-    meta.base_version = 0;
-    meta.num_samples = 100 * (k + 1);
-    auto body = model::EncodeUpdate(meta, m, model::DType::kF32);
+    auto body = UpdateBody(k, X(k));
     EXPECT_TRUE(body.ok());
-    const std::string_view ct = "application/octet-stream";
-    const size_t off = PayloadBodyOffset(0, 0, ct.size());
     InFlight f;
-    auto b = pool_->Allocate(off + body->size(), kShoaldSlot);
+    auto b = WriteAsGateway(*body);
     EXPECT_TRUE(b.ok());
-    f.buffer = *b;
-    auto span = pool_->Data(f.buffer);
-    WritePayloadHead(span, 3, 0, "", "", ct, body->size());
-    std::memcpy(span.data() + off, body->data(), body->size());
-    auto adm = fl_->Admit("rb", *pool_, span.subspan(off, body->size()), f.buffer);
+    f.buffer = b->buffer;
+    auto adm = fl_->Admit("rb", *pool_, b->body, f.buffer);
     EXPECT_TRUE(adm.ok()) << adm.status().ToString();
     if (!adm.ok()) return f;
     f.ticket = adm->ticket;
@@ -123,22 +79,7 @@ class FlCoordinatorTest : public ::testing::Test {
     fl_->Completed(f.ticket, status, leaf_answered);
     (void)pool_->Release(f.buffer, kShoaldSlot);
   }
-  Json Status() { return Json::parse(*fl_->JobStatusJson("rb"), nullptr, false); }
-  bool WaitVersion(uint64_t v) {
-    for (int i = 0; i < 250; ++i) {
-      if (Status().value("version", uint64_t{0}) >= v) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return false;
-  }
 
-  std::string dir_;
-  NodeConfig config_;
-  std::unique_ptr<ShmPool> pool_;
-  std::unique_ptr<FlCoordinator> fl_;
-  model::ModelSpec mspec_;
-  std::vector<JoinResult> clients_;
-  std::vector<float> w0_;
   std::vector<std::string> fallbacks_;
 };
 

@@ -11,14 +11,15 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
+#include "coordinator_fixture.h"
 #include "shoal/aggregator/fl_coordinator.h"
 #include "shoal/common/payload.h"
 #include "shoal/model/architectures.h"
@@ -33,60 +34,27 @@ using Json = nlohmann::json;
 constexpr int kClients = 5;
 constexpr int kAttacker = 4;  // sends w0 - 100 everywhere
 
-class RobustCommitTest : public ::testing::Test {
+class RobustCommitTest : public coordinator_test::CoordinatorFixture {
  protected:
   void SetUp() override {
-    char dir[] = "/tmp/shoal-robust-test-XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-    config_.state_dir = dir_;
-    auto p = ShmPool::Create("shoal-robust-test-" + std::to_string(getpid()), 16 << 20);
-    ASSERT_TRUE(p.ok()) << p.status().ToString();
-    pool_ = std::move(*p);
-    mspec_ = model::MlpSpec(64, {4}, 10);
+    MakeDirAndPool("shoal-robust-test");
+    if (HasFatalFailure()) return;
     Start();
-  }
-  void TearDown() override {
-    fl_.reset();
-    std::filesystem::remove_all(dir_);
   }
   void Start() {
     fl_ = std::make_unique<FlCoordinator>(config_);
-    fl_->SetOnSuspect([this](const std::string& job, const std::string& client,
-                             const std::string& rule) {
-      std::lock_guard lock(mu_);
-      suspects_.emplace_back(job, client, rule);
-    });
+    fl_->SetOnSuspect(
+        [this](const std::string& job, const std::string& client, const std::string& rule) {
+          std::lock_guard lock(mu_);
+          suspects_.emplace_back(job, client, rule);
+        });
   }
   FlJobSpec Spec(const std::string& rule) {
-    FlJobSpec spec;
-    spec.name = "rb";
-    spec.algorithm = "fedavg";
-    spec.architecture = "mlp";
-    spec.hidden = 4;
-    spec.dataset = "digits";
-    spec.clients = kClients;
-    spec.rounds = 2;
+    FlJobSpec spec = RbSpec(kClients);
     spec.robust.rule = rule;
     return spec;
   }
-  void Deploy(const FlJobSpec& spec) {
-    ASSERT_TRUE(fl_->DeployJob(spec).ok());
-    for (int k = 0; k < kClients; ++k) {
-      auto j = fl_->Join("rb", "client-" + std::to_string(k), "");
-      ASSERT_TRUE(j.ok()) << j.status().ToString();
-      clients_.push_back(*j);
-    }
-    auto m = fl_->Model("rb", 0);
-    ASSERT_TRUE(m.ok());
-    w0_ = Values(*m->bytes);
-  }
-  std::vector<float> Values(const std::string& safetensors) {
-    auto m = model::ModelFromSafetensors(
-        std::as_bytes(std::span<const char>(safetensors.data(), safetensors.size())), mspec_);
-    EXPECT_TRUE(m.ok()) << m.status().ToString();
-    return m.ok() ? m->values : std::vector<float>{};
-  }
+  void Deploy(const FlJobSpec& spec) { DeployAndJoin(spec, kClients, "client-"); }
   // Honest client k: w0 plus its own small noise in [-1/16, 1/16]; the attacker: w0 - 100.
   std::vector<float> X(int k) {
     std::vector<float> x = w0_;
@@ -98,38 +66,17 @@ class RobustCommitTest : public ::testing::Test {
   // As the gateway and a robust job's leaf do: the body into a pool buffer, admitted; no partial
   // sum is named (PartialFor answers 0); the leaf's 202 acknowledges it.
   void Send(int k, model::DType dtype = model::DType::kF32) {
-    model::Model m(mspec_);
-    m.values = X(k);
-    model::UpdateMeta meta;
-    meta.job = "rb";
-    meta.client_id = clients_[k].client_id;
-    meta.token = clients_[k].token;
-    meta.base_version = 0;
-    meta.num_samples = 100 * (k + 1);
-    auto body = model::EncodeUpdate(meta, m, dtype);
+    auto body = UpdateBody(k, X(k), dtype);
     ASSERT_TRUE(body.ok());
-    const std::string_view ct = "application/octet-stream";
-    const size_t off = PayloadBodyOffset(0, 0, ct.size());
-    auto b = pool_->Allocate(off + body->size(), kShoaldSlot);
+    auto b = WriteAsGateway(*body);
     ASSERT_TRUE(b.ok());
-    auto span = pool_->Data(*b);
-    WritePayloadHead(span, 3, 0, "", "", ct, body->size());
-    std::memcpy(span.data() + off, body->data(), body->size());
-    auto adm = fl_->Admit("rb", *pool_, span.subspan(off, body->size()), *b);
+    auto adm = fl_->Admit("rb", *pool_, b->body, b->buffer);
     ASSERT_TRUE(adm.ok()) << adm.status().ToString();
     auto partial = fl_->PartialFor(adm->ticket, 7);
     ASSERT_TRUE(partial.ok()) << partial.status().ToString();
     EXPECT_EQ(*partial, 0u) << "a robust job's leaves fold into nothing";
     fl_->Completed(adm->ticket, 202, true);
-    (void)pool_->Release(*b, kShoaldSlot);
-  }
-  Json Status() { return Json::parse(*fl_->JobStatusJson("rb"), nullptr, false); }
-  bool WaitVersion(uint64_t v) {
-    for (int i = 0; i < 250; ++i) {
-      if (Status().value("version", uint64_t{0}) >= v) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return false;
+    (void)pool_->Release(b->buffer, kShoaldSlot);
   }
   std::vector<float> Committed(uint64_t v) {
     auto m = fl_->Model("rb", v);
@@ -189,13 +136,6 @@ class RobustCommitTest : public ::testing::Test {
     EXPECT_EQ(suspects_, (std::vector<T>{{"rb", clients_[kAttacker].client_id, rule}}));
   }
 
-  std::string dir_;
-  NodeConfig config_;
-  std::unique_ptr<ShmPool> pool_;
-  std::unique_ptr<FlCoordinator> fl_;
-  model::ModelSpec mspec_;
-  std::vector<JoinResult> clients_;
-  std::vector<float> w0_;
   std::mutex mu_;
   std::vector<std::tuple<std::string, std::string, std::string>> suspects_;
 };
@@ -374,7 +314,8 @@ TEST_F(RobustCommitTest, RestartMidRoundKeepsTheAcknowledgedUpdates) {
   ASSERT_TRUE(fl_->Restore().ok());
   ASSERT_TRUE(fl_->Recover([this](const std::string&) -> Result<SharedPool*> {
                    return static_cast<SharedPool*>(pool_.get());
-                 }).ok());
+                 })
+                  .ok());
   EXPECT_EQ(Status().value("updates_total", 0), 3);
   for (int k = 3; k < kClients; ++k) Send(k);
   ASSERT_TRUE(WaitVersion(1)) << Status().dump();

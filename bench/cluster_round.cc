@@ -42,6 +42,7 @@
 #include "shoal/model/update_format.h"
 #include "shoal/v1/fl.pb.h"
 #include "update_sender.h"
+#include "update_template.h"
 
 using namespace shoal;
 using namespace shoal::testing;
@@ -271,20 +272,9 @@ int main(int argc, char** argv) {
   }
   const model::ModelSpec spec = model::MlpSpec(784, {kHidden}, 10);
   model::Model m = model::InitModel(spec, 1);
-  std::vector<std::byte> area;
-  v1::UpdateHeader header;
-  {
-    model::UpdateMeta meta;
-    meta.job = "round";
-    meta.client_id = "c0";
-    meta.token = "x";
-    meta.num_samples = 1;
-    auto body = model::EncodeUpdate(meta, m, model::DType::kF32);
-    uint32_t hlen;
-    std::memcpy(&hlen, body->data() + 4, 4);
-    header.ParseFromArray(body->data() + 8, static_cast<int>(hlen));
-    area.assign(body->begin() + static_cast<ptrdiff_t>(model::TensorAreaOffset(hlen)), body->end());
-  }
+  shoal::bench::UpdateTemplate tmpl = shoal::bench::MakeUpdateTemplate(m);
+  const v1::UpdateHeader& header = tmpl.header;
+  const std::vector<std::byte>& area = tmpl.area;
   const double partial_bytes = static_cast<double>(spec.num_params()) * sizeof(float);
   std::printf(
       "bench-cluster-round: %d nodes, %d updates of %zu float32 (%.2f MB) spread over "

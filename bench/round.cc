@@ -31,6 +31,7 @@
 #include "stream_bandwidth.h"
 #include "tcp_sink.h"
 #include "update_sender.h"
+#include "update_template.h"
 
 using namespace shoal;
 using namespace shoal::testing;
@@ -266,20 +267,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   model::Model m = model::InitModel(spec, 1);
-  std::vector<std::byte> area;
-  v1::UpdateHeader header;
-  {
-    model::UpdateMeta meta;
-    meta.job = "round";
-    meta.client_id = "c0";
-    meta.token = "x";
-    meta.num_samples = 1;
-    auto body = model::EncodeUpdate(meta, m, model::DType::kF32);
-    uint32_t hlen;
-    std::memcpy(&hlen, body->data() + 4, 4);
-    header.ParseFromArray(body->data() + 8, static_cast<int>(hlen));
-    area.assign(body->begin() + static_cast<ptrdiff_t>(model::TensorAreaOffset(hlen)), body->end());
-  }
+  shoal::bench::UpdateTemplate tmpl = shoal::bench::MakeUpdateTemplate(m);
+  const v1::UpdateHeader& header = tmpl.header;
+  const std::vector<std::byte>& area = tmpl.area;
   const double total_bytes = static_cast<double>(area.size()) * updates;
   const double memory_bound = total_bytes / (stream.best.gbps * 1e9);
   std::vector<RoundResult> results;

@@ -1,0 +1,38 @@
+// The update the round benches send: one encoded update of the model, split into its header
+// (each client's prefix is built from it with its own id, token and base version:
+// update_sender.h's UpdatePrefix) and its tensor area (the bytes every client's update shares).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "shoal/model/architectures.h"
+#include "shoal/model/update_format.h"
+#include "shoal/v1/fl.pb.h"
+
+namespace shoal::bench {
+
+struct UpdateTemplate {
+  v1::UpdateHeader header;
+  std::vector<std::byte> area;
+};
+
+// `m` encoded as float32 for job "round" (client c0, one sample), then split.
+inline UpdateTemplate MakeUpdateTemplate(const model::Model& m) {
+  model::UpdateMeta meta;
+  meta.job = "round";
+  meta.client_id = "c0";
+  meta.token = "x";
+  meta.num_samples = 1;
+  auto body = model::EncodeUpdate(meta, m, model::DType::kF32);
+  UpdateTemplate t;
+  uint32_t hlen;
+  std::memcpy(&hlen, body->data() + 4, 4);
+  t.header.ParseFromArray(body->data() + 8, static_cast<int>(hlen));
+  t.area.assign(body->begin() + static_cast<ptrdiff_t>(model::TensorAreaOffset(hlen)), body->end());
+  return t;
+}
+
+}  // namespace shoal::bench

@@ -367,13 +367,15 @@ int main(int argc, char** argv) {
   hooks.tokens = tokens.get();
   std::unique_ptr<cluster::NodeAgent> node_agent;  // cluster mode: the node's etcd registration
   std::unique_ptr<cluster::ClusterFl> cluster_fl;  // cluster mode: FL across the nodes
-  std::unique_ptr<cluster::ClusterTokens> cluster_tokens;  // cluster mode: the cluster's tokens
-  std::unique_ptr<cluster::ManagedFlJobs> managed_jobs;    // cluster mode: the controller's jobs
+  std::atomic<cluster::ClusterFl*> cluster_fl_view{nullptr};  // for /metrics, once started
+  std::unique_ptr<cluster::ClusterTokens> cluster_tokens;     // cluster mode: the cluster's tokens
+  std::unique_ptr<cluster::ManagedFlJobs> managed_jobs;       // cluster mode: the controller's jobs
   hooks.metrics_text = [&] {
     manager.RefreshMetrics();
     std::string text = metrics.Serialize();
     text += monitor.MetricsText();
     if (node_agent) text += node_agent->MetricsText();
+    if (cluster::ClusterFl* c = cluster_fl_view.load()) text += c->MetricsText();
     return text;
   };
   // Ready only once the whole start-up is done: the gateway answers /readyz before the control
@@ -535,6 +537,7 @@ int main(int argc, char** argv) {
       manager.Stop();
       return 1;
     }
+    cluster_fl_view.store(cluster_fl.get());
     spdlog::info("cluster: node {} of cluster '{}' at {} (etcd {}; lease TTL {} s)",
                  config.node_name, config.cluster, record.address, config.etcd,
                  config.node_lease_ttl_s);
@@ -561,7 +564,8 @@ int main(int argc, char** argv) {
   monitor.Stop();
   managed_view.store(nullptr);
   if (managed_jobs) managed_jobs->Stop();  // before the coordinator it runs jobs on
-  if (cluster_fl) cluster_fl->Stop();      // before the agent it reads and the coordinator it calls
+  cluster_fl_view.store(nullptr);
+  if (cluster_fl) cluster_fl->Stop();  // before the agent it reads and the coordinator it calls
   cluster_fl.reset();
   managed_jobs.reset();
   cluster_tokens.reset();

@@ -83,6 +83,16 @@ bool ClusterFl::LoadSecret() {
 Status ClusterFl::Start() {
   have_secret_ = LoadSecret();
   RefreshNodes();
+  // A link's proven node must be the node registered at the caller's address.
+  server_.SetNodeCheck([this](const std::string& node, const std::string& ip) {
+    auto host_of = [this](const std::string& n) {
+      const std::string peer = PeerOf(n);
+      return peer.substr(0, peer.rfind(':'));
+    };
+    if (host_of(node) == ip) return true;
+    RefreshNodes();  // a node that joined or moved since the last look
+    return host_of(node) == ip;
+  });
   SHOAL_RETURN_IF_ERROR(server_.Start(config_.listen_host, config_.fl_peer_port));
   {
     std::lock_guard g(gate_->mu);
@@ -126,6 +136,13 @@ void ClusterFl::Stop() {
     gate_->self = nullptr;
   }
   fl_.SetTopLink(nullptr);
+}
+
+std::string ClusterFl::MetricsText() const {
+  return "# HELP shoal_fl_peer_refused_total FL peer links refused by the handshake (no or a wrong "
+         "proof of the cluster's peer secret, or a node speaking from another's address).\n"
+         "# TYPE shoal_fl_peer_refused_total counter\nshoal_fl_peer_refused_total " +
+         std::to_string(server_.refused()) + "\n";
 }
 
 void ClusterFl::RefreshNodes() {

@@ -246,6 +246,14 @@ bool FlPeerServer::Handshake(int fd, const std::string& ip) {
                "' failed the peer handshake: its proof does not match the cluster's peer secret");
     return false;
   }
+  if (node_at_ && !node_at_(node, ip)) {
+    Refuse(fd, ip,
+           "node '" + node +
+               "' holds the cluster's peer secret but is not the node registered "
+               "at " +
+               ip);
+    return false;
+  }
   if (!SendFrame(fd, 200, "{}", {})) return false;
   return true;
 }

@@ -237,6 +237,13 @@ TEST_F(ClusterFlTest, AnUpdateIsFoldedOnTheNodeItEntersAndTheTopMergesOnePartial
       },
       5s))
       << cluster_->NodeLog(0);
+  // Counted on node 0's /metrics; the other nodes refused nothing.
+  EXPECT_NE(
+      cluster_->NodeGateway(0, "GET", "/metrics").body.find("shoal_fl_peer_refused_total 1\n"),
+      std::string::npos);
+  EXPECT_NE(
+      cluster_->NodeGateway(1, "GET", "/metrics").body.find("shoal_fl_peer_refused_total 0\n"),
+      std::string::npos);
 }
 
 TEST_F(ClusterFlTest, ANodeKilledMidRoundLosesNoUpdateItAcknowledged) {

@@ -17,6 +17,8 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace shoal::cluster {
 namespace {
@@ -141,6 +143,38 @@ bool ReadFrame(int fd, uint32_t* kind, std::string* json) {
   }
   *json = rest.substr(0, json_len);
   return true;
+}
+
+// A node holding the secret may not speak as another: the node it proves must be the one
+// registered at its address.
+TEST_F(FlPeerTest, ANodeThatProvesAnotherNodesNameIsRefused) {
+  FlPeerServer checked(
+      [](FlPeerCall, const std::string&, std::span<const std::byte>) { return FlPeerReply{}; },
+      nullptr);
+  checked.SetSecret(kSecret);
+  std::vector<std::pair<std::string, std::string>> asked;
+  checked.SetNodeCheck([&asked](const std::string& node, const std::string& ip) {
+    asked.emplace_back(node, ip);
+    return node == "node-a" && ip == "127.0.0.1";
+  });
+  ASSERT_TRUE(checked.Start("127.0.0.1", 0).ok());
+  const std::string at = "127.0.0.1:" + std::to_string(checked.port());
+  auto ok = client_.Call(at, FlPeerCall::kSpec, "{}", {}, 5);
+  EXPECT_TRUE(ok.ok()) << ok.status().ToString();
+  FlPeerClient impostor;
+  impostor.SetIdentity("node-b", kSecret);  // the right secret, another node's name
+  auto r = impostor.Call(at, FlPeerCall::kSpec, "{}", {}, 5);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnauthenticated);
+  EXPECT_NE(r.status().message().find("node 'node-b' holds the cluster's peer secret but is not "
+                                      "the node registered at 127.0.0.1"),
+            std::string::npos)
+      << r.status().ToString();
+  EXPECT_EQ(checked.refused(), 1u);
+  ASSERT_EQ(asked.size(), 2u);
+  EXPECT_EQ(asked[0], std::make_pair(std::string("node-a"), std::string("127.0.0.1")));
+  EXPECT_EQ(asked[1], std::make_pair(std::string("node-b"), std::string("127.0.0.1")));
+  checked.Stop();
 }
 
 TEST_F(FlPeerTest, ACallWithoutTheHandshakeIsRefusedWithAMessageAndTheLinkClosed) {

@@ -35,6 +35,8 @@ class ClusterFl final : public FlTopLink {
     managed_ = std::move(managed);
   }
   Status Start();
+  // For /metrics: the peer links refused by their handshake.
+  std::string MetricsText() const;
   // Before the coordinator and the agent go: no call reaches them after this returns.
   void Stop();
 

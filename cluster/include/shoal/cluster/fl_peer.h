@@ -72,6 +72,11 @@ class FlPeerServer {
   void SetSecret(std::string secret);
   // Connections refused by the handshake since start.
   uint64_t refused() const { return refused_.load(); }
+  // Whether the node a handshake proved (`node`, holding the secret) is the one at `ip` (its
+  // registered address): a node may not speak for another. Unset: not checked. Set before
+  // Start.
+  using NodeAt = std::function<bool(const std::string& node, const std::string& ip)>;
+  void SetNodeCheck(NodeAt check) { node_at_ = std::move(check); }
 
  private:
   void AcceptLoop();
@@ -81,6 +86,7 @@ class FlPeerServer {
   void Refuse(int fd, const std::string& ip, const std::string& why);
   Handler handler_;
   Allow allow_;
+  NodeAt node_at_;
   std::atomic<uint64_t> refused_{0};
   std::mutex secret_mu_;
   std::string secret_;

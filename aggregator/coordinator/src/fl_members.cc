@@ -64,6 +64,15 @@ struct FlMembers::Job {
     std::strncpy(r.client, t.client.c_str(), sizeof r.client - 1);
     return r;
   }
+  // Gives this node's hold (`slot`) on a pool buffer back. It fails only where the job's
+  // bookkeeping and the pool disagree, never through what a client sent: logged with what the
+  // buffer was, and the caller goes on (nothing to undo).
+  void ReleaseBuffer(uint64_t offset, HolderSlot slot, const char* what) {
+    if (Status st = pool->Release(offset, slot); !st.ok()) {
+      spdlog::error("fl job {} (folded for node {}): releasing {} at offset {} (slot {}): {}",
+                    spec.name, top, what, offset, slot, st.ToString());
+    }
+  }
   Status OpenLog() {
     if (log_fd >= 0) close(log_fd);
     log_fd = open((dir + "/updates.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -81,16 +90,19 @@ struct FlMembers::Job {
       spdlog::error("fl job {}: update log: {}", spec.name, st.ToString());
       return;
     }
-    (void)OpenLog();
+    if (Status st = OpenLog(); !st.ok()) {
+      // Appends fail until the next compaction reopens it; the updates stay in the pool.
+      spdlog::error("fl job {}: update log after compaction: {}", spec.name, st.ToString());
+    }
   }
   void ReleaseAll() {
     if (pool == nullptr) return;
     for (auto& [id, t] : tickets) {
-      if (t.buffer != 0) (void)pool->Release(t.buffer, kCoordinatorSlot);
+      if (t.buffer != 0) ReleaseBuffer(t.buffer, kCoordinatorSlot, "an update");
     }
     for (auto& [rid, r] : rounds) {
       for (auto& [inst, p] : r.partials) {
-        if (p.offset != 0) (void)pool->Release(p.offset, kShoaldSlot);
+        if (p.offset != 0) ReleaseBuffer(p.offset, kShoaldSlot, "a partial sum");
       }
     }
     tickets.clear();
@@ -279,7 +291,12 @@ Result<FlAdmission> FlMembers::Exchange(const AdmitCall& c) {
     // Without a buffer yet (the gateway reads the body once admitted): Hold() takes it.
     Status st = c.buffer == 0 ? Status::Ok() : c.pool->Retain(c.buffer, kCoordinatorSlot);
     if (!st.ok() || job->removed) {
-      if (st.ok() && c.buffer != 0) (void)c.pool->Release(c.buffer, kCoordinatorSlot);
+      if (st.ok() && c.buffer != 0) {
+        if (Status rs = c.pool->Release(c.buffer, kCoordinatorSlot); !rs.ok()) {
+          spdlog::error("fl job {}: releasing a refused update at offset {}: {}", job->spec.name,
+                        c.buffer, rs.ToString());
+        }
+      }
       std::shared_lock ll(link_mu_);
       if (FlTopLink* l = link_.load()) l->Report(c.top, job->spec.name, a->ticket, false);
       return Internal("cannot hold the update buffer: " + st.message());
@@ -431,7 +448,7 @@ void FlMembers::Completed(uint64_t ticket, int http_status, bool leaf_answered) 
             "asks for it",
             job->spec.name, t.instance, leaf_answered ? " (its GPU fold)" : "");
       }
-      if (t.buffer != 0) (void)job->pool->Release(t.buffer, kCoordinatorSlot);
+      if (t.buffer != 0) job->ReleaseBuffer(t.buffer, kCoordinatorSlot, "a failed update");
       job->tickets.erase(tit);
     }
   }
@@ -540,10 +557,10 @@ void FlMembers::Released(const std::string& name, uint64_t durable_round) {
     }
     for (auto& [inst, p] : r.partials) {
       for (uint64_t id : p.tickets) {
-        (void)job->pool->Release(job->tickets[id].buffer, kCoordinatorSlot);
+        job->ReleaseBuffer(job->tickets[id].buffer, kCoordinatorSlot, "a checkpointed update");
         job->tickets.erase(id);
       }
-      if (p.offset != 0) (void)job->pool->Release(p.offset, kShoaldSlot);
+      if (p.offset != 0) job->ReleaseBuffer(p.offset, kShoaldSlot, "a checkpointed partial sum");
     }
     rit = job->rounds.erase(rit);
     released = true;

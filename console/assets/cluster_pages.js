@@ -18,19 +18,22 @@ export class ClusterOverview extends Page {
         this.clusterCard = card('Control plane', h('p', { class: 'muted' }, 'loading')),
         h('section', { class: 'card wide', 'aria-label': 'Nodes' }, h('h2', null, 'Nodes'), this.nodeBox = h('div')),
         h('section', { class: 'card wide', 'aria-label': 'Functions' },
-          h('h2', null, 'Functions and their placements'), this.fnBox = h('div'))));
+          h('h2', null, 'Functions and their placements'), this.fnBox = h('div')),
+        h('section', { class: 'card wide', 'aria-label': 'FL jobs' },
+          h('h2', null, 'FL jobs and their tops'), this.jobBox = h('div'))));
     this.every(POLL_MS, () => this.refresh());
   }
 
   async refresh() {
-    const [c, nodes, fns] = await Promise.all([api('/v1/cluster'), api('/v1/nodes'), api('/v1/functions')]);
+    const [c, nodes, fns, jobs] = await Promise.all([api('/v1/cluster'), api('/v1/nodes'),
+      api('/v1/functions'), api('/v1/jobs')]);
     document.getElementById('node-name').textContent = `cluster ${c.cluster}`;
     this.main.querySelector('h1 [data-k=cluster]').textContent = c.cluster;
     this.clusterCard.replaceChildren(h('h2', null, 'Control plane'), kv([
       ['cluster', c.cluster, 'cluster_name'], ['etcd prefix', c.prefix],
       ['this controller', `${c.controller} (${c.is_leader ? 'leader' : 'standby'})`, 'controller'],
       ['leader', c.leader || '– (none elected)', 'leader'], ['nodes ready', c.nodes, 'nodes'],
-      ['functions', fns.functions.length, 'functions']]));
+      ['functions', fns.functions.length, 'functions'], ['FL jobs', jobs.jobs.length, 'jobs']]));
     const byName = new Map(nodes.nodes.map((n) => [n.name, n]));
     const list = nodes.nodes;
     this.nodeBox.replaceChildren(table(
@@ -59,6 +62,21 @@ export class ClusterOverview extends Page {
           }),
         f.updated_unix_ms ? new Date(f.updated_unix_ms).toLocaleString() : '–']),
       (i) => ({ 'data-fn': fl[i].name })));
+    // Each FL job runs on its top (the node the controller chose); its page is on that node's
+    // console. The figures are what the top last published (etcd).
+    const jl = jobs.jobs;
+    this.jobBox.replaceChildren(jl.length === 0 ? h('p', { class: 'muted' }, 'No FL jobs deployed.') : table(
+      [{ title: 'job' }, { title: 'namespace' }, { title: 'algorithm', key: 'algorithm' },
+        { title: 'top', key: 'top' }, { title: 'state', key: 'state' },
+        { title: 'version', num: true, key: 'version' }, { title: 'clients', num: true, key: 'clients' },
+        { title: 'updates', num: true, key: 'updates' }, { title: 'best accuracy', num: true, key: 'accuracy' }],
+      jl.map((j) => {
+        const url = nodeConsole(byName.get(j.top), 'job/' + enc(j.name));
+        return [j.name, j.namespace, j.algorithm || '–',
+          url ? h('a', { href: url, 'data-top': j.top }, j.top) : h('span', { 'data-top': j.top }, j.top),
+          j.state, j.version ?? '–', j.clients ? j.clients.joined : '–', j.updates_total ?? '–',
+          j.best_accuracy > 0 ? fmt.num(j.best_accuracy, 4) : '–'];
+      }), (i) => ({ 'data-job': jl[i].name })));
   }
 }
 

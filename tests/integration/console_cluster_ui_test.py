@@ -33,6 +33,16 @@ spec:
   scale: {{min: {min}, max: 3}}
 """
 
+FLJOB = """apiVersion: shoal.dev/v1
+kind: FLJob
+metadata: {name: digits}
+spec:
+  algorithm: {name: fedavg}
+  model: {architecture: mlp, hidden: 8, seed: 1}
+  data: {dataset: digits}
+  clients: {expected: 2}
+"""
+
 
 @pytest.fixture(scope="module")
 def live():
@@ -54,6 +64,9 @@ def live():
         for name, lo in (("hello", 1), ("idle", 0)):
             code, body = ctl.request("/v1/functions", data=FUNCTION.format(name=name, min=lo).encode())
             assert code == 201, body
+        # An FL job through the controller: it runs on the one node, its top.
+        code, body = ctl.request("/v1/functions", data=FLJOB.encode())
+        assert code == 201, body
         # The leader places both functions on the one node.
         deadline = time.time() + 30
         while not all(f["placements"] for f in ctl("/v1/functions")["functions"]):
@@ -111,9 +124,19 @@ def test_cluster_overview_shows_nodes_and_placements(live):
         placed = b.eval(f"[...document.querySelectorAll('tr[data-fn=\"{f['name']}\"] [data-placement]')]"
                         ".map(e => e.dataset.placement)")
         assert placed == [p["node"] for p in f["placements"]], (placed, f)
+    # The FL job, on its top, as the controller's /v1/jobs has it (its top publishes it).
+    b.wait("document.querySelector('tr[data-job] [data-k=state]')?.innerText == 'running'",
+           what="the FL job's published state")
+    jobs = ctl("/v1/jobs")["jobs"]
+    assert [j["name"] for j in jobs] == ["digits"], jobs
+    j = b.cells('tr[data-job="digits"]')
+    assert j["top"] == jobs[0]["top"] == nodes[0]["name"], (j, jobs)
+    assert j["algorithm"] == "fedavg" and int(j["version"]) == jobs[0]["version"] == 0, (j, jobs)
+    href = b.eval("document.querySelector('a[data-top]').getAttribute('href')")
+    assert href == nodes[0]["control"] + "/ui/#/job/digits", href
     c = b.cells("main")
     assert c["cluster_name"] == "graf" and int(c["nodes"]) == len(nodes)
-    assert int(c["functions"]) == len(fns)
+    assert int(c["functions"]) == len(fns) and int(c["jobs"]) == 1
     assert b.eval("document.getElementById('node-name').innerText") == "cluster graf"
     b.screenshot("cluster-overview.png")
 

@@ -514,6 +514,7 @@ TEST(K8sCapabilities, TheDaemonSetsSetLoadsBpfAndEachBpfCapabilityIsNeeded) {
       cfg[key] = node.MapPath(cfg[key].as<std::string>());
     cfg["listen_port"] = FreePort();
     cfg["control_port"] = FreePort();
+    cfg["fl_peer_port"] = FreePort();  // other tests' nodes on this host may hold 8082
     YAML::Emitter em;
     em << cfg;
     WriteFile(config, em.c_str());
@@ -567,6 +568,7 @@ class CapNode {
     control_ = FreePort();
     cfg["listen_port"] = port_;
     cfg["control_port"] = control_;
+    cfg["fl_peer_port"] = FreePort();  // other tests' nodes on this host may hold 8082
     YAML::Emitter em;
     em << cfg;
     WriteFile(config, em.c_str());

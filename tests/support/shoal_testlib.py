@@ -307,8 +307,10 @@ class Cluster:
         self.procs.append(etcd)
         ctl, self.controller = start_controller(tmp, client, cluster)
         self.procs.append(ctl)
+        # A free FL peer port: another test's cluster-mode node on this host may hold 8082.
         self.node = start_shoald(tmp, f"{cluster}c{os.getpid()}",
-                                 ("--etcd", client, "--cluster", cluster))
+                                 ("--etcd", client, "--cluster", cluster),
+                                 extra_yaml=f"fl_peer_port: {free_port()}\n")
         self.node.wait_log(r"registered at")
 
     def close(self):

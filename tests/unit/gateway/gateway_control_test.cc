@@ -203,7 +203,7 @@ TEST_F(GatewayControlTest, FleetRoutesStillNeedAToken) {
   ASSERT_GE(a, 0);
   SendAll(a, "GET /v1/jobs/j HTTP/1.1\r\nHost: x\r\n\r\n");
   const std::string got = Receive(a, 1, 10000);
-  EXPECT_EQ(got.rfind("HTTP/1.1 401 Client Error\r\n", 0), 0u) << got;
+  EXPECT_EQ(got.rfind("HTTP/1.1 401 Unauthorized\r\n", 0), 0u) << got;
   EXPECT_NE(got.find("WWW-Authenticate: Bearer realm=\"shoal\""), std::string::npos);
   EXPECT_EQ(control_.calls, 0);
   close(a);
@@ -436,9 +436,9 @@ TEST_F(GatewayFlAdmitTest, ARefusedUpdateNeverTakesPoolMemoryBeyondItsHeader) {
   }
   EXPECT_FALSE(sent_all.load());  // the gateway stopped reading after the header
   top_.Answer(Unauthenticated("token of client 'c9' is not valid"));
-  const std::string want = Error("401 Client Error", "token of client 'c9' is not valid");
+  const std::string want = Error("401 Unauthorized", "token of client 'c9' is not valid");
   std::string got = Receive(a, want.size() + 40, 10000);  // (+ WWW-Authenticate)
-  EXPECT_EQ(got.rfind("HTTP/1.1 401 Client Error\r\n", 0), 0u) << got;
+  EXPECT_EQ(got.rfind("HTTP/1.1 401 Unauthorized\r\n", 0), 0u) << got;
   EXPECT_NE(got.find("{\"error\":\"token of client 'c9' is not valid\"}"), std::string::npos)
       << got;
   EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
@@ -494,7 +494,7 @@ TEST_F(GatewayFlAdmitTest, AMalformedOrChunkedMemberUpdateIsRefusedBeforeTheTopI
           "POST /v1/jobs/j/updates HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-1\r\n"
           "Transfer-Encoding: chunked\r\n\r\n4\r\nSHU1\r\n0\r\n\r\n");
   const std::string got = Receive(b, 1, 10000);
-  EXPECT_EQ(got.rfind("HTTP/1.1 411 Client Error\r\n", 0), 0u) << got;
+  EXPECT_EQ(got.rfind("HTTP/1.1 411 Length Required\r\n", 0), 0u) << got;
   EXPECT_NE(got.find("send the update with a Content-Length"), std::string::npos) << got;
   close(b);
   std::lock_guard lock(top_.mu);

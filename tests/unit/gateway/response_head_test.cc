@@ -28,6 +28,9 @@ TEST(ResponseHead, HeadersInOrderAndClose) {
 
 TEST(ResponseHead, ReasonPhrases) {
   EXPECT_STREQ(HttpReason(431), "Request Header Fields Too Large");
+  EXPECT_STREQ(HttpReason(401), "Unauthorized");
+  EXPECT_STREQ(HttpReason(411), "Length Required");
+  EXPECT_STREQ(HttpReason(429), "Too Many Requests");
   EXPECT_STREQ(HttpReason(504), "Gateway Timeout");
   EXPECT_STREQ(HttpReason(299), "OK");
   EXPECT_STREQ(HttpReason(418), "Client Error");

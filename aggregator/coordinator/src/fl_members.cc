@@ -365,14 +365,17 @@ void FlMembers::AdmitLoop() {
   }
 }
 
+Result<std::shared_ptr<FlMembers::Job>> FlMembers::JobOf(uint64_t ticket) {
+  std::lock_guard lock(mu_);
+  auto it = by_ticket_.find(ticket);
+  if (it == by_ticket_.end()) return NotFound("ticket " + std::to_string(ticket) + " unknown");
+  return it->second;
+}
+
 Status FlMembers::Hold(uint64_t ticket, BufferPool& pool, uint64_t buffer) {
-  std::shared_ptr<Job> job;
-  {
-    std::lock_guard lock(mu_);
-    auto it = by_ticket_.find(ticket);
-    if (it == by_ticket_.end()) return NotFound("ticket " + std::to_string(ticket) + " unknown");
-    job = it->second;
-  }
+  auto found = JobOf(ticket);
+  if (!found.ok()) return found.status();
+  const std::shared_ptr<Job>& job = *found;
   std::lock_guard jl(job->mu);
   auto tit = job->tickets.find(ticket);
   if (tit == job->tickets.end() || tit->second.buffer != 0) {
@@ -384,13 +387,9 @@ Status FlMembers::Hold(uint64_t ticket, BufferPool& pool, uint64_t buffer) {
 }
 
 Result<uint64_t> FlMembers::PartialFor(uint64_t ticket, uint32_t instance) {
-  std::shared_ptr<Job> job;
-  {
-    std::lock_guard lock(mu_);
-    auto it = by_ticket_.find(ticket);
-    if (it == by_ticket_.end()) return NotFound("ticket " + std::to_string(ticket) + " unknown");
-    job = it->second;
-  }
+  auto found = JobOf(ticket);
+  if (!found.ok()) return found.status();
+  const std::shared_ptr<Job>& job = *found;
   std::lock_guard jl(job->mu);
   auto tit = job->tickets.find(ticket);
   if (tit == job->tickets.end()) return NotFound("ticket gone");

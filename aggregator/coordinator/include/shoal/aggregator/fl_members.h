@@ -97,6 +97,8 @@ class FlMembers {
                  uint64_t buffer, std::string_view bearer, AdmitCall* call);
   Result<FlAdmission> Exchange(const AdmitCall& call);
   void AdmitLoop();
+  // The job a live ticket belongs to; kNotFound naming the ticket.
+  Result<std::shared_ptr<Job>> JobOf(uint64_t ticket);
 
   std::shared_ptr<Job> Find(std::string_view job);
   const NodeConfig& config_;

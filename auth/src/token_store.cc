@@ -150,6 +150,12 @@ std::string TokenStore::RecordText(const Record& r) {
   return t.dump();
 }
 
+Result<std::pair<CreatedToken, std::string>> TokenStore::MintRecord(const TokenRequest& request) {
+  auto minted = Mint(request);
+  if (!minted.ok()) return minted.status();
+  return std::make_pair(std::move(minted->token), RecordText(minted->record));
+}
+
 std::string TokenStore::RecordJson(std::string_view id) const {
   std::shared_lock lock(mu_);
   auto it = records_.find(id);
@@ -234,7 +240,7 @@ Status TokenStore::SaveLocked() const {
   return WriteFileAtomic(path_, json{{"tokens", std::move(list)}}.dump(2) + "\n", 0600);
 }
 
-Result<CreatedToken> TokenStore::Create(const TokenRequest& req, bool ephemeral) {
+Result<TokenStore::Minted> TokenStore::Mint(const TokenRequest& req) {
   const bool needs_ns = req.role == Role::kDeployer || req.role == Role::kInvoker;
   const bool needs_job = req.role == Role::kFlClient;
   if (needs_ns && !ValidScopeName(req.ns)) {
@@ -271,16 +277,26 @@ Result<CreatedToken> TokenStore::Create(const TokenRequest& req, bool ephemeral)
   r.info.ns = req.ns;
   r.info.job = req.job;
   r.info.created_unix_ms = UnixMs();
-  r.info.ephemeral = ephemeral;
   r.sha256 = Sha256(*secret);
   CreatedToken out{r.info, std::string(kPrefix) + *id + "_" + *secret};
+  return Minted{std::move(out), std::move(r)};
+}
+
+Result<CreatedToken> TokenStore::Create(const TokenRequest& req, bool ephemeral) {
+  auto minted = Mint(req);
+  if (!minted.ok()) return minted.status();
+  Record r = std::move(minted->record);
+  r.info.ephemeral = ephemeral;
+  CreatedToken out = std::move(minted->token);
+  out.info.ephemeral = ephemeral;
+  const std::string id = r.info.id;
 
   std::unique_lock lock(mu_);
-  if (records_.count(*id) != 0) return Internal("token id collision: try again");
-  records_[*id] = std::move(r);
+  if (records_.count(id) != 0) return Internal("token id collision: try again");
+  records_[id] = std::move(r);
   if (!ephemeral) {
     if (Status st = SaveLocked(); !st.ok()) {
-      records_.erase(*id);
+      records_.erase(id);
       return st;
     }
   }

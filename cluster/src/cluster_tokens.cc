@@ -20,18 +20,16 @@ ClusterTokens::ClusterTokens(EtcdClient* etcd, ClusterKeys keys, auth::TokenStor
 Status ClusterTokens::Start() { return mirror_.Start(); }
 
 Result<auth::CreatedToken> ClusterTokens::Create(const auth::TokenRequest& request) {
-  // Made (and validated) by the store, in memory for a moment: its record goes to etcd, then it
-  // is accepted as a shared one, like every other cluster token.
-  auto made = store_->Create(request, /*ephemeral=*/true);
-  if (!made.ok()) return made.status();
-  const std::string record = store_->RecordJson(made->info.id);
-  (void)store_->Revoke(made->info.id);
-  auto put = etcd_->PutIfAbsent(keys_.Token(made->info.id), record, 0);
+  // Minted (and validated) as the store makes its own; its record goes to etcd, then it is
+  // accepted here as a shared one, like every other cluster token.
+  auto minted = auth::TokenStore::MintRecord(request);
+  if (!minted.ok()) return minted.status();
+  auto& [made, record] = *minted;
+  auto put = etcd_->PutIfAbsent(keys_.Token(made.info.id), record, 0);
   if (!put.ok()) return put.status();
   if (!*put) return Internal("token id collision in the cluster: try again");
   if (Status st = store_->AddShared(record); !st.ok()) return st;
-  made->info.ephemeral = false;
-  return made;
+  return std::move(made);
 }
 
 Status ClusterTokens::Revoke(const std::string& id) {

@@ -11,6 +11,7 @@
 #include <shared_mutex>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shoal/auth/role.h"
@@ -61,6 +62,9 @@ class TokenStore {
   // A record is the JSON object tokens.json holds for one token (id, name, role, scope,
   // created_unix_ms, sha256 of the secret): never the secret.
   std::string RecordJson(std::string_view id) const;  // "" for an unknown id
+  // A new token validated as Create does, with its record, held nowhere (a cluster's tokens
+  // are kept in etcd): the secret token once, and the record to store.
+  static Result<std::pair<CreatedToken, std::string>> MintRecord(const TokenRequest& request);
   // Replaces the shared set; a malformed record is left out and named in the result's message
   // (the others are taken).
   Status SetShared(const std::vector<std::string>& records);
@@ -77,6 +81,11 @@ class TokenStore {
   };
   explicit TokenStore(std::string path) : path_(std::move(path)) {}
   // One record as tokens.json holds it (JSON object text), both ways.
+  struct Minted {
+    CreatedToken token;
+    Record record;
+  };
+  static Result<Minted> Mint(const TokenRequest& request);
   static Result<Record> ParseRecord(std::string_view text);
   static std::string RecordText(const Record& r);
   Status SaveLocked() const;

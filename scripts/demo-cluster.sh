@@ -27,7 +27,12 @@ cluster_down() {
   done
   ip link del "$BR" 2>/dev/null || true
 }
-trap cluster_down EXIT
+demo_exit() {
+  cluster_down
+  # The node the demo kills with -9 cannot unlink its pool; the others have by now.
+  for i in $(seq 0 $((NODES - 1))); do rm -f "/dev/shm/shoal.node-$i."* 2>/dev/null || true; done
+}
+trap demo_exit EXIT
 cluster_down  # what a previous run left
 rm -rf "$STATE"
 mkdir -p "$STATE"

@@ -52,4 +52,40 @@ inline bool FiniteF32Bits(uint32_t b) { return (b & 0x7f800000u) != 0x7f800000u;
 inline bool FiniteBf16Bits(uint16_t h) { return (h & 0x7f80u) != 0x7f80u; }
 inline bool FiniteF16Bits(uint16_t h) { return (h & 0x7c00u) != 0x7c00u; }
 
+// The tables' rows, in DType order. Each path writes its kernels once as templates over Elem.
+enum Elem : int { kF32 = 0, kBf16 = 1, kF16 = 2 };
+
+// Element i of x as a float (exact), the narrowing store, and the Inf/NaN test on the bits.
+template <Elem E>
+inline float LoadElem(const void* x, size_t i) {
+  if constexpr (E == kF32) return LoadF32(x, i);
+  if constexpr (E == kBf16) return Bf16ToFloat(LoadU16(x, i));
+  if constexpr (E == kF16) return F16ToFloat(LoadU16(x, i));
+}
+template <Elem E>
+requires(E != kF32) inline void StoreElem(void* out, size_t i, float v) {
+  StoreU16(out, i, E == kBf16 ? FloatToBf16(v) : FloatToF16(v));
+}
+template <Elem E>
+inline bool FiniteElem(const void* x, size_t i) {
+  if constexpr (E == kF32) return FiniteF32Bits(std::bit_cast<uint32_t>(LoadF32(x, i)));
+  if constexpr (E == kBf16) return FiniteBf16Bits(LoadU16(x, i));
+  if constexpr (E == kF16) return FiniteF16Bits(LoadU16(x, i));
+}
+inline void CopyF32(void* out, const void* x, size_t n) {
+  if (n) std::memmove(out, x, n * 4);
+}
+
+// A path's table from a type P with static Fold<E>, ToF32<E>, FromF32<E>, AllFinite<E>, Scale.
+template <class P>
+constexpr FoldKernels MakeFoldKernels() {
+  return {
+      {P::template Fold<kF32>, P::template Fold<kBf16>, P::template Fold<kF16>},
+      {P::template ToF32<kF32>, P::template ToF32<kBf16>, P::template ToF32<kF16>},
+      {P::template FromF32<kF32>, P::template FromF32<kBf16>, P::template FromF32<kF16>},
+      {P::template AllFinite<kF32>, P::template AllFinite<kBf16>, P::template AllFinite<kF16>},
+      P::Scale,
+  };
+}
+
 }  // namespace shoal::aggregator::internal

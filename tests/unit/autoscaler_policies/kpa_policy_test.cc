@@ -97,6 +97,17 @@ uint32_t RunToTheLastNonZeroWindow(KpaPolicy& kpa) {
   return ready;
 }
 
+// Runs `kpa` to its last non-zero window, then, with no traffic from t=119, expects the last
+// instance kept through t=`last` and gone at t=`last` + 1.
+void ExpectLastInstanceHeldThrough(KpaPolicy& kpa, int last) {
+  uint32_t ready = RunToTheLastNonZeroWindow(kpa);
+  for (int t = 119; t <= last; ++t) {
+    ready = kpa.Observe(Sig(t, 0, ready)).replicas;
+    ASSERT_EQ(ready, 1u) << "t=" << t;
+  }
+  EXPECT_EQ(kpa.Observe(Sig(last + 1, 0, ready)).replicas, 0u);
+}
+
 TEST(KpaPolicy, ScalesToZeroAtOnceWhenTheActivatorHasLongBeenInThePath) {
   // Per-instance limit 1: 15 ready give 15 slots, under the burst capacity of 211, so the
   // activator was in the request path all along (excess burst capacity < 0). When the window
@@ -120,12 +131,7 @@ TEST(KpaPolicy, WaitsOutTheGracePeriodWhenTheActivatorOnlyNowEntersThePath) {
   KpaParams p;
   p.target_burst_capacity = 0;
   KpaPolicy kpa{p};
-  uint32_t ready = RunToTheLastNonZeroWindow(kpa);
-  for (int t = 119; t <= 148; ++t) {
-    ready = kpa.Observe(Sig(t, 0, ready)).replicas;
-    ASSERT_EQ(ready, 1u) << "t=" << t;
-  }
-  EXPECT_EQ(kpa.Observe(Sig(149, 0, ready)).replicas, 0u);
+  ExpectLastInstanceHeldThrough(kpa, 148);
 }
 
 TEST(KpaPolicy, TheGraceCountsFromWhenTheActivatorEnteredThePath) {
@@ -150,13 +156,8 @@ TEST(KpaPolicy, PodRetentionKeepsTheLastInstanceAtLeastThatLong) {
   KpaParams p;
   p.scale_to_zero_pod_retention_s = 45;
   KpaPolicy kpa{p};
-  uint32_t ready = RunToTheLastNonZeroWindow(kpa);
   // Inactive from t=119: held for max(grace 30, retention 45) = 45 s.
-  for (int t = 119; t <= 163; ++t) {
-    ready = kpa.Observe(Sig(t, 0, ready)).replicas;
-    ASSERT_EQ(ready, 1u) << "t=" << t;
-  }
-  EXPECT_EQ(kpa.Observe(Sig(164, 0, ready)).replicas, 0u);
+  ExpectLastInstanceHeldThrough(kpa, 163);
 }
 
 TEST(KpaPolicy, APodAutoscalerActiveLessThanAStableWindowKeepsOne) {
@@ -241,7 +242,8 @@ TEST(KpaPolicy, FactoryValidatesAndNamesTheParameter) {
   bad = MakeScalingPolicy("kpa", p);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("kpa.target_burst_capacity must be >= 0 or -1"),
-            std::string::npos) << bad.status().message();
+            std::string::npos)
+      << bad.status().message();
   p.kpa.target_burst_capacity = -1;
   p.kpa.scale_to_zero_pod_retention_s = -1;
   bad = MakeScalingPolicy("kpa", p);

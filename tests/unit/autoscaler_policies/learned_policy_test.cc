@@ -98,7 +98,8 @@ TEST(LearnedModel, RoundTripsByteForByte) {
   LearnedModel m;
   m.trained_on = "timer \"quoted\" (seeds 1..2)";
   m.seed = 7;
-  for (double t : {12.5, 75.0, 75.0, 300.0, 0.1 + 0.2}) m.Learn(Period(m, History({75, 80, 70}), t));
+  for (double t : {12.5, 75.0, 75.0, 300.0, 0.1 + 0.2})
+    m.Learn(Period(m, History({75, 80, 70}), t));
   m.mutable_sizing().Learn({3, 5, {0.1 + 0.2, 1, 2}, 7});
   m.mutable_sizing().Learn({11, 11, {1e-9, 0, 0.5}, 1});
   const std::string text = m.Serialize();
@@ -119,32 +120,37 @@ TEST(LearnedModel, RoundTripsByteForByte) {
   std::remove(path.c_str());
 }
 
+// The bytes of a file shipped in deploy/policies.
+void ReadShipped(const char* path, std::string* text) {
+  std::ifstream in(path, std::ios::binary);
+  ASSERT_TRUE(in) << path;
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  *text = bytes.str();
+}
+
 TEST(LearnedModel, TheShippedFileIsCompiledInAndRoundTrips) {
-  std::ifstream in(SHOAL_LEARNED_POLICY_FILE, std::ios::binary);
-  ASSERT_TRUE(in) << SHOAL_LEARNED_POLICY_FILE;
-  std::stringstream text;
-  text << in.rdbuf();
-  auto parsed = LearnedModel::Parse(text.str(), "learned-v2.json");
+  std::string text;
+  ASSERT_NO_FATAL_FAILURE(ReadShipped(SHOAL_LEARNED_POLICY_FILE, &text));
+  auto parsed = LearnedModel::Parse(text, "learned-v2.json");
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_EQ(parsed->version(), 2);
   EXPECT_TRUE(parsed->has_sizing());
   EXPECT_GT(parsed->samples(), 10000u);
   EXPECT_GT(parsed->sizing().samples(), 100000u);
-  EXPECT_EQ(parsed->Serialize(), text.str());
-  EXPECT_EQ(LearnedModel::Default()->Serialize(), text.str());
+  EXPECT_EQ(parsed->Serialize(), text);
+  EXPECT_EQ(LearnedModel::Default()->Serialize(), text);
 }
 
 TEST(LearnedModel, AVersionOneFileIsReadAndSaysItsSizingIsShoals) {
-  std::ifstream in(SHOAL_LEARNED_POLICY_V1_FILE, std::ios::binary);
-  ASSERT_TRUE(in) << SHOAL_LEARNED_POLICY_V1_FILE;
-  std::stringstream text;
-  text << in.rdbuf();
-  auto parsed = LearnedModel::Parse(text.str(), "learned-v1.json");
+  std::string text;
+  ASSERT_NO_FATAL_FAILURE(ReadShipped(SHOAL_LEARNED_POLICY_V1_FILE, &text));
+  auto parsed = LearnedModel::Parse(text, "learned-v1.json");
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_EQ(parsed->version(), 1);
   EXPECT_FALSE(parsed->has_sizing());
   // It round-trips as version 1: same bytes, same checksum (the idle table's alone).
-  EXPECT_EQ(parsed->Serialize(), text.str());
+  EXPECT_EQ(parsed->Serialize(), text);
   LearnedParams p;
   p.model = std::make_shared<const LearnedModel>(*parsed);
   LearnedPolicy policy(p, ShoalParams{}, p.model);
@@ -265,31 +271,37 @@ TEST(LearnedModel, RefusesACorruptOrIncompatibleFileNamingWhatIsWrong) {
   const std::string good = m.Serialize();
   ExpectRefused(good.substr(0, good.size() / 2), "not valid JSON");
   ExpectRefused("[1, 2]", "not a JSON object");
-  ExpectRefused(Replace(good, "\"shoal-learned-policy\"", "\"something-else\""),
-                "format is not \"shoal-learned-policy\"");
-  ExpectRefused(Replace(good, "\"version\": 2", "\"version\": 3"),
-                "version 3 is incompatible: this build reads versions 1 to 2 (retrain with "
-                "`shoal sim train`)");
-  ExpectRefused(Replace(good, "\"version\": 2", "\"version\": 0"),
-                "version 0 is incompatible: this build reads versions 1 to 2");
-  ExpectRefused(Replace(good, "\"version\": 2", "\"version\": \"2\""), "no integer \"version\"");
-  // The version-2 sizing section: required, checked like the idle table.
-  ExpectRefused(Replace(good, "\"sizing\": {", "\"sizing-old\": {"),
-                "version 2 needs a \"sizing\" object (the busy-time table)");
-  ExpectRefused(Replace(good, "\"load_edges\": [0.01,", "\"load_edges\": [0.02,"),
-                "\"sizing.load_edges\" differs from this build's discretisation (retrain)");
-  ExpectRefused(Replace(good, "\"x0.85-hold-2s\"", "\"x0.80-hold-2s\""),
-                "\"sizing.actions\" differ from this build's action set (retrain)");
-  ExpectRefused(Replace(good, "[[0, 0, 0, 0], ", "[[0, -1, 0, 0], "),
-                "sizing.table[0][0] has a negative or non-finite sum");
-  ExpectRefused(Replace(good, "[[0, 0, 0, 0], ", "[[0, 0, 0], "),
-                "sizing.table[0][0] must be [intervals, instance_s, cold, slo_misses]");
-  ExpectRefused(Replace(good, "\"version\": 2", "\"version\": 1"),
-                "\"sizing\" is a version-2 section but the file says version 1");
-  ExpectRefused(Replace(good, "[15, 45, 90", "[15, 40, 90"),
-                "\"median_edges_s\" differs from this build's discretisation (retrain)");
-  ExpectRefused(Replace(good, "\"keep-0s\"", "\"keep-1s\""),
-                "\"actions\" differ from this build's action set (retrain)");
+  // Each edit of the good file, and what the refusal says.
+  const struct {
+    const char* from;
+    const char* to;
+    const char* message;
+  } kEdits[] = {
+      {"\"shoal-learned-policy\"", "\"something-else\"", "format is not \"shoal-learned-policy\""},
+      {"\"version\": 2", "\"version\": 3",
+       "version 3 is incompatible: this build reads versions 1 to 2 (retrain with "
+       "`shoal sim train`)"},
+      {"\"version\": 2", "\"version\": 0",
+       "version 0 is incompatible: this build reads versions 1 to 2"},
+      {"\"version\": 2", "\"version\": \"2\"", "no integer \"version\""},
+      // The version-2 sizing section: required, checked like the idle table.
+      {"\"sizing\": {", "\"sizing-old\": {",
+       "version 2 needs a \"sizing\" object (the busy-time table)"},
+      {"\"load_edges\": [0.01,", "\"load_edges\": [0.02,",
+       "\"sizing.load_edges\" differs from this build's discretisation (retrain)"},
+      {"\"x0.85-hold-2s\"", "\"x0.80-hold-2s\"",
+       "\"sizing.actions\" differ from this build's action set (retrain)"},
+      {"[[0, 0, 0, 0], ", "[[0, -1, 0, 0], ",
+       "sizing.table[0][0] has a negative or non-finite sum"},
+      {"[[0, 0, 0, 0], ", "[[0, 0, 0], ",
+       "sizing.table[0][0] must be [intervals, instance_s, cold, slo_misses]"},
+      {"\"version\": 2", "\"version\": 1",
+       "\"sizing\" is a version-2 section but the file says version 1"},
+      {"[15, 45, 90", "[15, 40, 90",
+       "\"median_edges_s\" differs from this build's discretisation (retrain)"},
+      {"\"keep-0s\"", "\"keep-1s\"", "\"actions\" differ from this build's action set (retrain)"},
+  };
+  for (const auto& e : kEdits) ExpectRefused(Replace(good, e.from, e.to), e.message);
   // A table edited by hand: the checksum names it.
   const size_t row = good.find("[[4, ");
   ASSERT_NE(row, std::string::npos);
@@ -366,7 +378,7 @@ TEST(LearnedPolicy, ATimerJustPastTheMinuteGetsAWindowCoveringIt) {
     const bool call = std::fmod(t, period) < 2;
     const ScalingDecision d = policy.Observe(Tick(t, call ? 1 : 0));
     const double since = std::fmod(t, period);  // idle time since the last call
-    if (t < 5 * period) continue;                // history being learned
+    if (t < 5 * period) continue;               // history being learned
     if (call) ++calls;
     // The tick just before the call: an instance must be kept or pre-warmed.
     if (period - since <= 2 && period - since > 0) covered += d.replicas + d.prewarm >= 1;
@@ -401,7 +413,7 @@ TEST(LearnedPolicy, TimeScaleReadsIdleTimesOnTheTrainingClock) {
   ASSERT_NE(policy.current_action(), nullptr);
   EXPECT_EQ(policy.current_action()->kind, LearnedAction::Kind::kPrewarm) << policy.Explain();
   EXPECT_GE(covered, 14) << policy.Explain();
-  EXPECT_EQ(policy.history().idle_s.size(), 18u);  // calls at 7.6, 15.2, ..., 144.4 s
+  EXPECT_EQ(policy.history().idle_s.size(), 18u);        // calls at 7.6, 15.2, ..., 144.4 s
   EXPECT_NEAR(policy.history().idle_s.back(), 76, 2.1);  // training-clock seconds
 }
 

@@ -39,9 +39,28 @@ FunctionSignals Steady(double now, uint64_t arrivals, double service_s) {
   return s;
 }
 
-TEST(ShoalPolicy, SizesSteadyLoadWithErlangC) {
+// Half a second of service per request, the default the policies below assume.
+ShoalParams HalfSecondService() {
   ShoalParams p;
   p.default_service_s = 0.5;
+  return p;
+}
+
+// Feeds `pol` Steady(t, arrivals(t), 0.5) for t in [0, ticks), each changed by `edit`; the last
+// decision.
+template <typename Arrivals, typename Edit>
+ScalingDecision Feed(ShoalPolicy& pol, int ticks, Arrivals arrivals, Edit edit) {
+  ScalingDecision d;
+  for (int t = 0; t < ticks; ++t) {
+    FunctionSignals s = Steady(t, arrivals(t), 0.5);
+    edit(s);
+    d = pol.Observe(s);
+  }
+  return d;
+}
+
+TEST(ShoalPolicy, SizesSteadyLoadWithErlangC) {
+  const ShoalParams p = HalfSecondService();
   ShoalPolicy pol(p);
   ScalingDecision d;
   for (int t = 0; t < 20; ++t) d = pol.Observe(Steady(t, 8, 0.5));
@@ -50,24 +69,18 @@ TEST(ShoalPolicy, SizesSteadyLoadWithErlangC) {
   EXPECT_EQ(d.prewarm, 0u);
   // Four requests per instance: 4 Erlangs over 4-slot instances need 6 slots -> 2 instances.
   ShoalPolicy wide(p);
-  for (int t = 0; t < 20; ++t) {
-    FunctionSignals s = Steady(t, 8, 0.5);
-    s.concurrency = 4;
-    d = wide.Observe(s);
-  }
+  d = Feed(
+      wide, 20, [](int) { return 8; }, [](FunctionSignals& s) { s.concurrency = 4; });
   EXPECT_EQ(d.replicas, 2u);
 }
 
 TEST(ShoalPolicy, PrewarmsWhenTheForecastRisesFasterThanAColdStart) {
-  ShoalParams p;
-  p.default_service_s = 0.5;
+  const ShoalParams p = HalfSecondService();
   ShoalPolicy pol(p);
-  ScalingDecision d;
-  for (int t = 0; t < 10; ++t) {
-    FunctionSignals s = Steady(t, 8 + 8 * t, 0.5);  // +8 requests/s every second
-    s.cold_start_cost_s = 5;
-    d = pol.Observe(s);
-  }
+  const auto cold_start_5s = [](FunctionSignals& s) { s.cold_start_cost_s = 5; };
+  // +8 requests/s every second.
+  ScalingDecision d = Feed(
+      pol, 10, [](int t) { return 8 + 8 * t; }, cold_start_5s);
   EXPECT_GT(pol.trend(), 5.0);
   EXPECT_GT(d.prewarm, 0u);
   // Exactly what the forecast one cold start (+ one interval) ahead needs beyond now.
@@ -75,17 +88,13 @@ TEST(ShoalPolicy, PrewarmsWhenTheForecastRisesFasterThanAColdStart) {
   EXPECT_EQ(d.replicas + d.prewarm, ahead);
   // Flat load with the same cold-start cost pre-warms nothing.
   ShoalPolicy flat(p);
-  for (int t = 0; t < 10; ++t) {
-    FunctionSignals s = Steady(t, 80, 0.5);
-    s.cold_start_cost_s = 5;
-    d = flat.Observe(s);
-  }
+  d = Feed(
+      flat, 10, [](int) { return 80; }, cold_start_5s);
   EXPECT_EQ(d.prewarm, 0u);
 }
 
 TEST(ShoalPolicy, ScalesDownLazily) {
-  ShoalParams p;
-  p.default_service_s = 0.5;
+  const ShoalParams p = HalfSecondService();
   ShoalPolicy pol(p);
   for (int t = 0; t < 20; ++t) ASSERT_LE(pol.Observe(Steady(t, 8, 0.5)).replicas, 6u);
   // Load falls to 1/s at t=20: the size of t=19 (6) holds while it is within 30 s.

@@ -6,18 +6,13 @@
 #include <cstdio>
 #include <fstream>
 
+#include "manifest_refusals.h"
 #include "shoal/controller/manifest.h"
 
 namespace shoal {
 namespace {
 
-std::string ErrorOf(const std::string& yaml) {
-  auto r = ParseFlJobManifests(yaml);
-  EXPECT_FALSE(r.ok()) << "parsed:\n" << yaml;
-  if (r.ok()) return "";
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  return r.status().message();
-}
+std::string ErrorOf(const std::string& yaml) { return RefusalOf(ParseFlJobManifests(yaml), yaml); }
 
 // A minimal FLJob: metadata on lines 3-4, spec on line 5, clients on 6-7; `extra` follows
 // (indented two spaces below spec) from line 8.
@@ -127,23 +122,26 @@ TEST(FlJobManifestTest, DefaultsAreFljobSpecs) {
 }
 
 TEST(FlJobManifestTest, HeaderAndMetadataErrors) {
-  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v2\nkind: FLJob\n"),
-            "apiVersion: expected shoal.dev/v1, got shoal.dev/v2 (line 1)");
-  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: a}\n"),
-            "kind: expected FLJob, got Function (line 2)");
-  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nmetadata: {name: a}\n"), "kind: expected FLJob");
-  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: FLJob\nspec: {}\n"), "metadata: required");
-  EXPECT_EQ(ErrorOf(Job("", "Bad_Name")),
-            "metadata.name: must be a DNS label (lower-case letters, digits and '-', starting and "
-            "ending with a letter or digit, at most 63 characters), got \"Bad_Name\" (line 4)");
-  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: a\n  labels: {}\n"),
-            "metadata.labels: unknown field (line 5)");
-  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: a\n"),
-            "spec: required");
-  EXPECT_EQ(ErrorOf(Job("  rounds: 3\n")), "spec.rounds: unknown field (line 8)");
-  EXPECT_EQ(ErrorOf(""), "no FLJob documents in the manifest");
-  EXPECT_EQ(ErrorOf(Job() + "---\n" + Job()),
-            "metadata.name: duplicate FLJob \"fmnist\" in one deploy (lines 4 and 12)");
+  ExpectErrors(
+      ErrorOf,
+      {
+          {"apiVersion: shoal.dev/v2\nkind: FLJob\n",
+           "apiVersion: expected shoal.dev/v1, got shoal.dev/v2 (line 1)"},
+          {"apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: a}\n",
+           "kind: expected FLJob, got Function (line 2)"},
+          {"apiVersion: shoal.dev/v1\nmetadata: {name: a}\n", "kind: expected FLJob"},
+          {"apiVersion: shoal.dev/v1\nkind: FLJob\nspec: {}\n", "metadata: required"},
+          {Job("", "Bad_Name"),
+           "metadata.name: must be a DNS label (lower-case letters, digits and '-', starting and "
+           "ending with a letter or digit, at most 63 characters), got \"Bad_Name\" (line 4)"},
+          {"apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: a\n  labels: {}\n",
+           "metadata.labels: unknown field (line 5)"},
+          {"apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: a\n", "spec: required"},
+          {Job("  rounds: 3\n"), "spec.rounds: unknown field (line 8)"},
+          {"", "no FLJob documents in the manifest"},
+          {Job() + "---\n" + Job(),
+           "metadata.name: duplicate FLJob \"fmnist\" in one deploy (lines 4 and 12)"},
+      });
 }
 
 TEST(FlJobManifestTest, FieldErrorsNameThePathAndLine) {
@@ -211,22 +209,25 @@ TEST(FlJobManifestTest, FieldErrorsNameThePathAndLine) {
 
 TEST(FlJobManifestTest, ClientsErrors) {
   const std::string head = "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: a\nspec:\n";
-  EXPECT_EQ(ErrorOf(head + "  stop: {rounds: 1}\n"), "spec.clients: required");
-  EXPECT_EQ(ErrorOf(head + "  clients: {quorum: 1}\n"), "spec.clients.expected: required");
-  EXPECT_EQ(ErrorOf(head + "  clients: {expected: 0}\n"),
-            "spec.clients.expected: must be between 1 and 100000, got 0 (line 6)");
-  EXPECT_EQ(ErrorOf(head + "  clients: {expected: 16, quorum: 17}\n"),
-            "spec.clients.quorum: must be <= spec.clients.expected (17 > 16) (line 6)");
-  EXPECT_EQ(ErrorOf(head + "  clients: {expected: 2, tokens: abc}\n"),
-            "spec.clients.tokens: must be a list of strings (line 6)");
-  EXPECT_EQ(ErrorOf(head + "  clients:\n    expected: 2\n    tokens:\n      - a\n      - \"\"\n"),
-            "spec.clients.tokens[1]: must not be empty (line 10)");
-  EXPECT_EQ(ErrorOf(head + "  clients:\n    expected: 2\n    tokens: [a, b, a]\n"),
-            "spec.clients.tokens[2]: duplicate token (line 8)");
-  EXPECT_EQ(ErrorOf(head + "  clients: {expected: 2, tokens: [{x: 1}]}\n"),
-            "spec.clients.tokens[0]: must be a string (line 6)");
-  EXPECT_EQ(ErrorOf(head + "  clients: {expected: 2, max: 3}\n"),
-            "spec.clients.max: unknown field (line 6)");
+  ExpectErrors(
+      ErrorOf,
+      {
+          {head + "  stop: {rounds: 1}\n", "spec.clients: required"},
+          {head + "  clients: {quorum: 1}\n", "spec.clients.expected: required"},
+          {head + "  clients: {expected: 0}\n",
+           "spec.clients.expected: must be between 1 and 100000, got 0 (line 6)"},
+          {head + "  clients: {expected: 16, quorum: 17}\n",
+           "spec.clients.quorum: must be <= spec.clients.expected (17 > 16) (line 6)"},
+          {head + "  clients: {expected: 2, tokens: abc}\n",
+           "spec.clients.tokens: must be a list of strings (line 6)"},
+          {head + "  clients:\n    expected: 2\n    tokens:\n      - a\n      - \"\"\n",
+           "spec.clients.tokens[1]: must not be empty (line 10)"},
+          {head + "  clients:\n    expected: 2\n    tokens: [a, b, a]\n",
+           "spec.clients.tokens[2]: duplicate token (line 8)"},
+          {head + "  clients: {expected: 2, tokens: [{x: 1}]}\n",
+           "spec.clients.tokens[0]: must be a string (line 6)"},
+          {head + "  clients: {expected: 2, max: 3}\n", "spec.clients.max: unknown field (line 6)"},
+      });
 }
 
 TEST(FlJobManifestTest, MixedFilesParseBothKindsOrNothing) {
@@ -306,8 +307,7 @@ TEST(FlJobManifestTest, RobustAggregationRulesAndTheirErrors) {
        "spec.aggregation.robust.clipNorm: must be a number > 0 or median, got \"mean\" (line 8)"},
       {"  aggregation: {robust: {rule: median, z: 1}}\n",
        "spec.aggregation.robust.z: unknown field (line 8)"},
-      {"  aggregation: {robust: median}\n",
-       "spec.aggregation.robust: must be a mapping (line 8)"},
+      {"  aggregation: {robust: median}\n", "spec.aggregation.robust: must be a mapping (line 8)"},
   };
   for (const auto& [extra, want] : cases) EXPECT_EQ(ErrorOf(Job(extra)), want) << extra;
 }

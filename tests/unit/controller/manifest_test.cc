@@ -1,13 +1,13 @@
 #include "shoal/controller/manifest.h"
 
-#include "shoal/autoscaler/function_autoscaler.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
 #include <fstream>
 #include <sstream>
+
+#include "manifest_refusals.h"
+#include "shoal/autoscaler/function_autoscaler.h"
 
 namespace shoal {
 namespace {
@@ -25,11 +25,7 @@ NodeConfig Defaults() {
 
 // Parses `yaml` expecting failure; returns the message.
 std::string ErrorOf(const std::string& yaml) {
-  auto r = ParseFunctionManifests(yaml, Defaults());
-  EXPECT_FALSE(r.ok()) << "parsed:\n" << yaml;
-  if (r.ok()) return "";
-  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-  return r.status().message();
+  return RefusalOf(ParseFunctionManifests(yaml, Defaults()), yaml);
 }
 
 const char* kFull = R"(apiVersion: shoal.dev/v1
@@ -66,8 +62,7 @@ TEST(ManifestTest, EveryFieldOfAGoodManifest) {
   EXPECT_EQ(s.labels, (std::map<std::string, std::string>{{"app", "demo"}, {"tier", "1"}}));
   EXPECT_EQ(s.handler.builtin, "echo");
   EXPECT_EQ(s.handler.library, "");
-  EXPECT_EQ(s.handler.env,
-            (std::map<std::string, std::string>{{"GREETING", "hello"}, {"N", "3"}}));
+  EXPECT_EQ(s.handler.env, (std::map<std::string, std::string>{{"GREETING", "hello"}, {"N", "3"}}));
   EXPECT_EQ(s.concurrency, 4u);
   EXPECT_EQ(s.min_scale, 1u);
   EXPECT_EQ(s.max_scale, 6u);
@@ -131,7 +126,8 @@ TEST(ManifestTest, LibraryHandler) {
   const std::string lib = SHOAL_HANDLER_DIR "/libshoal-reverse.so";
   auto r = ParseFunctionManifests(
       "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: lib}\nspec:\n  handler:\n"
-      "    library: " + lib + "\n    symbol: my_entry\n",
+      "    library: " +
+          lib + "\n    symbol: my_entry\n",
       Defaults());
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ((*r)[0].handler.library, lib);
@@ -141,42 +137,45 @@ TEST(ManifestTest, LibraryHandler) {
 
 TEST(ManifestTest, ErrorsNameTheFieldAndTheLine) {
   // Lines: 1 apiVersion, 2 kind, 3 metadata, 4 name, 5 spec, 6 handler, 7 builtin, 8+ extra.
-  EXPECT_EQ(ErrorOf(Minimal("  scale: {min: 2, max: 1}\n")),
-            "spec.scale.max: must be >= spec.scale.min (2 > 1) (line 8)");
-  EXPECT_EQ(ErrorOf(Minimal("  scal: {min: 2}\n")), "spec.scal: unknown field (line 8)");
-  EXPECT_EQ(ErrorOf(Minimal("  concurrency: 0\n")),
-            "spec.concurrency: must be between 1 and 1024, got 0 (line 8)");
-  EXPECT_EQ(ErrorOf(Minimal("  concurrency: 2000\n")),
-            "spec.concurrency: must be between 1 and 1024, got 2000 (line 8)");
-  EXPECT_EQ(ErrorOf(Minimal("  concurrency: many\n")),
-            "spec.concurrency: must be an integer, got \"many\" (line 8)");
-  EXPECT_EQ(ErrorOf(Minimal("  scale:\n    max: 64\n")),
-            "spec.scale.max: must be between 1 and 63, got 64 (line 9)");
-  EXPECT_EQ(ErrorOf(Minimal("  scale:\n    max: 0\n")),
-            "spec.scale.max: must be between 1 and 63, got 0 (line 9)");
-  EXPECT_EQ(ErrorOf(Minimal("  scale:\n    min: -1\n")),
-            "spec.scale.min: must be between 0 and 63, got -1 (line 9)");
-  EXPECT_EQ(ErrorOf(Minimal("  scale: 3\n")), "spec.scale: must be a mapping (line 8)");
-  EXPECT_EQ(ErrorOf(Minimal("  timeout: soon\n")),
-            "spec.timeout: must be a duration like 250ms, 30s, 2m or 1h, got \"soon\" (line 8)");
-  EXPECT_EQ(ErrorOf(Minimal("  timeout: 0s\n")), "spec.timeout: must be > 0, got 0s (line 8)");
-  EXPECT_EQ(ErrorOf(Minimal("  keepAlive: 5d\n")),
-            "spec.keepAlive: must be a duration like 250ms, 30s, 2m or 1h, got \"5d\" (line 8)");
-  EXPECT_EQ(ErrorOf(Minimal("  maxBodySize: 1Ti\n")),
-            "spec.maxBodySize: must be <= the node's max_body_bytes (104857600), got "
-            "1099511627776 (line 8)");
-  EXPECT_EQ(ErrorOf(Minimal("  maxBodySize: 0\n")), "spec.maxBodySize: must be > 0 (line 8)");
-  EXPECT_EQ(ErrorOf(Minimal("  maxBodySize: 12Qi\n")),
-            "spec.maxBodySize: must be a quantity like 1048576, 64Ki or 1Gi, got \"12Qi\" "
-            "(line 8)");
-  EXPECT_EQ(ErrorOf(Minimal("  resources: {cpu: lots}\n")),
-            "spec.resources.cpu: must be cores (0.5) or millicores (500m), got \"lots\" (line 8)");
-  EXPECT_EQ(ErrorOf(Minimal("  resources: {disk: 1Gi}\n")),
-            "spec.resources.disk: unknown field (line 8)");
-  EXPECT_EQ(ErrorOf(Minimal("  resources:\n    gpu: -1\n")),
-            "spec.resources.gpu: must be between 0 and 64, got -1 (line 9)");
-  EXPECT_EQ(ErrorOf(Minimal("  concurrency: 2\n  concurrency: 3\n")),
-            "spec.concurrency: duplicate field (line 9)");
+  ExpectErrors(
+      ErrorOf,
+      {
+          {Minimal("  scale: {min: 2, max: 1}\n"),
+           "spec.scale.max: must be >= spec.scale.min (2 > 1) (line 8)"},
+          {Minimal("  scal: {min: 2}\n"), "spec.scal: unknown field (line 8)"},
+          {Minimal("  concurrency: 0\n"),
+           "spec.concurrency: must be between 1 and 1024, got 0 (line 8)"},
+          {Minimal("  concurrency: 2000\n"),
+           "spec.concurrency: must be between 1 and 1024, got 2000 (line 8)"},
+          {Minimal("  concurrency: many\n"),
+           "spec.concurrency: must be an integer, got \"many\" (line 8)"},
+          {Minimal("  scale:\n    max: 64\n"),
+           "spec.scale.max: must be between 1 and 63, got 64 (line 9)"},
+          {Minimal("  scale:\n    max: 0\n"),
+           "spec.scale.max: must be between 1 and 63, got 0 (line 9)"},
+          {Minimal("  scale:\n    min: -1\n"),
+           "spec.scale.min: must be between 0 and 63, got -1 (line 9)"},
+          {Minimal("  scale: 3\n"), "spec.scale: must be a mapping (line 8)"},
+          {Minimal("  timeout: soon\n"),
+           "spec.timeout: must be a duration like 250ms, 30s, 2m or 1h, got \"soon\" (line 8)"},
+          {Minimal("  timeout: 0s\n"), "spec.timeout: must be > 0, got 0s (line 8)"},
+          {Minimal("  keepAlive: 5d\n"),
+           "spec.keepAlive: must be a duration like 250ms, 30s, 2m or 1h, got \"5d\" (line 8)"},
+          {Minimal("  maxBodySize: 1Ti\n"),
+           "spec.maxBodySize: must be <= the node's max_body_bytes (104857600), got "
+           "1099511627776 (line 8)"},
+          {Minimal("  maxBodySize: 0\n"), "spec.maxBodySize: must be > 0 (line 8)"},
+          {Minimal("  maxBodySize: 12Qi\n"),
+           "spec.maxBodySize: must be a quantity like 1048576, 64Ki or 1Gi, got \"12Qi\" "
+           "(line 8)"},
+          {Minimal("  resources: {cpu: lots}\n"),
+           "spec.resources.cpu: must be cores (0.5) or millicores (500m), got \"lots\" (line 8)"},
+          {Minimal("  resources: {disk: 1Gi}\n"), "spec.resources.disk: unknown field (line 8)"},
+          {Minimal("  resources:\n    gpu: -1\n"),
+           "spec.resources.gpu: must be between 0 and 64, got -1 (line 9)"},
+          {Minimal("  concurrency: 2\n  concurrency: 3\n"),
+           "spec.concurrency: duplicate field (line 9)"},
+      });
 }
 
 TEST(ManifestTest, AutoscalingBlock) {
@@ -210,19 +209,18 @@ TEST(ManifestTest, AutoscalingBlock) {
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ((*plain)[0].autoscaling.policy, "none");
   EXPECT_EQ((*plain)[0].min_scale, 1u);
-  auto dflt = ParseFunctionManifests(
-      Minimal("  scale: {max: 4}\n  autoscaling: {maxScale: 4}\n"), Defaults());
+  auto dflt = ParseFunctionManifests(Minimal("  scale: {max: 4}\n  autoscaling: {maxScale: 4}\n"),
+                                     Defaults());
   ASSERT_TRUE(dflt.ok()) << dflt.status().ToString();
   EXPECT_EQ((*dflt)[0].autoscaling.policy, kDefaultAutoscalingPolicy);
   EXPECT_EQ((*dflt)[0].max_scale, 4u);
 }
 
 TEST(ManifestTest, LearnedPolicyNamesItsFileAndWeights) {
-  auto r = ParseFunctionManifests(
-      Minimal("  autoscaling:\n    policy: learned\n"
-              "    policyFile: /etc/shoal/policies/learned-v1.json\n"
-              "    params: {costWeight: 0.01, learnOnline: 1}\n"),
-      Defaults());
+  auto r = ParseFunctionManifests(Minimal("  autoscaling:\n    policy: learned\n"
+                                          "    policyFile: /etc/shoal/policies/learned-v1.json\n"
+                                          "    params: {costWeight: 0.01, learnOnline: 1}\n"),
+                                  Defaults());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)[0].autoscaling.policy, "learned");
   EXPECT_EQ((*r)[0].autoscaling.policy_file, "/etc/shoal/policies/learned-v1.json");
@@ -233,71 +231,83 @@ TEST(ManifestTest, LearnedPolicyNamesItsFileAndWeights) {
 
 TEST(ManifestTest, AutoscalingErrorsNameTheFieldAndTheLine) {
   // Lines: 1 apiVersion .. 7 builtin, 8 autoscaling, 9+ its fields.
-  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: hpa\n")),
-            "spec.autoscaling.policy: unknown policy \"hpa\" (one of: none, kpa, rl-q, shoal, learned) "
-            "(line 9)");
-  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: kpa\n    target: 0\n")),
-            "spec.autoscaling.target: must be > 0, got 0 (line 10)");
-  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    keepAlive: 30s\n")),
-            "spec.autoscaling.keepAlive: must be fixed or histogram (the fixed window itself is "
-            "spec.keepAlive), got \"30s\" (line 9)");
-  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    minScale: 3\n    maxScale: 2\n")),
-            "spec.autoscaling.maxScale: must be >= the minimum scale (3 > 2) (line 10)");
-  EXPECT_EQ(ErrorOf(Minimal("  scale: {min: 1}\n  autoscaling:\n    minScale: 2\n")),
-            "spec.autoscaling.minScale: disagrees with spec.scale.min (2 vs 1); give one of them "
-            "(line 10)");
+  ExpectErrors(
+      ErrorOf,
+      {
+          {Minimal("  autoscaling:\n    policy: hpa\n"),
+           "spec.autoscaling.policy: unknown policy \"hpa\" (one of: none, kpa, rl-q, shoal, "
+           "learned) "
+           "(line 9)"},
+          {Minimal("  autoscaling:\n    policy: kpa\n    target: 0\n"),
+           "spec.autoscaling.target: must be > 0, got 0 (line 10)"},
+          {Minimal("  autoscaling:\n    keepAlive: 30s\n"),
+           "spec.autoscaling.keepAlive: must be fixed or histogram (the fixed window itself is "
+           "spec.keepAlive), got \"30s\" (line 9)"},
+          {Minimal("  autoscaling:\n    minScale: 3\n    maxScale: 2\n"),
+           "spec.autoscaling.maxScale: must be >= the minimum scale (3 > 2) (line 10)"},
+          {Minimal("  scale: {min: 1}\n  autoscaling:\n    minScale: 2\n"),
+           "spec.autoscaling.minScale: disagrees with spec.scale.min (2 vs 1); give one of them "
+           "(line 10)"},
+      });
   EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: kpa\n    params:\n      stable: 6s\n"))
                 .substr(0, 56),
             "spec.autoscaling.params.stable: unknown parameter (known");
-  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: kpa\n    params:\n      stableWindow: x\n")),
-            "spec.autoscaling.params.stableWindow: must be a duration like 250ms, 30s, 2m or 1h, "
-            "got \"x\" (line 11)");
-  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: kpa\n    params:\n"
-                            "      stableWindow: 10s\n      panicWindow: 20s\n")),
-            "spec.autoscaling.params.panicWindow: must be <= the stable window (10 s), got 20 s "
-            "(line 12)");
-  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: kpa\n    params:\n"
-                            "      scaleDownDelay: 10s\n")),
-            "spec.autoscaling.params.scaleDownDelay: not a parameter of policy kpa (it is for "
-            "shoal learned) (line 11)");
-  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: shoal\n    params:\n"
-                            "      minSamples: 2\n")),
-            "spec.autoscaling.params.minSamples: only with keepAlive: histogram (line 11)");
-  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: kpa\n    params:\n"
-                            "      targetUtilization: 1.5\n")),
-            "spec.autoscaling.params: kpa.target_utilization must be in (0, 1] (got 1.5) "
-            "(line 11)");
-  EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: none\n    target: 3\n")),
-            "spec.autoscaling.policy: none takes no target, params or histogram keep-alive "
-            "(line 9)");
+  ExpectErrors(
+      ErrorOf,
+      {
+          {Minimal("  autoscaling:\n    policy: kpa\n    params:\n      stableWindow: x\n"),
+           "spec.autoscaling.params.stableWindow: must be a duration like 250ms, 30s, 2m or 1h, "
+           "got \"x\" (line 11)"},
+          {Minimal("  autoscaling:\n    policy: kpa\n    params:\n"
+                   "      stableWindow: 10s\n      panicWindow: 20s\n"),
+           "spec.autoscaling.params.panicWindow: must be <= the stable window (10 s), got 20 s "
+           "(line 12)"},
+          {Minimal("  autoscaling:\n    policy: kpa\n    params:\n"
+                   "      scaleDownDelay: 10s\n"),
+           "spec.autoscaling.params.scaleDownDelay: not a parameter of policy kpa (it is for "
+           "shoal learned) (line 11)"},
+          {Minimal("  autoscaling:\n    policy: shoal\n    params:\n"
+                   "      minSamples: 2\n"),
+           "spec.autoscaling.params.minSamples: only with keepAlive: histogram (line 11)"},
+          {Minimal("  autoscaling:\n    policy: kpa\n    params:\n"
+                   "      targetUtilization: 1.5\n"),
+           "spec.autoscaling.params: kpa.target_utilization must be in (0, 1] (got 1.5) "
+           "(line 11)"},
+          {Minimal("  autoscaling:\n    policy: none\n    target: 3\n"),
+           "spec.autoscaling.policy: none takes no target, params or histogram keep-alive "
+           "(line 9)"},
+      });
 }
 
 TEST(ManifestTest, HeaderAndMetadataErrors) {
-  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: Fnction\nmetadata: {name: a}\n"
-                    "spec: {handler: {builtin: echo}}\n"),
-            "kind: expected Function, got Fnction (line 2)");
-  EXPECT_EQ(ErrorOf("kind: Function\nmetadata: {name: a}\nspec: {handler: {builtin: echo}}\n"),
-            "apiVersion: expected shoal.dev/v1");
-  EXPECT_EQ(ErrorOf("apiVersion: v2\nkind: Function\nmetadata: {name: a}\n"
-                    "spec: {handler: {builtin: echo}}\n"),
-            "apiVersion: expected shoal.dev/v1, got v2 (line 1)");
-  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nmetadata: {name: a}\n"
-                    "spec: {handler: {builtin: echo}}\n"),
-            "kind: expected Function");
-  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {labels: {a: b}}\n"
-                    "spec: {handler: {builtin: echo}}\n"),
-            "metadata.name: required");
-  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: Function\n"
-                    "spec: {handler: {builtin: echo}}\n"),
-            "metadata: required");
-  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: a}\n"),
-            "spec: required");
-  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: a}\nspec: {}\n"),
-            "spec.handler: required");
-  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: Echo_1\n"
-                    "spec: {handler: {builtin: echo}}\n"),
-            "metadata.name: must be a DNS label (lower-case letters, digits and '-', starting "
-            "and ending with a letter or digit, at most 63 characters), got \"Echo_1\" (line 4)");
+  ExpectErrors(
+      ErrorOf,
+      {
+          {"apiVersion: shoal.dev/v1\nkind: Fnction\nmetadata: {name: a}\n"
+           "spec: {handler: {builtin: echo}}\n",
+           "kind: expected Function, got Fnction (line 2)"},
+          {"kind: Function\nmetadata: {name: a}\nspec: {handler: {builtin: echo}}\n",
+           "apiVersion: expected shoal.dev/v1"},
+          {"apiVersion: v2\nkind: Function\nmetadata: {name: a}\n"
+           "spec: {handler: {builtin: echo}}\n",
+           "apiVersion: expected shoal.dev/v1, got v2 (line 1)"},
+          {"apiVersion: shoal.dev/v1\nmetadata: {name: a}\n"
+           "spec: {handler: {builtin: echo}}\n",
+           "kind: expected Function"},
+          {"apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {labels: {a: b}}\n"
+           "spec: {handler: {builtin: echo}}\n",
+           "metadata.name: required"},
+          {"apiVersion: shoal.dev/v1\nkind: Function\n"
+           "spec: {handler: {builtin: echo}}\n",
+           "metadata: required"},
+          {"apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: a}\n", "spec: required"},
+          {"apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: a}\nspec: {}\n",
+           "spec.handler: required"},
+          {"apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: Echo_1\n"
+           "spec: {handler: {builtin: echo}}\n",
+           "metadata.name: must be a DNS label (lower-case letters, digits and '-', starting "
+           "and ending with a letter or digit, at most 63 characters), got \"Echo_1\" (line 4)"},
+      });
   EXPECT_NE(ErrorOf(Minimal("", std::string(64, 'a'))).find("metadata.name: must be a DNS label"),
             std::string::npos);
   EXPECT_TRUE(ParseFunctionManifests(Minimal("", std::string(63, 'a')), Defaults()).ok());
@@ -305,59 +315,71 @@ TEST(ManifestTest, HeaderAndMetadataErrors) {
                     "  namespace: -x\nspec: {handler: {builtin: echo}}\n")
                 .substr(0, 48),
             "metadata.namespace: must be a DNS label (lower-c");
-  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: a\n"
-                    "  owner: me\nspec: {handler: {builtin: echo}}\n"),
-            "metadata.owner: unknown field (line 5)");
-  EXPECT_EQ(ErrorOf("apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: a}\n"
-                    "status: {}\nspec: {handler: {builtin: echo}}\n"),
-            "status: unknown field (line 4)");
-  EXPECT_EQ(ErrorOf("- just\n- a list\n"),
-            "document must be a mapping of apiVersion, kind, metadata, spec (line 1)");
+  ExpectErrors(ErrorOf,
+               {
+                   {"apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: a\n"
+                    "  owner: me\nspec: {handler: {builtin: echo}}\n",
+                    "metadata.owner: unknown field (line 5)"},
+                   {"apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: a}\n"
+                    "status: {}\nspec: {handler: {builtin: echo}}\n",
+                    "status: unknown field (line 4)"},
+                   {"- just\n- a list\n",
+                    "document must be a mapping of apiVersion, kind, metadata, spec (line 1)"},
+               });
 }
 
 TEST(ManifestTest, HandlerErrors) {
-  const std::string head = "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: h}\nspec:\n"
-                           "  handler:\n";
-  EXPECT_EQ(ErrorOf(head + "    builtin: nonesuch\n"),
-            "spec.handler.builtin: unknown built-in handler \"nonesuch\" (one of: echo, sha256, "
-            "wordcount, sleep, inference) (line 6)");
-  EXPECT_EQ(ErrorOf(head + "    builtin: echo\n    library: /bin/sh\n"),
-            "spec.handler: set exactly one of builtin or library (line 6)");
-  EXPECT_EQ(ErrorOf(head + "    env: {A: b}\n"),
-            "spec.handler: set exactly one of builtin or library (line 6)");
-  EXPECT_EQ(ErrorOf(head + "    library: libmine.so\n"),
-            "spec.handler.library: must be an absolute path, got \"libmine.so\" (line 6)");
-  EXPECT_EQ(ErrorOf(head + "    library: /nonexistent/libmine.so\n"),
-            "spec.handler.library: /nonexistent/libmine.so is outside the handler directories "
-            "(allowed: " SHOAL_HANDLER_DIR ") (line 6)");
-  EXPECT_EQ(ErrorOf(head + "    library: " SHOAL_HANDLER_DIR "/nonesuch.so\n"),
-            "spec.handler.library: no such file on this node: " SHOAL_HANDLER_DIR
-            "/nonesuch.so (line 6)");
-  EXPECT_EQ(ErrorOf(head + "    builtin: echo\n    symbol: f\n"),
-            "spec.handler.symbol: only applies to spec.handler.library (line 7)");
-  EXPECT_EQ(ErrorOf(head + "    library: " SHOAL_HANDLER_DIR "/libshoal-reverse.so\n"
-                           "    symbol: 1x\n"),
-            "spec.handler.symbol: must be a C identifier, got \"1x\" (line 7)");
-  EXPECT_EQ(ErrorOf(head + "    builtin: echo\n    env:\n      BAD-NAME: x\n"),
-            "spec.handler.env.BAD-NAME: must be an environment variable name "
-            "([A-Za-z_][A-Za-z0-9_]*) (line 8)");
-  EXPECT_EQ(ErrorOf(head + "    builtin: echo\n    env:\n      A: [1, 2]\n"),
-            "spec.handler.env.A: must be a string (line 8)");
-  EXPECT_EQ(ErrorOf(head + "    builtin: echo\n    runtime: go\n"),
-            "spec.handler.runtime: unknown field (line 7)");
+  const std::string head =
+      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: h}\nspec:\n"
+      "  handler:\n";
+  ExpectErrors(
+      ErrorOf,
+      {
+          {head + "    builtin: nonesuch\n",
+           "spec.handler.builtin: unknown built-in handler \"nonesuch\" (one of: echo, sha256, "
+           "wordcount, sleep, inference) (line 6)"},
+          {head + "    builtin: echo\n    library: /bin/sh\n",
+           "spec.handler: set exactly one of builtin or library (line 6)"},
+          {head + "    env: {A: b}\n",
+           "spec.handler: set exactly one of builtin or library (line 6)"},
+          {head + "    library: libmine.so\n",
+           "spec.handler.library: must be an absolute path, got \"libmine.so\" (line 6)"},
+          {head + "    library: /nonexistent/libmine.so\n",
+           "spec.handler.library: /nonexistent/libmine.so is outside the handler directories "
+           "(allowed: " SHOAL_HANDLER_DIR ") (line 6)"},
+          {head + "    library: " SHOAL_HANDLER_DIR "/nonesuch.so\n",
+           "spec.handler.library: no such file on this node: " SHOAL_HANDLER_DIR
+           "/nonesuch.so (line 6)"},
+          {head + "    builtin: echo\n    symbol: f\n",
+           "spec.handler.symbol: only applies to spec.handler.library (line 7)"},
+          {head + "    library: " SHOAL_HANDLER_DIR "/libshoal-reverse.so\n"
+                  "    symbol: 1x\n",
+           "spec.handler.symbol: must be a C identifier, got \"1x\" (line 7)"},
+          {head + "    builtin: echo\n    env:\n      BAD-NAME: x\n",
+           "spec.handler.env.BAD-NAME: must be an environment variable name "
+           "([A-Za-z_][A-Za-z0-9_]*) (line 8)"},
+          {head + "    builtin: echo\n    env:\n      A: [1, 2]\n",
+           "spec.handler.env.A: must be a string (line 8)"},
+          {head + "    builtin: echo\n    runtime: go\n",
+           "spec.handler.runtime: unknown field (line 7)"},
+      });
 }
 
 TEST(ManifestTest, SyntaxErrorsAndDocumentLevelErrors) {
-  const std::string e = ErrorOf("apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: [a\n");
+  const std::string e =
+      ErrorOf("apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: [a\n");
   EXPECT_EQ(e.rfind("YAML syntax error: ", 0), 0u) << e;
   EXPECT_NE(e.find("(line "), std::string::npos) << e;
   // Lines count through the whole stream, not one document.
-  EXPECT_EQ(ErrorOf(Minimal("", "a") + "---\n" + Minimal("  scal: 1\n", "b")),
-            "spec.scal: unknown field (line 16)");
-  EXPECT_EQ(ErrorOf(Minimal("", "twin") + "---\n" + Minimal("", "twin")),
-            "metadata.name: duplicate function \"twin\" in one deploy (lines 4 and 12)");
-  EXPECT_EQ(ErrorOf(""), "no Function documents in the manifest");
-  EXPECT_EQ(ErrorOf("# only a comment\n---\n"), "no Function documents in the manifest");
+  ExpectErrors(ErrorOf,
+               {
+                   {Minimal("", "a") + "---\n" + Minimal("  scal: 1\n", "b"),
+                    "spec.scal: unknown field (line 16)"},
+                   {Minimal("", "twin") + "---\n" + Minimal("", "twin"),
+                    "metadata.name: duplicate function \"twin\" in one deploy (lines 4 and 12)"},
+                   {"", "no Function documents in the manifest"},
+                   {"# only a comment\n---\n", "no Function documents in the manifest"},
+               });
 }
 
 TEST(ManifestTest, ValueParsers) {
@@ -432,8 +454,8 @@ TEST(ManifestTest, DurationsAreCappedAndTextMustBeUtf8) {
   const std::string base = Minimal();
   const auto lines = std::count(base.begin(), base.end(), '\n');
   EXPECT_EQ(ErrorOf(base + "# caf\xe9\n"), "manifest: not valid UTF-8 (byte " +
-                                                std::to_string(base.size() + 5) + ", line " +
-                                                std::to_string(lines + 1) + ")");
+                                               std::to_string(base.size() + 5) + ", line " +
+                                               std::to_string(lines + 1) + ")");
   EXPECT_TRUE(ParseFunctionManifests(Minimal() + "# caf\xc3\xa9 \xe2\x9c\x93\n", Defaults()).ok());
 }
 
@@ -445,7 +467,8 @@ namespace {
 
 std::string InferManifest(const std::string& inference, const std::string& handler = "inference") {
   return "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: fmnist-infer}\nspec:\n"
-         "  handler: " + handler + "\n  concurrency: 64\n" + inference;
+         "  handler: " +
+         handler + "\n  concurrency: 64\n" + inference;
 }
 
 TEST(ManifestTest, InferenceFunction) {
@@ -489,47 +512,49 @@ TEST(ManifestTest, InferenceFunction) {
 }
 
 TEST(ManifestTest, InferenceErrorsNameTheField) {
-  EXPECT_EQ(ErrorOf(InferManifest("")),
-            "spec.inference: required for handler inference (at least source: {flJob: JOB} or "
-            "{onnx: /path}) (line 5)");
-  EXPECT_EQ(ErrorOf(InferManifest("  inference: {source: {flJob: a}}\n", "echo")),
-            "spec.inference: only applies to handler: inference (line 7)");
-  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    device: cpu\n")),
-            "spec.inference.source: required");
-  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    source: {flJob: a, onnx: /x.onnx}\n")),
-            "spec.inference.source: set exactly one of flJob or onnx (line 8)");
-  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    source: {onnx: model.onnx}\n")),
-            "spec.inference.source.onnx: must be an absolute path, got \"model.onnx\" (line 8)");
-  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    source: {onnx: /no/such.onnx}\n")),
-            "spec.inference.source.onnx: no such file on this node: /no/such.onnx (line 8)");
-  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    source: {flJob: a}\n    device: tpu\n")),
-            "spec.inference.device: must be auto | cpu | cuda, got \"tpu\" (line 9)");
-  EXPECT_EQ(
-      ErrorOf(InferManifest("  inference:\n    source: {flJob: a}\n    precision: int8\n")),
-      "spec.inference.precision: must be fp32 | fp16 | bf16, got \"int8\" (line 9)");
-  EXPECT_EQ(
-      ErrorOf(InferManifest("  inference:\n    source: {flJob: a}\n    maxBatchSize: 0\n")),
-      "spec.inference.maxBatchSize: must be between 1 and 4096, got 0 (line 9)");
-  EXPECT_EQ(
-      ErrorOf(InferManifest("  inference:\n    source: {flJob: a}\n    maxQueueDelay: 2s\n")),
-      "spec.inference.maxQueueDelay: must be at most 1s, got 2s (line 9)");
+  ExpectErrors(
+      ErrorOf,
+      {
+          {InferManifest(""),
+           "spec.inference: required for handler inference (at least source: {flJob: JOB} or "
+           "{onnx: /path}) (line 5)"},
+          {InferManifest("  inference: {source: {flJob: a}}\n", "echo"),
+           "spec.inference: only applies to handler: inference (line 7)"},
+          {InferManifest("  inference:\n    device: cpu\n"), "spec.inference.source: required"},
+          {InferManifest("  inference:\n    source: {flJob: a, onnx: /x.onnx}\n"),
+           "spec.inference.source: set exactly one of flJob or onnx (line 8)"},
+          {InferManifest("  inference:\n    source: {onnx: model.onnx}\n"),
+           "spec.inference.source.onnx: must be an absolute path, got \"model.onnx\" (line 8)"},
+          {InferManifest("  inference:\n    source: {onnx: /no/such.onnx}\n"),
+           "spec.inference.source.onnx: no such file on this node: /no/such.onnx (line 8)"},
+          {InferManifest("  inference:\n    source: {flJob: a}\n    device: tpu\n"),
+           "spec.inference.device: must be auto | cpu | cuda, got \"tpu\" (line 9)"},
+      });
+  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    source: {flJob: a}\n    precision: int8\n")),
+            "spec.inference.precision: must be fp32 | fp16 | bf16, got \"int8\" (line 9)");
+  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    source: {flJob: a}\n    maxBatchSize: 0\n")),
+            "spec.inference.maxBatchSize: must be between 1 and 4096, got 0 (line 9)");
+  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    source: {flJob: a}\n    maxQueueDelay: 2s\n")),
+            "spec.inference.maxQueueDelay: must be at most 1s, got 2s (line 9)");
   EXPECT_EQ(
       ErrorOf(InferManifest("  inference:\n    source: {flJob: a}\n    maxQueueDelay: soon\n")),
       "spec.inference.maxQueueDelay: must be a duration like 500us, 2ms or 0 (no waiting), got "
       "\"soon\" (line 9)");
   EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    source: {flJob: a}\n    batch: 3\n")),
             "spec.inference.batch: unknown field (line 9)");
-  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    modelName: Bad_Name\n    source: {flJob: a}\n")),
-            "spec.inference.modelName: must be a DNS label (lower-case letters, digits and '-', "
-            "starting and ending with a letter or digit, at most 63 characters), got "
-            "\"Bad_Name\" (line 8)");
-  EXPECT_TRUE(ErrorOf(InferManifest("", "onnx")).starts_with(
-      "spec.handler: unknown built-in handler \"onnx\""));
+  EXPECT_EQ(
+      ErrorOf(InferManifest("  inference:\n    modelName: Bad_Name\n    source: {flJob: a}\n")),
+      "spec.inference.modelName: must be a DNS label (lower-case letters, digits and '-', "
+      "starting and ending with a letter or digit, at most 63 characters), got "
+      "\"Bad_Name\" (line 8)");
+  EXPECT_TRUE(ErrorOf(InferManifest("", "onnx"))
+                  .starts_with("spec.handler: unknown built-in handler \"onnx\""));
 }
 
 TEST(ManifestTest, HandlerEnvThatLoadsCodeIsRefused) {
-  const std::string head = "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: h}\nspec:\n"
-                           "  handler:\n    builtin: echo\n";
+  const std::string head =
+      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: h}\nspec:\n"
+      "  handler:\n    builtin: echo\n";
   EXPECT_EQ(ErrorOf(head + "    env: {LD_PRELOAD: /tmp/x.so}\n"),
             "spec.handler.env.LD_PRELOAD: not allowed: the dynamic loader reads LD_* variables "
             "(preloads code) (line 7)");
@@ -542,22 +567,27 @@ TEST(ManifestTest, HandlerEnvThatLoadsCodeIsRefused) {
 }
 
 TEST(ManifestTest, SeccompAllowList) {
-  const std::string head = "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: h}\nspec:\n"
-                           "  handler: echo\n  security:\n    seccomp:\n";
+  const std::string head =
+      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: h}\nspec:\n"
+      "  handler: echo\n  security:\n    seccomp:\n";
   auto r = ParseFunctionManifests(head + "      allow: [ptrace, unshare, ptrace]\n", Defaults());
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ((*r)[0].security.seccomp_allow, (std::vector<std::string>{"ptrace", "unshare"}));
-  EXPECT_EQ(ErrorOf(head + "      allow: [ptrace, nosuchcall]\n"),
-            "spec.security.seccomp.allow[1]: unknown syscall \"nosuchcall\" (line 8)");
-  EXPECT_EQ(ErrorOf(head + "      allow: ptrace\n"),
-            "spec.security.seccomp.allow: must be a list of syscall names (line 8)");
-  EXPECT_EQ(ErrorOf(head + "      deny: [read]\n"),
-            "spec.security.seccomp.deny: unknown field (line 8)");
+  ExpectErrors(
+      ErrorOf,
+      {
+          {head + "      allow: [ptrace, nosuchcall]\n",
+           "spec.security.seccomp.allow[1]: unknown syscall \"nosuchcall\" (line 8)"},
+          {head + "      allow: ptrace\n",
+           "spec.security.seccomp.allow: must be a list of syscall names (line 8)"},
+          {head + "      deny: [read]\n", "spec.security.seccomp.deny: unknown field (line 8)"},
+      });
 }
 
 TEST(ManifestTest, SecurityOnAnomalyAndAllowedPaths) {
-  const std::string head = "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: h}\nspec:\n"
-                           "  handler: echo\n  security:\n";
+  const std::string head =
+      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: h}\nspec:\n"
+      "  handler: echo\n  security:\n";
   auto plain = ParseFunctionManifests(head + "    seccomp: {allow: [ptrace]}\n", Defaults());
   ASSERT_TRUE(plain.ok()) << plain.status().message();
   EXPECT_EQ((*plain)[0].security.on_anomaly, "alert");  // the default
@@ -569,14 +599,17 @@ TEST(ManifestTest, SecurityOnAnomalyAndAllowedPaths) {
   EXPECT_EQ((*r)[0].security.on_anomaly, "quarantine");
   EXPECT_EQ((*r)[0].security.allowed_paths,
             (std::vector<std::string>{"/var/lib/models/", "/etc/hosts"}));
-  EXPECT_EQ(ErrorOf(head + "    onAnomaly: kill\n"),
-            "spec.security.onAnomaly: must be alert or quarantine, got \"kill\" (line 7)");
-  EXPECT_EQ(ErrorOf(head + "    allowedPaths: /etc\n"),
-            "spec.security.allowedPaths: must be a list of absolute paths (line 7)");
-  EXPECT_EQ(ErrorOf(head + "    allowedPaths: [/etc/, models/]\n"),
-            "spec.security.allowedPaths[1]: must be an absolute path, got \"models/\" (line 7)");
-  EXPECT_EQ(ErrorOf(head + "    onAnomalies: alert\n"),
-            "spec.security.onAnomalies: unknown field (line 7)");
+  ExpectErrors(
+      ErrorOf,
+      {
+          {head + "    onAnomaly: kill\n",
+           "spec.security.onAnomaly: must be alert or quarantine, got \"kill\" (line 7)"},
+          {head + "    allowedPaths: /etc\n",
+           "spec.security.allowedPaths: must be a list of absolute paths (line 7)"},
+          {head + "    allowedPaths: [/etc/, models/]\n",
+           "spec.security.allowedPaths[1]: must be an absolute path, got \"models/\" (line 7)"},
+          {head + "    onAnomalies: alert\n", "spec.security.onAnomalies: unknown field (line 7)"},
+      });
 }
 
 }  // namespace

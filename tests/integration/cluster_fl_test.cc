@@ -8,9 +8,8 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
-#include <thread>
 
-#include "netns_cluster.h"
+#include "cluster_fixture.h"
 #include "shoal/model/architectures.h"
 #include "shoal/model/safetensors.h"
 #include "shoal/model/update_format.h"
@@ -19,54 +18,23 @@ namespace shoal::testing {
 namespace {
 
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-bool WaitFor(const std::function<bool()>& f, std::chrono::milliseconds d) {
-  const auto until = Clock::now() + d;
-  while (Clock::now() < until) {
-    if (f()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return f();
-}
-
-double Metric(const std::string& page, const std::string& family, const std::string& labels) {
-  const std::string key = family + "{" + labels + "} ";
-  const size_t at = page.find(key);
-  if (at == std::string::npos) return 0;
-  return std::stod(page.substr(at + key.size()));
-}
-
-class ClusterFlTest : public ::testing::Test {
+class ClusterFlTest : public ClusterFixture {
  protected:
   struct Client {
     std::string id, token;
   };
   void SetUp() override {
-    if (auto why = NetnsMissing(); !why.empty()) GTEST_SKIP() << why;
-    cluster_ = std::make_unique<TestCluster>(Options());
-    std::string why;
-    ASSERT_TRUE(cluster_->Start(&why)) << why;
+    StartCluster(Options());
+    if (IsSkipped() || HasFatalFailure()) return;
     // The job's top is node 0; clients: 3, one round.
     ASSERT_NO_FATAL_FAILURE(DeployJob());
     // Nodes 1 and 2 fold the job's updates once they see node 0 runs it.
-    for (int i : {1, 2}) {
-      ASSERT_TRUE(WaitFor(
-          [&] {
-            return cluster_->NodeLog(i).find(
-                       "fl job mix: this node folds its updates for its "
-                       "top on node " +
-                       cluster_->node_name(0)) != std::string::npos;
-          },
-          10s))
-          << cluster_->NodeLog(i);
-    }
+    for (int i : {1, 2}) ASSERT_TRUE(FoldsForTopOn(i, 0));
     for (int k = 0; k < 3; ++k) {
       // Joined through node k's gateway (forwarded to the top, which holds the tokens).
-      auto j = HttpAt(cluster_->node_ip(k), TestCluster::kGatewayPort, "POST", "/v1/jobs/mix/join",
-                      "{\"name\":\"c" + std::to_string(k) + "\"}",
-                      {auth_, "Content-Type: application/json"}, 0, 10000);
+      auto j = Join(k, "c" + std::to_string(k));
       ASSERT_EQ(j.status, 200) << j.body;
       auto b = json::parse(j.body);
       clients_.push_back({b["client_id"].get<std::string>(), b["token"].get<std::string>()});
@@ -84,22 +52,47 @@ class ClusterFlTest : public ::testing::Test {
   virtual void DeployJob() {
     auto r = cluster_->NodeApi(0, "POST", "/v1/functions", kJob);
     ASSERT_EQ(r.status, 201) << r.body;
-    auto t = HttpAt(
-        cluster_->node_ip(0), TestCluster::kControlPort, "POST", "/v1/tokens",
-        R"({"role": "fl-client", "job": "mix"})",
-        {"Authorization: Bearer " + cluster_->node_token(0), "Content-Type: application/json"}, 0,
-        10000);
+    ASSERT_NO_FATAL_FAILURE(UseTokenOfNode(0));
+  }
+  // The clients' bearer token becomes a new fl-client token of node i's.
+  void UseTokenOfNode(int i) {
+    auto t = MintFlClientToken(*cluster_, i, "mix");
     ASSERT_EQ(t.status, 201) << t.body;
     auth_ = "Authorization: Bearer " + json::parse(t.body)["token"].get<std::string>();
   }
-  virtual TestCluster::Options Options() { return {}; }
-  void TearDown() override {
-    if (HasFailure() && cluster_) {
-      for (int i = 0; i < cluster_->nodes(); ++i) {
-        std::cerr << "---- " << cluster_->node_name(i) << " ----\n" << cluster_->NodeLog(i);
-      }
-    }
+  // A client named `name` joins through node i's gateway.
+  HttpResult Join(int i, const std::string& name) {
+    return HttpAt(cluster_->node_ip(i), TestCluster::kGatewayPort, "POST", "/v1/jobs/mix/join",
+                  "{\"name\":\"" + name + "\"}", {auth_, "Content-Type: application/json"}, 0,
+                  10000);
   }
+  // Whether node i folds the job's updates for its top on node `top` within 10 s.
+  ::testing::AssertionResult FoldsForTopOn(int i, int top) {
+    return NodeLogHas(
+        i,
+        "fl job mix: this node folds its updates for its top on node " + cluster_->node_name(top),
+        10s);
+  }
+  // Whether `read` (a job status) reaches version `v` within 10 s; `st` holds its last answer.
+  ::testing::AssertionResult VersionReaches(const std::function<json()>& read, int v, json* st) {
+    if (WaitFor([&] { return (*st = read()).value("version", 0) >= v; }, 10s)) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure() << st->dump();
+  }
+  // Each {node, client} sends its update from version v (model `base`), each acknowledged.
+  void SendAll(std::initializer_list<std::pair<int, int>> sends, uint64_t v,
+               const std::vector<float>& base) {
+    for (auto [node, k] : sends) ASSERT_EQ(Send(node, k, auth_, v, base).status, 202);
+  }
+  void SendAll(std::initializer_list<std::pair<int, int>> sends) { SendAll(sends, 0, w0_); }
+  // GET of the job's model version 0 through node i's gateway with the clients' token.
+  int ModelStatusAt(int i) {
+    return HttpAt(cluster_->node_ip(i), TestCluster::kGatewayPort, "GET",
+                  "/v1/jobs/mix/model?version=0", {}, {auth_}, 0, 10000)
+        .status;
+  }
+  virtual TestCluster::Options Options() { return {}; }
   std::vector<float> Download(int node, uint64_t version, std::string* bytes = nullptr) {
     auto r = HttpAt(cluster_->node_ip(node), TestCluster::kGatewayPort, "GET",
                     "/v1/jobs/mix/model?version=" + std::to_string(version), {}, {auth_}, 0, 10000);
@@ -158,7 +151,6 @@ class ClusterFlTest : public ::testing::Test {
     }
   }
 
-  std::unique_ptr<TestCluster> cluster_;
   std::string auth_;
   std::vector<Client> clients_;
   model::ModelSpec mspec_ = model::MlpSpec(64, {8}, 10);
@@ -185,13 +177,7 @@ TEST_F(ClusterFlTest, AnUpdateIsFoldedOnTheNodeItEntersAndTheTopMergesOnePartial
   auto c = Send(2, 2, auth_);  // folded on node 2: the round is complete
   ASSERT_EQ(c.status, 202) << c.body;
   json st;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        st = Status();
-        return st.value("version", 0) >= 1;
-      },
-      10s))
-      << st.dump();
+  ASSERT_TRUE(VersionReaches([&] { return Status(); }, 1, &st));
   EXPECT_EQ(st["versions"].back()["updates"], 3) << st.dump();
   // One partial sum of the round from each of nodes 1 and 2, float32 x params each.
   const size_t params = w0_.size();
@@ -230,13 +216,9 @@ TEST_F(ClusterFlTest, AnUpdateIsFoldedOnTheNodeItEntersAndTheTopMergesOnePartial
   EXPECT_NE(answer.find("fl peer: the link did not start with the cluster's peer handshake"),
             std::string::npos)
       << answer;
-  EXPECT_TRUE(WaitFor(
-      [&] {
-        return cluster_->NodeLog(0).find("fl peer: connection from " + cluster_->node_ip(1) +
-                                         " refused: the link did not start") != std::string::npos;
-      },
-      5s))
-      << cluster_->NodeLog(0);
+  EXPECT_TRUE(NodeLogHas(
+      0, "fl peer: connection from " + cluster_->node_ip(1) + " refused: the link did not start",
+      5s));
   // Counted on node 0's /metrics; the other nodes refused nothing.
   EXPECT_NE(
       cluster_->NodeGateway(0, "GET", "/metrics").body.find("shoal_fl_peer_refused_total 1\n"),
@@ -248,8 +230,7 @@ TEST_F(ClusterFlTest, AnUpdateIsFoldedOnTheNodeItEntersAndTheTopMergesOnePartial
 
 TEST_F(ClusterFlTest, ANodeKilledMidRoundLosesNoUpdateItAcknowledged) {
   // Two updates acknowledged by node 2 (durable there): the round waits for the third.
-  ASSERT_EQ(Send(2, 1, auth_).status, 202);
-  ASSERT_EQ(Send(2, 2, auth_).status, 202);
+  ASSERT_NO_FATAL_FAILURE(SendAll({{2, 1}, {2, 2}}));
   // Node 2 tells the top behind its 202s (its report of a folded update is one message on the
   // peer link, not a round trip in the update's path): the top counts both soon after.
   json st;
@@ -269,16 +250,8 @@ TEST_F(ClusterFlTest, ANodeKilledMidRoundLosesNoUpdateItAcknowledged) {
   // Their clients are told to train and send again (their task is no longer "wait").
   EXPECT_EQ(TaskKind(1, 1), "train");
   EXPECT_EQ(TaskKind(0, 2), "train");
-  ASSERT_EQ(Send(1, 1, auth_).status, 202);
-  ASSERT_EQ(Send(0, 2, auth_).status, 202);
-  ASSERT_EQ(Send(0, 0, auth_).status, 202);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        st = Status();
-        return st.value("version", 0) >= 1;
-      },
-      10s))
-      << st.dump();
+  ASSERT_NO_FATAL_FAILURE(SendAll({{1, 1}, {0, 2}, {0, 0}}));
+  ASSERT_TRUE(VersionReaches([&] { return Status(); }, 1, &st));
   EXPECT_EQ(st["versions"].back()["updates"], 3) << st.dump();
   ExpectFedAvg(Download(1, 1));
 }
@@ -294,72 +267,34 @@ class ClusterFlTakeOverTest : public ClusterFlTest {
 };
 
 TEST_F(ClusterFlTakeOverTest, WhenTheTopsNodeIsKilledAnotherNodeResumesTheJobFromItsCheckpoint) {
-  ASSERT_EQ(Send(0, 0, auth_).status, 202);
-  ASSERT_EQ(Send(1, 1, auth_).status, 202);
-  ASSERT_EQ(Send(2, 2, auth_).status, 202);
+  ASSERT_NO_FATAL_FAILURE(SendAll({{0, 0}, {1, 1}, {2, 2}}));
   json st;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        st = Status();
-        return st.value("version", 0) >= 1;
-      },
-      10s))
-      << st.dump();
+  ASSERT_TRUE(VersionReaches([&] { return Status(); }, 1, &st));
   std::string v1_bytes;
   const std::vector<float> w1 = Download(0, 1, &v1_bytes);
   // A join answers once its own checkpoint is written: version 1's is written before it.
-  ASSERT_EQ(HttpAt(cluster_->node_ip(0), TestCluster::kGatewayPort, "POST", "/v1/jobs/mix/join",
-                   "{\"name\":\"late\"}", {auth_, "Content-Type: application/json"}, 0, 10000)
-                .status,
-            200);
+  ASSERT_EQ(Join(0, "late").status, 200);
   // Round 2 has begun when node 0 dies: node 1 had acknowledged client 1's update.
   ASSERT_EQ(Send(1, 1, auth_, 1, w1).status, 202);
   cluster_->StopNode(0, SIGKILL);
   // Node 1 (the first live node by name) takes the job over once node 0's lease is gone.
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return cluster_->NodeLog(1).find("fl job mix: this node took it over from node " +
-                                         cluster_->node_name(0)) != std::string::npos;
-      },
-      20s))
-      << cluster_->NodeLog(1);
+  ASSERT_TRUE(
+      NodeLogHas(1, "fl job mix: this node took it over from node " + cluster_->node_name(0), 20s));
   st = Status(1);
   EXPECT_EQ(st["version"], 1) << st.dump();
   EXPECT_EQ(st["clients"]["joined"], 4) << st.dump();
   // Tokens are per node: the clients' bearer token is one of node 1's now (the clients' own ids
   // and tokens came with the checkpoint).
-  auto t =
-      HttpAt(cluster_->node_ip(1), TestCluster::kControlPort, "POST", "/v1/tokens",
-             R"({"role": "fl-client", "job": "mix"})",
-             {"Authorization: Bearer " + cluster_->node_token(1), "Content-Type: application/json"},
-             0, 10000);
-  ASSERT_EQ(t.status, 201) << t.body;
-  auth_ = "Authorization: Bearer " + json::parse(t.body)["token"].get<std::string>();
+  ASSERT_NO_FATAL_FAILURE(UseTokenOfNode(1));
   std::string served;
   Download(1, 1, &served);
   EXPECT_TRUE(served == v1_bytes);  // the checkpoint's model, byte for byte
   // Node 2 folds for the new top.
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return cluster_->NodeLog(2).find(
-                   "fl job mix: this node folds its updates for its top "
-                   "on node " +
-                   cluster_->node_name(1)) != std::string::npos;
-      },
-      10s))
-      << cluster_->NodeLog(2);
+  ASSERT_TRUE(FoldsForTopOn(2, 1));
   // Client 1's round-2 update was in no checkpoint: it is asked for again.
   EXPECT_EQ(TaskKind(2, 1), "train");
-  ASSERT_EQ(Send(1, 0, auth_, 1, w1).status, 202);
-  ASSERT_EQ(Send(2, 1, auth_, 1, w1).status, 202);
-  ASSERT_EQ(Send(2, 2, auth_, 1, w1).status, 202);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        st = Status(1);
-        return st.value("version", 0) >= 2;
-      },
-      10s))
-      << st.dump();
+  ASSERT_NO_FATAL_FAILURE(SendAll({{1, 0}, {2, 1}, {2, 2}}, 1, w1));
+  ASSERT_TRUE(VersionReaches([&] { return Status(1); }, 2, &st));
   EXPECT_EQ(st["folded_elsewhere"][cluster_->node_name(2)]["partial_sums"], 1) << st.dump();
   ExpectFedAvg(Download(2, 2), w1);
 }
@@ -367,13 +302,9 @@ TEST_F(ClusterFlTakeOverTest, WhenTheTopsNodeIsKilledAnotherNodeResumesTheJobFro
 // Through shoal-controller: the FLJob and its clients' token come from the controller (the token
 // is the cluster's, accepted on every node), the controller chooses the top and serves the job's
 // status from etcd, moves the job off a lost top, and deletes it.
-class ClusterFlControllerTest : public ClusterFlTest {
+// The nodes share one checkpoint store, as in ClusterFlTakeOverTest.
+class ClusterFlControllerTest : public ClusterFlTakeOverTest {
  protected:
-  TestCluster::Options Options() override {
-    TestCluster::Options o;
-    o.shared_checkpoints = true;
-    return o;
-  }
   HttpResult Controller(const std::string& method, const std::string& path,
                         const std::string& body = {}, const std::string& token = {}) {
     return Http(cluster_->controller_port(0), method, path, body,
@@ -406,45 +337,24 @@ class ClusterFlControllerTest : public ClusterFlTest {
     // Equal nodes: the first by name (no FL job on any yet).
     EXPECT_EQ(deployed["jobs"][0]["top"], cluster_->node_name(0)) << r.body;
     EXPECT_EQ(deployed["jobs"][0]["created"], true) << r.body;
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          return cluster_->NodeLog(0).find("fl job mix: generation 1 runs on this node, its top") !=
-                 std::string::npos;
-        },
-        10s))
-        << cluster_->NodeLog(0);
+    ASSERT_TRUE(NodeLogHas(0, "fl job mix: generation 1 runs on this node, its top", 10s));
     auto t = Controller("POST", "/v1/tokens", R"({"role": "fl-client", "job": "mix"})");
     ASSERT_EQ(t.status, 201) << t.body;
     token_id_ = json::parse(t.body)["id"].get<std::string>();
     auth_ = "Authorization: Bearer " + json::parse(t.body)["token"].get<std::string>();
     // Every node accepts the cluster's new token once its watch has it.
     for (int i = 0; i < 3; ++i) {
-      ASSERT_TRUE(WaitFor(
-          [&] {
-            return HttpAt(cluster_->node_ip(i), TestCluster::kGatewayPort, "GET",
-                          "/v1/jobs/mix/model?version=0", {}, {auth_}, 0, 10000)
-                       .status == 200;
-          },
-          10s))
-          << "node " << i;
+      ASSERT_TRUE(WaitFor([&] { return ModelStatusAt(i) == 200; }, 10s)) << "node " << i;
     }
   }
   std::string token_id_;
 };
 
 TEST_F(ClusterFlControllerTest, TheControllersJobRunsOnItsTopMovesOffALostTopAndIsDeleted) {
-  ASSERT_EQ(Send(0, 0, auth_).status, 202);
-  ASSERT_EQ(Send(1, 1, auth_).status, 202);
-  ASSERT_EQ(Send(2, 2, auth_).status, 202);
+  ASSERT_NO_FATAL_FAILURE(SendAll({{0, 0}, {1, 1}, {2, 2}}));
   // The controller shows the top's published state (etcd), version 1 from all three.
   json st;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        st = ControllerStatus();
-        return st.value("version", 0) >= 1;
-      },
-      10s))
-      << st.dump();
+  ASSERT_TRUE(VersionReaches([&] { return ControllerStatus(); }, 1, &st));
   EXPECT_EQ(st["top"], cluster_->node_name(0)) << st.dump();
   EXPECT_EQ(st["updates_total"], 3) << st.dump();
   EXPECT_EQ(st["clients"]["joined"], 3) << st.dump();
@@ -466,10 +376,7 @@ TEST_F(ClusterFlControllerTest, TheControllersJobRunsOnItsTopMovesOffALostTopAnd
   EXPECT_NE(cli.out.find("Version:       1 (round"), std::string::npos) << cli.out;
   EXPECT_NE(cli.out.find("Updates:       3"), std::string::npos) << cli.out;
   // A join answers once its checkpoint is written: version 1's is written before it.
-  ASSERT_EQ(HttpAt(cluster_->node_ip(0), TestCluster::kGatewayPort, "POST", "/v1/jobs/mix/join",
-                   "{\"name\":\"late\"}", {auth_, "Content-Type: application/json"}, 0, 10000)
-                .status,
-            200);
+  ASSERT_EQ(Join(0, "late").status, 200);
 
   // The top's node dies: the controller moves the job to node 1 (the first live by name), which
   // resumes it from the shared checkpoint store.
@@ -492,43 +399,19 @@ TEST_F(ClusterFlControllerTest, TheControllersJobRunsOnItsTopMovesOffALostTopAnd
   std::string served;
   Download(1, 1, &served);
   EXPECT_TRUE(served == v1_bytes);  // the checkpoint's model, byte for byte
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return cluster_->NodeLog(2).find(
-                   "fl job mix: this node folds its updates for its top "
-                   "on node " +
-                   cluster_->node_name(1)) != std::string::npos;
-      },
-      10s))
-      << cluster_->NodeLog(2);
-  ASSERT_EQ(Send(1, 0, auth_, 1, w1).status, 202);
-  ASSERT_EQ(Send(2, 1, auth_, 1, w1).status, 202);
-  ASSERT_EQ(Send(2, 2, auth_, 1, w1).status, 202);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        st = ControllerStatus();
-        return st.value("version", 0) >= 2;
-      },
-      10s))
-      << st.dump();
+  ASSERT_TRUE(FoldsForTopOn(2, 1));
+  ASSERT_NO_FATAL_FAILURE(SendAll({{1, 0}, {2, 1}, {2, 2}}, 1, w1));
+  ASSERT_TRUE(VersionReaches([&] { return ControllerStatus(); }, 2, &st));
   EXPECT_EQ(st["top"], cluster_->node_name(1)) << st.dump();
   ExpectFedAvg(Download(2, 2), w1);
 
   // Revoked at the controller: refused on every node once their watch has it.
   ASSERT_EQ(Controller("DELETE", "/v1/tokens/" + token_id_).status, 200);
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return HttpAt(cluster_->node_ip(2), TestCluster::kGatewayPort, "GET",
-                      "/v1/jobs/mix/model?version=0", {}, {auth_}, 0, 10000)
-                   .status == 401;
-      },
-      10s));
+  ASSERT_TRUE(WaitFor([&] { return ModelStatusAt(2) == 401; }, 10s));
   // Deleted through the controller: gone from its top and from etcd.
   auto del = Controller("DELETE", "/v1/jobs/mix");
   ASSERT_EQ(del.status, 200) << del.body;
-  ASSERT_TRUE(WaitFor(
-      [&] { return cluster_->NodeLog(1).find("fl job mix deleted") != std::string::npos; }, 10s))
-      << cluster_->NodeLog(1);
+  ASSERT_TRUE(NodeLogHas(1, "fl job mix deleted", 10s));
   EXPECT_EQ(cluster_->NodeApi(1, "GET", "/v1/jobs/mix").status, 404);
   auto gone = Controller("GET", "/v1/jobs/mix");
   EXPECT_EQ(gone.status, 404) << gone.body;

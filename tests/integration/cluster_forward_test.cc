@@ -18,50 +18,20 @@
 #include <regex>
 #include <thread>
 
-#include "netns_cluster.h"
+#include "cluster_fixture.h"
 
 namespace shoal::testing {
 namespace {
 
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-bool WaitFor(const std::function<bool()>& f, std::chrono::milliseconds d) {
-  const auto until = Clock::now() + d;
-  while (Clock::now() < until) {
-    if (f()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return f();
-}
-
-// The value of `family{labels...}` in a Prometheus text page (-1 when absent); `labels` is the
-// exact label set as the page prints it.
-double Metric(const std::string& page, const std::string& family, const std::string& labels) {
-  const std::string key = family + "{" + labels + "} ";
-  const size_t at = page.find(key);
-  if (at == std::string::npos) return -1;
-  return std::stod(page.substr(at + key.size()));
-}
-
-class ClusterForwardTest : public ::testing::Test {
+class ClusterForwardTest : public ClusterFixture {
  protected:
   void SetUp() override {
-    if (auto why = NetnsMissing(); !why.empty()) GTEST_SKIP() << why;
     TestCluster::Options o;
     o.forward_timeout_s = 2;  // a partitioned node's silence becomes a 504 quickly
-    cluster_ = std::make_unique<TestCluster>(o);
-    std::string why;
-    ASSERT_TRUE(cluster_->Start(&why)) << why;
-  }
-  void TearDown() override {
-    if (HasFailure() && cluster_) {
-      for (int i = 0; i < cluster_->nodes(); ++i) {
-        std::cerr << "---- " << cluster_->node_name(i) << " ----\n" << cluster_->NodeLog(i);
-      }
-      std::cerr << "---- controller ----\n" << cluster_->ControllerLog(0);
-    }
+    StartCluster(o);
   }
   HttpResult Deploy(const std::string& yaml) {
     return Http(
@@ -77,6 +47,18 @@ class ClusterForwardTest : public ::testing::Test {
     if (r.status != 200 || j.is_discarded() || !j.contains("placements")) return out;
     for (const auto& p : j["placements"]) out.push_back(p["node"].get<std::string>());
     return out;
+  }
+  // Deploys echo with `scale` through the controller and waits until it is placed on one
+  // node; `home` is that node's index.
+  void DeployEcho(const std::string& scale, int* home) {
+    auto r = Deploy(
+        "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\n"
+        "spec:\n  handler:\n    builtin: echo\n  scale: " +
+        scale + "\n");
+    ASSERT_EQ(r.status, 201) << r.body;
+    std::vector<std::string> placed;
+    ASSERT_TRUE(WaitFor([&] { return (placed = PlacedOn("echo")).size() == 1; }, 10s));
+    *home = IndexOf(placed[0]);
   }
   int IndexOf(const std::string& node) {
     for (int i = 0; i < cluster_->nodes(); ++i) {
@@ -101,7 +83,6 @@ class ClusterForwardTest : public ::testing::Test {
     ASSERT_EQ(placed.size(), 1u);
     EXPECT_NE(placed[0], cluster_->node_name(home));
   }
-  std::unique_ptr<TestCluster> cluster_;
 };
 
 // Sends `raw` on one connection to ip:port and reads until `responses` answers ended (each
@@ -153,13 +134,8 @@ std::string RawExchange(const std::string& ip, uint16_t port, const std::string&
 
 TEST_F(ClusterForwardTest, ARequestEnteringAnyNodeIsAnsweredByTheNodeThatRunsItsFunction) {
   // One instance at most, none kept warm: placed on one node, cold until the first request.
-  auto r = Deploy(
-      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\n"
-      "spec:\n  handler:\n    builtin: echo\n  scale: {min: 0, max: 1}\n");
-  ASSERT_EQ(r.status, 201) << r.body;
-  std::vector<std::string> placed;
-  ASSERT_TRUE(WaitFor([&] { return (placed = PlacedOn("echo")).size() == 1; }, 10s));
-  const int home = IndexOf(placed[0]);
+  int home = -1;
+  ASSERT_NO_FATAL_FAILURE(DeployEcho("{min: 0, max: 1}", &home));
   ASSERT_GE(home, 0);
   const int a = (home + 1) % 3, b = (home + 2) % 3;
   ASSERT_TRUE(WaitFor(
@@ -267,8 +243,7 @@ TEST_F(ClusterForwardTest, ARequestEnteringAnyNodeIsAnsweredByTheNodeThatRunsIts
   EXPECT_EQ(top.out.find("NODE", header), top.out.find_first_not_of(' ', header + 8)) << top.out;
   const size_t row = top.out.find("\necho ");
   ASSERT_NE(row, std::string::npos) << top.out;
-  EXPECT_EQ(top.out.find(cluster_->node_name(home), row),
-            top.out.find_first_not_of(' ', row + 5))
+  EXPECT_EQ(top.out.find(cluster_->node_name(home), row), top.out.find_first_not_of(' ', row + 5))
       << top.out;
   EXPECT_EQ(top.out.find("did not answer"), std::string::npos) << top.out;
   // The node itself lists the cluster's function as one it runs, and refuses to delete it.
@@ -307,13 +282,8 @@ TEST_F(ClusterForwardTest, ARequestEnteringAnyNodeIsAnsweredByTheNodeThatRunsIts
 }
 
 TEST_F(ClusterForwardTest, ALostNodesFunctionIsServedThroughEveryNodeOnceItMoved) {
-  auto r = Deploy(
-      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\n"
-      "spec:\n  handler:\n    builtin: echo\n  scale: {min: 1, max: 1}\n");
-  ASSERT_EQ(r.status, 201) << r.body;
-  std::vector<std::string> placed;
-  ASSERT_TRUE(WaitFor([&] { return (placed = PlacedOn("echo")).size() == 1; }, 10s));
-  const int home = IndexOf(placed[0]);
+  int home = -1;
+  ASSERT_NO_FATAL_FAILURE(DeployEcho("{min: 1, max: 1}", &home));
   const int a = (home + 1) % 3, b = (home + 2) % 3;
   for (int from : {a, b}) {
     ASSERT_TRUE(WaitFor(
@@ -334,13 +304,8 @@ TEST_F(ClusterForwardTest, ALostNodesFunctionIsServedThroughEveryNodeOnceItMoved
 }
 
 TEST_F(ClusterForwardTest, APartitionedNodesForwardFailsWith504AndItsFunctionMovesAway) {
-  auto r = Deploy(
-      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\n"
-      "spec:\n  handler:\n    builtin: echo\n  scale: {min: 1, max: 1}\n");
-  ASSERT_EQ(r.status, 201) << r.body;
-  std::vector<std::string> placed;
-  ASSERT_TRUE(WaitFor([&] { return (placed = PlacedOn("echo")).size() == 1; }, 10s));
-  const int home = IndexOf(placed[0]);
+  int home = -1;
+  ASSERT_NO_FATAL_FAILURE(DeployEcho("{min: 1, max: 1}", &home));
   const int a = (home + 1) % 3, b = (home + 2) % 3;
   // A's link to the home node is open and pooled.
   ASSERT_TRUE(WaitFor(
@@ -349,9 +314,10 @@ TEST_F(ClusterForwardTest, APartitionedNodesForwardFailsWith504AndItsFunctionMov
   // The home node's link goes down: its packets vanish, no reset comes back. A forward over the
   // open link gets no answer and fails after forward_timeout_s (2 s) with a 504 that says so.
   cluster_->SetLink(home, false);
-  const auto t0 = Clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
   auto cut = cluster_->NodeGateway(a, "POST", "/fn/echo", "during the cut");
-  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cerr << "during the cut: " << cut.status << " after " << waited << " s: " << cut.body;
   if (cut.status != 200) {  // 200 only if placement already moved it (the lease is 3 s)
     EXPECT_TRUE(cut.status == 504 || cut.status == 502) << cut.status << " " << cut.body;
@@ -397,11 +363,7 @@ TEST_F(ClusterForwardTest, AnFlJobOnOneNodeTrainsWithItsClientsSpreadOverTheOthe
       "  training: {localSteps: 40, learningRate: 0.1, batchSize: 32}\n"
       "  aggregation: {maxFanIn: 2, maxLeaves: 2}\n");
   ASSERT_EQ(r.status, 201) << r.body;
-  auto t =
-      HttpAt(cluster_->node_ip(0), TestCluster::kControlPort, "POST", "/v1/tokens",
-             R"({"role": "fl-client", "job": "digits"})",
-             {"Authorization: Bearer " + cluster_->node_token(0), "Content-Type: application/json"},
-             0, 10000);
+  auto t = MintFlClientToken(*cluster_, 0, "digits");
   ASSERT_EQ(t.status, 201) << t.body;
   const std::string token = json::parse(t.body)["token"].get<std::string>();
   const std::string auth = "Authorization: Bearer " + token;

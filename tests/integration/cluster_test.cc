@@ -8,11 +8,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
 #include <thread>
 
-#include "netns_cluster.h"
+#include "cluster_fixture.h"
 
 namespace shoal::testing {
 namespace {
@@ -21,33 +22,8 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-bool WaitFor(const std::function<bool()>& f, std::chrono::milliseconds d) {
-  const auto until = Clock::now() + d;
-  while (Clock::now() < until) {
-    if (f()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return f();
-}
-
-class ClusterTest : public ::testing::Test {
+class ClusterTest : public ClusterFixture {
  protected:
-  void StartCluster(TestCluster::Options o) {
-    if (auto why = NetnsMissing(); !why.empty()) GTEST_SKIP() << why;
-    cluster_ = std::make_unique<TestCluster>(o);
-    std::string why;
-    ASSERT_TRUE(cluster_->Start(&why)) << why;
-  }
-  void TearDown() override {
-    if (HasFailure() && cluster_) {
-      for (int i = 0; i < cluster_->nodes(); ++i) {
-        std::cerr << "---- " << cluster_->node_name(i) << " ----\n" << cluster_->NodeLog(i);
-      }
-      for (int j = 0; j < cluster_->controllers(); ++j) {
-        std::cerr << "---- controller " << j << " ----\n" << cluster_->ControllerLog(j);
-      }
-    }
-  }
   // The node names the controller lists (GET /v1/nodes), sorted.
   std::vector<std::string> Listed(int controller = 0) {
     auto r = cluster_->ControllerApi(controller, "GET", "/v1/nodes");
@@ -58,19 +34,25 @@ class ClusterTest : public ::testing::Test {
     for (const auto& n : j["nodes"]) names.push_back(n["name"].get<std::string>());
     return names;
   }
-  std::vector<std::string> Names(std::initializer_list<int> nodes) {
+  // Starts a cluster of `o` and waits until the controller lists each of its nodes.
+  void StartListed(const TestCluster::Options& o) {
+    StartCluster(o);
+    if (IsSkipped() || HasFatalFailure()) return;
+    std::vector<int> all(static_cast<size_t>(o.nodes));
+    std::iota(all.begin(), all.end(), 0);
+    ASSERT_TRUE(WaitFor([&] { return Listed() == Names(all); }, 10s));
+  }
+  std::vector<std::string> Names(const std::vector<int>& nodes) {
     std::vector<std::string> out;
     for (int i : nodes) out.push_back(cluster_->node_name(i));
     std::sort(out.begin(), out.end());
     return out;
   }
-  std::unique_ptr<TestCluster> cluster_;
 };
 
 TEST_F(ClusterTest, NodesRegisterAndTheControllerListsThemWithTheirAddresses) {
-  StartCluster({});
+  StartListed({});
   if (IsSkipped() || HasFatalFailure()) return;
-  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
   // The controller lists the nodes from its watch at once; it leads once it wins the election.
   json j;
   ASSERT_TRUE(WaitFor(
@@ -103,10 +85,10 @@ TEST_F(ClusterTest, NodesRegisterAndTheControllerListsThemWithTheirAddresses) {
     auto metrics = cluster_->NodeGateway(i, "GET", "/metrics");
     EXPECT_NE(metrics.body.find("\nshoal_cluster_etcd_connected 1\n"), std::string::npos);
   }
-  auto deployed = cluster_->NodeApi(
-      1, "POST", "/v1/functions",
-      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\n"
-      "spec:\n  handler:\n    builtin: echo\n");
+  auto deployed =
+      cluster_->NodeApi(1, "POST", "/v1/functions",
+                        "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\n"
+                        "spec:\n  handler:\n    builtin: echo\n");
   ASSERT_EQ(deployed.status, 201) << deployed.body;
   auto echo = cluster_->NodeGateway(1, "POST", "/fn/echo", "across the bridge");
   EXPECT_EQ(echo.status, 200) << echo.error;
@@ -114,14 +96,13 @@ TEST_F(ClusterTest, NodesRegisterAndTheControllerListsThemWithTheirAddresses) {
 }
 
 TEST_F(ClusterTest, AKilledNodeDropsOutAfterItsLeaseAndRejoinsWhenRestarted) {
-  StartCluster({});
+  StartListed({});
   if (IsSkipped() || HasFatalFailure()) return;
-  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
   const auto t0 = Clock::now();
   cluster_->StopNode(1, SIGKILL);
   ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 2}); }, 10s));
   const double gone_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  EXPECT_GT(gone_s, 1.0);   // the lease (3 s) had to run out: no one revoked it
+  EXPECT_GT(gone_s, 1.0);  // the lease (3 s) had to run out: no one revoked it
   EXPECT_LT(gone_s, 3 + 2.5);
   EXPECT_NE(cluster_->ControllerLog(0).find("nodes: " + cluster_->node_name(1) +
                                             " left the cluster (its lease ended)"),
@@ -136,9 +117,8 @@ TEST_F(ClusterTest, AKilledNodeDropsOutAfterItsLeaseAndRejoinsWhenRestarted) {
 }
 
 TEST_F(ClusterTest, ANameHeldByALiveNodeIsRefusedNamingIt) {
-  StartCluster({});
+  StartListed({});
   if (IsSkipped() || HasFatalFailure()) return;
-  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
   cluster_->StopNode(2, SIGTERM);
   ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1}); }, 5s));
   // Node 2's namespace, node 0's name: refused, and node 0 stays listed.
@@ -153,9 +133,8 @@ TEST_F(ClusterTest, ANameHeldByALiveNodeIsRefusedNamingIt) {
 }
 
 TEST_F(ClusterTest, ACutOffNodeDropsOutAndRegistersAgainWhenItsLinkIsBack) {
-  StartCluster({});
+  StartListed({});
   if (IsSkipped() || HasFatalFailure()) return;
-  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
   cluster_->SetLink(2, false);
   ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1}); }, 10s));
   EXPECT_TRUE(cluster_->NodeRunning(2));  // it serves on, cut off
@@ -175,19 +154,18 @@ TEST_F(ClusterTest, ACutOffNodeDropsOutAndRegistersAgainWhenItsLinkIsBack) {
 }
 
 TEST_F(ClusterTest, AnEtcdOutageLeavesTheDataPathServingAndTheNodesComeBack) {
-  StartCluster({});
+  StartListed({});
   if (IsSkipped() || HasFatalFailure()) return;
-  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
-  auto deployed = cluster_->NodeApi(
-      0, "POST", "/v1/functions",
-      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\n"
-      "spec:\n  handler:\n    builtin: echo\n");
+  auto deployed =
+      cluster_->NodeApi(0, "POST", "/v1/functions",
+                        "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\n"
+                        "spec:\n  handler:\n    builtin: echo\n");
   ASSERT_EQ(deployed.status, 201) << deployed.body;
   cluster_->etcd().Kill(0);
   ASSERT_TRUE(WaitFor(
       [&] {
-        return cluster_->NodeGateway(0, "GET", "/metrics").body.find(
-                   "\nshoal_cluster_etcd_connected 0\n") != std::string::npos;
+        return cluster_->NodeGateway(0, "GET", "/metrics")
+                   .body.find("\nshoal_cluster_etcd_connected 0\n") != std::string::npos;
       },
       10s));
   for (int k = 0; k < 20; ++k) {
@@ -204,8 +182,8 @@ TEST_F(ClusterTest, AnEtcdOutageLeavesTheDataPathServingAndTheNodesComeBack) {
   for (int i = 0; i < 3; ++i) {
     EXPECT_TRUE(WaitFor(
         [&] {
-          return cluster_->NodeGateway(i, "GET", "/metrics").body.find(
-                     "\nshoal_cluster_etcd_connected 1\n") != std::string::npos;
+          return cluster_->NodeGateway(i, "GET", "/metrics")
+                     .body.find("\nshoal_cluster_etcd_connected 1\n") != std::string::npos;
         },
         10s));
   }
@@ -256,18 +234,29 @@ std::map<std::string, int> PlacedMax(TestCluster& c, const std::string& fn) {
   return out;
 }
 
-TEST_F(ClusterTest, FunctionsDeployedOnTheControllerRunWherePlacedAndMoveOffALostNode) {
-  StartCluster({});
-  if (IsSkipped() || HasFatalFailure()) return;
-  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
-  auto r = ControllerDeploy(*cluster_,
+// DELETE /v1/functions/<fn> on the first controller.
+HttpResult ControllerDelete(TestCluster& c, const std::string& fn) {
+  return Http(c.controller_port(0), "DELETE", "/v1/functions/" + fn, {},
+              {"Authorization: Bearer " + c.controller_token()});
+}
+
+// Deploys echo (min 0, max 3) on the controller: answered 201 with its function id (2048), its
+// `generation`, and whether it was `created`.
+void ExpectEchoDeployed(TestCluster& c, int generation, bool created) {
+  auto r = ControllerDeploy(c,
                             "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\n"
                             "spec:\n  handler:\n    builtin: echo\n  scale: {min: 0, max: 3}\n");
   ASSERT_EQ(r.status, 201) << r.body;
   auto j = json::parse(r.body);
   EXPECT_EQ(j["functions"][0]["id"], 2048);
-  EXPECT_EQ(j["functions"][0]["generation"], 1);
-  EXPECT_EQ(j["functions"][0]["created"], true);
+  EXPECT_EQ(j["functions"][0]["generation"], generation);
+  EXPECT_EQ(j["functions"][0]["created"], created);
+}
+
+TEST_F(ClusterTest, FunctionsDeployedOnTheControllerRunWherePlacedAndMoveOffALostNode) {
+  StartListed({});
+  if (IsSkipped() || HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(ExpectEchoDeployed(*cluster_, 1, true));
   const std::map<std::string, int> spread = {
       {cluster_->node_name(0), 1}, {cluster_->node_name(1), 1}, {cluster_->node_name(2), 1}};
   ASSERT_TRUE(WaitFor([&] { return PlacedMax(*cluster_, "echo") == spread; }, 10s))
@@ -291,24 +280,13 @@ TEST_F(ClusterTest, FunctionsDeployedOnTheControllerRunWherePlacedAndMoveOffALos
   ASSERT_TRUE(WaitFor([&] { return PlacedMax(*cluster_, "echo") == moved; }, 10s))
       << cluster_->ControllerLog(0);
   // Re-deployed: the same id, the next generation.
-  auto again = ControllerDeploy(*cluster_,
-                                "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\n"
-                                "spec:\n  handler:\n    builtin: echo\n  scale: {min: 0, max: 3}\n");
-  ASSERT_EQ(again.status, 201) << again.body;
-  auto aj = json::parse(again.body);
-  EXPECT_EQ(aj["functions"][0]["id"], 2048);
-  EXPECT_EQ(aj["functions"][0]["generation"], 2);
-  EXPECT_EQ(aj["functions"][0]["created"], false);
+  ASSERT_NO_FATAL_FAILURE(ExpectEchoDeployed(*cluster_, 2, false));
   // Deleted: its placements go, and the nodes stop serving it.
-  auto del = Http(cluster_->controller_port(0), "DELETE", "/v1/functions/echo", {},
-                  {"Authorization: Bearer " + cluster_->controller_token()});
+  auto del = ControllerDelete(*cluster_, "echo");
   EXPECT_EQ(del.status, 200) << del.body;
   EXPECT_TRUE(WaitFor(
       [&] { return cluster_->NodeGateway(0, "POST", "/fn/echo", "x").status == 404; }, 10s));
-  EXPECT_EQ(Http(cluster_->controller_port(0), "DELETE", "/v1/functions/echo", {},
-                 {"Authorization: Bearer " + cluster_->controller_token()})
-                .status,
-            404);
+  EXPECT_EQ(ControllerDelete(*cluster_, "echo").status, 404);
 }
 
 // node -> {min, max} of `fn`'s placements.
@@ -324,57 +302,54 @@ std::map<std::string, std::pair<int, int>> PlacedMinMax(TestCluster& c, const st
 }
 
 TEST_F(ClusterTest, PlacementPutsEachInstanceThroughPlaceAndHoldsOnlyWhatTheNodesHaveRoomFor) {
-  StartCluster({});
+  StartListed({});
   if (IsSkipped() || HasFatalFailure()) return;
-  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
   // Every node registered the same cores (one machine): an instance asking for all of them fits
   // once per node, so 3 of its 5 are placed, one on each node.
   auto nodes = json::parse(cluster_->ControllerApi(0, "GET", "/v1/nodes").body);
   const int cores = nodes["nodes"][0]["cores"].get<int>();
   ASSERT_GE(cores, 1);
-  auto wide = ControllerDeploy(*cluster_,
-                               "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: wide\n"
-                               "spec:\n  handler:\n    builtin: echo\n  resources: {cpu: \"" +
-                                   std::to_string(cores) + "\"}\n  scale: {min: 0, max: 5}\n");
+  // Echo `name` asking for every core, up to `max` instances.
+  auto all_cores = [&](const std::string& name, int max) {
+    return ControllerDeploy(*cluster_,
+                            "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: " + name +
+                                "\nspec:\n  handler:\n    builtin: echo\n"
+                                "  resources: {cpu: \"" +
+                                std::to_string(cores) +
+                                "\"}\n  scale: {min: 0, max: " + std::to_string(max) + "}\n");
+  };
+  auto wide = all_cores("wide", 5);
   ASSERT_EQ(wide.status, 201) << wide.body;
-  const std::map<std::string, std::pair<int, int>> one_each = {
-      {cluster_->node_name(0), {0, 1}}, {cluster_->node_name(1), {0, 1}},
-      {cluster_->node_name(2), {0, 1}}};
+  const std::map<std::string, std::pair<int, int>> one_each = {{cluster_->node_name(0), {0, 1}},
+                                                               {cluster_->node_name(1), {0, 1}},
+                                                               {cluster_->node_name(2), {0, 1}}};
   ASSERT_TRUE(WaitFor([&] { return PlacedMinMax(*cluster_, "wide") == one_each; }, 10s))
       << cluster_->ControllerLog(0);
   EXPECT_NE(cluster_->ControllerLog(0).find("placement: wide: 3 of its 5 instances fit"),
             std::string::npos);
   // The nodes are full of `wide`: a second such function has no room anywhere and is not placed
   // (the deploy itself is accepted: a node could hold it once `wide` goes).
-  auto more = ControllerDeploy(*cluster_,
-                               "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: more\n"
-                               "spec:\n  handler:\n    builtin: echo\n  resources: {cpu: \"" +
-                                   std::to_string(cores) + "\"}\n  scale: {min: 0, max: 1}\n");
+  auto more = all_cores("more", 1);
   ASSERT_EQ(more.status, 201) << more.body;
   EXPECT_TRUE(WaitFor(
       [&] {
-        return cluster_->ControllerLog(0).find("placement: more: no node has room for an instance") !=
-               std::string::npos;
+        return cluster_->ControllerLog(0).find(
+                   "placement: more: no node has room for an instance") != std::string::npos;
       },
       10s))
       << cluster_->ControllerLog(0);
   EXPECT_TRUE(PlacedMinMax(*cluster_, "more").empty());
   // Deleting `wide` frees the room: `more` is placed.
-  ASSERT_EQ(Http(cluster_->controller_port(0), "DELETE", "/v1/functions/wide", {},
-                 {"Authorization: Bearer " + cluster_->controller_token()})
-                .status,
-            200);
+  ASSERT_EQ(ControllerDelete(*cluster_, "wide").status, 200);
   EXPECT_TRUE(WaitFor([&] { return PlacedMinMax(*cluster_, "more").size() == 1; }, 10s))
       << cluster_->ControllerLog(0);
-  ASSERT_EQ(Http(cluster_->controller_port(0), "DELETE", "/v1/functions/more", {},
-                 {"Authorization: Bearer " + cluster_->controller_token()})
-                .status,
-            200);
+  ASSERT_EQ(ControllerDelete(*cluster_, "more").status, 200);
   // Instances that reserve no CPU spread over the nodes; min_scale goes to the nodes holding
   // most of the share, one instance at a time.
-  auto spread = ControllerDeploy(*cluster_,
-                                 "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: spread\n"
-                                 "spec:\n  handler:\n    builtin: echo\n  scale: {min: 2, max: 4}\n");
+  auto spread =
+      ControllerDeploy(*cluster_,
+                       "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: spread\n"
+                       "spec:\n  handler:\n    builtin: echo\n  scale: {min: 2, max: 4}\n");
   ASSERT_EQ(spread.status, 201) << spread.body;
   std::map<std::string, std::pair<int, int>> got;
   ASSERT_TRUE(WaitFor(
@@ -403,9 +378,8 @@ double ControllerMetric(TestCluster& c, const std::string& series) {
 }
 
 TEST_F(ClusterTest, TheLeaderAutoscalesAClusterFunctionFromEveryNodesSignals) {
-  StartCluster({});
+  StartListed({});
   if (IsSkipped() || HasFatalFailure()) return;
-  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1, 2}); }, 10s));
   auto r = ControllerDeploy(*cluster_,
                             "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: busy\n"
                             "spec:\n  handler:\n    builtin: sleep\n  concurrency: 1\n"
@@ -441,7 +415,8 @@ TEST_F(ClusterTest, TheLeaderAutoscalesAClusterFunctionFromEveryNodesSignals) {
     return ControllerMetric(*cluster_, "shoal_cluster_autoscaler_signal_nodes{function=\"busy\"}");
   };
   WaitFor([&] { return reporting_nodes() == 3; }, 10s);
-  const double desired = ControllerMetric(*cluster_, "shoal_cluster_autoscaler_desired{function=\"busy\"}");
+  const double desired =
+      ControllerMetric(*cluster_, "shoal_cluster_autoscaler_desired{function=\"busy\"}");
   const double reporting = reporting_nodes();
   loading = false;
   for (auto& t : clients) t.join();
@@ -459,12 +434,12 @@ TEST_F(ClusterTest, TheLeaderAutoscalesAClusterFunctionFromEveryNodesSignals) {
 TEST_F(ClusterTest, AFunctionNoNodeCanHoldIsRefusedNamingTheResource) {
   TestCluster::Options o;
   o.nodes = 2;
-  StartCluster(o);
+  StartListed(o);
   if (IsSkipped() || HasFatalFailure()) return;
-  ASSERT_TRUE(WaitFor([&] { return Listed() == Names({0, 1}); }, 10s));
-  auto big = ControllerDeploy(*cluster_,
-                              "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: big\n"
-                              "spec:\n  handler:\n    builtin: echo\n  resources: {cpu: \"1000\"}\n");
+  auto big =
+      ControllerDeploy(*cluster_,
+                       "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: big\n"
+                       "spec:\n  handler:\n    builtin: echo\n  resources: {cpu: \"1000\"}\n");
   EXPECT_EQ(big.status, 400);
   EXPECT_NE(big.body.find("big: spec.resources.cpu: 1000 cores fit on no node (the largest has "),
             std::string::npos)

@@ -78,6 +78,34 @@ void MapConfigPaths(YAML::Node node, const k8s::PodOnHost& pod, std::vector<std:
   }
 }
 
+// Polls (every 20 ms, 10 s at most) the log at `path` past `offset` until it matches `ready`
+// and holds `also`; false once `*pid` exits (then -1) or the time is up. `m` holds the match
+// within `*log`.
+bool AwaitReady(pid_t* pid, const std::string& path, size_t offset, const std::regex& ready,
+                const std::string& also, std::string* log, std::smatch* m) {
+  for (int t = 0; t < 500; ++t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    int status;
+    if (waitpid(*pid, &status, WNOHANG) == *pid) {
+      *pid = -1;
+      return false;
+    }
+    *log = Slurp(path).substr(offset);
+    if (log->find(also) != std::string::npos && std::regex_search(*log, *m, ready)) return true;
+  }
+  return false;
+}
+
+// The admin token a shoald or shoal-controller wrote to its state dir's admin.conf.
+std::string AdminToken(const std::string& state) {
+  std::istringstream conf(Slurp(state + "/admin.conf"));
+  std::string token;
+  for (std::string line; std::getline(conf, line);) {
+    if (line.rfind("token: ", 0) == 0) token = line.substr(7);
+  }
+  return token;
+}
+
 int Reap(pid_t pid, int sig) {
   if (pid <= 0) return -1;
   kill(pid, sig);
@@ -290,24 +318,14 @@ bool TestCluster::StartNode(int i, const std::string& name) {
   const std::string state = config["state_dir"].as<std::string>();
   const size_t offset = Slurp(p.log).size();
   p.pid = Launch(pod.Argv(), p.log, ns(i), pod.env());
-  const std::regex ready("shoald ready on http://");
-  for (int t = 0; t < 500; ++t) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    int status;
-    if (waitpid(p.pid, &status, WNOHANG) == p.pid) {
-      p.pid = -1;
-      return false;
-    }
-    const std::string log = Slurp(p.log).substr(offset);
-    if (log.find("cluster: node ") != std::string::npos && std::regex_search(log, ready)) {
-      std::istringstream conf(Slurp(state + "/admin.conf"));
-      for (std::string line; std::getline(conf, line);) {
-        if (line.rfind("token: ", 0) == 0) p.token = line.substr(7);
-      }
-      return HttpAt(node_ip(i), kGatewayPort, "GET", "/readyz", {}, {}, 0, 2000).status == 200;
-    }
+  std::string log;
+  std::smatch m;
+  if (!AwaitReady(&p.pid, p.log, offset, std::regex("shoald ready on http://"), "cluster: node ",
+                  &log, &m)) {
+    return false;
   }
-  return false;
+  p.token = AdminToken(state);
+  return HttpAt(node_ip(i), kGatewayPort, "GET", "/readyz", {}, {}, 0, 2000).status == 200;
 }
 
 int TestCluster::StopNode(int i, int sig) {
@@ -360,26 +378,16 @@ bool TestCluster::StartController(int j) {
               "--port", "0", "--state-dir", state, "--name", "ctl-" + std::to_string(j),
               "--lease-ttl", std::to_string(options_.controller_lease_ttl_s)},
              p.log, "");
-  const std::regex ready("shoal-controller ready on http://127.0.0.1:([0-9]+)");
-  for (int t = 0; t < 500; ++t) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    int status;
-    if (waitpid(p.pid, &status, WNOHANG) == p.pid) {
-      p.pid = -1;
-      return false;
-    }
-    const std::string log = Slurp(p.log).substr(offset);
-    std::smatch m;
-    if (std::regex_search(log, m, ready)) {
-      p.port = static_cast<uint16_t>(std::stoi(m[1]));
-      std::istringstream conf(Slurp(state + "/admin.conf"));
-      for (std::string line; std::getline(conf, line);) {
-        if (line.rfind("token: ", 0) == 0) controller_token_ = line.substr(7);
-      }
-      return true;
-    }
+  std::string log;
+  std::smatch m;
+  if (!AwaitReady(&p.pid, p.log, offset,
+                  std::regex("shoal-controller ready on http://127.0.0.1:([0-9]+)"), "", &log,
+                  &m)) {
+    return false;
   }
-  return false;
+  p.port = static_cast<uint16_t>(std::stoi(m[1]));
+  controller_token_ = AdminToken(state);
+  return true;
 }
 
 int TestCluster::StopController(int j, int sig) {

@@ -201,7 +201,7 @@ void FlCoordinator::CommitLoop() {
             const JobState::Ticket& t = job->tickets[tid];
             if (t.node.empty()) {  // another node's update is held (and logged) there
               u.buffers.push_back(t.buffer);
-              u.records.push_back(JobState::RecordOf(t));
+              u.records.push_back(RecordOf(t));
             }
             job->tickets.erase(tid);
           }

@@ -332,7 +332,7 @@ Status FlCoordinator::DeployJob(const FlJobSpec& in) {
       std::error_code ec;
       std::filesystem::create_directories(job->dir, ec);
       std::filesystem::remove(job->dir + "/updates.log", ec);
-      SHOAL_RETURN_IF_ERROR(job->OpenLog());
+      SHOAL_RETURN_IF_ERROR(job->log.Open(job->dir));
       job->algo->Start(job->Elapsed());
       if (job->spec.round_deadline_s > 0) job->round_deadline = job->spec.round_deadline_s;
       durable = Persist(job);

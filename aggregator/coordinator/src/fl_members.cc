@@ -43,27 +43,13 @@ struct FlMembers::Job {
   std::set<uint64_t> admitting;        // local tickets whose admission by the top is under way
   std::map<uint64_t, Round> rounds;    // by the top's round
   std::string dir;
-  int log_fd = -1;
+  UpdateLog log;
   uint64_t next_seq = 1;
   bool removed = false;
   // The buffer the leaves' partial sums are added up in for the top (its pages stay warm
   // round to round; a new one while the last is still being sent).
   std::shared_ptr<std::vector<float>> sum_spare;
 
-  ~Job() {
-    if (log_fd >= 0) close(log_fd);
-  }
-  LogRecord RecordOf(const Ticket& t) const {
-    LogRecord r;
-    r.seq = t.seq;
-    r.round = t.round;
-    r.buffer = t.buffer;
-    r.base_version = t.base_version;
-    r.num_samples = t.num_samples;
-    r.coefficient = t.coefficient;
-    std::strncpy(r.client, t.client.c_str(), sizeof r.client - 1);
-    return r;
-  }
   // Gives this node's hold (`slot`) on a pool buffer back. It fails only where the job's
   // bookkeeping and the pool disagree, never through what a client sent: logged with what the
   // buffer was, and the caller goes on (nothing to undo).
@@ -73,27 +59,11 @@ struct FlMembers::Job {
                     spec.name, top, what, offset, slot, st.ToString());
     }
   }
-  Status OpenLog() {
-    if (log_fd >= 0) close(log_fd);
-    log_fd = open((dir + "/updates.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    return log_fd < 0 ? ErrnoStatus("opening " + dir + "/updates.log", errno) : Status::Ok();
-  }
   // The log keeps the acknowledged updates the top's checkpoints do not include yet.
   void CompactLog() {
     std::string bytes;
-    for (const auto& [id, t] : tickets) {
-      if (!t.acked) continue;
-      const LogRecord r = RecordOf(t);
-      bytes.append(reinterpret_cast<const char*>(&r), sizeof r);
-    }
-    if (Status st = WriteFileAtomic(dir + "/updates.log", bytes.data(), bytes.size()); !st.ok()) {
-      spdlog::error("fl job {}: update log: {}", spec.name, st.ToString());
-      return;
-    }
-    if (Status st = OpenLog(); !st.ok()) {
-      // Appends fail until the next compaction reopens it; the updates stay in the pool.
-      spdlog::error("fl job {}: update log after compaction: {}", spec.name, st.ToString());
-    }
+    AppendAckedRecords(tickets, bytes);
+    log.Rewrite(spec.name, dir, bytes);
   }
   void ReleaseAll() {
     if (pool == nullptr) return;
@@ -189,7 +159,7 @@ Status FlMembers::Add(const FlJobSpec& spec, const std::string& top, uint32_t le
   std::error_code ec;
   std::filesystem::create_directories(job->dir, ec);
   std::filesystem::remove(job->dir + "/updates.log", ec);
-  SHOAL_RETURN_IF_ERROR(job->OpenLog());
+  SHOAL_RETURN_IF_ERROR(job->log.Open(job->dir));
   std::lock_guard lock(mu_);
   jobs_.emplace(spec.name, std::move(job));
   return {};
@@ -431,10 +401,8 @@ void FlMembers::Completed(uint64_t ticket, int http_status, bool leaf_answered) 
       // Durable here (pool + log) before the gateway answers 202 (it does once this returns).
       t.seq = job->next_seq++;
       t.acked = true;
-      const LogRecord r = job->RecordOf(t);
-      if (write(job->log_fd, &r, sizeof r) != static_cast<ssize_t>(sizeof r)) {
-        spdlog::error("fl job {}: appending to the update log: {}", job->spec.name,
-                      std::strerror(errno));
+      if (Status st = job->log.Append(RecordOf(t)); !st.ok()) {
+        spdlog::error("fl job {}: {}", job->spec.name, st.ToString());
       }
       round.partials[t.instance].tickets.push_back(ticket);
       ok = true;

@@ -231,7 +231,7 @@ Status FlCoordinator::RestoreJob(const std::string& dir, const Json& state, bool
       !st.ok()) {
     return Internal("FL job checkpoint " + dir + ": update log: " + st.message());
   }
-  SHOAL_RETURN_IF_ERROR(job->OpenLog());
+  SHOAL_RETURN_IF_ERROR(job->log.Open(job->dir));
   std::lock_guard lock(mu_);
   next_leaf_id_ = std::min(next_leaf_id_, job->leaf_id - 1);
   spdlog::info(
@@ -245,11 +245,11 @@ Status FlCoordinator::RestoreJob(const std::string& dir, const Json& state, bool
     // ids are its own.
     job->recovered.clear();
     if (Status st = WriteFileAtomic(dir + "/updates.log", "", 0); !st.ok()) {
-      // OpenLog below appends after them: a restart here would meet the lost top's records.
+      // log.Open below appends after them: a restart here would meet the lost top's records.
       spdlog::error("fl job {}: emptying the update log of the lost top's updates: {}",
                     job->spec.name, st.ToString());
     }
-    SHOAL_RETURN_IF_ERROR(job->OpenLog());
+    SHOAL_RETURN_IF_ERROR(job->log.Open(job->dir));
     job->leaf_id = next_leaf_id_--;
   }
   jobs_[job->spec.name] = job;

@@ -214,7 +214,7 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status, bool leaf_answer
       // (Another node's update is in that node's log: it acknowledged it.)
       if (t.node.empty()) {
         t.seq = job->next_seq++;
-        if (Status st = job->AppendLog(t); !st.ok()) {
+        if (Status st = job->log.Append(RecordOf(t)); !st.ok()) {
           spdlog::error("fl job {}: {}", job->spec.name, st.ToString());
         }
       }

@@ -85,6 +85,71 @@ struct LogRecord {
 };
 static_assert(sizeof(LogRecord) == 96);
 
+// The log record of a ticket (the coordinator's and FlMembers' tickets carry the same fields).
+template <class Ticket>
+LogRecord RecordOf(const Ticket& t) {
+  LogRecord r;
+  r.seq = t.seq;
+  r.round = t.round;
+  r.buffer = t.buffer;
+  r.base_version = t.base_version;
+  r.num_samples = t.num_samples;
+  r.coefficient = t.coefficient;
+  std::strncpy(r.client, t.client.c_str(), sizeof r.client - 1);
+  return r;
+}
+
+// The records of the acknowledged tickets of `tickets` (a map by ticket id), appended to `bytes`.
+template <class Tickets>
+void AppendAckedRecords(const Tickets& tickets, std::string& bytes) {
+  for (const auto& [id, t] : tickets) {
+    if (!t.acked) continue;
+    const LogRecord r = RecordOf(t);
+    bytes.append(reinterpret_cast<const char*>(&r), sizeof r);
+  }
+}
+
+// A job's update log, <dir>/updates.log: one LogRecord per acknowledged update, appended before
+// the client's 202. A write() that returned is in the page cache and survives the process
+// (kill -9); a power cut is a different failure (no fsync on the hot path).
+class UpdateLog {
+ public:
+  UpdateLog() = default;
+  UpdateLog(const UpdateLog&) = delete;
+  UpdateLog& operator=(const UpdateLog&) = delete;
+  ~UpdateLog() {
+    if (fd_ >= 0) close(fd_);
+  }
+
+  // Opens <dir>/updates.log for appending (again, where it was open).
+  Status Open(const std::string& dir) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = open((dir + "/updates.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    return fd_ < 0 ? ErrnoStatus("opening " + dir + "/updates.log", errno) : Status::Ok();
+  }
+  Status Append(const LogRecord& r) {
+    if (write(fd_, &r, sizeof r) != static_cast<ssize_t>(sizeof r)) {
+      return ErrnoStatus("appending to the update log", errno);
+    }
+    return Status::Ok();
+  }
+  // Replaces the log with `bytes` (whole records) and reopens it; failures are logged for job
+  // `job`. Until the log opens again (the next compaction), each acknowledged update's append
+  // fails and is logged on its own: those updates are not in the log for crash recovery.
+  void Rewrite(const std::string& job, const std::string& dir, const std::string& bytes) {
+    if (Status st = WriteFileAtomic(dir + "/updates.log", bytes.data(), bytes.size()); !st.ok()) {
+      spdlog::error("fl job {}: update log: {}", job, st.ToString());
+      return;
+    }
+    if (Status st = Open(dir); !st.ok()) {
+      spdlog::error("fl job {}: reopening the compacted update log: {}", job, st.ToString());
+    }
+  }
+
+ private:
+  int fd_ = -1;
+};
+
 }  // namespace coordinator_internal
 
 using namespace coordinator_internal;  // NOLINT(google-build-using-namespace): this library's own
@@ -232,15 +297,10 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   bool deleted = false;
   double best_accuracy = 0;
   uint32_t leaf_id = 0;
-  // The update log: one LogRecord per acknowledged update, appended before the 202.
-  int log_fd = -1;
+  UpdateLog log;
   std::string dir;
   uint64_t next_seq = 1;
   std::vector<LogRecord> recovered;  // read by Restore, re-folded by Recover
-
-  ~JobState() {
-    if (log_fd >= 0) close(log_fd);
-  }
 
   // Cluster mode (fl_cluster_top.cc): the partial-sum key of each node that folds updates of
   // this job for it, the rounds whose other nodes' partial sums are all here, and how far the
@@ -379,31 +439,6 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
       general_round = 0;
     }
   }
-  Status OpenLog() {
-    if (log_fd >= 0) close(log_fd);
-    log_fd = open((dir + "/updates.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    return log_fd < 0 ? ErrnoStatus("opening " + dir + "/updates.log", errno) : Status::Ok();
-  }
-  // Written before the client's 202: a write() that returned is in the page cache and survives
-  // the process (kill -9); a power cut is a different failure (no fsync on the hot path).
-  static LogRecord RecordOf(const Ticket& t) {
-    LogRecord r;
-    r.seq = t.seq;
-    r.round = t.round;
-    r.buffer = t.buffer;
-    r.base_version = t.base_version;
-    r.num_samples = t.num_samples;
-    r.coefficient = t.coefficient;
-    std::strncpy(r.client, t.client.c_str(), sizeof r.client - 1);
-    return r;
-  }
-  Status AppendLog(const Ticket& t) {
-    const LogRecord r = RecordOf(t);
-    const ssize_t n = write(log_fd, &r, sizeof r);
-    if (n != static_cast<ssize_t>(sizeof r))
-      return ErrnoStatus("appending to the update log", errno);
-    return Status::Ok();
-  }
   // Gives the job's hold (`slot`) on the pool buffer at `offset` back. It fails only where the
   // job's bookkeeping and the pool disagree (the slot does not hold that buffer, or it was
   // freed already) or the pool's lock died with its holder, never through what a client sent:
@@ -443,20 +478,8 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
       bytes.append(reinterpret_cast<const char*>(u.records.data()),
                    u.records.size() * sizeof(LogRecord));
     }
-    for (const auto& [id, t] : tickets) {
-      if (!t.acked) continue;
-      const LogRecord r = RecordOf(t);
-      bytes.append(reinterpret_cast<const char*>(&r), sizeof r);
-    }
-    if (Status st = WriteFileAtomic(dir + "/updates.log", bytes.data(), bytes.size()); !st.ok()) {
-      spdlog::error("fl job {}: update log: {}", spec.name, st.ToString());
-      return;
-    }
-    // Until the log opens again (the next compaction), each acknowledged update's append fails
-    // and is logged on its own: those updates are not in the log for crash recovery.
-    if (Status st = OpenLog(); !st.ok()) {
-      spdlog::error("fl job {}: reopening the compacted update log: {}", spec.name, st.ToString());
-    }
+    AppendAckedRecords(tickets, bytes);
+    log.Rewrite(spec.name, dir, bytes);
   }
   // Folds the acknowledged updates of `ids` (still in the pool) into the float32 sum at `acc`.
   size_t Refold(float* acc, const std::vector<uint64_t>& ids) {

@@ -27,17 +27,7 @@ Status PlacedFunctions::Start() {
   if (!functions.ok()) return functions.status();
   auto placements = etcd_->GetPrefix(keys_.prefix() + "/placements/");
   if (!placements.ok()) return placements.status();
-  {
-    std::lock_guard lock(mu_);
-    functions_.clear();
-    placements_.clear();
-    all_.clear();
-  }
-  std::vector<WatchEvent> f, p;
-  for (auto& kv : functions->kvs) f.push_back({WatchEvent::Type::kPut, std::move(kv)});
-  for (auto& kv : placements->kvs) p.push_back({WatchEvent::Type::kPut, std::move(kv)});
-  OnFunctions(f);
-  OnPlacements(p);
+  Replace(*functions, *placements);
   auto fw = etcd_->WatchPrefix(
       keys_.Functions(), functions->revision + 1,
       [this](const std::vector<WatchEvent>& ev, int64_t) { OnFunctions(ev); },
@@ -62,6 +52,10 @@ void PlacedFunctions::Resync() {
     spdlog::warn("cluster: re-reading functions and placements failed; the watches carry on");
     return;
   }
+  Replace(*functions, *placements);
+}
+
+void PlacedFunctions::Replace(RangeResult& functions, RangeResult& placements) {
   {
     std::lock_guard lock(mu_);
     functions_.clear();
@@ -69,8 +63,8 @@ void PlacedFunctions::Resync() {
     all_.clear();
   }
   std::vector<WatchEvent> f, p;
-  for (auto& kv : functions->kvs) f.push_back({WatchEvent::Type::kPut, std::move(kv)});
-  for (auto& kv : placements->kvs) p.push_back({WatchEvent::Type::kPut, std::move(kv)});
+  for (auto& kv : functions.kvs) f.push_back({WatchEvent::Type::kPut, std::move(kv)});
+  for (auto& kv : placements.kvs) p.push_back({WatchEvent::Type::kPut, std::move(kv)});
   OnFunctions(f);
   OnPlacements(p);
 }

@@ -44,6 +44,8 @@ class PlacedFunctions {
 
  private:
   void Resync();  // re-reads both prefixes (start, and after a compaction)
+  // Forgets what it knew and takes the read prefixes as they are (their key-values move out).
+  void Replace(RangeResult& functions, RangeResult& placements);
   void OnFunctions(const std::vector<WatchEvent>& events);
   void OnPlacements(const std::vector<WatchEvent>& events);
   EtcdClient* etcd_;
@@ -52,8 +54,8 @@ class PlacedFunctions {
   std::function<void()> on_change_;
   std::function<void()> on_any_;
   mutable std::mutex mu_;
-  std::map<std::string, ClusterFunction> functions_;  // every cluster function, by name
-  std::map<std::string, Placement> placements_;       // this node's, by function
+  std::map<std::string, ClusterFunction> functions_;             // every cluster function, by name
+  std::map<std::string, Placement> placements_;                  // this node's, by function
   std::map<std::string, std::map<std::string, Placement>> all_;  // function -> node -> placement
   std::unique_ptr<EtcdWatch> functions_watch_;
   std::unique_ptr<EtcdWatch> placements_watch_;

@@ -35,41 +35,20 @@ double SampleGamma(std::mt19937_64& rng, double shape, double scale) {
   }
 }
 
-Distribution Distribution::Constant(double value) {
-  Distribution d;
-  d.kind_ = Kind::kConstant;
-  d.a_ = value;
-  return d;
-}
+Distribution Distribution::Constant(double value) { return {Kind::kConstant, value}; }
 
-Distribution Distribution::Uniform(double lo, double hi) {
-  Distribution d;
-  d.kind_ = Kind::kUniform;
-  d.a_ = lo;
-  d.b_ = hi;
-  return d;
-}
+Distribution Distribution::Uniform(double lo, double hi) { return {Kind::kUniform, lo, hi}; }
 
-Distribution Distribution::Exponential(double mean) {
-  Distribution d;
-  d.kind_ = Kind::kExponential;
-  d.a_ = mean;
-  return d;
-}
+Distribution Distribution::Exponential(double mean) { return {Kind::kExponential, mean}; }
 
 Distribution Distribution::LogNormal(double median, double sigma) {
-  Distribution d;
-  d.kind_ = Kind::kLogNormal;
-  d.a_ = std::log(median);
-  d.b_ = sigma;
-  return d;
+  return {Kind::kLogNormal, std::log(median), sigma};
 }
 
 Distribution Distribution::Empirical(std::vector<double> samples) {
   if (samples.empty()) return Constant(0);
-  Distribution d;
-  d.kind_ = Kind::kEmpirical;
-  d.a_ = std::accumulate(samples.begin(), samples.end(), 0.0) / samples.size();
+  Distribution d(Kind::kEmpirical,
+                 std::accumulate(samples.begin(), samples.end(), 0.0) / samples.size());
   d.samples_ = std::make_shared<const std::vector<double>>(std::move(samples));
   return d;
 }

@@ -36,6 +36,8 @@ class Distribution {
   Kind kind() const { return kind_; }
 
  private:
+  Distribution(Kind kind, double a, double b = 0) : kind_(kind), a_(a), b_(b) {}
+
   Kind kind_ = Kind::kConstant;
   double a_ = 0;
   double b_ = 0;

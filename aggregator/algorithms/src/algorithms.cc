@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace shoal::aggregator {
@@ -88,6 +90,28 @@ Status CheckOptimizerState(const std::vector<float>& v, size_t n, std::string_vi
   return Status::Ok();
 }
 
+// A synchronous commit: the checks, then step(i, average) for every parameter i, where average
+// is the round's weighted average of it; the version moves on. The optimizer vectors in
+// `moments` (what each is, for the error) are checked against the model's size first and start
+// as zeros where the model has none yet: the step updates them.
+template <class Step>
+Status SyncCommit(const PartialSum& total, ModelState& state,
+                  std::initializer_list<std::pair<std::vector<float>*, const char*>> moments,
+                  Step step) {
+  SHOAL_RETURN_IF_ERROR(CheckTotal(total, state));
+  const size_t n = state.weights.size();
+  for (const auto& [v, what] : moments) SHOAL_RETURN_IF_ERROR(CheckOptimizerState(*v, n, what));
+  auto inv = InverseWeight(total);
+  if (!inv.ok()) return inv.status();
+  for (const auto& [v, what] : moments) {
+    if (v->empty()) v->assign(n, 0.0f);
+  }
+  auto s = total.sum();
+  for (size_t i = 0; i < n; ++i) step(i, static_cast<double>(s[i]) * *inv);
+  ++state.version;
+  return Status::Ok();
+}
+
 }  // namespace
 
 uint64_t Staleness(const UpdateMeta& meta) {
@@ -149,55 +173,34 @@ Status FedCompassParams::Validate() const {
 // -------------------------------------------------------
 
 Status FedAvg::Commit(const PartialSum& total, const VersionStore&, ModelState& state) {
-  SHOAL_RETURN_IF_ERROR(CheckTotal(total, state));
-  auto inv = InverseWeight(total);
-  if (!inv.ok()) return inv.status();
-  auto s = total.sum();
-  for (size_t i = 0; i < state.weights.size(); ++i) {
-    state.weights[i] = static_cast<float>(static_cast<double>(s[i]) * *inv);
-  }
-  ++state.version;
-  return Status::Ok();
+  return SyncCommit(total, state, {}, [&](size_t i, double average) {
+    state.weights[i] = static_cast<float>(average);
+  });
 }
 
 Status FedAvgM::Commit(const PartialSum& total, const VersionStore&, ModelState& state) {
-  SHOAL_RETURN_IF_ERROR(CheckTotal(total, state));
-  const size_t n = state.weights.size();
-  SHOAL_RETURN_IF_ERROR(CheckOptimizerState(state.momentum, n, "FedAvgM momentum"));
-  auto inv = InverseWeight(total);
-  if (!inv.ok()) return inv.status();
-  auto s = total.sum();
-  if (state.momentum.empty()) state.momentum.assign(n, 0.0f);
-  for (size_t i = 0; i < n; ++i) {
-    const double delta = static_cast<double>(s[i]) * *inv - state.weights[i];
-    const double v = p_.beta * state.momentum[i] + delta;
-    state.momentum[i] = static_cast<float>(v);
-    state.weights[i] = static_cast<float>(state.weights[i] + p_.eta * v);
-  }
-  ++state.version;
-  return Status::Ok();
+  return SyncCommit(total, state, {{&state.momentum, "FedAvgM momentum"}},
+                    [&](size_t i, double average) {
+                      const double delta = average - state.weights[i];
+                      const double v = p_.beta * state.momentum[i] + delta;
+                      state.momentum[i] = static_cast<float>(v);
+                      state.weights[i] = static_cast<float>(state.weights[i] + p_.eta * v);
+                    });
 }
 
 Status FedAdam::Commit(const PartialSum& total, const VersionStore&, ModelState& state) {
-  SHOAL_RETURN_IF_ERROR(CheckTotal(total, state));
-  const size_t n = state.weights.size();
-  SHOAL_RETURN_IF_ERROR(CheckOptimizerState(state.momentum, n, "FedAdam first moment"));
-  SHOAL_RETURN_IF_ERROR(CheckOptimizerState(state.second_moment, n, "FedAdam second moment"));
-  auto inv = InverseWeight(total);
-  if (!inv.ok()) return inv.status();
-  auto s = total.sum();
-  if (state.momentum.empty()) state.momentum.assign(n, 0.0f);
-  if (state.second_moment.empty()) state.second_moment.assign(n, 0.0f);
-  for (size_t i = 0; i < n; ++i) {
-    const double delta = static_cast<double>(s[i]) * *inv - state.weights[i];
-    const double m = p_.beta1 * state.momentum[i] + (1 - p_.beta1) * delta;
-    const double v = p_.beta2 * state.second_moment[i] + (1 - p_.beta2) * delta * delta;
-    state.momentum[i] = static_cast<float>(m);
-    state.second_moment[i] = static_cast<float>(v);
-    state.weights[i] = static_cast<float>(state.weights[i] + p_.eta * m / (std::sqrt(v) + p_.tau));
-  }
-  ++state.version;
-  return Status::Ok();
+  return SyncCommit(
+      total, state,
+      {{&state.momentum, "FedAdam first moment"}, {&state.second_moment, "FedAdam second moment"}},
+      [&](size_t i, double average) {
+        const double delta = average - state.weights[i];
+        const double m = p_.beta1 * state.momentum[i] + (1 - p_.beta1) * delta;
+        const double v = p_.beta2 * state.second_moment[i] + (1 - p_.beta2) * delta * delta;
+        state.momentum[i] = static_cast<float>(m);
+        state.second_moment[i] = static_cast<float>(v);
+        state.weights[i] =
+            static_cast<float>(state.weights[i] + p_.eta * m / (std::sqrt(v) + p_.tau));
+      });
 }
 
 // ---- Asynchronous: FedAsync, FedBuff, FedFix ---------------------------------------------------

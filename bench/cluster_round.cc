@@ -183,23 +183,13 @@ Layout RunLayout(bool hierarchy, int updates, int runs, int senders,
         }
         // Update k enters node k % nodes; that node's senders take its updates in turn.
         for (int k = s; k < updates; k += total_senders) {
-          const std::string head = shoal::bench::PostHead("/v1/jobs/" + job + "/updates",
-                                                          prefixes[k].size() + area.size(), auth);
-          if (k == s) first_write[s] = Now();
-          const bool sent = shoal::bench::WriteAll(
-              fd, {{const_cast<char*>(head.data()), head.size()},
-                   {const_cast<char*>(prefixes[k].data()), prefixes[k].size()},
-                   {const_cast<std::byte*>(area.data()), area.size()}});
-          last_write[s] = Now();
-          std::string body;
-          const int status = shoal::bench::ReadResponse(fd, &body);
-          if (status != 202) {
-            if (failures++ == 0) {
-              std::fprintf(stderr,
-                           "bench-cluster-round: %s: update %d via node %d: %s, HTTP %d %s\n",
-                           out.name.c_str(), k, node, sent ? "sent" : "not sent whole", status,
-                           body.substr(0, 200).c_str());
-            }
+          const auto p = shoal::bench::PostUpdate(fd, job, prefixes[k], area, auth);
+          if (k == s) first_write[s] = p.write_start;
+          last_write[s] = p.write_end;
+          if (p.status != 202 && failures++ == 0) {
+            std::fprintf(stderr, "bench-cluster-round: %s: update %d via node %d: %s, HTTP %d %s\n",
+                         out.name.c_str(), k, node, p.sent ? "sent" : "not sent whole", p.status,
+                         p.body.substr(0, 200).c_str());
           }
         }
         close(fd);

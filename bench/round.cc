@@ -64,10 +64,7 @@ double TcpSeconds(int updates, int senders, size_t prefix_bytes, const std::vect
       threads.emplace_back([&, s] {
         for (int k = s; k < updates; k += senders) {
           if (k == s) first[s] = Now();
-          if (!shoal::bench::WriteAll(fds[s],
-                                      {{const_cast<char*>(head.data()), head.size()},
-                                       {const_cast<char*>(prefix.data()), prefix.size()},
-                                       {const_cast<std::byte*>(area.data()), area.size()}}) ||
+          if (!shoal::bench::WriteUpdate(fds[s], head, prefix, area) ||
               shoal::bench::ReadResponse(fds[s]) != 200) {
             ++bad;
           }
@@ -173,21 +170,15 @@ RoundResult RunRound(int leaves, int updates, int senders, const std::vector<std
       threads.emplace_back([&, s] {
         int fd = shoal::bench::ConnectLoopback(shoald.port());
         for (int k = s; k < updates; k += senders) {
-          const std::string head = shoal::bench::PostHead("/v1/jobs/" + job + "/updates",
-                                                          prefixes[k].size() + area.size(), auth);
-          if (k == s) first_write[s] = Now();
-          const bool sent = shoal::bench::WriteAll(
-              fd, {{const_cast<char*>(head.data()), head.size()},
-                   {const_cast<char*>(prefixes[k].data()), prefixes[k].size()},
-                   {const_cast<std::byte*>(area.data()), area.size()}});
-          last_write[s] = Now();
-          std::string body;
-          const int status = shoal::bench::ReadResponse(fd, &body);
-          if (status != 202) {
+          const auto p = shoal::bench::PostUpdate(fd, job, prefixes[k], area, auth);
+          if (k == s) first_write[s] = p.write_start;
+          last_write[s] = p.write_end;
+          if (p.status != 202) {
             // Said once per sender: a refusal closes the connection, so its later updates fail.
             if (failures++ == 0 || k == s) {
               std::fprintf(stderr, "bench-round: update %d: %s, HTTP %d %s\n", k,
-                           sent ? "sent" : "not sent whole", status, body.substr(0, 200).c_str());
+                           p.sent ? "sent" : "not sent whole", p.status,
+                           p.body.substr(0, 200).c_str());
             }
           }
         }

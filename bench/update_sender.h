@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -94,6 +95,34 @@ inline std::string PostHead(const std::string& path, size_t length,
          " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/octet-stream\r\n" +
          (extra_header.empty() ? std::string() : extra_header + "\r\n") +
          "Content-Length: " + std::to_string(length) + "\r\n\r\n";
+}
+
+// One request: `head`, then a client's update prefix, then the tensor area all clients share.
+// False on a socket error.
+inline bool WriteUpdate(int fd, const std::string& head, const std::string& prefix,
+                        const std::vector<std::byte>& area) {
+  return WriteAll(fd, {{const_cast<char*>(head.data()), head.size()},
+                       {const_cast<char*>(prefix.data()), prefix.size()},
+                       {const_cast<std::byte*>(area.data()), area.size()}});
+}
+
+// An update posted to /v1/jobs/<job>/updates and its answer (status 0: no answer).
+struct PostedUpdate {
+  bool sent = false;  // every byte written
+  int status = 0;
+  std::string body;
+  double write_start = 0, write_end = 0;  // Now() around the writes
+};
+inline PostedUpdate PostUpdate(int fd, const std::string& job, const std::string& prefix,
+                               const std::vector<std::byte>& area, const std::string& auth) {
+  PostedUpdate p;
+  const std::string head =
+      PostHead("/v1/jobs/" + job + "/updates", prefix.size() + area.size(), auth);
+  p.write_start = Now();
+  p.sent = WriteUpdate(fd, head, prefix, area);
+  p.write_end = Now();
+  p.status = ReadResponse(fd, &p.body);
+  return p;
 }
 
 }  // namespace shoal::bench

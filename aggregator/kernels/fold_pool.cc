@@ -24,52 +24,24 @@ void FoldPool::set_chunk_elements(size_t n) {
 }
 
 void FoldPool::Fold(float* acc, const void* x, DType dtype, size_t n, float w) {
-  Job job;
-  job.op = Op::kFold;
-  job.dtype = dtype;
-  job.f32 = acc;
-  job.wire = x;
-  job.n = n;
-  job.scalar = w;
-  Run(job);
+  Run({.op = Op::kFold, .dtype = dtype, .f32 = acc, .wire = x, .n = n, .scalar = w});
 }
 
 void FoldPool::Scale(float* acc, size_t n, float a) {
-  Job job;
-  job.op = Op::kScale;
-  job.f32 = acc;
-  job.n = n;
-  job.scalar = a;
-  Run(job);
+  Run({.op = Op::kScale, .f32 = acc, .n = n, .scalar = a});
 }
 
 bool FoldPool::AllFinite(const void* x, DType dtype, size_t n) {
-  Job job;
-  job.op = Op::kAllFinite;
-  job.dtype = dtype;
-  job.wire = x;
-  job.n = n;
-  return Run(job);
+  return Run({.op = Op::kAllFinite, .dtype = dtype, .wire = x, .n = n});
 }
 
 void FoldPool::ConvertToF32(float* out, const void* x, DType dtype, size_t n) {
-  Job job;
-  job.op = Op::kToF32;
-  job.dtype = dtype;
-  job.f32 = out;
-  job.wire = x;
-  job.n = n;
-  Run(job);
+  Run({.op = Op::kToF32, .dtype = dtype, .f32 = out, .wire = x, .n = n});
 }
 
 void FoldPool::ConvertFromF32(void* out, const float* x, DType dtype, size_t n) {
-  Job job;
-  job.op = Op::kFromF32;
-  job.dtype = dtype;
-  job.f32 = const_cast<float*>(x);  // only read for kFromF32
-  job.wire_out = out;
-  job.n = n;
-  Run(job);
+  // f32 is only read for kFromF32.
+  Run({.op = Op::kFromF32, .dtype = dtype, .f32 = const_cast<float*>(x), .wire_out = out, .n = n});
 }
 
 void FoldPool::RunRange(const Job& job, size_t begin, size_t end) {

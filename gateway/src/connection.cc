@@ -250,25 +250,30 @@ bool Connection::RouteRequest(const RequestHead& head) {
     msg += "' not found";
     return Reject(404, std::move(msg));
   };
+  // fn_, looked up by function or model name: one this node lacks may run on another node
+  // (cluster mode). Before any pool memory is taken: a function with `auth: token` needs a token
+  // that may invoke it.
+  auto call_function = [&](ForwardTable::Kind kind, std::string_view what) {
+    if (!fn_ || fn_->retired.load(std::memory_order_relaxed)) {
+      fn_.reset();
+      bool take_body = false;
+      if (TryForward(head, kind, m.name, &take_body)) return take_body;
+      return not_found(what, m.name);
+    }
+    if (kind == ForwardTable::Kind::kModel) function_name_ = fn_->spec.name;
+    if (fn_->spec.require_token && !Authorize(head, auth::Action::kInvoke, fn_->spec.tenant, {})) {
+      fn_.reset();
+      return has_body;
+    }
+    return PrepareFunctionBody(head);
+  };
   switch (m.kind) {
     case RouteKind::kModel:
       // Open Inference Protocol: /v2/models/{model}[/versions/{v}][/infer|/ready] goes to the
       // function serving that model, exactly like /fn/{function}[/sub/path].
       sub_path_ = m.sub_path;
       fn_ = m.name.empty() ? nullptr : gw.functions_.FindModel(m.name);
-      if (!fn_ || fn_->retired.load(std::memory_order_relaxed)) {
-        fn_.reset();
-        bool take_body = false;
-        if (TryForward(head, ForwardTable::Kind::kModel, m.name, &take_body)) return take_body;
-        return not_found("model", m.name);
-      }
-      function_name_ = fn_->spec.name;
-      if (fn_->spec.require_token &&
-          !Authorize(head, auth::Action::kInvoke, fn_->spec.tenant, {})) {
-        fn_.reset();
-        return has_body;
-      }
-      return PrepareFunctionBody(head);
+      return call_function(ForwardTable::Kind::kModel, "model");
     case RouteKind::kInternalFunction:
       // Internal functions (FL leaves, "fl.<job>") take requests only through their route.
       function_name_ = m.name;
@@ -277,20 +282,7 @@ bool Connection::RouteRequest(const RequestHead& head) {
       function_name_ = m.name;
       sub_path_ = m.sub_path;
       fn_ = gw.functions_.Find(function_name_);
-      if (!fn_ || fn_->retired.load(std::memory_order_relaxed)) {
-        fn_.reset();
-        bool take_body = false;
-        if (TryForward(head, ForwardTable::Kind::kFunction, m.name, &take_body)) return take_body;
-        return not_found("function", function_name_);
-      }
-      // Before any pool memory is taken: a function with `auth: token` needs a token that may
-      // invoke it.
-      if (fn_->spec.require_token &&
-          !Authorize(head, auth::Action::kInvoke, fn_->spec.tenant, {})) {
-        fn_.reset();
-        return has_body;
-      }
-      return PrepareFunctionBody(head);
+      return call_function(ForwardTable::Kind::kFunction, "function");
     case RouteKind::kFlUpdate:
       fl_job_ = m.job;
       function_name_ = fl->LeafFunction(fl_job_);

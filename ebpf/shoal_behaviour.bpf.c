@@ -3,7 +3,9 @@
 // the id of its cgroup) for the compromise detector (detect/). Only instances user space has
 // registered in `instances` are counted; every other task returns after one lookup.
 //   tp_btf/sys_enter           syscalls by class; execve, connect and open with their argument
-//                              (optional: every syscall of the node pays for this hook)
+//                              (optional: every syscall of the node pays for this hook while it
+//                              is attached; sampled: attached for a slice of each interval,
+//                              counting classes and reporting open attempts only)
 //   tp_btf/inet_sock_set_state without sys_enter: TCP connects and their destination
 //   tp_btf/sched_process_exec  the program an execve ran (its path from kernel memory)
 //   tp_btf/sched_stat_runtime  CPU time (every scheduler tick and switch of a running task)
@@ -11,8 +13,8 @@
 //   tp_btf/sock_send_length, tp_btf/sock_recv_length   socket bytes
 // BTF-typed raw tracepoints (tp_btf) and CO-RE: nothing needs tracefs, the kernel types below
 // are relocated against the running kernel's BTF, and kernel pointers are walked with plain
-// loads the verifier checks (no helper call per level: every syscall of the node pays it). The layout user space reads is
-// shoal/ebpf/behaviour_abi.h.
+// loads the verifier checks (no helper call per level: every syscall of the node pays it). The
+// layout user space reads is shoal/ebpf/behaviour_abi.h.
 #include <linux/bpf.h>
 #include <linux/types.h>
 #include <bpf/bpf_helpers.h>
@@ -50,6 +52,7 @@ struct sock {
   struct sock_common __sk_common;
 } __attribute__((preserve_access_index));
 struct task_struct {
+  int tgid;
   struct css_set *cgroups;
 } __attribute__((preserve_access_index));
 struct pt_regs {
@@ -60,9 +63,13 @@ struct pt_regs {
 enum cgroup_subsys_id { memory_cgrp_id = 4 };
 
 const volatile __u32 cgroup_mode = SHOAL_BHV_CGROUP_V2;
-/* Whether sys_enter is attached (user space's choice): without it, TCP connects are counted and
- * reported from inet_sock_set_state instead, and syscall classes and opens are not seen. */
-const volatile __u32 syscall_hook = 1;
+/* How sys_enter is used (user space's choice, SHOAL_BHV_SYSCALLS_*): always attached, it counts
+ * and reports everything it sees. Off, TCP connects are counted and reported from
+ * inet_sock_set_state and execs from sched_process_exec, and syscall classes and opens are not
+ * seen. Sampled (attached for a slice of each interval only), it counts syscall classes and
+ * reports open attempts, while execs, connects and opens are counted by the per-event hooks
+ * (opens by user space's fanotify). */
+const volatile __u32 syscall_hook = SHOAL_BHV_SYSCALLS_ALWAYS;
 
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -88,6 +95,16 @@ struct {
   __type(key, struct seen_key);
   __type(value, __u8);
 } seen SEC(".maps");
+
+/* Process (tgid) -> its instance's cgroup id: every process a watched instance forks (user
+ * space adds each instance's own), so that user space can tell whose an event it sees by pid
+ * only (fanotify's opens) is, even after the process exited. Removed with the instance. */
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, 65536);
+  __type(key, __u32);
+  __type(value, __u64);
+} pids SEC(".maps");
 
 struct {
   __uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -214,6 +231,14 @@ int shoal_bhv_sys_enter(__u64 *ctx) {
   if (cls < SHOAL_BHV_CLASSES) c->syscalls[cls] += 1; /* per-CPU value: no atomics needed */
 
   struct pt_regs *regs = (struct pt_regs *)ctx[0];
+  if (syscall_hook == SHOAL_BHV_SYSCALLS_SAMPLED) {
+    /* A slice: classes, and the open attempts (fanotify sees only the opens that succeed). */
+    if (nr == SHOAL_BHV_NR_OPEN) path_event(c, cgid, SHOAL_BHV_EV_OPEN, (const void *)regs->di, 1);
+    if (nr == SHOAL_BHV_NR_OPENAT || nr == SHOAL_BHV_NR_OPENAT2) {
+      path_event(c, cgid, SHOAL_BHV_EV_OPEN, (const void *)regs->si, 1);
+    }
+    return 0;
+  }
   switch (nr) {
     case SHOAL_BHV_NR_EXECVE:
       c->execs += 1;
@@ -243,10 +268,10 @@ int shoal_bhv_sys_enter(__u64 *ctx) {
 }
 
 /* A TCP connect's SYN_SENT (process context: current is the connecting task). Only without the
- * sys_enter hook: a per-event hook, so that no other syscall pays for it. */
+ * always-attached sys_enter hook: a per-event hook, so that no other syscall pays for it. */
 SEC("tp_btf/inet_sock_set_state")
 int shoal_bhv_tcp_connect(__u64 *ctx) {
-  if (syscall_hook || (int)ctx[2] != 2 /* TCP_SYN_SENT */) return 0;
+  if (syscall_hook == SHOAL_BHV_SYSCALLS_ALWAYS || (int)ctx[2] != 2 /* TCP_SYN_SENT */) return 0;
   __u64 cgid;
   struct shoal_bhv_counters *c = current_instance(&cgid);
   if (!c) return 0;
@@ -284,7 +309,8 @@ int shoal_bhv_exec(__u64 *ctx) {
   __u64 cgid;
   struct shoal_bhv_counters *c = current_instance(&cgid);
   if (!c) return 0;
-  if (!syscall_hook) c->execs += 1;  /* else counted (attempts) at sys_enter */
+  /* Always attached, sys_enter counted the attempts. */
+  if (syscall_hook != SHOAL_BHV_SYSCALLS_ALWAYS) c->execs += 1;
   struct linux_binprm *bprm = (struct linux_binprm *)ctx[2];
   path_event(c, cgid, SHOAL_BHV_EV_EXEC, bprm->filename, 0);
   return 0;
@@ -305,7 +331,11 @@ SEC("tp_btf/sched_process_fork")
 int shoal_bhv_fork(__u64 *ctx) {
   __u64 cgid;
   struct shoal_bhv_counters *c = current_instance(&cgid);
-  if (c) c->forks += 1;
+  if (!c) return 0;
+  c->forks += 1;
+  struct task_struct *child = (struct task_struct *)ctx[1];
+  __u32 tgid = (__u32)child->tgid; /* a thread's is its process's: the same entry */
+  bpf_map_update_elem(&pids, &tgid, &cgid, BPF_ANY);
   return 0;
 }
 

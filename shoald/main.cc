@@ -205,6 +205,11 @@ int main(int argc, char** argv) {
       "{} MiB",
       config.node_name, config.state_dir, config.pool_bytes >> 20, config.max_body_bytes >> 20);
 
+  // The compromise detector's fanotify (detect_syscalls: sampled) marks the filesystems, which
+  // needs CAP_SYS_ADMIN: done before that is dropped (reading its events needs no capability).
+  Result<std::unique_ptr<OpenWatch>> open_watch = Unavailable("not used");
+  const bool watch_opens = config.detect && config.detect_syscalls == DetectSyscalls::kSampled;
+  if (watch_opens) open_watch = OpenWatch::Start();
   // Still one thread: capabilities are per thread, so the limit set here is every thread's.
   if (auto caps = LimitCapabilities(DaemonCapabilities(config.listen_port < 1024)); !caps.ok()) {
     spdlog::error("capabilities: {}", caps.status().ToString());
@@ -276,6 +281,7 @@ int main(int argc, char** argv) {
   std::atomic<cluster::NodeAgent*> cluster_view{nullptr};
   // The compromise detector (issue 18): watches the instances the manager reports ready.
   BehaviourMonitor monitor(config, loop);
+  if (watch_opens) monitor.SetOpenWatch(std::move(open_watch));
   // Cluster mode: the cluster functions placed on this node, as this node runs them (its share
   // of their scale).
   auto placed_specs = [&cluster_view, &config] {

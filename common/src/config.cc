@@ -20,6 +20,18 @@ const char* InstanceStartName(InstanceStart mode) {
   return mode == InstanceStart::kZygote ? "zygote" : "spawn";
 }
 
+const char* DetectSyscallsName(DetectSyscalls mode) {
+  switch (mode) {
+    case DetectSyscalls::kOn:
+      return "true";
+    case DetectSyscalls::kOff:
+      return "false";
+    case DetectSyscalls::kSampled:
+      return "sampled";
+  }
+  return "sampled";
+}
+
 const char* CgroupModeName(CgroupMode mode) {
   switch (mode) {
     case CgroupMode::kAuto: return "auto";
@@ -139,7 +151,22 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
       st = Read(v, "checkpoint_dir", c.checkpoint_dir);
     else if (key == "zygote_timeout_ms") st = Read(v, "zygote_timeout_ms", c.zygote_timeout_ms);
     else if (key == "detect") st = Read(v, "detect", c.detect);
-    else if (key == "detect_syscalls") st = Read(v, "detect_syscalls", c.detect_syscalls);
+    else if (key == "detect_syscalls") {
+      std::string m;
+      st = Read(v, "detect_syscalls", m);
+      if (st.ok()) {
+        if (m == "true")
+          c.detect_syscalls = DetectSyscalls::kOn;
+        else if (m == "false")
+          c.detect_syscalls = DetectSyscalls::kOff;
+        else if (m == "sampled")
+          c.detect_syscalls = DetectSyscalls::kSampled;
+        else
+          st = InvalidArgument("config: detect_syscalls: must be true, false or sampled, not '" +
+                               m + "' (line " + std::to_string(v.Mark().line + 1) + ")");
+      }
+    } else if (key == "detect_sample_percent")
+      st = Read(v, "detect_sample_percent", c.detect_sample_percent);
     else if (key == "detect_interval_ms") st = Read(v, "detect_interval_ms", c.detect_interval_ms);
     else if (key == "detect_learn_intervals")
       st = Read(v, "detect_learn_intervals", c.detect_learn_intervals);
@@ -185,6 +212,9 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
   if (c.tenant_uid_base == 0) return InvalidArgument("config: tenant_uid_base: must not be 0 (root)");
   if (c.detect_interval_ms < 100 || c.detect_interval_ms > 600000) {
     return InvalidArgument("config: detect_interval_ms: must be 100 to 600000 ms");
+  }
+  if (c.detect_sample_percent < 1 || c.detect_sample_percent > 100) {
+    return InvalidArgument("config: detect_sample_percent: must be 1 to 100");
   }
   if (c.detect_learn_intervals < 1) {
     return InvalidArgument("config: detect_learn_intervals: must be at least 1");
@@ -259,7 +289,8 @@ std::string NodeConfig::ToYaml() const {
   e << YAML::Key << "instance_start" << YAML::Value << InstanceStartName(instance_start);
   e << YAML::Key << "zygote_timeout_ms" << YAML::Value << zygote_timeout_ms;
   e << YAML::Key << "detect" << YAML::Value << detect;
-  e << YAML::Key << "detect_syscalls" << YAML::Value << detect_syscalls;
+  e << YAML::Key << "detect_syscalls" << YAML::Value << DetectSyscallsName(detect_syscalls);
+  e << YAML::Key << "detect_sample_percent" << YAML::Value << detect_sample_percent;
   e << YAML::Key << "detect_interval_ms" << YAML::Value << detect_interval_ms;
   e << YAML::Key << "detect_learn_intervals" << YAML::Value << detect_learn_intervals;
   e << YAML::Key << "etcd" << YAML::Value << etcd;

@@ -57,9 +57,15 @@ const std::array<FeatureDef, kFeatures>& Features() {
   return defs;
 }
 
+bool SyscallsCounted(const Interval& iv) { return iv.syscall_seconds != 0; }
+
 std::array<double, kFeatures> FeatureCounts(const Interval& iv) {
   std::array<double, kFeatures> c{};
-  for (int i = 0; i < kSyscallClasses; ++i) c[i] = static_cast<double>(iv.syscalls[i]);
+  // Sampled: the slice's counts stand for the whole interval.
+  const double scale = iv.syscall_seconds > 0 && iv.syscall_seconds < iv.seconds
+                           ? iv.seconds / iv.syscall_seconds
+                           : 1.0;
+  for (int i = 0; i < kSyscallClasses; ++i) c[i] = static_cast<double>(iv.syscalls[i]) * scale;
   c[kSyscallClasses + 0] = static_cast<double>(iv.cpu_ns);
   c[kSyscallClasses + 1] = static_cast<double>(iv.forks);
   c[kSyscallClasses + 2] = static_cast<double>(iv.opens);
@@ -98,7 +104,9 @@ void Baseline::Learn(uint64_t tick, const Interval& iv, const std::vector<Event>
     last_tick_ = tick;
   }
   const auto v = FeatureValues(iv);
-  for (int i = 0; i < kFeatures; ++i) values_[i].push_back(v[i]);
+  for (int i = SyscallsCounted(iv) ? 0 : kSyscallClasses; i < kFeatures; ++i) {
+    values_[i].push_back(v[i]);
+  }
   for (const auto& e : events) seen_[static_cast<int>(e.kind)].insert(e.detail);
 }
 
@@ -153,7 +161,7 @@ std::vector<Anomaly> Baseline::Score(const Interval& iv, const std::vector<Event
   const auto values = FeatureValues(iv);
   const auto counts = FeatureCounts(iv);
   const double per = static_cast<double>(iv.requests) + 1.0;
-  for (int f = 0; f < kFeatures; ++f) {
+  for (int f = SyscallsCounted(iv) ? 0 : kSyscallClasses; f < kFeatures; ++f) {
     const FeatureDef& def = Features()[f];
     const double scale =
         std::max({kMadToSigma * mad_[f], options_.min_rel_scale * median_[f], 1e-9});
@@ -164,6 +172,9 @@ std::vector<Anomaly> Baseline::Score(const Interval& iv, const std::vector<Event
     ev << def.name << ": " << Show(f, counts[f]) << " in " << Fmt("%.1f", iv.seconds) << " s over "
        << iv.requests << " request(s) = " << Show(f, values[f]) << " per request+1; baseline median "
        << Show(f, median_[f]) << ", MAD " << Show(f, mad_[f]) << "; z=" << Fmt("%.1f", z);
+    if (f < kSyscallClasses && iv.syscall_seconds > 0 && iv.syscall_seconds < iv.seconds) {
+      ev << " (sampled: counted in " << Fmt("%.2f", iv.syscall_seconds) << " s, scaled)";
+    }
     out.push_back({def.kind, ev.str(), z});
   }
   return out;

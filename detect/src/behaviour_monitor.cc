@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -80,15 +81,19 @@ BehaviourMonitor::~BehaviourMonitor() { Stop(); }
 
 void BehaviourMonitor::Start(const std::string& cgroup_version, QuarantineFn quarantine) {
   quarantine_ = std::move(quarantine);
+  const DetectSyscalls mode = config_.detect_syscalls;
   if (!config_.detect) {
     off_reason_ = "off by config (detect: false)";
   } else if (cgroup_version.empty()) {
     off_reason_ = "instances run without cgroups (config cgroups: off, or none could be made), "
                   "and the probes tell instances apart by their cgroup";
   } else {
-    auto p = BehaviourProbes::Load(cgroup_version == "v2" ? BehaviourProbes::CgroupMode::kV2
-                                                          : BehaviourProbes::CgroupMode::kV1Memory,
-                                   config_.detect_syscalls);
+    auto p =
+        BehaviourProbes::Load(cgroup_version == "v2" ? BehaviourProbes::CgroupMode::kV2
+                                                     : BehaviourProbes::CgroupMode::kV1Memory,
+                              mode == DetectSyscalls::kOn    ? BehaviourProbes::Syscalls::kAlways
+                              : mode == DetectSyscalls::kOff ? BehaviourProbes::Syscalls::kOff
+                                                             : BehaviourProbes::Syscalls::kSampled);
     if (p.ok()) {
       probes_ = std::move(*p);
       off_reason_.clear();
@@ -98,18 +103,57 @@ void BehaviourMonitor::Start(const std::string& cgroup_version, QuarantineFn qua
   }
   if (!probes_) {
     spdlog::warn("detector: OFF: {}; instances are not watched for compromise", off_reason_);
+    opens_.reset();
     return;
   }
-  spdlog::info("detector: behaviour probes loaded (tp_btf {}sched_process_exec, "
-               "sched_stat_runtime, sched_process_fork, sock_send_length, sock_recv_length; "
-               "instances keyed by their cgroup {} id); scoring every {} ms after {} learning "
-               "intervals; profiles in {}",
-               config_.detect_syscalls
-                   ? "sys_enter, "
-                   : "inet_sock_set_state (detect_syscalls: false: no syscall classes, no open "
-                     "paths, TCP connects only), ",
-               cgroup_version == "v2" ? "v2" : "v1 memory", config_.detect_interval_ms,
-               config_.detect_learn_intervals, profile_dir_);
+  std::string hooks;
+  if (mode == DetectSyscalls::kOn) {
+    hooks = "sys_enter (detect_syscalls: true: every syscall of the node pays for it), ";
+  } else if (mode == DetectSyscalls::kOff) {
+    hooks =
+        "inet_sock_set_state (detect_syscalls: false: no syscall classes, no open paths, TCP "
+        "connects only), ";
+  } else {
+    hooks = "inet_sock_set_state, sys_enter for " + std::to_string(config_.detect_sample_percent) +
+            " % of each interval (detect_syscalls: sampled: syscall classes scaled from the "
+            "slice, open attempts in it; TCP connects only), ";
+  }
+  spdlog::info(
+      "detector: behaviour probes loaded (tp_btf {}sched_process_exec, "
+      "sched_stat_runtime, sched_process_fork, sock_send_length, sock_recv_length; "
+      "instances keyed by their cgroup {} id); scoring every {} ms after {} learning "
+      "intervals; profiles in {}",
+      hooks, cgroup_version == "v2" ? "v2" : "v1 memory", config_.detect_interval_ms,
+      config_.detect_learn_intervals, profile_dir_);
+  if (mode != DetectSyscalls::kSampled) opens_.reset();
+  if (mode == DetectSyscalls::kSampled) {
+    if (!opens_ && opens_error_.empty()) SetOpenWatch(OpenWatch::Start());
+    if (opens_) {
+      std::string marked;
+      for (const auto& m : opens_->marked()) marked += (marked.empty() ? "" : ", ") + m;
+      spdlog::info(
+          "detector: opens watched through fanotify (filesystems of {}); an open the "
+          "kernel refuses is seen only in the sys_enter slices",
+          marked);
+      uv_poll_init(loop_, &opens_poll_, opens_->fd());
+      opens_poll_.data = this;
+      uv_poll_start(&opens_poll_, UV_READABLE, [](uv_poll_t* h, int, int) {
+        auto* self = static_cast<BehaviourMonitor*>(h->data);
+        std::lock_guard lock(self->mu_);
+        self->DrainOpens();
+      });
+      opens_poll_started_ = true;
+    } else {
+      spdlog::warn(
+          "detector: opens are NOT watched: fanotify cannot start ({}); only open "
+          "attempts in the sys_enter slices are seen",
+          opens_error_);
+    }
+    uv_timer_init(loop_, &slice_timer_);
+    slice_timer_.data = this;
+    slice_timer_started_ = true;
+    ScheduleSlice();
+  }
   uv_timer_init(loop_, &timer_);
   timer_.data = this;
   uv_timer_start(
@@ -118,12 +162,88 @@ void BehaviourMonitor::Start(const std::string& cgroup_version, QuarantineFn qua
   timer_started_ = true;
 }
 
+void BehaviourMonitor::SetOpenWatch(Result<std::unique_ptr<OpenWatch>> watch) {
+  if (watch.ok()) {
+    opens_ = std::move(*watch);
+    opens_error_.clear();
+  } else {
+    opens_.reset();
+    opens_error_ = watch.status().ToString();
+  }
+}
+
+void BehaviourMonitor::ScheduleSlice() {
+  const uint64_t slice_ms = std::max<uint64_t>(
+      1, uint64_t{config_.detect_interval_ms} * config_.detect_sample_percent / 100);
+  const uint64_t wait_ms =
+      config_.detect_interval_ms > slice_ms ? config_.detect_interval_ms - slice_ms : 0;
+  if (wait_ms == 0) {
+    AttachSlice();
+    return;
+  }
+  uv_timer_start(
+      &slice_timer_, [](uv_timer_t* t) { static_cast<BehaviourMonitor*>(t->data)->AttachSlice(); },
+      wait_ms, 0);
+}
+
+void BehaviourMonitor::AttachSlice() {
+  if (!probes_ || probes_->syscalls_attached()) return;
+  if (Status st = probes_->AttachSyscalls(); !st.ok()) {
+    spdlog::warn("detector: sys_enter slice not attached: {}", st.ToString());
+    return;
+  }
+  slice_start_ns_ = MonotonicNs();
+}
+
+void BehaviourMonitor::DrainOpens() {
+  if (!opens_) return;
+  const uint64_t overflows = opens_->overflows();
+  opens_->Drain(
+      [this](int pid) -> uint64_t {
+        auto it = pid_owner_.find(pid);
+        if (it != pid_owner_.end()) return it->second;
+        const uint64_t cg = probes_->CgroupOfPid(pid);
+        pid_owner_.emplace(pid, cg);
+        return cg;
+      },
+      [this](uint64_t cgroup_id, int, std::string_view path) {
+        auto c = by_cgroup_.find(cgroup_id);
+        if (c == by_cgroup_.end()) return;
+        auto w = watched_.find(c->second);
+        if (w == watched_.end()) return;
+        ++w->second.opens;
+        // Each distinct path once per instance (as the probes' seen set does); a bounded set.
+        constexpr size_t kMaxPaths = 4096;
+        if (w->second.opened.size() >= kMaxPaths) {
+          if (w->second.opened.count(std::string(path))) return;
+        } else if (!w->second.opened.emplace(path).second) {
+          return;
+        }
+        open_events_[cgroup_id].push_back({detect::EventKind::kOpen, std::string(path)});
+      });
+  if (opens_->overflows() != overflows) {
+    spdlog::warn("detector: fanotify's queue overflowed ({} times since start): opens were lost",
+                 opens_->overflows());
+  }
+}
+
 void BehaviourMonitor::Stop() {
   if (timer_started_) {
     uv_timer_stop(&timer_);
     uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
     timer_started_ = false;
   }
+  if (slice_timer_started_) {
+    uv_timer_stop(&slice_timer_);
+    uv_close(reinterpret_cast<uv_handle_t*>(&slice_timer_), nullptr);
+    slice_timer_started_ = false;
+  }
+  if (opens_poll_started_) {
+    uv_poll_stop(&opens_poll_);
+    uv_close(reinterpret_cast<uv_handle_t*>(&opens_poll_), nullptr);
+    opens_poll_started_ = false;
+  }
+  if (probes_) probes_->DetachSyscalls();
 }
 
 std::string BehaviourMonitor::ProfilePath(const std::string& function, uint64_t generation) const {
@@ -184,7 +304,7 @@ void BehaviourMonitor::InstanceReady(const ObservedInstance& inst) {
   const std::string& fn = inst.spec->name;
   auto id = dir.empty() ? Result<uint64_t>(NotFound("no cgroup directory to key on"))
                         : BehaviourProbes::CgroupIdOf(dir);
-  Status st = id.ok() ? probes_->Watch(*id) : id.status();
+  Status st = id.ok() ? probes_->Watch(*id, inst.pid) : id.status();
   if (!st.ok()) {
     spdlog::warn("detector: function {}: instance {:#x} is not watched: {}", fn, inst.key,
                  st.ToString());
@@ -226,6 +346,7 @@ void BehaviourMonitor::InstanceGone(uint32_t key) {
   if (it == watched_.end()) return;
   probes_->Unwatch(it->second.cgroup_id);
   by_cgroup_.erase(it->second.cgroup_id);
+  open_events_.erase(it->second.cgroup_id);
   detector_.ForgetInstance(key);
   watched_.erase(it);
 }
@@ -249,7 +370,16 @@ void BehaviourMonitor::Tick() {
   {
     std::lock_guard lock(mu_);
     ++tick_;
+    // Sampled: the slice ends with the interval (the counters read below are the slice's).
+    const bool sampled = config_.detect_syscalls == DetectSyscalls::kSampled;
+    if (sampled && probes_->syscalls_attached()) {
+      probes_->DetachSyscalls();
+      slice_end_ns_ = MonotonicNs();
+    }
+    DrainOpens();
+    pid_owner_.clear();
     std::map<uint64_t, std::vector<detect::Event>> events;
+    events.swap(open_events_);
     probes_->Drain([&](const BehaviourEvent& ev) { events[ev.cgroup_id].push_back(ToEvent(ev)); });
     const uint64_t now = MonotonicNs();
     for (auto& [key, w] : watched_) {
@@ -258,6 +388,14 @@ void BehaviourMonitor::Tick() {
       if (!c.ok()) continue;
       detect::Interval iv = Diff(*c, w.last);
       w.last = *c;
+      if (sampled) {
+        // The part of this instance's interval the slice covered.
+        const uint64_t from = std::max(w.last_ns, slice_start_ns_);
+        iv.syscall_seconds =
+            slice_end_ns_ > from && slice_end_ns_ > w.last_ns ? (slice_end_ns_ - from) / 1e9 : 0;
+        iv.opens = w.opens - w.last_opens;
+        w.last_opens = w.opens;
+      }
       auto rt = w.runtime.lock();
       const uint64_t served = rt ? ServedBy(rt.get(), key) : w.last_served;
       iv.requests = served >= w.last_served ? served - w.last_served : 0;
@@ -293,6 +431,7 @@ void BehaviourMonitor::Tick() {
     }
     for (const auto& fn : detector_.FinishedLearning()) SaveProfile(fn);
   }
+  if (config_.detect_syscalls == DetectSyscalls::kSampled && slice_timer_started_) ScheduleSlice();
   for (const auto& a : actions) {
     Status st = quarantine_ ? quarantine_(a.key, a.reason) : Unavailable("no quarantine hook");
     if (st.ok()) continue;
@@ -329,6 +468,7 @@ void BehaviourMonitor::Describe(const std::string& function, FunctionStats* stat
 
 size_t BehaviourMonitor::WatchedEntries() { return probes_ ? probes_->WatchedEntries() : 0; }
 size_t BehaviourMonitor::SeenEntries() { return probes_ ? probes_->SeenEntries() : 0; }
+size_t BehaviourMonitor::PidEntries() { return probes_ ? probes_->PidEntries() : 0; }
 
 std::string BehaviourMonitor::MetricsText() {
   std::ostringstream out;

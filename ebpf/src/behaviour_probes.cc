@@ -121,16 +121,19 @@ Result<uint64_t> BehaviourProbes::CgroupIdOf(const std::string& dir) {
   return static_cast<uint64_t>(st.st_ino);
 }
 
-Result<std::unique_ptr<BehaviourProbes>> BehaviourProbes::Load(CgroupMode mode,
-                                                               bool syscall_hook) {
+Result<std::unique_ptr<BehaviourProbes>> BehaviourProbes::Load(CgroupMode mode, Syscalls syscalls) {
   ebpf_internal::RouteLibbpfLogs();
-  std::unique_ptr<BehaviourProbes> p(new BehaviourProbes(mode));
+  std::unique_ptr<BehaviourProbes> p(new BehaviourProbes(mode, syscalls));
   p->skel_ = shoal_behaviour__open();
   if (p->skel_ == nullptr) return ErrnoStatus("open BPF object shoal_behaviour", errno);
   p->skel_->rodata->cgroup_mode =
       mode == CgroupMode::kV2 ? SHOAL_BHV_CGROUP_V2 : SHOAL_BHV_CGROUP_V1_MEMORY;
-  p->skel_->rodata->syscall_hook = syscall_hook ? 1 : 0;
-  bpf_program__set_autoload(p->skel_->progs.shoal_bhv_sys_enter, syscall_hook);
+  p->skel_->rodata->syscall_hook = syscalls == Syscalls::kOff      ? SHOAL_BHV_SYSCALLS_OFF
+                                   : syscalls == Syscalls::kAlways ? SHOAL_BHV_SYSCALLS_ALWAYS
+                                                                   : SHOAL_BHV_SYSCALLS_SAMPLED;
+  bpf_program__set_autoload(p->skel_->progs.shoal_bhv_sys_enter, syscalls != Syscalls::kOff);
+  // Sampled: attached by AttachSyscalls only.
+  bpf_program__set_autoattach(p->skel_->progs.shoal_bhv_sys_enter, syscalls == Syscalls::kAlways);
   if (int err = shoal_behaviour__load(p->skel_); err != 0) {
     Status st = ErrnoStatus("load BPF programs shoal_behaviour", -err);
     if (err == -EPERM || err == -EACCES) return PermissionDenied(st.message());
@@ -164,23 +167,66 @@ Result<std::unique_ptr<BehaviourProbes>> BehaviourProbes::Load(CgroupMode mode,
 }
 
 BehaviourProbes::~BehaviourProbes() {
+  DetachSyscalls();
   if (ring_ != nullptr) ring_buffer__free(ring_);
   delete sink_;
   if (skel_ != nullptr) shoal_behaviour__destroy(skel_);
 }
 
-Status BehaviourProbes::Watch(uint64_t cgroup_id) {
+Status BehaviourProbes::Watch(uint64_t cgroup_id, int pid) {
   std::vector<BehaviourCounters> zero(static_cast<size_t>(num_cpus_));
   std::memset(zero.data(), 0, zero.size() * sizeof(BehaviourCounters));
   if (bpf_map_update_elem(bpf_map__fd(skel_->maps.instances), &cgroup_id, zero.data(),
                           BPF_ANY) != 0) {
     return ErrnoStatus("watch cgroup " + std::to_string(cgroup_id), errno);
   }
+  const uint32_t tgid = static_cast<uint32_t>(pid);
+  if (pid > 0 &&
+      bpf_map_update_elem(bpf_map__fd(skel_->maps.pids), &tgid, &cgroup_id, BPF_ANY) != 0) {
+    return ErrnoStatus("watch pid " + std::to_string(pid), errno);
+  }
   return Status::Ok();
+}
+
+uint64_t BehaviourProbes::CgroupOfPid(int pid) const {
+  const uint32_t tgid = static_cast<uint32_t>(pid);
+  uint64_t cgroup_id = 0;
+  if (pid <= 0 || bpf_map_lookup_elem(bpf_map__fd(skel_->maps.pids), &tgid, &cgroup_id) != 0) {
+    return 0;
+  }
+  return cgroup_id;
+}
+
+Status BehaviourProbes::AttachSyscalls() {
+  if (syscalls_ != Syscalls::kSampled || sys_enter_link_ != nullptr) return Status::Ok();
+  bpf_link* link = bpf_program__attach(skel_->progs.shoal_bhv_sys_enter);
+  if (link == nullptr) return ErrnoStatus("attach sys_enter", errno);
+  sys_enter_link_ = link;
+  return Status::Ok();
+}
+
+void BehaviourProbes::DetachSyscalls() {
+  if (sys_enter_link_ == nullptr) return;
+  bpf_link__destroy(sys_enter_link_);
+  sys_enter_link_ = nullptr;
 }
 
 void BehaviourProbes::Unwatch(uint64_t cgroup_id) {
   bpf_map_delete_elem(bpf_map__fd(skel_->maps.instances), &cgroup_id);
+  // Its processes.
+  const int pids = bpf_map__fd(skel_->maps.pids);
+  std::vector<uint32_t> gone;
+  uint32_t pid_key = 0, pid_next = 0;
+  const void* pid_prev = nullptr;
+  while (bpf_map_get_next_key(pids, pid_prev, &pid_next) == 0) {
+    uint64_t owner = 0;
+    if (bpf_map_lookup_elem(pids, &pid_next, &owner) == 0 && owner == cgroup_id) {
+      gone.push_back(pid_next);
+    }
+    pid_key = pid_next;
+    pid_prev = &pid_key;
+  }
+  for (uint32_t p : gone) bpf_map_delete_elem(pids, &p);
   // The seen-events set's entries of this cgroup (the key's first 8 bytes).
   const int seen = bpf_map__fd(skel_->maps.seen);
   struct {
@@ -246,6 +292,10 @@ size_t BehaviourProbes::WatchedEntries() const {
 
 size_t BehaviourProbes::SeenEntries() const {
   return CountKeys(bpf_map__fd(skel_->maps.seen), 16);
+}
+
+size_t BehaviourProbes::PidEntries() const {
+  return CountKeys(bpf_map__fd(skel_->maps.pids), sizeof(uint32_t));
 }
 
 }  // namespace shoal

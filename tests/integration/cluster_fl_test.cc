@@ -13,6 +13,7 @@
 #include "shoal/model/architectures.h"
 #include "shoal/model/safetensors.h"
 #include "shoal/model/update_format.h"
+#include "update_for_test.h"
 
 namespace shoal::testing {
 namespace {
@@ -112,20 +113,11 @@ class ClusterFlTest : public ClusterFixture {
   HttpResult Send(int node, int k, const std::string& auth) { return Send(node, k, auth, 0, w0_); }
   HttpResult Send(int node, int k, const std::string& auth, uint64_t v,
                   const std::vector<float>& base) {
-    model::Model m(mspec_);
-    m.values = X(k, base);
-    model::UpdateMeta meta;
-    meta.job = "mix";
-    meta.client_id = clients_[k].id;
-    meta.token = clients_[k].token;
-    meta.base_version = v;
-    meta.num_samples = 100 * (k + 1);
-    auto body = model::EncodeUpdate(meta, m, model::DType::kF32);
-    EXPECT_TRUE(body.ok());
-    return HttpAt(cluster_->node_ip(node), TestCluster::kGatewayPort, "POST",
-                  "/v1/jobs/mix/updates",
-                  std::string(reinterpret_cast<const char*>(body->data()), body->size()),
-                  {auth, "Content-Type: application/octet-stream"}, 0, 10000);
+    const uint64_t samples = 100 * (k + 1);
+    return HttpAt(
+        cluster_->node_ip(node), TestCluster::kGatewayPort, "POST", "/v1/jobs/mix/updates",
+        UpdateBody(mspec_, X(k, base), "mix", clients_[k].id, clients_[k].token, v, samples),
+        {auth, "Content-Type: application/octet-stream"}, 0, 10000);
   }
   json Status(int node = 0) {
     auto r = cluster_->NodeApi(node, "GET", "/v1/jobs/mix");

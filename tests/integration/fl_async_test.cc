@@ -23,7 +23,8 @@
 #include "shoal/model/architectures.h"
 #include "shoal/model/safetensors.h"
 #include "shoal/model/update_format.h"
-#include "shoald_fixture.h"
+#include "shoald_data_test.h"
+#include "update_for_test.h"
 
 namespace shoal::testing {
 namespace {
@@ -72,19 +73,16 @@ std::vector<uint32_t> Shard(const client::Dataset& train, int k) {
   return s;
 }
 
-class FlAsyncTest : public ::testing::Test {
+class FlAsyncTest : public ShoaldDataTest {
  protected:
-  void SetUp() override {
-    auto digits = client::LoadDigits();
-    if (!digits.ok()) GTEST_SKIP() << digits.status().message();
-    data_ = std::move(*digits);
-    ASSERT_TRUE(shoald_.Start()) << shoald_.Log();
-  }
-  void TearDown() override {
-    if (HasFailure()) std::cerr << "---- shoald log ----\n" << shoald_.Log();
-  }
+  FlAsyncTest() : ShoaldDataTest(TestData::kDigits, /*check_hugepages=*/false) {}
 
-  std::string Server() const { return "http://127.0.0.1:" + std::to_string(shoald_.port()); }
+  std::string Server() const { return ServerOf(shoald_); }
+  // Deploys job `name` (Manifest's) and mints an fl-client token of it into `*token`.
+  void DeployJob(const std::string& name, const std::string& algorithm, uint32_t rounds,
+                 uint32_t steps, std::string* token) {
+    DeployFlJob(Manifest(name, algorithm, rounds, steps), name, token);
+  }
   Json JobStatus(const std::string& job) {
     return Json::parse(shoald_.Api("GET", "/v1/jobs/" + job).body, nullptr, false);
   }
@@ -101,28 +99,13 @@ class FlAsyncTest : public ::testing::Test {
     client::MlpTrainer trainer(kShape, client::SgdOptions{}, seed);
     const std::vector<uint32_t> shard = Shard(data_.train, k);
     EXPECT_TRUE(trainer.Train(params, data_.train, shard, static_cast<int>(steps)).ok());
-    model::Model m(DigitsSpec());
-    m.values = params;
-    model::UpdateMeta meta;
-    meta.job = job;
-    meta.client_id = c.client_id;
-    meta.token = c.token;
-    meta.base_version = base;
-    meta.num_samples = shard.size();
-    meta.local_steps = steps;
-    auto body = model::EncodeUpdate(meta, m, model::DType::kF32);
-    EXPECT_TRUE(body.ok());
-    return body.ok() ? std::string(reinterpret_cast<const char*>(body->data()), body->size())
-                     : std::string();
+    return UpdateBody(DigitsSpec(), params, job, c.client_id, c.token, base, shard.size(), steps);
   }
   double TestAccuracy(const std::vector<float>& params) {
     auto eval = client::Evaluate(kShape, params, data_.test);
     EXPECT_TRUE(eval.ok());
     return eval.ok() ? eval->accuracy : 0.0;
   }
-
-  client::DatasetSplit data_;
-  Shoald shoald_;
 };
 
 // FedBuff (K = 3, η_g = 1, s(τ) = (1 + τ)^-½): w ← w + η_g/K · Σ s(τ_k) (x_k − w_{base_k}).
@@ -135,13 +118,9 @@ TEST_F(FlAsyncTest, FedBuffCommitsEveryKUpdatesWithStalenessWeightsAndLearns) {
   constexpr uint32_t kK = 3;
   constexpr uint32_t kRounds = 24;
   constexpr uint32_t kSteps = 40;
-  ASSERT_EQ(shoald_
-                .Deploy(Manifest("buff", "{name: fedbuff, params: {k: 3, eta: 1.0, a: 0.5}}",
-                                 kRounds, kSteps))
-                .exit_code,
-            0);
-  const std::string token = shoald_.CreateToken("fl-client", "", "buff");
-  ASSERT_FALSE(token.empty());
+  std::string token;
+  ASSERT_NO_FATAL_FAILURE(DeployJob("buff", "{name: fedbuff, params: {k: 3, eta: 1.0, a: 0.5}}",
+                                    kRounds, kSteps, &token));
   client::FlHttpClient http(Server(), "buff", token);
   std::vector<client::FlJoinReply> c;
   for (int k = 0; k < 3; ++k) {
@@ -226,16 +205,13 @@ TEST_F(FlAsyncTest, FedBuffCommitsEveryKUpdatesWithStalenessWeightsAndLearns) {
   }
 
   // The rest of the job: shoal-client's four clients (lognormal speeds) to the last round.
-  const std::string cmd = "SHOAL_TOKEN=" + token + " " + BinDir() + "/shoal-client --server " +
-                          Server() +
-                          " --job buff --data digits --clients 4 --partition iid --seed 5"
-                          " --speeds lognormal:0.5,0.002 --time-scale 1 --max-seconds 40 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  ASSERT_EQ(pclose(p), 0) << out;
+  int rc = -1;
+  const std::string out = RunShoalClient(Server(), token,
+                                         "--job buff --data digits --clients 4 --partition iid "
+                                         "--seed 5 --speeds lognormal:0.5,0.002 --time-scale 1 "
+                                         "--max-seconds 40",
+                                         &rc);
+  ASSERT_EQ(rc, 0) << out;
   std::smatch m;
   ASSERT_TRUE(
       std::regex_search(out, m, std::regex(R"(job done after [0-9.]+ s: (\d+) updates accepted)")))
@@ -281,13 +257,9 @@ struct CompassClient {
 TEST_F(FlAsyncTest, FedCompassAssignsStepsBySpeedAndClientsRunThem) {
   constexpr uint32_t kQMax = 20, kQMin = 4;
   constexpr uint32_t kRounds = 40;
-  ASSERT_EQ(shoald_
-                .Deploy(Manifest("compass", "{name: fedcompass, params: {q_min: 4, lambda: 1.5}}",
-                                 kRounds, kQMax))
-                .exit_code,
-            0);
-  const std::string token = shoald_.CreateToken("fl-client", "", "compass");
-  ASSERT_FALSE(token.empty());
+  std::string token;
+  ASSERT_NO_FATAL_FAILURE(DeployJob(
+      "compass", "{name: fedcompass, params: {q_min: 4, lambda: 1.5}}", kRounds, kQMax, &token));
   std::vector<CompassClient> clients(4);
   for (int k = 0; k < 4; ++k) {
     clients[k].k = k;

@@ -13,12 +13,11 @@
 #include <span>
 #include <string>
 
-#include "hugepages_for_test.h"
 #include "shoal/client/dataset.h"
 #include "shoal/client/mlp_trainer.h"
 #include "shoal/model/architectures.h"
 #include "shoal/model/safetensors.h"
-#include "shoald_fixture.h"
+#include "shoald_data_test.h"
 
 namespace shoal::testing {
 namespace {
@@ -42,21 +41,8 @@ std::string Manifest(const std::string& name, const std::string& robust, double 
          (robust.empty() ? "" : "    robust: " + robust + "\n");
 }
 
-class FlRobustTest : public ::testing::Test {
+class FlRobustTest : public DigitsShoaldTest {
  protected:
-  void SetUp() override {
-    auto digits = client::LoadDigits();
-    if (!digits.ok()) GTEST_SKIP() << digits.status().message();
-    digits_ = std::move(*digits);
-    if (auto why = ShoaldShortOfHugepages(Shoald::Options{}.pool_bytes); !why.empty()) {
-      GTEST_SKIP() << why;
-    }
-    ASSERT_TRUE(shoald_.Start()) << shoald_.Log();
-  }
-  void TearDown() override {
-    if (HasFailure()) std::cerr << "---- shoald log ----\n" << shoald_.Log();
-  }
-
   struct Run {
     std::string out;  // shoal-client's output
     Json status;
@@ -72,35 +58,24 @@ class FlRobustTest : public ::testing::Test {
     EXPECT_EQ(d.exit_code, 0) << d.out << d.err;
     const std::string token = shoald_.CreateToken("fl-client", "", name);
     EXPECT_FALSE(token.empty());
-    const std::string cmd =
-        "SHOAL_TOKEN=" + token + " " + BinDir() +
-        "/shoal-client --server http://127.0.0.1:" + std::to_string(shoald_.port()) + " --job " +
-        name + " --data digits --clients " + std::to_string(kClients) +
-        " --partition iid --seed 3 --time-scale 0 --max-seconds 40"
-        " --attack " +
-        attack + " --attackers " + std::to_string(kAttackers) + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    EXPECT_NE(p, nullptr);
-    if (p == nullptr) return run;
-    char buf[4096];
-    while (fgets(buf, sizeof buf, p)) run.out += buf;
-    EXPECT_EQ(pclose(p), 0) << run.out;
+    int rc = -1;
+    run.out =
+        RunShoalClient(ServerOf(shoald_), token,
+                       "--job " + name + " --data digits --clients " + std::to_string(kClients) +
+                           " --partition iid --seed 3 --time-scale 0 --max-seconds 40"
+                           " --attack " +
+                           attack + " --attackers " + std::to_string(kAttackers),
+                       &rc);
+    EXPECT_EQ(rc, 0) << run.out;
     run.status = Json::parse(shoald_.Api("GET", "/v1/jobs/" + name).body, nullptr, false);
     run.version = run.status.value("version", uint64_t{0});
-    auto r =
-        shoald_.Api("GET", "/v1/jobs/" + name + "/model?version=" + std::to_string(run.version));
-    EXPECT_EQ(r.status, 200) << r.body;
-    auto m = model::ModelFromSafetensors(
-        std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.body.data()),
-                                   r.body.size()),
-        model::MlpSpec(64, {64}, 10));
-    EXPECT_TRUE(m.ok()) << m.status().ToString();
-    if (!m.ok()) return run;
-    auto eval = client::Evaluate({64, 64, 10}, m->values, digits_.test);
+    const std::vector<float> w = ModelOf(name, run.version, model::MlpSpec(64, {64}, 10));
+    if (w.empty()) return run;
+    auto eval = client::Evaluate({64, 64, 10}, w, data_.test);
     EXPECT_TRUE(eval.ok());
     run.accuracy = eval.ok() ? eval->accuracy : 0;
     std::cerr << name << ": version " << run.version << ", test accuracy " << run.accuracy << " on "
-              << digits_.test.num_samples << " samples\n";
+              << data_.test.num_samples << " samples\n";
     return run;
   }
   // The attackers are client-6 and client-7; precision and recall of the suspects per update.
@@ -149,9 +124,6 @@ class FlRobustTest : public ::testing::Test {
     EXPECT_NE(cli.out.find("client-6"), std::string::npos) << cli.out;
     EXPECT_NE(cli.out.find("client-7"), std::string::npos) << cli.out;
   }
-
-  Shoald shoald_;
-  client::DatasetSplit digits_;
 };
 
 TEST_F(FlRobustTest, ScaledUpdatesCollapseFedAvgAndRobustRulesWithstandThem) {

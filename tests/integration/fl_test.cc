@@ -20,8 +20,8 @@
 #include "shoal/model/architectures.h"
 #include "shoal/model/safetensors.h"
 #include "shoal/model/update_format.h"
-#include "hugepages_for_test.h"
-#include "shoald_fixture.h"
+#include "shoald_data_test.h"
+#include "update_for_test.h"
 
 namespace shoal::testing {
 namespace {
@@ -33,9 +33,10 @@ std::string Manifest(const std::string& name, const std::string& algorithm, uint
                      uint32_t rounds, const std::string& extra = {},
                      const std::string& clients_extra = {}) {
   return "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: " + name +
-         "\nspec:\n  algorithm: {name: " + algorithm + "}\n  model: {architecture: mlp, hidden: " +
-         std::to_string(kHidden) + "}\n  clients: {expected: " + std::to_string(clients) +
-         clients_extra + "}\n" + extra + "  stop: {rounds: " + std::to_string(rounds) +
+         "\nspec:\n  algorithm: {name: " + algorithm +
+         "}\n  model: {architecture: mlp, hidden: " + std::to_string(kHidden) +
+         "}\n  clients: {expected: " + std::to_string(clients) + clients_extra + "}\n" + extra +
+         "  stop: {rounds: " + std::to_string(rounds) +
          "}\n  training: {localSteps: 150, learningRate: 0.1, batchSize: 32}\n"
          "  aggregation: {maxFanIn: 2, maxLeaves: 2}\n";
 }
@@ -44,24 +45,13 @@ struct Client {
   std::string id, token;
 };
 
-class FlJobTest : public ::testing::Test {
+class FlJobTest : public ShoaldDataTest {
  protected:
-  void SetUp() override {
-    auto data = client::LoadFashionMnist();
-    if (!data.ok()) GTEST_SKIP() << data.status().message();
-    data_ = std::move(*data);
-    if (auto why = ShoaldShortOfHugepages(Shoald::Options{}.pool_bytes); !why.empty()) {
-      GTEST_SKIP() << why;
-    }
-    ASSERT_TRUE(shoald_.Start()) << shoald_.Log();
-  }
-  void TearDown() override {
-    if (HasFailure()) std::cerr << "---- shoald log ----\n" << shoald_.Log();
-  }
+  FlJobTest() : ShoaldDataTest(TestData::kFashionMnist) {}
 
   Client Join(const std::string& job, const std::string& name) {
-    auto r = shoald_.Api("POST", "/v1/jobs/" + job + "/join",
-                  "{\"name\":\"" + name + "\"}", {"Content-Type: application/json"});
+    auto r = shoald_.Api("POST", "/v1/jobs/" + job + "/join", "{\"name\":\"" + name + "\"}",
+                         {"Content-Type: application/json"});
     EXPECT_EQ(r.status, 200) << r.body;
     auto j = Json::parse(r.body, nullptr, false);
     return {j.value("client_id", ""), j.value("token", "")};
@@ -70,13 +60,7 @@ class FlJobTest : public ::testing::Test {
     return Json::parse(shoald_.Api("GET", "/v1/jobs/" + job).body, nullptr, false);
   }
   std::vector<float> Download(const std::string& job, uint64_t version) {
-    auto r = shoald_.Api("GET", "/v1/jobs/" + job + "/model?version=" + std::to_string(version));
-    EXPECT_EQ(r.status, 200) << r.body;
-    auto m = model::ModelFromSafetensors(
-        std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.body.data()), r.body.size()),
-        model::MlpSpec(784, {kHidden}, 10));
-    EXPECT_TRUE(m.ok()) << m.status().ToString();
-    return m.ok() ? m->values : std::vector<float>{};
+    return ModelOf(job, version, model::MlpSpec(784, {kHidden}, 10));
   }
   // Trains `steps` on shard k from `params`; returns the update body.
   std::string Train(const std::string& job, const Client& c, int k, uint64_t base,
@@ -88,18 +72,18 @@ class FlJobTest : public ::testing::Test {
     for (uint32_t i = 0; i < 1500; ++i) shard.push_back(k * 1500 + i);
     EXPECT_TRUE(trainer.Train(params, data_.train, shard, 150).ok());
     *samples = shard.size();
-    model::Model m(model::MlpSpec(784, {kHidden}, 10));
-    m.values = params;
-    model::UpdateMeta meta;
-    meta.job = job;
-    meta.client_id = c.id;
-    meta.token = c.token;
-    meta.base_version = base;
-    meta.num_samples = *samples;
-    meta.local_steps = 150;
-    auto body = model::EncodeUpdate(meta, m, model::DType::kF32);
-    EXPECT_TRUE(body.ok());
-    return std::string(reinterpret_cast<const char*>(body->data()), body->size());
+    return UpdateBody(model::MlpSpec(784, {kHidden}, 10), params, job, c.id, c.token, base,
+                      *samples, 150);
+  }
+  // Each client k trains from `base` (version `v`) on shard k and pushes its update: each is
+  // acknowledged (202).
+  void PushRound(const std::string& job, const std::vector<Client>& clients, uint64_t v,
+                 const std::vector<float>& base) {
+    for (size_t k = 0; k < clients.size(); ++k) {
+      std::vector<float> params = base;
+      uint64_t n = 0;
+      ASSERT_EQ(Push(job, Train(job, clients[k], static_cast<int>(k), v, params, &n)).status, 202);
+    }
   }
   HttpResult Push(const std::string& job, const std::string& body) {
     HttpResult r;
@@ -128,9 +112,13 @@ class FlJobTest : public ::testing::Test {
     }
     return clients;
   }
-  std::string TaskKind(const std::string& job, const Client& c) {
+  // Client c's next task in `job`.
+  Json Task(const std::string& job, const Client& c) {
     auto r = shoald_.Api("GET", "/v1/jobs/" + job + "/task?client=" + c.id + "&token=" + c.token);
-    return Json::parse(r.body, nullptr, false).value("kind", "");
+    return Json::parse(r.body, nullptr, false);
+  }
+  std::string TaskKind(const std::string& job, const Client& c) {
+    return Task(job, c).value("kind", "");
   }
   // The job's buffers go back to the pool once the checkpoint of its last version is written.
   bool PoolDrains() {
@@ -170,9 +158,6 @@ class FlJobTest : public ::testing::Test {
     closedir(d);
     return pids;
   }
-
-  client::DatasetSplit data_;
-  Shoald shoald_;
 };
 
 TEST_F(FlJobTest, FedAvgRoundsThroughLeafInstancesEqualTheFlatAverageAndLearn) {
@@ -188,8 +173,7 @@ TEST_F(FlJobTest, FedAvgRoundsThroughLeafInstancesEqualTheFlatAverageAndLearn) {
     std::vector<double> expected(global.size(), 0.0);
     double total = 0;
     for (int k = 0; k < 4; ++k) {
-      auto task = Json::parse(shoald_.Api("GET", "/v1/jobs/fmnist/task?client=" +
-                                   clients[k].id + "&token=" + clients[k].token).body, nullptr, false);
+      auto task = Task("fmnist", clients[k]);
       ASSERT_EQ(task.value("kind", ""), "train") << task.dump();
       ASSERT_EQ(task.value("model_version", uint64_t{99}), round);
       std::vector<float> params = global;
@@ -201,8 +185,7 @@ TEST_F(FlJobTest, FedAvgRoundsThroughLeafInstancesEqualTheFlatAverageAndLearn) {
       ASSERT_EQ(r.status, 202) << r.body;
       if (k < 3) {
         // Its update is in: until the round commits, the client waits.
-        auto wait = Json::parse(shoald_.Api("GET", "/v1/jobs/fmnist/task?client=" +
-                                     clients[k].id + "&token=" + clients[k].token).body, nullptr, false);
+        auto wait = Task("fmnist", clients[k]);
         EXPECT_EQ(wait.value("kind", ""), "wait") << wait.dump();
         auto again = Push("fmnist", body);
         EXPECT_EQ(again.status, 409) << again.body;
@@ -225,10 +208,14 @@ TEST_F(FlJobTest, FedAvgRoundsThroughLeafInstancesEqualTheFlatAverageAndLearn) {
   ASSERT_TRUE(eval.ok());
   EXPECT_GE(eval->accuracy, 0.75);
   auto post = shoald_.Api("POST", "/v1/jobs/fmnist/eval",
-                   Json{{"client_id", clients[0].id}, {"token", clients[0].token}, {"version", 4},
-                        {"accuracy", eval->accuracy}, {"loss", eval->loss}, {"samples", 10000}}
-                       .dump(),
-                   {"Content-Type: application/json"});
+                          Json{{"client_id", clients[0].id},
+                               {"token", clients[0].token},
+                               {"version", 4},
+                               {"accuracy", eval->accuracy},
+                               {"loss", eval->loss},
+                               {"samples", 10000}}
+                              .dump(),
+                          {"Content-Type: application/json"});
   EXPECT_EQ(post.status, 200) << post.body;
   Json st = Status("fmnist");
   EXPECT_EQ(st.value("state", ""), "done");
@@ -256,17 +243,22 @@ TEST_F(FlJobTest, FedAvgRoundsThroughLeafInstancesEqualTheFlatAverageAndLearn) {
   size_t correct = 0;
   for (size_t b = 0; b < data_.test.num_samples; b += 1000) {
     const size_t n = std::min<size_t>(1000, data_.test.num_samples - b);
-    ASSERT_TRUE((*exe)->Run({std::span<const float>(data_.test.Row(b), n * 784),
-                             std::span<float>(logits).first(n * 10), static_cast<int64_t>(n)})
+    ASSERT_TRUE((*exe)
+                    ->Run({std::span<const float>(data_.test.Row(b), n * 784),
+                           std::span<float>(logits).first(n * 10), static_cast<int64_t>(n)})
                     .ok());
     for (size_t i = 0; i < n; ++i) {
       const float* row = logits.data() + i * 10;
-      correct += static_cast<size_t>(std::max_element(row, row + 10) - row) == data_.test.labels[b + i];
+      correct +=
+          static_cast<size_t>(std::max_element(row, row + 10) - row) == data_.test.labels[b + i];
     }
   }
   EXPECT_NEAR(double(correct) / double(data_.test.num_samples), eval->accuracy, 2e-3);
-  auto done = Json::parse(shoald_.Api("GET", "/v1/jobs/fmnist/task?client=" +
-                               clients[1].id + "&token=" + clients[1].token).body, nullptr, false);
+  auto done = Json::parse(
+      shoald_
+          .Api("GET", "/v1/jobs/fmnist/task?client=" + clients[1].id + "&token=" + clients[1].token)
+          .body,
+      nullptr, false);
   EXPECT_EQ(done.value("kind", ""), "done");
   // The pool holds nothing for the job any more (once the last checkpoint is written).
   EXPECT_TRUE(PoolDrains()) << shoald_.Metric("shoal_pool_bytes", "state=\"used\"");
@@ -300,7 +292,8 @@ TEST_F(FlJobTest, BadUpdatesGetClearErrorsAndAreCountedNowhere) {
   auto r3 = Push("strict", std::string(reinterpret_cast<const char*>(wb->data()), wb->size()));
   EXPECT_EQ(r3.status, 400);
   EXPECT_NE(r3.body.find("tensor 'fc1.weight': shape [32,784] expected, got [33,784]"),
-            std::string::npos) << r3.body;
+            std::string::npos)
+      << r3.body;
   auto r4 = Http(shoald_.port(), "POST", "/v1/jobs/nojob/updates", body, {shoald_.AuthHeader()});
   EXPECT_EQ(r4.status, 404);
   EXPECT_EQ(r4.body, "{\"error\":\"FL job 'nojob' not found\"}\n");
@@ -339,7 +332,8 @@ TEST_F(FlJobTest, KilledLeafMidRoundLosesNoAcknowledgedUpdate) {
   ASSERT_TRUE(WaitVersion("sturdy", 1)) << Status("sturdy").dump();
   const std::vector<float> v1 = Download("sturdy", 1);
   double max_diff = 0;
-  for (size_t i = 0; i < v1.size(); ++i) max_diff = std::max(max_diff, std::abs(v1[i] - expected[i] / total));
+  for (size_t i = 0; i < v1.size(); ++i)
+    max_diff = std::max(max_diff, std::abs(v1[i] - expected[i] / total));
   EXPECT_LT(max_diff, 1e-5) << "every acknowledged update counted exactly once";
   Json st = Status("sturdy");
   EXPECT_EQ(st.value("updates_total", 0), 4);
@@ -407,12 +401,7 @@ TEST_F(FlJobTest, CrashBetweenCommitAndCheckpointReplaysTheLog) {
   ASSERT_TRUE(shoald_.Start(slow)) << shoald_.Log();
   ASSERT_EQ(shoald_.Deploy(Manifest("behind", "fedavg", 2, 1)).exit_code, 0);
   std::vector<Client> clients = JoinAll("behind", 2);
-  const std::vector<float> w0 = Download("behind", 0);
-  for (int k = 0; k < 2; ++k) {
-    std::vector<float> params = w0;
-    uint64_t n = 0;
-    ASSERT_EQ(Push("behind", Train("behind", clients[k], k, 0, params, &n)).status, 202);
-  }
+  ASSERT_NO_FATAL_FAILURE(PushRound("behind", clients, 0, Download("behind", 0)));
   ASSERT_TRUE(WaitVersion("behind", 1)) << Status("behind").dump();
   auto served = shoald_.Api("GET", "/v1/jobs/behind/model?version=1");
   ASSERT_EQ(served.status, 200);
@@ -456,11 +445,7 @@ TEST_F(FlJobTest, FedAvgMMomentumSurvivesARestart) {
   ASSERT_EQ(shoald_.Deploy(Manifest("momentum", "fedavgm", 2, 2)).exit_code, 0);
   std::vector<Client> clients = JoinAll("momentum", 2);
   const std::vector<float> w0 = Download("momentum", 0);
-  for (int k = 0; k < 2; ++k) {
-    std::vector<float> params = w0;
-    uint64_t n = 0;
-    ASSERT_EQ(Push("momentum", Train("momentum", clients[k], k, 0, params, &n)).status, 202);
-  }
+  ASSERT_NO_FATAL_FAILURE(PushRound("momentum", clients, 0, w0));
   ASSERT_TRUE(WaitVersion("momentum", 1));
   const std::vector<float> w1 = Download("momentum", 1);
   KillAndRestart("momentum");
@@ -484,10 +469,11 @@ TEST_F(FlJobTest, FedAvgMMomentumSurvivesARestart) {
 // spec.deadlines.round: a round that has its quorum commits at the deadline without the
 // missing client; one below quorum is extended, not dropped.
 TEST_F(FlJobTest, RoundDeadlineCommitsWithAQuorumAndExtendsWithout) {
-  ASSERT_EQ(shoald_.Deploy(Manifest("deadline", "fedavg", 3, 2, "  deadlines: {round: 1s}\n",
-                                    ", quorum: 2"))
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      shoald_
+          .Deploy(Manifest("deadline", "fedavg", 3, 2, "  deadlines: {round: 1s}\n", ", quorum: 2"))
+          .exit_code,
+      0);
   std::vector<Client> clients = JoinAll("deadline", 3);
   const std::vector<float> w0 = Download("deadline", 0);
   std::vector<std::string> bodies;
@@ -547,28 +533,13 @@ TEST_F(FlJobTest, FedFixCommitsDataShareWeightedDeltasAtItsTick) {
   EXPECT_LT(MaxDiff(Download("fix", version), expected), 1e-5);
 }
 
-// `cmd`'s output (stdout and what it redirects there) and, in `*rc`, its exit status.
-std::string RunCommand(const std::string& cmd, int* rc) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return "popen failed";
-  char buf[4096];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  *rc = pclose(p);
-  return out;
-}
+using FlDigitsTest = DigitsShoaldTest;
+using FlHistoryTest = DigitsShoaldTest;
 
 // A whole small job on sklearn's digits through real shoald, HTTP, leaf instances and the
 // shoal-client binary (FedAvg, 4 IID clients, MLP 64-64-10): the committed model reaches 90%
 // test accuracy.
-TEST(FlDigitsTest, ShoalClientTrainsDigitsToNinetyPercent) {
-  auto digits = client::LoadDigits();
-  if (!digits.ok()) GTEST_SKIP() << digits.status().message();
-  if (auto why = ShoaldShortOfHugepages(Shoald::Options{}.pool_bytes); !why.empty()) {
-    GTEST_SKIP() << why;
-  }
-  Shoald shoald;
-  ASSERT_TRUE(shoald.Start()) << shoald.Log();
+TEST_F(FlDigitsTest, ShoalClientTrainsDigitsToNinetyPercent) {
   const std::string manifest =
       "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: digits\nspec:\n"
       "  algorithm: {name: fedavg}\n  model: {architecture: mlp, hidden: 64, seed: 1}\n"
@@ -576,64 +547,37 @@ TEST(FlDigitsTest, ShoalClientTrainsDigitsToNinetyPercent) {
       "  stop: {rounds: 60, accuracy: 0.95}\n"
       "  training: {localSteps: 40, learningRate: 0.1, batchSize: 32}\n"
       "  aggregation: {maxFanIn: 2, maxLeaves: 2}\n";
-  ASSERT_EQ(shoald.Deploy(manifest).exit_code, 0);
   // The clients authenticate as a user's would: an fl-client token of their job.
-  const std::string token = shoald.CreateToken("fl-client", "", "digits");
-  ASSERT_FALSE(token.empty());
-  const std::string cmd = "SHOAL_TOKEN=" + token + " " + BinDir() +
-                          "/shoal-client --server http://127.0.0.1:" +
-                          std::to_string(shoald.port()) +
-                          " --job digits --data digits --clients 4 --partition iid --seed 3"
-                          " --time-scale 0 --max-seconds 25 2>&1";
-  int rc = -1;
-  const std::string out = RunCommand(cmd, &rc);
-  EXPECT_EQ(rc, 0) << out;
-  auto st = Json::parse(shoald.Api("GET", "/v1/jobs/digits").body, nullptr, false);
+  std::string token;
+  ASSERT_NO_FATAL_FAILURE(DeployFlJob(manifest, "digits", &token));
+  const std::string out = RunDigitsClients("digits", token, "--max-seconds 25");
+  auto st = Json::parse(shoald_.Api("GET", "/v1/jobs/digits").body, nullptr, false);
   const uint64_t version = st.value("version", uint64_t{0});
   ASSERT_GE(version, 1u) << out;
-  auto r = shoald.Api("GET", "/v1/jobs/digits/model?version=" + std::to_string(version));
-  ASSERT_EQ(r.status, 200) << r.body;
-  auto m = model::ModelFromSafetensors(
-      std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.body.data()), r.body.size()),
-      model::MlpSpec(64, {64}, 10));
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
-  auto eval = client::Evaluate({64, 64, 10}, m->values, digits->test);
+  const std::vector<float> w = ModelOf("digits", version, model::MlpSpec(64, {64}, 10));
+  ASSERT_FALSE(w.empty());
+  auto eval = client::Evaluate({64, 64, 10}, w, data_.test);
   ASSERT_TRUE(eval.ok());
   EXPECT_GE(eval->accuracy, 0.90) << out;
   std::cerr << "digits: version " << version << ", test accuracy " << eval->accuracy << " on "
-            << digits->test.num_samples << " samples\n";
+            << data_.test.num_samples << " samples\n";
 }
 
 // A long job keeps the records of its latest 256 versions (status and state.json): its status
 // and checkpoint state no longer grow with every commit (they did, and shoald's memory with
 // them: about 1 KiB per update in a 300 s soak; each commit and status also re-serialised the
 // whole history).
-TEST(FlHistoryTest, ALongJobKeepsItsLatest256VersionsInStatusAndState) {
-  auto digits = client::LoadDigits();
-  if (!digits.ok()) GTEST_SKIP() << digits.status().message();
-  if (auto why = ShoaldShortOfHugepages(Shoald::Options{}.pool_bytes); !why.empty()) {
-    GTEST_SKIP() << why;
-  }
-  Shoald shoald;
-  ASSERT_TRUE(shoald.Start()) << shoald.Log();
-  ASSERT_EQ(shoald.Deploy("apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: hist\nspec:\n"
-                          "  algorithm: {name: fedbuff}\n  model: {architecture: mlp, hidden: 16, "
-                          "seed: 1}\n  data: {dataset: digits}\n  clients: {expected: 4}\n"
-                          "  stop: {rounds: 300}\n"
-                          "  training: {localSteps: 2, learningRate: 0.1, batchSize: 32}\n")
-                .exit_code,
-            0);
-  const std::string token = shoald.CreateToken("fl-client", "", "hist");
-  ASSERT_FALSE(token.empty());
-  const std::string cmd = "SHOAL_TOKEN=" + token + " " + BinDir() +
-                          "/shoal-client --server http://127.0.0.1:" +
-                          std::to_string(shoald.port()) +
-                          " --job hist --data digits --clients 4 --partition iid --seed 3"
-                          " --time-scale 0 --no-evaluator --max-seconds 120 2>&1";
-  int rc = -1;
-  const std::string out = RunCommand(cmd, &rc);
-  EXPECT_EQ(rc, 0) << out;
-  auto st = Json::parse(shoald.Api("GET", "/v1/jobs/hist").body, nullptr, false);
+TEST_F(FlHistoryTest, ALongJobKeepsItsLatest256VersionsInStatusAndState) {
+  std::string token;
+  ASSERT_NO_FATAL_FAILURE(
+      DeployFlJob("apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: hist\nspec:\n"
+                  "  algorithm: {name: fedbuff}\n  model: {architecture: mlp, hidden: 16, "
+                  "seed: 1}\n  data: {dataset: digits}\n  clients: {expected: 4}\n"
+                  "  stop: {rounds: 300}\n"
+                  "  training: {localSteps: 2, learningRate: 0.1, batchSize: 32}\n",
+                  "hist", &token));
+  const std::string out = RunDigitsClients("hist", token, "--no-evaluator --max-seconds 120");
+  auto st = Json::parse(shoald_.Api("GET", "/v1/jobs/hist").body, nullptr, false);
   ASSERT_EQ(st.value("version", uint64_t{0}), 300u) << st.dump().substr(0, 500) << out;
   EXPECT_EQ(st.value("state", ""), "done");
   const Json& versions = st["versions"];
@@ -641,10 +585,11 @@ TEST(FlHistoryTest, ALongJobKeepsItsLatest256VersionsInStatusAndState) {
   EXPECT_EQ(versions.front()["version"], 45);
   EXPECT_EQ(versions.back()["version"], 300);
   for (size_t i = 1; i < versions.size(); ++i) {
-    ASSERT_EQ(versions[i]["version"].get<uint64_t>(), versions[i - 1]["version"].get<uint64_t>() + 1);
+    ASSERT_EQ(versions[i]["version"].get<uint64_t>(),
+              versions[i - 1]["version"].get<uint64_t>() + 1);
   }
   // The checkpoint state holds the same window.
-  std::ifstream f(shoald.state_dir() + "/state/jobs/hist/state.json");
+  std::ifstream f(shoald_.state_dir() + "/state/jobs/hist/state.json");
   const Json state = Json::parse(f, nullptr, false);
   ASSERT_FALSE(state.is_discarded());
   EXPECT_EQ(state["versions"].size(), 256u);

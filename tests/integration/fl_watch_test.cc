@@ -18,9 +18,8 @@
 #include <sstream>
 #include <thread>
 
-#include "hugepages_for_test.h"
 #include "shoal/client/dataset.h"
-#include "shoald_fixture.h"
+#include "shoald_data_test.h"
 
 namespace shoal::testing {
 namespace {
@@ -113,14 +112,9 @@ std::set<int> Percentages(const std::string& text) {
   return seen;
 }
 
-TEST(FlWatchTest, TheBarClimbsToTheTargetOnATerminalAndStaysPlainOnAPipe) {
-  auto digits = client::LoadDigits();
-  if (!digits.ok()) GTEST_SKIP() << digits.status().message();
-  if (auto why = ShoaldShortOfHugepages(Shoald::Options{}.pool_bytes); !why.empty()) {
-    GTEST_SKIP() << why;
-  }
-  Shoald shoald;
-  ASSERT_TRUE(shoald.Start()) << shoald.Log();
+using FlWatchTest = DigitsShoaldTest;
+
+TEST_F(FlWatchTest, TheBarClimbsToTheTargetOnATerminalAndStaysPlainOnAPipe) {
   // Few local steps at a small learning rate: the accuracy climbs over several versions, so the
   // watchers (polling every 0.1 s) see it rise.
   const std::string manifest =
@@ -130,29 +124,18 @@ TEST(FlWatchTest, TheBarClimbsToTheTargetOnATerminalAndStaysPlainOnAPipe) {
       "  stop: {rounds: 200, accuracy: 0.9}\n"
       "  training: {localSteps: 4, learningRate: 0.05, batchSize: 32}\n"
       "  aggregation: {maxFanIn: 2, maxLeaves: 2}\n";
-  ASSERT_EQ(shoald.Deploy(manifest).exit_code, 0);
-  const std::string token = shoald.CreateToken("fl-client", "", "watched");
-  ASSERT_FALSE(token.empty());
+  std::string token;
+  ASSERT_NO_FATAL_FAILURE(DeployFlJob(manifest, "watched", &token));
 
   const std::vector<std::string> watch = {"fl", "watch", "watched", "--interval", "0.1"};
-  Watcher tty(shoald, watch, /*terminal=*/true);
-  Watcher plain(shoald, watch, /*terminal=*/false);
+  Watcher tty(shoald_, watch, /*terminal=*/true);
+  Watcher plain(shoald_, watch, /*terminal=*/false);
   std::vector<std::string> json_args = watch;
   json_args.insert(json_args.end(), {"-o", "json"});
-  Watcher json(shoald, json_args, /*terminal=*/false);
+  Watcher json(shoald_, json_args, /*terminal=*/false);
 
-  const std::string cmd =
-      "SHOAL_TOKEN=" + token + " " + BinDir() +
-      "/shoal-client --server http://127.0.0.1:" + std::to_string(shoald.port()) +
-      " --job watched --data digits --clients 4 --partition iid --seed 3"
-      " --time-scale 0 --max-seconds 30 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string client_out;
-  char buf[4096];
-  while (fgets(buf, sizeof buf, p)) client_out += buf;
-  EXPECT_EQ(pclose(p), 0) << client_out;
-  const Json st = Json::parse(shoald.Api("GET", "/v1/jobs/watched").body, nullptr, false);
+  const std::string client_out = RunDigitsClients("watched", token, "--max-seconds 30");
+  const Json st = Json::parse(shoald_.Api("GET", "/v1/jobs/watched").body, nullptr, false);
   ASSERT_EQ(st.value("state", ""), "done") << client_out;
   ASSERT_GE(st.value("best_accuracy", 0.0), 0.9) << client_out;
   const std::string done_prefix =

@@ -3,27 +3,27 @@
 // computed here from the downloaded weights; batching across many connections; every
 // protocol route and bad-request answer through the gateway; and hot swap while a real FL job
 // (shoal-client subprocess) commits versions, with zero failed requests.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
 #include "shoal/client/dataset.h"
 #include "shoal/model/architectures.h"
 #include "shoal/model/safetensors.h"
-#include "shoald_fixture.h"
+#include "shoald_data_test.h"
 
 namespace shoal::testing {
 namespace {
@@ -43,7 +43,8 @@ std::string JobManifest(const std::string& name, const std::string& algorithm, u
 std::string InferManifest(const std::string& job, uint32_t max_batch = 16) {
   return "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: " + job +
          "-infer}\nspec:\n  handler: inference\n  concurrency: 48\n  scale: {min: 1, max: 1}\n"
-         "  inference:\n    modelName: " + job + "\n    source: {flJob: " + job +
+         "  inference:\n    modelName: " +
+         job + "\n    source: {flJob: " + job +
          "}\n    device: cpu\n    maxBatchSize: " + std::to_string(max_batch) +
          "\n    maxQueueDelay: 3ms\n";
 }
@@ -59,41 +60,38 @@ std::string ImageRequest(const float* pixels, int n, const std::string& id) {
   return body + "]}]}";
 }
 
-// The job's MLP, computed here: what every answer must equal.
-std::vector<float> Forward(const std::vector<float>& w, const float* x) {
-  const model::ModelSpec spec = model::MlpSpec(784, {kHidden}, 10);
+// The job's MLP (`inputs` wide, one hidden layer of `hidden`), computed here: what every answer
+// must equal.
+std::vector<float> Forward(const std::vector<float>& w, const float* x, uint32_t inputs = 784,
+                           uint32_t hidden = kHidden) {
+  const model::ModelSpec spec = model::MlpSpec(inputs, {hidden}, 10);
   const float* w1 = w.data() + spec.offset(0);
   const float* b1 = w.data() + spec.offset(1);
   const float* w2 = w.data() + spec.offset(2);
   const float* b2 = w.data() + spec.offset(3);
-  std::vector<float> h(kHidden), y(10);
-  for (uint32_t j = 0; j < kHidden; ++j) {
+  std::vector<float> h(hidden), y(10);
+  for (uint32_t j = 0; j < hidden; ++j) {
     double s = b1[j];
-    for (int i = 0; i < 784; ++i) s += double(w1[j * 784 + i]) * x[i];
+    for (uint32_t i = 0; i < inputs; ++i) s += double(w1[j * inputs + i]) * x[i];
     h[j] = s > 0 ? float(s) : 0.0f;
   }
-  for (int c = 0; c < 10; ++c) {
+  for (uint32_t c = 0; c < 10; ++c) {
     double s = b2[c];
-    for (uint32_t j = 0; j < kHidden; ++j) s += double(w2[c * kHidden + j]) * h[j];
+    for (uint32_t j = 0; j < hidden; ++j) s += double(w2[c * hidden + j]) * h[j];
     y[c] = float(s);
   }
   return y;
 }
 
-class InferenceTest : public ::testing::Test {
+class InferenceTest : public ShoaldDataTest {
  protected:
-  void SetUp() override {
-    auto data = client::LoadFashionMnist();
-    if (!data.ok()) GTEST_SKIP() << data.status().message();
-    data_ = std::move(*data);
-    ASSERT_TRUE(shoald_.Start()) << shoald_.Log();
-  }
+  InferenceTest() : ShoaldDataTest(TestData::kFashionMnist, /*check_hugepages=*/false) {}
   void TearDown() override {
     if (client_pid_ > 0) {
       kill(client_pid_, SIGTERM);
       waitpid(client_pid_, nullptr, 0);
     }
-    if (HasFailure()) std::cerr << "---- shoald log ----\n" << shoald_.Log();
+    ShoaldDataTest::TearDown();
   }
   void DeployJobAndModel(const std::string& job, const std::string& algorithm, uint32_t rounds) {
     auto d = shoald_.Deploy(JobManifest(job, algorithm, rounds));
@@ -109,27 +107,19 @@ class InferenceTest : public ::testing::Test {
         << shoald_.Log();
   }
   std::vector<float> Weights(const std::string& job, uint64_t version) {
-    auto r = shoald_.Api("GET",
-                  "/v1/jobs/" + job + "/model?version=" + std::to_string(version));
-    EXPECT_EQ(r.status, 200) << r.body;
-    auto m = model::ModelFromSafetensors(
-        std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.body.data()),
-                                   r.body.size()),
-        model::MlpSpec(784, {kHidden}, 10));
-    EXPECT_TRUE(m.ok()) << m.status().ToString();
-    return m.ok() ? m->values : std::vector<float>{};
+    return ModelOf(job, version, model::MlpSpec(784, {kHidden}, 10));
   }
   HttpResult Infer(const std::string& model, const std::string& body,
                    const std::vector<std::string>& headers = {"Content-Type: application/json"}) {
     return Http(shoald_.port(), "POST", "/v2/models/" + model + "/infer", body, headers);
   }
   Json Stats(const std::string& model) {
-    return Json::parse(Http(shoald_.port(), "GET", "/v2/models/" + model + "/stats").body,
-                       nullptr, false);
+    return Json::parse(Http(shoald_.port(), "GET", "/v2/models/" + model + "/stats").body, nullptr,
+                       false);
   }
   void StartClients(const std::string& job) {
     const std::string bin = BinDir() + "/shoal-client";
-    const std::string server = "http://127.0.0.1:" + std::to_string(shoald_.port());
+    const std::string server = ServerOf(shoald_);
     const std::string token = shoald_.CreateToken("fl-client", "", job);
     ASSERT_FALSE(token.empty());
     client_pid_ = fork();
@@ -137,15 +127,13 @@ class InferenceTest : public ::testing::Test {
       setenv("SHOAL_TOKEN", token.c_str(), 1);
       const int devnull = open("/dev/null", O_WRONLY);
       dup2(devnull, 1);
-      execl(bin.c_str(), bin.c_str(), "--server", server.c_str(), "--job", job.c_str(),
-            "--clients", "4", "--data", "fashion-mnist", "--train-threads", "1",
-            "--max-seconds", "60", static_cast<char*>(nullptr));
+      execl(bin.c_str(), bin.c_str(), "--server", server.c_str(), "--job", job.c_str(), "--clients",
+            "4", "--data", "fashion-mnist", "--train-threads", "1", "--max-seconds", "60",
+            static_cast<char*>(nullptr));
       _exit(127);
     }
   }
 
-  client::DatasetSplit data_;
-  Shoald shoald_;
   pid_t client_pid_ = -1;
 };
 
@@ -275,14 +263,10 @@ TEST_F(InferenceTest, ProtocolRoutesAndAnswersEqualTheModel) {
 
 TEST_F(InferenceTest, ShoalClientInferScoresTheTestSplitPerVersion) {
   DeployJobAndModel("fc", "fedavg", 3);
-  const std::string cmd = BinDir() + "/shoal-client --server http://127.0.0.1:" +
-                          std::to_string(shoald_.port()) +
-                          " --infer fc --infer-connections 4 --infer-batch 50 --max-seconds 0.5 2>&1";
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  while (fgets(buf, sizeof buf, p)) out += buf;
-  const int rc = pclose(p);
+  int rc = -1;
+  const std::string out =
+      RunShoalClient(ServerOf(shoald_), "",
+                     "--infer fc --infer-connections 4 --infer-batch 50 --max-seconds 0.5", &rc);
   EXPECT_EQ(rc, 0) << out;
   // Version 0 is the untrained model: every test image classified once. The accuracy printed
   // must be the model's: the same weights computed here over the same 10,000 images (a wrong
@@ -292,9 +276,9 @@ TEST_F(InferenceTest, ShoalClientInferScoresTheTestSplitPerVersion) {
   ASSERT_NE(at, std::string::npos) << out;
   unsigned long images = 0;
   double accuracy = -1;
-  ASSERT_EQ(std::sscanf(out.c_str() + at + head.size(), "%lu images, accuracy %lf", &images,
-                        &accuracy),
-            2)
+  ASSERT_EQ(
+      std::sscanf(out.c_str() + at + head.size(), "%lu images, accuracy %lf", &images, &accuracy),
+      2)
       << out;
   EXPECT_EQ(images, data_.test.num_samples) << out;
   const std::vector<float> w = Weights("fc", 0);
@@ -437,7 +421,8 @@ TEST_F(InferenceTest, OnnxSourceAnswersLikePyTorch) {
          {"shape", {3, 1, 28, 28}},
          {"datatype", "FP32"},
          {"parameters", {{"binary_data_size", input.size()}}}}}},
-      {"outputs", {{{"name", meta["outputs"][0]["name"]}, {"parameters", {{"binary_data", true}}}}}}};
+      {"outputs",
+       {{{"name", meta["outputs"][0]["name"]}, {"parameters", {{"binary_data", true}}}}}}};
   const std::string h = header.dump();
   auto r = Infer("cnn", h + input,
                  {"Content-Type: application/octet-stream",
@@ -458,66 +443,49 @@ TEST_F(InferenceTest, OnnxSourceAnswersLikePyTorch) {
 // A digits job's model (8x8 images: 64 inputs) served from the FL job: the handler takes the
 // input width from the job status's "model" object (it used to assume Fashion-MNIST's 784 and
 // failed to load). The metadata says [-1, 64] and the answer equals the MLP computed here.
-TEST(InferenceDigitsTest, FlJobOnDigitsServes64Inputs) {
-  auto digits = client::LoadDigits();
-  if (!digits.ok()) GTEST_SKIP() << digits.status().message();
-  ASSERT_EQ(digits->test.num_features, 64u);
+class InferenceDigitsTest : public ShoaldDataTest {
+ protected:
+  InferenceDigitsTest() : ShoaldDataTest(TestData::kDigits, /*check_hugepages=*/false) {}
+};
+
+TEST_F(InferenceDigitsTest, FlJobOnDigitsServes64Inputs) {
+  ASSERT_EQ(data_.test.num_features, 64u);
   constexpr uint32_t kDigitsHidden = 16;
-  Shoald shoald;
-  ASSERT_TRUE(shoald.Start()) << shoald.Log();
-  auto d = shoald.Deploy(
+  auto d = shoald_.Deploy(
       "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: dg\nspec:\n"
       "  algorithm: {name: fedavg}\n  model: {architecture: mlp, hidden: 16, seed: 7}\n"
       "  data: {dataset: digits}\n  clients: {expected: 2}\n  stop: {rounds: 3}\n"
       "  training: {localSteps: 2, learningRate: 0.1, batchSize: 32}\n"
       "  aggregation: {maxFanIn: 2, maxLeaves: 1}\n");
   ASSERT_EQ(d.exit_code, 0) << d.err << d.out;
-  d = shoald.Deploy(InferManifest("dg"));
+  d = shoald_.Deploy(InferManifest("dg"));
   ASSERT_EQ(d.exit_code, 0) << d.err << d.out;
-  ASSERT_TRUE(shoald.WaitReady("dg-infer", 1, 20000)) << shoald.Log();
+  ASSERT_TRUE(shoald_.WaitReady("dg-infer", 1, 20000)) << shoald_.Log();
 
-  auto status = Json::parse(shoald.Api("GET", "/v1/jobs/dg").body, nullptr, false);
+  auto status = Json::parse(shoald_.Api("GET", "/v1/jobs/dg").body, nullptr, false);
   ASSERT_EQ(status["model"]["inputs"], 64) << status.dump();
   // Ready once loaded: wait for the first version to be compiled.
-  for (int i = 0; i < 200 && Http(shoald.port(), "GET", "/v2/models/dg/ready").status != 200; ++i) {
+  for (int i = 0; i < 200 && Http(shoald_.port(), "GET", "/v2/models/dg/ready").status != 200;
+       ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  auto meta_r = Http(shoald.port(), "GET", "/v2/models/dg");
-  ASSERT_EQ(meta_r.status, 200) << meta_r.body << shoald.Log();
+  auto meta_r = Http(shoald_.port(), "GET", "/v2/models/dg");
+  ASSERT_EQ(meta_r.status, 200) << meta_r.body << shoald_.Log();
   auto meta = Json::parse(meta_r.body, nullptr, false);
   EXPECT_EQ(meta["inputs"][0]["shape"], Json::array({-1, 64})) << meta.dump();
   EXPECT_EQ(meta["outputs"][0]["shape"], Json::array({-1, 10})) << meta.dump();
 
   // The served version's weights, and the MLP over one test image computed from them.
-  auto r = shoald.Api("GET", "/v1/jobs/dg/model?version=0");
-  ASSERT_EQ(r.status, 200) << r.body;
-  const model::ModelSpec spec = model::MlpSpec(64, {kDigitsHidden}, 10);
-  auto m = model::ModelFromSafetensors(
-      std::span<const std::byte>(reinterpret_cast<const std::byte*>(r.body.data()), r.body.size()),
-      spec);
-  ASSERT_TRUE(m.ok()) << m.status().ToString();
-  const float* x = digits->test.Row(0);
-  const float* w1 = m->values.data() + spec.offset(0);
-  const float* b1 = m->values.data() + spec.offset(1);
-  const float* w2 = m->values.data() + spec.offset(2);
-  const float* b2 = m->values.data() + spec.offset(3);
-  std::vector<float> h(kDigitsHidden), expect(10);
-  for (uint32_t j = 0; j < kDigitsHidden; ++j) {
-    double s = b1[j];
-    for (int i = 0; i < 64; ++i) s += double(w1[j * 64 + i]) * x[i];
-    h[j] = s > 0 ? float(s) : 0.0f;
-  }
-  for (int c = 0; c < 10; ++c) {
-    double s = b2[c];
-    for (uint32_t j = 0; j < kDigitsHidden; ++j) s += double(w2[c * kDigitsHidden + j]) * h[j];
-    expect[c] = float(s);
-  }
+  const std::vector<float> w = ModelOf("dg", 0, model::MlpSpec(64, {kDigitsHidden}, 10));
+  ASSERT_FALSE(w.empty());
+  const float* x = data_.test.Row(0);
+  const std::vector<float> expect = Forward(w, x, 64, kDigitsHidden);
   Json req = {{"inputs",
                {{{"name", "input"},
                  {"shape", {1, 64}},
                  {"datatype", "FP32"},
                  {"data", std::vector<float>(x, x + 64)}}}}};
-  auto a = Http(shoald.port(), "POST", "/v2/models/dg/infer", req.dump(),
+  auto a = Http(shoald_.port(), "POST", "/v2/models/dg/infer", req.dump(),
                 {"Content-Type: application/json"});
   ASSERT_EQ(a.status, 200) << a.body;
   auto j = Json::parse(a.body, nullptr, false);
@@ -528,11 +496,10 @@ TEST(InferenceDigitsTest, FlJobOnDigitsServes64Inputs) {
     EXPECT_NEAR(j["outputs"][0]["data"][c].get<float>(), expect[c], 1e-4) << "class " << c;
   }
   // A 784-wide input is refused naming the shape.
-  auto wrong = Http(shoald.port(), "POST", "/v2/models/dg/infer",
+  auto wrong = Http(shoald_.port(), "POST", "/v2/models/dg/infer",
                     R"({"inputs":[{"name":"input","shape":[1,784],"datatype":"FP32","data":[0]}]})",
                     {"Content-Type: application/json"});
   EXPECT_EQ(wrong.status, 400) << wrong.body;
-  if (HasFailure()) std::cerr << "---- shoald log ----\n" << shoald.Log();
 }
 
 }  // namespace

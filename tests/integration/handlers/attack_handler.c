@@ -4,9 +4,10 @@
  *   pid                answers this process's pid (which instance served)
  *   shell              fork + execve /bin/sh -c true (a reverse shell's first step): "spawned"
  *   connect <port>     TCP connect to 127.0.0.1:<port>: "connected" or the errno text
- *   open <path>        open(path, O_RDONLY): "opened" or the errno text (the attempt is what counts)
- *   burn <ms>          a thread spinning the CPU for <ms> ms (a miner): "burning"
- * Not for production: it exists so that the detector's tests run real attacks. */
+ *   open <path>        open(path, O_RDONLY): "opened" or the errno text (the attempt is what
+ * counts) child-open <path>  a forked child (another pid of the instance) opens path: "child
+ * opened" or "child failed" burn <ms>          a thread spinning the CPU for <ms> ms (a miner):
+ * "burning" Not for production: it exists so that the detector's tests run real attacks. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -86,6 +87,18 @@ int shoal_handle(const shoal_request* req, shoal_response* resp) {
     int err = errno;
     if (fd >= 0) close(fd);
     return reply(resp, fd >= 0 ? "opened" : strerror(err));
+  }
+  if (strncmp(cmd, "child-open ", 11) == 0) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      int fd = open(cmd + 11, O_RDONLY | O_CLOEXEC);
+      _exit(fd >= 0 ? 0 : 1);
+    }
+    if (pid < 0) return reply(resp, strerror(errno));
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return reply(resp,
+                 WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "child opened" : "child failed");
   }
   if (strncmp(cmd, "burn ", 5) == 0) {
     pthread_t t;

@@ -65,6 +65,33 @@ TEST(Config, ErrorsNameTheKey) {
             "config: pool_prefault: bad value (line 1)");
   auto small = NodeConfig::LoadString("pool_bytes: 1000\n");
   EXPECT_EQ(small.status().message(), "config: pool_bytes: must be >= 16 MiB");
+  EXPECT_EQ(NodeConfig::LoadString("detect: true\ndetect_syscalls: sometimes\n").status().message(),
+            "config: detect_syscalls: must be true, false or sampled, not 'sometimes' (line 2)");
+  EXPECT_EQ(NodeConfig::LoadString("detect_sample_percent: 0\n").status().message(),
+            "config: detect_sample_percent: must be 1 to 100");
+  EXPECT_EQ(NodeConfig::LoadString("detect_sample_percent: half\n").status().message(),
+            "config: detect_sample_percent: bad value (line 1)");
+}
+
+TEST(Config, DetectSyscallsModes) {
+  auto c = NodeConfig::LoadString("");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->detect_syscalls, DetectSyscalls::kSampled);  // the default (bench-detect)
+  EXPECT_EQ(c->detect_sample_percent, 10u);
+  const std::pair<const char*, DetectSyscalls> modes[] = {{"true", DetectSyscalls::kOn},
+                                                          {"false", DetectSyscalls::kOff},
+                                                          {"sampled", DetectSyscalls::kSampled}};
+  for (const auto& [word, mode] : modes) {
+    auto m = NodeConfig::LoadString(std::string("detect_syscalls: ") + word +
+                                    "\ndetect_sample_percent: 25\n");
+    ASSERT_TRUE(m.ok()) << word << ": " << m.status().ToString();
+    EXPECT_EQ(m->detect_syscalls, mode) << word;
+    EXPECT_EQ(m->detect_sample_percent, 25u);
+    EXPECT_NE(m->ToYaml().find(std::string("detect_syscalls: ") + word), std::string::npos);
+    auto again = NodeConfig::LoadString(m->ToYaml());
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->detect_syscalls, mode) << word;
+  }
 }
 
 TEST(Descriptor, LayoutIsFixed) {

@@ -7,8 +7,9 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -147,7 +148,7 @@ TEST_F(BehaviourProbesTest, CountsAndReportsWhatAWatchedProcessDoes) {
 TEST_F(BehaviourProbesTest, WithoutTheSyscallHookExecAndTcpConnectAreStillSeen) {
   bpf_test::TestCgroup cg("shoal-bhv-test-nohook-" + std::to_string(getpid()));
   ASSERT_EQ(cg.error(), "");
-  auto loaded = BehaviourProbes::Load(cg.mode(), /*syscall_hook=*/false);
+  auto loaded = BehaviourProbes::Load(cg.mode(), BehaviourProbes::Syscalls::kOff);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   auto& probes = **loaded;
   auto id = BehaviourProbes::CgroupIdOf(cg.dir());
@@ -208,6 +209,94 @@ TEST_F(BehaviourProbesTest, WithoutTheSyscallHookExecAndTcpConnectAreStillSeen) 
   EXPECT_EQ(execs, 1);
   EXPECT_EQ(connects, 1);
   EXPECT_EQ(opens, 0);
+}
+
+// Sampled (detect_syscalls: sampled): sys_enter counts only between AttachSyscalls and
+// DetachSyscalls, and then only syscall classes and open attempts (opens are not counted: the
+// monitor counts fanotify's); processes a watched instance forks are known by pid, also after
+// they exit, until the instance is unwatched.
+TEST_F(BehaviourProbesTest, SampledSyscallsCountOnlyWhileAttachedAndForkedPidsAreKnown) {
+  bpf_test::TestCgroup cg("shoal-bhv-test-sampled-" + std::to_string(getpid()));
+  ASSERT_EQ(cg.error(), "");
+  auto loaded = BehaviourProbes::Load(cg.mode(), BehaviourProbes::Syscalls::kSampled);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  auto& probes = **loaded;
+  EXPECT_FALSE(probes.syscalls_attached());
+  auto id = BehaviourProbes::CgroupIdOf(cg.dir());
+  ASSERT_TRUE(id.ok());
+  int go[2], back[2];
+  ASSERT_EQ(pipe(go), 0);
+  ASSERT_EQ(pipe(back), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(go[1]);
+    close(back[0]);
+    if (!cg.Join()) _exit(10);
+    char c;
+    if (read(go[0], &c, 1) != 1) _exit(11);
+    // Not sampled: 5000 getppid and an open.
+    for (int i = 0; i < 5000; ++i) syscall(SYS_getppid);
+    int f = open("/etc/hostname", O_RDONLY);
+    if (f >= 0) close(f);
+    if (write(back[1], "1", 1) != 1) _exit(12);
+    if (read(go[0], &c, 1) != 1) _exit(13);
+    // Sampled: 1000 getppid, an open, and a child that opens nothing and exits.
+    for (int i = 0; i < 1000; ++i) syscall(SYS_getppid);
+    f = open("/etc/hosts", O_RDONLY);
+    if (f >= 0) close(f);
+    const pid_t grandchild = fork();
+    if (grandchild == 0) _exit(0);
+    waitpid(grandchild, nullptr, 0);
+    const int32_t g = grandchild;
+    if (write(back[1], &g, sizeof g) != sizeof g) _exit(14);
+    _exit(0);
+  }
+  close(go[0]);
+  close(back[1]);
+  ASSERT_TRUE(probes.Watch(*id, pid).ok());
+  EXPECT_EQ(probes.CgroupOfPid(pid), *id);
+  EXPECT_EQ(probes.CgroupOfPid(getpid()), 0u);
+  ASSERT_EQ(write(go[1], "g", 1), 1);
+  char c;
+  ASSERT_EQ(read(back[0], &c, 1), 1);
+  ASSERT_TRUE(probes.AttachSyscalls().ok());
+  EXPECT_TRUE(probes.syscalls_attached());
+  ASSERT_TRUE(probes.AttachSyscalls().ok());  // idempotent
+  ASSERT_EQ(write(go[1], "g", 1), 1);
+  int32_t grandchild = 0;
+  ASSERT_EQ(read(back[0], &grandchild, sizeof grandchild), static_cast<ssize_t>(sizeof grandchild));
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  probes.DetachSyscalls();
+  EXPECT_FALSE(probes.syscalls_attached());
+  for (int i = 0; i < 3000; ++i) syscall(SYS_getppid);  // detached: nobody counts these
+  close(go[1]);
+  close(back[0]);
+
+  auto counted = probes.Read(*id);
+  ASSERT_TRUE(counted.ok());
+  // The sampled 1000 and a few more of the child's; not the 5000 before the slice.
+  EXPECT_GE(counted->syscalls[SHOAL_BHV_CLASS_OTHER], 1000u);
+  EXPECT_LT(counted->syscalls[SHOAL_BHV_CLASS_OTHER], 2000u);
+  EXPECT_GE(counted->syscalls[SHOAL_BHV_CLASS_PROCESS], 1u);  // the fork (clone)
+  EXPECT_EQ(counted->opens, 0u);
+  EXPECT_EQ(counted->forks, 1u);
+  int hosts = 0, hostname = 0;
+  probes.Drain([&](const BehaviourEvent& ev) {
+    if (ev.kind != SHOAL_BHV_EV_OPEN) return;
+    hosts += std::string(ev.detail) == "/etc/hosts";
+    hostname += std::string(ev.detail) == "/etc/hostname";
+  });
+  EXPECT_EQ(hosts, 1);
+  EXPECT_EQ(hostname, 0);
+  // The grandchild exited; its pid still names the instance.
+  EXPECT_EQ(probes.CgroupOfPid(grandchild), *id);
+  EXPECT_EQ(probes.PidEntries(), 2u);
+  probes.Unwatch(*id);
+  EXPECT_EQ(probes.PidEntries(), 0u);
+  EXPECT_EQ(probes.CgroupOfPid(grandchild), 0u);
 }
 
 TEST_F(BehaviourProbesTest, ClassifiesSyscalls) {

@@ -22,6 +22,9 @@ const char* CgroupModeName(CgroupMode mode);
 // handler and attached the pool) or spawned as a new shoal-fn (kept for diagnosis).
 enum class InstanceStart { kZygote, kSpawn };
 const char* InstanceStartName(InstanceStart mode);
+// How the behaviour probes watch syscalls (config detect_syscalls: true | false | sampled).
+enum class DetectSyscalls { kOn, kOff, kSampled };
+const char* DetectSyscallsName(DetectSyscalls mode);
 
 // A tenant's fixed ids (config `tenants: {<namespace>: {uid: N, gid: N}}`).
 struct TenantIdConfig {
@@ -87,10 +90,13 @@ struct NodeConfig {
   bool detect = true;
   uint32_t detect_interval_ms = 5000;
   uint32_t detect_learn_intervals = 12;
-  // Attach the sys_enter probe (syscalls by class, open paths, every connect): every syscall
-  // of the node pays for it; false keeps exec, TCP connect, CPU, fork and byte detection at no
-  // per-syscall cost (README "Behaviour detection").
-  bool detect_syscalls = true;
+  // true: the sys_enter probe attached all the time (syscalls by class, open paths, every
+  // connect): every syscall of the node pays for it. false: not attached; exec, TCP connect,
+  // CPU, fork and byte detection at no per-syscall cost, opens not seen. sampled: sys_enter
+  // attached for detect_sample_percent of each interval (classes scaled up, open attempts in
+  // the slice), successful opens through fanotify (README "Behaviour detection").
+  DetectSyscalls detect_syscalls = DetectSyscalls::kSampled;
+  uint32_t detect_sample_percent = 10;  // 1 to 100
 
   // FL checkpoints are written behind their commits; this holds the checkpoint of each new
   // version back so long (for tests of the crash window between a commit and its checkpoint;

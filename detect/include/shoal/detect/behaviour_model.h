@@ -47,6 +47,11 @@ struct Interval {
   double seconds = 0;
   uint64_t requests = 0;  // requests it finished in the interval
   std::array<uint64_t, kSyscallClasses> syscalls{};
+  // Seconds of the interval in which `syscalls` were counted: < 0 the whole interval; sampled
+  // (detect_syscalls: sampled) the counts are scaled by seconds / syscall_seconds to estimate
+  // the interval's; 0: not counted at all in this interval (the syscall features are then
+  // neither learned nor scored).
+  double syscall_seconds = -1;
   uint64_t execs = 0, connects = 0, opens = 0, forks = 0;
   uint64_t bytes_sent = 0, bytes_recv = 0;
   uint64_t cpu_ns = 0;
@@ -82,9 +87,12 @@ struct FeatureDef {
 };
 inline constexpr int kFeatures = kSyscallClasses + 5;
 const std::array<FeatureDef, kFeatures>& Features();
-// An interval's feature values (counter / (requests + 1)) and raw counters, in Features() order.
+// An interval's feature values (counter / (requests + 1)) and raw counters, in Features() order;
+// sampled syscall counts scaled to the whole interval (Interval::syscall_seconds).
 std::array<double, kFeatures> FeatureValues(const Interval& iv);
 std::array<double, kFeatures> FeatureCounts(const Interval& iv);
+// Whether the interval's syscall classes were counted at all (syscall_seconds != 0).
+bool SyscallsCounted(const Interval& iv);
 
 // The default allowed paths: the loader, shared libraries, the process's own /proc entries,
 // the pools' /dev/shm, the usual character devices and the time zone database.
@@ -103,7 +111,8 @@ class Baseline {
   bool Advance(uint64_t tick);
   bool learned() const { return learned_; }
   uint32_t ticks_learned() const { return ticks_; }
-  uint32_t samples() const { return static_cast<uint32_t>(values_[0].size()); }
+  // Intervals learned (the CPU feature's: syscall features may have fewer when sampled).
+  uint32_t samples() const { return static_cast<uint32_t>(values_[kSyscallClasses].size()); }
 
   // Scoring (learned() only): the anomalies in the interval, each event rule once per event.
   std::vector<Anomaly> Score(const Interval& iv, const std::vector<Event>& events) const;

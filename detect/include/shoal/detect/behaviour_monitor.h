@@ -1,7 +1,9 @@
 // BehaviourMonitor: shoald's compromise detector at work. It loads the behaviour probes
 // (shoal/ebpf/behaviour_probes.h) at start (logged; where they cannot load, the reason is logged
 // and the detector reports itself off in the log, /metrics and `shoal describe`), watches each
-// instance the manager reports ready (by its cgroup), and every detect_interval_ms reads each
+// instance the manager reports ready (by its cgroup; with detect_syscalls: sampled also its opens
+// through fanotify, OpenWatch, and its syscall classes in a slice of each interval only), and
+// every detect_interval_ms reads each
 // one's counters and events, scores them with the Detector (detector.h) and, for each anomaly:
 // logs it with its evidence, counts it in shoal_function_anomalies_total{function,kind}, keeps
 // it for `shoal describe`, and, where the function's manifest says security.onAnomaly:
@@ -20,10 +22,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "shoal/common/config.h"
 #include "shoal/detect/detector.h"
+#include "shoal/detect/open_watch.h"
 #include "shoal/ebpf/behaviour_probes.h"
 #include "shoal/runtime/function_runtime.h"
 #include "shoal/runtime/instance_observer.h"
@@ -41,6 +46,10 @@ class BehaviourMonitor final : public InstanceObserver {
   // `cgroup_version` ("v1", "v2"; "": instances have no cgroup) and starts the interval timer.
   // Never fails: the detector is then off, and says why (logged here, then in off_reason()).
   void Start(const std::string& cgroup_version, QuarantineFn quarantine);
+  // detect_syscalls: sampled watches opens through fanotify, whose marks need CAP_SYS_ADMIN:
+  // shoald starts it before dropping that capability and hands it (or why it could not) here,
+  // before Start. Without a call, Start tries itself.
+  void SetOpenWatch(Result<std::unique_ptr<OpenWatch>> watch);
   void Stop();
   bool on() const { return probes_ != nullptr; }
   const std::string& off_reason() const { return off_reason_; }
@@ -53,9 +62,12 @@ class BehaviourMonitor final : public InstanceObserver {
   // shoal_function_anomalies_total{function,kind}, shoal_detector_enabled,
   // shoal_detector_watched_instances, shoal_detector_bpf_entries{map}.
   std::string MetricsText();
-  // Entries of the probes' maps (instances, seen events): 0 when off.
+  // Entries of the probes' maps (instances, seen events, processes): 0 when off.
   size_t WatchedEntries();
   size_t SeenEntries();
+  size_t PidEntries();
+  // Whether fanotify watches the instances' opens (detect_syscalls: sampled and it could start).
+  bool opens_watched() const { return opens_ != nullptr; }
   // One scoring interval now (the timer calls it; tests may too).
   void Tick();
 
@@ -71,6 +83,9 @@ class BehaviourMonitor final : public InstanceObserver {
     uint64_t last_served = 0;
     uint64_t last_ns = 0;
     bool quarantined = false;
+    // fanotify (sampled mode): opens counted, the paths already passed on (each once).
+    uint64_t opens = 0, last_opens = 0;
+    std::unordered_set<std::string> opened;
   };
   struct FunctionRecord {
     std::string on_anomaly = "alert";
@@ -85,6 +100,11 @@ class BehaviourMonitor final : public InstanceObserver {
   std::string ProfilePath(const std::string& function, uint64_t generation) const;
   void LoadProfile(const std::string& function, uint64_t generation);
   void SaveProfile(const std::string& function);
+  // fanotify's waiting opens into the watched instances' counts and events (mu_ held).
+  void DrainOpens();
+  // Sampled syscalls: attaches sys_enter now (the slice's start) / schedules that.
+  void AttachSlice();
+  void ScheduleSlice();
 
   const NodeConfig& config_;
   uv_loop_t* loop_;
@@ -95,11 +115,21 @@ class BehaviourMonitor final : public InstanceObserver {
   uv_timer_t timer_{};
   bool timer_started_ = false;
   uint64_t tick_ = 0;
+  // detect_syscalls: sampled: the slice timer, and the last slice (monotonic ns).
+  uv_timer_t slice_timer_{};
+  bool slice_timer_started_ = false;
+  uint64_t slice_start_ns_ = 0, slice_end_ns_ = 0;
+  std::unique_ptr<OpenWatch> opens_;
+  std::string opens_error_;  // why opens_ is null ("" before SetOpenWatch: Start tries)
+  uv_poll_t opens_poll_{};
+  bool opens_poll_started_ = false;
 
   std::mutex mu_;  // everything below
   detect::Detector detector_;
   std::map<uint32_t, Watched> watched_;      // by instance key
   std::map<uint64_t, uint32_t> by_cgroup_;   // cgroup id -> instance key
+  std::map<uint64_t, std::vector<detect::Event>> open_events_;  // fanotify's, by cgroup id
+  std::unordered_map<int, uint64_t> pid_owner_;  // pid -> cgroup id (0: none); per tick
   std::map<std::string, FunctionRecord> records_;
   std::map<std::pair<std::string, std::string>, uint64_t> anomalies_;  // {function, kind}
 };

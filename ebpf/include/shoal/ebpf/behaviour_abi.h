@@ -37,12 +37,19 @@
 #define SHOAL_BHV_CGROUP_V2 0
 #define SHOAL_BHV_CGROUP_V1_MEMORY 1
 
+/* How the sys_enter probe is used (`syscall_hook` in .rodata): not loaded; attached all the
+ * time (classes, every open, connect and execve with its argument); attached for a slice of
+ * each scoring interval (classes and open attempts only; the rest from per-event hooks). */
+#define SHOAL_BHV_SYSCALLS_OFF 0
+#define SHOAL_BHV_SYSCALLS_ALWAYS 1
+#define SHOAL_BHV_SYSCALLS_SAMPLED 2
+
 /* One instance's value in the per-CPU `instances` map (summed over CPUs by user space). */
 struct shoal_bhv_counters {
   __u64 syscalls[SHOAL_BHV_CLASSES];
   __u64 execs;       /* execve/execveat entered */
   __u64 connects;    /* connect entered */
-  __u64 opens;       /* open/openat/openat2 entered */
+  __u64 opens;       /* open/openat/openat2 entered (sys_enter always attached only) */
   __u64 forks;       /* processes and threads created */
   __u64 bytes_sent;  /* socket sends (sock_send_length tracepoint, bytes returned > 0) */
   __u64 bytes_recv;  /* socket receives (sock_recv_length) */

@@ -15,6 +15,7 @@
 
 struct shoal_behaviour;  // the bpftool skeleton (shoal_behaviour.skel.h)
 struct ring_buffer;
+struct bpf_link;
 
 namespace shoal {
 
@@ -26,20 +27,36 @@ class BehaviourProbes {
   // Where instance cgroups live: which cgroup id the probes key on.
   enum class CgroupMode { kV2, kV1Memory };
 
-  // `syscall_hook`: attach sys_enter (syscalls by class, open paths, every connect). It costs
-  // every syscall of the node (~130 ns on a 2-vCPU VM, the hook alone: bench-detect); without
-  // it, execs (sched_process_exec), TCP connects (inet_sock_set_state), forks, bytes and CPU
-  // time are still counted, and no syscall pays anything.
-  static Result<std::unique_ptr<BehaviourProbes>> Load(CgroupMode mode, bool syscall_hook = true);
+  // How sys_enter is used. kAlways: attached from Load on (syscalls by class, open paths, every
+  // connect); it costs every syscall of the node while attached (~130 ns on a 2-vCPU VM, the
+  // hook alone: bench-detect). kOff: not loaded; execs (sched_process_exec), TCP connects
+  // (inet_sock_set_state), forks, bytes and CPU time are still counted, and no syscall pays
+  // anything. kSampled: loaded, attached only between AttachSyscalls and DetachSyscalls, when it
+  // counts syscall classes and reports open attempts (execs and connects as with kOff; opens
+  // are counted by the caller, e.g. fanotify).
+  enum class Syscalls { kOff, kAlways, kSampled };
+  static Result<std::unique_ptr<BehaviourProbes>> Load(CgroupMode mode,
+                                                       Syscalls syscalls = Syscalls::kAlways);
   BehaviourProbes(const BehaviourProbes&) = delete;
   BehaviourProbes& operator=(const BehaviourProbes&) = delete;
   ~BehaviourProbes();  // detaches every program
 
   // Starts counting for the cgroup (its counters start at zero); an error when the map is full.
-  Status Watch(uint64_t cgroup_id);
-  // Stops counting and forgets the cgroup and the events it sent (no error when it was not
-  // watched).
+  // `pid`, when not 0, is the instance's process: CgroupOfPid knows it, and every process it
+  // forks from now on.
+  Status Watch(uint64_t cgroup_id, int pid = 0);
+  // Stops counting and forgets the cgroup, its processes and the events it sent (no error when
+  // it was not watched).
   void Unwatch(uint64_t cgroup_id);
+  // The watched cgroup a process (by tgid, as the root pid namespace numbers it) belongs to:
+  // an instance's process or one it forked while watched (also after it exited); 0 otherwise.
+  uint64_t CgroupOfPid(int pid) const;
+  // kSampled: attaches / detaches sys_enter (each a few syscalls; while attached every syscall
+  // of the node pays for the hook). No-ops in the other modes; Attach is idempotent.
+  Status AttachSyscalls();
+  void DetachSyscalls();
+  bool syscalls_attached() const { return sys_enter_link_ != nullptr; }
+  Syscalls syscalls() const { return syscalls_; }
   // The cgroup's counters, summed over CPUs (NotFound when it is not watched).
   Result<BehaviourCounters> Read(uint64_t cgroup_id) const;
   // Hands every event waiting in the ring buffer to `sink`; returns how many.
@@ -47,6 +64,7 @@ class BehaviourProbes {
   // Entries of the instances map and of the seen-events set (the soak's leak checks).
   size_t WatchedEntries() const;
   size_t SeenEntries() const;
+  size_t PidEntries() const;
   CgroupMode mode() const { return mode_; }
 
   // The id the probes use for a cgroup directory: its inode number (the kernfs node id).
@@ -56,10 +74,12 @@ class BehaviourProbes {
   static const char* ClassName(uint32_t cls);
 
  private:
-  explicit BehaviourProbes(CgroupMode mode) : mode_(mode) {}
+  BehaviourProbes(CgroupMode mode, Syscalls syscalls) : mode_(mode), syscalls_(syscalls) {}
   size_t CountKeys(int fd, size_t key_size) const;
 
   CgroupMode mode_;
+  Syscalls syscalls_;
+  bpf_link* sys_enter_link_ = nullptr;
   shoal_behaviour* skel_ = nullptr;
   ring_buffer* ring_ = nullptr;
   int num_cpus_ = 0;

@@ -29,6 +29,20 @@ namespace shoal::coordinator_test {
 // The state directory (under /tmp, named from `prefix`), the pool ("<prefix>-<pid>", 16 MiB)
 // and the coordinator's members the tests share; the job is "rb", an MLP 64-4-10 on digits.
 class CoordinatorFixture : public ::testing::Test {
+ public:
+  // Job "rb": FedAvg over an MLP 64-4-10 on digits, `clients` expected, two rounds.
+  static FlJobSpec RbSpec(uint32_t clients) {
+    FlJobSpec spec;
+    spec.name = "rb";
+    spec.algorithm = "fedavg";
+    spec.architecture = "mlp";
+    spec.hidden = 4;
+    spec.dataset = "digits";
+    spec.clients = clients;
+    spec.rounds = 2;
+    return spec;
+  }
+
  protected:
   // Creates the directory and the pool (the coordinator is each fixture's to start).
   void MakeDirAndPool(const std::string& prefix) {
@@ -44,18 +58,6 @@ class CoordinatorFixture : public ::testing::Test {
   void TearDown() override {
     fl_.reset();
     std::filesystem::remove_all(dir_);
-  }
-  // Job "rb": FedAvg over an MLP 64-4-10 on digits, `clients` expected, two rounds.
-  static FlJobSpec RbSpec(uint32_t clients) {
-    FlJobSpec spec;
-    spec.name = "rb";
-    spec.algorithm = "fedavg";
-    spec.architecture = "mlp";
-    spec.hidden = 4;
-    spec.dataset = "digits";
-    spec.clients = clients;
-    spec.rounds = 2;
-    return spec;
   }
   // Deploys `spec`, joins `clients` clients named <prefix>0, <prefix>1, ... and keeps version 0's
   // weights in w0_.

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "coordinator_fixture.h"
 #include "shoal/aggregator/fl_coordinator.h"
 #include "shoal/aggregator/fl_members.h"
 #include "shoal/aggregator/fold.h"
@@ -24,6 +25,7 @@
 #include "shoal/model/safetensors.h"
 #include "shoal/model/update_format.h"
 #include "shoal/pool/shm_pool.h"
+#include "update_for_test.h"
 
 namespace shoal {
 namespace {
@@ -75,13 +77,7 @@ class FlClusterTest : public ::testing::Test {
     }
     top_ = std::make_unique<FlCoordinator>(configs_[0]);
     member_ = std::make_unique<FlCoordinator>(configs_[1]);
-    FlJobSpec spec;
-    spec.name = "rb";
-    spec.algorithm = "fedavg";
-    spec.architecture = "mlp";
-    spec.hidden = 4;
-    spec.dataset = "digits";
-    spec.clients = 3;
+    FlJobSpec spec = coordinator_test::CoordinatorFixture::RbSpec(3);
     spec.rounds = 3;
     ASSERT_TRUE(top_->DeployJob(spec).ok());
     ASSERT_TRUE(top_->FoldsElsewhere("rb"));
@@ -134,16 +130,9 @@ class FlClusterTest : public ::testing::Test {
   // Client k's update from `base` (version `v`), sent to node `n` (0: the top, 1: b), folded by
   // that node's leaf (instance 7) and answered `status`. The ticket's admission status.
   shoal::Status Send(int n, int k, uint64_t v, const std::vector<float>& base, int status = 200) {
-    model::Model m(mspec_);
-    m.values = X(k, base);
-    model::UpdateMeta meta;
-    meta.job = "rb";
-    meta.client_id = clients_[k].client_id;
-    meta.token = clients_[k].token;
-    meta.base_version = v;
-    meta.num_samples = 100 * (k + 1);
-    auto body = model::EncodeUpdate(meta, m, model::DType::kF32);
-    EXPECT_TRUE(body.ok());
+    const uint64_t samples = 100 * (k + 1);
+    const std::string body = testing::UpdateBody(mspec_, X(k, base), "rb", clients_[k].client_id,
+                                                 clients_[k].token, v, samples);
     const std::string_view ct = "application/octet-stream";
     const size_t off = PayloadBodyOffset(0, 0, ct.size());
     ShmPool& pool = *pools_[n];
@@ -154,21 +143,21 @@ class FlClusterTest : public ::testing::Test {
       // As the gateway does: the top admits the update on its header (prefix + UpdateHeader,
       // no pool memory), then its body is read into a buffer that the member holds.
       uint32_t hlen;
-      std::memcpy(&hlen, body->data() + 4, 4);
-      const auto all = std::as_bytes(std::span(body->data(), body->size()));
+      std::memcpy(&hlen, body.data() + 4, 4);
+      const auto all = std::as_bytes(std::span(body.data(), body.size()));
       std::promise<Result<FlAdmission>> answer;
       fl.AdmitForTopAsync("rb", pool, all.first(8 + hlen), 0, "the-bearer",
                           [&](Result<FlAdmission> a) { answer.set_value(std::move(a)); });
       adm = answer.get_future().get();
       if (!adm.ok()) return adm.status();
     }
-    auto b = pool.Allocate(off + body->size(), kShoaldSlot);
+    auto b = pool.Allocate(off + body.size(), kShoaldSlot);
     EXPECT_TRUE(b.ok());
     auto span = pool.Data(*b);
-    WritePayloadHead(span, 3, 0, "", "", ct, body->size());
-    std::memcpy(span.data() + off, body->data(), body->size());
+    WritePayloadHead(span, 3, 0, "", "", ct, body.size());
+    std::memcpy(span.data() + off, body.data(), body.size());
     if (!member) {
-      adm = fl.Admit("rb", pool, span.subspan(off, body->size()), *b);
+      adm = fl.Admit("rb", pool, span.subspan(off, body.size()), *b);
     } else if (Status st = fl.HoldUpdate(adm->ticket, pool, *b); !st.ok()) {
       adm = st;
     }
@@ -192,6 +181,18 @@ class FlClusterTest : public ::testing::Test {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return false;
+  }
+  // Version v of "rb" at `node` is the FedAvg of the three clients' updates from `base`; `model`
+  // (when given) gets its values.
+  void ExpectFedAvgOfAll(FlCoordinator& node, uint64_t v, const std::vector<float>& base,
+                         std::vector<float>* model = nullptr) {
+    auto m = node.Model("rb", v);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    const std::vector<float> got = Values(*m->bytes);
+    if (model != nullptr) *model = got;
+    const std::vector<float> want = FedAvg({0, 1, 2}, base);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
   }
   std::vector<float> FedAvg(const std::vector<int>& ks, const std::vector<float>& base) {
     std::vector<double> acc(base.size(), 0.0);
@@ -240,12 +241,8 @@ TEST_F(FlClusterTest,
   EXPECT_EQ(st["folded_elsewhere"]["b"]["updates"], 2) << st.dump();
   EXPECT_EQ(st["folded_elsewhere"]["b"]["partial_sums"], 1);
   EXPECT_EQ(st["folded_elsewhere"]["b"]["partial_sum_bytes"], 310 * 4);
-  auto m = top_->Model("rb", 1);
-  ASSERT_TRUE(m.ok());
-  const std::vector<float> got = Values(*m->bytes);
-  const std::vector<float> want = FedAvg({0, 1, 2}, w0_);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
+  std::vector<float> got;
+  ASSERT_NO_FATAL_FAILURE(ExpectFedAvgOfAll(*top_, 1, w0_, &got));
   // The next admission through b tells it version 1 is checkpointed: round 1's two updates
   // leave its log and its pool; only the new update is held.
   // (A join's answer waits for its own checkpoint, so for version 1's, written before it.)
@@ -282,11 +279,7 @@ TEST_F(FlClusterTest, ALostNodesAcknowledgedUpdatesAreAskedForAgainAndTheRoundCo
   ASSERT_TRUE(Send(0, 2, 0, w0_).ok());
   ASSERT_TRUE(WaitVersion(1)) << JobStatus().dump();
   EXPECT_EQ(fetches_.load(), 0);
-  auto m = top_->Model("rb", 1);
-  ASSERT_TRUE(m.ok());
-  const std::vector<float> got = Values(*m->bytes);
-  const std::vector<float> want = FedAvg({0, 1, 2}, w0_);
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
+  ASSERT_NO_FATAL_FAILURE(ExpectFedAvgOfAll(*top_, 1, w0_));
 }
 
 TEST_F(FlClusterTest, AFoldThatFailedOnTheMemberIsNotCountedAndItsClientMaySendAgain) {
@@ -296,12 +289,8 @@ TEST_F(FlClusterTest, AFoldThatFailedOnTheMemberIsNotCountedAndItsClientMaySendA
   ASSERT_TRUE(Send(0, 0, 0, w0_).ok());
   ASSERT_TRUE(Send(1, 2, 0, w0_).ok());
   ASSERT_TRUE(WaitVersion(1)) << JobStatus().dump();
-  auto m = top_->Model("rb", 1);
-  ASSERT_TRUE(m.ok());
-  const std::vector<float> got = Values(*m->bytes);
-  const std::vector<float> want = FedAvg({0, 1, 2}, w0_);
   // b's partial was rebuilt from its acknowledged updates (the failed fold left half of one).
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
+  ASSERT_NO_FATAL_FAILURE(ExpectFedAvgOfAll(*top_, 1, w0_));
 }
 
 TEST_F(FlClusterTest, AMemberThatNoLongerHasARoundsUpdatesHasThemAskedForAgain) {
@@ -324,11 +313,7 @@ TEST_F(FlClusterTest, AMemberThatNoLongerHasARoundsUpdatesHasThemAskedForAgain) 
   ASSERT_TRUE(Send(1, 1, 0, w0_).ok());
   ASSERT_TRUE(Send(1, 2, 0, w0_).ok());
   ASSERT_TRUE(WaitVersion(1)) << JobStatus().dump();
-  auto m = top_->Model("rb", 1);
-  ASSERT_TRUE(m.ok());
-  const std::vector<float> got = Values(*m->bytes);
-  const std::vector<float> want = FedAvg({0, 1, 2}, w0_);
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
+  ASSERT_NO_FATAL_FAILURE(ExpectFedAvgOfAll(*top_, 1, w0_));
 }
 
 // The hang of issue 14: b's admission of an update times out after the top admitted it. b
@@ -364,11 +349,7 @@ TEST_F(FlClusterTest, AnAdmissionWhoseAnswerNeverReachedTheMemberIsDroppedAndThe
   const Json st = JobStatus();
   EXPECT_EQ(st["versions"].back()["updates"], 3) << st.dump();
   EXPECT_EQ(st["folded_elsewhere"]["b"]["updates"], 2) << st.dump();
-  auto m = top_->Model("rb", 1);
-  ASSERT_TRUE(m.ok());
-  const std::vector<float> got = Values(*m->bytes);
-  const std::vector<float> want = FedAvg({0, 1, 2}, w0_);
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
+  ASSERT_NO_FATAL_FAILURE(ExpectFedAvgOfAll(*top_, 1, w0_));
 }
 
 TEST_F(FlClusterTest, ANodeTakesALostTopsJobOverFromTheSharedCheckpointStore) {
@@ -418,11 +399,7 @@ TEST_F(FlClusterTest, ANodeTakesALostTopsJobOverFromTheSharedCheckpointStore) {
     if (Json::parse(*member_->JobStatusJson("rb")).value("version", 0) >= 2) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  auto m2 = member_->Model("rb", 2);
-  ASSERT_TRUE(m2.ok()) << m2.status().ToString();
-  const std::vector<float> got = Values(*m2->bytes);
-  const std::vector<float> want = FedAvg({0, 1, 2}, w1);
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
+  ASSERT_NO_FATAL_FAILURE(ExpectFedAvgOfAll(*member_, 2, w1));
 }
 
 }  // namespace

@@ -43,6 +43,21 @@ class FlCoordinatorTest : public coordinator_test::CoordinatorFixture {
     for (float& v : x) v += float(k + 1) / 16.0f;
     return x;
   }
+  // Version 1 is the FedAvg of the three clients' updates: Σ n_k x_k / Σ n_k with
+  // n_k = 100 (k + 1).
+  void ExpectVersionOneIsTheFedAvg() {
+    auto m = fl_->Model("rb", 1);
+    ASSERT_TRUE(m.ok());
+    const std::vector<float> v1 = Values(*m->bytes);
+    ASSERT_EQ(v1.size(), w0_.size());
+    double max_diff = 0;
+    for (size_t i = 0; i < v1.size(); ++i) {
+      double want = 0;
+      for (int k = 0; k < 3; ++k) want += 100.0 * (k + 1) * (double(w0_[i]) + (k + 1) / 16.0);
+      max_diff = std::max(max_diff, std::abs(v1[i] - want / 600.0));
+    }
+    EXPECT_LT(max_diff, 1e-5);
+  }
   struct InFlight {
     uint64_t ticket = 0, buffer = 0;
     float coefficient = 0;
@@ -110,18 +125,7 @@ TEST_F(FlCoordinatorTest, LeafGpuFailureRebuildsThePartialAtCommitAndCountsTheFa
   const Json st = Status();
   EXPECT_EQ(st["versions"][1].value("updates", 0), 3);
   EXPECT_EQ(st.value("updates_total", 0), 3);
-  // FedAvg: Σ n_k x_k / Σ n_k with n_k = 100 (k + 1).
-  auto m = fl_->Model("rb", 1);
-  ASSERT_TRUE(m.ok());
-  const std::vector<float> v1 = Values(*m->bytes);
-  ASSERT_EQ(v1.size(), w0_.size());
-  double max_diff = 0;
-  for (size_t i = 0; i < v1.size(); ++i) {
-    double want = 0;
-    for (int k = 0; k < 3; ++k) want += 100.0 * (k + 1) * (double(w0_[i]) + (k + 1) / 16.0);
-    max_diff = std::max(max_diff, std::abs(v1[i] - want / 600.0));
-  }
-  EXPECT_LT(max_diff, 1e-5);
+  ASSERT_NO_FATAL_FAILURE(ExpectVersionOneIsTheFedAvg());
   EXPECT_EQ(fallbacks_.size(), 1u);
 }
 
@@ -138,16 +142,7 @@ TEST_F(FlCoordinatorTest, ADeadLeafIsRebuiltButNotCountedAsAFallback) {
     Answer(f, 202);
   }
   ASSERT_TRUE(WaitVersion(1)) << Status().dump();
-  auto m = fl_->Model("rb", 1);
-  ASSERT_TRUE(m.ok());
-  const std::vector<float> v1 = Values(*m->bytes);
-  double max_diff = 0;
-  for (size_t i = 0; i < v1.size(); ++i) {
-    double want = 0;
-    for (int k = 0; k < 3; ++k) want += 100.0 * (k + 1) * (double(w0_[i]) + (k + 1) / 16.0);
-    max_diff = std::max(max_diff, std::abs(v1[i] - want / 600.0));
-  }
-  EXPECT_LT(max_diff, 1e-5);
+  ASSERT_NO_FATAL_FAILURE(ExpectVersionOneIsTheFedAvg());
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -55,6 +56,12 @@ class RobustCommitTest : public coordinator_test::CoordinatorFixture {
     return spec;
   }
   void Deploy(const FlJobSpec& spec) { DeployAndJoin(spec, kClients, "client-"); }
+  // Deploys `spec`, every client sends its update, and version 1 is committed.
+  void RunRoundOne(const FlJobSpec& spec) {
+    ASSERT_NO_FATAL_FAILURE(Deploy(spec));
+    for (int k = 0; k < kClients; ++k) Send(k);
+    ASSERT_TRUE(WaitVersion(1)) << Status().dump();
+  }
   // Honest client k: w0 plus its own small noise in [-1/16, 1/16]; the attacker: w0 - 100.
   std::vector<float> X(int k) {
     std::vector<float> x = w0_;
@@ -143,9 +150,7 @@ class RobustCommitTest : public coordinator_test::CoordinatorFixture {
 // FedAvg with the coordinate-wise median: version 1 is the median of the five updates (the
 // attacker's -100 never is), whatever the sample counts; client-4 is the suspect.
 TEST_F(RobustCommitTest, MedianCommitsTheCoordinateWiseMedianAndNamesTheAttacker) {
-  Deploy(Spec("median"));
-  for (int k = 0; k < kClients; ++k) Send(k);
-  ASSERT_TRUE(WaitVersion(1)) << Status().dump();
+  ASSERT_NO_FATAL_FAILURE(RunRoundOne(Spec("median")));
   EXPECT_LT(MaxDiff(Committed(1), Median()), 1e-6);
   ExpectAttackerIsTheOnlySuspect("median");
   EXPECT_EQ(Status()["versions"][1].value("updates", 0), kClients);
@@ -156,9 +161,7 @@ TEST_F(RobustCommitTest, MedianCommitsTheCoordinateWiseMedianAndNamesTheAttacker
 TEST_F(RobustCommitTest, KrumExcludesTheAttackerAndAveragesTheRest) {
   FlJobSpec spec = Spec("krum");
   spec.robust.f = 1;
-  Deploy(spec);
-  for (int k = 0; k < kClients; ++k) Send(k);
-  ASSERT_TRUE(WaitVersion(1)) << Status().dump();
+  ASSERT_NO_FATAL_FAILURE(RunRoundOne(spec));
   std::vector<float> want(w0_.size(), 0.0f);
   for (int k = 0; k < kClients; ++k) {
     if (k == kAttacker) continue;
@@ -213,9 +216,7 @@ TEST_F(RobustCommitTest, TrimmedMeanOverMixedDtypes) {
 TEST_F(RobustCommitTest, ClipNormAloneClipsTheAttacker) {
   FlJobSpec spec = Spec("none");
   spec.robust.clip_norm = 5;
-  Deploy(spec);
-  for (int k = 0; k < kClients; ++k) Send(k);
-  ASSERT_TRUE(WaitVersion(1)) << Status().dump();
+  ASSERT_NO_FATAL_FAILURE(RunRoundOne(spec));
   std::vector<float> want = w0_;
   for (int k = 0; k < kClients; ++k) {
     const auto x = X(k);
@@ -238,9 +239,7 @@ TEST_F(RobustCommitTest, ClipNormAloneClipsTheAttacker) {
 TEST_F(RobustCommitTest, ClipNormMedianClipsToTheMedianNorm) {
   FlJobSpec spec = Spec("none");
   spec.robust.clip_median = true;
-  Deploy(spec);
-  for (int k = 0; k < kClients; ++k) Send(k);
-  ASSERT_TRUE(WaitVersion(1)) << Status().dump();
+  ASSERT_NO_FATAL_FAILURE(RunRoundOne(spec));
   std::vector<double> norms;
   for (int k = 0; k < kClients; ++k) {
     const auto x = X(k);
@@ -271,29 +270,35 @@ TEST_F(RobustCommitTest, DeployRefusesWhatCannotWork) {
             "spec.aggregation.robust.f: krum tolerates f byzantine updates among n only when n > "
             "2f + 2 = 6, and a round commits with 5 update(s) (spec.clients.quorum, else "
             "spec.clients.expected)");
-  krum.robust.f = 1;
-  krum.round_deadline_s = 30;
-  krum.quorum = 3;  // a round can commit with 3 at its deadline
-  EXPECT_EQ(fl_->DeployJob(krum).message(),
-            "spec.aggregation.robust.f: krum tolerates f byzantine updates among n only when n > "
-            "2f + 2 = 4, and a round can commit with 3 update(s) (spec.clients.quorum at "
-            "spec.deadlines.round)");
-  FlJobSpec m = Spec("krum");
-  m.robust.m = 5;
-  EXPECT_EQ(fl_->DeployJob(m).message(),
-            "spec.aggregation.robust.m: krum averages at most n - f = 4 updates, and a round "
-            "commits with 5 update(s) (spec.clients.quorum, else spec.clients.expected)");
-  FlJobSpec async = Spec("median");
-  async.algorithm = "fedasync";
-  EXPECT_EQ(fl_->DeployJob(async).message(),
-            "spec.aggregation.robust: robust rules run over a round's updates trained from one "
-            "model version: algorithm fedasync mixes base versions (use fedavg, fedavgm or "
-            "fedadam)");
-  FlJobSpec flag = Spec("flag");
-  flag.robust.rank = 6;
-  EXPECT_EQ(fl_->DeployJob(flag).message(),
-            "spec.aggregation.robust.rank: must be between 1 and the round's updates, and a round "
-            "commits with 5 update(s) (spec.clients.quorum, else spec.clients.expected)");
+  // Spec(rule) edited by `edit`.
+  auto edited = [this](const std::string& rule, const std::function<void(FlJobSpec&)>& edit) {
+    FlJobSpec s = Spec(rule);
+    edit(s);
+    return s;
+  };
+  const std::pair<FlJobSpec, std::string> kRefused[] = {
+      // A round can commit with 3 at its deadline.
+      {edited("krum",
+              [](FlJobSpec& s) {
+                s.robust.f = 1;
+                s.round_deadline_s = 30;
+                s.quorum = 3;
+              }),
+       "spec.aggregation.robust.f: krum tolerates f byzantine updates among n only when n > "
+       "2f + 2 = 4, and a round can commit with 3 update(s) (spec.clients.quorum at "
+       "spec.deadlines.round)"},
+      {edited("krum", [](FlJobSpec& s) { s.robust.m = 5; }),
+       "spec.aggregation.robust.m: krum averages at most n - f = 4 updates, and a round "
+       "commits with 5 update(s) (spec.clients.quorum, else spec.clients.expected)"},
+      {edited("median", [](FlJobSpec& s) { s.algorithm = "fedasync"; }),
+       "spec.aggregation.robust: robust rules run over a round's updates trained from one "
+       "model version: algorithm fedasync mixes base versions (use fedavg, fedavgm or "
+       "fedadam)"},
+      {edited("flag", [](FlJobSpec& s) { s.robust.rank = 6; }),
+       "spec.aggregation.robust.rank: must be between 1 and the round's updates, and a round "
+       "commits with 5 update(s) (spec.clients.quorum, else spec.clients.expected)"},
+  };
+  for (const auto& [spec, message] : kRefused) EXPECT_EQ(fl_->DeployJob(spec).message(), message);
   EXPECT_TRUE(fl_->ListJobs().empty());
   // A deployed robust job cannot be re-deployed without its rule (its rounds hold no sums).
   Deploy(Spec("median"));

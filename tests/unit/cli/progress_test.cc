@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "fl_progress.h"
 
@@ -37,29 +39,30 @@ TEST(CliProgressTest, BarHasExactlyTheWidthAndFillsOnlyAtOne) {
 }
 
 TEST(CliProgressTest, PercentRoundsDown) {
-  EXPECT_EQ(FormatPercent(0), "  0%");
-  EXPECT_EQ(FormatPercent(0.059), "  5%");
-  EXPECT_EQ(FormatPercent(0.5), " 50%");
-  EXPECT_EQ(FormatPercent(0.9999), " 99%");
-  EXPECT_EQ(FormatPercent(1), "100%");
-  EXPECT_EQ(FormatPercent(3), "100%");
-  EXPECT_EQ(FormatPercent(-0.2), "  0%");
+  const std::pair<double, const char*> kCases[] = {
+      {0, "  0%"}, {0.059, "  5%"}, {0.5, " 50%"},  {0.9999, " 99%"},
+      {1, "100%"}, {3, "100%"},     {-0.2, "  0%"},
+  };
+  for (const auto& [fraction, text] : kCases) EXPECT_EQ(FormatPercent(fraction), text) << fraction;
 }
 
 TEST(CliProgressTest, EtaFormats) {
   EXPECT_EQ(FormatEta(std::nullopt), "-");
-  EXPECT_EQ(FormatEta(-1.0), "-");
-  EXPECT_EQ(FormatEta(std::numeric_limits<double>::infinity()), "-");
-  EXPECT_EQ(FormatEta(0.0), "0s");
-  EXPECT_EQ(FormatEta(0.4), "<1s");
-  EXPECT_EQ(FormatEta(1.0), "1s");
-  EXPECT_EQ(FormatEta(42.4), "42s");
-  EXPECT_EQ(FormatEta(59.6), "1m00s");
-  EXPECT_EQ(FormatEta(185.0), "3m05s");
-  EXPECT_EQ(FormatEta(3599.0), "59m59s");
-  EXPECT_EQ(FormatEta(3600.0), "1h00m");
-  EXPECT_EQ(FormatEta(2 * 3600 + 7 * 60 + 30.0), "2h07m");
-  EXPECT_EQ(FormatEta(100 * 3600.0), ">99h");
+  const std::pair<double, const char*> kCases[] = {
+      {-1.0, "-"},
+      {std::numeric_limits<double>::infinity(), "-"},
+      {0.0, "0s"},
+      {0.4, "<1s"},
+      {1.0, "1s"},
+      {42.4, "42s"},
+      {59.6, "1m00s"},
+      {185.0, "3m05s"},
+      {3599.0, "59m59s"},
+      {3600.0, "1h00m"},
+      {2 * 3600 + 7 * 60 + 30.0, "2h07m"},
+      {100 * 3600.0, ">99h"},
+  };
+  for (const auto& [seconds, text] : kCases) EXPECT_EQ(FormatEta(seconds), text) << seconds;
 }
 
 TEST(CliProgressTest, ByteProgress) {

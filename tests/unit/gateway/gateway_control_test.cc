@@ -97,13 +97,13 @@ std::string Receive(int fd, size_t want, int timeout_ms) {
   return out;
 }
 
-class GatewayControlTest : public ::testing::Test {
+// A gateway with one loop on a free loopback port, its data plane on unix sockets: what each
+// fixture below starts with its own hooks.
+class OneLoopGatewayTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ =
-        std::filesystem::temp_directory_path() / ("shoal-gw-control-" + std::to_string(getpid()));
-    std::filesystem::create_directories(dir_);
-    config_.node_name = "gwctl" + std::to_string(getpid());
+  // The node's config and data plane (node `name` + this process's id).
+  void MakeDataPlane(const std::string& name) {
+    config_.node_name = name + std::to_string(getpid());
     config_.listen_host = "127.0.0.1";
     config_.listen_port = 0;
     config_.gateway_threads = 1;
@@ -111,6 +111,33 @@ class GatewayControlTest : public ::testing::Test {
     auto dp = CreateDataPlane(config_);
     ASSERT_TRUE(dp.ok()) << dp.status().ToString();
     dataplane_ = std::move(*dp);
+  }
+  void StartGateway(const GatewayHooks& hooks) {
+    gateway_ = std::make_unique<Gateway>(config_, functions_, *dataplane_, scale_, metrics_, hooks);
+    ASSERT_TRUE(gateway_->Start().ok());
+  }
+  // The gateway goes first: it points at the fixtures' hooks, and its functions at the pool.
+  void TearDown() override {
+    if (gateway_) gateway_->Stop();
+    gateway_.reset();
+  }
+
+  NodeConfig config_;
+  std::unique_ptr<DataPlane> dataplane_;
+  std::unique_ptr<ShmPool> pool_;  // for the fixtures whose functions use one
+  FunctionTable functions_;
+  NoScale scale_;
+  NodeMetrics metrics_;
+  std::unique_ptr<Gateway> gateway_;
+};
+
+class GatewayControlTest : public OneLoopGatewayTest {
+ protected:
+  void SetUp() override {
+    dir_ =
+        std::filesystem::temp_directory_path() / ("shoal-gw-control-" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+    ASSERT_NO_FATAL_FAILURE(MakeDataPlane("gwctl"));
     auto tokens = auth::TokenStore::Open((dir_ / "tokens").string());
     ASSERT_TRUE(tokens.ok()) << tokens.status().ToString();
     tokens_ = std::move(*tokens);
@@ -120,12 +147,11 @@ class GatewayControlTest : public ::testing::Test {
     GatewayHooks hooks;
     hooks.control = &control_;
     hooks.tokens = tokens_.get();
-    gateway_ = std::make_unique<Gateway>(config_, functions_, *dataplane_, scale_, metrics_, hooks);
-    ASSERT_TRUE(gateway_->Start().ok());
+    StartGateway(hooks);
   }
   void TearDown() override {
     control_.Release();
-    if (gateway_) gateway_->Stop();
+    OneLoopGatewayTest::TearDown();
     std::filesystem::remove_all(dir_);
   }
   std::string JobStatusRequest() const {
@@ -133,15 +159,9 @@ class GatewayControlTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
-  NodeConfig config_;
-  std::unique_ptr<DataPlane> dataplane_;
   std::unique_ptr<auth::TokenStore> tokens_;
   std::string bearer_;
-  FunctionTable functions_;
-  NoScale scale_;
-  NodeMetrics metrics_;
   BlockingControl control_;
-  std::unique_ptr<Gateway> gateway_;
 };
 
 TEST_F(GatewayControlTest, TheLoopServesOthersWhileAControlCallRuns) {
@@ -272,17 +292,10 @@ class SlowTop : public FlDataPath {
   std::vector<std::pair<uint64_t, int>> completed;
 };
 
-class GatewayFlAdmitTest : public ::testing::Test {
+class GatewayFlAdmitTest : public OneLoopGatewayTest {
  protected:
   void SetUp() override {
-    config_.node_name = "gwfl" + std::to_string(getpid());
-    config_.listen_host = "127.0.0.1";
-    config_.listen_port = 0;
-    config_.gateway_threads = 1;
-    config_.dataplane = DataPlaneMode::kUnix;
-    auto dp = CreateDataPlane(config_);
-    ASSERT_TRUE(dp.ok()) << dp.status().ToString();
-    dataplane_ = std::move(*dp);
+    ASSERT_NO_FATAL_FAILURE(MakeDataPlane("gwfl"));
     auto pool = ShmPool::Create("shoal-gwfl-" + std::to_string(getpid()), 16 << 20);
     ASSERT_TRUE(pool.ok()) << pool.status().ToString();
     pool_ = std::move(*pool);
@@ -296,11 +309,7 @@ class GatewayFlAdmitTest : public ::testing::Test {
     functions_.Set(leaf.name, std::make_shared<FunctionRuntime>(leaf, pool_.get(), metrics_, 0));
     GatewayHooks hooks;
     hooks.fl = &top_;
-    gateway_ = std::make_unique<Gateway>(config_, functions_, *dataplane_, scale_, metrics_, hooks);
-    ASSERT_TRUE(gateway_->Start().ok());
-  }
-  void TearDown() override {
-    if (gateway_) gateway_->Stop();
+    StartGateway(hooks);
   }
   // An update's body: "SHU1", the header's length, the header, the tensors.
   static std::string Body(const std::string& header, const std::string& tensors) {
@@ -330,14 +339,7 @@ class GatewayFlAdmitTest : public ::testing::Test {
     return recv(fd, &c, 1, 0) <= 0;
   }
 
-  NodeConfig config_;
-  std::unique_ptr<DataPlane> dataplane_;
-  std::unique_ptr<ShmPool> pool_;
-  FunctionTable functions_;
-  NoScale scale_;
-  NodeMetrics metrics_;
   SlowTop top_;
-  std::unique_ptr<Gateway> gateway_;
 };
 
 TEST_F(GatewayFlAdmitTest, TheLoopServesOthersWhileTheTopAdmitsAnUpdate) {

@@ -86,7 +86,8 @@ TEST(HttpRequestParser, PipelinedRequestsComeOneAtATime) {
 }
 
 TEST(HttpRequestParser, TakenBodyEndsTheMessageAtTheHead) {
-  const std::string head = "PUT /fn/f HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n";
+  const std::string head =
+      "PUT /fn/f HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n";
   const std::string req = head + "abcd";
   Recorder rec;
   rec.take_body = true;
@@ -131,39 +132,33 @@ TEST(HttpRequestParser, RefusedBodyPieceEndsTheMessageEarly) {
   EXPECT_EQ(rec.body, "0123456789");
 }
 
-TEST(HttpRequestParser, MalformedRequestLineIs400WithTheParsersReason) {
-  const std::string req = "BREW /pot HTTP/1.1\r\n\r\n";
+// `req` is refused with HTTP `status` and the parser's `reason`, before any head is delivered.
+void ExpectRefused(const std::string& req, int status, const char* reason) {
   Recorder rec;
   HttpRequestParser parser(rec);
   const auto step = parser.Execute(req.data(), req.size());
   EXPECT_EQ(step.outcome, Outcome::kError);
-  EXPECT_EQ(step.error_status, 400);
-  EXPECT_STREQ(step.error, "invalid HTTP method");
+  EXPECT_EQ(step.error_status, status);
+  EXPECT_STREQ(step.error, reason);
   EXPECT_TRUE(rec.heads.empty());
+}
+
+TEST(HttpRequestParser, MalformedRequestLineIs400WithTheParsersReason) {
+  ExpectRefused("BREW /pot HTTP/1.1\r\n\r\n", 400, "invalid HTTP method");
 }
 
 TEST(HttpRequestParser, HeadOverTheParsersLimitIs431) {
   std::string req = "GET / HTTP/1.1\r\nX-Big: ";
   req.append(200 * 1024, 'a');
   req += "\r\n\r\n";
-  Recorder rec;
-  HttpRequestParser parser(rec);
-  const auto step = parser.Execute(req.data(), req.size());
-  EXPECT_EQ(step.outcome, Outcome::kError);
-  EXPECT_EQ(step.error_status, 431);
-  EXPECT_STREQ(step.error, http_errno_description(HPE_HEADER_OVERFLOW));
+  ExpectRefused(req, 431, http_errno_description(HPE_HEADER_OVERFLOW));
 }
 
 TEST(HttpRequestParser, UrlOverTheLimitIs400) {
   std::string req = "GET /";
   req.append(HttpRequestParser::kMaxUrlBytes, 'u');
   req += " HTTP/1.1\r\n\r\n";
-  Recorder rec;
-  HttpRequestParser parser(rec);
-  const auto step = parser.Execute(req.data(), req.size());
-  EXPECT_EQ(step.outcome, Outcome::kError);
-  EXPECT_EQ(step.error_status, 400);
-  EXPECT_STREQ(step.error, http_errno_description(HPE_CB_url));
+  ExpectRefused(req, 400, http_errno_description(HPE_CB_url));
 }
 
 TEST(HttpRequestParser, HeaderValuesAreBoundedAndHttp10ClosesByDefault) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 namespace shoal {
 namespace {
@@ -27,21 +28,25 @@ TEST(ResponseHead, HeadersInOrderAndClose) {
 }
 
 TEST(ResponseHead, ReasonPhrases) {
-  EXPECT_STREQ(HttpReason(431), "Request Header Fields Too Large");
-  EXPECT_STREQ(HttpReason(401), "Unauthorized");
-  EXPECT_STREQ(HttpReason(411), "Length Required");
-  EXPECT_STREQ(HttpReason(429), "Too Many Requests");
-  EXPECT_STREQ(HttpReason(504), "Gateway Timeout");
-  EXPECT_STREQ(HttpReason(299), "OK");
-  EXPECT_STREQ(HttpReason(418), "Client Error");
-  EXPECT_STREQ(HttpReason(599), "Server Error");
+  const std::pair<int, const char*> kReasons[] = {
+      {431, "Request Header Fields Too Large"},
+      {401, "Unauthorized"},
+      {411, "Length Required"},
+      {429, "Too Many Requests"},
+      {504, "Gateway Timeout"},
+      {299, "OK"},
+      {418, "Client Error"},
+      {599, "Server Error"},
+  };
+  for (const auto& [code, reason] : kReasons) EXPECT_STREQ(HttpReason(code), reason) << code;
   std::string out;
   ResponseHead(out, 418, "x", 0).Finish(true);
   EXPECT_EQ(out, "HTTP/1.1 418 Client Error\r\nContent-Type: x\r\nContent-Length: 0\r\n\r\n");
 }
 
 TEST(ResponseHead, InferenceHeaderLengthIsSplitOffTheContentType) {
-  auto s = SplitInferenceHeaderLength("application/octet-stream; inference-header-content-length=42");
+  auto s =
+      SplitInferenceHeaderLength("application/octet-stream; inference-header-content-length=42");
   EXPECT_EQ(s.type, "application/octet-stream");
   EXPECT_EQ(s.inference_header_length, "42");
   s = SplitInferenceHeaderLength("application/json");

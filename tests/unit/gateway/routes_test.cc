@@ -10,18 +10,19 @@
 namespace shoal {
 namespace {
 
+// `method path` is a `kind` route naming `name`, with `sub_path` after the name.
+void ExpectRoute(const char* method, const char* path, RouteKind kind, const std::string& name,
+                 const std::string& sub_path) {
+  const auto m = MatchRoute(method, path, true);
+  EXPECT_EQ(m.kind, kind) << path;
+  EXPECT_EQ(m.name, name) << path;
+  EXPECT_EQ(m.sub_path, sub_path) << path;
+}
+
 TEST(Routes, FunctionsWithAndWithoutSubPaths) {
-  auto m = MatchRoute("POST", "/fn/echo", true);
-  EXPECT_EQ(m.kind, RouteKind::kFunction);
-  EXPECT_EQ(m.name, "echo");
-  EXPECT_EQ(m.sub_path, "");
-  m = MatchRoute("GET", "/fn/echo/a/b", true);
-  EXPECT_EQ(m.kind, RouteKind::kFunction);
-  EXPECT_EQ(m.name, "echo");
-  EXPECT_EQ(m.sub_path, "/a/b");
-  m = MatchRoute("GET", "/fn/", true);
-  EXPECT_EQ(m.kind, RouteKind::kFunction);
-  EXPECT_EQ(m.name, "");
+  ExpectRoute("POST", "/fn/echo", RouteKind::kFunction, "echo", "");
+  ExpectRoute("GET", "/fn/echo/a/b", RouteKind::kFunction, "echo", "/a/b");
+  ExpectRoute("GET", "/fn/", RouteKind::kFunction, "", "");
 }
 
 TEST(Routes, InternalFunctionsAreNotReachableByName) {
@@ -31,13 +32,9 @@ TEST(Routes, InternalFunctionsAreNotReachableByName) {
 }
 
 TEST(Routes, OipModels) {
-  auto m = MatchRoute("POST", "/v2/models/resnet/versions/1/infer", true);
-  EXPECT_EQ(m.kind, RouteKind::kModel);
-  EXPECT_EQ(m.name, "resnet");
-  EXPECT_EQ(m.sub_path, "/versions/1/infer");
-  m = MatchRoute("GET", "/v2/models/", true);
-  EXPECT_EQ(m.kind, RouteKind::kModel);
-  EXPECT_EQ(m.name, "");
+  ExpectRoute("POST", "/v2/models/resnet/versions/1/infer", RouteKind::kModel, "resnet",
+              "/versions/1/infer");
+  ExpectRoute("GET", "/v2/models/", RouteKind::kModel, "", "");
 }
 
 TEST(Routes, FlUpdatesGoToTheDataPathOnlyWhenTheNodeTakesThem) {
@@ -48,8 +45,7 @@ TEST(Routes, FlUpdatesGoToTheDataPathOnlyWhenTheNodeTakesThem) {
   EXPECT_EQ(m.kind, RouteKind::kFleet);
   EXPECT_EQ(m.job, "mnist");
   // GET of updates is no fleet route: the control listener's business.
-  EXPECT_EQ(MatchRoute("GET", "/v1/jobs/mnist/updates", true).kind,
-            RouteKind::kControlElsewhere);
+  EXPECT_EQ(MatchRoute("GET", "/v1/jobs/mnist/updates", true).kind, RouteKind::kControlElsewhere);
 }
 
 TEST(Routes, FleetRoutesAndTheRestOfTheControlApi) {

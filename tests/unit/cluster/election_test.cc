@@ -7,27 +7,16 @@
 
 #include <thread>
 
-#include "etcd_for_test.h"
+#include "etcd_fixture.h"
 
 namespace shoal::cluster {
 namespace {
 
-using shoal::testing::EtcdForTest;
-using shoal::testing::EtcdMissing;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-class ElectionTest : public ::testing::Test {
+class ElectionTest : public EtcdFixture {
  protected:
-  void SetUp() override {
-    if (auto why = EtcdMissing(); !why.empty()) GTEST_SKIP() << why;
-    ASSERT_TRUE(etcd_.Start()) << etcd_.Log(0);
-    EtcdOptions o;
-    o.endpoints = {etcd_.endpoint(0)};
-    o.request_timeout = 1000ms;
-    o.connect_timeout = 300ms;
-    client_ = std::move(EtcdClient::Create(o).value());
-  }
   static bool WaitFor(const std::function<bool()>& f, std::chrono::milliseconds d) {
     const auto until = Clock::now() + d;
     while (Clock::now() < until) {
@@ -36,8 +25,6 @@ class ElectionTest : public ::testing::Test {
     }
     return f();
   }
-  EtcdForTest etcd_{1};
-  std::unique_ptr<EtcdClient> client_;
   ElectionOptions options_{2, 100ms};
 };
 

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <thread>
 
-#include "etcd_for_test.h"
+#include "etcd_fixture.h"
 
 namespace shoal::cluster {
 namespace {
@@ -143,13 +143,7 @@ TEST_F(EtcdClientTest, KeysUnderALeaseVanishWhenItRunsOutOrIsRevoked) {
   ASSERT_TRUE(ttl.ok()) << ttl.status().message();
   EXPECT_EQ(*ttl, 1);
   // Not renewed: gone within the TTL plus etcd's expiry check.
-  bool vanished = false;
-  for (int i = 0; i < 60 && !vanished; ++i) {
-    std::this_thread::sleep_for(100ms);
-    auto r = client_->Get("/lease/a");
-    vanished = r.ok() && r->kvs.empty();
-  }
-  EXPECT_TRUE(vanished);
+  EXPECT_TRUE(KeyGone(*client_, "/lease/a", 60));
   auto expired = client_->KeepAlive(*lease);
   ASSERT_FALSE(expired.ok());
   EXPECT_EQ(expired.status().code(), StatusCode::kNotFound);

@@ -7,13 +7,11 @@
 
 #include <thread>
 
-#include "etcd_for_test.h"
+#include "etcd_fixture.h"
 
 namespace shoal::cluster {
 namespace {
 
-using shoal::testing::EtcdForTest;
-using shoal::testing::EtcdMissing;
 using namespace std::chrono_literals;
 
 NodeRecord Record(const std::string& name, const std::string& address) {
@@ -29,17 +27,8 @@ NodeRecord Record(const std::string& name, const std::string& address) {
   return r;
 }
 
-class MembershipTest : public ::testing::Test {
+class MembershipTest : public EtcdFixture {
  protected:
-  void SetUp() override {
-    if (auto why = EtcdMissing(); !why.empty()) GTEST_SKIP() << why;
-    ASSERT_TRUE(etcd_.Start()) << etcd_.Log(0);
-    EtcdOptions o;
-    o.endpoints = {etcd_.endpoint(0)};
-    o.request_timeout = 1000ms;
-    o.connect_timeout = 300ms;
-    client_ = std::move(EtcdClient::Create(o).value());
-  }
   bool WaitState(const NodeMembership& m, MembershipState s, std::chrono::milliseconds d) {
     const auto until = std::chrono::steady_clock::now() + d;
     while (std::chrono::steady_clock::now() < until) {
@@ -48,8 +37,6 @@ class MembershipTest : public ::testing::Test {
     }
     return m.state() == s;
   }
-  EtcdForTest etcd_{1};
-  std::unique_ptr<EtcdClient> client_;
   ClusterKeys keys_{"/shoal/test/"};
 };
 
@@ -112,9 +99,11 @@ TEST_F(MembershipTest, ALiveNodeHoldingTheNameIsAConflictNamingIt) {
   Status st = b.Join();
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), StatusCode::kAlreadyExists);
-  EXPECT_EQ(st.message(), "node name 'node-a' is held by a live node at 10.0.0.1:8080 "
-                          "(/shoal/test/nodes/node-a, lease " + std::to_string(a.lease()) +
-                          "): give this node another --node-name or stop that one");
+  EXPECT_EQ(st.message(),
+            "node name 'node-a' is held by a live node at 10.0.0.1:8080 "
+            "(/shoal/test/nodes/node-a, lease " +
+                std::to_string(a.lease()) +
+                "): give this node another --node-name or stop that one");
   // Nothing of b's was written.
   auto got = client_->Get("/shoal/test/nodes/node-a");
   ASSERT_TRUE(got.ok());
@@ -152,21 +141,15 @@ TEST_F(MembershipTest, AClusterSpeakingAnotherProtocolIsRefused) {
 TEST_F(MembershipTest, ANodeThatStopsRenewingVanishesAfterItsTtl) {
   MembershipOptions o;
   o.lease_ttl_s = 1;
-  auto m = std::make_unique<NodeMembership>(client_.get(), keys_,
-                                            Record("node-a", "10.0.0.1:8080"), o);
+  auto m =
+      std::make_unique<NodeMembership>(client_.get(), keys_, Record("node-a", "10.0.0.1:8080"), o);
   ASSERT_TRUE(m->Join().ok());
   std::this_thread::sleep_for(2500ms);  // renewing: still there after two TTLs
   auto alive = client_->Get("/shoal/test/nodes/node-a");
   ASSERT_TRUE(alive.ok());
   EXPECT_EQ(alive->kvs.size(), 1u);
   m.reset();  // stops renewing, revokes nothing
-  bool gone = false;
-  for (int i = 0; i < 50 && !gone; ++i) {
-    std::this_thread::sleep_for(100ms);
-    auto r = client_->Get("/shoal/test/nodes/node-a");
-    gone = r.ok() && r->kvs.empty();
-  }
-  EXPECT_TRUE(gone);
+  EXPECT_TRUE(KeyGone(*client_, "/shoal/test/nodes/node-a", 50));
 }
 
 TEST_F(MembershipTest, AnEtcdOutageIsReportedAndTheNodeRegistersAgainAfterIt) {

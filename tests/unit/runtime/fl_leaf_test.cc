@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpu_test_skip.h"
+#include "pool_requests.h"
 #include "shoal/aggregator/fold.h"
 #include "shoal/common/payload.h"
 #include "shoal/model/architectures.h"
@@ -24,30 +25,9 @@ namespace shoal {
 namespace {
 
 // Requests in a real pool, as an instance receives them.
-class LeafPool : public ::testing::Test {
+class LeafPool : public PoolRequestsTest {
  protected:
-  void SetUp() override {
-    auto p = ShmPool::Create("shoal-leaf-test-" + std::to_string(getpid()), 16 << 20);
-    ASSERT_TRUE(p.ok()) << p.status().ToString();
-    pool_ = std::move(*p);
-  }
-  uint64_t MakeRequest(std::string_view body, std::string_view ct) {
-    const size_t off = PayloadBodyOffset(0, 0, ct.size());
-    auto b = pool_->Allocate(off + body.size(), 1);
-    EXPECT_TRUE(b.ok());
-    auto span = pool_->Data(*b);
-    WritePayloadHead(span, 3, 0, "", "", ct, body.size());
-    std::memcpy(span.data() + off, body.data(), body.size());
-    return *b;
-  }
-  Request View(uint64_t off) {
-    PayloadView v = ReadPayload(pool_->Data(off));
-    Request r;
-    r.method = "POST";
-    r.body = v.body;
-    return r;
-  }
-  std::unique_ptr<ShmPool> pool_;
+  void SetUp() override { MakePool("shoal-leaf-test-", 16 << 20); }
 };
 
 // A stand-in for the GPU folder: folds as the CPU does, except on fold number `fail_on`, where it
@@ -142,8 +122,9 @@ TEST_F(FlLeafDevice, ValidateOnlyLeafAnswersWithoutAPartialSum) {
       auto fin = rb.Finish();
       EXPECT_TRUE(fin.ok());
       if (fin.ok()) {
-        const std::string body(reinterpret_cast<const char*>(ReadPayload(pool_->Data(fin->first)).body.data()),
-                               ReadPayload(pool_->Data(fin->first)).body.size());
+        const std::string body(
+            reinterpret_cast<const char*>(ReadPayload(pool_->Data(fin->first)).body.data()),
+            ReadPayload(pool_->Data(fin->first)).body.size());
         EXPECT_EQ(body, "{\"accepted\":true,\"client_id\":\"c0\",\"base_version\":0}\n");
         (void)pool_->Release(fin->first, 1);
       }

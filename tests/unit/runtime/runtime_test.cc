@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 
+#include "pool_requests.h"
 #include "shoal/common/payload.h"
 #include "shoal/pool/shm_pool.h"
 #include "shoal/runtime/builtin_module.h"
@@ -71,44 +72,16 @@ TEST(LatencyWindow, QuantilesOverTheLastTenSeconds) {
   auto s = w.Summarize(101);
   EXPECT_EQ(s.count, 100u);
   EXPECT_DOUBLE_EQ(s.rps, 10.0);
-  EXPECT_NEAR(s.p50_ms, 1.0, 0.2);    // bucket upper bound within 19%
+  EXPECT_NEAR(s.p50_ms, 1.0, 0.2);  // bucket upper bound within 19%
   EXPECT_NEAR(s.p99_ms, 100.0, 20.0);
   EXPECT_EQ(w.Summarize(111).count, 0u);  // aged out
-  w.Record(110, 50);  // reuses second 100's slot: the old counts are gone
+  w.Record(110, 50);                      // reuses second 100's slot: the old counts are gone
   EXPECT_EQ(w.Summarize(110).count, 2u);
 }
 
-class PoolBacked : public ::testing::Test {
+class PoolBacked : public PoolRequestsTest {
  protected:
-  void SetUp() override {
-    name_ = "shoal-rt-test-" + std::to_string(getpid());
-    auto p = ShmPool::Create(name_, 64 << 20);
-    ASSERT_TRUE(p.ok()) << p.status().ToString();
-    pool_ = std::move(*p);
-  }
-  uint64_t MakeRequest(std::string_view body, std::string_view ct = "text/plain") {
-    const size_t off = PayloadBodyOffset(0, 0, ct.size());
-    auto b = pool_->Allocate(off + body.size(), 1);
-    EXPECT_TRUE(b.ok());
-    auto span = pool_->Data(*b);
-    WritePayloadHead(span, 3, 0, "", "", ct, body.size());
-    std::memcpy(span.data() + off, body.data(), body.size());
-    return *b;
-  }
-  Request View(uint64_t off) {
-    PayloadView v = ReadPayload(pool_->Data(off));
-    Request r;
-    r.method = "POST";
-    r.body = v.body;
-    r.query = v.query;
-    return r;
-  }
-  std::string Body(uint64_t off) {
-    PayloadView v = ReadPayload(pool_->Data(off));
-    return std::string(reinterpret_cast<const char*>(v.body.data()), v.body.size());
-  }
-  std::string name_;
-  std::unique_ptr<ShmPool> pool_;
+  void SetUp() override { MakePool("shoal-rt-test-", 64 << 20); }
 };
 
 TEST_F(PoolBacked, EchoAnswersWithTheRequestBufferItself) {
@@ -132,8 +105,7 @@ TEST_F(PoolBacked, Sha256WordcountAndSleep) {
   ASSERT_TRUE((*CreateBuiltinHandler("sha256"))->Handle(View(req), rb).ok());
   auto fin = rb.Finish();
   ASSERT_TRUE(fin.ok());
-  EXPECT_EQ(Body(fin->first),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\n");
+  EXPECT_EQ(Body(fin->first), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\n");
   EXPECT_TRUE(pool_->Release(fin->first, 1).ok());
   EXPECT_EQ(pool_->Stats().live_buffers, 0u);  // the request buffer was released by Finish
 
@@ -201,8 +173,8 @@ TEST(BuiltinModules, ShoalFnLinksNoHeavyLibrary) {
   for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
   ASSERT_EQ(pclose(p), 0) << out;
   ASSERT_NE(out.find("libc.so.6"), std::string::npos) << out;
-  for (const char* heavy : {"libdnnl", "libcurl", "libprotobuf", "libonnx", "libgomp",
-                            "libOpenCL", "libgnutls", "libkrb5", "libldap", "libcudart"}) {
+  for (const char* heavy : {"libdnnl", "libcurl", "libprotobuf", "libonnx", "libgomp", "libOpenCL",
+                            "libgnutls", "libkrb5", "libldap", "libcudart"}) {
     EXPECT_EQ(out.find(heavy), std::string::npos) << heavy << " in\n" << out;
   }
   // Counted without the sanitizer runtimes of an instrumented build. An optimised build maps

@@ -1,22 +1,25 @@
 // bench-detect (issue 18): what the compromise detector costs and what it finds.
-//  1. Cost: bench-invoke's load (wrk POST 64 B on /fn/echo, keep-alive) against a shoald with the
-//     behaviour probes loaded (detect: true) and one without (detect: false), --runs times each,
-//     interleaved (A B B A ...), each run a fresh shoald. Ratio = req/s with / without (per run
-//     pair: min/median/max); target >= 0.95.
+//  1. Cost: bench-invoke's load (wrk POST 64 B on /fn/echo, keep-alive) against a shoald in the
+//     default mode (detect_syscalls: sampled: sys_enter attached for 10 % of each interval,
+//     opens through fanotify), one without probes (detect: false) and one with sys_enter
+//     attached all the time (detect_syscalls: true), --runs times each, interleaved (A B C,
+//     C B A, ...), each run a fresh shoald. Ratio = req/s default / no probes (per run pair:
+//     min/median/max); target >= 0.95.
 //  2. False alarms: anomalies counted by the probes-loaded shoalds while wrk saturated echo
 //     (after its baseline was learned in the warm-up), per hour of scored instance time.
-//  3. The probes' cost per syscall, which the req/s ratio is too noisy to resolve on a shared
-//     VM: getppid() in a loop (2M calls) in a watched cgroup and in an unwatched process, with
-//     the probes attached and detached, alternating --runs times; ns per call, the difference
-//     is what each syscall pays (the watched one: a hash hit and a per-CPU increment; any
-//     other process on the node: one failed lookup).
-//  4. Detection latency per attack kind: the test handler (libshoal-attack.so) learns from
-//     normal requests, then spawns a shell, connects to an unexpected port, opens /etc/shadow
-//     and burns CPU; the time from its answer to the anomaly on /metrics (scoring every 1 s).
+//  3. The probes' cost per syscall while sys_enter is attached, which the req/s ratio is too
+//     noisy to resolve on a shared VM: getppid() in a loop (2M calls) in a watched cgroup and
+//     in an unwatched process, with the probes attached and detached, alternating --runs
+//     times; ns per call, the difference is what each syscall pays (the watched one: a hash
+//     hit and a per-CPU increment; any other process on the node: one failed lookup).
+//  4. Detection latency per attack kind in the default mode: the test handler
+//     (libshoal-attack.so) learns from normal requests, then spawns a shell, connects to an
+//     unexpected port, opens /etc/passwd (fanotify), has a forked child open /etc/hostname and
+//     burns CPU; the time from its answer to the anomaly on /metrics (scoring every 1 s). A
+//     refused open (/etc/shadow, which fanotify cannot see) is tried every 20 ms until a
+//     sys_enter slice catches it: the time from the first try.
 //   bench-detect [--seconds S (10)] [--connections C (32)] [--runs R (3)] [--syscalls-only]
-// Each cost measurement also runs the probes without their sys_enter hook (detect_syscalls:
-// false), the configuration in which no syscall pays for them.
-// RESULT detect ratio = median req/s ratio probes loaded / not.
+// RESULT detect ratio = median req/s ratio default mode / no probes.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -25,7 +28,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+#include <poll.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -34,6 +41,7 @@
 #include <thread>
 #include <vector>
 
+#include "shoal/detect/open_watch.h"
 #include "shoal/ebpf/behaviour_probes.h"
 #include "shoald_fixture.h"
 #include "test_cgroup.h"
@@ -57,14 +65,15 @@ struct CostRun {
   bool probes = false;
 };
 
-CostRun RunCost(bool detect, bool syscalls, int workers, int conns, int secs,
+// `syscalls`: the detect_syscalls value, "" for the default.
+CostRun RunCost(bool detect, const std::string& syscalls, int workers, int conns, int secs,
                 const std::string& script) {
   CostRun out;
   Shoald shoald;
   Shoald::Options o;
   o.threads = static_cast<uint32_t>(workers);
   o.extra_yaml = std::string("detect: ") + (detect ? "true" : "false") +
-                 "\ndetect_syscalls: " + (syscalls ? "true" : "false") +
+                 (syscalls.empty() ? "" : "\ndetect_syscalls: " + syscalls) +
                  "\ndetect_interval_ms: 1000\ndetect_learn_intervals: 3\n";
   if (!shoald.Start(o)) {
     std::fprintf(stderr, "shoald did not start:\n%s", shoald.Log().c_str());
@@ -82,6 +91,16 @@ CostRun RunCost(bool detect, bool syscalls, int workers, int conns, int secs,
   out.scored_instance_s = secs;  // one instance, scored for the whole measured run
   shoald.Stop();
   return out;
+}
+
+double NsPerOpen() {
+  constexpr int kOpens = 200000;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < kOpens; ++i) {
+    const int fd = open("/etc/hostname", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) close(fd);
+  }
+  return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / kOpens;
 }
 
 double NsPerSyscall() {
@@ -110,17 +129,25 @@ double NsPerSyscallIn(const shoal::bpf_test::TestCgroup& cg) {
   return ns;
 }
 
-double DetectOnce(Shoald& shoald, const std::string& command, const std::string& kind) {
+// The time from the attack's answer (`repeat`: from the first of attacks sent every 20 ms) to
+// its anomaly on /metrics; -1: not in 10 s.
+double DetectOnce(Shoald& shoald, const std::string& command, const std::string& kind,
+                  bool repeat) {
   const std::string filter = "function=\"victim\",kind=\"" + kind + "\"";
   const double before = shoald.Metric("shoal_function_anomalies_total", filter);
   auto r = Http(shoald.port(), "POST", "/fn/victim", command, {}, 0, 20000);
   const auto sent = Clock::now();
   if (r.status != 200) return -1;
+  auto last = sent;
   while (Clock::now() - sent < std::chrono::seconds(10)) {
     if (shoald.Metric("shoal_function_anomalies_total", filter) > before) {
       return std::chrono::duration<double>(Clock::now() - sent).count();
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (repeat && Clock::now() - last >= std::chrono::milliseconds(20)) {
+      Http(shoald.port(), "POST", "/fn/victim", command, {}, 0, 20000);
+      last = Clock::now();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return -1;
 }
@@ -158,27 +185,30 @@ int main(int argc, char** argv) {
   std::ofstream(script) << "wrk.method = \"POST\"\nwrk.body = \"" << std::string(64, 'x')
                         << "\"\nwrk.headers[\"Content-Type\"] = \"text/plain\"\n";
 
-  std::vector<CostRun> on, off, lean;
+  // sampled: the default mode; off: detect: false; full: detect_syscalls: true.
+  std::vector<CostRun> sampled, off, full;
   for (int r = 0; r < runs && !syscalls_only; ++r) {
     // A B C, C B A, ...: drift falls on all three alike.
     for (int k = 0; k < 3; ++k) {
       const int arm = r % 2 == 0 ? k : 2 - k;
-      const char* names[] = {"detect: true", "detect: false", "detect: true, detect_syscalls: false"};
+      const char* names[] = {"the default (detect_syscalls: sampled)", "detect: false",
+                             "detect_syscalls: true"};
       std::fprintf(stderr, "[cost] run %d/%d: shoald with %s, wrk -t%d -c%d -d%ds\n", r + 1, runs,
                    names[arm], workers, conns, secs);
-      auto run = RunCost(arm != 1, arm != 2, workers, conns, secs, script);
-      (arm == 0 ? on : arm == 1 ? off : lean).push_back(std::move(run));
+      auto run = RunCost(arm != 1, arm == 2 ? "true" : "", workers, conns, secs, script);
+      (arm == 0 ? sampled : arm == 1 ? off : full).push_back(std::move(run));
     }
   }
-  std::vector<double> ratios, lean_ratios;
-  for (int r = 0; r < static_cast<int>(on.size()); ++r) {
-    ratios.push_back(off[r].wrk.good_rps > 0 ? on[r].wrk.good_rps / off[r].wrk.good_rps : 0);
-    lean_ratios.push_back(off[r].wrk.good_rps > 0 ? lean[r].wrk.good_rps / off[r].wrk.good_rps : 0);
+  std::vector<double> ratios, full_ratios;
+  for (int r = 0; r < static_cast<int>(sampled.size()); ++r) {
+    ratios.push_back(off[r].wrk.good_rps > 0 ? sampled[r].wrk.good_rps / off[r].wrk.good_rps : 0);
+    full_ratios.push_back(off[r].wrk.good_rps > 0 ? full[r].wrk.good_rps / off[r].wrk.good_rps
+                                                  : 0);
   }
   std::sort(ratios.begin(), ratios.end());
-  std::sort(lean_ratios.begin(), lean_ratios.end());
+  std::sort(full_ratios.begin(), full_ratios.end());
   if (ratios.empty()) ratios.push_back(0);
-  if (lean_ratios.empty()) lean_ratios.push_back(0);
+  if (full_ratios.empty()) full_ratios.push_back(0);
 
   // The cost per syscall.
   std::vector<double> w_on, w_off, u_on, u_off, add_w, add_u, w_lean, u_lean;
@@ -197,7 +227,8 @@ int main(int argc, char** argv) {
       const double a = NsPerSyscallIn(cg), b = NsPerSyscall();
       probes->reset();
       {
-        auto lean_probes = shoal::BehaviourProbes::Load(cg.mode(), /*syscall_hook=*/false);
+        auto lean_probes =
+            shoal::BehaviourProbes::Load(cg.mode(), shoal::BehaviourProbes::Syscalls::kSampled);
         if (lean_probes.ok() && (*lean_probes)->Watch(*id).ok()) {
           const double e = NsPerSyscallIn(cg), f = NsPerSyscall();
           w_lean.push_back(e);
@@ -215,8 +246,43 @@ int main(int argc, char** argv) {
     if (!cg.error().empty()) syscall_note = cg.error();
   }
 
+  // What fanotify (the default mode's opens) costs an open of any process on the node: open +
+  // close of a file x 200k, with and without the watch, alternating; a reader thread does what
+  // shoald does for a process that is no instance's (the pid looked up in the probes' map, the
+  // event's fd closed).
+  std::vector<double> open_on, open_off;
+  std::string open_note;
+  for (int r = 0; r < runs; ++r) {
+    std::fprintf(stderr, "[open] run %d/%d: open+close x 200k, fanotify watching and not\n", r + 1,
+                 runs);
+    open_off.push_back(NsPerOpen());
+    auto watch = shoal::OpenWatch::Start();
+    auto probes = shoal::BehaviourProbes::Load(shoal::BehaviourProbes::CgroupMode::kV1Memory,
+                                               shoal::BehaviourProbes::Syscalls::kSampled);
+    if (!watch.ok() || !probes.ok()) {
+      open_note = !watch.ok() ? watch.status().ToString() : probes.status().ToString();
+      open_off.pop_back();
+      break;
+    }
+    std::atomic<bool> stop{false};
+    size_t events = 0;
+    std::thread reader([&] {
+      pollfd p{(*watch)->fd(), POLLIN, 0};
+      while (!stop) {
+        if (poll(&p, 1, 50) <= 0) continue;
+        events += (*watch)->Drain([&](int pid) { return (*probes)->CgroupOfPid(pid); },
+                                  [](uint64_t, int, std::string_view) {});
+      }
+    });
+    open_on.push_back(NsPerOpen());
+    stop = true;
+    reader.join();
+    if (events < 100000) open_note = "the reader saw only " + std::to_string(events) + " opens";
+  }
+
   // Detection latency.
-  std::fprintf(stderr, "[latency] shoald scoring every 1 s, the attack handler learning 5 intervals\n");
+  std::fprintf(stderr, "[latency] shoald in the default mode scoring every 1 s, the attack handler "
+                       "learning 5 intervals\n");
   const std::string lib = dir + "/libattack.so";
   std::filesystem::copy_file(LibDir() + "/shoal/handlers/libshoal-attack.so", lib);
   chmod(lib.c_str(), 0644);
@@ -234,8 +300,10 @@ int main(int argc, char** argv) {
   getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
   std::vector<Kind> kinds = {{"shell", "exec", {}},
                              {"connect " + std::to_string(ntohs(a.sin_port)), "connect", {}},
-                             {"open /etc/shadow", "file", {}},
-                             {"burn 3000", "cpu", {}}};
+                             {"open /etc/passwd", "file", {}},
+                             {"child-open /etc/hostname", "file", {}},
+                             {"burn 3000", "cpu", {}},
+                             {"open /etc/shadow", "file", {}}};  // refused: tried until caught
   bool probes_loaded = false;
   for (int r = 0; r < runs && !syscalls_only; ++r) {
     Shoald shoald;
@@ -252,7 +320,7 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     for (auto& k : kinds) {
-      k.latency.push_back(DetectOnce(shoald, k.command, k.kind));
+      k.latency.push_back(DetectOnce(shoald, k.command, k.kind, k.command == "open /etc/shadow"));
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     shoald.Stop();
@@ -273,32 +341,28 @@ int main(int argc, char** argv) {
     }
     std::printf("%-26s %4s %12.0f\n", name, "med", Median(rps));
   };
-  rows("probes loaded (detect on)", on);
-  rows("probes, no sys_enter", lean);
+  rows("default (sampled)", sampled);
+  rows("detect_syscalls: true", full);
   rows("no probes (detect: false)", off);
   bool loaded_all = true;
   double alarms = 0, scored_s = 0;
   long errors = 0;
-  for (const auto& r : lean) {
-    loaded_all = loaded_all && r.probes;
-    alarms += r.anomalies;
-    scored_s += r.scored_instance_s;
-    errors += r.wrk.errors;
-  }
-  for (const auto& r : on) {
-    loaded_all = loaded_all && r.probes;
-    alarms += r.anomalies;
-    scored_s += r.scored_instance_s;
-    errors += r.wrk.errors;
+  for (const auto* arm : {&sampled, &full}) {
+    for (const auto& r : *arm) {
+      loaded_all = loaded_all && r.probes;
+      alarms += r.anomalies;
+      scored_s += r.scored_instance_s;
+      errors += r.wrk.errors;
+    }
   }
   for (const auto& r : off) errors += r.wrk.errors;
-  std::printf("ratio req/s probes/no probes: median %.3f (per run pair min/median/max "
-              "%.3f/%.3f/%.3f; target >= 0.95)%s\n",
+  std::printf("ratio req/s default (detect_syscalls: sampled)/no probes: median %.3f (per run "
+              "pair min/median/max %.3f/%.3f/%.3f; target >= 0.95)%s\n",
               Median(ratios), ratios.front(), Median(ratios), ratios.back(),
               loaded_all ? "" : "  [the probes did NOT load in every run]");
-  std::printf("ratio req/s probes without sys_enter (detect_syscalls: false)/no probes: median "
-              "%.3f (per run pair min/median/max %.3f/%.3f/%.3f)\n",
-              Median(lean_ratios), lean_ratios.front(), Median(lean_ratios), lean_ratios.back());
+  std::printf("ratio req/s detect_syscalls: true/no probes: median %.3f (per run pair "
+              "min/median/max %.3f/%.3f/%.3f)\n",
+              Median(full_ratios), full_ratios.front(), Median(full_ratios), full_ratios.back());
   std::printf("false alarms under saturation: %.0f in %.0f s of scored instance time = %.1f per hour "
               "(target 0)\n", alarms, scored_s, scored_s > 0 ? alarms * 3600 / scored_s : 0);
   std::printf("wrk errors (non-2xx + socket) over all runs: %ld\n", errors);
@@ -311,23 +375,35 @@ int main(int argc, char** argv) {
     std::printf("%-34s %12.1f %12.1f %14.1f\n", "unwatched (shoald, anything else)", Median(u_on),
                 Median(u_off), Median(add_u));
     if (!w_lean.empty()) {
-      std::printf("without sys_enter (detect_syscalls: false): watched %.1f ns, unwatched %.1f ns "
-                  "(probes off %.1f / %.1f)\n", Median(w_lean), Median(u_lean), Median(w_off),
-                  Median(u_off));
+      std::printf("probes loaded, sys_enter not attached (detect_syscalls: false; sampled outside "
+                  "its slices): watched %.1f ns, unwatched %.1f ns (probes off %.1f / %.1f)\n",
+                  Median(w_lean), Median(u_lean), Median(w_off), Median(u_off));
     }
   } else {
     std::printf("syscall cost: not measured (%s)\n", syscall_note.c_str());
   }
-  std::printf("detection latency (scoring every 1 s), %d runs%s:\n", runs,
+  if (!open_on.empty()) {
+    std::printf("open+close cost (200k, %zu alternating runs; median ns): fanotify watching %.1f, "
+                "not %.1f, added %.1f (min/max watching %.1f/%.1f)%s%s\n",
+                open_on.size(), Median(open_on), Median(open_off),
+                Median(open_on) - Median(open_off),
+                *std::min_element(open_on.begin(), open_on.end()),
+                *std::max_element(open_on.begin(), open_on.end()), open_note.empty() ? "" : "; ",
+                open_note.c_str());
+  } else {
+    std::printf("open cost: not measured (%s)\n", open_note.c_str());
+  }
+  std::printf("detection latency, default mode (scoring every 1 s; /etc/shadow: refused, tried "
+              "every 20 ms, from the first try), %d runs%s:\n", runs,
               probes_loaded ? "" : " [probes did not load]");
-  std::printf("%-16s %-8s %10s %10s %10s %9s\n", "attack", "kind", "min s", "median s", "max s",
+  std::printf("%-26s %-8s %10s %10s %10s %9s\n", "attack", "kind", "min s", "median s", "max s",
               "detected");
   int missed = 0;
   for (const auto& k : kinds) {
     std::vector<double> ok;
     for (double l : k.latency) if (l >= 0) ok.push_back(l);
     missed += static_cast<int>(k.latency.size() - ok.size());
-    std::printf("%-16s %-8s %10.2f %10.2f %10.2f %5zu/%zu\n", k.command.substr(0, 16).c_str(),
+    std::printf("%-26s %-8s %10.2f %10.2f %10.2f %5zu/%zu\n", k.command.substr(0, 26).c_str(),
                 k.kind.c_str(), ok.empty() ? -1 : *std::min_element(ok.begin(), ok.end()),
                 Median(ok), ok.empty() ? -1 : *std::max_element(ok.begin(), ok.end()), ok.size(),
                 k.latency.size());

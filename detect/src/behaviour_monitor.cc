@@ -197,7 +197,6 @@ void BehaviourMonitor::AttachSlice() {
 
 void BehaviourMonitor::DrainOpens() {
   if (!opens_) return;
-  const uint64_t overflows = opens_->overflows();
   opens_->Drain(
       [this](int pid) -> uint64_t {
         auto it = pid_owner_.find(pid);
@@ -221,10 +220,6 @@ void BehaviourMonitor::DrainOpens() {
         }
         open_events_[cgroup_id].push_back({detect::EventKind::kOpen, std::string(path)});
       });
-  if (opens_->overflows() != overflows) {
-    spdlog::warn("detector: fanotify's queue overflowed ({} times since start): opens were lost",
-                 opens_->overflows());
-  }
 }
 
 void BehaviourMonitor::Stop() {
@@ -378,6 +373,13 @@ void BehaviourMonitor::Tick() {
     }
     DrainOpens();
     pid_owner_.clear();
+    if (opens_ && opens_->overflows() != overflows_logged_) {
+      // Once an interval at most: a storm of the node's opens filled the kernel's queue.
+      overflows_logged_ = opens_->overflows();
+      spdlog::warn("detector: fanotify's queue overflowed ({} times since start): opens were "
+                   "lost, the file rule may have missed some",
+                   overflows_logged_);
+    }
     std::map<uint64_t, std::vector<detect::Event>> events;
     events.swap(open_events_);
     probes_->Drain([&](const BehaviourEvent& ev) { events[ev.cgroup_id].push_back(ToEvent(ev)); });
@@ -489,7 +491,8 @@ std::string BehaviourMonitor::MetricsText() {
     out << "# HELP shoal_detector_bpf_entries Entries of the behaviour probes' BPF maps\n"
            "# TYPE shoal_detector_bpf_entries gauge\n"
         << "shoal_detector_bpf_entries{map=\"instances\"} " << probes_->WatchedEntries() << "\n"
-        << "shoal_detector_bpf_entries{map=\"seen\"} " << probes_->SeenEntries() << "\n";
+        << "shoal_detector_bpf_entries{map=\"seen\"} " << probes_->SeenEntries() << "\n"
+        << "shoal_detector_bpf_entries{map=\"pids\"} " << probes_->PidEntries() << "\n";
   }
   return out.str();
 }

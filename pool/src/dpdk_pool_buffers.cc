@@ -243,20 +243,14 @@ Status DpdkPool::Transfer(uint64_t offset, HolderSlot from, HolderSlot to) {
   SHOAL_RETURN_IF_ERROR(CheckSlot(from));
   SHOAL_RETURN_IF_ERROR(CheckSlot(to));
   BufferHeader* b = LiveBuffer(offset);
-  if (b == nullptr) {
-    return InvalidArgument("pool " + name_ + ": no live buffer at offset " +
-                           std::to_string(offset));
-  }
+  if (b == nullptr) return pool_detail::NoLiveBuffer(name_, offset);
   return pool_detail::TransferHolder(b->holders, from, to, name_, offset);
 }
 
 Status DpdkPool::Retain(uint64_t offset, HolderSlot holder) {
   SHOAL_RETURN_IF_ERROR(CheckSlot(holder));
   BufferHeader* b = LiveBuffer(offset);
-  if (b == nullptr) {
-    return InvalidArgument("pool " + name_ + ": no live buffer at offset " +
-                           std::to_string(offset));
-  }
+  if (b == nullptr) return pool_detail::NoLiveBuffer(name_, offset);
   return pool_detail::RetainHolder(b->holders, holder, name_, offset);
 }
 

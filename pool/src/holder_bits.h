@@ -33,8 +33,8 @@ inline Status TransferHolder(std::atomic<uint64_t>& holders, uint32_t from, uint
 }
 
 // `holder` adds its hold to a buffer somebody holds.
-inline Status RetainHolder(std::atomic<uint64_t>& holders, uint32_t holder,
-                           const std::string& pool, uint64_t offset) {
+inline Status RetainHolder(std::atomic<uint64_t>& holders, uint32_t holder, const std::string& pool,
+                           uint64_t offset) {
   const uint64_t bit = uint64_t{1} << holder;
   uint64_t h = holders.load(std::memory_order_acquire);
   for (;;) {
@@ -50,6 +50,10 @@ inline Status RetainHolder(std::atomic<uint64_t>& holders, uint32_t holder,
       return Status::Ok();
     }
   }
+}
+
+inline Status NoLiveBuffer(const std::string& pool, uint64_t offset) {
+  return InvalidArgument("pool " + pool + ": no live buffer at offset " + std::to_string(offset));
 }
 
 }  // namespace shoal::pool_detail

@@ -120,7 +120,8 @@ class BehaviourMonitor final : public InstanceObserver {
   bool slice_timer_started_ = false;
   uint64_t slice_start_ns_ = 0, slice_end_ns_ = 0;
   std::unique_ptr<OpenWatch> opens_;
-  std::string opens_error_;  // why opens_ is null ("" before SetOpenWatch: Start tries)
+  std::string opens_error_;
+  uint64_t overflows_logged_ = 0;  // why opens_ is null ("" before SetOpenWatch: Start tries)
   uv_poll_t opens_poll_{};
   bool opens_poll_started_ = false;
 

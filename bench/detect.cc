@@ -21,15 +21,14 @@
 //   bench-detect [--seconds S (10)] [--connections C (32)] [--runs R (3)] [--syscalls-only]
 // RESULT detect ratio = median req/s ratio default mode / no probes.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <fcntl.h>
-#include <poll.h>
 
 #include <algorithm>
 #include <atomic>
@@ -202,8 +201,7 @@ int main(int argc, char** argv) {
   std::vector<double> ratios, full_ratios;
   for (int r = 0; r < static_cast<int>(sampled.size()); ++r) {
     ratios.push_back(off[r].wrk.good_rps > 0 ? sampled[r].wrk.good_rps / off[r].wrk.good_rps : 0);
-    full_ratios.push_back(off[r].wrk.good_rps > 0 ? full[r].wrk.good_rps / off[r].wrk.good_rps
-                                                  : 0);
+    full_ratios.push_back(off[r].wrk.good_rps > 0 ? full[r].wrk.good_rps / off[r].wrk.good_rps : 0);
   }
   std::sort(ratios.begin(), ratios.end());
   std::sort(full_ratios.begin(), full_ratios.end());
@@ -281,8 +279,9 @@ int main(int argc, char** argv) {
   }
 
   // Detection latency.
-  std::fprintf(stderr, "[latency] shoald in the default mode scoring every 1 s, the attack handler "
-                       "learning 5 intervals\n");
+  std::fprintf(stderr,
+               "[latency] shoald in the default mode scoring every 1 s, the attack handler "
+               "learning 5 intervals\n");
   const std::string lib = dir + "/libattack.so";
   std::filesystem::copy_file(LibDir() + "/shoal/handlers/libshoal-attack.so", lib);
   chmod(lib.c_str(), 0644);
@@ -356,13 +355,15 @@ int main(int argc, char** argv) {
     }
   }
   for (const auto& r : off) errors += r.wrk.errors;
-  std::printf("ratio req/s default (detect_syscalls: sampled)/no probes: median %.3f (per run "
-              "pair min/median/max %.3f/%.3f/%.3f; target >= 0.95)%s\n",
-              Median(ratios), ratios.front(), Median(ratios), ratios.back(),
-              loaded_all ? "" : "  [the probes did NOT load in every run]");
-  std::printf("ratio req/s detect_syscalls: true/no probes: median %.3f (per run pair "
-              "min/median/max %.3f/%.3f/%.3f)\n",
-              Median(full_ratios), full_ratios.front(), Median(full_ratios), full_ratios.back());
+  std::printf(
+      "ratio req/s default (detect_syscalls: sampled)/no probes: median %.3f (per run "
+      "pair min/median/max %.3f/%.3f/%.3f; target >= 0.95)%s\n",
+      Median(ratios), ratios.front(), Median(ratios), ratios.back(),
+      loaded_all ? "" : "  [the probes did NOT load in every run]");
+  std::printf(
+      "ratio req/s detect_syscalls: true/no probes: median %.3f (per run pair "
+      "min/median/max %.3f/%.3f/%.3f)\n",
+      Median(full_ratios), full_ratios.front(), Median(full_ratios), full_ratios.back());
   std::printf("false alarms under saturation: %.0f in %.0f s of scored instance time = %.1f per hour "
               "(target 0)\n", alarms, scored_s, scored_s > 0 ? alarms * 3600 / scored_s : 0);
   std::printf("wrk errors (non-2xx + socket) over all runs: %ld\n", errors);
@@ -375,27 +376,29 @@ int main(int argc, char** argv) {
     std::printf("%-34s %12.1f %12.1f %14.1f\n", "unwatched (shoald, anything else)", Median(u_on),
                 Median(u_off), Median(add_u));
     if (!w_lean.empty()) {
-      std::printf("probes loaded, sys_enter not attached (detect_syscalls: false; sampled outside "
-                  "its slices): watched %.1f ns, unwatched %.1f ns (probes off %.1f / %.1f)\n",
-                  Median(w_lean), Median(u_lean), Median(w_off), Median(u_off));
+      std::printf(
+          "probes loaded, sys_enter not attached (detect_syscalls: false; sampled outside "
+          "its slices): watched %.1f ns, unwatched %.1f ns (probes off %.1f / %.1f)\n",
+          Median(w_lean), Median(u_lean), Median(w_off), Median(u_off));
     }
   } else {
     std::printf("syscall cost: not measured (%s)\n", syscall_note.c_str());
   }
   if (!open_on.empty()) {
-    std::printf("open+close cost (200k, %zu alternating runs; median ns): fanotify watching %.1f, "
-                "not %.1f, added %.1f (min/max watching %.1f/%.1f)%s%s\n",
-                open_on.size(), Median(open_on), Median(open_off),
-                Median(open_on) - Median(open_off),
-                *std::min_element(open_on.begin(), open_on.end()),
-                *std::max_element(open_on.begin(), open_on.end()), open_note.empty() ? "" : "; ",
-                open_note.c_str());
+    std::printf(
+        "open+close cost (200k, %zu alternating runs; median ns): fanotify watching %.1f, "
+        "not %.1f, added %.1f (min/max watching %.1f/%.1f)%s%s\n",
+        open_on.size(), Median(open_on), Median(open_off), Median(open_on) - Median(open_off),
+        *std::min_element(open_on.begin(), open_on.end()),
+        *std::max_element(open_on.begin(), open_on.end()), open_note.empty() ? "" : "; ",
+        open_note.c_str());
   } else {
     std::printf("open cost: not measured (%s)\n", open_note.c_str());
   }
-  std::printf("detection latency, default mode (scoring every 1 s; /etc/shadow: refused, tried "
-              "every 20 ms, from the first try), %d runs%s:\n", runs,
-              probes_loaded ? "" : " [probes did not load]");
+  std::printf(
+      "detection latency, default mode (scoring every 1 s; /etc/shadow: refused, tried "
+      "every 20 ms, from the first try), %d runs%s:\n",
+      runs, probes_loaded ? "" : " [probes did not load]");
   std::printf("%-26s %-8s %10s %10s %10s %9s\n", "attack", "kind", "min s", "median s", "max s",
               "detected");
   int missed = 0;

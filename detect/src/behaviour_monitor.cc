@@ -376,9 +376,10 @@ void BehaviourMonitor::Tick() {
     if (opens_ && opens_->overflows() != overflows_logged_) {
       // Once an interval at most: a storm of the node's opens filled the kernel's queue.
       overflows_logged_ = opens_->overflows();
-      spdlog::warn("detector: fanotify's queue overflowed ({} times since start): opens were "
-                   "lost, the file rule may have missed some",
-                   overflows_logged_);
+      spdlog::warn(
+          "detector: fanotify's queue overflowed ({} times since start): opens were "
+          "lost, the file rule may have missed some",
+          overflows_logged_);
     }
     std::map<uint64_t, std::vector<detect::Event>> events;
     events.swap(open_events_);

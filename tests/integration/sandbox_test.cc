@@ -15,7 +15,7 @@
 
 #include "hugepages_for_test.h"
 #include "sandbox_test_util.h"
-#include "shoald_fixture.h"
+#include "tenant_shoald_test.h"
 
 namespace shoal::testing {
 namespace {
@@ -50,51 +50,16 @@ std::string Manifest(const std::string& name, const std::string& ns, const std::
          ", namespace: " + ns + "}\nspec:\n  handler:\n    library: " + library + "\n" + extra;
 }
 
-void Copy(const std::string& from, const std::string& to, mode_t mode) {
-  fs::copy_file(from, to, fs::copy_options::overwrite_existing);
-  chmod(to.c_str(), mode);
-}
-
-class SandboxTest : public ::testing::Test {
+class SandboxTest : public TenantShoaldTest {
  protected:
   void SetUp() override {
-    if (!IsRoot()) {
-      GTEST_SKIP() << "shoald is not root: it cannot drop instances to a tenant's uid (it runs "
-                      "them as its own uid and says so at start)";
-    }
-    char t[] = "/tmp/shoal-handlers-XXXXXX";
-    handlers_ = mkdtemp(t);
-    chmod(handlers_.c_str(), 0755);
-    probe_ = handlers_ + "/libprobe.so";
-    Copy(LibDir() + "/shoal/handlers/libshoal-probe.so", probe_, 0644);
+    MakeHandlerDir("shoal-handlers",
+                   "shoald is not root: it cannot drop instances to a tenant's uid (it runs them "
+                   "as its own uid and says so at start)");
+    if (IsSkipped() || HasFatalFailure()) return;
     if (auto why = ShoaldShortOfHugepages(64ull << 20, 3); !why.empty()) GTEST_SKIP() << why;
-    Shoald::Options o;
-    o.dataplane = "unix";
-    o.pool_bytes = 64ull << 20;
-    o.max_body_bytes = 1ull << 20;
-    o.extra_yaml = "handler_dirs: [" + handlers_ + "]\n" +
-                   "tenants: {team-b: {uid: 201234, gid: 201235}}\n" +
-                   "tenant_uid_base: 202000\nrestart_backoff_s: 0.05\n";
-    ASSERT_TRUE(shoald_.Start(o)) << shoald_.Log();
+    ASSERT_TRUE(shoald_.Start(TenantOptions())) << shoald_.Log();
   }
-  void TearDown() override {
-    if (!handlers_.empty()) (void)!system(("rm -rf '" + handlers_ + "'").c_str());
-  }
-
-  HttpResult DeployHttp(const std::string& manifest) {
-    return shoald_.Api("POST", "/v1/functions", manifest, {"Content-Type: application/yaml"});
-  }
-  HttpResult Invoke(const std::string& fn, const std::string& body) {
-    return Http(shoald_.port(), "POST", "/fn/" + fn, body, {}, 0, 20000);
-  }
-  std::string Error(const HttpResult& r) {
-    auto j = nlohmann::json::parse(r.body, nullptr, false);
-    return j.is_discarded() ? r.body : j.value("error", r.body);
-  }
-
-  Shoald shoald_;
-  std::string handlers_;
-  std::string probe_;
 };
 
 TEST_F(SandboxTest, DeployRefusesLibrariesOutsideOrUnsafe) {
@@ -103,9 +68,10 @@ TEST_F(SandboxTest, DeployRefusesLibrariesOutsideOrUnsafe) {
   EXPECT_EQ(out.status, 400) << out.body;
   EXPECT_EQ(Error(out),
             "spec.handler.library: /usr/lib/x86_64-linux-gnu/libc.so.6 is outside the handler "
-            "directories (allowed: " + handlers_ + ") (line 6)");
+            "directories (allowed: " +
+                handlers_ + ") (line 6)");
   // In an allowed directory but writable by anyone.
-  Copy(probe_, handlers_ + "/ww.so", 0666);
+  CopyFile(probe_, handlers_ + "/ww.so", 0666);
   chmod((handlers_ + "/ww.so").c_str(), 0666);
   auto ww = DeployHttp(Manifest("ww", "team-a", handlers_ + "/ww.so"));
   EXPECT_EQ(ww.status, 400) << ww.body;
@@ -119,8 +85,8 @@ TEST_F(SandboxTest, DeployRefusesLibrariesOutsideOrUnsafe) {
                              "/link.so is a symbolic link (not followed below a handler "
                              "directory) (line 6)");
   // Environment that loads code.
-  auto env = DeployHttp(Manifest("env", "team-a", probe_,
-                                 "    env: {LD_PRELOAD: " + handlers_ + "/libprobe.so}\n"));
+  auto env = DeployHttp(
+      Manifest("env", "team-a", probe_, "    env: {LD_PRELOAD: " + handlers_ + "/libprobe.so}\n"));
   EXPECT_EQ(env.status, 400) << env.body;
   EXPECT_EQ(Error(env),
             "spec.handler.env.LD_PRELOAD: not allowed: the dynamic loader reads LD_* variables "
@@ -135,13 +101,13 @@ TEST_F(SandboxTest, DeployRefusesLibrariesOutsideOrUnsafe) {
 TEST_F(SandboxTest, LibrarySwappedAfterDeployNeverStarts) {
   fs::create_directory(handlers_ + "/team");
   chmod((handlers_ + "/team").c_str(), 0755);
-  Copy(probe_, handlers_ + "/team/lib.so", 0644);
+  CopyFile(probe_, handlers_ + "/team/lib.so", 0644);
   auto d = DeployHttp(Manifest("swapped", "team-a", handlers_ + "/team/lib.so"));
   ASSERT_EQ(d.status, 201) << d.body;
   // After the deploy: the directory becomes a symlink to a look-alike elsewhere.
   const std::string elsewhere = handlers_ + "-evil";
   fs::create_directory(elsewhere);
-  Copy(probe_, elsewhere + "/lib.so", 0644);
+  CopyFile(probe_, elsewhere + "/lib.so", 0644);
   fs::rename(handlers_ + "/team", handlers_ + "/team.old");
   ASSERT_EQ(symlink(elsewhere.c_str(), (handlers_ + "/team").c_str()), 0);
 
@@ -162,8 +128,8 @@ TEST_F(SandboxTest, LibrarySwappedAfterDeployNeverStarts) {
 }
 
 TEST_F(SandboxTest, InstanceRunsAsItsTenantWithTheManifestsLimits) {
-  auto d = DeployHttp(Manifest("probe", "team-b", probe_,
-                               "  resources: {cpu: 250m, memory: 96Mi}\n"));
+  auto d =
+      DeployHttp(Manifest("probe", "team-b", probe_, "  resources: {cpu: 250m, memory: 96Mi}\n"));
   ASSERT_EQ(d.status, 201) << d.body;
   auto r = Invoke("probe", "status");
   ASSERT_EQ(r.status, 200) << r.body;
@@ -208,7 +174,7 @@ TEST_F(SandboxTest, InstanceRunsAsItsTenantWithTheManifestsLimits) {
     dirs.push_back(p);
   }
   // The tenant's pool is the tenant's.
-  struct stat ps{};
+  struct stat ps {};
   ASSERT_EQ(stat(("/dev/shm/shoal." + shoald_.node() + ".team-b").c_str(), &ps), 0);
   EXPECT_EQ(ps.st_uid, 201234u);
   EXPECT_EQ(ps.st_gid, 201235u);
@@ -264,8 +230,9 @@ TEST_F(SandboxTest, DeniedSyscallKillsTheInstanceWhichIsRestarted) {
   ASSERT_EQ(before.size(), 1u);
   auto r = Invoke("bad", "unshare");
   EXPECT_EQ(r.status, 502) << r.body;
-  EXPECT_EQ(Error(r), "instance of function 'bad' crashed (killed by signal 31 (SIGSYS: a "
-                      "syscall the seccomp filter denies)) while running the request");
+  EXPECT_EQ(Error(r),
+            "instance of function 'bad' crashed (killed by signal 31 (SIGSYS: a "
+            "syscall the seccomp filter denies)) while running the request");
   ASSERT_TRUE(shoald_.WaitReady("bad", 1));
   const auto after = shoald_.InstancePids("bad");
   ASSERT_EQ(after.size(), 1u);
@@ -285,21 +252,20 @@ TEST_F(SandboxTest, DeniedSyscallKillsTheInstanceWhichIsRestarted) {
             std::string::npos)
       << log;
   if (log.find("no audit record in the kernel log") == std::string::npos) {
-    EXPECT_NE(log.find("was killed by the seccomp filter for syscall unshare ("),
-              std::string::npos)
+    EXPECT_NE(log.find("was killed by the seccomp filter for syscall unshare ("), std::string::npos)
         << log;
   }
 }
 
 TEST_F(SandboxTest, AFunctionMayAllowADeniedSyscall) {
-  auto bad = DeployHttp(Manifest("ok", "team-a", probe_,
-                                 "  security: {seccomp: {allow: [unshare, nosuch]}}\n"));
+  auto bad = DeployHttp(
+      Manifest("ok", "team-a", probe_, "  security: {seccomp: {allow: [unshare, nosuch]}}\n"));
   EXPECT_EQ(bad.status, 400);
   EXPECT_EQ(Error(bad), "spec.security.seccomp.allow[1]: unknown syscall \"nosuch\" (line 7)");
-  ASSERT_EQ(DeployHttp(Manifest("ok", "team-a", probe_,
-                                "  security: {seccomp: {allow: [unshare]}}\n"))
-                .status,
-            201);
+  ASSERT_EQ(
+      DeployHttp(Manifest("ok", "team-a", probe_, "  security: {seccomp: {allow: [unshare]}}\n"))
+          .status,
+      201);
   auto r = Invoke("ok", "unshare");
   EXPECT_EQ(r.status, 200) << r.body;  // the kernel's own answer, not a kill
   EXPECT_EQ(shoald_.Log().find("SIGSYS"), std::string::npos);

@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "sandbox_test_util.h"
-#include "shoald_fixture.h"
+#include "tenant_shoald_test.h"
 
 namespace shoal::testing {
 namespace {
@@ -31,41 +31,14 @@ std::string Manifest(const std::string& name, const std::string& ns, const std::
          ", namespace: " + ns + "}\nspec:\n  handler:\n    library: " + library + "\n" + extra;
 }
 
-class ZygoteTest : public ::testing::Test {
+class ZygoteTest : public TenantShoaldTest {
  protected:
   void SetUp() override {
-    if (!IsRoot()) {
-      GTEST_SKIP() << "shoald is not root: its zygotes and instances cannot run as a tenant";
-    }
-    char t[] = "/tmp/shoal-zygote-XXXXXX";
-    handlers_ = mkdtemp(t);
-    chmod(handlers_.c_str(), 0755);
-    probe_ = handlers_ + "/libprobe.so";
-    fs::copy_file(LibDir() + "/shoal/handlers/libshoal-probe.so", probe_);
-    chmod(probe_.c_str(), 0644);
-  }
-  void TearDown() override {
-    if (!handlers_.empty()) (void)!system(("rm -rf '" + handlers_ + "'").c_str());
+    MakeHandlerDir("shoal-zygote",
+                   "shoald is not root: its zygotes and instances cannot run as a tenant");
   }
   void StartShoald(const std::string& extra = "") {
-    Shoald::Options o;
-    o.dataplane = "unix";
-    o.pool_bytes = 64ull << 20;
-    o.max_body_bytes = 1ull << 20;
-    o.extra_yaml =
-        "handler_dirs: [" + handlers_ + "]\n" + "tenants: {team-b: {uid: 201234, gid: 201235}}\n" +
-        "tenant_uid_base: 202000\nrestart_backoff_s: 0.05\ncontrol_interval_ms: 20\n" + extra;
-    ASSERT_TRUE(shoald_.Start(o)) << shoald_.Log();
-  }
-  HttpResult DeployHttp(const std::string& manifest) {
-    return shoald_.Api("POST", "/v1/functions", manifest, {"Content-Type: application/yaml"});
-  }
-  HttpResult Invoke(const std::string& fn, const std::string& body) {
-    return Http(shoald_.port(), "POST", "/fn/" + fn, body, {}, 0, 20000);
-  }
-  std::string Error(const HttpResult& r) {
-    auto j = nlohmann::json::parse(r.body, nullptr, false);
-    return j.is_discarded() ? r.body : j.value("error", r.body);
+    ASSERT_TRUE(shoald_.Start(TenantOptions("control_interval_ms: 20\n" + extra))) << shoald_.Log();
   }
   // The pids of `function`'s zygotes, in the order shoald started them (from its log).
   std::vector<int> ZygotePids(const std::string& function) {
@@ -101,10 +74,6 @@ class ZygoteTest : public ::testing::Test {
     auto j = nlohmann::json::parse(shoald_.Api("GET", "/v1/functions/" + function).body);
     return j["status"].value("instances", nlohmann::json::array());
   }
-
-  Shoald shoald_;
-  std::string handlers_;
-  std::string probe_;
 };
 
 TEST_F(ZygoteTest, ForkedInstanceRunsAsItsTenantInItsOwnSandbox) {

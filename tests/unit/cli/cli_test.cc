@@ -43,20 +43,30 @@ struct Reply {
   std::vector<std::string> headers;
 };
 
+// A TCP socket bound to a free loopback port, and in `*port` that port; -1 if it could not bind.
+int BindLoopback(uint16_t* port) {
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return -1;
+  }
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
 class FakeShoald {
  public:
   FakeShoald() {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    fd_ = BindLoopback(&port_);
+    EXPECT_GE(fd_, 0);
     EXPECT_EQ(listen(fd_, 16), 0);
-    socklen_t len = sizeof addr;
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
     thread_ = std::thread([this] { Serve(); });
   }
   ~FakeShoald() {
@@ -109,8 +119,8 @@ class FakeShoald {
       for (auto& ch : k) ch = static_cast<char>(tolower(ch));
       req.headers[k] = line.substr(line.find_first_not_of(' ', colon + 1));
     }
-    const size_t want = req.headers.count("content-length")
-                            ? std::stoul(req.headers["content-length"]) : 0;
+    const size_t want =
+        req.headers.count("content-length") ? std::stoul(req.headers["content-length"]) : 0;
     req.body = data.substr(head_end + 4);
     while (req.body.size() < want) {
       ssize_t n = read(c, buf, sizeof buf);
@@ -124,9 +134,9 @@ class FakeShoald {
       auto it = routes_.find(req.method + " " + req.target);
       if (it != routes_.end()) reply = it->second;
     }
-    std::string out = "HTTP/1.1 " + std::to_string(reply.status) + " X\r\nContent-Type: " +
-                      reply.content_type + "\r\nContent-Length: " +
-                      std::to_string(reply.body.size()) + "\r\nConnection: close\r\n";
+    std::string out =
+        "HTTP/1.1 " + std::to_string(reply.status) + " X\r\nContent-Type: " + reply.content_type +
+        "\r\nContent-Length: " + std::to_string(reply.body.size()) + "\r\nConnection: close\r\n";
     for (const auto& h : reply.headers) out += h + "\r\n";
     out += "\r\n" + reply.body;
     size_t done = 0;
@@ -233,34 +243,34 @@ CliResult RunShoalInPty(const std::string& server, std::vector<std::string> args
 }
 
 json FunctionJson(const std::string& name, int ready, int desired, double rps) {
-  return json{{"id", 1},
-              {"name", name},
-              {"namespace", "default"},
-              {"labels", {{"app", "demo"}}},
-              {"handler", {{"builtin", "echo"}, {"env", json::object()}}},
-              {"concurrency", 8},
-              {"scale", {{"min", 1}, {"max", 4}}},
-              {"timeout_s", 30.0},
-              {"keep_alive_s", 60.0},
-              {"max_body_bytes", 64 << 20},
-              {"resources", {{"cpu", 0.5}, {"memory_bytes", 128 << 20}, {"gpu", 0}}},
-              {"generation", 2},
-              {"age_s", 330.0},
-              {"manifest", "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: " + name +
-                               "\n"},
-              {"status",
-               {{"desired", desired},
-                {"ready", ready},
-                {"starting", 0},
-                {"inflight", 3},
-                {"queued", 0},
-                {"rps", rps},
-                {"p50_ms", 0.8},
-                {"p99_ms", 12.5},
-                {"requests_total", 100},
-                {"errors_total", 1},
-                {"cold_starts", 2},
-                {"last_cold_start_ms", 41.0}}}};
+  return json{
+      {"id", 1},
+      {"name", name},
+      {"namespace", "default"},
+      {"labels", {{"app", "demo"}}},
+      {"handler", {{"builtin", "echo"}, {"env", json::object()}}},
+      {"concurrency", 8},
+      {"scale", {{"min", 1}, {"max", 4}}},
+      {"timeout_s", 30.0},
+      {"keep_alive_s", 60.0},
+      {"max_body_bytes", 64 << 20},
+      {"resources", {{"cpu", 0.5}, {"memory_bytes", 128 << 20}, {"gpu", 0}}},
+      {"generation", 2},
+      {"age_s", 330.0},
+      {"manifest", "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: " + name + "\n"},
+      {"status",
+       {{"desired", desired},
+        {"ready", ready},
+        {"starting", 0},
+        {"inflight", 3},
+        {"queued", 0},
+        {"rps", rps},
+        {"p50_ms", 0.8},
+        {"p99_ms", 12.5},
+        {"requests_total", 100},
+        {"errors_total", 1},
+        {"cold_starts", 2},
+        {"last_cold_start_ms", 41.0}}}};
 }
 
 class CliTest : public ::testing::Test {
@@ -269,11 +279,13 @@ class CliTest : public ::testing::Test {
 };
 
 TEST_F(CliTest, GetPrintsATable) {
-  server_.On("GET /v1/functions",
-             {200, "application/json",
-              json{{"functions", {FunctionJson("echo", 1, 2, 12.34), FunctionJson("sha256", 0, 0, 0)}}}
-                  .dump(),
-              {}});
+  server_.On(
+      "GET /v1/functions",
+      {200,
+       "application/json",
+       json{{"functions", {FunctionJson("echo", 1, 2, 12.34), FunctionJson("sha256", 0, 0, 0)}}}
+           .dump(),
+       {}});
   auto r = RunShoal(server_.url(), {"get"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out,
@@ -380,35 +392,39 @@ TEST_F(CliTest, DeployManyManifestsOneRequestEach) {
 
 TEST_F(CliTest, BadManifestPrintsTheServersMessageAndExits1) {
   server_.On("POST /v1/functions",
-             {400, "application/json",
-              "{\"error\":\"spec.scale.max: must be >= spec.scale.min (2 > 1) (line 12)\"}\n", {}});
+             {400,
+              "application/json",
+              "{\"error\":\"spec.scale.max: must be >= spec.scale.min (2 > 1) (line 12)\"}\n",
+              {}});
   auto r = RunShoal(server_.url(), {"deploy", "-f", "-"}, "whatever");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.err, "shoal: spec.scale.max: must be >= spec.scale.min (2 > 1) (line 12)\n");
   EXPECT_EQ(r.out, "");
 }
 
-TEST(CliUnreachableTest, ConnectionRefusedExits2) {
-  // A port that was just free: nothing listens on it.
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+// Each of `commands`, run against a loopback port that was just free (nothing listens on it)
+// with `stdin_data`, exits 2 saying shoald cannot be reached there.
+void ExpectUnreachable(const std::vector<std::vector<std::string>>& commands,
+                       const std::string& stdin_data) {
+  uint16_t port = 0;
+  const int fd = BindLoopback(&port);
+  ASSERT_GE(fd, 0);
   close(fd);
-  const std::string url = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {"get"}, {"top"}, {"invoke", "echo", "-d", "x"}, {"deploy", "-f", "-"}}) {
-    auto r = RunShoal(url, args, "x");
-    EXPECT_EQ(r.exit_code, 2) << args[0];
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+  for (const auto& args : commands) {
+    auto r = RunShoal(url, args, stdin_data);
+    EXPECT_EQ(r.exit_code, 2) << args[0] << " " << (args.size() > 1 ? args[1] : "");
     EXPECT_EQ(r.err.rfind("shoal: cannot reach shoald at " + url + ": ", 0), 0u) << r.err;
   }
 }
 
+TEST(CliUnreachableTest, ConnectionRefusedExits2) {
+  ExpectUnreachable({{"get"}, {"top"}, {"invoke", "echo", "-d", "x"}, {"deploy", "-f", "-"}}, "x");
+}
+
 TEST_F(CliTest, InvokeWritesTheRawBodyAndReportsErrors) {
-  server_.On("POST /fn/echo/sub?x=1", {200, "application/octet-stream", std::string("a\0b", 3), {}});
+  server_.On("POST /fn/echo/sub?x=1",
+             {200, "application/octet-stream", std::string("a\0b", 3), {}});
   server_.On("GET /fn/echo", {200, "text/plain", "got\n", {}});
   server_.On("POST /fn/nope",
              {404, "application/json", "{\"error\":\"function 'nope' not found\"}\n", {}});
@@ -433,8 +449,8 @@ TEST_F(CliTest, InvokeWritesTheRawBodyAndReportsErrors) {
   const std::string big(300000, 'q');
   ASSERT_EQ(write(fd, big.data(), big.size()), static_cast<ssize_t>(big.size()));
   close(fd);
-  auto f = RunShoal(server_.url(), {"invoke", "echo", "-d", std::string("@") + path,
-                                    "--path", "sub?x=1"});
+  auto f = RunShoal(server_.url(),
+                    {"invoke", "echo", "-d", std::string("@") + path, "--path", "sub?x=1"});
   unlink(path);
   EXPECT_EQ(f.exit_code, 0) << f.err;
   EXPECT_EQ(server_.requests().back().body.size(), big.size());
@@ -449,9 +465,19 @@ TEST_F(CliTest, InvokeWritesTheRawBodyAndReportsErrors) {
 TEST_F(CliTest, TopPrintsTheDataPlaneAndATable) {
   json top{{"dataplane", "sockmap"},
            {"functions",
-            {{{"name", "echo"}, {"policy", "kpa"}, {"desired", 3}, {"ready", 2}, {"starting", 1},
-              {"inflight", 5}, {"queued", 1}, {"rps", 250.0}, {"p50_ms", 0.42}, {"p99_ms", 12.5},
-              {"cold_starts", 1}, {"last_cold_start_ms", 35.0}, {"cold_starts_avoided", 4}}}}};
+            {{{"name", "echo"},
+              {"policy", "kpa"},
+              {"desired", 3},
+              {"ready", 2},
+              {"starting", 1},
+              {"inflight", 5},
+              {"queued", 1},
+              {"rps", 250.0},
+              {"p50_ms", 0.42},
+              {"p99_ms", 12.5},
+              {"cold_starts", 1},
+              {"last_cold_start_ms", 35.0},
+              {"cold_starts_avoided", 4}}}}};
   server_.On("GET /v1/top", {200, "application/json", top.dump(), {}});
   auto r = RunShoal(server_.url(), {"top"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -486,29 +512,44 @@ TEST_F(CliTest, TopWatchRefreshesInPlace) {
 
 TEST_F(CliTest, DescribeShowsInstances) {
   json f = FunctionJson("echo", 1, 1, 2);
-  f["status"]["instances"] = {{{"id", 0x10001}, {"pid", 4242}, {"state", "ready"},
-                               {"inflight", 3}, {"served", 97}, {"age_s", 61.0},
-                               {"cold_start_ms", 1.5}, {"start_path", "zygote"},
-                               {"start_note", ""}, {"restarts", 0}},
-                              {{"id", 0x20002}, {"pid", 4243}, {"state", "ready"},
-                               {"inflight", 0}, {"served", 1}, {"age_s", 2.0},
-                               {"cold_start_ms", 41.0}, {"start_path", "spawn"},
+  f["status"]["instances"] = {{{"id", 0x10001},
+                               {"pid", 4242},
+                               {"state", "ready"},
+                               {"inflight", 3},
+                               {"served", 97},
+                               {"age_s", 61.0},
+                               {"cold_start_ms", 1.5},
+                               {"start_path", "zygote"},
+                               {"start_note", ""},
+                               {"restarts", 0}},
+                              {{"id", 0x20002},
+                               {"pid", 4243},
+                               {"state", "ready"},
+                               {"inflight", 0},
+                               {"served", 1},
+                               {"age_s", 2.0},
+                               {"cold_start_ms", 41.0},
+                               {"start_path", "spawn"},
                                {"start_note", "zygote still loading after 2000 ms"},
                                {"restarts", 0}}};
-  f["autoscaling"] = {{"policy", "kpa"}, {"target", 10.0}, {"keep_alive", "histogram"},
+  f["autoscaling"] = {{"policy", "kpa"},
+                      {"target", 10.0},
+                      {"keep_alive", "histogram"},
                       {"params", {{"stableWindow", 6.0}}}};
   f["status"]["desired"] = 3;
   f["status"]["actual"] = 2;
-  f["status"]["decision"] = {{"replicas", 3}, {"prewarm", 0}, {"keep_alive_s", 60.0},
-                             {"concurrency_target", 10.0}, {"panic", true}, {"age_s", 1.0},
-                             {"reason", "desired 3"}};
+  f["status"]["decision"] = {
+      {"replicas", 3}, {"prewarm", 0}, {"keep_alive_s", 60.0}, {"concurrency_target", 10.0},
+      {"panic", true}, {"age_s", 1.0}, {"reason", "desired 3"}};
   server_.On("GET /v1/functions/echo", {200, "application/json", f.dump(), {}});
   auto r = RunShoal(server_.url(), {"describe", "echo"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("Autoscaling:   kpa, target 10.0, keep-alive histogram (stableWindow=6)\n"),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("  Autoscaler:  desired 3, actual 2 (replicas 3 + pre-warm 0), keep-alive "),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find(", panic\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Name:          echo\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Handler:       builtin:echo\n"), std::string::npos) << r.out;
@@ -516,12 +557,13 @@ TEST_F(CliTest, DescribeShowsInstances) {
   EXPECT_NE(r.out.find("Max body:      64Mi\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Resources:     cpu 0.5, memory 128Mi, gpu 0\n"), std::string::npos)
       << r.out;
-  EXPECT_NE(r.out.find("  ID        PID    STATE   INFLIGHT   SERVED   AGE   COLD-START   START    "
-                       "RESTARTS\n"
-                       "  0x10001   4242   ready   3          97       61s   1.50ms       zygote   0\n"
-                       "  0x20002   4243   ready   0          1        2s    41.0ms       spawn    0\n"
-                       "  0x20002 spawned: zygote still loading after 2000 ms\n"),
-            std::string::npos)
+  EXPECT_NE(
+      r.out.find("  ID        PID    STATE   INFLIGHT   SERVED   AGE   COLD-START   START    "
+                 "RESTARTS\n"
+                 "  0x10001   4242   ready   3          97       61s   1.50ms       zygote   0\n"
+                 "  0x20002   4243   ready   0          1        2s    41.0ms       spawn    0\n"
+                 "  0x20002 spawned: zygote still loading after 2000 ms\n"),
+      std::string::npos)
       << r.out;
 }
 
@@ -787,11 +829,11 @@ TEST_F(CliTest, FlModelShowsDownloadProgressOnATerminal) {
 }
 
 TEST_F(CliTest, FlModelAsOnnxIsTheArchitectureWithTheVersionsWeights) {
-  const shoal::model::Model m =
-      shoal::model::InitModel(shoal::model::MlpSpec(784, {16}, 10), 5);
+  const shoal::model::Model m = shoal::model::InitModel(shoal::model::MlpSpec(784, {16}, 10), 5);
   const std::vector<std::byte> st = shoal::model::ModelToSafetensors(m);
   server_.On("GET /v1/jobs/fmnist/model",
-             {200, "application/octet-stream",
+             {200,
+              "application/octet-stream",
               std::string(reinterpret_cast<const char*>(st.data()), st.size()),
               {"X-Shoal-Model-Version: 3"}});
   json status = JobStatus("running", json::array());
@@ -885,24 +927,11 @@ TEST_F(CliTest, FlListAndDelete) {
 }
 
 TEST(CliFlUnreachableTest, ConnectionRefusedExits2) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  const std::string url = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {"fl", "status", "x"},
-           {"fl", "watch", "x"},
-           {"fl", "list"},
-           {"fl", "model", "x", "-o", "/tmp/shoal-cli-test-unreachable"}}) {
-    auto r = RunShoal(url, args);
-    EXPECT_EQ(r.exit_code, 2) << args[1];
-    EXPECT_EQ(r.err.rfind("shoal: cannot reach shoald at " + url + ": ", 0), 0u) << r.err;
-  }
+  ExpectUnreachable({{"fl", "status", "x"},
+                     {"fl", "watch", "x"},
+                     {"fl", "list"},
+                     {"fl", "model", "x", "-o", "/tmp/shoal-cli-test-unreachable"}},
+                    "");
 }
 
 }  // namespace
@@ -912,14 +941,13 @@ namespace {
 
 TEST(CliSimTest, TrainWritesTheLearnedPolicyWithAProgressBar) {
   const std::string out = ::testing::TempDir() + "learned-cli.json";
-  auto r = RunShoal("http://127.0.0.1:1",
-                    {"sim", "train", "--out", out, "--seeds", "1", "--families", "timer,poisson",
-                     "--duration-scale", "0.1", "--no-eval"});
+  auto r =
+      RunShoal("http://127.0.0.1:1", {"sim", "train", "--out", out, "--seeds", "1", "--families",
+                                      "timer,poisson", "--duration-scale", "0.1", "--no-eval"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("] 2/2 train poisson seed 1000"), std::string::npos) << r.err;
   // Then the sizing table: each run once per sizing action (2 families x 1 seed x 12).
-  EXPECT_NE(r.err.find("] 24/24 train sizing poisson seed 1000 x1.30-hold-60s"),
-            std::string::npos)
+  EXPECT_NE(r.err.find("] 24/24 train sizing poisson seed 1000 x1.30-hold-60s"), std::string::npos)
       << r.err;
   EXPECT_NE(r.out.find("trained on 2 runs (timer, poisson (seeds 1000..1000"), std::string::npos)
       << r.out;
@@ -927,7 +955,8 @@ TEST(CliSimTest, TrainWritesTheLearnedPolicyWithAProgressBar) {
   std::stringstream text;
   text << in.rdbuf();
   EXPECT_EQ(text.str().rfind("{\n  \"format\": \"shoal-learned-policy\",\n  \"version\": 2,", 0),
-            0u) << text.str().substr(0, 200);
+            0u)
+      << text.str().substr(0, 200);
   auto bad = RunShoal("http://127.0.0.1:1", {"sim", "train", "--families", "nope", "--no-eval"});
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("workload family 'nope' unknown"), std::string::npos) << bad.err;
@@ -945,7 +974,8 @@ TEST(CliSimTest, RunsThePolicyAndTheKpaBaselineOnTheSameArrivals) {
   EXPECT_NE(r.out.find("\nfl        shoal         128 "), std::string::npos) << r.out;
   // The three ratios against KPA and their combined score, none picked alone.
   EXPECT_NE(r.out.find("\nshoal / kpa, geometric mean over 1 workload(s): cold-start requests "),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("combined score (cold * inst-s * p99)^(-1/3) = "), std::string::npos)
       << r.out;
   EXPECT_NE(r.err.find("[2/2] simulating fl under shoal"), std::string::npos) << r.err;

@@ -5,6 +5,7 @@
 #include <limits>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 #include "shoal/inference/onnx.h"
 
@@ -42,34 +43,30 @@ Result<Initializer> ToInitializer(const onnx::TensorProto& t, const std::string&
                            field + " but shape " + ShapeToString(init.shape) + " needs " +
                            std::to_string(n));
   };
-  if (t.data_type() == onnx::TensorProto_DataType_FLOAT) {
+  // The values, from raw_data (little-endian) or from the typed field (`typed`, named `field`).
+  auto values = [&](auto* out, const auto& typed, const char* field) -> Status {
+    using T = typename std::remove_pointer_t<decltype(out)>::value_type;
     if (t.has_raw_data()) {
-      if (t.raw_data().size() != n * sizeof(float)) {
-        return InvalidArgument("initializer '" + name + "': " + std::to_string(t.raw_data().size()) +
+      if (t.raw_data().size() != n * sizeof(T)) {
+        return InvalidArgument("initializer '" + name +
+                               "': " + std::to_string(t.raw_data().size()) +
                                " bytes of raw_data but shape " + ShapeToString(init.shape) +
-                               " needs " + std::to_string(n * sizeof(float)));
+                               " needs " + std::to_string(n * sizeof(T)));
       }
-      init.floats.resize(n);
-      std::memcpy(init.floats.data(), t.raw_data().data(), n * sizeof(float));  // little-endian
-    } else {
-      SHOAL_RETURN_IF_ERROR(sizes(static_cast<size_t>(t.float_data_size()), "float_data"));
-      init.floats.assign(t.float_data().begin(), t.float_data().end());
+      out->resize(n);
+      std::memcpy(out->data(), t.raw_data().data(), n * sizeof(T));
+      return {};
     }
+    SHOAL_RETURN_IF_ERROR(sizes(static_cast<size_t>(typed.size()), field));
+    out->assign(typed.begin(), typed.end());
+    return {};
+  };
+  if (t.data_type() == onnx::TensorProto_DataType_FLOAT) {
+    SHOAL_RETURN_IF_ERROR(values(&init.floats, t.float_data(), "float_data"));
     return init;
   }
   if (t.data_type() == onnx::TensorProto_DataType_INT64) {
-    if (t.has_raw_data()) {
-      if (t.raw_data().size() != n * sizeof(int64_t)) {
-        return InvalidArgument("initializer '" + name + "': " + std::to_string(t.raw_data().size()) +
-                               " bytes of raw_data but shape " + ShapeToString(init.shape) +
-                               " needs " + std::to_string(n * sizeof(int64_t)));
-      }
-      init.ints.resize(n);
-      std::memcpy(init.ints.data(), t.raw_data().data(), n * sizeof(int64_t));
-    } else {
-      SHOAL_RETURN_IF_ERROR(sizes(static_cast<size_t>(t.int64_data_size()), "int64_data"));
-      init.ints.assign(t.int64_data().begin(), t.int64_data().end());
-    }
+    SHOAL_RETURN_IF_ERROR(values(&init.ints, t.int64_data(), "int64_data"));
     return init;
   }
   return InvalidArgument("initializer '" + name + "' is " + DataTypeName(t.data_type()) +

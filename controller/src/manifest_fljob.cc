@@ -90,19 +90,15 @@ FlJobSpec DocumentParser::ParseFlJob(const YAML::Node& doc) {
            q);
     }
   }
-  if (const YAML::Node t = c["tokens"]; t && !t.IsNull()) {
-    if (!t.IsSequence()) Fail("spec.clients.tokens", "must be a list of strings", t);
-    for (size_t i = 0; i < t.size(); ++i) {
-      const std::string path = "spec.clients.tokens[" + std::to_string(i) + "]";
-      std::string token = String(t[i], path);
-      if (token.empty()) Fail(path, "must not be empty", t[i]);
-      if (std::find(spec.join_tokens.begin(), spec.join_tokens.end(), token) !=
-          spec.join_tokens.end()) {
-        Fail(path, "duplicate token", t[i]);
-      }
-      spec.join_tokens.push_back(std::move(token));
-    }
-  }
+  EachString(c["tokens"], "spec.clients.tokens", "strings",
+             [&](const std::string& token, const std::string& path, const YAML::Node& node) {
+               if (token.empty()) Fail(path, "must not be empty", node);
+               if (std::find(spec.join_tokens.begin(), spec.join_tokens.end(), token) !=
+                   spec.join_tokens.end()) {
+                 Fail(path, "duplicate token", node);
+               }
+               spec.join_tokens.push_back(token);
+             });
   if (const YAML::Node st = s["stop"]) {
     ExpectMap(st, "spec.stop");
     CheckKeys(st, "spec.stop", {"rounds", "accuracy"});

@@ -123,19 +123,14 @@ void DocumentParser::ParseSecurity(const YAML::Node& n, SecuritySpec* out) {
   if (!sc) return;
   ExpectMap(sc, "spec.security.seccomp");
   CheckKeys(sc, "spec.security.seccomp", {"allow"});
-  const YAML::Node allow = sc["allow"];
-  if (!allow || allow.IsNull()) return;
-  if (!allow.IsSequence())
-    Fail("spec.security.seccomp.allow", "must be a list of syscall names", allow);
-  for (size_t i = 0; i < allow.size(); ++i) {
-    const std::string path = "spec.security.seccomp.allow[" + std::to_string(i) + "]";
-    const std::string name = String(allow[i], path);
-    if (!IsKnownSyscall(name)) Fail(path, "unknown syscall " + Quote(name), allow[i]);
-    if (std::find(out->seccomp_allow.begin(), out->seccomp_allow.end(), name) ==
-        out->seccomp_allow.end()) {
-      out->seccomp_allow.push_back(name);
-    }
-  }
+  EachString(sc["allow"], "spec.security.seccomp.allow", "syscall names",
+             [&](const std::string& name, const std::string& path, const YAML::Node& node) {
+               if (!IsKnownSyscall(name)) Fail(path, "unknown syscall " + Quote(name), node);
+               if (std::find(out->seccomp_allow.begin(), out->seccomp_allow.end(), name) ==
+                   out->seccomp_allow.end()) {
+                 out->seccomp_allow.push_back(name);
+               }
+             });
 }
 
 // spec.security.onAnomaly (alert | quarantine) and allowedPaths (absolute paths; a prefix
@@ -148,16 +143,13 @@ void DocumentParser::ParseDetection(const YAML::Node& n, SecuritySpec* out) {
     }
     out->on_anomaly = v;
   }
-  const YAML::Node paths = n["allowedPaths"];
-  if (!paths || paths.IsNull()) return;
-  if (!paths.IsSequence())
-    Fail("spec.security.allowedPaths", "must be a list of absolute paths", paths);
-  for (size_t i = 0; i < paths.size(); ++i) {
-    const std::string path = "spec.security.allowedPaths[" + std::to_string(i) + "]";
-    const std::string p = String(paths[i], path);
-    if (p.empty() || p[0] != '/') Fail(path, "must be an absolute path, got " + Quote(p), paths[i]);
-    out->allowed_paths.push_back(p);
-  }
+  EachString(n["allowedPaths"], "spec.security.allowedPaths", "absolute paths",
+             [&](const std::string& p, const std::string& path, const YAML::Node& node) {
+               if (p.empty() || p[0] != '/') {
+                 Fail(path, "must be an absolute path, got " + Quote(p), node);
+               }
+               out->allowed_paths.push_back(p);
+             });
 }
 
 // spec.autoscaling: policy, target, minScale/maxScale (the same numbers as spec.scale, which

@@ -94,6 +94,18 @@ class DocumentParser {
 
   std::string String(const YAML::Node& node, const std::string& path) const;
 
+  // The strings of the list at `path` (absent or null: none; not a list: "must be a list of
+  // <what>"), each given to fn(value, its path, its node).
+  template <class Fn>
+  void EachString(const YAML::Node& list, const std::string& path, const char* what, Fn fn) const {
+    if (!list || list.IsNull()) return;
+    if (!list.IsSequence()) Fail(path, std::string("must be a list of ") + what, list);
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string item = path + "[" + std::to_string(i) + "]";
+      fn(String(list[i], item), item, list[i]);
+    }
+  }
+
   int64_t Integer(const YAML::Node& node, const std::string& path, int64_t lo, int64_t hi) const;
 
   double Duration(const YAML::Node& node, const std::string& path) const;

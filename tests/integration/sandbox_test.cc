@@ -44,12 +44,6 @@ std::string CgroupDir(int pid, const std::string& controller, const std::string&
   return "";
 }
 
-std::string Manifest(const std::string& name, const std::string& ns, const std::string& library,
-                     const std::string& extra = "") {
-  return "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: " + name +
-         ", namespace: " + ns + "}\nspec:\n  handler:\n    library: " + library + "\n" + extra;
-}
-
 class SandboxTest : public TenantShoaldTest {
  protected:
   void SetUp() override {

@@ -21,6 +21,14 @@ inline void CopyFile(const std::string& from, const std::string& to, mode_t mode
   chmod(to.c_str(), mode);
 }
 
+// Function `name` of namespace `ns` whose handler is the library at `library`; `extra` is added
+// under spec.
+inline std::string Manifest(const std::string& name, const std::string& ns,
+                            const std::string& library, const std::string& extra = "") {
+  return "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: " + name +
+         ", namespace: " + ns + "}\nspec:\n  handler:\n    library: " + library + "\n" + extra;
+}
+
 class TenantShoaldTest : public ::testing::Test {
  protected:
   // Skips unless root (`why` says what needs it); then a fresh 0755 handler directory

@@ -25,12 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Manifest(const std::string& name, const std::string& ns, const std::string& library,
-                     const std::string& extra = "") {
-  return "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: " + name +
-         ", namespace: " + ns + "}\nspec:\n  handler:\n    library: " + library + "\n" + extra;
-}
-
 class ZygoteTest : public TenantShoaldTest {
  protected:
   void SetUp() override {

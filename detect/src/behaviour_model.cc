@@ -59,12 +59,31 @@ const std::array<FeatureDef, kFeatures>& Features() {
 
 bool SyscallsCounted(const Interval& iv) { return iv.syscall_seconds != 0; }
 
+namespace {
+// Sampled: how much longer the interval is than the slice its syscalls were counted in.
+double SampleScale(const Interval& iv) {
+  return iv.syscall_seconds > 0 && iv.syscall_seconds < iv.seconds ? iv.seconds / iv.syscall_seconds
+                                                                   : 1.0;
+}
+bool Sampled(const Interval& iv) {
+  return iv.syscall_seconds > 0 && iv.syscall_seconds < iv.seconds;
+}
+}  // namespace
+
+std::array<double, kFeatures> FeaturePer(const Interval& iv) {
+  std::array<double, kFeatures> per{};
+  per.fill(static_cast<double>(iv.requests) + 1.0);
+  if (Sampled(iv)) {
+    const double slice = static_cast<double>(iv.syscall_requests) * SampleScale(iv) + 1.0;
+    for (int i = 0; i < kSyscallClasses; ++i) per[i] = slice;
+  }
+  return per;
+}
+
 std::array<double, kFeatures> FeatureCounts(const Interval& iv) {
   std::array<double, kFeatures> c{};
   // Sampled: the slice's counts stand for the whole interval.
-  const double scale = iv.syscall_seconds > 0 && iv.syscall_seconds < iv.seconds
-                           ? iv.seconds / iv.syscall_seconds
-                           : 1.0;
+  const double scale = SampleScale(iv);
   for (int i = 0; i < kSyscallClasses; ++i) c[i] = static_cast<double>(iv.syscalls[i]) * scale;
   c[kSyscallClasses + 0] = static_cast<double>(iv.cpu_ns);
   c[kSyscallClasses + 1] = static_cast<double>(iv.forks);
@@ -76,8 +95,8 @@ std::array<double, kFeatures> FeatureCounts(const Interval& iv) {
 
 std::array<double, kFeatures> FeatureValues(const Interval& iv) {
   auto c = FeatureCounts(iv);
-  const double per = static_cast<double>(iv.requests) + 1.0;
-  for (double& v : c) v /= per;
+  const auto per = FeaturePer(iv);
+  for (int i = 0; i < kFeatures; ++i) c[i] /= per[i];
   return c;
 }
 
@@ -160,20 +179,21 @@ std::vector<Anomaly> Baseline::Score(const Interval& iv, const std::vector<Event
   }
   const auto values = FeatureValues(iv);
   const auto counts = FeatureCounts(iv);
-  const double per = static_cast<double>(iv.requests) + 1.0;
+  const auto per = FeaturePer(iv);
   for (int f = SyscallsCounted(iv) ? 0 : kSyscallClasses; f < kFeatures; ++f) {
     const FeatureDef& def = Features()[f];
     const double scale =
         std::max({kMadToSigma * mad_[f], options_.min_rel_scale * median_[f], 1e-9});
     const double z = (values[f] - median_[f]) / scale;
-    const double excess = counts[f] - median_[f] * per;
+    const double excess = counts[f] - median_[f] * per[f];
     if (z <= options_.z_threshold || excess <= def.floor_per_s * std::max(iv.seconds, 0.1)) continue;
     std::ostringstream ev;
     ev << def.name << ": " << Show(f, counts[f]) << " in " << Fmt("%.1f", iv.seconds) << " s over "
        << iv.requests << " request(s) = " << Show(f, values[f]) << " per request+1; baseline median "
        << Show(f, median_[f]) << ", MAD " << Show(f, mad_[f]) << "; z=" << Fmt("%.1f", z);
-    if (f < kSyscallClasses && iv.syscall_seconds > 0 && iv.syscall_seconds < iv.seconds) {
-      ev << " (sampled: counted in " << Fmt("%.2f", iv.syscall_seconds) << " s, scaled)";
+    if (f < kSyscallClasses && Sampled(iv)) {
+      ev << " (sampled: counted in " << Fmt("%.2f", iv.syscall_seconds) << " s over "
+         << iv.syscall_requests << " request(s), both scaled)";
     }
     out.push_back({def.kind, ev.str(), z});
   }

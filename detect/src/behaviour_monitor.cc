@@ -193,6 +193,12 @@ void BehaviourMonitor::AttachSlice() {
     return;
   }
   slice_start_ns_ = MonotonicNs();
+  // The requests each instance finishes in the slice are what its syscalls are counted over.
+  std::lock_guard lock(mu_);
+  for (auto& [key, w] : watched_) {
+    auto rt = w.runtime.lock();
+    w.slice_served = rt ? ServedBy(rt.get(), key) : w.last_served;
+  }
 }
 
 void BehaviourMonitor::DrainOpens() {
@@ -328,6 +334,7 @@ void BehaviourMonitor::InstanceReady(const ObservedInstance& inst) {
   w.on_anomaly = inst.spec->security.on_anomaly;
   w.runtime = inst.runtime;
   w.last_served = ServedBy(inst.runtime.get(), inst.key);
+  w.slice_served = w.last_served;
   w.last_ns = MonotonicNs();
   rec.on_anomaly = w.on_anomaly;
   by_cgroup_[w.cgroup_id] = w.key;
@@ -402,6 +409,9 @@ void BehaviourMonitor::Tick() {
       auto rt = w.runtime.lock();
       const uint64_t served = rt ? ServedBy(rt.get(), key) : w.last_served;
       iv.requests = served >= w.last_served ? served - w.last_served : 0;
+      if (iv.syscall_seconds > 0) {
+        iv.syscall_requests = served >= w.slice_served ? served - w.slice_served : 0;
+      }
       w.last_served = served;
       iv.seconds = static_cast<double>(now - w.last_ns) / 1e9;
       w.last_ns = now;

@@ -94,21 +94,25 @@ TEST(Detector, SmallExcessBelowTheAbsoluteFloorIsNoAnomaly) {
   EXPECT_NE(a[0].evidence.find("syscalls_process"), std::string::npos);
 }
 
-// detect_syscalls: sampled: the syscall classes are counted in a slice of the interval and
-// scaled to the whole of it; an interval whose slice missed the instance teaches and scores
-// nothing about syscalls (the other features still count).
+// detect_syscalls: sampled: the syscall classes are counted in a slice of the interval, and
+// they and the requests finished in the slice are scaled to the whole of it; an interval whose
+// slice missed the instance teaches and scores nothing about syscalls (the rest still counts).
 TEST(Detector, SampledSyscallCountsAreScaledToTheInterval) {
   Interval iv;
   iv.seconds = 5.0;
   iv.requests = 9;
   iv.syscalls[1] = 100;
-  iv.syscall_seconds = 0.5;  // counted in a tenth of the interval
+  iv.syscall_seconds = 0.5;  // counted in a tenth of the interval, in which no request finished
   iv.cpu_ns = 1000;
   EXPECT_DOUBLE_EQ(FeatureCounts(iv)[1], 1000.0);
-  EXPECT_DOUBLE_EQ(FeatureValues(iv)[1], 100.0);                 // 1000 / (9 + 1)
+  EXPECT_DOUBLE_EQ(FeatureValues(iv)[1], 1000.0);  // 1000 / (0 * 10 + 1)
+  iv.syscall_requests = 99;
+  EXPECT_DOUBLE_EQ(FeatureValues(iv)[1], 1000.0 / 991.0);  // 99 in the slice: 990 in the interval
   EXPECT_DOUBLE_EQ(FeatureCounts(iv)[kSyscallClasses], 1000.0);  // CPU is not scaled
+  EXPECT_DOUBLE_EQ(FeatureValues(iv)[kSyscallClasses], 100.0);   // per the interval's 9 + 1
   iv.syscall_seconds = -1;                                       // counted over the whole interval
   EXPECT_DOUBLE_EQ(FeatureCounts(iv)[1], 100.0);
+  EXPECT_DOUBLE_EQ(FeatureValues(iv)[1], 10.0);
   iv.syscall_seconds = 5.0;
   EXPECT_DOUBLE_EQ(FeatureCounts(iv)[1], 100.0);
   EXPECT_TRUE(SyscallsCounted(iv));
@@ -118,35 +122,41 @@ TEST(Detector, SampledSyscallCountsAreScaledToTheInterval) {
   // Learned from sampled intervals (a tenth each), some not sampled at all.
   std::mt19937 rng(7);
   Detector d(Options(6));
+  auto sampled = [&](uint64_t requests) {
+    Interval n = Normal(requests, rng);
+    n.syscall_seconds = 0.1;
+    n.syscall_requests = requests / 10;
+    for (auto& c : n.syscalls) c /= 10;
+    return n;
+  };
   for (uint32_t t = 0; t < 6; ++t) {
-    Interval n = Normal(1000, rng);
+    Interval n = sampled(1000);
     if (t % 3 == 2) {
-      n.syscall_seconds = 0;
-      n.syscalls[1] = 0;  // the slice missed it
-    } else {
-      n.syscall_seconds = 0.1;
-      for (auto& c : n.syscalls) c /= 10;
+      n.syscall_seconds = 0;  // the slice missed it
+      n.syscalls = {};
     }
     EXPECT_TRUE(d.Observe("echo", 1, t, n, {}).empty());
   }
-  ASSERT_TRUE(d.Observe("echo", 1, 6, Normal(1000, rng), {}).empty());  // the baseline is made
+  ASSERT_TRUE(d.Observe("echo", 1, 6, sampled(1000), {}).empty());  // the baseline is made
   // Unsampled intervals taught nothing: the net median is ~4 per request, not pulled to 0.
   const Baseline* b = d.BaselineOf("echo");
   ASSERT_NE(b, nullptr);
   EXPECT_NEAR(b->median(1), 4.0, 0.5);
   EXPECT_EQ(b->samples(), 6u);
-  // A normal sampled interval is no anomaly; a 10x net flood seen in the slice is one, scaled.
-  Interval ok = Normal(1000, rng);
-  ok.syscall_seconds = 0.1;
-  for (auto& c : ok.syscalls) c /= 10;
-  EXPECT_TRUE(d.Observe("echo", 1, 7, ok, {}).empty());
-  Interval flood = ok;
+  // The slice saw the load while most of the interval was idle (150 requests in the interval,
+  // 100 of them in the slice): per request the same, no anomaly.
+  Interval burst = sampled(1000);
+  burst.requests = 150;
+  EXPECT_TRUE(d.Observe("echo", 1, 7, burst, {}).empty());
+  // A 10x net flood seen in the slice is one, scaled.
+  Interval flood = sampled(1000);
   flood.syscalls[1] *= 10;
   auto a = d.Observe("echo", 1, 8, flood, {});
   ASSERT_EQ(a.size(), 1u);
   EXPECT_EQ(a[0].kind, "syscalls");
   EXPECT_NE(a[0].evidence.find("syscalls_net: "), std::string::npos) << a[0].evidence;
-  EXPECT_NE(a[0].evidence.find("(sampled: counted in 0.10 s, scaled)"), std::string::npos)
+  EXPECT_NE(a[0].evidence.find("(sampled: counted in 0.10 s over 100 request(s), both scaled)"),
+            std::string::npos)
       << a[0].evidence;
   // The same flood in an interval the slice missed: not scored (the counts are not known).
   flood.syscall_seconds = 0;

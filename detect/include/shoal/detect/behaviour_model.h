@@ -48,10 +48,12 @@ struct Interval {
   uint64_t requests = 0;  // requests it finished in the interval
   std::array<uint64_t, kSyscallClasses> syscalls{};
   // Seconds of the interval in which `syscalls` were counted: < 0 the whole interval; sampled
-  // (detect_syscalls: sampled) the counts are scaled by seconds / syscall_seconds to estimate
-  // the interval's; 0: not counted at all in this interval (the syscall features are then
-  // neither learned nor scored).
+  // (detect_syscalls: sampled) the counts and the requests finished in that slice
+  // (syscall_requests) are both scaled by seconds / syscall_seconds to estimate the interval's
+  // (so a slice that saw the load while most of the interval was idle is no anomaly); 0: not
+  // counted at all in this interval (the syscall features are then neither learned nor scored).
   double syscall_seconds = -1;
+  uint64_t syscall_requests = 0;
   uint64_t execs = 0, connects = 0, opens = 0, forks = 0;
   uint64_t bytes_sent = 0, bytes_recv = 0;
   uint64_t cpu_ns = 0;
@@ -93,6 +95,9 @@ std::array<double, kFeatures> FeatureValues(const Interval& iv);
 std::array<double, kFeatures> FeatureCounts(const Interval& iv);
 // Whether the interval's syscall classes were counted at all (syscall_seconds != 0).
 bool SyscallsCounted(const Interval& iv);
+// What each feature's count is divided by: requests + 1 (the syscall features of a sampled
+// interval: the slice's requests scaled to the interval, + 1).
+std::array<double, kFeatures> FeaturePer(const Interval& iv);
 
 // The default allowed paths: the loader, shared libraries, the process's own /proc entries,
 // the pools' /dev/shm, the usual character devices and the time zone database.

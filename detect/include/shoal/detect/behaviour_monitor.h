@@ -81,6 +81,7 @@ class BehaviourMonitor final : public InstanceObserver {
     std::weak_ptr<FunctionRuntime> runtime;
     BehaviourCounters last{};
     uint64_t last_served = 0;
+    uint64_t slice_served = 0;  // sampled: served when the interval's sys_enter slice began
     uint64_t last_ns = 0;
     bool quarantined = false;
     // fanotify (sampled mode): opens counted, the paths already passed on (each once).

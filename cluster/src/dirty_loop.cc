@@ -5,8 +5,8 @@
 namespace shoal::cluster {
 
 DirtyLoop::DirtyLoop(std::string what, std::chrono::milliseconds every,
-                     std::function<Status()> pass)
-    : what_(std::move(what)), every_(every), pass_(std::move(pass)) {}
+                     std::function<Status()> pass, FirstPass first)
+    : what_(std::move(what)), every_(every), pass_(std::move(pass)), first_(first) {}
 
 DirtyLoop::~DirtyLoop() { Stop(); }
 
@@ -15,7 +15,7 @@ void DirtyLoop::Start() {
   if (running_) return;
   running_ = true;
   stop_ = false;
-  dirty_ = true;
+  dirty_ = first_ == FirstPass::kAtOnce;
   thread_ = std::thread([this] { Run(); });
 }
 

@@ -26,43 +26,30 @@ constexpr int64_t kStaleMs = 10000;
 
 ClusterAutoscaler::ClusterAutoscaler(cluster::EtcdClient* etcd, cluster::ClusterKeys keys,
                                      ClusterFunctions* functions, double interval_s)
-    : etcd_(etcd), keys_(std::move(keys)), functions_(functions), interval_s_(interval_s) {}
+    : etcd_(etcd),
+      keys_(std::move(keys)),
+      functions_(functions),
+      interval_s_(interval_s),
+      loop_(
+          "cluster autoscaler", std::chrono::milliseconds(static_cast<int64_t>(interval_s * 1000)),
+          [this] {
+            Tick();
+            return Status::Ok();
+          },
+          cluster::DirtyLoop::FirstPass::kAfterEvery) {}
 
 ClusterAutoscaler::~ClusterAutoscaler() { Stop(); }
 
 void ClusterAutoscaler::Start() {
-  std::lock_guard lock(mu_);
-  if (running_) return;
-  running_ = true;
-  stop_ = false;
-  thread_ = std::thread([this] { Loop(); });
+  if (loop_.running()) return;
+  loop_.Start();
   spdlog::info("cluster autoscaler: deciding every {:.1f} s from the nodes' signals", interval_s_);
 }
 
 void ClusterAutoscaler::Stop() {
-  std::thread t;
-  {
-    std::lock_guard lock(mu_);
-    if (!running_) return;
-    running_ = false;
-    stop_ = true;
-    t = std::move(thread_);
-  }
-  cv_.notify_all();
-  if (t.joinable()) t.join();
+  loop_.Stop();
   std::lock_guard lock(mu_);
   fns_.clear();  // a new leader starts its policies afresh
-}
-
-void ClusterAutoscaler::Loop() {
-  std::unique_lock lock(mu_);
-  while (!stop_) {
-    cv_.wait_for(lock, std::chrono::duration<double>(interval_s_), [this] { return stop_; });
-    if (stop_) return;
-    lock.unlock();
-    Tick();
-    lock.lock();
-  }
 }
 
 void ClusterAutoscaler::Tick() {

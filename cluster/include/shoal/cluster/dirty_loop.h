@@ -1,7 +1,7 @@
-// A pass the controller's leader runs in the background (placing functions, moving FL jobs):
-// at once when started, whenever poked (something it reads changed), and at least every
-// `every`, so that a pass that failed (etcd away) is tried again. A failed pass is logged with
-// `what`. One thread; passes never overlap.
+// A pass the controller's leader runs in the background (placing functions, moving FL jobs,
+// autoscaling): at once when started (or, kAfterEvery, `every` after), whenever poked
+// (something it reads changed), and at least every `every`, so that a pass that failed (etcd
+// away) is tried again. A failed pass is logged with `what`. One thread; passes never overlap.
 #pragma once
 
 #include <chrono>
@@ -17,7 +17,9 @@ namespace shoal::cluster {
 
 class DirtyLoop {
  public:
-  DirtyLoop(std::string what, std::chrono::milliseconds every, std::function<Status()> pass);
+  enum class FirstPass { kAtOnce, kAfterEvery };
+  DirtyLoop(std::string what, std::chrono::milliseconds every, std::function<Status()> pass,
+            FirstPass first = FirstPass::kAtOnce);
   ~DirtyLoop();
   DirtyLoop(const DirtyLoop&) = delete;
   DirtyLoop& operator=(const DirtyLoop&) = delete;
@@ -31,6 +33,7 @@ class DirtyLoop {
   const std::string what_;
   const std::chrono::milliseconds every_;
   const std::function<Status()> pass_;
+  const FirstPass first_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool running_ = false;

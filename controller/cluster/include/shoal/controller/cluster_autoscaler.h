@@ -6,14 +6,13 @@
 // at least that many ready between them, and each still scales its own share up to its max.
 #pragma once
 
-#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 
 #include "shoal/autoscaler/function_autoscaler.h"
+#include "shoal/cluster/dirty_loop.h"
 #include "shoal/cluster/etcd_client.h"
 #include "shoal/cluster/node_record.h"
 #include "shoal/controller/cluster_functions.h"
@@ -37,18 +36,14 @@ class ClusterAutoscaler {
     uint32_t desired = 0;
     size_t nodes = 0;  // nodes whose signals the last decision summed
   };
-  void Loop();
   void Tick();
   cluster::EtcdClient* etcd_;
   cluster::ClusterKeys keys_;
   ClusterFunctions* functions_;
   const double interval_s_;
   std::mutex mu_;
-  std::condition_variable cv_;
-  bool running_ = false;
-  bool stop_ = false;
-  std::thread thread_;
-  std::map<std::string, Fn> fns_;  // under mu_ (Tick runs on thread_ alone)
+  std::map<std::string, Fn> fns_;  // under mu_ (Tick runs on loop_'s thread alone)
+  cluster::DirtyLoop loop_;        // a Tick every interval_s_, never poked
 };
 
 }  // namespace shoal::controller

@@ -10,12 +10,14 @@
 // measurement (fresh shoald, anchor) runs --runs times; the ratios' min/median/max follow, and
 // the RESULT lines carry the medians.
 //
-//   bench-ingest [--reps N (7)] [--runs N (3)] [--pool dpdk]
+//   bench-ingest [--reps N (7)] [--runs N (3)] [--pool dpdk|prefault] [--shoald PATH]
 // --pool dpdk measures both HTTP paths again on a shoald with `pool: dpdk` (the pool in 2 MiB
 // hugepages, 1024 of them reserved if missing, else the column says why it is skipped) and
 // prints the DPDK column with its ratio to the Boost one (time Boost / time DPDK: > 1 is faster).
 // --pool prefault does the same with a Boost pool that `pool_prefault: true` allocated and
 // mapped whole at creation (no first-touch fault or page zeroing while a body arrives).
+// --shoald runs another shoald (and the shoal-fn beside it), e.g. an earlier build's copy, for
+// a before/after in the same conditions.
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -43,6 +45,7 @@ using shoal::bench::Now;
 namespace {
 
 constexpr uint64_t kHidden = 14704;  // 784-14704-10 MLP: 11,689,690 parameters
+std::string g_shoald;                // --shoald; empty: this build's
 
 // Seconds from the first byte written to the whole response read, best of `reps`.
 template <typename Fn>
@@ -118,6 +121,7 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--reps") reps = std::atoi(argv[++i]);
     if (std::string(argv[i]) == "--runs") runs = std::atoi(argv[++i]);
     if (std::string(argv[i]) == "--pool") also = argv[++i];
+    if (std::string(argv[i]) == "--shoald") g_shoald = argv[++i];
   }
   if (!also.empty() && also != "dpdk" && also != "prefault" && also != "boost") {
     std::fprintf(stderr,
@@ -219,6 +223,7 @@ Times Measure(const std::string& pool, int reps, const std::vector<std::byte>** 
   Shoald shoald;
   Shoald::Options opt;
   opt.pool = pool;
+  opt.binary = g_shoald;
   opt.extra_yaml = extra_yaml;
   opt.pool_bytes = uint64_t{2} << 30;
   opt.max_body_bytes = uint64_t{128} << 20;

@@ -155,11 +155,22 @@ bool PoolFileExists(PoolBackend backend, const std::string& name) {
   return stat(path.c_str(), &st) == 0;
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older headers lack the name
+#endif
+
+Status PopulatePoolMapping(SharedPool& pool) {
+  if (madvise(pool.base(), pool.mapped_size(), MADV_POPULATE_WRITE) == 0) return {};
+  const int err = errno;
+  const std::string what = "populating this process's mapping of pool " + pool.Name() + " (" +
+                           std::to_string(pool.mapped_size() >> 20) + " MiB)";
+  if (err == EINVAL)
+    return Unavailable(what + ": this kernel has no MADV_POPULATE_WRITE (Linux >= 5.14)");
+  return ErrnoStatus(what, err);
+}
+
 Status PrefaultPool(SharedPool& pool) {
   if (pool.backend() != PoolBackend::kBoost) return {};
-#ifndef MADV_POPULATE_WRITE
-  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14; older headers lack the name
-#endif
   // One call for the whole mapping: the kernel allocates the tmpfs pages (zeroed, once) and
   // installs writable page-table entries, without writing to what is there.
   if (madvise(pool.base(), pool.mapped_size(), MADV_POPULATE_WRITE) == 0) return {};

@@ -596,5 +596,77 @@ TEST_F(FlHistoryTest, ALongJobKeepsItsLatest256VersionsInStatusAndState) {
   EXPECT_EQ(state["versions"].back()["version"], 300);
 }
 
+// The bytes of `pid`'s mapping of its tenant pool (/dev/shm/shoal.*) that have page-table
+// entries in that process (smaps' Rss; -1 if it has no such mapping).
+int64_t PoolRss(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/smaps");
+  std::string line;
+  bool in_pool = false, found = false;
+  int64_t kb = 0;
+  while (std::getline(in, line)) {
+    const auto dash = line.find('-');
+    if (dash != std::string::npos && dash < line.find(' ') && line.find(':') > dash) {
+      in_pool = line.find(" /dev/shm/shoal.") != std::string::npos;
+      found = found || in_pool;
+      continue;
+    }
+    if (in_pool && line.rfind("Rss:", 0) == 0) kb += std::stoll(line.substr(4));
+  }
+  return found ? kb * 1024 : -1;
+}
+
+// pool_prefault: the leaf (a handler that reads whole updates) installs its page-table entries
+// for the whole pre-faulted pool once at start, so that no update it folds faults; a function
+// that does not ask for it (echo) keeps the mapping it touched. The leaf still folds.
+TEST(FlPoolPrefaultTest, TheLeafMapsThePrefaultedPoolWholeAndEchoDoesNot) {
+  Shoald shoald;
+  Shoald::Options o;
+  o.pool = "boost";
+  o.pool_bytes = uint64_t{64} << 20;
+  o.max_body_bytes = uint64_t{16} << 20;
+  o.extra_yaml = "pool_prefault: true\n";
+  ASSERT_TRUE(shoald.Start(o)) << shoald.Log();
+  ASSERT_EQ(shoald.Deploy(Manifest("warm", "fedavg", 2, 1)).exit_code, 0);
+  const std::string echo =
+      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\n"
+      "spec:\n  handler: {builtin: echo}\n  scale: {min: 1}\n";
+  ASSERT_EQ(shoald.Deploy(echo).exit_code, 0);
+  ASSERT_TRUE(shoald.WaitReady("fl.warm", 1, 30000)) << shoald.Log();
+  ASSERT_TRUE(shoald.WaitReady("echo", 1)) << shoald.Log();
+  const std::vector<int> leaves = shoald.InstancePids("fl.warm");
+  const std::vector<int> echoes = shoald.InstancePids("echo");
+  ASSERT_EQ(leaves.size(), 1u);
+  ASSERT_EQ(echoes.size(), 1u);
+  // The populate runs beside the leaf's event loop: wait for its log line (the instances' logs).
+  const std::string populated = "pool: mapping populated: 64 MiB in ";
+  auto logs = [&](const std::string& fn) {
+    std::ifstream f(shoald.state_dir() + "/state/logs/" + fn + ".log");
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  for (int i = 0; i < 500 && logs("fl.warm").find(populated) == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_NE(logs("fl.warm").find(populated), std::string::npos) << logs("fl.warm");
+  EXPECT_EQ(PoolRss(leaves[0]), int64_t{64} << 20);
+  EXPECT_EQ(logs("echo").find("pool: mapping populated"), std::string::npos) << logs("echo");
+  const int64_t echo_rss = PoolRss(echoes[0]);
+  EXPECT_GE(echo_rss, 0) << "echo maps the pool";
+  EXPECT_LT(echo_rss, int64_t{32} << 20) << "echo did not populate it";
+
+  auto r = shoald.Api("POST", "/v1/jobs/warm/join", "{\"name\":\"a\"}",
+                      {"Content-Type: application/json"});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Json j = Json::parse(r.body, nullptr, false);
+  const model::ModelSpec spec = model::MlpSpec(784, {kHidden}, 10);
+  const std::string body = UpdateBody(spec, std::vector<float>(spec.num_params(), 0.5f), "warm",
+                                      j.value("client_id", ""), j.value("token", ""), 0, 10);
+  auto up = Http(shoald.port(), "POST", "/v1/jobs/warm/updates", body,
+                 {"Content-Type: application/octet-stream", shoald.AuthHeader()});
+  EXPECT_EQ(up.status, 202) << up.body;
+  EXPECT_EQ(Json::parse(shoald.Api("GET", "/v1/jobs/warm").body, nullptr, false)
+                .value("updates_total", -1),
+            1);
+}
+
 }  // namespace
 }  // namespace shoal::testing

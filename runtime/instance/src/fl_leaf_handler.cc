@@ -44,6 +44,8 @@ class FlLeafHandler final : public Handler {
     if (attach_thread_.joinable()) attach_thread_.join();
   }
   bool MayBlock() const override { return false; }
+  // Every update is read whole (scanned, folded): with pool_prefault, no fault per 4 KiB.
+  bool PopulatesPool() const override { return true; }
 
   // A zygote loads the handler and attaches the pool, then forks: nothing here may start a
   // thread (a fork copies only the caller) or touch the device (a CUDA context does not survive

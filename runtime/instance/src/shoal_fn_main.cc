@@ -5,9 +5,11 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "shoal/common/log.h"
 #include "shoal/pool/pool_backend.h"
@@ -28,6 +30,26 @@ Result<std::unique_ptr<Handler>> MakeHandler(const std::string& spec) {
     return LoadLibraryHandler(rest.substr(0, colon), rest.substr(colon + 1));
   }
   return InvalidArgument("SHOAL_HANDLER must start with builtin: or library:, got '" + spec + "'");
+}
+
+// SHOAL_POOL_POPULATE=1 (shoald pre-faulted the pool) and a handler that reads whole buffers:
+// this process's page-table entries for the whole pool, installed once beside the event loop
+// (0.1-0.2 s per GiB of 4 KiB pages), so that reading an update in the pool costs no fault (11.4k
+// 4 KiB pages for 46.8 MB otherwise). After the zygote's fork: a fork copies no entries of a
+// shared mapping, and a zygote starts no thread.
+std::thread PopulateBeside(SharedPool& pool, const Handler& handler) {
+  const char* env = std::getenv("SHOAL_POOL_POPULATE");
+  if (env == nullptr || std::string(env) != "1" || !handler.PopulatesPool()) return {};
+  return std::thread([&pool] {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (Status st = PopulatePoolMapping(pool); !st.ok()) {
+      spdlog::warn("pool: touching it faults page by page: {}", st.ToString());
+      return;
+    }
+    spdlog::info(
+        "pool: mapping populated: {} MiB in {:.0f} ms (pool_prefault)", pool.mapped_size() >> 20,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  });
 }
 
 }  // namespace
@@ -73,11 +95,15 @@ int main() {
     if (!child.ok()) return 1;
     if (!*child) return 0;
   }
+  std::thread populate = PopulateBeside(**pool, **handler);
   if (Status st = (*handler)->OnInstanceStart(); !st.ok()) {
     spdlog::error("cannot start handler {}: {}", options->handler, st.ToString());
+    if (populate.joinable()) populate.join();
     return 1;
   }
   auto channel = OpenChannel(options->fd, *kind, options->node);
   FunctionInstance instance(*options, **pool, std::move(channel), std::move(*handler));
-  return instance.Run();
+  const int rc = instance.Run();
+  if (populate.joinable()) populate.join();
+  return rc;
 }

@@ -194,6 +194,7 @@ Result<SharedPool*> InstanceManager::PoolFor(const std::string& tenant) {
       // A pool taken over keeps what it holds, whatever its pages.
       spdlog::warn("pool: tenant '{}': kept without pre-faulting: {}", tenant, st.ToString());
     } else {
+      pool_prefaulted_[tenant] = true;
       spdlog::info("pool: tenant '{}': {} MiB pre-faulted in {:.0f} ms (pool_prefault)", tenant,
                    (*pool)->mapped_size() >> 20,
                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)

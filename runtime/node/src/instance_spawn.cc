@@ -72,6 +72,11 @@ std::vector<std::string> InstanceManager::InstanceEnv(const FunctionSpec& spec,
       "SHOAL_GATEWAY=" + gateway_url_,
       std::string("PATH=") + (getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin"),
   };
+  if (pool_prefaulted_.contains(spec.tenant)) {
+    // Every page of the pool is allocated: the instance installs its own page-table entries
+    // for it once (a fork does not copy a shared mapping's), not one fault per 4 KiB it touches.
+    env.push_back("SHOAL_POOL_POPULATE=1");
+  }
   if (instance_token_) {
     if (std::string token = instance_token_(spec); !token.empty()) {
       env.push_back("SHOAL_TOKEN=" + token);

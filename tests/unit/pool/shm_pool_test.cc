@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -291,6 +292,66 @@ TEST_P(PoolTest, PrefaultAllocatesEveryPageAndKeepsTheContents) {
   EXPECT_EQ(ResidentPages(pool->base(), pool->mapped_size()), pages);
   for (size_t i = 0; i < data.size(); ++i) {
     ASSERT_EQ(data[i], static_cast<std::byte>(i * 7 + 1)) << "byte " << i;
+  }
+  EXPECT_EQ(pool->Stats().live_buffers, 1u);
+  EXPECT_TRUE(pool->Release(*off, 0).ok());
+}
+
+// The bytes of this process's mapping at `base` that have page-table entries: smaps' Rss, or
+// for hugetlbfs its Shared_/Private_Hugetlb lines (hugetlb pages are not counted in Rss).
+// Unlike mincore, which reports the file's pages in memory whoever mapped them.
+uint64_t MappedBytes(const void* base) {
+  FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (f == nullptr) return 0;
+  const auto want = reinterpret_cast<uintptr_t>(base);
+  char line[512];
+  bool in = false;
+  uint64_t kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && std::strchr(line, ':') != nullptr &&
+        std::strchr(line, '-') < std::strchr(line, ' ')) {
+      if (in) break;
+      in = lo == want;
+      continue;
+    }
+    unsigned long v = 0;
+    if (in && (std::sscanf(line, "Rss: %lu kB", &v) == 1 ||
+               std::sscanf(line, "Shared_Hugetlb: %lu kB", &v) == 1 ||
+               std::sscanf(line, "Private_Hugetlb: %lu kB", &v) == 1)) {
+      kb += v;
+    }
+  }
+  std::fclose(f);
+  return kb * 1024;
+}
+
+// pool_prefault's instances: a process attaching a pre-faulted pool starts without page-table
+// entries for it (so would an instance forked from its zygote); PopulatePoolMapping installs
+// them all, without touching a byte, and what the pool holds stays.
+TEST_P(PoolTest, PopulateMapsTheWholePoolInThisProcessAndKeepsTheContents) {
+  const std::string name = UniqueName("populate");
+  auto pool = MustCreate(name, 32 * kMiB);
+  ASSERT_NE(pool, nullptr);
+  auto off = pool->Allocate(3 * kMiB, 0);
+  ASSERT_TRUE(off.ok());
+  std::span<std::byte> data = pool->Data(*off);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(i * 13 + 5);
+  ASSERT_TRUE(PrefaultPool(*pool).ok());
+
+  auto attached = Attach(name);
+  ASSERT_TRUE(attached.ok()) << attached.status().ToString();
+  SharedPool& other = **attached;
+  const uint64_t size = other.mapped_size();
+  ASSERT_EQ(size % (2 * kMiB), 0u);
+  EXPECT_LT(MappedBytes(other.base()), size / 2)
+      << "a new mapping has entries only for what attaching touched";
+  ASSERT_TRUE(PopulatePoolMapping(other).ok());
+  EXPECT_EQ(MappedBytes(other.base()), size);
+  std::span<std::byte> seen = other.Data(*off);
+  ASSERT_EQ(seen.size(), data.size());
+  for (size_t i = 0; i < seen.size(); ++i) {
+    ASSERT_EQ(seen[i], static_cast<std::byte>(i * 13 + 5)) << "byte " << i;
   }
   EXPECT_EQ(pool->Stats().live_buffers, 1u);
   EXPECT_TRUE(pool->Release(*off, 0).ok());

@@ -186,6 +186,9 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   std::map<std::string, std::unique_ptr<SharedPool>> pools_;    // by tenant
   PoolBackendChoice pool_choice_;                               // config `pool`, resolved
   std::map<std::string, std::string> pool_reasons_;            // by tenant: why its backend
+  // Tenants whose pool pool_prefault allocated whole: their instances populate their own
+  // mapping (SHOAL_POOL_POPULATE).
+  std::map<std::string, bool> pool_prefaulted_;
   std::map<std::string, uint64_t> used_slots_;                  // by tenant: holder-slot bitmap
   uint32_t next_sequence_ = 1;
   struct SeccompKill {

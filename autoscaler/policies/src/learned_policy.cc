@@ -106,27 +106,32 @@ Window Resolve(const LearnedAction& a, const std::vector<double>& q, bool has_hi
   return w;
 }
 
+constexpr const char* kOtherDiscretisation = "\" differs from this build's discretisation";
+constexpr const char* kOtherActions = "\" differ from this build's action set";
+
+// Whether `section[key]` holds this build's `mine` (a model trained against other edges or
+// actions must be retrained); `at`: the message's start, up to the key's quote and prefix.
+template <class T>
+Status SameAsBuild(const nlohmann::json& section, const std::string& at, const char* key,
+                   const std::vector<T>& mine, const char* differs = kOtherDiscretisation) {
+  if (!section.contains(key) || section[key].get<std::vector<T>>() != mine) {
+    return InvalidArgument(at + key + differs + " (retrain)");
+  }
+  return {};
+}
 
 // The version-2 "sizing" section into `z` (whose discretisation and actions are this build's).
 Status ParseSizing(const nlohmann::json& j, const std::string& where, SizingTable* z) {
   if (!j.contains("sizing") || !j["sizing"].is_object())
     return InvalidArgument(where + "version 2 needs a \"sizing\" object (the busy-time table)");
   const auto& s = j["sizing"];
-  auto same = [&](const char* key, const auto& mine) -> Status {
-    using T = typename std::decay_t<decltype(mine)>::value_type;
-    if (!s.contains(key) || s[key].get<std::vector<T>>() != mine)
-      return InvalidArgument(where + "\"sizing." + key +
-                             "\" differs from this build's discretisation (retrain)");
-    return {};
-  };
-  SHOAL_RETURN_IF_ERROR(same("load_edges", z->load_edges()));
-  SHOAL_RETURN_IF_ERROR(same("dispersion_edges", z->dispersion_edges()));
-  SHOAL_RETURN_IF_ERROR(same("concurrency_edges", z->concurrency_edges()));
+  const std::string at = where + "\"sizing.";
+  SHOAL_RETURN_IF_ERROR(SameAsBuild(s, at, "load_edges", z->load_edges()));
+  SHOAL_RETURN_IF_ERROR(SameAsBuild(s, at, "dispersion_edges", z->dispersion_edges()));
+  SHOAL_RETURN_IF_ERROR(SameAsBuild(s, at, "concurrency_edges", z->concurrency_edges()));
   std::vector<std::string> names;
   for (const auto& a : z->actions()) names.push_back(a.name);
-  if (!s.contains("actions") || s["actions"].get<std::vector<std::string>>() != names)
-    return InvalidArgument(where +
-                           "\"sizing.actions\" differ from this build's action set (retrain)");
+  SHOAL_RETURN_IF_ERROR(SameAsBuild(s, at, "actions", names, kOtherActions));
   const size_t na = names.size(), rows = z->num_rows();
   const auto& t = s.contains("table") ? s["table"] : nlohmann::json();
   if (!t.is_array() || t.size() != rows)
@@ -401,21 +406,14 @@ Result<LearnedModel> LearnedModel::Parse(std::string_view text, const std::strin
                              std::to_string(kOldestVersion) + " to " + std::to_string(kVersion) +
                              " (retrain with `shoal sim train`)");
     m.version_ = version;
-    auto same = [&](const char* key, const auto& mine) -> Status {
-      using T = typename std::decay_t<decltype(mine)>::value_type;
-      if (!j.contains(key) || j[key].get<std::vector<T>>() != mine)
-        return InvalidArgument(where + "\"" + key +
-                               "\" differs from this build's discretisation (retrain)");
-      return {};
-    };
-    SHOAL_RETURN_IF_ERROR(same("count_edges", m.count_edges_));
-    SHOAL_RETURN_IF_ERROR(same("median_edges_s", m.median_edges_));
-    SHOAL_RETURN_IF_ERROR(same("spread_edges", m.spread_edges_));
-    SHOAL_RETURN_IF_ERROR(same("quantiles", m.quantiles_));
+    const std::string at = where + "\"";
+    SHOAL_RETURN_IF_ERROR(SameAsBuild(j, at, "count_edges", m.count_edges_));
+    SHOAL_RETURN_IF_ERROR(SameAsBuild(j, at, "median_edges_s", m.median_edges_));
+    SHOAL_RETURN_IF_ERROR(SameAsBuild(j, at, "spread_edges", m.spread_edges_));
+    SHOAL_RETURN_IF_ERROR(SameAsBuild(j, at, "quantiles", m.quantiles_));
     std::vector<std::string> names;
     for (const auto& a : m.actions_) names.push_back(a.name);
-    if (!j.contains("actions") || j["actions"].get<std::vector<std::string>>() != names)
-      return InvalidArgument(where + "\"actions\" differ from this build's action set (retrain)");
+    SHOAL_RETURN_IF_ERROR(SameAsBuild(j, at, "actions", names, kOtherActions));
     const size_t rows = m.table_.size() / m.actions_.size();
     const auto& t = j.at("table");
     if (!t.is_array() || t.size() != rows)

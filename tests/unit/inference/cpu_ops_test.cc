@@ -12,6 +12,7 @@ using testing::AddInit;
 using testing::AddInts;
 using testing::ExpectNear;
 using testing::OneInput;
+using testing::PaddedStridedConv;
 using testing::RunCpu;
 
 TEST(CpuOps, GemmTransBWithBiasAndAlphaBeta) {
@@ -51,15 +52,7 @@ TEST(CpuOps, AddTwoRuntimeTensorsAndRelu) {
 }
 
 TEST(CpuOps, ConvPadsStridesBias) {
-  Graph g = OneInput({1, 3, 3});
-  AddInit(g, "W", {1, 1, 2, 2}, {1, 1, 1, 1});
-  AddInit(g, "b", {1}, {100});
-  g.nodes.push_back({OpType::kConv, "conv", {"x", "W", "b"}, {"y"},
-                     {{"pads", std::vector<int64_t>{1, 1, 0, 0}},
-                      {"strides", std::vector<int64_t>{2, 2}}}});
-  // x = 1..9 padded top/left by one zero row/column; 2x2 sums at stride 2: out 2x2.
-  // (0,0): x00 = 1; (0,1): x01+x02 = 5; (1,0): x10+x20 = 11; (1,1): x11+x12+x21+x22 = 28.
-  ExpectNear(RunCpu(g, {1, 2, 3, 4, 5, 6, 7, 8, 9}, 1), {101, 105, 111, 128});
+  ExpectNear(RunCpu(PaddedStridedConv(), {1, 2, 3, 4, 5, 6, 7, 8, 9}, 1), {101, 105, 111, 128});
 }
 
 TEST(CpuOps, ConvDilationAndGroups) {

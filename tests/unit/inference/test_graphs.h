@@ -1,16 +1,15 @@
 // Tiny graphs for the inference tests: one operator at a time with hand-checkable values.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-
-#include <algorithm>
-#include <cmath>
 
 #include "shoal/inference/executor.h"
 #include "shoal/inference/graph.h"
@@ -33,17 +32,18 @@ inline void AddInit(Graph& g, const std::string& name, std::vector<int64_t> shap
 }
 
 inline void AddInts(Graph& g, const std::string& name, std::vector<int64_t> values) {
-  g.initializers[name] =
-      Initializer{{static_cast<int64_t>(values.size())}, {}, std::move(values)};
+  g.initializers[name] = Initializer{{static_cast<int64_t>(values.size())}, {}, std::move(values)};
 }
 
-// Validates, compiles on the CPU executor and runs one batch; fails the test on any error.
-inline std::vector<float> RunCpu(Graph g, const std::vector<float>& input, int64_t batch,
-                                 const ExecutorOptions& options = {}) {
+// Validates, compiles on the executor `kind` ("cpu", "cuda") and runs one batch; fails the test
+// on any error.
+inline std::vector<float> RunOn(const std::string& kind, Graph g, const std::vector<float>& input,
+                                int64_t batch, const ExecutorOptions& options = {}) {
   const Status v = g.Validate();
   EXPECT_TRUE(v.ok()) << v.ToString();
-  auto ex = CreateExecutor("cpu");
+  auto ex = CreateExecutor(kind);
   EXPECT_TRUE(ex.ok()) << ex.status().ToString();
+  if (!ex.ok()) return {};
   auto exe = (*ex)->Compile(g, options);
   EXPECT_TRUE(exe.ok()) << exe.status().ToString();
   if (!exe.ok()) return {};
@@ -53,6 +53,24 @@ inline std::vector<float> RunCpu(Graph g, const std::vector<float>& input, int64
   const Status r = (*exe)->Run({input, out, batch});
   EXPECT_TRUE(r.ok()) << r.ToString();
   return out;
+}
+
+inline std::vector<float> RunCpu(Graph g, const std::vector<float>& input, int64_t batch,
+                                 const ExecutorOptions& options = {}) {
+  return RunOn("cpu", std::move(g), input, batch, options);
+}
+
+// One 1x3x3 channel through a 2x2 convolution of ones with bias 100, padded by one zero row and
+// column at the top and left, stride 2: x = 1..9 gives {101, 105, 111, 128} (2x2 sums:
+// x00 = 1; x01+x02 = 5; x10+x20 = 11; x11+x12+x21+x22 = 28).
+inline Graph PaddedStridedConv() {
+  Graph g = OneInput({1, 3, 3});
+  AddInit(g, "W", {1, 1, 2, 2}, {1, 1, 1, 1});
+  AddInit(g, "b", {1}, {100});
+  g.nodes.push_back({OpType::kConv, "conv", {"x", "W", "b"}, {"y"},
+                     {{"pads", std::vector<int64_t>{1, 1, 0, 0}},
+                      {"strides", std::vector<int64_t>{2, 2}}}});
+  return g;
 }
 
 inline void ExpectNear(const std::vector<float>& got, const std::vector<float>& want,

@@ -25,6 +25,8 @@ namespace {
 using testing::AddInit;
 using testing::AddInts;
 using testing::OneInput;
+using testing::PaddedStridedConv;
+using testing::RunOn;
 
 // Skips the test with the reason when no device is usable; fp32 tests compare exactly enough
 // only without TF32, so it is turned off for this process.
@@ -37,24 +39,6 @@ using testing::OneInput;
     auto ex_ = CreateCudaExecutor();                          \
     if (!ex_.ok()) SHOAL_GPU_SKIP(ex_.status().ToString());   \
   } while (0)
-
-std::vector<float> RunOn(const std::string& kind, Graph g, const std::vector<float>& input,
-                         int64_t batch, ExecutorOptions options = {}) {
-  const Status v = g.Validate();
-  EXPECT_TRUE(v.ok()) << v.ToString();
-  auto ex = CreateExecutor(kind);
-  EXPECT_TRUE(ex.ok()) << ex.status().ToString();
-  if (!ex.ok()) return {};
-  auto exe = (*ex)->Compile(g, options);
-  EXPECT_TRUE(exe.ok()) << exe.status().ToString();
-  if (!exe.ok()) return {};
-  int64_t per = 1;
-  for (int64_t d : (*exe)->output_shape()) per *= d;
-  std::vector<float> out(static_cast<size_t>(per * batch), -777.0f);
-  const Status r = (*exe)->Run({input, out, batch});
-  EXPECT_TRUE(r.ok()) << r.ToString();
-  return out;
-}
 
 std::vector<float> RunCuda(Graph g, const std::vector<float>& input, int64_t batch,
                            ExecutorOptions options = {}) {
@@ -146,13 +130,7 @@ TEST(CudaExecutor, ConvSymmetricPadsStridesBiasAndResidualRelu) {
 
 TEST(CudaExecutor, ConvAsymmetricPadsThroughThePadKernel) {
   SKIP_WITHOUT_GPU();
-  Graph g = OneInput({1, 3, 3});
-  AddInit(g, "W", {1, 1, 2, 2}, {1, 1, 1, 1});
-  AddInit(g, "b", {1}, {100});
-  g.nodes.push_back({OpType::kConv, "conv", {"x", "W", "b"}, {"y"},
-                     {{"pads", std::vector<int64_t>{1, 1, 0, 0}},
-                      {"strides", std::vector<int64_t>{2, 2}}}});
-  // 1..9 padded top/left by one zero row/column; 2x2 sums at stride 2.
+  const Graph g = PaddedStridedConv();
   for (int64_t batch : {1, 3}) {
     std::vector<float> x, want;
     for (int64_t b = 0; b < batch; ++b) {

@@ -355,12 +355,7 @@ bool Connection::PrepareFunctionBody(const RequestHead& head) {
     query_ += head.inference_header_length;
   }
   const uint64_t content_length = head.content_length;
-  body_limit_ = fn_->spec.max_body_bytes ? fn_->spec.max_body_bytes : loop_.config().max_body_bytes;
-  if (content_length > body_limit_) {
-    return Reject(413, "request body of " + std::to_string(content_length) +
-                           " bytes is over the limit of " + std::to_string(body_limit_) +
-                           " bytes for function '" + function_name_ + "'");
-  }
+  if (auto rejected = RejectOverBodyLimit(content_length)) return *rejected;
   head_len_ = PayloadBodyOffset(sub_path_.size(), query_.size(), head.content_type.size());
   body_cap_ = head.chunked ? std::min<uint64_t>(kChunkedInitialBytes, body_limit_) : content_length;
   auto buf = fn_->pool->Allocate(head_len_ + body_cap_, kShoaldSlot);
@@ -380,15 +375,18 @@ bool Connection::PrepareFunctionBody(const RequestHead& head) {
   return false;
 }
 
+std::optional<bool> Connection::RejectOverBodyLimit(uint64_t content_length) {
+  body_limit_ = fn_->spec.max_body_bytes ? fn_->spec.max_body_bytes : loop_.config().max_body_bytes;
+  if (content_length <= body_limit_) return std::nullopt;
+  return Reject(413, "request body of " + std::to_string(content_length) +
+                         " bytes is over the limit of " + std::to_string(body_limit_) +
+                         " bytes for function '" + function_name_ + "'");
+}
+
 bool Connection::PrepareMemberUpdate(const RequestHead& head) {
   route_ = Route::kFunction;
   const uint64_t content_length = head.content_length;
-  body_limit_ = fn_->spec.max_body_bytes ? fn_->spec.max_body_bytes : loop_.config().max_body_bytes;
-  if (content_length > body_limit_) {
-    return Reject(413, "request body of " + std::to_string(content_length) +
-                           " bytes is over the limit of " + std::to_string(body_limit_) +
-                           " bytes for function '" + function_name_ + "'");
-  }
+  if (auto rejected = RejectOverBodyLimit(content_length)) return *rejected;
   if (head.chunked) {
     return Reject(411, "FL job '" + fl_job_ +
                            "' is folded on this node for its top on another node: send the "

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -118,6 +119,8 @@ class Connection final : public RequestEvents, public ForwardClient {
   // After an answer went out: the next request (pipelined bytes first), or close.
   void NextRequest();
   bool Reject(int status, std::string message, bool retry_after = false);
+  // Sets body_limit_ (the function's, else the gateway's); over it, Reject's answer to a 413.
+  std::optional<bool> RejectOverBodyLimit(uint64_t content_length);
   bool Authenticate(const RequestHead& head);
   bool Authorize(const RequestHead& head, auth::Action action, std::string_view ns,
                  std::string_view job);

@@ -90,6 +90,19 @@ Status CheckOptimizerState(const std::vector<float>& v, size_t n, std::string_vi
   return Status::Ok();
 }
 
+// w <- w + scale Σ c_k Δ_k (FedBuff's, FedFix's and FedCompass's server step; x 1 is exact).
+Status AddWeightedDeltas(const PartialSum& total, const VersionStore& versions, ModelState& state,
+                         double scale = 1.0) {
+  SHOAL_RETURN_IF_ERROR(CheckTotal(total, state));
+  auto d = WeightedDeltaSum(total, versions);
+  if (!d.ok()) return d.status();
+  for (size_t i = 0; i < state.weights.size(); ++i) {
+    state.weights[i] = static_cast<float>(state.weights[i] + scale * (*d)[i]);
+  }
+  ++state.version;
+  return Status::Ok();
+}
+
 // A synchronous commit: the checks, then step(i, average) for every parameter i, where average
 // is the round's weighted average of it; the version moves on. The optimizer vectors in
 // `moments` (what each is, for the error) are checked against the model's size first and start
@@ -218,15 +231,8 @@ double FedBuff::Coefficient(const UpdateMeta& meta) const {
 }
 
 Status FedBuff::Commit(const PartialSum& total, const VersionStore& versions, ModelState& state) {
-  SHOAL_RETURN_IF_ERROR(CheckTotal(total, state));
-  auto d = WeightedDeltaSum(total, versions);
-  if (!d.ok()) return d.status();
-  const double scale = p_.eta_g / static_cast<double>(total.count());
-  for (size_t i = 0; i < state.weights.size(); ++i) {
-    state.weights[i] = static_cast<float>(state.weights[i] + scale * (*d)[i]);
-  }
-  ++state.version;
-  return Status::Ok();
+  // Checked first: with no update, count() is 0 and the scale is not used.
+  return AddWeightedDeltas(total, versions, state, p_.eta_g / static_cast<double>(total.count()));
 }
 
 double FedFix::Coefficient(const UpdateMeta& meta) const {
@@ -252,14 +258,7 @@ void FedFix::OnCommitted(double now) {
 
 Status FedFix::Commit(const PartialSum& total, const VersionStore& versions, ModelState& state) {
   if (total.count() == 0) return Status::Ok();  // nobody arrived this tick: no new version
-  SHOAL_RETURN_IF_ERROR(CheckTotal(total, state));
-  auto d = WeightedDeltaSum(total, versions);
-  if (!d.ok()) return d.status();
-  for (size_t i = 0; i < state.weights.size(); ++i) {
-    state.weights[i] = static_cast<float>(state.weights[i] + (*d)[i]);
-  }
-  ++state.version;
-  return Status::Ok();
+  return AddWeightedDeltas(total, versions, state);
 }
 
 // ---- Semi-asynchronous: FedCompass -----------------------------------------------------------
@@ -275,14 +274,7 @@ double FedCompass::CommitScale(uint64_t staleness) const {
 
 Status FedCompass::Commit(const PartialSum& total, const VersionStore& versions,
                           ModelState& state) {
-  SHOAL_RETURN_IF_ERROR(CheckTotal(total, state));
-  auto d = WeightedDeltaSum(total, versions);
-  if (!d.ok()) return d.status();
-  for (size_t i = 0; i < state.weights.size(); ++i) {
-    state.weights[i] = static_cast<float>(state.weights[i] + (*d)[i]);
-  }
-  ++state.version;
-  return Status::Ok();
+  return AddWeightedDeltas(total, versions, state);
 }
 
 // ---- Factory ---------------------------------------------------------------------------------

@@ -137,16 +137,7 @@ Layout RunLayout(bool hierarchy, int updates, int runs, int senders,
   std::vector<std::string> veths;
   for (int i = 0; i < kNodes; ++i) veths.push_back(cluster.host_veth(i));
   for (int round = 0; round <= runs; ++round) {
-    std::vector<std::string> prefixes;
-    for (int k = 0; k < updates; ++k) {
-      v1::UpdateHeader h = header;
-      h.set_job(job);
-      h.set_client_id(ids[k].first);
-      h.set_token(ids[k].second);
-      h.set_num_samples(100 + k);
-      h.set_base_version(round);
-      prefixes.push_back(UpdatePrefix(h.SerializeAsString()));
-    }
+    const std::vector<std::string> prefixes = shoal::bench::RoundPrefixes(header, job, ids, round);
     std::vector<uint64_t> rx0(kNodes);
     for (int i = 0; i < kNodes; ++i) rx0[i] = Counter(veths[i], "rx_bytes");
     // The commit, seen from inside node 0's namespace (its loopback: no veth bytes).

@@ -149,16 +149,7 @@ RoundResult RunRound(int leaves, int updates, int senders, const std::vector<std
     // Each client's prefix (magic, header, padding): the template header with its client id,
     // token and base version; the tensor table's offsets are relative to the tensor area,
     // which all share.
-    std::vector<std::string> prefixes;
-    for (int k = 0; k < updates; ++k) {
-      v1::UpdateHeader h = header;
-      h.set_job(job);
-      h.set_client_id(ids[k].first);
-      h.set_token(ids[k].second);
-      h.set_num_samples(100 + k);
-      h.set_base_version(round);
-      prefixes.push_back(UpdatePrefix(h.SerializeAsString()));
-    }
+    const std::vector<std::string> prefixes = shoal::bench::RoundPrefixes(header, job, ids, round);
     std::vector<double> first_write(senders, 1e30), last_write(senders, 0);
     std::atomic<int> failures{0};
     const double t0 = Now();

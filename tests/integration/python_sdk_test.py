@@ -83,23 +83,47 @@ def shoald():
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _deploy(shoald, manifest, job):
+    """Deploys `manifest` (the FLJob `job`) and mints an fl-client token of it: the server's URL
+    and the token."""
+    deploy = shoald.cli("deploy", "-f", "-", stdin=manifest, timeout=30)
+    assert deploy.returncode == 0, deploy.stderr + deploy.stdout
+    token = shoald.api("/v1/tokens", json.dumps({"role": "fl-client", "job": job}).encode())["token"]
+    return f"http://127.0.0.1:{shoald.port}", token
+
+
+def _example_client(server, job, token, k, clients, train_samples, extra, max_seconds=120):
+    """Example client k of `clients` (seed 7) on `job`, its own process; `extra` flags added."""
+    cmd = [sys.executable, EXAMPLE, "--server", server, "--job", job, "--client-index", str(k),
+           "--num-clients", str(clients), "--train-samples", str(train_samples), "--seed", "7",
+           "--max-seconds", str(max_seconds)] + extra
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, SHOAL_TOKEN=token))
+
+
+def _accuracy(model, images):
+    """`model`'s accuracy on the first `images` of the last 2,000 test images (none of the
+    clients trained on them), scored here."""
+    sys.path.insert(0, os.path.dirname(EXAMPLE))
+    import fmnist_torch
+    test_x, test_y = fmnist_torch.load_split(DATA, "test")
+    test_x, test_y = test_x[-2000:][:images], test_y[-2000:][:images]
+    net = fmnist_torch.build_model(model.names, [a.shape for a in model.arrays])
+    shoal_fl.torch.set_parameters(net, model.arrays)
+    with torch.no_grad():
+        return (net(test_x).argmax(1) == test_y).float().mean().item()
+
+
 def test_three_torch_clients_train_a_fedcompass_job_to_accuracy(shoald):
     t0 = time.time()
-    deploy = shoald.cli("deploy", "-f", "-", stdin=MANIFEST, timeout=30)
-    assert deploy.returncode == 0, deploy.stderr + deploy.stdout
-    token = shoald.api("/v1/tokens", json.dumps({"role": "fl-client", "job": JOB}).encode())["token"]
-    server = f"http://127.0.0.1:{shoald.port}"
+    server, token = _deploy(shoald, MANIFEST, JOB)
     initial = shoal_fl.JobClient(server, JOB, token).model(0)
 
-    procs = []
-    for dtype, k in CLIENTS:
-        cmd = [sys.executable, EXAMPLE, "--server", server, "--job", JOB, "--client-index",
-               str(k), "--num-clients", str(len(CLIENTS)), "--train-samples", "1500",
-               "--eval-samples", "300", "--dtype", dtype, "--seed", "7", "--max-seconds", "150"]
-        if k != 0:
-            cmd.append("--no-evaluate")  # one evaluator is enough: the test scores the model
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=dict(os.environ, SHOAL_TOKEN=token)))
+    # One evaluator is enough (--no-evaluate on the others): the test scores the model.
+    procs = [_example_client(server, JOB, token, k, len(CLIENTS), 1500,
+                             ["--eval-samples", "300", "--dtype", dtype] +
+                             ([] if k == 0 else ["--no-evaluate"]), max_seconds=150)
+             for dtype, k in CLIENTS]
     summaries = []
     for (dtype, k), p in zip(CLIENTS, procs):
         out, err = p.communicate(timeout=180)
@@ -134,18 +158,7 @@ def test_three_torch_clients_train_a_fedcompass_job_to_accuracy(shoald):
     assert final.version == ROUNDS
     assert final.names == ["conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias",
                            "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
-    sys.path.insert(0, os.path.dirname(EXAMPLE))
-    import fmnist_torch
-    test_x, test_y = fmnist_torch.load_split(DATA, "test")
-    test_x, test_y = test_x[-2000:], test_y[-2000:]
-
-    def accuracy(m, n):
-        net = fmnist_torch.build_model(m.names, [a.shape for a in m.arrays])
-        shoal_fl.torch.set_parameters(net, m.arrays)
-        with torch.no_grad():
-            return (net(test_x[:n]).argmax(1) == test_y[:n]).float().mean().item()
-
-    acc0, acc = accuracy(initial, 500), accuracy(final, 2000)
+    acc0, acc = _accuracy(initial, 500), _accuracy(final, 2000)
     print(f"\npython sdk: {len(CLIENTS)} torch clients, version {final.version} from "
           f"{status['updates_total']} updates in {train_s:.1f}s; test accuracy {acc:.4f} "
           f"(initial {acc0:.4f}); steps assigned {[s['assigned_steps'] for s in summaries]}")
@@ -179,20 +192,10 @@ def test_an_attacking_torch_client_is_the_median_rules_suspect(shoald):
     """Three example clients of a FedAvg job with spec.aggregation.robust median; client 2
     poisons every update (--attack scale:-10). The job still learns, and torch-2 is the one
     suspect (status and shoal fl status)."""
-    deploy = shoald.cli("deploy", "-f", "-", stdin=ROBUST_MANIFEST, timeout=30)
-    assert deploy.returncode == 0, deploy.stderr + deploy.stdout
-    token = shoald.api("/v1/tokens",
-                       json.dumps({"role": "fl-client", "job": ROBUST_JOB}).encode())["token"]
-    server = f"http://127.0.0.1:{shoald.port}"
-    procs = []
-    for k in range(3):
-        cmd = [sys.executable, EXAMPLE, "--server", server, "--job", ROBUST_JOB,
-               "--client-index", str(k), "--num-clients", "3", "--train-samples", "1500",
-               "--no-evaluate", "--seed", "7", "--max-seconds", "120"]
-        if k == 2:
-            cmd += ["--attack", "scale:-10"]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=dict(os.environ, SHOAL_TOKEN=token)))
+    server, token = _deploy(shoald, ROBUST_MANIFEST, ROBUST_JOB)
+    procs = [_example_client(server, ROBUST_JOB, token, k, 3, 1500,
+                             ["--no-evaluate"] + (["--attack", "scale:-10"] if k == 2 else []))
+             for k in range(3)]
     for k, p in enumerate(procs):
         out, err = p.communicate(timeout=150)
         assert p.returncode == 0, f"client {k} exit {p.returncode}:\n{err}\n{out}"
@@ -209,14 +212,8 @@ def test_an_attacking_torch_client_is_the_median_rules_suspect(shoald):
     assert cli.returncode == 0, cli.stderr
     assert "Robust:        median" in cli.stdout and "torch-2" in cli.stdout, cli.stdout
 
-    sys.path.insert(0, os.path.dirname(EXAMPLE))
-    import fmnist_torch
-    test_x, test_y = fmnist_torch.load_split(DATA, "test")
     final = shoal_fl.JobClient(server, ROBUST_JOB, token).model()
-    net = fmnist_torch.build_model(final.names, [a.shape for a in final.arrays])
-    shoal_fl.torch.set_parameters(net, final.arrays)
-    with torch.no_grad():
-        acc = (net(test_x[-2000:]).argmax(1) == test_y[-2000:]).float().mean().item()
+    acc = _accuracy(final, 2000)
     print(f"\npython sdk, median rule, torch-2 attacking (scale:-10): version {final.version}, "
           f"test accuracy {acc:.4f}")
     assert acc >= ROBUST_ACCURACY_BOUND
@@ -233,20 +230,11 @@ def test_lie_attackers_in_separate_processes_collude_through_a_directory(shoald,
     colluding "little is enough" attack (--attack lie --attackers 2 --collude-dir): each
     trains honestly, they pool their models per round in the directory, and both send the same
     mean - z std, z = z_max(4, 2) = Phi^-1(3/4) = 0.6745."""
-    deploy = shoald.cli("deploy", "-f", "-", stdin=LIE_MANIFEST, timeout=30)
-    assert deploy.returncode == 0, deploy.stderr + deploy.stdout
-    token = shoald.api("/v1/tokens",
-                       json.dumps({"role": "fl-client", "job": LIE_JOB}).encode())["token"]
-    server = f"http://127.0.0.1:{shoald.port}"
-    procs = []
-    for k in range(4):
-        cmd = [sys.executable, EXAMPLE, "--server", server, "--job", LIE_JOB,
-               "--client-index", str(k), "--num-clients", "4", "--train-samples", "1000",
-               "--no-evaluate", "--seed", "7", "--max-seconds", "120"]
-        if k >= 2:
-            cmd += ["--attack", "lie", "--attackers", "2", "--collude-dir", str(tmp_path)]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=dict(os.environ, SHOAL_TOKEN=token)))
+    server, token = _deploy(shoald, LIE_MANIFEST, LIE_JOB)
+    lie = ["--attack", "lie", "--attackers", "2", "--collude-dir", str(tmp_path)]
+    procs = [_example_client(server, LIE_JOB, token, k, 4, 1000,
+                             ["--no-evaluate"] + (lie if k >= 2 else []))
+             for k in range(4)]
     summaries = []
     for k, p in enumerate(procs):
         out, err = p.communicate(timeout=150)
@@ -265,14 +253,8 @@ def test_lie_attackers_in_separate_processes_collude_through_a_directory(shoald,
     assert two["sent"] == three["sent"]
     assert len(set(two["sent"].values())) == LIE_ROUNDS
 
-    sys.path.insert(0, os.path.dirname(EXAMPLE))
-    import fmnist_torch
-    test_x, test_y = fmnist_torch.load_split(DATA, "test")
     final = shoal_fl.JobClient(server, LIE_JOB, token).model()
-    net = fmnist_torch.build_model(final.names, [a.shape for a in final.arrays])
-    shoal_fl.torch.set_parameters(net, final.arrays)
-    with torch.no_grad():
-        acc = (net(test_x[-2000:]).argmax(1) == test_y[-2000:]).float().mean().item()
+    acc = _accuracy(final, 2000)
     suspects = [(s["name"], s["suspect_updates"]) for s in status["robust"]["suspects"]]
     print(f"\npython sdk, median rule, torch-2 and torch-3 colluding (lie, z 0.6745): version "
           f"{final.version}, test accuracy {acc:.4f}, suspects {suspects}")

@@ -49,6 +49,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using shoal::testing::BinDir;
+using shoal::testing::FreePort;
 using shoal::testing::Http;
 using shoal::testing::HttpResult;
 using shoal::testing::k8s::Base64Decode;
@@ -79,18 +80,6 @@ std::vector<YAML::Node> Render(const std::string& dir) {
   std::vector<YAML::Node> docs = shoal::testing::k8s::Render(dir, &error);
   EXPECT_TRUE(error.empty()) << error;
   return docs;
-}
-
-uint16_t FreePort() {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  close(s);
-  return ntohs(a.sin_port);
 }
 
 // A process with `env` added, stdout+stderr to `log`.
@@ -158,6 +147,41 @@ std::string Join(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& a : v) s += (s.empty() ? "" : " ") + a;
   return s;
+}
+
+// Rewrites `node`'s config file (its --config, mounted from the ConfigMap) for this host: its
+// paths mapped onto the node's directory, the gateway and control ports set to `gateway` and
+// `control`, the FL peer port to a free one (other tests' nodes on this host may hold 8082).
+// The config as written.
+YAML::Node PlaceNodeConfig(const PodOnHost& node, uint16_t gateway, uint16_t control) {
+  const std::string config = node.MapPath(node.Flag("--config"));
+  YAML::Node cfg = YAML::LoadFile(config);
+  for (const char* key : {"state_dir", "bpf_pin_root", "checkpoint_dir"}) {
+    cfg[key] = node.MapPath(cfg[key].as<std::string>());
+  }
+  cfg["listen_port"] = gateway;
+  cfg["control_port"] = control;
+  cfg["fl_peer_port"] = FreePort();
+  YAML::Emitter em;
+  em << cfg;
+  WriteFile(config, em.c_str());
+  return cfg;
+}
+
+// Each of `container`'s HTTP probes (liveness, readiness) answers 200 on `port` within
+// `seconds`; a failure names `what`, the probe, its answer, the command line and its log.
+void ExpectProbesAnswer(const YAML::Node& container, uint16_t port, int seconds,
+                        const std::string& what, const std::vector<std::string>& argv,
+                        const std::string& log) {
+  HttpResult last;
+  for (const char* probe : {"livenessProbe", "readinessProbe"}) {
+    const std::string path = container[probe]["httpGet"]["path"].as<std::string>();
+    EXPECT_TRUE(WaitFor200(port, path, seconds, &last))
+        << what << " " << probe << " " << path << ": " << last.status << " " << last.body
+        << last.error << "\n"
+        << Join(argv) << "\n"
+        << ReadFile(log);
+  }
 }
 
 class TempDir {
@@ -345,15 +369,7 @@ TEST(K8sLive, ControllerNodeAndJobRunAsRenderedAndEveryProbeAnswers200) {
   ctl.Replace(cargv, "--port", std::to_string(ctl_port));
   const std::string ctl_log = tmp.path() + "/controller.log";
   const pid_t ctl_pid = Spawn(cargv, ctl.env(), ctl_log);
-  HttpResult last;
-  for (const char* probe : {"livenessProbe", "readinessProbe"}) {
-    const std::string path = cc[probe]["httpGet"]["path"].as<std::string>();
-    EXPECT_TRUE(WaitFor200(ctl_port, path, 20, &last))
-        << "controller " << probe << " " << path << ": " << last.status << " " << last.body
-        << last.error << "\n"
-        << Join(cargv) << "\n"
-        << ReadFile(ctl_log);
-  }
+  ExpectProbesAnswer(cc, ctl_port, 20, "controller", cargv, ctl_log);
   // The Secret's tokens.json holds the token the Secret hands out.
   HttpResult nodes = Http(ctl_port, "GET", "/v1/nodes", {}, {"Authorization: Bearer " + token});
   EXPECT_EQ(nodes.status, 200) << nodes.body << "\n" << ReadFile(ctl_log);
@@ -364,29 +380,12 @@ TEST(K8sLive, ControllerNodeAndJobRunAsRenderedAndEveryProbeAnswers200) {
   const YAML::Node sc = NamedItem(PodSpec(ds)["containers"], "shoald");
   PodOnHost node(docs, PodSpec(ds), sc, tmp.path() + "/node", NodeFieldRefs(), etcd_env);
   EXPECT_TRUE(node.problems().empty()) << Join(node.problems());
-  const std::string config = node.MapPath(node.Flag("--config"));
-  YAML::Node cfg = YAML::LoadFile(config);
   const uint16_t gw = FreePort(), control = FreePort();
-  for (const char* key : {"state_dir", "bpf_pin_root", "checkpoint_dir"}) {
-    cfg[key] = node.MapPath(cfg[key].as<std::string>());
-  }
-  cfg["listen_port"] = gw;
-  cfg["control_port"] = control;
-  cfg["fl_peer_port"] = FreePort();  // another test's node may hold the DaemonSet's 8082 here
-  YAML::Emitter em;
-  em << cfg;
-  WriteFile(config, em.c_str());
+  PlaceNodeConfig(node, gw, control);
   const std::vector<std::string> sargv = node.Argv();
   const std::string node_log = tmp.path() + "/shoald.log";
   const pid_t node_pid = Spawn(sargv, node.env(), node_log);
-  for (const char* probe : {"livenessProbe", "readinessProbe"}) {
-    const std::string path = sc[probe]["httpGet"]["path"].as<std::string>();
-    EXPECT_TRUE(WaitFor200(gw, path, 30, &last))
-        << "shoald " << probe << " " << path << ": " << last.status << " " << last.body
-        << last.error << "\n"
-        << Join(sargv) << "\n"
-        << ReadFile(node_log);
-  }
+  ExpectProbesAnswer(sc, gw, 30, "shoald", sargv, node_log);
   // The node registered under its downward-API name, seen by the controller.
   bool listed = false;
   for (int i = 0; i < 100 && !listed; ++i) {
@@ -476,12 +475,17 @@ std::string StartWithCapabilities(const std::vector<std::string>& argv,
   return out;
 }
 
+// "" where capsh (libcap2-bin) is installed; else why the capability tests skip.
+std::string CapshMissing() {
+  int rc = 0;
+  Capture("command -v capsh >/dev/null", &rc);
+  return rc == 0 ? "" : "capsh is missing (Debian package libcap2-bin)";
+}
+
 TEST(K8sCapabilities, TheDaemonSetsSetLoadsBpfAndEachBpfCapabilityIsNeeded) {
   if (auto why = KubectlMissing(); !why.empty()) GTEST_SKIP() << why;
   if (auto why = shoal::bpf_test::BpfCapabilityAbsent(); !why.empty()) GTEST_SKIP() << why;
-  int rc = 0;
-  Capture("command -v capsh >/dev/null", &rc);
-  if (rc != 0) GTEST_SKIP() << "capsh is missing (Debian package libcap2-bin)";
+  if (auto why = CapshMissing(); !why.empty()) GTEST_SKIP() << why;
   const auto docs = Render("");
   const YAML::Node ds = Find(docs, "DaemonSet", "shoald");
   const YAML::Node sc = NamedItem(PodSpec(ds)["containers"], "shoald");
@@ -508,16 +512,8 @@ TEST(K8sCapabilities, TheDaemonSetsSetLoadsBpfAndEachBpfCapabilityIsNeeded) {
     PodOnHost node(docs, PodSpec(ds), sc, tmp.path() + "/run" + std::to_string(++run),
                    NodeFieldRefs(), {{"SHOAL_ETCD", etcd.endpoints()}});
     EXPECT_TRUE(node.problems().empty()) << Join(node.problems());
-    const std::string config = node.MapPath(node.Flag("--config"));
-    YAML::Node cfg = YAML::LoadFile(config);
-    for (const char* key : {"state_dir", "bpf_pin_root", "checkpoint_dir"})
-      cfg[key] = node.MapPath(cfg[key].as<std::string>());
-    cfg["listen_port"] = FreePort();
-    cfg["control_port"] = FreePort();
-    cfg["fl_peer_port"] = FreePort();  // other tests' nodes on this host may hold 8082
-    YAML::Emitter em;
-    em << cfg;
-    WriteFile(config, em.c_str());
+    const uint16_t gateway = FreePort(), control = FreePort();
+    PlaceNodeConfig(node, gateway, control);
     std::vector<std::string> argv = node.Argv();
     // A node name per run: a restarted name would wait for its previous lease.
     node.Replace(argv, "--node-name", "k8s-cap-" + std::to_string(run));
@@ -559,19 +555,9 @@ class CapNode {
     const YAML::Node sc = NamedItem(PodSpec(ds)["containers"], "shoald");
     PodOnHost node(docs, PodSpec(ds), sc, dir, NodeFieldRefs(), {{"SHOAL_ETCD", etcd}});
     EXPECT_TRUE(node.problems().empty()) << Join(node.problems());
-    const std::string config = node.MapPath(node.Flag("--config"));
-    YAML::Node cfg = YAML::LoadFile(config);
-    for (const char* key : {"state_dir", "bpf_pin_root", "checkpoint_dir"})
-      cfg[key] = node.MapPath(cfg[key].as<std::string>());
-    state_ = cfg["state_dir"].as<std::string>();
     port_ = FreePort();
     control_ = FreePort();
-    cfg["listen_port"] = port_;
-    cfg["control_port"] = control_;
-    cfg["fl_peer_port"] = FreePort();  // other tests' nodes on this host may hold 8082
-    YAML::Emitter em;
-    em << cfg;
-    WriteFile(config, em.c_str());
+    state_ = PlaceNodeConfig(node, port_, control_)["state_dir"].as<std::string>();
     std::vector<std::string> argv = node.Argv();
     node.Replace(argv, "--node-name", node_name);
     std::string drop;
@@ -657,9 +643,7 @@ TEST(K8sCapabilities, EachOtherCapabilityIsNeededForWhatItIsNamedFor) {
   if (auto why = KubectlMissing(); !why.empty()) GTEST_SKIP() << why;
   if (access("/usr/bin/etcd", X_OK) != 0) GTEST_SKIP() << "/usr/bin/etcd is missing (etcd-server)";
   if (geteuid() != 0) GTEST_SKIP() << "not root: shoald runs no instance under a tenant's uid";
-  int rc = 0;
-  Capture("command -v capsh >/dev/null", &rc);
-  if (rc != 0) GTEST_SKIP() << "capsh is missing (Debian package libcap2-bin)";
+  if (auto why = CapshMissing(); !why.empty()) GTEST_SKIP() << why;
   const auto docs = Render("");
   const YAML::Node ds = Find(docs, "DaemonSet", "shoald");
   const YAML::Node sc = NamedItem(PodSpec(ds)["containers"], "shoald");
@@ -701,6 +685,16 @@ TEST(K8sCapabilities, EachOtherCapabilityIsNeededForWhatItIsNamedFor) {
     EXPECT_TRUE(named.count(c)) << c << " is checked but not named";
     checked.insert(c);
   };
+  // A node without capability `c` (checked), ready, that deployed probe for team-a, and the
+  // answer to probe's first call, which that capability was needed for.
+  auto refused_probe = [&](const std::string& c, std::unique_ptr<CapNode>* n, HttpResult* r) {
+    check(c);
+    *n = start(c);
+    ASSERT_TRUE((*n)->Ready()) << (*n)->What();
+    ASSERT_EQ((*n)->Deploy("probe", "team-a").status, 201) << (*n)->What();
+    *r = (*n)->Invoke("probe", "status");
+    EXPECT_NE(r->status, 200) << r->body;
+  };
 
   // The whole set: the tenant's pool is made and handed over, an instance starts as the
   // tenant, answers, is killed by seccomp for a denied syscall (the kernel log names it),
@@ -728,12 +722,9 @@ TEST(K8sCapabilities, EachOtherCapabilityIsNeededForWhatItIsNamedFor) {
   for (const auto& [c, step] : std::vector<std::pair<std::string, std::string>>{
            {"cap_setgid", "clearing supplementary groups"}, {"cap_setuid", "setresuid"}}) {
     SCOPED_TRACE("without " + c);
-    check(c);
-    auto n = start(c);
-    ASSERT_TRUE(n->Ready()) << n->What();
-    ASSERT_EQ(n->Deploy("probe", "team-a").status, 201) << n->What();
-    const HttpResult r = n->Invoke("probe", "status");
-    EXPECT_NE(r.status, 200) << r.body;
+    std::unique_ptr<CapNode> n;
+    HttpResult r;
+    ASSERT_NO_FATAL_FAILURE(refused_probe(c, &n, &r));
     EXPECT_NE(r.body.find("sandbox: " + step + ": Operation not permitted"), std::string::npos)
         << r.status << " " << r.body << "\n"
         << n->What();
@@ -755,12 +746,9 @@ TEST(K8sCapabilities, EachOtherCapabilityIsNeededForWhatItIsNamedFor) {
   for (const auto& [c, op] : std::vector<std::pair<std::string, std::string>>{
            {"cap_chown", "chown /dev/"}, {"cap_fowner", "chmod /dev/"}}) {
     SCOPED_TRACE("without " + c);
-    check(c);
-    auto n = start(c);
-    ASSERT_TRUE(n->Ready()) << n->What();
-    ASSERT_EQ(n->Deploy("probe", "team-a").status, 201) << n->What();
-    const HttpResult r = n->Invoke("probe", "status");
-    EXPECT_NE(r.status, 200) << r.body;
+    std::unique_ptr<CapNode> n;
+    HttpResult r;
+    ASSERT_NO_FATAL_FAILURE(refused_probe(c, &n, &r));
     EXPECT_TRUE(WaitForText([&] { return n->Log(); }, op, 5)) << n->What();
     EXPECT_NE(n->Log().find("no pool for tenant team-a: PERMISSION_DENIED: " + op),
               std::string::npos)

@@ -17,22 +17,6 @@
 #include "shoald_fixture.h"
 
 namespace shoal::testing {
-namespace {
-
-uint16_t FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-}  // namespace
-
 std::string EtcdMissing() {
   if (access(kEtcdBinary, X_OK) != 0) {
     return std::string(kEtcdBinary) + " is missing (Debian package etcd-server)";

@@ -1,7 +1,5 @@
 #include "shoald_fixture.h"
 
-#include "hugepages_for_test.h"
-
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -12,19 +10,33 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 #include <thread>
 
+#include "hugepages_for_test.h"
+
 namespace shoal::testing {
 
 std::string BinDir() { return SHOAL_BIN_DIR; }
 std::string LibDir() { return SHOAL_LIB_DIR; }
 bool IsRoot() { return geteuid() == 0; }
+
+uint16_t FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
 
 namespace {
 
@@ -51,8 +63,8 @@ std::string ReadFile(const std::string& path) {
 }  // namespace
 
 HttpResult Http(uint16_t port, const std::string& method, const std::string& path,
-                const std::string& body, const std::vector<std::string>& headers,
-                size_t chunk_size, int timeout_ms) {
+                const std::string& body, const std::vector<std::string>& headers, size_t chunk_size,
+                int timeout_ms) {
   return HttpAt("127.0.0.1", port, method, path, body, headers, chunk_size, timeout_ms);
 }
 
@@ -193,7 +205,8 @@ Shoald::~Shoald() {
   if (pid_ > 0) Stop(SIGKILL);
   // A shoald killed with SIGKILL leaves its tenants' pools in /dev/shm (on purpose: a restart
   // takes them over); the test's node name is unique, so they are this test's to remove.
-  std::string cmd = "rm -rf '" + state_dir_ + "' /dev/shm/shoal." + node_ + ".* /dev/hugepages/shoal." + node_ + ".*";
+  std::string cmd = "rm -rf '" + state_dir_ + "' /dev/shm/shoal." + node_ +
+                    ".* /dev/hugepages/shoal." + node_ + ".*";
   (void)!system(cmd.c_str());
 }
 
@@ -205,7 +218,8 @@ bool Shoald::Start(const Options& o) {
       << "listen_host: 127.0.0.1\nlisten_port: 0\ncontrol_port: 0\n"
       << "state_dir: " << state_dir_ << "/state\n"
       << "gateway_threads: " << o.threads << "\n"
-      << "pool_bytes: " << o.pool_bytes << "\n"
+      << "pool_bytes: " << o.pool_bytes
+      << "\n"
       // The pool backend under test: boost unless ctest runs the dpdk variant of the suite.
       << "pool: " << (o.pool.empty() ? TestPoolBackend() : o.pool) << "\n"
       << "max_body_bytes: " << o.max_body_bytes << "\n"
@@ -224,7 +238,8 @@ bool Shoald::Start(const Options& o) {
     _exit(127);
   }
   const std::regex ready_re(
-      "shoald ready on http://[0-9.]+:([0-9]+) \\(data plane [a-z]+; control API https?://[0-9.]+:([0-9]+)\\)");
+      "shoald ready on http://[0-9.]+:([0-9]+) \\(data plane [a-z]+; control API "
+      "https?://[0-9.]+:([0-9]+)\\)");
   for (int i = 0; i < 300; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     int status;
@@ -259,7 +274,9 @@ int Shoald::Stop(int sig) {
 
 std::string Shoald::Log() const { return ReadFile(log_path_); }
 
-CliResult Shoald::Deploy(const std::string& manifest) { return Cli({"deploy", "-f", "-"}, manifest); }
+CliResult Shoald::Deploy(const std::string& manifest) {
+  return Cli({"deploy", "-f", "-"}, manifest);
+}
 
 std::string Shoald::AuthHeader(const std::string& token) const {
   return "Authorization: Bearer " + (token.empty() ? admin_token_ : token);

@@ -15,6 +15,8 @@ namespace shoal::testing {
 std::string BinDir();  // build/bin
 std::string LibDir();  // build/lib
 bool IsRoot();
+// A loopback TCP port that was free a moment ago (for a process the test starts to listen on).
+uint16_t FreePort();
 
 struct HttpResult {
   int status = 0;

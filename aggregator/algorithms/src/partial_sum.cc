@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "shoal/aggregator/fold.h"
 #include "shoal/aggregator/fold_pool.h"
@@ -12,6 +14,21 @@ namespace shoal::aggregator {
 void FoldInto(float* acc, const float* x, size_t n, float w) {
   Fold(acc, x, DType::kF32, n, w);
 }
+
+namespace {
+
+// by_base[base] += c, in first-seen order (few bases: a short vector).
+void AddBaseWeight(std::vector<std::pair<uint64_t, double>>& by_base, uint64_t base, double c) {
+  auto it =
+      std::find_if(by_base.begin(), by_base.end(), [&](const auto& e) { return e.first == base; });
+  if (it == by_base.end()) {
+    by_base.emplace_back(base, c);
+  } else {
+    it->second += c;
+  }
+}
+
+}  // namespace
 
 Status PartialSum::Fold(std::span<const float> update, double c, uint64_t base_version) {
   if (!std::isfinite(c)) return InvalidArgument("update coefficient is not finite");
@@ -24,13 +41,7 @@ Status PartialSum::Fold(std::span<const float> update, double c, uint64_t base_v
   FoldInto(sum_.data(), update.data(), update.size(), static_cast<float>(c));
   weight_ += c;
   ++count_;
-  auto it = std::find_if(by_base_.begin(), by_base_.end(),
-                         [&](const auto& e) { return e.first == base_version; });
-  if (it == by_base_.end()) {
-    by_base_.emplace_back(base_version, c);
-  } else {
-    it->second += c;
-  }
+  AddBaseWeight(by_base_, base_version, c);
   return Status::Ok();
 }
 
@@ -45,15 +56,7 @@ Status PartialSum::Merge(const PartialSum& other) {
   FoldInto(sum_.data(), other.sum_.data(), sum_.size(), 1.0f);
   weight_ += other.weight_;
   count_ += other.count_;
-  for (const auto& [base, w] : other.by_base_) {
-    auto it = std::find_if(by_base_.begin(), by_base_.end(),
-                           [&](const auto& e) { return e.first == base; });
-    if (it == by_base_.end()) {
-      by_base_.emplace_back(base, w);
-    } else {
-      it->second += w;
-    }
-  }
+  for (const auto& [base, w] : other.by_base_) AddBaseWeight(by_base_, base, w);
   return Status::Ok();
 }
 
@@ -77,13 +80,7 @@ Status PartialSum::MergeFolded(std::span<const float> sum,
     const double c = folded_c * scale;
     weight_ += c;
     ++count_;
-    auto it = std::find_if(by_base_.begin(), by_base_.end(),
-                           [&](const auto& e) { return e.first == base; });
-    if (it == by_base_.end()) {
-      by_base_.emplace_back(base, c);
-    } else {
-      it->second += c;
-    }
+    AddBaseWeight(by_base_, base, c);
   }
   return Status::Ok();
 }

@@ -377,14 +377,8 @@ Result<uint64_t> FlMembers::PartialFor(uint64_t ticket, uint32_t instance) {
 }
 
 void FlMembers::Completed(uint64_t ticket, int http_status, bool leaf_answered) {
-  std::shared_ptr<Job> job;
-  {
-    std::lock_guard lock(mu_);
-    auto it = by_ticket_.find(ticket);
-    if (it == by_ticket_.end()) return;
-    job = it->second;
-    by_ticket_.erase(it);
-  }
+  const std::shared_ptr<Job> job = TakeLocked(mu_, by_ticket_, ticket);
+  if (job == nullptr) return;
   std::string top;
   uint64_t top_ticket = 0;
   bool ok = false;

@@ -189,14 +189,8 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status, bool leaf_answer
     members_->Completed(ticket, http_status, leaf_answered);
     return;
   }
-  std::shared_ptr<JobState> job;
-  {
-    std::lock_guard lock(mu_);
-    auto it = by_ticket_.find(ticket);
-    if (it == by_ticket_.end()) return;
-    job = it->second;
-    by_ticket_.erase(it);
-  }
+  const std::shared_ptr<JobState> job = TakeLocked(mu_, by_ticket_, ticket);
+  if (job == nullptr) return;
   bool commit = false;
   bool gpu_fallback = false;
   {

@@ -12,6 +12,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -84,6 +85,17 @@ struct LogRecord {
   char client[40] = {};
 };
 static_assert(sizeof(LogRecord) == 96);
+
+// Takes `key`'s value (a shared_ptr) out of `map` under `mu`: null when `key` is absent.
+template <class Map>
+typename Map::mapped_type TakeLocked(std::mutex& mu, Map& map, const typename Map::key_type& key) {
+  std::lock_guard lock(mu);
+  auto it = map.find(key);
+  if (it == map.end()) return nullptr;
+  typename Map::mapped_type value = std::move(it->second);
+  map.erase(it);
+  return value;
+}
 
 // The log record of a ticket (the coordinator's and FlMembers' tickets carry the same fields).
 template <class Ticket>

@@ -1,5 +1,7 @@
 #include "shoal/controller/control_api.h"
 
+#include "registry_fixture.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -10,8 +12,6 @@ namespace shoal {
 namespace {
 
 using nlohmann::json;
-
-const auth::Principal kAdmin{"t0", "admin", auth::Role::kAdmin, "", ""};
 
 class FakeRuntime : public RuntimeView {
  public:
@@ -68,37 +68,14 @@ class FakeRuntime : public RuntimeView {
   std::pair<uint64_t, uint64_t> last_log_args;
 };
 
-std::string Fn(const std::string& name, const std::string& extra = "") {
-  return "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: " + name +
-         "\nspec:\n  handler:\n    builtin: echo\n" + extra;
-}
-
-class ControlApiTest : public ::testing::Test {
+class ControlApiTest : public ControlApiFixture {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/shoal-api-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    config_.state_dir = tmpl;
-    auto r = FunctionRegistry::Open(config_);
-    ASSERT_TRUE(r.ok());
-    reg_ = std::move(*r);
+    ASSERT_NO_FATAL_FAILURE(OpenRegistry("shoal-api-test"));
     api_ = std::make_unique<ControlApi>(*reg_, runtime_);
   }
-  void TearDown() override { std::filesystem::remove_all(config_.state_dir); }
 
-  HttpReply Call(std::string_view method, std::string_view path, std::string_view body = {},
-                 std::string_view query = {}) {
-    return api_->Handle(method, path, query, body, kAdmin);
-  }
-  json Body(const HttpReply& r) {
-    EXPECT_EQ(r.content_type, "application/json");
-    return json::parse(r.body);
-  }
-
-  NodeConfig config_;
-  std::unique_ptr<FunctionRegistry> reg_;
   FakeRuntime runtime_;
-  std::unique_ptr<ControlApi> api_;
 };
 
 TEST_F(ControlApiTest, DeployCreatesThenConfigures) {

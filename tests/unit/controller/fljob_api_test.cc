@@ -6,14 +6,13 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "registry_fixture.h"
 #include "shoal/controller/control_api.h"
 
 namespace shoal {
 namespace {
 
 using nlohmann::json;
-
-const auth::Principal kAdmin{"t0", "admin", auth::Role::kAdmin, "", ""};
 
 class NullRuntime : public RuntimeView {
  public:
@@ -93,44 +92,21 @@ class FakeJobService : public JobService {
   json model;  // the status's "model" object, when set
 };
 
-std::string Fn(const std::string& name) {
-  return "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: " + name +
-         "\nspec:\n  handler:\n    builtin: echo\n";
-}
-
 std::string Job(const std::string& name, const std::string& params = "{}") {
   return "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: " + name +
          "\nspec:\n  algorithm: {name: fedasync, params: " + params +
          "}\n  clients: {expected: 4}\n";
 }
 
-class FlJobApiTest : public ::testing::Test {
+class FlJobApiTest : public ControlApiFixture {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/shoal-fljob-api-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    config_.state_dir = tmpl;
-    auto r = FunctionRegistry::Open(config_);
-    ASSERT_TRUE(r.ok());
-    reg_ = std::move(*r);
+    ASSERT_NO_FATAL_FAILURE(OpenRegistry("shoal-fljob-api-test"));
     api_ = std::make_unique<ControlApi>(*reg_, runtime_, &jobs_);
   }
-  void TearDown() override { std::filesystem::remove_all(config_.state_dir); }
 
-  HttpReply Call(std::string_view method, std::string_view path, std::string_view body = {},
-                 std::string_view query = {}) {
-    return api_->Handle(method, path, query, body, kAdmin);
-  }
-  static json Body(const HttpReply& r) {
-    EXPECT_EQ(r.content_type, "application/json");
-    return json::parse(r.body);
-  }
-
-  NodeConfig config_;
-  std::unique_ptr<FunctionRegistry> reg_;
   NullRuntime runtime_;
   FakeJobService jobs_;
-  std::unique_ptr<ControlApi> api_;
 };
 
 TEST_F(FlJobApiTest, DeployThroughFunctionsRoutesJobsToTheService) {

@@ -1,5 +1,7 @@
 #include "shoal/controller/registry.h"
 
+#include "registry_fixture.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -11,29 +13,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Fn(const std::string& name, const std::string& extra = "") {
-  return "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: " + name +
-         "\nspec:\n  handler:\n    builtin: echo\n" + extra;
-}
-
-class RegistryTest : public ::testing::Test {
+class RegistryTest : public RegistryFixture {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/shoal-registry-test-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    config_.state_dir = tmpl;
-    reg_ = Open();
-  }
-  void TearDown() override { fs::remove_all(config_.state_dir); }
-
-  std::unique_ptr<FunctionRegistry> Open() {
-    auto r = FunctionRegistry::Open(config_);
-    EXPECT_TRUE(r.ok()) << r.status().message();
-    return r.ok() ? std::move(*r) : nullptr;
-  }
-
-  NodeConfig config_;
-  std::unique_ptr<FunctionRegistry> reg_;
+  void SetUp() override { OpenRegistry("shoal-registry-test"); }
 };
 
 TEST_F(RegistryTest, DeployAssignsIdsAndGenerationOne) {

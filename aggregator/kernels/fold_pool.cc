@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "shoal/common/stop_signal.h"
+
 namespace shoal::aggregator {
 
 FoldPool::FoldPool(unsigned threads) {
@@ -11,11 +13,7 @@ FoldPool::FoldPool(unsigned threads) {
 }
 
 FoldPool::~FoldPool() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  wake_.notify_all();
+  SignalStop(mu_, stop_, wake_);
   for (auto& t : workers_) t.join();
 }
 

@@ -5,6 +5,7 @@
 #include "shoal/aggregator/fl_members.h"
 #include "shoal/auth/role.h"
 #include "shoal/common/log.h"
+#include "shoal/common/stop_signal.h"
 
 namespace shoal::cluster {
 
@@ -122,12 +123,7 @@ Status ClusterFl::Start() {
 }
 
 void ClusterFl::Stop() {
-  {
-    std::lock_guard lock(report_mu_);
-    if (stopping_) return;
-    stopping_ = true;
-  }
-  report_cv_.notify_all();
+  if (!SignalStop(report_mu_, stopping_, report_cv_)) return;
   if (watcher_.joinable()) watcher_.join();
   if (reporter_.joinable()) reporter_.join();
   server_.Stop();

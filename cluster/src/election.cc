@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "shoal/common/stop_signal.h"
+
 namespace shoal::cluster {
 
 using Clock = std::chrono::steady_clock;
@@ -15,11 +17,7 @@ LeaderElection::LeaderElection(EtcdClient* etcd, std::string key, std::string id
       on_change_(std::move(on_change)) {}
 
 LeaderElection::~LeaderElection() {
-  {
-    std::lock_guard lock(stop_mu_);
-    stop_ = true;
-  }
-  stop_cv_.notify_all();
+  SignalStop(stop_mu_, stop_, stop_cv_);
   if (thread_.joinable()) thread_.join();
 }
 

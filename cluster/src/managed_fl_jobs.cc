@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "shoal/common/clock.h"
+#include "shoal/common/stop_signal.h"
 
 namespace shoal::cluster {
 
@@ -37,12 +38,7 @@ Status ManagedFlJobs::Start() {
 }
 
 void ManagedFlJobs::Stop() {
-  {
-    std::lock_guard lock(mu_);
-    if (stopping_) return;
-    stopping_ = true;
-  }
-  cv_.notify_all();
+  if (!SignalStop(mu_, stopping_, cv_)) return;
   if (thread_.joinable()) thread_.join();
 }
 

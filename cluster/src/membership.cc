@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "shoal/common/stop_signal.h"
+
 namespace shoal::cluster {
 
 const char* MembershipStateName(MembershipState s) {
@@ -26,11 +28,7 @@ NodeMembership::NodeMembership(EtcdClient* etcd, ClusterKeys keys, NodeRecord re
       record_(std::move(record)) {}
 
 NodeMembership::~NodeMembership() {
-  {
-    std::lock_guard lock(stop_mu_);
-    stop_ = true;
-  }
-  stop_cv_.notify_all();
+  SignalStop(stop_mu_, stop_, stop_cv_);
   if (renewer_.joinable()) renewer_.join();
 }
 
@@ -199,11 +197,7 @@ NodeRecord NodeMembership::record() const {
 }
 
 Status NodeMembership::Leave() {
-  {
-    std::lock_guard lock(stop_mu_);
-    stop_ = true;
-  }
-  stop_cv_.notify_all();
+  SignalStop(stop_mu_, stop_, stop_cv_);
   if (renewer_.joinable()) renewer_.join();
   const int64_t lease = lease_.exchange(0);
   SetState(MembershipState::kLeft, "left the cluster");

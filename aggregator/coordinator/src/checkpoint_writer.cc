@@ -8,6 +8,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "shoal/common/stop_signal.h"
+
 namespace shoal {
 
 Status WriteFileAtomic(const std::string& path, const void* data, size_t n) {
@@ -49,11 +51,7 @@ CheckpointWriter::CheckpointWriter(std::chrono::milliseconds delay) : delay_(del
 }
 
 CheckpointWriter::~CheckpointWriter() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
+  SignalStop(mu_, stopping_, wake_);
   thread_.join();
 }
 

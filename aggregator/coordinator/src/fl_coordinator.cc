@@ -9,6 +9,7 @@
 #include "job_state.h"
 #include "shoal/aggregator/fl_members.h"
 #include "shoal/aggregator/fold_pool.h"
+#include "shoal/common/stop_signal.h"
 #include "shoal/interfaces/fl_leaf_env.h"
 #include "shoal/v1/fl.pb.h"
 
@@ -244,11 +245,7 @@ FlCoordinator::FlCoordinator(const NodeConfig& config)
 }
 
 FlCoordinator::~FlCoordinator() {
-  {
-    std::lock_guard lock(commit_mu_);
-    stopping_ = true;
-  }
-  commit_cv_.notify_all();
+  SignalStop(commit_mu_, stopping_, commit_cv_);
   committer_.join();
   writer_.reset();  // writes what is queued while the jobs' pools are still there
 }

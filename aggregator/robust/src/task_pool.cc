@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "shoal/common/stop_signal.h"
+
 namespace shoal::aggregator::internal {
 
 TaskPool::TaskPool(unsigned threads) {
@@ -11,11 +13,7 @@ TaskPool::TaskPool(unsigned threads) {
 }
 
 TaskPool::~TaskPool() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  wake_.notify_all();
+  SignalStop(mu_, stop_, wake_);
   for (auto& t : workers_) t.join();
 }
 

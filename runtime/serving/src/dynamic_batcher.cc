@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "shoal/common/stop_signal.h"
+
 namespace shoal {
 
 // A waiting request. Lives on the requesting thread's stack from Infer() until the batching
@@ -27,11 +29,7 @@ DynamicBatcher::DynamicBatcher(BatcherOptions options, std::shared_ptr<const Ser
 }
 
 DynamicBatcher::~DynamicBatcher() {
-  {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
+  SignalStop(mu_, stopping_, cv_);
   thread_.join();
 }
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 namespace shoal::auth {
 namespace {
@@ -208,12 +209,11 @@ TEST(TokenRequestFromJson, NamesTheFieldThatIsWrong) {
 }
 
 TEST(BearerToken, ParsesTheSchemeCaseInsensitively) {
-  EXPECT_EQ(BearerToken("Bearer abc"), "abc");
-  EXPECT_EQ(BearerToken("bearer   abc  "), "abc");
-  EXPECT_EQ(BearerToken("BEARER abc\r\n"), "abc");
-  EXPECT_EQ(BearerToken("Basic abc"), "");
-  EXPECT_EQ(BearerToken("Bearer"), "");
-  EXPECT_EQ(BearerToken(""), "");
+  const std::pair<const char*, const char*> kHeaders[] = {
+      {"Bearer abc", "abc"}, {"bearer   abc  ", "abc"}, {"BEARER abc\r\n", "abc"},
+      {"Basic abc", ""},     {"Bearer", ""},            {"", ""},
+  };
+  for (const auto& [header, token] : kHeaders) EXPECT_EQ(BearerToken(header), token) << header;
 }
 
 TEST(ValidScopeName, IsADnsLabel) {

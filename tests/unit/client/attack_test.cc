@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "shoal/client/lie_board.h"
@@ -58,20 +59,24 @@ TEST(Attack, SignFlipScaleAndNoiseRewriteTheDelta) {
 }
 
 TEST(Attack, BadSpecsAreRefusedNamingThem) {
-  auto err = [](const std::string& spec) { return ParseAttackSpec(spec).status().message(); };
-  EXPECT_EQ(err("flip"),
-            "attack \"flip\": unknown attack (none, sign-flip, label-flip, scale:<k>, "
-            "noise:<sigma>, lie[:<z>])");
-  EXPECT_EQ(err("lie:"), "attack \"lie:\": lie needs a finite number, e.g. lie:1.5");
-  EXPECT_EQ(err("lie:0"), "attack \"lie:0\": z must be > 0");
-  EXPECT_EQ(err("lie:-1"), "attack \"lie:-1\": z must be > 0");
-  EXPECT_EQ(err("label-flip:1"), "attack \"label-flip:1\": label-flip takes no argument");
-  EXPECT_EQ(err("scale"), "attack \"scale\": scale needs a finite number, e.g. scale:-10");
-  EXPECT_EQ(err("scale:x"), "attack \"scale:x\": scale needs a finite number, e.g. scale:-10");
-  EXPECT_EQ(err("scale:1"), "attack \"scale:1\": scale:1 changes nothing");
-  EXPECT_EQ(err("noise:0"), "attack \"noise:0\": sigma must be > 0");
-  EXPECT_EQ(err("noise:inf"), "attack \"noise:inf\": noise needs a finite number, e.g. noise:0.5");
-  EXPECT_EQ(err("sign-flip:2"), "attack \"sign-flip:2\": sign-flip takes no argument");
+  const std::pair<const char*, const char*> kRefused[] = {
+      {"flip",
+       "attack \"flip\": unknown attack (none, sign-flip, label-flip, scale:<k>, "
+       "noise:<sigma>, lie[:<z>])"},
+      {"lie:", "attack \"lie:\": lie needs a finite number, e.g. lie:1.5"},
+      {"lie:0", "attack \"lie:0\": z must be > 0"},
+      {"lie:-1", "attack \"lie:-1\": z must be > 0"},
+      {"label-flip:1", "attack \"label-flip:1\": label-flip takes no argument"},
+      {"scale", "attack \"scale\": scale needs a finite number, e.g. scale:-10"},
+      {"scale:x", "attack \"scale:x\": scale needs a finite number, e.g. scale:-10"},
+      {"scale:1", "attack \"scale:1\": scale:1 changes nothing"},
+      {"noise:0", "attack \"noise:0\": sigma must be > 0"},
+      {"noise:inf", "attack \"noise:inf\": noise needs a finite number, e.g. noise:0.5"},
+      {"sign-flip:2", "attack \"sign-flip:2\": sign-flip takes no argument"},
+  };
+  for (const auto& [spec, message] : kRefused) {
+    EXPECT_EQ(ParseAttackSpec(spec).status().message(), message);
+  }
 }
 
 TEST(Attack, LieSpecsParse) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <numeric>
@@ -15,40 +16,39 @@ bool HaveFashionMnist() {
   return std::filesystem::exists(std::string(kFashionMnistDir) + "/train-images-idx3-ubyte.gz");
 }
 
+// `split` loaded with `train` and `test` samples of `features` each, its features scaled to
+// exactly [0, 1].
+void ExpectSplit(const Result<DatasetSplit>& split, size_t train, size_t test, size_t features) {
+  ASSERT_TRUE(split.ok()) << split.status().ToString();
+  EXPECT_EQ(split->train.num_samples, train);
+  EXPECT_EQ(split->test.num_samples, test);
+  EXPECT_EQ(split->train.num_features, features);
+  EXPECT_EQ(split->train.features.size(), train * features);
+  auto [lo, hi] = std::minmax_element(split->train.features.begin(), split->train.features.end());
+  EXPECT_EQ(*lo, 0.0f);
+  EXPECT_EQ(*hi, 1.0f);
+}
+
 TEST(Digits, LoadsSklearnsCsvSplitEveryFifthRowToTest) {
   if (!std::filesystem::exists(kDigitsCsv)) GTEST_SKIP() << "python3-sklearn is not installed";
   auto split = LoadDigits();
-  ASSERT_TRUE(split.ok()) << split.status().ToString();
-  EXPECT_EQ(split->train.num_samples, 1438U);
-  EXPECT_EQ(split->test.num_samples, 359U);
-  EXPECT_EQ(split->train.num_features, 64U);
-  EXPECT_EQ(split->train.features.size(), 1438U * 64U);
+  ASSERT_NO_FATAL_FAILURE(ExpectSplit(split, 1438, 359, 64));
   // Rows 0..3 are digits 0 1 2 3 (train); row 4 is a 4 (the first test row).
   EXPECT_EQ(split->train.labels[0], 0);
   EXPECT_EQ(split->train.labels[3], 3);
   EXPECT_EQ(split->test.labels[0], 4);
   EXPECT_FLOAT_EQ(split->train.features[2], 5.0f / 16.0f);  // row 0: 0,0,5,13,...
-  auto [lo, hi] = std::minmax_element(split->train.features.begin(), split->train.features.end());
-  EXPECT_EQ(*lo, 0.0f);
-  EXPECT_EQ(*hi, 1.0f);
   EXPECT_EQ(LoadDigits("/nonexistent/digits.csv.gz").status().code(), StatusCode::kNotFound);
 }
 
 TEST(FashionMnist, LoadsCountsAndKnownLabels) {
   if (!HaveFashionMnist()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
   auto split = LoadFashionMnist();
-  ASSERT_TRUE(split.ok()) << split.status().ToString();
-  EXPECT_EQ(split->train.num_samples, 60000U);
-  EXPECT_EQ(split->test.num_samples, 10000U);
-  EXPECT_EQ(split->train.num_features, 784U);
-  EXPECT_EQ(split->train.features.size(), 60000U * 784U);
+  ASSERT_NO_FATAL_FAILURE(ExpectSplit(split, 60000, 10000, 784));
   EXPECT_EQ(split->train.labels[0], 9);  // ankle boot
   EXPECT_EQ(split->test.labels[0], 9);
   EXPECT_EQ(split->train.labels[1], 0);  // t-shirt/top
   EXPECT_EQ(split->test.labels[1], 2);   // pullover
-  auto [lo, hi] = std::minmax_element(split->train.features.begin(), split->train.features.end());
-  EXPECT_EQ(*lo, 0.0F);
-  EXPECT_EQ(*hi, 1.0F);
   // Balanced: 6000 per class in train.
   std::vector<size_t> counts(10, 0);
   for (uint8_t l : split->train.labels) ++counts[l];

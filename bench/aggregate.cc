@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "shoal/aggregator/fold.h"
 #include "shoal/aggregator/fold_pool.h"
 #include "stream_bandwidth.h"
@@ -35,19 +36,12 @@ int main(int argc, char** argv) {
   size_t n = 11'689'512;  // ResNet-18's parameter count
   int reps = 5;
   size_t stream_mb = 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--params" && i + 1 < argc) {
-      n = std::strtoull(argv[++i], nullptr, 10);
-    } else if (a == "--reps" && i + 1 < argc) {
-      reps = std::atoi(argv[++i]);
-    } else if (a == "--stream-mb" && i + 1 < argc) {
-      stream_mb = std::strtoull(argv[++i], nullptr, 10);
-    } else {
-      std::fprintf(stderr, "usage: bench-aggregate [--params N] [--reps R] [--stream-mb MB]\n");
-      return 2;
-    }
-  }
+  const bool parsed = shoal::bench::Args("bench-aggregate [--params N] [--reps R] [--stream-mb MB]")
+                          .Option("--params", &n)
+                          .Option("--reps", &reps)
+                          .Option("--stream-mb", &stream_mb)
+                          .Parse(argc, argv);
+  if (!parsed) return 2;
   if (n < 16 || reps < 1) {
     std::fprintf(stderr, "bench-aggregate: --params must be >= 16 and --reps >= 1\n");
     return 2;

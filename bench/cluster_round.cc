@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "netns_cluster.h"
 #include "netns_peer.h"
 #include "run_stats.h"
@@ -230,19 +231,13 @@ Layout RunLayout(bool hierarchy, int updates, int runs, int senders,
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   int updates = 48, runs = 3, senders = 4;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--updates" && i + 1 < argc) {
-      updates = std::atoi(argv[++i]);
-    } else if (a == "--runs" && i + 1 < argc) {
-      runs = std::atoi(argv[++i]);
-    } else if (a == "--senders" && i + 1 < argc) {
-      senders = std::atoi(argv[++i]);
-    } else {
-      std::fprintf(stderr, "usage: bench-cluster-round [--updates N] [--runs R] [--senders S]\n");
-      return 2;
-    }
-  }
+  const bool parsed =
+      shoal::bench::Args("bench-cluster-round [--updates N] [--runs R] [--senders S]")
+          .Option("--updates", &updates)
+          .Option("--runs", &runs)
+          .Option("--senders", &senders)
+          .Parse(argc, argv);
+  if (!parsed) return 2;
   if (updates < kNodes || runs < 1 || senders < 1) {
     std::fprintf(stderr, "bench-cluster-round: --updates >= 3, --runs >= 1, --senders >= 1\n");
     return 2;

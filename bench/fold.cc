@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "openblas_env.h"
 #include "shoal/aggregator/fold_pool.h"
 
@@ -183,26 +184,17 @@ int main(int argc, char** argv) {
   size_t n = 25'000'000, k = 16;
   int reps = 3;
   std::string anchor = SHOAL_FOLD_ANCHOR_PY, openblas_path = kDebianOpenBlas;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
-    if (a == "--params" && v) {
-      n = std::strtoull(v, nullptr, 10), ++i;
-    } else if (a == "--updates" && v) {
-      k = std::strtoull(v, nullptr, 10), ++i;
-    } else if (a == "--reps" && v) {
-      reps = std::max(1, std::atoi(v)), ++i;
-    } else if (a == "--anchor" && v) {
-      anchor = v, ++i;
-    } else if (a == "--openblas" && v) {
-      openblas_path = v, ++i;
-    } else {
-      std::fprintf(stderr,
-                   "usage: bench-fold [--params N] [--updates K] [--reps R] [--anchor script] "
-                   "[--openblas libopenblas.so.0]\n");
-      return 2;
-    }
-  }
+  const bool parsed = shoal::bench::Args(
+                          "bench-fold [--params N] [--updates K] [--reps R] [--anchor script] "
+                          "[--openblas libopenblas.so.0]")
+                          .Option("--params", &n)
+                          .Option("--updates", &k)
+                          .Option("--reps", &reps)
+                          .Option("--anchor", &anchor)
+                          .Option("--openblas", &openblas_path)
+                          .Parse(argc, argv);
+  if (!parsed) return 2;
+  reps = std::max(1, reps);
   if (n == 0 || k == 0) {
     std::fprintf(stderr, "bench-fold: --params and --updates must be > 0\n");
     return 2;

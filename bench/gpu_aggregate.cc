@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "shoal/aggregator/fold.h"
 #include "shoal/aggregator/gpu_fold.h"
 
@@ -134,26 +135,17 @@ int main(int argc, char** argv) {
   int reps = 5;
   std::string anchor = SHOAL_GPU_AGGREGATE_ANCHOR_PY;
   bool run_anchor = true;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
-    if (a == "--params" && v) {
-      n = std::strtoull(v, nullptr, 10), ++i;
-    } else if (a == "--updates" && v) {
-      k = std::strtoull(v, nullptr, 10), ++i;
-    } else if (a == "--reps" && v) {
-      reps = std::max(1, std::atoi(v)), ++i;
-    } else if (a == "--anchor" && v) {
-      anchor = v, ++i;
-    } else if (a == "--no-anchor") {
-      run_anchor = false;
-    } else {
-      std::fprintf(stderr,
-                   "usage: bench-gpu-aggregate [--params N] [--updates K] [--reps R] "
-                   "[--anchor script | --no-anchor]\n");
-      return 2;
-    }
-  }
+  const bool parsed = shoal::bench::Args(
+                          "bench-gpu-aggregate [--params N] [--updates K] [--reps R] "
+                          "[--anchor script | --no-anchor]")
+                          .Option("--params", &n)
+                          .Option("--updates", &k)
+                          .Option("--reps", &reps)
+                          .Option("--anchor", &anchor)
+                          .Switch("--no-anchor", &run_anchor, false)
+                          .Parse(argc, argv);
+  if (!parsed) return 2;
+  reps = std::max(1, reps);
   if (n == 0 || k == 0) Fail("--params and --updates must be > 0");
 
   std::string why;

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "shoald_fixture.h"
 #include "wrk_runner.h"
 
@@ -37,19 +38,12 @@ double Median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   int secs = 10, conns = 64, runs = 3;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--seconds" && i + 1 < argc) {
-      secs = std::stoi(argv[++i]);
-    } else if (a == "--connections" && i + 1 < argc) {
-      conns = std::stoi(argv[++i]);
-    } else if (a == "--runs" && i + 1 < argc) {
-      runs = std::stoi(argv[++i]);
-    } else {
-      std::fprintf(stderr, "usage: bench-invoke [--seconds S] [--connections C] [--runs R]\n");
-      return 2;
-    }
-  }
+  const bool parsed = shoal::bench::Args("bench-invoke [--seconds S] [--connections C] [--runs R]")
+                          .Option("--seconds", &secs)
+                          .Option("--connections", &conns)
+                          .Option("--runs", &runs)
+                          .Parse(argc, argv);
+  if (!parsed) return 2;
   if (secs < 1 || conns < 1 || runs < 1) {
     std::fprintf(stderr, "bench-invoke: --seconds, --connections and --runs must be >= 1\n");
     return 2;

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "shoal/aggregator/fold_pool.h"
 
 namespace {
@@ -78,32 +79,19 @@ int main(int argc, char** argv) {
   double beta = 0.1;
   bool numpy = true;
   std::string only;  // run this rule (and the fold) only
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] { return i + 1 < argc ? argv[++i] : "0"; };
-    if (a == "--params") {
-      n = std::strtoull(next(), nullptr, 10);
-    } else if (a == "--updates") {
-      k = std::strtoull(next(), nullptr, 10);
-    } else if (a == "--reps") {
-      reps = std::atoi(next());
-    } else if (a == "--threads") {
-      threads = static_cast<unsigned>(std::atoi(next()));
-    } else if (a == "--beta") {
-      beta = std::atof(next());
-    } else if (a == "--f") {
-      f = std::strtoull(next(), nullptr, 10);
-    } else if (a == "--only") {
-      only = next();
-    } else if (a == "--no-numpy") {
-      numpy = false;
-    } else {
-      std::fprintf(stderr,
-                   "usage: bench-robust [--params N] [--updates K] [--reps R] "
-                   "[--threads T] [--beta B] [--f F] [--no-numpy] [--only RULE]\n");
-      return 2;
-    }
-  }
+  const bool parsed = shoal::bench::Args(
+                          "bench-robust [--params N] [--updates K] [--reps R] "
+                          "[--threads T] [--beta B] [--f F] [--no-numpy] [--only RULE]")
+                          .Option("--params", &n)
+                          .Option("--updates", &k)
+                          .Option("--reps", &reps)
+                          .Option("--threads", &threads)
+                          .Option("--beta", &beta)
+                          .Option("--f", &f)
+                          .Option("--only", &only)
+                          .Switch("--no-numpy", &numpy, false)
+                          .Parse(argc, argv);
+  if (!parsed) return 2;
   if (f == 0) f = k / 4 > 1 ? k / 4 - 1 : 0;
   if (k < 2 * f + 3 || reps < 1 || n == 0) {
     std::fprintf(stderr, "bench-robust: needs K > 2f + 2, R >= 1, N >= 1\n");

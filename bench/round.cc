@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "hugepages_for_test.h"
 #include "shoal/model/architectures.h"
 #include "shoal/model/update_format.h"
@@ -219,20 +220,15 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);  // a connection the server closed is a failure to count, not an exit
   int updates = 64, senders = 8;
   bool with_dpdk = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--pool" && i + 1 < argc && std::string(argv[i + 1]) == "dpdk") {
-      with_dpdk = true;  // the rounds again on a pool: dpdk shoald, with the ratio to Boost
-      ++i;
-    } else if (a == "--updates" && i + 1 < argc) {
-      updates = std::atoi(argv[++i]);
-    } else if (a == "--senders" && i + 1 < argc) {
-      senders = std::atoi(argv[++i]);
-    } else {
-      std::fprintf(stderr, "usage: bench-round [--updates N] [--senders C] [--pool dpdk]\n");
-      return 2;
-    }
+  std::string pool;
+  shoal::bench::Args args("bench-round [--updates N] [--senders C] [--pool dpdk]");
+  args.Option("--updates", &updates).Option("--senders", &senders).Option("--pool", &pool);
+  if (!args.Parse(argc, argv)) return 2;
+  if (!pool.empty() && pool != "dpdk") {
+    args.Usage();
+    return 2;
   }
+  with_dpdk = !pool.empty();  // the rounds again on a pool: dpdk shoald, with the ratio to Boost
   if (updates < 1 || senders < 1) {
     std::fprintf(stderr, "bench-round: --updates and --senders must be >= 1\n");
     return 2;

@@ -1,0 +1,72 @@
+// The benches' command lines: `--name value` options and `--name` switches, each bound to a
+// variable that holds its default. Anything else, or an option without its value, prints the
+// bench's usage line and Parse returns false (the bench exits 2).
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace shoal::bench {
+
+class Args {
+ public:
+  explicit Args(std::string usage) : usage_(std::move(usage)) {}
+
+  // Numbers are read as strtoll / strtoull / strtod read them (not a number: 0).
+  template <class T>
+  Args& Option(const char* name, T* value) {
+    flags_.push_back({name, true, [value](const char* v) { Set(value, v); }});
+    return *this;
+  }
+  // `--name` alone sets `*value` to `to`.
+  Args& Switch(const char* name, bool* value, bool to) {
+    flags_.push_back({name, false, [value, to](const char*) { *value = to; }});
+    return *this;
+  }
+
+  bool Parse(int argc, char** argv) const {
+    for (int i = 1; i < argc; ++i) {
+      const Flag* flag = nullptr;
+      for (const Flag& f : flags_) {
+        if (f.name == argv[i]) flag = &f;
+      }
+      if (flag == nullptr || (flag->takes_value && i + 1 >= argc)) return Usage();
+      flag->set(flag->takes_value ? argv[++i] : nullptr);
+    }
+    return true;
+  }
+  // Prints the usage line; false, for `return args.Usage();` on a value the bench refuses.
+  bool Usage() const {
+    std::fprintf(stderr, "usage: %s\n", usage_.c_str());
+    return false;
+  }
+
+ private:
+  struct Flag {
+    std::string name;
+    bool takes_value;
+    std::function<void(const char*)> set;
+  };
+  template <class T>
+  static void Set(T* out, const char* v) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      *out = v;
+    } else if constexpr (std::is_floating_point_v<T>) {
+      *out = static_cast<T>(std::strtod(v, nullptr));
+    } else if constexpr (std::is_signed_v<T>) {
+      *out = static_cast<T>(std::strtoll(v, nullptr, 10));
+    } else {
+      *out = static_cast<T>(std::strtoull(v, nullptr, 10));
+    }
+  }
+
+  std::string usage_;
+  std::vector<Flag> flags_;
+};
+
+}  // namespace shoal::bench

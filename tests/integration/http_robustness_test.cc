@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "loopback.h"
 #include "shoald_fixture.h"
 
 namespace shoal::testing {
@@ -27,17 +28,7 @@ using Clock = std::chrono::steady_clock;
 // One raw TCP connection: send exact bytes, read exact bytes.
 class RawConn {
  public:
-  explicit RawConn(uint16_t port) {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      close(fd_);
-      fd_ = -1;
-    }
-  }
+  explicit RawConn(uint16_t port) : fd_(ConnectLoopback(port)) {}
   ~RawConn() {
     if (fd_ >= 0) close(fd_);
   }

@@ -4,6 +4,8 @@
 //
 // The shortage is real, not simulated: the pool is made one 2 MiB page larger than every
 // hugepage the node has reserved, so no other test's pages can make it fit.
+#include "shoal/pool/pool_backend.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -14,7 +16,6 @@
 
 #include "hugepages_for_test.h"
 #include "shoal/pool/hugepages.h"
-#include "shoal/pool/pool_backend.h"
 #include "shoald_fixture.h"
 
 namespace shoal::testing {
@@ -46,10 +47,16 @@ class PoolBackendTest : public ::testing::Test {
   void TearDown() override {
     if (HasFailure()) std::cerr << "---- shoald log ----\n" << shoald_.Log();
   }
-  // A pool that needs one page more than the node has reserved (and at least 64 MiB).
-  uint64_t ShortPoolBytes() const {
-    return std::max<uint64_t>(total_ + 1, 32) * kHugepageBytes;
+  // shoald on backend `pool` with a pool of ShortPoolBytes() and 16 MiB bodies.
+  Shoald::Options ShortPool(const std::string& pool) const {
+    Shoald::Options o;
+    o.pool = pool;
+    o.pool_bytes = ShortPoolBytes();
+    o.max_body_bytes = 16ull << 20;
+    return o;
   }
+  // A pool that needs one page more than the node has reserved (and at least 64 MiB).
+  uint64_t ShortPoolBytes() const { return std::max<uint64_t>(total_ + 1, 32) * kHugepageBytes; }
   // Deploys `echo` in the default tenant (its pool is made on first use) and checks a request.
   void DeployEcho() {
     auto d = shoald_.Deploy(
@@ -65,10 +72,7 @@ class PoolBackendTest : public ::testing::Test {
 };
 
 TEST_F(PoolBackendTest, DpdkWithTooFewHugepagesRefusesToStartNamingNeededAndFree) {
-  Shoald::Options o;
-  o.pool = "dpdk";
-  o.pool_bytes = ShortPoolBytes();
-  o.max_body_bytes = 16ull << 20;
+  const Shoald::Options o = ShortPool("dpdk");
   const uint64_t need = o.pool_bytes / kHugepageBytes;
   EXPECT_FALSE(shoald_.Start(o)) << "shoald started on pool: dpdk without the hugepages";
   const std::string log = shoald_.Log();
@@ -85,10 +89,7 @@ TEST_F(PoolBackendTest, DpdkWithTooFewHugepagesRefusesToStartNamingNeededAndFree
 }
 
 TEST_F(PoolBackendTest, AutoWithTooFewHugepagesFallsBackToBoostAndSaysWhy) {
-  Shoald::Options o;
-  o.pool = "auto";
-  o.pool_bytes = ShortPoolBytes();
-  o.max_body_bytes = 16ull << 20;
+  const Shoald::Options o = ShortPool("auto");
   const uint64_t need = o.pool_bytes / kHugepageBytes;
   ASSERT_TRUE(shoald_.Start(o)) << shoald_.Log();
   const std::string why = "auto: not dpdk because ";

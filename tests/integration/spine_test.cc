@@ -57,15 +57,19 @@ class SpineTest : public ::testing::Test {
   void TearDown() override {
     if (HasFailure()) std::cerr << "---- shoald log ----\n" << shoald_.Log();
   }
+  // Deploys function `name` (`handler`, `spec` under spec) and waits for its first instance.
+  void DeployReady(const std::string& name, const std::string& handler, const std::string& spec) {
+    auto d = shoald_.Deploy(FunctionManifest(name, handler, spec));
+    ASSERT_EQ(d.exit_code, 0) << d.err;
+    ASSERT_TRUE(shoald_.WaitReady(name, 1));
+  }
   Shoald::Options options_;
   Shoald shoald_;
 };
 
 TEST_F(SpineTest, EchoBodiesFromZeroTo64MiBComeBackByteForByte) {
-  auto d = shoald_.Deploy(FunctionManifest("echo", Builtin("echo"),
-                                           "  concurrency: 4\n  scale: {min: 1, max: 2}\n"));
-  ASSERT_EQ(d.exit_code, 0) << d.err;
-  ASSERT_TRUE(shoald_.WaitReady("echo", 1));
+  ASSERT_NO_FATAL_FAILURE(
+      DeployReady("echo", Builtin("echo"), "  concurrency: 4\n  scale: {min: 1, max: 2}\n"));
   const size_t sizes[] = {0, 1, 63, 64, 4095, 65536, 65537, 1 << 20, (16 << 20) + 3, 64 << 20};
   for (size_t n : sizes) {
     const std::string body = RandomBytes(n, static_cast<uint32_t>(n));
@@ -119,9 +123,9 @@ TEST_F(SpineTest, ErrorsAreJsonWithTheRightStatus) {
   auto nf = Http(shoald_.port(), "GET", "/fn/missing");
   EXPECT_EQ(nf.status, 404);
   EXPECT_EQ(nf.body, "{\"error\":\"function 'missing' not found\"}\n");
-  ASSERT_EQ(shoald_.Deploy(FunctionManifest("small", Builtin("echo"), "  maxBodySize: 1Ki\n"))
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      shoald_.Deploy(FunctionManifest("small", Builtin("echo"), "  maxBodySize: 1Ki\n")).exit_code,
+      0);
   auto big = Http(shoald_.port(), "POST", "/fn/small", std::string(2000, 'x'));
   EXPECT_EQ(big.status, 413);
   EXPECT_NE(big.body.find("over the limit of 1024 bytes"), std::string::npos) << big.body;
@@ -129,9 +133,9 @@ TEST_F(SpineTest, ErrorsAreJsonWithTheRightStatus) {
   EXPECT_EQ(ok.status, 200) << ok.error;
   EXPECT_EQ(ok.body.size(), 1024u);
 
-  ASSERT_EQ(shoald_.Deploy(FunctionManifest("slow", Builtin("sleep"), "  timeout: 300ms\n"))
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      shoald_.Deploy(FunctionManifest("slow", Builtin("sleep"), "  timeout: 300ms\n")).exit_code,
+      0);
   auto t = Http(shoald_.port(), "GET", "/fn/slow?ms=2000");
   EXPECT_EQ(t.status, 504);
   EXPECT_NE(t.body.find("did not answer within 0.3 s"), std::string::npos) << t.body;
@@ -143,11 +147,8 @@ TEST_F(SpineTest, ErrorsAreJsonWithTheRightStatus) {
 }
 
 TEST_F(SpineTest, KilledInstanceGives502ComesBackAndReturnsItsBuffers) {
-  ASSERT_EQ(shoald_.Deploy(FunctionManifest("victim", Builtin("sleep"),
-                                            "  scale: {min: 1, max: 1}\n  concurrency: 2\n"))
-                .exit_code,
-            0);
-  ASSERT_TRUE(shoald_.WaitReady("victim", 1));
+  ASSERT_NO_FATAL_FAILURE(
+      DeployReady("victim", Builtin("sleep"), "  scale: {min: 1, max: 1}\n  concurrency: 2\n"));
   const double used_before = shoald_.Metric("shoal_pool_bytes", "state=\"used\"");
   auto pids = shoald_.InstancePids("victim");
   ASSERT_EQ(pids.size(), 1u);
@@ -172,8 +173,9 @@ TEST_F(SpineTest, KilledInstanceGives502ComesBackAndReturnsItsBuffers) {
 }
 
 TEST_F(SpineTest, QueuedRequestsWaitForAFreeInstance) {
-  ASSERT_EQ(shoald_.Deploy(FunctionManifest("one", Builtin("sleep"),
-                                            "  concurrency: 1\n  scale: {min: 0, max: 1}\n"))
+  ASSERT_EQ(shoald_
+                .Deploy(FunctionManifest("one", Builtin("sleep"),
+                                         "  concurrency: 1\n  scale: {min: 0, max: 1}\n"))
                 .exit_code,
             0);
   const auto start = Clock::now();
@@ -196,8 +198,9 @@ TEST_F(SpineTest, QueuedRequestsWaitForAFreeInstance) {
 }
 
 TEST_F(SpineTest, IdleInstancesStopAfterKeepAliveAndScaleFromZeroAgain) {
-  ASSERT_EQ(shoald_.Deploy(FunctionManifest("blink", Builtin("echo"),
-                                            "  keepAlive: 500ms\n  scale: {min: 0, max: 1}\n"))
+  ASSERT_EQ(shoald_
+                .Deploy(FunctionManifest("blink", Builtin("echo"),
+                                         "  keepAlive: 500ms\n  scale: {min: 0, max: 1}\n"))
                 .exit_code,
             0);
   auto r = Http(shoald_.port(), "POST", "/fn/blink", "a");
@@ -278,11 +281,8 @@ class SmallPoolTest : public SpineTest {
 };
 
 TEST_F(SmallPoolTest, FullPoolAnswers503WithRetryAfterAndLosesNothingAccepted) {
-  ASSERT_EQ(shoald_.Deploy(FunctionManifest("hold", Builtin("sleep"),
-                                            "  concurrency: 4\n  scale: {min: 1, max: 1}\n"))
-                .exit_code,
-            0);
-  ASSERT_TRUE(shoald_.WaitReady("hold", 1));
+  ASSERT_NO_FATAL_FAILURE(
+      DeployReady("hold", Builtin("sleep"), "  concurrency: 4\n  scale: {min: 1, max: 1}\n"));
   HttpResult first;
   std::thread holder([&] {
     first = Http(shoald_.port(), "POST", "/fn/hold?ms=1500", std::string(18 << 20, 'h'));
@@ -330,8 +330,7 @@ TEST_F(SpineTest, CliShowsLiveStateLogsAndDeletes) {
   auto top = shoald_.Cli({"top"});
   EXPECT_EQ(top.exit_code, 0);
   const bool bpf = bpf_test::BpfCapabilityAbsent().empty();
-  EXPECT_NE(top.out.find("Data plane: " + std::string(bpf ? "sockmap" : "unix")),
-            std::string::npos)
+  EXPECT_NE(top.out.find("Data plane: " + std::string(bpf ? "sockmap" : "unix")), std::string::npos)
       << top.out;
   EXPECT_NE(top.out.find("echo"), std::string::npos);
   auto desc = shoald_.Cli({"describe", "echo"});
@@ -366,8 +365,8 @@ TEST_F(SpineTest, RedeployReplacesInstancesWithoutFailingRequests) {
   HttpResult inflight;
   std::thread t([&] { inflight = Http(shoald_.port(), "GET", "/fn/svc?ms=400"); });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  auto re = shoald_.Deploy(FunctionManifest("svc", Builtin("sleep"),
-                                            "  scale: {min: 1, max: 1}\n  concurrency: 2\n"));
+  auto re = shoald_.Deploy(
+      FunctionManifest("svc", Builtin("sleep"), "  scale: {min: 1, max: 1}\n  concurrency: 2\n"));
   EXPECT_EQ(re.exit_code, 0);
   EXPECT_NE(re.out.find("function/svc configured"), std::string::npos) << re.out;
   t.join();
@@ -384,8 +383,9 @@ TEST_F(SpineTest, RedeployReplacesInstancesWithoutFailingRequests) {
 }
 
 TEST_F(SpineTest, EachTenantHasItsOwnPrivatePool) {
-  ASSERT_EQ(shoald_.Deploy("apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: a\n"
-                           "  namespace: team-a\nspec:\n  handler:\n    builtin: echo\n")
+  ASSERT_EQ(shoald_
+                .Deploy("apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: a\n"
+                        "  namespace: team-a\nspec:\n  handler:\n    builtin: echo\n")
                 .exit_code,
             0);
   ASSERT_EQ(Http(shoald_.port(), "POST", "/fn/a", "tenant a").body, "tenant a");

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "loopback.h"
 #include "shoal/common/payload.h"
 #include "shoal/gateway/gateway.h"
 #include "shoal/pool/shm_pool.h"
@@ -61,18 +62,7 @@ class NoScale : public ScaleSignal {
   void Poke() override {}
 };
 
-int Connect(uint16_t port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
+int Connect(uint16_t port) { return testing::ConnectLoopback(port); }
 
 void SendAll(int fd, const std::string& s) {
   size_t off = 0;

@@ -161,10 +161,15 @@ TEST(FedFix, DataShareWeightedDeltasAtEachTick) {
 
 // FedCompass applies each update's own progress, Δ_k = w_k − w_{τ_k} (APPFL's FedCompass runs
 // with clients sending gradients): w ← w + Σ α_k Δ_k, α_k = α s(u_k) / N.
-TEST(FedCompass, GroupAndSingleUpdate) {
+// FedCompass over three clients, its other parameters the defaults.
+FedCompassParams ThreeClients() {
   FedCompassParams p;
   p.num_clients = 3;
-  FedCompass algo(p);
+  return p;
+}
+
+TEST(FedCompass, GroupAndSingleUpdate) {
+  FedCompass algo(ThreeClients());
   ASSERT_TRUE(algo.needs_base_versions());
   VersionStore versions = ThreeVersions();
   // Single (first-arrival) update from the current version v2, u = 0: α = 0.9 / 3 = 0.3,
@@ -194,9 +199,7 @@ TEST(FedCompass, GroupAndSingleUpdate) {
 // FedCompass takes staleness when the group aggregates: leaves fold α/N (u = 0) per base
 // version and the top scales each base's sum by s(t − τ); equal to folding α s(u)/N directly.
 TEST(FedCompass, StalenessAtCommitMatchesDirectCoefficients) {
-  FedCompassParams p;
-  p.num_clients = 3;
-  FedCompass algo(p);
+  FedCompass algo(ThreeClients());
   ASSERT_TRUE(algo.staleness_at_commit());
   VersionStore versions = ThreeVersions();
   // Bases 2, 1, 0 at commit version 2; folded with u = 0 into one leaf sum per base.

@@ -15,12 +15,17 @@ ClusterModel ThreeNodes() {
   return c;
 }
 
+// `d` is a placement on node `node`, of kind `kind`.
+void ExpectPlaced(const Result<PlacementDecision>& d, size_t node, PlacementKind kind) {
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->node, node);
+  EXPECT_EQ(d->kind, kind);
+}
+
 TEST(Placement, ColdGoesToCheapestColdStart) {
   ClusterModel c = ThreeNodes();
   auto d = Place(c, {"f", {1, 256, 0}});
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
-  EXPECT_EQ(d->node, 2u);
-  EXPECT_EQ(d->kind, PlacementKind::kCold);
+  ASSERT_NO_FATAL_FAILURE(ExpectPlaced(d, 2u, PlacementKind::kCold));
   EXPECT_DOUBLE_EQ(d->expected_cold_start_s, 1.0);
 }
 
@@ -28,9 +33,7 @@ TEST(Placement, CachedBeatsCheapest) {
   ClusterModel c = ThreeNodes();
   c.node(0).cached.insert("f");
   auto d = Place(c, {"f", {1, 256, 0}});
-  ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->node, 0u);
-  EXPECT_EQ(d->kind, PlacementKind::kCached);
+  ASSERT_NO_FATAL_FAILURE(ExpectPlaced(d, 0u, PlacementKind::kCached));
   // Another function's cache does not count.
   auto g = Place(c, {"g", {1, 256, 0}});
   ASSERT_TRUE(g.ok());
@@ -43,9 +46,7 @@ TEST(Placement, WarmBeatsCached) {
   c.node(1).idle_warm["f"] = 1;
   c.node(2).idle_warm["f"] = 0;  // none left there
   auto d = Place(c, {"f", {1, 256, 0}});
-  ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->node, 1u);
-  EXPECT_EQ(d->kind, PlacementKind::kWarm);
+  ASSERT_NO_FATAL_FAILURE(ExpectPlaced(d, 1u, PlacementKind::kWarm));
   EXPECT_DOUBLE_EQ(d->expected_cold_start_s, 0.0);
 }
 
@@ -54,9 +55,7 @@ TEST(Placement, CachedNodeWithoutRoomFallsBackToCold) {
   c.node(0).cached.insert("f");
   ASSERT_TRUE(c.Allocate(0, {7.5, 0, 0}).ok());
   auto d = Place(c, {"f", {1, 256, 0}});
-  ASSERT_TRUE(d.ok());
-  EXPECT_EQ(d->node, 2u);
-  EXPECT_EQ(d->kind, PlacementKind::kCold);
+  ASSERT_NO_FATAL_FAILURE(ExpectPlaced(d, 2u, PlacementKind::kCold));
 }
 
 TEST(Placement, GpuRequestOnlyOnGpuNodes) {

@@ -81,6 +81,17 @@ Result<json> ParseJson(const std::string& text) {
   return j;
 }
 
+// A call's reply as JSON: the call's error, or the parse's.
+Result<json> ReplyJson(const Result<std::string>& reply) {
+  if (!reply.ok()) return reply.status();
+  return ParseJson(*reply);
+}
+
+// The range body of every key under `prefix`.
+json PrefixRange(const std::string& prefix) {
+  return {{"key", Base64(prefix)}, {"range_end", Base64(PrefixRangeEnd(prefix))}};
+}
+
 size_t AppendBody(char* data, size_t size, size_t n, void* out) {
   static_cast<std::string*>(out)->append(data, size * n);
   return size * n;
@@ -236,19 +247,13 @@ Result<std::string> EtcdClient::Call(const std::string& path, const std::string&
 }
 
 Result<RangeResult> EtcdClient::Get(const std::string& key) {
-  auto reply = Call("/v3/kv/range", json{{"key", Base64(key)}}.dump());
-  if (!reply.ok()) return reply.status();
-  auto j = ParseJson(*reply);
+  auto j = ReplyJson(Call("/v3/kv/range", json{{"key", Base64(key)}}.dump()));
   if (!j.ok()) return j.status();
   return ParseRange(*j);
 }
 
 Result<RangeResult> EtcdClient::GetPrefix(const std::string& prefix) {
-  auto reply = Call("/v3/kv/range",
-                    json{{"key", Base64(prefix)}, {"range_end", Base64(PrefixRangeEnd(prefix))}}
-                        .dump());
-  if (!reply.ok()) return reply.status();
-  auto j = ParseJson(*reply);
+  auto j = ReplyJson(Call("/v3/kv/range", PrefixRange(prefix).dump()));
   if (!j.ok()) return j.status();
   return ParseRange(*j);
 }
@@ -256,36 +261,26 @@ Result<RangeResult> EtcdClient::GetPrefix(const std::string& prefix) {
 Result<int64_t> EtcdClient::Put(const std::string& key, const std::string& value, int64_t lease) {
   json body{{"key", Base64(key)}, {"value", Base64(value)}};
   if (lease != 0) body["lease"] = std::to_string(lease);
-  auto reply = Call("/v3/kv/put", body.dump());
-  if (!reply.ok()) return reply.status();
-  auto j = ParseJson(*reply);
+  auto j = ReplyJson(Call("/v3/kv/put", body.dump()));
   if (!j.ok()) return j.status();
   return Int(j->value("header", json::object()), "revision");
 }
 
 Result<int64_t> EtcdClient::Delete(const std::string& key) {
-  auto reply = Call("/v3/kv/deleterange", json{{"key", Base64(key)}}.dump());
-  if (!reply.ok()) return reply.status();
-  auto j = ParseJson(*reply);
+  auto j = ReplyJson(Call("/v3/kv/deleterange", json{{"key", Base64(key)}}.dump()));
   if (!j.ok()) return j.status();
   return Int(*j, "deleted");
 }
 
 Result<int64_t> EtcdClient::DeletePrefix(const std::string& prefix) {
-  auto reply = Call("/v3/kv/deleterange",
-                    json{{"key", Base64(prefix)}, {"range_end", Base64(PrefixRangeEnd(prefix))}}
-                        .dump());
-  if (!reply.ok()) return reply.status();
-  auto j = ParseJson(*reply);
+  auto j = ReplyJson(Call("/v3/kv/deleterange", PrefixRange(prefix).dump()));
   if (!j.ok()) return j.status();
   return Int(*j, "deleted");
 }
 
 Result<bool> EtcdClient::Txn(const std::string& body, const std::string& /*key*/,
                              RangeResult* current) {
-  auto reply = Call("/v3/kv/txn", body);
-  if (!reply.ok()) return reply.status();
-  auto j = ParseJson(*reply);
+  auto j = ReplyJson(Call("/v3/kv/txn", body));
   if (!j.ok()) return j.status();
   const bool succeeded = j->value("succeeded", false);
   if (!succeeded && current != nullptr) {
@@ -366,9 +361,7 @@ Status EtcdClient::RevokeLease(int64_t lease) {
 }
 
 Result<int64_t> EtcdClient::Ping() {
-  auto reply = Call("/v3/maintenance/status", "{}");
-  if (!reply.ok()) return reply.status();
-  auto j = ParseJson(*reply);
+  auto j = ReplyJson(Call("/v3/maintenance/status", "{}"));
   if (!j.ok()) return j.status();
   return Int(j->value("header", json::object()), "revision");
 }
@@ -441,7 +434,7 @@ size_t OnStreamBytes(char* data, size_t size, size_t n, void* user) {
 void EtcdWatch::StreamOnce(const std::string& endpoint) {
   CURL* curl = curl_easy_init();
   if (curl == nullptr) return;
-  json create{{"key", Base64(prefix_)}, {"range_end", Base64(PrefixRangeEnd(prefix_))}};
+  json create = PrefixRange(prefix_);
   if (next_revision_.load() > 0) create["start_revision"] = std::to_string(next_revision_.load());
   const std::string body = json{{"create_request", create}}.dump();
   const std::string url = endpoint + "/v3/watch";

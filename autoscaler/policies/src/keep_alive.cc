@@ -97,13 +97,9 @@ KeepAliveDecision HistogramKeepAlive::Decide() const {
 
 Result<std::unique_ptr<KeepAlivePolicy>> MakeKeepAlivePolicy(const std::string& name,
                                                              const KeepAliveParams& params) {
-  if (name == "fixed") {
-    SHOAL_RETURN_IF_ERROR(Validate(params.fixed));
-    return std::unique_ptr<KeepAlivePolicy>(std::make_unique<FixedKeepAlive>(params.fixed));
-  }
+  if (name == "fixed") return MakeValidated<KeepAlivePolicy, FixedKeepAlive>(params.fixed);
   if (name == "histogram") {
-    SHOAL_RETURN_IF_ERROR(Validate(params.histogram));
-    return std::unique_ptr<KeepAlivePolicy>(std::make_unique<HistogramKeepAlive>(params.histogram));
+    return MakeValidated<KeepAlivePolicy, HistogramKeepAlive>(params.histogram);
   }
   return InvalidArgument("unknown keep-alive policy '" + name + "' (known: fixed, histogram)");
 }

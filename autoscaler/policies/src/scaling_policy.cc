@@ -17,18 +17,9 @@ uint32_t ClampScale(uint64_t replicas, const FunctionSignals& s) {
 
 Result<std::unique_ptr<ScalingPolicy>> MakeScalingPolicy(const std::string& name,
                                                          const PolicyParams& params) {
-  if (name == "kpa") {
-    SHOAL_RETURN_IF_ERROR(Validate(params.kpa));
-    return std::unique_ptr<ScalingPolicy>(std::make_unique<KpaPolicy>(params.kpa));
-  }
-  if (name == "rl-q") {
-    SHOAL_RETURN_IF_ERROR(Validate(params.rl_q));
-    return std::unique_ptr<ScalingPolicy>(std::make_unique<RlQPolicy>(params.rl_q));
-  }
-  if (name == "shoal") {
-    SHOAL_RETURN_IF_ERROR(Validate(params.shoal));
-    return std::unique_ptr<ScalingPolicy>(std::make_unique<ShoalPolicy>(params.shoal));
-  }
+  if (name == "kpa") return MakeValidated<ScalingPolicy, KpaPolicy>(params.kpa);
+  if (name == "rl-q") return MakeValidated<ScalingPolicy, RlQPolicy>(params.rl_q);
+  if (name == "shoal") return MakeValidated<ScalingPolicy, ShoalPolicy>(params.shoal);
   if (name == "learned") {
     SHOAL_RETURN_IF_ERROR(Validate(params.shoal));
     SHOAL_RETURN_IF_ERROR(Validate(params.learned));

@@ -155,4 +155,11 @@ Status Validate(const HistogramKeepAliveParams& p);
 Status Validate(const ShoalParams& p);
 Status Validate(const LearnedParams& p);
 
+// The policy factories' step: `Impl(params)` as a `Base` once Validate(params) passes.
+template <class Base, class Impl, class Params>
+Result<std::unique_ptr<Base>> MakeValidated(const Params& params) {
+  SHOAL_RETURN_IF_ERROR(Validate(params));
+  return std::unique_ptr<Base>(std::make_unique<Impl>(params));
+}
+
 }  // namespace shoal

@@ -10,13 +10,10 @@
 namespace shoal::client {
 
 Result<AttackSpec> ParseAttackSpec(std::string_view spec) {
-  const auto colon = spec.find(':');
-  const std::string_view kind = spec.substr(0, colon);
-  const std::string_view arg = colon == std::string_view::npos ? "" : spec.substr(colon + 1);
-  const std::string where = "attack \"" + std::string(spec) + "\": ";
+  const auto [kind, arg, has_arg, where] = internal::SplitSpec(spec, "attack");
   AttackSpec a;
   if (kind == "none" || kind == "sign-flip" || kind == "label-flip") {
-    if (colon != std::string_view::npos) {
+    if (has_arg) {
       return InvalidArgument(where + std::string(kind) + " takes no argument");
     }
     a.kind = kind == "none"        ? AttackSpec::Kind::kNone
@@ -24,7 +21,7 @@ Result<AttackSpec> ParseAttackSpec(std::string_view spec) {
                                    : AttackSpec::Kind::kLabelFlip;
     return a;
   }
-  if (kind == "lie" && colon == std::string_view::npos) {
+  if (kind == "lie" && !has_arg) {
     a.kind = AttackSpec::Kind::kLie;  // z from LieZ(n, f)
     return a;
   }

@@ -143,13 +143,10 @@ std::vector<std::vector<uint32_t>> ClassesSplit(std::span<const uint8_t> labels,
 }  // namespace
 
 Result<PartitionSpec> ParsePartitionSpec(std::string_view spec) {
-  const auto colon = spec.find(':');
-  const std::string_view kind = spec.substr(0, colon);
-  const std::string_view arg = colon == std::string_view::npos ? "" : spec.substr(colon + 1);
-  const std::string where = "partition \"" + std::string(spec) + "\": ";
+  const auto [kind, arg, has_arg, where] = internal::SplitSpec(spec, "partition");
   PartitionSpec p;
   if (kind == "iid") {
-    if (colon != std::string_view::npos) return InvalidArgument(where + "iid takes no argument");
+    if (has_arg) return InvalidArgument(where + "iid takes no argument");
     p.kind = PartitionSpec::Kind::kIid;
   } else if (kind == "dirichlet") {
     auto a = ParseDouble(arg);

@@ -27,10 +27,7 @@ std::vector<std::string_view> SplitArgs(std::string_view s) {
 }  // namespace
 
 Result<SpeedSpec> ParseSpeedSpec(std::string_view spec) {
-  const auto colon = spec.find(':');
-  const std::string_view kind = spec.substr(0, colon);
-  const std::string_view arg = colon == std::string_view::npos ? "" : spec.substr(colon + 1);
-  const std::string where = "speeds \"" + std::string(spec) + "\": ";
+  const auto [kind, arg, has_arg, where] = internal::SplitSpec(spec, "speeds");
   const auto args = SplitArgs(arg);
   std::vector<double> values;
   for (size_t i = 0; i < args.size(); ++i) {

@@ -18,6 +18,14 @@ namespace {
 #define SHOAL_VECTOR_KERNEL
 #endif
 
+// <a, b> over n floats; inlined into each caller (and each of a kernel's target clones).
+__attribute__((always_inline)) inline float Dot(const float* a, const float* b, size_t n) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (size_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
 // hidden[b, j] = relu(b1[j] + <W1[j, :], x[b, :]>) for a block of batch rows. Four rows of x
 // and two rows of W1 at a time: each loaded vector feeds several multiply-adds, and the 8
 // partial sums stay in registers (the `omp simd` reduction vectorises them without
@@ -65,9 +73,7 @@ void Fc1Forward(const float* __restrict w1, const float* __restrict b1, const fl
       const float* wa = w1 + size_t(j) * d;
       for (int r = 0; r < 4; ++r) {
         const float* xr = x0 + size_t(r) * d;
-        float s = 0;
-#pragma omp simd reduction(+ : s)
-        for (size_t i = 0; i < d; ++i) s += wa[i] * xr[i];
+        const float s = Dot(wa, xr, d);
         out[size_t(b + r) * size_t(hidden) + size_t(j)] = std::max(0.0F, s + b1[j]);
       }
     }
@@ -76,9 +82,7 @@ void Fc1Forward(const float* __restrict w1, const float* __restrict b1, const fl
     const float* xr = x + size_t(b) * d;
     for (int j = 0; j < hidden; ++j) {
       const float* wa = w1 + size_t(j) * d;
-      float s = 0;
-#pragma omp simd reduction(+ : s)
-      for (size_t i = 0; i < d; ++i) s += wa[i] * xr[i];
+      const float s = Dot(wa, xr, d);
       out[size_t(b) * size_t(hidden) + size_t(j)] = std::max(0.0F, s + b1[j]);
     }
   }
@@ -134,10 +138,7 @@ void Fc2Forward(const float* __restrict w2, const float* __restrict b2,
     const float* hr = hidden_act + size_t(b) * h;
     for (int c = 0; c < classes; ++c) {
       const float* w = w2 + size_t(c) * h;
-      float s = 0;
-#pragma omp simd reduction(+ : s)
-      for (size_t j = 0; j < h; ++j) s += w[j] * hr[j];
-      logits[size_t(b) * size_t(classes) + size_t(c)] = s + b2[c];
+      logits[size_t(b) * size_t(classes) + size_t(c)] = Dot(w, hr, h) + b2[c];
     }
   }
 }

@@ -44,25 +44,19 @@ double P50(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
-bool WriteAll(int fd, const char* p, size_t n) {
+// All `n` bytes through `io` (read or write); false on an error or an early end.
+template <class Ptr, class Io>
+bool AllBytes(Io io, int fd, Ptr p, size_t n) {
   while (n > 0) {
-    const ssize_t w = write(fd, p, n);
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
+    const ssize_t done = io(fd, p, n);
+    if (done <= 0) return false;
+    p += done;
+    n -= static_cast<size_t>(done);
   }
   return true;
 }
-
-bool ReadExactly(int fd, char* p, size_t n) {
-  while (n > 0) {
-    const ssize_t r = read(fd, p, n);
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
+bool WriteAll(int fd, const char* p, size_t n) { return AllBytes(::write, fd, p, n); }
+bool ReadExactly(int fd, char* p, size_t n) { return AllBytes(::read, fd, p, n); }
 
 // One keep-alive HTTP connection: POST `body` to `path`, N times; the latencies in µs, or empty
 // on an error (printed).

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "hugepages_for_test.h"
+#include "http_head.h"
 
 namespace shoal::testing {
 
@@ -140,58 +141,18 @@ HttpResult HttpAt(const std::string& ipv4, uint16_t port, const std::string& met
   std::string line;
   std::getline(head, line);
   if (line.size() > 12) r.status = std::stoi(line.substr(9, 3));
-  while (std::getline(head, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string k = line.substr(0, colon);
-    for (auto& c : k) c = static_cast<char>(tolower(c));
-    std::string v = line.substr(colon + 1);
-    while (!v.empty() && v.front() == ' ') v.erase(0, 1);
-    r.headers[k] = v;
-  }
+  r.headers = HeadFields(head);
   r.body = resp.substr(head_end + 4);
   return r;
 }
 
 CliResult RunCli(const std::vector<std::string>& args, const std::string& stdin_data,
                  const std::vector<std::string>& env) {
-  char out_tmpl[] = "/tmp/shoal-cli-out-XXXXXX";
-  char err_tmpl[] = "/tmp/shoal-cli-err-XXXXXX";
-  char in_tmpl[] = "/tmp/shoal-cli-in-XXXXXX";
-  int out = mkstemp(out_tmpl), err = mkstemp(err_tmpl), in = mkstemp(in_tmpl);
-  (void)!write(in, stdin_data.data(), stdin_data.size());
-  lseek(in, 0, SEEK_SET);
-  std::vector<std::string> argv_s = {BinDir() + "/shoal"};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<std::string> env_s = {"PATH=/usr/bin:/bin", "HOME=/nonexistent"};
-  env_s.insert(env_s.end(), env.begin(), env.end());
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(in, 0);
-    dup2(out, 1);
-    dup2(err, 2);
-    std::vector<char*> argv, envp;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (auto& e : env_s) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    execve(argv[0], argv.data(), envp.data());
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  CliResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = ReadFile(out_tmpl);
-  r.err = ReadFile(err_tmpl);
-  close(out);
-  close(err);
-  close(in);
-  unlink(out_tmpl);
-  unlink(err_tmpl);
-  unlink(in_tmpl);
-  return r;
+  std::vector<std::string> argv = {BinDir() + "/shoal"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<std::string> clean_env = {"PATH=/usr/bin:/bin", "HOME=/nonexistent"};
+  clean_env.insert(clean_env.end(), env.begin(), env.end());
+  return RunProcess(std::move(argv), stdin_data, &clean_env);
 }
 
 Shoald::Shoald() {

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "run_process.h"
+
 namespace shoal::testing {
 
 std::string BinDir();  // build/bin
@@ -35,11 +37,6 @@ HttpResult HttpAt(const std::string& ipv4, uint16_t port, const std::string& met
                   const std::vector<std::string>& headers = {}, size_t chunk_size = 0,
                   int timeout_ms = 60000);
 
-struct CliResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
 // Runs the `shoal` CLI with `env` ("NAME=value") added to a clean environment (PATH only).
 CliResult RunCli(const std::vector<std::string>& args, const std::string& stdin_data = {},
                  const std::vector<std::string>& env = {});

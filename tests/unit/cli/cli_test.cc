@@ -23,6 +23,8 @@
 #include <sstream>
 #include <thread>
 
+#include "http_head.h"
+#include "run_process.h"
 #include "shoal/inference/onnx.h"
 #include "shoal/model/architectures.h"
 #include "shoal/model/safetensors.h"
@@ -111,14 +113,7 @@ class FakeShoald {
     std::getline(head, line);
     std::istringstream first(line);
     first >> req.method >> req.target;
-    while (std::getline(head, line)) {
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      auto colon = line.find(':');
-      if (colon == std::string::npos) continue;
-      std::string k = line.substr(0, colon);
-      for (auto& ch : k) ch = static_cast<char>(tolower(ch));
-      req.headers[k] = line.substr(line.find_first_not_of(' ', colon + 1));
-    }
+    req.headers = shoal::testing::HeadFields(head);
     const size_t want =
         req.headers.count("content-length") ? std::stoul(req.headers["content-length"]) : 0;
     req.body = data.substr(head_end + 4);
@@ -156,10 +151,7 @@ class FakeShoald {
   std::vector<Request> requests_;
 };
 
-struct CliResult {
-  int exit_code = -1;
-  std::string out, err;
-};
+using shoal::testing::CliResult;
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -170,33 +162,8 @@ std::string Slurp(const std::string& path) {
 
 CliResult RunShoal(const std::string& server, std::vector<std::string> args,
                    const std::string& stdin_data = "") {
-  char out_t[] = "/tmp/shoal-cli-test-out-XXXXXX", err_t[] = "/tmp/shoal-cli-test-err-XXXXXX",
-       in_t[] = "/tmp/shoal-cli-test-in-XXXXXX";
-  int out = mkstemp(out_t), err = mkstemp(err_t), in = mkstemp(in_t);
-  EXPECT_EQ(write(in, stdin_data.data(), stdin_data.size()),
-            static_cast<ssize_t>(stdin_data.size()));
-  lseek(in, 0, SEEK_SET);
   args.insert(args.begin(), {SHOAL_CLI_BIN, "--server", server, "--gateway", server});
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(in, 0);
-    dup2(out, 1);
-    dup2(err, 2);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  CliResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = Slurp(out_t);
-  r.err = Slurp(err_t);
-  for (int fd : {out, err, in}) close(fd);
-  for (const char* p : {out_t, err_t, in_t}) unlink(p);
-  return r;
+  return shoal::testing::RunProcess(std::move(args), stdin_data);
 }
 
 // Runs `shoal` on a pseudo-terminal (80 columns) and returns what it drew (the terminal turns

@@ -36,12 +36,9 @@ int main(int argc, char** argv) {
   size_t n = 11'689'512;  // ResNet-18's parameter count
   int reps = 5;
   size_t stream_mb = 0;
-  const bool parsed = shoal::bench::Args("bench-aggregate [--params N] [--reps R] [--stream-mb MB]")
-                          .Option("--params", &n)
-                          .Option("--reps", &reps)
-                          .Option("--stream-mb", &stream_mb)
-                          .Parse(argc, argv);
-  if (!parsed) return 2;
+  shoal::bench::Args args("bench-aggregate [--params N] [--reps R] [--stream-mb MB]");
+  args.Option("--params", &n).Option("--reps", &reps).Option("--stream-mb", &stream_mb);
+  if (!args.Parse(argc, argv)) return 2;
   if (n < 16 || reps < 1) {
     std::fprintf(stderr, "bench-aggregate: --params must be >= 16 and --reps >= 1\n");
     return 2;

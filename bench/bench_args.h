@@ -3,6 +3,7 @@
 // bench's usage line and Parse returns false (the bench exits 2).
 #pragma once
 
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -22,6 +23,10 @@ class Args {
   Args& Option(const char* name, T* value) {
     flags_.push_back({name, true, [value](const char* v) { Set(value, v); }});
     return *this;
+  }
+  // --params N, --updates K, --reps R: the fold benches' model size, update count and passes.
+  Args& FoldSizes(size_t* params, size_t* updates, int* reps) {
+    return Option("--params", params).Option("--updates", updates).Option("--reps", reps);
   }
   // `--name` alone sets `*value` to `to`.
   Args& Switch(const char* name, bool* value, bool to) {

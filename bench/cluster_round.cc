@@ -231,13 +231,9 @@ Layout RunLayout(bool hierarchy, int updates, int runs, int senders,
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   int updates = 48, runs = 3, senders = 4;
-  const bool parsed =
-      shoal::bench::Args("bench-cluster-round [--updates N] [--runs R] [--senders S]")
-          .Option("--updates", &updates)
-          .Option("--runs", &runs)
-          .Option("--senders", &senders)
-          .Parse(argc, argv);
-  if (!parsed) return 2;
+  shoal::bench::Args args("bench-cluster-round [--updates N] [--runs R] [--senders S]");
+  args.Option("--updates", &updates).Option("--runs", &runs).Option("--senders", &senders);
+  if (!args.Parse(argc, argv)) return 2;
   if (updates < kNodes || runs < 1 || senders < 1) {
     std::fprintf(stderr, "bench-cluster-round: --updates >= 3, --runs >= 1, --senders >= 1\n");
     return 2;

@@ -184,16 +184,11 @@ int main(int argc, char** argv) {
   size_t n = 25'000'000, k = 16;
   int reps = 3;
   std::string anchor = SHOAL_FOLD_ANCHOR_PY, openblas_path = kDebianOpenBlas;
-  const bool parsed = shoal::bench::Args(
-                          "bench-fold [--params N] [--updates K] [--reps R] [--anchor script] "
-                          "[--openblas libopenblas.so.0]")
-                          .Option("--params", &n)
-                          .Option("--updates", &k)
-                          .Option("--reps", &reps)
-                          .Option("--anchor", &anchor)
-                          .Option("--openblas", &openblas_path)
-                          .Parse(argc, argv);
-  if (!parsed) return 2;
+  shoal::bench::Args args(
+      "bench-fold [--params N] [--updates K] [--reps R] [--anchor script] "
+      "[--openblas libopenblas.so.0]");
+  args.FoldSizes(&n, &k, &reps).Option("--anchor", &anchor).Option("--openblas", &openblas_path);
+  if (!args.Parse(argc, argv)) return 2;
   reps = std::max(1, reps);
   if (n == 0 || k == 0) {
     std::fprintf(stderr, "bench-fold: --params and --updates must be > 0\n");

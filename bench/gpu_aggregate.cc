@@ -135,16 +135,12 @@ int main(int argc, char** argv) {
   int reps = 5;
   std::string anchor = SHOAL_GPU_AGGREGATE_ANCHOR_PY;
   bool run_anchor = true;
-  const bool parsed = shoal::bench::Args(
-                          "bench-gpu-aggregate [--params N] [--updates K] [--reps R] "
-                          "[--anchor script | --no-anchor]")
-                          .Option("--params", &n)
-                          .Option("--updates", &k)
-                          .Option("--reps", &reps)
-                          .Option("--anchor", &anchor)
-                          .Switch("--no-anchor", &run_anchor, false)
-                          .Parse(argc, argv);
-  if (!parsed) return 2;
+  shoal::bench::Args args(
+      "bench-gpu-aggregate [--params N] [--updates K] [--reps R] [--anchor script | "
+      "--no-anchor]");
+  args.FoldSizes(&n, &k, &reps).Option("--anchor", &anchor);
+  args.Switch("--no-anchor", &run_anchor, false);
+  if (!args.Parse(argc, argv)) return 2;
   reps = std::max(1, reps);
   if (n == 0 || k == 0) Fail("--params and --updates must be > 0");
 

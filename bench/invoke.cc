@@ -38,12 +38,9 @@ double Median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   int secs = 10, conns = 64, runs = 3;
-  const bool parsed = shoal::bench::Args("bench-invoke [--seconds S] [--connections C] [--runs R]")
-                          .Option("--seconds", &secs)
-                          .Option("--connections", &conns)
-                          .Option("--runs", &runs)
-                          .Parse(argc, argv);
-  if (!parsed) return 2;
+  shoal::bench::Args args("bench-invoke [--seconds S] [--connections C] [--runs R]");
+  args.Option("--seconds", &secs).Option("--connections", &conns).Option("--runs", &runs);
+  if (!args.Parse(argc, argv)) return 2;
   if (secs < 1 || conns < 1 || runs < 1) {
     std::fprintf(stderr, "bench-invoke: --seconds, --connections and --runs must be >= 1\n");
     return 2;

@@ -79,19 +79,12 @@ int main(int argc, char** argv) {
   double beta = 0.1;
   bool numpy = true;
   std::string only;  // run this rule (and the fold) only
-  const bool parsed = shoal::bench::Args(
-                          "bench-robust [--params N] [--updates K] [--reps R] "
-                          "[--threads T] [--beta B] [--f F] [--no-numpy] [--only RULE]")
-                          .Option("--params", &n)
-                          .Option("--updates", &k)
-                          .Option("--reps", &reps)
-                          .Option("--threads", &threads)
-                          .Option("--beta", &beta)
-                          .Option("--f", &f)
-                          .Option("--only", &only)
-                          .Switch("--no-numpy", &numpy, false)
-                          .Parse(argc, argv);
-  if (!parsed) return 2;
+  shoal::bench::Args args(
+      "bench-robust [--params N] [--updates K] [--reps R] [--threads T] [--beta B] [--f F] "
+      "[--no-numpy] [--only RULE]");
+  args.FoldSizes(&n, &k, &reps).Option("--threads", &threads).Option("--beta", &beta);
+  args.Option("--f", &f).Option("--only", &only).Switch("--no-numpy", &numpy, false);
+  if (!args.Parse(argc, argv)) return 2;
   if (f == 0) f = k / 4 > 1 ? k / 4 - 1 : 0;
   if (k < 2 * f + 3 || reps < 1 || n == 0) {
     std::fprintf(stderr, "bench-robust: needs K > 2f + 2, R >= 1, N >= 1\n");

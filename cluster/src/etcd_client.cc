@@ -92,6 +92,17 @@ json PrefixRange(const std::string& prefix) {
   return {{"key", Base64(prefix)}, {"range_end", Base64(PrefixRangeEnd(prefix))}};
 }
 
+// A POST of `body` to `url` whose reply goes to write(…, data); no signals (threads).
+void SetPost(CURL* curl, const std::string& url, const std::string& body,
+             size_t (*write)(char*, size_t, size_t, void*), void* data) {
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str());
+  curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, write);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, data);
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+}
+
 size_t AppendBody(char* data, size_t size, size_t n, void* out) {
   static_cast<std::string*>(out)->append(data, size * n);
   return size * n;
@@ -197,12 +208,7 @@ Result<std::string> EtcdClient::Call(const std::string& path, const std::string&
     const std::string url = options_.endpoints[which] + path;
     std::string reply;
     curl_easy_reset(curl);
-    curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str());
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &AppendBody);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &reply);
-    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    SetPost(curl, url, body, &AppendBody, &reply);
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.request_timeout.count()));
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
                      static_cast<long>(options_.connect_timeout.count()));
@@ -481,12 +487,7 @@ void EtcdWatch::StreamOnce(const std::string& endpoint) {
     if (!out.empty()) on_events_(out, revision);
     if (last > 0) next_revision_.store(last + 1);
   }};
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str());
-  curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &OnStreamBytes);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &state);
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  SetPost(curl, url, body, &OnStreamBytes, &state);
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
                    static_cast<long>(client_->options().connect_timeout.count()));
   // A partitioned member never closes the stream: TCP keepalive notices within ~10 s.

@@ -7,6 +7,22 @@
 
 namespace shoal::cli {
 
+int DeleteAndReport(const HttpClient& client, const std::string& path,
+                    const std::string& done) try {
+  HttpRequest req;
+  req.method = "DELETE";
+  req.path = path;
+  HttpResponse r = SendOrExit(client, req);
+  if (r.status >= 400) {
+    std::fprintf(stderr, "shoal: %s\n", ErrorMessage(r.body).c_str());
+    return 1;
+  }
+  std::printf("%s\n", done.c_str());
+  return 0;
+} catch (const Exit& e) {
+  return e.code;
+}
+
 HttpResponse SendOrExit(const HttpClient& client, const HttpRequest& request) {
   std::string error;
   auto r = client.Send(request, &error);

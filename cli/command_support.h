@@ -26,6 +26,8 @@ struct Exit {
 HttpResponse SendOrExit(const HttpClient& client, const HttpRequest& request);
 // The server's {"error": "..."} message, or the raw body when it is not that.
 std::string ErrorMessage(const std::string& body);
+// DELETE `path`: prints `done` when it went, else the server's message; the command's exit code.
+int DeleteAndReport(const HttpClient& client, const std::string& path, const std::string& done);
 // GET `path` expecting JSON; HTTP errors print the server's message and exit 1.
 json GetJson(const HttpClient& client, const std::string& path);
 // j[key] when it is a number (a string), else T{} ("").

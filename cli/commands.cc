@@ -432,19 +432,8 @@ int Logs(const HttpClient& client, const std::string& name, bool follow) try {
   return e.code;
 }
 
-int Delete(const HttpClient& client, const std::string& name) try {
-  HttpRequest req;
-  req.method = "DELETE";
-  req.path = "/v1/functions/" + name;
-  HttpResponse r = SendOrExit(client, req);
-  if (r.status >= 400) {
-    std::fprintf(stderr, "shoal: %s\n", ErrorMessage(r.body).c_str());
-    return 1;
-  }
-  std::printf("function/%s deleted\n", name.c_str());
-  return 0;
-} catch (const Exit& e) {
-  return e.code;
+int Delete(const HttpClient& client, const std::string& name) {
+  return DeleteAndReport(client, "/v1/functions/" + name, "function/" + name + " deleted");
 }
 
 int Top(const HttpClient& client, const WatchOptions& options) try {

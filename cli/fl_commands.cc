@@ -299,16 +299,8 @@ int FlList(const HttpClient& client) try {
   return e.code;
 }
 
-int FlDelete(const HttpClient& client, const std::string& job) try {
-  HttpRequest req;
-  req.method = "DELETE";
-  req.path = "/v1/jobs/" + job;
-  HttpResponse r = SendOrExit(client, req);
-  if (r.status >= 400) FailWith(r);
-  std::printf("fljob/%s deleted\n", job.c_str());
-  return 0;
-} catch (const Exit& e) {
-  return e.code;
+int FlDelete(const HttpClient& client, const std::string& job) {
+  return DeleteAndReport(client, "/v1/jobs/" + job, "fljob/" + job + " deleted");
 }
 
 }  // namespace shoal::cli

@@ -75,19 +75,8 @@ int TokenList(const HttpClient& client) try {
   return e.code;
 }
 
-int TokenRevoke(const HttpClient& client, const std::string& id) try {
-  HttpRequest req;
-  req.method = "DELETE";
-  req.path = "/v1/tokens/" + id;
-  HttpResponse r = SendOrExit(client, req);
-  if (r.status >= 400) {
-    std::fprintf(stderr, "shoal: %s\n", ErrorMessage(r.body).c_str());
-    return 1;
-  }
-  std::printf("token %s revoked\n", id.c_str());
-  return 0;
-} catch (const Exit& e) {
-  return e.code;
+int TokenRevoke(const HttpClient& client, const std::string& id) {
+  return DeleteAndReport(client, "/v1/tokens/" + id, "token " + id + " revoked");
 }
 
 }  // namespace shoal::cli

@@ -37,6 +37,18 @@ Status NeedConstant(const Lowering& L, const Node& n, size_t i, const char* what
 
 bool Has(const Node& n, size_t i) { return i < n.inputs.size() && !n.inputs[i].empty(); }
 
+// Adds the step `pd` describes: its output is a new arena value (laid out as `pd` chose) bound to
+// the node's first output; `args` are the step's inputs, `reads` the values it reads.
+template <typename Primitive, typename PrimitiveDesc>
+Status AddOutputStep(Lowering& L, const Node& n, const PrimitiveDesc& pd,
+                     std::unordered_map<int, dnnl::memory> args, const std::vector<int>& reads) {
+  const int dst = L.NewValue(pd.dst_desc());
+  args[DNNL_ARG_DST] = L.Mem(dst);
+  L.AddStep(Primitive(pd), std::move(args), reads, pd);
+  L.Bind(n.outputs[0], dst);
+  return {};
+}
+
 Status LowerConv(Lowering& L, const Node& n, bool relu) {
   SHOAL_RETURN_IF_ERROR(NeedConstant(L, n, 1, "weights"));
   SHOAL_RETURN_IF_ERROR(NeedConstant(L, n, 2, "bias"));
@@ -65,14 +77,10 @@ Status LowerConv(Lowering& L, const Node& n, bool relu) {
   const int src = L.Ensure(n.inputs[0], pd.src_desc());
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, L.Mem(src)},
-      {DNNL_ARG_WEIGHTS,
-       L.Weights(n.inputs[1], {wdims, dt::f32, g == 1 ? tag::abcd : tag::abcde}, pd.weights_desc())}};
+      {DNNL_ARG_WEIGHTS, L.Weights(n.inputs[1], {wdims, dt::f32, g == 1 ? tag::abcd : tag::abcde},
+                                   pd.weights_desc())}};
   if (bias) args[DNNL_ARG_BIAS] = L.Weights(n.inputs[2], b_md, pd.bias_desc());
-  const int dst = L.NewValue(pd.dst_desc());
-  args[DNNL_ARG_DST] = L.Mem(dst);
-  L.AddStep(dnnl::convolution_forward(pd), std::move(args), {src}, pd);
-  L.Bind(n.outputs[0], dst);
-  return {};
+  return AddOutputStep<dnnl::convolution_forward>(L, n, pd, std::move(args), {src});
 }
 
 // Gemm (A runtime, B constant) and 2-D MatMul as one matmul primitive; alpha and beta are folded
@@ -116,11 +124,7 @@ Status LowerMatMul(Lowering& L, const Node& n, bool relu) {
   if (bias) {
     args[DNNL_ARG_BIAS] = L.Weights(n.inputs[2], b_md, pd.bias_desc(), n.FloatAttr("beta", 1.0f));
   }
-  const int dst = L.NewValue(pd.dst_desc());
-  args[DNNL_ARG_DST] = L.Mem(dst);
-  L.AddStep(dnnl::matmul(pd), std::move(args), {src}, pd);
-  L.Bind(n.outputs[0], dst);
-  return {};
+  return AddOutputStep<dnnl::matmul>(L, n, pd, std::move(args), {src});
 }
 
 Status LowerAdd(Lowering& L, const Node& n, bool relu) {
@@ -150,14 +154,10 @@ Status LowerAdd(Lowering& L, const Node& n, bool relu) {
   }
   dnnl::binary::desc desc(algorithm::binary_add, src0, b_mem.get_desc(), src0);
   dnnl::binary::primitive_desc pd(desc, Attr(relu), L.engine());
-  const int dst = L.NewValue(pd.dst_desc());
   std::vector<int> reads{a};
   if (b >= 0) reads.push_back(b);
-  L.AddStep(dnnl::binary(pd),
-            {{DNNL_ARG_SRC_0, L.Mem(a)}, {DNNL_ARG_SRC_1, b_mem}, {DNNL_ARG_DST, L.Mem(dst)}},
-            reads, pd);
-  L.Bind(n.outputs[0], dst);
-  return {};
+  return AddOutputStep<dnnl::binary>(L, n, pd,
+                                     {{DNNL_ARG_SRC_0, L.Mem(a)}, {DNNL_ARG_SRC_1, b_mem}}, reads);
 }
 
 Status LowerRelu(Lowering& L, const Node& n) {
@@ -165,11 +165,7 @@ Status LowerRelu(Lowering& L, const Node& n) {
   dnnl::eltwise_forward::desc desc(prop_kind::forward_inference, algorithm::eltwise_relu,
                                    L.NativeDesc(n.inputs[0]), 0.0f, 0.0f);
   dnnl::eltwise_forward::primitive_desc pd(desc, Attr(false), L.engine());
-  const int dst = L.NewValue(pd.dst_desc());
-  L.AddStep(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, L.Mem(src)}, {DNNL_ARG_DST, L.Mem(dst)}},
-            {src}, pd);
-  L.Bind(n.outputs[0], dst);
-  return {};
+  return AddOutputStep<dnnl::eltwise_forward>(L, n, pd, {{DNNL_ARG_SRC, L.Mem(src)}}, {src});
 }
 
 Status LowerBatchNorm(Lowering& L, const Node& n) {
@@ -182,17 +178,14 @@ Status LowerBatchNorm(Lowering& L, const Node& n) {
       dnnl::normalization_flags::use_global_stats | dnnl::normalization_flags::use_scale |
           dnnl::normalization_flags::use_shift);
   dnnl::batch_normalization_forward::primitive_desc pd(desc, Attr(false), L.engine());
-  const int dst = L.NewValue(pd.dst_desc());
-  L.AddStep(dnnl::batch_normalization_forward(pd),
-            {{DNNL_ARG_SRC, L.Mem(src)},
-             {DNNL_ARG_SCALE, L.Weights(n.inputs[1], p_md, p_md)},
-             {DNNL_ARG_SHIFT, L.Weights(n.inputs[2], p_md, p_md)},
-             {DNNL_ARG_MEAN, L.Weights(n.inputs[3], p_md, p_md)},
-             {DNNL_ARG_VARIANCE, L.Weights(n.inputs[4], p_md, p_md)},
-             {DNNL_ARG_DST, L.Mem(dst)}},
-            {src}, pd);
-  L.Bind(n.outputs[0], dst);
-  return {};
+  return AddOutputStep<dnnl::batch_normalization_forward>(
+      L, n, pd,
+      {{DNNL_ARG_SRC, L.Mem(src)},
+       {DNNL_ARG_SCALE, L.Weights(n.inputs[1], p_md, p_md)},
+       {DNNL_ARG_SHIFT, L.Weights(n.inputs[2], p_md, p_md)},
+       {DNNL_ARG_MEAN, L.Weights(n.inputs[3], p_md, p_md)},
+       {DNNL_ARG_VARIANCE, L.Weights(n.inputs[4], p_md, p_md)}},
+      {src});
 }
 
 Status LowerPool(Lowering& L, const Node& n) {
@@ -213,16 +206,12 @@ Status LowerPool(Lowering& L, const Node& n) {
                                                  : algorithm::pooling_avg_exclude_padding;
   }
   const int src = L.Native(n.inputs[0]);
-  dnnl::pooling_forward::desc desc(
-      prop_kind::forward_inference, alg, L.NativeDesc(n.inputs[0]),
-      {ToDims(y), L.compute(), tag::any}, {w.strides[0], w.strides[1]}, {w.kernel[0], w.kernel[1]},
-      {w.pad_begin[0], w.pad_begin[1]}, {w.pad_end[0], w.pad_end[1]});
+  dnnl::pooling_forward::desc desc(prop_kind::forward_inference, alg, L.NativeDesc(n.inputs[0]),
+                                   {ToDims(y), L.compute(), tag::any}, {w.strides[0], w.strides[1]},
+                                   {w.kernel[0], w.kernel[1]}, {w.pad_begin[0], w.pad_begin[1]},
+                                   {w.pad_end[0], w.pad_end[1]});
   dnnl::pooling_forward::primitive_desc pd(desc, Attr(false), L.engine());
-  const int dst = L.NewValue(pd.dst_desc());
-  L.AddStep(dnnl::pooling_forward(pd), {{DNNL_ARG_SRC, L.Mem(src)}, {DNNL_ARG_DST, L.Mem(dst)}},
-            {src}, pd);
-  L.Bind(n.outputs[0], dst);
-  return {};
+  return AddOutputStep<dnnl::pooling_forward>(L, n, pd, {{DNNL_ARG_SRC, L.Mem(src)}}, {src});
 }
 
 // Flatten and Reshape move no data once the input is plain row-major: the output is the same
@@ -243,29 +232,33 @@ Status LowerSoftmax(Lowering& L, const Node& n) {
   const int src = L.Ensure(n.inputs[0], md);
   dnnl::softmax_forward::desc desc(prop_kind::forward_inference, md, axis);
   dnnl::softmax_forward::primitive_desc pd(desc, Attr(false), L.engine());
-  const int dst = L.NewValue(pd.dst_desc());
-  L.AddStep(dnnl::softmax_forward(pd), {{DNNL_ARG_SRC, L.Mem(src)}, {DNNL_ARG_DST, L.Mem(dst)}},
-            {src}, pd);
-  L.Bind(n.outputs[0], dst);
-  return {};
+  return AddOutputStep<dnnl::softmax_forward>(L, n, pd, {{DNNL_ARG_SRC, L.Mem(src)}}, {src});
 }
 
 }  // namespace
 
 Status Lowering::LowerNode(const Node& n, bool fuse_relu) {
   switch (n.op) {
-    case OpType::kConv: return LowerConv(*this, n, fuse_relu);
+    case OpType::kConv:
+      return LowerConv(*this, n, fuse_relu);
     case OpType::kGemm:
-    case OpType::kMatMul: return LowerMatMul(*this, n, fuse_relu);
-    case OpType::kAdd: return LowerAdd(*this, n, fuse_relu);
-    case OpType::kRelu: return LowerRelu(*this, n);
-    case OpType::kBatchNormalization: return LowerBatchNorm(*this, n);
+    case OpType::kMatMul:
+      return LowerMatMul(*this, n, fuse_relu);
+    case OpType::kAdd:
+      return LowerAdd(*this, n, fuse_relu);
+    case OpType::kRelu:
+      return LowerRelu(*this, n);
+    case OpType::kBatchNormalization:
+      return LowerBatchNorm(*this, n);
     case OpType::kMaxPool:
     case OpType::kAveragePool:
-    case OpType::kGlobalAveragePool: return LowerPool(*this, n);
+    case OpType::kGlobalAveragePool:
+      return LowerPool(*this, n);
     case OpType::kFlatten:
-    case OpType::kReshape: return LowerReshape(*this, n);
-    case OpType::kSoftmax: return LowerSoftmax(*this, n);
+    case OpType::kReshape:
+      return LowerReshape(*this, n);
+    case OpType::kSoftmax:
+      return LowerSoftmax(*this, n);
   }
   return Internal(Label(n) + ": no CPU lowering");
 }

@@ -62,6 +62,7 @@ struct CostRun {
   shoal::bench::WrkResult wrk;
   double anomalies = 0;
   double scored_instance_s = 0;
+  double fanotify_opens = 0;  // the node's opens shoald's fanotify read during the run
   bool probes = false;
 };
 
@@ -93,6 +94,7 @@ CostRun RunCost(bool detect, const std::string& syscalls, int workers, int conns
   shoal::bench::RunWrk(shoald.port(), "/fn/echo", workers, conns, 4, script);
   out.wrk = shoal::bench::RunWrk(shoald.port(), "/fn/echo", workers, conns, secs, script);
   out.anomalies = shoald.Metric("shoal_function_anomalies_total");
+  out.fanotify_opens = std::max(0.0, shoald.Metric("shoal_detector_fanotify_opens_total"));
   if (out.anomalies > 0) {  // a false alarm: its evidence, for the reader
     std::istringstream log(shoald.Log());
     for (std::string line; std::getline(log, line);) {
@@ -196,29 +198,36 @@ int main(int argc, char** argv) {
   std::ofstream(script) << "wrk.method = \"POST\"\nwrk.body = \"" << std::string(64, 'x')
                         << "\"\nwrk.headers[\"Content-Type\"] = \"text/plain\"\n";
 
-  // sampled: the default mode; off: detect: false; full: detect_syscalls: true.
-  std::vector<CostRun> sampled, off, full;
+  // sampled: the default mode; off: detect: false; full: detect_syscalls: true; lean:
+  // detect_syscalls: false (the per-event hooks only: what every mode pays besides sys_enter).
+  std::vector<CostRun> sampled, off, full, lean;
   for (int r = 0; r < runs && !syscalls_only; ++r) {
-    // A B C, C B A, ...: drift falls on all three alike.
-    for (int k = 0; k < 3; ++k) {
-      const int arm = r % 2 == 0 ? k : 2 - k;
+    // A B C D, D C B A, ...: drift falls on all four alike.
+    for (int k = 0; k < 4; ++k) {
+      const int arm = r % 2 == 0 ? k : 3 - k;
       const char* names[] = {"the default (detect_syscalls: sampled)", "detect: false",
-                             "detect_syscalls: true"};
+                             "detect_syscalls: true", "detect_syscalls: false"};
       std::fprintf(stderr, "[cost] run %d/%d: shoald with %s, wrk -t%d -c%d -d%ds\n", r + 1, runs,
                    names[arm], workers, conns, secs);
-      auto run = RunCost(arm != 1, arm == 2 ? "true" : "", workers, conns, secs, script);
-      (arm == 0 ? sampled : arm == 1 ? off : full).push_back(std::move(run));
+      auto run = RunCost(arm != 1,
+                         arm == 2   ? "true"
+                         : arm == 3 ? "false"
+                                    : "",
+                         workers, conns, secs, script);
+      (arm == 0 ? sampled : arm == 1 ? off : arm == 2 ? full : lean).push_back(std::move(run));
     }
   }
-  std::vector<double> ratios, full_ratios;
-  for (int r = 0; r < static_cast<int>(sampled.size()); ++r) {
-    ratios.push_back(off[r].wrk.good_rps > 0 ? sampled[r].wrk.good_rps / off[r].wrk.good_rps : 0);
-    full_ratios.push_back(off[r].wrk.good_rps > 0 ? full[r].wrk.good_rps / off[r].wrk.good_rps : 0);
-  }
-  std::sort(ratios.begin(), ratios.end());
-  std::sort(full_ratios.begin(), full_ratios.end());
-  if (ratios.empty()) ratios.push_back(0);
-  if (full_ratios.empty()) full_ratios.push_back(0);
+  auto ratios_of = [&](const std::vector<CostRun>& arm) {
+    std::vector<double> out;
+    for (size_t r = 0; r < arm.size() && r < off.size(); ++r) {
+      out.push_back(off[r].wrk.good_rps > 0 ? arm[r].wrk.good_rps / off[r].wrk.good_rps : 0);
+    }
+    std::sort(out.begin(), out.end());
+    if (out.empty()) out.push_back(0);
+    return out;
+  };
+  const std::vector<double> ratios = ratios_of(sampled), full_ratios = ratios_of(full),
+                            lean_ratios = ratios_of(lean);
 
   // The cost per syscall.
   std::vector<double> w_on, w_off, u_on, u_off, add_w, add_u, w_lean, u_lean;
@@ -341,24 +350,25 @@ int main(int argc, char** argv) {
 
   std::printf("bench-detect: POST 64 B /fn/echo, wrk -t%d -c%d -d%ds after a 4 s warm-up, %d "
               "interleaved runs each, a fresh shoald per run\n", workers, conns, secs, runs);
-  std::printf("%-26s %4s %12s %10s %10s %10s\n", "shoald", "run", "2xx req/s", "p50 ms", "p99 ms",
-              "anomalies");
+  std::printf("%-26s %4s %12s %10s %10s %10s %10s\n", "shoald", "run", "2xx req/s", "p50 ms",
+              "p99 ms", "anomalies", "fan opens");
   auto rows = [](const char* name, const std::vector<CostRun>& v) {
     std::vector<double> rps;
     for (size_t r = 0; r < v.size(); ++r) {
-      std::printf("%-26s %4zu %12.0f %10.3f %10.3f %10.0f\n", name, r + 1, v[r].wrk.good_rps,
-                  v[r].wrk.p50_ms, v[r].wrk.p99_ms, v[r].anomalies);
+      std::printf("%-26s %4zu %12.0f %10.3f %10.3f %10.0f %10.0f\n", name, r + 1, v[r].wrk.good_rps,
+                  v[r].wrk.p50_ms, v[r].wrk.p99_ms, v[r].anomalies, v[r].fanotify_opens);
       rps.push_back(v[r].wrk.good_rps);
     }
     std::printf("%-26s %4s %12.0f\n", name, "med", Median(rps));
   };
   rows("default (sampled)", sampled);
   rows("detect_syscalls: true", full);
+  rows("detect_syscalls: false", lean);
   rows("no probes (detect: false)", off);
   bool loaded_all = true;
   double alarms = 0, scored_s = 0;
   long errors = 0;
-  for (const auto* arm : {&sampled, &full}) {
+  for (const auto* arm : {&sampled, &full, &lean}) {
     for (const auto& r : *arm) {
       loaded_all = loaded_all && r.probes;
       alarms += r.anomalies;
@@ -376,6 +386,10 @@ int main(int argc, char** argv) {
       "ratio req/s detect_syscalls: true/no probes: median %.3f (per run pair "
       "min/median/max %.3f/%.3f/%.3f)\n",
       Median(full_ratios), full_ratios.front(), Median(full_ratios), full_ratios.back());
+  std::printf(
+      "ratio req/s detect_syscalls: false/no probes: median %.3f (per run pair "
+      "min/median/max %.3f/%.3f/%.3f)\n",
+      Median(lean_ratios), lean_ratios.front(), Median(lean_ratios), lean_ratios.back());
   std::printf("false alarms under saturation: %.0f in %.0f s of scored instance time = %.1f per hour "
               "(target 0)\n", alarms, scored_s, scored_s > 0 ? alarms * 3600 / scored_s : 0);
   std::printf("wrk errors (non-2xx + socket) over all runs: %ld\n", errors);

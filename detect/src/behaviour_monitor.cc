@@ -505,6 +505,15 @@ std::string BehaviourMonitor::MetricsText() {
         << "shoal_detector_bpf_entries{map=\"seen\"} " << probes_->SeenEntries() << "\n"
         << "shoal_detector_bpf_entries{map=\"pids\"} " << probes_->PidEntries() << "\n";
   }
+  if (opens_) {
+    out << "# HELP shoal_detector_fanotify_opens_total Opens of the node's processes fanotify "
+           "reported to the detector (an instance's or not)\n"
+           "# TYPE shoal_detector_fanotify_opens_total counter\n"
+        << "shoal_detector_fanotify_opens_total " << opens_->opens() << "\n"
+        << "# HELP shoal_detector_fanotify_overflows_total Times fanotify's queue overflowed "
+           "(opens lost)\n# TYPE shoal_detector_fanotify_overflows_total counter\n"
+        << "shoal_detector_fanotify_overflows_total " << opens_->overflows() << "\n";
+  }
   return out.str();
 }
 

@@ -111,6 +111,7 @@ size_t OpenWatch::Drain(
       close(m->fd);
     }
   }
+  opens_ += opens;
   return opens;
 }
 

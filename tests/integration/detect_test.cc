@@ -236,6 +236,9 @@ TEST_F(DetectTest, EachAttackIsDetectedWithItsKindAndNormalTrafficRaisesNone) {
   for (const char* kind : {"exec", "connect", "cpu"})
     EXPECT_EQ(Anomalies("victim", kind), 1) << kind;
   EXPECT_EQ(Anomalies("victim", "file"), 3);
+  // fanotify read the node's opens (the instance's among them) and lost none.
+  EXPECT_GE(shoald_.Metric("shoal_detector_fanotify_opens_total"), 2);
+  EXPECT_EQ(shoald_.Metric("shoal_detector_fanotify_overflows_total"), 0);
   EXPECT_EQ(failed_.load(), 0) << last_failure_;
   EXPECT_GT(sent_.load(), 100);
 

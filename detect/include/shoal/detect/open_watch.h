@@ -38,12 +38,15 @@ class OpenWatch {
                const std::function<void(uint64_t owner, int pid, std::string_view path)>& sink);
   // Events the kernel dropped because its queue was full (FAN_Q_OVERFLOW), since Start.
   uint64_t overflows() const { return overflows_; }
+  // Opens read since Start (anyone's: what the node's opens cost shoald).
+  uint64_t opens() const { return opens_; }
 
  private:
   OpenWatch() = default;
   int fd_ = -1;
   std::vector<std::string> marked_;
   uint64_t overflows_ = 0;
+  uint64_t opens_ = 0;
 };
 
 }  // namespace shoal

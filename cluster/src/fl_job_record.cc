@@ -5,47 +5,21 @@
 #include "json_field.h"
 
 namespace shoal::cluster {
-namespace {
 using json = nlohmann::json;
 
-Result<json> Object(const std::string& text, const char* what) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    return InvalidArgument(std::string(what) + ": not a JSON object");
-  }
-  return j;
-}
-
-}  // namespace
-
 std::string FlJobRecord::ToJson() const {
-  return json{{"name", name},
-              {"namespace", tenant},
-              {"top", top},
-              {"moved_from", moved_from},
-              {"generation", generation},
-              {"manifest", manifest},
-              {"created_unix_ms", created_unix_ms},
-              {"updated_unix_ms", updated_unix_ms}}
-      .dump();
+  json j = ManifestRecordJson(*this);
+  j["top"] = top;
+  j["moved_from"] = moved_from;
+  return j.dump();
 }
 
 Result<FlJobRecord> FlJobRecord::FromJson(const std::string& text) {
-  constexpr const char* what = "FL job record";
-  auto j = Object(text, what);
-  if (!j.ok()) return j.status();
-  FlJobRecord r;
-  SHOAL_RETURN_IF_ERROR(JsonField(*j, what, "name", &r.name));
-  SHOAL_RETURN_IF_ERROR(JsonField(*j, what, "namespace", &r.tenant));
-  SHOAL_RETURN_IF_ERROR(JsonField(*j, what, "top", &r.top));
-  if (j->contains("moved_from")) {
-    SHOAL_RETURN_IF_ERROR(JsonField(*j, what, "moved_from", &r.moved_from));
-  }
-  SHOAL_RETURN_IF_ERROR(JsonField(*j, what, "generation", &r.generation));
-  SHOAL_RETURN_IF_ERROR(JsonField(*j, what, "manifest", &r.manifest));
-  SHOAL_RETURN_IF_ERROR(JsonField(*j, what, "created_unix_ms", &r.created_unix_ms));
-  SHOAL_RETURN_IF_ERROR(JsonField(*j, what, "updated_unix_ms", &r.updated_unix_ms));
-  return r;
+  return ManifestRecordFromJson<FlJobRecord>(
+      text, "FL job record", [](const json& j, const char* what, FlJobRecord& r) -> Status {
+        SHOAL_RETURN_IF_ERROR(JsonField(j, what, "top", &r.top));
+        return OptionalJsonField(j, what, "moved_from", &r.moved_from);
+      });
 }
 
 std::string FlJobState::ToJson() const {
@@ -56,7 +30,7 @@ std::string FlJobState::ToJson() const {
 
 Result<FlJobState> FlJobState::FromJson(const std::string& text) {
   constexpr const char* what = "FL job state";
-  auto j = Object(text, what);
+  auto j = JsonObject(text, what);
   if (!j.ok()) return j.status();
   FlJobState s;
   SHOAL_RETURN_IF_ERROR(JsonField(*j, what, "top", &s.top));
@@ -70,7 +44,7 @@ Result<FlJobState> FlJobState::FromJson(const std::string& text) {
 }
 
 Result<std::string> FlJobState::CutStatus(const std::string& status_json) {
-  auto j = Object(status_json, "FL job status");
+  auto j = JsonObject(status_json, "FL job status");
   if (!j.ok()) return j.status();
   constexpr size_t kVersions = 20;  // the latest, as `shoal fl status` shows them
   json out = json::object();

@@ -2,26 +2,11 @@
 
 #include <nlohmann/json.hpp>
 
-namespace shoal::cluster {
-namespace {
-using json = nlohmann::json;
+#include "json_field.h"
 
-template <typename T>
-Status Field(const json& j, const char* name, T* out, bool required) {
-  auto it = j.find(name);
-  if (it == j.end()) {
-    return required ? InvalidArgument(std::string("node record: field '") + name + "' is missing")
-                    : Status::Ok();
-  }
-  try {
-    *out = it->get<T>();
-  } catch (const json::exception&) {
-    return InvalidArgument(std::string("node record: field '") + name + "' has the wrong type (" +
-                           it->type_name() + ")");
-  }
-  return Status::Ok();
-}
-}  // namespace
+namespace shoal::cluster {
+using json = nlohmann::json;
+constexpr const char* kWhat = "node record";
 
 std::string NodeRecord::ToJson() const {
   json pools_json = json::array();
@@ -45,22 +30,23 @@ std::string NodeRecord::ToJson() const {
 }
 
 Result<NodeRecord> NodeRecord::FromJson(const std::string& text) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return InvalidArgument("node record: not a JSON object");
+  auto parsed = JsonObject(text, kWhat);
+  if (!parsed.ok()) return parsed.status();
+  const json& j = *parsed;
   NodeRecord r;
   std::string protocol;
-  SHOAL_RETURN_IF_ERROR(Field(j, "name", &r.name, true));
-  SHOAL_RETURN_IF_ERROR(Field(j, "address", &r.address, true));
-  SHOAL_RETURN_IF_ERROR(Field(j, "protocol", &protocol, true));
-  SHOAL_RETURN_IF_ERROR(Field(j, "control", &r.control, false));
-  SHOAL_RETURN_IF_ERROR(Field(j, "version", &r.version, false));
-  SHOAL_RETURN_IF_ERROR(Field(j, "cores", &r.cores, false));
-  SHOAL_RETURN_IF_ERROR(Field(j, "memory_mib", &r.memory_mib, false));
-  SHOAL_RETURN_IF_ERROR(Field(j, "gpus", &r.gpus, false));
-  SHOAL_RETURN_IF_ERROR(Field(j, "cold_start_ms", &r.cold_start_ms, false));
-  SHOAL_RETURN_IF_ERROR(Field(j, "cached_functions", &r.cached_functions, false));
-  SHOAL_RETURN_IF_ERROR(Field(j, "fl_jobs", &r.fl_jobs, false));
-  SHOAL_RETURN_IF_ERROR(Field(j, "started_unix_ms", &r.started_unix_ms, false));
+  SHOAL_RETURN_IF_ERROR(JsonField(j, kWhat, "name", &r.name));
+  SHOAL_RETURN_IF_ERROR(JsonField(j, kWhat, "address", &r.address));
+  SHOAL_RETURN_IF_ERROR(JsonField(j, kWhat, "protocol", &protocol));
+  SHOAL_RETURN_IF_ERROR(OptionalJsonField(j, kWhat, "control", &r.control));
+  SHOAL_RETURN_IF_ERROR(OptionalJsonField(j, kWhat, "version", &r.version));
+  SHOAL_RETURN_IF_ERROR(OptionalJsonField(j, kWhat, "cores", &r.cores));
+  SHOAL_RETURN_IF_ERROR(OptionalJsonField(j, kWhat, "memory_mib", &r.memory_mib));
+  SHOAL_RETURN_IF_ERROR(OptionalJsonField(j, kWhat, "gpus", &r.gpus));
+  SHOAL_RETURN_IF_ERROR(OptionalJsonField(j, kWhat, "cold_start_ms", &r.cold_start_ms));
+  SHOAL_RETURN_IF_ERROR(OptionalJsonField(j, kWhat, "cached_functions", &r.cached_functions));
+  SHOAL_RETURN_IF_ERROR(OptionalJsonField(j, kWhat, "fl_jobs", &r.fl_jobs));
+  SHOAL_RETURN_IF_ERROR(OptionalJsonField(j, kWhat, "started_unix_ms", &r.started_unix_ms));
   if (int major = 0, minor = 0; std::sscanf(protocol.c_str(), "%d.%d", &major, &minor) == 2) {
     r.protocol_major = major;
     r.protocol_minor = minor;
@@ -71,9 +57,9 @@ Result<NodeRecord> NodeRecord::FromJson(const std::string& text) {
     if (!it->is_array()) return InvalidArgument("node record: field 'pools' is not a list");
     for (const auto& p : *it) {
       NodePool pool;
-      SHOAL_RETURN_IF_ERROR(Field(p, "tenant", &pool.tenant, true));
-      SHOAL_RETURN_IF_ERROR(Field(p, "backend", &pool.backend, true));
-      SHOAL_RETURN_IF_ERROR(Field(p, "bytes", &pool.bytes, true));
+      SHOAL_RETURN_IF_ERROR(JsonField(p, kWhat, "tenant", &pool.tenant));
+      SHOAL_RETURN_IF_ERROR(JsonField(p, kWhat, "backend", &pool.backend));
+      SHOAL_RETURN_IF_ERROR(JsonField(p, kWhat, "bytes", &pool.bytes));
       r.pools.push_back(std::move(pool));
     }
   }

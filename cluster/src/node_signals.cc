@@ -2,25 +2,35 @@
 
 #include <nlohmann/json.hpp>
 
+#include "json_field.h"
+
 namespace shoal::cluster {
 
 using json = nlohmann::json;
 
 std::string NodeSignals::ToJson() const {
-  return json{{"unix_ms", unix_ms},         {"interval_s", interval_s},
-              {"inflight", inflight},       {"queued", queued},
-              {"ready", ready},             {"starting", starting},
-              {"busy", busy},               {"idle", idle},
-              {"arrivals", arrivals},       {"completions", completions},
-              {"cold_starts", cold_starts}, {"mean_queue_wait_s", mean_queue_wait_s},
-              {"mean_service_s", mean_service_s}, {"p99_latency_s", p99_latency_s},
+  return json{{"unix_ms", unix_ms},
+              {"interval_s", interval_s},
+              {"inflight", inflight},
+              {"queued", queued},
+              {"ready", ready},
+              {"starting", starting},
+              {"busy", busy},
+              {"idle", idle},
+              {"arrivals", arrivals},
+              {"completions", completions},
+              {"cold_starts", cold_starts},
+              {"mean_queue_wait_s", mean_queue_wait_s},
+              {"mean_service_s", mean_service_s},
+              {"p99_latency_s", p99_latency_s},
               {"cold_start_cost_s", cold_start_cost_s}}
       .dump();
 }
 
 Result<NodeSignals> NodeSignals::FromJson(const std::string& text) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return InvalidArgument("signals: not a JSON object");
+  auto parsed = JsonObject(text, "signals");
+  if (!parsed.ok()) return parsed.status();
+  const json& j = *parsed;
   NodeSignals s;
   try {
     s.unix_ms = j.at("unix_ms").get<int64_t>();

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -18,7 +20,8 @@ class Args {
  public:
   explicit Args(std::string usage) : usage_(std::move(usage)) {}
 
-  // Numbers are read as strtoll / strtoull / strtod read them (not a number: 0).
+  // Numbers are read as strtoll / strtoull / strtod read them (not a number: 0); a
+  // std::vector<std::string> takes a comma-separated list.
   template <class T>
   Args& Option(const char* name, T* value) {
     flags_.push_back({name, true, [value](const char* v) { Set(value, v); }});
@@ -27,6 +30,13 @@ class Args {
   // --params N, --updates K, --reps R: the fold benches' model size, update count and passes.
   Args& FoldSizes(size_t* params, size_t* updates, int* reps) {
     return Option("--params", params).Option("--updates", updates).Option("--reps", reps);
+  }
+  // --seeds N, --first-seed S, --max-seconds T: the FL benches' runs (seeds S..S+N-1) and each
+  // run's time limit.
+  Args& FlRuns(int* seeds, uint64_t* first_seed, double* max_seconds) {
+    return Option("--seeds", seeds)
+        .Option("--first-seed", first_seed)
+        .Option("--max-seconds", max_seconds);
   }
   // `--name` alone sets `*value` to `to`.
   Args& Switch(const char* name, bool* value, bool to) {
@@ -61,6 +71,10 @@ class Args {
   static void Set(T* out, const char* v) {
     if constexpr (std::is_same_v<T, std::string>) {
       *out = v;
+    } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+      out->clear();  // a comma-separated list replaces the default
+      std::istringstream items(v);
+      for (std::string item; std::getline(items, item, ',');) out->push_back(item);
     } else if constexpr (std::is_floating_point_v<T>) {
       *out = static_cast<T>(std::strtod(v, nullptr));
     } else if constexpr (std::is_signed_v<T>) {

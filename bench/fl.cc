@@ -32,10 +32,11 @@
 #include <cstdio>
 #include <fstream>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
+#include "bench_shoald.h"
 #include "shoald_fixture.h"
 
 using namespace shoal::testing;
@@ -129,12 +130,9 @@ std::string Manifest(const std::string& name, const Variant& v, const Setting& s
 bool RunOne(const Variant& v, const Setting& st, const Options& o, double target, uint64_t seed,
             Run* r) {
   Shoald shoald;
-  Shoald::Options so;
-  so.binary = o.shoald;
-  if (!shoald.Start(so)) {
-    std::fprintf(stderr, "shoald did not start:\n%s", shoald.Log().c_str());
-    return false;
-  }
+  Shoald::Options options;
+  options.binary = o.shoald;
+  if (!shoal::bench::StartShoald(shoald, options)) return false;
   const std::string job = "bench-" + v.label;
   auto d = shoald.Deploy(Manifest(job, v, st, o, target, seed));
   if (d.exit_code != 0) {
@@ -353,38 +351,22 @@ bool RunSetting(const Setting& st, const std::vector<Variant>& variants, const O
   return true;
 }
 
-std::vector<std::string> SplitList(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string l; std::getline(ss, l, ',');) out.push_back(l);
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--target")
-      o.target = std::stod(argv[++i]);
-    else if (a == "--max-seconds")
-      o.max_seconds = std::stod(argv[++i]);
-    else if (a == "--seeds")
-      o.seeds = std::stoi(argv[++i]);
-    else if (a == "--first-seed")
-      o.first_seed = std::stoull(argv[++i]);
-    else if (a == "--fedavg-deadline")
-      o.deadline = argv[++i];
-    else if (a == "--log-dir")
-      o.log_dir = argv[++i];
-    else if (a == "--shoald")
-      o.shoald = argv[++i];
-    else if (a == "--only")
-      o.only = SplitList(argv[++i]);
-    else if (a == "--settings")
-      o.settings = SplitList(argv[++i]);
-  }
+  shoal::bench::Args args(
+      "bench-fl [--settings fmnist16,silo5-class,silo5-dirichlet] [--seeds N] [--first-seed S] "
+      "[--only LABELS] [--target ACC] [--max-seconds S] [--fedavg-deadline D] [--log-dir DIR] "
+      "[--shoald PATH]");
+  args.FlRuns(&o.seeds, &o.first_seed, &o.max_seconds)
+      .Option("--target", &o.target)
+      .Option("--fedavg-deadline", &o.deadline)
+      .Option("--log-dir", &o.log_dir)
+      .Option("--shoald", &o.shoald)
+      .Option("--only", &o.only)
+      .Option("--settings", &o.settings);
+  if (!args.Parse(argc, argv)) return 2;
   if (o.seeds < 1) {
     std::fprintf(stderr, "bench-fl: --seeds must be >= 1\n");
     return 1;

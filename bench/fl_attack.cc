@@ -15,10 +15,11 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
+#include "bench_shoald.h"
 #include "shoald_fixture.h"
 
 using namespace shoal::testing;
@@ -67,10 +68,7 @@ std::string Manifest(const std::string& name, const Rule& rule, const Options& o
 
 bool RunOne(const Rule& rule, const std::string& attack, const Options& o, uint64_t seed, Run* r) {
   Shoald shoald;
-  if (!shoald.Start()) {
-    std::fprintf(stderr, "shoald did not start:\n%s", shoald.Log().c_str());
-    return false;
-  }
+  if (!shoal::bench::StartShoald(shoald)) return false;
   const std::string job = "attack";
   auto d = shoald.Deploy(Manifest(job, rule, o, seed));
   if (d.exit_code != 0) {
@@ -139,22 +137,13 @@ std::string Fmt(const char* f, double v) {
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--rounds")
-      o.rounds = std::stoi(argv[++i]);
-    else if (a == "--seeds")
-      o.seeds = std::stoi(argv[++i]);
-    else if (a == "--first-seed")
-      o.first_seed = std::stoull(argv[++i]);
-    else if (a == "--max-seconds")
-      o.max_seconds = std::stod(argv[++i]);
-    else if (a == "--attacks") {
-      o.attacks.clear();
-      std::stringstream ss(argv[++i]);
-      for (std::string s; std::getline(ss, s, ',');) o.attacks.push_back(s);
-    }
-  }
+  shoal::bench::Args args(
+      "bench-fl-attack [--seeds N] [--rounds R] [--first-seed S] [--max-seconds S] "
+      "[--attacks none,ATTACK,...]");
+  args.FlRuns(&o.seeds, &o.first_seed, &o.max_seconds)
+      .Option("--rounds", &o.rounds)
+      .Option("--attacks", &o.attacks);
+  if (!args.Parse(argc, argv)) return 2;
   if (o.seeds < 1 || o.rounds < 1 || o.attacks.empty() || o.attacks[0] != "none") {
     std::fprintf(stderr,
                  "bench-fl-attack: --seeds and --rounds >= 1; --attacks must start "

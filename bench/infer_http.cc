@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_shoald.h"
 #include "shoal/client/dataset.h"
 #include "shoal/inference/architectures_graph.h"
 #include "shoal/inference/executor.h"
@@ -134,12 +135,7 @@ int main(int argc, char** argv) {
                "[1/4] starting shoald (%d event loops), an FL job and two inference functions\n",
                workers);
   Shoald shoald;
-  Shoald::Options opts;
-  opts.threads = static_cast<uint32_t>(workers);
-  if (!shoald.Start(opts)) {
-    std::fprintf(stderr, "shoald did not start:\n%s", shoald.Log().c_str());
-    return 1;
-  }
+  if (!shoal::bench::StartShoald(shoald, workers)) return 1;
   auto d = shoald.Deploy(
       "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata: {name: bench}\nspec:\n"
       "  algorithm: {name: fedavg}\n  model: {architecture: mlp, hidden: 128}\n"

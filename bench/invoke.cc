@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "bench_args.h"
+#include "bench_shoald.h"
 #include "shoald_fixture.h"
 #include "wrk_runner.h"
 
@@ -61,12 +62,7 @@ int main(int argc, char** argv) {
 
   std::fprintf(stderr, "[1/4] starting shoald (%d event loops) and deploying echo\n", workers);
   Shoald shoald;
-  Shoald::Options opts;
-  opts.threads = static_cast<uint32_t>(workers);
-  if (!shoald.Start(opts)) {
-    std::fprintf(stderr, "shoald did not start:\n%s", shoald.Log().c_str());
-    return 1;
-  }
+  if (!shoal::bench::StartShoald(shoald, workers)) return 1;
   auto d = shoald.Deploy(
       "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\nspec:\n  handler:\n"
       "    builtin: echo\n  concurrency: 1024\n  scale: {min: 1, max: 1}\n");

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "bench_args.h"
+#include "bench_shoald.h"
 #include "hugepages_for_test.h"
 #include "shoal/model/architectures.h"
 #include "shoal/model/update_format.h"
@@ -114,8 +115,7 @@ RoundResult RunRound(int leaves, int updates, int senders, const std::vector<std
   opt.pool = pool;
   opt.pool_bytes = PoolBytes(area.size(), updates, leaves);
   opt.max_body_bytes = uint64_t{128} << 20;
-  if (!shoald.Start(opt)) {
-    std::fprintf(stderr, "shoald did not start:\n%s", shoald.Log().c_str());
+  if (!shoal::bench::StartShoald(shoald, opt)) {
     res.failures = updates;
     return res;
   }

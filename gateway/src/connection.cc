@@ -59,16 +59,15 @@ void Connection::OnAlloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
   }
   if (c->state_ == State::kBody && c->route_ == Route::kForward) {
     // A forwarded body passes through the read buffer on its way to the peer.
-    *buf = uv_buf_init(c->rbuf_.get(),
-                       static_cast<unsigned>(std::min<uint64_t>(c->body_expected_ - c->body_len_,
-                                                                kReadBufferBytes)));
+    *buf = uv_buf_init(c->rbuf_.get(), static_cast<unsigned>(std::min<uint64_t>(
+                                           c->body_expected_ - c->body_len_, kReadBufferBytes)));
     return;
   }
   if (c->state_ == State::kBody) {
     // The body of a Content-Length request goes straight into its pool buffer.
-    *buf = uv_buf_init(reinterpret_cast<char*>(c->body_ptr_ + c->body_len_),
-                       static_cast<unsigned>(std::min<uint64_t>(c->body_expected_ - c->body_len_,
-                                                                1u << 30)));
+    *buf = uv_buf_init(
+        reinterpret_cast<char*>(c->body_ptr_ + c->body_len_),
+        static_cast<unsigned>(std::min<uint64_t>(c->body_expected_ - c->body_len_, 1u << 30)));
     return;
   }
   *buf = uv_buf_init(c->rbuf_.get() + c->rbuf_len_,
@@ -101,7 +100,8 @@ void Connection::OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t*) {
   }
   if (c->state_ == State::kBody) {
     c->body_len_ += static_cast<uint64_t>(nread);
-    if (c->route_ == Route::kForward) c->SendForwardBody(c->rbuf_.get(), static_cast<size_t>(nread));
+    if (c->route_ == Route::kForward)
+      c->SendForwardBody(c->rbuf_.get(), static_cast<size_t>(nread));
     if (c->body_len_ == c->body_expected_) {
       c->state_ = State::kHeaders;
       c->HandleRequest();
@@ -238,8 +238,10 @@ bool Connection::RouteRequest(const RequestHead& head) {
   const bool has_body = head.has_body();
   const auto qpos = head.url.find('?');
   path_.assign(head.url, 0, qpos);
-  if (qpos == std::string::npos) query_.clear();
-  else query_.assign(head.url, qpos + 1);
+  if (qpos == std::string::npos)
+    query_.clear();
+  else
+    query_.assign(head.url, qpos + 1);
   Gateway& gw = loop_.gw();
   FlDataPath* fl = gw.hooks_.fl;
   const RouteMatch m = MatchRoute(head.method_name(), path_, fl != nullptr);
@@ -333,8 +335,11 @@ bool Connection::RouteRequest(const RequestHead& head) {
       if (head.expect_continue && has_body) SendContinue();
       return false;
     case RouteKind::kControlElsewhere:
-      return Reject(404, "the control API is not served on this listener: use the control "
-                         "address (control_listen_host:control_port, loopback by default)");
+      return Reject(404,
+                    "the control API is not served on this listener: use the control "
+                    "address (control_listen_host:control_port, loopback by default)");
+    // The routes answered here, one a line.
+    // clang-format off
     case RouteKind::kV2Server: route_ = Route::kV2Server; return false;
     case RouteKind::kV2Live: route_ = Route::kV2Live; return false;
     case RouteKind::kV2Ready: route_ = Route::kV2Ready; return false;
@@ -342,6 +347,7 @@ bool Connection::RouteRequest(const RequestHead& head) {
     case RouteKind::kHealthz: route_ = Route::kHealthz; return false;
     case RouteKind::kReadyz: route_ = Route::kReadyz; return false;
     case RouteKind::kNotFound: break;
+      // clang-format on
   }
   return Reject(404, "no route for " + path_);
 }
@@ -361,8 +367,8 @@ bool Connection::PrepareFunctionBody(const RequestHead& head) {
   auto buf = fn_->pool->Allocate(head_len_ + body_cap_, kShoaldSlot);
   if (!buf.ok()) {
     loop_.gw().metrics_.gateway_rejections.Add({{"reason", "pool_full"}}).Increment();
-    return Reject(503, "shared-memory pool of tenant '" + fn_->spec.tenant + "' is full: retry later",
-                  true);
+    return Reject(
+        503, "shared-memory pool of tenant '" + fn_->spec.tenant + "' is full: retry later", true);
   }
   buffer_ = *buf;
   body_ptr_ = fn_->pool->Data(buffer_).data() + head_len_;
@@ -529,11 +535,11 @@ bool Connection::OnBodyPiece(const char* at, size_t len) {
     ReleaseRequestBuffer();
     close_after_ = true;
     keep_alive_ = false;
-    SetError(over ? 413 : 503,
-             over ? "chunked request body over the limit of " + std::to_string(body_limit_) +
-                        " bytes"
-                  : "shared-memory pool is full: retry later",
-             !over);
+    SetError(
+        over ? 413 : 503,
+        over ? "chunked request body over the limit of " + std::to_string(body_limit_) + " bytes"
+             : "shared-memory pool is full: retry later",
+        !over);
     return false;
   }
   if (route_ == Route::kForward) {
@@ -557,14 +563,17 @@ bool Connection::OnBodyPiece(const char* at, size_t len) {
   return true;
 }
 
-void Connection::ReleaseRequestBuffer() {
-  if (buffer_ != 0 && fn_) {
-    if (Status st = fn_->pool->Release(buffer_, kShoaldSlot); !st.ok()) {
-      spdlog::error("function '{}': request buffer {:#x} not released: {}", fn_->spec.name,
-                    buffer_, st.ToString());
+void Connection::ReleaseBuffer(const std::shared_ptr<FunctionRuntime>& fn, uint64_t& buffer,
+                               const char* what) {
+  if (buffer != 0 && fn) {
+    if (Status st = fn->pool->Release(buffer, kShoaldSlot); !st.ok()) {
+      spdlog::error("function '{}': {} buffer {:#x} not released: {}", fn->spec.name, what, buffer,
+                    st.ToString());
     }
   }
-  buffer_ = 0;
+  buffer = 0;
 }
+
+void Connection::ReleaseRequestBuffer() { ReleaseBuffer(fn_, buffer_, "request"); }
 
 }  // namespace shoal

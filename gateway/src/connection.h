@@ -137,6 +137,10 @@ class Connection final : public RequestEvents, public ForwardClient {
   void StartWrite(std::string_view body);
   void AfterWrite();
   void ReleaseRequestBuffer();
+  // Gives `buffer` (0: none) back to `fn`'s pool as shoald's slot and zeroes it; a failure is
+  // logged naming the function and `what` ("request", "response").
+  static void ReleaseBuffer(const std::shared_ptr<FunctionRuntime>& fn, uint64_t& buffer,
+                            const char* what);
   void SetError(int status, std::string message, bool retry_after = false) {
     route_ = Route::kError;
     error_status_ = status;

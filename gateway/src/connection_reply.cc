@@ -256,13 +256,7 @@ void Connection::NextRequest() {
 }
 
 void Connection::AfterWrite() {
-  if (resp_buffer_ != 0 && resp_fn_) {
-    if (Status st = resp_fn_->pool->Release(resp_buffer_, kShoaldSlot); !st.ok()) {
-      spdlog::error("function '{}': response buffer {:#x} not released: {}", resp_fn_->spec.name,
-                    resp_buffer_, st.ToString());
-    }
-  }
-  resp_buffer_ = 0;
+  ReleaseBuffer(resp_fn_, resp_buffer_, "response");
   resp_fn_.reset();
 }
 

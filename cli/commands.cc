@@ -336,7 +336,9 @@ int Describe(const HttpClient& client, const std::string& name) try {
       char id[32];
       std::snprintf(id, sizeof id, "%#llx",
                     static_cast<unsigned long long>(Num<uint64_t>(i, "id")));
-      std::vector<std::string> row = {id, std::to_string(Num<int64_t>(i, "pid")), Str(i, "state"),
+      std::vector<std::string> row = {id,
+                                      std::to_string(Num<int64_t>(i, "pid")),
+                                      Str(i, "state"),
                                       std::to_string(Num<uint64_t>(i, "inflight")),
                                       std::to_string(Num<uint64_t>(i, "served")),
                                       FormatAge(Num<double>(i, "age_s")),
@@ -432,10 +434,6 @@ int Logs(const HttpClient& client, const std::string& name, bool follow) try {
   return e.code;
 }
 
-int Delete(const HttpClient& client, const std::string& name) {
-  return DeleteAndReport(client, "/v1/functions/" + name, "function/" + name + " deleted");
-}
-
 int Top(const HttpClient& client, const WatchOptions& options) try {
   const OutputMode mode = DetectOutputMode(STDOUT_FILENO, options.json);
   TerminalSession session(STDOUT_FILENO, options.watch ? mode : OutputMode::kPlain);
@@ -450,10 +448,10 @@ int Top(const HttpClient& client, const WatchOptions& options) try {
     }
     // A controller's top has every node's rows, each naming its node.
     const json rows = top.value("functions", json::array());
-    const bool by_node = std::any_of(rows.begin(), rows.end(),
-                                     [](const json& f) { return f.contains("node"); });
-    std::vector<std::string> header = {"FUNCTION", "POLICY", "DESIRED", "ACTUAL",
-                                       "INFLIGHT", "QUEUED", "REQ/S",   "P50",
+    const bool by_node =
+        std::any_of(rows.begin(), rows.end(), [](const json& f) { return f.contains("node"); });
+    std::vector<std::string> header = {"FUNCTION", "POLICY",      "DESIRED", "ACTUAL",
+                                       "INFLIGHT", "QUEUED",      "REQ/S",   "P50",
                                        "P99",      "COLD-STARTS", "AVOIDED", "ANOMALIES"};
     if (by_node) header.insert(header.begin() + 1, "NODE");
     Table t(header);
@@ -470,16 +468,16 @@ int Top(const HttpClient& client, const WatchOptions& options) try {
       }
       std::vector<std::string> row = {
           Str(f, "name"), Str(f, "policy").empty() ? "none" : Str(f, "policy"),
-                std::to_string(Num<uint64_t>(f, "desired")), actual,
-                std::to_string(Num<uint64_t>(f, "inflight")),
-                std::to_string(Num<uint64_t>(f, "queued")), FormatFixed(Num<double>(f, "rps"), 1),
-                FormatMs(Num<double>(f, "p50_ms")), FormatMs(Num<double>(f, "p99_ms")), cold,
-                std::to_string(Num<uint64_t>(f, "cold_starts_avoided")),
-                // The compromise detector's finds, with the instances it keeps quarantined.
-                std::to_string(Num<uint64_t>(f, "anomalies_total")) +
-                    (Num<uint64_t>(f, "quarantined") > 0
-                         ? " (" + std::to_string(Num<uint64_t>(f, "quarantined")) + " quarantined)"
-                         : "")};
+          std::to_string(Num<uint64_t>(f, "desired")), actual,
+          std::to_string(Num<uint64_t>(f, "inflight")), std::to_string(Num<uint64_t>(f, "queued")),
+          FormatFixed(Num<double>(f, "rps"), 1), FormatMs(Num<double>(f, "p50_ms")),
+          FormatMs(Num<double>(f, "p99_ms")), cold,
+          std::to_string(Num<uint64_t>(f, "cold_starts_avoided")),
+          // The compromise detector's finds, with the instances it keeps quarantined.
+          std::to_string(Num<uint64_t>(f, "anomalies_total")) +
+              (Num<uint64_t>(f, "quarantined") > 0
+                   ? " (" + std::to_string(Num<uint64_t>(f, "quarantined")) + " quarantined)"
+                   : "")};
       if (by_node) row.insert(row.begin() + 1, Str(f, "node"));
       t.AddRow(row);
     }

@@ -33,7 +33,6 @@ int GetNodes(const HttpClient& client, const std::string& name, const std::strin
 int Describe(const HttpClient& client, const std::string& name);
 int Invoke(const HttpClient& client, const InvokeOptions& options);
 int Logs(const HttpClient& client, const std::string& name, bool follow);
-int Delete(const HttpClient& client, const std::string& name);
 struct WatchOptions {
   bool watch = true;      // keep refreshing (top: -w)
   double interval_s = 1;  // between refreshes
@@ -53,13 +52,11 @@ int FlWatch(const HttpClient& client, const std::string& job, const WatchOptions
 int FlModel(const HttpClient& client, const std::string& job, const std::string& output,
             const std::optional<uint64_t>& version, const std::string& format = "safetensors");
 int FlList(const HttpClient& client);
-int FlDelete(const HttpClient& client, const std::string& job);
 
 struct TokenOptions {
   std::string role, ns, job, name;
 };
 int TokenCreate(const HttpClient& client, const TokenOptions& options);
 int TokenList(const HttpClient& client);
-int TokenRevoke(const HttpClient& client, const std::string& id);
 
 }  // namespace shoal::cli

@@ -299,8 +299,4 @@ int FlList(const HttpClient& client) try {
   return e.code;
 }
 
-int FlDelete(const HttpClient& client, const std::string& job) {
-  return DeleteAndReport(client, "/v1/jobs/" + job, "fljob/" + job + " deleted");
-}
-
 }  // namespace shoal::cli

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli_config.h"
+#include "command_support.h"
 #include "commands.h"
 #include "sim.h"
 
@@ -52,9 +53,11 @@ int main(int argc, char** argv) {
   auto* invoke = app.add_subcommand("invoke", "call a function (response body to stdout)");
   invoke->add_option("name", invoke_opts.name, "function name")->required();
   auto* data = invoke->add_option("-d,--data", invoke_opts.data, "request body, or @FILE");
-  invoke->add_option("-X,--request", invoke_opts.method, "HTTP method (default POST with -d, else GET)");
+  invoke->add_option("-X,--request", invoke_opts.method,
+                     "HTTP method (default POST with -d, else GET)");
   invoke->add_option("--path", invoke_opts.path, "sub-path below /fn/NAME/ (may carry ?query)");
-  invoke->add_option("-H,--header", invoke_opts.headers, "request header 'Name: value' (repeatable)")
+  invoke
+      ->add_option("-H,--header", invoke_opts.headers, "request header 'Name: value' (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 
@@ -129,7 +132,8 @@ int main(int argc, char** argv) {
 
   SimOptions sim_opts;
   auto* sim = app.add_subcommand("sim", "run the autoscaling simulator locally (no shoald needed)");
-  sim->add_option("--policy", sim_opts.policy, "kpa, rl-q, shoal or learned")->capture_default_str();
+  sim->add_option("--policy", sim_opts.policy, "kpa, rl-q, shoal or learned")
+      ->capture_default_str();
   sim->add_option("--workload", sim_opts.workload, "bursty, diurnal, timer, fl or zipf")
       ->capture_default_str();
   sim->add_option("--trace", sim_opts.trace,
@@ -144,9 +148,10 @@ int main(int argc, char** argv) {
   train->add_option("--out", train_opts.out, "the policy file to write")->capture_default_str();
   train->add_option("--seed", train_opts.seed, "first training seed")->capture_default_str();
   train->add_option("--seeds", train_opts.seeds, "runs per family")->capture_default_str();
-  train->add_option("--sizing-seeds", train_opts.sizing_seeds,
-                    "runs per family for the busy-time sizing table, each once per sizing "
-                    "action (0: no sizing table)")
+  train
+      ->add_option("--sizing-seeds", train_opts.sizing_seeds,
+                   "runs per family for the busy-time sizing table, each once per sizing "
+                   "action (0: no sizing table)")
       ->capture_default_str();
   train->add_option("--families", train_opts.families,
                     "comma-separated: poisson, diurnal, zipf, timer, bursty, fl, azure "
@@ -190,7 +195,7 @@ int main(int argc, char** argv) {
   } else if (logs->parsed()) {
     rc = Logs(client, name, follow);
   } else if (del->parsed()) {
-    rc = Delete(client, name);
+    rc = DeleteAndReport(client, "/v1/functions/" + name, "function/" + name + " deleted");
   } else if (top->parsed()) {
     top_opts.json = top_output == "json";
     rc = Top(client, top_opts);
@@ -204,13 +209,13 @@ int main(int argc, char** argv) {
   } else if (fl_list->parsed()) {
     rc = FlList(client);
   } else if (fl_delete->parsed()) {
-    rc = FlDelete(client, job);
+    rc = DeleteAndReport(client, "/v1/jobs/" + job, "fljob/" + job + " deleted");
   } else if (token_create->parsed()) {
     rc = TokenCreate(client, token_opts);
   } else if (token_list->parsed()) {
     rc = TokenList(client);
   } else if (token_revoke->parsed()) {
-    rc = TokenRevoke(client, token_id);
+    rc = DeleteAndReport(client, "/v1/tokens/" + token_id, "token " + token_id + " revoked");
   }
   return rc;
 }

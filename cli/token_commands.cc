@@ -75,8 +75,4 @@ int TokenList(const HttpClient& client) try {
   return e.code;
 }
 
-int TokenRevoke(const HttpClient& client, const std::string& id) {
-  return DeleteAndReport(client, "/v1/tokens/" + id, "token " + id + " revoked");
-}
-
 }  // namespace shoal::cli

@@ -37,17 +37,9 @@ bool Connection::Accept(uv_stream_t* server) {
   return true;
 }
 
-void Connection::StartReading() {
-  if (reading_) return;
-  reading_ = true;
-  uv_read_start(reinterpret_cast<uv_stream_t*>(&tcp_), &Connection::OnAlloc, &Connection::OnRead);
-}
+void Connection::StartReading() { reading_.Start(tcp_, &Connection::OnAlloc, &Connection::OnRead); }
 
-void Connection::StopReading() {
-  if (!reading_) return;
-  reading_ = false;
-  uv_read_stop(reinterpret_cast<uv_stream_t*>(&tcp_));
-}
+void Connection::StopReading() { reading_.Stop(tcp_); }
 
 // ---- reading -------------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@
 #include "shoal/interfaces/fl_data_path.h"
 #include "shoal/interfaces/forward_table.h"
 #include "shoal/interfaces/http_reply.h"
+#include "uv_reading.h"
 
 namespace shoal {
 
@@ -205,7 +206,7 @@ class Connection final : public RequestEvents, public ForwardClient {
   std::string fwd_node_;
   bool fwd_chunked_ = false;
   bool fwd_paused_ = false;
-  bool reading_ = false;    // uv_read_start is in effect
+  UvReading reading_;
   bool peer_shut_ = false;  // the client shut its sending side while a request was served
 };
 

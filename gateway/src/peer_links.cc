@@ -56,44 +56,55 @@ void PeerLink::Connect() {
   if (port <= 0 || port > 65535 || uv_ip4_addr(host.c_str(), port, &addr) != 0) {
     // Reported from the loop, never from inside the caller's Begin().
     status_ = -1;
-    uv_timer_start(&timer_, [](uv_timer_t* t) {
-      auto* self = static_cast<PeerLink*>(t->data);
-      self->Fail(502, "node '" + self->node_ + "' has no usable gateway address '" +
-                          self->address_ + "'");
-    }, 0, 0);
+    uv_timer_start(
+        &timer_,
+        [](uv_timer_t* t) {
+          auto* self = static_cast<PeerLink*>(t->data);
+          self->Fail(502, "node '" + self->node_ + "' has no usable gateway address '" +
+                              self->address_ + "'");
+        },
+        0, 0);
     return;
   }
-  uv_timer_start(&timer_, [](uv_timer_t* t) {
-    auto* self = static_cast<PeerLink*>(t->data);
-    if (self->state_ != State::kConnecting) return;
-    self->Fail(502, "node '" + self->node_ + "' at " + self->address_ +
-                        " did not accept a connection within 3 s");
-  }, kConnectTimeoutMs, 0);
-  const int rc = uv_tcp_connect(&connect_req_, &tcp_, reinterpret_cast<const sockaddr*>(&addr),
-                                [](uv_connect_t* req, int status) {
-    auto* self = static_cast<PeerLink*>(req->data);
-    if (self->state_ != State::kConnecting) return;  // failed or closed meanwhile
-    uv_timer_stop(&self->timer_);
-    if (status < 0) {
-      self->Fail(502, "cannot reach node '" + self->node_ + "' at " + self->address_ + ": " +
-                          uv_strerror(status));
-      return;
-    }
-    self->connected_ = true;
-    self->state_ = State::kExchange;
-    self->ArmAnswerTimer();
-    uv_tcp_nodelay(&self->tcp_, 1);
-    self->StartReading();
-    self->StartWrite();
-  });
+  uv_timer_start(
+      &timer_,
+      [](uv_timer_t* t) {
+        auto* self = static_cast<PeerLink*>(t->data);
+        if (self->state_ != State::kConnecting) return;
+        self->Fail(502, "node '" + self->node_ + "' at " + self->address_ +
+                            " did not accept a connection within 3 s");
+      },
+      kConnectTimeoutMs, 0);
+  const int rc =
+      uv_tcp_connect(&connect_req_, &tcp_, reinterpret_cast<const sockaddr*>(&addr),
+                     [](uv_connect_t* req, int status) {
+                       auto* self = static_cast<PeerLink*>(req->data);
+                       if (self->state_ != State::kConnecting)
+                         return;  // failed or closed meanwhile
+                       uv_timer_stop(&self->timer_);
+                       if (status < 0) {
+                         self->Fail(502, "cannot reach node '" + self->node_ + "' at " +
+                                             self->address_ + ": " + uv_strerror(status));
+                         return;
+                       }
+                       self->connected_ = true;
+                       self->state_ = State::kExchange;
+                       self->ArmAnswerTimer();
+                       uv_tcp_nodelay(&self->tcp_, 1);
+                       self->StartReading();
+                       self->StartWrite();
+                     });
   if (rc != 0) {
     uv_timer_stop(&timer_);
     status_ = rc;
-    uv_timer_start(&timer_, [](uv_timer_t* t) {
-      auto* self = static_cast<PeerLink*>(t->data);
-      self->Fail(502, "cannot connect to node '" + self->node_ + "' at " + self->address_ + ": " +
-                          uv_strerror(self->status_));
-    }, 0, 0);
+    uv_timer_start(
+        &timer_,
+        [](uv_timer_t* t) {
+          auto* self = static_cast<PeerLink*>(t->data);
+          self->Fail(502, "cannot connect to node '" + self->node_ + "' at " + self->address_ +
+                              ": " + uv_strerror(self->status_));
+        },
+        0, 0);
   }
 }
 
@@ -106,8 +117,8 @@ bool PeerLink::Send(const char* data, size_t len) {
     uv_buf_t b[2] = {uv_buf_init(queued_.data(), static_cast<unsigned>(queued_.size())),
                      uv_buf_init(const_cast<char*>(data), static_cast<unsigned>(len))};
     const bool head = !queued_.empty();
-    const int n = uv_try_write(reinterpret_cast<uv_stream_t*>(&tcp_), head ? b : b + 1,
-                               head ? 2 : 1);
+    const int n =
+        uv_try_write(reinterpret_cast<uv_stream_t*>(&tcp_), head ? b : b + 1, head ? 2 : 1);
     size_t sent = n > 0 ? static_cast<size_t>(n) : 0;  // a hard error shows in uv_write's callback
     const size_t from_queue = std::min(sent, queued_.size());
     queued_.erase(0, from_queue);
@@ -134,34 +145,38 @@ void PeerLink::StartWrite() {
   write_in_flight_ = true;
   const int rc = uv_write(&write_req_, reinterpret_cast<uv_stream_t*>(&tcp_), &b, 1,
                           [](uv_write_t* req, int status) {
-    auto* self = static_cast<PeerLink*>(req->data);
-    self->write_in_flight_ = false;
-    self->writing_.clear();
-    if (self->state_ == State::kClosing) return;
-    if (status < 0) {
-      if (self->answer_started_) {
-        self->Finish(false);
-      } else {
-        self->Fail(502, "sending the request to node '" + self->node_ + "' failed: " +
-                            uv_strerror(status));
-      }
-      return;
-    }
-    if (self->state_ == State::kExchange && !self->answer_done_) self->ArmAnswerTimer();
-    if (!self->queued_.empty()) {
-      self->StartWrite();
-    } else if (self->client_ != nullptr) {
-      self->client_->OnForwardDrained();
-    }
-  });
+                            auto* self = static_cast<PeerLink*>(req->data);
+                            self->write_in_flight_ = false;
+                            self->writing_.clear();
+                            if (self->state_ == State::kClosing) return;
+                            if (status < 0) {
+                              if (self->answer_started_) {
+                                self->Finish(false);
+                              } else {
+                                self->Fail(502, "sending the request to node '" + self->node_ +
+                                                    "' failed: " + uv_strerror(status));
+                              }
+                              return;
+                            }
+                            if (self->state_ == State::kExchange && !self->answer_done_)
+                              self->ArmAnswerTimer();
+                            if (!self->queued_.empty()) {
+                              self->StartWrite();
+                            } else if (self->client_ != nullptr) {
+                              self->client_->OnForwardDrained();
+                            }
+                          });
   if (rc != 0) {
     write_in_flight_ = false;
     status_ = rc;
-    uv_timer_start(&timer_, [](uv_timer_t* t) {
-      auto* self = static_cast<PeerLink*>(t->data);
-      self->Fail(502, "sending the request to node '" + self->node_ + "' failed: " +
-                          uv_strerror(self->status_));
-    }, 0, 0);
+    uv_timer_start(
+        &timer_,
+        [](uv_timer_t* t) {
+          auto* self = static_cast<PeerLink*>(t->data);
+          self->Fail(502, "sending the request to node '" + self->node_ +
+                              "' failed: " + uv_strerror(self->status_));
+        },
+        0, 0);
   }
 }
 
@@ -180,18 +195,22 @@ int PeerLink::OnMessageComplete(http_parser* p) {
 }
 
 void PeerLink::ArmAnswerTimer() {
-  uv_timer_start(&timer_, [](uv_timer_t* t) {
-    auto* self = static_cast<PeerLink*>(t->data);
-    if (self->state_ != State::kExchange) return;
-    char secs[32];
-    std::snprintf(secs, sizeof secs, "%.3g", static_cast<double>(self->owner_.answer_timeout_ms_) / 1000);
-    if (self->answer_started_) {
-      self->Finish(false);
-    } else {
-      self->Fail(504, "node '" + self->node_ + "' at " + self->address_ + " sent nothing for " +
-                          secs + " s (forward_timeout_s)");
-    }
-  }, owner_.answer_timeout_ms_, 0);
+  uv_timer_start(
+      &timer_,
+      [](uv_timer_t* t) {
+        auto* self = static_cast<PeerLink*>(t->data);
+        if (self->state_ != State::kExchange) return;
+        char secs[32];
+        std::snprintf(secs, sizeof secs, "%.3g",
+                      static_cast<double>(self->owner_.answer_timeout_ms_) / 1000);
+        if (self->answer_started_) {
+          self->Finish(false);
+        } else {
+          self->Fail(504, "node '" + self->node_ + "' at " + self->address_ + " sent nothing for " +
+                              secs + " s (forward_timeout_s)");
+        }
+      },
+      owner_.answer_timeout_ms_, 0);
 }
 
 void PeerLink::OnPeerData(size_t n) {
@@ -269,16 +288,10 @@ void PeerLink::AfterRelay() {
 }
 
 void PeerLink::StartReading() {
-  if (reading_ || state_ == State::kClosing) return;
-  reading_ = true;
-  uv_read_start(reinterpret_cast<uv_stream_t*>(&tcp_), &PeerLink::OnAlloc, &PeerLink::OnRead);
+  if (state_ != State::kClosing) reading_.Start(tcp_, &PeerLink::OnAlloc, &PeerLink::OnRead);
 }
 
-void PeerLink::StopReading() {
-  if (!reading_) return;
-  reading_ = false;
-  uv_read_stop(reinterpret_cast<uv_stream_t*>(&tcp_));
-}
+void PeerLink::StopReading() { reading_.Stop(tcp_); }
 
 void PeerLink::OnAlloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
   auto* link = static_cast<PeerLink*>(h->data);

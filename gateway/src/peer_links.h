@@ -17,6 +17,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "uv_reading.h"
+
 namespace shoal {
 
 // The client side of one forwarded exchange (the Connection that took the request).
@@ -80,7 +82,7 @@ class PeerLink {
   std::string node_, address_;
   State state_ = State::kIdle;
   bool connected_ = false;
-  bool reading_ = false;
+  UvReading reading_;
   int open_handles_ = 0;
   uv_tcp_t tcp_{};
   uv_timer_t timer_{};
@@ -116,9 +118,9 @@ class PeerLinks {
  private:
   friend class PeerLink;
   static constexpr size_t kIdlePerPeer = 64;
-  void Idle(PeerLink* link);      // its exchange ended cleanly: keep it for the next
-  void Forget(PeerLink* link);    // it closed
-  void Deleted(PeerLink* link);   // its handles closed: the object is gone
+  void Idle(PeerLink* link);     // its exchange ended cleanly: keep it for the next
+  void Forget(PeerLink* link);   // it closed
+  void Deleted(PeerLink* link);  // its handles closed: the object is gone
   uv_loop_t* loop_;
   uint64_t answer_timeout_ms_;
   std::unordered_map<std::string, std::vector<PeerLink*>> idle_;

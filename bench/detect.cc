@@ -67,15 +67,17 @@ struct CostRun {
 };
 
 // `syscalls`: the detect_syscalls value, "" for the default.
+// `learn`: echo's learning intervals (1 s each), in a warm-up of learn + 1 s under the load.
 CostRun RunCost(bool detect, const std::string& syscalls, int workers, int conns, int secs,
-                const std::string& script) {
+                int learn, const std::string& script) {
   CostRun out;
   Shoald shoald;
   Shoald::Options o;
   o.threads = static_cast<uint32_t>(workers);
   o.extra_yaml = std::string("detect: ") + (detect ? "true" : "false") +
                  (syscalls.empty() ? "" : "\ndetect_syscalls: " + syscalls) +
-                 "\ndetect_interval_ms: 1000\ndetect_learn_intervals: 3\n";
+                 "\ndetect_interval_ms: 1000\ndetect_learn_intervals: " + std::to_string(learn) +
+                 "\n";
   // A shared machine: another engineer's test may hold what shoald needs for a moment.
   if (!shoald.Start(o)) {
     std::fprintf(stderr, "shoald did not start (trying again in 2 s):\n%s", shoald.Log().c_str());
@@ -90,8 +92,8 @@ CostRun RunCost(bool detect, const std::string& syscalls, int workers, int conns
       "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\nspec:\n  handler:\n"
       "    builtin: echo\n  concurrency: 1024\n  scale: {min: 1, max: 1}\n");
   if (d.exit_code != 0 || !shoald.WaitReady("echo", 1)) return out;
-  // Warm-up, and the baseline's learning (3 intervals of 1 s) under the same load.
-  shoal::bench::RunWrk(shoald.port(), "/fn/echo", workers, conns, 4, script);
+  // Warm-up, and the baseline's learning (`learn` intervals of 1 s) under the same load.
+  shoal::bench::RunWrk(shoald.port(), "/fn/echo", workers, conns, learn + 1, script);
   out.wrk = shoal::bench::RunWrk(shoald.port(), "/fn/echo", workers, conns, secs, script);
   out.anomalies = shoald.Metric("shoal_function_anomalies_total");
   out.fanotify_opens = std::max(0.0, shoald.Metric("shoal_detector_fanotify_opens_total"));
@@ -168,7 +170,7 @@ double DetectOnce(Shoald& shoald, const std::string& command, const std::string&
 }  // namespace
 
 int main(int argc, char** argv) {
-  int secs = 10, conns = 32, runs = 3;
+  int secs = 10, conns = 32, runs = 3, learn = 3;
   bool syscalls_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -176,13 +178,17 @@ int main(int argc, char** argv) {
     else if (a == "--connections" && i + 1 < argc) conns = std::stoi(argv[++i]);
     else if (a == "--runs" && i + 1 < argc) runs = std::stoi(argv[++i]);
     else if (a == "--syscalls-only") syscalls_only = true;
+    else if (a == "--learn" && i + 1 < argc)
+      learn = std::stoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: bench-detect [--seconds S] [--connections C] [--runs R]\n");
+      std::fprintf(stderr,
+                   "usage: bench-detect [--seconds S] [--connections C] [--runs R] [--learn N]\n");
       return 2;
     }
   }
-  if (secs < 1 || conns < 1 || runs < 1) {
-    std::fprintf(stderr, "bench-detect: --seconds, --connections and --runs must be >= 1\n");
+  if (secs < 1 || conns < 1 || runs < 1 || learn < 1) {
+    std::fprintf(stderr,
+                 "bench-detect: --seconds, --connections, --runs and --learn must be >= 1\n");
     return 2;
   }
   if (system("command -v wrk >/dev/null") != 0) {
@@ -213,7 +219,7 @@ int main(int argc, char** argv) {
                          arm == 2   ? "true"
                          : arm == 3 ? "false"
                                     : "",
-                         workers, conns, secs, script);
+                         workers, conns, secs, learn, script);
       (arm == 0 ? sampled : arm == 1 ? off : arm == 2 ? full : lean).push_back(std::move(run));
     }
   }
@@ -348,8 +354,11 @@ int main(int argc, char** argv) {
   }
   close(lfd);
 
-  std::printf("bench-detect: POST 64 B /fn/echo, wrk -t%d -c%d -d%ds after a 4 s warm-up, %d "
-              "interleaved runs each, a fresh shoald per run\n", workers, conns, secs, runs);
+  std::printf(
+      "bench-detect: POST 64 B /fn/echo, wrk -t%d -c%d -d%ds after a %d s warm-up (echo learning "
+      "%d intervals of 1 s), %d "
+      "interleaved runs each, a fresh shoald per run\n",
+      workers, conns, secs, learn + 1, learn, runs);
   std::printf("%-26s %4s %12s %10s %10s %10s %10s\n", "shoald", "run", "2xx req/s", "p50 ms",
               "p99 ms", "anomalies", "fan opens");
   auto rows = [](const char* name, const std::vector<CostRun>& v) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "deploy_record.h"
 #include "shoal/common/clock.h"
 
 namespace shoal::controller {
@@ -40,39 +41,30 @@ Result<std::vector<DeployedJob>> ClusterFlJobs::Deploy(const std::vector<FlJobSp
   }
   std::vector<DeployedJob> out;
   for (const FlJobSpec& spec : specs) {
-    for (int attempt = 0;; ++attempt) {
-      if (attempt == 20)
-        return Unavailable("etcd: FL job " + spec.name + " kept changing under us");
+    auto read = [&](cluster::FlJobRecord* r) -> Result<int64_t> {
       auto now = etcd_->Get(keys_.Job(spec.name));
       if (!now.ok()) return now.status();
-      cluster::FlJobRecord r;
-      int64_t mod_revision = 0;
       if (!now->kvs.empty()) {
         auto existing = cluster::FlJobRecord::FromJson(now->kvs[0].value);
         if (existing.ok()) {
-          r = *existing;
-          mod_revision = now->kvs[0].mod_revision;
+          *r = *existing;
+          return now->kvs[0].mod_revision;
         }
       }
-      const bool created = mod_revision == 0;
-      if (created) {
-        r.top = ChooseTop(nodes, "");
-        r.created_unix_ms = UnixMs();
-      }
-      r.name = spec.name;
-      r.tenant = spec.tenant;
-      r.generation += 1;
-      r.manifest = spec.manifest;
-      r.updated_unix_ms = UnixMs();
-      auto written = etcd_->PutIfModRevision(keys_.Job(spec.name), r.ToJson(), mod_revision);
-      if (!written.ok()) return written.status();
-      if (*written) {
-        spdlog::info("fl jobs: {} {} (generation {}), its top on node {}", spec.name,
-                     created ? "deployed" : "re-deployed", r.generation, r.top);
-        out.push_back({r, created});
-        break;
-      }
-    }
+      return int64_t{0};
+    };
+    auto create = [&](cluster::FlJobRecord& r) {
+      r.top = ChooseTop(nodes, "");
+      r.created_unix_ms = UnixMs();
+      return Status::Ok();
+    };
+    auto deployed = DeployRecord<cluster::FlJobRecord>(*etcd_, keys_.Job(spec.name), spec,
+                                                       "FL job " + spec.name, read, create);
+    if (!deployed.ok()) return deployed.status();
+    const auto& [r, created] = *deployed;
+    spdlog::info("fl jobs: {} {} (generation {}), its top on node {}", spec.name,
+                 created ? "deployed" : "re-deployed", r.generation, r.top);
+    out.push_back({r, created});
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "deploy_record.h"
 #include "shoal/autoscaler/placement.h"
 #include "shoal/common/clock.h"
 #include "shoal/common/config.h"
@@ -68,50 +69,44 @@ Result<std::vector<DeployedFunction>> ClusterFunctions::Deploy(std::string_view 
   std::vector<DeployedFunction> out;
   for (const auto& spec : *parsed) {
     // Optimistic: read, decide the id and generation, write only if nothing changed between.
-    for (int attempt = 0;; ++attempt) {
-      if (attempt == 20) return Unavailable("etcd: " + spec.name + " kept changing under us");
+    std::set<uint32_t> taken;
+    auto read = [&](cluster::ClusterFunction* f) -> Result<int64_t> {
       auto all = etcd_->GetPrefix(keys_.Functions());
       if (!all.ok()) return all.status();
-      cluster::ClusterFunction f;
       int64_t mod_revision = 0;
-      std::set<uint32_t> taken;
+      taken.clear();
       for (const auto& kv : all->kvs) {
         auto existing = cluster::ClusterFunction::FromJson(kv.value);
         if (!existing.ok()) continue;
         if (existing->name == spec.name) {
-          f = *existing;
+          *f = *existing;
           mod_revision = kv.mod_revision;
         } else {
           taken.insert(existing->id);
         }
       }
-      const bool created = mod_revision == 0;
-      if (created) {
-        f.id = 0;
-        for (uint32_t id = cluster::kClusterFunctionIdFirst; id <= cluster::kClusterFunctionIdLast;
-             ++id) {
-          if (!taken.count(id)) {
-            f.id = id;
-            break;
-          }
+      return mod_revision;
+    };
+    auto create = [&](cluster::ClusterFunction& f) -> Status {
+      f.id = 0;
+      for (uint32_t id = cluster::kClusterFunctionIdFirst; id <= cluster::kClusterFunctionIdLast;
+           ++id) {
+        if (!taken.count(id)) {
+          f.id = id;
+          break;
         }
-        if (f.id == 0) return ResourceExhausted("no free cluster function id");
-        f.created_unix_ms = UnixMs();
       }
-      f.name = spec.name;
-      f.tenant = spec.tenant;
-      f.generation += 1;
-      f.manifest = spec.manifest;
-      f.updated_unix_ms = UnixMs();
-      auto written = etcd_->PutIfModRevision(keys_.Function(spec.name), f.ToJson(), mod_revision);
-      if (!written.ok()) return written.status();
-      if (*written) {
-        spdlog::info("functions: {} {} (id {}, generation {})", spec.name,
-                     created ? "deployed" : "re-deployed", f.id, f.generation);
-        out.push_back({f, created});
-        break;
-      }
-    }
+      if (f.id == 0) return ResourceExhausted("no free cluster function id");
+      f.created_unix_ms = UnixMs();
+      return Status::Ok();
+    };
+    auto deployed = DeployRecord<cluster::ClusterFunction>(*etcd_, keys_.Function(spec.name), spec,
+                                                           spec.name, read, create);
+    if (!deployed.ok()) return deployed.status();
+    const auto& [f, created] = *deployed;
+    spdlog::info("functions: {} {} (id {}, generation {})", spec.name,
+                 created ? "deployed" : "re-deployed", f.id, f.generation);
+    out.push_back({f, created});
   }
   return out;
 }

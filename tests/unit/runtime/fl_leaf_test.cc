@@ -178,6 +178,33 @@ TEST_F(FlLeafDevice, DeviceErrorAnswers502AndFoldsOnTheCpuFromThenOn) {
   EXPECT_EQ(pool_->Stats().live_buffers, 0u);
 }
 
+// A refused update counts nowhere, not even in part: an update large enough for the fold's
+// threads (407k values, 13 chunks of 32k) with a NaN, then an Inf, in its very last value is
+// refused and leaves the partial sum byte for byte as it was; the next good one folds as the CPU
+// fold would. Whatever fuses the NaN/Inf check with the fold must keep this.
+TEST_F(FlLeafDevice, ARefusedUpdateLeavesThePartialSumByteIdentical) {
+  spec_ = model::MlpSpec(784, {512}, 10);
+  partial_.assign(spec_.num_params(), 0.0f);
+  FlLeafOptions o;
+  o.device = LeafFoldDevice::kCpu;
+  auto h = CreateFlLeafHandler(spec_, o, nullptr);
+  ASSERT_TRUE(Fold(*h, Update(1), 0.5f).ok());
+  const std::vector<float> before = partial_;
+  for (const float bad_value :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    std::string bad = Update(2);
+    std::memcpy(bad.data() + bad.size() - sizeof(float), &bad_value, sizeof bad_value);
+    const Status st = Fold(*h, bad, 0.25f);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_EQ(st.message(), "tensor 'fc2.bias': 1 non-finite values (first at index 9)");
+    ASSERT_EQ(std::memcmp(partial_.data(), before.data(), before.size() * sizeof(float)), 0)
+        << "a refused update changed the partial sum";
+  }
+  ASSERT_TRUE(Fold(*h, Update(3), 0.125f).ok());
+  EXPECT_EQ(partial_, CpuFold(before, 3, 0.125f));
+  EXPECT_EQ(pool_->Stats().live_buffers, 0u);
+}
+
 // device auto: updates below device_min_update_bytes fold on the CPU, larger ones on the
 // device; device cpu never attaches the device at all.
 TEST_F(FlLeafDevice, AutoSendsOnlyLargeUpdatesToTheDeviceAndCpuNone) {

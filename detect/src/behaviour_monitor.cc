@@ -28,7 +28,8 @@ detect::ModelOptions Options(const NodeConfig& config) {
 detect::Interval Diff(const BehaviourCounters& now, const BehaviourCounters& before) {
   auto d = [](uint64_t a, uint64_t b) { return a >= b ? a - b : 0; };
   detect::Interval iv;
-  for (int i = 0; i < detect::kSyscallClasses; ++i) iv.syscalls[i] = d(now.syscalls[i], before.syscalls[i]);
+  for (int i = 0; i < detect::kSyscallClasses; ++i)
+    iv.syscalls[i] = d(now.syscalls[i], before.syscalls[i]);
   iv.execs = d(now.execs, before.execs);
   iv.connects = d(now.connects, before.connects);
   iv.opens = d(now.opens, before.opens);
@@ -74,19 +75,37 @@ std::string Escape(const std::string& s) {
 }  // namespace
 
 BehaviourMonitor::BehaviourMonitor(const NodeConfig& config, uv_loop_t* loop)
-    : config_(config), loop_(loop), profile_dir_(config.state_dir + "/detect"),
+    : config_(config),
+      loop_(loop),
+      profile_dir_(config.state_dir + "/detect"),
       detector_(Options(config)) {}
 
 BehaviourMonitor::~BehaviourMonitor() { Stop(); }
 
 void BehaviourMonitor::Start(const std::string& cgroup_version, QuarantineFn quarantine) {
   quarantine_ = std::move(quarantine);
-  const DetectSyscalls mode = config_.detect_syscalls;
+  // Sampled syscalls rely on fanotify for the opens between slices. Where it cannot start
+  // (no CAP_SYS_ADMIN, as in the Kubernetes DaemonSet's capability set), the node watches every
+  // syscall instead, so that no open outside the allowed paths goes unseen.
+  if (config_.detect && config_.detect_syscalls == DetectSyscalls::kSampled && !opens_ &&
+      opens_error_.empty()) {
+    SetOpenWatch(OpenWatch::Start());
+  }
+  mode_ = config_.detect_syscalls;
+  if (mode_ == DetectSyscalls::kSampled && !opens_) {
+    mode_ = DetectSyscalls::kOn;
+    spdlog::warn(
+        "detector: fanotify cannot watch opens ({}): the sys_enter probe watches every syscall "
+        "instead (as detect_syscalls: true), so every open is still seen",
+        opens_error_);
+  }
+  const DetectSyscalls mode = mode_;
   if (!config_.detect) {
     off_reason_ = "off by config (detect: false)";
   } else if (cgroup_version.empty()) {
-    off_reason_ = "instances run without cgroups (config cgroups: off, or none could be made), "
-                  "and the probes tell instances apart by their cgroup";
+    off_reason_ =
+        "instances run without cgroups (config cgroups: off, or none could be made), "
+        "and the probes tell instances apart by their cgroup";
   } else {
     auto p =
         BehaviourProbes::Load(cgroup_version == "v2" ? BehaviourProbes::CgroupMode::kV2
@@ -127,7 +146,6 @@ void BehaviourMonitor::Start(const std::string& cgroup_version, QuarantineFn qua
       config_.detect_learn_intervals, profile_dir_);
   if (mode != DetectSyscalls::kSampled) opens_.reset();
   if (mode == DetectSyscalls::kSampled) {
-    if (!opens_ && opens_error_.empty()) SetOpenWatch(OpenWatch::Start());
     if (opens_) {
       std::string marked;
       for (const auto& m : opens_->marked()) marked += (marked.empty() ? "" : ", ") + m;
@@ -143,11 +161,6 @@ void BehaviourMonitor::Start(const std::string& cgroup_version, QuarantineFn qua
         self->DrainOpens();
       });
       opens_poll_started_ = true;
-    } else {
-      spdlog::warn(
-          "detector: opens are NOT watched: fanotify cannot start ({}); only open "
-          "attempts in the sys_enter slices are seen",
-          opens_error_);
     }
     uv_timer_init(loop_, &slice_timer_);
     slice_timer_.data = this;
@@ -281,7 +294,8 @@ void BehaviourMonitor::SaveProfile(const std::string& function) {
       continue;
     }
     const std::string gen = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-    if (gen.find_first_not_of("0123456789") == std::string::npos) std::filesystem::remove(e.path(), ec);
+    if (gen.find_first_not_of("0123456789") == std::string::npos)
+      std::filesystem::remove(e.path(), ec);
   }
   if (Status st = WriteFileAtomic(path, text, 0600); !st.ok()) {
     spdlog::warn("detector: function {}: baseline learned, not saved: {}", function, st.message());
@@ -315,15 +329,16 @@ void BehaviourMonitor::InstanceReady(const ObservedInstance& inst) {
   FunctionRecord& rec = records_[fn];
   if (inst.spec->generation > rec.generation && !detector_.State(fn).empty()) {
     // Re-deployed: the old baseline is of the old code.
-    spdlog::info("detector: function {}: generation {} deployed: learning a new baseline",
-                 fn, inst.spec->generation);
+    spdlog::info("detector: function {}: generation {} deployed: learning a new baseline", fn,
+                 inst.spec->generation);
     detector_.ForgetFunction(fn);
   }
   if (inst.spec->generation >= rec.generation) rec.generation = inst.spec->generation;
   if (detector_.State(fn).empty()) LoadProfile(fn, rec.generation);
   std::vector<std::string> allowed = inst.spec->security.allowed_paths;
   if (!inst.spec->handler.library.empty()) {
-    allowed.push_back(std::filesystem::path(inst.spec->handler.library).parent_path().string() + "/");
+    allowed.push_back(std::filesystem::path(inst.spec->handler.library).parent_path().string() +
+                      "/");
   }
   detector_.SetAllowedPaths(fn, allowed);
   Watched w;
@@ -373,7 +388,7 @@ void BehaviourMonitor::Tick() {
     std::lock_guard lock(mu_);
     ++tick_;
     // Sampled: the slice ends with the interval (the counters read below are the slice's).
-    const bool sampled = config_.detect_syscalls == DetectSyscalls::kSampled;
+    const bool sampled = mode_ == DetectSyscalls::kSampled;
     if (sampled && probes_->syscalls_attached()) {
       probes_->DetachSyscalls();
       slice_end_ns_ = MonotonicNs();
@@ -444,12 +459,12 @@ void BehaviourMonitor::Tick() {
     }
     for (const auto& fn : detector_.FinishedLearning()) SaveProfile(fn);
   }
-  if (config_.detect_syscalls == DetectSyscalls::kSampled && slice_timer_started_) ScheduleSlice();
+  if (mode_ == DetectSyscalls::kSampled && slice_timer_started_) ScheduleSlice();
   for (const auto& a : actions) {
     Status st = quarantine_ ? quarantine_(a.key, a.reason) : Unavailable("no quarantine hook");
     if (st.ok()) continue;
-    spdlog::error("detector: function {}: instance {:#x}: quarantine failed: {}", a.function,
-                  a.key, st.ToString());
+    spdlog::error("detector: function {}: instance {:#x}: quarantine failed: {}", a.function, a.key,
+                  st.ToString());
     std::lock_guard lock(mu_);
     for (auto& info : records_[a.function].recent) {
       if (info.instance == a.key && info.action == "quarantined") {

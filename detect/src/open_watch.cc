@@ -1,6 +1,7 @@
 #include "shoal/detect/open_watch.h"
 
 #include <fcntl.h>
+#include <sys/capability.h>
 #include <sys/fanotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -42,6 +43,15 @@ std::string Unescape(const std::string& s) {
 }  // namespace
 
 Result<std::unique_ptr<OpenWatch>> OpenWatch::Start() {
+  // Asked first, so that a node started without it (the Kubernetes DaemonSet's set) says so
+  // rather than reporting a refused call.
+  cap_t caps = cap_get_proc();
+  cap_flag_value_t admin = CAP_CLEAR;
+  if (caps != nullptr) cap_get_flag(caps, CAP_SYS_ADMIN, CAP_EFFECTIVE, &admin);
+  cap_free(caps);
+  if (admin != CAP_SET) {
+    return PermissionDenied("shoald does not hold CAP_SYS_ADMIN, which fanotify's marks need");
+  }
   std::unique_ptr<OpenWatch> w(new OpenWatch());
   w->fd_ = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK, O_RDONLY | O_LARGEFILE);
   if (w->fd_ < 0) {

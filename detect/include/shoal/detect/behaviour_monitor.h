@@ -120,9 +120,11 @@ class BehaviourMonitor final : public InstanceObserver {
   uv_timer_t slice_timer_{};
   bool slice_timer_started_ = false;
   uint64_t slice_start_ns_ = 0, slice_end_ns_ = 0;
+  // detect_syscalls as run: sampled becomes true where fanotify cannot watch the opens.
+  DetectSyscalls mode_ = DetectSyscalls::kOff;
   std::unique_ptr<OpenWatch> opens_;
-  std::string opens_error_;
-  uint64_t overflows_logged_ = 0;  // why opens_ is null ("" before SetOpenWatch: Start tries)
+  std::string opens_error_;  // why opens_ is null ("" before SetOpenWatch: Start tries)
+  uint64_t overflows_logged_ = 0;
   uv_poll_t opens_poll_{};
   bool opens_poll_started_ = false;
 

@@ -69,9 +69,10 @@ class DetectTest : public ::testing::Test {
   }
 
   void Deploy(const std::string& name, const std::string& security) {
-    const std::string manifest = "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: " +
-                                 name + "}\nspec:\n  handler:\n    library: " + library_ +
-                                 "\n  scale: {min: 1, max: 1}\n  security:\n" + security;
+    const std::string manifest =
+        "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: " + name +
+        "}\nspec:\n  handler:\n    library: " + library_ +
+        "\n  scale: {min: 1, max: 1}\n  security:\n" + security;
     auto r = shoald_.Api("POST", "/v1/functions", manifest, {"Content-Type: application/yaml"});
     ASSERT_TRUE(r.status == 201 || r.status == 200) << r.status << " " << r.body;  // 200: re-deploy
     ASSERT_TRUE(shoald_.WaitReady(name, 1)) << shoald_.Log();
@@ -117,8 +118,10 @@ class DetectTest : public ::testing::Test {
     while (DetectorState(fn).rfind("scoring", 0) != 0 && Clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    ASSERT_EQ(DetectorState(fn).rfind("scoring (baseline of " + std::to_string(kLearnIntervals), 0), 0u)
-        << DetectorState(fn) << "\n" << shoald_.Log();
+    ASSERT_EQ(DetectorState(fn).rfind("scoring (baseline of " + std::to_string(kLearnIntervals), 0),
+              0u)
+        << DetectorState(fn) << "\n"
+        << shoald_.Log();
   }
   // Restarts shoald with `yaml` added to the fixture's config (the detect_* keys).
   void Restart(const std::string& yaml) {
@@ -130,6 +133,16 @@ class DetectTest : public ::testing::Test {
                    "detect_interval_ms: " + std::to_string(kIntervalMs) + "\n" +
                    "detect_learn_intervals: " + std::to_string(kLearnIntervals) + "\n";
     ASSERT_TRUE(shoald_.Start(o)) << shoald_.Log();
+  }
+  // Restarts shoald with detect_syscalls `mode` (its start-up line names `probes`, and no
+  // fanotify), deploys `fn` with onAnomaly: alert and has it learn under traffic until scored.
+  void RestartAndScore(const std::string& mode, const std::string& probes, const std::string& fn) {
+    Restart("detect_syscalls: " + mode + "\n");
+    EXPECT_NE(LogSinceStart().find(probes), std::string::npos);
+    EXPECT_EQ(LogSinceStart().find("fanotify"), std::string::npos) << LogSinceStart();
+    Deploy(fn, "    onAnomaly: alert\n");
+    StartTraffic(fn);
+    WaitScoring(fn);
   }
   // The log of the running shoald only (Restart's, not the fixture's first).
   std::string LogSinceStart() {
@@ -212,7 +225,8 @@ TEST_F(DetectTest, EachAttackIsDetectedWithItsKindAndNormalTrafficRaisesNone) {
                  {"burn 2500", "cpu", "burning"}};
   for (const auto& a : attacks) {
     const double latency = Detect("victim", a.command, a.kind, a.reply);
-    EXPECT_GE(latency, 0) << a.command << " was not detected as " << a.kind << "\n" << shoald_.Log();
+    EXPECT_GE(latency, 0) << a.command << " was not detected as " << a.kind << "\n"
+                          << shoald_.Log();
     EXPECT_LE(latency, bound) << a.command;
     std::printf("detected %-24s as %-8s in %.2f s\n", a.command.c_str(), a.kind.c_str(), latency);
   }
@@ -245,18 +259,21 @@ TEST_F(DetectTest, EachAttackIsDetectedWithItsKindAndNormalTrafficRaisesNone) {
   // The evidence: in the log, in describe, and the instance keeps serving (alert only).
   const std::string log = shoald_.Log();
   EXPECT_NE(log.find("anomaly exec: execve /bin/sh (never seen while learning); alert only"),
-            std::string::npos) << log;
+            std::string::npos)
+      << log;
   EXPECT_NE(log.find("anomaly connect: connect to 127.0.0.1:" + std::to_string(port)),
             std::string::npos);
   EXPECT_NE(log.find("anomaly file: open /etc/passwd (outside the allowed paths"),
             std::string::npos);
   EXPECT_NE(log.find("anomaly file: open /etc/hostname (outside the allowed paths"),
             std::string::npos);
-  EXPECT_NE(log.find("anomaly file: open /etc/shadow (outside the allowed paths"), std::string::npos);
+  EXPECT_NE(log.find("anomaly file: open /etc/shadow (outside the allowed paths"),
+            std::string::npos);
   EXPECT_NE(log.find("anomaly cpu: cpu: "), std::string::npos);
   auto d = shoald_.Cli({"describe", "victim"});
   EXPECT_EQ(d.exit_code, 0) << d.err;
-  EXPECT_NE(d.out.find("Detector:    scoring (baseline of 4 intervals"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("Detector:    scoring (baseline of 4 intervals"), std::string::npos)
+      << d.out;
   EXPECT_NE(d.out.find("on anomaly: alert; 6 anomalies"), std::string::npos) << d.out;
   EXPECT_NE(d.out.find("exec  alerted: execve /bin/sh"), std::string::npos) << d.out;
   auto top = shoald_.Cli({"top"});
@@ -269,12 +286,7 @@ TEST_F(DetectTest, EachAttackIsDetectedWithItsKindAndNormalTrafficRaisesNone) {
 // detect_syscalls: true (sys_enter attached all the time): a refused open is caught at once,
 // and the four attacks as in the default mode.
 TEST_F(DetectTest, WithTheSyscallProbeAlwaysOnARefusedOpenIsCaughtAtOnce) {
-  Restart("detect_syscalls: true\n");
-  EXPECT_NE(LogSinceStart().find("sys_enter (detect_syscalls: true"), std::string::npos);
-  EXPECT_EQ(LogSinceStart().find("fanotify"), std::string::npos) << LogSinceStart();
-  Deploy("strict", "    onAnomaly: alert\n");
-  StartTraffic("strict");
-  WaitScoring("strict");
+  RestartAndScore("true", "sys_enter (detect_syscalls: true", "strict");
   int port = 0;
   const int lfd = Listener(&port);
   const double bound = 2 * kIntervalMs / 1e3 + 1.0;
@@ -329,7 +341,8 @@ TEST_F(DetectTest, QuarantineStopsRoutingFreezesTheInstanceAndACleanOneServes) {
   EXPECT_NE(clean, bad);
   // Frozen, in the freezer the quarantine names.
   const std::string why = quarantined.value("quarantine", "");
-  EXPECT_EQ(why.rfind("anomaly exec: execve /bin/sh (never seen while learning); frozen in ", 0), 0u)
+  EXPECT_EQ(why.rfind("anomaly exec: execve /bin/sh (never seen while learning); frozen in ", 0),
+            0u)
       << why;
   const std::string dir = why.substr(why.find("frozen in ") + 10);
   if (fs::exists(dir + "/freezer.state")) {
@@ -373,8 +386,9 @@ TEST_F(DetectTest, ProfileSurvivesARestartAndARedeployLearnsAnew) {
   Shoald::Options o;
   o.pool_bytes = 64ull << 20;
   o.max_body_bytes = 1ull << 20;
-  o.extra_yaml = "handler_dirs: [" + handlers_ + "]\ndetect_interval_ms: " +
-                 std::to_string(kIntervalMs) + "\ndetect_learn_intervals: 100\n";
+  o.extra_yaml = "handler_dirs: [" + handlers_ +
+                 "]\ndetect_interval_ms: " + std::to_string(kIntervalMs) +
+                 "\ndetect_learn_intervals: 100\n";
   ASSERT_TRUE(shoald_.Start(o)) << shoald_.Log();
   ASSERT_TRUE(shoald_.WaitReady("kept", 1)) << shoald_.Log();
   EXPECT_EQ(DetectorState("kept"), "scoring (saved profile)");
@@ -390,18 +404,15 @@ TEST_F(DetectTest, ProfileSurvivesARestartAndARedeployLearnsAnew) {
   }
   EXPECT_EQ(DetectorState("kept").rfind("learning (", 0), 0u) << DetectorState("kept");
   EXPECT_NE(shoald_.Log().find("detector: function kept: generation 2 deployed: learning a new "
-                               "baseline"), std::string::npos) << shoald_.Log();
+                               "baseline"),
+            std::string::npos)
+      << shoald_.Log();
 }
 
 // detect_syscalls: false (no syscall of the node pays for the probes): a shell and a TCP
 // connect are still detected; an open is not seen (no sys_enter, no fanotify), and says so.
 TEST_F(DetectTest, WithoutTheSyscallProbeShellAndConnectAreStillDetected) {
-  Restart("detect_syscalls: false\n");
-  EXPECT_NE(LogSinceStart().find("inet_sock_set_state (detect_syscalls: false"), std::string::npos);
-  EXPECT_EQ(LogSinceStart().find("fanotify"), std::string::npos) << LogSinceStart();
-  Deploy("lean", "    onAnomaly: alert\n");
-  StartTraffic("lean");
-  WaitScoring("lean");
+  RestartAndScore("false", "inet_sock_set_state (detect_syscalls: false", "lean");
   int port = 0;
   const int lfd = Listener(&port);
   const double bound = 2 * kIntervalMs / 1e3 + 1.0;
@@ -460,8 +471,10 @@ TEST_F(DetectTest, InferenceUnderLoadRaisesNoAlarm) {
   auto r = shoald_.Api("POST", "/v1/functions",
                        "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: cnn}\nspec:\n"
                        "  handler: inference\n  concurrency: 4\n  scale: {min: 1, max: 1}\n"
-                       "  inference:\n    source: {onnx: " + dir + "cnn.onnx}\n    device: cpu\n"
-                       "    maxBatchSize: 4\n",
+                       "  inference:\n    source: {onnx: " +
+                           dir +
+                           "cnn.onnx}\n    device: cpu\n"
+                           "    maxBatchSize: 4\n",
                        {"Content-Type: application/yaml"});
   ASSERT_EQ(r.status, 201) << r.body;
   ASSERT_TRUE(shoald_.WaitReady("cnn", 1)) << shoald_.Log();

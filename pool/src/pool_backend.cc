@@ -159,31 +159,43 @@ bool PoolFileExists(PoolBackend backend, const std::string& name) {
 #define MADV_POPULATE_WRITE 23  // Linux 5.14; older headers lack the name
 #endif
 
-Status PopulatePoolMapping(SharedPool& pool) {
-  if (madvise(pool.base(), pool.mapped_size(), MADV_POPULATE_WRITE) == 0) return {};
-  const int err = errno;
-  const std::string what = "populating this process's mapping of pool " + pool.Name() + " (" +
-                           std::to_string(pool.mapped_size() >> 20) + " MiB)";
+namespace {
+
+// MADV_POPULATE_WRITE over this process's whole mapping of the pool: 0, or the errno.
+int PopulateWrite(SharedPool& pool) {
+  return madvise(pool.base(), pool.mapped_size(), MADV_POPULATE_WRITE) == 0 ? 0 : errno;
+}
+
+Status PopulateError(const std::string& what, int err) {
   if (err == EINVAL)
     return Unavailable(what + ": this kernel has no MADV_POPULATE_WRITE (Linux >= 5.14)");
   return ErrnoStatus(what, err);
+}
+
+std::string PoolWhat(const std::string& doing, SharedPool& pool) {
+  return doing + pool.Name() + " (" + std::to_string(pool.mapped_size() >> 20) + " MiB)";
+}
+
+}  // namespace
+
+Status PopulatePoolMapping(SharedPool& pool) {
+  const int err = PopulateWrite(pool);
+  if (err == 0) return {};
+  return PopulateError(PoolWhat("populating this process's mapping of pool ", pool), err);
 }
 
 Status PrefaultPool(SharedPool& pool) {
   if (pool.backend() != PoolBackend::kBoost) return {};
   // One call for the whole mapping: the kernel allocates the tmpfs pages (zeroed, once) and
   // installs writable page-table entries, without writing to what is there.
-  if (madvise(pool.base(), pool.mapped_size(), MADV_POPULATE_WRITE) == 0) return {};
-  const int err = errno;
-  const std::string what = "pre-faulting pool " + pool.Name() + " (" +
-                           std::to_string(pool.mapped_size() >> 20) + " MiB)";
-  if (err == EINVAL)
-    return Unavailable(what + ": this kernel has no MADV_POPULATE_WRITE (Linux >= 5.14)");
+  const int err = PopulateWrite(pool);
+  if (err == 0) return {};
+  const std::string what = PoolWhat("pre-faulting pool ", pool);
   if (err == ENOMEM || err == EFAULT || err == ENOSPC) {
     return ResourceExhausted(what + ": /dev/shm has no room for the whole pool (" +
                              std::strerror(err) + "); make it larger or lower pool_bytes");
   }
-  return ErrnoStatus(what, err);
+  return PopulateError(what, err);
 }
 
 }  // namespace shoal

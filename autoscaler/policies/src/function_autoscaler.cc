@@ -43,6 +43,8 @@ const std::vector<AutoscalingParamInfo>& AutoscalingParamTable() {
       {"targetBurstCapacity", false, "kpa rl-q",
        "spare concurrency below which the activator stays in the path (211; -1 always)"},
       {"activationScale", false, "kpa rl-q", "minimum scale when active (1)"},
+      {"activationTimeout", true, "kpa rl-q",
+       "an activating function whose decision is 0 keeps its scale this long (630s)"},
       {"decisionInterval", true, "rl-q", "one Q-learning step per interval (30s)"},
       {"learningRate", false, "rl-q", "Q-learning alpha (0.1)"},
       {"discount", false, "rl-q", "Q-learning gamma (0.9)"},
@@ -147,6 +149,7 @@ Status BuildAutoscalingParams(const AutoscalingConfig& c, PolicyParams* out,
     else if (n == "scaleToZeroGrace") set_kpa(&KpaParams::scale_to_zero_grace_period_s);
     else if (n == "scaleToZeroPodRetention") set_kpa(&KpaParams::scale_to_zero_pod_retention_s);
     else if (n == "targetBurstCapacity") set_kpa(&KpaParams::target_burst_capacity);
+    else if (n == "activationTimeout") set_kpa(&KpaParams::activation_timeout_s);
     else if (n == "activationScale") {
       if (!(v >= 1 && v == std::floor(v)))
         return InvalidArgument(where + "must be an integer >= 1, got " + Fmt(v));

@@ -70,7 +70,8 @@ ScalingDecision KpaPolicy::Observe(const FunctionSignals& s) {
   // The KPA reconciler's part (scaler.go scale(): bounds, then handleScaleToZero).
   if (!started_) {
     started_ = true;
-    inactive_since_ = s.now_s;  // the SKS is created in proxy mode, the PA inactive
+    active_ = Active::kFalse;  // the SKS is created in proxy mode, the PA inactive
+    active_change_s_ = s.now_s;
     proxy_since_ = s.now_s;
     applied_ = s.ready + s.starting;
   }
@@ -84,17 +85,16 @@ ScalingDecision KpaPolicy::Observe(const FunctionSignals& s) {
   }
   applied_ = apply;
 
-  // computeActiveCondition: want 0 -> inactive; want > 0 -> active once an instance is ready,
-  // activating before; unknown leaves the state as it is.
+  // computeActiveCondition (kpa.go's table): want 0 -> inactive; enough ready (min scale, at
+  // least 1) -> active when wanted or not inactive; too few -> activating likewise. An unknown
+  // want (-1) keeps an inactive PA inactive and moves the others by what is ready, so a
+  // function that was activating when its decision fell to 0 goes active once an instance is
+  // ready, and from there to zero after a stable window.
+  const double min_ready = std::max<uint32_t>(1, s.min_scale);
   if (want == 0) {
-    active_since_.reset();
-    if (!inactive_since_) inactive_since_ = s.now_s;
-  } else if (want > 0 && s.ready >= 1) {
-    inactive_since_.reset();
-    if (!active_since_) active_since_ = s.now_s;
-  } else if (want > 0) {
-    active_since_.reset();
-    inactive_since_.reset();
+    Mark(Active::kFalse, s.now_s);
+  } else if (want > 0 || active_ != Active::kFalse) {
+    Mark(s.ready >= min_ready ? Active::kTrue : Active::kUnknown, s.now_s);
   }
   // ReconcileKind: the activator leaves the path only with want > 0 and spare burst capacity.
   const double total = target;
@@ -115,21 +115,30 @@ ScalingDecision KpaPolicy::Observe(const FunctionSignals& s) {
   return d;
 }
 
+void KpaPolicy::Mark(Active a, double now_s) {
+  if (a == active_) return;
+  active_ = a;
+  active_change_s_ = now_s;
+}
+
 KpaPolicy::ZeroStep KpaPolicy::ScaleToZero(const FunctionSignals& s) {
   // Keeping one (scale to zero disabled, or active for less than a stable window) is applied
   // and reported as 1; a held or applied 0 reports 0 (the PA inactive, the activator in path).
   if (!p_.enable_scale_to_zero) return {1, 1};
-  if (active_since_) {
+  if (active_ == Active::kTrue) {
     // Active for a whole stable window: mark inactive (below) and reconcile again at once
     // (the status update does that), else keep one until the window has passed.
-    if (s.now_s - *active_since_ < p_.stable_window_s) return {1, 1};
-    active_since_.reset();
-    inactive_since_ = s.now_s;
+    if (s.now_s - active_change_s_ < p_.stable_window_s) return {1, 1};
+    Mark(Active::kFalse, s.now_s);
     if (!proxy_since_) proxy_since_ = s.now_s;  // want 0 puts the activator in the path
   }
   const uint32_t hold = applied_;  // a decision not applied leaves the scale where it was
-  if (!inactive_since_) return {hold, -1};  // activating: held until activation times out
-  const double inactive_for = s.now_s - *inactive_since_;
+  if (active_ == Active::kUnknown) {
+    // Activating: held, unless activation has failed for the activation timeout.
+    if (s.now_s - active_change_s_ >= p_.activation_timeout_s) return {0, 0};
+    return {hold, -1};
+  }
+  const double inactive_for = s.now_s - active_change_s_;
   const double retention = p_.scale_to_zero_pod_retention_s;
   if (inactive_for >= std::max(p_.scale_to_zero_grace_period_s, retention)) return {0, 0};
   if (retention > 0 && inactive_for < retention) return {hold, 0};

@@ -57,6 +57,7 @@ Status Validate(const KpaParams& p) {
     c.Fail("max_scale_down_rate", "must be > 1", p.max_scale_down_rate);
   c.NonNegative("scale_to_zero_grace_period_s", p.scale_to_zero_grace_period_s);
   c.NonNegative("scale_to_zero_pod_retention_s", p.scale_to_zero_pod_retention_s);
+  c.Positive("activation_timeout_s", p.activation_timeout_s);
   if (!std::isfinite(p.target_burst_capacity) ||
       !(p.target_burst_capacity >= 0 || p.target_burst_capacity == -1))
     c.Fail("target_burst_capacity", "must be >= 0 or -1", p.target_burst_capacity);

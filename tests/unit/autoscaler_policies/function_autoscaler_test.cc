@@ -29,7 +29,8 @@ TEST(FunctionAutoscaler, KpaParamsFromTheManifestChangeItsWindows) {
               {"panicWindow", 2},
               {"scaleToZeroGrace", 0},
               {"scaleToZeroPodRetention", 45},
-              {"targetBurstCapacity", -1}};
+              {"targetBurstCapacity", -1},
+              {"activationTimeout", 90}};
   PolicyParams p;
   KeepAliveParams k;
   double slo = -1;
@@ -42,6 +43,8 @@ TEST(FunctionAutoscaler, KpaParamsFromTheManifestChangeItsWindows) {
   EXPECT_DOUBLE_EQ(p.kpa.scale_to_zero_pod_retention_s, 45);
   EXPECT_DOUBLE_EQ(p.rl_q.kpa.scale_to_zero_pod_retention_s, 45);
   EXPECT_DOUBLE_EQ(p.kpa.target_burst_capacity, -1);
+  EXPECT_DOUBLE_EQ(p.kpa.activation_timeout_s, 90);
+  EXPECT_DOUBLE_EQ(p.rl_q.kpa.activation_timeout_s, 90);
   EXPECT_DOUBLE_EQ(slo, 0);
 
   auto a = FunctionAutoscaler::Make(c);

@@ -181,6 +181,42 @@ TEST(KpaPolicy, APodAutoscalerActiveLessThanAStableWindowKeepsOne) {
   EXPECT_EQ(kpa.Observe(Sig(12, 0, 1)).replicas, 0u);
 }
 
+// Stable window 4 s, grace 1 s, no panic: active on 3 ready from t=0, then at t=4 the
+// instances are gone while the demand still wants them (activating), and none is ready
+// through t=20 while the demand falls to 0.
+KpaPolicy ActivatingWhenTheDemandEnds(double activation_timeout_s) {
+  KpaParams p;
+  p.stable_window_s = 4;
+  p.scale_to_zero_grace_period_s = 1;
+  p.panic_threshold_percentage = 1000;
+  p.activation_timeout_s = activation_timeout_s;
+  KpaPolicy kpa{p};
+  for (int t = 0; t <= 3; ++t) kpa.Observe(Sig(t, 3, 3));
+  EXPECT_GE(kpa.Observe(Sig(4, 3, 0)).replicas, 1u);
+  for (int t = 5; t <= 20; ++t) EXPECT_GE(kpa.Observe(Sig(t, 0, 0)).replicas, 1u) << "t=" << t;
+  return kpa;
+}
+
+TEST(KpaPolicy, AnActivatingFunctionWhoseDemandEndedGoesActiveThenToZero) {
+  // kpa.go's table: an unknown want with an instance ready marks an activating PA active, so
+  // the last instance goes a stable window later (the cluster's leader once held one for good
+  // when its decision fell to 0 while the nodes reported none ready).
+  KpaPolicy kpa = ActivatingWhenTheDemandEnds(630);
+  // t=21: the held scale, want unknown, marked active; then one kept for the stable window.
+  EXPECT_GE(kpa.Observe(Sig(21, 0, 1)).replicas, 1u);
+  for (int t = 22; t <= 24; ++t) ASSERT_EQ(kpa.Observe(Sig(t, 0, 1)).replicas, 1u) << "t=" << t;
+  EXPECT_EQ(kpa.Observe(Sig(25, 0, 1)).replicas, 0u);
+  EXPECT_EQ(kpa.Observe(Sig(26, 0, 0)).replicas, 0u);
+}
+
+TEST(KpaPolicy, AnActivationThatNeverSucceedsGoesToZeroAfterTheActivationTimeout) {
+  // Activating since t=4 with nothing ever ready: held until t=4+30, then 0.
+  KpaPolicy kpa = ActivatingWhenTheDemandEnds(30);
+  for (int t = 21; t <= 33; ++t) ASSERT_GE(kpa.Observe(Sig(t, 0, 0)).replicas, 1u) << "t=" << t;
+  EXPECT_EQ(kpa.Observe(Sig(34, 0, 0)).replicas, 0u);
+  EXPECT_EQ(kpa.Observe(Sig(35, 0, 0)).replicas, 0u);
+}
+
 TEST(KpaPolicy, TrafficDuringTheGracePeriodCancelsScaleToZero) {
   KpaPolicy kpa{KpaParams{}};
   uint32_t ready = 1;
@@ -249,6 +285,12 @@ TEST(KpaPolicy, FactoryValidatesAndNamesTheParameter) {
   bad = MakeScalingPolicy("kpa", p);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("kpa.scale_to_zero_pod_retention_s"), std::string::npos)
+      << bad.status().message();
+  p.kpa.scale_to_zero_pod_retention_s = 0;
+  p.kpa.activation_timeout_s = 0;
+  bad = MakeScalingPolicy("kpa", p);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("kpa.activation_timeout_s"), std::string::npos)
       << bad.status().message();
   auto unknown = MakeScalingPolicy("hpa", PolicyParams{});
   ASSERT_FALSE(unknown.ok());

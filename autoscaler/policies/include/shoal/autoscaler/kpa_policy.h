@@ -10,11 +10,14 @@
 //     excess burst capacity floor(ready * total - targetBurstCapacity - panic average).
 //   pkg/reconciler/autoscaling/kpa/kpa.go, ReconcileKind, lines 128-142: the activator is in
 //     the path (SKS proxy mode) unless want > 0 and excess burst capacity >= 0;
-//     computeActiveCondition, lines 286-300: want 0 -> inactive, want > 0 and ready -> active.
+//     computeActiveCondition, lines 286-300: its table (want 0 -> inactive; otherwise active
+//     or activating by whether min(1, min scale) are ready, an unknown want leaving an
+//     inactive PA inactive).
 //   pkg/reconciler/autoscaling/kpa/scaler.go, handleScaleToZero, lines 174-299: active for at
 //     least the stable window -> mark inactive without applying 0 (else hold 1); inactive for
 //     max(grace, retention) -> 0; else hold while inactive < retention; else 0 once the SKS has
-//     proxied for the grace period ("fast path"), hold otherwise. scale(), lines 356-364:
+//     proxied for the grace period ("fast path"), hold otherwise; activating -> hold with an
+//     unknown want until the activation timeout (progress deadline 600 s + 30 s), then 0. scale(), lines 356-364:
 //     min/max bounds come before it, and a held scale is not applied.
 //   config/core/configmaps/autoscaler.yaml: the defaults in KpaParams (grace 30 s is "the upper
 //     limit ... might actually be 0", pod retention 0 s, target-burst-capacity 211).
@@ -57,10 +60,12 @@ class KpaPolicy final : public ScalingPolicy {
   double target_override_ = 0;
   std::optional<double> panic_since_;  // last time the panic condition held
   uint32_t max_panic_pods_ = 0;
-  // The PodAutoscaler's Active condition: active_since_ when Active=True, inactive_since_
-  // when Active=False, neither while activating. A new function starts inactive.
-  std::optional<double> active_since_;
-  std::optional<double> inactive_since_;
+  // The PodAutoscaler's Active condition (True: active, False: inactive, Unknown:
+  // activating) and when it last changed. A new function starts inactive.
+  enum class Active { kFalse, kUnknown, kTrue };
+  void Mark(Active a, double now_s);
+  Active active_ = Active::kFalse;
+  double active_change_s_ = 0;
   std::optional<double> proxy_since_;  // activator in the request path since (SKS proxy mode)
   uint32_t applied_ = 0;               // the scale last applied (what a held decision keeps)
   bool started_ = false;

@@ -33,6 +33,9 @@ struct KpaParams {
   // Spare concurrency below which the activator stays in the request path (Knative's 211;
   // -1: always; 0: only at zero). Decides how long the grace period really lasts.
   double target_burst_capacity = 211;
+  // An activating function (wanted, nothing ready yet) whose decision falls to 0 keeps its
+  // scale this long before going to 0 (Knative: the progress deadline, 600 s, + 30 s).
+  double activation_timeout_s = 630;
   uint32_t activation_scale = 1;
   bool enable_scale_to_zero = true;
   double bucket_s = 1;  // granularity of the averaging windows

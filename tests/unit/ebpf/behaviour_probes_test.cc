@@ -44,6 +44,45 @@ int ListenLoopback(int* fd) {
   return ntohs(a.sin_port);
 }
 
+// The child's part of the first two tests: joins the test cgroup, waits for the parent's go, opens
+// /etc/hostname and connects to the loopback port (and sends "hello" when asked). Returns the
+// exit code that names the step that failed, 0 when every step went through.
+int OpenAndConnect(bpf_test::TestCgroup& cg, int go_fd, int port, bool send_hello) {
+  if (!cg.Join()) return 10;
+  char c;
+  if (read(go_fd, &c, 1) != 1) return 11;
+  int f = open("/etc/hostname", O_RDONLY);
+  if (f >= 0) close(f);
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return 12;
+  if (send_hello && send(s, "hello", 5, 0) != 5) return 13;
+  close(s);
+  return 0;
+}
+
+// Counts an exec event (of /bin/sh) or a connect event (to 127.x.x.1:port), checking its fields;
+// false for any other kind of event.
+bool CountExecOrConnect(const BehaviourEvent& ev, int port, int* execs, int* connects) {
+  if (ev.kind == SHOAL_BHV_EV_EXEC) {
+    ++*execs;
+    EXPECT_STREQ(ev.detail, "/bin/sh");
+    return true;
+  }
+  if (ev.kind == SHOAL_BHV_EV_CONNECT) {
+    ++*connects;
+    EXPECT_EQ(ev.family, AF_INET);
+    EXPECT_EQ(ev.port, port);
+    EXPECT_EQ(ev.addr[0], 127);
+    EXPECT_EQ(ev.addr[3], 1);
+    return true;
+  }
+  return false;
+}
+
 TEST_F(BehaviourProbesTest, CountsAndReportsWhatAWatchedProcessDoes) {
   bpf_test::TestCgroup cg("shoal-bhv-test-" + std::to_string(getpid()));
   ASSERT_EQ(cg.error(), "");
@@ -65,19 +104,7 @@ TEST_F(BehaviourProbesTest, CountsAndReportsWhatAWatchedProcessDoes) {
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     close(go[1]);
-    if (!cg.Join()) _exit(10);
-    char c;
-    if (read(go[0], &c, 1) != 1) _exit(11);
-    int f = open("/etc/hostname", O_RDONLY);
-    if (f >= 0) close(f);
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) _exit(12);
-    if (send(s, "hello", 5, 0) != 5) _exit(13);
-    close(s);
+    if (const int rc = OpenAndConnect(cg, go[0], port, /*send_hello=*/true); rc != 0) _exit(rc);
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
     volatile uint64_t x = 0;
     while (std::chrono::steady_clock::now() < until) x = x + 1;
@@ -91,9 +118,8 @@ TEST_F(BehaviourProbesTest, CountsAndReportsWhatAWatchedProcessDoes) {
   struct rusage ru {};
   ASSERT_EQ(wait4(pid, &status, 0, &ru), pid);
   // What the kernel accounted to the child (it shares a busy machine: less than the 300 ms).
-  const uint64_t child_cpu_ns =
-      (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000ull +
-      (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000ull;
+  const uint64_t child_cpu_ns = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000ull +
+                                (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000ull;
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   // Our own (unwatched) activity meanwhile: another open and connect that must not count.
   int f = open("/etc/hostname", O_RDONLY);
@@ -110,7 +136,7 @@ TEST_F(BehaviourProbesTest, CountsAndReportsWhatAWatchedProcessDoes) {
   EXPECT_GE(child_cpu_ns, 100'000'000u);
   EXPECT_GE(c->cpu_ns, child_cpu_ns * 9 / 10);
   EXPECT_LE(c->cpu_ns, child_cpu_ns * 11 / 10 + 20'000'000u);
-  EXPECT_GE(c->syscalls[SHOAL_BHV_CLASS_NET], 3u);   // socket, connect, sendto
+  EXPECT_GE(c->syscalls[SHOAL_BHV_CLASS_NET], 3u);      // socket, connect, sendto
   EXPECT_GE(c->syscalls[SHOAL_BHV_CLASS_PROCESS], 1u);  // execve
   EXPECT_EQ(c->events_lost, 0u);
 
@@ -120,16 +146,8 @@ TEST_F(BehaviourProbesTest, CountsAndReportsWhatAWatchedProcessDoes) {
   for (const auto& ev : events) {
     EXPECT_EQ(ev.cgroup_id, *id);
     EXPECT_EQ(ev.pid, static_cast<uint32_t>(pid));
-    if (ev.kind == SHOAL_BHV_EV_EXEC) {
-      ++execs;
-      EXPECT_STREQ(ev.detail, "/bin/sh");
-    } else if (ev.kind == SHOAL_BHV_EV_CONNECT) {
-      ++connects;
-      EXPECT_EQ(ev.family, AF_INET);
-      EXPECT_EQ(ev.port, port);
-      EXPECT_EQ(ev.addr[0], 127);
-      EXPECT_EQ(ev.addr[3], 1);
-    } else if (ev.kind == SHOAL_BHV_EV_OPEN && std::string(ev.detail) == "/etc/hostname") {
+    if (CountExecOrConnect(ev, port, &execs, &connects)) continue;
+    if (ev.kind == SHOAL_BHV_EV_OPEN && std::string(ev.detail) == "/etc/hostname") {
       ++hostname_opens;
     }
   }
@@ -163,18 +181,7 @@ TEST_F(BehaviourProbesTest, WithoutTheSyscallHookExecAndTcpConnectAreStillSeen) 
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     close(go[1]);
-    if (!cg.Join()) _exit(10);
-    char c;
-    if (read(go[0], &c, 1) != 1) _exit(11);
-    int f = open("/etc/hostname", O_RDONLY);
-    if (f >= 0) close(f);
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) _exit(12);
-    close(s);
+    if (const int rc = OpenAndConnect(cg, go[0], port, /*send_hello=*/false); rc != 0) _exit(rc);
     execl("/bin/sh", "sh", "-c", "exit 0", nullptr);
     _exit(14);
   }
@@ -193,18 +200,7 @@ TEST_F(BehaviourProbesTest, WithoutTheSyscallHookExecAndTcpConnectAreStillSeen) 
   for (int i = 0; i < SHOAL_BHV_CLASSES; ++i) EXPECT_EQ(c->syscalls[i], 0u) << i;
   int execs = 0, connects = 0, opens = 0;
   probes.Drain([&](const BehaviourEvent& ev) {
-    if (ev.kind == SHOAL_BHV_EV_EXEC) {
-      ++execs;
-      EXPECT_STREQ(ev.detail, "/bin/sh");
-    } else if (ev.kind == SHOAL_BHV_EV_CONNECT) {
-      ++connects;
-      EXPECT_EQ(ev.family, AF_INET);
-      EXPECT_EQ(ev.port, port);
-      EXPECT_EQ(ev.addr[0], 127);
-      EXPECT_EQ(ev.addr[3], 1);
-    } else {
-      ++opens;
-    }
+    if (!CountExecOrConnect(ev, port, &execs, &connects)) ++opens;
   });
   EXPECT_EQ(execs, 1);
   EXPECT_EQ(connects, 1);

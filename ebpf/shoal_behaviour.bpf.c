@@ -159,20 +159,39 @@ static __always_inline void submit_once(struct shoal_bhv_event *ev, __u64 hash) 
   bpf_ringbuf_submit(ev, 0);
 }
 
-/* A path event; `user` says where the path is. A user path whose page is not resident cannot
- * be read here (no page faults in this context): no event then (the counter still counts it;
- * an execve's path comes again from sched_process_exec, out of kernel memory). */
-static __always_inline void path_event(struct shoal_bhv_counters *c, __u64 cgid, __u32 kind,
-                                       const void *path, int user) {
+/* An event of `kind` for this instance, zeroed but for its header; none (and a lost event
+ * counted) when the ring buffer is full. */
+static __always_inline struct shoal_bhv_event *new_event(struct shoal_bhv_counters *c,
+                                                         __u64 cgid, __u32 kind) {
   struct shoal_bhv_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
   if (!ev) {
     c->events_lost += 1;
-    return;
+    return 0;
   }
   __builtin_memset(ev, 0, sizeof(*ev));
   ev->cgroup_id = cgid;
   ev->kind = kind;
   ev->pid = bpf_get_current_pid_tgid() >> 32;
+  return ev;
+}
+
+/* The hash that sends an IP connect's event once, whichever hook saw it: family, port and the
+ * 16 address bytes (an IPv4 address in the first 4, the rest zero). */
+static __always_inline __u64 inet_connect_hash(const struct shoal_bhv_event *ev) {
+  __u64 h = 14695981039346656037ULL ^ ev->family;
+  h = (h ^ ev->port) * 1099511628211ULL;
+#pragma unroll
+  for (int i = 0; i < 16; i++) h = (h ^ ev->addr[i]) * 1099511628211ULL;
+  return h;
+}
+
+/* A path event; `user` says where the path is. A user path whose page is not resident cannot
+ * be read here (no page faults in this context): no event then (the counter still counts it;
+ * an execve's path comes again from sched_process_exec, out of kernel memory). */
+static __always_inline void path_event(struct shoal_bhv_counters *c, __u64 cgid, __u32 kind,
+                                       const void *path, int user) {
+  struct shoal_bhv_event *ev = new_event(c, cgid, kind);
+  if (!ev) return;
   long n = user ? bpf_probe_read_user_str(ev->detail, sizeof(ev->detail), path)
                 : bpf_probe_read_kernel_str(ev->detail, sizeof(ev->detail), path);
   if (n <= 1) {
@@ -187,20 +206,13 @@ static __always_inline void connect_event(struct shoal_bhv_counters *c, __u64 cg
   __u16 family = 0;
   if (bpf_probe_read_user(&family, sizeof(family), user_addr) != 0) return;
   if (family != 2 && family != 10 && family != 1) return; /* AF_INET, AF_INET6, AF_UNIX */
-  struct shoal_bhv_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
-  if (!ev) {
-    c->events_lost += 1;
-    return;
-  }
-  __builtin_memset(ev, 0, sizeof(*ev));
-  ev->cgroup_id = cgid;
-  ev->kind = SHOAL_BHV_EV_CONNECT;
-  ev->pid = bpf_get_current_pid_tgid() >> 32;
+  struct shoal_bhv_event *ev = new_event(c, cgid, SHOAL_BHV_EV_CONNECT);
+  if (!ev) return;
   ev->family = family;
-  __u64 h = 14695981039346656037ULL ^ family;
+  __u64 h;
   if (family == 1) {
     bpf_probe_read_user_str(ev->detail, 108, (const char *)user_addr + 2);
-    h = fnv1a(h, (const __u8 *)ev->detail, 108);
+    h = fnv1a(14695981039346656037ULL ^ family, (const __u8 *)ev->detail, 108);
   } else {
     __u16 port_be = 0;
     bpf_probe_read_user(&port_be, sizeof(port_be), (const char *)user_addr + 2);
@@ -210,9 +222,7 @@ static __always_inline void connect_event(struct shoal_bhv_counters *c, __u64 cg
     } else {
       bpf_probe_read_user(ev->addr, 16, (const char *)user_addr + 8);
     }
-    h = (h ^ ev->port) * 1099511628211ULL;
-#pragma unroll
-    for (int i = 0; i < 16; i++) h = (h ^ ev->addr[i]) * 1099511628211ULL;
+    h = inet_connect_hash(ev);
   }
   submit_once(ev, h);
 }
@@ -277,15 +287,8 @@ int shoal_bhv_tcp_connect(__u64 *ctx) {
   if (!c) return 0;
   c->connects += 1;
   struct sock *sk = (struct sock *)ctx[0];
-  struct shoal_bhv_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
-  if (!ev) {
-    c->events_lost += 1;
-    return 0;
-  }
-  __builtin_memset(ev, 0, sizeof(*ev));
-  ev->cgroup_id = cgid;
-  ev->kind = SHOAL_BHV_EV_CONNECT;
-  ev->pid = bpf_get_current_pid_tgid() >> 32;
+  struct shoal_bhv_event *ev = new_event(c, cgid, SHOAL_BHV_EV_CONNECT);
+  if (!ev) return 0;
   __u16 family = sk->__sk_common.skc_family;
   ev->family = family;
   ev->port = __builtin_bswap16(sk->__sk_common.skc_dport);
@@ -295,12 +298,7 @@ int shoal_bhv_tcp_connect(__u64 *ctx) {
   } else {
     bpf_probe_read_kernel(ev->addr, 16, &sk->__sk_common.skc_v6_daddr);
   }
-  /* The same hash as connect_event's, so that either path's event is sent once. */
-  __u64 h = 14695981039346656037ULL ^ family;
-  h = (h ^ ev->port) * 1099511628211ULL;
-#pragma unroll
-  for (int i = 0; i < 16; i++) h = (h ^ ev->addr[i]) * 1099511628211ULL;
-  submit_once(ev, h);
+  submit_once(ev, inet_connect_hash(ev)); /* connect_event's: either path's is sent once */
   return 0;
 }
 
@@ -339,23 +337,29 @@ int shoal_bhv_fork(__u64 *ctx) {
   return 0;
 }
 
-SEC("tp_btf/sock_send_length")
-int shoal_bhv_send(__u64 *ctx) {
+/* sock_send_length / sock_recv_length: ctx[1] is the call's result, the bytes when positive. */
+static __always_inline void count_socket_bytes(__u64 *ctx, int sent) {
   int ret = (int)ctx[1];
-  if (ret <= 0) return 0;
+  if (ret <= 0) return;
   __u64 cgid;
   struct shoal_bhv_counters *c = current_instance(&cgid);
-  if (c) c->bytes_sent += (__u64)ret;
+  if (!c) return;
+  if (sent) {
+    c->bytes_sent += (__u64)ret;
+  } else {
+    c->bytes_recv += (__u64)ret;
+  }
+}
+
+SEC("tp_btf/sock_send_length")
+int shoal_bhv_send(__u64 *ctx) {
+  count_socket_bytes(ctx, 1);
   return 0;
 }
 
 SEC("tp_btf/sock_recv_length")
 int shoal_bhv_recv(__u64 *ctx) {
-  int ret = (int)ctx[1];
-  if (ret <= 0) return 0;
-  __u64 cgid;
-  struct shoal_bhv_counters *c = current_instance(&cgid);
-  if (c) c->bytes_recv += (__u64)ret;
+  count_socket_bytes(ctx, 0);
   return 0;
 }
 

@@ -11,7 +11,11 @@
 // better); min/median/max pair each pass of Shoal with the same-numbered pass of the anchors.
 //
 //   bench-fold [--params N (25000000)] [--updates K (16)] [--reps R (3)] [--anchor fold_anchor.py]
-//              [--openblas libopenblas.so.0]
+//              [--openblas libopenblas.so.0] [--fused]
+// --fused measures only the FL leaf's CPU path on float32, all threads: the NaN/Inf scan then
+// the fold (two passes over each update, the leaf until issue 11) and FoldFinite's one pass at
+// block sizes of 1 to 64 KiB, each against the plain fold of the same updates in the same run
+// (the anchor: no check at all); ratio = time / the fold's time (1.0 is a free check).
 #include "shoal/aggregator/fold.h"
 
 #include <dlfcn.h>
@@ -178,16 +182,89 @@ double MemcpyGbps(const std::vector<std::unique_ptr<uint8_t[]>>& src, uint8_t* d
   return static_cast<double>(bytes) * src.size() / best / 1e9;
 }
 
+// --fused: see the head of this file. One pass per variant over the K updates per repetition,
+// the variants interleaved within each repetition so that a busy machine hits them alike.
+int FusedTable(size_t n, size_t k, int reps, unsigned threads) {
+  const size_t bytes = n * 4;
+  std::vector<float> scratch(n);
+  std::vector<std::unique_ptr<uint8_t[]>> updates;
+  for (size_t u = 0; u < k; ++u) {
+    updates.emplace_back(new uint8_t[bytes]);
+    FillUpdate(updates.back().get(), DType::kF32, n, static_cast<uint32_t>(u), scratch);
+  }
+  std::vector<float> acc(n, 0.0f);
+  const float w = 1.0f / static_cast<float>(k);
+  FoldPool pool(threads);
+  struct Variant {
+    std::string name;
+    size_t block;  // bytes; 0: fold alone, 1: scan then fold
+    std::vector<double> ms;
+  };
+  std::vector<Variant> vs = {{"fold alone (anchor)", 0, {}}, {"scan, then fold", 1, {}}};
+  for (size_t kib : {1, 2, 4, 8, 16, 32, 64}) {
+    vs.push_back({"fused, " + std::to_string(kib) + " KiB blocks", kib << 10, {}});
+  }
+  for (int r = -1; r < reps; ++r) {  // r = -1: warm-up
+    for (Variant& v : vs) {
+      if (v.block > 1) pool.set_finite_block_bytes(v.block);
+      const auto t0 = Clock::now();
+      for (const auto& x : updates) {
+        if (v.block == 0) {
+          pool.Fold(acc.data(), x.get(), DType::kF32, n, w);
+        } else if (v.block == 1) {
+          if (pool.AllFinite(x.get(), DType::kF32, n)) {
+            pool.Fold(acc.data(), x.get(), DType::kF32, n, w);
+          }
+        } else if (!pool.FoldFinite(acc.data(), x.get(), DType::kF32, n, w).finite) {
+          std::fprintf(stderr, "bench-fold: a finite update was refused\n");
+          return 1;
+        }
+      }
+      if (r >= 0) v.ms.push_back(Seconds(t0, Clock::now()) * 1e3 / static_cast<double>(k));
+    }
+  }
+  std::printf(
+      "FL leaf CPU path, float32, %zu params (%.1f MB) x %zu updates, %u threads, isa %s; ms "
+      "per update over %d repetitions, ratio = ms / the plain fold's ms of the same repetition\n",
+      n, bytes / 1e6, k, threads, shoal::aggregator::FoldIsa(), reps);
+  std::printf("%-28s %8s %8s %8s %8s   %s\n", "variant", "min ms", "med ms", "max ms", "GB/s",
+              "ratio min/med/max");
+  double best_ratio = 0;
+  std::string best_name;
+  for (Variant& v : vs) {
+    std::vector<double> ratios;
+    for (int r = 0; r < reps; ++r) ratios.push_back(v.ms[r] / vs[0].ms[r]);
+    std::vector<double> ms = v.ms;
+    std::sort(ms.begin(), ms.end());
+    std::sort(ratios.begin(), ratios.end());
+    const double med_ratio = ratios[ratios.size() / 2];
+    std::printf("%-28s %8.2f %8.2f %8.2f %8.2f   %.3f/%.3f/%.3f\n", v.name.c_str(), ms.front(),
+                ms[ms.size() / 2], ms.back(), bytes / ms[ms.size() / 2] / 1e6, ratios.front(),
+                med_ratio, ratios.back());
+    if (v.block > 1 && v.block == FoldPool::kDefaultFiniteBlockBytes) {
+      best_ratio = med_ratio;
+      best_name = v.name;
+    }
+  }
+  std::printf("the leaf's block: %s\n", best_name.c_str());
+  std::printf("RESULT fold_fused ratio=%.3f\n", best_ratio);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   size_t n = 25'000'000, k = 16;
   int reps = 3;
   std::string anchor = SHOAL_FOLD_ANCHOR_PY, openblas_path = kDebianOpenBlas;
+  bool fused = false;
   shoal::bench::Args args(
       "bench-fold [--params N] [--updates K] [--reps R] [--anchor script] "
-      "[--openblas libopenblas.so.0]");
-  args.FoldSizes(&n, &k, &reps).Option("--anchor", &anchor).Option("--openblas", &openblas_path);
+      "[--openblas libopenblas.so.0] [--fused]");
+  args.FoldSizes(&n, &k, &reps)
+      .Option("--anchor", &anchor)
+      .Option("--openblas", &openblas_path)
+      .Switch("--fused", &fused, true);
   if (!args.Parse(argc, argv)) return 2;
   reps = std::max(1, reps);
   if (n == 0 || k == 0) {
@@ -195,6 +272,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const unsigned all = std::max(1u, std::thread::hardware_concurrency());
+  if (fused) return FusedTable(n, k, reps, all);
   std::fprintf(stderr, "bench-fold: isa=%s params=%zu updates=%zu reps=%d threads=1,%u\n",
                shoal::aggregator::FoldIsa(), n, k, reps, all);
 

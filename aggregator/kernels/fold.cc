@@ -116,6 +116,10 @@ bool AllFinite(const void* x, DType dtype, size_t n) {
   return Active().all_finite[Index(dtype)](x, n);
 }
 
+size_t FoldFinite(float* acc, const void* x, DType dtype, size_t n, float w, size_t block) {
+  return Active().fold_finite[Index(dtype)](acc, x, n, w, block == 0 ? 1 : block);
+}
+
 void FoldWithIsa(Isa isa, float* acc, const void* x, DType dtype, size_t n, float w) {
   TableFor(isa).fold[Index(dtype)](acc, x, n, w);
 }
@@ -128,6 +132,10 @@ void ConvertFromF32WithIsa(Isa isa, void* out, const float* x, DType dtype, size
 }
 bool AllFiniteWithIsa(Isa isa, const void* x, DType dtype, size_t n) {
   return TableFor(isa).all_finite[Index(dtype)](x, n);
+}
+size_t FoldFiniteWithIsa(Isa isa, float* acc, const void* x, DType dtype, size_t n, float w,
+                         size_t block) {
+  return TableFor(isa).fold_finite[Index(dtype)](acc, x, n, w, block == 0 ? 1 : block);
 }
 
 }  // namespace shoal::aggregator

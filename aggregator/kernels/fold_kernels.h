@@ -17,6 +17,8 @@ using ToF32Fn = void (*)(float* out, const void* x, size_t n);
 using FromF32Fn = void (*)(void* out, const float* x, size_t n);
 using AllFiniteFn = bool (*)(const void* x, size_t n);
 using ScaleFn = void (*)(float* acc, size_t n, float a);
+// FoldFinite (fold.h): block by block, the Inf/NaN test then the fold; the elements folded.
+using FoldFiniteFn = size_t (*)(float* acc, const void* x, size_t n, float w, size_t block);
 
 // Indexed by DType: kF32, kBF16, kF16 (the floating types; fold.cc refuses any other).
 struct FoldKernels {
@@ -24,6 +26,7 @@ struct FoldKernels {
   ToF32Fn to_f32[3];
   FromF32Fn from_f32[3];
   AllFiniteFn all_finite[3];
+  FoldFiniteFn fold_finite[3];
   ScaleFn scale;
 };
 
@@ -76,7 +79,8 @@ inline void CopyF32(void* out, const void* x, size_t n) {
   if (n) std::memmove(out, x, n * 4);
 }
 
-// A path's table from a type P with static Fold<E>, ToF32<E>, FromF32<E>, AllFinite<E>, Scale.
+// A path's table from a type P with static Fold<E>, ToF32<E>, FromF32<E>, AllFinite<E>,
+// FoldFinite<E>, Scale.
 template <class P>
 constexpr FoldKernels MakeFoldKernels() {
   return {
@@ -84,6 +88,7 @@ constexpr FoldKernels MakeFoldKernels() {
       {P::template ToF32<kF32>, P::template ToF32<kBf16>, P::template ToF32<kF16>},
       {P::template FromF32<kF32>, P::template FromF32<kBf16>, P::template FromF32<kF16>},
       {P::template AllFinite<kF32>, P::template AllFinite<kBf16>, P::template AllFinite<kF16>},
+      {P::template FoldFinite<kF32>, P::template FoldFinite<kBf16>, P::template FoldFinite<kF16>},
       P::Scale,
   };
 }

@@ -21,6 +21,26 @@ void FoldPool::set_chunk_elements(size_t n) {
   chunk_ = std::max<size_t>(16, (n + 15) & ~size_t{15});
 }
 
+void FoldPool::set_finite_block_bytes(size_t bytes) {
+  finite_block_bytes_ = std::max<size_t>(64, (bytes + 63) & ~size_t{63});
+}
+
+FoldPool::FoldFiniteResult FoldPool::FoldFinite(float* acc, const void* x, DType dtype, size_t n,
+                                                float w) {
+  const size_t block = finite_block_bytes_ / DTypeSize(dtype);
+  const size_t first = std::min(n, block);
+  if (aggregator::FoldFinite(acc, x, dtype, first, w, block) < first) return {false, false};
+  if (first == n) return {true, n > 0};
+  const bool finite = Run({.op = Op::kFoldFinite,
+                           .dtype = dtype,
+                           .f32 = acc + first,
+                           .wire = static_cast<const char*>(x) + first * DTypeSize(dtype),
+                           .n = n - first,
+                           .scalar = w,
+                           .block = block});
+  return {finite, true};
+}
+
 void FoldPool::Fold(float* acc, const void* x, DType dtype, size_t n, float w) {
   Run({.op = Op::kFold, .dtype = dtype, .f32 = acc, .wire = x, .n = n, .scalar = w});
 }
@@ -58,6 +78,11 @@ void FoldPool::RunRange(const Job& job, size_t begin, size_t end) {
         all_finite_.store(false, std::memory_order_relaxed);
       }
       break;
+    case Op::kFoldFinite:
+      if (aggregator::FoldFinite(job.f32 + begin, wire, job.dtype, n, job.scalar, job.block) < n) {
+        all_finite_.store(false, std::memory_order_relaxed);
+      }
+      break;
     case Op::kToF32:
       aggregator::ConvertToF32(job.f32 + begin, wire, job.dtype, n);
       break;
@@ -71,8 +96,11 @@ void FoldPool::RunRange(const Job& job, size_t begin, size_t end) {
 void FoldPool::TakeChunks(const Job& job) {
   const size_t chunk = chunk_;
   for (;;) {
-    // A NaN anywhere settles AllFinite: stop taking chunks.
-    if (job.op == Op::kAllFinite && !all_finite_.load(std::memory_order_relaxed)) return;
+    // A NaN anywhere settles AllFinite and FoldFinite: stop taking chunks.
+    if ((job.op == Op::kAllFinite || job.op == Op::kFoldFinite) &&
+        !all_finite_.load(std::memory_order_relaxed)) {
+      return;
+    }
     const size_t begin = next_chunk_.fetch_add(1, std::memory_order_relaxed) * chunk;
     if (begin >= job.n) return;
     RunRange(job, begin, std::min(job.n, begin + chunk));
@@ -82,6 +110,10 @@ void FoldPool::TakeChunks(const Job& job) {
 bool FoldPool::Run(const Job& job) {
   if (job.n < min_parallel_ || workers_.empty()) {
     if (job.op == Op::kAllFinite) return aggregator::AllFinite(job.wire, job.dtype, job.n);
+    if (job.op == Op::kFoldFinite) {
+      return aggregator::FoldFinite(job.f32, job.wire, job.dtype, job.n, job.scalar, job.block) ==
+             job.n;
+    }
     RunRange(job, 0, job.n);
     return true;
   }

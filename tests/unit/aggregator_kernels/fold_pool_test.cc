@@ -86,6 +86,59 @@ TEST_P(FoldPoolTest, AllFiniteFindsOneBadValueAnywhere) {
   }
 }
 
+// The fused pass across threads: finite input folds to Fold's bits; a NaN in the first block
+// leaves acc untouched and says nothing was folded; a NaN at the first block boundary, in the
+// middle or at the last element is reported with `folded`, the first block holds Fold's bits,
+// the NaN's own block is untouched, and every element is either untouched or Fold's (no thread
+// writes anything else).
+TEST_P(FoldPoolTest, FoldFiniteIsFoldAndReportsWhatItFolded) {
+  FoldPool pool(GetParam());
+  constexpr size_t kM = 1'000'003;  // past min_parallel_elements, 31 chunks
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const size_t sz = DTypeSize(d);
+    const size_t block = pool.finite_block_bytes() / sz;
+    std::vector<uint8_t> x = Wire(d, kM, 7);
+    const std::vector<float> start(kM, 0.75f);
+    std::vector<float> want = start, got = start;
+    Fold(want.data(), x.data(), d, kM, 0.3f);
+    const FoldPool::FoldFiniteResult ok = pool.FoldFinite(got.data(), x.data(), d, kM, 0.3f);
+    EXPECT_TRUE(ok.finite);
+    EXPECT_TRUE(ok.folded);
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), kM * 4)) << DTypeName(d);
+    const uint32_t nan = d == DType::kF32 ? 0x7fc00000u : d == DType::kBF16 ? 0x7fc0u : 0x7e00u;
+    for (size_t pos : {size_t{0}, block - 1, block, kM / 2 + 3, kM - 1}) {
+      uint8_t saved[4];
+      std::memcpy(saved, &x[pos * sz], sz);
+      std::memcpy(&x[pos * sz], &nan, sz);
+      got = start;
+      const FoldPool::FoldFiniteResult r = pool.FoldFinite(got.data(), x.data(), d, kM, 0.3f);
+      std::memcpy(&x[pos * sz], saved, sz);
+      EXPECT_FALSE(r.finite) << DTypeName(d) << " NaN at " << pos;
+      EXPECT_EQ(r.folded, pos >= block) << DTypeName(d) << " NaN at " << pos;
+      if (pos < block) {
+        ASSERT_EQ(0, std::memcmp(start.data(), got.data(), kM * 4)) << "NaN in the first block";
+        continue;
+      }
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), block * 4)) << "the first block";
+      // The NaN's block, from the start of its chunk's block grid (chunks start at `block`).
+      const size_t in_chunk = (pos - block) % pool.chunk_elements();
+      const size_t bad_begin = pos - in_chunk % block;
+      const size_t bad_end = std::min(kM, bad_begin + block);
+      for (size_t i = 0; i < kM; ++i) {
+        if (i >= bad_begin && i < bad_end) {
+          ASSERT_EQ(got[i], start[i]) << DTypeName(d) << " NaN at " << pos << ", i=" << i;
+        } else {
+          ASSERT_TRUE(got[i] == start[i] || got[i] == want[i])
+              << DTypeName(d) << " NaN at " << pos << ", i=" << i;
+        }
+      }
+    }
+    got = start;
+    ASSERT_TRUE(pool.FoldFinite(got.data(), x.data(), d, kM, 0.3f).finite);  // forgets the NaN
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), kM * 4));
+  }
+}
+
 TEST(FoldPoolSmallTest, SmallCallsRunInlineAndMatch) {
   FoldPool pool(3);
   EXPECT_EQ(pool.min_parallel_elements(), FoldPool::kDefaultMinParallelElements);
@@ -100,6 +153,12 @@ TEST(FoldPoolSmallTest, SmallCallsRunInlineAndMatch) {
       pool.Fold(got.data(), x.data(), DType::kF16, n, 2.0f);
       ASSERT_EQ(want, got) << "n=" << n << " threshold=" << threshold;
       EXPECT_TRUE(pool.AllFinite(x.data(), DType::kF16, n));
+      std::vector<float> fused(n, 1.0f);
+      const FoldPool::FoldFiniteResult r =
+          pool.FoldFinite(fused.data(), x.data(), DType::kF16, n, 2.0f);
+      EXPECT_TRUE(r.finite);
+      EXPECT_EQ(r.folded, n > 0);
+      ASSERT_EQ(want, fused) << "n=" << n << " threshold=" << threshold;
     }
   }
 }

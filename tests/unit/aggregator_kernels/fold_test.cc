@@ -316,6 +316,48 @@ TEST_P(FoldIsaTest, AllFiniteFindsNanOrInfAtEveryPosition) {
   }
 }
 
+// The fused pass: for finite input, Fold's bits whatever the block size (blocks start anywhere,
+// so a block's tail is the scalar fma where Fold had the vector body); a non-finite value at the
+// first element, at either side of a block boundary and at the last element: the pass returns
+// the start of its block, acc holds Fold's bits before it and is untouched from there on.
+TEST_P(FoldIsaTest, FoldFiniteIsFoldBlockByBlockAndStopsAtTheBadBlock) {
+  std::mt19937 rng(13);
+  const float w = -0.8125f;
+  for (DType d : kAllDTypes) {
+    const size_t sz = DTypeSize(d);
+    const uint32_t nan = d == DType::kF32 ? 0x7fc00000u : d == DType::kBF16 ? 0x7fc0u : 0x7e00u;
+    for (size_t n : {size_t{0}, size_t{1}, size_t{67}, size_t{1013}, size_t{4101}}) {
+      for (size_t block :
+           {size_t{1}, size_t{16}, size_t{100}, size_t{128}, size_t{1024}, size_t{8192}}) {
+        std::vector<uint8_t> xbuf(n * sz + 1);  // odd byte offset: misaligned
+        const std::vector<uint8_t> wire = RandomWire(d, n, rng);
+        if (n > 0) std::memcpy(xbuf.data() + 1, wire.data(), wire.size());
+        std::vector<float> start(n + 1);
+        for (auto& a : start) a = std::uniform_real_distribution<float>(-5.0f, 5.0f)(rng);
+        std::vector<float> want = start, got = start;
+        FoldWithIsa(isa(), want.data(), xbuf.data() + 1, d, n, w);
+        ASSERT_EQ(FoldFiniteWithIsa(isa(), got.data(), xbuf.data() + 1, d, n, w, block), n);
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), (n + 1) * 4))
+            << DTypeName(d) << " n=" << n << " block=" << block;
+        if (n == 0) continue;
+        for (size_t p : {size_t{0}, block - 1, block, n - 1}) {
+          if (p >= n) continue;
+          std::vector<uint8_t> bad = xbuf;
+          std::memcpy(bad.data() + 1 + p * sz, &nan, sz);
+          got = start;
+          const size_t folded =
+              FoldFiniteWithIsa(isa(), got.data(), bad.data() + 1, d, n, w, block);
+          ASSERT_EQ(folded, p / block * block) << DTypeName(d) << " n=" << n << " p=" << p;
+          ASSERT_EQ(0, std::memcmp(want.data(), got.data(), folded * 4)) << "folded part";
+          ASSERT_EQ(0,
+                    std::memcmp(start.data() + folded, got.data() + folded, (n + 1 - folded) * 4))
+              << DTypeName(d) << " n=" << n << " p=" << p << ": touched from the bad block on";
+        }
+      }
+    }
+  }
+}
+
 TEST_P(FoldIsaTest, ConvertF32IsACopyAndConversionsHandleTails) {
   std::mt19937 rng(5);
   for (size_t n = 0; n <= 67; ++n) {
@@ -362,6 +404,9 @@ TEST(FoldDispatchTest, DefaultEntryPointsUseTheActivePath) {
     FoldWithIsa(ActiveIsa(), b.data(), wire.data(), d, n, 0.5f);
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), n * 4)) << DTypeName(d);
     EXPECT_TRUE(AllFinite(wire.data(), d, n));
+    std::vector<float> c(n, 1.0f);
+    EXPECT_EQ(FoldFinite(c.data(), wire.data(), d, n, 0.5f, 64), n);
+    EXPECT_EQ(0, std::memcmp(a.data(), c.data(), n * 4)) << DTypeName(d);
   }
   EXPECT_EQ(DTypeSize(DType::kF32), 4u);
   EXPECT_EQ(DTypeSize(DType::kBF16), 2u);

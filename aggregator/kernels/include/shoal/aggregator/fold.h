@@ -42,6 +42,13 @@ void ConvertFromF32(void* out, const float* x, DType dtype, size_t n);
 // False if any element is NaN or +-Inf. Used to refuse a bad update before it is folded in.
 bool AllFinite(const void* x, DType dtype, size_t n);
 
+// Fold and AllFinite in one pass over x, for a caller that must not fold a non-finite update
+// but reads it only once: block by block (`block` elements; 0 counts as 1), each block is
+// tested for NaN and +-Inf and, when finite, folded while it is still in L1/L2. Returns the
+// elements folded: n when all were finite, else the start of the first block holding a
+// non-finite element; acc[0, returned) got exactly Fold's bits, acc from there on is untouched.
+size_t FoldFinite(float* acc, const void* x, DType dtype, size_t n, float w, size_t block);
+
 // ---- Instruction-set paths -------------------------------------------------------------------
 
 enum class Isa : uint8_t { kScalar, kAvx2, kAvx512 };
@@ -64,5 +71,7 @@ void ScaleWithIsa(Isa isa, float* acc, size_t n, float a);
 void ConvertToF32WithIsa(Isa isa, float* out, const void* x, DType dtype, size_t n);
 void ConvertFromF32WithIsa(Isa isa, void* out, const float* x, DType dtype, size_t n);
 bool AllFiniteWithIsa(Isa isa, const void* x, DType dtype, size_t n);
+size_t FoldFiniteWithIsa(Isa isa, float* acc, const void* x, DType dtype, size_t n, float w,
+                         size_t block);
 
 }  // namespace shoal::aggregator

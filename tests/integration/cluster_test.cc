@@ -429,6 +429,25 @@ TEST_F(ClusterTest, TheLeaderAutoscalesAClusterFunctionFromEveryNodesSignals) {
   // Load gone: after KPA's 4 s window the leader wants none warm again (30 s: an ASan build
   // on a loaded machine missed 20 s once in six runs).
   EXPECT_TRUE(WaitFor([&] { return warm() == 0; }, 30s)) << cluster_->ControllerLog(0);
+  // The nodes follow their placements' bounds as the leader moves them (same generation):
+  // each logs its new share, and none keeps a ready instance once the leader wants none (a
+  // node once kept its first placement's min, and the leader's scale-down rate held one warm).
+  std::string nodes_logs;
+  for (int i = 0; i < 3; ++i) nodes_logs += cluster_->NodeLog(i);
+  EXPECT_NE(nodes_logs.find("function busy: scale "), std::string::npos) << nodes_logs;
+  auto ready_anywhere = [&] {  // -1: no node shows the series (the function runs nowhere)
+    double sum = -1;
+    for (int i = 0; i < 3; ++i) {
+      const std::string body = cluster_->NodeGateway(i, "GET", "/metrics").body;
+      const std::string series = "shoal_instances{function=\"busy\",state=\"ready\"} ";
+      const size_t at = body.find(series);
+      if (at != std::string::npos)
+        sum = std::max(sum, 0.0) + std::stod(body.substr(at + series.size()));
+    }
+    return sum;
+  };
+  EXPECT_TRUE(WaitFor([&] { return ready_anywhere() == 0; }, 15s)) << ready_anywhere() << " ready\n"
+                                                                   << cluster_->ControllerLog(0);
 }
 
 TEST_F(ClusterTest, AFunctionNoNodeCanHoldIsRefusedNamingTheResource) {

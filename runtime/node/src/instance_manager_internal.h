@@ -4,9 +4,6 @@
 // instance_events.cc (readiness, exits, logs) and instance_view.cc (RuntimeView and metrics).
 #pragma once
 
-#include "shoal/runtime/instance_manager.h"
-
-
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -25,8 +22,10 @@
 #include <optional>
 
 #include "shoal/autoscaler/function_autoscaler.h"
+#include "shoal/common/clock.h"
 #include "shoal/common/log.h"
 #include "shoal/interfaces/fl_data_path.h"
+#include "shoal/runtime/instance_manager.h"
 #include "shoal/runtime/node_capacity.h"
 #include "shoal/runtime/zygote.h"
 #include "shoal/sandbox/cgroup.h"
@@ -36,8 +35,6 @@
 #include "shoal/sandbox/seccomp_policy.h"
 #include "shoal/sandbox/seccomp_report.h"
 #include "shoal/sandbox/tenant_ids.h"
-
-#include "shoal/common/clock.h"
 
 namespace shoal {
 namespace instance_manager_internal {
@@ -62,14 +59,14 @@ struct InstanceManager::Instance {
   uint64_t spawn_ns = 0;
   uint64_t ready_ns = 0;
   uint64_t last_busy_ns = 0;
-  Resources reserved;         // what placement reserved for it on this node
+  Resources reserved;  // what placement reserved for it on this node
   bool holds_reservation = false;
   uint64_t last_served = 0;
   double cold_start_ms = 0;
   std::string start_path = "spawn";  // zygote | spawn
-  std::string start_note;     // why a spawn where the zygote path was configured
-  uint64_t prepare_ns = 0;    // its endpoint, cgroup and pipes, before spawn_ns
-  uint64_t forked_ns = 0;     // zygote path: the zygote's answer, and the child's release
+  std::string start_note;            // why a spawn where the zygote path was configured
+  uint64_t prepare_ns = 0;           // its endpoint, cgroup and pipes, before spawn_ns
+  uint64_t forked_ns = 0;            // zygote path: the zygote's answer, and the child's release
   uint64_t released_ns = 0;
   bool prefork = false;       // zygote path: started from the spare forked ahead
   uint32_t zygote_id = 0;     // which of its function's zygotes forked it (their count)
@@ -95,6 +92,10 @@ struct InstanceManager::Instance {
 struct InstanceManager::FunctionState {
   std::shared_ptr<FunctionRuntime> rt;
   std::vector<Instance*> instances;
+  // The scale bounds now: the spec's, or in cluster mode this node's share from its placement,
+  // which the leader moves without a new generation (SyncSpecs applies it).
+  uint32_t min_scale = 0;
+  uint32_t max_scale = 0;
   uint32_t desired = 0;
   uint32_t crashes = 0;        // consecutive crashes (reset when one becomes ready)
   uint64_t next_spawn_ns = 0;  // crash back-off
@@ -135,8 +136,8 @@ struct InstanceManager::FunctionState {
 
   // Autoscaling (null: policy none, the reactive rule).
   std::unique_ptr<FunctionAutoscaler> autoscaler;
-  uint32_t target = 0;         // the policy's replicas + pre-warm, within min..max
-  double keep_alive_s = 0;     // idle instances above the target stop after this
+  uint32_t target = 0;      // the policy's replicas + pre-warm, within min..max
+  double keep_alive_s = 0;  // idle instances above the target stop after this
   ScalingDecision decision;
   bool have_decision = false;
   uint64_t decision_ns = 0;
@@ -145,13 +146,13 @@ struct InstanceManager::FunctionState {
   uint64_t next_decision_ns = 0;
   uint64_t last_sample_ns = 0;
   FunctionRouter::Totals last_totals;
-  uint32_t iv_cold = 0;        // cold starts since the last decision, and their cost
+  uint32_t iv_cold = 0;  // cold starts since the last decision, and their cost
   double iv_cold_s = 0;
   double last_cold_s = 0;
   uint64_t prewarm_starts = 0;
   uint64_t cold_starts_avoided = 0;
-  uint64_t cold_requests = 0;   // requests that waited for an instance's cold start
-  double instance_s_done = 0;   // spawn-to-exit seconds of the instances that exited
+  uint64_t cold_requests = 0;  // requests that waited for an instance's cold start
+  double instance_s_done = 0;  // spawn-to-exit seconds of the instances that exited
 };
 
 }  // namespace shoal

@@ -49,6 +49,15 @@ void InstanceManager::SyncSpecs() {
       retired_.push_back(std::move(it->second));
       it = by_name_.erase(it);
     } else {
+      FunctionState& f = *it->second;
+      const FunctionSpec& now = *w->second;
+      if (now.min_scale != f.min_scale || now.max_scale != f.max_scale) {
+        spdlog::info("function {}: scale {}..{} (was {}..{})", it->first, now.min_scale,
+                     now.max_scale, f.min_scale, f.max_scale);
+        f.min_scale = now.min_scale;
+        f.max_scale = now.max_scale;
+        f.next_decision_ns = 0;  // decide within the new bounds on this tick
+      }
       ++it;
     }
   }
@@ -63,26 +72,27 @@ void InstanceManager::SyncSpecs() {
     auto f = std::make_unique<FunctionState>();
     f->rt = std::make_shared<FunctionRuntime>(s, *pool, metrics_, config_.max_queue_per_function);
     f->keep_alive_s = s.keep_alive_s;
+    f->min_scale = s.min_scale;
+    f->max_scale = s.max_scale;
     if (s.autoscaling.policy != "none") {
       const AutoscalingConfig ac = AutoscalingConfigOf(s);
       auto a = FunctionAutoscaler::Make(ac);
       if (a.ok()) {
         f->autoscaler = std::move(a).value();
       } else {  // the manifest parser checked it; a record from an older shoald may not be
-        spdlog::error("function {}: autoscaling policy {}: {}; using the reactive scaler",
-                      s.name, ac.policy, a.status().ToString());
+        spdlog::error("function {}: autoscaling policy {}: {}; using the reactive scaler", s.name,
+                      ac.policy, a.status().ToString());
       }
     }
     f->log.open(LogPath(s.name), std::ios::app);
     functions_.Set(s.name, f->rt);
-    spdlog::info("function {} (id {}, generation {}): {} concurrency {}, scale {}..{}, "
-                 "timeout {} s, keep-alive {} s, autoscaling {} (keep-alive {})",
-                 s.name, s.id, s.generation,
-                 s.handler.builtin.empty() ? "library " + s.handler.library
-                                           : "builtin " + s.handler.builtin,
-                 s.concurrency, s.min_scale, s.max_scale, s.timeout_s, s.keep_alive_s,
-                 f->autoscaler ? s.autoscaling.policy : std::string("none"),
-                 s.autoscaling.keep_alive);
+    spdlog::info(
+        "function {} (id {}, generation {}): {} concurrency {}, scale {}..{}, "
+        "timeout {} s, keep-alive {} s, autoscaling {} (keep-alive {})",
+        s.name, s.id, s.generation,
+        s.handler.builtin.empty() ? "library " + s.handler.library : "builtin " + s.handler.builtin,
+        s.concurrency, s.min_scale, s.max_scale, s.timeout_s, s.keep_alive_s,
+        f->autoscaler ? s.autoscaling.policy : std::string("none"), s.autoscaling.keep_alive);
     by_name_[s.name] = std::move(f);
   }
 }
@@ -149,17 +159,17 @@ void InstanceManager::ScaleFunction(FunctionState& f, uint64_t now) {
           now + uint64_t{std::max<uint32_t>(1, config_.autoscale_interval_ms)} * 1000000ull;
     }
     desired = f.target;
-    replicas = std::min(f.target, std::max(spec.min_scale, f.decision.replicas));
+    replicas = std::min(f.target, std::max(f.min_scale, f.decision.replicas));
     // The activator's part: a request waiting for a function with no instance starts one at
     // once instead of waiting for the next decision (scale from zero).
     if (snap.queued > 0 && active == 0) desired = std::max<uint32_t>(desired, 1);
-    desired = std::min(desired, spec.max_scale);
+    desired = std::min(desired, f.max_scale);
     // Never stop an instance while requests wait for one.
     floor = snap.queued > 0 ? std::max(desired, active) : desired;
     keep_alive_ns = static_cast<uint64_t>(std::max(0.0, f.keep_alive_s) * 1e9);
   } else {
-    desired = std::min(spec.max_scale, std::max(spec.min_scale, needed));
-    floor = std::max(spec.min_scale, needed);
+    desired = std::min(f.max_scale, std::max(f.min_scale, needed));
+    floor = std::max(f.min_scale, needed);
     replicas = desired;
   }
   f.desired = desired;
@@ -194,8 +204,9 @@ void InstanceManager::ScaleFunction(FunctionState& f, uint64_t now) {
       if (now - inst->last_busy_ns < keep_alive_ns) continue;
       idle.push_back(inst);
     }
-    std::sort(idle.begin(), idle.end(),
-              [](const Instance* a, const Instance* b) { return a->last_busy_ns < b->last_busy_ns; });
+    std::sort(idle.begin(), idle.end(), [](const Instance* a, const Instance* b) {
+      return a->last_busy_ns < b->last_busy_ns;
+    });
     for (Instance* inst : idle) {
       if (active <= floor) break;
       spdlog::info("function {}: instance {:#x} idle for {:.1f} s: scaling down to {}", spec.name,
@@ -237,11 +248,14 @@ void InstanceManager::Decide(FunctionState& f, uint64_t now) {
     if (inst->state == Instance::State::kStarting) ++g.starting;
     if (inst->state != Instance::State::kReady) continue;
     ++g.ready;
-    if (inflight_of[inst->key] > 0) ++g.busy; else ++g.idle;
+    if (inflight_of[inst->key] > 0)
+      ++g.busy;
+    else
+      ++g.idle;
   }
   g.concurrency = std::max<uint32_t>(1, spec.concurrency);
-  g.min_scale = spec.min_scale;
-  g.max_scale = spec.max_scale;
+  g.min_scale = f.min_scale;
+  g.max_scale = f.max_scale;
   f.last_totals = t;
   f.last_sample_ns = now;
   f.iv_cold = 0;
@@ -249,12 +263,11 @@ void InstanceManager::Decide(FunctionState& f, uint64_t now) {
 
   const ScalingDecision d = f.autoscaler->Observe(g);
   if (signal_sink_) signal_sink_(spec, g);
-  const uint32_t replicas = std::clamp(d.replicas, spec.min_scale, spec.max_scale);
-  const uint32_t target = static_cast<uint32_t>(
-      std::min<uint64_t>(uint64_t{replicas} + d.prewarm, spec.max_scale));
-  const bool changed = !f.have_decision || target != f.target ||
-                       replicas != f.decision.replicas || d.prewarm != f.decision.prewarm ||
-                       d.panic != f.decision.panic ||
+  const uint32_t replicas = std::clamp(d.replicas, f.min_scale, f.max_scale);
+  const uint32_t target =
+      static_cast<uint32_t>(std::min<uint64_t>(uint64_t{replicas} + d.prewarm, f.max_scale));
+  const bool changed = !f.have_decision || target != f.target || replicas != f.decision.replicas ||
+                       d.prewarm != f.decision.prewarm || d.panic != f.decision.panic ||
                        std::abs(d.keep_alive_s - f.keep_alive_s) > 0.5;
   if (changed) {
     char why[256];

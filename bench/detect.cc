@@ -41,6 +41,7 @@
 #include <thread>
 #include <vector>
 
+#include "loopback.h"
 #include "shoal/detect/open_watch.h"
 #include "shoal/ebpf/behaviour_probes.h"
 #include "shoald_fixture.h"
@@ -176,10 +177,14 @@ int main(int argc, char** argv) {
   bool syscalls_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--seconds" && i + 1 < argc) secs = std::stoi(argv[++i]);
-    else if (a == "--connections" && i + 1 < argc) conns = std::stoi(argv[++i]);
-    else if (a == "--runs" && i + 1 < argc) runs = std::stoi(argv[++i]);
-    else if (a == "--syscalls-only") syscalls_only = true;
+    if (a == "--seconds" && i + 1 < argc)
+      secs = std::stoi(argv[++i]);
+    else if (a == "--connections" && i + 1 < argc)
+      conns = std::stoi(argv[++i]);
+    else if (a == "--runs" && i + 1 < argc)
+      runs = std::stoi(argv[++i]);
+    else if (a == "--syscalls-only")
+      syscalls_only = true;
     else if (a == "--learn" && i + 1 < argc)
       learn = std::stoi(argv[++i]);
     else {
@@ -318,16 +323,10 @@ int main(int argc, char** argv) {
     std::string command, kind;
     std::vector<double> latency;
   };
-  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  listen(lfd, 64);
-  socklen_t len = sizeof a;
-  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  uint16_t port = 0;
+  int lfd = ListenLoopback(64, &port);
   std::vector<Kind> kinds = {{"shell", "exec", {}},
-                             {"connect " + std::to_string(ntohs(a.sin_port)), "connect", {}},
+                             {"connect " + std::to_string(port), "connect", {}},
                              {"open /etc/passwd", "file", {}},
                              {"child-open /etc/hostname", "file", {}},
                              {"burn 3000", "cpu", {}},
@@ -336,11 +335,14 @@ int main(int argc, char** argv) {
   for (int r = 0; r < runs && !syscalls_only; ++r) {
     Shoald shoald;
     Shoald::Options o;
-    o.extra_yaml = "handler_dirs: [" + dir + "]\ndetect_interval_ms: 1000\ndetect_learn_intervals: 5\n";
+    o.extra_yaml =
+        "handler_dirs: [" + dir + "]\ndetect_interval_ms: 1000\ndetect_learn_intervals: 5\n";
     if (!shoald.Start(o)) break;
     probes_loaded = shoald.Metric("shoal_detector_enabled") == 1;
-    shoald.Deploy("apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: victim}\nspec:\n"
-                  "  handler:\n    library: " + lib + "\n  scale: {min: 1, max: 1}\n");
+    shoald.Deploy(
+        "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: victim}\nspec:\n"
+        "  handler:\n    library: " +
+        lib + "\n  scale: {min: 1, max: 1}\n");
     if (!shoald.WaitReady("victim", 1)) break;
     const auto learn_until = Clock::now() + std::chrono::seconds(7);
     while (Clock::now() < learn_until) {
@@ -401,8 +403,10 @@ int main(int argc, char** argv) {
       "ratio req/s detect_syscalls: false/no probes: median %.3f (per run pair "
       "min/median/max %.3f/%.3f/%.3f)\n",
       Median(lean_ratios), lean_ratios.front(), Median(lean_ratios), lean_ratios.back());
-  std::printf("false alarms under saturation: %.0f in %.0f s of scored instance time = %.1f per hour "
-              "(target 0)\n", alarms, scored_s, scored_s > 0 ? alarms * 3600 / scored_s : 0);
+  std::printf(
+      "false alarms under saturation: %.0f in %.0f s of scored instance time = %.1f per hour "
+      "(target 0)\n",
+      alarms, scored_s, scored_s > 0 ? alarms * 3600 / scored_s : 0);
   std::printf("wrk errors (non-2xx + socket) over all runs: %ld\n", errors);
   if (!add_w.empty()) {
     std::printf("syscall cost (getppid x 2M, %zu alternating runs; median ns per call):\n",
@@ -441,7 +445,8 @@ int main(int argc, char** argv) {
   int missed = 0;
   for (const auto& k : kinds) {
     std::vector<double> ok;
-    for (double l : k.latency) if (l >= 0) ok.push_back(l);
+    for (double l : k.latency)
+      if (l >= 0) ok.push_back(l);
     missed += static_cast<int>(k.latency.size() - ok.size());
     std::printf("%-26s %-8s %10.2f %10.2f %10.2f %5zu/%zu\n", k.command.substr(0, 26).c_str(),
                 k.kind.c_str(), ok.empty() ? -1 : *std::min_element(ok.begin(), ok.end()),
@@ -449,7 +454,9 @@ int main(int argc, char** argv) {
                 k.latency.size());
   }
   if (syscalls_only) missed = 0;  // not run
-  std::printf("every attack detected: %s\n", syscalls_only ? "(not run)" : missed == 0 ? "yes" : "NO");
+  std::printf("every attack detected: %s\n", syscalls_only ? "(not run)"
+                                             : missed == 0 ? "yes"
+                                                           : "NO");
   std::printf("RESULT detect ratio=%.3f\n", Median(ratios));
   (void)!system(("rm -rf '" + dir + "'").c_str());
   return missed == 0 && alarms == 0 && loaded_all ? 0 : 1;

@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "loopback.h"
+
 namespace shoal::bench {
 
 class TcpSink {
@@ -27,17 +29,7 @@ class TcpSink {
       buffers_.emplace_back(max_body + 4096);
       std::memset(buffers_.back().data(), 0, buffers_.back().size());
     }
-    listen_fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
-    listen(listen_fd_, 64);
-    socklen_t len = sizeof a;
-    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len);
-    port_ = ntohs(a.sin_port);
+    listen_fd_ = shoal::testing::ListenLoopback(64, &port_);
     acceptor_ = std::thread([this] { Accept(); });
   }
   ~TcpSink() {

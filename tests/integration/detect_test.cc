@@ -26,6 +26,7 @@
 
 #include "bpf_capability.h"
 #include "hugepages_for_test.h"
+#include "loopback.h"
 #include "sandbox_test_util.h"
 #include "shoald_fixture.h"
 
@@ -38,6 +39,14 @@ using nlohmann::json;
 
 constexpr int kIntervalMs = 500;
 constexpr int kLearnIntervals = 4;
+// How soon an attack must be detected: two intervals, plus the polling and a loaded 2-core
+// machine's timer lag.
+constexpr double kDetectBoundS = 2 * kIntervalMs / 1e3 + 1.0;
+
+// An attack the handler runs on `command`, the anomaly kind it must raise and its reply.
+struct Attack {
+  std::string command, kind, reply;
+};
 
 class DetectTest : public ::testing::Test {
  protected:
@@ -53,15 +62,20 @@ class DetectTest : public ::testing::Test {
     library_ = handlers_ + "/libattack.so";
     fs::copy_file(LibDir() + "/shoal/handlers/libshoal-attack.so", library_);
     chmod(library_.c_str(), 0644);
+    ASSERT_TRUE(shoald_.Start(ShoaldOptions("restart_backoff_s: 0.05\n"))) << shoald_.Log();
+    ASSERT_NE(shoald_.Log().find("detector: behaviour probes loaded"), std::string::npos)
+        << shoald_.Log();
+  }
+  // shoald's options: the attack handler's folder, `yaml`, and the detector's interval and
+  // learning period.
+  Shoald::Options ShoaldOptions(const std::string& yaml) const {
     Shoald::Options o;
     o.pool_bytes = 64ull << 20;
     o.max_body_bytes = 1ull << 20;
-    o.extra_yaml = "handler_dirs: [" + handlers_ + "]\nrestart_backoff_s: 0.05\n" +
+    o.extra_yaml = "handler_dirs: [" + handlers_ + "]\n" + yaml +
                    "detect_interval_ms: " + std::to_string(kIntervalMs) + "\n" +
                    "detect_learn_intervals: " + std::to_string(kLearnIntervals) + "\n";
-    ASSERT_TRUE(shoald_.Start(o)) << shoald_.Log();
-    ASSERT_NE(shoald_.Log().find("detector: behaviour probes loaded"), std::string::npos)
-        << shoald_.Log();
+    return o;
   }
   void TearDown() override {
     StopTraffic();
@@ -126,13 +140,7 @@ class DetectTest : public ::testing::Test {
   // Restarts shoald with `yaml` added to the fixture's config (the detect_* keys).
   void Restart(const std::string& yaml) {
     ASSERT_EQ(shoald_.Stop(), 0);
-    Shoald::Options o;
-    o.pool_bytes = 64ull << 20;
-    o.max_body_bytes = 1ull << 20;
-    o.extra_yaml = "handler_dirs: [" + handlers_ + "]\n" + yaml +
-                   "detect_interval_ms: " + std::to_string(kIntervalMs) + "\n" +
-                   "detect_learn_intervals: " + std::to_string(kLearnIntervals) + "\n";
-    ASSERT_TRUE(shoald_.Start(o)) << shoald_.Log();
+    ASSERT_TRUE(shoald_.Start(ShoaldOptions(yaml))) << shoald_.Log();
   }
   // Restarts shoald with detect_syscalls `mode` (its start-up line names `probes`, and no
   // fanotify), deploys `fn` with onAnomaly: alert and has it learn under traffic until scored.
@@ -166,6 +174,16 @@ class DetectTest : public ::testing::Test {
     }
     return -1;
   }
+  // Sends each attack to `fn` in turn; each must be detected as its kind within kDetectBoundS.
+  void ExpectEachDetected(const std::string& fn, const std::vector<Attack>& attacks) {
+    for (const auto& a : attacks) {
+      const double latency = Detect(fn, a.command, a.kind, a.reply);
+      EXPECT_GE(latency, 0) << a.command << " was not detected as " << a.kind << "\n"
+                            << shoald_.Log();
+      EXPECT_LE(latency, kDetectBoundS) << a.command;
+      std::printf("detected %-24s as %-8s in %.2f s\n", a.command.c_str(), a.kind.c_str(), latency);
+    }
+  }
 
   Shoald shoald_;
   std::string handlers_;
@@ -175,20 +193,6 @@ class DetectTest : public ::testing::Test {
   std::atomic<int> sent_{0}, failed_{0};
   std::string last_failure_;
 };
-
-// Listens on an ephemeral loopback port nobody told the function about.
-int Listener(int* port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  listen(fd, 8);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  *port = ntohs(a.sin_port);
-  return fd;
-}
 
 // The default mode (detect_syscalls: sampled): no syscall hook but for a slice of each interval.
 TEST_F(DetectTest, EachAttackIsDetectedWithItsKindAndNormalTrafficRaisesNone) {
@@ -212,24 +216,16 @@ TEST_F(DetectTest, EachAttackIsDetectedWithItsKindAndNormalTrafficRaisesNone) {
   ASSERT_NE(net, std::string::npos) << profile;
   EXPECT_GT(std::stod(profile.substr(net + 21)), 0.5) << profile;
 
-  int port = 0;
-  const int lfd = Listener(&port);
-  // Two intervals, plus the polling and a loaded 2-core machine's timer lag.
-  const double bound = 2 * kIntervalMs / 1e3 + 1.0;
-  struct Attack {
-    std::string command, kind, reply;
-  } attacks[] = {{"shell", "exec", "spawned"},
-                 {"connect " + std::to_string(port), "connect", "connected"},
-                 {"open /etc/passwd", "file", "opened"},                // fanotify
-                 {"child-open /etc/hostname", "file", "child opened"},  // another pid of it
-                 {"burn 2500", "cpu", "burning"}};
-  for (const auto& a : attacks) {
-    const double latency = Detect("victim", a.command, a.kind, a.reply);
-    EXPECT_GE(latency, 0) << a.command << " was not detected as " << a.kind << "\n"
-                          << shoald_.Log();
-    EXPECT_LE(latency, bound) << a.command;
-    std::printf("detected %-24s as %-8s in %.2f s\n", a.command.c_str(), a.kind.c_str(), latency);
-  }
+  // A loopback port nobody told the function about.
+  uint16_t port = 0;
+  const int lfd = ListenLoopback(8, &port);
+  ASSERT_GE(lfd, 0);
+  ExpectEachDetected("victim",
+                     {{"shell", "exec", "spawned"},
+                      {"connect " + std::to_string(port), "connect", "connected"},
+                      {"open /etc/passwd", "file", "opened"},                // fanotify
+                      {"child-open /etc/hostname", "file", "child opened"},  // another pid of it
+                      {"burn 2500", "cpu", "burning"}});
   close(lfd);
   std::this_thread::sleep_for(std::chrono::milliseconds(3000));  // the burn ends
   // A refused open makes no fanotify event: it is seen when it falls in a sys_enter slice.
@@ -287,21 +283,13 @@ TEST_F(DetectTest, EachAttackIsDetectedWithItsKindAndNormalTrafficRaisesNone) {
 // and the four attacks as in the default mode.
 TEST_F(DetectTest, WithTheSyscallProbeAlwaysOnARefusedOpenIsCaughtAtOnce) {
   RestartAndScore("true", "sys_enter (detect_syscalls: true", "strict");
-  int port = 0;
-  const int lfd = Listener(&port);
-  const double bound = 2 * kIntervalMs / 1e3 + 1.0;
-  struct Attack {
-    std::string command, kind, reply;
-  } attacks[] = {{"shell", "exec", "spawned"},
-                 {"connect " + std::to_string(port), "connect", "connected"},
-                 {"open /etc/shadow", "file", "Permission denied"},
-                 {"burn 1500", "cpu", "burning"}};
-  for (const auto& a : attacks) {
-    const double latency = Detect("strict", a.command, a.kind, a.reply);
-    EXPECT_GE(latency, 0) << a.command << " was not detected as " << a.kind << "\n"
-                          << shoald_.Log();
-    EXPECT_LE(latency, bound) << a.command;
-  }
+  uint16_t port = 0;
+  const int lfd = ListenLoopback(8, &port);
+  ASSERT_GE(lfd, 0);
+  ExpectEachDetected("strict", {{"shell", "exec", "spawned"},
+                                {"connect " + std::to_string(port), "connect", "connected"},
+                                {"open /etc/shadow", "file", "Permission denied"},
+                                {"burn 1500", "cpu", "burning"}});
   close(lfd);
   StopTraffic();
   EXPECT_EQ(failed_.load(), 0) << last_failure_;
@@ -413,15 +401,11 @@ TEST_F(DetectTest, ProfileSurvivesARestartAndARedeployLearnsAnew) {
 // connect are still detected; an open is not seen (no sys_enter, no fanotify), and says so.
 TEST_F(DetectTest, WithoutTheSyscallProbeShellAndConnectAreStillDetected) {
   RestartAndScore("false", "inet_sock_set_state (detect_syscalls: false", "lean");
-  int port = 0;
-  const int lfd = Listener(&port);
-  const double bound = 2 * kIntervalMs / 1e3 + 1.0;
-  const double shell = Detect("lean", "shell", "exec", "spawned");
-  EXPECT_GE(shell, 0) << shoald_.Log();
-  EXPECT_LE(shell, bound);
-  const double conn = Detect("lean", "connect " + std::to_string(port), "connect", "connected");
-  EXPECT_GE(conn, 0) << shoald_.Log();
-  EXPECT_LE(conn, bound);
+  uint16_t port = 0;
+  const int lfd = ListenLoopback(8, &port);
+  ASSERT_GE(lfd, 0);
+  ExpectEachDetected("lean", {{"shell", "exec", "spawned"},
+                              {"connect " + std::to_string(port), "connect", "connected"}});
   close(lfd);
   EXPECT_EQ(Detect("lean", "open /etc/passwd", "file", "opened"), -1);
   StopTraffic();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bpf_capability.h"
+#include "loopback.h"
 #include "test_cgroup.h"
 
 namespace shoal {
@@ -32,33 +33,17 @@ class BehaviourProbesTest : public ::testing::Test {
   }
 };
 
-// Listens on an ephemeral loopback port; returns the port.
-int ListenLoopback(int* fd) {
-  *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(*fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(*fd, 4) != 0) return -1;
-  socklen_t len = sizeof a;
-  getsockname(*fd, reinterpret_cast<sockaddr*>(&a), &len);
-  return ntohs(a.sin_port);
-}
-
 // The child's part of the first two tests: joins the test cgroup, waits for the parent's go, opens
 // /etc/hostname and connects to the loopback port (and sends "hello" when asked). Returns the
 // exit code that names the step that failed, 0 when every step went through.
-int OpenAndConnect(bpf_test::TestCgroup& cg, int go_fd, int port, bool send_hello) {
+int OpenAndConnect(bpf_test::TestCgroup& cg, int go_fd, uint16_t port, bool send_hello) {
   if (!cg.Join()) return 10;
   char c;
   if (read(go_fd, &c, 1) != 1) return 11;
   int f = open("/etc/hostname", O_RDONLY);
   if (f >= 0) close(f);
-  int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return 12;
+  const int s = testing::ConnectLoopback(port);
+  if (s < 0) return 12;
   if (send_hello && send(s, "hello", 5, 0) != 5) return 13;
   close(s);
   return 0;
@@ -66,7 +51,7 @@ int OpenAndConnect(bpf_test::TestCgroup& cg, int go_fd, int port, bool send_hell
 
 // Counts an exec event (of /bin/sh) or a connect event (to 127.x.x.1:port), checking its fields;
 // false for any other kind of event.
-bool CountExecOrConnect(const BehaviourEvent& ev, int port, int* execs, int* connects) {
+bool CountExecOrConnect(const BehaviourEvent& ev, uint16_t port, int* execs, int* connects) {
   if (ev.kind == SHOAL_BHV_EV_EXEC) {
     ++*execs;
     EXPECT_STREQ(ev.detail, "/bin/sh");
@@ -95,9 +80,9 @@ TEST_F(BehaviourProbesTest, CountsAndReportsWhatAWatchedProcessDoes) {
   ASSERT_TRUE(probes.Watch(*id).ok());
   EXPECT_EQ(probes.WatchedEntries(), 1u);
 
-  int lfd = -1;
-  const int port = ListenLoopback(&lfd);
-  ASSERT_GT(port, 0);
+  uint16_t port = 0;
+  const int lfd = testing::ListenLoopback(4, &port);
+  ASSERT_GE(lfd, 0);
   int go[2];
   ASSERT_EQ(pipe(go), 0);
   const pid_t pid = fork();
@@ -172,9 +157,9 @@ TEST_F(BehaviourProbesTest, WithoutTheSyscallHookExecAndTcpConnectAreStillSeen) 
   auto id = BehaviourProbes::CgroupIdOf(cg.dir());
   ASSERT_TRUE(id.ok());
   ASSERT_TRUE(probes.Watch(*id).ok());
-  int lfd = -1;
-  const int port = ListenLoopback(&lfd);
-  ASSERT_GT(port, 0);
+  uint16_t port = 0;
+  const int lfd = testing::ListenLoopback(4, &port);
+  ASSERT_GE(lfd, 0);
   int go[2];
   ASSERT_EQ(pipe(go), 0);
   const pid_t pid = fork();

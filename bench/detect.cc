@@ -41,6 +41,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_shoald.h"
 #include "loopback.h"
 #include "shoal/detect/open_watch.h"
 #include "shoal/ebpf/behaviour_probes.h"
@@ -83,16 +84,10 @@ CostRun RunCost(bool detect, const std::string& syscalls, int workers, int conns
   if (!shoald.Start(o)) {
     std::fprintf(stderr, "shoald did not start (trying again in 2 s):\n%s", shoald.Log().c_str());
     std::this_thread::sleep_for(std::chrono::seconds(2));
-    if (!shoald.Start(o)) {
-      std::fprintf(stderr, "shoald did not start:\n%s", shoald.Log().c_str());
-      return out;
-    }
+    if (!shoal::bench::StartShoald(shoald, o)) return out;
   }
   out.probes = shoald.Metric("shoal_detector_enabled") == 1;
-  auto d = shoald.Deploy(
-      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\nspec:\n  handler:\n"
-      "    builtin: echo\n  concurrency: 1024\n  scale: {min: 1, max: 1}\n");
-  if (d.exit_code != 0 || !shoald.WaitReady("echo", 1)) return out;
+  if (!shoal::bench::DeployEcho(shoald)) return out;
   // Warm-up, and the baseline's learning (`learn` intervals of 1 s) under the same load.
   shoal::bench::RunWrk(shoald.port(), "/fn/echo", workers, conns, learn + 1, script);
   out.wrk = shoal::bench::RunWrk(shoald.port(), "/fn/echo", workers, conns, secs, script);
@@ -198,11 +193,7 @@ int main(int argc, char** argv) {
                  "bench-detect: --seconds, --connections, --runs and --learn must be >= 1\n");
     return 2;
   }
-  if (system("command -v wrk >/dev/null") != 0) {
-    std::fprintf(stderr, "bench-detect needs wrk (Debian package wrk)\n");
-    std::printf("RESULT detect ratio=nan\n");
-    return 1;
-  }
+  if (!shoal::bench::WrkInstalled("bench-detect", "detect")) return 1;
   const int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   char tmpl[] = "/tmp/shoal-bench-detect-XXXXXX";
   const std::string dir = mkdtemp(tmpl);

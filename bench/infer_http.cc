@@ -83,11 +83,7 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--connections") conns = std::stoi(argv[++i]);
     if (std::string(argv[i]) == "--max-batch") max_batch = std::stoi(argv[++i]);
   }
-  if (system("command -v wrk >/dev/null") != 0) {
-    std::fprintf(stderr, "bench-infer-http needs wrk (Debian package wrk)\n");
-    std::printf("RESULT infer-http ratio=nan\n");
-    return 1;
-  }
+  if (!shoal::bench::WrkInstalled("bench-infer-http", "infer-http")) return 1;
   const int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   char tmpl[] = "/tmp/shoal-bench-infer-XXXXXX";
   const std::string dir = mkdtemp(tmpl);

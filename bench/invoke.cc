@@ -63,13 +63,7 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "[1/4] starting shoald (%d event loops) and deploying echo\n", workers);
   Shoald shoald;
   if (!shoal::bench::StartShoald(shoald, workers)) return 1;
-  auto d = shoald.Deploy(
-      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\nspec:\n  handler:\n"
-      "    builtin: echo\n  concurrency: 1024\n  scale: {min: 1, max: 1}\n");
-  if (d.exit_code != 0 || !shoald.WaitReady("echo", 1)) {
-    std::fprintf(stderr, "deploy failed: %s\n", d.err.c_str());
-    return 1;
-  }
+  if (!shoal::bench::DeployEcho(shoald)) return 1;
   const std::string mode =
       shoald.Metric("shoal_dataplane_mode", "mode=\"sockmap\"") == 1 ? "sockmap" : "unix";
 

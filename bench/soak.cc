@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_shoald.h"
 #include "shoald_fixture.h"
 #include "wrk_runner.h"
 
@@ -121,14 +122,21 @@ int main(int argc, char** argv) {
   bool with_fl = true, with_detect = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--seconds" && i + 1 < argc) secs = std::stoi(argv[++i]);
-    else if (a == "--short") secs = 60;
-    else if (a == "--sample" && i + 1 < argc) sample_s = std::stoi(argv[++i]);
-    else if (a == "--connections" && i + 1 < argc) conns = std::stoi(argv[++i]);
-    else if (a == "--no-fl") with_fl = false;
-    else if (a == "--no-detect") with_detect = false;
+    if (a == "--seconds" && i + 1 < argc)
+      secs = std::stoi(argv[++i]);
+    else if (a == "--short")
+      secs = 60;
+    else if (a == "--sample" && i + 1 < argc)
+      sample_s = std::stoi(argv[++i]);
+    else if (a == "--connections" && i + 1 < argc)
+      conns = std::stoi(argv[++i]);
+    else if (a == "--no-fl")
+      with_fl = false;
+    else if (a == "--no-detect")
+      with_detect = false;
     else {
-      std::fprintf(stderr, "usage: bench-soak [--seconds S] [--short] [--sample S] [--connections C]\n");
+      std::fprintf(stderr,
+                   "usage: bench-soak [--seconds S] [--short] [--sample S] [--connections C]\n");
       return 2;
     }
   }
@@ -136,11 +144,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench-soak: --seconds >= 20, --sample and --connections >= 1\n");
     return 2;
   }
-  if (system("command -v wrk >/dev/null") != 0) {
-    std::fprintf(stderr, "bench-soak needs wrk (Debian package wrk)\n");
-    std::printf("RESULT soak ratio=nan\n");
-    return 1;
-  }
+  if (!shoal::bench::WrkInstalled("bench-soak", "soak")) return 1;
   const int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int warm_s = std::max(10, secs / 10);
   char tmpl[] = "/tmp/shoal-bench-soak-XXXXXX";
@@ -149,24 +153,18 @@ int main(int argc, char** argv) {
   std::ofstream(script) << "wrk.method = \"POST\"\nwrk.body = \"" << std::string(64, 'x')
                         << "\"\nwrk.headers[\"Content-Type\"] = \"text/plain\"\n";
 
-  std::fprintf(stderr, "[1/4] shoald (%d loops, detector every 2 s after 5 learning intervals), echo, FL job\n", workers);
+  std::fprintf(
+      stderr,
+      "[1/4] shoald (%d loops, detector every 2 s after 5 learning intervals), echo, FL job\n",
+      workers);
   Shoald shoald;
   Shoald::Options opts;
   opts.threads = static_cast<uint32_t>(workers);
   opts.extra_yaml = "detect_interval_ms: 2000\ndetect_learn_intervals: 5\n" +
                     std::string(with_detect ? "" : "detect: false\n");
-  if (!shoald.Start(opts)) {
-    std::fprintf(stderr, "shoald did not start:\n%s", shoald.Log().c_str());
-    return 1;
-  }
+  if (!shoal::bench::StartShoald(shoald, opts)) return 1;
   const bool detector_on = shoald.Metric("shoal_detector_enabled") == 1;
-  auto d = shoald.Deploy(
-      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: echo\nspec:\n  handler:\n"
-      "    builtin: echo\n  concurrency: 1024\n  scale: {min: 1, max: 1}\n");
-  if (d.exit_code != 0 || !shoald.WaitReady("echo", 1)) {
-    std::fprintf(stderr, "deploy echo failed: %s\n", d.err.c_str());
-    return 1;
-  }
+  if (!shoal::bench::DeployEcho(shoald)) return 1;
 
   auto pools = [&](double* free, double* live) {
     auto j = json::parse(shoald.Api("GET", "/v1/node").body, nullptr, false);
@@ -200,13 +198,15 @@ int main(int argc, char** argv) {
     return s;
   };
   const Sample before = take(0);
-  auto job = with_fl ? shoald.Deploy(
-      "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: soak\nspec:\n"
-      "  algorithm: {name: fedavg}\n  model: {architecture: mlp, hidden: 64, seed: 1}\n"
-      "  data: {dataset: digits}\n  clients: {expected: 4}\n"
-      "  stop: {rounds: 1000000, accuracy: 1.0}\n"
-      "  training: {localSteps: 5, learningRate: 0.05, batchSize: 32}\n")
-                    : CliResult{0, "", ""};
+  auto job =
+      with_fl
+          ? shoald.Deploy(
+                "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: soak\nspec:\n"
+                "  algorithm: {name: fedavg}\n  model: {architecture: mlp, hidden: 64, seed: 1}\n"
+                "  data: {dataset: digits}\n  clients: {expected: 4}\n"
+                "  stop: {rounds: 1000000, accuracy: 1.0}\n"
+                "  training: {localSteps: 5, learningRate: 0.05, batchSize: 32}\n")
+          : CliResult{0, "", ""};
   if (job.exit_code != 0) {
     std::fprintf(stderr, "deploy FL job failed: %s%s\n", job.out.c_str(), job.err.c_str());
     return 1;
@@ -214,11 +214,13 @@ int main(int argc, char** argv) {
   const std::string token = with_fl ? shoald.CreateToken("fl-client", "", "soak") : "";
   std::map<int, std::string> names;
 
-  std::fprintf(stderr, "[2/4] load for %d s: wrk -t%d -c%d on /fn/echo + 4 FL clients (warm-up %d s)\n",
+  std::fprintf(stderr,
+               "[2/4] load for %d s: wrk -t%d -c%d on /fn/echo + 4 FL clients (warm-up %d s)\n",
                secs, workers, conns, warm_s);
   const auto start = Clock::now();
   shoal::bench::WrkResult wrk;
-  std::thread wrk_thread([&] { wrk = shoal::bench::RunWrk(shoald.port(), "/fn/echo", workers, conns, secs, script); });
+  std::thread wrk_thread(
+      [&] { wrk = shoal::bench::RunWrk(shoald.port(), "/fn/echo", workers, conns, secs, script); });
   std::string client_out;
   int client_status = -1;
   std::thread client_thread([&] {
@@ -254,10 +256,12 @@ int main(int argc, char** argv) {
     for (const auto& [p, rss] : samples.back().rss) {
       if (!names.count(p)) names[p] = Comm(p);
     }
-    std::fprintf(stderr, "  t=%5.0f s: %zu processes, shoald RSS %ld KiB, pools free %.0f MiB, "
-                 "BPF entries %.0f/%.0f, anomalies %.0f\n", t, samples.back().rss.size(),
-                 samples.back().rss[shoald.pid()], samples.back().pool_free / 1048576,
-                 samples.back().map_instances, samples.back().map_seen, samples.back().anomalies);
+    std::fprintf(stderr,
+                 "  t=%5.0f s: %zu processes, shoald RSS %ld KiB, pools free %.0f MiB, "
+                 "BPF entries %.0f/%.0f, anomalies %.0f\n",
+                 t, samples.back().rss.size(), samples.back().rss[shoald.pid()],
+                 samples.back().pool_free / 1048576, samples.back().map_instances,
+                 samples.back().map_seen, samples.back().anomalies);
   }
   wrk_thread.join();
   client_thread.join();
@@ -277,12 +281,15 @@ int main(int argc, char** argv) {
   shoald.Stop();
 
   // Per process: the samples after the warm-up.
-  std::printf("bench-soak: %d s at saturation (wrk -t%d -c%d POST 64 B /fn/echo) + FL job 'soak' "
-              "(4 shoal-client clients, digits)%s; warm-up %d s; a sample every %d s; detector %s\n",
-              secs, workers, conns, with_fl ? "" : " LEFT OUT (--no-fl)", warm_s, sample_s,
-              detector_on ? "on" : with_detect ? "OFF (could not load)" : "off (--no-detect)");
-  std::printf("%-8s %-16s %10s %10s %10s %10s %8s %6s %6s\n", "pid", "process", "RSS KiB",
-              "min", "max", "last", "drift%", "fds0", "fds1");
+  std::printf(
+      "bench-soak: %d s at saturation (wrk -t%d -c%d POST 64 B /fn/echo) + FL job 'soak' "
+      "(4 shoal-client clients, digits)%s; warm-up %d s; a sample every %d s; detector %s\n",
+      secs, workers, conns, with_fl ? "" : " LEFT OUT (--no-fl)", warm_s, sample_s,
+      detector_on   ? "on"
+      : with_detect ? "OFF (could not load)"
+                    : "off (--no-detect)");
+  std::printf("%-8s %-16s %10s %10s %10s %10s %8s %6s %6s\n", "pid", "process", "RSS KiB", "min",
+              "max", "last", "drift%", "fds0", "fds1");
   double worst_drift = 0, shoald_ratio = 0;
   bool rss_ok = true, fd_ok = true;
   for (const auto& [pid, name] : names) {
@@ -298,7 +305,8 @@ int main(int argc, char** argv) {
     }
     if (v.empty()) continue;
     const long first = v.front();
-    const long lo = *std::min_element(v.begin(), v.end()), hi = *std::max_element(v.begin(), v.end());
+    const long lo = *std::min_element(v.begin(), v.end()),
+               hi = *std::max_element(v.begin(), v.end());
     const double drift = first > 0 ? 100.0 * std::max(hi - first, first - lo) / first : 0;
     const std::string label = pid == shoald_pid ? "shoald" : name;
     std::printf("%-8d %-16s %10ld %10ld %10ld %10ld %8.1f %6d %6d\n", pid, label.c_str(), first, lo,
@@ -316,35 +324,42 @@ int main(int argc, char** argv) {
   }
   // Every buffer back (live_buffers); free bytes within 64 KiB of the start: the allocator's
   // own bookkeeping in the segment (its index, free-list nodes) is not given back.
-  const bool pool_ok = after.pool_live == before.pool_live &&
-                       std::abs(after.pool_free - before.pool_free) <= 65536;
+  const bool pool_ok =
+      after.pool_live == before.pool_live && std::abs(after.pool_free - before.pool_free) <= 65536;
   const bool maps_ok = after.map_instances == before.map_instances &&
                        after.map_seen <= before.map_seen + 64 * after.watched;
   const bool errors_ok = wrk.requests > 0 && wrk.errors == 0 && client_status == 0;
   const bool alarms_ok = after.anomalies == 0 && (detector_on || !with_detect);
-  std::printf("wrk: %ld requests, %.0f req/s (2xx %.0f), p50 %.3f ms, p99 %.3f ms, non-2xx %ld, socket errors %ld\n",
-              wrk.requests, wrk.rps, wrk.good_rps, wrk.p50_ms, wrk.p99_ms, wrk.non2xx, wrk.socket_errors);
+  std::printf(
+      "wrk: %ld requests, %.0f req/s (2xx %.0f), p50 %.3f ms, p99 %.3f ms, non-2xx %ld, socket "
+      "errors %ld\n",
+      wrk.requests, wrk.rps, wrk.good_rps, wrk.p50_ms, wrk.p99_ms, wrk.non2xx, wrk.socket_errors);
   std::printf("FL job: %.0f updates taken; shoal-client exit status %d\n", updates,
               WIFEXITED(client_status) ? WEXITSTATUS(client_status) : -1);
   std::printf("%-44s %16s %16s %s\n", "check", "before load", "after load", "");
-  std::printf("%-44s %16.0f %16.0f %s\n", "pools' live buffers", before.pool_live,
-              after.pool_live, after.pool_live == before.pool_live ? "ok" : "FAIL");
+  std::printf("%-44s %16.0f %16.0f %s\n", "pools' live buffers", before.pool_live, after.pool_live,
+              after.pool_live == before.pool_live ? "ok" : "FAIL");
   std::printf("%-44s %16.0f %16.0f %s\n", "pools' free bytes (within 64 KiB)", before.pool_free,
               after.pool_free, pool_ok ? "ok" : "FAIL");
-  std::printf("%-44s %16.0f %16.0f %s\n", "BPF map entries: instances (watched)", before.map_instances,
-              after.map_instances, maps_ok ? "ok" : "FAIL");
-  std::printf("%-44s %16.0f %16.0f\n", "BPF map entries: seen events", before.map_seen, after.map_seen);
-  std::printf("%-44s %16.0f %16.0f\n", "instances watched by the detector", before.watched, after.watched);
+  std::printf("%-44s %16.0f %16.0f %s\n", "BPF map entries: instances (watched)",
+              before.map_instances, after.map_instances, maps_ok ? "ok" : "FAIL");
+  std::printf("%-44s %16.0f %16.0f\n", "BPF map entries: seen events", before.map_seen,
+              after.map_seen);
+  std::printf("%-44s %16.0f %16.0f\n", "instances watched by the detector", before.watched,
+              after.watched);
   std::printf("%-44s %16d %16d %s\n", "shoald open fds (after warm-up -> end)",
-              samples.empty() ? -1 : samples.front().fds.count(shoald_pid) ? samples.front().fds.at(shoald_pid) : -1,
+              samples.empty()                         ? -1
+              : samples.front().fds.count(shoald_pid) ? samples.front().fds.at(shoald_pid)
+                                                      : -1,
               after.fds.count(shoald_pid) ? after.fds.at(shoald_pid) : -1, fd_ok ? "ok" : "FAIL");
   std::printf("%-44s %16s %16.0f %s\n", "anomalies (false alarms)", "", after.anomalies,
               alarms_ok ? "ok" : "FAIL");
   std::printf("echo's detector: %s\n", echo_detector.c_str());
-  std::printf("RSS: worst drift of a node process %.1f %% (%s, bound 5 %%); errors %s\n", worst_drift,
-              rss_ok ? "ok" : "FAIL", errors_ok ? "none" : "FAIL");
-  if (!errors_ok) std::printf("wrk output:\n%s\nclient output (tail):\n%s\n", wrk.raw.c_str(),
-                              client_out.substr(client_out.size() > 2000 ? client_out.size() - 2000 : 0).c_str());
+  std::printf("RSS: worst drift of a node process %.1f %% (%s, bound 5 %%); errors %s\n",
+              worst_drift, rss_ok ? "ok" : "FAIL", errors_ok ? "none" : "FAIL");
+  if (!errors_ok)
+    std::printf("wrk output:\n%s\nclient output (tail):\n%s\n", wrk.raw.c_str(),
+                client_out.substr(client_out.size() > 2000 ? client_out.size() - 2000 : 0).c_str());
   const bool ok = rss_ok && fd_ok && pool_ok && maps_ok && errors_ok && alarms_ok;
   std::printf("soak: %s\n", ok ? "PASS" : "FAIL");
   std::printf("RESULT soak ratio=%.3f\n", shoald_ratio);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <regex>
 #include <string>
 
@@ -21,6 +22,15 @@ struct WrkResult {
   std::string raw;
 };
 
+// Whether wrk is installed; when not, `bench` says so on stderr and prints its RESULT line as
+// nan (`result`: the name in that line).
+inline bool WrkInstalled(const char* bench, const char* result) {
+  if (system("command -v wrk >/dev/null") == 0) return true;
+  std::fprintf(stderr, "%s needs wrk (Debian package wrk)\n", bench);
+  std::printf("RESULT %s ratio=nan\n", result);
+  return false;
+}
+
 inline double WrkToMs(const std::string& v, const std::string& unit) {
   double x = std::stod(v);
   if (unit == "us") return x / 1000;
@@ -32,7 +42,8 @@ inline WrkResult ParseWrk(std::string raw) {
   WrkResult r;
   r.raw = std::move(raw);
   std::smatch m;
-  if (std::regex_search(r.raw, m, std::regex("Requests/sec:\\s+([0-9.]+)"))) r.rps = std::stod(m[1]);
+  if (std::regex_search(r.raw, m, std::regex("Requests/sec:\\s+([0-9.]+)")))
+    r.rps = std::stod(m[1]);
   if (std::regex_search(r.raw, m, std::regex("\\s50%\\s+([0-9.]+)(us|ms|s)")))
     r.p50_ms = WrkToMs(m[1], m[2]);
   if (std::regex_search(r.raw, m, std::regex("\\s99%\\s+([0-9.]+)(us|ms|s)")))
@@ -40,7 +51,10 @@ inline WrkResult ParseWrk(std::string raw) {
   double duration_s = 0;
   if (std::regex_search(r.raw, m, std::regex("([0-9]+) requests in ([0-9.]+)(us|ms|s|m)"))) {
     r.requests = std::stol(m[1]);
-    duration_s = std::stod(m[2]) * (m[3] == "m" ? 60 : m[3] == "ms" ? 1e-3 : m[3] == "us" ? 1e-6 : 1);
+    duration_s = std::stod(m[2]) * (m[3] == "m"    ? 60
+                                    : m[3] == "ms" ? 1e-3
+                                    : m[3] == "us" ? 1e-6
+                                                   : 1);
   }
   if (std::regex_search(r.raw, m, std::regex("Non-2xx or 3xx responses:\\s+([0-9]+)")))
     r.non2xx = std::stol(m[1]);

@@ -21,6 +21,16 @@ def load(path, offset):
         return np.frombuffer(f.read(), dtype=np.uint8, offset=offset)
 
 
+def timed_steps(step, args):
+    """Runs args.warmup untimed steps, then args.steps timed ones; returns their seconds."""
+    for _ in range(args.warmup):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    return time.perf_counter() - t0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
@@ -82,12 +92,7 @@ def main():
         w2 -= lr * gw2
         b2 -= lr * gb2
 
-    for _ in range(args.warmup):
-        step()
-    t0 = time.perf_counter()
-    for _ in range(args.steps):
-        step()
-    seconds = time.perf_counter() - t0
+    seconds = timed_steps(step, args)
     pred = (np.maximum(x_test @ w1.T + b1, 0) @ w2.T + b2).argmax(axis=1)
     acc = float((pred == y_test).mean())
     print(f"samples_per_s={args.steps * bs / seconds:.1f} test_acc={acc:.4f} blas={blas_in_use()}")
@@ -124,12 +129,7 @@ def train_torch(args, x_train, y_train, x_test, y_test):
         loss.backward()
         opt.step()
 
-    for _ in range(args.warmup):
-        step()
-    t0 = time.perf_counter()
-    for _ in range(args.steps):
-        step()
-    seconds = time.perf_counter() - t0
+    seconds = timed_steps(step, args)
     with torch.inference_mode():
         pred = model(torch.from_numpy(x_test)).argmax(dim=1).numpy()
     acc = float((pred == y_test).mean())

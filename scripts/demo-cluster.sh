@@ -122,13 +122,19 @@ done
 sleep 1
 show_placements
 
-step "Invoking echo through each node's gateway"
-for i in $(seq 0 $((NODES - 1))); do
+# invoke_until_ok I FUNCTION BODY: POSTs BODY to /fn/FUNCTION on node I's gateway until it
+# answers 200 (50 tries, 0.2 s apart); leaves the last answer and its status in $out.
+invoke_until_ok() {
   for _ in $(seq 1 50); do
-    out=$(curl -s -w ' [%{http_code}]' -d "hello from node-$i's gateway" "http://$NET.$((i + 1)):8080/fn/echo")
-    case "$out" in *"[200]") break ;; esac
+    out=$(curl -s -w ' [%{http_code}]' -d "$3" "http://$NET.$(($1 + 1)):8080/fn/$2")
+    case "$out" in *"[200]") return 0 ;; esac
     sleep 0.2
   done
+}
+
+step "Invoking echo through each node's gateway"
+for i in $(seq 0 $((NODES - 1))); do
+  invoke_until_ok "$i" echo "hello from node-$i's gateway"
   echo "  $NET.$((i + 1)): $out"
 done
 
@@ -139,11 +145,7 @@ if [ "$NODES" -ge 2 ]; then
   sleep 1
   show_placements
   for i in $(seq 0 $((NODES - 1))); do
-    for _ in $(seq 1 50); do
-      out=$(curl -s -w ' [%{http_code}]' -d "entered node-$i" "http://$NET.$((i + 1)):8080/fn/pinned")
-      case "$out" in *"[200]") break ;; esac
-      sleep 0.2
-    done
+    invoke_until_ok "$i" pinned "entered node-$i"
     fwd=$(curl -s "http://$NET.$((i + 1)):8080/metrics" | sed -n 's/^shoal_forwards_total{function="pinned",node="\([^"]*\)",result="ok"} \(.*\)/forwarded to \1: \2/p')
     echo "  $NET.$((i + 1)): $out   ${fwd:-served here}"
   done

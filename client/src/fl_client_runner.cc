@@ -133,7 +133,7 @@ class Simulation {
 
   // Client 0's identity, which the evaluator reports under.
   std::mutex eval_mu_;
-  std::optional<FlJoinReply> evaluator_id_;
+  std::optional<JoinResult> evaluator_id_;
 
   std::atomic<int> clients_told_done_{0};
   std::atomic<int> clients_joined_{0};
@@ -152,7 +152,7 @@ void Simulation::ClientLoop(int k) {
   const std::string name = "client-" + std::to_string(k);
   Backoff backoff;
 
-  FlJoinReply id;
+  JoinResult id;
   for (;;) {
     auto joined = http.Join(name, o_.join_token);
     if (joined.ok()) {
@@ -196,11 +196,11 @@ void Simulation::ClientLoop(int k) {
       continue;
     }
     backoff.Reset();
-    if (task->kind == FlTask::Kind::kDone) {
+    if (task->kind == TaskResult::Kind::kDone) {
       ++clients_told_done_;
       break;
     }
-    if (task->kind == FlTask::Kind::kWait) {
+    if (task->kind == TaskResult::Kind::kWait) {
       if (!SleepFor(std::chrono::milliseconds(std::max<uint32_t>(task->retry_after_ms, 10)))) break;
       continue;
     }
@@ -342,13 +342,13 @@ void Simulation::Evaluate(FlHttpClient& http, uint64_t version) {
                 static_cast<unsigned long long>(version), r->accuracy, r->loss, Elapsed());
   Log(line);
 
-  std::optional<FlJoinReply> id;
+  std::optional<JoinResult> id;
   {
     std::lock_guard lock(eval_mu_);
     id = evaluator_id_;
   }
   if (!id) return;  // client 0 has not joined (yet): nothing to report under
-  FlEval e{id->client_id, id->token, version, r->accuracy, r->loss, r->samples};
+  EvalReport e{id->client_id, id->token, version, r->accuracy, r->loss, r->samples};
   const Status st = http.PostEval(e);
   if (st.ok()) {
     ++summary_.evals_posted;

@@ -119,7 +119,7 @@ Result<FlJobState> FlHttpClient::JobStatus() {
   return s;
 }
 
-Result<FlJoinReply> FlHttpClient::Join(const std::string& name, const std::string& join_token) {
+Result<JoinResult> FlHttpClient::Join(const std::string& name, const std::string& join_token) {
   json req = {{"name", name}};
   if (!join_token.empty()) req["token"] = join_token;
   auto reply = Call("POST", job_path_ + "/join", req.dump(), "application/json");
@@ -129,13 +129,13 @@ Result<FlJoinReply> FlHttpClient::Join(const std::string& name, const std::strin
   if (!j->contains("client_id") || !(*j)["client_id"].is_string()) {
     return Internal("join: the reply has no client_id");
   }
-  FlJoinReply out;
+  JoinResult out;
   out.client_id = (*j)["client_id"];
   if (j->contains("token") && (*j)["token"].is_string()) out.token = (*j)["token"];
   return out;
 }
 
-Result<FlTask> FlHttpClient::Task(const std::string& client_id, const std::string& token) {
+Result<TaskResult> FlHttpClient::Task(const std::string& client_id, const std::string& token) {
   auto reply = Call(
       "GET",
       job_path_ + "/task?client=" + http_->Escape(client_id) + "&token=" + http_->Escape(token), {},
@@ -144,9 +144,9 @@ Result<FlTask> FlHttpClient::Task(const std::string& client_id, const std::strin
   auto j = ParseObject(reply->body, "task");
   if (!j.ok()) return j.status();
   const std::string kind = j->value("kind", "");
-  FlTask t;
+  TaskResult t;
   if (kind == "train") {
-    t.kind = FlTask::Kind::kTrain;
+    t.kind = TaskResult::Kind::kTrain;
     t.model_version = j->value("model_version", uint64_t{0});
     t.local_steps = j->value("local_steps", uint32_t{0});
     t.learning_rate = j->value("learning_rate", 0.0);
@@ -155,10 +155,10 @@ Result<FlTask> FlHttpClient::Task(const std::string& client_id, const std::strin
       return Internal("task: a train task needs local_steps, batch_size and learning_rate > 0");
     }
   } else if (kind == "wait") {
-    t.kind = FlTask::Kind::kWait;
+    t.kind = TaskResult::Kind::kWait;
     t.retry_after_ms = j->value("retry_after_ms", uint32_t{500});
   } else if (kind == "done") {
-    t.kind = FlTask::Kind::kDone;
+    t.kind = TaskResult::Kind::kDone;
   } else {
     return Internal("task: unknown kind '" + kind + "'");
   }
@@ -182,7 +182,7 @@ Status FlHttpClient::PostUpdate(std::string_view body) {
   return reply.ok() ? Status::Ok() : reply.status();
 }
 
-Status FlHttpClient::PostEval(const FlEval& eval) {
+Status FlHttpClient::PostEval(const EvalReport& eval) {
   const json req = {{"client_id", eval.client_id}, {"token", eval.token},
                     {"version", eval.version},     {"accuracy", eval.accuracy},
                     {"loss", eval.loss},           {"samples", eval.samples}};

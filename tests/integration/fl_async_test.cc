@@ -94,7 +94,7 @@ class FlAsyncTest : public ShoaldDataTest {
     return false;
   }
   // `params` trained `steps` local steps on shard k; returns the SHU1 update body.
-  std::string Update(const std::string& job, const client::FlJoinReply& c, int k, uint64_t base,
+  std::string Update(const std::string& job, const JoinResult& c, int k, uint64_t base,
                      uint32_t steps, std::vector<float>& params, uint64_t seed) {
     client::MlpTrainer trainer(kShape, client::SgdOptions{}, seed);
     const std::vector<uint32_t> shard = Shard(data_.train, k);
@@ -122,7 +122,7 @@ TEST_F(FlAsyncTest, FedBuffCommitsEveryKUpdatesWithStalenessWeightsAndLearns) {
   ASSERT_NO_FATAL_FAILURE(DeployJob("buff", "{name: fedbuff, params: {k: 3, eta: 1.0, a: 0.5}}",
                                     kRounds, kSteps, &token));
   client::FlHttpClient http(Server(), "buff", token);
-  std::vector<client::FlJoinReply> c;
+  std::vector<JoinResult> c;
   for (int k = 0; k < 3; ++k) {
     auto j = http.Join("step-" + std::to_string(k), "");
     ASSERT_TRUE(j.ok()) << j.status().ToString();
@@ -136,7 +136,7 @@ TEST_F(FlAsyncTest, FedBuffCommitsEveryKUpdatesWithStalenessWeightsAndLearns) {
   auto task = [&](int k) {
     auto t = http.Task(c[k].client_id, c[k].token);
     EXPECT_TRUE(t.ok()) << t.status().ToString();
-    return t.ok() ? *t : client::FlTask{};
+    return t.ok() ? *t : TaskResult{};
   };
   const std::vector<float> w0 = model(0);
   ASSERT_FALSE(w0.empty());
@@ -144,8 +144,8 @@ TEST_F(FlAsyncTest, FedBuffCommitsEveryKUpdatesWithStalenessWeightsAndLearns) {
   // Version 1: three updates from w0, each weighted s(0) = 1.
   std::vector<double> v1_expected(w0.begin(), w0.end());
   for (int k = 0; k < 3; ++k) {
-    const client::FlTask t = task(k);
-    ASSERT_EQ(t.kind, client::FlTask::Kind::kTrain);
+    const TaskResult t = task(k);
+    ASSERT_EQ(t.kind, TaskResult::Kind::kTrain);
     EXPECT_EQ(t.model_version, 0u);
     EXPECT_EQ(t.local_steps, kSteps);
     std::vector<float> x = w0;
@@ -155,7 +155,7 @@ TEST_F(FlAsyncTest, FedBuffCommitsEveryKUpdatesWithStalenessWeightsAndLearns) {
       // Fewer than K in the buffer: no version, and the client is not made to wait (async).
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       EXPECT_EQ(JobStatus("buff").value("version", -1), 0);
-      EXPECT_EQ(task(k).kind, client::FlTask::Kind::kTrain);
+      EXPECT_EQ(task(k).kind, TaskResult::Kind::kTrain);
     }
   }
   ASSERT_TRUE(WaitVersion("buff", 1)) << JobStatus("buff").dump();
@@ -242,9 +242,9 @@ TEST_F(FlAsyncTest, FedBuffCommitsEveryKUpdatesWithStalenessWeightsAndLearns) {
 struct CompassClient {
   int k = 0;
   double step_seconds = 0;
-  client::FlJoinReply id;
-  std::vector<client::FlTask> tasks;  // the train tasks it ran, in order
-  uint32_t last_admitted_steps = 0;   // local steps of its last update the server took
+  JoinResult id;
+  std::vector<TaskResult> tasks;     // the train tasks it ran, in order
+  uint32_t last_admitted_steps = 0;  // local steps of its last update the server took
   uint64_t accepted = 0;
   std::string error;
 };
@@ -289,8 +289,8 @@ TEST_F(FlAsyncTest, FedCompassAssignsStepsBySpeedAndClientsRunThem) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         continue;
       }
-      if (t->kind == client::FlTask::Kind::kDone) return;
-      if (t->kind == client::FlTask::Kind::kWait) {
+      if (t->kind == TaskResult::Kind::kDone) return;
+      if (t->kind == TaskResult::Kind::kWait) {
         // Poll often: the scheduler times the client from its assignment, not from this fetch.
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
         continue;

@@ -92,11 +92,11 @@ TEST(FlHttpClient, ProtocolCallsAgainstTheFake) {
 
   auto wait = http.Task(joined->client_id, joined->token);
   ASSERT_TRUE(wait.ok()) << wait.status().message();
-  EXPECT_EQ(wait->kind, FlTask::Kind::kWait);
+  EXPECT_EQ(wait->kind, TaskResult::Kind::kWait);
   EXPECT_EQ(wait->retry_after_ms, 20u);
   auto train = http.Task(joined->client_id, joined->token);
   ASSERT_TRUE(train.ok());
-  EXPECT_EQ(train->kind, FlTask::Kind::kTrain);
+  EXPECT_EQ(train->kind, TaskResult::Kind::kTrain);
   EXPECT_EQ(train->model_version, 0u);
   EXPECT_EQ(train->local_steps, 5u);
   EXPECT_EQ(train->batch_size, 8u);

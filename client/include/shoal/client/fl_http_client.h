@@ -16,25 +16,12 @@
 
 #include "shoal/client/http_client.h"
 #include "shoal/common/status.h"
+#include "shoal/interfaces/fl_protocol.h"
 
 namespace shoal::client {
 
-// The wire types of the protocol, as the client sees them.
-struct FlJoinReply {
-  std::string client_id;
-  std::string token;
-};
-
-struct FlTask {
-  enum class Kind { kTrain, kWait, kDone };
-  Kind kind = Kind::kWait;
-  uint64_t model_version = 0;
-  uint32_t local_steps = 0;
-  double learning_rate = 0.0;
-  uint32_t batch_size = 0;
-  uint32_t retry_after_ms = 0;  // kWait
-};
-
+// The wire types of the protocol that only the client reads this way (the join, task and eval
+// ones are shoal/interfaces/fl_protocol.h's, the coordinator's too).
 struct FlModelBytes {
   uint64_t version = 0;  // from X-Shoal-Model-Version (the requested one when absent)
   std::string bytes;     // safetensors
@@ -44,13 +31,6 @@ struct FlJobState {
   std::string state;  // "running", "done", ...
   uint64_t version = 0;
   std::string json;  // the whole status document
-};
-
-struct FlEval {
-  std::string client_id, token;
-  uint64_t version = 0;
-  double accuracy = 0.0, loss = 0.0;
-  uint64_t samples = 0;
 };
 
 // True for the errors worth retrying the same request for: no response, 503, 502, 504.
@@ -74,15 +54,15 @@ class FlHttpClient {
   // GET /v1/jobs/{job}
   Result<FlJobState> JobStatus();
   // POST /v1/jobs/{job}/join {"name", "token"?}
-  Result<FlJoinReply> Join(const std::string& name, const std::string& join_token);
+  Result<JoinResult> Join(const std::string& name, const std::string& join_token);
   // GET /v1/jobs/{job}/task?client=ID&token=T
-  Result<FlTask> Task(const std::string& client_id, const std::string& token);
+  Result<TaskResult> Task(const std::string& client_id, const std::string& token);
   // GET /v1/jobs/{job}/model?version=N
   Result<FlModelBytes> Model(uint64_t version);
   // POST /v1/jobs/{job}/updates, body = an SHU1 update (model/update_format.h).
   Status PostUpdate(std::string_view body);
   // POST /v1/jobs/{job}/eval {"client_id","token","version","accuracy","loss","samples"}
-  Status PostEval(const FlEval& eval);
+  Status PostEval(const EvalReport& eval);
 
   // The delay the last 503 (or 429) asked for, from Retry-After (seconds) or a JSON
   // "retry_after_ms"; 0 when it gave none.

@@ -9,36 +9,16 @@
 #include <vector>
 
 #include "shoal/common/status.h"
+#include "shoal/interfaces/fl_protocol.h"
 #include "shoal/interfaces/fljob_spec.h"
 
 namespace shoal {
-
-struct JoinResult {
-  std::string client_id;
-  std::string token;
-};
-
-struct TaskResult {
-  enum class Kind { kTrain, kWait, kDone } kind = Kind::kWait;
-  uint64_t model_version = 0;
-  uint32_t local_steps = 0;
-  double learning_rate = 0;
-  uint32_t batch_size = 0;
-  uint32_t retry_after_ms = 0;  // kWait
-};
 
 struct ModelBlob {
   uint64_t version = 0;
   // Safetensors: the coordinator's own bytes of that version, shared (a download holds them,
   // never copies them; a later version does not change them).
   std::shared_ptr<const std::string> bytes;
-};
-
-struct EvalReport {
-  std::string client_id, token;
-  uint64_t version = 0;
-  double accuracy = 0, loss = 0;
-  uint64_t samples = 0;
 };
 
 class JobService {

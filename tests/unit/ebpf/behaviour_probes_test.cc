@@ -49,6 +49,34 @@ int OpenAndConnect(bpf_test::TestCgroup& cg, int go_fd, uint16_t port, bool send
   return 0;
 }
 
+// Forks the watched child of the first two tests: it runs OpenAndConnect, burns CPU for
+// `burn_ms` and execs /bin/sh. The go pipe has it in its cgroup before it starts. Waits for it,
+// with its exit status in `*status` (0 when every step went through) and what the kernel
+// accounted to it in `*ru`; returns its pid, or -1 when a pipe, the fork or the wait failed.
+pid_t RunWatchedChild(bpf_test::TestCgroup& cg, uint16_t port, bool send_hello, int burn_ms,
+                      int* status, struct rusage* ru) {
+  int go[2];
+  if (pipe(go) != 0) return -1;
+  const pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    close(go[1]);
+    if (const int rc = OpenAndConnect(cg, go[0], port, send_hello); rc != 0) _exit(rc);
+    if (burn_ms > 0) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(burn_ms);
+      volatile uint64_t x = 0;
+      while (std::chrono::steady_clock::now() < until) x = x + 1;
+    }
+    execl("/bin/sh", "sh", "-c", "exit 0", nullptr);
+    _exit(14);
+  }
+  close(go[0]);
+  const bool went = write(go[1], "g", 1) == 1;
+  close(go[1]);
+  if (wait4(pid, status, 0, ru) != pid || !went) return -1;
+  return pid;
+}
+
 // Counts an exec event (of /bin/sh) or a connect event (to 127.x.x.1:port), checking its fields;
 // false for any other kind of event.
 bool CountExecOrConnect(const BehaviourEvent& ev, uint16_t port, int* execs, int* connects) {
@@ -83,25 +111,10 @@ TEST_F(BehaviourProbesTest, CountsAndReportsWhatAWatchedProcessDoes) {
   uint16_t port = 0;
   const int lfd = testing::ListenLoopback(4, &port);
   ASSERT_GE(lfd, 0);
-  int go[2];
-  ASSERT_EQ(pipe(go), 0);
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    close(go[1]);
-    if (const int rc = OpenAndConnect(cg, go[0], port, /*send_hello=*/true); rc != 0) _exit(rc);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
-    volatile uint64_t x = 0;
-    while (std::chrono::steady_clock::now() < until) x = x + 1;
-    execl("/bin/sh", "sh", "-c", "exit 0", nullptr);
-    _exit(14);
-  }
-  close(go[0]);
-  ASSERT_EQ(write(go[1], "g", 1), 1);  // the child is in its cgroup before it starts
-  close(go[1]);
   int status = 0;
   struct rusage ru {};
-  ASSERT_EQ(wait4(pid, &status, 0, &ru), pid);
+  const pid_t pid = RunWatchedChild(cg, port, /*send_hello=*/true, /*burn_ms=*/300, &status, &ru);
+  ASSERT_GT(pid, 0);
   // What the kernel accounted to the child (it shares a busy machine: less than the 300 ms).
   const uint64_t child_cpu_ns = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000ull +
                                 (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000ull;
@@ -160,21 +173,9 @@ TEST_F(BehaviourProbesTest, WithoutTheSyscallHookExecAndTcpConnectAreStillSeen) 
   uint16_t port = 0;
   const int lfd = testing::ListenLoopback(4, &port);
   ASSERT_GE(lfd, 0);
-  int go[2];
-  ASSERT_EQ(pipe(go), 0);
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    close(go[1]);
-    if (const int rc = OpenAndConnect(cg, go[0], port, /*send_hello=*/false); rc != 0) _exit(rc);
-    execl("/bin/sh", "sh", "-c", "exit 0", nullptr);
-    _exit(14);
-  }
-  close(go[0]);
-  ASSERT_EQ(write(go[1], "g", 1), 1);
-  close(go[1]);
   int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  struct rusage ru {};
+  ASSERT_GT(RunWatchedChild(cg, port, /*send_hello=*/false, /*burn_ms=*/0, &status, &ru), 0);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   close(lfd);
   auto c = probes.Read(*id);

@@ -12,8 +12,9 @@ void FlTickets::Finish(uint64_t ticket, int status) {
   if (ticket != 0) fl_->Completed(ticket, status, false);
 }
 
-void FlTickets::Finish(Pending& p, int status, bool leaf_answered) {
+void FlTickets::Finish(Pending& p, int status, bool leaf_answered, bool partial_changed) {
   if (p.fl_ticket == 0) return;
+  if (partial_changed) fl_->PartialChanged(p.fl_ticket);
   fl_->Completed(p.fl_ticket, status, leaf_answered);
   p.fl_ticket = 0;
 }

@@ -20,8 +20,10 @@ class FlTickets {
   explicit FlTickets(FlDataPath* fl) : fl_(fl) {}
 
   // Tells the coordinator how the request's update ended (nothing for other requests) and
-  // forgets its ticket. `leaf_answered`: `status` is the leaf's own answer, not the gateway's.
-  void Finish(Pending& p, int status, bool leaf_answered = false);
+  // forgets its ticket. `leaf_answered`: `status` is the leaf's own answer, not the gateway's;
+  // `partial_changed`: the leaf's reply says its refusal changed the partial sum
+  // (FlDataPath::PartialChanged).
+  void Finish(Pending& p, int status, bool leaf_answered = false, bool partial_changed = false);
   // The same for an admitted update that never reached a request (its client left first).
   void Finish(uint64_t ticket, int status);
   // Names the partial sum and the weight of the request's update in `d` for the leaf

@@ -363,7 +363,7 @@ void GatewayLoop::OnResponse(const EventDescriptor& d) {
              d.kind == static_cast<uint16_t>(EventKind::kResponse) && d.offset != 0
                  ? static_cast<int>(ReadPayload(p->fn->pool->Data(d.offset)).status)
                  : static_cast<int>(d.status ? d.status : 500),
-             /*leaf_answered=*/true);
+             /*leaf_answered=*/true, /*partial_changed=*/d.aux_offset != 0);
   auto fn = std::move(p->fn);
   Connection* conn = p->conn;
   pending_.Free(idx);

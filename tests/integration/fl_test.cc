@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <sstream>
@@ -304,6 +306,62 @@ TEST_F(FlJobTest, BadUpdatesGetClearErrorsAndAreCountedNowhere) {
   auto ok = Push("strict", body);
   EXPECT_EQ(ok.status, 202) << ok.body;
   EXPECT_EQ(Status("strict").value("updates_total", -1), 1);
+}
+
+// The CPU leaf checks and folds an update in one pass, block by block: an update with a NaN in
+// its very last value is refused (400, the value named, as before) after its earlier blocks went
+// into the leaf's partial sum. Its reply says so, and the coordinator rebuilds that sum from
+// the acknowledged updates at commit: the version committed is bit for bit the one a second job
+// commits from the same good updates alone, and the job's status counts the rebuild.
+TEST_F(FlJobTest, ARefusedUpdateFoldedInPartIsRebuiltAtCommit) {
+  // One leaf on the CPU: every update of a job folds into one partial sum, in arrival order.
+  const auto manifest = [](const std::string& name) {
+    std::string m = Manifest(name, "fedavg", 3, 1);
+    const std::string agg = "aggregation: {maxFanIn: 2, maxLeaves: 2}";
+    m.replace(m.find(agg), agg.size(), "aggregation: {maxFanIn: 4, maxLeaves: 1, device: cpu}");
+    return m;
+  };
+  ASSERT_EQ(shoald_.Deploy(manifest("refused")).exit_code, 0);
+  ASSERT_EQ(shoald_.Deploy(manifest("clean")).exit_code, 0);
+  const std::vector<Client> a = JoinAll("refused", 3), b = JoinAll("clean", 3);
+  const model::ModelSpec spec = model::MlpSpec(784, {kHidden}, 10);
+  const std::vector<float> global = Download("refused", 0);
+  ASSERT_EQ(global, Download("clean", 0));
+  std::vector<std::vector<float>> trained(3, global);
+  for (size_t k = 0; k < 3; ++k) {
+    for (size_t i = 0; i < global.size(); ++i) trained[k][i] += float((i * 7 + k) % 13) / 64.0f;
+  }
+  const auto body = [&](const std::string& job, const Client& c, size_t k) {
+    return UpdateBody(spec, trained[k], job, c.id, c.token, 0, 100 + 10 * k, 150);
+  };
+  ASSERT_EQ(Push("refused", body("refused", a[0], 0)).status, 202);
+  std::vector<float> poisoned = trained[1];
+  poisoned.back() = std::numeric_limits<float>::quiet_NaN();
+  const HttpResult refused =
+      Push("refused", UpdateBody(spec, poisoned, "refused", a[1].id, a[1].token, 0, 110, 150));
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_EQ(refused.body,
+            "{\"error\":\"tensor 'fc2.bias': 1 non-finite values (first at index 9)\"}\n");
+  ASSERT_EQ(Push("refused", body("refused", a[1], 1)).status, 202);
+  ASSERT_EQ(Push("refused", body("refused", a[2], 2)).status, 202);
+  for (size_t k = 0; k < 3; ++k) ASSERT_EQ(Push("clean", body("clean", b[k], k)).status, 202);
+  ASSERT_TRUE(WaitVersion("refused", 1)) << Status("refused").dump();
+  ASSERT_TRUE(WaitVersion("clean", 1)) << Status("clean").dump();
+  const std::vector<float> got = Download("refused", 1), want = Download("clean", 1);
+  ASSERT_EQ(got.size(), global.size());
+  ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
+      << "the refused update left a trace in the committed model";
+  ASSERT_NE(got, global);
+  const Json st = Status("refused");
+  EXPECT_EQ(st.value("updates_total", 0), 3);
+  EXPECT_EQ(st.value("partial_rebuilds", -1), 1) << st.dump();
+  EXPECT_EQ(Status("clean").value("partial_rebuilds", -1), 0);
+  EXPECT_NE(
+      shoald_.Log().find("refused an update of client " + a[1].id + " after folding part of it"),
+      std::string::npos)
+      << shoald_.Log();
+  EXPECT_NE(shoald_.Log().find("fl job refused: partial sum rebuilt from 3 acknowledged update(s)"),
+            std::string::npos);
 }
 
 TEST_F(FlJobTest, KilledLeafMidRoundLosesNoAcknowledgedUpdate) {

@@ -150,6 +150,7 @@ void FlCoordinator::CommitLoop() {
               std::fill(acc, acc + n, 0.0f);
               const size_t refolded = job->Refold(acc, p.tickets);
               p.rebuild = false;
+              ++job->partial_rebuilds;
               spdlog::warn("fl job {}: partial sum rebuilt from {} acknowledged update(s)",
                            job->spec.name, refolded);
             }

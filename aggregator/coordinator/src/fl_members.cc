@@ -417,6 +417,23 @@ void FlMembers::Completed(uint64_t ticket, int http_status, bool leaf_answered) 
   if (FlTopLink* link = link_.load()) link->Report(top, job->spec.name, top_ticket, ok);
 }
 
+void FlMembers::PartialChanged(uint64_t ticket) {
+  auto found = JobOf(ticket);
+  if (!found.ok()) return;
+  const std::shared_ptr<Job>& job = *found;
+  std::lock_guard jl(job->mu);
+  auto tit = job->tickets.find(ticket);
+  if (tit == job->tickets.end()) return;
+  auto& partials = job->rounds[tit->second.round].partials;
+  auto pit = partials.find(tit->second.instance);
+  if (pit == partials.end()) return;
+  pit->second.rebuild = true;
+  spdlog::warn(
+      "fl job {}: leaf {:#x} refused an update after folding part of it; its partial sum is "
+      "rebuilt when the top asks for it",
+      job->spec.name, tit->second.instance);
+}
+
 Result<FlMembers::PartialSum> FlMembers::PartialOf(const std::string& name, uint64_t round_id,
                                                    const std::vector<uint64_t>& wanted) {
   auto job = Find(name);

@@ -24,6 +24,7 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
             {"clients", {{"expected", job->spec.clients}, {"joined", job->clients.size()}}},
             {"updates_total", job->updates_total},
             {"gpu_fallbacks", job->gpu_fallbacks},
+            {"partial_rebuilds", job->partial_rebuilds},
             {"elapsed_s", job->Elapsed()},
             {"target_accuracy", job->spec.target_accuracy},
             {"target_rounds", job->spec.rounds},  // spec.stop.rounds; 0: none

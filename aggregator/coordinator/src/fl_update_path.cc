@@ -279,6 +279,31 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status, bool leaf_answer
   if (commit) Enqueue(job);
 }
 
+void FlCoordinator::PartialChanged(uint64_t ticket) {
+  if (ticket & FlMembers::kTicketBit) {
+    members_->PartialChanged(ticket);
+    return;
+  }
+  std::shared_ptr<JobState> job;
+  {
+    std::lock_guard lock(mu_);
+    auto it = by_ticket_.find(ticket);
+    if (it == by_ticket_.end()) return;
+    job = it->second;
+  }
+  std::lock_guard jl(job->mu);
+  auto tit = job->tickets.find(ticket);
+  if (tit == job->tickets.end() || !tit->second.node.empty()) return;
+  const JobState::Ticket& t = tit->second;
+  auto pit = job->rounds[t.round].partials.find(t.partial);
+  if (pit == job->rounds[t.round].partials.end()) return;
+  pit->second.rebuild = true;
+  spdlog::warn(
+      "fl job {}: leaf {:#x} refused an update of client {} after folding part of it; its "
+      "partial sum is rebuilt at commit",
+      job->spec.name, t.instance, t.client);
+}
+
 void FlCoordinator::Enqueue(std::shared_ptr<JobState> job) {
   {
     std::lock_guard lock(commit_mu_);

@@ -303,6 +303,9 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   }
   uint64_t updates_total = 0;
   uint64_t gpu_fallbacks = 0;  // leaves whose GPU fold failed (they fold on the CPU since)
+  // Partial sums rebuilt at commit from their acknowledged updates (a leaf died or its GPU fold
+  // failed mid-update, or a leaf refused an update it had partly folded).
+  uint64_t partial_rebuilds = 0;
   Clock::time_point start = Clock::now();
   double elapsed_before = 0;  // from the checkpoint this run resumed
   bool done = false;

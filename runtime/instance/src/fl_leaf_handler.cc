@@ -100,20 +100,17 @@ class FlLeafHandler final : public Handler {
   }
 
   Status Handle(const Request& request, ResponseBuilder& response) override {
-    // The structure first (no pass over the values), then the finiteness scan on the fold's
-    // threads, vectorised; the parser's own scan only to name what is wrong.
+    // The structure first (no pass over the values); the values are read once after that: on
+    // the CPU the NaN/Inf test and the fold in one pass, block by block; the parser's own scan
+    // only to name what is wrong.
     auto view = model::ParseUpdate(request.body, spec_, unscanned_);
     if (!view.ok()) return view.status();
     if (!threads_) threads_ = std::make_unique<aggregator::FoldPool>();  // never started
-    for (const model::TensorView& t : view->tensors) {
-      if (!threads_->AllFinite(t.data, t.dtype, t.numel)) {
-        auto named = model::ParseUpdate(request.body, spec_, limits_);
-        return named.ok() ? InvalidArgument("update has non-finite values") : named.status();
-      }
-    }
-    if (!options_.fold) return Accepted(view->meta, response);  // a robust job: validated
+    // A robust job only validates: the plain scan, vectorised on the fold's threads.
+    if (!options_.fold) return AllFinite(*view) ? Accepted(view->meta, response) : Named(request);
     const uint64_t need = spec_.num_params() * sizeof(float);
     if (request.aux.size() < need) {
+      if (!AllFinite(*view)) return Named(request);
       return Internal("no partial-sum buffer for this update (" +
                       std::to_string(request.aux.size()) + " bytes, need " + std::to_string(need) +
                       ")");
@@ -127,15 +124,39 @@ class FlLeafHandler final : public Handler {
       bytes += t.numel * DTypeSize(t.dtype);
     }
     if (UseDevice(bytes)) {
+      // The device folds what is in the pool: scanned before, on the CPU.
+      if (!AllFinite(*view)) return Named(request);
       if (Status st = device_->Fold(segments_); !st.ok()) return DeviceFailed(st);
-    } else {
-      for (const aggregator::FoldSegment& s : segments_)
-        threads_->Fold(s.acc, s.x, s.dtype, s.n, s.w);
+      return Accepted(view->meta, response);
+    }
+    bool folded = false;
+    for (const aggregator::FoldSegment& s : segments_) {
+      const auto r = threads_->FoldFinite(s.acc, s.x, s.dtype, s.n, s.w);
+      folded = folded || r.folded;
+      if (!r.finite) {
+        // Refused as before (400, the value named), but the blocks before it are in the
+        // partial sum: the reply says so and the coordinator rebuilds that sum from its
+        // acknowledged updates before it commits (fl_data_path.h, PartialChanged).
+        if (folded) response.MarkAuxChanged();
+        return Named(request);
+      }
     }
     return Accepted(view->meta, response);
   }
 
  private:
+  bool AllFinite(const model::UpdateView& view) {
+    for (const model::TensorView& t : view.tensors) {
+      if (!threads_->AllFinite(t.data, t.dtype, t.numel)) return false;
+    }
+    return true;
+  }
+  // A non-finite update's answer: the parser's own scan names the tensor and the index.
+  Status Named(const Request& request) {
+    auto named = model::ParseUpdate(request.body, spec_, limits_);
+    return named.ok() ? InvalidArgument("update has non-finite values") : named.status();
+  }
+
   static Status Accepted(const model::UpdateMeta& meta, ResponseBuilder& response) {
     const std::string json = "{\"accepted\":true,\"client_id\":\"" + meta.client_id +
                              "\",\"base_version\":" + std::to_string(meta.base_version) + "}\n";

@@ -147,6 +147,7 @@ void FunctionInstance::Process(const EventDescriptor& req) {
 
   ResponseBuilder response(pool_, options_.slot, req.offset);
   Status st = handler_->Handle(request, response);
+  if (response.aux_changed()) reply.aux_offset = req.aux_offset;
   if (!st.ok()) {
     const int http = st.code() == StatusCode::kInternal ? 500 : HttpStatusFor(st.code());
     std::string json = "{\"error\":\"" + JsonEscape(st.message()) + "\"}\n";

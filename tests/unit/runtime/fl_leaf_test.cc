@@ -15,6 +15,7 @@
 #include "gpu_test_skip.h"
 #include "pool_requests.h"
 #include "shoal/aggregator/fold.h"
+#include "shoal/aggregator/fold_pool.h"
 #include "shoal/common/payload.h"
 #include "shoal/model/architectures.h"
 #include "shoal/model/update_format.h"
@@ -72,14 +73,16 @@ class FlLeafDevice : public LeafPool {
     EXPECT_TRUE(body.ok());
     return std::string(reinterpret_cast<const char*>(body->data()), body->size());
   }
-  // Folds `update` with weight w into partial_ through `h`; the status it answered.
-  Status Fold(Handler& h, const std::string& update, float w) {
+  // Folds `update` with weight w into partial_ through `h`; the status it answered, and in
+  // `*aux_changed` whether its reply says the partial sum changed (ResponseBuilder).
+  Status Fold(Handler& h, const std::string& update, float w, bool* aux_changed = nullptr) {
     const uint64_t req = MakeRequest(update, "application/octet-stream");
     Request r = View(req);
     r.aux = std::as_writable_bytes(std::span<float>(partial_));
     r.aux_value = w;
     ResponseBuilder rb(*pool_, 1, req);
     Status st = h.Handle(r, rb);
+    if (aux_changed != nullptr) *aux_changed = rb.aux_changed();
     if (st.ok()) {
       EXPECT_EQ(rb.status(), 202);
       auto fin = rb.Finish();
@@ -178,29 +181,58 @@ TEST_F(FlLeafDevice, DeviceErrorAnswers502AndFoldsOnTheCpuFromThenOn) {
   EXPECT_EQ(pool_->Stats().live_buffers, 0u);
 }
 
-// A refused update counts nowhere, not even in part: an update large enough for the fold's
-// threads (407k values, 13 chunks of 32k) with a NaN, then an Inf, in its very last value is
-// refused and leaves the partial sum byte for byte as it was; the next good one folds as the CPU
-// fold would. Whatever fuses the NaN/Inf check with the fold must keep this.
-TEST_F(FlLeafDevice, ARefusedUpdateLeavesThePartialSumByteIdentical) {
+// A refused update counts nowhere. The CPU leaf checks and folds an update in one pass, block
+// by block (FoldPool::FoldFinite), on an update large enough for the fold's threads (407k
+// values, 13 chunks of 32k): a NaN, then an Inf, in the first block is refused before anything
+// is folded (the partial sum byte for byte as it was, the reply not marked); in the very last
+// value it is refused with the same message after the earlier blocks went in, and the reply
+// says the partial sum changed (the coordinator rebuilds it: the integration test
+// ARefusedUpdateFoldedInPartIsRebuiltAtCommit). Either way the client's answer is today's.
+TEST_F(FlLeafDevice, ARefusedUpdateLeavesThePartialSumOrMarksItForRebuild) {
   spec_ = model::MlpSpec(784, {512}, 10);
   partial_.assign(spec_.num_params(), 0.0f);
   FlLeafOptions o;
   o.device = LeafFoldDevice::kCpu;
   auto h = CreateFlLeafHandler(spec_, o, nullptr);
-  ASSERT_TRUE(Fold(*h, Update(1), 0.5f).ok());
+  bool changed = true;
+  ASSERT_TRUE(Fold(*h, Update(1), 0.5f, &changed).ok());
+  EXPECT_FALSE(changed);
   const std::vector<float> before = partial_;
+  const std::string good = Update(2);
+  auto view = model::ParseUpdate(std::as_bytes(std::span<const char>(good)), spec_);
+  ASSERT_TRUE(view.ok());
+  ASSERT_EQ(view->tensors[0].index, 0u);  // fc1.weight
+  const size_t values = reinterpret_cast<const char*>(view->tensors[0].data) - good.data();
   for (const float bad_value :
        {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-    std::string bad = Update(2);
+    for (const size_t index : {size_t{0}, size_t{100}}) {
+      std::string bad = good;
+      std::memcpy(bad.data() + values + index * sizeof(float), &bad_value, sizeof bad_value);
+      const Status st = Fold(*h, bad, 0.25f, &changed);
+      EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+      EXPECT_EQ(st.message(), "tensor 'fc1.weight': 1 non-finite values (first at index " +
+                                  std::to_string(index) + ")");
+      EXPECT_FALSE(changed) << "nothing was folded";
+      ASSERT_EQ(std::memcmp(partial_.data(), before.data(), before.size() * sizeof(float)), 0)
+          << "a refused update changed the partial sum";
+    }
+    std::string bad = good;
     std::memcpy(bad.data() + bad.size() - sizeof(float), &bad_value, sizeof bad_value);
-    const Status st = Fold(*h, bad, 0.25f);
+    const Status st = Fold(*h, bad, 0.25f, &changed);
     EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
     EXPECT_EQ(st.message(), "tensor 'fc2.bias': 1 non-finite values (first at index 9)");
-    ASSERT_EQ(std::memcmp(partial_.data(), before.data(), before.size() * sizeof(float)), 0)
-        << "a refused update changed the partial sum";
+    EXPECT_TRUE(changed) << "blocks before the NaN were folded: the reply must say so";
+    // What went in is the fold's: the first block of fc1.weight is, fc2.bias (the NaN's block)
+    // is not.
+    const std::vector<float> full = CpuFold(before, 2, 0.25f);
+    const size_t block = aggregator::FoldPool::kDefaultFiniteBlockBytes / sizeof(float);
+    EXPECT_EQ(std::memcmp(partial_.data(), full.data(), block * sizeof(float)), 0);
+    const size_t bias = spec_.num_params() - 10;
+    EXPECT_EQ(std::memcmp(partial_.data() + bias, before.data() + bias, 10 * sizeof(float)), 0);
+    partial_ = before;  // as the coordinator's rebuild leaves it
   }
-  ASSERT_TRUE(Fold(*h, Update(3), 0.125f).ok());
+  ASSERT_TRUE(Fold(*h, Update(3), 0.125f, &changed).ok());
+  EXPECT_FALSE(changed);
   EXPECT_EQ(partial_, CpuFold(before, 3, 0.125f));
   EXPECT_EQ(pool_->Stats().live_buffers, 0u);
 }

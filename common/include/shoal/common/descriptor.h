@@ -22,7 +22,7 @@ enum class EventKind : uint16_t {
 
 // Endpoint keys. The first 4 bytes of a descriptor are the target key: the sk_msg program
 // looks them up in the SOCKHASH (as SPRIGHT does), so `target` must stay the first field.
-inline constexpr uint32_t kManagerEndpoint = 0xFFFF0000u;   // shoald's instance manager
+inline constexpr uint32_t kManagerEndpoint = 0xFFFF0000u;      // shoald's instance manager
 inline constexpr uint32_t kGatewayEndpointBase = 0xFFFE0000u;  // + gateway loop index
 inline constexpr uint32_t GatewayEndpoint(uint32_t loop) { return kGatewayEndpointBase + loop; }
 inline constexpr bool IsGatewayEndpoint(uint32_t key) {
@@ -30,18 +30,21 @@ inline constexpr bool IsGatewayEndpoint(uint32_t key) {
 }
 
 struct alignas(8) EventDescriptor {
-  uint32_t target;       // endpoint key of the receiver (must be first: read by the BPF program)
-  uint16_t version;      // kDescriptorVersion
-  uint16_t kind;         // EventKind
-  uint32_t function_id;  // index of the function in the BPF counters map
-  uint32_t source;       // endpoint key of the sender; replies go there
-  uint64_t request_id;   // opaque to everyone but the sender
-  uint64_t offset;       // buffer offset in the tenant pool (0 = no payload)
-  uint64_t length;       // bytes of payload used in that buffer
-  uint32_t status;       // HTTP status for kResponse/kError
-  float aux_value;       // kRequest: a number for the handler beside aux (FL: the update's weight)
-  uint64_t timestamp_ns; // sender's CLOCK_MONOTONIC at send time
-  uint64_t aux_offset;   // kRequest: an auxiliary pool buffer, 0: none (FL: the partial sum)
+  uint32_t target;        // endpoint key of the receiver (must be first: read by the BPF program)
+  uint16_t version;       // kDescriptorVersion
+  uint16_t kind;          // EventKind
+  uint32_t function_id;   // index of the function in the BPF counters map
+  uint32_t source;        // endpoint key of the sender; replies go there
+  uint64_t request_id;    // opaque to everyone but the sender
+  uint64_t offset;        // buffer offset in the tenant pool (0 = no payload)
+  uint64_t length;        // bytes of payload used in that buffer
+  uint32_t status;        // HTTP status for kResponse/kError
+  float aux_value;        // kRequest: a number for the handler beside aux (FL: the update's weight)
+  uint64_t timestamp_ns;  // sender's CLOCK_MONOTONIC at send time
+  // kRequest: an auxiliary pool buffer, 0: none (FL: the partial sum). kResponse/kError: that
+  // buffer again when the handler changed it though it answered with an error (FL: a refused
+  // update partly folded; the coordinator rebuilds the partial sum), else 0.
+  uint64_t aux_offset;
 };
 
 static_assert(sizeof(EventDescriptor) == 64, "the descriptor is one cache line on the wire");

@@ -42,6 +42,12 @@ class FlDataPath {
   // the leaf's device (GPU) fold failed (the leaf's own 502, `leaf_answered` true; it folds on
   // the CPU from then on, fl_leaf_handler.h).
   virtual void Completed(uint64_t ticket, int http_status, bool leaf_answered) = 0;
+  // The leaf refused the ticket's update (4xx) after folding part of it into its partial sum
+  // (the CPU leaf checks and folds an update in one pass, block by block: a NaN past the first
+  // block is found after earlier blocks went in). Called just before Completed, whose status
+  // (what the client gets) it does not change: the partial sum is rebuilt from the
+  // acknowledged updates before it is committed, as after a 502.
+  virtual void PartialChanged(uint64_t ticket) { (void)ticket; }
 
   // Cluster mode (LIFL's hierarchy across nodes): this node folds the job's updates in its own
   // pool and leaves, but the job's top (its tokens, rounds, scheduler and model) is on another

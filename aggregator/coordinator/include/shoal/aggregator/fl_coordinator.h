@@ -112,10 +112,13 @@ class FlCoordinator final : public JobService, public FlDataPath {
 
   // FlDataPath
   std::string LeafFunction(std::string_view job) override;
-  Result<FlAdmission> Admit(std::string_view job, BufferPool& pool,
-                            std::span<const std::byte> body, uint64_t buffer) override;
+  Result<FlAdmission> Admit(std::string_view job, BufferPool& pool, std::span<const std::byte> body,
+                            uint64_t buffer) override;
   Result<uint64_t> PartialFor(uint64_t ticket, uint32_t instance) override;
   void Completed(uint64_t ticket, int http_status, bool leaf_answered) override;
+  // Marks the ticket's partial sum for a rebuild at commit (the status's `partial_rebuilds`
+  // counts those done), logged.
+  void PartialChanged(uint64_t ticket) override;
   // Called (on a gateway loop) each time a leaf of `job` reports that its GPU fold failed and it
   // folds on the CPU from then on: shoald counts shoal_fl_gpu_fallbacks_total{job}.
   void SetOnGpuFallback(std::function<void(const std::string& job)> f) {
@@ -124,8 +127,9 @@ class FlCoordinator final : public JobService, public FlDataPath {
   // Called on the commit thread, outside every job lock, once per update that a robust job's
   // rule (spec.aggregation.robust) excluded or down-weighted: shoald counts
   // shoal_fl_suspect_updates_total{job,client,rule}.
-  void SetOnSuspect(
-      std::function<void(const std::string& job, const std::string& client, const std::string& rule)> f) {
+  void SetOnSuspect(std::function<void(const std::string& job, const std::string& client,
+                                       const std::string& rule)>
+                        f) {
     on_suspect_ = std::move(f);
   }
 
@@ -236,7 +240,7 @@ class FlCoordinator final : public JobService, public FlDataPath {
   // written) before the jobs it calls back into.
   std::unique_ptr<CheckpointWriter> writer_;
   std::unique_ptr<aggregator::FoldPool> merge_pool_;  // the top's merge of the leaves' sums
-  std::unique_ptr<RobustCommitter> robust_;           // the robust jobs' rules, on the commit thread
+  std::unique_ptr<RobustCommitter> robust_;  // the robust jobs' rules, on the commit thread
 };
 
 }  // namespace shoal

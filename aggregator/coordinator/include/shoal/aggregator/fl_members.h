@@ -59,6 +59,8 @@ class FlMembers {
   Status Hold(uint64_t ticket, BufferPool& pool, uint64_t buffer);
   Result<uint64_t> PartialFor(uint64_t ticket, uint32_t instance);
   void Completed(uint64_t ticket, int http_status, bool leaf_answered);
+  // The leaf's refusal changed the partial sum: rebuilt when the top asks for it.
+  void PartialChanged(uint64_t ticket);
 
   // This node's partial sum of the top's `round`, over exactly the top's `tickets` (all of
   // them acknowledged here): `sum` points at float32[num_params] that stays valid while `keep`

@@ -45,6 +45,11 @@ class ResponseBuilder {
   void Discard();
   void SetStatus(int status) { status_ = status; }
   int status() const { return status_; }
+  // The handler changed the request's aux buffer although it answers with an error (the FL
+  // leaf: a refused update whose first blocks were folded into the partial sum). The reply
+  // says so (EventDescriptor::aux_offset), whatever the answer; Discard keeps it.
+  void MarkAuxChanged() { aux_changed_ = true; }
+  bool aux_changed() const { return aux_changed_; }
 
   // Seals the response: returns the offset and total length of the buffer to send back, now
   // held by this instance's slot (the request buffer is released unless it was echoed).
@@ -61,6 +66,7 @@ class ResponseBuilder {
   std::string content_type_;
   int status_ = 200;
   bool echo_ = false;
+  bool aux_changed_ = false;
 };
 
 class Handler {

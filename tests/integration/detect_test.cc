@@ -79,6 +79,7 @@ class DetectTest : public ::testing::Test {
   }
   void TearDown() override {
     StopTraffic();
+    if (listen_fd_ >= 0) close(listen_fd_);
     if (!handlers_.empty()) (void)!system(("rm -rf '" + handlers_ + "'").c_str());
   }
 
@@ -174,6 +175,16 @@ class DetectTest : public ::testing::Test {
     }
     return -1;
   }
+  // The two attacks every mode detects, a shell and a connect to a loopback port nobody told the
+  // function about (listening until TearDown), followed by `more`.
+  std::vector<Attack> ShellAndConnectThen(std::vector<Attack> more) {
+    if (listen_fd_ < 0) listen_fd_ = ListenLoopback(8, &port_);
+    EXPECT_GE(listen_fd_, 0) << "no loopback listener for the connect attack";
+    std::vector<Attack> attacks = {{"shell", "exec", "spawned"},
+                                   {"connect " + std::to_string(port_), "connect", "connected"}};
+    attacks.insert(attacks.end(), more.begin(), more.end());
+    return attacks;
+  }
   // Sends each attack to `fn` in turn; each must be detected as its kind within kDetectBoundS.
   void ExpectEachDetected(const std::string& fn, const std::vector<Attack>& attacks) {
     for (const auto& a : attacks) {
@@ -192,6 +203,8 @@ class DetectTest : public ::testing::Test {
   std::atomic<bool> traffic_on_{false};
   std::atomic<int> sent_{0}, failed_{0};
   std::string last_failure_;
+  int listen_fd_ = -1;  // ShellAndConnectThen's listener, on port_
+  uint16_t port_ = 0;
 };
 
 // The default mode (detect_syscalls: sampled): no syscall hook but for a slice of each interval.
@@ -216,17 +229,12 @@ TEST_F(DetectTest, EachAttackIsDetectedWithItsKindAndNormalTrafficRaisesNone) {
   ASSERT_NE(net, std::string::npos) << profile;
   EXPECT_GT(std::stod(profile.substr(net + 21)), 0.5) << profile;
 
-  // A loopback port nobody told the function about.
-  uint16_t port = 0;
-  const int lfd = ListenLoopback(8, &port);
-  ASSERT_GE(lfd, 0);
   ExpectEachDetected("victim",
-                     {{"shell", "exec", "spawned"},
-                      {"connect " + std::to_string(port), "connect", "connected"},
-                      {"open /etc/passwd", "file", "opened"},                // fanotify
-                      {"child-open /etc/hostname", "file", "child opened"},  // another pid of it
-                      {"burn 2500", "cpu", "burning"}});
-  close(lfd);
+                     ShellAndConnectThen({
+                         {"open /etc/passwd", "file", "opened"},                // fanotify
+                         {"child-open /etc/hostname", "file", "child opened"},  // another pid
+                         {"burn 2500", "cpu", "burning"},
+                     }));
   std::this_thread::sleep_for(std::chrono::milliseconds(3000));  // the burn ends
   // A refused open makes no fanotify event: it is seen when it falls in a sys_enter slice.
   // Tried every 20 ms (a brute force), it is found within a few intervals.
@@ -257,7 +265,7 @@ TEST_F(DetectTest, EachAttackIsDetectedWithItsKindAndNormalTrafficRaisesNone) {
   EXPECT_NE(log.find("anomaly exec: execve /bin/sh (never seen while learning); alert only"),
             std::string::npos)
       << log;
-  EXPECT_NE(log.find("anomaly connect: connect to 127.0.0.1:" + std::to_string(port)),
+  EXPECT_NE(log.find("anomaly connect: connect to 127.0.0.1:" + std::to_string(port_)),
             std::string::npos);
   EXPECT_NE(log.find("anomaly file: open /etc/passwd (outside the allowed paths"),
             std::string::npos);
@@ -283,14 +291,9 @@ TEST_F(DetectTest, EachAttackIsDetectedWithItsKindAndNormalTrafficRaisesNone) {
 // and the four attacks as in the default mode.
 TEST_F(DetectTest, WithTheSyscallProbeAlwaysOnARefusedOpenIsCaughtAtOnce) {
   RestartAndScore("true", "sys_enter (detect_syscalls: true", "strict");
-  uint16_t port = 0;
-  const int lfd = ListenLoopback(8, &port);
-  ASSERT_GE(lfd, 0);
-  ExpectEachDetected("strict", {{"shell", "exec", "spawned"},
-                                {"connect " + std::to_string(port), "connect", "connected"},
-                                {"open /etc/shadow", "file", "Permission denied"},
-                                {"burn 1500", "cpu", "burning"}});
-  close(lfd);
+  ExpectEachDetected("strict",
+                     ShellAndConnectThen({{"open /etc/shadow", "file", "Permission denied"},
+                                          {"burn 1500", "cpu", "burning"}}));
   StopTraffic();
   EXPECT_EQ(failed_.load(), 0) << last_failure_;
   EXPECT_EQ(Anomalies("strict"), 4) << shoald_.Log();
@@ -401,12 +404,7 @@ TEST_F(DetectTest, ProfileSurvivesARestartAndARedeployLearnsAnew) {
 // connect are still detected; an open is not seen (no sys_enter, no fanotify), and says so.
 TEST_F(DetectTest, WithoutTheSyscallProbeShellAndConnectAreStillDetected) {
   RestartAndScore("false", "inet_sock_set_state (detect_syscalls: false", "lean");
-  uint16_t port = 0;
-  const int lfd = ListenLoopback(8, &port);
-  ASSERT_GE(lfd, 0);
-  ExpectEachDetected("lean", {{"shell", "exec", "spawned"},
-                              {"connect " + std::to_string(port), "connect", "connected"}});
-  close(lfd);
+  ExpectEachDetected("lean", ShellAndConnectThen({}));
   EXPECT_EQ(Detect("lean", "open /etc/passwd", "file", "opened"), -1);
   StopTraffic();
   EXPECT_EQ(failed_.load(), 0) << last_failure_;

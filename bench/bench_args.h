@@ -39,7 +39,8 @@ class Args {
         .Option("--max-seconds", max_seconds);
   }
   // `--name` alone sets `*value` to `to`.
-  Args& Switch(const char* name, bool* value, bool to) {
+  template <class T>
+  Args& Switch(const char* name, T* value, T to) {
     flags_.push_back({name, false, [value, to](const char*) { *value = to; }});
     return *this;
   }

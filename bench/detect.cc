@@ -41,6 +41,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "bench_shoald.h"
 #include "loopback.h"
 #include "shoal/detect/open_watch.h"
@@ -170,24 +171,14 @@ int main(int argc, char** argv) {
   // contention from other work raised 7 cpu false alarms in 36 runs; with 8, none in 24.
   int secs = 10, conns = 32, runs = 3, learn = 8;
   bool syscalls_only = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--seconds" && i + 1 < argc)
-      secs = std::stoi(argv[++i]);
-    else if (a == "--connections" && i + 1 < argc)
-      conns = std::stoi(argv[++i]);
-    else if (a == "--runs" && i + 1 < argc)
-      runs = std::stoi(argv[++i]);
-    else if (a == "--syscalls-only")
-      syscalls_only = true;
-    else if (a == "--learn" && i + 1 < argc)
-      learn = std::stoi(argv[++i]);
-    else {
-      std::fprintf(stderr,
-                   "usage: bench-detect [--seconds S] [--connections C] [--runs R] [--learn N]\n");
-      return 2;
-    }
-  }
+  shoal::bench::Args args(
+      "bench-detect [--seconds S] [--connections C] [--runs R] [--learn N] [--syscalls-only]");
+  args.Option("--seconds", &secs)
+      .Option("--connections", &conns)
+      .Option("--runs", &runs)
+      .Option("--learn", &learn)
+      .Switch("--syscalls-only", &syscalls_only, true);
+  if (!args.Parse(argc, argv)) return 2;
   if (secs < 1 || conns < 1 || runs < 1 || learn < 1) {
     std::fprintf(stderr,
                  "bench-detect: --seconds, --connections, --runs and --learn must be >= 1\n");

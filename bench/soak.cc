@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "bench_shoald.h"
 #include "shoald_fixture.h"
 #include "wrk_runner.h"
@@ -120,26 +121,14 @@ struct Sample {
 int main(int argc, char** argv) {
   int secs = 600, sample_s = 5, conns = 32;
   bool with_fl = true, with_detect = true;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--seconds" && i + 1 < argc)
-      secs = std::stoi(argv[++i]);
-    else if (a == "--short")
-      secs = 60;
-    else if (a == "--sample" && i + 1 < argc)
-      sample_s = std::stoi(argv[++i]);
-    else if (a == "--connections" && i + 1 < argc)
-      conns = std::stoi(argv[++i]);
-    else if (a == "--no-fl")
-      with_fl = false;
-    else if (a == "--no-detect")
-      with_detect = false;
-    else {
-      std::fprintf(stderr,
-                   "usage: bench-soak [--seconds S] [--short] [--sample S] [--connections C]\n");
-      return 2;
-    }
-  }
+  shoal::bench::Args args("bench-soak [--seconds S] [--short] [--sample S] [--connections C]");
+  args.Option("--seconds", &secs)
+      .Switch("--short", &secs, 60)
+      .Option("--sample", &sample_s)
+      .Option("--connections", &conns)
+      .Switch("--no-fl", &with_fl, false)
+      .Switch("--no-detect", &with_detect, false);
+  if (!args.Parse(argc, argv)) return 2;
   if (secs < 20 || sample_s < 1 || conns < 1) {
     std::fprintf(stderr, "bench-soak: --seconds >= 20, --sample and --connections >= 1\n");
     return 2;

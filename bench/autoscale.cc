@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "shoal/autoscaler/scenarios.h"
 
 using namespace shoal;
@@ -94,12 +95,9 @@ int main(int argc, char** argv) {
   double scale = 1.0;
   uint64_t seed = 42;
   int seeds = 3;
-  for (int i = 1; i + 1 < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--duration-scale") scale = std::stod(argv[++i]);
-    else if (a == "--seed") seed = std::stoull(argv[++i]);
-    else if (a == "--seeds") seeds = std::stoi(argv[++i]);
-  }
+  shoal::bench::Args args("bench-autoscale [--duration-scale X] [--seed S] [--seeds N]");
+  args.Option("--duration-scale", &scale).Option("--seed", &seed).Option("--seeds", &seeds);
+  if (!args.Parse(argc, argv)) return 2;
   if (seeds < 1) {
     std::fprintf(stderr, "bench-autoscale: --seeds must be >= 1\n");
     return 1;
@@ -107,15 +105,16 @@ int main(int argc, char** argv) {
   const size_t total = seeds * std::size(kScenarioWorkloads) * std::size(kScenarioPolicies);
   size_t done = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  std::printf("bench-autoscale: simulator, seeds %llu..%llu, default cold-start model "
-              "(pod allocation + deployment + scheduling, lognormal), control interval 2 s\n",
-              static_cast<unsigned long long>(seed),
-              static_cast<unsigned long long>(seed + seeds - 1));
-  std::printf("anchor: kpa as Knative runs it with its defaults (60 s stable / 6 s panic window, "
-              "panic at 200%%, target 70%% of the concurrency, up 1000x / down 2x, no idle "
-              "keep-alive, scale-to-zero grace 30 s as an upper bound: the last instance goes once "
-              "the activator has been in the path 30 s, pod retention 0 s, target burst "
-              "capacity 211)\n");
+  std::printf(
+      "bench-autoscale: simulator, seeds %llu..%llu, default cold-start model "
+      "(pod allocation + deployment + scheduling, lognormal), control interval 2 s\n",
+      static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed + seeds - 1));
+  std::printf(
+      "anchor: kpa as Knative runs it with its defaults (60 s stable / 6 s panic window, "
+      "panic at 200%%, target 70%% of the concurrency, up 1000x / down 2x, no idle "
+      "keep-alive, scale-to-zero grace 30 s as an upper bound: the last instance goes once "
+      "the activator has been in the path 30 s, pod retention 0 s, target burst "
+      "capacity 211)\n");
   std::vector<ScenarioComparison> shoal_vs_kpa, rlq_vs_kpa;
   uint64_t later_shoal = 0, later_kpa = 0;
   for (int k = 0; k < seeds; ++k) {
@@ -147,16 +146,15 @@ int main(int argc, char** argv) {
         if (r.policy == "shoal") later_shoal += t.cold_requests - t.first_cold_requests;
         if (r.policy == "kpa") later_kpa += t.cold_requests - t.first_cold_requests;
       }
-      std::printf("cold-start requests after each function's first instance (no online policy "
-                  "avoids the first): shoal %llu, kpa %llu\n\n",
-                  static_cast<unsigned long long>(later_shoal),
-                  static_cast<unsigned long long>(later_kpa));
+      std::printf(
+          "cold-start requests after each function's first instance (no online policy "
+          "avoids the first): shoal %llu, kpa %llu\n\n",
+          static_cast<unsigned long long>(later_shoal), static_cast<unsigned long long>(later_kpa));
     }
     shoal_vs_kpa.push_back(CompareScenarios(results, "shoal", "kpa"));
     rlq_vs_kpa.push_back(CompareScenarios(results, "rl-q", "kpa"));
   }
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double ss_median = [&] {
     std::vector<double> v;
     for (const auto& c : shoal_vs_kpa) v.push_back(c.score);
@@ -164,8 +162,9 @@ int main(int argc, char** argv) {
     return v[v.size() / 2];
   }();
 
-  std::printf("geometric means over the 5 workloads, policy / kpa (lower is better); score = "
-              "(cold * inst-s * p99)^(-1/3), above 1: the policy is better\n");
+  std::printf(
+      "geometric means over the 5 workloads, policy / kpa (lower is better); score = "
+      "(cold * inst-s * p99)^(-1/3), above 1: the policy is better\n");
   std::printf("%-6s %-6s %10s %10s %10s %10s\n", "seed", "policy", "xcold", "xinst-s", "xp99",
               "score");
   for (int k = 0; k < seeds; ++k) {
@@ -192,23 +191,24 @@ int main(int argc, char** argv) {
   std::printf("  cold-start requests %.3fx [%.3f, %.3f]  (target <= 0.5)\n", sc[1], sc[0], sc[2]);
   std::printf("  instance-seconds    %.3fx [%.3f, %.3f]  (target <= 0.8)\n", si[1], si[0], si[2]);
   std::printf("  p99 latency         %.3fx [%.3f, %.3f]  (target <= 1)\n", sp[1], sp[0], sp[2]);
-  std::printf("  combined score      %.3f  [%.3f, %.3f]  (geometric mean of kpa/shoal over the "
-              "three; > 1: shoal better; falls if any of the three worsens)\n",
-              ss[1], ss[0], ss[2]);
+  std::printf(
+      "  combined score      %.3f  [%.3f, %.3f]  (geometric mean of kpa/shoal over the "
+      "three; > 1: shoal better; falls if any of the three worsens)\n",
+      ss[1], ss[0], ss[2]);
   std::printf("simulated %zu runs in %.1f s\n", total, secs);
 
   // ---- learned vs KPA + 60 s keep-alive, and vs shoal --------------------------------------
   const auto t1 = std::chrono::steady_clock::now();
-  std::printf("\nlearned (deploy/policies/learned-v1.json, compiled in) vs kpa+60s (KPA with a "
-              "60 s idle keep-alive) and vs shoal, seeds %llu..%llu; 'later' = cold-start "
-              "requests after each function's first instance (counted >= 1 in ratios)\n",
-              static_cast<unsigned long long>(seed),
-              static_cast<unsigned long long>(seed + seeds - 1));
+  std::printf(
+      "\nlearned (deploy/policies/learned-v1.json, compiled in) vs kpa+60s (KPA with a "
+      "60 s idle keep-alive) and vs shoal, seeds %llu..%llu; 'later' = cold-start "
+      "requests after each function's first instance (counted >= 1 in ratios)\n",
+      static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed + seeds - 1));
   std::printf("%-8s %-6s %-9s %9s %8s %11s %9s %7s %7s %7s\n", "workload", "seed", "policy",
               "requests", "later", "inst-s", "p99 ms", "xlater", "xinst", "xp99");
   const char* compared[] = {"kpa+60s", "shoal", "learned"};
   std::map<std::string, std::map<std::string, Point>> sums;  // workload -> policy -> summed
-  std::vector<double> g_cold, g_inst, g_p99;                   // per seed, geometric means
+  std::vector<double> g_cold, g_inst, g_p99;                 // per seed, geometric means
   for (int k = 0; k < seeds; ++k) {
     double lc = 0, li = 0, lp = 0;
     for (const char* workload : kScenarioWorkloads) {
@@ -247,22 +247,31 @@ int main(int argc, char** argv) {
     g_p99.push_back(std::exp(lp / n));
   }
   const auto lc = stats(g_cold), li = stats(g_inst), lp = stats(g_p99);
-  std::printf("\nlearned vs kpa+60s, geometric mean over the 5 workloads, median [min, max] over "
-              "%d seed(s):\n", seeds);
-  std::printf("  cold-start requests after the first instance %.3fx [%.3f, %.3f]  (target <= 0.5)"
-              " %s\n", lc[1], lc[0], lc[2], lc[1] <= 0.5 ? "met" : "MISSED");
-  std::printf("  instance-seconds                             %.3fx [%.3f, %.3f]  (target <= 0.8)"
-              " %s\n", li[1], li[0], li[2], li[1] <= 0.8 ? "met" : "MISSED");
-  std::printf("  p99 latency                                  %.3fx [%.3f, %.3f]  (target <= 1.0)"
-              " %s\n", lp[1], lp[0], lp[2], lp[1] <= 1.0 ? "met" : "MISSED");
+  std::printf(
+      "\nlearned vs kpa+60s, geometric mean over the 5 workloads, median [min, max] over "
+      "%d seed(s):\n",
+      seeds);
+  std::printf(
+      "  cold-start requests after the first instance %.3fx [%.3f, %.3f]  (target <= 0.5)"
+      " %s\n",
+      lc[1], lc[0], lc[2], lc[1] <= 0.5 ? "met" : "MISSED");
+  std::printf(
+      "  instance-seconds                             %.3fx [%.3f, %.3f]  (target <= 0.8)"
+      " %s\n",
+      li[1], li[0], li[2], li[1] <= 0.8 ? "met" : "MISSED");
+  std::printf(
+      "  p99 latency                                  %.3fx [%.3f, %.3f]  (target <= 1.0)"
+      " %s\n",
+      lp[1], lp[0], lp[2], lp[1] <= 1.0 ? "met" : "MISSED");
 
   // Dominance over shoal per workload, on the sums over seeds (p99: mean over seeds, within
   // the latency histogram's 1% resolution).
   int dominated = 0;
-  std::printf("\nlearned vs shoal per workload (sums over seeds): dominates = no worse on any of "
-              "the three, better on one\n");
-  std::printf("%-8s %10s %10s %12s %12s %9s %9s %s\n", "workload", "later L", "later S",
-              "inst-s L", "inst-s S", "p99 L", "p99 S", "verdict");
+  std::printf(
+      "\nlearned vs shoal per workload (sums over seeds): dominates = no worse on any of "
+      "the three, better on one\n");
+  std::printf("%-8s %10s %10s %12s %12s %9s %9s %s\n", "workload", "later L", "later S", "inst-s L",
+              "inst-s S", "p99 L", "p99 S", "verdict");
   for (const char* workload : kScenarioWorkloads) {
     const Point& l = sums[workload]["learned"];
     const Point& sh = sums[workload]["shoal"];
@@ -414,12 +423,12 @@ int main(int argc, char** argv) {
   std::printf("learned sections simulated in %.1f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
   // ---- busy-time sizing ------------------------------------------------------------------------
-  std::printf("\nbusy-time sizing (learned's table, deploy/policies/learned-v2.json) vs the same "
-              "policy with shoal's sizing (x1.00, hold 10 s, every interval), kpa (Knative "
-              "defaults) and shoal; sums over seeds %llu..%llu (p99: mean over seeds); 'matches' "
-              "= within 1%% (p99: the latency histogram's resolution), no more cold starts\n",
-              static_cast<unsigned long long>(seed),
-              static_cast<unsigned long long>(seed + seeds - 1));
+  std::printf(
+      "\nbusy-time sizing (learned's table, deploy/policies/learned-v2.json) vs the same "
+      "policy with shoal's sizing (x1.00, hold 10 s, every interval), kpa (Knative "
+      "defaults) and shoal; sums over seeds %llu..%llu (p99: mean over seeds); 'matches' "
+      "= within 1%% (p99: the latency histogram's resolution), no more cold starts\n",
+      static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed + seeds - 1));
   std::printf("%-8s %-15s %8s %12s %9s %10s %s\n", "workload", "policy", "later", "inst-s",
               "p99 ms", "weighted", "learned vs it");
   const LearnedWeights lw;
@@ -470,11 +479,12 @@ int main(int argc, char** argv) {
     log_sizing += std::log(weighted["learned"] / weighted["learned-shoalsz"]);
   }
   const double sizing_ratio = std::exp(log_sizing / std::size(kScenarioWorkloads));
-  std::printf("learned (with its sizing table) beats or matches both kpa and shoal on cold starts, "
-              "instance-seconds and p99 on %d of 5 workloads; its sizing table against shoal's "
-              "sizing, weighted cost (costWeight x inst-s + cold requests + slo misses), "
-              "geometric mean over the workloads: %.4fx\n",
-              beats_all, sizing_ratio);
+  std::printf(
+      "learned (with its sizing table) beats or matches both kpa and shoal on cold starts, "
+      "instance-seconds and p99 on %d of 5 workloads; its sizing table against shoal's "
+      "sizing, weighted cost (costWeight x inst-s + cold requests + slo misses), "
+      "geometric mean over the workloads: %.4fx\n",
+      beats_all, sizing_ratio);
   std::printf("RESULT autoscale_learned_sizing_vs_shoal_sizing ratio=%.4f\n", sizing_ratio);
   std::printf("RESULT autoscale_learned_beats_or_matches_kpa_and_shoal ratio=%.3f\n",
               beats_all / 5.0);

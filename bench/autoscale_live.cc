@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "bench_shoald.h"
 #include "shoal/autoscaler/distribution.h"
 #include "shoal/autoscaler/workloads.h"
@@ -184,14 +185,9 @@ int main(int argc, char** argv) {
   double seconds = 120;
   uint64_t seed = 42;
   int runs = 1;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--seconds")
-      seconds = std::stod(argv[++i]);
-    else if (std::string(argv[i]) == "--seed")
-      seed = std::stoull(argv[++i]);
-    else if (std::string(argv[i]) == "--runs")
-      runs = std::stoi(argv[++i]);
-  }
+  shoal::bench::Args args("bench-autoscale-live [--seconds S] [--seed S] [--runs N]");
+  args.Option("--seconds", &seconds).Option("--seed", &seed).Option("--runs", &runs);
+  if (!args.Parse(argc, argv)) return 2;
   if (runs < 1 || !(seconds > 0)) {
     std::fprintf(stderr, "bench-autoscale-live: --runs must be >= 1 and --seconds > 0\n");
     return 1;

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "shoald_fixture.h"
 
 using namespace shoal::testing;
@@ -105,10 +106,9 @@ Spread SpreadOf(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   int runs = 200, rounds = 5;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--runs") runs = std::stoi(argv[++i]);
-    if (std::string(argv[i]) == "--rounds") rounds = std::stoi(argv[++i]);
-  }
+  shoal::bench::Args args("bench-coldstart [--runs N] [--rounds R]");
+  args.Option("--runs", &runs).Option("--rounds", &rounds);
+  if (!args.Parse(argc, argv)) return 2;
   rounds = std::max(1, std::min(rounds, runs));
   Path zygote{"zygote", {}, {}, {}, {}, {}};
   Path spawn{"spawn", {}, {}, {}, {}, {}};

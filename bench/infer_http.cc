@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "bench_shoald.h"
 #include "shoal/client/dataset.h"
 #include "shoal/inference/architectures_graph.h"
@@ -78,11 +79,9 @@ std::string InferFunction(const std::string& name, int max_batch, const std::str
 
 int main(int argc, char** argv) {
   int secs = 5, conns = 64, max_batch = 32;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--seconds") secs = std::stoi(argv[++i]);
-    if (std::string(argv[i]) == "--connections") conns = std::stoi(argv[++i]);
-    if (std::string(argv[i]) == "--max-batch") max_batch = std::stoi(argv[++i]);
-  }
+  shoal::bench::Args args("bench-infer-http [--seconds S] [--connections C] [--max-batch B]");
+  args.Option("--seconds", &secs).Option("--connections", &conns).Option("--max-batch", &max_batch);
+  if (!args.Parse(argc, argv)) return 2;
   if (!shoal::bench::WrkInstalled("bench-infer-http", "infer-http")) return 1;
   const int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   char tmpl[] = "/tmp/shoal-bench-infer-XXXXXX";

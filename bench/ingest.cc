@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_args.h"
 #include "hugepages_for_test.h"
 #include "run_stats.h"
 #include "shoal/model/architectures.h"
@@ -117,12 +118,13 @@ void PrintSpread(const char* what, const std::vector<double>& v, const char* tar
 int main(int argc, char** argv) {
   int reps = 7, runs = 3;
   std::string also;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--reps") reps = std::atoi(argv[++i]);
-    if (std::string(argv[i]) == "--runs") runs = std::atoi(argv[++i]);
-    if (std::string(argv[i]) == "--pool") also = argv[++i];
-    if (std::string(argv[i]) == "--shoald") g_shoald = argv[++i];
-  }
+  shoal::bench::Args args(
+      "bench-ingest [--reps N] [--runs N] [--pool dpdk|prefault] [--shoald PATH]");
+  args.Option("--reps", &reps)
+      .Option("--runs", &runs)
+      .Option("--pool", &also)
+      .Option("--shoald", &g_shoald);
+  if (!args.Parse(argc, argv)) return 2;
   if (!also.empty() && also != "dpdk" && also != "prefault" && also != "boost") {
     std::fprintf(stderr,
                  "bench-ingest: --pool %s: want dpdk or prefault (boost is always measured)\n",
@@ -195,8 +197,7 @@ int main(int argc, char** argv) {
                 "higher is better");
     PrintSpread(("ingest_" + col + "_vs_boost: boost / " + col).c_str(), r_dpdk_vs_boost,
                 ("> 1: " + col + " faster").c_str());
-    PrintSpread((col + ": the 202 / HTTP into the pool").c_str(), r_dpdk_202,
-                "<= 1.3 (issue 11)");
+    PrintSpread((col + ": the 202 / HTTP into the pool").c_str(), r_dpdk_202, "<= 1.3 (issue 11)");
   }
   std::printf("RESULT ingest ratio=%.3f\n", shoal::bench::SpreadOf(r_ingest).median);
   // Only when every run measured the second pool, so that the medians pair the same runs.

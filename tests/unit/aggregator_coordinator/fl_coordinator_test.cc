@@ -145,5 +145,58 @@ TEST_F(FlCoordinatorTest, ADeadLeafIsRebuiltButNotCountedAsAFallback) {
   ASSERT_NO_FATAL_FAILURE(ExpectVersionOneIsTheFedAvg());
 }
 
+// A leaf that checks and folds in one pass refuses client 1's update (a NaN past its first
+// block) after folding part of it: the client's 400 stands, the gateway passes the reply's mark
+// on (PartialChanged, then Completed), and the partial sum, which client 2's update then joins,
+// is rebuilt at commit from the acknowledged updates; the resent update joins the round. Not a
+// GPU fallback; the status counts the rebuild. Without the mark, nothing is rebuilt.
+TEST_F(FlCoordinatorTest, ARefusalThatChangedThePartialRebuildsItAtCommit) {
+  const InFlight a = Send(0);
+  LeafFold(a, 0);
+  Answer(a, 202);
+  const InFlight b = Send(1);
+  LeafFold(b, 1, 1024);  // the blocks before the NaN
+  fl_->PartialChanged(b.ticket);
+  Answer(b, 400);
+  const InFlight c = Send(2);
+  LeafFold(c, 2);
+  Answer(c, 202);
+  EXPECT_EQ(Status().value("partial_rebuilds", -1), 0) << "rebuilt at commit, not before";
+  const InFlight b2 = Send(1);
+  LeafFold(b2, 1);
+  Answer(b2, 202);
+  ASSERT_TRUE(WaitVersion(1)) << Status().dump();
+  ASSERT_NO_FATAL_FAILURE(ExpectVersionOneIsTheFedAvg());
+  const Json st = Status();
+  EXPECT_EQ(st.value("partial_rebuilds", -1), 1);
+  EXPECT_EQ(st.value("gpu_fallbacks", -1), 0);
+  EXPECT_TRUE(fallbacks_.empty());
+  EXPECT_EQ(st["versions"][1].value("updates", 0), 3);
+}
+
+// The same refusal without the mark (PartialChanged not called) leaves the partial sum as the
+// leaf left it: the half-folded update is in version 1, which is why the leaf must mark it.
+TEST_F(FlCoordinatorTest, ARefusalWithoutTheMarkIsNotRebuilt) {
+  const InFlight a = Send(0);
+  LeafFold(a, 0);
+  Answer(a, 202);
+  const InFlight b = Send(1);
+  LeafFold(b, 1, 1024);
+  Answer(b, 400);
+  for (int k : {1, 2}) {
+    const InFlight f = Send(k);
+    LeafFold(f, k);
+    Answer(f, 202);
+  }
+  ASSERT_TRUE(WaitVersion(1)) << Status().dump();
+  EXPECT_EQ(Status().value("partial_rebuilds", -1), 0);
+  auto m = fl_->Model("rb", 1);
+  ASSERT_TRUE(m.ok());
+  const std::vector<float> v1 = Values(*m->bytes);
+  double want = 0;
+  for (int k = 0; k < 3; ++k) want += 100.0 * (k + 1) * (double(w0_[0]) + (k + 1) / 16.0);
+  EXPECT_GT(std::abs(v1[0] - want / 600.0), 1e-3) << "the refused update's first values count";
+}
+
 }  // namespace
 }  // namespace shoal

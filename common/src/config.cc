@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "shoal/common/file_io.h"
+
 namespace shoal {
 
 const char* DataPlaneModeName(DataPlaneMode mode) {
@@ -234,11 +236,9 @@ Result<NodeConfig> NodeConfig::LoadString(const std::string& yaml) {
 }
 
 Result<NodeConfig> NodeConfig::LoadFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFound("config: cannot open " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return LoadString(ss.str());
+  const std::optional<std::string> text = ReadFileBytes(path);
+  if (!text) return NotFound("config: cannot open " + path);
+  return LoadString(*text);
 }
 
 std::string NodeConfig::ToYaml() const {

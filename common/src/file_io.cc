@@ -5,8 +5,18 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <fstream>
+#include <sstream>
 
 namespace shoal {
+
+std::optional<std::string> ReadFileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
 
 Status WriteFileAtomic(const std::string& path, std::string_view bytes, unsigned mode) {
   const std::string tmp = path + ".tmp";

@@ -266,11 +266,9 @@ std::string BehaviourMonitor::ProfilePath(const std::string& function, uint64_t 
 
 void BehaviourMonitor::LoadProfile(const std::string& function, uint64_t generation) {
   const std::string path = ProfilePath(function, generation);
-  std::ifstream in(path);
-  if (!in) return;
-  std::stringstream text;
-  text << in.rdbuf();
-  if (Status st = detector_.LoadProfile(function, text.str()); !st.ok()) {
+  const std::optional<std::string> text = ReadFileBytes(path);
+  if (!text) return;
+  if (Status st = detector_.LoadProfile(function, *text); !st.ok()) {
     spdlog::error("detector: function {}: profile {} refused ({}); learning a new baseline",
                   function, path, st.message());
     return;

@@ -9,17 +9,13 @@
 #include <sstream>
 #include <vector>
 
+#include "shoal/common/file_io.h"
 #include "shoal/common/log.h"
 
 namespace shoal {
 namespace {
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string ReadAll(const std::string& path) { return ReadFileBytes(path).value_or(""); }
 
 // Polls `check` for up to a second.
 template <typename F>

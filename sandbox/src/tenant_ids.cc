@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include "shoal/common/file_io.h"
+
 namespace shoal {
 
 TenantIds::TenantIds(TenantIds&& o) noexcept
@@ -25,12 +27,10 @@ Result<TenantIds> TenantIds::Open(const NodeConfig& config) {
   ids.base_ = config.tenant_uid_base;
   ids.count_ = config.tenant_uid_count;
   for (const auto& [name, t] : config.tenants) ids.fixed_[name] = TenantId{t.uid, t.gid};
-  std::ifstream in(ids.path_);
-  if (!in) return ids;
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::optional<std::string> text = ReadFileBytes(ids.path_);
+  if (!text) return ids;
   try {
-    YAML::Node root = YAML::Load(ss.str());
+    YAML::Node root = YAML::Load(*text);
     if (root.IsMap()) {
       for (const auto& kv : root) {
         TenantId id{kv.second["uid"].as<uid_t>(), kv.second["gid"].as<gid_t>()};

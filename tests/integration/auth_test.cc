@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "shoal/common/file_io.h"
 #include "shoald_fixture.h"
 
 namespace shoal::testing {
@@ -42,12 +43,7 @@ std::string Job(const std::string& name, const std::string& ns) {
          "  clients: {expected: 2}\n  stop: {rounds: 3}\n";
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string ReadFile(const std::string& path) { return ReadFileBytes(path).value_or(""); }
 
 size_t Count(const std::string& haystack, const std::string& needle) {
   size_t n = 0;

@@ -43,6 +43,7 @@
 #include "bpf_capability.h"
 #include "etcd_for_test.h"
 #include "k8s_pod.h"
+#include "shoal/common/file_io.h"
 #include "shoald_fixture.h"
 
 namespace {
@@ -62,12 +63,7 @@ using shoal::testing::k8s::PodOnHost;
 using shoal::testing::k8s::PodSpec;
 using shoal::testing::k8s::Strings;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string ReadFile(const std::string& path) { return shoal::ReadFileBytes(path).value_or(""); }
 
 void WriteFile(const std::string& path, const std::string& text) {
   fs::create_directories(fs::path(path).parent_path());

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "shoal/common/file_io.h"
 #include "shoald_fixture.h"
 
 namespace shoal::testing {
@@ -137,10 +138,7 @@ std::string EtcdForTest::endpoints() const {
 }
 
 std::string EtcdForTest::Log(int i) const {
-  std::ifstream in(members_[i].log_path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return ReadFileBytes(members_[i].log_path).value_or("");
 }
 
 }  // namespace shoal::testing

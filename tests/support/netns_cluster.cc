@@ -17,15 +17,12 @@
 #include <sstream>
 #include <thread>
 
+#include "shoal/common/file_io.h"
+
 namespace shoal::testing {
 namespace {
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string Slurp(const std::string& path) { return ReadFileBytes(path).value_or(""); }
 
 // fork + (setns into `netns`) + exec with `env` added, output appended to `log`.
 pid_t Launch(const std::vector<std::string>& args, const std::string& log, const std::string& netns,

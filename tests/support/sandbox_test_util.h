@@ -10,14 +10,11 @@
 #include <sstream>
 #include <string>
 
+#include "shoal/common/file_io.h"
+
 namespace shoal::testing {
 
-inline std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+inline std::string ReadAll(const std::string& path) { return ReadFileBytes(path).value_or(""); }
 
 // The value of "Key:" in a /proc/PID/status text ("" when absent), whitespace collapsed.
 inline std::string StatusField(const std::string& status, const std::string& key) {

@@ -18,8 +18,9 @@
 #include <sstream>
 #include <thread>
 
-#include "hugepages_for_test.h"
 #include "http_head.h"
+#include "hugepages_for_test.h"
+#include "shoal/common/file_io.h"
 
 namespace shoal::testing {
 
@@ -54,12 +55,7 @@ bool SendAll(int fd, const char* p, size_t n) {
   return true;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string ReadFile(const std::string& path) { return ReadFileBytes(path).value_or(""); }
 
 }  // namespace
 

@@ -6,9 +6,10 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
+#include "shoal/common/file_io.h"
 
 namespace shoal {
 
@@ -459,11 +460,9 @@ Result<LearnedModel> LearnedModel::Parse(std::string_view text, const std::strin
 }
 
 Result<LearnedModel> LearnedModel::Load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("learned policy " + path + ": cannot open");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return Parse(s.str(), path);
+  const std::optional<std::string> text = ReadFileBytes(path);
+  if (!text) return NotFound("learned policy " + path + ": cannot open");
+  return Parse(*text, path);
 }
 
 std::shared_ptr<const LearnedModel> LearnedModel::Default() {

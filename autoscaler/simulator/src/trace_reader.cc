@@ -11,6 +11,7 @@
 
 #include "shoal/autoscaler/distribution.h"
 #include "shoal/autoscaler/workloads.h"
+#include "shoal/common/file_io.h"
 
 namespace shoal {
 namespace {
@@ -185,11 +186,9 @@ Result<Trace> ParseAzureFunctionsCounts(std::string_view text, uint64_t seed) {
 }
 
 Result<Trace> ReadTraceFile(const std::string& path, uint64_t seed) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot open trace " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  const std::optional<std::string> bytes = ReadFileBytes(path);
+  if (!bytes) return NotFound("cannot open trace " + path);
+  const std::string& text = *bytes;
   std::string_view first = text;
   first = first.substr(0, first.find('\n'));
   Result<Trace> r = first.rfind("HashOwner", 0) == 0 || first.rfind("hashowner", 0) == 0

@@ -1,9 +1,12 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <string>
 #include <vector>
 
 #include "shoal/common/config.h"
 #include "shoal/common/descriptor.h"
+#include "shoal/common/file_io.h"
 #include "shoal/common/payload.h"
 #include "shoal/common/status.h"
 
@@ -92,6 +95,20 @@ TEST(Config, DetectSyscallsModes) {
     ASSERT_TRUE(again.ok());
     EXPECT_EQ(again->detect_syscalls, mode) << word;
   }
+}
+
+TEST(FileIo, ReadFileBytesReturnsEveryByteOrNulloptWhenItCannotOpen) {
+  const std::string path = "/tmp/shoal-file-io-test-" + std::to_string(getpid());
+  std::string bytes("a\0b\r\n\xff", 6);  // a NUL, a CR LF and a byte above 0x7f
+  bytes += std::string(70000, 'z');
+  ASSERT_TRUE(WriteFileAtomic(path, bytes).ok());
+  const auto read = ReadFileBytes(path);
+  ASSERT_TRUE(read.has_value());
+  EXPECT_EQ(*read, bytes);
+  ASSERT_TRUE(WriteFileAtomic(path, "").ok());
+  EXPECT_EQ(ReadFileBytes(path), std::optional<std::string>(""));
+  unlink(path.c_str());
+  EXPECT_EQ(ReadFileBytes(path), std::nullopt);
 }
 
 TEST(Descriptor, LayoutIsFixed) {

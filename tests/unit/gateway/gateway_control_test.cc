@@ -87,6 +87,17 @@ std::string Receive(int fd, size_t want, int timeout_ms) {
   return out;
 }
 
+// /healthz and its whole answer: a loop that answers it is serving that connection.
+const std::string kHealthzRequest = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+const std::string kHealthzReply =
+    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n";
+
+// Asks /healthz on `fd` and expects its whole answer.
+void ExpectHealthzAnswered(int fd) {
+  SendAll(fd, kHealthzRequest);
+  EXPECT_EQ(Receive(fd, kHealthzReply.size(), 10000), kHealthzReply);
+}
+
 // A gateway with one loop on a free loopback port, its data plane on unix sockets: what each
 // fixture below starts with its own hooks.
 class OneLoopGatewayTest : public ::testing::Test {
@@ -164,10 +175,7 @@ TEST_F(GatewayControlTest, TheLoopServesOthersWhileAControlCallRuns) {
   // The only loop answers another connection while the control call is held.
   const int b = Connect(gateway_->port());
   ASSERT_GE(b, 0);
-  SendAll(b, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
-  const std::string expected_health =
-      "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n";
-  EXPECT_EQ(Receive(b, expected_health.size(), 10000), expected_health);
+  ExpectHealthzAnswered(b);
   EXPECT_EQ(Receive(a, 1, 100), "");  // still waiting
 
   control_.Release();
@@ -178,9 +186,8 @@ TEST_F(GatewayControlTest, TheLoopServesOthersWhileAControlCallRuns) {
   EXPECT_EQ(Receive(a, expected.size(), 10000), expected);
 
   // The connection stays usable: a pipelined pair is answered in order.
-  SendAll(a, JobStatusRequest() + "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
-  EXPECT_EQ(Receive(a, expected.size() + expected_health.size(), 10000),
-            expected + expected_health);
+  SendAll(a, JobStatusRequest() + kHealthzRequest);
+  EXPECT_EQ(Receive(a, expected.size() + kHealthzReply.size(), 10000), expected + kHealthzReply);
   close(a);
   close(b);
 }
@@ -193,10 +200,7 @@ TEST_F(GatewayControlTest, AClientThatLeavesBeforeItsReplyIsForgotten) {
   close(a);
   // Give the loop time to see the close, then let the reply come back to a closed connection.
   const int b = Connect(gateway_->port());
-  SendAll(b, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
-  const std::string health =
-      "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n";
-  EXPECT_EQ(Receive(b, health.size(), 10000), health);
+  ExpectHealthzAnswered(b);
   control_.Release();
   // The loop goes on: the next control call on b is answered.
   SendAll(b, JobStatusRequest());
@@ -346,10 +350,7 @@ TEST_F(GatewayFlAdmitTest, TheLoopServesOthersWhileTheTopAdmitsAnUpdate) {
   // The only loop answers another connection while the top has not answered.
   const int b = Connect(gateway_->port());
   ASSERT_GE(b, 0);
-  SendAll(b, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
-  const std::string health =
-      "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n";
-  EXPECT_EQ(Receive(b, health.size(), 10000), health);
+  ExpectHealthzAnswered(b);
   EXPECT_EQ(Receive(a, 1, 100), "");  // still waiting for the top
 
   // The top's refusal is the client's answer, as a synchronous admission's was, and the
@@ -502,7 +503,7 @@ TEST_F(GatewayFlAdmitTest, AnUpdateWhoseClientLeftBeforeTheTopAdmittedItDoesNotC
   close(a);
   // The loop has not seen the close (it stopped reading); the next connection is served.
   const int b = Connect(gateway_->port());
-  SendAll(b, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+  SendAll(b, kHealthzRequest);
   EXPECT_EQ(Receive(b, 1, 10000).rfind("HTTP/1.1 200 OK", 0), 0u);
   EXPECT_EQ(pool_->Stats().live_buffers, 0u);  // nothing held while the top decides
   top_.Answer(FlAdmission{42, 0.5f});
@@ -513,7 +514,7 @@ TEST_F(GatewayFlAdmitTest, AnUpdateWhoseClientLeftBeforeTheTopAdmittedItDoesNotC
       std::lock_guard lock(top_.mu);
       if (!top_.completed.empty()) break;
     }
-    SendAll(b, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    SendAll(b, kHealthzRequest);
     EXPECT_EQ(Receive(b, 1, 10000).rfind("HTTP/1.1 200 OK", 0), 0u);
   }
   {

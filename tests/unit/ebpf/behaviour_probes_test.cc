@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,23 @@ class BehaviourProbesTest : public ::testing::Test {
       GTEST_SKIP() << "BPF is not available here: " << absent;
     }
   }
+  // Loads the probes with sys_enter used as `syscalls` says, for a test cgroup of its own (`name`
+  // and this process's id), and reads the cgroup's id; the test watches it.
+  void Load(const std::string& name, BehaviourProbes::Syscalls syscalls) {
+    cg_.emplace(name + std::to_string(getpid()));
+    ASSERT_EQ(cg_->error(), "");
+    auto loaded = BehaviourProbes::Load(cg_->mode(), syscalls);
+    ASSERT_TRUE(loaded.ok()) << "the behaviour probes failed to load with BPF present: "
+                             << loaded.status().ToString();
+    probes_ = std::move(*loaded);
+    auto id = BehaviourProbes::CgroupIdOf(cg_->dir());
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    id_ = *id;
+  }
+
+  std::optional<bpf_test::TestCgroup> cg_;
+  std::unique_ptr<BehaviourProbes> probes_;  // destroyed before the cgroup goes
+  uint64_t id_ = 0;
 };
 
 // The child's part of the first two tests: joins the test cgroup, waits for the parent's go, opens
@@ -97,23 +116,16 @@ bool CountExecOrConnect(const BehaviourEvent& ev, uint16_t port, int* execs, int
 }
 
 TEST_F(BehaviourProbesTest, CountsAndReportsWhatAWatchedProcessDoes) {
-  bpf_test::TestCgroup cg("shoal-bhv-test-" + std::to_string(getpid()));
-  ASSERT_EQ(cg.error(), "");
-  auto loaded = BehaviourProbes::Load(cg.mode());
-  ASSERT_TRUE(loaded.ok()) << "the behaviour probes failed to load with BPF present: "
-                           << loaded.status().ToString();
-  auto& probes = **loaded;
-  auto id = BehaviourProbes::CgroupIdOf(cg.dir());
-  ASSERT_TRUE(id.ok()) << id.status().ToString();
-  ASSERT_TRUE(probes.Watch(*id).ok());
-  EXPECT_EQ(probes.WatchedEntries(), 1u);
+  ASSERT_NO_FATAL_FAILURE(Load("shoal-bhv-test-", BehaviourProbes::Syscalls::kAlways));
+  ASSERT_TRUE(probes_->Watch(id_).ok());
+  EXPECT_EQ(probes_->WatchedEntries(), 1u);
 
   uint16_t port = 0;
   const int lfd = testing::ListenLoopback(4, &port);
   ASSERT_GE(lfd, 0);
   int status = 0;
   struct rusage ru {};
-  const pid_t pid = RunWatchedChild(cg, port, /*send_hello=*/true, /*burn_ms=*/300, &status, &ru);
+  const pid_t pid = RunWatchedChild(*cg_, port, /*send_hello=*/true, /*burn_ms=*/300, &status, &ru);
   ASSERT_GT(pid, 0);
   // What the kernel accounted to the child (it shares a busy machine: less than the 300 ms).
   const uint64_t child_cpu_ns = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000ull +
@@ -124,7 +136,7 @@ TEST_F(BehaviourProbesTest, CountsAndReportsWhatAWatchedProcessDoes) {
   close(f);
   close(lfd);
 
-  auto c = probes.Read(*id);
+  auto c = probes_->Read(id_);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->execs, 1u);
   EXPECT_EQ(c->connects, 1u);
@@ -139,10 +151,10 @@ TEST_F(BehaviourProbesTest, CountsAndReportsWhatAWatchedProcessDoes) {
   EXPECT_EQ(c->events_lost, 0u);
 
   std::vector<BehaviourEvent> events;
-  probes.Drain([&](const BehaviourEvent& ev) { events.push_back(ev); });
+  probes_->Drain([&](const BehaviourEvent& ev) { events.push_back(ev); });
   int execs = 0, connects = 0, hostname_opens = 0;
   for (const auto& ev : events) {
-    EXPECT_EQ(ev.cgroup_id, *id);
+    EXPECT_EQ(ev.cgroup_id, id_);
     EXPECT_EQ(ev.pid, static_cast<uint32_t>(pid));
     if (CountExecOrConnect(ev, port, &execs, &connects)) continue;
     if (ev.kind == SHOAL_BHV_EV_OPEN && std::string(ev.detail) == "/etc/hostname") {
@@ -152,40 +164,34 @@ TEST_F(BehaviourProbesTest, CountsAndReportsWhatAWatchedProcessDoes) {
   EXPECT_EQ(execs, 1);
   EXPECT_EQ(connects, 1);
   EXPECT_EQ(hostname_opens, 1);  // ours (unwatched) is not reported
-  EXPECT_GT(probes.SeenEntries(), 0u);
+  EXPECT_GT(probes_->SeenEntries(), 0u);
 
-  probes.Unwatch(*id);
-  EXPECT_EQ(probes.WatchedEntries(), 0u);
-  EXPECT_FALSE(probes.Read(*id).ok());
+  probes_->Unwatch(id_);
+  EXPECT_EQ(probes_->WatchedEntries(), 0u);
+  EXPECT_FALSE(probes_->Read(id_).ok());
 }
 
 // Without the sys_enter hook (no syscall pays for the probes): execs and TCP connects come from
 // their own tracepoints, with the same events; syscall classes and opens are not counted.
 TEST_F(BehaviourProbesTest, WithoutTheSyscallHookExecAndTcpConnectAreStillSeen) {
-  bpf_test::TestCgroup cg("shoal-bhv-test-nohook-" + std::to_string(getpid()));
-  ASSERT_EQ(cg.error(), "");
-  auto loaded = BehaviourProbes::Load(cg.mode(), BehaviourProbes::Syscalls::kOff);
-  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
-  auto& probes = **loaded;
-  auto id = BehaviourProbes::CgroupIdOf(cg.dir());
-  ASSERT_TRUE(id.ok());
-  ASSERT_TRUE(probes.Watch(*id).ok());
+  ASSERT_NO_FATAL_FAILURE(Load("shoal-bhv-test-nohook-", BehaviourProbes::Syscalls::kOff));
+  ASSERT_TRUE(probes_->Watch(id_).ok());
   uint16_t port = 0;
   const int lfd = testing::ListenLoopback(4, &port);
   ASSERT_GE(lfd, 0);
   int status = 0;
   struct rusage ru {};
-  ASSERT_GT(RunWatchedChild(cg, port, /*send_hello=*/false, /*burn_ms=*/0, &status, &ru), 0);
+  ASSERT_GT(RunWatchedChild(*cg_, port, /*send_hello=*/false, /*burn_ms=*/0, &status, &ru), 0);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   close(lfd);
-  auto c = probes.Read(*id);
+  auto c = probes_->Read(id_);
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->execs, 1u);
   EXPECT_EQ(c->connects, 1u);
   EXPECT_EQ(c->opens, 0u);
   for (int i = 0; i < SHOAL_BHV_CLASSES; ++i) EXPECT_EQ(c->syscalls[i], 0u) << i;
   int execs = 0, connects = 0, opens = 0;
-  probes.Drain([&](const BehaviourEvent& ev) {
+  probes_->Drain([&](const BehaviourEvent& ev) {
     if (!CountExecOrConnect(ev, port, &execs, &connects)) ++opens;
   });
   EXPECT_EQ(execs, 1);
@@ -198,14 +204,8 @@ TEST_F(BehaviourProbesTest, WithoutTheSyscallHookExecAndTcpConnectAreStillSeen) 
 // monitor counts fanotify's); processes a watched instance forks are known by pid, also after
 // they exit, until the instance is unwatched.
 TEST_F(BehaviourProbesTest, SampledSyscallsCountOnlyWhileAttachedAndForkedPidsAreKnown) {
-  bpf_test::TestCgroup cg("shoal-bhv-test-sampled-" + std::to_string(getpid()));
-  ASSERT_EQ(cg.error(), "");
-  auto loaded = BehaviourProbes::Load(cg.mode(), BehaviourProbes::Syscalls::kSampled);
-  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
-  auto& probes = **loaded;
-  EXPECT_FALSE(probes.syscalls_attached());
-  auto id = BehaviourProbes::CgroupIdOf(cg.dir());
-  ASSERT_TRUE(id.ok());
+  ASSERT_NO_FATAL_FAILURE(Load("shoal-bhv-test-sampled-", BehaviourProbes::Syscalls::kSampled));
+  EXPECT_FALSE(probes_->syscalls_attached());
   int go[2], back[2];
   ASSERT_EQ(pipe(go), 0);
   ASSERT_EQ(pipe(back), 0);
@@ -214,7 +214,7 @@ TEST_F(BehaviourProbesTest, SampledSyscallsCountOnlyWhileAttachedAndForkedPidsAr
   if (pid == 0) {
     close(go[1]);
     close(back[0]);
-    if (!cg.Join()) _exit(10);
+    if (!cg_->Join()) _exit(10);
     char c;
     if (read(go[0], &c, 1) != 1) _exit(11);
     // Not sampled: 5000 getppid and an open.
@@ -236,28 +236,28 @@ TEST_F(BehaviourProbesTest, SampledSyscallsCountOnlyWhileAttachedAndForkedPidsAr
   }
   close(go[0]);
   close(back[1]);
-  ASSERT_TRUE(probes.Watch(*id, pid).ok());
-  EXPECT_EQ(probes.CgroupOfPid(pid), *id);
-  EXPECT_EQ(probes.CgroupOfPid(getpid()), 0u);
+  ASSERT_TRUE(probes_->Watch(id_, pid).ok());
+  EXPECT_EQ(probes_->CgroupOfPid(pid), id_);
+  EXPECT_EQ(probes_->CgroupOfPid(getpid()), 0u);
   ASSERT_EQ(write(go[1], "g", 1), 1);
   char c;
   ASSERT_EQ(read(back[0], &c, 1), 1);
-  ASSERT_TRUE(probes.AttachSyscalls().ok());
-  EXPECT_TRUE(probes.syscalls_attached());
-  ASSERT_TRUE(probes.AttachSyscalls().ok());  // idempotent
+  ASSERT_TRUE(probes_->AttachSyscalls().ok());
+  EXPECT_TRUE(probes_->syscalls_attached());
+  ASSERT_TRUE(probes_->AttachSyscalls().ok());  // idempotent
   ASSERT_EQ(write(go[1], "g", 1), 1);
   int32_t grandchild = 0;
   ASSERT_EQ(read(back[0], &grandchild, sizeof grandchild), static_cast<ssize_t>(sizeof grandchild));
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  probes.DetachSyscalls();
-  EXPECT_FALSE(probes.syscalls_attached());
+  probes_->DetachSyscalls();
+  EXPECT_FALSE(probes_->syscalls_attached());
   for (int i = 0; i < 3000; ++i) syscall(SYS_getppid);  // detached: nobody counts these
   close(go[1]);
   close(back[0]);
 
-  auto counted = probes.Read(*id);
+  auto counted = probes_->Read(id_);
   ASSERT_TRUE(counted.ok());
   // The sampled 1000 and a few more of the child's; not the 5000 before the slice.
   EXPECT_GE(counted->syscalls[SHOAL_BHV_CLASS_OTHER], 1000u);
@@ -266,7 +266,7 @@ TEST_F(BehaviourProbesTest, SampledSyscallsCountOnlyWhileAttachedAndForkedPidsAr
   EXPECT_EQ(counted->opens, 0u);
   EXPECT_EQ(counted->forks, 1u);
   int hosts = 0, hostname = 0;
-  probes.Drain([&](const BehaviourEvent& ev) {
+  probes_->Drain([&](const BehaviourEvent& ev) {
     if (ev.kind != SHOAL_BHV_EV_OPEN) return;
     hosts += std::string(ev.detail) == "/etc/hosts";
     hostname += std::string(ev.detail) == "/etc/hostname";
@@ -274,11 +274,11 @@ TEST_F(BehaviourProbesTest, SampledSyscallsCountOnlyWhileAttachedAndForkedPidsAr
   EXPECT_EQ(hosts, 1);
   EXPECT_EQ(hostname, 0);
   // The grandchild exited; its pid still names the instance.
-  EXPECT_EQ(probes.CgroupOfPid(grandchild), *id);
-  EXPECT_EQ(probes.PidEntries(), 2u);
-  probes.Unwatch(*id);
-  EXPECT_EQ(probes.PidEntries(), 0u);
-  EXPECT_EQ(probes.CgroupOfPid(grandchild), 0u);
+  EXPECT_EQ(probes_->CgroupOfPid(grandchild), id_);
+  EXPECT_EQ(probes_->PidEntries(), 2u);
+  probes_->Unwatch(id_);
+  EXPECT_EQ(probes_->PidEntries(), 0u);
+  EXPECT_EQ(probes_->CgroupOfPid(grandchild), 0u);
 }
 
 TEST_F(BehaviourProbesTest, ClassifiesSyscalls) {

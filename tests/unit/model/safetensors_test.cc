@@ -40,9 +40,8 @@ std::string ErrorOf(const std::vector<std::byte>& f) {
 
 TEST(Safetensors, ModelRoundTripWithMetadata) {
   const Model model = InitModel(MlpSpec(), 11);
-  const std::vector<std::byte> file =
-      ModelToSafetensors(model, {{std::string(kMetadataJob), "fmnist"},
-                                 {std::string(kMetadataVersion), "42"}});
+  const std::vector<std::byte> file = ModelToSafetensors(
+      model, {{std::string(kMetadataJob), "fmnist"}, {std::string(kMetadataVersion), "42"}});
   uint64_t n;
   std::memcpy(&n, file.data(), 8);
   EXPECT_EQ(n % 8, 0u);  // data 8-byte aligned
@@ -92,6 +91,18 @@ TEST(Safetensors, NarrowDtypesRoundTrip) {
 }
 
 // tests/unit/model/data/reference.safetensors, written by make_reference.py with numpy.
+// The tensor `name` of `view` has `dtype` and `shape`, and its data decodes to `values`.
+void ExpectTensor(const SafetensorsView& view, const std::string& name, DType dtype,
+                  const std::vector<uint64_t>& shape, const std::vector<float>& values) {
+  const SafetensorsTensor* t = view.Find(name);
+  ASSERT_NE(t, nullptr) << name;
+  EXPECT_EQ(t->dtype, dtype) << name;
+  EXPECT_EQ(t->shape, shape) << name;
+  std::vector<float> decoded(values.size());
+  DecodeFloats(t->data.data(), t->dtype, decoded.size(), decoded.data());
+  EXPECT_EQ(decoded, values) << name;
+}
+
 TEST(Safetensors, ReadsReferenceFileWrittenByPython) {
   const std::vector<std::byte> file = ReadFile(SHOAL_MODEL_TEST_DATA "/reference.safetensors");
   ASSERT_FALSE(file.empty());
@@ -106,32 +117,14 @@ TEST(Safetensors, ReadsReferenceFileWrittenByPython) {
   EXPECT_EQ(view->tensors[1].name, "a.weight");
   EXPECT_EQ(view->tensors[2].name, "b.bf16");
 
-  const SafetensorsTensor* a = view->Find("a.weight");
-  ASSERT_NE(a, nullptr);
-  EXPECT_EQ(a->dtype, DType::kF32);
-  EXPECT_EQ(a->shape, (std::vector<uint64_t>{2, 3}));
-  std::vector<float> av(6);
-  DecodeFloats(a->data.data(), a->dtype, 6, av.data());
-  EXPECT_EQ(av, (std::vector<float>{-1.0f, -0.5f, 0.0f, 0.5f, 1.0f, 1.5f}));
-
-  const SafetensorsTensor* b = view->Find("b.bf16");
-  ASSERT_NE(b, nullptr);
-  EXPECT_EQ(b->dtype, DType::kBF16);
-  std::vector<float> bv(4);
-  DecodeFloats(b->data.data(), b->dtype, 4, bv.data());
-  EXPECT_EQ(bv, (std::vector<float>{1.0f, -2.5f, 3.140625f, 65280.0f}));
-
-  const SafetensorsTensor* c = view->Find("c.f16");
-  ASSERT_NE(c, nullptr);
-  EXPECT_EQ(c->dtype, DType::kF16);
-  EXPECT_EQ(c->shape, (std::vector<uint64_t>{2, 2}));
-  std::vector<float> cv(4);
-  DecodeFloats(c->data.data(), c->dtype, 4, cv.data());
-  EXPECT_EQ(cv, (std::vector<float>{0.5f, -0.25f, 1024.0f, 6.103515625e-05f}));
+  ExpectTensor(*view, "a.weight", DType::kF32, {2, 3}, {-1.0f, -0.5f, 0.0f, 0.5f, 1.0f, 1.5f});
+  ExpectTensor(*view, "b.bf16", DType::kBF16, {4}, {1.0f, -2.5f, 3.140625f, 65280.0f});
+  ExpectTensor(*view, "c.f16", DType::kF16, {2, 2}, {0.5f, -0.25f, 1024.0f, 6.103515625e-05f});
 
   // Writing the same tensors with Shoal's writer and reading them back gives the same values.
   std::vector<SafetensorsEntry> entries;
-  for (const SafetensorsTensor& t : view->tensors) entries.push_back({t.name, t.dtype, t.shape, t.data});
+  for (const SafetensorsTensor& t : view->tensors)
+    entries.push_back({t.name, t.dtype, t.shape, t.data});
   Result<std::vector<std::byte>> again = WriteSafetensors(entries, view->metadata);
   ASSERT_TRUE(again.ok());
   Result<SafetensorsView> view2 = ReadSafetensors(*again);
@@ -140,7 +133,8 @@ TEST(Safetensors, ReadsReferenceFileWrittenByPython) {
     EXPECT_EQ(view2->tensors[i].name, view->tensors[i].name);
     ASSERT_EQ(view2->tensors[i].data.size(), view->tensors[i].data.size());
     EXPECT_EQ(std::memcmp(view2->tensors[i].data.data(), view->tensors[i].data.data(),
-                          view->tensors[i].data.size()), 0);
+                          view->tensors[i].data.size()),
+              0);
   }
 }
 
@@ -171,13 +165,15 @@ TEST(Safetensors, RejectsMalformedFilesNamingTheProblem) {
   EXPECT_EQ(ErrorOf(Craft(R"({"x": {"dtype": "F32", "shape": [2,3], "data_offsets": [0, 8]}})", 8)),
             "tensor 'x': data_offsets span 8 bytes, shape [2,3] in F32 needs 24");
   EXPECT_EQ(ErrorOf(Craft(R"({"x": {"dtype": "F32", "shape": [4294967296, 4294967296, 16],
-                              "data_offsets": [0, 8]}})", 8)),
+                              "data_offsets": [0, 8]}})",
+                          8)),
             "tensor 'x': data_offsets span 8 bytes, shape [4294967296,4294967296,16] in F32 "
             "needs more");
   EXPECT_EQ(ErrorOf(Craft(R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8)),
             "tensor 'x': 4 unused bytes before its data");
   EXPECT_EQ(ErrorOf(Craft(R"({"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
-                              "y": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8)),
+                              "y": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+                          8)),
             "tensor 'y': data_offsets overlap another tensor");
   EXPECT_EQ(ErrorOf(Craft(R"({"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 6)),
             "safetensors data has 2 bytes after the last tensor");
@@ -198,7 +194,8 @@ TEST(Safetensors, WriterRejectsBadEntries) {
   const std::vector<uint64_t> shape = {2};
   const std::vector<std::byte> bytes(8);
   const std::vector<std::byte> short_bytes(6);
-  std::vector<SafetensorsEntry> dup = {{"a", DType::kF32, shape, bytes}, {"a", DType::kF32, shape, bytes}};
+  std::vector<SafetensorsEntry> dup = {{"a", DType::kF32, shape, bytes},
+                                       {"a", DType::kF32, shape, bytes}};
   EXPECT_EQ(WriteSafetensors(dup).status().message(), "tensor 'a': appears twice");
   std::vector<SafetensorsEntry> bad = {{"a", DType::kF32, shape, short_bytes}};
   EXPECT_EQ(WriteSafetensors(bad).status().message(),

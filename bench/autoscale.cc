@@ -102,13 +102,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench-autoscale: --seeds must be >= 1\n");
     return 1;
   }
+  // The seeds' range as the tables' headings print it.
+  const auto first_seed = static_cast<unsigned long long>(seed);
+  const auto last_seed = static_cast<unsigned long long>(seed + seeds - 1);
   const size_t total = seeds * std::size(kScenarioWorkloads) * std::size(kScenarioPolicies);
   size_t done = 0;
   const auto t0 = std::chrono::steady_clock::now();
   std::printf(
       "bench-autoscale: simulator, seeds %llu..%llu, default cold-start model "
       "(pod allocation + deployment + scheduling, lognormal), control interval 2 s\n",
-      static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed + seeds - 1));
+      first_seed, last_seed);
   std::printf(
       "anchor: kpa as Knative runs it with its defaults (60 s stable / 6 s panic window, "
       "panic at 200%%, target 70%% of the concurrency, up 1000x / down 2x, no idle "
@@ -203,7 +206,7 @@ int main(int argc, char** argv) {
       "\nlearned (deploy/policies/learned-v1.json, compiled in) vs kpa+60s (KPA with a "
       "60 s idle keep-alive) and vs shoal, seeds %llu..%llu; 'later' = cold-start "
       "requests after each function's first instance (counted >= 1 in ratios)\n",
-      static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed + seeds - 1));
+      first_seed, last_seed);
   std::printf("%-8s %-6s %-9s %9s %8s %11s %9s %7s %7s %7s\n", "workload", "seed", "policy",
               "requests", "later", "inst-s", "p99 ms", "xlater", "xinst", "xp99");
   const char* compared[] = {"kpa+60s", "shoal", "learned"};
@@ -306,7 +309,7 @@ int main(int argc, char** argv) {
       "between them), learned over costWeight (coldWeight 1), shoal over "
       "firstIdleWindow, kpa and rl-q over their idle keep-alive; 'vs frontier' = "
       "inst-s / the frontier's at the same cold rate, per seed, median [min-max]\n",
-      static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed + seeds - 1));
+      first_seed, last_seed);
   std::printf("%-8s %-8s %-10s %9s %10s %8s  %s\n", "workload", "policy", "knob", "cold/1k",
               "inst-s", "p99 ms", "vs frontier");
   const double keep_alives[] = {10, 30, 60, 120, 300, 600, 1200};
@@ -428,7 +431,7 @@ int main(int argc, char** argv) {
       "policy with shoal's sizing (x1.00, hold 10 s, every interval), kpa (Knative "
       "defaults) and shoal; sums over seeds %llu..%llu (p99: mean over seeds); 'matches' "
       "= within 1%% (p99: the latency histogram's resolution), no more cold starts\n",
-      static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed + seeds - 1));
+      first_seed, last_seed);
   std::printf("%-8s %-15s %8s %12s %9s %10s %s\n", "workload", "policy", "later", "inst-s",
               "p99 ms", "weighted", "learned vs it");
   const LearnedWeights lw;

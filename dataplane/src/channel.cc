@@ -5,6 +5,16 @@
 
 namespace shoal {
 
+size_t DescriptorChannel::SendMany(std::span<const EventDescriptor> ds, Status* error) {
+  for (size_t i = 0; i < ds.size(); ++i) {
+    if (Status st = Send(ds[i]); !st.ok()) {
+      *error = std::move(st);
+      return i;
+    }
+  }
+  return ds.size();
+}
+
 const char* DataPlaneKindName(DataPlaneKind kind) {
   switch (kind) {
     case DataPlaneKind::kSockmap:

@@ -1,8 +1,10 @@
 #include "shoal/dataplane/sockmap_channel.h"
 
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -43,6 +45,57 @@ Status SockmapChannel::Send(const EventDescriptor& d) {
     return Internal("short send on the data plane: " + std::to_string(n) + " of 64 bytes");
   }
   return SendError(errno, d.target);
+}
+
+size_t SockmapChannel::SendMany(std::span<const EventDescriptor> ds, Status* error) {
+  size_t done = 0;
+  while (done < ds.size()) {
+    // Runs of descriptors for one target, each one message (the program redirects a message
+    // whole, to its first descriptor's target), up to kMaxMessages of them per sendmmsg.
+    iovec iov[kMaxMessages];
+    mmsghdr msgs[kMaxMessages];
+    size_t first[kMaxMessages + 1];
+    unsigned n = 0;
+    size_t at = done;
+    while (at < ds.size() && n < kMaxMessages) {
+      size_t end = at + 1;
+      while (end < ds.size() && end - at < kMaxBatch && ds[end].target == ds[at].target) ++end;
+      iov[n] = {const_cast<EventDescriptor*>(&ds[at]), (end - at) * sizeof(EventDescriptor)};
+      msgs[n] = {};
+      msgs[n].msg_hdr.msg_iov = &iov[n];
+      msgs[n].msg_hdr.msg_iovlen = 1;
+      first[n++] = at;
+      at = end;
+    }
+    first[n] = at;
+    int sent;
+    do {
+      sent = sendmmsg(fd_, msgs, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    } while (sent < 0 && errno == EINTR);
+    if (sent < 0) {
+      *error = SendError(errno, ds[done].target);
+      return done;
+    }
+    for (int i = 0; i < sent; ++i) {
+      if (msgs[i].msg_len != iov[i].iov_len) {
+        // As in Send: a redirected message goes whole or not at all.
+        *error = Internal("short send on the data plane: " + std::to_string(msgs[i].msg_len) +
+                          " of " + std::to_string(iov[i].iov_len) + " bytes");
+        return first[i];
+      }
+    }
+    done = first[sent];
+    if (static_cast<unsigned>(sent) < n) {
+      // sendmmsg does not say why the next message did not go: its first descriptor alone says
+      // (a message goes whole or not at all, so none of it went).
+      if (Status st = Send(ds[done]); !st.ok()) {
+        *error = std::move(st);
+        return done;
+      }
+      ++done;
+    }
+  }
+  return done;
 }
 
 Result<size_t> SockmapChannel::Receive(std::span<EventDescriptor> out) {

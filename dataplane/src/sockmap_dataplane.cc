@@ -11,12 +11,15 @@
 #include <cerrno>
 #include <cstring>
 
+#include "shoal/dataplane/sockmap_channel.h"
 #include "shoal/ebpf/sockmap_program.h"
 
 namespace shoal {
 
 static_assert(SockmapProgram::kCounterSlots == kMaxFunctions,
               "fn_counters in the BPF program must hold kMaxFunctions slots");
+static_assert(SockmapChannel::kMaxBatch == SHOAL_MAX_BATCH,
+              "the program counts at most SHOAL_MAX_BATCH descriptors of a message");
 
 namespace {
 

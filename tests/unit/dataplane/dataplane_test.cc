@@ -281,6 +281,63 @@ TEST_P(SockmapCountersTest, CountsEventsBytesRequestsResponsesExactly) {
   EXPECT_EQ((*rest)[2].function_id, kMaxFunctions);
 }
 
+// SendMany: runs for two targets, interleaved, each reach their target whole and in order (one
+// message per run of up to 64, each descriptor counted); a missing target stops it there.
+TEST_P(SockmapCountersTest, SendManyDeliversEachTargetsDescriptorsInOrderAndStopsAtAMissingOne) {
+  constexpr uint32_t kOther = kInstance + 1;
+  auto gw = dp_->CreateEndpoint(kGateway);
+  auto a = dp_->CreateEndpoint(kInstance);
+  auto b = dp_->CreateEndpoint(kOther);
+  ASSERT_TRUE(gw.ok() && a.ok() && b.ok());
+  auto ch = Channel(*gw);
+  // 150 descriptors: runs of 1, 2, ..., alternating targets, more than 64 in the last run.
+  std::vector<EventDescriptor> out, want_a, want_b;
+  for (uint64_t run = 1, i = 0; i < 150; ++run) {
+    const uint32_t target = run % 2 ? kInstance : kOther;
+    for (uint64_t k = 0; k < (run < 9 ? run : 150) && i < 150; ++k, ++i) {
+      out.push_back(MakeDescriptor(target, kGateway, EventKind::kRequest, 11, i));
+      (target == kInstance ? want_a : want_b).push_back(out.back());
+    }
+  }
+  ASSERT_GT(want_a.size(), 64u);
+  Status st;
+  ASSERT_EQ(ch->SendMany(out, &st), out.size()) << st.ToString();
+  for (auto [ep, want] : {std::pair{&*a, &want_a}, std::pair{&*b, &want_b}}) {
+    auto got = ReceiveN(*Channel(*ep), want->size());
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    for (size_t i = 0; i < want->size(); ++i) {
+      EXPECT_EQ(std::memcmp(&(*got)[i], &(*want)[i], sizeof(EventDescriptor)), 0) << i;
+    }
+  }
+  {
+    auto c = dp_->Counters(11);
+    ASSERT_TRUE(c.has_value());
+    EXPECT_EQ(c->events, 150u);
+    EXPECT_EQ(c->inflight, 150);  // 150 requests, no response yet
+    uint64_t bytes = 0;
+    for (const auto& d : out) bytes += d.length;
+    EXPECT_EQ(c->bytes, bytes);
+    EXPECT_EQ(c->drops, 0u);
+  }
+
+  // Two for kInstance, three for a missing target, one more for kInstance: two go, then the
+  // missing target's first is the error.
+  std::vector<EventDescriptor> gap = {
+      MakeDescriptor(kInstance, kGateway, EventKind::kRequest, 12, 1),
+      MakeDescriptor(kInstance, kGateway, EventKind::kRequest, 12, 2),
+      MakeDescriptor(0x00ABCDEFu, kGateway, EventKind::kRequest, 12, 3),
+      MakeDescriptor(0x00ABCDEFu, kGateway, EventKind::kRequest, 12, 4),
+      MakeDescriptor(0x00ABCDEFu, kGateway, EventKind::kRequest, 12, 5),
+      MakeDescriptor(kInstance, kGateway, EventKind::kRequest, 12, 6)};
+  EXPECT_EQ(ch->SendMany(gap, &st), 2u);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find(std::to_string(0x00ABCDEFu)), std::string::npos) << st.message();
+  auto got = ReceiveN(*Channel(*a), 2);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ((*got)[0].request_id, gap[0].request_id);
+  EXPECT_EQ((*got)[1].request_id, gap[1].request_id);
+}
+
 TEST_P(SockmapCountersTest, PinsExistWhileLoadedAndGoAfterwards) {
   auto* sockmap = dynamic_cast<SockmapDataPlane*>(dp_.get());
   ASSERT_NE(sockmap, nullptr);

@@ -22,6 +22,10 @@ class DescriptorChannel {
   // Non-blocking send to d.target. Errors: kUnavailable when the target endpoint does not
   // exist (any more); kResourceExhausted when the target's queue is full right now (retry).
   virtual Status Send(const EventDescriptor& d) = 0;
+  // Sends `ds` in order, each as Send would, in as few system calls as the channel can, and
+  // returns how many went. Fewer than ds.size(): `*error` is why ds[returned] did not go (as
+  // Send's errors), and nothing after it was tried. This one calls Send for each.
+  virtual size_t SendMany(std::span<const EventDescriptor> ds, Status* error);
   // Non-blocking: fills `out` with whole descriptors waiting on the socket and returns how
   // many (0 when none is waiting). kUnavailable when the socket was closed.
   virtual Result<size_t> Receive(std::span<EventDescriptor> out) = 0;

@@ -24,6 +24,14 @@ class SockmapChannel final : public DescriptorChannel {
   // message to the target socket (ENOMEM: TCP memory pressure; the ingress queue has no
   // other bound) or the socket buffer is full (EAGAIN) -> kResourceExhausted.
   Status Send(const EventDescriptor& d) override;
+  // Consecutive descriptors for the same target (up to kMaxBatch) go as one message, which the
+  // program redirects whole and counts descriptor by descriptor: one lock, one queue entry and
+  // one wake-up of the target for the run. The messages go in one sendmmsg. A message goes
+  // whole or not at all; after a failed one its first descriptor is sent alone to learn why.
+  size_t SendMany(std::span<const EventDescriptor> ds, Status* error) override;
+
+  static constexpr size_t kMaxBatch = 64;     // descriptors per message (SHOAL_MAX_BATCH)
+  static constexpr size_t kMaxMessages = 16;  // messages per sendmmsg
   Result<size_t> Receive(std::span<EventDescriptor> out) override;
 
  private:

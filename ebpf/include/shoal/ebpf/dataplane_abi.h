@@ -14,6 +14,10 @@
 #define SHOAL_OFF_FUNCTION_ID 8   /* __u32 */
 #define SHOAL_OFF_LENGTH 32       /* __u64 */
 
+/* A message carries 1 to SHOAL_MAX_BATCH whole descriptors, all for the first one's target
+ * (the sender groups them: SockmapChannel::SendMany); each is counted. */
+#define SHOAL_MAX_BATCH 64
+
 /* enum class EventKind */
 #define SHOAL_KIND_REQUEST 1
 #define SHOAL_KIND_RESPONSE 2

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <thread>
 
 #include "shoal/common/clock.h"
@@ -19,6 +20,11 @@
 
 namespace shoal {
 namespace {
+
+constexpr size_t kReceiveBatch = 64;  // descriptors read per recv
+// A request handled inline within this keeps its reply for the batch's one send; after a slower
+// one the replies kept so far go out before the next request runs.
+constexpr uint64_t kQuickHandlerNs = 20'000;
 
 const char* Env(const char* name) {
   const char* v = std::getenv(name);
@@ -67,6 +73,7 @@ FunctionInstance::FunctionInstance(InstanceOptions options, BufferPool& pool,
       pool_(pool),
       channel_(std::move(channel)),
       handler_(std::move(handler)) {
+  replies_.reserve(kReceiveBatch);  // at most one reply per received descriptor
   if (options_.concurrency > 1 && handler_->MayBlock()) {
     for (uint32_t i = 0; i < options_.concurrency; ++i) {
       workers_.emplace_back([this] { WorkerMain(); });
@@ -106,6 +113,14 @@ void FunctionInstance::ReleaseOrLog(uint64_t offset, HolderSlot slot, const char
 void FunctionInstance::SendReply(EventDescriptor reply) {
   reply.version = kDescriptorVersion;
   reply.timestamp_ns = MonotonicNs();
+  if (batching_) {
+    replies_.push_back(reply);  // goes with the other replies of its batch (FlushReplies)
+    return;
+  }
+  Deliver(reply);
+}
+
+void FunctionInstance::Deliver(const EventDescriptor& reply) {
   for (int attempt = 0;; ++attempt) {
     Status st = channel_->Send(reply);
     if (st.ok()) return;
@@ -113,12 +128,22 @@ void FunctionInstance::SendReply(EventDescriptor reply) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
       continue;
     }
-    spdlog::warn("reply for request {} to endpoint {:#x} lost: {}", reply.request_id,
-                 reply.target, st.ToString());
+    spdlog::warn("reply for request {} to endpoint {:#x} lost: {}", reply.request_id, reply.target,
+                 st.ToString());
     // The buffer was handed to shoald's slot before the send: give it back from there.
     if (reply.offset != 0) ReleaseOrLog(reply.offset, kShoaldSlot, "lost reply's");
     return;
   }
+}
+
+void FunctionInstance::FlushReplies() {
+  for (size_t done = 0; done < replies_.size();) {
+    Status st;
+    done += channel_->SendMany(std::span<const EventDescriptor>(replies_).subspan(done), &st);
+    // One that did not go: retried while the gateway's queue is full, else logged as lost.
+    if (done < replies_.size()) Deliver(replies_[done++]);
+  }
+  replies_.clear();
 }
 
 void FunctionInstance::Process(const EventDescriptor& req) {
@@ -214,7 +239,7 @@ int FunctionInstance::Run() {
                options_.function, options_.endpoint, options_.pool, options_.slot,
                options_.concurrency, options_.dataplane);
 
-  std::array<EventDescriptor, 64> batch;
+  std::array<EventDescriptor, kReceiveBatch> batch;
   int exit_code = 0;
   bool running = true;
   while (running) {
@@ -247,6 +272,9 @@ int FunctionInstance::Run() {
           break;
         }
         if (*got == 0) break;
+        // Inline requests answer together: one sendmmsg for the batch's replies.
+        batching_ = workers_.empty();
+        uint64_t last_ns = batching_ ? MonotonicNs() : 0;
         for (size_t k = 0; k < *got; ++k) {
           const EventDescriptor& d = batch[k];
           if (d.kind == static_cast<uint16_t>(EventKind::kPing)) {
@@ -258,7 +286,12 @@ int FunctionInstance::Run() {
           } else if (d.kind != static_cast<uint16_t>(EventKind::kRequest)) {
             spdlog::warn("unexpected descriptor kind {} from {:#x}", d.kind, d.source);
           } else if (workers_.empty()) {
+            // Replies kept so far do not wait on a handler that was slow the last time.
+            if (slow_handler_) FlushReplies();
             Process(d);
+            const uint64_t now = replies_.empty() ? MonotonicNs() : replies_.back().timestamp_ns;
+            slow_handler_ = now - last_ns > kQuickHandlerNs;
+            last_ns = now;
           } else {
             {
               std::lock_guard lock(mu_);
@@ -267,6 +300,10 @@ int FunctionInstance::Run() {
             cv_.notify_one();
           }
         }
+        batching_ = false;
+        FlushReplies();
+        // A short batch emptied the socket (level-triggered epoll says when more comes).
+        if (*got < batch.size()) break;
       }
     }
   }

@@ -52,7 +52,13 @@ class FunctionInstance {
   void Process(const EventDescriptor& request);
 
  private:
+  // Stamps and sends `reply`; while the loop runs a received batch inline, keeps it for
+  // FlushReplies instead.
   void SendReply(EventDescriptor reply);
+  // Sends `reply`, retrying while the target's queue is full; a lost reply's buffer is released.
+  void Deliver(const EventDescriptor& reply);
+  // Sends the kept replies (SendMany), in order.
+  void FlushReplies();
   void ReleaseOrLog(uint64_t offset, HolderSlot slot, const char* what);
   void WorkerMain();
 
@@ -66,6 +72,10 @@ class FunctionInstance {
   std::deque<EventDescriptor> queue_;
   bool stopping_ = false;
   std::vector<std::thread> workers_;
+  // Only the loop thread, and only without workers, batches its replies.
+  bool batching_ = false;
+  bool slow_handler_ = false;  // the last inline request took longer than kQuickHandlerNs
+  std::vector<EventDescriptor> replies_;
 };
 
 }  // namespace shoal

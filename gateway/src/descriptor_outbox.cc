@@ -15,6 +15,32 @@ Status DescriptorOutbox::Send(const EventDescriptor& d, bool* queued) {
   return {};
 }
 
+bool DescriptorOutbox::SendQueued() {
+  while (!queued_.empty()) {
+    // What `failed_` queues while this batch goes waits for the next turn of the loop.
+    sending_.swap(queued_);
+    std::span<EventDescriptor> rest(sending_);
+    while (!rest.empty()) {
+      Status st;
+      rest = rest.subspan(channel_.SendMany(rest, &st));
+      if (rest.empty()) break;
+      const uint32_t target = rest.front().target;
+      if (st.code() == StatusCode::kResourceExhausted) {
+        // The target's queue is full: its descriptors wait, in order; the others go on.
+        auto busy = std::stable_partition(
+            rest.begin(), rest.end(), [&](const EventDescriptor& d) { return d.target != target; });
+        waiting_.insert(waiting_.end(), busy, rest.end());
+        rest = rest.first(static_cast<size_t>(busy - rest.begin()));
+        continue;
+      }
+      if (failed_) failed_(rest.front(), st);
+      rest = rest.subspan(1);
+    }
+    sending_.clear();
+  }
+  return !waiting_.empty();
+}
+
 bool DescriptorOutbox::Flush() {
   while (!waiting_.empty()) {
     Status st = channel_.Send(waiting_.front());
@@ -30,6 +56,7 @@ bool DescriptorOutbox::Flush() {
 
 void DescriptorOutbox::DropFor(uint32_t target) {
   std::erase_if(waiting_, [&](const EventDescriptor& d) { return d.target == target; });
+  std::erase_if(queued_, [&](const EventDescriptor& d) { return d.target == target; });
 }
 
 }  // namespace shoal

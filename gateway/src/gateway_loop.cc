@@ -52,7 +52,13 @@ Status GatewayLoop::Init(int listen_fd, Endpoint endpoint) {
   endpoint_ = std::move(endpoint);
   auto kind = gw_.dataplane_.kind();
   channel_ = OpenChannel(endpoint_.ReleaseFd(), kind, gw_.config_.node_name);
-  outbox_ = std::make_unique<DescriptorOutbox>(*channel_);
+  outbox_ = std::make_unique<DescriptorOutbox>(
+      *channel_, [this](const EventDescriptor& d, const Status& st) { OnSendFailed(d, st); });
+  // The descriptors of one iteration go together once its I/O callbacks have run.
+  uv_check_init(&loop_, &send_check_);
+  send_check_.data = this;
+  uv_check_start(&send_check_,
+                 [](uv_check_t* c) { static_cast<GatewayLoop*>(c->data)->SendQueued(); });
   uv_poll_init(&loop_, &channel_poll_, channel_->fd());
   channel_poll_.data = this;
   uv_poll_start(&channel_poll_, UV_READABLE, [](uv_poll_t* h, int, int) {
@@ -68,6 +74,7 @@ Status GatewayLoop::Init(int listen_fd, Endpoint endpoint) {
     uv_close(reinterpret_cast<uv_handle_t*>(&self->inbox_async_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&self->stop_async_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&self->retry_timer_), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&self->send_check_), nullptr);
     auto conns = self->connections_;
     for (Connection* c : conns) c->Close();
     self->peers_->CloseAll();
@@ -242,22 +249,35 @@ void GatewayLoop::SendToInstance(uint32_t idx, uint32_t instance) {
   fl_.Stamp(p, instance, d);
   // The instance holds the request from here on; if it dies, the pool reclaims it.
   Status st = f.pool->Transfer(p.buffer, kShoaldSlot, slot);
-  bool transferred = st.ok();
-  if (transferred) {
-    bool queued = false;
-    st = outbox_->Send(d, &queued);
-    if (st.ok()) {
-      if (queued && !uv_is_active(reinterpret_cast<uv_handle_t*>(&retry_timer_))) {
-        uv_timer_start(
-            &retry_timer_, [](uv_timer_t* t) { static_cast<GatewayLoop*>(t->data)->FlushOutbox(); },
-            1, 1);
-      }
-      return;
-    }
-  } else {
-    // Without the hold the instance could not free the buffer: the descriptor is not sent.
-    spdlog::error("transfer to instance {:#x} failed: {}", instance, st.ToString());
+  if (st.ok()) {
+    outbox_->Queue(d);  // sent with the iteration's others (SendQueued)
+    return;
   }
+  // Without the hold the instance could not free the buffer: the descriptor is not sent.
+  spdlog::error("transfer to instance {:#x} failed: {}", instance, st.ToString());
+  FailSend(idx, instance, st, /*transferred=*/false);
+}
+
+void GatewayLoop::SendQueued() {
+  if (outbox_->SendQueued() && !uv_is_active(reinterpret_cast<uv_handle_t*>(&retry_timer_))) {
+    uv_timer_start(
+        &retry_timer_, [](uv_timer_t* t) { static_cast<GatewayLoop*>(t->data)->FlushOutbox(); }, 1,
+        1);
+  }
+}
+
+void GatewayLoop::OnSendFailed(const EventDescriptor& d, const Status& st) {
+  uint32_t idx;
+  Pending* p = pending_.Lookup(d.request_id, &idx);
+  // Not waiting for this instance any more (failed with it meanwhile): nothing to undo.
+  if (p == nullptr || p->control || p->admitting || p->queued || p->instance != d.target) return;
+  FailSend(idx, d.target, st, /*transferred=*/true);
+}
+
+void GatewayLoop::FailSend(uint32_t idx, uint32_t instance, const Status& st, bool transferred) {
+  Pending& p = pending_[idx];
+  FunctionRuntime& f = *p.fn;
+  const HolderSlot slot = SlotOfInstance(instance);
   // The instance is gone (or never got the buffer): take it back and fail the request.
   fl_.Finish(p, 502);
   if (transferred) {
@@ -336,6 +356,8 @@ void GatewayLoop::OnChannelReadable() {
     auto got = channel_->Receive(batch);
     if (!got.ok() || *got == 0) return;
     for (size_t i = 0; i < *got; ++i) OnResponse(batch[i]);
+    // A short batch emptied the socket: the poll (level-triggered) says when more comes.
+    if (*got < batch.size()) return;
   }
 }
 

@@ -89,6 +89,14 @@ class GatewayLoop {
   void FailInstance(uint32_t instance, int status, const std::string& reason);
   void Reject(uint64_t request_id, int status, const std::string& reason);
   void FlushOutbox();
+  // Sends the descriptors this iteration queued (the check handle), arming the retry timer for
+  // those a full queue refused.
+  void SendQueued();
+  // A queued request descriptor that could not go (its instance is gone): fails its request.
+  void OnSendFailed(const EventDescriptor& d, const Status& st);
+  // The request at `idx` did not reach `instance`: its buffer back (from the instance's slot
+  // when `transferred`), its slot released, a 502 to its client.
+  void FailSend(uint32_t idx, uint32_t instance, const Status& st, bool transferred);
   // Gives a request buffer back to the pool (shoald's slot), logging a failure.
   void ReleaseBuffer(FunctionRuntime& fn, uint64_t buffer, const char* what);
 
@@ -100,6 +108,7 @@ class GatewayLoop {
   uv_async_t inbox_async_{};
   uv_async_t stop_async_{};
   uv_timer_t retry_timer_{};
+  uv_check_t send_check_{};
   bool initialised_ = false;
   Endpoint endpoint_;
   std::unique_ptr<DescriptorChannel> channel_;

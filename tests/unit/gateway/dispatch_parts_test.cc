@@ -6,7 +6,9 @@
 #include <condition_variable>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "control_worker.h"
@@ -39,7 +41,7 @@ TEST(PendingSlab, RequestIdsCarryTheGenerationSoReusedSlotsRejectLateAnswers) {
   slab.Free(a);
   EXPECT_EQ(slab.Lookup(id_a, &idx), nullptr);  // freed
   const uint32_t again = slab.Alloc();
-  EXPECT_EQ(again, a);  // the slot is reused ...
+  EXPECT_EQ(again, a);                          // the slot is reused ...
   EXPECT_EQ(slab.Lookup(id_a, &idx), nullptr);  // ... under a new generation
   EXPECT_NE(slab.Lookup(slab.RequestId(again), &idx), nullptr);
   // Free cleared what the slot carried.
@@ -74,6 +76,13 @@ class FakeChannel : public DescriptorChannel {
   std::vector<EventDescriptor> sent;
 };
 
+// The request ids `ch` sent, in the order it sent them.
+std::vector<uint64_t> SentIds(const FakeChannel& ch) {
+  std::vector<uint64_t> ids;
+  for (const EventDescriptor& d : ch.sent) ids.push_back(d.request_id);
+  return ids;
+}
+
 EventDescriptor To(uint32_t target, uint64_t request_id) {
   EventDescriptor d{};
   d.target = target;
@@ -87,8 +96,7 @@ TEST(DescriptorOutbox, SendsNowWhenItCan) {
   bool queued = true;
   ASSERT_TRUE(outbox.Send(To(5, 1), &queued).ok());
   EXPECT_FALSE(queued);
-  ASSERT_EQ(ch.sent.size(), 1u);
-  EXPECT_EQ(ch.sent[0].request_id, 1u);
+  EXPECT_EQ(SentIds(ch), (std::vector<uint64_t>{1}));
   EXPECT_TRUE(outbox.empty());
 }
 
@@ -106,9 +114,7 @@ TEST(DescriptorOutbox, KeepsWhatAFullQueueRefusesAndFlushesItInOrder) {
   EXPECT_EQ(outbox.size(), 2u);
   EXPECT_TRUE(outbox.Flush());
   EXPECT_TRUE(outbox.empty());
-  ASSERT_EQ(ch.sent.size(), 2u);
-  EXPECT_EQ(ch.sent[0].request_id, 1u);
-  EXPECT_EQ(ch.sent[1].request_id, 2u);
+  EXPECT_EQ(SentIds(ch), (std::vector<uint64_t>{1, 2}));
 }
 
 TEST(DescriptorOutbox, AGoneTargetIsAnErrorNowAndADropLater) {
@@ -128,8 +134,7 @@ TEST(DescriptorOutbox, AGoneTargetIsAnErrorNowAndADropLater) {
   ASSERT_TRUE(outbox.Send(To(8, 3), &queued).ok());
   ch.gone.insert(7);  // died while its descriptor waited
   EXPECT_TRUE(outbox.Flush());
-  ASSERT_EQ(ch.sent.size(), 1u);
-  EXPECT_EQ(ch.sent[0].request_id, 3u);
+  EXPECT_EQ(SentIds(ch), (std::vector<uint64_t>{3}));
 }
 
 TEST(DescriptorOutbox, DropForForgetsOnlyThatTarget) {
@@ -145,6 +150,64 @@ TEST(DescriptorOutbox, DropForForgetsOnlyThatTarget) {
   EXPECT_TRUE(outbox.Flush());
   ASSERT_EQ(ch.sent.size(), 1u);
   EXPECT_EQ(ch.sent[0].target, 2u);
+}
+
+TEST(DescriptorOutbox, QueuedDescriptorsGoTogetherInOrderOnlyWhenSent) {
+  FakeChannel ch;
+  DescriptorOutbox outbox(ch);
+  for (uint64_t i = 1; i <= 5; ++i) outbox.Queue(To(i % 2 ? 5 : 6, i));
+  EXPECT_EQ(ch.attempts, 0);  // nothing goes before the loop's check handle sends
+  EXPECT_FALSE(outbox.SendQueued());
+  EXPECT_EQ(SentIds(ch), (std::vector<uint64_t>{1, 2, 3, 4, 5}));
+  EXPECT_FALSE(outbox.SendQueued());  // sent once only
+  EXPECT_EQ(SentIds(ch), (std::vector<uint64_t>{1, 2, 3, 4, 5}));
+}
+
+TEST(DescriptorOutbox, AFullTargetsQueuedDescriptorsWaitInOrderWhileOthersGo) {
+  FakeChannel ch;
+  DescriptorOutbox outbox(ch);
+  outbox.Queue(To(5, 1));
+  outbox.Queue(To(6, 2));
+  outbox.Queue(To(5, 3));
+  outbox.Queue(To(7, 4));
+  ch.full_sends = 1;  // target 5's queue refuses request 1
+  EXPECT_TRUE(outbox.SendQueued());
+  EXPECT_EQ(SentIds(ch), (std::vector<uint64_t>{2, 4}));
+  EXPECT_EQ(outbox.size(), 2u);  // 1 and 3, for target 5, not tried again now
+  EXPECT_EQ(ch.attempts, 3);
+  EXPECT_TRUE(outbox.Flush());
+  EXPECT_EQ(SentIds(ch), (std::vector<uint64_t>{2, 4, 1, 3}));
+}
+
+TEST(DescriptorOutbox, AGoneTargetIsReportedOnceEachAndWhatTheReportQueuesGoesToo) {
+  FakeChannel ch;
+  std::vector<std::pair<uint64_t, std::string>> failed;
+  DescriptorOutbox* self = nullptr;
+  DescriptorOutbox outbox(ch, [&](const EventDescriptor& d, const Status& st) {
+    failed.emplace_back(d.request_id, st.message());
+    if (d.request_id == 2) self->Queue(To(8, 20));  // the failure path routes another request
+  });
+  self = &outbox;
+  ch.gone.insert(9);
+  outbox.Queue(To(5, 1));
+  outbox.Queue(To(9, 2));
+  outbox.Queue(To(9, 3));
+  outbox.Queue(To(6, 4));
+  EXPECT_FALSE(outbox.SendQueued());
+  ASSERT_EQ(failed.size(), 2u);
+  EXPECT_EQ(failed[0], std::make_pair(uint64_t{2}, std::string("endpoint 9 gone")));
+  EXPECT_EQ(failed[1].first, 3u);
+  EXPECT_EQ(SentIds(ch), (std::vector<uint64_t>{1, 4, 20}));
+}
+
+TEST(DescriptorOutbox, DropForForgetsQueuedDescriptorsOfThatTargetToo) {
+  FakeChannel ch;
+  DescriptorOutbox outbox(ch);
+  outbox.Queue(To(1, 1));
+  outbox.Queue(To(2, 2));
+  outbox.DropFor(1);
+  EXPECT_FALSE(outbox.SendQueued());
+  EXPECT_EQ(SentIds(ch), (std::vector<uint64_t>{2}));
 }
 
 TEST(LoopInbox, EveryItemFromEveryThreadArrivesOnceInEachThreadsOrder) {
@@ -229,8 +292,8 @@ TEST(ControlWorker, RunsCallsOffTheCallersThreadAndSeveralAtOnce) {
   {
     // Both calls are inside the service at the same time: two threads.
     std::unique_lock lock(service.mu);
-    ASSERT_TRUE(service.cv.wait_for(lock, std::chrono::seconds(10),
-                                    [&] { return service.running == 2; }));
+    ASSERT_TRUE(
+        service.cv.wait_for(lock, std::chrono::seconds(10), [&] { return service.running == 2; }));
     service.release = true;
     service.cv.notify_all();
   }
@@ -247,8 +310,8 @@ TEST(ControlWorker, RunsCallsOffTheCallersThreadAndSeveralAtOnce) {
     EXPECT_EQ(replies[i].first.request_id, 100 + i);
     EXPECT_EQ(replies[i].first.loop, i);
     EXPECT_EQ(replies[i].second.status, 201);
-    EXPECT_EQ(replies[i].second.body, "POST /v1/jobs/j/join?q=" + std::to_string(i) +
-                                          " {} by client" + std::to_string(i));
+    EXPECT_EQ(replies[i].second.body,
+              "POST /v1/jobs/j/join?q=" + std::to_string(i) + " {} by client" + std::to_string(i));
     ASSERT_EQ(replies[i].second.headers.size(), 1u);
   }
 }
@@ -261,8 +324,8 @@ TEST(ControlWorker, StopDropsWaitingCallsAndRefusesNewOnes) {
   for (int i = 0; i < 3; ++i) worker.Submit(ControlCall{});
   {
     std::unique_lock lock(service.mu);
-    ASSERT_TRUE(service.cv.wait_for(lock, std::chrono::seconds(10),
-                                    [&] { return service.running == 1; }));
+    ASSERT_TRUE(
+        service.cv.wait_for(lock, std::chrono::seconds(10), [&] { return service.running == 1; }));
   }
   std::thread stopper([&] { worker.Stop(); });
   while (worker.waiting() != 0) std::this_thread::yield();  // Stop has dropped them

@@ -161,8 +161,8 @@ static __always_inline void submit_once(struct shoal_bhv_event *ev, __u64 hash) 
 
 /* An event of `kind` for this instance, zeroed but for its header; none (and a lost event
  * counted) when the ring buffer is full. */
-static __always_inline struct shoal_bhv_event *new_event(struct shoal_bhv_counters *c,
-                                                         __u64 cgid, __u32 kind) {
+static __always_inline struct shoal_bhv_event *new_event(struct shoal_bhv_counters *c, __u64 cgid,
+                                                         __u32 kind) {
   struct shoal_bhv_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
   if (!ev) {
     c->events_lost += 1;

@@ -281,9 +281,15 @@ Result<FlAdmission> FlMembers::Exchange(const AdmitCall& c) {
     t.coefficient = a->coefficient;
     t.client = c.client;
     ++job->rounds[t.round].inflight;
-    std::lock_guard lock(mu_);
     job->tickets[id] = std::move(t);
-    by_ticket_[id] = job;
+  }
+  {
+    // mu_ after job->mu is released: everywhere else takes mu_ first (Tops, Remove), and the
+    // two orders deadlocked a node's FL threads. A job removed meanwhile released its tickets:
+    // its ticket is not listed (a reply for it finds nothing).
+    std::lock_guard lock(mu_);
+    auto it = jobs_.find(job->spec.name);
+    if (it != jobs_.end() && it->second == job) by_ticket_[id] = job;
   }
   if (a->durable_round > 0) Released(job->spec.name, a->durable_round);
   return FlAdmission{id, static_cast<float>(a->coefficient)};

@@ -121,7 +121,8 @@ struct Sample {
 int main(int argc, char** argv) {
   int secs = 600, sample_s = 5, conns = 32;
   bool with_fl = true, with_detect = true;
-  shoal::bench::Args args("bench-soak [--seconds S] [--short] [--sample S] [--connections C]");
+  shoal::bench::Args args(
+      "bench-soak [--short | --seconds S] [--sample S] [--connections C] [--no-fl] [--no-detect]");
   args.Option("--seconds", &secs)
       .Switch("--short", &secs, 60)
       .Option("--sample", &sample_s)

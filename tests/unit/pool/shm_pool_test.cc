@@ -102,6 +102,17 @@ pid_t Fork(const std::function<int()>& fn) {
   return pid;
 }
 
+// Runs `body` in a forked child on that process's own mapping of the pool `name` (attached with
+// `backend`); the child exits with body's return value, or 2 when it cannot attach.
+pid_t ForkAttached(PoolBackend backend, const std::string& name,
+                   const std::function<int(SharedPool&)>& body) {
+  return Fork([&]() -> int {
+    auto p = AttachPool(backend, name);
+    if (!p.ok()) return 2;
+    return body(**p);
+  });
+}
+
 int WaitExit(pid_t pid) {
   int status = 0;
   if (waitpid(pid, &status, 0) != pid) return -1;
@@ -522,16 +533,14 @@ TEST_P(PoolTest, BytesWrittenInOneProcessAreReadInAnother) {
   ASSERT_TRUE(pool->Retain(*off, 3).ok());
 
   Pipe offset_pipe;
-  pid_t child = Fork([&]() -> int {
-    auto p = Attach(name);
-    if (!p.ok()) return 2;
-    if (!Check((*p)->Data(*off), kSize, 42)) return 3;
+  pid_t child = ForkAttached(backend(), name, [&](SharedPool& p) -> int {
+    if (!Check(p.Data(*off), kSize, 42)) return 3;
     // The child writes an answer for the parent into a buffer of its own.
-    auto reply = (*p)->Allocate(70000, 3);
+    auto reply = p.Allocate(70000, 3);
     if (!reply.ok()) return 4;
-    Fill((*p)->Data(*reply), 70000, 43);
-    if (!(*p)->Transfer(*reply, 3, kShoaldSlot).ok()) return 5;
-    if (!(*p)->Release(*off, 3).ok()) return 6;
+    Fill(p.Data(*reply), 70000, 43);
+    if (!p.Transfer(*reply, 3, kShoaldSlot).ok()) return 5;
+    if (!p.Release(*off, 3).ok()) return 6;
     uint64_t r = *reply;
     if (write(offset_pipe.fd[1], &r, sizeof r) != sizeof r) return 7;
     return 0;
@@ -560,11 +569,9 @@ TEST_P(PoolTest, TransferToAChildThatReleasesFreesTheBuffer) {
   // The parent no longer holds it: its release is refused.
   EXPECT_EQ(pool->Release(*off, kShoaldSlot).code(), StatusCode::kInvalidArgument);
 
-  pid_t child = Fork([&]() -> int {
-    auto p = Attach(name);
-    if (!p.ok()) return 2;
-    if (!Check((*p)->Data(*off), 5000, 7)) return 3;
-    return (*p)->Release(*off, 9).ok() ? 0 : 4;
+  pid_t child = ForkAttached(backend(), name, [&](SharedPool& p) -> int {
+    if (!Check(p.Data(*off), 5000, 7)) return 3;
+    return p.Release(*off, 9).ok() ? 0 : 4;
   });
   ASSERT_EQ(WaitExit(child), 0);
   EXPECT_TRUE(pool->Data(*off).empty());
@@ -605,14 +612,12 @@ TEST_P(PoolTest, ReclaimHolderAfterKill9FreesWhatTheDeadProcessHeld) {
   const int kOwn = 37;
 
   Pipe ready;
-  pid_t child = Fork([&]() -> int {
-    auto p = Attach(name);
-    if (!p.ok()) return 2;
+  pid_t child = ForkAttached(backend(), name, [&](SharedPool& p) -> int {
     for (int i = 0; i < kOwn; ++i) {
-      auto o = (*p)->Allocate(static_cast<size_t>(i) * 37000, kChildSlot);
+      auto o = p.Allocate(static_cast<size_t>(i) * 37000, kChildSlot);
       if (!o.ok()) return 3;
     }
-    if (!(*p)->Retain(*mine, kChildSlot).ok()) return 4;
+    if (!p.Retain(*mine, kChildSlot).ok()) return 4;
     ready.Signal();
     pause();
     return 0;
@@ -718,10 +723,8 @@ TEST_P(PoolTest, ALockHolderKilledWithSigkillDoesNotDeadlockTheNode) {
   auto pool = MustCreate(name, 8 * kMiB);
   ASSERT_NE(pool, nullptr);
   Pipe locked;
-  pid_t child = Fork([&]() -> int {
-    auto p = Attach(name);
-    if (!p.ok()) return 2;
-    (*p)->LockAndAbandonForTest();
+  pid_t child = ForkAttached(backend(), name, [&](SharedPool& p) -> int {
+    p.LockAndAbandonForTest();
     locked.Signal();
     pause();
     return 0;
@@ -736,11 +739,9 @@ TEST_P(PoolTest, ALockHolderKilledWithSigkillDoesNotDeadlockTheNode) {
   EXPECT_TRUE(pool->Release(*off, kShoaldSlot).ok());
   EXPECT_EQ(pool->LockRecoveries(), 1u);
   // The lock is healthy again: another process can take it too.
-  pid_t second = Fork([&]() -> int {
-    auto p = Attach(name);
-    if (!p.ok()) return 2;
-    auto o = (*p)->Allocate(2 * kMiB, 4);
-    return o.ok() && (*p)->Release(*o, 4).ok() ? 0 : 3;
+  pid_t second = ForkAttached(backend(), name, [&](SharedPool& p) -> int {
+    auto o = p.Allocate(2 * kMiB, 4);
+    return o.ok() && p.Release(*o, 4).ok() ? 0 : 3;
   });
   EXPECT_EQ(WaitExit(second), 0);
   alarm(0);
@@ -991,11 +992,10 @@ TEST_P(PoolTest, TwoProcessStressEndsEmptyAndUncorrupted) {
   int sv[2];
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
   const int kOps = 100000;
-  pid_t child = Fork([&]() -> int {
+  pid_t child = ForkAttached(backend(), name, [&](SharedPool& p) -> int {
+    // p: the child's own mapping, at another address than the parent's
     close(sv[0]);
-    auto p = Attach(name);  // its own mapping, at another address
-    if (!p.ok()) return 2;
-    return StressWorker(p->get(), sv[1], 2, 1, 2).Run(kOps);
+    return StressWorker(&p, sv[1], 2, 1, 2).Run(kOps);
   });
   close(sv[1]);
   int parent_rc = StressWorker(pool.get(), sv[0], 1, 2, 1).Run(kOps);

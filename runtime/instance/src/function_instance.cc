@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdlib>
@@ -22,9 +23,12 @@ namespace shoal {
 namespace {
 
 constexpr size_t kReceiveBatch = 64;  // descriptors read per recv
-// A request handled inline within this keeps its reply for the batch's one send; after a slower
-// one the replies kept so far go out before the next request runs.
+// Replies to inline requests are kept for their batch's one send only while the handler has
+// answered each of the last kQuickStreak requests within kQuickHandlerNs; otherwise each goes
+// before the next request runs. So a handler that is ever slow holds no reply back; one quick
+// for kQuickStreak requests in a row may hold its batch's replies for one slow request's time.
 constexpr uint64_t kQuickHandlerNs = 20'000;
+constexpr uint32_t kQuickStreak = 16;
 
 const char* Env(const char* name) {
   const char* v = std::getenv(name);
@@ -286,11 +290,11 @@ int FunctionInstance::Run() {
           } else if (d.kind != static_cast<uint16_t>(EventKind::kRequest)) {
             spdlog::warn("unexpected descriptor kind {} from {:#x}", d.kind, d.source);
           } else if (workers_.empty()) {
-            // Replies kept so far do not wait on a handler that was slow the last time.
-            if (slow_handler_) FlushReplies();
+            if (quick_streak_ < kQuickStreak) FlushReplies();
             Process(d);
             const uint64_t now = replies_.empty() ? MonotonicNs() : replies_.back().timestamp_ns;
-            slow_handler_ = now - last_ns > kQuickHandlerNs;
+            quick_streak_ =
+                now - last_ns > kQuickHandlerNs ? 0 : std::min(quick_streak_ + 1, kQuickStreak);
             last_ns = now;
           } else {
             {

@@ -74,7 +74,7 @@ class FunctionInstance {
   std::vector<std::thread> workers_;
   // Only the loop thread, and only without workers, batches its replies.
   bool batching_ = false;
-  bool slow_handler_ = false;  // the last inline request took longer than kQuickHandlerNs
+  uint32_t quick_streak_ = 0;  // inline requests answered in a row within kQuickHandlerNs
   std::vector<EventDescriptor> replies_;
 };
 

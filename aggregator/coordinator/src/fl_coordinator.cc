@@ -298,12 +298,19 @@ Status FlCoordinator::DeployJob(const FlJobSpec& in) {
     job->state.weights = model::InitModel(job->mspec, in.seed).values;
   }
   uint64_t durable = 0;  // the deployed job is on disk before the deploy answers
-  {
+  for (;;) {
+    // Lock order: a job's mu, then mu_ (AdmitHeader and Recover take them so). A re-deploy
+    // locks the running job first and then checks under mu_ that it is still the one deployed;
+    // taking mu_ first deadlocked against an admission of the job's updates.
+    std::shared_ptr<JobState> running = Find(in.name);
+    std::unique_lock<std::mutex> jl;
+    if (running) jl = std::unique_lock(running->mu);
     std::lock_guard lock(mu_);
     auto it = jobs_.find(in.name);
-    if (it != jobs_.end() && !it->second->deleted) {
+    const bool deployed = it != jobs_.end() && !it->second->deleted;
+    if (deployed && it->second != running) continue;  // deployed since Find: look again
+    if (deployed) {
       // A re-deploy keeps the job's progress; only limits and stop conditions change.
-      std::lock_guard jl(it->second->mu);
       if (it->second->spec.algorithm != in.algorithm ||
           it->second->spec.architecture != in.architecture ||
           it->second->spec.hidden != in.hidden) {
@@ -340,6 +347,7 @@ Status FlCoordinator::DeployJob(const FlJobSpec& in) {
           in.name, in.algorithm, in.architecture, job->mspec.num_params(), in.clients,
           LeafFunction(in.name), in.max_fan_in, in.max_leaves);
     }
+    break;
   }
   writer_->Wait(durable);
   if (auto job = Find(in.name)) PrepareSpareModel(*job);

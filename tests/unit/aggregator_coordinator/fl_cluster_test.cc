@@ -7,11 +7,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -400,6 +403,78 @@ TEST_F(FlClusterTest, ANodeTakesALostTopsJobOverFromTheSharedCheckpointStore) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_NO_FATAL_FAILURE(ExpectFedAvgOfAll(*member_, 2, w1));
+}
+
+// The coordinator's and the member's locks taken from three threads at once, as shoald's do:
+// a re-deploy of the running job at its top (DeployJob), updates entering node b admitted by the
+// top on their headers (b's Exchange, then the top's AdmitRemote) and b's cluster watch listing
+// the jobs it folds (Tops). Each pair of paths once took two locks in opposite orders and hung
+// (the top's jobs lock and a job's lock; b's jobs lock and its job's lock): bounded loops, and a
+// watchdog that fails the test where a deadlock would hang it.
+TEST_F(FlClusterTest, AReDeployAtTheTopWhileBAdmitsUpdatesAndListsItsJobsDoesNotDeadlock) {
+  // The admitter and the lister go on while the deployer runs (and at least kAtLeast times).
+  constexpr int kDeploys = 1000, kAtLeast = 200, kAtMost = 200000;
+  auto spec = top_->Spec("rb");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  std::vector<std::string> heads;  // prefix + UpdateHeader of each client's update
+  for (int k = 0; k < 3; ++k) {
+    const std::string body = testing::UpdateBody(mspec_, X(k, w0_), "rb", clients_[k].client_id,
+                                                 clients_[k].token, 0, 100);
+    uint32_t hlen;
+    std::memcpy(&hlen, body.data() + 4, 4);
+    heads.push_back(body.substr(0, 8 + hlen));
+  }
+  std::atomic<bool> deploying{true};
+  std::atomic<int> deployed{0}, admitted{0}, listed{0};
+  std::vector<uint64_t> tickets;  // the admitter's
+  auto deployer = std::async(std::launch::async, [&] {
+    for (int i = 0; i < kDeploys; ++i) {
+      if (Status st = top_->DeployJob(*spec); !st.ok()) {
+        ADD_FAILURE() << st.ToString();
+        break;
+      }
+      ++deployed;
+    }
+    deploying = false;
+  });
+  auto admitter = std::async(std::launch::async, [&] {
+    for (int i = 0; i < kAtMost && (deploying || i < kAtLeast); ++i) {
+      const std::string& head = heads[i % 3];
+      auto a =
+          member_->AdmitForTop("rb", *pools_[1], std::as_bytes(std::span(head)), 0, "the-bearer");
+      if (!a.ok()) {
+        ADD_FAILURE() << "admission " << i << ": " << a.status().ToString();
+        return;
+      }
+      tickets.push_back(a->ticket);
+      ++admitted;
+    }
+  });
+  auto lister = std::async(std::launch::async, [&] {
+    for (int i = 0; i < kAtMost && (deploying || i < kAtLeast); ++i) {
+      if (member_->members().Tops() != std::map<std::string, std::string>{{"rb", "a"}}) {
+        ADD_FAILURE() << "Tops() lost the job";
+        return;
+      }
+      ++listed;
+    }
+  });
+  for (auto* f : {&deployer, &admitter, &lister}) {
+    if (f->wait_for(std::chrono::seconds(120)) != std::future_status::ready) {
+      // Deadlocked threads cannot be joined (the futures' destructors would wait for them).
+      std::fprintf(stderr, "deadlock: %d of %d re-deploys, %d admissions, %d lists\n",
+                   deployed.load(), kDeploys, admitted.load(), listed.load());
+      std::_Exit(1);
+    }
+  }
+  EXPECT_EQ(deployed.load(), kDeploys);
+  EXPECT_GE(admitted.load(), kAtLeast);
+  EXPECT_GE(listed.load(), kAtLeast);
+  EXPECT_EQ(std::set<uint64_t>(tickets.begin(), tickets.end()).size(), tickets.size());
+  EXPECT_EQ(tickets.size(), static_cast<size_t>(admitted.load()));
+  auto after = top_->Spec("rb");
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->generation, spec->generation + kDeploys);
 }
 
 }  // namespace

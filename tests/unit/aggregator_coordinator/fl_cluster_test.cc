@@ -115,8 +115,9 @@ class FlClusterTest : public ::testing::Test {
     w0_ = Values(*m->bytes);
   }
   void TearDown() override {
-    member_.reset();
+    // The top first: its commit thread asks the member (probes, partial sums) until it is gone.
     top_.reset();
+    member_.reset();
     for (const auto& d : dirs_) std::filesystem::remove_all(d);
   }
   std::vector<float> Values(const std::string& safetensors) {
@@ -412,8 +413,9 @@ TEST_F(FlClusterTest, ANodeTakesALostTopsJobOverFromTheSharedCheckpointStore) {
 // (the top's jobs lock and a job's lock; b's jobs lock and its job's lock): bounded loops, and a
 // watchdog that fails the test where a deadlock would hang it.
 TEST_F(FlClusterTest, AReDeployAtTheTopWhileBAdmitsUpdatesAndListsItsJobsDoesNotDeadlock) {
-  // The admitter and the lister go on while the deployer runs (and at least kAtLeast times).
-  constexpr int kDeploys = 1000, kAtLeast = 200, kAtMost = 200000;
+  // The admitter and the lister go on while the deployer runs (at least kAtLeast times, at most
+  // kAdmitsAtMost and kListsAtMost: each admission stays in flight, held by both nodes).
+  constexpr int kDeploys = 1000, kAtLeast = 200, kAdmitsAtMost = 20000, kListsAtMost = 200000;
   auto spec = top_->Spec("rb");
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   std::vector<std::string> heads;  // prefix + UpdateHeader of each client's update
@@ -438,7 +440,7 @@ TEST_F(FlClusterTest, AReDeployAtTheTopWhileBAdmitsUpdatesAndListsItsJobsDoesNot
     deploying = false;
   });
   auto admitter = std::async(std::launch::async, [&] {
-    for (int i = 0; i < kAtMost && (deploying || i < kAtLeast); ++i) {
+    for (int i = 0; i < kAdmitsAtMost && (deploying || i < kAtLeast); ++i) {
       const std::string& head = heads[i % 3];
       auto a =
           member_->AdmitForTop("rb", *pools_[1], std::as_bytes(std::span(head)), 0, "the-bearer");
@@ -451,7 +453,7 @@ TEST_F(FlClusterTest, AReDeployAtTheTopWhileBAdmitsUpdatesAndListsItsJobsDoesNot
     }
   });
   auto lister = std::async(std::launch::async, [&] {
-    for (int i = 0; i < kAtMost && (deploying || i < kAtLeast); ++i) {
+    for (int i = 0; i < kListsAtMost && (deploying || i < kAtLeast); ++i) {
       if (member_->members().Tops() != std::map<std::string, std::string>{{"rb", "a"}}) {
         ADD_FAILURE() << "Tops() lost the job";
         return;

@@ -246,6 +246,8 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
     double elapsed_s = 0;
   };
 
+  // The job's state below (`deleted` is set under FlCoordinator::mu_). Taken before that mu_,
+  // never after it (fl_coordinator.h).
   std::mutex mu;
   FlJobSpec spec;
   model::ModelSpec mspec;

@@ -222,6 +222,10 @@ class FlCoordinator final : public JobService, public FlDataPath {
   std::function<void(const std::string&, uint64_t)> on_commit_;
   std::function<void(const std::string&)> on_gpu_fallback_;
   std::function<void(const std::string&, const std::string&, const std::string&)> on_suspect_;
+  // The jobs, the tickets' jobs and the counters. Lock order: a job's mu, then mu_ (AdmitHeader,
+  // Recover, DeployJob); never mu_ then a job's mu. Under them: commit_mu_ (Enqueue), the
+  // checkpoint writer's (Persist) and the pool's, which take no other. The callbacks run under
+  // neither, but Recover's pool_for (under the job's, before the gateway starts).
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<JobState>, std::less<>> jobs_;
   std::map<uint64_t, std::shared_ptr<JobState>> by_ticket_;

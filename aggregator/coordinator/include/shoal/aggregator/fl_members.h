@@ -114,6 +114,9 @@ class FlMembers {
   std::deque<AdmitCall> admits_;
   std::vector<std::thread> admit_threads_;
   bool admit_stopping_ = false;
+  // The jobs, the tickets' jobs and the ticket counter. Lock order: mu_, then a Job's mu (Tops,
+  // ~FlMembers); never a Job's mu then mu_ (Exchange releases it first). Under a Job's mu: the
+  // pool's, link_mu_ shared and FlTopLink::Report (which only queues).
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Job>, std::less<>> jobs_;
   std::map<uint64_t, std::shared_ptr<Job>> by_ticket_;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -246,8 +247,8 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
     double elapsed_s = 0;
   };
 
-  // The job's state below (`deleted` is set under FlCoordinator::mu_). Taken before that mu_,
-  // never after it (fl_coordinator.h).
+  // The job's state below (`deleted` is set under FlCoordinator::mu_ and read under either
+  // lock: atomic). Taken before that mu_, never after it (fl_coordinator.h).
   std::mutex mu;
   FlJobSpec spec;
   model::ModelSpec mspec;
@@ -311,7 +312,7 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   Clock::time_point start = Clock::now();
   double elapsed_before = 0;  // from the checkpoint this run resumed
   bool done = false;
-  bool deleted = false;
+  std::atomic<bool> deleted{false};
   double best_accuracy = 0;
   uint32_t leaf_id = 0;
   UpdateLog log;

@@ -96,20 +96,20 @@ Status ClusterFl::Start() {
   });
   SHOAL_RETURN_IF_ERROR(server_.Start(config_.listen_host, config_.fl_peer_port));
   {
-    std::lock_guard g(gate_->mu);
+    std::unique_lock g(gate_->mu);
     gate_->self = this;
   }
   fl_.SetPartialFetch([gate = gate_](const std::string& node, const std::string& job,
                                      uint64_t round, const std::vector<uint64_t>& tickets,
                                      std::vector<float>* sum) -> Status {
-    std::lock_guard g(gate->mu);
+    std::shared_lock g(gate->mu);
     if (gate->self == nullptr) return Unavailable("shoald is stopping");
     return gate->self->FetchPartial(node, job, round, tickets, sum);
   });
   fl_.SetAdmissionProbe(
       [gate = gate_](const std::string& node, const std::string& job,
                      const std::vector<uint64_t>& keys) -> Result<std::vector<uint64_t>> {
-        std::lock_guard g(gate->mu);
+        std::shared_lock g(gate->mu);
         if (gate->self == nullptr) return Unavailable("shoald is stopping");
         return gate->self->Probe(node, job, keys);
       });
@@ -128,7 +128,7 @@ void ClusterFl::Stop() {
   if (reporter_.joinable()) reporter_.join();
   server_.Stop();
   {
-    std::lock_guard g(gate_->mu);
+    std::unique_lock g(gate_->mu);  // waits for the calls in flight
     gate_->self = nullptr;
   }
   fl_.SetTopLink(nullptr);

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 
@@ -86,9 +87,11 @@ class ClusterFl final : public FlTopLink {
   std::deque<PendingReport> reports_;
   bool stopping_ = false;
   std::thread reporter_, watcher_;
-  // The commit thread's fetches stop reaching this object once Stop() cleared it.
+  // The commit thread's fetches stop reaching this object once Stop() cleared it. Shared by
+  // the calls (the top fetches its members' partial sums on a thread per node, side by side;
+  // a plain mutex held across each call made them one after another), exclusive for Stop().
   struct Gate {
-    std::mutex mu;
+    std::shared_mutex mu;
     ClusterFl* self = nullptr;
   };
   std::shared_ptr<Gate> gate_ = std::make_shared<Gate>();

@@ -33,17 +33,6 @@ struct ScalarPath {
     }
     return true;
   }
-  template <Elem E>
-  static size_t FoldFinite(float* acc, const void* x, size_t n, float w, size_t block) {
-    constexpr size_t kSize = E == kF32 ? 4 : 2;
-    const char* p = static_cast<const char*>(x);
-    for (size_t i = 0; i < n; i += block) {
-      const size_t m = n - i < block ? n - i : block;
-      if (!AllFinite<E>(p + kSize * i, m)) return i;
-      Fold<E>(acc + i, p + kSize * i, m, w);
-    }
-    return n;
-  }
   static void Scale(float* acc, size_t n, float a) {
     for (size_t i = 0; i < n; ++i) acc[i] *= a;
   }

@@ -110,22 +110,6 @@ struct SimdPath {
     return true;
   }
 
-  // One pass for the check and the fold: each block is tested, then folded while its bytes are
-  // still in L1/L2. Per element the same arithmetic as Fold (one fma each, body or tail), so
-  // the bits do not depend on where blocks start.
-  template <Elem E>
-  SHOAL_FOLD_TARGET static size_t FoldFinite(float* acc, const void* x, size_t n, float w,
-                                             size_t block) {
-    constexpr size_t kSize = E == kF32 ? 4 : 2;
-    const char* p = static_cast<const char*>(x);
-    for (size_t i = 0; i < n; i += block) {
-      const size_t m = n - i < block ? n - i : block;
-      if (!AllFinite<E>(p + kSize * i, m)) return i;
-      Fold<E>(acc + i, p + kSize * i, m, w);
-    }
-    return n;
-  }
-
   SHOAL_FOLD_TARGET static void Scale(float* acc, size_t n, float a) {
     const typename V::F av = V::Set1(a);
     size_t i = 0;

@@ -90,9 +90,14 @@ EventDescriptor To(uint32_t target, uint64_t request_id) {
   return d;
 }
 
-TEST(DescriptorOutbox, SendsNowWhenItCan) {
+// A fresh outbox over a fresh FakeChannel for each test.
+class DescriptorOutboxTest : public ::testing::Test {
+ protected:
   FakeChannel ch;
-  DescriptorOutbox outbox(ch);
+  DescriptorOutbox outbox{ch};
+};
+
+TEST_F(DescriptorOutboxTest, SendsNowWhenItCan) {
   bool queued = true;
   ASSERT_TRUE(outbox.Send(To(5, 1), &queued).ok());
   EXPECT_FALSE(queued);
@@ -100,9 +105,7 @@ TEST(DescriptorOutbox, SendsNowWhenItCan) {
   EXPECT_TRUE(outbox.empty());
 }
 
-TEST(DescriptorOutbox, KeepsWhatAFullQueueRefusesAndFlushesItInOrder) {
-  FakeChannel ch;
-  DescriptorOutbox outbox(ch);
+TEST_F(DescriptorOutboxTest, KeepsWhatAFullQueueRefusesAndFlushesItInOrder) {
   ch.full_sends = 3;
   bool queued = false;
   ASSERT_TRUE(outbox.Send(To(5, 1), &queued).ok());
@@ -117,9 +120,7 @@ TEST(DescriptorOutbox, KeepsWhatAFullQueueRefusesAndFlushesItInOrder) {
   EXPECT_EQ(SentIds(ch), (std::vector<uint64_t>{1, 2}));
 }
 
-TEST(DescriptorOutbox, AGoneTargetIsAnErrorNowAndADropLater) {
-  FakeChannel ch;
-  DescriptorOutbox outbox(ch);
+TEST_F(DescriptorOutboxTest, AGoneTargetIsAnErrorNowAndADropLater) {
   ch.gone.insert(9);
   bool queued = true;
   Status st = outbox.Send(To(9, 1), &queued);
@@ -137,9 +138,7 @@ TEST(DescriptorOutbox, AGoneTargetIsAnErrorNowAndADropLater) {
   EXPECT_EQ(SentIds(ch), (std::vector<uint64_t>{3}));
 }
 
-TEST(DescriptorOutbox, DropForForgetsOnlyThatTarget) {
-  FakeChannel ch;
-  DescriptorOutbox outbox(ch);
+TEST_F(DescriptorOutboxTest, DropForForgetsOnlyThatTarget) {
   ch.full_sends = 3;
   bool queued = false;
   ASSERT_TRUE(outbox.Send(To(1, 1), &queued).ok());
@@ -152,9 +151,7 @@ TEST(DescriptorOutbox, DropForForgetsOnlyThatTarget) {
   EXPECT_EQ(ch.sent[0].target, 2u);
 }
 
-TEST(DescriptorOutbox, QueuedDescriptorsGoTogetherInOrderOnlyWhenSent) {
-  FakeChannel ch;
-  DescriptorOutbox outbox(ch);
+TEST_F(DescriptorOutboxTest, QueuedDescriptorsGoTogetherInOrderOnlyWhenSent) {
   for (uint64_t i = 1; i <= 5; ++i) outbox.Queue(To(i % 2 ? 5 : 6, i));
   EXPECT_EQ(ch.attempts, 0);  // nothing goes before the loop's check handle sends
   EXPECT_FALSE(outbox.SendQueued());
@@ -163,9 +160,7 @@ TEST(DescriptorOutbox, QueuedDescriptorsGoTogetherInOrderOnlyWhenSent) {
   EXPECT_EQ(SentIds(ch), (std::vector<uint64_t>{1, 2, 3, 4, 5}));
 }
 
-TEST(DescriptorOutbox, AFullTargetsQueuedDescriptorsWaitInOrderWhileOthersGo) {
-  FakeChannel ch;
-  DescriptorOutbox outbox(ch);
+TEST_F(DescriptorOutboxTest, AFullTargetsQueuedDescriptorsWaitInOrderWhileOthersGo) {
   outbox.Queue(To(5, 1));
   outbox.Queue(To(6, 2));
   outbox.Queue(To(5, 3));
@@ -200,9 +195,7 @@ TEST(DescriptorOutbox, AGoneTargetIsReportedOnceEachAndWhatTheReportQueuesGoesTo
   EXPECT_EQ(SentIds(ch), (std::vector<uint64_t>{1, 4, 20}));
 }
 
-TEST(DescriptorOutbox, DropForForgetsQueuedDescriptorsOfThatTargetToo) {
-  FakeChannel ch;
-  DescriptorOutbox outbox(ch);
+TEST_F(DescriptorOutboxTest, DropForForgetsQueuedDescriptorsOfThatTargetToo) {
   outbox.Queue(To(1, 1));
   outbox.Queue(To(2, 2));
   outbox.DropFor(1);

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <span>
+#include <string>
 #include <vector>
 
 namespace shoal::aggregator {
@@ -51,23 +53,23 @@ TEST_F(FoldSegmentsTest, OverlappingAccumulatorsAreRefusedByName) {
   EXPECT_EQ(CheckFoldSegments(twice).code(), StatusCode::kInvalidArgument);
 }
 
+// CheckFoldSegments refuses `segs` with a message that names the overlap `named`.
+void ExpectRefusedNaming(std::span<const FoldSegment> segs, const std::string& named) {
+  const Status st = CheckFoldSegments(segs);
+  ASSERT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find(named), std::string::npos) << st.message();
+}
+
 TEST_F(FoldSegmentsTest, AnUpdateInsideAnAccumulatorIsRefused) {
   // Segment 1 reads bytes that segment 0 writes (an update aliasing the partial sum).
   const FoldSegment segs[2] = {{A(0), X(0), DType::kBF16, 100, 1},
                                {A(200), A(50), DType::kF32, 10, 1}};
-  const Status st = CheckFoldSegments(segs);
-  ASSERT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("the accumulator of segment 0 and the update of segment 1"),
-            std::string::npos)
-      << st.message();
+  ASSERT_NO_FATAL_FAILURE(
+      ExpectRefusedNaming(segs, "the accumulator of segment 0 and the update of segment 1"));
   // An update range that starts before an accumulator and runs into it.
   const FoldSegment into[2] = {{A(10), X(0), DType::kBF16, 100, 1},
                                {A(500), A(5), DType::kF32, 10, 1}};
-  const Status st2 = CheckFoldSegments(into);
-  ASSERT_EQ(st2.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(st2.message().find("the update of segment 1 and the accumulator of segment 0"),
-            std::string::npos)
-      << st2.message();
+  ExpectRefusedNaming(into, "the update of segment 1 and the accumulator of segment 0");
 }
 
 TEST_F(FoldSegmentsTest, FoldSegmentsAddsEverySegment) {

@@ -294,6 +294,22 @@ TEST(Robust, RefusesMismatchedUpdates) {
   EXPECT_FALSE(agg.Median(empty, out.data()).ok());
 }
 
+// Every rule (clipped only with a reference, `clip`) gives the same bytes, weights and Krum
+// scores from `a` run by `agg_a` as from `b` run by `agg_b`.
+void ExpectEveryRuleAgrees(RobustAggregator& agg_a, const RobustInput& a, RobustAggregator& agg_b,
+                           const RobustInput& b, bool clip) {
+  for (const char* rule : {"median", "trimmed", "krum", "clipped", "flag"}) {
+    if (!clip && std::string(rule) == "clipped") continue;
+    RobustReport ra, rb;
+    const auto x = RunRule(agg_a, rule, a, &ra);
+    const auto y = RunRule(agg_b, rule, b, &rb);
+    ASSERT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(float)))
+        << rule << " clip=" << clip;
+    EXPECT_EQ(ra.weights, rb.weights) << rule;
+    EXPECT_EQ(ra.krum_scores, rb.krum_scores) << rule;
+  }
+}
+
 // Enough coordinates for many blocks and all pair ranges, and an odd tail.
 TEST(Robust, SingleAndMultiThreadBitIdentical) {
   Updates u = Random(13, 70001, 1);
@@ -305,16 +321,7 @@ TEST(Robust, SingleAndMultiThreadBitIdentical) {
       in.reference = ref.data();
       in.clip_norm = 200;
     }
-    for (const char* rule : {"median", "trimmed", "krum", "clipped", "flag"}) {
-      if (!clip && std::string(rule) == "clipped") continue;
-      RobustReport r1, r4;
-      const auto a = RunRule(one, rule, in, &r1);
-      const auto b = RunRule(four, rule, in, &r4);
-      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
-          << rule << " clip=" << clip;
-      EXPECT_EQ(r1.weights, r4.weights) << rule;
-      EXPECT_EQ(r1.krum_scores, r4.krum_scores) << rule;
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectEveryRuleAgrees(one, in, four, in, clip));
   }
 }
 
@@ -359,23 +366,14 @@ TEST(Robust, UpdatesInPartsMatchFlatUpdates) {
       a.reference = b.reference = ref.data();
       a.clip_norm = b.clip_norm = 60;
     }
-    for (const char* rule : {"median", "trimmed", "krum", "clipped", "flag"}) {
-      if (!clip && std::string(rule) == "clipped") continue;
-      RobustReport ra, rb;
-      const auto x = RunRule(agg, rule, a, &ra);
-      const auto y = RunRule(agg, rule, b, &rb);
-      ASSERT_EQ(0, std::memcmp(x.data(), y.data(), x.size() * sizeof(float)))
-          << rule << " clip=" << clip;
-      EXPECT_EQ(ra.weights, rb.weights) << rule;
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectEveryRuleAgrees(agg, a, agg, b, clip));
   }
   for (auto& r : refs) r.n = f.d() + 1;
   std::vector<float> out(f.d() + 1);
   auto bad = agg.Median(RobustInput{refs}, out.data());
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().message(),
-            "median: the parts of update 0 hold " + std::to_string(f.d()) + " elements, not its n = " +
-                std::to_string(f.d() + 1));
+  EXPECT_EQ(bad.status().message(), "median: the parts of update 0 hold " + std::to_string(f.d()) +
+                                        " elements, not its n = " + std::to_string(f.d() + 1));
 }
 
 // bf16 and f16 updates widen exactly, so the result equals the result on the widened floats.

@@ -19,36 +19,31 @@ double Mean(const std::vector<double>& v) {
 }
 
 TEST(SpeedSpec, ParsesEachDistribution) {
-  auto s = ParseSpeedSpec("lognormal:1.0");
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->kind, SpeedSpec::Kind::kLognormal);
-  EXPECT_DOUBLE_EQ(s->a, 1.0);
-  EXPECT_DOUBLE_EQ(s->b, kDefaultStepSeconds);
-  s = ParseSpeedSpec("lognormal:0.5,0.2");
-  ASSERT_TRUE(s.ok());
-  EXPECT_DOUBLE_EQ(s->b, 0.2);
-  s = ParseSpeedSpec("exponential:0.1");
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->kind, SpeedSpec::Kind::kExponential);
-  s = ParseSpeedSpec("normal:0.05,0.02");
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->kind, SpeedSpec::Kind::kNormal);
-  EXPECT_DOUBLE_EQ(s->b, 0.02);
-  s = ParseSpeedSpec("uniform");
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->kind, SpeedSpec::Kind::kUniform);
-  s = ParseSpeedSpec("uniform:0.01,0.1");
-  ASSERT_TRUE(s.ok());
-  EXPECT_DOUBLE_EQ(s->a, 0.01);
-  EXPECT_DOUBLE_EQ(s->b, 0.1);
+  // Each spec and the distribution it reads as; what a spec leaves out keeps its default.
+  using K = SpeedSpec::Kind;
+  const std::pair<const char*, SpeedSpec> kParsed[] = {
+      {"lognormal:1.0", {K::kLognormal, 1.0, kDefaultStepSeconds}},
+      {"lognormal:0.5,0.2", {K::kLognormal, 0.5, 0.2}},
+      {"exponential:0.1", {K::kExponential, 0.1, kDefaultStepSeconds}},
+      {"normal:0.05,0.02", {K::kNormal, 0.05, 0.02}},
+      {"uniform", {K::kUniform, kDefaultStepSeconds, kDefaultStepSeconds}},
+      {"uniform:0.01,0.1", {K::kUniform, 0.01, 0.1}},
+  };
+  for (const auto& [spec, want] : kParsed) {
+    auto s = ParseSpeedSpec(spec);
+    ASSERT_TRUE(s.ok()) << spec << ": " << s.status().message();
+    EXPECT_EQ(s->kind, want.kind) << spec;
+    EXPECT_DOUBLE_EQ(s->a, want.a) << spec;
+    EXPECT_DOUBLE_EQ(s->b, want.b) << spec;
+  }
 }
 
 TEST(SpeedSpec, ErrorsNameTheBadPart) {
   // Each spec is refused, its message naming the part given ("": refused, message unchecked).
   const std::pair<const char*, const char*> kRefused[] = {
-      {"lognormal:x", "\"x\""},          {"normal:0.05", "normal:<mean>,<sd>"},
-      {"gamma:2", "\"gamma\""},          {"exponential:0", ""},
-      {"uniform:0.2,0.1", ""},           {"normal:0.05,-1", "argument 2"},
+      {"lognormal:x", "\"x\""}, {"normal:0.05", "normal:<mean>,<sd>"},
+      {"gamma:2", "\"gamma\""}, {"exponential:0", ""},
+      {"uniform:0.2,0.1", ""},  {"normal:0.05,-1", "argument 2"},
   };
   for (const auto& [spec, part] : kRefused) {
     auto s = ParseSpeedSpec(spec);

@@ -54,9 +54,14 @@ std::string Req(const std::string& input_fields, const std::string& extra = "") 
   return "{\"id\":\"r1\",\"inputs\":[{" + input_fields + "}]" + extra + "}";
 }
 
-TEST(Oip, ParsesFlatAndNestedData) {
+// A request parsed into `r` with `scratch`, fresh for each test.
+class OipTest : public ::testing::Test {
+ protected:
   std::vector<float> scratch;
   oip::InferRequest r;
+};
+
+TEST_F(OipTest, ParsesFlatAndNestedData) {
   ASSERT_TRUE(Parse(Req(R"("name":"input","shape":[1,2,2],"datatype":"FP32","data":[1,2,3,4.5])"),
                     &r, scratch)
                   .ok());
@@ -80,9 +85,7 @@ struct BadCase {
   std::string message;
 };
 
-TEST(Oip, FastDataPathHandlesWhitespaceExponentsAndKeyOrder) {
-  std::vector<float> scratch;
-  oip::InferRequest r;
+TEST_F(OipTest, FastDataPathHandlesWhitespaceExponentsAndKeyOrder) {
   // data before shape, odd whitespace, exponents, negative zero, an unrelated "data" key in the
   // outputs and inside a string.
   const std::string body =
@@ -164,7 +167,7 @@ TEST(Oip, EveryBadRequestIsRefusedNamingWhatIsWrong) {
   }
 }
 
-TEST(Oip, BinaryExtensionRequestAndResponse) {
+TEST_F(OipTest, BinaryExtensionRequestAndResponse) {
   const std::string header =
       R"({"inputs":[{"name":"input","shape":[1,2,2],"datatype":"FP32","parameters":{"binary_data_size":16}}],)"
       R"("outputs":[{"name":"logits","parameters":{"binary_data":true}}]})";
@@ -180,8 +183,6 @@ TEST(Oip, BinaryExtensionRequestAndResponse) {
   EXPECT_FALSE(oip::BinaryHeaderLength("")->has_value());
   EXPECT_FALSE(oip::BinaryHeaderLength("inference_header_content_length=x").ok());
 
-  std::vector<float> scratch;
-  oip::InferRequest r;
   ASSERT_TRUE(Parse(body, &r, scratch, header.size()).ok());
   ASSERT_EQ(r.input.size(), 4u);
   EXPECT_EQ(std::memcmp(r.input.data(), values, sizeof values), 0);
@@ -215,9 +216,7 @@ TEST(Oip, BinaryExtensionRequestAndResponse) {
   EXPECT_EQ(std::memcmp(resp.data() + json_len, out, 12), 0);
 }
 
-TEST(Oip, JsonResponseBytesAndMetadata) {
-  std::vector<float> scratch;
-  oip::InferRequest r;
+TEST_F(OipTest, JsonResponseBytesAndMetadata) {
   ASSERT_TRUE(Parse(Req(R"("name":"input","shape":[2,2,2],"datatype":"FP32","data":[1,2,3,4,5,6,7,8])"),
                     &r, scratch)
                   .ok());

@@ -29,6 +29,8 @@
 #include <thread>
 #include <vector>
 
+#include "shoal/common/enum_names.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define SHOAL_STREAM_X86 1
@@ -107,17 +109,11 @@ inline size_t StreamElements(size_t at_least, std::string* how) {
 enum class StreamKernel { kCopy, kScale, kAdd, kTriad };
 
 inline const char* StreamKernelName(StreamKernel k) {
-  switch (k) {
-    case StreamKernel::kCopy:
-      return "copy";
-    case StreamKernel::kScale:
-      return "scale";
-    case StreamKernel::kAdd:
-      return "add";
-    case StreamKernel::kTriad:
-      return "triad";
-  }
-  return "?";
+  static constexpr EnumName<StreamKernel> kNames[] = {{StreamKernel::kCopy, "copy"},
+                                                      {StreamKernel::kScale, "scale"},
+                                                      {StreamKernel::kAdd, "add"},
+                                                      {StreamKernel::kTriad, "triad"}};
+  return NameOf(kNames, k, "?");
 }
 
 // Arrays each kernel reads and writes, per element (STREAM's counting).

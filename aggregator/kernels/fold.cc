@@ -4,15 +4,18 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <initializer_list>
 
 #include "fold_kernels.h"
+#include "shoal/common/enum_names.h"
 
 namespace shoal::aggregator {
 namespace {
 
 using internal::FoldKernels;
+
+constexpr EnumName<Isa> kIsaNames[] = {
+    {Isa::kScalar, "scalar"}, {Isa::kAvx2, "avx2"}, {Isa::kAvx512, "avx512"}};
 
 // The kernel tables hold the floating types only: anything else would index past them.
 int Index(DType dtype) {
@@ -51,9 +54,8 @@ Isa DetectIsa() {
     best = Isa::kAvx2;
   }
   if (const char* env = std::getenv("SHOAL_FOLD_ISA")) {
-    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-      if (std::strcmp(env, IsaName(isa)) == 0 && IsaSupported(isa) && isa < best) best = isa;
-    }
+    const std::optional<Isa> asked = ValueOf(kIsaNames, env);
+    if (asked && IsaSupported(*asked) && *asked < best) best = *asked;
   }
   return best;
 }
@@ -83,17 +85,7 @@ bool IsaSupported(Isa isa) {
 #endif
 }
 
-const char* IsaName(Isa isa) {
-  switch (isa) {
-    case Isa::kScalar:
-      return "scalar";
-    case Isa::kAvx2:
-      return "avx2";
-    case Isa::kAvx512:
-      return "avx512";
-  }
-  return "?";
-}
+const char* IsaName(Isa isa) { return NameOf(kIsaNames, isa, "?"); }
 
 Isa ActiveIsa() {
   static const Isa isa = DetectIsa();

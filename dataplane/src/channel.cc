@@ -1,5 +1,6 @@
 #include "shoal/dataplane/channel.h"
 
+#include "shoal/common/enum_names.h"
 #include "shoal/dataplane/sockmap_channel.h"
 #include "shoal/dataplane/unix_dgram_channel.h"
 
@@ -15,20 +16,21 @@ size_t DescriptorChannel::SendMany(std::span<const EventDescriptor> ds, Status* 
   return ds.size();
 }
 
+namespace {
+
+constexpr EnumName<DataPlaneKind> kDataPlaneKinds[] = {{DataPlaneKind::kSockmap, "sockmap"},
+                                                       {DataPlaneKind::kUnix, "unix"}};
+
+}  // namespace
+
 const char* DataPlaneKindName(DataPlaneKind kind) {
-  switch (kind) {
-    case DataPlaneKind::kSockmap:
-      return "sockmap";
-    case DataPlaneKind::kUnix:
-      return "unix";
-  }
-  return "unknown";
+  return NameOf(kDataPlaneKinds, kind, "unknown");
 }
 
 Result<DataPlaneKind> ParseDataPlaneKind(const std::string& name) {
-  if (name == "sockmap") return DataPlaneKind::kSockmap;
-  if (name == "unix") return DataPlaneKind::kUnix;
-  return InvalidArgument("unknown data plane '" + name + "' (expected sockmap or unix)");
+  if (const auto kind = ValueOf(kDataPlaneKinds, name)) return *kind;
+  return InvalidArgument("unknown data plane '" + name + "' (expected " +
+                         NameList(kDataPlaneKinds) + ")");
 }
 
 std::unique_ptr<DescriptorChannel> OpenChannel(int fd, DataPlaneKind kind,

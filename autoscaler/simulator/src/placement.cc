@@ -5,6 +5,8 @@
 #include <string>
 #include <utility>
 
+#include "shoal/common/enum_names.h"
+
 namespace shoal {
 namespace {
 
@@ -66,15 +68,10 @@ void ClusterModel::Release(size_t i, const Resources& r) {
 }
 
 const char* PlacementKindName(PlacementKind kind) {
-  switch (kind) {
-    case PlacementKind::kWarm:
-      return "warm";
-    case PlacementKind::kCached:
-      return "cached";
-    case PlacementKind::kCold:
-      return "cold";
-  }
-  return "?";
+  static constexpr EnumName<PlacementKind> kNames[] = {{PlacementKind::kWarm, "warm"},
+                                                       {PlacementKind::kCached, "cached"},
+                                                       {PlacementKind::kCold, "cold"}};
+  return NameOf(kNames, kind, "?");
 }
 
 Result<PlacementDecision> Place(const ClusterModel& cluster, const PlacementRequest& request) {
@@ -96,7 +93,8 @@ Result<PlacementDecision> Place(const ClusterModel& cluster, const PlacementRequ
     if (cur < 0) return true;
     const NodeState& a = nodes[i];
     const NodeState& b = nodes[cur];
-    if (a.cold_start_cost_s != b.cold_start_cost_s) return a.cold_start_cost_s < b.cold_start_cost_s;
+    if (a.cold_start_cost_s != b.cold_start_cost_s)
+      return a.cold_start_cost_s < b.cold_start_cost_s;
     return a.Free().cores > b.Free().cores;
   };
   int cached = -1, cold = -1;
@@ -208,7 +206,8 @@ Result<FlPlacement> PlaceFlJob(const ClusterModel& cluster, const FlPlacementReq
   // Top aggregator: the node with most leaves that has room; ties to the larger gateway share.
   auto share_of = [&](size_t node) {
     double s = 0;
-    for (const auto& [n, sh] : gw) if (n == node) s += sh;
+    for (const auto& [n, sh] : gw)
+      if (n == node) s += sh;
     return s;
   };
   int top = -1;

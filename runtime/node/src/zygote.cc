@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "shoal/common/clock.h"
+#include "shoal/common/enum_names.h"
 #include "shoal/common/log.h"
 
 namespace shoal {
@@ -67,19 +68,13 @@ bool ProcIds(pid_t pid, pid_t* ppid, uid_t* uid) {
 }  // namespace
 
 const char* ZygoteStateName(Zygote::State s) {
-  switch (s) {
-    case Zygote::State::kStarting:
-      return "starting";
-    case Zygote::State::kReady:
-      return "ready";
-    case Zygote::State::kFailed:
-      return "failed";
-    case Zygote::State::kUnforkable:
-      return "unforkable";
-    case Zygote::State::kGone:
-      return "gone";
-  }
-  return "?";
+  using S = Zygote::State;
+  static constexpr EnumName<S> kNames[] = {{S::kStarting, "starting"},
+                                           {S::kReady, "ready"},
+                                           {S::kFailed, "failed"},
+                                           {S::kUnforkable, "unforkable"},
+                                           {S::kGone, "gone"}};
+  return NameOf(kNames, s, "?");
 }
 
 Result<std::unique_ptr<Zygote>> Zygote::Start(SpawnOptions spawn, const SandboxOptions& sandbox,

@@ -4,19 +4,18 @@
 
 #include <gtest/gtest.h>
 
+#include "signals_for_test.h"
+
 namespace shoal {
 namespace {
 
+using testing::Interval;
+using testing::Serve;
+
 FunctionSignals Busy(double now, uint32_t inflight) {
-  FunctionSignals s;
-  s.now_s = now;
-  s.interval_s = 2;
+  FunctionSignals s = Interval(now, 2, 10, 100);
+  Serve(s, inflight, 0.1);
   s.inflight = inflight;
-  s.arrivals = inflight;
-  s.completions = inflight;
-  s.mean_service_s = 0.1;
-  s.concurrency = 10;
-  s.max_scale = 100;
   s.ready = 1;
   return s;
 }
@@ -25,12 +24,9 @@ TEST(FunctionAutoscaler, KpaParamsFromTheManifestChangeItsWindows) {
   AutoscalingConfig c;
   c.policy = "kpa";
   c.target = 5;
-  c.params = {{"stableWindow", 10},
-              {"panicWindow", 2},
-              {"scaleToZeroGrace", 0},
-              {"scaleToZeroPodRetention", 45},
-              {"targetBurstCapacity", -1},
-              {"activationTimeout", 90}};
+  c.params = {{"stableWindow", 10},        {"panicWindow", 2},
+              {"scaleToZeroGrace", 0},     {"scaleToZeroPodRetention", 45},
+              {"targetBurstCapacity", -1}, {"activationTimeout", 90}};
   PolicyParams p;
   KeepAliveParams k;
   double slo = -1;
@@ -59,7 +55,8 @@ TEST(FunctionAutoscaler, KpaParamsFromTheManifestChangeItsWindows) {
   const Status bad = BuildAutoscalingParams(c, nullptr, nullptr, nullptr);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.message().find("params: kpa.target_burst_capacity must be >= 0 or -1 (got -5)"),
-            std::string::npos) << bad.message();
+            std::string::npos)
+      << bad.message();
 }
 
 TEST(FunctionAutoscaler, HistogramKeepAliveWithKpaCoversTheObservedIdleTimes) {

@@ -6,17 +6,18 @@
 
 #include <gtest/gtest.h>
 
+#include "signals_for_test.h"
+
 namespace shoal {
 namespace {
 
+using testing::Interval;
+
 FunctionSignals Sig(double now, uint32_t concurrency_observed, uint32_t ready) {
-  FunctionSignals s;
-  s.now_s = now;
-  s.interval_s = 1;
+  // Per-instance limit 1: target 1, so target value 0.7; no max_scale.
+  FunctionSignals s = Interval(now, 1, 1, 0);
   s.inflight = concurrency_observed;
   s.ready = ready;
-  s.concurrency = 1;  // per-instance limit 1: target 1, so target value 0.7
-  s.max_scale = 0;    // unbounded
   return s;
 }
 

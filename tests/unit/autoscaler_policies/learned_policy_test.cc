@@ -12,9 +12,13 @@
 #include <sstream>
 
 #include "shoal/autoscaler/function_autoscaler.h"
+#include "signals_for_test.h"
 
 namespace shoal {
 namespace {
+
+using testing::Interval;
+using testing::Serve;
 
 size_t ActionNamed(const LearnedModel& m, const std::string& name) {
   for (size_t a = 0; a < m.num_actions(); ++a)
@@ -154,13 +158,9 @@ TEST(LearnedModel, AVersionOneFileIsReadAndSaysItsSizingIsShoals) {
   LearnedParams p;
   p.model = std::make_shared<const LearnedModel>(*parsed);
   LearnedPolicy policy(p, ShoalParams{}, p.model);
-  FunctionSignals s;
-  s.now_s = 2;
-  s.interval_s = 2;
+  FunctionSignals s = Interval(2, 2, 1, 10);
   s.arrivals = 3;
   s.inflight = 1;
-  s.concurrency = 1;
-  s.max_scale = 10;
   policy.Observe(s);
   EXPECT_EQ(policy.sizing_action(), SizingTable::kDefaultAction);
   EXPECT_NE(policy.Explain().find("sizing x1.00-hold-10s (shoal's Erlang-C as is: the policy file "
@@ -353,16 +353,10 @@ TEST(FunctionAutoscaler, LearnedPolicyFileAndWeightsFromTheManifest) {
 }
 
 FunctionSignals Tick(double now, uint64_t arrivals) {
-  FunctionSignals s;
+  FunctionSignals s = Interval(now, 2, 1, 0);
+  Serve(s, arrivals, arrivals ? 0.2 : 0);
   s.function = "f";
-  s.now_s = now;
-  s.interval_s = 2;
-  s.arrivals = arrivals;
-  s.completions = arrivals;
-  s.mean_service_s = arrivals ? 0.2 : 0;
   s.cold_start_cost_s = 1;
-  s.concurrency = 1;
-  s.max_scale = 0;
   s.slo_s = 5;
   return s;
 }

@@ -7,8 +7,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "signals_for_test.h"
+
 namespace shoal {
 namespace {
+
+using testing::Interval;
 
 TEST(RlQPolicy, UpdateRuleMatchesHandComputedSteps) {
   RlQParams p;
@@ -82,13 +86,9 @@ TEST(RlQPolicy, LoadBinsAndCheckpoints) {
 void RunToy(RlQPolicy& pol, int steps) {
   uint32_t replicas = 3, prev = 3;
   for (int k = 0; k < steps; ++k) {
-    FunctionSignals s;
-    s.now_s = k;
-    s.interval_s = 1;
+    FunctionSignals s = Interval(k, 1, 100, 0);
     s.inflight = 20;
     s.ready = replicas;
-    s.concurrency = 100;
-    s.max_scale = 0;
     s.slo_s = 1.0;
     s.arrivals = s.completions = 100;
     s.cold_starts = replicas > prev ? replicas - prev : 0;

@@ -5,9 +5,13 @@
 #include <gtest/gtest.h>
 
 #include "shoal/autoscaler/queueing.h"
+#include "signals_for_test.h"
 
 namespace shoal {
 namespace {
+
+using testing::Interval;
+using testing::Serve;
 
 TEST(Queueing, ErlangCClosedForm) {
   // lambda = 8/s, service 0.5 s: a = 4 Erlangs.
@@ -27,14 +31,8 @@ TEST(Queueing, ErlangCClosedForm) {
 }
 
 FunctionSignals Steady(double now, uint64_t arrivals, double service_s) {
-  FunctionSignals s;
-  s.now_s = now;
-  s.interval_s = 1;
-  s.arrivals = arrivals;
-  s.completions = arrivals;
-  s.mean_service_s = service_s;
-  s.concurrency = 1;
-  s.max_scale = 0;
+  FunctionSignals s = Interval(now, 1, 1, 0);
+  Serve(s, arrivals, service_s);
   s.slo_s = 1.0;  // wait budget 0.1 s
   return s;
 }

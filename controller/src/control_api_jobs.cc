@@ -108,27 +108,48 @@ HttpReply ControlApi::Jobs(std::string_view method, std::string_view path, std::
     }
     if (!st.ok()) return StatusError(st);
   }
-  if (sub.empty()) {
-    if (method == "GET") return JobStatus(job);
-    if (method == "DELETE") return DeleteJob(job);
-    return MethodNotAllowed(method, path, "GET, DELETE");
+  // A job's routes: /v1/jobs/<job>[/<sub>], the method each answers and its handler. A known
+  // sub with another method answers 405 naming the methods it has, in this order.
+  using Handler = HttpReply (*)(ControlApi & api, const std::string& job, std::string_view query,
+                                std::string_view body);
+  struct JobRoute {
+    std::string_view sub;
+    std::string_view method;
+    Handler handle;
+  };
+  static constexpr JobRoute kJobRoutes[] = {
+      {"", "GET",
+       [](ControlApi& api, const std::string& job, std::string_view, std::string_view) {
+         return api.JobStatus(job);
+       }},
+      {"", "DELETE",
+       [](ControlApi& api, const std::string& job, std::string_view, std::string_view) {
+         return api.DeleteJob(job);
+       }},
+      {"join", "POST",
+       [](ControlApi& api, const std::string& job, std::string_view, std::string_view body) {
+         return api.Join(job, body);
+       }},
+      {"task", "GET",
+       [](ControlApi& api, const std::string& job, std::string_view query, std::string_view) {
+         return api.Task(job, query);
+       }},
+      {"model", "GET",
+       [](ControlApi& api, const std::string& job, std::string_view query, std::string_view) {
+         return api.Model(job, query);
+       }},
+      {"eval", "POST",
+       [](ControlApi& api, const std::string& job, std::string_view, std::string_view body) {
+         return api.Evaluate(job, body);
+       }},
+  };
+  std::string allow;
+  for (const JobRoute& route : kJobRoutes) {
+    if (route.sub != sub) continue;
+    if (route.method == method) return route.handle(*this, job, query, body);
+    allow.append(allow.empty() ? "" : ", ").append(route.method);
   }
-  if (sub == "join") {
-    if (method == "POST") return Join(job, body);
-    return MethodNotAllowed(method, path, "POST");
-  }
-  if (sub == "task") {
-    if (method == "GET") return Task(job, query);
-    return MethodNotAllowed(method, path, "GET");
-  }
-  if (sub == "model") {
-    if (method == "GET") return Model(job, query);
-    return MethodNotAllowed(method, path, "GET");
-  }
-  if (sub == "eval") {
-    if (method == "POST") return Evaluate(job, body);
-    return MethodNotAllowed(method, path, "POST");
-  }
+  if (!allow.empty()) return MethodNotAllowed(method, path, allow.c_str());
   if (sub == "updates") {
     return Error(404,
                  "updates go to the gateway's public listener (they land in the job's "

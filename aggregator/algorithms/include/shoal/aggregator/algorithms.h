@@ -151,82 +151,81 @@ class AggregationAlgorithm {
 // ---- Implementations
 // -----------------------------------------------------------------------------
 
-// w ← Σ (n_k / Σ n) w_k.
-class FedAvg final : public AggregationAlgorithm {
+// An algorithm and its parameters (MakeAlgorithm validates them before building it).
+template <class Params>
+class AlgorithmWith : public AggregationAlgorithm {
  public:
-  explicit FedAvg(FedAvgParams p = {}) : p_(p) {}
-  std::string_view name() const override { return "fedavg"; }
-  bool synchronous() const override { return true; }
-  double Coefficient(const UpdateMeta& meta) const override { return meta.num_samples; }
-  bool ShouldCommit(size_t, double) const override { return false; }
-  Status Commit(const PartialSum& total, const VersionStore& versions, ModelState& state) override;
+  explicit AlgorithmWith(Params p = {}) : p_(p) {}
+  const Params& params() const { return p_; }
 
- private:
-  FedAvgParams p_;
+ protected:
+  Params p_;
+};
+
+// The synchronous algorithms: a round's updates all train from the round's version, each
+// weighted by its samples n_k; the coordinator ends the round (quorum or deadline), so
+// ShouldCommit never does. They differ only in the server step Commit applies.
+template <class Params>
+class SynchronousAlgorithm : public AlgorithmWith<Params> {
+ public:
+  using AlgorithmWith<Params>::AlgorithmWith;
+  bool synchronous() const final { return true; }
+  double Coefficient(const UpdateMeta& meta) const final { return meta.num_samples; }
+  bool ShouldCommit(size_t, double) const final { return false; }
+};
+
+// w ← Σ (n_k / Σ n) w_k.
+class FedAvg final : public SynchronousAlgorithm<FedAvgParams> {
+ public:
+  using SynchronousAlgorithm::SynchronousAlgorithm;
+  std::string_view name() const override { return "fedavg"; }
+  Status Commit(const PartialSum& total, const VersionStore& versions, ModelState& state) override;
 };
 
 // Δ = avg − w; v ← β v + Δ; w ← w + η v.
-class FedAvgM final : public AggregationAlgorithm {
+class FedAvgM final : public SynchronousAlgorithm<FedAvgMParams> {
  public:
-  explicit FedAvgM(FedAvgMParams p = {}) : p_(p) {}
+  using SynchronousAlgorithm::SynchronousAlgorithm;
   std::string_view name() const override { return "fedavgm"; }
-  bool synchronous() const override { return true; }
-  double Coefficient(const UpdateMeta& meta) const override { return meta.num_samples; }
-  bool ShouldCommit(size_t, double) const override { return false; }
   Status Commit(const PartialSum& total, const VersionStore& versions, ModelState& state) override;
-
- private:
-  FedAvgMParams p_;
 };
 
 // Δ = avg − w; m ← β1 m + (1−β1) Δ; v ← β2 v + (1−β2) Δ²; w ← w + η m / (√v + τ).
-class FedAdam final : public AggregationAlgorithm {
+class FedAdam final : public SynchronousAlgorithm<FedAdamParams> {
  public:
-  explicit FedAdam(FedAdamParams p = {}) : p_(p) {}
+  using SynchronousAlgorithm::SynchronousAlgorithm;
   std::string_view name() const override { return "fedadam"; }
-  bool synchronous() const override { return true; }
-  double Coefficient(const UpdateMeta& meta) const override { return meta.num_samples; }
-  bool ShouldCommit(size_t, double) const override { return false; }
   Status Commit(const PartialSum& total, const VersionStore& versions, ModelState& state) override;
-
- private:
-  FedAdamParams p_;
 };
 
 // Per arrival: α_t = α s(u_k); w ← (1 − α_t) w + α_t w_k. Commits after every update; if several
 // were merged before a commit, w ← (1 − Σ α_k) w + Σ α_k w_k.
-class FedAsync final : public AggregationAlgorithm {
+class FedAsync final : public AlgorithmWith<FedAsyncParams> {
  public:
-  explicit FedAsync(FedAsyncParams p = {}) : p_(p) {}
+  using AlgorithmWith::AlgorithmWith;
   std::string_view name() const override { return "fedasync"; }
   double Coefficient(const UpdateMeta& meta) const override;
   bool ShouldCommit(size_t buffered, double) const override { return buffered >= 1; }
   Status Commit(const PartialSum& total, const VersionStore& versions, ModelState& state) override;
-
- private:
-  FedAsyncParams p_;
 };
 
 // Buffer K arrivals; w ← w + η_g (1/K) Σ s(u_k) Δ_k. A flush with fewer than K (end of job)
 // divides by the number buffered.
-class FedBuff final : public AggregationAlgorithm {
+class FedBuff final : public AlgorithmWith<FedBuffParams> {
  public:
-  explicit FedBuff(FedBuffParams p = {}) : p_(p) {}
+  using AlgorithmWith::AlgorithmWith;
   std::string_view name() const override { return "fedbuff"; }
   bool needs_base_versions() const override { return true; }
   double Coefficient(const UpdateMeta& meta) const override;
   bool ShouldCommit(size_t buffered, double) const override { return buffered >= p_.buffer_size; }
   Status Commit(const PartialSum& total, const VersionStore& versions, ModelState& state) override;
-
- private:
-  FedBuffParams p_;
 };
 
 // Every Δt: w ← w + Σ_{k arrived} p_k Δ_k, p_k = n_k / total_samples. A tick with no arrivals
 // changes nothing and makes no new version.
-class FedFix final : public AggregationAlgorithm {
+class FedFix final : public AlgorithmWith<FedFixParams> {
  public:
-  explicit FedFix(FedFixParams p = {}) : p_(p) {}
+  using AlgorithmWith::AlgorithmWith;
   std::string_view name() const override { return "fedfix"; }
   bool needs_base_versions() const override { return true; }
   double Coefficient(const UpdateMeta& meta) const override;
@@ -237,7 +236,6 @@ class FedFix final : public AggregationAlgorithm {
   Status Commit(const PartialSum& total, const VersionStore& versions, ModelState& state) override;
 
  private:
-  FedFixParams p_;
   double origin_ = 0;
   std::optional<double> next_tick_;  // unset until Start
 };
@@ -248,9 +246,9 @@ class FedFix final : public AggregationAlgorithm {
 // group (plus the general buffer). Mixing models instead, (1 − Σ α_k) w + Σ α_k w_k, would also
 // pull the global model back towards each stale update's old base. When to commit is
 // FedCompassScheduler's decision.
-class FedCompass final : public AggregationAlgorithm {
+class FedCompass final : public AlgorithmWith<FedCompassParams> {
  public:
-  explicit FedCompass(FedCompassParams p) : p_(p) {}
+  using AlgorithmWith::AlgorithmWith;
   std::string_view name() const override { return "fedcompass"; }
   bool needs_base_versions() const override { return true; }
   double Coefficient(const UpdateMeta& meta) const override;
@@ -258,10 +256,6 @@ class FedCompass final : public AggregationAlgorithm {
   double CommitScale(uint64_t staleness) const override;
   bool ShouldCommit(size_t, double) const override { return false; }
   Status Commit(const PartialSum& total, const VersionStore& versions, ModelState& state) override;
-  const FedCompassParams& params() const { return p_; }
-
- private:
-  FedCompassParams p_;
 };
 
 // "fedavg", "fedavgm", "fedadam", "fedasync", "fedbuff", "fedfix", "fedcompass": the named

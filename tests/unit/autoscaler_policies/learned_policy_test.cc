@@ -216,37 +216,33 @@ TEST(SizingTable, ChoosesAnotherActionOnlyWhenClearlyCheaperInTheContextsOwnRow)
 }
 
 TEST(SizingFeatures, LoadAndDispersionOverTheLastTenMinutes) {
-  SizingFeatures f;
   FunctionSignals s;
-  s.interval_s = 2;
   s.concurrency = 4;
+  // Intervals first..last of `interval_s` each, arrivals(k) in interval k, into `f`.
+  auto observe = [&s](SizingFeatures& f, int first, int last, double interval_s, double service_s,
+                      double time_scale, auto arrivals) {
+    s.interval_s = interval_s;
+    for (int k = first; k <= last; ++k) {
+      s.now_s = interval_s * k;
+      s.arrivals = arrivals(k);
+      f.Observe(s, service_s, time_scale);
+    }
+  };
+  SizingFeatures f;
   // Steady 10 arrivals per 2 s interval for 20 minutes, 0.2 s service: 5/s x 0.2 / 4 = 0.25.
-  for (int k = 1; k <= 600; ++k) {
-    s.now_s = 2.0 * k;
-    s.arrivals = 10;
-    f.Observe(s, 0.2, 1.0);
-  }
+  observe(f, 1, 600, 2, 0.2, 1.0, [](int) { return 10; });
   EXPECT_NEAR(f.load(), 0.25, 1e-9);
   EXPECT_NEAR(f.dispersion(), 0, 1e-9);  // no interval differs from the last
   EXPECT_EQ(f.intervals(), 300u);        // ten minutes of 2 s intervals
   EXPECT_EQ(f.concurrency(), 4u);
   // Bursts: 40 arrivals every fourth interval, none between (same mean rate): dispersion
   // = mean squared difference / 2 / mean, about 40^2 x (2/4) / 2 / 10 = 40.
-  for (int k = 601; k <= 1200; ++k) {
-    s.now_s = 2.0 * k;
-    s.arrivals = k % 4 == 0 ? 40 : 0;
-    f.Observe(s, 0.2, 1.0);
-  }
+  observe(f, 601, 1200, 2, 0.2, 1.0, [](int k) { return k % 4 == 0 ? 40 : 0; });
   EXPECT_NEAR(f.load(), 0.25, 1e-9);
   EXPECT_NEAR(f.dispersion(), 40, 0.5);
   // timeScale 0.1: the same per-interval counts at 0.2 s intervals read as the same load.
   SizingFeatures g;
-  s.interval_s = 0.2;
-  for (int k = 1; k <= 600; ++k) {
-    s.now_s = 0.2 * k;
-    s.arrivals = 10;
-    g.Observe(s, 0.02, 0.1);
-  }
+  observe(g, 1, 600, 0.2, 0.02, 0.1, [](int) { return 10; });
   EXPECT_NEAR(g.load(), 0.25, 1e-9);
 }
 

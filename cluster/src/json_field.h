@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "shoal/cluster/manifest_record.h"
 #include "shoal/common/status.h"
 
 namespace shoal::cluster {
@@ -38,10 +39,9 @@ inline Result<nlohmann::json> JsonObject(const std::string& text, const char* wh
   return j;
 }
 
-// The fields every deployed-manifest record (a cluster function, an FL job) carries: name,
-// namespace, generation, manifest and the two times, as a JSON object.
-template <typename Record>
-nlohmann::json ManifestRecordJson(const Record& r) {
+// A ManifestRecord's fields (name, namespace, generation, manifest and the two times) as a JSON
+// object, to which a record adds its own.
+inline nlohmann::json ManifestRecordJson(const ManifestRecord& r) {
   return {{"name", r.name},
           {"namespace", r.tenant},
           {"generation", r.generation},

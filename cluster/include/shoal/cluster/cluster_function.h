@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "shoal/cluster/manifest_record.h"
 #include "shoal/common/status.h"
 
 namespace shoal::cluster {
@@ -16,14 +17,8 @@ namespace shoal::cluster {
 inline constexpr uint32_t kClusterFunctionIdFirst = 2048;
 inline constexpr uint32_t kClusterFunctionIdLast = 3071;
 
-struct ClusterFunction {
-  std::string name;
-  std::string tenant = "default";
+struct ClusterFunction : ManifestRecord {
   uint32_t id = 0;
-  uint64_t generation = 0;
-  std::string manifest;
-  int64_t created_unix_ms = 0;
-  int64_t updated_unix_ms = 0;
 
   std::string ToJson() const;
   static Result<ClusterFunction> FromJson(const std::string& text);

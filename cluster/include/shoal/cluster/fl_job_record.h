@@ -8,19 +8,14 @@
 #include <cstdint>
 #include <string>
 
+#include "shoal/cluster/manifest_record.h"
 #include "shoal/common/status.h"
 
 namespace shoal::cluster {
 
-struct FlJobRecord {
-  std::string name;
-  std::string tenant = "default";
+struct FlJobRecord : ManifestRecord {
   std::string top;         // node name
   std::string moved_from;  // the top before, when the controller moved the job off a lost node
-  uint64_t generation = 0;
-  std::string manifest;
-  int64_t created_unix_ms = 0;
-  int64_t updated_unix_ms = 0;
 
   std::string ToJson() const;
   static Result<FlJobRecord> FromJson(const std::string& text);

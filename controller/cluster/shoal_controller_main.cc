@@ -48,6 +48,16 @@ void Write(const shoal::HttpReply& r, httplib::Response& res) {
   res.set_content(r.shared_body ? *r.shared_body : r.body, r.content_type);
 }
 
+// A record an apply deployed, as its reply lists it; the caller adds the record's own field (a
+// function's id, a job's top).
+json AppliedJson(const shoal::cluster::ManifestRecord& r, bool created) {
+  return {{"name", r.name},
+          {"namespace", r.tenant},
+          {"generation", r.generation},
+          {"created", created},
+          {"action", created ? "created" : "configured"}};
+}
+
 bool IsLoopback(const std::string& host) {
   return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
@@ -321,12 +331,8 @@ int main(int argc, char** argv) {
         return;
       }
       for (const auto& d : *deployed) {
-        list.push_back({{"name", d.function.name},
-                        {"namespace", d.function.tenant},
-                        {"id", d.function.id},
-                        {"generation", d.function.generation},
-                        {"created", d.created},
-                        {"action", d.created ? "created" : "configured"}});
+        list.push_back(AppliedJson(d.function, d.created));
+        list.back()["id"] = d.function.id;
       }
     }
     json jobs = json::array();
@@ -339,12 +345,8 @@ int main(int argc, char** argv) {
         return;
       }
       for (const auto& d : *deployed) {
-        jobs.push_back({{"name", d.record.name},
-                        {"namespace", d.record.tenant},
-                        {"top", d.record.top},
-                        {"generation", d.record.generation},
-                        {"created", d.created},
-                        {"action", d.created ? "created" : "configured"}});
+        jobs.push_back(AppliedJson(d.record, d.created));
+        jobs.back()["top"] = d.record.top;
       }
     }
     res.status = 201;

@@ -242,6 +242,17 @@ json FunctionJson(const std::string& name, int ready, int desired, double rps) {
 
 class CliTest : public ::testing::Test {
  protected:
+  // The server answers `route` with 404 and `body`; `args` then exit 1, print "shoal: " and the
+  // server's `error` on stderr and nothing on stdout.
+  void ExpectNotFound(const std::string& route, const std::string& body,
+                      const std::vector<std::string>& args, const std::string& error) {
+    server_.On(route, {404, "application/json", body, {}});
+    auto r = RunShoal(server_.url(), args);
+    EXPECT_EQ(r.exit_code, 1) << route;
+    EXPECT_EQ(r.err, "shoal: " + error + "\n");
+    EXPECT_EQ(r.out, "") << route;
+  }
+
   FakeShoald server_;
 };
 
@@ -278,15 +289,11 @@ TEST_F(CliTest, GetPrintsATable) {
 TEST_F(CliTest, GetOneAndUnknown) {
   server_.On("GET /v1/functions/echo",
              {200, "application/json", FunctionJson("echo", 2, 2, 1).dump(), {}});
-  server_.On("GET /v1/functions/nope",
-             {404, "application/json", "{\"error\":\"function 'nope' not found\"}\n", {}});
   auto r = RunShoal(server_.url(), {"get", "echo"});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, "NAME   READY   INFLIGHT   RPS   AGE\necho   2/2     3          1.0   5m\n");
-  auto missing = RunShoal(server_.url(), {"get", "nope"});
-  EXPECT_EQ(missing.exit_code, 1);
-  EXPECT_EQ(missing.err, "shoal: function 'nope' not found\n");
-  EXPECT_EQ(missing.out, "");
+  ExpectNotFound("GET /v1/functions/nope", "{\"error\":\"function 'nope' not found\"}\n",
+                 {"get", "nope"}, "function 'nope' not found");
 }
 
 TEST_F(CliTest, DeploySendsTheManifestAndReportsEachFunction) {
@@ -536,14 +543,11 @@ TEST_F(CliTest, DescribeShowsInstances) {
 
 TEST_F(CliTest, DeleteAndLogs) {
   server_.On("DELETE /v1/functions/echo", {200, "application/json", "{\"deleted\":\"echo\"}", {}});
-  server_.On("DELETE /v1/functions/nope",
-             {404, "application/json", "{\"error\":\"function 'nope' not found\"}", {}});
   auto d = RunShoal(server_.url(), {"delete", "echo"});
   EXPECT_EQ(d.exit_code, 0);
   EXPECT_EQ(d.out, "function/echo deleted\n");
-  auto n = RunShoal(server_.url(), {"delete", "nope"});
-  EXPECT_EQ(n.exit_code, 1);
-  EXPECT_EQ(n.err, "shoal: function 'nope' not found\n");
+  ExpectNotFound("DELETE /v1/functions/nope", "{\"error\":\"function 'nope' not found\"}",
+                 {"delete", "nope"}, "function 'nope' not found");
 
   server_.On("GET /v1/functions/echo/logs?offset=0",
              {200, "text/plain", "[1] hello\n", {"X-Shoal-Next-Offset: 10"}});
@@ -623,12 +627,8 @@ TEST_F(CliTest, FlStatusPrintsTheJobAndAVersionTable) {
   EXPECT_EQ(e.exit_code, 0);
   EXPECT_NE(e.out.find("Version:       0 (round 7)\n"), std::string::npos) << e.out;
   EXPECT_NE(e.out.find("Versions:\n  <none>\n"), std::string::npos) << e.out;
-  server_.On("GET /v1/jobs/nope",
-             {404, "application/json", R"({"error":"job 'nope' not found"})", {}});
-  auto n = RunShoal(server_.url(), {"fl", "status", "nope"});
-  EXPECT_EQ(n.exit_code, 1);
-  EXPECT_EQ(n.out, "");
-  EXPECT_EQ(n.err, "shoal: job 'nope' not found\n");
+  ExpectNotFound("GET /v1/jobs/nope", R"({"error":"job 'nope' not found"})",
+                 {"fl", "status", "nope"}, "job 'nope' not found");
 }
 
 TEST_F(CliTest, FlWatchPrintsAPlainLinePerChangeUntilDone) {
@@ -701,11 +701,8 @@ TEST_F(CliTest, FlWatchPrintsAPlainLinePerChangeUntilDone) {
   EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << r.out;  // its one line
   EXPECT_EQ(r.err, "shoal: fljob/gone was deleted while it was watched\n");
   // Unknown from the start: the server's message.
-  server_.On("GET /v1/jobs/missing",
-             {404, "application/json", R"({"error":"job 'missing' not found"})", {}});
-  auto m = RunShoal(server_.url(), {"fl", "watch", "missing"});
-  EXPECT_EQ(m.exit_code, 1);
-  EXPECT_EQ(m.err, "shoal: job 'missing' not found\n");
+  ExpectNotFound("GET /v1/jobs/missing", R"({"error":"job 'missing' not found"})",
+                 {"fl", "watch", "missing"}, "job 'missing' not found");
   // A job in a failed state.
   json failed = JobStatus("failed", json::array());
   failed["error"] = "leaf function crashed";
@@ -796,13 +793,17 @@ TEST_F(CliTest, FlModelShowsDownloadProgressOnATerminal) {
 }
 
 TEST_F(CliTest, FlModelAsOnnxIsTheArchitectureWithTheVersionsWeights) {
+  // The job's model download answers with `model`'s safetensors as version `version`.
+  auto serve_model = [this](const shoal::model::Model& model, int version) {
+    const std::vector<std::byte> st = shoal::model::ModelToSafetensors(model);
+    server_.On("GET /v1/jobs/fmnist/model",
+               {200,
+                "application/octet-stream",
+                std::string(reinterpret_cast<const char*>(st.data()), st.size()),
+                {"X-Shoal-Model-Version: " + std::to_string(version)}});
+  };
   const shoal::model::Model m = shoal::model::InitModel(shoal::model::MlpSpec(784, {16}, 10), 5);
-  const std::vector<std::byte> st = shoal::model::ModelToSafetensors(m);
-  server_.On("GET /v1/jobs/fmnist/model",
-             {200,
-              "application/octet-stream",
-              std::string(reinterpret_cast<const char*>(st.data()), st.size()),
-              {"X-Shoal-Model-Version: 3"}});
+  serve_model(m, 3);
   json status = JobStatus("running", json::array());
   status["model"] = {{"architecture", "mlp"}, {"hidden", 16}, {"params", 12730}};
   server_.On("GET /v1/jobs/fmnist", {200, "application/json", status.dump(), {}});
@@ -838,12 +839,7 @@ TEST_F(CliTest, FlModelAsOnnxIsTheArchitectureWithTheVersionsWeights) {
   // A job on sklearn's digits (8x8 inputs): the status's input width shapes the graph.
   const shoal::model::Model digits =
       shoal::model::InitModel(shoal::model::MlpSpec(64, {32}, 10), 5);
-  const std::vector<std::byte> dst = shoal::model::ModelToSafetensors(digits);
-  server_.On("GET /v1/jobs/fmnist/model",
-             {200,
-              "application/octet-stream",
-              std::string(reinterpret_cast<const char*>(dst.data()), dst.size()),
-              {"X-Shoal-Model-Version: 4"}});
+  serve_model(digits, 4);
   status["model"]["inputs"] = 64;
   status["model"]["classes"] = 10;
   server_.On("GET /v1/jobs/fmnist", {200, "application/json", status.dump(), {}});

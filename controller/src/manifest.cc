@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <span>
 #include <system_error>
 
 #include "manifest_parser.h"
@@ -85,65 +86,61 @@ bool SplitNumber(std::string_view text, double* number, std::string_view* unit) 
   return true;
 }
 
-}  // namespace
+// A unit a number may carry ("" for none) and what it stands for: number * mul / div.
+struct Unit {
+  std::string_view name;
+  double mul;
+  double div;
+};
 
-bool ParseDuration(std::string_view text, double* seconds) {
+// `text` ("30s", "1.5Gi", "500m") as its number scaled by its unit from `units`, and the unit;
+// false when the number is malformed, negative where `non_negative`, or the unit not in `units`.
+bool ScaledNumber(std::string_view text, std::span<const Unit> units, bool non_negative,
+                  double* value, std::string_view* unit) {
   double n = 0;
-  std::string_view unit;
-  if (!SplitNumber(text, &n, &unit)) return false;
-  if (unit.empty() || unit == "s") {
-    *seconds = n;
-  } else if (unit == "ms") {
-    *seconds = n / 1000;
-  } else if (unit == "us") {
-    *seconds = n / 1e6;
-  } else if (unit == "m") {
-    *seconds = n * 60;
-  } else if (unit == "h") {
-    *seconds = n * 3600;
-  } else {
-    return false;
-  }
-  return true;
-}
-
-bool ParseQuantity(std::string_view text, uint64_t* bytes) {
-  double n = 0;
-  std::string_view unit;
-  if (!SplitNumber(text, &n, &unit) || n < 0) return false;
-  static const std::pair<std::string_view, double> kUnits[] = {{"", 1},
-                                                               {"K", 1e3},
-                                                               {"k", 1e3},
-                                                               {"M", 1e6},
-                                                               {"G", 1e9},
-                                                               {"T", 1e12},
-                                                               {"Ki", 1024.0},
-                                                               {"Mi", 1048576.0},
-                                                               {"Gi", 1073741824.0},
-                                                               {"Ti", 1099511627776.0}};
-  for (const auto& [name, mult] : kUnits) {
-    if (unit != name) continue;
-    const double v = n * mult;
-    if (v >= 9.2e18) return false;
-    if (unit.empty() && v != std::floor(v)) return false;  // fractional bytes
-    *bytes = static_cast<uint64_t>(std::llround(v));
-    return true;
+  if (!SplitNumber(text, &n, unit) || (non_negative && n < 0)) return false;
+  for (const Unit& u : units) {
+    if (*unit == u.name) {
+      *value = n * u.mul / u.div;
+      return true;
+    }
   }
   return false;
 }
 
-bool ParseCpu(std::string_view text, double* cores) {
-  double n = 0;
+}  // namespace
+
+bool ParseDuration(std::string_view text, double* seconds) {
+  static constexpr Unit kUnits[] = {{"", 1, 1},     {"s", 1, 1},  {"ms", 1, 1000},
+                                    {"us", 1, 1e6}, {"m", 60, 1}, {"h", 3600, 1}};
   std::string_view unit;
-  if (!SplitNumber(text, &n, &unit) || n < 0) return false;
-  if (unit.empty()) {
-    *cores = n;
-  } else if (unit == "m") {
-    *cores = n / 1000;
-  } else {
-    return false;
-  }
+  return ScaledNumber(text, kUnits, /*non_negative=*/false, seconds, &unit);
+}
+
+bool ParseQuantity(std::string_view text, uint64_t* bytes) {
+  static constexpr Unit kUnits[] = {{"", 1, 1},
+                                    {"K", 1e3, 1},
+                                    {"k", 1e3, 1},
+                                    {"M", 1e6, 1},
+                                    {"G", 1e9, 1},
+                                    {"T", 1e12, 1},
+                                    {"Ki", 1024.0, 1},
+                                    {"Mi", 1048576.0, 1},
+                                    {"Gi", 1073741824.0, 1},
+                                    {"Ti", 1099511627776.0, 1}};
+  double v = 0;
+  std::string_view unit;
+  if (!ScaledNumber(text, kUnits, /*non_negative=*/true, &v, &unit)) return false;
+  if (v >= 9.2e18) return false;
+  if (unit.empty() && v != std::floor(v)) return false;  // fractional bytes
+  *bytes = static_cast<uint64_t>(std::llround(v));
   return true;
+}
+
+bool ParseCpu(std::string_view text, double* cores) {
+  static constexpr Unit kUnits[] = {{"", 1, 1}, {"m", 1, 1000}};
+  std::string_view unit;
+  return ScaledNumber(text, kUnits, /*non_negative=*/true, cores, &unit);
 }
 
 bool IsDnsLabel(std::string_view name) {

@@ -5,7 +5,9 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "shoal/pool/hugepages.h"
@@ -161,9 +163,12 @@ bool PoolFileExists(PoolBackend backend, const std::string& name) {
 
 namespace {
 
-// MADV_POPULATE_WRITE over this process's whole mapping of the pool: 0, or the errno.
-int PopulateWrite(SharedPool& pool) {
-  return madvise(pool.base(), pool.mapped_size(), MADV_POPULATE_WRITE) == 0 ? 0 : errno;
+// MADV_POPULATE_WRITE over [offset, offset + bytes) of this process's mapping of the pool
+// (all of it by default): 0, or the errno.
+int PopulateWrite(SharedPool& pool, uint64_t offset = 0, uint64_t bytes = UINT64_MAX) {
+  if (bytes == UINT64_MAX) bytes = pool.mapped_size();
+  char* at = static_cast<char*>(pool.base()) + offset;
+  return madvise(at, bytes, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
 }
 
 Status PopulateError(const std::string& what, int err) {
@@ -182,6 +187,24 @@ Status PopulatePoolMapping(SharedPool& pool) {
   const int err = PopulateWrite(pool);
   if (err == 0) return {};
   return PopulateError(PoolWhat("populating this process's mapping of pool ", pool), err);
+}
+
+Status PopulatePoolRange(SharedPool& pool, uint64_t offset, uint64_t bytes) {
+  const uint64_t size = pool.mapped_size();
+  if (offset > size || bytes > size - offset) {
+    return InvalidArgument("populating [" + std::to_string(offset) + ", " +
+                           std::to_string(offset + bytes) + ") of pool " + pool.Name() +
+                           ": past its end (" + std::to_string(size) + " bytes)");
+  }
+  if (bytes == 0) return {};
+  constexpr uint64_t kPage = 4096;  // the mapping's base and size are whole pages
+  const uint64_t begin = offset / kPage * kPage;
+  const uint64_t end = std::min((offset + bytes + kPage - 1) / kPage * kPage, size);
+  const int err = PopulateWrite(pool, begin, end - begin);
+  if (err == 0) return {};
+  return PopulateError("populating [" + std::to_string(begin) + ", " + std::to_string(end) +
+                           ") of this process's mapping of pool " + pool.Name(),
+                       err);
 }
 
 Status PrefaultPool(SharedPool& pool) {

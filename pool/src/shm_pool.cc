@@ -2,6 +2,7 @@
 
 #include "holder_bits.h"
 #include "robust_lock.h"
+#include "warm_ahead.h"
 
 #include <pthread.h>
 #include <sys/stat.h>
@@ -69,6 +70,8 @@ struct PoolHeader {
   uint64_t live_buffers;
   uint64_t alloc_failures;
   uint64_t lock_recoveries;
+  // Last, so a pool made before it reads zeros here (the rest of the header page): lock-free.
+  WarmState warm;
 };
 static_assert(sizeof(PoolHeader) <= ShmPool::kPoolHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "holders must be lock-free to share");
@@ -143,6 +146,10 @@ ShmPool::ShmPool(std::string name, std::unique_ptr<Segment> segment, bool owner)
     : name_(std::move(name)), segment_(std::move(segment)), owner_(owner), owner_pid_(getpid()) {}
 
 ShmPool::~ShmPool() {
+  // Its thread populates the mapping. A forked child that inherited the object has no such
+  // thread to stop (a fork copies only the caller).
+  if (getpid() != owner_pid_) (void)warm_.release();
+  warm_.reset();
   segment_.reset();  // unmaps
   // A forked child that inherited the creator's object must not unlink the node's pool.
   if (owner_ && getpid() == owner_pid_) Remove(name_);
@@ -406,6 +413,8 @@ Result<uint64_t> ShmPool::Allocate(size_t size, HolderSlot holder) {
     b->size_class = cls;
     b->capacity = capacity;
     b->self_offset = offset;
+    pool_detail::RaiseHighWater(h->warm, offset + capacity);
+    if (warm_) warm_->Allocated();
   }
   b->holders.store(uint64_t{1} << holder, std::memory_order_relaxed);
   LinkLiveLocked(offset, b);
@@ -516,6 +525,29 @@ uint64_t ShmPool::LockRecoveries() const {
   LockGuard lock(h);
   return h->lock_recoveries;
 }
+
+Status ShmPool::StartWarmAhead(uint64_t window_bytes) {
+  warm_.reset();
+  if (window_bytes == 0) return Status::Ok();
+  if (!owner_) {
+    return InvalidArgument("pool " + name_ + ": only the process that created it warms it ahead");
+  }
+  PoolHeader* h = header();
+  warm_ = std::make_unique<pool_detail::WarmAhead>(segment_->base(), mapped_size(), h->heap_offset,
+                                                   &h->warm, window_bytes);
+  return Status::Ok();
+}
+
+SharedPool::WarmMark ShmPool::Warm() const {
+  const PoolHeader* h = header();
+  // The sequence first: a follower that then reads an older end waits and looks again.
+  const uint32_t seq = h->warm.warm_seq.load(std::memory_order_acquire);
+  return {h->warm.warm_end.load(std::memory_order_acquire), seq};
+}
+
+void ShmPool::WaitWarm(uint32_t seq) const { pool_detail::WaitWarmSeq(header()->warm, seq); }
+
+void ShmPool::WakeWarmFollowers() { pool_detail::WakeWarmWaiters(header()->warm); }
 
 void ShmPool::LockAndAbandonForTest() {
   LockGuard lock(header());

@@ -368,6 +368,127 @@ TEST_P(PoolTest, PopulateMapsTheWholePoolInThisProcessAndKeepsTheContents) {
   EXPECT_TRUE(pool->Release(*off, 0).ok());
 }
 
+// The FL leaf maps only what shoald's warm-ahead has allocated (PopulatePoolRange): the range's
+// pages get entries in this process, nothing beyond them does, its bytes stay; a range that
+// runs past the pool is refused, naming it.
+TEST_P(PoolTest, PopulateRangeMapsThatRangeKeepsItsBytesAndRefusesOnePastTheEnd) {
+  const std::string name = UniqueName("range");
+  auto pool = MustCreate(name, 32 * kMiB);
+  ASSERT_NE(pool, nullptr);
+  auto off = pool->Allocate(6 * kMiB, 0);
+  ASSERT_TRUE(off.ok());
+  std::span<std::byte> data = pool->Data(*off);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(i * 11 + 3);
+
+  auto attached = Attach(name);
+  ASSERT_TRUE(attached.ok()) << attached.status().ToString();
+  SharedPool& other = **attached;
+  const uint64_t size = other.mapped_size();
+  const uint64_t before = MappedBytes(other.base());
+  // Not page-aligned on purpose: widened to whole pages (2 MiB ones on dpdk).
+  const uint64_t at = *off + 100, len = 5 * kMiB;
+  ASSERT_TRUE(PopulatePoolRange(other, at, len).ok());
+  const uint64_t after = MappedBytes(other.base());
+  EXPECT_GE(after, before + len - 2 * kMiB) << "the range's pages are mapped";
+  EXPECT_LE(after, before + len + 4 * kMiB) << "and little else";
+  EXPECT_LT(after, size / 2);
+  std::span<std::byte> seen = other.Data(*off);
+  ASSERT_EQ(seen.size(), data.size());
+  for (size_t i = 0; i < seen.size(); ++i) {
+    ASSERT_EQ(seen[i], static_cast<std::byte>(i * 11 + 3)) << "byte " << i;
+  }
+  EXPECT_TRUE(PopulatePoolRange(other, size, 0).ok()) << "an empty range at the end";
+
+  const uint64_t mapped = MappedBytes(other.base());  // the check above read the whole buffer
+  const Status past = PopulatePoolRange(other, size - 4096, 8192);
+  EXPECT_EQ(past.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(past.message(), "populating [" + std::to_string(size - 4096) + ", " +
+                                std::to_string(size + 4096) + ") of pool " + name +
+                                ": past its end (" + std::to_string(size) + " bytes)");
+  const Status beyond = PopulatePoolRange(other, size + 1, 1);
+  EXPECT_EQ(beyond.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(beyond.message().find(": past its end ("), std::string::npos) << beyond.message();
+  EXPECT_EQ(MappedBytes(other.base()), mapped) << "a refused range maps nothing";
+  EXPECT_TRUE(pool->Release(*off, 0).ok());
+}
+
+// Of the pages that [from, to) of a mapping of the pool touches: {in memory (mincore: whoever
+// allocated them), all}.
+std::pair<size_t, size_t> ResidentBetween(const SharedPool& pool, uint64_t from, uint64_t to) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t lo = from / page * page, hi = (to + page - 1) / page * page;
+  return {ResidentPages(static_cast<char*>(pool.base()) + lo, hi - lo), (hi - lo) / page};
+}
+
+// Waits (without a time limit of its own: ctest's) until the pool's warm end reaches `want`,
+// the way an instance follows it (WaitWarm on the futex); the end it reached.
+uint64_t WaitWarmEnd(const SharedPool& pool, uint64_t want) {
+  for (;;) {
+    const SharedPool::WarmMark m = pool.Warm();
+    if (m.end >= want) return m.end;
+    pool.WaitWarm(m.seq);
+  }
+}
+
+// pool_warm_bytes: shoald's Boost pool keeps a window of never-used memory above its highest
+// allocation allocated (not the whole pool), a buffer handed out there is on allocated pages
+// before its first write, the window moves up with the allocations, what a writer put in a
+// buffer meanwhile stays, and an attached process can follow the warm end through the futex.
+TEST_P(PoolTest, WarmAheadKeepsAWindowAboveTheHighestAllocationAllocated) {
+  const std::string name = UniqueName("warm");
+  auto pool = MustCreate(name, 64 * kMiB);
+  ASSERT_NE(pool, nullptr);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t size = pool->mapped_size();
+  if (backend() == PoolBackend::kDpdk) {
+    ASSERT_TRUE(pool->StartWarmAhead(16 * kMiB).ok());
+    EXPECT_EQ(pool->Warm().end, size) << "a dpdk pool is populated whole at creation";
+    return;
+  }
+  auto attached = Attach(name);
+  ASSERT_TRUE(attached.ok()) << attached.status().ToString();
+  SharedPool& other = **attached;
+  EXPECT_EQ(other.Warm().end, 0u) << "nothing warmed before it is asked";
+  const Status refused = other.StartWarmAhead(16 * kMiB);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.message(),
+            "pool " + name + ": only the process that created it warms it ahead");
+
+  ASSERT_TRUE(pool->StartWarmAhead(16 * kMiB).ok());
+  const uint64_t heap = ShmPool::kPoolHeaderBytes;
+  uint64_t end = WaitWarmEnd(other, heap + 16 * kMiB);
+  EXPECT_EQ(end, heap + 16 * kMiB) << "a window above the (empty) heap, and no more";
+  EXPECT_EQ(ResidentBetween(*pool, 0, end).first, end / page);
+  EXPECT_LE(ResidentPages(pool->base(), size), (end + kMiB) / page) << "not the whole pool";
+
+  // Handed out from the warm window: on allocated pages before anything writes them.
+  auto a = pool->Allocate(12 * kMiB, 0);
+  ASSERT_TRUE(a.ok());
+  EXPECT_LE(*a + 12 * kMiB, heap + 16 * kMiB);
+  const auto [warm, pages] = ResidentBetween(*pool, *a, *a + 12 * kMiB);
+  EXPECT_EQ(warm, pages);
+  // The window moves up above it; a buffer written while it does keeps its bytes.
+  auto b = pool->Allocate(8 * kMiB, 0);
+  ASSERT_TRUE(b.ok());
+  EXPECT_GT(*b, *a);
+  std::span<std::byte> bytes = pool->Data(*b);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>(i * 5 + 7);
+  const uint64_t top = *b + 8 * kMiB;
+  end = WaitWarmEnd(other, top + 16 * kMiB - page);
+  EXPECT_LE(end, top + 16 * kMiB + page);
+  EXPECT_EQ(ResidentBetween(*pool, 0, end).first, end / page);
+  EXPECT_LE(ResidentPages(pool->base(), size), (end + kMiB) / page) << "not the whole pool";
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    ASSERT_EQ(bytes[i], static_cast<std::byte>(i * 5 + 7)) << "byte " << i;
+  }
+  // The attached process maps what is warm (what an FL leaf does beside its loop).
+  ASSERT_TRUE(PopulatePoolRange(other, 0, end).ok());
+  EXPECT_GE(MappedBytes(other.base()), end);
+  EXPECT_TRUE(pool->Release(*a, 0).ok());
+  EXPECT_TRUE(pool->Release(*b, 0).ok());
+  ASSERT_TRUE(pool->StartWarmAhead(0).ok()) << "0 stops it";
+}
+
 TEST_P(PoolTest, CreateReplacesAStaleSegment) {
   const std::string name = UniqueName("stale");
   WriteJunk(name, backend() == PoolBackend::kBoost ? 12345 : 2 * kMiB, 0644);

@@ -59,5 +59,9 @@ Status PrefaultPool(SharedPool& pool);
 // so instances run it beside their work; a dpdk pool: 0.2 ms for 2 GiB); on a sparse Boost
 // pool it would allocate every page. kUnavailable without MADV_POPULATE_WRITE (Linux < 5.14).
 Status PopulatePoolMapping(SharedPool& pool);
+// The same for the pages of [offset, offset + bytes) of the mapping (widened to whole pages),
+// e.g. what shoald's warm-ahead has allocated (SharedPool::Warm). kInvalidArgument naming the
+// range when it runs past the pool's end.
+Status PopulatePoolRange(SharedPool& pool, uint64_t offset, uint64_t bytes);
 
 }  // namespace shoal

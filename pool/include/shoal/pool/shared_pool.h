@@ -30,6 +30,26 @@ class SharedPool : public BufferPool {
   virtual void* base() const = 0;
   virtual size_t mapped_size() const = 0;
 
+  // Warm-ahead (the config's pool_warm_bytes): shoald's side keeps `window_bytes` of the pool's
+  // never-used memory, above its highest allocation, allocated and mapped by a background thread,
+  // so bodies and partial sums land on warm pages without committing the whole pool. A pool
+  // whose pages are all allocated at creation (dpdk) has nothing to do.
+  virtual Status StartWarmAhead(uint64_t window_bytes) {
+    (void)window_bytes;
+    return {};
+  }
+  // What an instance follows in its own mapping: the end (offset in the mapping) below which
+  // the pool's pages are allocated (the whole mapping for dpdk), and a counter that moves with it.
+  struct WarmMark {
+    uint64_t end = 0;
+    uint32_t seq = 0;
+  };
+  virtual WarmMark Warm() const { return {mapped_size(), 0}; }
+  // Blocks until the mark moved on from `seq` (any process's warmer) or WakeWarmFollowers ran.
+  virtual void WaitWarm(uint32_t seq) const { (void)seq; }
+  // Wakes every process waiting in WaitWarm (e.g. an instance stopping its follower thread).
+  virtual void WakeWarmFollowers() {}
+
   // The bitmask of slots holding the buffer at `offset` (0 for a bad offset or a free buffer).
   virtual uint64_t Holders(uint64_t offset) const = 0;
   // The data offsets of the live buffers `holder` holds.

@@ -31,6 +31,7 @@ namespace pool_detail {
 struct PoolHeader;
 struct BufferHeader;
 class Segment;
+class WarmAhead;
 }  // namespace pool_detail
 
 class ShmPool final : public SharedPool {
@@ -83,6 +84,10 @@ class ShmPool final : public SharedPool {
   std::vector<uint64_t> HeldBy(HolderSlot holder) const override;
   uint64_t LockRecoveries() const override;
   void LockAndAbandonForTest() override;
+  Status StartWarmAhead(uint64_t window_bytes) override;
+  WarmMark Warm() const override;
+  void WaitWarm(uint32_t seq) const override;
+  void WakeWarmFollowers() override;
 
  private:
   ShmPool(std::string name, std::unique_ptr<pool_detail::Segment> segment, bool owner);
@@ -104,6 +109,7 @@ class ShmPool final : public SharedPool {
   std::unique_ptr<pool_detail::Segment> segment_;
   bool owner_;
   int owner_pid_;
+  std::unique_ptr<pool_detail::WarmAhead> warm_;  // shoald's side, with pool_warm_bytes
 };
 
 }  // namespace shoal

@@ -1,0 +1,125 @@
+#include "warm_ahead.h"
+
+#include <linux/futex.h>
+#include <spdlog/spdlog.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <string>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older headers lack the name
+#endif
+
+namespace shoal::pool_detail {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+// One madvise at a time, so that a stop (shoald exiting) waits for at most this much.
+constexpr uint64_t kChunkBytes = uint64_t{16} << 20;
+
+// The futex word is in shared memory: no FUTEX_PRIVATE_FLAG, so other processes' waits match.
+long Futex(const std::atomic<uint32_t>* word, int op, uint32_t val) {
+  return syscall(SYS_futex, reinterpret_cast<const uint32_t*>(word), op, val, nullptr, nullptr, 0);
+}
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+
+}  // namespace
+
+void WaitWarmSeq(const WarmState& state, uint32_t seen) {
+  if (state.warm_seq.load(std::memory_order_acquire) != seen) return;
+  Futex(&state.warm_seq, FUTEX_WAIT, seen);  // EAGAIN when it moved meanwhile: the caller looks
+}
+
+void WakeWarmWaiters(WarmState& state) {
+  state.warm_seq.fetch_add(1, std::memory_order_acq_rel);
+  Futex(&state.warm_seq, FUTEX_WAKE, INT_MAX);
+}
+
+WarmAhead::WarmAhead(char* base, uint64_t mapped, uint64_t heap_begin, WarmState* state,
+                     uint64_t window)
+    : base_(base), mapped_(mapped), heap_begin_(heap_begin), state_(state), window_(window) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+WarmAhead::~WarmAhead() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+}
+
+void WarmAhead::Kick() {
+  {
+    std::lock_guard lock(mu_);
+    if (kicked_) return;
+    kicked_ = true;
+  }
+  cv_.notify_one();
+}
+
+Status WarmAhead::error() const {
+  std::lock_guard lock(mu_);
+  return error_;
+}
+
+uint64_t WarmAhead::Target() const {
+  const uint64_t hw = std::max(state_->high_water.load(std::memory_order_relaxed), heap_begin_);
+  return std::min((hw + window_ + kPage - 1) / kPage * kPage, mapped_);
+}
+
+void WarmAhead::Run() {
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return kicked_ || stop_; });
+      if (stop_) return;
+      kicked_ = false;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const uint64_t from0 =
+        std::max(state_->warm_end.load(std::memory_order_acquire), heap_begin_ / kPage * kPage);
+    uint64_t from = from0;
+    for (uint64_t target = Target(); from < target; target = Target()) {
+      {
+        std::lock_guard lock(mu_);
+        if (stop_) return;
+      }
+      const uint64_t len = std::min(kChunkBytes, target - from);
+      // Allocates the tmpfs pages (zeroed once, here) and maps them writable in shoald, without
+      // writing to them: a buffer handed out meanwhile keeps what its writer put there.
+      if (madvise(base_ + from, len, MADV_POPULATE_WRITE) != 0) {
+        const int err = errno;
+        const std::string why =
+            err == EINVAL ? std::string("this kernel has no MADV_POPULATE_WRITE (Linux >= 5.14)")
+                          : std::string(std::strerror(err)) + " (is /dev/shm full?)";
+        spdlog::warn(
+            "pool: warming ahead stopped at {} MiB: {}; buffers above fault in on first use",
+            from >> 20, why);
+        std::lock_guard lock(mu_);
+        error_ = Unavailable("warming the pool ahead: " + why);
+        return;
+      }
+      from += len;
+      state_->warm_end.store(from, std::memory_order_release);
+      WakeWarmWaiters(*state_);
+    }
+    if (from > from0) {
+      spdlog::debug(
+          "pool: warmed {} MiB ahead of the allocations in {:.1f} ms (to {} MiB)",
+          (from - from0) >> 20,
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+          from >> 20);
+    }
+  }
+}
+
+}  // namespace shoal::pool_detail

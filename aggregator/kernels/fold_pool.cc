@@ -2,20 +2,7 @@
 
 #include <algorithm>
 
-#include "shoal/common/stop_signal.h"
-
 namespace shoal::aggregator {
-
-FoldPool::FoldPool(unsigned threads) {
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  workers_.reserve(threads - 1);
-  for (unsigned i = 1; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
-}
-
-FoldPool::~FoldPool() {
-  SignalStop(mu_, stop_, wake_);
-  for (auto& t : workers_) t.join();
-}
 
 void FoldPool::set_chunk_elements(size_t n) {
   chunk_ = std::max<size_t>(16, (n + 15) & ~size_t{15});
@@ -108,7 +95,7 @@ void FoldPool::TakeChunks(const Job& job) {
 }
 
 bool FoldPool::Run(const Job& job) {
-  if (job.n < min_parallel_ || workers_.empty()) {
+  if (job.n < min_parallel_ || team_.threads() == 1) {
     if (job.op == Op::kAllFinite) return aggregator::AllFinite(job.wire, job.dtype, job.n);
     if (job.op == Op::kFoldFinite) {
       return aggregator::FoldFinite(job.f32, job.wire, job.dtype, job.n, job.scalar, job.block) ==
@@ -118,40 +105,11 @@ bool FoldPool::Run(const Job& job) {
     return true;
   }
   std::lock_guard<std::mutex> call(call_mu_);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    job_ = job;
-    next_chunk_.store(0, std::memory_order_relaxed);
-    all_finite_.store(true, std::memory_order_relaxed);
-    busy_ = static_cast<unsigned>(workers_.size());
-    ++generation_;
-  }
-  wake_.notify_all();
-  TakeChunks(job);
-  std::unique_lock<std::mutex> lock(mu_);
-  done_.wait(lock, [this] { return busy_ == 0; });
+  next_chunk_.store(0, std::memory_order_relaxed);
+  all_finite_.store(true, std::memory_order_relaxed);
+  auto take_chunks = [this, &job](unsigned /*thread*/) { TakeChunks(job); };
+  team_.Run(take_chunks);
   return all_finite_.load(std::memory_order_relaxed);
-}
-
-void FoldPool::WorkerLoop() {
-  uint64_t seen = 0;
-  for (;;) {
-    Job job;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
-    }
-    TakeChunks(job);
-    bool last;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      last = --busy_ == 0;
-    }
-    if (last) done_.notify_one();
-  }
 }
 
 }  // namespace shoal::aggregator

@@ -4,14 +4,12 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
-#include <thread>
-#include <vector>
 
 #include "shoal/aggregator/fold.h"
+#include "shoal/aggregator/worker_team.h"
 
 namespace shoal::aggregator {
 
@@ -36,12 +34,11 @@ class FoldPool {
   static constexpr size_t kDefaultFiniteBlockBytes = size_t{4} << 10;
 
   // threads == 0: std::thread::hardware_concurrency() (at least 1).
-  explicit FoldPool(unsigned threads = 0);
-  ~FoldPool();
+  explicit FoldPool(unsigned threads = 0) : team_(threads) {}
   FoldPool(const FoldPool&) = delete;
   FoldPool& operator=(const FoldPool&) = delete;
 
-  unsigned threads() const { return static_cast<unsigned>(workers_.size()) + 1; }
+  unsigned threads() const { return team_.threads(); }
   size_t min_parallel_elements() const { return min_parallel_; }
   void set_min_parallel_elements(size_t n) { min_parallel_ = n; }
   size_t chunk_elements() const { return chunk_; }
@@ -87,26 +84,15 @@ class FoldPool {
   bool Run(const Job& job);
   void RunRange(const Job& job, size_t begin, size_t end);
   void TakeChunks(const Job& job);
-  void WorkerLoop();
 
   size_t min_parallel_ = kDefaultMinParallelElements;
   size_t chunk_ = kDefaultChunkElements;
   size_t finite_block_bytes_ = kDefaultFiniteBlockBytes;
 
   std::mutex call_mu_;  // serialises callers
-
-  std::mutex mu_;
-  std::condition_variable wake_;  // workers: a new generation or stop
-  std::condition_variable done_;  // caller: every worker finished the generation
-  uint64_t generation_ = 0;
-  unsigned busy_ = 0;  // workers that have not finished the current generation
-  bool stop_ = false;
-  Job job_;
-
   std::atomic<size_t> next_chunk_{0};
   std::atomic<bool> all_finite_{true};
-
-  std::vector<std::thread> workers_;
+  WorkerTeam team_;
 };
 
 }  // namespace shoal::aggregator

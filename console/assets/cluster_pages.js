@@ -2,7 +2,7 @@
 // placements) and a cluster function's placements, each linking to the nodes' own consoles.
 
 import { api } from './api.js';
-import { card, enc, fmt, h, kv, link, table } from './dom.js';
+import { card, enc, fmt, h, headedWideCard, kv, link, table, wideCard } from './dom.js';
 import { Page, POLL_MS } from './page.js';
 
 // A node's own console, at its control API (the node registers that address; a node's
@@ -16,11 +16,9 @@ export class ClusterOverview extends Page {
       h('h1', null, 'Cluster ', h('span', { 'data-k': 'cluster' })),
       h('div', { class: 'grid' },
         this.clusterCard = card('Control plane', h('p', { class: 'muted' }, 'loading')),
-        h('section', { class: 'card wide', 'aria-label': 'Nodes' }, h('h2', null, 'Nodes'), this.nodeBox = h('div')),
-        h('section', { class: 'card wide', 'aria-label': 'Functions' },
-          h('h2', null, 'Functions and their placements'), this.fnBox = h('div')),
-        h('section', { class: 'card wide', 'aria-label': 'FL jobs' },
-          h('h2', null, 'FL jobs and their tops'), this.jobBox = h('div'))));
+        wideCard('Nodes', this.nodeBox = h('div')),
+        headedWideCard('Functions', 'Functions and their placements', this.fnBox = h('div')),
+        headedWideCard('FL jobs', 'FL jobs and their tops', this.jobBox = h('div'))));
     this.every(POLL_MS, () => this.refresh());
   }
 
@@ -83,14 +81,11 @@ export class ClusterOverview extends Page {
 export class ClusterFunctionPage extends Page {
   constructor(main, name) { super(main); this.name = name; }
   start() {
-    this.main.replaceChildren(
-      h('h1', null, 'Cluster function ', h('span', { 'data-k': 'name' }, this.name)),
-      h('div', { class: 'grid' },
-        this.summary = card('Function'),
-        h('section', { class: 'card wide', 'aria-label': 'Placements' }, h('h2', null, 'Placements'),
-          this.placements = h('div'),
-          h('p', { class: 'muted' }, "Each node runs the function within its placement's scale; " +
-            "its instances, requests and logs are on that node's console."))));
+    this.layout('Cluster function ', this.name,
+      this.summary = card('Function'),
+      wideCard('Placements', this.placements = h('div'),
+        h('p', { class: 'muted' }, "Each node runs the function within its placement's scale; " +
+          "its instances, requests and logs are on that node's console.")));
     this.every(POLL_MS, () => this.refresh());
   }
 

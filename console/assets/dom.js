@@ -52,7 +52,14 @@ export function table(columns, rows, rowAttrs) {
           cells.map((c, j) => h('td', { class: columns[j].num ? 'num' : null, 'data-k': columns[j].key }, c)))))));
 }
 
-export const card = (title, ...body) => h('section', { class: 'card', 'aria-label': title }, h('h2', null, title), ...body);
+// A card: a section headed by its title, which names it for screen readers and the tests;
+// headedCard where the heading says more than that name; the wide ones span the grid's row.
+const section = (cls, label, heading, body) =>
+  h('section', { class: cls, 'aria-label': label }, h('h2', null, heading), ...body);
+export const card = (title, ...body) => section('card', title, title, body);
+export const wideCard = (title, ...body) => section('card wide', title, title, body);
+export const headedCard = (label, heading, ...body) => section('card', label, heading, body);
+export const headedWideCard = (label, heading, ...body) => section('card wide', label, heading, body);
 export const link = (href, text) => h('a', { href }, text);
 export const enc = encodeURIComponent;
 

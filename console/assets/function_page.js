@@ -3,7 +3,7 @@
 
 import { api, request } from './api.js';
 import { now, push } from './charts.js';
-import { card, enc, fmt, h, kv, table } from './dom.js';
+import { card, enc, fmt, h, headedWideCard, kv, table, wideCard } from './dom.js';
 import { Page, POLL_MS } from './page.js';
 
 const LOG_POLL_MS = 2000;
@@ -20,17 +20,14 @@ export class FunctionPage extends Page {
       { label: 'cold start', yAxisID: 'y', type: 'scatter', pointRadius: 6, pointStyle: 'triangle', showLine: false },
     ], { yTitle: 'replicas', y1Title: 'req/s', y: { ticks: { precision: 0 } } });
     this.latency = this.chart(`Latency of ${n}`, [{ label: 'p50 ms' }, { label: 'p99 ms' }], { yTitle: 'ms' });
-    this.main.replaceChildren(
-      h('h1', null, 'Function ', h('span', { 'data-k': 'name' }, n)),
-      h('div', { class: 'grid' },
-        h('section', { class: 'card wide', 'aria-label': 'Replicas' },
-          h('h2', null, 'Replicas desired vs actual, and request rate (▲ = cold start)'), this.replicas.box),
-        this.summary = card('Status'),
-        this.decision = card('Autoscaler'),
-        h('section', { class: 'card wide', 'aria-label': 'Latency' }, h('h2', null, 'Latency'), this.latency.box),
-        h('section', { class: 'card wide', 'aria-label': 'Instances' }, h('h2', null, 'Instances'), this.instances = h('div')),
-        h('section', { class: 'card wide', 'aria-label': 'Logs' }, h('h2', null, 'Logs (tail)'),
-          this.logs = h('pre', { class: 'logs', tabindex: '0', 'aria-label': `logs of ${n}` }))));
+    this.layout('Function ', n,
+      headedWideCard('Replicas', 'Replicas desired vs actual, and request rate (▲ = cold start)', this.replicas.box),
+      this.summary = card('Status'),
+      this.decision = card('Autoscaler'),
+      wideCard('Latency', this.latency.box),
+      wideCard('Instances', this.instances = h('div')),
+      headedWideCard('Logs', 'Logs (tail)',
+        this.logs = h('pre', { class: 'logs', tabindex: '0', 'aria-label': `logs of ${n}` })));
     this.every(POLL_MS, () => this.refresh());
     this.every(LOG_POLL_MS, () => this.refreshLogs());
   }

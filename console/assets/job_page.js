@@ -3,7 +3,7 @@
 
 import { api, AuthError, request, showTokenPanel } from './api.js';
 import { HISTORY } from './charts.js';
-import { card, enc, fmt, h, kv, table } from './dom.js';
+import { card, enc, fmt, h, headedWideCard, kv, table, wideCard } from './dom.js';
 import { Page, POLL_MS } from './page.js';
 
 export class JobPage extends Page {
@@ -16,21 +16,17 @@ export class JobPage extends Page {
     ], { xTitle: 'model version', yTitle: 'accuracy', y: { max: 1 }, y1Title: 'loss' });
     this.commits = this.chart(`Commits per minute of ${n}`, [{ label: 'versions committed per minute', stepped: true }],
       { xTitle: 'job time (s)', yTitle: 'commits/min' });
-    this.main.replaceChildren(
-      h('h1', null, 'FL job ', h('span', { 'data-k': 'name' }, n)),
-      h('div', { class: 'grid' },
-        h('section', { class: 'card wide', 'aria-label': 'Accuracy and loss' },
-          h('h2', null, 'Accuracy and loss per model version'), this.quality.box),
-        this.summary = card('Status'),
-        this.tree = card('Aggregation tree'),
-        h('section', { class: 'card', 'aria-label': 'Model' }, h('h2', null, 'Model'),
-          this.modelInfo = h('div'),
-          h('div', { class: 'actions' },
-            h('button', { type: 'button', class: 'primary', 'data-k': 'download-safetensors', onclick: () => this.download('safetensors') }, 'Download safetensors'),
-            h('button', { type: 'button', 'data-k': 'download-onnx', onclick: () => this.download('onnx') }, 'Download ONNX')),
-          this.downloadMsg = h('p', { class: 'muted', role: 'status' })),
-        h('section', { class: 'card', 'aria-label': 'Commits per minute' }, h('h2', null, 'Commits per minute'), this.commits.box),
-        h('section', { class: 'card wide', 'aria-label': 'Clients' }, h('h2', null, 'Clients'), this.clients = h('div'))));
+    this.layout('FL job ', n,
+      headedWideCard('Accuracy and loss', 'Accuracy and loss per model version', this.quality.box),
+      this.summary = card('Status'),
+      this.tree = card('Aggregation tree'),
+      card('Model', this.modelInfo = h('div'),
+        h('div', { class: 'actions' },
+          h('button', { type: 'button', class: 'primary', 'data-k': 'download-safetensors', onclick: () => this.download('safetensors') }, 'Download safetensors'),
+          h('button', { type: 'button', 'data-k': 'download-onnx', onclick: () => this.download('onnx') }, 'Download ONNX')),
+        this.downloadMsg = h('p', { class: 'muted', role: 'status' })),
+      card('Commits per minute', this.commits.box),
+      wideCard('Clients', this.clients = h('div')));
     this.every(POLL_MS, () => this.refresh());
   }
 

@@ -3,7 +3,7 @@
 
 import { api, AuthError } from './api.js';
 import { now, push } from './charts.js';
-import { card, enc, fmt, h, kv, link } from './dom.js';
+import { card, enc, fmt, h, headedCard, headedWideCard, kv, link, wideCard } from './dom.js';
 import { Page, POLL_MS } from './page.js';
 
 export const isInference = (f) => f.handler && f.handler.builtin === 'inference';
@@ -20,14 +20,11 @@ export class ModelPage extends Page {
     this.latency = this.chart(`Latency of ${n}`, [{ label: 'p50 ms' }, { label: 'p99 ms' }], { yTitle: 'ms' });
     this.hist = this.chart(`Batch sizes of ${n}`, [{ label: 'batches' }],
       { type: 'bar', labels: [], xTitle: 'rows per batch', yTitle: 'batches', legend: false });
-    this.main.replaceChildren(
-      h('h1', null, 'Model served by ', h('span', { 'data-k': 'name' }, n)),
-      h('div', { class: 'grid' },
-        this.summary = card('Serving'),
-        h('section', { class: 'card', 'aria-label': 'Batch sizes' }, h('h2', null, 'Batch-size histogram'), this.hist.box),
-        h('section', { class: 'card wide', 'aria-label': 'Version served' },
-          h('h2', null, 'Version served over time, and request rate'), this.serving.box),
-        h('section', { class: 'card wide', 'aria-label': 'Latency' }, h('h2', null, 'Latency'), this.latency.box)));
+    this.layout('Model served by ', n,
+      this.summary = card('Serving'),
+      headedCard('Batch sizes', 'Batch-size histogram', this.hist.box),
+      headedWideCard('Version served', 'Version served over time, and request rate', this.serving.box),
+      wideCard('Latency', this.latency.box));
     this.every(POLL_MS, () => this.refresh());
   }
 

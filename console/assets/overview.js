@@ -3,7 +3,7 @@
 
 import { api } from './api.js';
 import { COLORS, now, push } from './charts.js';
-import { card, enc, fmt, h, kv, link, table } from './dom.js';
+import { card, enc, fmt, h, headedWideCard, kv, link, table, wideCard } from './dom.js';
 import { isInference, modelName } from './model_page.js';
 import { Page } from './page.js';
 
@@ -18,11 +18,10 @@ export class Overview extends Page {
       h('div', { class: 'grid' },
         this.nodeCard = card('Node', h('p', { class: 'muted' }, 'loading')),
         this.poolCard = card('Pool per tenant', h('p', { class: 'muted' }, 'loading')),
-        h('section', { class: 'card wide', 'aria-label': 'Functions' }, h('h2', null, 'Functions'), this.fnBox = h('div')),
-        h('section', { class: 'card wide', 'aria-label': 'Request rate' },
-          h('h2', null, 'Requests per second (since this page opened)'), rps.box),
-        h('section', { class: 'card wide', 'aria-label': 'FL jobs' }, h('h2', null, 'FL jobs'), this.jobBox = h('div')),
-        h('section', { class: 'card wide', 'aria-label': 'Inference models' }, h('h2', null, 'Inference models'), this.modelBox = h('div'))));
+        wideCard('Functions', this.fnBox = h('div')),
+        headedWideCard('Request rate', 'Requests per second (since this page opened)', rps.box),
+        wideCard('FL jobs', this.jobBox = h('div')),
+        wideCard('Inference models', this.modelBox = h('div'))));
     this.live((snapshot) => this.render(snapshot), () => this.refresh());
   }
 

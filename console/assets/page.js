@@ -3,13 +3,19 @@
 
 import { AuthError, request, showTokenPanel } from './api.js';
 import { lineChart } from './charts.js';
-import { setStatus } from './dom.js';
+import { h, setStatus } from './dom.js';
 
 export const POLL_MS = 1000;
 const STREAM_RETRY_MS = 15000;  // after a stream fails, poll this long before trying again
 
 export class Page {
   constructor(main) { this.main = main; this.timers = []; this.charts = []; this.stopped = false; }
+  // The page of one thing: its heading (`kind`, then `name` in a data-k="name" span) over a
+  // grid of cards.
+  layout(kind, name, ...cards) {
+    this.main.replaceChildren(h('h1', null, kind, h('span', { 'data-k': 'name' }, name)),
+      h('div', { class: 'grid' }, ...cards));
+  }
   // Runs fn now and again `ms` after each run ends, the outcome in the status line, until the
   // page stops, the token is refused, or until() says so before a run.
   every(ms, fn, until = () => false) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shoal/aggregator/fold.h"
+#include "shoal/aggregator/worker_team.h"
 
 namespace shoal::aggregator {
 namespace {
@@ -187,6 +188,33 @@ TEST(FoldPoolSmallTest, ConcurrentCallersAreSerialised) {
 TEST(FoldPoolSmallTest, DefaultThreadCountIsHardwareConcurrency) {
   FoldPool pool;
   EXPECT_EQ(pool.threads(), std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// The fork-join under FoldPool: each Run calls the work once on every thread index, the caller's
+// own thread as 0, and the caller sees every call's writes when Run returns.
+TEST(WorkerTeam, EachRunCallsEveryThreadOnceWithTheCallerAsZero) {
+  WorkerTeam team(3);
+  ASSERT_EQ(team.threads(), 3u);
+  std::vector<int> calls(3, 0);  // each index written by its own thread only
+  std::thread::id zero;
+  for (int run = 0; run < 200; ++run) {
+    auto work = [&](unsigned thread) {
+      ++calls.at(thread);
+      if (thread == 0) zero = std::this_thread::get_id();
+    };
+    team.Run(work);
+  }
+  EXPECT_EQ(calls, (std::vector<int>{200, 200, 200}));
+  EXPECT_EQ(zero, std::this_thread::get_id());
+  WorkerTeam alone(1);
+  EXPECT_EQ(alone.threads(), 1u);
+  std::thread::id ran_on;
+  auto work = [&](unsigned thread) {
+    EXPECT_EQ(thread, 0u);
+    ran_on = std::this_thread::get_id();
+  };
+  alone.Run(work);
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
 }
 
 }  // namespace

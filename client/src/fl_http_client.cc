@@ -4,36 +4,21 @@
 #include <nlohmann/json.hpp>
 
 #include "shoal/client/http_client.h"
+#include "shoal/common/http_status.h"
 
 namespace shoal::client {
 namespace {
 
 using json = nlohmann::json;
 
+// What the servers answer (HttpStatusFor) read back, but 401, which the client takes as a refusal
+// like 403, and what an HTTP layer in front may send: 422 (a bad body) and 429 (busy).
 StatusCode CodeForHttp(long status) {
-  switch (status) {
-    case 400:
-    case 422:
-      return StatusCode::kInvalidArgument;
-    case 401:
-    case 403:
-      return StatusCode::kPermissionDenied;
-    case 404:
-      return StatusCode::kNotFound;
-    case 409:
-      return StatusCode::kAlreadyExists;
-    case 413:
-      return StatusCode::kTooLarge;
-    case 429:
-    case 503:
-      return StatusCode::kResourceExhausted;
-    case 502:
-      return StatusCode::kUnavailable;
-    case 504:
-      return StatusCode::kDeadlineExceeded;
-    default:
-      return status >= 500 ? StatusCode::kInternal : StatusCode::kInvalidArgument;
-  }
+  if (status == 401) return StatusCode::kPermissionDenied;
+  if (status == 422) return StatusCode::kInvalidArgument;
+  if (status == 429) return StatusCode::kResourceExhausted;
+  if (auto code = StatusCodeForHttp(static_cast<int>(status))) return *code;
+  return status >= 500 ? StatusCode::kInternal : StatusCode::kInvalidArgument;
 }
 
 // The server's {"error": "..."} message, or the body itself when it is not that JSON.

@@ -3,40 +3,56 @@
 #include <cerrno>
 #include <cstring>
 
+#include "shoal/common/http_status.h"
+
 namespace shoal {
 
-const char* StatusCodeName(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "INVALID_ARGUMENT";
-    case StatusCode::kNotFound: return "NOT_FOUND";
-    case StatusCode::kAlreadyExists: return "ALREADY_EXISTS";
-    case StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
-    case StatusCode::kUnavailable: return "UNAVAILABLE";
-    case StatusCode::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
-    case StatusCode::kTooLarge: return "TOO_LARGE";
-    case StatusCode::kPermissionDenied: return "PERMISSION_DENIED";
-    case StatusCode::kUnauthenticated: return "UNAUTHENTICATED";
-    case StatusCode::kInternal: return "INTERNAL";
+namespace {
+
+// Each code's name and the HTTP status a request failing with it is answered with, once.
+struct CodeInfo {
+  StatusCode code;
+  const char* name;
+  int http;
+};
+constexpr CodeInfo kCodes[] = {
+    {StatusCode::kOk, "OK", 200},
+    {StatusCode::kInvalidArgument, "INVALID_ARGUMENT", 400},
+    {StatusCode::kNotFound, "NOT_FOUND", 404},
+    {StatusCode::kAlreadyExists, "ALREADY_EXISTS", 409},
+    {StatusCode::kResourceExhausted, "RESOURCE_EXHAUSTED", 503},
+    {StatusCode::kUnavailable, "UNAVAILABLE", 502},
+    {StatusCode::kDeadlineExceeded, "DEADLINE_EXCEEDED", 504},
+    {StatusCode::kTooLarge, "TOO_LARGE", 413},
+    {StatusCode::kPermissionDenied, "PERMISSION_DENIED", 403},
+    {StatusCode::kUnauthenticated, "UNAUTHENTICATED", 401},
+    {StatusCode::kInternal, "INTERNAL", 500},
+};
+
+const CodeInfo* InfoOf(StatusCode code) {
+  for (const CodeInfo& c : kCodes) {
+    if (c.code == code) return &c;
   }
-  return "UNKNOWN";
+  return nullptr;
+}
+
+}  // namespace
+
+const char* StatusCodeName(StatusCode code) {
+  const CodeInfo* c = InfoOf(code);
+  return c != nullptr ? c->name : "UNKNOWN";
 }
 
 int HttpStatusFor(StatusCode code) {
-  switch (code) {
-    case StatusCode::kOk: return 200;
-    case StatusCode::kInvalidArgument: return 400;
-    case StatusCode::kNotFound: return 404;
-    case StatusCode::kAlreadyExists: return 409;
-    case StatusCode::kResourceExhausted: return 503;
-    case StatusCode::kUnavailable: return 502;
-    case StatusCode::kDeadlineExceeded: return 504;
-    case StatusCode::kTooLarge: return 413;
-    case StatusCode::kPermissionDenied: return 403;
-    case StatusCode::kUnauthenticated: return 401;
-    case StatusCode::kInternal: return 500;
+  const CodeInfo* c = InfoOf(code);
+  return c != nullptr ? c->http : 500;
+}
+
+std::optional<StatusCode> StatusCodeForHttp(int http) {
+  for (const CodeInfo& c : kCodes) {
+    if (c.http == http) return c.code;
   }
-  return 500;
+  return std::nullopt;
 }
 
 std::string Status::ToString() const {

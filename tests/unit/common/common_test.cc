@@ -7,6 +7,7 @@
 #include "shoal/common/config.h"
 #include "shoal/common/descriptor.h"
 #include "shoal/common/file_io.h"
+#include "shoal/common/http_status.h"
 #include "shoal/common/payload.h"
 #include "shoal/common/status.h"
 
@@ -26,6 +27,23 @@ TEST(Status, CodesMapToHttp) {
   Result<int> e = InvalidArgument("bad");
   EXPECT_FALSE(e.ok());
   EXPECT_EQ(e.status().message(), "bad");
+}
+
+TEST(Status, HttpStatusesReadBackToTheirCodes) {
+  for (StatusCode c :
+       {StatusCode::kOk, StatusCode::kInvalidArgument, StatusCode::kNotFound,
+        StatusCode::kAlreadyExists, StatusCode::kResourceExhausted, StatusCode::kUnavailable,
+        StatusCode::kDeadlineExceeded, StatusCode::kTooLarge, StatusCode::kPermissionDenied,
+        StatusCode::kUnauthenticated, StatusCode::kInternal}) {
+    EXPECT_EQ(StatusCodeForHttp(HttpStatusFor(c)), c) << StatusCodeName(c);
+  }
+  EXPECT_EQ(StatusCodeForHttp(401), StatusCode::kUnauthenticated);
+  EXPECT_EQ(StatusCodeForHttp(502), StatusCode::kUnavailable);
+  EXPECT_EQ(StatusCodeForHttp(418), std::nullopt);
+  EXPECT_EQ(StatusCodeForHttp(429), std::nullopt);
+  EXPECT_STREQ(StatusCodeName(StatusCode::kTooLarge), "TOO_LARGE");
+  EXPECT_STREQ(StatusCodeName(static_cast<StatusCode>(99)), "UNKNOWN");
+  EXPECT_EQ(HttpStatusFor(static_cast<StatusCode>(99)), 500);
 }
 
 TEST(Config, DefaultsAndOverrides) {

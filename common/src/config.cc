@@ -142,6 +142,7 @@ const ConfigKey kConfigKeys[] = {
     Plain<&C::pool_bytes>("pool_bytes"),
     Plain<&C::pool>("pool"),
     Plain<&C::pool_prefault>("pool_prefault"),
+    Plain<&C::pool_warm_bytes>("pool_warm_bytes"),
     Plain<&C::max_body_bytes>("max_body_bytes"),
     Plain<&C::max_queue_per_function>("max_queue_per_function"),
     Named<&C::dataplane, kDataPlaneModes>("dataplane"),

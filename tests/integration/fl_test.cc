@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -724,6 +725,128 @@ TEST(FlPoolPrefaultTest, TheLeafMapsThePrefaultedPoolWholeAndEchoDoesNot) {
   EXPECT_EQ(Json::parse(shoald.Api("GET", "/v1/jobs/warm").body, nullptr, false)
                 .value("updates_total", -1),
             1);
+}
+
+// The /dev/shm file of the tenant pool `pid` maps, and the bytes of it in memory (st_blocks).
+std::pair<std::string, int64_t> PoolFileOf(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto at = line.find(" /dev/shm/shoal.");
+    if (at == std::string::npos) continue;
+    const std::string path = line.substr(at + 1);
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0) return {path, -1};
+    return {path, static_cast<int64_t>(st.st_blocks) * 512};
+  }
+  return {"", -1};
+}
+
+// Two updates of a 1.6M-parameter model (6.5 MB each) on a fresh shoald with a Boost pool of
+// 256 MiB and `warm_yaml`; the committed model's bytes, the leaf's pid and the pool file's
+// allocated bytes before and after the updates.
+struct WarmRun {
+  std::string model;
+  int64_t allocated_before = -1, allocated_after = -1, leaf_rss = -1;
+  std::string leaf_log, log;
+};
+WarmRun RunTwoUpdates(const std::string& warm_yaml, bool wait_for_follower) {
+  WarmRun out;
+  Shoald shoald;
+  Shoald::Options o;
+  o.pool = "boost";
+  o.pool_bytes = uint64_t{256} << 20;
+  o.max_body_bytes = uint64_t{64} << 20;
+  o.extra_yaml = warm_yaml;
+  EXPECT_TRUE(shoald.Start(o)) << shoald.Log();
+  constexpr uint32_t kWide = 2048;
+  const std::string manifest =
+      "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: wide\nspec:\n"
+      "  algorithm: {name: fedavg}\n  model: {architecture: mlp, hidden: " +
+      std::to_string(kWide) +
+      "}\n  clients: {expected: 2}\n  stop: {rounds: 1}\n"
+      "  aggregation: {maxFanIn: 2, maxLeaves: 1}\n";
+  EXPECT_EQ(shoald.Deploy(manifest).exit_code, 0) << shoald.Log();
+  EXPECT_TRUE(shoald.WaitReady("fl.wide", 1, 30000)) << shoald.Log();
+  const std::vector<int> leaves = shoald.InstancePids("fl.wide");
+  EXPECT_EQ(leaves.size(), 1u);
+  if (leaves.size() != 1) return out;
+  auto leaf_log = [&] {
+    std::ifstream f(shoald.state_dir() + "/state/logs/fl.wide.log");
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  // The leaf maps the warm pages beside its event loop: wait for its log line.
+  for (int i = 0; wait_for_follower && i < 500 &&
+                  leaf_log().find("pool: warm pages mapped: ") == std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  out.allocated_before = PoolFileOf(leaves[0]).second;
+  out.leaf_rss = PoolRss(leaves[0]);
+
+  const model::ModelSpec spec = model::MlpSpec(784, {kWide}, 10);
+  const std::vector<std::pair<float, uint64_t>> updates = {{0.5f, 10}, {1.5f, 30}};
+  for (size_t k = 0; k < updates.size(); ++k) {
+    auto r = shoald.Api("POST", "/v1/jobs/wide/join", "{\"name\":\"c" + std::to_string(k) + "\"}",
+                        {"Content-Type: application/json"});
+    EXPECT_EQ(r.status, 200) << r.body;
+    const Json j = Json::parse(r.body, nullptr, false);
+    std::vector<float> values(spec.num_params());
+    for (size_t i = 0; i < values.size(); ++i) {
+      values[i] = updates[k].first + static_cast<float>(i % 1000) * 1e-3f;
+    }
+    const std::string body = UpdateBody(spec, std::move(values), "wide", j.value("client_id", ""),
+                                        j.value("token", ""), 0, updates[k].second);
+    auto up = Http(shoald.port(), "POST", "/v1/jobs/wide/updates", body,
+                   {"Content-Type: application/octet-stream", shoald.AuthHeader()});
+    EXPECT_EQ(up.status, 202) << up.body;
+  }
+  for (int i = 0; i < 500; ++i) {
+    const Json st = Json::parse(shoald.Api("GET", "/v1/jobs/wide").body, nullptr, false);
+    if (st.value("version", uint64_t{0}) >= 1) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  auto m = shoald.Api("GET", "/v1/jobs/wide/model?version=1");
+  EXPECT_EQ(m.status, 200) << m.body;
+  out.model = m.body;
+  // The window refills behind the allocations (in batches): wait for it to have moved.
+  for (int i = 0; wait_for_follower && i < 500; ++i) {
+    out.allocated_after = PoolFileOf(leaves[0]).second;
+    if (out.allocated_after >= out.allocated_before + (int64_t{8} << 20)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  out.allocated_after = PoolFileOf(leaves[0]).second;
+  out.leaf_log = leaf_log();
+  out.log = shoald.Log();
+  return out;
+}
+
+// pool_warm_bytes, without pool_prefault: shoald keeps a window of the FL job's never-used pool
+// memory allocated above its highest allocation (not the whole pool), the leaf maps those pages
+// beside its event loop as they move, and the updates that land there fold to the same bytes
+// as on a pool that is not warmed.
+TEST(FlPoolWarmTest, AWindowIsWarmedAheadTheLeafFollowsItAndTheFoldIsByteIdentical) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  const WarmRun warm = RunTwoUpdates("pool_warm_bytes: 33554432\n", true);
+  EXPECT_NE(warm.log.find("keeping 32 MiB warm ahead of its allocations (pool_warm_bytes)"),
+            std::string::npos)
+      << warm.log;
+  EXPECT_NE(warm.leaf_log.find("pool: warm pages mapped: "), std::string::npos) << warm.leaf_log;
+  EXPECT_GE(warm.allocated_before, 32 * kMiB) << "the window is allocated";
+  EXPECT_LE(warm.allocated_before, 40 * kMiB) << "and not the whole 256 MiB pool";
+  EXPECT_GE(warm.leaf_rss, 32 * kMiB) << "the leaf mapped the window";
+  // Two 6.5 MB updates and a partial sum (19.5 MB) moved the high-water mark, and the window
+  // refilled above it once its margin fell under three quarters (24 MiB).
+  EXPECT_GE(warm.allocated_after, warm.allocated_before + 8 * kMiB);
+  EXPECT_LE(warm.allocated_after, 128 * kMiB) << "and never the whole pool";
+
+  const WarmRun cold = RunTwoUpdates("pool_warm_bytes: 0\n", false);
+  EXPECT_EQ(cold.log.find("warm ahead of its allocations"), std::string::npos) << cold.log;
+  EXPECT_EQ(cold.leaf_log.find("pool: warm pages mapped: "), std::string::npos) << cold.leaf_log;
+  EXPECT_LT(cold.allocated_before, 8 * kMiB) << "a pool not warmed is sparse";
+  ASSERT_GT(warm.model.size(), size_t{6} << 20);
+  ASSERT_EQ(warm.model.size(), cold.model.size());
+  EXPECT_TRUE(warm.model == cold.model) << "the committed models differ";
 }
 
 }  // namespace

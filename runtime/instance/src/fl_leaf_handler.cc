@@ -44,7 +44,7 @@ class FlLeafHandler final : public Handler {
     if (attach_thread_.joinable()) attach_thread_.join();
   }
   bool MayBlock() const override { return false; }
-  // Every update is read whole (scanned, folded): with pool_prefault, no fault per 4 KiB.
+  // Every update is read whole (scanned, folded): no fault per 4 KiB (handler.h).
   bool PopulatesPool() const override { return true; }
 
   // A zygote loads the handler and attaches the pool, then forks: nothing here may start a

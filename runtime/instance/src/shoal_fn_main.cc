@@ -5,9 +5,11 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -32,25 +34,76 @@ Result<std::unique_ptr<Handler>> MakeHandler(const std::string& spec) {
   return InvalidArgument("SHOAL_HANDLER must start with builtin: or library:, got '" + spec + "'");
 }
 
-// SHOAL_POOL_POPULATE=1 (shoald pre-faulted the pool) and a handler that reads whole buffers:
-// this process's page-table entries for the whole pool, installed once beside the event loop
-// (0.1-0.2 s per GiB of 4 KiB pages), so that reading an update in the pool costs no fault (11.4k
-// 4 KiB pages for 46.8 MB otherwise). After the zygote's fork: a fork copies no entries of a
-// shared mapping, and a zygote starts no thread.
-std::thread PopulateBeside(SharedPool& pool, const Handler& handler) {
-  const char* env = std::getenv("SHOAL_POOL_POPULATE");
-  if (env == nullptr || std::string(env) != "1" || !handler.PopulatesPool()) return {};
-  return std::thread([&pool] {
+// A handler that reads whole buffers (the FL leaf) installs this process's page-table entries
+// for the pool's allocated pages beside its event loop, so that reading an update or writing a
+// partial sum costs no fault (a fork copies no entries of a shared mapping: 11.4k 4 KiB pages,
+// ~714 fault-around faults, per 46.8 MB update otherwise). SHOAL_POOL_POPULATE=1 (shoald
+// pre-faulted the pool): the whole mapping, once. Otherwise it follows shoald's warm-ahead
+// (pool_warm_bytes): whenever the pool's warm end moves (a futex in the pool wakes it), the pages
+// up to it, which are allocated already, so this commits no memory. After the zygote's fork: a
+// zygote starts no thread.
+class PoolFollower {
+ public:
+  PoolFollower(SharedPool& pool, const Handler& handler) : pool_(pool) {
+    if (!handler.PopulatesPool()) return;
+    const char* env = std::getenv("SHOAL_POOL_POPULATE");
+    if (env != nullptr && std::string(env) == "1") {
+      thread_ = std::thread([this] { PopulateWhole(); });
+    } else {
+      thread_ = std::thread([this] { Follow(); });
+    }
+  }
+  ~PoolFollower() {
+    if (!thread_.joinable()) return;
+    stop_.store(true);
+    pool_.WakeWarmFollowers();
+    thread_.join();
+  }
+  PoolFollower(const PoolFollower&) = delete;
+  PoolFollower& operator=(const PoolFollower&) = delete;
+
+ private:
+  void PopulateWhole() {
     const auto t0 = std::chrono::steady_clock::now();
-    if (Status st = PopulatePoolMapping(pool); !st.ok()) {
+    if (Status st = PopulatePoolMapping(pool_); !st.ok()) {
       spdlog::warn("pool: touching it faults page by page: {}", st.ToString());
       return;
     }
-    spdlog::info(
-        "pool: mapping populated: {} MiB in {:.0f} ms (pool_prefault)", pool.mapped_size() >> 20,
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  });
-}
+    spdlog::info("pool: mapping populated: {} MiB in {:.0f} ms (pool_prefault)",
+                 pool_.mapped_size() >> 20, MsSince(t0));
+  }
+
+  void Follow() {
+    uint64_t done = 0;
+    bool logged = false;
+    while (!stop_.load()) {
+      const SharedPool::WarmMark mark = pool_.Warm();
+      if (mark.end > done) {
+        const auto t0 = std::chrono::steady_clock::now();
+        if (Status st = PopulatePoolRange(pool_, done, mark.end - done); !st.ok()) {
+          spdlog::warn("pool: not following the warm-ahead (touching it faults page by page): {}",
+                       st.ToString());
+          return;
+        }
+        spdlog::log(logged ? spdlog::level::debug : spdlog::level::info,
+                    "pool: warm pages mapped: {} MiB (to {} MiB) in {:.0f} ms (pool_warm_bytes)",
+                    (mark.end - done) >> 20, mark.end >> 20, MsSince(t0));
+        logged = true;
+        done = mark.end;
+      }
+      if (done >= pool_.mapped_size()) return;
+      pool_.WaitWarm(mark.seq);
+    }
+  }
+
+  static double MsSince(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  SharedPool& pool_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -95,15 +148,14 @@ int main() {
     if (!child.ok()) return 1;
     if (!*child) return 0;
   }
-  std::thread populate = PopulateBeside(**pool, **handler);
+  auto follower = std::make_unique<PoolFollower>(**pool, **handler);
   if (Status st = (*handler)->OnInstanceStart(); !st.ok()) {
     spdlog::error("cannot start handler {}: {}", options->handler, st.ToString());
-    if (populate.joinable()) populate.join();
     return 1;
   }
   auto channel = OpenChannel(options->fd, *kind, options->node);
   FunctionInstance instance(*options, **pool, std::move(channel), std::move(*handler));
   const int rc = instance.Run();
-  if (populate.joinable()) populate.join();
+  follower.reset();
   return rc;
 }

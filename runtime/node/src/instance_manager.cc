@@ -201,6 +201,17 @@ Result<SharedPool*> InstanceManager::PoolFor(const std::string& tenant) {
                        .count());
     }
   }
+  if (!pool_prefaulted_.contains(tenant) && config_.pool_warm_bytes > 0 &&
+      (*pool)->backend() == PoolBackend::kBoost) {
+    const uint64_t window = std::min(config_.pool_warm_bytes, config_.pool_bytes);
+    if (Status st = (*pool)->StartWarmAhead(window); st.ok()) {
+      spdlog::info("pool: tenant '{}': keeping {} MiB warm ahead of its allocations "
+                   "(pool_warm_bytes)",
+                   tenant, window >> 20);
+    } else {
+      spdlog::warn("pool: tenant '{}': not warmed ahead: {}", tenant, st.ToString());
+    }
+  }
   pool_reasons_[tenant] = reason;
   SharedPool* raw = pool->get();
   pools_[tenant] = std::move(*pool);

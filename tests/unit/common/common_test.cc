@@ -63,6 +63,11 @@ TEST(Config, DefaultsAndOverrides) {
   ASSERT_TRUE(prefault.ok());
   EXPECT_TRUE(prefault->pool_prefault);
   EXPECT_NE(prefault->ToYaml().find("pool_prefault: true"), std::string::npos);
+  EXPECT_EQ(c->pool_warm_bytes, uint64_t{256} << 20);
+  auto cold = NodeConfig::LoadString("pool_warm_bytes: 0\n");
+  ASSERT_TRUE(cold.ok());
+  EXPECT_EQ(cold->pool_warm_bytes, 0u);
+  EXPECT_NE(cold->ToYaml().find("pool_warm_bytes: 0"), std::string::npos);
   // The printed config loads back to the same values.
   auto again = NodeConfig::LoadString(c->ToYaml());
   ASSERT_TRUE(again.ok());
@@ -84,6 +89,8 @@ TEST(Config, ErrorsNameTheKey) {
             "config: instance_start: must be zygote or spawn, not 'fork'");
   EXPECT_EQ(NodeConfig::LoadString("pool_prefault: sometimes\n").status().message(),
             "config: pool_prefault: bad value (line 1)");
+  EXPECT_EQ(NodeConfig::LoadString("pool_warm_bytes: lots\n").status().message(),
+            "config: pool_warm_bytes: bad value (line 1)");
   auto small = NodeConfig::LoadString("pool_bytes: 1000\n");
   EXPECT_EQ(small.status().message(), "config: pool_bytes: must be >= 16 MiB");
   EXPECT_EQ(NodeConfig::LoadString("detect: true\ndetect_syscalls: sometimes\n").status().message(),

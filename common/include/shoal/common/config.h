@@ -48,6 +48,11 @@ struct NodeConfig {
   // page, and a /dev/shm too small for the pool is an error then rather than a failed write
   // later. It commits the whole pool_bytes per tenant at once (the dpdk backend always does).
   bool pool_prefault = false;
+  // Boost pools without pool_prefault: this much of a tenant's never-used pool memory, above
+  // its highest allocation, is kept allocated and mapped by a background thread (and by the
+  // instances that read whole buffers, in theirs), so bodies and partial sums land on warm
+  // pages; commits at most the pool's high-water mark plus this. 0: off (first touch faults).
+  uint64_t pool_warm_bytes = 256ull << 20;
   uint64_t max_body_bytes = 128ull << 20;    // larger request bodies get 413
   uint32_t max_queue_per_function = 10000;   // waiting requests beyond this get 503
   DataPlaneMode dataplane = DataPlaneMode::kAuto;

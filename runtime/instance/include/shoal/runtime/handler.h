@@ -88,9 +88,10 @@ class Handler {
   // (and a zygote with more than one thread refuses to fork: its instances are spawned).
   virtual Status OnInstanceStart() { return {}; }
   // True for a handler that reads whole large pool buffers (the FL leaf folds every update):
-  // where shoald pre-faulted the pool (pool_prefault), its instances install their page-table
-  // entries for the whole pool once, beside the event loop (0.1-0.2 s of a core per GiB of
-  // 4 KiB pages), instead of faulting on each 4 KiB they touch. Others start without it.
+  // its instances install their page-table entries beside the event loop instead of faulting
+  // on each 4 KiB they touch: for the whole pool once where shoald pre-faulted it
+  // (pool_prefault; 0.1-0.2 s of a core per GiB of 4 KiB pages), else for the pages shoald's
+  // warm-ahead has allocated, as it moves (pool_warm_bytes). Others start without it.
   virtual bool PopulatesPool() const { return false; }
 };
 

@@ -30,55 +30,68 @@ double Param(const FlJobSpec& s, const char* name, double def) {
   return it == s.algorithm_params.end() ? def : it->second;
 }
 
-// The manifest's spec.algorithm.params (names as users write them) mapped onto the library's
-// parameter structs; every default is the library's (written once, in algorithms.h).
-const std::map<std::string, std::vector<std::string>>& KnownParams() {
-  static const std::map<std::string, std::vector<std::string>> kParams = {
-      {"fedavg", {}},
-      {"fedavgm", {"beta", "eta"}},
-      {"fedadam", {"eta", "beta1", "beta2", "tau"}},
-      {"fedasync", {"alpha", "a"}},
-      {"fedbuff", {"k", "eta", "a"}},
-      {"fedfix", {"period", "total_samples"}},
-      {"fedcompass", {"alpha", "a", "q_min", "lambda", "momentum"}},
-  };
-  return kParams;
+// The algorithms a job may name, and their parameters: each spec.algorithm.params name (as users
+// write it) with the algorithm that takes it and the library field it sets. Every default is the
+// library's (written once, in algorithms.h).
+constexpr const char* kAlgorithms[] = {"fedavg",  "fedavgm", "fedadam",   "fedasync",
+                                       "fedbuff", "fedfix",  "fedcompass"};
+struct AlgorithmParam {
+  const char* algorithm;
+  const char* name;
+  void (*set)(agg::AlgorithmParams& p, double v);
+};
+using Params = agg::AlgorithmParams;
+constexpr AlgorithmParam kAlgorithmParams[] = {
+    {"fedavgm", "beta", [](Params& p, double v) { p.fedavgm.beta = v; }},
+    {"fedavgm", "eta", [](Params& p, double v) { p.fedavgm.eta = v; }},
+    {"fedadam", "eta", [](Params& p, double v) { p.fedadam.eta = v; }},
+    {"fedadam", "beta1", [](Params& p, double v) { p.fedadam.beta1 = v; }},
+    {"fedadam", "beta2", [](Params& p, double v) { p.fedadam.beta2 = v; }},
+    {"fedadam", "tau", [](Params& p, double v) { p.fedadam.tau = v; }},
+    {"fedasync", "alpha", [](Params& p, double v) { p.fedasync.alpha = v; }},
+    {"fedasync", "a", [](Params& p, double v) { p.fedasync.staleness_exponent = v; }},
+    {"fedbuff", "k", [](Params& p, double v) { p.fedbuff.buffer_size = static_cast<uint32_t>(v); }},
+    {"fedbuff", "eta", [](Params& p, double v) { p.fedbuff.eta_g = v; }},
+    {"fedbuff", "a", [](Params& p, double v) { p.fedbuff.staleness_exponent = v; }},
+    {"fedfix", "period", [](Params& p, double v) { p.fedfix.period_s = v; }},
+    {"fedfix", "total_samples", [](Params& p, double v) { p.fedfix.total_samples = v; }},
+    {"fedcompass", "alpha", [](Params& p, double v) { p.fedcompass.alpha = v; }},
+    {"fedcompass", "a", [](Params& p, double v) { p.fedcompass.staleness_exponent = v; }},
+    {"fedcompass", "q_min",
+     [](Params& p, double v) { p.fedcompass.q_min = static_cast<uint32_t>(v); }},
+    {"fedcompass", "lambda", [](Params& p, double v) { p.fedcompass.latest_time_factor = v; }},
+    {"fedcompass", "momentum", [](Params& p, double v) { p.fedcompass.speed_momentum = v; }},
+};
+
+bool TakesParam(const std::string& algorithm, const std::string& name) {
+  return std::any_of(
+      std::begin(kAlgorithmParams), std::end(kAlgorithmParams),
+      [&](const AlgorithmParam& a) { return algorithm == a.algorithm && name == a.name; });
 }
 
+// Every parameter the spec gives lands in each field of that name (the algorithm reads its own).
 agg::AlgorithmParams LibraryParams(const FlJobSpec& s) {
   agg::AlgorithmParams p;
-  p.fedavgm.beta = Param(s, "beta", p.fedavgm.beta);
-  p.fedavgm.eta = Param(s, "eta", p.fedavgm.eta);
-  p.fedadam.eta = Param(s, "eta", p.fedadam.eta);
-  p.fedadam.beta1 = Param(s, "beta1", p.fedadam.beta1);
-  p.fedadam.beta2 = Param(s, "beta2", p.fedadam.beta2);
-  p.fedadam.tau = Param(s, "tau", p.fedadam.tau);
-  p.fedasync.alpha = Param(s, "alpha", p.fedasync.alpha);
-  p.fedasync.staleness_exponent = Param(s, "a", p.fedasync.staleness_exponent);
-  p.fedbuff.buffer_size = static_cast<uint32_t>(Param(s, "k", p.fedbuff.buffer_size));
-  p.fedbuff.eta_g = Param(s, "eta", p.fedbuff.eta_g);
-  p.fedbuff.staleness_exponent = Param(s, "a", p.fedbuff.staleness_exponent);
-  p.fedfix.period_s = Param(s, "period", p.fedfix.period_s);
-  p.fedfix.total_samples = Param(s, "total_samples", p.fedfix.total_samples);
-  p.fedcompass.alpha = Param(s, "alpha", p.fedcompass.alpha);
-  p.fedcompass.staleness_exponent = Param(s, "a", p.fedcompass.staleness_exponent);
+  for (const AlgorithmParam& a : kAlgorithmParams) {
+    if (auto it = s.algorithm_params.find(a.name); it != s.algorithm_params.end()) {
+      a.set(p, it->second);
+    }
+  }
   p.fedcompass.num_clients = s.clients;
   p.fedcompass.q_max = s.local_steps;
-  p.fedcompass.q_min = static_cast<uint32_t>(Param(s, "q_min", p.fedcompass.q_min));
-  p.fedcompass.latest_time_factor = Param(s, "lambda", p.fedcompass.latest_time_factor);
-  p.fedcompass.speed_momentum = Param(s, "momentum", p.fedcompass.speed_momentum);
   return p;
 }
 
 Result<std::unique_ptr<agg::AggregationAlgorithm>> MakeJobAlgorithm(const FlJobSpec& s) {
-  auto known = KnownParams().find(s.algorithm);
-  if (known == KnownParams().end()) {
-    return InvalidArgument("spec.algorithm.name: '" + s.algorithm +
-                           "' is not an algorithm (fedavg, fedavgm, fedadam, fedasync, fedbuff, "
-                           "fedfix, fedcompass)");
+  if (std::find(std::begin(kAlgorithms), std::end(kAlgorithms), s.algorithm) ==
+      std::end(kAlgorithms)) {
+    std::string names;
+    for (const char* a : kAlgorithms) names.append(names.empty() ? "" : ", ").append(a);
+    return InvalidArgument("spec.algorithm.name: '" + s.algorithm + "' is not an algorithm (" +
+                           names + ")");
   }
   for (const auto& [k, v] : s.algorithm_params) {
-    if (std::find(known->second.begin(), known->second.end(), k) == known->second.end()) {
+    if (!TakesParam(s.algorithm, k)) {
       return InvalidArgument("spec.algorithm.params." + k + ": not a parameter of " + s.algorithm);
     }
     if (!std::isfinite(v) || v < 0) {

@@ -124,39 +124,43 @@ TEST(LearnedModel, RoundTripsByteForByte) {
   std::remove(path.c_str());
 }
 
-// The bytes of a file shipped in deploy/policies.
-void ReadShipped(const char* path, std::string* text) {
+// A policy file shipped in deploy/policies: its bytes and the model they parse to.
+struct Shipped {
+  std::string text;
+  std::shared_ptr<const LearnedModel> model;
+};
+
+void LoadShipped(const char* path, const char* name, Shipped* out) {
   std::ifstream in(path, std::ios::binary);
   ASSERT_TRUE(in) << path;
   std::stringstream bytes;
   bytes << in.rdbuf();
-  *text = bytes.str();
+  out->text = bytes.str();
+  auto parsed = LearnedModel::Parse(out->text, name);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  out->model = std::make_shared<const LearnedModel>(*std::move(parsed));
 }
 
 TEST(LearnedModel, TheShippedFileIsCompiledInAndRoundTrips) {
-  std::string text;
-  ASSERT_NO_FATAL_FAILURE(ReadShipped(SHOAL_LEARNED_POLICY_FILE, &text));
-  auto parsed = LearnedModel::Parse(text, "learned-v2.json");
-  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-  EXPECT_EQ(parsed->version(), 2);
-  EXPECT_TRUE(parsed->has_sizing());
-  EXPECT_GT(parsed->samples(), 10000u);
-  EXPECT_GT(parsed->sizing().samples(), 100000u);
-  EXPECT_EQ(parsed->Serialize(), text);
-  EXPECT_EQ(LearnedModel::Default()->Serialize(), text);
+  Shipped v2;
+  ASSERT_NO_FATAL_FAILURE(LoadShipped(SHOAL_LEARNED_POLICY_FILE, "learned-v2.json", &v2));
+  EXPECT_EQ(v2.model->version(), 2);
+  EXPECT_TRUE(v2.model->has_sizing());
+  EXPECT_GT(v2.model->samples(), 10000u);
+  EXPECT_GT(v2.model->sizing().samples(), 100000u);
+  EXPECT_EQ(v2.model->Serialize(), v2.text);
+  EXPECT_EQ(LearnedModel::Default()->Serialize(), v2.text);
 }
 
 TEST(LearnedModel, AVersionOneFileIsReadAndSaysItsSizingIsShoals) {
-  std::string text;
-  ASSERT_NO_FATAL_FAILURE(ReadShipped(SHOAL_LEARNED_POLICY_V1_FILE, &text));
-  auto parsed = LearnedModel::Parse(text, "learned-v1.json");
-  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-  EXPECT_EQ(parsed->version(), 1);
-  EXPECT_FALSE(parsed->has_sizing());
+  Shipped v1;
+  ASSERT_NO_FATAL_FAILURE(LoadShipped(SHOAL_LEARNED_POLICY_V1_FILE, "learned-v1.json", &v1));
+  EXPECT_EQ(v1.model->version(), 1);
+  EXPECT_FALSE(v1.model->has_sizing());
   // It round-trips as version 1: same bytes, same checksum (the idle table's alone).
-  EXPECT_EQ(parsed->Serialize(), text);
+  EXPECT_EQ(v1.model->Serialize(), v1.text);
   LearnedParams p;
-  p.model = std::make_shared<const LearnedModel>(*parsed);
+  p.model = v1.model;
   LearnedPolicy policy(p, ShoalParams{}, p.model);
   FunctionSignals s = Interval(2, 2, 1, 10);
   s.arrivals = 3;

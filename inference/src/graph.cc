@@ -1,17 +1,17 @@
 #include "shoal/inference/graph.h"
 
 #include <algorithm>
-#include <array>
 #include <iterator>
 #include <set>
 #include <utility>
 
 #include "shape_inference.h"
+#include "shoal/common/enum_names.h"
 
 namespace shoal::inference {
 namespace {
 
-constexpr std::array<std::pair<OpType, std::string_view>, 12> kOpNames = {{
+constexpr EnumName<OpType> kOpNames[] = {
     {OpType::kGemm, "Gemm"},
     {OpType::kMatMul, "MatMul"},
     {OpType::kAdd, "Add"},
@@ -24,7 +24,7 @@ constexpr std::array<std::pair<OpType, std::string_view>, 12> kOpNames = {{
     {OpType::kFlatten, "Flatten"},
     {OpType::kReshape, "Reshape"},
     {OpType::kSoftmax, "Softmax"},
-}};
+};
 
 // Inputs (min, max, where "" counts as given) and outputs each operator takes.
 struct Arity {
@@ -151,17 +151,10 @@ std::string_view OipDatatype(DType t) {
   return i < std::size(kOip) ? kOip[i] : "?";
 }
 
-std::string_view OpTypeName(OpType op) {
-  for (const auto& [o, name] : kOpNames) {
-    if (o == op) return name;
-  }
-  return "?";
-}
+std::string_view OpTypeName(OpType op) { return NameOf(kOpNames, op, "?"); }
 
 Result<OpType> OpTypeFromName(std::string_view op_type, std::string_view node_name) {
-  for (const auto& [o, name] : kOpNames) {
-    if (name == op_type) return o;
-  }
+  if (const auto op = ValueOf(kOpNames, op_type)) return *op;
   return InvalidArgument("unsupported operator '" + std::string(op_type) + "' (node '" +
                          std::string(node_name) + "')");
 }

@@ -17,7 +17,8 @@
 // --pool prefault does the same with a Boost pool that `pool_prefault: true` allocated and
 // mapped whole at creation (no first-touch fault or page zeroing while a body arrives).
 // --shoald runs another shoald (and the shoal-fn beside it), e.g. an earlier build's copy, for
-// a before/after in the same conditions.
+// a before/after in the same conditions. --config adds a line to every shoald's config (e.g.
+// "pool_warm_bytes: 0"), for a before/after of a setting with the same binaries.
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -47,6 +48,7 @@ namespace {
 
 constexpr uint64_t kHidden = 14704;  // 784-14704-10 MLP: 11,689,690 parameters
 std::string g_shoald;                // --shoald; empty: this build's
+std::string g_config;                // --config: one more line of every shoald's config
 
 // Seconds from the first byte written to the whole response read, best of `reps`.
 template <typename Fn>
@@ -119,12 +121,18 @@ int main(int argc, char** argv) {
   int reps = 7, runs = 3;
   std::string also;
   shoal::bench::Args args(
-      "bench-ingest [--reps N] [--runs N] [--pool dpdk|prefault] [--shoald PATH]");
+      "bench-ingest [--reps N] [--runs N] [--pool dpdk|prefault] [--shoald PATH] "
+      "[--config 'KEY: VALUE']");
   args.Option("--reps", &reps)
       .Option("--runs", &runs)
       .Option("--pool", &also)
-      .Option("--shoald", &g_shoald);
+      .Option("--shoald", &g_shoald)
+      .Option("--config", &g_config);
   if (!args.Parse(argc, argv)) return 2;
+  if (!g_config.empty()) {
+    g_config += "\n";
+    std::printf("every shoald's config also has: %s", g_config.c_str());
+  }
   if (!also.empty() && also != "dpdk" && also != "prefault" && also != "boost") {
     std::fprintf(stderr,
                  "bench-ingest: --pool %s: want dpdk or prefault (boost is always measured)\n",
@@ -225,7 +233,7 @@ Times Measure(const std::string& pool, int reps, const std::vector<std::byte>** 
   Shoald::Options opt;
   opt.pool = pool;
   opt.binary = g_shoald;
-  opt.extra_yaml = extra_yaml;
+  opt.extra_yaml = extra_yaml + g_config;
   opt.pool_bytes = uint64_t{2} << 30;
   opt.max_body_bytes = uint64_t{128} << 20;
   if (!shoald.Start(opt)) {

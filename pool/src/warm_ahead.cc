@@ -21,8 +21,10 @@ namespace shoal::pool_detail {
 namespace {
 
 constexpr uint64_t kPage = 4096;
-// One madvise at a time, so that a stop (shoald exiting) waits for at most this much.
-constexpr uint64_t kChunkBytes = uint64_t{16} << 20;
+// One madvise at a time (it holds the mapping's lock for reading while it runs), so that neither
+// a stop nor a writer of the mapping waits long. Not at a lower priority: a preempted holder of
+// that lock would hold up shoald's own mmap calls (and the faults queued behind them).
+constexpr uint64_t kChunkBytes = uint64_t{4} << 20;
 
 // The futex word is in shared memory: no FUTEX_PRIVATE_FLAG, so other processes' waits match.
 long Futex(const std::atomic<uint32_t>* word, int op, uint32_t val) {

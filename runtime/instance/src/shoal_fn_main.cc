@@ -5,6 +5,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -74,16 +75,20 @@ class PoolFollower {
   }
 
   void Follow() {
+    constexpr uint64_t kChunk = uint64_t{4} << 20;  // the mapping's lock is held per call
     uint64_t done = 0;
     bool logged = false;
     while (!stop_.load()) {
       const SharedPool::WarmMark mark = pool_.Warm();
       if (mark.end > done) {
         const auto t0 = std::chrono::steady_clock::now();
-        if (Status st = PopulatePoolRange(pool_, done, mark.end - done); !st.ok()) {
-          spdlog::warn("pool: not following the warm-ahead (touching it faults page by page): {}",
-                       st.ToString());
-          return;
+        for (uint64_t at = done; at < mark.end && !stop_.load(); at += kChunk) {
+          const uint64_t len = std::min(kChunk, mark.end - at);
+          if (Status st = PopulatePoolRange(pool_, at, len); !st.ok()) {
+            spdlog::warn("pool: not following the warm-ahead (touching it faults page by page): {}",
+                         st.ToString());
+            return;
+          }
         }
         spdlog::log(logged ? spdlog::level::debug : spdlog::level::info,
                     "pool: warm pages mapped: {} MiB (to {} MiB) in {:.0f} ms (pool_warm_bytes)",

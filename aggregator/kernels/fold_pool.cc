@@ -32,6 +32,11 @@ void FoldPool::Fold(float* acc, const void* x, DType dtype, size_t n, float w) {
   Run({.op = Op::kFold, .dtype = dtype, .f32 = acc, .wire = x, .n = n, .scalar = w});
 }
 
+void FoldPool::Sum(float* acc, std::span<const float* const> xs, std::span<const float> ws,
+                   size_t n) {
+  Run({.op = Op::kSum, .f32 = acc, .n = n, .xs = xs, .ws = ws});
+}
+
 void FoldPool::Scale(float* acc, size_t n, float a) {
   Run({.op = Op::kScale, .f32 = acc, .n = n, .scalar = a});
 }
@@ -52,10 +57,18 @@ void FoldPool::ConvertFromF32(void* out, const float* x, DType dtype, size_t n) 
 void FoldPool::RunRange(const Job& job, size_t begin, size_t end) {
   const size_t n = end - begin;
   const size_t wsize = DTypeSize(job.dtype);
-  const char* wire = static_cast<const char*>(job.wire) + begin * wsize;
+  // (Scale and Sum have no wire x: no offset from a null pointer.)
+  const char* wire =
+      job.wire == nullptr ? nullptr : static_cast<const char*>(job.wire) + begin * wsize;
   switch (job.op) {
     case Op::kFold:
       aggregator::Fold(job.f32 + begin, wire, job.dtype, n, job.scalar);
+      break;
+    case Op::kSum:
+      std::fill(job.f32 + begin, job.f32 + end, 0.0f);
+      for (size_t k = 0; k < job.xs.size(); ++k) {
+        aggregator::Fold(job.f32 + begin, job.xs[k] + begin, DType::kF32, n, job.ws[k]);
+      }
       break;
     case Op::kScale:
       aggregator::Scale(job.f32 + begin, n, job.scalar);

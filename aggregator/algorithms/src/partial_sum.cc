@@ -11,9 +11,7 @@
 
 namespace shoal::aggregator {
 
-void FoldInto(float* acc, const float* x, size_t n, float w) {
-  Fold(acc, x, DType::kF32, n, w);
-}
+void FoldInto(float* acc, const float* x, size_t n, float w) { Fold(acc, x, DType::kF32, n, w); }
 
 namespace {
 
@@ -83,6 +81,49 @@ Status PartialSum::MergeFolded(std::span<const float> sum,
     AddBaseWeight(by_base_, base, c);
   }
   return Status::Ok();
+}
+
+Status PartialSum::ResetToFolded(std::span<const FoldedSum> sums, FoldPool* threads) {
+  by_base_.clear();
+  weight_ = 0.0;
+  count_ = 0;
+  Status refused = Status::Ok();
+  std::vector<const float*> xs;
+  std::vector<float> ws;
+  size_t n = sum_.size();
+  for (const FoldedSum& s : sums) {
+    Status st = Status::Ok();
+    if (!std::isfinite(s.scale)) {
+      st = InvalidArgument("merge scale is not finite");
+    } else if (s.folded.empty()) {
+      continue;
+    } else if (xs.empty()) {
+      n = s.sum.size();  // the first merged sizes an empty sum, as MergeFolded's does
+    } else if (s.sum.size() != n) {
+      st = InvalidArgument("cannot merge a leaf sum of " + std::to_string(s.sum.size()) +
+                           " parameters into one of " + std::to_string(n));
+    }
+    if (!st.ok()) {
+      if (refused.ok()) refused = st;
+      continue;
+    }
+    xs.push_back(s.sum.data());
+    ws.push_back(static_cast<float>(s.scale));
+    for (const auto& [base, folded_c] : s.folded) {
+      const double c = folded_c * s.scale;
+      weight_ += c;
+      ++count_;
+      AddBaseWeight(by_base_, base, c);
+    }
+  }
+  if (sum_.size() != n) sum_.resize(n);
+  if (threads != nullptr) {
+    threads->Sum(sum_.data(), xs, ws, n);
+  } else {
+    std::fill(sum_.begin(), sum_.end(), 0.0f);
+    for (size_t k = 0; k < xs.size(); ++k) FoldInto(sum_.data(), xs[k], n, ws[k]);
+  }
+  return refused;
 }
 
 void PartialSum::Reset() {

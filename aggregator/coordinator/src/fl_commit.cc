@@ -141,8 +141,11 @@ void FlCoordinator::CommitLoop() {
           merged = job->RobustTotal(round, *robust_, &suspects);
           merge_ms = Seconds(t0) * 1e3;
         } else if (round.acked > 0) {
-          // The top of the hierarchy: add the leaves' partial sums, then the algorithm's step.
-          job->total.Reset();
+          // The top of the hierarchy: add the leaves' partial sums (in one pass over them, the
+          // total written once), then the algorithm's step.
+          std::vector<std::vector<std::pair<uint64_t, double>>> folded(round.partials.size());
+          std::vector<agg::PartialSum::FoldedSum> sums;
+          sums.reserve(round.partials.size());
           for (auto& [inst, p] : round.partials) {
             if (p.rebuild && p.node.empty()) {
               // No leaf writes it now (every update of the round has answered): from scratch.
@@ -154,10 +157,10 @@ void FlCoordinator::CommitLoop() {
               spdlog::warn("fl job {}: partial sum rebuilt from {} acknowledged update(s)",
                            job->spec.name, refolded);
             }
-            std::vector<std::pair<uint64_t, double>> folded;
+            std::vector<std::pair<uint64_t, double>>& f = folded[sums.size()];
             for (uint64_t tid : p.tickets) {
               const JobState::Ticket& t = job->tickets[tid];
-              folded.emplace_back(t.base_version, t.coefficient);
+              f.emplace_back(t.base_version, t.coefficient);
             }
             // Another node's one partial sum of the round (fetched), or a leaf's here.
             const auto* leaf =
@@ -167,10 +170,10 @@ void FlCoordinator::CommitLoop() {
                 job->algo->staleness_at_commit()
                     ? job->algo->CommitScale(job->version() - std::min(p.base, job->version()))
                     : 1.0;
-            if (Status st = job->total.MergeFolded({leaf, n}, folded, scale, merge_pool_.get());
-                !st.ok()) {
-              spdlog::error("fl job {}: {}", job->spec.name, st.ToString());
-            }
+            sums.push_back({{leaf, n}, f, scale});
+          }
+          if (Status st = job->total.ResetToFolded(sums, merge_pool_.get()); !st.ok()) {
+            spdlog::error("fl job {}: {}", job->spec.name, st.ToString());
           }
           merge_ms = Seconds(t0) * 1e3;
         }

@@ -4,8 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
+
+#include "shoal/aggregator/fold_pool.h"
+#include "shoal/aggregator/partial_sum.h"
 
 namespace shoal::aggregator {
 namespace {
@@ -328,6 +333,61 @@ TEST(PartialSum, ReusesBuffersAndRefusesWrongSizes) {
   EXPECT_EQ(ps.sum().data(), buf);  // same buffer after Reset
   ExpectNear(Vec(ps.sum().begin(), ps.sum().end()), {2, 2, 2, 2});
   EXPECT_FALSE(ps.Fold(kW1, std::nan(""), 9).ok());
+}
+
+// The top's merge in one pass: the same sum bits, count, weight and per-base weights as Reset
+// and MergeFolded of each leaf in order, with and without threads; a leaf with nothing folded
+// is skipped, one with a non-finite scale or another size refused (the first refusal returned)
+// and the others merged; no leaf: zeros.
+TEST(PartialSum, ResetToFoldedIsResetThenMergeFoldedInOrder) {
+  constexpr size_t kN = 300'001;  // past FoldPool's min_parallel_elements
+  std::vector<Vec> leaf(4, Vec(kN));
+  for (size_t k = 0; k < leaf.size(); ++k) {
+    for (size_t i = 0; i < kN; ++i) {
+      leaf[k][i] = static_cast<float>(std::sin(0.001 * static_cast<double>(i * (k + 1)) + k));
+    }
+  }
+  const std::vector<std::pair<uint64_t, double>> f0 = {{3, 0.5}, {4, 0.25}}, f1 = {{4, 1.5}},
+                                                 f2 = {}, f3 = {{2, 0.125}, {3, 2.0}};
+  const Vec short_leaf(kN - 1, 1.0f);
+  const std::vector<PartialSum::FoldedSum> sums = {
+      {leaf[0], f0, 1.0},          {leaf[1], f1, 0.75},   {leaf[2], f2, 1.0},  // nothing folded
+      {leaf[3], f1, std::nan("")}, {short_leaf, f3, 1.0}, {leaf[3], f3, 0.5}};
+  PartialSum want(kN);
+  ASSERT_TRUE(want.Fold(leaf[2], 9.0, 1).ok());  // held before: gone after
+  want.Reset();
+  for (const auto& s : sums) (void)want.MergeFolded(s.sum, s.folded, s.scale);
+  ASSERT_EQ(want.count(), 5u);
+  FoldPool threads(2);
+  for (FoldPool* pool : {static_cast<FoldPool*>(nullptr), &threads}) {
+    PartialSum got(kN);
+    ASSERT_TRUE(got.Fold(leaf[2], 9.0, 1).ok());
+    const Status st = got.ResetToFolded(sums, pool);
+    EXPECT_EQ(st.message(), "merge scale is not finite");
+    ASSERT_EQ(got.size(), kN);
+    EXPECT_EQ(0, std::memcmp(want.sum().data(), got.sum().data(), kN * 4)) << (pool != nullptr);
+    EXPECT_EQ(got.count(), want.count());
+    EXPECT_EQ(got.weight(), want.weight());
+    ASSERT_EQ(got.weight_by_base().size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(got.weight_by_base()[i], want.weight_by_base()[i]);
+    // The other refusal, alone: its message is MergeFolded's.
+    const std::vector<PartialSum::FoldedSum> two = {{leaf[0], f0, 1.0}, {short_leaf, f3, 1.0}};
+    EXPECT_EQ(got.ResetToFolded(two, pool).message(),
+              "cannot merge a leaf sum of 300000 parameters into one of 300001");
+    EXPECT_EQ(got.count(), 2u);
+    EXPECT_EQ(got.sum()[7], leaf[0][7]);
+    // No leaf: zeros, nothing counted, the size kept.
+    ASSERT_TRUE(got.ResetToFolded({}, pool).ok());
+    EXPECT_EQ(got.count(), 0u);
+    EXPECT_EQ(got.weight(), 0.0);
+    ASSERT_EQ(got.size(), kN);
+    EXPECT_EQ(*std::max_element(got.sum().begin(), got.sum().end()), 0.0f);
+    EXPECT_EQ(*std::min_element(got.sum().begin(), got.sum().end()), 0.0f);
+  }
+  // An empty sum takes the size of the first leaf merged, as MergeFolded's does.
+  PartialSum fresh;
+  ASSERT_TRUE(fresh.ResetToFolded(sums, &threads).message() == "merge scale is not finite");
+  EXPECT_EQ(0, std::memcmp(want.sum().data(), fresh.sum().data(), kN * 4));
 }
 
 TEST(ModelState, CheckpointRoundTripIsBytesEqual) {

@@ -140,6 +140,35 @@ TEST_P(FoldPoolTest, FoldFiniteIsFoldAndReportsWhatItFolded) {
   }
 }
 
+// Sum: acc zeroed and each term folded in turn, chunk by chunk: the bits of the whole-array
+// sequence (including a -0 term, which a zeroed acc turns into +0, and a 0 weight), for 0-3
+// terms, past and below min_parallel_elements, over an acc that held other values.
+TEST_P(FoldPoolTest, SumIsZeroThenEachFoldInTurn) {
+  FoldPool pool(GetParam());
+  for (size_t n : {size_t{1'000'003}, size_t{1000}}) {
+    std::vector<std::vector<float>> x(3, std::vector<float>(n));
+    for (size_t k = 0; k < 3; ++k) {
+      const std::vector<uint8_t> w = Wire(DType::kF32, n, 11 + static_cast<uint32_t>(k));
+      std::memcpy(x[k].data(), w.data(), n * 4);
+      x[k][k] = -0.0f;
+    }
+    const float* xs[] = {x[0].data(), x[1].data(), x[2].data()};
+    const float ws[] = {0.25f, -1.5f, 0.0f};
+    for (size_t terms = 0; terms <= 3; ++terms) {
+      std::vector<float> want(n, 0.0f), got(n, 42.0f);
+      for (size_t k = 0; k < terms; ++k) Fold(want.data(), xs[k], DType::kF32, n, ws[k]);
+      pool.Sum(got.data(), std::span(xs, terms), std::span(ws, terms), n);
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), n * 4)) << n << " x " << terms;
+    }
+    std::vector<float> neg(n, 7.0f);
+    const float* minus_zero[] = {x[0].data()};
+    const float one[] = {1.0f};
+    pool.Sum(neg.data(), minus_zero, one, n);
+    EXPECT_FALSE(std::signbit(neg[0])) << "0 + 1 * -0 is +0";
+    EXPECT_EQ(neg[1], x[0][1]);
+  }
+}
+
 TEST(FoldPoolSmallTest, SmallCallsRunInlineAndMatch) {
   FoldPool pool(3);
   EXPECT_EQ(pool.min_parallel_elements(), FoldPool::kDefaultMinParallelElements);

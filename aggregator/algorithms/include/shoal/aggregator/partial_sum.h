@@ -41,6 +41,20 @@ class PartialSum {
                      std::span<const std::pair<uint64_t, double>> folded, double scale = 1.0,
                      FoldPool* threads = nullptr);
 
+  // A sum folded elsewhere, for ResetToFolded: as MergeFolded's arguments.
+  struct FoldedSum {
+    std::span<const float> sum;
+    std::span<const std::pair<uint64_t, double>> folded;
+    double scale = 1.0;
+  };
+  // Reset, then MergeFolded of each of `sums` in order, with the additions done in one pass
+  // (FoldPool::Sum with `threads`: each chunk of this sum zeroed and every leaf's added while it
+  // is in cache, so it is written once instead of zeroed and then read and written per leaf).
+  // The same bits, weights, counts and per-base weights as Reset and MergeFolded one by one. A
+  // sum that MergeFolded would refuse (a non-finite scale, another size) is left out and the
+  // first such refusal returned; the others are merged.
+  Status ResetToFolded(std::span<const FoldedSum> sums, FoldPool* threads = nullptr);
+
   // Back to zero, keeping the buffers' capacity and size (no allocation on the next round).
   void Reset();
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <span>
 
 #include "shoal/aggregator/fold.h"
 #include "shoal/aggregator/worker_team.h"
@@ -66,8 +67,14 @@ class FoldPool {
   };
   FoldFiniteResult FoldFinite(float* acc, const void* x, DType dtype, size_t n, float w);
 
+  // acc = ws[0] * xs[0] + ws[1] * xs[1] + ... (f32, n elements each) in one pass over the xs: each
+  // chunk of acc is zeroed and then each x folded into it in turn while it is in cache, so acc
+  // is written once and not read back from memory between the xs. Bit-identical to zeroing acc
+  // and calling Fold with each x in order. xs.size() == ws.size().
+  void Sum(float* acc, std::span<const float* const> xs, std::span<const float> ws, size_t n);
+
  private:
-  enum class Op : uint8_t { kFold, kScale, kAllFinite, kToF32, kFromF32, kFoldFinite };
+  enum class Op : uint8_t { kFold, kScale, kAllFinite, kToF32, kFromF32, kFoldFinite, kSum };
   struct Job {
     Op op = Op::kFold;
     DType dtype = DType::kF32;
@@ -75,8 +82,10 @@ class FoldPool {
     const void* wire = nullptr;  // x (Fold, AllFinite, ToF32)
     void* wire_out = nullptr;    // out (FromF32)
     size_t n = 0;
-    float scalar = 0;  // w or a
-    size_t block = 0;  // FoldFinite's block, in elements
+    float scalar = 0;                       // w or a
+    size_t block = 0;                       // FoldFinite's block, in elements
+    std::span<const float* const> xs = {};  // Sum's terms and their weights
+    std::span<const float> ws = {};
   };
 
   // Splits across threads, or runs inline when small. Returns false only for an AllFinite or

@@ -25,6 +25,10 @@ constexpr uint64_t kPage = 4096;
 // a stop nor a writer of the mapping waits long. Not at a lower priority: a preempted holder of
 // that lock would hold up shoald's own mmap calls (and the faults queued behind them).
 constexpr uint64_t kChunkBytes = uint64_t{4} << 20;
+// A refill waits for a lull this long in the pool's allocations, unless less than a quarter of
+// the window is left above the high-water mark: a burst of bodies that fits the window is then
+// received on warm pages without the refill's page zeroing taking the CPU it needs.
+constexpr auto kLull = std::chrono::milliseconds(100);
 
 // The futex word is in shared memory: no FUTEX_PRIVATE_FLAG, so other processes' waits match.
 long Futex(const std::atomic<uint32_t>* word, int op, uint32_t val) {
@@ -78,6 +82,24 @@ uint64_t WarmAhead::Target() const {
   return std::min((hw + window_ + kPage - 1) / kPage * kPage, mapped_);
 }
 
+bool WarmAhead::Urgent() const {
+  const uint64_t hw = std::max(state_->high_water.load(std::memory_order_relaxed), heap_begin_);
+  const uint64_t end = state_->warm_end.load(std::memory_order_relaxed);
+  return std::min(end > hw ? end - hw : 0, mapped_ - std::min(hw, mapped_)) < window_ / 4 &&
+         end < mapped_;
+}
+
+bool WarmAhead::AwaitLull() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    if (stop_) return false;
+    if (Urgent()) return true;
+    const uint64_t hw = state_->high_water.load(std::memory_order_relaxed);
+    if (cv_.wait_for(lock, kLull, [&] { return stop_; })) return false;
+    if (state_->high_water.load(std::memory_order_relaxed) == hw) return true;
+  }
+}
+
 void WarmAhead::Run() {
   for (;;) {
     {
@@ -86,11 +108,17 @@ void WarmAhead::Run() {
       if (stop_) return;
       kicked_ = false;
     }
+    if (!AwaitLull()) return;
     const auto t0 = std::chrono::steady_clock::now();
     const uint64_t from0 =
         std::max(state_->warm_end.load(std::memory_order_acquire), heap_begin_ / kPage * kPage);
     uint64_t from = from0;
+    uint64_t seen = state_->high_water.load(std::memory_order_relaxed);
     for (uint64_t target = Target(); from < target; target = Target()) {
+      // Allocations came back while it refilled: it yields to them again unless urgent.
+      const uint64_t hw = state_->high_water.load(std::memory_order_relaxed);
+      if (hw != seen && !AwaitLull()) return;
+      seen = state_->high_water.load(std::memory_order_relaxed);
       {
         std::lock_guard lock(mu_);
         if (stop_) return;

@@ -48,7 +48,8 @@ class WarmAhead {
   WarmAhead& operator=(const WarmAhead&) = delete;
 
   // After an allocation: wakes the thread when the warm margin above the high water fell below
-  // three quarters of the window (so it refills in batches, not after every buffer).
+  // three quarters of the window (so it refills in batches, not after every buffer); the thread
+  // then waits for a lull in the allocations unless the margin is under a quarter.
   void Allocated() {
     const uint64_t hw = state_->high_water.load(std::memory_order_relaxed);
     if (hw + window_ - window_ / 4 > state_->warm_end.load(std::memory_order_relaxed)) Kick();
@@ -60,6 +61,11 @@ class WarmAhead {
   void Kick();
   void Run();
   uint64_t Target() const;
+  // Less than a quarter of the window left above the high-water mark (and the pool not warm to
+  // its end).
+  bool Urgent() const;
+  // Waits until the allocations paused (kLull in warm_ahead.cc) or it is urgent; false on stop.
+  bool AwaitLull();
 
   char* const base_;
   const uint64_t mapped_;

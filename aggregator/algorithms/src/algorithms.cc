@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "shoal/aggregator/worker_team.h"
+
 namespace shoal::aggregator {
 namespace {
 
@@ -103,6 +105,10 @@ Status AddWeightedDeltas(const PartialSum& total, const VersionStore& versions, 
   return Status::Ok();
 }
 
+// From this many parameters a synchronous step runs on every core (a 512 KB model's step takes
+// ~0.4 ms on one).
+constexpr size_t kParallelStepParams = size_t{1} << 17;
+
 // A synchronous commit: the checks, then step(i, average) for every parameter i, where average
 // is the round's weighted average of it; the version moves on. The optimizer vectors in
 // `moments` (what each is, for the error) are checked against the model's size first and start
@@ -120,7 +126,22 @@ Status SyncCommit(const PartialSum& total, ModelState& state,
     if (v->empty()) v->assign(n, 0.0f);
   }
   auto s = total.sum();
-  for (size_t i = 0; i < n; ++i) step(i, static_cast<double>(s[i]) * *inv);
+  const double scale = *inv;
+  auto steps = [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) step(i, static_cast<double>(s[i]) * scale);
+  };
+  if (n < kParallelStepParams) {
+    steps(0, n);
+  } else {
+    // A large model's step on every core, each thread a contiguous range: the step of
+    // parameter i reads and writes index i only, so the bits do not depend on the split. The
+    // threads live for this commit (~0.1 ms to start, against ~9 ms for 11.7 M parameters on
+    // one core): nothing is left running between commits.
+    WorkerTeam team(0);
+    const size_t t = team.threads();
+    auto range = [&](unsigned k) { steps(n * k / t, n * (k + 1) / t); };
+    team.Run(range);
+  }
   ++state.version;
   return Status::Ok();
 }

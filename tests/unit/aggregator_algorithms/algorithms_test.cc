@@ -78,6 +78,49 @@ TEST(FedAvgM, MomentumCarriesToTheNextRound) {
   EXPECT_EQ(s.version, 2u);
 }
 
+// A model large enough for the step to run on every core: every parameter stepped once, with
+// the one-thread formulas' exact bits (FedAvgM twice, so a parameter stepped twice or not at
+// all shows in its momentum; FedAdam's square root too).
+TEST(SyncCommit, ALargeModelsStepIsTheOneThreadStepOnEveryParameter) {
+  constexpr size_t kN = 300'001;
+  Vec w0(kN), a(kN), b(kN);
+  for (size_t i = 0; i < kN; ++i) {
+    w0[i] = static_cast<float>(std::cos(0.01 * static_cast<double>(i)));
+    a[i] = static_cast<float>(std::sin(0.003 * static_cast<double>(i)));
+    b[i] = static_cast<float>(i % 1000) * 0.001f - 0.5f;
+  }
+  PartialSum ps;
+  ASSERT_TRUE(ps.Fold(a, 1.0, 0).ok());
+  ASSERT_TRUE(ps.Fold(b, 3.0, 0).ok());
+  const double inv = 1.0 / ps.weight();
+  VersionStore versions(0);
+  FedAvgM avgm;  // β = 0.9, η = 1
+  ModelState s = State(w0, 0);
+  Vec w = w0, v(kN, 0.0f);
+  for (int commit = 0; commit < 2; ++commit) {
+    ASSERT_TRUE(avgm.Commit(ps, versions, s).ok());
+    for (size_t i = 0; i < kN; ++i) {
+      const double delta = static_cast<double>(ps.sum()[i]) * inv - w[i];
+      const double vi = 0.9 * v[i] + delta;
+      v[i] = static_cast<float>(vi);
+      w[i] = static_cast<float>(w[i] + 1.0 * vi);
+    }
+    ASSERT_EQ(0, std::memcmp(s.momentum.data(), v.data(), kN * 4)) << "commit " << commit;
+    ASSERT_EQ(0, std::memcmp(s.weights.data(), w.data(), kN * 4)) << "commit " << commit;
+  }
+  EXPECT_EQ(s.version, 2u);
+  FedAdam adam;  // η = 0.1, β1 = 0.9, β2 = 0.99, τ = 1e-3
+  ModelState t = State(w0, 0);
+  ASSERT_TRUE(adam.Commit(ps, versions, t).ok());
+  for (size_t i = 0; i < kN; ++i) {
+    const double delta = static_cast<double>(ps.sum()[i]) * inv - w0[i];
+    const double m = 0.9 * 0.0 + (1 - 0.9) * delta, sq = 0.99 * 0.0 + (1 - 0.99) * delta * delta;
+    ASSERT_EQ(t.momentum[i], static_cast<float>(m)) << i;
+    ASSERT_EQ(t.second_moment[i], static_cast<float>(sq)) << i;
+    ASSERT_EQ(t.weights[i], static_cast<float>(w0[i] + 0.1 * m / (std::sqrt(sq) + 1e-3))) << i;
+  }
+}
+
 TEST(FedAdam, OneStepFromZeroMoments) {
   FedAdam algo;  // η = 0.1, β1 = 0.9, β2 = 0.99, τ = 1e-3
   VersionStore versions(0);

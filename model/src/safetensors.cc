@@ -120,6 +120,19 @@ Status WriteSafetensorsInto(std::span<const SafetensorsEntry> tensors,
   return Status::Ok();
 }
 
+Result<size_t> WriteSafetensorsHeaderInto(std::span<const SafetensorsEntry> tensors,
+                                          const std::map<std::string, std::string>& metadata,
+                                          std::string* out) {
+  uint64_t data_bytes = 0;
+  auto text = SafetensorsHeader(tensors, metadata, &data_bytes);
+  if (!text.ok()) return text.status();
+  out->resize(8 + text->size() + data_bytes);
+  const uint64_t n = text->size();
+  std::memcpy(out->data(), &n, 8);
+  std::memcpy(out->data() + 8, text->data(), text->size());
+  return 8 + text->size();
+}
+
 Result<SafetensorsView> ReadSafetensors(std::span<const std::byte> file,
                                         const SafetensorsLimits& limits) {
   if (file.size() < 8) {

@@ -189,7 +189,7 @@ void FlCoordinator::CommitLoop() {
             committed = true;
             step_ms = Seconds(t0) * 1e3 - merge_ms;
             job->KeepVersion();
-            job->CacheModel();
+            job->CacheModel(merge_pool_.get());
             cache_ms = Seconds(t0) * 1e3 - merge_ms - step_ms;
             job->AddVersion(
                 {job->version(), std::nullopt, std::nullopt, round.acked, job->Elapsed()});

@@ -24,6 +24,7 @@
 #include "shoal/aggregator/compass_scheduler.h"
 #include "shoal/aggregator/fl_coordinator.h"
 #include "shoal/aggregator/fold.h"
+#include "shoal/aggregator/fold_pool.h"
 #include "shoal/aggregator/model_state.h"
 #include "shoal/aggregator/partial_sum.h"
 #include "shoal/aggregator/version_store.h"
@@ -386,8 +387,9 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
            std::max<double>(spec.clients, static_cast<double>(seen));
   }
   // The committed model as safetensors (f32, the same bytes ModelToSafetensors writes), taken
-  // straight from the weights: models are large, every copy shows in the commit's latency.
-  void CacheModel() {
+  // straight from the weights: models are large, every copy shows in the commit's latency. With
+  // `threads` (the commit's), each large tensor is copied on all of them.
+  void CacheModel(agg::FoldPool* threads = nullptr) {
     std::vector<model::SafetensorsEntry> entries;
     for (size_t i = 0; i < mspec.size(); ++i) {
       const model::TensorSpec& t = mspec.tensor(i);
@@ -404,15 +406,26 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
       }
     }
     if (!blob) blob = std::make_shared<std::string>();
-    if (Status st = model::WriteSafetensorsInto(
-            entries,
-            {{std::string(model::kMetadataJob), spec.name},
-             {std::string(model::kMetadataVersion), std::to_string(state.version)},
-             {"format", "pt"}},
-            blob.get());
-        !st.ok()) {
-      spdlog::error("fl job {}: model bytes: {}", spec.name, st.ToString());
+    auto at = model::WriteSafetensorsHeaderInto(
+        entries,
+        {{std::string(model::kMetadataJob), spec.name},
+         {std::string(model::kMetadataVersion), std::to_string(state.version)},
+         {"format", "pt"}},
+        blob.get());
+    if (!at.ok()) {
+      spdlog::error("fl job {}: model bytes: {}", spec.name, at.status().ToString());
       return;
+    }
+    char* data = blob->data() + *at;
+    for (size_t i = 0; i < mspec.size(); ++i) {
+      const float* w = state.weights.data() + mspec.offset(i);
+      const size_t n = mspec.tensor(i).numel();
+      if (threads != nullptr) {
+        threads->ConvertFromF32(data, w, model::DType::kF32, n);  // f32 to f32: a copy
+      } else if (n > 0) {
+        std::memcpy(data, w, n * sizeof(float));
+      }
+      data += n * sizeof(float);
     }
     models[state.version] = std::move(blob);
     while (models.size() > kKeptModels) {

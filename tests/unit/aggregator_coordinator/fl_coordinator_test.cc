@@ -57,6 +57,16 @@ class FlCoordinatorTest : public coordinator_test::CoordinatorFixture {
       max_diff = std::max(max_diff, std::abs(v1[i] - want / 600.0));
     }
     EXPECT_LT(max_diff, 1e-5);
+    // The cached bytes (a header, then each tensor copied on the commit's threads) are the file
+    // the model writer makes of those weights, byte for byte.
+    model::Model v1_model(mspec_);
+    v1_model.values = v1;
+    const std::vector<std::byte> file =
+        model::ModelToSafetensors(v1_model, {{std::string(model::kMetadataJob), "rb"},
+                                             {std::string(model::kMetadataVersion), "1"},
+                                             {"format", "pt"}});
+    ASSERT_EQ(m->bytes->size(), file.size());
+    EXPECT_EQ(0, std::memcmp(m->bytes->data(), file.data(), file.size()));
   }
   struct InFlight {
     uint64_t ticket = 0, buffer = 0;

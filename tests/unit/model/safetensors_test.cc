@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 
 #include "shoal/model/architectures.h"
@@ -202,6 +203,34 @@ TEST(Safetensors, WriterRejectsBadEntries) {
             "tensor 'a': 6 bytes do not hold shape [2] in F32");
   std::vector<SafetensorsEntry> meta = {{"__metadata__", DType::kF32, shape, bytes}};
   EXPECT_EQ(WriteSafetensors(meta).status().message(), "tensor name '__metadata__' is not allowed");
+}
+
+// The header alone, then each tensor's bytes copied at the returned offset in order: the bytes
+// WriteSafetensorsInto writes; a refused entry leaves `out` as it was, with the same message.
+TEST(Safetensors, HeaderIntoThenTheTensorsInOrderIsWriteInto) {
+  const std::vector<uint64_t> s3 = {3}, s2x2 = {2, 2};
+  std::vector<std::byte> a(12), b(16);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = std::byte(i * 7 + 1);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = std::byte(200 - i);
+  const std::vector<SafetensorsEntry> entries = {{"b.weight", DType::kF32, s2x2, b},
+                                                 {"a.bias", DType::kF32, s3, a}};
+  const std::map<std::string, std::string> meta = {{"job", "j"}, {"version", "7"}};
+  std::string want, got = "left over";
+  ASSERT_TRUE(WriteSafetensorsInto(entries, meta, &want).ok());
+  Result<size_t> at = WriteSafetensorsHeaderInto(entries, meta, &got);
+  ASSERT_TRUE(at.ok()) << at.status().ToString();
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(*at, want.size() - a.size() - b.size());
+  std::memcpy(got.data() + *at, b.data(), b.size());
+  std::memcpy(got.data() + *at + b.size(), a.data(), a.size());
+  EXPECT_EQ(got, want);
+  const std::vector<std::byte> short_bytes(6);
+  const std::vector<SafetensorsEntry> bad = {{"a", DType::kF32, s3, short_bytes}};
+  std::string kept = "kept";
+  Result<size_t> refused = WriteSafetensorsHeaderInto(bad, {}, &kept);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(), "tensor 'a': 6 bytes do not hold shape [3] in F32");
+  EXPECT_EQ(kept, "kept");
 }
 
 }  // namespace

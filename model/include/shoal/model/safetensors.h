@@ -44,6 +44,12 @@ Result<std::string> WriteSafetensorsString(std::span<const SafetensorsEntry> ten
 // `out` is left as it was.
 Status WriteSafetensorsInto(std::span<const SafetensorsEntry> tensors,
                             const std::map<std::string, std::string>& metadata, std::string* out);
+// WriteSafetensorsInto without the tensors' bytes: `out` resized to the whole file and its
+// header written; returns where the data starts. The caller copies each tensor's bytes there,
+// one after the other in the order given (e.g. split across threads), for the same file.
+Result<size_t> WriteSafetensorsHeaderInto(std::span<const SafetensorsEntry> tensors,
+                                          const std::map<std::string, std::string>& metadata,
+                                          std::string* out);
 
 // A tensor of a file read by ReadSafetensors; `data` points into the file's bytes.
 struct SafetensorsTensor {

@@ -190,7 +190,15 @@ int main(int argc, char** argv) {
       r_dpdk_202.push_back(dpdk.fl / dpdk.http);
     }
   }
-  if (bad != 0) std::fprintf(stderr, "bench-ingest: %d request(s) did not succeed\n", bad);
+  if (bad != 0) {
+    // A failed update is timed as its error reply: no figure to carry. (A --shoald copy of a
+    // build's bin without its lib/shoal/modules has no FL leaf: every update fails.)
+    std::printf(
+        "bench-ingest: %d request(s) did not succeed: no RESULT lines (with --shoald, copy the "
+        "build's lib/shoal/modules beside its bin)\n",
+        bad);
+    return 1;
+  }
 
   std::printf("over %d run(s), each a fresh shoald and anchor; RESULT lines carry the median\n",
               runs);
@@ -220,7 +228,7 @@ int main(int argc, char** argv) {
     std::printf("RESULT ingest_202_%s ratio=%.3f\n", col.c_str(),
                 shoal::bench::SpreadOf(r_dpdk_202).median);
   }
-  return bad == 0 ? 0 : 1;
+  return 0;
 }
 
 namespace {

@@ -12,10 +12,10 @@
 // one update (read the update, read and write the sum: 12 B per f32 element) and to merge the
 // leaves' partial sums (8 B per element per leaf) at the same STREAM bandwidth.
 //
-//   bench-round [--updates N (64)] [--senders C (8)] [--rounds R (2)] [--pool dpdk|prefault]
+//   bench-round [--updates N (64)] [--senders C (8)] [--rounds R (3)] [--pool dpdk|prefault]
 //               [--shoald PATH]
-// The last of R rounds is the figure (the second's updates land in never-used pool memory, the
-// third's on the first's pages). A CPU table follows: what the senders, shoald and its
+// The last of R rounds is the figure: by default the third, a job's steady state (the second's
+// updates land in never-used pool memory, the third's on the first's pages). A CPU table follows: what the senders, shoald and its
 // instances spent in the measured round (utime + stime) beside the anchor's CPU and the fold's
 // at memory bandwidth, whose sum over the vCPUs is the floor on a machine the anchor keeps busy.
 // --pool dpdk runs the rounds again on a shoald with `pool: dpdk` (hugepages); --pool prefault
@@ -64,7 +64,7 @@ namespace {
 
 constexpr uint64_t kHidden = 14704;  // 784-14704-10 MLP: 11,689,690 parameters
 std::string g_shoald;                // --shoald; empty: this build's
-int g_rounds = 2;                    // --rounds; the last is the figure
+int g_rounds = 3;                    // --rounds; the last is the figure
 
 // CPU time of a process and of its descendants (shoald; its zygotes and instances), from
 // /proc/<pid>/stat's utime + stime (clock ticks), in ms; `n` counts the descendants.
@@ -235,7 +235,7 @@ RoundResult RunRound(int leaves, int updates, int senders, const std::vector<std
     Json j = Json::parse(r.body, nullptr, false);
     ids.emplace_back(j.value("client_id", ""), j.value("token", ""));
   }
-  // --rounds rounds (2): the first starts the leaves it needs; the last is the figure. The second
+  // --rounds rounds (3): the first starts the leaves it needs; the last is the figure. The second
   // round's updates land in pool memory never used before (the first's are held until the
   // checkpoint behind its commit is written); from the third on they reuse the first's pages.
   for (int round = 0; round < g_rounds; ++round) {

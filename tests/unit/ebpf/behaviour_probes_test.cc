@@ -232,7 +232,12 @@ TEST_F(BehaviourProbesTest, SampledSyscallsCountOnlyWhileAttachedAndForkedPidsAr
     if (read(go[0], &c, 1) != 1) _exit(13);
     // Sampled: 1000 getppid, an open, and a child that opens nothing and exits.
     for (int i = 0; i < 1000; ++i) syscall(SYS_getppid);
-    f = open("/etc/hosts", O_RDONLY);
+    // The path from a buffer the child wrote, as a program builds one: the probe reads it at
+    // sys_enter, where a page not yet in the child's page tables cannot be faulted in (after a
+    // fork a read-only file-backed page, a string literal's, is mapped on first touch; the
+    // kernel's own copy of the path would fault it in only after the probe ran).
+    char hosts_path[] = "/etc/hosts";
+    f = open(hosts_path, O_RDONLY);
     if (f >= 0) close(f);
     const pid_t grandchild = fork();
     if (grandchild == 0) _exit(0);

@@ -15,9 +15,10 @@
 //   bench-round [--updates N (64)] [--senders C (8)] [--rounds R (3)] [--pool dpdk|prefault]
 //               [--shoald PATH]
 // The last of R rounds is the figure: by default the third, a job's steady state (the second's
-// updates land in never-used pool memory, the third's on the first's pages). A CPU table follows: what the senders, shoald and its
-// instances spent in the measured round (utime + stime) beside the anchor's CPU and the fold's
-// at memory bandwidth, whose sum over the vCPUs is the floor on a machine the anchor keeps busy.
+// updates land in never-used pool memory, the third's on the first's pages). A CPU table follows:
+// what the senders, shoald and its instances spent in the measured round (utime + stime) beside the
+// anchor's CPU and the fold's at memory bandwidth, whose sum over the vCPUs is the floor on a
+// machine the anchor keeps busy.
 // --pool dpdk runs the rounds again on a shoald with `pool: dpdk` (hugepages); --pool prefault
 // on a Boost pool that `pool_prefault: true` allocated and mapped whole at creation (no
 // first-touch fault or page zeroing while the updates arrive); each prints its table with the
@@ -25,7 +26,6 @@
 // earlier build's copy, for a before/after in the same conditions. On stderr, each measured
 // round's first byte, last byte and commit on CLOCK_MONOTONIC (perf record -k mono's clock), to
 // profile the round alone (perf report --time).
-#include <dirent.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -34,9 +34,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,6 +42,7 @@
 #include "bench_args.h"
 #include "bench_shoald.h"
 #include "hugepages_for_test.h"
+#include "proc_tree.h"
 #include "shoal/common/file_io.h"
 #include "shoal/model/architectures.h"
 #include "shoal/model/update_format.h"
@@ -73,41 +72,17 @@ struct TreeCpu {
   int n = 0;
 };
 TreeCpu TreeCpuMs(pid_t root) {
-  std::map<pid_t, std::pair<pid_t, double>> procs;  // pid -> (ppid, ms)
-  const double tick_ms = 1e3 / static_cast<double>(sysconf(_SC_CLK_TCK));
-  if (DIR* d = opendir("/proc")) {
-    while (dirent* e = readdir(d)) {
-      const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
-      if (pid <= 0) continue;
-      const std::string stat = ReadFileBytes("/proc/" + std::to_string(pid) + "/stat").value_or("");
-      const auto paren = stat.rfind(')');  // the command may hold spaces and parentheses
-      if (paren == std::string::npos) continue;
-      // After ") ": state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt
-      // utime stime (fields 3..15 of proc(5)).
-      std::istringstream in(stat.substr(paren + 2));
-      std::string state;
-      long long ppid = 0, skip = 0, utime = 0, stime = 0;
-      in >> state >> ppid;
-      for (int i = 0; i < 9; ++i) in >> skip;
-      in >> utime >> stime;
-      if (in) procs[pid] = {static_cast<pid_t>(ppid), static_cast<double>(utime + stime) * tick_ms};
-    }
-    closedir(d);
-  }
+  const auto procs = shoal::bench::ReadProcs();
+  const std::vector<pid_t> tree = shoal::bench::Descendants(procs, root);
   TreeCpu cpu;
-  for (const auto& [pid, v] : procs) {
+  for (const pid_t pid : tree) {
+    auto it = procs.find(pid);
+    if (it == procs.end()) continue;
     if (pid == root) {
-      cpu.root_ms = v.second;
-      continue;
-    }
-    for (pid_t up = v.first; up > 1;) {  // a descendant of root?
-      if (up == root) {
-        cpu.descendants_ms += v.second;
-        ++cpu.n;
-        break;
-      }
-      auto it = procs.find(up);
-      up = it == procs.end() ? 0 : it->second.first;
+      cpu.root_ms = it->second.cpu_ms;
+    } else {
+      cpu.descendants_ms += it->second.cpu_ms;
+      ++cpu.n;
     }
   }
   return cpu;

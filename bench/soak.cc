@@ -37,6 +37,7 @@
 
 #include "bench_args.h"
 #include "bench_shoald.h"
+#include "proc_tree.h"
 #include "shoald_fixture.h"
 #include "wrk_runner.h"
 
@@ -54,33 +55,9 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-int ParentOf(int pid) {
-  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
-  const auto close = stat.rfind(')');
-  if (close == std::string::npos) return -1;
-  std::istringstream rest(stat.substr(close + 2));
-  char state;
-  int ppid = -1;
-  rest >> state >> ppid;
-  return ppid;
-}
-
 // `root` and every descendant.
 std::vector<int> Tree(int root) {
-  std::map<int, int> parent;
-  DIR* d = opendir("/proc");
-  while (dirent* e = d ? readdir(d) : nullptr) {
-    const int pid = std::atoi(e->d_name);
-    if (pid > 0) parent[pid] = ParentOf(pid);
-  }
-  if (d) closedir(d);
-  std::vector<int> out = {root};
-  for (size_t i = 0; i < out.size(); ++i) {
-    for (const auto& [pid, pp] : parent) {
-      if (pp == out[i]) out.push_back(pid);
-    }
-  }
-  return out;
+  return shoal::bench::Descendants(shoal::bench::ReadProcs(), root);
 }
 
 long RssKb(int pid) {

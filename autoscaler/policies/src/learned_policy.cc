@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "shoal/common/file_io.h"
+#include "shoal/common/format_number.h"
 
 namespace shoal {
 
@@ -24,17 +25,10 @@ size_t BinOf(double v, const std::vector<double>& edges) {
   return b;
 }
 
-std::string Num(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
+std::string Num(double v) { return FormatNumber("%.17g", v); }  // exact: the text round-trips
 
 std::string Secs(double v) {
-  char buf[40];
-  if (v >= 60 && std::fmod(v, 60) == 0) std::snprintf(buf, sizeof buf, "%gm", v / 60);
-  else std::snprintf(buf, sizeof buf, "%gs", v);
-  return buf;
+  return v >= 60 && std::fmod(v, 60) == 0 ? FormatNumber("%gm", v / 60) : FormatNumber("%gs", v);
 }
 
 uint64_t Fnv1a(std::string_view s) {

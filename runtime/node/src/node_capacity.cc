@@ -3,28 +3,17 @@
 #include <unistd.h>
 
 #include <cctype>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "shoal/common/format_number.h"
+
 namespace shoal {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
-
-std::string Fmt(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.0f", v);
-  return buf;
-}
-
-std::string FmtCores(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
 
 double MemTotalMb(const std::string& meminfo_path) {
   std::ifstream in(meminfo_path);
@@ -85,12 +74,14 @@ std::string ShortResource(const NodeState& node, const Resources& request) {
            std::to_string(free.gpus) + " of " + std::to_string(node.capacity.gpus) + " GPU(s) free";
   }
   if (request.memory_mb > free.memory_mb + 1e-9) {
-    return "needs " + Fmt(request.memory_mb) + " MiB of memory, node " + node.name + " has " +
-           Fmt(free.memory_mb) + " of " + Fmt(node.capacity.memory_mb) + " MiB free";
+    return "needs " + FormatNumber("%.0f", request.memory_mb) + " MiB of memory, node " +
+           node.name + " has " + FormatNumber("%.0f", free.memory_mb) + " of " +
+           FormatNumber("%.0f", node.capacity.memory_mb) + " MiB free";
   }
   if (request.cores > free.cores + 1e-9) {
-    return "needs " + FmtCores(request.cores) + " CPU cores, node " + node.name + " has " +
-           FmtCores(free.cores) + " of " + FmtCores(node.capacity.cores) + " cores free";
+    return "needs " + FormatNumber("%g", request.cores) + " CPU cores, node " + node.name +
+           " has " + FormatNumber("%g", free.cores) + " of " +
+           FormatNumber("%g", node.capacity.cores) + " cores free";
   }
   return "";
 }

@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <sstream>
 
@@ -112,33 +113,39 @@ int main(int argc, char** argv) {
   std::string config_path;
   bool standalone = false;
   bool print_config = false;
-  std::optional<uint16_t> port, control_port;
-  std::optional<std::string> state_dir, node_name, dataplane, log_level, host, instance_start;
-  std::optional<std::string> etcd, cluster, advertise;
-  std::optional<uint32_t> threads;
-  std::optional<uint64_t> pool_bytes, max_body;
+  std::optional<std::string> dataplane, instance_start;  // checked against the config's names
+  // A flag that sets a config key: parsed into `flags`, put over the config file's value only
+  // when given.
+  NodeConfig flags;
+  std::vector<std::function<void(NodeConfig&)>> apply_flags;
+  auto config_flag = [&](const char* name, auto NodeConfig::*key, const char* help) {
+    CLI::Option* o = app.add_option(name, flags.*key, help);
+    apply_flags.push_back([o, key, &flags](NodeConfig& c) {
+      if (o->count() > 0) c.*key = flags.*key;
+    });
+  };
   app.set_version_flag("--version", "shoald 0.1.0");
   app.add_option("-c,--config", config_path, "YAML config file (every key optional)");
   app.add_flag("--standalone", standalone, "run the controller embedded (single node)");
-  app.add_option("--etcd", etcd,
-                 "join a cluster: etcd client URLs, http://host:port[,...] (config etcd)");
-  app.add_option("--cluster", cluster, "the cluster's name in etcd (config cluster)");
-  app.add_option("--advertise", advertise,
-                 "the address other nodes reach this one at (config advertise_host)");
+  config_flag("--etcd", &NodeConfig::etcd,
+              "join a cluster: etcd client URLs, http://host:port[,...] (config etcd)");
+  config_flag("--cluster", &NodeConfig::cluster, "the cluster's name in etcd (config cluster)");
+  config_flag("--advertise", &NodeConfig::advertise_host,
+              "the address other nodes reach this one at (config advertise_host)");
   app.add_flag("--print-config", print_config, "print the effective config and exit");
-  app.add_option("--port", port, "listen port (config listen_port)");
-  app.add_option("--host", host, "listen address (config listen_host)");
-  app.add_option("--control-port", control_port,
-                 "the control API's port, on control_listen_host (config control_port)");
-  app.add_option("--state-dir", state_dir, "deployments and logs (config state_dir)");
-  app.add_option("--node-name", node_name, "node name (config node_name)");
+  config_flag("--port", &NodeConfig::listen_port, "listen port (config listen_port)");
+  config_flag("--host", &NodeConfig::listen_host, "listen address (config listen_host)");
+  config_flag("--control-port", &NodeConfig::control_port,
+              "the control API's port, on control_listen_host (config control_port)");
+  config_flag("--state-dir", &NodeConfig::state_dir, "deployments and logs (config state_dir)");
+  config_flag("--node-name", &NodeConfig::node_name, "node name (config node_name)");
   app.add_option("--dataplane", dataplane, "auto, sockmap or unix (config dataplane)");
   app.add_option("--instance-start", instance_start,
                  "zygote (fork from the function's zygote) or spawn (config instance_start)");
-  app.add_option("--threads", threads, "gateway event loops, 0 = one per core");
-  app.add_option("--pool-bytes", pool_bytes, "shared-memory pool bytes per tenant");
-  app.add_option("--max-body-bytes", max_body, "request body limit");
-  app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  config_flag("--threads", &NodeConfig::gateway_threads, "gateway event loops, 0 = one per core");
+  config_flag("--pool-bytes", &NodeConfig::pool_bytes, "shared-memory pool bytes per tenant");
+  config_flag("--max-body-bytes", &NodeConfig::max_body_bytes, "request body limit");
+  config_flag("--log-level", &NodeConfig::log_level, "trace, debug, info, warn, error");
   CLI11_PARSE(app, argc, argv);
 
   Result<NodeConfig> loaded =
@@ -148,18 +155,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   NodeConfig config = *loaded;
-  if (port) config.listen_port = *port;
-  if (host) config.listen_host = *host;
-  if (control_port) config.control_port = *control_port;
-  if (state_dir) config.state_dir = *state_dir;
-  if (node_name) config.node_name = *node_name;
-  if (threads) config.gateway_threads = *threads;
-  if (pool_bytes) config.pool_bytes = *pool_bytes;
-  if (max_body) config.max_body_bytes = *max_body;
-  if (log_level) config.log_level = *log_level;
-  if (etcd) config.etcd = *etcd;
-  if (cluster) config.cluster = *cluster;
-  if (advertise) config.advertise_host = *advertise;
+  for (const auto& apply : apply_flags) apply(config);
   if (dataplane) {
     auto re = NodeConfig::LoadString("dataplane: " + *dataplane);
     if (!re.ok()) {

@@ -4,6 +4,8 @@
 
 namespace shoal {
 
+using pool_detail::LastHold;
+
 namespace {
 
 // Which lane each thread uses, per pool object and slot: a few entries per thread, so that a
@@ -257,45 +259,28 @@ Status DpdkPool::Retain(uint64_t offset, HolderSlot holder) {
 Status DpdkPool::Release(uint64_t offset, HolderSlot holder) {
   SHOAL_RETURN_IF_ERROR(CheckSlot(holder));
   BufferHeader* b = LiveBuffer(offset);
-  if (b == nullptr) {
-    return InvalidArgument("pool " + name_ + ": no live buffer at offset " +
-                           std::to_string(offset));
-  }
-  const uint64_t bit = uint64_t{1} << holder;
+  if (b == nullptr) return pool_detail::NoLiveBuffer(name_, offset);
   const bool pooled = b->size_class < kNumClasses;
-  uint64_t h = b->holders.load(std::memory_order_acquire);
-  for (;;) {
-    if ((h & bit) == 0) {
-      return InvalidArgument("pool " + name_ + ": slot " + std::to_string(holder) +
-                             " does not hold the buffer at offset " + std::to_string(offset));
-    }
-    if (h != bit) {
-      if (b->holders.compare_exchange_weak(h, h & ~bit, std::memory_order_acq_rel)) {
-        return Status::Ok();
-      }
-      continue;
-    }
+  return pool_detail::ReleaseHolder(b->holders, holder, name_, offset, "heap", [&](uint64_t& h) {
     if (pooled) {
       // A pool object: the one CAS that takes the holders to zero owns the free, lock-free.
-      if (b->holders.compare_exchange_strong(h, 0, std::memory_order_acq_rel)) {
-        FreeObject(b->size_class, offset, holder);
-        return Status::Ok();
+      if (!b->holders.compare_exchange_strong(h, 0, std::memory_order_acq_rel)) {
+        return LastHold::kMaskMoved;
       }
-      continue;
+      FreeObject(b->size_class, offset, holder);
+      return LastHold::kFreed;
     }
     // A heap buffer: its last hold drops under the heap lock, so a live-listed buffer that
     // nobody holds is one whose releaser died here, and ReclaimHolder frees it (as ShmPool).
     HeapLock lock(header());
-    if (!lock.locked()) return Internal("pool " + name_ + ": cannot take the heap lock");
-    if (b->state.load(std::memory_order_acquire) != kLive) {
-      return InvalidArgument("pool " + name_ + ": buffer at offset " + std::to_string(offset) +
-                             " was freed concurrently");
+    if (!lock.locked()) return LastHold::kNoLock;
+    if (b->state.load(std::memory_order_acquire) != kLive) return LastHold::kFreedConcurrently;
+    if (!b->holders.compare_exchange_strong(h, 0, std::memory_order_acq_rel)) {
+      return LastHold::kMaskMoved;
     }
-    if (b->holders.compare_exchange_strong(h, 0, std::memory_order_acq_rel)) {
-      FreeHeapBuffer(b);
-      return Status::Ok();
-    }
-  }
+    FreeHeapBuffer(b);
+    return LastHold::kFreed;
+  });
 }
 
 uint64_t DpdkPool::ReclaimHolder(HolderSlot holder) {

@@ -1,5 +1,6 @@
 // A buffer's holder bitmask (bit s: slot s holds it), changed lock-free by both pool backends
-// (ShmPool, DpdkPool) with the same rules and the same error messages.
+// (ShmPool, DpdkPool) with the same rules and the same error messages; only dropping the last hold
+// (freeing the buffer) is each backend's own.
 #pragma once
 
 #include <atomic>
@@ -10,6 +11,11 @@
 
 namespace shoal::pool_detail {
 
+inline Status NotHeldBy(uint32_t slot, const std::string& pool, uint64_t offset) {
+  return InvalidArgument("pool " + pool + ": slot " + std::to_string(slot) +
+                         " does not hold the buffer at offset " + std::to_string(offset));
+}
+
 // `to` takes the hold of `from` in one step: the count never touches zero.
 inline Status TransferHolder(std::atomic<uint64_t>& holders, uint32_t from, uint32_t to,
                              const std::string& pool, uint64_t offset) {
@@ -17,10 +23,7 @@ inline Status TransferHolder(std::atomic<uint64_t>& holders, uint32_t from, uint
   const uint64_t to_bit = uint64_t{1} << to;
   uint64_t h = holders.load(std::memory_order_acquire);
   for (;;) {
-    if ((h & from_bit) == 0) {
-      return InvalidArgument("pool " + pool + ": slot " + std::to_string(from) +
-                             " does not hold the buffer at offset " + std::to_string(offset));
-    }
+    if ((h & from_bit) == 0) return NotHeldBy(from, pool, offset);
     if (from == to) return Status::Ok();
     if ((h & to_bit) != 0) {
       return InvalidArgument("pool " + pool + ": slot " + std::to_string(to) +
@@ -48,6 +51,43 @@ inline Status RetainHolder(std::atomic<uint64_t>& holders, uint32_t holder, cons
     }
     if (holders.compare_exchange_weak(h, h | bit, std::memory_order_acq_rel)) {
       return Status::Ok();
+    }
+  }
+}
+
+// How a backend's last-hold step went (see ReleaseHolder).
+enum class LastHold { kFreed, kMaskMoved, kNoLock, kFreedConcurrently };
+
+// `holder` drops its hold. While others hold the buffer too that is one lock-free step; the last
+// hold is dropped by `drop_last(h)` (h: the mask, only `holder`'s bit set), which takes the mask
+// to zero and frees the buffer (kFreed), or finds that the mask moved under it (kMaskMoved: h
+// holds the fresh one, as a failed compare_exchange leaves it, and the loop goes round), or could
+// not take the backend's `lock` (kNoLock), or found the buffer freed (kFreedConcurrently).
+template <class DropLast>
+inline Status ReleaseHolder(std::atomic<uint64_t>& holders, uint32_t holder,
+                            const std::string& pool, uint64_t offset, const char* lock,
+                            DropLast&& drop_last) {
+  const uint64_t bit = uint64_t{1} << holder;
+  uint64_t h = holders.load(std::memory_order_acquire);
+  for (;;) {
+    if ((h & bit) == 0) return NotHeldBy(holder, pool, offset);
+    if (h != bit) {
+      // Not the last holder: lock-free.
+      if (holders.compare_exchange_weak(h, h & ~bit, std::memory_order_acq_rel)) {
+        return Status::Ok();
+      }
+      continue;
+    }
+    switch (drop_last(h)) {
+      case LastHold::kFreed:
+        return Status::Ok();
+      case LastHold::kMaskMoved:
+        continue;
+      case LastHold::kNoLock:
+        return Internal("pool " + pool + ": cannot take the " + lock + " lock");
+      case LastHold::kFreedConcurrently:
+        return InvalidArgument("pool " + pool + ": buffer at offset " + std::to_string(offset) +
+                               " was freed concurrently");
     }
   }
 }

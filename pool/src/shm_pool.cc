@@ -1,9 +1,5 @@
 #include "shoal/pool/shm_pool.h"
 
-#include "holder_bits.h"
-#include "robust_lock.h"
-#include "warm_ahead.h"
-
 #include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -22,6 +18,10 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+
+#include "holder_bits.h"
+#include "robust_lock.h"
+#include "warm_ahead.h"
 
 namespace shoal {
 
@@ -138,6 +138,7 @@ using pool_detail::BufferHeader;
 using pool_detail::kClassBytes;
 using pool_detail::kLargeClass;
 using pool_detail::kNumClasses;
+using pool_detail::LastHold;
 using pool_detail::LockGuard;
 using pool_detail::PoolHeader;
 using pool_detail::Segment;
@@ -242,7 +243,7 @@ Result<std::unique_ptr<ShmPool>> ShmPool::Attach(const std::string& name) {
 }
 
 Result<std::unique_ptr<ShmPool>> ShmPool::CreateOrRecover(const std::string& name, uint64_t bytes,
-                                                           HolderSlot keep, bool* recovered) {
+                                                          HolderSlot keep, bool* recovered) {
   *recovered = false;
   auto old = Attach(name);
   // A pool this process may not open (another user's, no CAP_DAC_OVERRIDE) is not replaced:
@@ -310,11 +311,7 @@ Status ShmPool::CheckSlot(HolderSlot slot) const {
 
 Status ShmPool::CheckedBuffer(uint64_t offset, BufferHeader** buffer) const {
   *buffer = LiveBuffer(offset);
-  if (*buffer == nullptr) {
-    return InvalidArgument("pool " + name_ + ": no live buffer at offset " +
-                           std::to_string(offset));
-  }
-  return Status::Ok();
+  return *buffer == nullptr ? pool_detail::NoLiveBuffer(name_, offset) : Status::Ok();
 }
 
 void ShmPool::LinkLiveLocked(uint64_t offset, BufferHeader* b) {
@@ -454,35 +451,22 @@ Status ShmPool::Release(uint64_t offset, HolderSlot holder) {
   SHOAL_RETURN_IF_ERROR(CheckSlot(holder));
   BufferHeader* b = nullptr;
   SHOAL_RETURN_IF_ERROR(CheckedBuffer(offset, &b));
-  const uint64_t bit = uint64_t{1} << holder;
-  uint64_t h = b->holders.load(std::memory_order_acquire);
-  for (;;) {
-    if ((h & bit) == 0) {
-      return InvalidArgument("pool " + name_ + ": slot " + std::to_string(holder) +
-                             " does not hold the buffer at offset " + std::to_string(offset));
-    }
-    if (h != bit) {
-      // Not the last holder: lock-free.
-      if (b->holders.compare_exchange_weak(h, h & ~bit, std::memory_order_acq_rel)) {
-        return Status::Ok();
-      }
-      continue;
-    }
+  return pool_detail::ReleaseHolder(b->holders, holder, name_, offset, "pool", [&](uint64_t& h) {
     // The last holder drops it under the lock, so "nobody holds it" and "it is back on a free
     // list" change together; a live-listed buffer with no holder can only be one whose releaser
     // died inside this section, and ReclaimHolder frees those.
     LockGuard lock(header());
-    if (!lock.locked()) return Internal("pool " + name_ + ": cannot take the pool lock");
+    if (!lock.locked()) return LastHold::kNoLock;
     if (b->magic.load(std::memory_order_acquire) != pool_detail::kLiveMagic) {
-      return InvalidArgument("pool " + name_ + ": buffer at offset " + std::to_string(offset) +
-                             " was freed concurrently");
+      return LastHold::kFreedConcurrently;
     }
-    if (b->holders.compare_exchange_strong(h, 0, std::memory_order_acq_rel)) {
-      FreeLocked(offset, b);
-      return Status::Ok();
+    // Someone retained or released meanwhile: `h` is fresh, go round again.
+    if (!b->holders.compare_exchange_strong(h, 0, std::memory_order_acq_rel)) {
+      return LastHold::kMaskMoved;
     }
-    // Someone retained or released meanwhile; `h` is fresh, go round again.
-  }
+    FreeLocked(offset, b);
+    return LastHold::kFreed;
+  });
 }
 
 uint64_t ShmPool::ReclaimHolder(HolderSlot holder) {

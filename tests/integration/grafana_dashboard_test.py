@@ -196,8 +196,14 @@ def test_counters_and_histograms_go_through_rate():
                 f"'{title}': histogram_quantile needs sum by (..., le) (rate(X_bucket...)): {expr}"
 
 
+_DECLARED = re.compile(r'\.Name\("(shoal_\w+)"\)|# TYPE (shoal_\w+) |'
+                       r'\b(?:Counters|Gauges|Histograms)\(\s*\*registry_,\s*"(shoal_\w+)"')
+
+
 def declared_in_source():
-    """Metric names the C++ source declares: prometheus-cpp builders and hand-written # TYPE."""
+    """Metric names the C++ source declares: prometheus-cpp builders, NodeMetrics' family helpers
+    (Counters/Gauges/Histograms(*registry_, "shoal_..."), node_metrics.cc) and hand-written
+    # TYPE."""
     names = {}
     for top in ("runtime", "gateway", "aggregator", "cluster", "controller", "shoald",
                 "autoscaler", "pool", "dataplane", "inference"):
@@ -206,8 +212,9 @@ def declared_in_source():
                 if not f.endswith((".cc", ".h")):
                     continue
                 text = open(os.path.join(dirpath, f), errors="replace").read()
-                for m in re.finditer(r'\.Name\("(shoal_\w+)"\)|# TYPE (shoal_\w+) ', text):
-                    names[m.group(1) or m.group(2)] = os.path.relpath(os.path.join(dirpath, f), ROOT)
+                for m in _DECLARED.finditer(text):
+                    name = m.group(1) or m.group(2) or m.group(3)
+                    names[name] = os.path.relpath(os.path.join(dirpath, f), ROOT)
     return names
 
 

@@ -6,142 +6,98 @@ namespace shoal {
 
 namespace {
 const prometheus::Histogram::BucketBoundaries kLatencyBuckets = {
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30};
 const prometheus::Histogram::BucketBoundaries kColdStartBuckets = {
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+
+// A metric family registered under `name` (every name is written out at its member below, and
+// tests/integration/grafana_dashboard_test.py finds them there) with its # HELP text.
+prometheus::Family<prometheus::Counter>& Counters(prometheus::Registry& r, const char* name,
+                                                  const char* help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r);
+}
+prometheus::Family<prometheus::Gauge>& Gauges(prometheus::Registry& r, const char* name,
+                                              const char* help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r);
+}
+prometheus::Family<prometheus::Histogram>& Histograms(prometheus::Registry& r, const char* name,
+                                                      const char* help) {
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(r);
+}
+
 }  // namespace
 
 NodeMetrics::NodeMetrics()
     : registry_(std::make_shared<prometheus::Registry>()),
-      requests(prometheus::BuildCounter()
-                   .Name("shoal_requests_total")
-                   .Help("Requests answered by the gateway, by function and HTTP status")
-                   .Register(*registry_)),
-      request_seconds(prometheus::BuildHistogram()
-                          .Name("shoal_request_duration_seconds")
-                          .Help("Request latency at the gateway (headers in to response out)")
-                          .Register(*registry_)),
-      cold_starts(prometheus::BuildCounter()
-                      .Name("shoal_cold_starts_total")
-                      .Help("Instances started (spawn to ready)")
-                      .Register(*registry_)),
-      cold_start_seconds(prometheus::BuildHistogram()
-                             .Name("shoal_cold_start_seconds")
-                             .Help("Instance start time, spawn to ready")
-                             .Register(*registry_)),
-      instance_starts(prometheus::BuildCounter()
-                          .Name("shoal_instance_starts_total")
-                          .Help("Instances started, by function and path (zygote|spawn)")
-                          .Register(*registry_)),
-      instance_start_seconds(prometheus::BuildHistogram()
-                                 .Name("shoal_instance_start_seconds")
-                                 .Help("Instance start to ready, by path (zygote|spawn)")
-                                 .Register(*registry_)),
-      inflight(prometheus::BuildGauge()
-                   .Name("shoal_inflight_requests")
-                   .Help("Requests running in instances")
-                   .Register(*registry_)),
-      queued(prometheus::BuildGauge()
-                 .Name("shoal_queued_requests")
-                 .Help("Requests waiting in the gateway for a free instance")
-                 .Register(*registry_)),
-      instances(prometheus::BuildGauge()
-                    .Name("shoal_instances")
-                    .Help("Function instances by state")
-                    .Register(*registry_)),
-      pool_bytes(prometheus::BuildGauge()
-                     .Name("shoal_pool_bytes")
-                     .Help("Shared-memory pool bytes per tenant (state=used|free)")
-                     .Register(*registry_)),
-      pool_backend(prometheus::BuildGauge()
-                       .Name("shoal_pool_backend")
-                       .Help("1 for the pool backend each tenant's pool runs on (backend=boost|dpdk, "
-                             "reason=why it was chosen)")
-                       .Register(*registry_)),
-      dataplane_mode(prometheus::BuildGauge()
-                         .Name("shoal_dataplane_mode")
-                         .Help("1 for the data plane that runs (mode=sockmap|unix)")
-                         .Register(*registry_)),
-      dataplane_events(prometheus::BuildGauge()
-                           .Name("shoal_dataplane_events")
-                           .Help("Descriptors redirected by the sk_msg program, per function")
-                           .Register(*registry_)),
-      dataplane_bytes(prometheus::BuildGauge()
-                          .Name("shoal_dataplane_payload_bytes")
-                          .Help("Payload bytes named by request descriptors, per function")
-                          .Register(*registry_)),
-      dataplane_inflight(prometheus::BuildGauge()
-                             .Name("shoal_dataplane_inflight")
-                             .Help("Requests minus responses seen by the sk_msg program")
-                             .Register(*registry_)),
-      gateway_rejections(prometheus::BuildCounter()
-                             .Name("shoal_gateway_rejections_total")
-                             .Help("Requests refused before dispatch, by reason")
-                             .Register(*registry_)),
-      forwards(prometheus::BuildCounter()
-                   .Name("shoal_forwards_total")
-                   .Help("Requests forwarded to the node running their function (cluster mode), "
-                         "by function, node and result: ok, failed (no answer: 502 here), "
-                         "broken (the answer broke off midway)")
-                   .Register(*registry_)),
-      autoscaler_desired(prometheus::BuildGauge()
-          .Name("shoal_autoscaler_desired_replicas")
-          .Help("Instances the autoscaling policy wants (replicas + pre-warm)")
-          .Register(*registry_)),
-      autoscaler_actual(prometheus::BuildGauge()
-          .Name("shoal_autoscaler_actual_replicas")
-          .Help("Instances starting or ready")
-          .Register(*registry_)),
-      autoscaler_prewarm(prometheus::BuildGauge()
-          .Name("shoal_autoscaler_prewarm_replicas")
-          .Help("Instances the policy keeps started ahead of demand")
-          .Register(*registry_)),
-      autoscaler_prewarmed(prometheus::BuildGauge()
-          .Name("shoal_autoscaler_prewarmed_instances")
-          .Help("Pre-warmed instances that have not served a request yet")
-          .Register(*registry_)),
-      autoscaler_keep_alive(prometheus::BuildGauge()
-          .Name("shoal_autoscaler_keep_alive_seconds")
-          .Help("How long an idle instance above the target stays")
-          .Register(*registry_)),
-      autoscaler_target(prometheus::BuildGauge()
-          .Name("shoal_autoscaler_concurrency_target")
-          .Help("Per-instance concurrency target of the latest decision")
-          .Register(*registry_)),
-      autoscaler_panic(prometheus::BuildGauge()
-          .Name("shoal_autoscaler_panic")
-          .Help("1 while KPA is in panic mode")
-          .Register(*registry_)),
-      autoscaler_decisions(prometheus::BuildCounter()
-          .Name("shoal_autoscaler_decision_changes_total")
-          .Help("Decisions that changed the desired replicas, pre-warm or keep-alive")
-          .Register(*registry_)),
-      autoscaler_prewarm_starts(prometheus::BuildCounter()
-          .Name("shoal_autoscaler_prewarm_starts_total")
-          .Help("Instances started ahead of demand")
-          .Register(*registry_)),
-      autoscaler_cold_starts_avoided(prometheus::BuildCounter()
-          .Name("shoal_autoscaler_cold_starts_avoided_total")
-          .Help("Requests served by a pre-warmed instance as its first request")
-          .Register(*registry_)),
-      autoscaler_cold_requests(prometheus::BuildCounter()
-          .Name("shoal_cold_start_requests_total")
-          .Help("Requests that waited for an instance's cold start")
-          .Register(*registry_)),
-      placement_decisions(prometheus::BuildCounter()
-          .Name("shoal_placement_decisions_total")
-          .Help("Instance starts placed on this node, by kind (warm, cached, cold, unschedulable)")
-          .Register(*registry_)),
-      fl_gpu_fallbacks(prometheus::BuildCounter()
-          .Name("shoal_fl_gpu_fallbacks_total")
-          .Help("FL leaf aggregators whose GPU fold failed and that fold on the CPU since, by job")
-          .Register(*registry_)),
-      fl_suspect_updates(prometheus::BuildCounter()
-          .Name("shoal_fl_suspect_updates_total")
-          .Help("FL updates a job's robust rule (spec.aggregation.robust) excluded or "
-                "down-weighted, by job, client and rule")
-          .Register(*registry_)) {}
-
+      requests(Counters(*registry_, "shoal_requests_total",
+                        "Requests answered by the gateway, by function and HTTP status")),
+      request_seconds(Histograms(*registry_, "shoal_request_duration_seconds",
+                                 "Request latency at the gateway (headers in to response out)")),
+      cold_starts(
+          Counters(*registry_, "shoal_cold_starts_total", "Instances started (spawn to ready)")),
+      cold_start_seconds(Histograms(*registry_, "shoal_cold_start_seconds",
+                                    "Instance start time, spawn to ready")),
+      instance_starts(Counters(*registry_, "shoal_instance_starts_total",
+                               "Instances started, by function and path (zygote|spawn)")),
+      instance_start_seconds(Histograms(*registry_, "shoal_instance_start_seconds",
+                                        "Instance start to ready, by path (zygote|spawn)")),
+      inflight(Gauges(*registry_, "shoal_inflight_requests", "Requests running in instances")),
+      queued(Gauges(*registry_, "shoal_queued_requests",
+                    "Requests waiting in the gateway for a free instance")),
+      instances(Gauges(*registry_, "shoal_instances", "Function instances by state")),
+      pool_bytes(Gauges(*registry_, "shoal_pool_bytes",
+                        "Shared-memory pool bytes per tenant (state=used|free)")),
+      pool_backend(Gauges(*registry_, "shoal_pool_backend",
+                          "1 for the pool backend each tenant's pool runs on (backend=boost|dpdk, "
+                          "reason=why it was chosen)")),
+      dataplane_mode(Gauges(*registry_, "shoal_dataplane_mode",
+                            "1 for the data plane that runs (mode=sockmap|unix)")),
+      dataplane_events(Gauges(*registry_, "shoal_dataplane_events",
+                              "Descriptors redirected by the sk_msg program, per function")),
+      dataplane_bytes(Gauges(*registry_, "shoal_dataplane_payload_bytes",
+                             "Payload bytes named by request descriptors, per function")),
+      dataplane_inflight(Gauges(*registry_, "shoal_dataplane_inflight",
+                                "Requests minus responses seen by the sk_msg program")),
+      gateway_rejections(Counters(*registry_, "shoal_gateway_rejections_total",
+                                  "Requests refused before dispatch, by reason")),
+      forwards(Counters(
+          *registry_, "shoal_forwards_total",
+          "Requests forwarded to the node running their function (cluster mode), by function, node "
+          "and result: ok, failed (no answer: 502 here), broken (the answer broke off midway)")),
+      autoscaler_desired(Gauges(*registry_, "shoal_autoscaler_desired_replicas",
+                                "Instances the autoscaling policy wants (replicas + pre-warm)")),
+      autoscaler_actual(
+          Gauges(*registry_, "shoal_autoscaler_actual_replicas", "Instances starting or ready")),
+      autoscaler_prewarm(Gauges(*registry_, "shoal_autoscaler_prewarm_replicas",
+                                "Instances the policy keeps started ahead of demand")),
+      autoscaler_prewarmed(Gauges(*registry_, "shoal_autoscaler_prewarmed_instances",
+                                  "Pre-warmed instances that have not served a request yet")),
+      autoscaler_keep_alive(Gauges(*registry_, "shoal_autoscaler_keep_alive_seconds",
+                                   "How long an idle instance above the target stays")),
+      autoscaler_target(Gauges(*registry_, "shoal_autoscaler_concurrency_target",
+                               "Per-instance concurrency target of the latest decision")),
+      autoscaler_panic(
+          Gauges(*registry_, "shoal_autoscaler_panic", "1 while KPA is in panic mode")),
+      autoscaler_decisions(
+          Counters(*registry_, "shoal_autoscaler_decision_changes_total",
+                   "Decisions that changed the desired replicas, pre-warm or keep-alive")),
+      autoscaler_prewarm_starts(Counters(*registry_, "shoal_autoscaler_prewarm_starts_total",
+                                         "Instances started ahead of demand")),
+      autoscaler_cold_starts_avoided(
+          Counters(*registry_, "shoal_autoscaler_cold_starts_avoided_total",
+                   "Requests served by a pre-warmed instance as its first request")),
+      autoscaler_cold_requests(Counters(*registry_, "shoal_cold_start_requests_total",
+                                        "Requests that waited for an instance's cold start")),
+      placement_decisions(Counters(
+          *registry_, "shoal_placement_decisions_total",
+          "Instance starts placed on this node, by kind (warm, cached, cold, unschedulable)")),
+      fl_gpu_fallbacks(Counters(
+          *registry_, "shoal_fl_gpu_fallbacks_total",
+          "FL leaf aggregators whose GPU fold failed and that fold on the CPU since, by job")),
+      fl_suspect_updates(Counters(*registry_, "shoal_fl_suspect_updates_total",
+                                  "FL updates a job's robust rule (spec.aggregation.robust) "
+                                  "excluded or down-weighted, by job, client and rule")) {}
 
 std::string NodeMetrics::Serialize() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());
@@ -152,7 +108,8 @@ FunctionMetrics::FunctionMetrics(NodeMetrics& node, const std::string& function)
       function_(function),
       latency_(&node.request_seconds.Add({{"function", function}}, kLatencyBuckets)),
       cold_starts_(&node.cold_starts.Add({{"function", function}})),
-      cold_start_seconds_(&node.cold_start_seconds.Add({{"function", function}}, kColdStartBuckets)) {}
+      cold_start_seconds_(
+          &node.cold_start_seconds.Add({{"function", function}}, kColdStartBuckets)) {}
 
 FunctionMetrics::~FunctionMetrics() = default;  // series stay: counters must not go backwards
 

@@ -150,75 +150,66 @@ FunctionSpec LeafSpec(const FlJobSpec& spec, uint32_t id, std::string name,
   return f;
 }
 
-Json SpecToJson(const FlJobSpec& s) {
-  return Json{{"name", s.name},
-              {"tenant", s.tenant},
-              {"algorithm", s.algorithm},
-              {"algorithm_params", s.algorithm_params},
-              {"architecture", s.architecture},
-              {"hidden", s.hidden},
-              {"initial_model", s.initial_model},
-              {"seed", s.seed},
-              {"dataset", s.dataset},
-              {"clients", s.clients},
-              {"quorum", s.quorum},
-              {"rounds", s.rounds},
-              {"target_accuracy", s.target_accuracy},
-              {"round_deadline_s", s.round_deadline_s},
-              {"local_steps", s.local_steps},
-              {"learning_rate", s.learning_rate},
-              {"batch_size", s.batch_size},
-              {"staleness_limit", s.staleness_limit},
-              {"max_fan_in", s.max_fan_in},
-              {"max_leaves", s.max_leaves},
-              {"robust",
-               {{"rule", s.robust.rule},
-                {"beta", s.robust.beta},
-                {"f", s.robust.f},
-                {"m", s.robust.m},
-                {"rank", s.robust.rank},
-                {"clip_norm", s.robust.clip_norm},
-                {"clip_median", s.robust.clip_median}}},
-              {"join_tokens", s.join_tokens},
-              {"generation", s.generation},
-              {"manifest", s.manifest}};
+// The spec's fields as state.json and the cluster's job record keep them, under their JSON
+// names: one list for SpecToJson and SpecFromJson. `f(name, field)` for each; robust's own
+// fields, in their object, by ForEachRobustField. (aggregation_device is not kept.)
+template <typename Spec, typename F>
+void ForEachSpecField(Spec& s, F f) {
+  f("name", s.name);
+  f("tenant", s.tenant);
+  f("algorithm", s.algorithm);
+  f("algorithm_params", s.algorithm_params);
+  f("architecture", s.architecture);
+  f("hidden", s.hidden);
+  f("initial_model", s.initial_model);
+  f("seed", s.seed);
+  f("dataset", s.dataset);
+  f("clients", s.clients);
+  f("quorum", s.quorum);
+  f("rounds", s.rounds);
+  f("target_accuracy", s.target_accuracy);
+  f("round_deadline_s", s.round_deadline_s);
+  f("local_steps", s.local_steps);
+  f("learning_rate", s.learning_rate);
+  f("batch_size", s.batch_size);
+  f("staleness_limit", s.staleness_limit);
+  f("max_fan_in", s.max_fan_in);
+  f("max_leaves", s.max_leaves);
+  f("join_tokens", s.join_tokens);
+  f("generation", s.generation);
+  f("manifest", s.manifest);
 }
 
+template <typename Robust, typename F>
+void ForEachRobustField(Robust& r, F f) {
+  f("rule", r.rule);
+  f("beta", r.beta);
+  f("f", r.f);
+  f("m", r.m);
+  f("rank", r.rank);
+  f("clip_norm", r.clip_norm);
+  f("clip_median", r.clip_median);
+}
+
+Json SpecToJson(const FlJobSpec& s) {
+  Json j;
+  ForEachSpecField(s, [&j](const char* name, const auto& v) { j[name] = v; });
+  Json& robust = j["robust"];
+  ForEachRobustField(s.robust, [&robust](const char* name, const auto& v) { robust[name] = v; });
+  return j;
+}
+
+// A field the JSON lacks keeps FlJobSpec's default, but for two: a record without clients or
+// generation reads as one client and a first deployment (the registry counts from 1).
 FlJobSpec SpecFromJson(const Json& j) {
   FlJobSpec s;
-  s.name = j.value("name", "");
-  s.tenant = j.value("tenant", "default");
-  s.algorithm = j.value("algorithm", "fedavg");
-  s.algorithm_params = j.value("algorithm_params", std::map<std::string, double>{});
-  s.architecture = j.value("architecture", "mlp");
-  s.hidden = j.value("hidden", 128u);
-  s.initial_model = j.value("initial_model", "");
-  s.seed = j.value("seed", uint64_t{1});
-  s.dataset = j.value("dataset", "fashion-mnist");
-  s.clients = j.value("clients", 1u);
-  s.quorum = j.value("quorum", 0u);
-  s.rounds = j.value("rounds", 0u);
-  s.target_accuracy = j.value("target_accuracy", 0.0);
-  s.round_deadline_s = j.value("round_deadline_s", 0.0);
-  s.local_steps = j.value("local_steps", 100u);
-  s.learning_rate = j.value("learning_rate", 0.1);
-  s.batch_size = j.value("batch_size", 32u);
-  s.staleness_limit = j.value("staleness_limit", 20u);
-  s.max_fan_in = j.value("max_fan_in", 8u);
-  s.max_leaves = j.value("max_leaves", 4u);
+  s.clients = 1;
+  s.generation = 1;
+  ForEachSpecField(s, [&j](const char* name, auto& v) { v = j.value(name, v); });
   if (j.contains("robust") && j["robust"].is_object()) {
     const Json& r = j["robust"];
-    s.robust.rule = r.value("rule", std::string("none"));
-    s.robust.beta = r.value("beta", s.robust.beta);
-    s.robust.f = r.value("f", s.robust.f);
-    s.robust.m = r.value("m", s.robust.m);
-    s.robust.rank = r.value("rank", s.robust.rank);
-    s.robust.clip_norm = r.value("clip_norm", 0.0);
-    s.robust.clip_median = r.value("clip_median", false);
+    ForEachRobustField(s.robust, [&r](const char* name, auto& v) { v = r.value(name, v); });
   }
-  s.join_tokens = j.value("join_tokens", std::vector<std::string>{});
-  s.generation = j.value("generation", uint64_t{1});
-  s.manifest = j.value("manifest", "");
   return s;
 }
 

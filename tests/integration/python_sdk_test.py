@@ -36,6 +36,24 @@ torch = pytest.importorskip("torch", reason="python3-torch is not installed")
 import shoal_fl  # noqa: E402
 import shoal_fl.torch  # noqa: E402
 
+
+def _fljob(job, algorithm, model, clients, rounds, learning_rate, aggregation):
+    """The FLJob manifest of these tests: Fashion-MNIST, 20 local steps of batches of 32."""
+    return f"""apiVersion: shoal.dev/v1
+kind: FLJob
+metadata:
+  name: {job}
+spec:
+  algorithm: {algorithm}
+  model: {model}
+  data: {{dataset: fashion-mnist}}
+  clients: {{expected: {clients}}}
+  stop: {{rounds: {rounds}}}
+  training: {{localSteps: 20, learningRate: {learning_rate}, batchSize: 32}}
+  aggregation: {aggregation}
+"""
+
+
 JOB = "pysdk"
 ROUNDS = 12
 HIDDEN = 32
@@ -44,19 +62,9 @@ CLIENTS = [("f32", 0), ("bf16", 1), ("f16", 2)]
 # 0.717, 0.738, 0.747 final accuracy in 24-35 s of training; the initial model about 0.10.
 ACCURACY_BOUND = 0.62
 
-MANIFEST = f"""apiVersion: shoal.dev/v1
-kind: FLJob
-metadata:
-  name: {JOB}
-spec:
-  algorithm: {{name: fedcompass, params: {{q_min: 5, lambda: 1.5}}}}
-  model: {{architecture: cnn, hidden: {HIDDEN}, seed: 1}}
-  data: {{dataset: fashion-mnist}}
-  clients: {{expected: {len(CLIENTS)}}}
-  stop: {{rounds: {ROUNDS}}}
-  training: {{localSteps: 20, learningRate: 0.05, batchSize: 32}}
-  aggregation: {{maxFanIn: 4, maxLeaves: 1}}
-"""
+MANIFEST = _fljob(JOB, "{name: fedcompass, params: {q_min: 5, lambda: 1.5}}",
+                  f"{{architecture: cnn, hidden: {HIDDEN}, seed: 1}}", len(CLIENTS), ROUNDS, 0.05,
+                  "{maxFanIn: 4, maxLeaves: 1}")
 
 
 def _skip_reason():
@@ -170,22 +178,8 @@ ROBUST_JOB = "pyrobust"
 # Three runs: 0.7625 each (deterministic seeds); chance is 0.10.
 ROBUST_ACCURACY_BOUND = 0.6
 ROBUST_ROUNDS = 8
-ROBUST_MANIFEST = f"""apiVersion: shoal.dev/v1
-kind: FLJob
-metadata:
-  name: {ROBUST_JOB}
-spec:
-  algorithm: {{name: fedavg}}
-  model: {{architecture: logreg, seed: 1}}
-  data: {{dataset: fashion-mnist}}
-  clients: {{expected: 3}}
-  stop: {{rounds: {ROBUST_ROUNDS}}}
-  training: {{localSteps: 20, learningRate: 0.1, batchSize: 32}}
-  aggregation:
-    maxFanIn: 4
-    maxLeaves: 1
-    robust: {{rule: median}}
-"""
+ROBUST_MANIFEST = _fljob(ROBUST_JOB, "{name: fedavg}", "{architecture: logreg, seed: 1}", 3,
+                         ROBUST_ROUNDS, 0.1, "{maxFanIn: 4, maxLeaves: 1, robust: {rule: median}}")
 
 
 def test_an_attacking_torch_client_is_the_median_rules_suspect(shoald):
@@ -221,8 +215,8 @@ def test_an_attacking_torch_client_is_the_median_rules_suspect(shoald):
 
 LIE_JOB = "pylie"
 LIE_ROUNDS = 4
-LIE_MANIFEST = ROBUST_MANIFEST.replace(ROBUST_JOB, LIE_JOB).replace(
-    "expected: 3", "expected: 4").replace(f"rounds: {ROBUST_ROUNDS}", f"rounds: {LIE_ROUNDS}")
+LIE_MANIFEST = _fljob(LIE_JOB, "{name: fedavg}", "{architecture: logreg, seed: 1}", 4, LIE_ROUNDS,
+                      0.1, "{maxFanIn: 4, maxLeaves: 1, robust: {rule: median}}")
 
 
 def test_lie_attackers_in_separate_processes_collude_through_a_directory(shoald, tmp_path):

@@ -1,27 +1,21 @@
-// Fuzz target for the Open Inference Protocol request parser (runtime/serving/src/oip.cc): every infer
-// request body comes from a client. Whatever the bytes, parsing either fails with
+// Fuzz target for the Open Inference Protocol request parser (runtime/serving/src/oip.cc): every
+// infer request body comes from a client. Whatever the bytes, parsing either fails with
 // kInvalidArgument or yields exactly batch * per-sample values inside the scratch buffer, and
 // the response writer then produces a header of the stated length.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "oip_for_test.h"
 #include "shoal/runtime/oip.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace shoal;
-  oip::ModelInfo model;
-  model.name = "m";
-  model.input_name = "input";
-  model.input_shape = {2, 3};
-  model.output_name = "logits";
-  model.output_shape = {4};
-  model.max_batch = 8;
+  static const oip::ModelInfo model = testing::OipModel("m", {2, 3}, {4}, 8);
   // The first byte, when present, chooses a binary-extension header length.
   std::optional<size_t> json_length;
   std::span<const std::byte> body(reinterpret_cast<const std::byte*>(data), size);
@@ -29,20 +23,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     json_length = data[0] * 7;
     body = body.subspan(1);
   }
-  std::vector<float> scratch, general_scratch;
-  oip::InferRequest request, general;
-  Status st = oip::ParseInferRequest(body, json_length, model, scratch, &request);
+  std::vector<float> scratch;
+  oip::InferRequest request;
   // The fast path for the data array must agree with the general parser exactly.
-  Status gst = oip::ParseInferRequestGeneral(body, json_length, model, general_scratch, &general);
-  if (st.ok() != gst.ok() || st.message() != gst.message()) std::abort();
-  if (st.ok() && (request.batch != general.batch || request.id != general.id ||
-                  request.binary_output != general.binary_output ||
-                  request.input.size() != general.input.size() ||
-                  (request.input.size() > 0 &&
-                   std::memcmp(request.input.data(), general.input.data(),
-                               request.input.size_bytes()) != 0))) {
-    std::abort();
-  }
+  const testing::BothParses parsed =
+      testing::ParseBothWays(body, json_length, model, scratch, &request);
+  if (!parsed.disagreement.empty()) std::abort();
+  const Status& st = parsed.status;
   if (!st.ok()) {
     if (st.code() != StatusCode::kInvalidArgument || st.message().empty()) std::abort();
     return 0;

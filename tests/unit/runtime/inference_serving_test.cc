@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "oip_for_test.h"
 #include "shoal/runtime/dynamic_batcher.h"
 #include "shoal/runtime/oip.h"
 
@@ -17,16 +18,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-oip::ModelInfo Info() {
-  oip::ModelInfo m;
-  m.name = "fmnist";
-  m.input_name = "input";
-  m.input_shape = {2, 2};
-  m.output_name = "logits";
-  m.output_shape = {3};
-  m.max_batch = 4;
-  return m;
-}
+oip::ModelInfo Info() { return testing::OipModel("fmnist", {2, 2}, {3}, 4); }
 
 std::span<const std::byte> Bytes(const std::string& s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
@@ -35,19 +27,10 @@ std::span<const std::byte> Bytes(const std::string& s) {
 // Parses with the fast data path and checks that the general parser agrees exactly.
 Status Parse(const std::string& body, oip::InferRequest* out, std::vector<float>& scratch,
              std::optional<size_t> header = std::nullopt) {
-  Status st = oip::ParseInferRequest(Bytes(body), header, Info(), scratch, out);
-  std::vector<float> general_scratch;
-  oip::InferRequest general;
-  Status gst = oip::ParseInferRequestGeneral(Bytes(body), header, Info(), general_scratch, &general);
-  EXPECT_EQ(st.ok(), gst.ok()) << body;
-  EXPECT_EQ(st.message(), gst.message()) << body;
-  if (st.ok() && gst.ok()) {
-    EXPECT_EQ(out->batch, general.batch);
-    EXPECT_EQ(out->id, general.id);
-    EXPECT_EQ(std::vector<float>(out->input.begin(), out->input.end()),
-              std::vector<float>(general.input.begin(), general.input.end()));
-  }
-  return st;
+  const testing::BothParses parsed =
+      testing::ParseBothWays(Bytes(body), header, Info(), scratch, out);
+  EXPECT_EQ(parsed.disagreement, "") << body;
+  return parsed.status;
 }
 
 std::string Req(const std::string& input_fields, const std::string& extra = "") {
@@ -100,8 +83,9 @@ TEST_F(OipTest, FastDataPathHandlesWhitespaceExponentsAndKeyOrder) {
   // Not JSON numbers: the general parser's message.
   for (const char* bad : {"[01,2,3,4]", "[1.,2,3,4]", "[.5,2,3,4]", "[1,2,3,4,]", "[1,2,3,+4]",
                           "[1,2,3,NaN]", "[[1,2],[3,4]"}) {
-    Status st = Parse(Req(std::string(R"("name":"input","shape":[1,2,2],"datatype":"FP32","data":)") + bad),
-                      &r, scratch);
+    Status st =
+        Parse(Req(std::string(R"("name":"input","shape":[1,2,2],"datatype":"FP32","data":)") + bad),
+              &r, scratch);
     EXPECT_FALSE(st.ok()) << bad;
     EXPECT_TRUE(st.message().starts_with("malformed JSON")) << bad << ": " << st.message();
   }
@@ -114,11 +98,9 @@ TEST(Oip, EveryBadRequestIsRefusedNamingWhatIsWrong) {
       {"not an object", "[1,2]", "the request must be a JSON object"},
       {"no inputs", "{\"id\":\"x\"}", "missing \"inputs\" (an array of tensors)"},
       {"empty inputs", "{\"inputs\":[]}", "missing input 'input'"},
-      {"unknown input",
-       Req(R"("name":"pixels","shape":[1,2,2],"datatype":"FP32",)" + ok_data),
+      {"unknown input", Req(R"("name":"pixels","shape":[1,2,2],"datatype":"FP32",)" + ok_data),
        "unknown input 'pixels' (the model's input is 'input')"},
-      {"wrong datatype",
-       Req(R"("name":"input","shape":[1,2,2],"datatype":"INT64",)" + ok_data),
+      {"wrong datatype", Req(R"("name":"input","shape":[1,2,2],"datatype":"INT64",)" + ok_data),
        "input 'input': wrong datatype INT64 (the model takes FP32)"},
       {"missing datatype", Req(R"("name":"input","shape":[1,2,2],)" + ok_data),
        "input 'input': missing \"datatype\" (FP32)"},
@@ -132,8 +114,7 @@ TEST(Oip, EveryBadRequestIsRefusedNamingWhatIsWrong) {
        "input 'input': batch of 5 is over the max batch size 4"},
       {"zero batch", Req(R"("name":"input","shape":[0,2,2],"datatype":"FP32","data":[])"),
        "input 'input': batch dimension is 0"},
-      {"too few values",
-       Req(R"("name":"input","shape":[1,2,2],"datatype":"FP32","data":[1,2,3])"),
+      {"too few values", Req(R"("name":"input","shape":[1,2,2],"datatype":"FP32","data":[1,2,3])"),
        "input 'input': shape [1,2,2] needs 4 values, got 3"},
       {"too many elements",
        Req(R"("name":"input","shape":[1,2,2],"datatype":"FP32","data":[1,2,3,4,5])"),
@@ -217,9 +198,10 @@ TEST_F(OipTest, BinaryExtensionRequestAndResponse) {
 }
 
 TEST_F(OipTest, JsonResponseBytesAndMetadata) {
-  ASSERT_TRUE(Parse(Req(R"("name":"input","shape":[2,2,2],"datatype":"FP32","data":[1,2,3,4,5,6,7,8])"),
-                    &r, scratch)
-                  .ok());
+  ASSERT_TRUE(
+      Parse(Req(R"("name":"input","shape":[2,2,2],"datatype":"FP32","data":[1,2,3,4,5,6,7,8])"), &r,
+            scratch)
+          .ok());
   const float out[6] = {0.5f, -1.0f, 2.0f, 0.1f, 3.0f, 1e-7f};
   std::string resp;
   size_t json_len = 0;

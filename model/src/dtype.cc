@@ -10,9 +10,9 @@ namespace shoal::model {
 static_assert(std::endian::native == std::endian::little, "wire formats are little-endian");
 
 std::optional<DType> DTypeFromName(std::string_view name) {
-  if (name == "F32") return DType::kF32;
-  if (name == "BF16") return DType::kBF16;
-  if (name == "F16") return DType::kF16;
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
+    if (name == DTypeName(d)) return d;
+  }
   return std::nullopt;
 }
 
@@ -24,53 +24,59 @@ namespace {
   std::abort();
 }
 
+// A floating type's bulk conversions from and to float32: F32's a copy, the 16-bit types' a loop
+// over their scalar conversions (dtype_convert.h), inlined.
+struct F32Codec {
+  static void Encode(const float* src, size_t n, std::byte* dst) {
+    std::memcpy(dst, src, n * sizeof(float));
+  }
+  static void Decode(const std::byte* src, size_t n, float* dst) {
+    std::memcpy(dst, src, n * sizeof(float));
+  }
+};
+
+template <uint16_t (*To)(float), float (*From)(uint16_t)>
+struct Codec16 {
+  static void Encode(const float* src, size_t n, std::byte* dst) {
+    for (size_t i = 0; i < n; ++i) {
+      const uint16_t h = To(src[i]);
+      std::memcpy(dst + 2 * i, &h, 2);
+    }
+  }
+  static void Decode(const std::byte* src, size_t n, float* dst) {
+    uint16_t h;
+    for (size_t i = 0; i < n; ++i) {
+      std::memcpy(&h, src + 2 * i, 2);
+      dst[i] = From(h);
+    }
+  }
+};
+
+// Calls f with the codec of the floating type d (the one place a type meets its conversions);
+// any other type aborts naming `what`.
+template <typename F>
+void WithCodec(const char* what, DType d, F f) {
+  switch (d) {
+    case DType::kF32:
+      return f(F32Codec{});
+    case DType::kBF16:
+      return f(Codec16<FloatToBf16, Bf16ToFloat>{});
+    case DType::kF16:
+      return f(Codec16<FloatToF16, F16ToFloat>{});
+    case DType::kI64:
+      break;
+  }
+  NotAFloatType(what, d);
+}
+
 }  // namespace
 
 void EncodeFloats(const float* src, size_t n, DType dst_dtype, std::byte* dst) {
-  switch (dst_dtype) {
-    case DType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
-      return;
-    case DType::kBF16:
-      for (size_t i = 0; i < n; ++i) {
-        const uint16_t h = FloatToBf16(src[i]);
-        std::memcpy(dst + 2 * i, &h, 2);
-      }
-      return;
-    case DType::kF16:
-      for (size_t i = 0; i < n; ++i) {
-        const uint16_t h = FloatToF16(src[i]);
-        std::memcpy(dst + 2 * i, &h, 2);
-      }
-      return;
-    case DType::kI64:
-      break;
-  }
-  NotAFloatType("EncodeFloats", dst_dtype);
+  WithCodec("EncodeFloats", dst_dtype, [&](auto codec) { codec.Encode(src, n, dst); });
 }
 
 void DecodeFloats(const std::byte* src, DType src_dtype, size_t n, float* dst) {
-  uint16_t h;
-  switch (src_dtype) {
-    case DType::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
-      return;
-    case DType::kBF16:
-      for (size_t i = 0; i < n; ++i) {
-        std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = Bf16ToFloat(h);
-      }
-      return;
-    case DType::kF16:
-      for (size_t i = 0; i < n; ++i) {
-        std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = F16ToFloat(h);
-      }
-      return;
-    case DType::kI64:
-      break;
-  }
-  NotAFloatType("DecodeFloats", src_dtype);
+  WithCodec("DecodeFloats", src_dtype, [&](auto codec) { codec.Decode(src, n, dst); });
 }
 
 NonFinite CountNonFinite(const std::byte* data, DType dtype, size_t n) {

@@ -64,37 +64,15 @@ def numpy_mlp(model, args):
 
 
 def build_model(torch, name, image, classes):
+    from torch_models import BasicBlock, Mlp
     nn, F = torch.nn, torch.nn.functional
     if name == "mlp":
-        class Mlp(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.fc1, self.fc2 = nn.Linear(784, 128), nn.Linear(128, 10)
-
-            def forward(self, x):
-                return self.fc2(F.relu(self.fc1(x)))
         return Mlp(), (784,)
     try:
         import torchvision
         return torchvision.models.resnet18(num_classes=classes), (3, image, image)
     except ImportError:
         pass
-
-    class Block(nn.Module):  # torchvision's BasicBlock
-        def __init__(self, cin, cout, stride):
-            super().__init__()
-            self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(cout)
-            self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-            self.bn2 = nn.BatchNorm2d(cout)
-            self.down = None
-            if stride != 1 or cin != cout:
-                self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                          nn.BatchNorm2d(cout))
-
-        def forward(self, x):
-            y = self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x)))))
-            return F.relu(y + (x if self.down is None else self.down(x)))
 
     class ResNet18(nn.Module):
         def __init__(self):
@@ -103,7 +81,7 @@ def build_model(torch, name, image, classes):
                                       nn.ReLU(), nn.MaxPool2d(3, 2, 1))
             layers, cin = [], 64
             for i, w in enumerate([64, 128, 256, 512]):
-                layers += [Block(cin, w, 1 if i == 0 else 2), Block(w, w, 1)]
+                layers += [BasicBlock(cin, w, 1 if i == 0 else 2), BasicBlock(w, w, 1)]
                 cin = w
             self.layers = nn.Sequential(*layers)
             self.fc = nn.Linear(512, classes)

@@ -19,6 +19,7 @@ Run from anywhere with the Debian python: /usr/bin/python3 tests/data/inference/
 writes are checked in.
 """
 import os
+import sys
 
 import numpy as np
 import onnx
@@ -28,16 +29,9 @@ import torch.nn.functional as F
 from onnx import TensorProto, helper
 
 OUT = os.path.dirname(os.path.abspath(__file__))
-
-
-class Mlp(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(784, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        return self.fc2(F.relu(self.fc1(x)))
+# The modules bench-infer's anchor runs too (bench/torch_models.py).
+sys.path.insert(0, os.path.join(OUT, "..", "..", "..", "bench"))
+from torch_models import BasicBlock, Mlp  # noqa: E402
 
 
 class Cnn(nn.Module):
@@ -53,24 +47,6 @@ class Cnn(nn.Module):
         x = F.max_pool2d(F.relu(self.conv2(x)), 2)
         x = torch.flatten(x, 1)
         return self.fc2(F.relu(self.fc1(x)))
-
-
-class BasicBlock(nn.Module):
-    def __init__(self, cin, cout, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.downsample = None
-        if stride != 1 or cin != cout:
-            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
-                                            nn.BatchNorm2d(cout))
-
-    def forward(self, x):
-        y = F.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
-        return F.relu(y + (x if self.downsample is None else self.downsample(x)))
 
 
 class SmallResNet(nn.Module):

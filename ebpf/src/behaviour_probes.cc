@@ -11,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "libbpf_log.h"
+#include "bpf_loader.h"
 #include "shoal_behaviour.skel.h"
 
 namespace shoal {
@@ -135,13 +135,11 @@ Result<std::unique_ptr<BehaviourProbes>> BehaviourProbes::Load(CgroupMode mode, 
   // Sampled: attached by AttachSyscalls only.
   bpf_program__set_autoattach(p->skel_->progs.shoal_bhv_sys_enter, syscalls == Syscalls::kAlways);
   if (int err = shoal_behaviour__load(p->skel_); err != 0) {
-    Status st = ErrnoStatus("load BPF programs shoal_behaviour", -err);
-    if (err == -EPERM || err == -EACCES) return PermissionDenied(st.message());
-    return st;
+    return ebpf_internal::LoadFailed("load BPF programs shoal_behaviour", -err);
   }
-  int ncpu = libbpf_num_possible_cpus();
-  if (ncpu <= 0) return ErrnoStatus("libbpf_num_possible_cpus", -ncpu);
-  p->num_cpus_ = ncpu;
+  auto ncpu = ebpf_internal::PossibleCpus();
+  if (!ncpu.ok()) return ncpu.status();
+  p->num_cpus_ = *ncpu;
   const int classes = bpf_map__fd(p->skel_->maps.syscall_class);
   for (const auto& c : kClasses) {
     const uint32_t key = static_cast<uint32_t>(c.nr);
@@ -243,22 +241,22 @@ void BehaviourProbes::Unwatch(uint64_t cgroup_id) {
 }
 
 Result<BehaviourCounters> BehaviourProbes::Read(uint64_t cgroup_id) const {
-  std::vector<BehaviourCounters> per_cpu(static_cast<size_t>(num_cpus_));
-  if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.instances), &cgroup_id, per_cpu.data()) != 0) {
+  BehaviourCounters sum{};
+  auto add = [](BehaviourCounters& s, const BehaviourCounters& c) {
+    for (int i = 0; i < SHOAL_BHV_CLASSES; ++i) s.syscalls[i] += c.syscalls[i];
+    s.execs += c.execs;
+    s.connects += c.connects;
+    s.opens += c.opens;
+    s.forks += c.forks;
+    s.bytes_sent += c.bytes_sent;
+    s.bytes_recv += c.bytes_recv;
+    s.cpu_ns += c.cpu_ns;
+    s.events_lost += c.events_lost;
+  };
+  if (!ebpf_internal::SumPerCpu(bpf_map__fd(skel_->maps.instances), &cgroup_id, num_cpus_, sum,
+                                add)) {
     if (errno == ENOENT) return NotFound("cgroup " + std::to_string(cgroup_id) + " is not watched");
     return ErrnoStatus("read behaviour counters", errno);
-  }
-  BehaviourCounters sum{};
-  for (const auto& c : per_cpu) {
-    for (int i = 0; i < SHOAL_BHV_CLASSES; ++i) sum.syscalls[i] += c.syscalls[i];
-    sum.execs += c.execs;
-    sum.connects += c.connects;
-    sum.opens += c.opens;
-    sum.forks += c.forks;
-    sum.bytes_sent += c.bytes_sent;
-    sum.bytes_recv += c.bytes_recv;
-    sum.cpu_ns += c.cpu_ns;
-    sum.events_lost += c.events_lost;
   }
   return sum;
 }

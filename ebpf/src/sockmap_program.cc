@@ -14,7 +14,7 @@
 #include <system_error>
 #include <vector>
 
-#include "libbpf_log.h"
+#include "bpf_loader.h"
 #include "shoal/common/descriptor.h"
 #include "shoal_dataplane.skel.h"
 
@@ -83,14 +83,11 @@ Result<std::unique_ptr<SockmapProgram>> SockmapProgram::Load(const std::string& 
   std::unique_ptr<SockmapProgram> p(new SockmapProgram(pin_dir));
   p->skel_ = shoal_dataplane__open_and_load();
   if (p->skel_ == nullptr) {
-    int err = errno;
-    Status st = ErrnoStatus("load BPF program shoal_dataplane", err);
-    if (err == EPERM || err == EACCES) return PermissionDenied(st.message());
-    return st;
+    return ebpf_internal::LoadFailed("load BPF program shoal_dataplane", errno);
   }
-  int ncpu = libbpf_num_possible_cpus();
-  if (ncpu <= 0) return ErrnoStatus("libbpf_num_possible_cpus", -ncpu);
-  p->num_cpus_ = ncpu;
+  auto ncpu = ebpf_internal::PossibleCpus();
+  if (!ncpu.ok()) return ncpu.status();
+  p->num_cpus_ = *ncpu;
 
   if (bpf_prog_attach(p->prog_fd(), p->sock_hash_fd(), BPF_SK_MSG_VERDICT, 0) != 0) {
     return ErrnoStatus("attach sk_msg program to sock_hash", errno);
@@ -143,17 +140,16 @@ Result<FunctionCounters> SockmapProgram::ReadCounters(uint32_t function_id) cons
     return InvalidArgument("function id " + std::to_string(function_id) +
                            " is beyond the BPF counter map");
   }
-  std::vector<shoal_fn_counters> per_cpu(static_cast<size_t>(num_cpus_));
-  if (bpf_map_lookup_elem(counters_fd(), &function_id, per_cpu.data()) != 0) {
-    return ErrnoStatus("read fn_counters", errno);
-  }
   FunctionCounters sum{};
-  for (const auto& c : per_cpu) {
-    sum.events += c.events;
-    sum.bytes += c.bytes;
-    sum.requests += c.requests;
-    sum.responses += c.responses;
-    sum.drops += c.drops;
+  auto add = [](FunctionCounters& s, const FunctionCounters& c) {
+    s.events += c.events;
+    s.bytes += c.bytes;
+    s.requests += c.requests;
+    s.responses += c.responses;
+    s.drops += c.drops;
+  };
+  if (!ebpf_internal::SumPerCpu(counters_fd(), &function_id, num_cpus_, sum, add)) {
+    return ErrnoStatus("read fn_counters", errno);
   }
   return sum;
 }

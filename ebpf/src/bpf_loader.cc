@@ -1,9 +1,10 @@
-#include "libbpf_log.h"
+#include "bpf_loader.h"
 
 #include <bpf/libbpf.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdarg>
 #include <cstdio>
 #include <mutex>
@@ -30,6 +31,18 @@ int LibbpfPrint(enum libbpf_print_level level, const char* fmt, va_list args) {
 void RouteLibbpfLogs() {
   static std::once_flag once;
   std::call_once(once, [] { libbpf_set_print(LibbpfPrint); });
+}
+
+Status LoadFailed(const std::string& what, int err) {
+  Status st = ErrnoStatus(what, err);
+  if (err == EPERM || err == EACCES) return PermissionDenied(st.message());
+  return st;
+}
+
+Result<int> PossibleCpus() {
+  const int ncpu = libbpf_num_possible_cpus();
+  if (ncpu <= 0) return ErrnoStatus("libbpf_num_possible_cpus", -ncpu);
+  return ncpu;
 }
 
 }  // namespace shoal::ebpf_internal

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iomanip>
 #include <sstream>
 
 #include "manifest_refusals.h"
@@ -52,23 +53,35 @@ std::string Minimal(const std::string& spec_extra = "", const std::string& name 
          "\nspec:\n  handler:\n    builtin: echo\n" + spec_extra;
 }
 
+// The one function `yaml` declares; a failure (and an empty spec) when it is refused or
+// declares another number of them.
+FunctionSpec Parsed(const std::string& yaml) {
+  auto r = ParseFunctionManifests(yaml, Defaults());
+  EXPECT_TRUE(r.ok()) << r.status().ToString() << "\n" << yaml;
+  if (!r.ok()) return {};
+  EXPECT_EQ(r->size(), 1u) << yaml;
+  return r->empty() ? FunctionSpec{} : r->front();
+}
+
+// The fields a manifest may leave to the node's defaults, as one line to compare whole.
+std::string Sizing(const FunctionSpec& s) {
+  std::ostringstream o;
+  o << std::setprecision(17) << "concurrency " << s.concurrency << ", scale " << s.min_scale << "-"
+    << s.max_scale << ", timeout " << s.timeout_s << " s, keepAlive " << s.keep_alive_s
+    << " s, maxBodySize " << s.max_body_bytes;
+  return o.str();
+}
+
 TEST(ManifestTest, EveryFieldOfAGoodManifest) {
-  auto r = ParseFunctionManifests(kFull, Defaults());
-  ASSERT_TRUE(r.ok()) << r.status().message();
-  ASSERT_EQ(r->size(), 1u);
-  const FunctionSpec& s = (*r)[0];
+  const FunctionSpec s = Parsed(kFull);
   EXPECT_EQ(s.name, "echo-2");
   EXPECT_EQ(s.tenant, "team-a");
   EXPECT_EQ(s.labels, (std::map<std::string, std::string>{{"app", "demo"}, {"tier", "1"}}));
   EXPECT_EQ(s.handler.builtin, "echo");
   EXPECT_EQ(s.handler.library, "");
   EXPECT_EQ(s.handler.env, (std::map<std::string, std::string>{{"GREETING", "hello"}, {"N", "3"}}));
-  EXPECT_EQ(s.concurrency, 4u);
-  EXPECT_EQ(s.min_scale, 1u);
-  EXPECT_EQ(s.max_scale, 6u);
-  EXPECT_DOUBLE_EQ(s.timeout_s, 0.25);
-  EXPECT_DOUBLE_EQ(s.keep_alive_s, 120);
-  EXPECT_EQ(s.max_body_bytes, 64ull << 20);
+  EXPECT_EQ(Sizing(s),
+            "concurrency 4, scale 1-6, timeout 0.25 s, keepAlive 120 s, maxBodySize 67108864");
   EXPECT_DOUBLE_EQ(s.cpu, 0.5);
   EXPECT_EQ(s.memory_bytes, 256ull << 20);
   EXPECT_EQ(s.gpu, 1u);
@@ -78,34 +91,25 @@ TEST(ManifestTest, EveryFieldOfAGoodManifest) {
 }
 
 TEST(ManifestTest, DefaultsComeFromTheNodeConfig) {
-  auto r = ParseFunctionManifests(Minimal(), Defaults());
-  ASSERT_TRUE(r.ok()) << r.status().message();
-  const FunctionSpec& s = (*r)[0];
+  const FunctionSpec s = Parsed(Minimal());
   EXPECT_EQ(s.tenant, "default");
-  EXPECT_EQ(s.concurrency, 3u);
-  EXPECT_EQ(s.min_scale, 0u);
-  EXPECT_EQ(s.max_scale, 5u);
-  EXPECT_DOUBLE_EQ(s.timeout_s, 12);
-  EXPECT_DOUBLE_EQ(s.keep_alive_s, 34);
-  EXPECT_EQ(s.max_body_bytes, 100ull << 20);
+  EXPECT_EQ(Sizing(s),
+            "concurrency 3, scale 0-5, timeout 12 s, keepAlive 34 s, maxBodySize 104857600");
   EXPECT_EQ(s.handler.symbol, "shoal_handle");
   // Only min given, above the default max: max follows min.
-  auto m = ParseFunctionManifests(Minimal("  scale: {min: 7}\n"), Defaults());
-  ASSERT_TRUE(m.ok()) << m.status().message();
-  EXPECT_EQ((*m)[0].min_scale, 7u);
-  EXPECT_EQ((*m)[0].max_scale, 7u);
+  const FunctionSpec m = Parsed(Minimal("  scale: {min: 7}\n"));
+  EXPECT_EQ(m.min_scale, 7u);
+  EXPECT_EQ(m.max_scale, 7u);
 }
 
 TEST(ManifestTest, JsonIsAccepted) {
-  auto r = ParseFunctionManifests(
+  const FunctionSpec s = Parsed(
       R"({"apiVersion": "shoal.dev/v1", "kind": "Function", "metadata": {"name": "j"},
-          "spec": {"handler": {"builtin": "sha256"}, "concurrency": 2, "timeout": 5}})",
-      Defaults());
-  ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ((*r)[0].name, "j");
-  EXPECT_EQ((*r)[0].handler.builtin, "sha256");
-  EXPECT_EQ((*r)[0].concurrency, 2u);
-  EXPECT_DOUBLE_EQ((*r)[0].timeout_s, 5);
+          "spec": {"handler": {"builtin": "sha256"}, "concurrency": 2, "timeout": 5}})");
+  EXPECT_EQ(s.name, "j");
+  EXPECT_EQ(s.handler.builtin, "sha256");
+  EXPECT_EQ(s.concurrency, 2u);
+  EXPECT_DOUBLE_EQ(s.timeout_s, 5);
 }
 
 TEST(ManifestTest, MultipleDocumentsKeepTheirOwnText) {
@@ -124,15 +128,13 @@ TEST(ManifestTest, MultipleDocumentsKeepTheirOwnText) {
 
 TEST(ManifestTest, LibraryHandler) {
   const std::string lib = SHOAL_HANDLER_DIR "/libshoal-reverse.so";
-  auto r = ParseFunctionManifests(
+  const FunctionSpec s = Parsed(
       "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: lib}\nspec:\n  handler:\n"
       "    library: " +
-          lib + "\n    symbol: my_entry\n",
-      Defaults());
-  ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ((*r)[0].handler.library, lib);
-  EXPECT_EQ((*r)[0].handler.symbol, "my_entry");
-  EXPECT_EQ((*r)[0].handler.builtin, "");
+      lib + "\n    symbol: my_entry\n");
+  EXPECT_EQ(s.handler.library, lib);
+  EXPECT_EQ(s.handler.symbol, "my_entry");
+  EXPECT_EQ(s.handler.builtin, "");
 }
 
 TEST(ManifestTest, ErrorsNameTheFieldAndTheLine) {
@@ -179,19 +181,16 @@ TEST(ManifestTest, ErrorsNameTheFieldAndTheLine) {
 }
 
 TEST(ManifestTest, AutoscalingBlock) {
-  auto r = ParseFunctionManifests(
-      Minimal("  keepAlive: 20s\n"
-              "  autoscaling:\n"
-              "    policy: kpa\n"
-              "    target: 10\n"
-              "    minScale: 0\n"
-              "    maxScale: 8\n"
-              "    keepAlive: histogram\n"
-              "    params: {stableWindow: 60s, panicWindow: 6s, scaleToZeroGrace: 30s,\n"
-              "             panicThreshold: 300, minSamples: 3}\n"),
-      Defaults());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  const FunctionSpec& s = (*r)[0];
+  const FunctionSpec s =
+      Parsed(Minimal("  keepAlive: 20s\n"
+                     "  autoscaling:\n"
+                     "    policy: kpa\n"
+                     "    target: 10\n"
+                     "    minScale: 0\n"
+                     "    maxScale: 8\n"
+                     "    keepAlive: histogram\n"
+                     "    params: {stableWindow: 60s, panicWindow: 6s, scaleToZeroGrace: 30s,\n"
+                     "             panicThreshold: 300, minSamples: 3}\n"));
   EXPECT_EQ(s.autoscaling.policy, "kpa");
   EXPECT_DOUBLE_EQ(s.autoscaling.target, 10);
   EXPECT_EQ(s.autoscaling.keep_alive, "histogram");
@@ -205,26 +204,22 @@ TEST(ManifestTest, AutoscalingBlock) {
 
   // No block: the reactive scaler with spec.scale / spec.keepAlive as before; a block without
   // a policy gets the default one.
-  auto plain = ParseFunctionManifests(Minimal("  scale: {min: 1, max: 4}\n"), Defaults());
-  ASSERT_TRUE(plain.ok());
-  EXPECT_EQ((*plain)[0].autoscaling.policy, "none");
-  EXPECT_EQ((*plain)[0].min_scale, 1u);
-  auto dflt = ParseFunctionManifests(Minimal("  scale: {max: 4}\n  autoscaling: {maxScale: 4}\n"),
-                                     Defaults());
-  ASSERT_TRUE(dflt.ok()) << dflt.status().ToString();
-  EXPECT_EQ((*dflt)[0].autoscaling.policy, kDefaultAutoscalingPolicy);
-  EXPECT_EQ((*dflt)[0].max_scale, 4u);
+  const FunctionSpec plain = Parsed(Minimal("  scale: {min: 1, max: 4}\n"));
+  EXPECT_EQ(plain.autoscaling.policy, "none");
+  EXPECT_EQ(plain.min_scale, 1u);
+  const FunctionSpec dflt = Parsed(Minimal("  scale: {max: 4}\n  autoscaling: {maxScale: 4}\n"));
+  EXPECT_EQ(dflt.autoscaling.policy, kDefaultAutoscalingPolicy);
+  EXPECT_EQ(dflt.max_scale, 4u);
 }
 
 TEST(ManifestTest, LearnedPolicyNamesItsFileAndWeights) {
-  auto r = ParseFunctionManifests(Minimal("  autoscaling:\n    policy: learned\n"
-                                          "    policyFile: /etc/shoal/policies/learned-v1.json\n"
-                                          "    params: {costWeight: 0.01, learnOnline: 1}\n"),
-                                  Defaults());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ((*r)[0].autoscaling.policy, "learned");
-  EXPECT_EQ((*r)[0].autoscaling.policy_file, "/etc/shoal/policies/learned-v1.json");
-  EXPECT_DOUBLE_EQ((*r)[0].autoscaling.params.at("costWeight"), 0.01);
+  const FunctionSpec s =
+      Parsed(Minimal("  autoscaling:\n    policy: learned\n"
+                     "    policyFile: /etc/shoal/policies/learned-v1.json\n"
+                     "    params: {costWeight: 0.01, learnOnline: 1}\n"));
+  EXPECT_EQ(s.autoscaling.policy, "learned");
+  EXPECT_EQ(s.autoscaling.policy_file, "/etc/shoal/policies/learned-v1.json");
+  EXPECT_DOUBLE_EQ(s.autoscaling.params.at("costWeight"), 0.01);
   EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: kpa\n    policyFile: x.json\n")),
             "spec.autoscaling.policyFile: only with policy learned (policy is kpa) (line 10)");
 }
@@ -382,43 +377,32 @@ TEST(ManifestTest, SyntaxErrorsAndDocumentLevelErrors) {
                });
 }
 
+// Each {text, value}: `parse` accepts the text and reads the value; each of `refused`: it does not.
+template <typename T>
+void ExpectParses(bool (*parse)(std::string_view, T*),
+                  std::initializer_list<std::pair<const char*, T>> accepted,
+                  std::initializer_list<const char*> refused) {
+  for (const auto& [text, want] : accepted) {
+    T got{};
+    EXPECT_TRUE(parse(text, &got)) << text;
+    EXPECT_EQ(got, want) << text;
+  }
+  for (const char* text : refused) {
+    T got{};
+    EXPECT_FALSE(parse(text, &got)) << text;
+  }
+}
+
 TEST(ManifestTest, ValueParsers) {
-  double d = 0;
-  EXPECT_TRUE(ParseDuration("250ms", &d));
-  EXPECT_DOUBLE_EQ(d, 0.25);
-  EXPECT_TRUE(ParseDuration("30s", &d));
-  EXPECT_DOUBLE_EQ(d, 30);
-  EXPECT_TRUE(ParseDuration("2m", &d));
-  EXPECT_DOUBLE_EQ(d, 120);
-  EXPECT_TRUE(ParseDuration("1h", &d));
-  EXPECT_DOUBLE_EQ(d, 3600);
-  EXPECT_TRUE(ParseDuration("1.5", &d));
-  EXPECT_DOUBLE_EQ(d, 1.5);
-  EXPECT_FALSE(ParseDuration("s", &d));
-  EXPECT_FALSE(ParseDuration("1x", &d));
-  EXPECT_FALSE(ParseDuration("inf", &d));
-  uint64_t q = 0;
-  EXPECT_TRUE(ParseQuantity("1024", &q));
-  EXPECT_EQ(q, 1024u);
-  EXPECT_TRUE(ParseQuantity("64Ki", &q));
-  EXPECT_EQ(q, 65536u);
-  EXPECT_TRUE(ParseQuantity("2M", &q));
-  EXPECT_EQ(q, 2000000u);
-  EXPECT_TRUE(ParseQuantity("1.5Gi", &q));
-  EXPECT_EQ(q, 1610612736u);
-  EXPECT_FALSE(ParseQuantity("1.5", &q));
-  EXPECT_FALSE(ParseQuantity("-1", &q));
-  EXPECT_FALSE(ParseQuantity("1Qi", &q));
-  double cpu = 0;
-  EXPECT_TRUE(ParseCpu("500m", &cpu));
-  EXPECT_DOUBLE_EQ(cpu, 0.5);
-  EXPECT_TRUE(ParseCpu("2", &cpu));
-  EXPECT_DOUBLE_EQ(cpu, 2);
-  EXPECT_FALSE(ParseCpu("2 cores", &cpu));
+  ExpectParses<double>(ParseDuration,
+                       {{"250ms", 0.25}, {"30s", 30}, {"2m", 120}, {"1h", 3600}, {"1.5", 1.5}},
+                       {"s", "1x", "inf"});
+  ExpectParses<uint64_t>(ParseQuantity,
+                         {{"1024", 1024}, {"64Ki", 65536}, {"2M", 2000000}, {"1.5Gi", 1610612736}},
+                         {"1.5", "-1", "1Qi"});
+  ExpectParses<double>(ParseCpu, {{"500m", 0.5}, {"2", 2}}, {"2 cores"});
   EXPECT_TRUE(IsDnsLabel("a-1"));
-  EXPECT_FALSE(IsDnsLabel("a-"));
-  EXPECT_FALSE(IsDnsLabel("A"));
-  EXPECT_FALSE(IsDnsLabel(""));
+  for (const char* bad : {"a-", "A", ""}) EXPECT_FALSE(IsDnsLabel(bad)) << bad;
 }
 
 TEST(ManifestTest, TheShippedExamplesParse) {
@@ -472,13 +456,10 @@ std::string InferManifest(const std::string& inference, const std::string& handl
 }
 
 TEST(ManifestTest, InferenceFunction) {
-  auto r = ParseFunctionManifests(
-      InferManifest("  inference:\n    modelName: fmnist\n    source: {flJob: fmnist}\n"
-                    "    device: cpu\n    precision: bf16\n    threads: 2\n    maxBatchSize: 16\n"
-                    "    maxQueueDelay: 500us\n"),
-      Defaults());
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  const FunctionSpec& s = (*r)[0];
+  const FunctionSpec s =
+      Parsed(InferManifest("  inference:\n    modelName: fmnist\n    source: {flJob: fmnist}\n"
+                           "    device: cpu\n    precision: bf16\n    threads: 2\n"
+                           "    maxBatchSize: 16\n    maxQueueDelay: 500us\n"));
   EXPECT_EQ(s.handler.builtin, "inference");
   EXPECT_EQ(s.concurrency, 64u);
   EXPECT_EQ(s.handler.env.at(kInferModelEnv), "fmnist");
@@ -492,23 +473,19 @@ TEST(ManifestTest, InferenceFunction) {
   EXPECT_EQ(InferenceModelName(s), "fmnist");
 
   // Defaults: the model is named after the function; auto device, fp32, 32 rows, 2 ms.
-  auto d = ParseFunctionManifests(
-      InferManifest("  inference:\n    source: {flJob: fmnist}\n", "{builtin: inference}"),
-      Defaults());
-  ASSERT_TRUE(d.ok()) << d.status().ToString();
-  EXPECT_EQ(InferenceModelName((*d)[0]), "fmnist-infer");
-  EXPECT_EQ((*d)[0].handler.env.at(kInferDeviceEnv), "auto");
-  EXPECT_EQ((*d)[0].handler.env.at(kInferPrecisionEnv), "fp32");
-  EXPECT_EQ((*d)[0].handler.env.at(kInferMaxBatchEnv), "32");
-  EXPECT_EQ((*d)[0].handler.env.at(kInferMaxDelayEnv), "2000");
+  const FunctionSpec d =
+      Parsed(InferManifest("  inference:\n    source: {flJob: fmnist}\n", "{builtin: inference}"));
+  EXPECT_EQ(InferenceModelName(d), "fmnist-infer");
+  EXPECT_EQ(d.handler.env.at(kInferDeviceEnv), "auto");
+  EXPECT_EQ(d.handler.env.at(kInferPrecisionEnv), "fp32");
+  EXPECT_EQ(d.handler.env.at(kInferMaxBatchEnv), "32");
+  EXPECT_EQ(d.handler.env.at(kInferMaxDelayEnv), "2000");
 
   // The shipped example parses.
   std::ifstream f(std::string(SHOAL_SOURCE_DIR) + "/deploy/examples/infer-fmnist.yaml");
   std::stringstream text;
   text << f.rdbuf();
-  auto ex = ParseFunctionManifests(text.str(), Defaults());
-  ASSERT_TRUE(ex.ok()) << ex.status().ToString();
-  EXPECT_EQ(InferenceModelName((*ex)[0]), "fmnist");
+  EXPECT_EQ(InferenceModelName(Parsed(text.str())), "fmnist");
 }
 
 TEST(ManifestTest, InferenceErrorsNameTheField) {
@@ -529,24 +506,22 @@ TEST(ManifestTest, InferenceErrorsNameTheField) {
            "spec.inference.source.onnx: no such file on this node: /no/such.onnx (line 8)"},
           {InferManifest("  inference:\n    source: {flJob: a}\n    device: tpu\n"),
            "spec.inference.device: must be auto | cpu | cuda, got \"tpu\" (line 9)"},
+          {InferManifest("  inference:\n    source: {flJob: a}\n    precision: int8\n"),
+           "spec.inference.precision: must be fp32 | fp16 | bf16, got \"int8\" (line 9)"},
+          {InferManifest("  inference:\n    source: {flJob: a}\n    maxBatchSize: 0\n"),
+           "spec.inference.maxBatchSize: must be between 1 and 4096, got 0 (line 9)"},
+          {InferManifest("  inference:\n    source: {flJob: a}\n    maxQueueDelay: 2s\n"),
+           "spec.inference.maxQueueDelay: must be at most 1s, got 2s (line 9)"},
+          {InferManifest("  inference:\n    source: {flJob: a}\n    maxQueueDelay: soon\n"),
+           "spec.inference.maxQueueDelay: must be a duration like 500us, 2ms or 0 (no waiting), "
+           "got \"soon\" (line 9)"},
+          {InferManifest("  inference:\n    source: {flJob: a}\n    batch: 3\n"),
+           "spec.inference.batch: unknown field (line 9)"},
+          {InferManifest("  inference:\n    modelName: Bad_Name\n    source: {flJob: a}\n"),
+           "spec.inference.modelName: must be a DNS label (lower-case letters, digits and '-', "
+           "starting and ending with a letter or digit, at most 63 characters), got "
+           "\"Bad_Name\" (line 8)"},
       });
-  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    source: {flJob: a}\n    precision: int8\n")),
-            "spec.inference.precision: must be fp32 | fp16 | bf16, got \"int8\" (line 9)");
-  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    source: {flJob: a}\n    maxBatchSize: 0\n")),
-            "spec.inference.maxBatchSize: must be between 1 and 4096, got 0 (line 9)");
-  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    source: {flJob: a}\n    maxQueueDelay: 2s\n")),
-            "spec.inference.maxQueueDelay: must be at most 1s, got 2s (line 9)");
-  EXPECT_EQ(
-      ErrorOf(InferManifest("  inference:\n    source: {flJob: a}\n    maxQueueDelay: soon\n")),
-      "spec.inference.maxQueueDelay: must be a duration like 500us, 2ms or 0 (no waiting), got "
-      "\"soon\" (line 9)");
-  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    source: {flJob: a}\n    batch: 3\n")),
-            "spec.inference.batch: unknown field (line 9)");
-  EXPECT_EQ(
-      ErrorOf(InferManifest("  inference:\n    modelName: Bad_Name\n    source: {flJob: a}\n")),
-      "spec.inference.modelName: must be a DNS label (lower-case letters, digits and '-', "
-      "starting and ending with a letter or digit, at most 63 characters), got "
-      "\"Bad_Name\" (line 8)");
   EXPECT_TRUE(ErrorOf(InferManifest("", "onnx"))
                   .starts_with("spec.handler: unknown built-in handler \"onnx\""));
 }
@@ -561,18 +536,15 @@ TEST(ManifestTest, HandlerEnvThatLoadsCodeIsRefused) {
   EXPECT_EQ(ErrorOf(head + "    env: {OK: 1, GCONV_PATH: /tmp}\n"),
             "spec.handler.env.GCONV_PATH: not allowed: glibc or a language runtime loads code or "
             "data files named by it (line 7)");
-  auto r = ParseFunctionManifests(head + "    env: {MY_SETTING: x}\n", Defaults());
-  ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ((*r)[0].handler.env.at("MY_SETTING"), "x");
+  EXPECT_EQ(Parsed(head + "    env: {MY_SETTING: x}\n").handler.env.at("MY_SETTING"), "x");
 }
 
 TEST(ManifestTest, SeccompAllowList) {
   const std::string head =
       "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: h}\nspec:\n"
       "  handler: echo\n  security:\n    seccomp:\n";
-  auto r = ParseFunctionManifests(head + "      allow: [ptrace, unshare, ptrace]\n", Defaults());
-  ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ((*r)[0].security.seccomp_allow, (std::vector<std::string>{"ptrace", "unshare"}));
+  EXPECT_EQ(Parsed(head + "      allow: [ptrace, unshare, ptrace]\n").security.seccomp_allow,
+            (std::vector<std::string>{"ptrace", "unshare"}));
   ExpectErrors(
       ErrorOf,
       {
@@ -588,17 +560,13 @@ TEST(ManifestTest, SecurityOnAnomalyAndAllowedPaths) {
   const std::string head =
       "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: h}\nspec:\n"
       "  handler: echo\n  security:\n";
-  auto plain = ParseFunctionManifests(head + "    seccomp: {allow: [ptrace]}\n", Defaults());
-  ASSERT_TRUE(plain.ok()) << plain.status().message();
-  EXPECT_EQ((*plain)[0].security.on_anomaly, "alert");  // the default
-  EXPECT_TRUE((*plain)[0].security.allowed_paths.empty());
-  auto r = ParseFunctionManifests(
-      head + "    onAnomaly: quarantine\n    allowedPaths: [/var/lib/models/, /etc/hosts]\n",
-      Defaults());
-  ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ((*r)[0].security.on_anomaly, "quarantine");
-  EXPECT_EQ((*r)[0].security.allowed_paths,
-            (std::vector<std::string>{"/var/lib/models/", "/etc/hosts"}));
+  const FunctionSpec plain = Parsed(head + "    seccomp: {allow: [ptrace]}\n");
+  EXPECT_EQ(plain.security.on_anomaly, "alert");  // the default
+  EXPECT_TRUE(plain.security.allowed_paths.empty());
+  const FunctionSpec s = Parsed(
+      head + "    onAnomaly: quarantine\n    allowedPaths: [/var/lib/models/, /etc/hosts]\n");
+  EXPECT_EQ(s.security.on_anomaly, "quarantine");
+  EXPECT_EQ(s.security.allowed_paths, (std::vector<std::string>{"/var/lib/models/", "/etc/hosts"}));
   ExpectErrors(
       ErrorOf,
       {

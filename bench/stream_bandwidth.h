@@ -143,88 +143,21 @@ void ScalarRange(float* a, const float* b, const float* c, float s, size_t lo, s
 }
 
 #ifdef SHOAL_STREAM_X86
-// a + lo is 64-byte aligned (arrays are, slices start on 16-element boundaries).
-template <StreamKernel K, bool kNonTemporal>
-__attribute__((target("avx512f"))) void Avx512Range(float* a, const float* b, const float* c,
-                                                    float s, size_t lo, size_t hi) {
-  const __m512 sv = _mm512_set1_ps(s);
-  size_t i = lo;
-  for (; i + 16 <= hi; i += 16) {
-    __m512 v;
-    if constexpr (K == StreamKernel::kCopy) {
-      v = _mm512_load_ps(b + i);
-    } else if constexpr (K == StreamKernel::kScale) {
-      v = _mm512_mul_ps(sv, _mm512_load_ps(b + i));
-    } else if constexpr (K == StreamKernel::kAdd) {
-      v = _mm512_add_ps(_mm512_load_ps(b + i), _mm512_load_ps(c + i));
-    } else {
-      v = _mm512_fmadd_ps(sv, _mm512_load_ps(c + i), _mm512_load_ps(b + i));
-    }
-    if constexpr (kNonTemporal) {
-      _mm512_stream_ps(a + i, v);
-    } else {
-      _mm512_store_ps(a + i, v);
-    }
-  }
-  for (; i < hi; ++i) a[i] = Scalar<K>(b, c, s, i);
-  if constexpr (kNonTemporal) _mm_sfence();
-}
+// The SIMD bodies (stream_simd.inc), once per ISA: its vector type, its target attribute and its
+// intrinsics' prefix.
+namespace avx512 {
+using V = __m512;
+#define SHOAL_STREAM_TARGET __attribute__((target("avx512f")))
+#define SHOAL_STREAM_OP(op) _mm512_##op
+#include "stream_simd.inc"
+}  // namespace avx512
 
-template <bool kNonTemporal>
-__attribute__((target("avx512f"))) void FillAvx512(float* a, size_t lo, size_t hi, float s) {
-  const __m512 v = _mm512_set1_ps(s);
-  size_t i = lo;
-  for (; i + 16 <= hi; i += 16) {
-    if constexpr (kNonTemporal) {
-      _mm512_stream_ps(a + i, v);
-    } else {
-      _mm512_store_ps(a + i, v);
-    }
-  }
-  for (; i < hi; ++i) a[i] = s;
-  if constexpr (kNonTemporal) _mm_sfence();
-}
-
-template <bool kNonTemporal>
-__attribute__((target("avx2"))) void FillAvx2(float* a, size_t lo, size_t hi, float s) {
-  const __m256 v = _mm256_set1_ps(s);
-  size_t i = lo;
-  for (; i + 8 <= hi; i += 8) {
-    if constexpr (kNonTemporal) {
-      _mm256_stream_ps(a + i, v);
-    } else {
-      _mm256_store_ps(a + i, v);
-    }
-  }
-  for (; i < hi; ++i) a[i] = s;
-  if constexpr (kNonTemporal) _mm_sfence();
-}
-
-template <StreamKernel K, bool kNonTemporal>
-__attribute__((target("avx2,fma"))) void Avx2Range(float* a, const float* b, const float* c,
-                                                   float s, size_t lo, size_t hi) {
-  const __m256 sv = _mm256_set1_ps(s);
-  size_t i = lo;
-  for (; i + 8 <= hi; i += 8) {
-    __m256 v;
-    if constexpr (K == StreamKernel::kCopy) {
-      v = _mm256_load_ps(b + i);
-    } else if constexpr (K == StreamKernel::kScale) {
-      v = _mm256_mul_ps(sv, _mm256_load_ps(b + i));
-    } else if constexpr (K == StreamKernel::kAdd) {
-      v = _mm256_add_ps(_mm256_load_ps(b + i), _mm256_load_ps(c + i));
-    } else {
-      v = _mm256_fmadd_ps(sv, _mm256_load_ps(c + i), _mm256_load_ps(b + i));
-    }
-    if constexpr (kNonTemporal) {
-      _mm256_stream_ps(a + i, v);
-    } else {
-      _mm256_store_ps(a + i, v);
-    }
-  }
-  for (; i < hi; ++i) a[i] = Scalar<K>(b, c, s, i);
-  if constexpr (kNonTemporal) _mm_sfence();
-}
+namespace avx2 {
+using V = __m256;
+#define SHOAL_STREAM_TARGET __attribute__((target("avx2,fma")))
+#define SHOAL_STREAM_OP(op) _mm256_##op
+#include "stream_simd.inc"
+}  // namespace avx2
 #endif
 
 using RangeFn = void (*)(float*, const float*, const float*, float, size_t, size_t);
@@ -235,11 +168,11 @@ inline RangeFn Pick(bool non_temporal, std::string* isa) {
 #ifdef SHOAL_STREAM_X86
   if (__builtin_cpu_supports("avx512f")) {
     *isa = "avx512";
-    return non_temporal ? Avx512Range<K, true> : Avx512Range<K, false>;
+    return non_temporal ? avx512::Range<K, true> : avx512::Range<K, false>;
   }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     *isa = "avx2";
-    return non_temporal ? Avx2Range<K, true> : Avx2Range<K, false>;
+    return non_temporal ? avx2::Range<K, true> : avx2::Range<K, false>;
   }
 #endif
   *isa = "scalar";
@@ -251,9 +184,9 @@ using FillFn = void (*)(float*, size_t, size_t, float);
 inline FillFn PickFill(bool non_temporal) {
 #ifdef SHOAL_STREAM_X86
   if (__builtin_cpu_supports("avx512f")) {
-    return non_temporal ? FillAvx512<true> : FillAvx512<false>;
+    return non_temporal ? avx512::Fill<true> : avx512::Fill<false>;
   }
-  if (__builtin_cpu_supports("avx2")) return non_temporal ? FillAvx2<true> : FillAvx2<false>;
+  if (__builtin_cpu_supports("avx2")) return non_temporal ? avx2::Fill<true> : avx2::Fill<false>;
 #endif
   return non_temporal ? nullptr : FillScalar<false>;
 }

@@ -33,9 +33,7 @@ Result<auth::CreatedToken> ClusterTokens::Create(const auth::TokenRequest& reque
 }
 
 Status ClusterTokens::Revoke(const std::string& id) {
-  auto deleted = etcd_->Delete(keys_.Token(id));
-  if (!deleted.ok()) return deleted.status();
-  if (*deleted == 0) return NotFound("token '" + id + "' not found");
+  SHOAL_RETURN_IF_ERROR(etcd_->DeleteExisting(keys_.Token(id), "token '" + id + "' not found"));
   store_->RemoveShared(id);
   return Status::Ok();
 }

@@ -278,6 +278,13 @@ Result<int64_t> EtcdClient::Delete(const std::string& key) {
   return Int(*j, "deleted");
 }
 
+Status EtcdClient::DeleteExisting(const std::string& key, const std::string& missing) {
+  auto deleted = Delete(key);
+  if (!deleted.ok()) return deleted.status();
+  if (*deleted == 0) return NotFound(missing);
+  return Status::Ok();
+}
+
 Result<int64_t> EtcdClient::DeletePrefix(const std::string& prefix) {
   auto j = ReplyJson(Call("/v3/kv/deleterange", PrefixRange(prefix).dump()));
   if (!j.ok()) return j.status();

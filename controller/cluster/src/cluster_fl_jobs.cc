@@ -70,9 +70,7 @@ Result<std::vector<DeployedJob>> ClusterFlJobs::Deploy(const std::vector<FlJobSp
 }
 
 Status ClusterFlJobs::Delete(const std::string& name) {
-  auto deleted = etcd_->Delete(keys_.Job(name));
-  if (!deleted.ok()) return deleted.status();
-  if (*deleted == 0) return NotFound("no FL job " + name);
+  SHOAL_RETURN_IF_ERROR(etcd_->DeleteExisting(keys_.Job(name), "no FL job " + name));
   (void)etcd_->Delete(keys_.JobState(name));
   spdlog::info("fl jobs: {} deleted", name);
   return Status::Ok();

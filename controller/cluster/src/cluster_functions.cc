@@ -112,9 +112,7 @@ Result<std::vector<DeployedFunction>> ClusterFunctions::Deploy(std::string_view 
 }
 
 Status ClusterFunctions::Delete(const std::string& name) {
-  auto deleted = etcd_->Delete(keys_.Function(name));
-  if (!deleted.ok()) return deleted.status();
-  if (*deleted == 0) return NotFound("no function " + name);
+  SHOAL_RETURN_IF_ERROR(etcd_->DeleteExisting(keys_.Function(name), "no function " + name));
   spdlog::info("functions: {} deleted", name);
   return Status::Ok();
 }

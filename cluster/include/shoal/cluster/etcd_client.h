@@ -72,6 +72,8 @@ class EtcdClient {
   Result<int64_t> Put(const std::string& key, const std::string& value, int64_t lease = 0);
   // Returns how many keys were deleted.
   Result<int64_t> Delete(const std::string& key);
+  // Delete of a named record: NotFound(`missing`) when there was no such key.
+  Status DeleteExisting(const std::string& key, const std::string& missing);
   Result<int64_t> DeletePrefix(const std::string& prefix);
 
   // Transactions. Each returns whether its comparison held (and so the write happened); when

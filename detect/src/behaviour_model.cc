@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "shoal/common/format_number.h"
+
 namespace shoal::detect {
 namespace {
 
@@ -23,18 +25,12 @@ double Median(std::vector<double> v) {
   return m;
 }
 
-std::string Fmt(const char* fmt, double a) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, fmt, a);
-  return buf;
-}
-
 // A feature's value with its unit, for evidence.
 std::string Show(int f, double v) {
   const std::string name = Features()[f].name;
-  if (name == "cpu") return Fmt("%.3f ms", v / 1e6);
-  if (name == "bytes_sent" || name == "bytes_recv") return Fmt("%.0f B", v);
-  return Fmt("%.1f", v);
+  if (name == "cpu") return FormatNumber("%.3f ms", v / 1e6);
+  if (name == "bytes_sent" || name == "bytes_recv") return FormatNumber("%.0f B", v);
+  return FormatNumber("%.1f", v);
 }
 
 }  // namespace
@@ -188,11 +184,12 @@ std::vector<Anomaly> Baseline::Score(const Interval& iv, const std::vector<Event
     const double excess = counts[f] - median_[f] * per[f];
     if (z <= options_.z_threshold || excess <= def.floor_per_s * std::max(iv.seconds, 0.1)) continue;
     std::ostringstream ev;
-    ev << def.name << ": " << Show(f, counts[f]) << " in " << Fmt("%.1f", iv.seconds) << " s over "
-       << iv.requests << " request(s) = " << Show(f, values[f]) << " per request+1; baseline median "
-       << Show(f, median_[f]) << ", MAD " << Show(f, mad_[f]) << "; z=" << Fmt("%.1f", z);
+    ev << def.name << ": " << Show(f, counts[f]) << " in " << FormatNumber("%.1f", iv.seconds)
+       << " s over " << iv.requests << " request(s) = " << Show(f, values[f])
+       << " per request+1; baseline median " << Show(f, median_[f]) << ", MAD " << Show(f, mad_[f])
+       << "; z=" << FormatNumber("%.1f", z);
     if (f < kSyscallClasses && Sampled(iv)) {
-      ev << " (sampled: counted in " << Fmt("%.2f", iv.syscall_seconds) << " s over "
+      ev << " (sampled: counted in " << FormatNumber("%.2f", iv.syscall_seconds) << " s over "
          << iv.syscall_requests << " request(s), both scaled)";
     }
     out.push_back({def.kind, ev.str(), z});

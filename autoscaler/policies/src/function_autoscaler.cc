@@ -6,6 +6,8 @@
 #include <optional>
 #include <sstream>
 
+#include "shoal/common/format_number.h"
+
 namespace shoal {
 namespace {
 
@@ -20,11 +22,7 @@ bool Uses(const AutoscalingParamInfo& p, const std::string& policy) {
   return false;
 }
 
-std::string Fmt(double v) {
-  std::ostringstream o;
-  o << v;
-  return o.str();
-}
+std::string Fmt(double v) { return FormatNumber("%g", v); }
 
 }  // namespace
 

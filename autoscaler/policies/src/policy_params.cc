@@ -1,8 +1,9 @@
 #include "shoal/autoscaler/policy_params.h"
 
 #include <cmath>
-#include <sstream>
 #include <string>
+
+#include "shoal/common/format_number.h"
 
 namespace shoal {
 namespace {
@@ -27,10 +28,7 @@ class Checker {
     if (!(v > 0 && v <= 100)) Fail(name, "must be in (0, 100]", v);
   }
   void Fail(const char* name, const char* rule, double v) {
-    if (!status_.ok()) return;
-    std::ostringstream m;
-    m << prefix_ << "." << name << " " << rule << " (got " << v << ")";
-    status_ = InvalidArgument(m.str());
+    FailText(name, std::string(rule) + " (got " + FormatNumber("%g", v) + ")");
   }
   void FailText(const std::string& name, const std::string& text) {
     if (status_.ok()) status_ = InvalidArgument(prefix_ + "." + name + " " + text);

@@ -127,6 +127,13 @@ agg::ClientId NumericId(const std::string& id) {
   return id.size() > 1 ? std::strtoull(id.c_str() + 1, nullptr, 10) : 0;
 }
 
+Result<uint64_t> ZeroedPartial(BufferPool& pool, size_t bytes) {
+  auto off = pool.Allocate(bytes, kShoaldSlot);
+  if (!off.ok()) return off.status();
+  std::memset(pool.Data(*off).data(), 0, bytes);
+  return *off;
+}
+
 FunctionSpec LeafSpec(const FlJobSpec& spec, uint32_t id, std::string name,
                       const NodeConfig& config) {
   FunctionSpec f;

@@ -373,10 +373,8 @@ Result<uint64_t> FlMembers::PartialFor(uint64_t ticket, uint32_t instance) {
   Job::Partial& p = job->rounds[tit->second.round].partials[instance];
   if (p.offset == 0) {
     // A leaf's first update of the round: its partial sum (once per leaf and round).
-    const size_t bytes = job->mspec.num_params() * sizeof(float);
-    auto fresh = job->pool->Allocate(bytes, kShoaldSlot);
+    auto fresh = ZeroedPartial(*job->pool, job->mspec.num_params() * sizeof(float));
     if (!fresh.ok()) return fresh.status();
-    std::memset(job->pool->Data(*fresh).data(), 0, bytes);
     p.offset = *fresh;
   }
   return p.offset;

@@ -293,9 +293,8 @@ Status FlCoordinator::Recover(
         // Nothing to re-fold: the rule reads the update from the pool at commit.
         pit = round.partials.emplace(key, JobState::Partial{0, {}, r.base_version}).first;
       } else if (pit == round.partials.end()) {
-        auto off = sp->Allocate(bytes, kShoaldSlot);
+        auto off = ZeroedPartial(*sp, bytes);
         if (!off.ok()) return off.status();
-        std::memset(sp->Data(*off).data(), 0, bytes);
         pit = round.partials.emplace(key, JobState::Partial{*off, {}, r.base_version}).first;
       }
       JobState::Ticket t;

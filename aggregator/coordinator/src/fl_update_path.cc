@@ -173,11 +173,9 @@ Result<uint64_t> FlCoordinator::PartialFor(uint64_t ticket, uint32_t instance) {
     job->warm_partials.pop_back();
     Enqueue(job);  // the commit thread zeroes the next one
   } else {
-    const size_t bytes = job->mspec.num_params() * sizeof(float);
-    auto fresh = job->pool->Allocate(bytes, kShoaldSlot);
+    auto fresh = ZeroedPartial(*job->pool, job->mspec.num_params() * sizeof(float));
     if (!fresh.ok()) return fresh.status();
     off = *fresh;
-    std::memset(job->pool->Data(off).data(), 0, bytes);
   }
   round.partials[key].offset = off;
   round.partials[key].base = tit->second.base_version;

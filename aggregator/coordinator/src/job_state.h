@@ -66,6 +66,8 @@ void PrepareWarmPartials(FlCoordinator::JobState& job, std::vector<uint64_t> reu
 // length.
 Status ParseUpdateHead(std::span<const std::byte> body, shoal::v1::UpdateHeader* h,
                        size_t* head_bytes);
+// A partial sum's buffer: `bytes` in `pool`, zeroed, held with kShoaldSlot.
+Result<uint64_t> ZeroedPartial(BufferPool& pool, size_t bytes);
 // The spec as state.json keeps it.
 Json SpecToJson(const FlJobSpec& s);
 FlJobSpec SpecFromJson(const Json& j);

@@ -38,6 +38,20 @@ std::string UniqueName(const std::string& tag) {
   return "shoal.test." + tag + "." + std::to_string(getpid()) + "." + std::to_string(counter++);
 }
 
+// A byte pattern that depends on the seed and the position, so a misplaced or stale buffer shows.
+std::byte PatternByte(uint64_t seed, size_t i) {
+  return static_cast<std::byte>((seed * 131 + i * 7 + (i >> 8)) & 0xff);
+}
+void Fill(std::span<std::byte> data, size_t n, uint64_t seed) {
+  for (size_t i = 0; i < n; ++i) data[i] = PatternByte(seed, i);
+}
+// The first of the first n bytes of `data` (n at most its size) that is not Fill's; n when none.
+size_t FirstWrongByte(std::span<const std::byte> data, size_t n, uint64_t seed) {
+  for (size_t i = 0; i < n; ++i) {
+    if (data[i] != PatternByte(seed, i)) return i;
+  }
+  return n;
+}
 // Hugepages the DPDK runs need at most at once (the largest test pool is 160 MiB).
 constexpr uint64_t kTestHugepages = 256;
 
@@ -68,6 +82,13 @@ class PoolTest : public ::testing::TestWithParam<PoolBackend> {
     ASSERT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
     close(fd);
   }
+  // The pool's file is its owner's alone (0600) and `bytes` long.
+  void ExpectPrivateFile(const std::string& name, uint64_t bytes) const {
+    struct stat st {};
+    ASSERT_EQ(stat(PathOf(name).c_str(), &st), 0) << PathOf(name) << ": " << strerror(errno);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    EXPECT_EQ(static_cast<uint64_t>(st.st_size), bytes);
+  }
   // The share of an empty pool's capacity one buffer can take: the Boost heap is all of it, the
   // DPDK heap what the size classes' mempools leave.
   uint64_t LargestBuffer(const PoolStats& s) const {
@@ -77,6 +98,25 @@ class PoolTest : public ::testing::TestWithParam<PoolBackend> {
     auto pool = Create(name, bytes);
     EXPECT_TRUE(pool.ok()) << pool.status().ToString();
     return pool.ok() ? std::move(pool).value() : nullptr;
+  }
+  // A new pool `name` of `bytes` holding one buffer of `size` bytes for slot 0, written with
+  // Fill's pattern for `seed`; `pool` is null (and the test failed) when that could not be.
+  struct OneBuffer {
+    std::unique_ptr<SharedPool> pool;
+    uint64_t off = 0;
+    std::span<std::byte> data;
+  };
+  OneBuffer MustCreateWithOneBuffer(const std::string& name, uint64_t bytes, size_t size,
+                                    uint64_t seed) const {
+    OneBuffer b{MustCreate(name, bytes), 0, {}};
+    if (b.pool == nullptr) return b;
+    auto off = b.pool->Allocate(size, 0);
+    EXPECT_TRUE(off.ok()) << off.status().ToString();
+    if (!off.ok()) return {};
+    b.off = *off;
+    b.data = b.pool->Data(*off);
+    Fill(b.data, b.data.size(), seed);
+    return b;
   }
 };
 
@@ -120,18 +160,17 @@ int WaitExit(pid_t pid) {
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
-// A byte pattern that depends on the seed and the position, so a misplaced or stale buffer shows.
-void Fill(std::span<std::byte> data, size_t n, uint64_t seed) {
-  for (size_t i = 0; i < n; ++i) {
-    data[i] = static_cast<std::byte>((seed * 131 + i * 7 + (i >> 8)) & 0xff);
-  }
-}
 bool Check(std::span<const std::byte> data, size_t n, uint64_t seed) {
-  if (data.size() < n) return false;
-  for (size_t i = 0; i < n; ++i) {
-    if (data[i] != static_cast<std::byte>((seed * 131 + i * 7 + (i >> 8)) & 0xff)) return false;
-  }
-  return true;
+  return data.size() >= n && FirstWrongByte(data, n, seed) == n;
+}
+
+// Every buffer went back: `used` bytes in use (0, or what the test measured before its own
+// allocations), none live.
+::testing::AssertionResult Empty(const SharedPool& pool, uint64_t used = 0) {
+  const PoolStats s = pool.Stats();
+  if (s.used_bytes == used && s.live_buffers == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "used_bytes " << s.used_bytes << " (want " << used
+                                       << "), live_buffers " << s.live_buffers;
 }
 
 // Pipe-based handshake between parent and child.
@@ -249,24 +288,21 @@ TEST_P(PoolTest, CreateMakesAPrivateSegmentThatTheCreatorUnlinks) {
   const std::string name = UniqueName("mode");
   auto pool = MustCreate(name, 8 * kMiB);
   ASSERT_NE(pool, nullptr);
-  struct stat st {};
-  ASSERT_EQ(stat(PathOf(name).c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0600u);
-  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 8 * kMiB);
+  ExpectPrivateFile(name, 8 * kMiB);
   EXPECT_EQ(pool->mapped_size(), 8 * kMiB);
   EXPECT_NE(pool->base(), nullptr);
   EXPECT_EQ(pool->Name(), name);
   PoolStats s = pool->Stats();
   EXPECT_GT(s.capacity_bytes, 7 * kMiB);  // less the pool's own header (and DPDK's rings)
   EXPECT_LE(s.capacity_bytes, 8 * kMiB);
-  EXPECT_EQ(s.used_bytes, 0u);
-  EXPECT_EQ(s.live_buffers, 0u);
+  EXPECT_TRUE(Empty(*pool));
   EXPECT_GT(s.free_bytes, 7 * kMiB);
 
   {  // An attacher's destructor only unmaps.
     auto attached = Attach(name);
     ASSERT_TRUE(attached.ok()) << attached.status().ToString();
   }
+  struct stat st {};
   EXPECT_EQ(stat(PathOf(name).c_str(), &st), 0);
   pool.reset();
   EXPECT_NE(stat(PathOf(name).c_str(), &st), 0);
@@ -287,25 +323,19 @@ size_t ResidentPages(void* base, size_t bytes) {
 // stays; a dpdk pool is populated at creation (nothing to do).
 TEST_P(PoolTest, PrefaultAllocatesEveryPageAndKeepsTheContents) {
   const std::string name = UniqueName("prefault");
-  auto pool = MustCreate(name, 32 * kMiB);
+  auto [pool, off, data] = MustCreateWithOneBuffer(name, 32 * kMiB, 3 * kMiB, 1);
   ASSERT_NE(pool, nullptr);
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t pages = pool->mapped_size() / page;
-  auto off = pool->Allocate(3 * kMiB, 0);
-  ASSERT_TRUE(off.ok());
-  std::span<std::byte> data = pool->Data(*off);
-  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(i * 7 + 1);
   if (backend() == PoolBackend::kBoost) {
     EXPECT_LT(ResidentPages(pool->base(), pool->mapped_size()), pages / 2)
         << "a new Boost pool is sparse until touched";
   }
   ASSERT_TRUE(PrefaultPool(*pool).ok());
   EXPECT_EQ(ResidentPages(pool->base(), pool->mapped_size()), pages);
-  for (size_t i = 0; i < data.size(); ++i) {
-    ASSERT_EQ(data[i], static_cast<std::byte>(i * 7 + 1)) << "byte " << i;
-  }
+  ASSERT_EQ(FirstWrongByte(data, data.size(), 1), data.size());
   EXPECT_EQ(pool->Stats().live_buffers, 1u);
-  EXPECT_TRUE(pool->Release(*off, 0).ok());
+  EXPECT_TRUE(pool->Release(off, 0).ok());
 }
 
 // The bytes of this process's mapping at `base` that have page-table entries: smaps' Rss, or
@@ -342,12 +372,8 @@ uint64_t MappedBytes(const void* base) {
 // them all, without touching a byte, and what the pool holds stays.
 TEST_P(PoolTest, PopulateMapsTheWholePoolInThisProcessAndKeepsTheContents) {
   const std::string name = UniqueName("populate");
-  auto pool = MustCreate(name, 32 * kMiB);
+  auto [pool, off, data] = MustCreateWithOneBuffer(name, 32 * kMiB, 3 * kMiB, 2);
   ASSERT_NE(pool, nullptr);
-  auto off = pool->Allocate(3 * kMiB, 0);
-  ASSERT_TRUE(off.ok());
-  std::span<std::byte> data = pool->Data(*off);
-  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(i * 13 + 5);
   ASSERT_TRUE(PrefaultPool(*pool).ok());
 
   auto attached = Attach(name);
@@ -359,13 +385,11 @@ TEST_P(PoolTest, PopulateMapsTheWholePoolInThisProcessAndKeepsTheContents) {
       << "a new mapping has entries only for what attaching touched";
   ASSERT_TRUE(PopulatePoolMapping(other).ok());
   EXPECT_EQ(MappedBytes(other.base()), size);
-  std::span<std::byte> seen = other.Data(*off);
+  std::span<std::byte> seen = other.Data(off);
   ASSERT_EQ(seen.size(), data.size());
-  for (size_t i = 0; i < seen.size(); ++i) {
-    ASSERT_EQ(seen[i], static_cast<std::byte>(i * 13 + 5)) << "byte " << i;
-  }
+  ASSERT_EQ(FirstWrongByte(seen, seen.size(), 2), seen.size());
   EXPECT_EQ(pool->Stats().live_buffers, 1u);
-  EXPECT_TRUE(pool->Release(*off, 0).ok());
+  EXPECT_TRUE(pool->Release(off, 0).ok());
 }
 
 // The FL leaf maps only what shoald's warm-ahead has allocated (PopulatePoolRange): the range's
@@ -373,12 +397,8 @@ TEST_P(PoolTest, PopulateMapsTheWholePoolInThisProcessAndKeepsTheContents) {
 // runs past the pool is refused, naming it.
 TEST_P(PoolTest, PopulateRangeMapsThatRangeKeepsItsBytesAndRefusesOnePastTheEnd) {
   const std::string name = UniqueName("range");
-  auto pool = MustCreate(name, 32 * kMiB);
+  auto [pool, off, data] = MustCreateWithOneBuffer(name, 32 * kMiB, 6 * kMiB, 3);
   ASSERT_NE(pool, nullptr);
-  auto off = pool->Allocate(6 * kMiB, 0);
-  ASSERT_TRUE(off.ok());
-  std::span<std::byte> data = pool->Data(*off);
-  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(i * 11 + 3);
 
   auto attached = Attach(name);
   ASSERT_TRUE(attached.ok()) << attached.status().ToString();
@@ -386,17 +406,15 @@ TEST_P(PoolTest, PopulateRangeMapsThatRangeKeepsItsBytesAndRefusesOnePastTheEnd)
   const uint64_t size = other.mapped_size();
   const uint64_t before = MappedBytes(other.base());
   // Not page-aligned on purpose: widened to whole pages (2 MiB ones on dpdk).
-  const uint64_t at = *off + 100, len = 5 * kMiB;
+  const uint64_t at = off + 100, len = 5 * kMiB;
   ASSERT_TRUE(PopulatePoolRange(other, at, len).ok());
   const uint64_t after = MappedBytes(other.base());
   EXPECT_GE(after, before + len - 2 * kMiB) << "the range's pages are mapped";
   EXPECT_LE(after, before + len + 4 * kMiB) << "and little else";
   EXPECT_LT(after, size / 2);
-  std::span<std::byte> seen = other.Data(*off);
+  std::span<std::byte> seen = other.Data(off);
   ASSERT_EQ(seen.size(), data.size());
-  for (size_t i = 0; i < seen.size(); ++i) {
-    ASSERT_EQ(seen[i], static_cast<std::byte>(i * 11 + 3)) << "byte " << i;
-  }
+  ASSERT_EQ(FirstWrongByte(seen, seen.size(), 3), seen.size());
   EXPECT_TRUE(PopulatePoolRange(other, size, 0).ok()) << "an empty range at the end";
 
   const uint64_t mapped = MappedBytes(other.base());  // the check above read the whole buffer
@@ -409,7 +427,7 @@ TEST_P(PoolTest, PopulateRangeMapsThatRangeKeepsItsBytesAndRefusesOnePastTheEnd)
   EXPECT_EQ(beyond.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(beyond.message().find(": past its end ("), std::string::npos) << beyond.message();
   EXPECT_EQ(MappedBytes(other.base()), mapped) << "a refused range maps nothing";
-  EXPECT_TRUE(pool->Release(*off, 0).ok());
+  EXPECT_TRUE(pool->Release(off, 0).ok());
 }
 
 // Of the pages that [from, to) of a mapping of the pool touches: {in memory (mincore: whoever
@@ -472,15 +490,13 @@ TEST_P(PoolTest, WarmAheadKeepsAWindowAboveTheHighestAllocationAllocated) {
   ASSERT_TRUE(b.ok());
   EXPECT_GT(*b, *a);
   std::span<std::byte> bytes = pool->Data(*b);
-  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>(i * 5 + 7);
+  Fill(bytes, bytes.size(), 4);
   const uint64_t top = *b + 8 * kMiB;
   end = WaitWarmEnd(other, top + 16 * kMiB - page);
   EXPECT_LE(end, top + 16 * kMiB + page);
   EXPECT_EQ(ResidentBetween(*pool, 0, end).first, end / page);
   EXPECT_LE(ResidentPages(pool->base(), size), (end + kMiB) / page) << "not the whole pool";
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    ASSERT_EQ(bytes[i], static_cast<std::byte>(i * 5 + 7)) << "byte " << i;
-  }
+  ASSERT_EQ(FirstWrongByte(bytes, bytes.size(), 4), bytes.size());
   // The attached process maps what is warm (what an FL leaf does beside its loop).
   ASSERT_TRUE(PopulatePoolRange(other, 0, end).ok());
   EXPECT_GE(MappedBytes(other.base()), end);
@@ -494,10 +510,7 @@ TEST_P(PoolTest, CreateReplacesAStaleSegment) {
   WriteJunk(name, backend() == PoolBackend::kBoost ? 12345 : 2 * kMiB, 0644);
   auto pool = MustCreate(name, 4 * kMiB);
   ASSERT_NE(pool, nullptr);
-  struct stat st {};
-  ASSERT_EQ(stat(PathOf(name).c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0600u);
-  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 4 * kMiB);
+  ExpectPrivateFile(name, 4 * kMiB);
 }
 
 // A shoald killed with SIGKILL (here: a child that _exits holding the pool lock) leaves its
@@ -625,10 +638,8 @@ TEST_P(PoolTest, RoundTripsEverySizeClassBoundaryUpTo64MiB) {
     EXPECT_TRUE(pool->Release(off, kShoaldSlot).ok());
     EXPECT_TRUE(pool->Data(off).empty());
   }
-  PoolStats st = pool->Stats();
-  EXPECT_EQ(st.used_bytes, 0u);
-  EXPECT_EQ(st.live_buffers, 0u);
-  EXPECT_EQ(st.alloc_failures, 0u);
+  EXPECT_TRUE(Empty(*pool));
+  EXPECT_EQ(pool->Stats().alloc_failures, 0u);
 }
 
 TEST_P(PoolTest, SmallBlocksAreReused) {
@@ -674,7 +685,7 @@ TEST_P(PoolTest, BytesWrittenInOneProcessAreReadInAnother) {
   EXPECT_EQ(pool->Holders(*off), uint64_t{1} << kShoaldSlot);
   EXPECT_TRUE(pool->Release(reply, kShoaldSlot).ok());
   EXPECT_TRUE(pool->Release(*off, kShoaldSlot).ok());
-  EXPECT_EQ(pool->Stats().used_bytes, 0u);
+  EXPECT_TRUE(Empty(*pool));
 }
 
 TEST_P(PoolTest, TransferToAChildThatReleasesFreesTheBuffer) {
@@ -697,9 +708,7 @@ TEST_P(PoolTest, TransferToAChildThatReleasesFreesTheBuffer) {
   ASSERT_EQ(WaitExit(child), 0);
   EXPECT_TRUE(pool->Data(*off).empty());
   EXPECT_EQ(pool->Holders(*off), 0u);
-  PoolStats s = pool->Stats();
-  EXPECT_EQ(s.used_bytes, before);
-  EXPECT_EQ(s.live_buffers, 0u);
+  EXPECT_TRUE(Empty(*pool, before));
 }
 
 TEST_P(PoolTest, RetainSharesOwnershipUntilTheLastRelease) {
@@ -715,7 +724,7 @@ TEST_P(PoolTest, RetainSharesOwnershipUntilTheLastRelease) {
   EXPECT_EQ(pool->Stats().live_buffers, 1u);
   ASSERT_TRUE(pool->Release(*off, 2).ok());
   EXPECT_TRUE(pool->Data(*off).empty());
-  EXPECT_EQ(pool->Stats().live_buffers, 0u);
+  EXPECT_TRUE(Empty(*pool));
   EXPECT_EQ(pool->Retain(*off, 3).code(), StatusCode::kInvalidArgument);  // freed
 }
 
@@ -756,7 +765,7 @@ TEST_P(PoolTest, ReclaimHolderAfterKill9FreesWhatTheDeadProcessHeld) {
   EXPECT_TRUE(pool->Data(*given).empty());
   EXPECT_EQ(pool->ReclaimHolder(kChildSlot), 0u);
   EXPECT_TRUE(pool->Release(*mine, kShoaldSlot).ok());
-  EXPECT_EQ(pool->Stats().used_bytes, 0u);
+  EXPECT_TRUE(Empty(*pool));
 }
 
 TEST_P(PoolTest, FullPoolRefusesThenRecoversAfterReleases) {
@@ -829,9 +838,7 @@ TEST_P(PoolTest, BadOffsetsAndDoubleReleasesAreRefused) {
   Status again = pool->Release(*off, 1);
   EXPECT_EQ(again.code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(again.message().empty());
-  PoolStats after = pool->Stats();
-  EXPECT_EQ(after.used_bytes, 0u);
-  EXPECT_EQ(after.live_buffers, 0u);
+  EXPECT_TRUE(Empty(*pool));
   // The block went back to its free list exactly once: two allocations get two blocks.
   auto a = pool->Allocate(1000, 1);
   auto b = pool->Allocate(1000, 1);
@@ -866,7 +873,52 @@ TEST_P(PoolTest, ALockHolderKilledWithSigkillDoesNotDeadlockTheNode) {
   });
   EXPECT_EQ(WaitExit(second), 0);
   alarm(0);
-  EXPECT_EQ(pool->Stats().used_bytes, 0u);
+  EXPECT_TRUE(Empty(*pool));
+}
+
+// `threads` threads on the pool at once, thread t (1..threads) for slot_of(t) with its own
+// random stream (seed t), 20000 steps each: `each_step(t, rng)` (its errors), then on a coin
+// toss, while it holds fewer than `most_held`, a buffer of min_size..max_size bytes whose first
+// 64 bytes it marks with t, or else its last buffer's release after checking the mark (a buffer
+// handed to two threads at once shows); at the end it releases what it holds. Every thread's
+// errors, added up.
+int ChurnOnThreads(SharedPool& pool, int threads, const std::function<HolderSlot(int)>& slot_of,
+                   size_t most_held, uint64_t min_size, uint64_t max_size,
+                   const std::function<int(int, std::mt19937_64&)>& each_step = {}) {
+  std::atomic<int> errors{0};
+  std::vector<std::thread> running;
+  for (int t = 1; t <= threads; ++t) {
+    running.emplace_back([&, t] {
+      const HolderSlot slot = slot_of(t);
+      const std::byte mark = static_cast<std::byte>(t);
+      std::mt19937_64 rng(t);
+      std::vector<uint64_t> mine;
+      for (int i = 0; i < 20000; ++i) {
+        if (each_step) errors += each_step(t, rng);
+        if (mine.size() < most_held && rng() % 2) {
+          auto o = pool.Allocate(min_size + rng() % (max_size - min_size + 1), slot);
+          if (!o.ok()) {
+            ADD_FAILURE() << o.status().ToString();
+            ++errors;
+            continue;
+          }
+          std::fill_n(pool.Data(*o).begin(), 64, mark);
+          mine.push_back(*o);
+        } else if (!mine.empty()) {
+          const uint64_t o = mine.back();
+          mine.pop_back();
+          const auto d = pool.Data(o);
+          errors += static_cast<int>(64 - std::count(d.begin(), d.begin() + 64, mark));
+          if (!pool.Release(o, slot).ok()) ++errors;
+        }
+      }
+      for (uint64_t o : mine) {
+        if (!pool.Release(o, slot).ok()) ++errors;
+      }
+    });
+  }
+  for (auto& t : running) t.join();
+  return errors.load();
 }
 
 // More threads on one slot than the DPDK pool has cache lanes per slot (3 of them get a lane of
@@ -879,43 +931,11 @@ TEST_P(PoolTest, ThreadsSharingOneSlotNeverGetTheSameBuffer) {
   // sometimes full, depending on how the threads interleaved.
   auto pool = MustCreate(UniqueName("lanes"), 96 * kMiB);
   ASSERT_NE(pool, nullptr);
-  std::atomic<int> errors{0};
-  std::vector<std::thread> threads;
-  for (int t = 1; t <= 7; ++t) {
-    threads.emplace_back([&, t] {
-      std::mt19937_64 rng(t);
-      std::vector<uint64_t> mine;
-      for (int i = 0; i < 20000; ++i) {
-        if (mine.size() < 40 && rng() % 2) {
-          // Up to 100 KB: every class and the heap; 7 x 40 of them fit in the pool.
-          auto o = pool->Allocate(1 + rng() % 100000, kShoaldSlot);
-          if (!o.ok()) {
-            ADD_FAILURE() << o.status().ToString();
-            ++errors;
-            continue;
-          }
-          std::memset(pool->Data(*o).data(), t, 64);
-          mine.push_back(*o);
-        } else if (!mine.empty()) {
-          const uint64_t o = mine.back();
-          mine.pop_back();
-          auto d = pool->Data(o);
-          for (int k = 0; k < 64; ++k) {
-            if (d[k] != static_cast<std::byte>(t)) ++errors;  // another thread got it too
-          }
-          if (!pool->Release(o, kShoaldSlot).ok()) ++errors;
-        }
-      }
-      for (uint64_t o : mine) {
-        if (!pool->Release(o, kShoaldSlot).ok()) ++errors;
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(errors.load(), 0);
-  const PoolStats s = pool->Stats();
-  EXPECT_EQ(s.used_bytes, 0u);
-  EXPECT_EQ(s.live_buffers, 0u);
+  // Up to 100 KB: every class and the heap; 7 x 40 of them fit in the pool.
+  EXPECT_EQ(ChurnOnThreads(
+                *pool, 7, [](int) { return kShoaldSlot; }, 40, 1, 100000),
+            0);
+  EXPECT_TRUE(Empty(*pool));
   EXPECT_TRUE(pool->HeldBy(kShoaldSlot).empty());
 }
 
@@ -929,43 +949,20 @@ TEST_P(PoolTest, ThreadsOfOneProcessShareThePoolSafely) {
     ASSERT_TRUE(o.ok());
     hot.push_back(*o);
   }
-  std::atomic<int> errors{0};
-  std::vector<std::thread> threads;
-  for (HolderSlot slot = 1; slot <= 4; ++slot) {
-    threads.emplace_back([&, slot] {
-      std::mt19937_64 rng(slot);
-      std::vector<uint64_t> mine;
-      for (int i = 0; i < 20000; ++i) {
-        uint64_t h = hot[rng() % hot.size()];
-        if (!pool->Retain(h, slot).ok() || !pool->Release(h, slot).ok()) ++errors;
-        if (mine.size() < 50 && rng() % 2) {
-          auto o = pool->Allocate(rng() % 70000, slot);
-          if (!o.ok()) {
-            ++errors;
-            continue;
-          }
-          std::memset(pool->Data(*o).data(), static_cast<int>(slot), 64);
-          mine.push_back(*o);
-        } else if (!mine.empty()) {
-          uint64_t o = mine.back();
-          mine.pop_back();
-          if (pool->Data(o)[63] != static_cast<std::byte>(slot)) ++errors;
-          if (!pool->Release(o, slot).ok()) ++errors;
-        }
-      }
-      for (uint64_t o : mine) {
-        if (!pool->Release(o, slot).ok()) ++errors;
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(errors.load(), 0);
+  // Four threads, each its own slot (1-4).
+  const int errors = ChurnOnThreads(
+      *pool, 4, [](int t) { return static_cast<HolderSlot>(t); }, 50, 0, 69999,
+      [&](int t, std::mt19937_64& rng) {
+        const uint64_t h = hot[rng() % hot.size()];
+        const auto slot = static_cast<HolderSlot>(t);
+        return pool->Retain(h, slot).ok() && pool->Release(h, slot).ok() ? 0 : 1;
+      });
+  EXPECT_EQ(errors, 0);
   for (uint64_t h : hot) {
     EXPECT_EQ(pool->Holders(h), 1u);
     EXPECT_TRUE(pool->Release(h, kShoaldSlot).ok());
   }
-  EXPECT_EQ(pool->Stats().used_bytes, 0u);
-  EXPECT_EQ(pool->Stats().live_buffers, 0u);
+  EXPECT_TRUE(Empty(*pool));
 }
 
 // Two processes allocate, hand buffers to each other (Transfer, or Retain+Release), verify every
@@ -1123,13 +1120,11 @@ TEST_P(PoolTest, TwoProcessStressEndsEmptyAndUncorrupted) {
   close(sv[0]);
   EXPECT_EQ(parent_rc, 0);
   EXPECT_EQ(WaitExit(child), 0);
-  PoolStats s = pool->Stats();
-  EXPECT_EQ(s.used_bytes, 0u);
-  EXPECT_EQ(s.live_buffers, 0u);
+  EXPECT_TRUE(Empty(*pool));
   EXPECT_EQ(pool->ReclaimHolder(1), 0u);
   EXPECT_EQ(pool->ReclaimHolder(2), 0u);
   // The heap is whole again: one buffer of most of the pool fits.
-  auto big = pool->Allocate(LargestBuffer(s), kShoaldSlot);
+  auto big = pool->Allocate(LargestBuffer(pool->Stats()), kShoaldSlot);
   EXPECT_TRUE(big.ok()) << big.status().ToString();
 }
 

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
+#include <vector>
 
 namespace shoal {
 namespace {
@@ -22,40 +24,46 @@ void ExpectPlaced(const Result<PlacementDecision>& d, size_t node, PlacementKind
   EXPECT_EQ(d->kind, kind);
 }
 
-TEST(Placement, ColdGoesToCheapestColdStart) {
-  ClusterModel c = ThreeNodes();
-  auto d = Place(c, {"f", {1, 256, 0}});
-  ASSERT_NO_FATAL_FAILURE(ExpectPlaced(d, 2u, PlacementKind::kCold));
-  EXPECT_DOUBLE_EQ(d->expected_cold_start_s, 1.0);
-}
-
-TEST(Placement, CachedBeatsCheapest) {
-  ClusterModel c = ThreeNodes();
-  c.node(0).cached.insert("f");
-  auto d = Place(c, {"f", {1, 256, 0}});
-  ASSERT_NO_FATAL_FAILURE(ExpectPlaced(d, 0u, PlacementKind::kCached));
-  // Another function's cache does not count.
-  auto g = Place(c, {"g", {1, 256, 0}});
-  ASSERT_TRUE(g.ok());
-  EXPECT_EQ(g->node, 2u);
-}
-
-TEST(Placement, WarmBeatsCached) {
-  ClusterModel c = ThreeNodes();
-  c.node(0).cached.insert("f");
-  c.node(1).idle_warm["f"] = 1;
-  c.node(2).idle_warm["f"] = 0;  // none left there
-  auto d = Place(c, {"f", {1, 256, 0}});
-  ASSERT_NO_FATAL_FAILURE(ExpectPlaced(d, 1u, PlacementKind::kWarm));
-  EXPECT_DOUBLE_EQ(d->expected_cold_start_s, 0.0);
-}
-
-TEST(Placement, CachedNodeWithoutRoomFallsBackToCold) {
-  ClusterModel c = ThreeNodes();
-  c.node(0).cached.insert("f");
-  ASSERT_TRUE(c.Allocate(0, {7.5, 0, 0}).ok());
-  auto d = Place(c, {"f", {1, 256, 0}});
-  ASSERT_NO_FATAL_FAILURE(ExpectPlaced(d, 2u, PlacementKind::kCold));
+// Where a function of 1 core and 256 MiB goes on ThreeNodes (cold starts: a 3 s, b 2 s, c 1 s)
+// after `setup`: an idle warm instance beats a node with the code cached, which beats the
+// cheapest cold start; another function's cache, or a cached node without room, counts for
+// nothing.
+TEST(Placement, WarmThenCachedThenTheCheapestColdStart) {
+  struct Case {
+    const char* what;
+    std::function<void(ClusterModel&)> setup;
+    const char* function;
+    size_t node;
+    PlacementKind kind;
+    double cold_start_s;
+  };
+  auto cached_on_a = [](ClusterModel& c) { c.node(0).cached.insert("f"); };
+  const std::vector<Case> cases = {
+      {"nothing anywhere", [](ClusterModel&) {}, "f", 2, PlacementKind::kCold, 1.0},
+      {"cached on a", cached_on_a, "f", 0, PlacementKind::kCached, 3.0},
+      {"f cached on a, g placed", cached_on_a, "g", 2, PlacementKind::kCold, 1.0},
+      {"cached on a, one idle on b, none left on c",
+       [&](ClusterModel& c) {
+         cached_on_a(c);
+         c.node(1).idle_warm["f"] = 1;
+         c.node(2).idle_warm["f"] = 0;
+       },
+       "f", 1, PlacementKind::kWarm, 0.0},
+      {"cached on a, which has no room",
+       [&](ClusterModel& c) {
+         cached_on_a(c);
+         ASSERT_TRUE(c.Allocate(0, {7.5, 0, 0}).ok());
+       },
+       "f", 2, PlacementKind::kCold, 1.0},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.what);
+    ClusterModel c = ThreeNodes();
+    ASSERT_NO_FATAL_FAILURE(k.setup(c));
+    auto d = Place(c, {k.function, {1, 256, 0}});
+    ASSERT_NO_FATAL_FAILURE(ExpectPlaced(d, k.node, k.kind));
+    EXPECT_DOUBLE_EQ(d->expected_cold_start_s, k.cold_start_s);
+  }
 }
 
 TEST(Placement, GpuRequestOnlyOnGpuNodes) {

@@ -20,27 +20,40 @@ namespace fs = std::filesystem;
 constexpr std::string_view kRecordSuffix = ".pb";
 constexpr std::string_view kTempSuffix = ".tmp";
 
+// The numbers and flags FunctionSpec and FunctionRecord share one to one, in one list that
+// ToRecord and FromRecord both read: f(spec member, record getter, record setter).
+template <class F>
+void ForEachScalar(F&& f) {
+  using S = FunctionSpec;
+  using R = v1::FunctionRecord;
+  f(&S::id, &R::id, &R::set_id);
+  f(&S::concurrency, &R::concurrency, &R::set_concurrency);
+  f(&S::min_scale, &R::min_scale, &R::set_min_scale);
+  f(&S::max_scale, &R::max_scale, &R::set_max_scale);
+  f(&S::timeout_s, &R::timeout_s, &R::set_timeout_s);
+  f(&S::keep_alive_s, &R::keep_alive_s, &R::set_keep_alive_s);
+  f(&S::max_body_bytes, &R::max_body_bytes, &R::set_max_body_bytes);
+  f(&S::require_token, &R::require_token, &R::set_require_token);
+  f(&S::cpu, &R::cpu, &R::set_cpu);
+  f(&S::memory_bytes, &R::memory_bytes, &R::set_memory_bytes);
+  f(&S::gpu, &R::gpu, &R::set_gpu);
+  f(&S::generation, &R::generation, &R::set_generation);
+  f(&S::created_unix_ms, &R::created_unix_ms, &R::set_created_unix_ms);
+  f(&S::updated_unix_ms, &R::updated_unix_ms, &R::set_updated_unix_ms);
+}
+
 v1::FunctionRecord ToRecord(const FunctionSpec& s) {
   v1::FunctionRecord r;
-  r.set_id(s.id);
+  ForEachScalar([&](auto member, auto /*get*/, auto set) { (r.*set)(s.*member); });
   r.set_name(s.name);
   r.set_tenant(s.tenant);
+  r.set_manifest(s.manifest);
   r.mutable_labels()->insert(s.labels.begin(), s.labels.end());
   auto* h = r.mutable_handler();
   h->set_builtin(s.handler.builtin);
   h->set_library(s.handler.library);
   h->set_symbol(s.handler.symbol);
   h->mutable_env()->insert(s.handler.env.begin(), s.handler.env.end());
-  r.set_concurrency(s.concurrency);
-  r.set_min_scale(s.min_scale);
-  r.set_max_scale(s.max_scale);
-  r.set_timeout_s(s.timeout_s);
-  r.set_keep_alive_s(s.keep_alive_s);
-  r.set_max_body_bytes(s.max_body_bytes);
-  r.set_require_token(s.require_token);
-  r.set_cpu(s.cpu);
-  r.set_memory_bytes(s.memory_bytes);
-  r.set_gpu(s.gpu);
   auto* a = r.mutable_autoscaling();
   a->set_policy(s.autoscaling.policy);
   a->set_target(s.autoscaling.target);
@@ -50,33 +63,20 @@ v1::FunctionRecord ToRecord(const FunctionSpec& s) {
   for (const auto& n : s.security.seccomp_allow) r.add_seccomp_allow(n);
   r.set_on_anomaly(s.security.on_anomaly);
   for (const auto& p : s.security.allowed_paths) r.add_allowed_paths(p);
-  r.set_generation(s.generation);
-  r.set_manifest(s.manifest);
-  r.set_created_unix_ms(s.created_unix_ms);
-  r.set_updated_unix_ms(s.updated_unix_ms);
   return r;
 }
 
 FunctionSpec FromRecord(const v1::FunctionRecord& r) {
   FunctionSpec s;
-  s.id = r.id();
+  ForEachScalar([&](auto member, auto get, auto /*set*/) { s.*member = (r.*get)(); });
   s.name = r.name();
   s.tenant = r.tenant();
+  s.manifest = r.manifest();
   s.labels.insert(r.labels().begin(), r.labels().end());
   s.handler.builtin = r.handler().builtin();
   s.handler.library = r.handler().library();
   s.handler.symbol = r.handler().symbol();
   s.handler.env.insert(r.handler().env().begin(), r.handler().env().end());
-  s.concurrency = r.concurrency();
-  s.min_scale = r.min_scale();
-  s.max_scale = r.max_scale();
-  s.timeout_s = r.timeout_s();
-  s.keep_alive_s = r.keep_alive_s();
-  s.max_body_bytes = r.max_body_bytes();
-  s.require_token = r.require_token();
-  s.cpu = r.cpu();
-  s.memory_bytes = r.memory_bytes();
-  s.gpu = r.gpu();
   if (r.has_autoscaling()) {
     s.autoscaling.policy = r.autoscaling().policy().empty() ? "none" : r.autoscaling().policy();
     s.autoscaling.target = r.autoscaling().target();
@@ -88,10 +88,6 @@ FunctionSpec FromRecord(const v1::FunctionRecord& r) {
   s.security.seccomp_allow.assign(r.seccomp_allow().begin(), r.seccomp_allow().end());
   s.security.on_anomaly = r.on_anomaly().empty() ? "alert" : r.on_anomaly();
   s.security.allowed_paths.assign(r.allowed_paths().begin(), r.allowed_paths().end());
-  s.generation = r.generation();
-  s.manifest = r.manifest();
-  s.created_unix_ms = r.created_unix_ms();
-  s.updated_unix_ms = r.updated_unix_ms();
   return s;
 }
 

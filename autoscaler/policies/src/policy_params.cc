@@ -33,6 +33,10 @@ class Checker {
   void FailText(const std::string& name, const std::string& text) {
     if (status_.ok()) status_ = InvalidArgument(prefix_ + "." + name + " " + text);
   }
+  // A nested struct's own Validate: "rl_q.kpa invalid: kpa.stable_window_s must be > 0 (got 0)".
+  void Nested(const char* name, const Status& st) {
+    if (!st.ok()) FailText(name, "invalid: " + st.message());
+  }
   Status status() const { return status_; }
 
  private:
@@ -88,8 +92,7 @@ Status Validate(const RlQParams& p) {
   c.NonNegative("cold_start_penalty", p.cold_start_penalty);
   c.NonNegative("instance_cost", p.instance_cost);
   c.Positive("default_slo_s", p.default_slo_s);
-  Status kpa = Validate(p.kpa);
-  if (!kpa.ok()) c.FailText("kpa", "invalid: " + kpa.message());
+  c.Nested("kpa", Validate(p.kpa));
   return c.status();
 }
 
@@ -115,8 +118,7 @@ Status Validate(const HistogramKeepAliveParams& p) {
   if (!(p.oob_margin >= 0 && p.oob_margin < 1))
     c.Fail("oob_margin", "must be in [0, 1)", p.oob_margin);
   if (p.oob_history < 1) c.Fail("oob_history", "must be >= 1", p.oob_history);
-  Status f = Validate(p.fallback);
-  if (!f.ok()) c.FailText("fallback", "invalid: " + f.message());
+  c.Nested("fallback", Validate(p.fallback));
   return c.status();
 }
 
@@ -133,8 +135,7 @@ Status Validate(const ShoalParams& p) {
     c.Fail("max_utilization", "must be in (0, 1)", p.max_utilization);
   c.NonNegative("scale_down_delay_s", p.scale_down_delay_s);
   c.NonNegative("first_idle_window_s", p.first_idle_window_s);
-  Status ka = Validate(p.keep_alive);
-  if (!ka.ok()) c.FailText("keep_alive", "invalid: " + ka.message());
+  c.Nested("keep_alive", Validate(p.keep_alive));
   return c.status();
 }
 

@@ -4,6 +4,8 @@
 
 namespace shoal {
 
+template class SharedPoolBase<DpdkPool>;
+
 using pool_detail::LastHold;
 
 namespace {
@@ -28,7 +30,7 @@ std::once_flag g_atfork_once;
 }  // namespace
 
 DpdkPool::DpdkPool(std::string name, std::unique_ptr<Mapping> mapping, bool owner)
-    : name_(std::move(name)),
+    : SharedPoolBase(std::move(name)),
       mapping_(std::move(mapping)),
       owner_(owner),
       owner_pid_(getpid()),
@@ -60,14 +62,6 @@ uint32_t DpdkPool::Lane(HolderSlot slot) {
 }
 
 PoolHeader* DpdkPool::header() const { return mapping_->header(); }
-
-Status DpdkPool::CheckSlot(HolderSlot slot) const {
-  if (slot >= kMaxHolderSlots) {
-    return InvalidArgument("pool " + name_ + ": holder slot " + std::to_string(slot) +
-                           " out of range (0-" + std::to_string(kMaxHolderSlots - 1) + ")");
-  }
-  return Status::Ok();
-}
 
 BufferHeader* DpdkPool::LiveBuffer(uint64_t offset) const {
   const Mapping& m = *mapping_;
@@ -228,32 +222,6 @@ void DpdkPool::FreeObject(uint32_t cls, uint64_t offset, HolderSlot slot) {
                                nullptr);
   }
   c.objs[cls][n++] = idx;
-}
-
-std::span<std::byte> DpdkPool::Data(uint64_t offset) {
-  BufferHeader* b = LiveBuffer(offset);
-  if (b == nullptr || b->holders.load(std::memory_order_acquire) == 0) return {};
-  return {reinterpret_cast<std::byte*>(mapping_->base + offset), b->capacity};
-}
-
-uint64_t DpdkPool::Holders(uint64_t offset) const {
-  BufferHeader* b = LiveBuffer(offset);
-  return b == nullptr ? 0 : b->holders.load(std::memory_order_acquire);
-}
-
-Status DpdkPool::Transfer(uint64_t offset, HolderSlot from, HolderSlot to) {
-  SHOAL_RETURN_IF_ERROR(CheckSlot(from));
-  SHOAL_RETURN_IF_ERROR(CheckSlot(to));
-  BufferHeader* b = LiveBuffer(offset);
-  if (b == nullptr) return pool_detail::NoLiveBuffer(name_, offset);
-  return pool_detail::TransferHolder(b->holders, from, to, name_, offset);
-}
-
-Status DpdkPool::Retain(uint64_t offset, HolderSlot holder) {
-  SHOAL_RETURN_IF_ERROR(CheckSlot(holder));
-  BufferHeader* b = LiveBuffer(offset);
-  if (b == nullptr) return pool_detail::NoLiveBuffer(name_, offset);
-  return pool_detail::RetainHolder(b->holders, holder, name_, offset);
 }
 
 Status DpdkPool::Release(uint64_t offset, HolderSlot holder) {

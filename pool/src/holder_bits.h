@@ -8,6 +8,7 @@
 #include <string>
 
 #include "shoal/common/status.h"
+#include "shoal/pool/shared_pool.h"
 
 namespace shoal::pool_detail {
 
@@ -97,3 +98,46 @@ inline Status NoLiveBuffer(const std::string& pool, uint64_t offset) {
 }
 
 }  // namespace shoal::pool_detail
+
+namespace shoal {
+
+// SharedPoolBase's members (shared_pool.h), instantiated by each implementation's source.
+
+template <class Impl>
+Status SharedPoolBase<Impl>::CheckSlot(HolderSlot slot) const {
+  if (slot < kMaxHolderSlots) return Status::Ok();
+  return InvalidArgument("pool " + name_ + ": holder slot " + std::to_string(slot) +
+                         " out of range (0-" + std::to_string(kMaxHolderSlots - 1) + ")");
+}
+
+template <class Impl>
+std::span<std::byte> SharedPoolBase<Impl>::Data(uint64_t offset) {
+  auto* b = static_cast<const Impl*>(this)->LiveBuffer(offset);
+  if (b == nullptr || b->holders.load(std::memory_order_acquire) == 0) return {};
+  return {reinterpret_cast<std::byte*>(b) + Impl::kBufferHeaderBytes, b->capacity};
+}
+
+template <class Impl>
+uint64_t SharedPoolBase<Impl>::Holders(uint64_t offset) const {
+  auto* b = static_cast<const Impl*>(this)->LiveBuffer(offset);
+  return b == nullptr ? 0 : b->holders.load(std::memory_order_acquire);
+}
+
+template <class Impl>
+Status SharedPoolBase<Impl>::Transfer(uint64_t offset, HolderSlot from, HolderSlot to) {
+  SHOAL_RETURN_IF_ERROR(CheckSlot(from));
+  SHOAL_RETURN_IF_ERROR(CheckSlot(to));
+  auto* b = static_cast<const Impl*>(this)->LiveBuffer(offset);
+  if (b == nullptr) return pool_detail::NoLiveBuffer(name_, offset);
+  return pool_detail::TransferHolder(b->holders, from, to, name_, offset);
+}
+
+template <class Impl>
+Status SharedPoolBase<Impl>::Retain(uint64_t offset, HolderSlot holder) {
+  SHOAL_RETURN_IF_ERROR(CheckSlot(holder));
+  auto* b = static_cast<const Impl*>(this)->LiveBuffer(offset);
+  if (b == nullptr) return pool_detail::NoLiveBuffer(name_, offset);
+  return pool_detail::RetainHolder(b->holders, holder, name_, offset);
+}
+
+}  // namespace shoal

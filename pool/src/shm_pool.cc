@@ -143,8 +143,13 @@ using pool_detail::LockGuard;
 using pool_detail::PoolHeader;
 using pool_detail::Segment;
 
+template class SharedPoolBase<ShmPool>;
+
 ShmPool::ShmPool(std::string name, std::unique_ptr<Segment> segment, bool owner)
-    : name_(std::move(name)), segment_(std::move(segment)), owner_(owner), owner_pid_(getpid()) {}
+    : SharedPoolBase(std::move(name)),
+      segment_(std::move(segment)),
+      owner_(owner),
+      owner_pid_(getpid()) {}
 
 ShmPool::~ShmPool() {
   // Its thread populates the mapping. A forked child that inherited the object has no such
@@ -301,19 +306,6 @@ BufferHeader* ShmPool::LiveBuffer(uint64_t offset) const {
   return b;
 }
 
-Status ShmPool::CheckSlot(HolderSlot slot) const {
-  if (slot >= kMaxHolderSlots) {
-    return InvalidArgument("pool " + name_ + ": holder slot " + std::to_string(slot) +
-                           " out of range (0-" + std::to_string(kMaxHolderSlots - 1) + ")");
-  }
-  return Status::Ok();
-}
-
-Status ShmPool::CheckedBuffer(uint64_t offset, BufferHeader** buffer) const {
-  *buffer = LiveBuffer(offset);
-  return *buffer == nullptr ? pool_detail::NoLiveBuffer(name_, offset) : Status::Ok();
-}
-
 void ShmPool::LinkLiveLocked(uint64_t offset, BufferHeader* b) {
   PoolHeader* h = header();
   b->prev = 0;
@@ -421,36 +413,10 @@ Result<uint64_t> ShmPool::Allocate(size_t size, HolderSlot holder) {
   return offset;
 }
 
-std::span<std::byte> ShmPool::Data(uint64_t offset) {
-  BufferHeader* b = LiveBuffer(offset);
-  if (b == nullptr || b->holders.load(std::memory_order_acquire) == 0) return {};
-  return {reinterpret_cast<std::byte*>(segment_->base() + offset), b->capacity};
-}
-
-uint64_t ShmPool::Holders(uint64_t offset) const {
-  BufferHeader* b = LiveBuffer(offset);
-  return b == nullptr ? 0 : b->holders.load(std::memory_order_acquire);
-}
-
-Status ShmPool::Transfer(uint64_t offset, HolderSlot from, HolderSlot to) {
-  SHOAL_RETURN_IF_ERROR(CheckSlot(from));
-  SHOAL_RETURN_IF_ERROR(CheckSlot(to));
-  BufferHeader* b = nullptr;
-  SHOAL_RETURN_IF_ERROR(CheckedBuffer(offset, &b));
-  return pool_detail::TransferHolder(b->holders, from, to, name_, offset);
-}
-
-Status ShmPool::Retain(uint64_t offset, HolderSlot holder) {
-  SHOAL_RETURN_IF_ERROR(CheckSlot(holder));
-  BufferHeader* b = nullptr;
-  SHOAL_RETURN_IF_ERROR(CheckedBuffer(offset, &b));
-  return pool_detail::RetainHolder(b->holders, holder, name_, offset);
-}
-
 Status ShmPool::Release(uint64_t offset, HolderSlot holder) {
   SHOAL_RETURN_IF_ERROR(CheckSlot(holder));
-  BufferHeader* b = nullptr;
-  SHOAL_RETURN_IF_ERROR(CheckedBuffer(offset, &b));
+  BufferHeader* b = LiveBuffer(offset);
+  if (b == nullptr) return pool_detail::NoLiveBuffer(name_, offset);
   return pool_detail::ReleaseHolder(b->holders, holder, name_, offset, "pool", [&](uint64_t& h) {
     // The last holder drops it under the lock, so "nobody holds it" and "it is back on a free
     // list" change together; a live-listed buffer with no holder can only be one whose releaser

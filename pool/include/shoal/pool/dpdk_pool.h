@@ -44,7 +44,7 @@ struct BufferHeader;
 struct Mapping;
 }  // namespace dpdk_pool_detail
 
-class DpdkPool final : public SharedPool {
+class DpdkPool final : public SharedPoolBase<DpdkPool> {
  public:
   static constexpr size_t kBufferHeaderBytes = 64;
   static constexpr size_t kAlignment = 64;
@@ -71,52 +71,46 @@ class DpdkPool final : public SharedPool {
   static Result<std::string> FilePath(const std::string& name);
 
   ~DpdkPool() override;
-  DpdkPool(const DpdkPool&) = delete;
-  DpdkPool& operator=(const DpdkPool&) = delete;
 
   Result<uint64_t> Allocate(size_t size, HolderSlot holder) override;
-  std::span<std::byte> Data(uint64_t offset) override;
-  Status Transfer(uint64_t offset, HolderSlot from, HolderSlot to) override;
-  Status Retain(uint64_t offset, HolderSlot holder) override;
   Status Release(uint64_t offset, HolderSlot holder) override;
   uint64_t ReclaimHolder(HolderSlot holder) override;
   PoolStats Stats() const override;
-  const std::string& Name() const override { return name_; }
 
   PoolBackend backend() const override { return PoolBackend::kDpdk; }
   Status SetOwner(uint32_t uid, uint32_t gid) override;
   std::string Path() const override;
   void* base() const override;
   size_t mapped_size() const override;
-  uint64_t Holders(uint64_t offset) const override;
   std::vector<uint64_t> HeldBy(HolderSlot holder) const override;
   uint64_t LockRecoveries() const override;
   void LockAndAbandonForTest() override;
 
  private:
+  friend class SharedPoolBase<DpdkPool>;
   DpdkPool(std::string name, std::unique_ptr<dpdk_pool_detail::Mapping> mapping, bool owner);
 
   dpdk_pool_detail::PoolHeader* header() const;
   dpdk_pool_detail::BufferHeader* LiveBuffer(uint64_t offset) const;
-  Status CheckSlot(HolderSlot slot) const;
   // Returns a pool object (not a heap buffer) whose last hold was just dropped, to `slot`'s
   // cache, or to its ring when `slot` is kNoSlot.
   void FreeObject(uint32_t cls, uint64_t offset, HolderSlot slot);
   Result<uint64_t> AllocateFromHeap(size_t size, uint32_t cls, uint64_t capacity,
                                     HolderSlot holder);
   void FreeHeapBuffer(dpdk_pool_detail::BufferHeader* b);  // heap lock held
-  PoolStats StatsLocked() const;                            // heap lock held
+  PoolStats StatsLocked() const;                           // heap lock held
   // Rebuilds every ring and cache from the objects' headers; only when no other process runs.
   Status RebuildLocked(HolderSlot keep);
 
   // The cache lane this thread uses for `slot` (claims one on first use; 0 is the shared one).
   uint32_t Lane(HolderSlot slot);
 
-  std::string name_;
   std::unique_ptr<dpdk_pool_detail::Mapping> mapping_;
   bool owner_;
   int owner_pid_;
   uint64_t id_;  // this object's, unique in the process: the key of its threads' lanes
 };
+
+extern template class SharedPoolBase<DpdkPool>;
 
 }  // namespace shoal

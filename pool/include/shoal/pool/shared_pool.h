@@ -6,7 +6,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shoal/common/buffer_pool.h"
@@ -59,6 +61,31 @@ class SharedPool : public BufferPool {
   // Test hook: takes the pool lock that large allocations use and never releases it, so a test
   // can kill the process while it holds the lock and check that the others recover.
   virtual void LockAndAbandonForTest() = 0;
+};
+
+// What both implementations do alike on a buffer's header, which Impl::LiveBuffer(offset) finds
+// (nullptr: no live buffer there) and which holds the holder bitmask `holders` and `capacity`, the
+// data following it: checking a holder slot, transferring and retaining holds, the data's span and
+// the holder mask. Defined in pool/src/holder_bits.h and instantiated by each implementation's
+// source, with Impl's calls resolved there (Impl is final).
+template <class Impl>
+class SharedPoolBase : public SharedPool {
+ public:
+  SharedPoolBase(const SharedPoolBase&) = delete;
+  SharedPoolBase& operator=(const SharedPoolBase&) = delete;
+
+  std::span<std::byte> Data(uint64_t offset) override;
+  Status Transfer(uint64_t offset, HolderSlot from, HolderSlot to) override;
+  Status Retain(uint64_t offset, HolderSlot holder) override;
+  uint64_t Holders(uint64_t offset) const override;
+  const std::string& Name() const override { return name_; }
+
+ protected:
+  explicit SharedPoolBase(std::string name) : name_(std::move(name)) {}
+  // kInvalidArgument naming the pool and the slot when `slot` is not a holder slot.
+  Status CheckSlot(HolderSlot slot) const;
+
+  std::string name_;
 };
 
 }  // namespace shoal

@@ -34,7 +34,7 @@ class Segment;
 class WarmAhead;
 }  // namespace pool_detail
 
-class ShmPool final : public SharedPool {
+class ShmPool final : public SharedPoolBase<ShmPool> {
  public:
   // Bytes at the start of the segment reserved for the pool header.
   static constexpr size_t kPoolHeaderBytes = 4096;
@@ -66,21 +66,14 @@ class ShmPool final : public SharedPool {
   static void Remove(const std::string& name);
 
   ~ShmPool() override;
-  ShmPool(const ShmPool&) = delete;
-  ShmPool& operator=(const ShmPool&) = delete;
 
   Result<uint64_t> Allocate(size_t size, HolderSlot holder) override;
-  std::span<std::byte> Data(uint64_t offset) override;
-  Status Transfer(uint64_t offset, HolderSlot from, HolderSlot to) override;
-  Status Retain(uint64_t offset, HolderSlot holder) override;
   Status Release(uint64_t offset, HolderSlot holder) override;
   uint64_t ReclaimHolder(HolderSlot holder) override;
   PoolStats Stats() const override;
-  const std::string& Name() const override { return name_; }
 
   void* base() const override;
   size_t mapped_size() const override;
-  uint64_t Holders(uint64_t offset) const override;
   std::vector<uint64_t> HeldBy(HolderSlot holder) const override;
   uint64_t LockRecoveries() const override;
   void LockAndAbandonForTest() override;
@@ -90,13 +83,12 @@ class ShmPool final : public SharedPool {
   void WakeWarmFollowers() override;
 
  private:
+  friend class SharedPoolBase<ShmPool>;
   ShmPool(std::string name, std::unique_ptr<pool_detail::Segment> segment, bool owner);
 
   pool_detail::PoolHeader* header() const;
   // The header of the live buffer at data offset `offset`, or nullptr when the offset is bad.
   pool_detail::BufferHeader* LiveBuffer(uint64_t offset) const;
-  Status CheckSlot(HolderSlot slot) const;
-  Status CheckedBuffer(uint64_t offset, pool_detail::BufferHeader** buffer) const;
 
   // All of the following run with the pool lock held.
   void FreeLocked(uint64_t offset, pool_detail::BufferHeader* buffer);
@@ -105,11 +97,12 @@ class ShmPool final : public SharedPool {
   // Returns the cached free-list blocks to the heap so that a large request can fit.
   uint64_t TrimFreeListsLocked();
 
-  std::string name_;
   std::unique_ptr<pool_detail::Segment> segment_;
   bool owner_;
   int owner_pid_;
   std::unique_ptr<pool_detail::WarmAhead> warm_;  // shoald's side, with pool_warm_bytes
 };
+
+extern template class SharedPoolBase<ShmPool>;
 
 }  // namespace shoal

@@ -1,6 +1,7 @@
 // A buffer's holder bitmask (bit s: slot s holds it), changed lock-free by both pool backends
 // (ShmPool, DpdkPool) with the same rules and the same error messages; only dropping the last hold
-// (freeing the buffer) is each backend's own.
+// (freeing the buffer) is each backend's own. Also the members of SharedPoolBase (shared_pool.h),
+// the operations both backends run on a buffer's header through these.
 #pragma once
 
 #include <atomic>

@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
+#include <string>
 
 #include "manifest_refusals.h"
 #include "shoal/controller/manifest.h"
@@ -19,6 +22,43 @@ std::string ErrorOf(const std::string& yaml) { return RefusalOf(ParseFlJobManife
 std::string Job(const std::string& extra = "", const std::string& name = "fmnist") {
   return "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: " + name +
          "\nspec:\n  clients:\n    expected: 16\n" + extra;
+}
+
+// The one job `yaml` declares; a failure (and an empty spec) when it is refused or declares
+// another number of them.
+FlJobSpec Parsed(const std::string& yaml) {
+  auto r = ParseFlJobManifests(yaml);
+  EXPECT_TRUE(r.ok()) << r.status().ToString() << "\n" << yaml;
+  if (!r.ok()) return {};
+  EXPECT_EQ(r->size(), 1u) << yaml;
+  return r->empty() ? FlJobSpec{} : r->front();
+}
+
+// The spec in the manifest's words, a section a line (robust, generation and the manifest text
+// aside), to compare whole; numbers in their shortest exact form.
+std::string AsManifest(const FlJobSpec& s) {
+  auto num = [](double v) {
+    char b[32];
+    return std::string(b, std::to_chars(b, b + sizeof b, v).ptr);
+  };
+  std::ostringstream o;
+  o << "name: " << s.name << "\nnamespace: " << s.tenant << "\nalgorithm: {name: " << s.algorithm
+    << ", params: {";
+  for (const auto& [k, v] : s.algorithm_params) {
+    o << (k == s.algorithm_params.begin()->first ? "" : ", ") << k << ": " << num(v);
+  }
+  o << "}}\nmodel: {architecture: " << s.architecture << ", hidden: " << s.hidden
+    << ", initial: " << s.initial_model << ", seed: " << s.seed
+    << "}\ndata: {dataset: " << s.dataset << "}\nclients: {expected: " << s.clients
+    << ", quorum: " << s.quorum << ", tokens: [";
+  for (size_t i = 0; i < s.join_tokens.size(); ++i) o << (i ? ", " : "") << s.join_tokens[i];
+  o << "]}\nstop: {rounds: " << s.rounds << ", accuracy: " << num(s.target_accuracy)
+    << "}\ndeadlines: {round: " << num(s.round_deadline_s)
+    << "s}\ntraining: {localSteps: " << s.local_steps << ", learningRate: " << num(s.learning_rate)
+    << ", batchSize: " << s.batch_size << "}\naggregation: {maxStaleness: " << s.staleness_limit
+    << ", maxFanIn: " << s.max_fan_in << ", maxLeaves: " << s.max_leaves
+    << ", device: " << s.aggregation_device << "}\n";
+  return o.str();
 }
 
 class InitialModel {
@@ -56,63 +96,42 @@ spec:
   training: {localSteps: 50, learningRate: 0.05, batchSize: 64}
   aggregation: {maxStaleness: 5, maxFanIn: 4, maxLeaves: 2, device: gpu}
 )";
-  auto r = ParseFlJobManifests(yaml);
-  ASSERT_TRUE(r.ok()) << r.status().message();
-  ASSERT_EQ(r->size(), 1u);
-  const FlJobSpec& s = (*r)[0];
-  EXPECT_EQ(s.name, "fmnist");
-  EXPECT_EQ(s.tenant, "lab");
-  EXPECT_EQ(s.algorithm, "fedcompass");
-  EXPECT_EQ(s.algorithm_params,
-            (std::map<std::string, double>{{"alpha", 0.9}, {"qMin", 20}, {"lambda", 1.5}}));
-  EXPECT_EQ(s.architecture, "cnn");
-  EXPECT_EQ(s.hidden, 64u);
-  EXPECT_EQ(s.initial_model, init.path());
-  EXPECT_EQ(s.seed, 7u);
-  EXPECT_EQ(s.dataset, "digits");
-  EXPECT_EQ(s.clients, 16u);
-  EXPECT_EQ(s.quorum, 12u);
-  EXPECT_EQ(s.join_tokens, (std::vector<std::string>{"t1", "t2"}));
-  EXPECT_EQ(s.rounds, 50u);
-  EXPECT_DOUBLE_EQ(s.target_accuracy, 0.85);
-  EXPECT_DOUBLE_EQ(s.round_deadline_s, 120);
-  EXPECT_EQ(s.local_steps, 50u);
-  EXPECT_DOUBLE_EQ(s.learning_rate, 0.05);
-  EXPECT_EQ(s.batch_size, 64u);
-  EXPECT_EQ(s.staleness_limit, 5u);
-  EXPECT_EQ(s.max_fan_in, 4u);
-  EXPECT_EQ(s.max_leaves, 2u);
-  EXPECT_EQ(s.aggregation_device, "gpu");
+  const FlJobSpec s = Parsed(yaml);
+  const std::string model =
+      "model: {architecture: cnn, hidden: 64, initial: " + init.path() + ", seed: 7}\n";
+  EXPECT_EQ(AsManifest(s),
+            "name: fmnist\n"
+            "namespace: lab\n"
+            "algorithm: {name: fedcompass, params: {alpha: 0.9, lambda: 1.5, qMin: 20}}\n" +
+                model +
+                "data: {dataset: digits}\n"
+                "clients: {expected: 16, quorum: 12, tokens: [t1, t2]}\n"
+                "stop: {rounds: 50, accuracy: 0.85}\n"
+                "deadlines: {round: 120s}\n"
+                "training: {localSteps: 50, learningRate: 0.05, batchSize: 64}\n"
+                "aggregation: {maxStaleness: 5, maxFanIn: 4, maxLeaves: 2, device: gpu}\n");
   EXPECT_EQ(s.generation, 0u);
   EXPECT_EQ(s.manifest, yaml);
 }
 
 TEST(FlJobManifestTest, DefaultsAreFljobSpecs) {
-  auto r = ParseFlJobManifests(Job());
-  ASSERT_TRUE(r.ok()) << r.status().message();
-  const FlJobSpec& s = (*r)[0];
-  const FlJobSpec d;
-  EXPECT_EQ(s.tenant, "default");
-  EXPECT_EQ(s.algorithm, d.algorithm);
-  EXPECT_TRUE(s.algorithm_params.empty());
-  EXPECT_EQ(s.architecture, d.architecture);
-  EXPECT_EQ(s.hidden, d.hidden);
-  EXPECT_EQ(s.initial_model, "");
-  EXPECT_EQ(s.seed, d.seed);
-  EXPECT_EQ(s.dataset, d.dataset);
-  EXPECT_EQ(s.clients, 16u);
-  EXPECT_EQ(s.quorum, 0u);
-  EXPECT_TRUE(s.join_tokens.empty());
-  EXPECT_EQ(s.rounds, 0u);
-  EXPECT_EQ(s.aggregation_device, "auto");
-  EXPECT_EQ(s.target_accuracy, 0);
-  EXPECT_EQ(s.round_deadline_s, 0);
-  EXPECT_EQ(s.local_steps, d.local_steps);
-  EXPECT_EQ(s.learning_rate, d.learning_rate);
-  EXPECT_EQ(s.batch_size, d.batch_size);
-  EXPECT_EQ(s.staleness_limit, d.staleness_limit);
-  EXPECT_EQ(s.max_fan_in, d.max_fan_in);
-  EXPECT_EQ(s.max_leaves, d.max_leaves);
+  const FlJobSpec s = Parsed(Job());
+  FlJobSpec want;  // fljob_spec.h's defaults
+  want.name = "fmnist";
+  want.clients = 16;
+  want.manifest = Job();
+  EXPECT_EQ(AsManifest(s), AsManifest(want));
+  EXPECT_EQ(AsManifest(s),
+            "name: fmnist\n"
+            "namespace: default\n"
+            "algorithm: {name: fedavg, params: {}}\n"
+            "model: {architecture: mlp, hidden: 128, initial: , seed: 1}\n"
+            "data: {dataset: fashion-mnist}\n"
+            "clients: {expected: 16, quorum: 0, tokens: []}\n"
+            "stop: {rounds: 0, accuracy: 0}\n"
+            "deadlines: {round: 0s}\n"
+            "training: {localSteps: 100, learningRate: 0.1, batchSize: 32}\n"
+            "aggregation: {maxStaleness: 20, maxFanIn: 8, maxLeaves: 4, device: auto}\n");
   // Every algorithm name is accepted.
   for (const char* a : kFlAlgorithms) {
     auto j = ParseFlJobManifests(Job("  algorithm: {name: " + std::string(a) + "}\n"));
@@ -316,22 +335,17 @@ TEST(FlJobManifestTest, TheShippedExampleParses) {
   std::ifstream in(std::string(SHOAL_SOURCE_DIR) + "/deploy/examples/fljob-fashion-mnist.yaml");
   ASSERT_TRUE(in) << "deploy/examples/fljob-fashion-mnist.yaml";
   const std::string yaml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto r = ParseFlJobManifests(yaml);
-  ASSERT_TRUE(r.ok()) << r.status().message();
-  const FlJobSpec& s = (*r)[0];
-  EXPECT_EQ(s.name, "fmnist");
-  EXPECT_EQ(s.algorithm, "fedcompass");
-  EXPECT_EQ(s.architecture, "mlp");
-  EXPECT_EQ(s.hidden, 128u);
-  EXPECT_EQ(s.dataset, "fashion-mnist");
-  EXPECT_EQ(s.clients, 16u);
-  EXPECT_EQ(s.rounds, 500u);
-  EXPECT_DOUBLE_EQ(s.target_accuracy, 0.85);
-  EXPECT_EQ(s.local_steps, 100u);
-  EXPECT_DOUBLE_EQ(s.learning_rate, 0.1);
-  EXPECT_EQ(s.batch_size, 32u);
-  EXPECT_EQ(s.max_fan_in, 8u);
-  EXPECT_EQ(s.max_leaves, 4u);
+  EXPECT_EQ(AsManifest(Parsed(yaml)),
+            "name: fmnist\n"
+            "namespace: default\n"
+            "algorithm: {name: fedcompass, params: {alpha: 0.9}}\n"
+            "model: {architecture: mlp, hidden: 128, initial: , seed: 1}\n"
+            "data: {dataset: fashion-mnist}\n"
+            "clients: {expected: 16, quorum: 0, tokens: []}\n"
+            "stop: {rounds: 500, accuracy: 0.85}\n"
+            "deadlines: {round: 0s}\n"
+            "training: {localSteps: 100, learningRate: 0.1, batchSize: 32}\n"
+            "aggregation: {maxStaleness: 20, maxFanIn: 8, maxLeaves: 4, device: auto}\n");
 }
 
 }  // namespace

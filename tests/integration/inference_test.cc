@@ -24,6 +24,7 @@
 #include "shoal/model/architectures.h"
 #include "shoal/model/safetensors.h"
 #include "shoald_data_test.h"
+#include "threads_for_test.h"
 
 namespace shoal::testing {
 namespace {
@@ -304,26 +305,22 @@ TEST_F(InferenceTest, ManyConnectionsShareBatchesAndEachGetsItsOwnAnswer) {
   const Json before = Stats("fb");
   constexpr int kConnections = 32, kPerConnection = 8;
   std::atomic<int> failed{0}, wrong{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kConnections; ++t) {
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < kPerConnection; ++i) {
-        const int image = t * kPerConnection + i;
-        auto r = Infer("fb", ImageRequest(data_.test.Row(image), 1, std::to_string(image)));
-        if (r.status != 200) {
-          ++failed;
-          continue;
-        }
-        auto j = Json::parse(r.body, nullptr, false);
-        const auto expect = Forward(w, data_.test.Row(image));
-        if (j["id"] != std::to_string(image)) ++wrong;
-        for (int c = 0; c < 10; ++c) {
-          if (std::abs(j["outputs"][0]["data"][c].get<float>() - expect[c]) > 1e-4) ++wrong;
-        }
+  Threads(kConnections, [&](int t) {
+    for (int i = 0; i < kPerConnection; ++i) {
+      const int image = t * kPerConnection + i;
+      auto r = Infer("fb", ImageRequest(data_.test.Row(image), 1, std::to_string(image)));
+      if (r.status != 200) {
+        ++failed;
+        continue;
       }
-    });
-  }
-  for (auto& th : threads) th.join();
+      auto j = Json::parse(r.body, nullptr, false);
+      const auto expect = Forward(w, data_.test.Row(image));
+      if (j["id"] != std::to_string(image)) ++wrong;
+      for (int c = 0; c < 10; ++c) {
+        if (std::abs(j["outputs"][0]["data"][c].get<float>() - expect[c]) > 1e-4) ++wrong;
+      }
+    }
+  }).Join();
   EXPECT_EQ(failed.load(), 0);
   EXPECT_EQ(wrong.load(), 0);
   const Json after = Stats("fb");
@@ -346,28 +343,25 @@ TEST_F(InferenceTest, HotSwapUnderLoadWhileTheJobTrainsZeroFailures) {
   std::atomic<int> failed{0}, regressions{0}, answered{0};
   std::mutex mu;
   std::set<uint64_t> versions;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&, t] {
-      uint64_t last = 0;
-      int i = 0;
-      while (!stop.load()) {
-        auto r = Infer("fh", ImageRequest(data_.test.Row((t * 97 + i++) % 1000), 1, "h"));
-        if (r.status != 200) {
-          ++failed;
-          std::cerr << "failed: " << r.status << " " << r.body << r.error << "\n";
-          continue;
-        }
-        const uint64_t v =
-            std::stoull(Json::parse(r.body, nullptr, false)["model_version"].get<std::string>());
-        if (v < last) ++regressions;
-        last = v;
-        ++answered;
-        std::lock_guard lock(mu);
-        versions.insert(v);
+  Threads callers(8, [&](int t) {
+    uint64_t last = 0;
+    int i = 0;
+    while (!stop.load()) {
+      auto r = Infer("fh", ImageRequest(data_.test.Row((t * 97 + i++) % 1000), 1, "h"));
+      if (r.status != 200) {
+        ++failed;
+        std::cerr << "failed: " << r.status << " " << r.body << r.error << "\n";
+        continue;
       }
-    });
-  }
+      const uint64_t v =
+          std::stoull(Json::parse(r.body, nullptr, false)["model_version"].get<std::string>());
+      if (v < last) ++regressions;
+      last = v;
+      ++answered;
+      std::lock_guard lock(mu);
+      versions.insert(v);
+    }
+  });
   // Until the job is done (12 versions) or 25 s.
   uint64_t job_version = 0;
   for (int i = 0; i < 250; ++i) {
@@ -378,7 +372,7 @@ TEST_F(InferenceTest, HotSwapUnderLoadWhileTheJobTrainsZeroFailures) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(600));  // the watcher's last swap
   stop = true;
-  for (auto& th : threads) th.join();
+  callers.Join();
   EXPECT_EQ(failed.load(), 0);
   EXPECT_EQ(regressions.load(), 0);
   EXPECT_GT(answered.load(), 50);

@@ -27,6 +27,7 @@
 #include "hugepages_for_test.h"
 #include "shoal/pool/hugepages.h"
 #include "shoal/pool/pool_backend.h"
+#include "threads_for_test.h"
 
 namespace shoal {
 namespace {
@@ -886,38 +887,35 @@ int ChurnOnThreads(SharedPool& pool, int threads, const std::function<HolderSlot
                    size_t most_held, uint64_t min_size, uint64_t max_size,
                    const std::function<int(int, std::mt19937_64&)>& each_step = {}) {
   std::atomic<int> errors{0};
-  std::vector<std::thread> running;
-  for (int t = 1; t <= threads; ++t) {
-    running.emplace_back([&, t] {
-      const HolderSlot slot = slot_of(t);
-      const std::byte mark = static_cast<std::byte>(t);
-      std::mt19937_64 rng(t);
-      std::vector<uint64_t> mine;
-      for (int i = 0; i < 20000; ++i) {
-        if (each_step) errors += each_step(t, rng);
-        if (mine.size() < most_held && rng() % 2) {
-          auto o = pool.Allocate(min_size + rng() % (max_size - min_size + 1), slot);
-          if (!o.ok()) {
-            ADD_FAILURE() << o.status().ToString();
-            ++errors;
-            continue;
-          }
-          std::fill_n(pool.Data(*o).begin(), 64, mark);
-          mine.push_back(*o);
-        } else if (!mine.empty()) {
-          const uint64_t o = mine.back();
-          mine.pop_back();
-          const auto d = pool.Data(o);
-          errors += static_cast<int>(64 - std::count(d.begin(), d.begin() + 64, mark));
-          if (!pool.Release(o, slot).ok()) ++errors;
+  testing::Threads(threads, [&](int i) {
+    const int t = i + 1;
+    const HolderSlot slot = slot_of(t);
+    const std::byte mark = static_cast<std::byte>(t);
+    std::mt19937_64 rng(t);
+    std::vector<uint64_t> mine;
+    for (int i = 0; i < 20000; ++i) {
+      if (each_step) errors += each_step(t, rng);
+      if (mine.size() < most_held && rng() % 2) {
+        auto o = pool.Allocate(min_size + rng() % (max_size - min_size + 1), slot);
+        if (!o.ok()) {
+          ADD_FAILURE() << o.status().ToString();
+          ++errors;
+          continue;
         }
-      }
-      for (uint64_t o : mine) {
+        std::fill_n(pool.Data(*o).begin(), 64, mark);
+        mine.push_back(*o);
+      } else if (!mine.empty()) {
+        const uint64_t o = mine.back();
+        mine.pop_back();
+        const auto d = pool.Data(o);
+        errors += static_cast<int>(64 - std::count(d.begin(), d.begin() + 64, mark));
         if (!pool.Release(o, slot).ok()) ++errors;
       }
-    });
-  }
-  for (auto& t : running) t.join();
+    }
+    for (uint64_t o : mine) {
+      if (!pool.Release(o, slot).ok()) ++errors;
+    }
+  }).Join();
   return errors.load();
 }
 

@@ -12,6 +12,7 @@
 #include "oip_for_test.h"
 #include "shoal/runtime/dynamic_batcher.h"
 #include "shoal/runtime/oip.h"
+#include "threads_for_test.h"
 
 namespace shoal {
 namespace {
@@ -269,28 +270,24 @@ TEST(DynamicBatcher, ConcurrentRequestsShareBatchesAndEachGetsItsRows) {
   DynamicBatcher batcher({8, std::chrono::milliseconds(5)}, Version(1, &running));
   constexpr int kThreads = 16, kPerThread = 20;
   std::atomic<int> wrong{0}, shared{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < kPerThread; ++i) {
-        const int64_t rows = 1 + (t + i) % 2;
-        std::vector<float> in(rows * 4), out(rows * 3);
-        for (int64_t r = 0; r < rows; ++r) {
-          for (int k = 0; k < 4; ++k) in[r * 4 + k] = float(t * 1000 + i * 10 + r);
-        }
-        auto v = batcher.Infer(in, rows, out);
-        if (!v.ok() || *v != 1) {
-          ++wrong;
-          continue;
-        }
-        for (int64_t r = 0; r < rows; ++r) {
-          if (out[r * 3] != 4.0f * float(t * 1000 + i * 10 + r) || out[r * 3 + 1] != 1.0f) ++wrong;
-        }
-        if (out[2] > float(rows)) ++shared;
+  testing::Threads(kThreads, [&](int t) {
+    for (int i = 0; i < kPerThread; ++i) {
+      const int64_t rows = 1 + (t + i) % 2;
+      std::vector<float> in(rows * 4), out(rows * 3);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int k = 0; k < 4; ++k) in[r * 4 + k] = float(t * 1000 + i * 10 + r);
       }
-    });
-  }
-  for (auto& th : threads) th.join();
+      auto v = batcher.Infer(in, rows, out);
+      if (!v.ok() || *v != 1) {
+        ++wrong;
+        continue;
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        if (out[r * 3] != 4.0f * float(t * 1000 + i * 10 + r) || out[r * 3 + 1] != 1.0f) ++wrong;
+      }
+      if (out[2] > float(rows)) ++shared;
+    }
+  }).Join();
   EXPECT_EQ(wrong.load(), 0);
   const BatcherStats s = batcher.stats();
   EXPECT_EQ(s.requests, uint64_t(kThreads * kPerThread));
@@ -324,30 +321,27 @@ TEST(DynamicBatcher, HotSwapUnderLoadVersionsOnlyGoUpAndNothingFails) {
   DynamicBatcher batcher({8, std::chrono::microseconds(500)}, Version(1));
   std::atomic<bool> stop{false};
   std::atomic<int> failures{0}, regressions{0}, mismatched{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&] {
-      uint64_t last = 0;
-      std::vector<float> in(4, 2.0f), out(3);
-      while (!stop.load()) {
-        auto v = batcher.Infer(in, 1, out);
-        if (!v.ok()) {
-          ++failures;
-          continue;
-        }
-        if (*v < last) ++regressions;
-        if (out[1] != float(*v)) ++mismatched;  // the version that ran is the one reported
-        last = *v;
+  testing::Threads callers(8, [&](int) {
+    uint64_t last = 0;
+    std::vector<float> in(4, 2.0f), out(3);
+    while (!stop.load()) {
+      auto v = batcher.Infer(in, 1, out);
+      if (!v.ok()) {
+        ++failures;
+        continue;
       }
-    });
-  }
+      if (*v < last) ++regressions;
+      if (out[1] != float(*v)) ++mismatched;  // the version that ran is the one reported
+      last = *v;
+    }
+  });
   for (uint64_t v = 2; v <= 20; ++v) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     batcher.Swap(Version(v));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   stop = true;
-  for (auto& th : threads) th.join();
+  callers.Join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(regressions.load(), 0);
   EXPECT_EQ(mismatched.load(), 0);

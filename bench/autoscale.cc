@@ -26,9 +26,12 @@
 #include <vector>
 
 #include "bench_args.h"
+#include "run_stats.h"
 #include "shoal/autoscaler/scenarios.h"
 
 using namespace shoal;
+
+using shoal::bench::Median;
 
 namespace {
 
@@ -81,12 +84,6 @@ double FrontierAt(std::vector<std::pair<double, double>> pts, double cold) {
     }
   }
   return pareto.back().second;
-}
-
-double MedianOf(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 }  // namespace
@@ -370,7 +367,7 @@ int main(int argc, char** argv) {
       }
       std::string note;
       if (!ratios.empty()) {
-        const double m = MedianOf(ratios);
+        const double m = Median(ratios);
         const auto [lo, hi] = std::minmax_element(ratios.begin(), ratios.end());
         char buf[80];
         std::snprintf(buf, sizeof buf, "%.3fx [%.3f-%.3f]%s", m, *lo, *hi,
@@ -378,7 +375,7 @@ int main(int argc, char** argv) {
         note = buf;
       }
       std::printf("%-8s %-8s %-10s %9.2f %10.0f %8.1f  %s\n", workload, policy, name.c_str(),
-                  MedianOf(cold), MedianOf(inst), MedianOf(p99), note.c_str());
+                  Median(cold), Median(inst), Median(p99), note.c_str());
     };
     std::vector<std::vector<std::pair<double, double>>> fixed(seeds);
     for (double ka : keep_alives) {
@@ -402,7 +399,7 @@ int main(int argc, char** argv) {
         seed_above += r > 1.01;
         worst = std::max(worst, r);
       }
-      const double m = MedianOf(ratios);
+      const double m = Median(ratios);
       if (m <= 1.01) {
         ++below;
       } else {

@@ -44,6 +44,7 @@
 #include "bench_args.h"
 #include "bench_shoald.h"
 #include "loopback.h"
+#include "run_stats.h"
 #include "shoal/detect/open_watch.h"
 #include "shoal/ebpf/behaviour_probes.h"
 #include "shoald_fixture.h"
@@ -53,13 +54,9 @@
 using namespace shoal::testing;
 using Clock = std::chrono::steady_clock;
 
-namespace {
+using shoal::bench::Median;
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
+namespace {
 
 struct CostRun {
   shoal::bench::WrkResult wrk;

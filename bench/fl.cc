@@ -37,9 +37,13 @@
 
 #include "bench_args.h"
 #include "bench_shoald.h"
+#include "run_stats.h"
 #include "shoald_fixture.h"
 
 using namespace shoal::testing;
+
+using shoal::bench::Fmt;
+using shoal::bench::Median;
 
 namespace {
 
@@ -93,12 +97,6 @@ struct Options {
 };
 
 uint32_t Quorum(const Setting& s) { return static_cast<uint32_t>((s.clients + 1) / 2); }
-
-std::string Fmt(const char* f, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
 
 std::string Manifest(const std::string& name, const Variant& v, const Setting& st, const Options& o,
                      double target, uint64_t seed) {
@@ -193,12 +191,6 @@ bool RunOne(const Variant& v, const Setting& st, const Options& o, double target
     }
   }
   return true;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 std::string Join(const std::vector<std::string>& parts, const char* sep) {

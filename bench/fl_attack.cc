@@ -20,10 +20,14 @@
 
 #include "bench_args.h"
 #include "bench_shoald.h"
+#include "run_stats.h"
 #include "shoald_fixture.h"
 
 using namespace shoal::testing;
 using Json = nlohmann::json;
+
+using shoal::bench::Fmt;
+using shoal::bench::Median;
 
 namespace {
 
@@ -119,18 +123,6 @@ bool RunOne(const Rule& rule, const std::string& attack, const Options& o, uint6
     }
   }
   return true;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-std::string Fmt(const char* f, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
 }
 
 }  // namespace

@@ -35,7 +35,10 @@
 
 #include "bench_args.h"
 #include "openblas_env.h"
+#include "run_stats.h"
 #include "shoal/aggregator/fold_pool.h"
+
+using shoal::bench::Median;
 
 namespace {
 
@@ -137,12 +140,6 @@ class OpenBlas {
   void (*set_threads_)(int) = nullptr;
   std::string config_;
 };
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
 
 // Finite pseudo-random values, different per update; the content does not change the bandwidth.
 void FillUpdate(uint8_t* out, DType d, size_t n, uint32_t seed, std::vector<float>& scratch) {

@@ -21,6 +21,7 @@
 
 #include "bench_args.h"
 #include "bench_shoald.h"
+#include "run_stats.h"
 #include "shoald_fixture.h"
 #include "wrk_runner.h"
 
@@ -28,14 +29,7 @@ using namespace shoal::testing;
 using shoal::bench::RunWrk;
 using shoal::bench::WrkResult;
 
-namespace {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
-
-}  // namespace
+using shoal::bench::Median;
 
 int main(int argc, char** argv) {
   int secs = 10, conns = 64, runs = 3;
@@ -48,11 +42,7 @@ int main(int argc, char** argv) {
   }
   const int workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int wrk_threads = std::max(1, workers);
-  if (system("command -v wrk >/dev/null && command -v nginx >/dev/null") != 0) {
-    std::fprintf(stderr, "bench-invoke needs wrk and nginx (Debian packages wrk, nginx-light)\n");
-    std::printf("RESULT invoke ratio=nan\n");
-    return 1;
-  }
+  if (!shoal::bench::WrkInstalled("bench-invoke", "invoke", /*nginx=*/true)) return 1;
   char tmpl[] = "/tmp/shoal-bench-invoke-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const std::string body(64, 'x');

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 namespace shoal::bench {
@@ -25,6 +27,21 @@ inline Spread SpreadOf(std::vector<double> v) {
   s.max = v.back();
   s.median = v.size() % 2 == 1 ? v[m] : (v[m - 1] + v[m]) / 2;
   return s;
+}
+
+// The median (the mean of the middle two for an even count); 0 for none.
+inline double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+// `v` printed with the printf format `f` (one double), e.g. for a RESULT line's ratio.
+inline std::string Fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
 }
 
 }  // namespace shoal::bench

@@ -22,11 +22,17 @@ struct WrkResult {
   std::string raw;
 };
 
-// Whether wrk is installed; when not, `bench` says so on stderr and prints its RESULT line as
-// nan (`result`: the name in that line).
-inline bool WrkInstalled(const char* bench, const char* result) {
-  if (system("command -v wrk >/dev/null") == 0) return true;
-  std::fprintf(stderr, "%s needs wrk (Debian package wrk)\n", bench);
+// Whether wrk (and nginx, for a bench whose anchor it is) is installed; when not, `bench` says so
+// on stderr and prints its RESULT line as nan (`result`: the name in that line).
+inline bool WrkInstalled(const char* bench, const char* result, bool nginx = false) {
+  if (system(nginx ? "command -v wrk >/dev/null && command -v nginx >/dev/null"
+                   : "command -v wrk >/dev/null") == 0) {
+    return true;
+  }
+  std::fprintf(stderr,
+               nginx ? "%s needs wrk and nginx (Debian packages wrk, nginx-light)\n"
+                     : "%s needs wrk (Debian package wrk)\n",
+               bench);
   std::printf("RESULT %s ratio=nan\n", result);
   return false;
 }

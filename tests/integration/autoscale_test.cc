@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "shoald_fixture.h"
+#include "text_checks.h"
 
 namespace shoal::testing {
 namespace {
@@ -39,6 +40,13 @@ class AutoscaleTest : public ::testing::Test {
     if (r.status != 200) return json::object();
     return json::parse(r.body, nullptr, false).value("status", json::object());
   }
+  // Deploys the sleep function `name` with `spec` (under spec:) through the CLI.
+  ::testing::AssertionResult Deployed(const std::string& name, const std::string& spec) {
+    const CliResult d = shoald_.Deploy(Manifest(name, spec));
+    if (d.exit_code == 0) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure()
+           << "deploy " << name << ": exit " << d.exit_code << ": " << d.err;
+  }
   // Polls `pred` on the function's status until it holds or `timeout` passes.
   template <typename Pred>
   bool WaitFor(const std::string& fn, Pred pred, std::chrono::milliseconds timeout) {
@@ -56,15 +64,14 @@ int Ready(const json& st) { return st.value("ready", 0); }
 int Alive(const json& st) { return st.value("instances_total", 0); }
 
 TEST_F(AutoscaleTest, KpaStepLoadScalesUpAndBackDownWithoutFailedRequests) {
-  auto d = shoald_.Deploy(Manifest("step",
-                                   "  concurrency: 1\n"
-                                   "  keepAlive: 1s\n"
-                                   "  autoscaling:\n"
-                                   "    policy: kpa\n"
-                                   "    maxScale: 6\n"
-                                   "    params: {stableWindow: 4s, panicWindow: 1s, "
-                                   "scaleToZeroGrace: 1s}\n"));
-  ASSERT_EQ(d.exit_code, 0) << d.err;
+  ASSERT_TRUE(Deployed("step",
+                       "  concurrency: 1\n"
+                       "  keepAlive: 1s\n"
+                       "  autoscaling:\n"
+                       "    policy: kpa\n"
+                       "    maxScale: 6\n"
+                       "    params: {stableWindow: 4s, panicWindow: 1s, "
+                       "scaleToZeroGrace: 1s}\n"));
 
   // Step up: four closed-loop clients on a one-slot function.
   std::atomic<int> clients_wanted{4};
@@ -80,27 +87,30 @@ TEST_F(AutoscaleTest, KpaStepLoadScalesUpAndBackDownWithoutFailedRequests) {
     });
   }
   int peak = 0;
-  const bool up = WaitFor("step", [&](const json& st) {
-    peak = std::max(peak, Ready(st));
-    return Ready(st) >= 3 && st.value("desired", 0) >= 3;
-  }, std::chrono::seconds(15));
+  const bool up = WaitFor(
+      "step",
+      [&](const json& st) {
+        peak = std::max(peak, Ready(st));
+        return Ready(st) >= 3 && st.value("desired", 0) >= 3;
+      },
+      std::chrono::seconds(15));
   EXPECT_TRUE(up) << "replicas did not follow the load up (peak ready " << peak << ")";
   // Step down to one client: instances drain and stop while requests keep flowing.
   clients_wanted = 1;
-  const bool partly = WaitFor("step", [](const json& st) {
-    return st.value("desired", 99) <= 2 && Ready(st) <= 2;
-  }, std::chrono::seconds(15));
+  const bool partly = WaitFor(
+      "step", [](const json& st) { return st.value("desired", 99) <= 2 && Ready(st) <= 2; },
+      std::chrono::seconds(15));
   EXPECT_TRUE(partly) << "replicas did not follow the load down: " << Status("step").dump();
-  EXPECT_NE(shoald_.Log().find("scaling down to"), std::string::npos);  // drained under load
+  EXPECT_TRUE(Contains(shoald_.Log(), "scaling down to"));  // drained under load
   clients_wanted = 0;
   for (auto& t : clients) t.join();
   EXPECT_GT(ok.load(), 10);
 
   // Step down: the stable window empties, instances above the target drain and stop, and after
   // the grace period the last one goes too.
-  const bool down = WaitFor("step", [](const json& st) {
-    return Alive(st) == 0 && st.value("desired", -1) == 0;
-  }, std::chrono::seconds(20));
+  const bool down = WaitFor(
+      "step", [](const json& st) { return Alive(st) == 0 && st.value("desired", -1) == 0; },
+      std::chrono::seconds(20));
   EXPECT_TRUE(down) << Status("step").dump();
   EXPECT_EQ(failed.load(), 0);
   const json st = Status("step");
@@ -108,21 +118,20 @@ TEST_F(AutoscaleTest, KpaStepLoadScalesUpAndBackDownWithoutFailedRequests) {
   EXPECT_EQ(st.value("policy", ""), "kpa");
   EXPECT_GE(shoald_.Metric("shoal_autoscaler_decision_changes_total", "function=\"step\""), 2);
   EXPECT_EQ(shoald_.Metric("shoal_autoscaler_desired_replicas", "function=\"step\""), 0);
-  EXPECT_NE(shoald_.Log().find("function step: autoscaler kpa: desired"), std::string::npos);
+  EXPECT_TRUE(Contains(shoald_.Log(), "function step: autoscaler kpa: desired"));
 }
 
 TEST_F(AutoscaleTest, ScaledToZeroFunctionServesItsNextRequest) {
-  auto d = shoald_.Deploy(Manifest("zero",
-                                   "  keepAlive: 500ms\n"
-                                   "  autoscaling:\n"
-                                   "    policy: kpa\n"
-                                   "    params: {stableWindow: 2s, panicWindow: 500ms, "
-                                   "scaleToZeroGrace: 500ms}\n"));
-  ASSERT_EQ(d.exit_code, 0) << d.err;
+  ASSERT_TRUE(Deployed("zero",
+                       "  keepAlive: 500ms\n"
+                       "  autoscaling:\n"
+                       "    policy: kpa\n"
+                       "    params: {stableWindow: 2s, panicWindow: 500ms, "
+                       "scaleToZeroGrace: 500ms}\n"));
   auto first = Http(shoald_.port(), "GET", "/fn/zero?ms=1");
   ASSERT_EQ(first.status, 200) << first.body;
-  ASSERT_TRUE(WaitFor("zero", [](const json& st) { return Alive(st) == 0; },
-                      std::chrono::seconds(15)))
+  ASSERT_TRUE(WaitFor(
+      "zero", [](const json& st) { return Alive(st) == 0; }, std::chrono::seconds(15)))
       << "never scaled to zero: " << Status("zero").dump();
   // (KPA may have started two for the first request: one in flight over a 70% target.)
   const int before = Status("zero").value("cold_starts", 0);
@@ -137,14 +146,13 @@ TEST_F(AutoscaleTest, ShoalPolicyPrewarmsAheadOfAPeriodicCaller) {
   // Idle periods of ~2.5 s land in one 1-second bin; after three of them the histogram trusts
   // itself: release the instance a second after each call, start one again ~1.5 s after the
   // call (pre-warm from 1.8 s, less two cold starts and one interval of lead).
-  auto d = shoald_.Deploy(Manifest("tick",
-                                   "  keepAlive: 10s\n"
-                                   "  autoscaling:\n"
-                                   "    policy: shoal\n"
-                                   "    keepAlive: histogram\n"
-                                   "    params: {histogramBin: 1s, minSamples: 3, "
-                                   "scaleDownDelay: 0s, coldStart: 10ms}\n"));
-  ASSERT_EQ(d.exit_code, 0) << d.err;
+  ASSERT_TRUE(Deployed("tick",
+                       "  keepAlive: 10s\n"
+                       "  autoscaling:\n"
+                       "    policy: shoal\n"
+                       "    keepAlive: histogram\n"
+                       "    params: {histogramBin: 1s, minSamples: 3, "
+                       "scaleDownDelay: 0s, coldStart: 10ms}\n"));
   const auto period = std::chrono::milliseconds(2500);
   auto next = Clock::now();
   int calls = 0;
@@ -158,36 +166,33 @@ TEST_F(AutoscaleTest, ShoalPolicyPrewarmsAheadOfAPeriodicCaller) {
     if (st.value("cold_starts_avoided", 0) >= 1) break;
   }
   EXPECT_GE(st.value("prewarm_starts", 0), 1) << st.dump();
-  EXPECT_GE(st.value("cold_starts_avoided", 0), 1) << "after " << calls + 1 << " calls: "
-                                                    << st.dump();
+  EXPECT_GE(st.value("cold_starts_avoided", 0), 1)
+      << "after " << calls + 1 << " calls: " << st.dump();
   EXPECT_GE(shoald_.Metric("shoal_autoscaler_cold_starts_avoided_total", "function=\"tick\""), 1);
-  EXPECT_NE(shoald_.Log().find("pre-warm"), std::string::npos);
+  EXPECT_TRUE(Contains(shoald_.Log(), "pre-warm"));
 }
 
 TEST_F(AutoscaleTest, DescribeAndTopShowTheAutoscaler) {
-  auto d = shoald_.Deploy(Manifest("shown",
-                                   "  autoscaling:\n"
-                                   "    policy: kpa\n"
-                                   "    target: 2\n"
-                                   "    minScale: 1\n"
-                                   "    maxScale: 3\n"));
-  ASSERT_EQ(d.exit_code, 0) << d.err;
+  ASSERT_TRUE(Deployed("shown",
+                       "  autoscaling:\n"
+                       "    policy: kpa\n"
+                       "    target: 2\n"
+                       "    minScale: 1\n"
+                       "    maxScale: 3\n"));
   ASSERT_TRUE(shoald_.WaitReady("shown", 1));
-  ASSERT_TRUE(WaitFor("shown", [](const json& st) {
-    return st.value("decision", json::object()).value("age_s", -1.0) >= 0;
-  }, std::chrono::seconds(10)));
+  ASSERT_TRUE(WaitFor(
+      "shown",
+      [](const json& st) { return st.value("decision", json::object()).value("age_s", -1.0) >= 0; },
+      std::chrono::seconds(10)));
   auto desc = shoald_.Cli({"describe", "shown"});
   ASSERT_EQ(desc.exit_code, 0) << desc.err;
-  EXPECT_NE(desc.out.find("Autoscaling:   kpa, target 2.0, keep-alive fixed"), std::string::npos)
-      << desc.out;
-  EXPECT_NE(desc.out.find("  Autoscaler:  desired 1, actual 1 (replicas 1 + pre-warm 0)"),
-            std::string::npos)
-      << desc.out;
-  EXPECT_NE(desc.out.find("  Last change: desired 1"), std::string::npos) << desc.out;
+  EXPECT_TRUE(Contains(desc.out, "Autoscaling:   kpa, target 2.0, keep-alive fixed"));
+  EXPECT_TRUE(Contains(desc.out, "  Autoscaler:  desired 1, actual 1 (replicas 1 + pre-warm 0)"));
+  EXPECT_TRUE(Contains(desc.out, "  Last change: desired 1"));
   auto top = shoald_.Cli({"top"});
   ASSERT_EQ(top.exit_code, 0) << top.err;
-  EXPECT_NE(top.out.find("POLICY   DESIRED   ACTUAL"), std::string::npos) << top.out;
-  EXPECT_NE(top.out.find("shown      kpa      1         1 "), std::string::npos) << top.out;
+  EXPECT_TRUE(Contains(top.out, "POLICY   DESIRED   ACTUAL"));
+  EXPECT_TRUE(Contains(top.out, "shown      kpa      1         1 "));
 }
 
 // The learned policy through a real shoald, on the shipped table named by policyFile, with time
@@ -208,21 +213,20 @@ class LearnedAutoscaleTest : public AutoscaleTest {
 TEST_F(LearnedAutoscaleTest, TimerIsKeptThenReleasedAndPrewarmedPerTheTable) {
   const std::string table = std::string(SHOAL_SOURCE_DIR) + "/deploy/policies/learned-v1.json";
   const std::string file_line = "    policyFile: " + table + "\n";
-  auto d = shoald_.Deploy(Manifest("timer",
-                                   "  keepAlive: 10m\n"
-                                   "  autoscaling:\n"
-                                   "    policy: learned\n" +
-                                       file_line +
-                                       "    params: {timeScale: 0.025, "
-                                       "excessKeepAlive: 1s, scaleDownDelay: 1s}\n"));
-  ASSERT_EQ(d.exit_code, 0) << d.err;
+  ASSERT_TRUE(Deployed("timer",
+                       "  keepAlive: 10m\n"
+                       "  autoscaling:\n"
+                       "    policy: learned\n" +
+                           file_line +
+                           "    params: {timeScale: 0.025, "
+                           "excessKeepAlive: 1s, scaleDownDelay: 1s}\n"));
   auto desc = shoald_.Cli({"describe", "timer"});
   ASSERT_EQ(desc.exit_code, 0) << desc.err;
   const std::string shown =
       "Autoscaling:   learned, keep-alive fixed (excessKeepAlive=1, "
       "scaleDownDelay=1, timeScale=0.025), policy file " +
       table;
-  EXPECT_NE(desc.out.find(shown), std::string::npos) << desc.out;
+  EXPECT_TRUE(Contains(desc.out, shown));
 
   const auto period = std::chrono::milliseconds(1900);
   auto next = Clock::now();
@@ -270,15 +274,13 @@ TEST_F(LearnedAutoscaleTest, TimerIsKeptThenReleasedAndPrewarmedPerTheTable) {
   EXPECT_GT(released_idle, 10);  // released after each later call
   EXPECT_GT(prewarmed_idle, 0);  // and brought back before the next
   desc = shoald_.Cli({"describe", "timer"});
-  EXPECT_NE(desc.out.find("idle action prewarm-median+-10% (window 2-2 s; idle periods 3-10, "
-                          "median 45-90s, q90/q10 <1.3; expects "),
-            std::string::npos)
-      << desc.out;
+  EXPECT_TRUE(Contains(desc.out,
+                       "idle action prewarm-median+-10% (window 2-2 s; idle periods 3-10, "
+                       "median 45-90s, q90/q10 <1.3; expects "));
   // A version-1 file has no busy-time sizing table: describe says which sizing ran instead.
-  EXPECT_NE(desc.out.find("sizing x1.00-hold-10s (shoal's Erlang-C as is: the policy file is "
-                          "version 1, which has no sizing table)"),
-            std::string::npos)
-      << desc.out;
+  EXPECT_TRUE(Contains(desc.out,
+                       "sizing x1.00-hold-10s (shoal's Erlang-C as is: the policy file is "
+                       "version 1, which has no sizing table)"));
   const json st = Status("timer");
   EXPECT_EQ(failed, 0);
   EXPECT_EQ(st.value("errors_total", -1), 0);
@@ -296,12 +298,11 @@ TEST_F(LearnedAutoscaleTest, TimerIsKeptThenReleasedAndPrewarmedPerTheTable) {
 // why (the sizing action, the context it was read in, the context's measured features and what
 // the table expects of the action per interval).
 TEST_F(AutoscaleTest, LearnedDescribeShowsTheBusyTimeSizingAndItsContext) {
-  auto d = shoald_.Deploy(Manifest("sized",
-                                   "  concurrency: 4\n"
-                                   "  autoscaling:\n"
-                                   "    policy: learned\n"
-                                   "    maxScale: 4\n"));
-  ASSERT_EQ(d.exit_code, 0) << d.err;
+  ASSERT_TRUE(Deployed("sized",
+                       "  concurrency: 4\n"
+                       "  autoscaling:\n"
+                       "    policy: learned\n"
+                       "    maxScale: 4\n"));
   for (int call = 0; call < 6; ++call) {
     auto r = Http(shoald_.port(), "GET", "/fn/sized?ms=20");
     EXPECT_EQ(r.status, 200) << r.error << r.body;
@@ -318,16 +319,16 @@ TEST_F(AutoscaleTest, LearnedDescribeShowsTheBusyTimeSizingAndItsContext) {
   // The sizing the table chose, the context it was read in (load and dispersion buckets; the
   // first ticks see a short window, so which bucket depends on timing), the measured features,
   // and the table's per-interval expectation for that action in that context.
-  EXPECT_NE(reason.find("; sizing x"), std::string::npos) << reason;
-  EXPECT_NE(reason.find(" (load "), std::string::npos) << reason;
-  EXPECT_NE(reason.find(" instances, dispersion "), std::string::npos) << reason;
-  EXPECT_NE(reason.find("; expects "), std::string::npos) << reason;
-  EXPECT_NE(reason.find(" slo misses per interval)"), std::string::npos) << reason;
+  EXPECT_TRUE(Contains(reason, "; sizing x"));
+  EXPECT_TRUE(Contains(reason, " (load "));
+  EXPECT_TRUE(Contains(reason, " instances, dispersion "));
+  EXPECT_TRUE(Contains(reason, "; expects "));
+  EXPECT_TRUE(Contains(reason, " slo misses per interval)"));
   auto desc = shoald_.Cli({"describe", "sized"});
   ASSERT_EQ(desc.exit_code, 0) << desc.err;
-  EXPECT_NE(desc.out.find("(replicas "), std::string::npos) << desc.out;
-  EXPECT_NE(desc.out.find("; sizing x"), std::string::npos) << desc.out;
-  EXPECT_NE(desc.out.find(" slo misses per interval)"), std::string::npos) << desc.out;
+  EXPECT_TRUE(Contains(desc.out, "(replicas "));
+  EXPECT_TRUE(Contains(desc.out, "; sizing x"));
+  EXPECT_TRUE(Contains(desc.out, " slo misses per interval)"));
 }
 
 TEST_F(AutoscaleTest, CorruptLearnedPolicyFileIsRefusedAtDeploy) {
@@ -343,17 +344,13 @@ TEST_F(AutoscaleTest, CorruptLearnedPolicyFileIsRefusedAtDeploy) {
   };
   auto truncated = deploy(good.substr(0, good.size() / 2));
   EXPECT_NE(truncated.exit_code, 0);
-  EXPECT_NE(truncated.err.find("spec.autoscaling.policyFile: learned policy "), std::string::npos)
-      << truncated.err;
+  EXPECT_TRUE(Contains(truncated.err, "spec.autoscaling.policyFile: learned policy "));
   std::string v3 = good;
   v3.replace(v3.find("\"version\": 1,"), 13, "\"version\": 3,");
   auto newer = deploy(v3);
   EXPECT_NE(newer.exit_code, 0);
-  EXPECT_NE(newer.err.find("spec.autoscaling.policyFile: learned policy "), std::string::npos)
-      << newer.err;
-  EXPECT_NE(newer.err.find("version 3 is incompatible: this build reads versions 1 to 2"),
-            std::string::npos)
-      << newer.err;
+  EXPECT_TRUE(Contains(newer.err, "spec.autoscaling.policyFile: learned policy "));
+  EXPECT_TRUE(Contains(newer.err, "version 3 is incompatible: this build reads versions 1 to 2"));
   EXPECT_NE(shoald_.Api("GET", "/v1/functions/badtable").status, 200);
   // A version-1 file (idle table only) is still read; the shipped version-2 file deploys too.
   auto good_deploy = deploy(good);

@@ -18,6 +18,7 @@
 #include "shoal/model/architectures.h"
 #include "shoal/model/safetensors.h"
 #include "shoald_data_test.h"
+#include "text_checks.h"
 
 namespace shoal::testing {
 namespace {
@@ -120,9 +121,9 @@ class FlRobustTest : public DigitsShoaldTest {
     // shoal fl status names them.
     const auto cli = shoald_.Cli({"fl", "status", job});
     EXPECT_EQ(cli.exit_code, 0) << cli.err;
-    EXPECT_NE(cli.out.find("Suspects:\n"), std::string::npos) << cli.out;
-    EXPECT_NE(cli.out.find("client-6"), std::string::npos) << cli.out;
-    EXPECT_NE(cli.out.find("client-7"), std::string::npos) << cli.out;
+    EXPECT_TRUE(Contains(cli.out, "Suspects:\n"));
+    EXPECT_TRUE(Contains(cli.out, "client-6"));
+    EXPECT_TRUE(Contains(cli.out, "client-7"));
   }
 };
 
@@ -147,15 +148,13 @@ TEST_F(FlRobustTest, ScaledUpdatesCollapseFedAvgAndRobustRulesWithstandThem) {
 TEST_F(FlRobustTest, LittleIsEnoughAttackersColludeEveryRoundAndKrumDoesNotFlagThem) {
   const Run krum = Train("liekrum", "{rule: krum, f: 2}", 1.0, 15, "lie");
   EXPECT_EQ(krum.version, 15u) << krum.out;
-  EXPECT_NE(krum.out.find("attack lie:0.318639 by 2 of 8 clients: client-6 .. client-7 "
-                          "(colluding: each round's attackers pool their honest models and send "
-                          "mean - 0.3186 std; z_max for n 8, f 2)"),
-            std::string::npos)
-      << krum.out;
-  EXPECT_NE(krum.out.find("shoal-client: lie: 30 updates sent as the colluders' mean - 0.3186 "
-                          "std (2.00 attackers pooled per update), 0 sent honest"),
-            std::string::npos)
-      << krum.out;
+  EXPECT_TRUE(Contains(krum.out,
+                       "attack lie:0.318639 by 2 of 8 clients: client-6 .. client-7 "
+                       "(colluding: each round's attackers pool their honest models and send "
+                       "mean - 0.3186 std; z_max for n 8, f 2)"));
+  EXPECT_TRUE(Contains(krum.out,
+                       "shoal-client: lie: 30 updates sent as the colluders' mean - 0.3186 "
+                       "std (2.00 attackers pooled per update), 0 sent honest"));
   uint64_t honest_flagged = 0;
   for (const Json& c : krum.status["clients"]["list"]) {
     const std::string name = c.value("name", "");
@@ -173,10 +172,9 @@ TEST_F(FlRobustTest, LittleIsEnoughAttackersColludeEveryRoundAndKrumDoesNotFlagT
 TEST_F(FlRobustTest, KrumThatCannotToleratefIsRefusedAtDeploy) {
   const auto d = shoald_.Deploy(Manifest("bad", "{rule: krum, f: 3}", 0.9, 10));
   EXPECT_NE(d.exit_code, 0);
-  EXPECT_NE((d.out + d.err)
-                .find("spec.aggregation.robust.f: krum tolerates f byzantine updates "
-                      "among n only when n > 2f + 2 = 8"),
-            std::string::npos)
+  EXPECT_TRUE(Contains((d.out + d.err),
+                       "spec.aggregation.robust.f: krum tolerates f byzantine updates "
+                       "among n only when n > 2f + 2 = 8"))
       << d.out << d.err;
   EXPECT_EQ(shoald_.Api("GET", "/v1/jobs/bad").status, 404);
 }

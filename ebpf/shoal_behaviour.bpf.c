@@ -227,6 +227,12 @@ static __always_inline void connect_event(struct shoal_bhv_counters *c, __u64 cg
   submit_once(ev, h);
 }
 
+/* The user path an execve/open-family syscall names: its first argument, the *at forms' second. */
+static __always_inline const void *path_arg(__u32 nr, struct pt_regs *regs) {
+  if (nr == SHOAL_BHV_NR_EXECVE || nr == SHOAL_BHV_NR_OPEN) return (const void *)regs->di;
+  return (const void *)regs->si;
+}
+
 SEC("tp_btf/sys_enter")
 int shoal_bhv_sys_enter(__u64 *ctx) {
   __u64 cgid;
@@ -241,31 +247,23 @@ int shoal_bhv_sys_enter(__u64 *ctx) {
   if (cls < SHOAL_BHV_CLASSES) c->syscalls[cls] += 1; /* per-CPU value: no atomics needed */
 
   struct pt_regs *regs = (struct pt_regs *)ctx[0];
+  const int is_open =
+      nr == SHOAL_BHV_NR_OPEN || nr == SHOAL_BHV_NR_OPENAT || nr == SHOAL_BHV_NR_OPENAT2;
   if (syscall_hook == SHOAL_BHV_SYSCALLS_SAMPLED) {
     /* A slice: classes, and the open attempts (fanotify sees only the opens that succeed). */
-    if (nr == SHOAL_BHV_NR_OPEN) path_event(c, cgid, SHOAL_BHV_EV_OPEN, (const void *)regs->di, 1);
-    if (nr == SHOAL_BHV_NR_OPENAT || nr == SHOAL_BHV_NR_OPENAT2) {
-      path_event(c, cgid, SHOAL_BHV_EV_OPEN, (const void *)regs->si, 1);
-    }
+    if (is_open) path_event(c, cgid, SHOAL_BHV_EV_OPEN, path_arg(nr, regs), 1);
+    return 0;
+  }
+  if (is_open) {
+    c->opens += 1;
+    path_event(c, cgid, SHOAL_BHV_EV_OPEN, path_arg(nr, regs), 1);
     return 0;
   }
   switch (nr) {
     case SHOAL_BHV_NR_EXECVE:
-      c->execs += 1;
-      path_event(c, cgid, SHOAL_BHV_EV_EXEC, (const void *)regs->di, 1);
-      break;
     case SHOAL_BHV_NR_EXECVEAT:
       c->execs += 1;
-      path_event(c, cgid, SHOAL_BHV_EV_EXEC, (const void *)regs->si, 1);
-      break;
-    case SHOAL_BHV_NR_OPEN:
-      c->opens += 1;
-      path_event(c, cgid, SHOAL_BHV_EV_OPEN, (const void *)regs->di, 1);
-      break;
-    case SHOAL_BHV_NR_OPENAT:
-    case SHOAL_BHV_NR_OPENAT2:
-      c->opens += 1;
-      path_event(c, cgid, SHOAL_BHV_EV_OPEN, (const void *)regs->si, 1);
+      path_event(c, cgid, SHOAL_BHV_EV_EXEC, path_arg(nr, regs), 1);
       break;
     case SHOAL_BHV_NR_CONNECT:
       c->connects += 1;

@@ -27,6 +27,7 @@
 
 #include "bench_args.h"
 #include "bench_shoald.h"
+#include "run_stats.h"
 #include "shoal/autoscaler/distribution.h"
 #include "shoal/autoscaler/workloads.h"
 #include "shoald_fixture.h"
@@ -35,6 +36,8 @@ using namespace shoal;
 using namespace shoal::testing;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
+
+using shoal::bench::Percentile;
 
 namespace {
 
@@ -60,13 +63,6 @@ struct Row {
   uint64_t requests = 0, failed = 0, starts = 0, cold = 0;
   double p50 = 0, p99 = 0, inst_s = 0;
 };
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1,
-                    static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
-}
 
 std::string Manifest(const Fn& f, const std::string& policy) {
   std::string m =

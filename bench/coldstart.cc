@@ -24,19 +24,15 @@
 #include <vector>
 
 #include "bench_args.h"
+#include "run_stats.h"
 #include "shoald_fixture.h"
 
 using namespace shoal::testing;
 using Clock = std::chrono::steady_clock;
 
-namespace {
+using shoal::bench::Percentile;
 
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t idx = std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5));
-  return v[idx];
-}
+namespace {
 
 double TimeRequest(uint16_t port, const std::string& path, int* status) {
   const auto t0 = Clock::now();

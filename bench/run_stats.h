@@ -37,6 +37,15 @@ inline double Median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
+// The q-quantile (q in [0, 1]) by nearest rank: the sorted values' element at round(q (n - 1)); 0
+// for none.
+inline double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1,
+                    static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
+}
+
 // `v` printed with the printf format `f` (one double), e.g. for a RESULT line's ratio.
 inline std::string Fmt(const char* f, double v) {
   char b[64];

@@ -159,7 +159,7 @@ FunctionSpec LeafSpec(const FlJobSpec& spec, uint32_t id, std::string name,
 
 // The spec's fields as state.json and the cluster's job record keep them, under their JSON
 // names: one list for SpecToJson and SpecFromJson. `f(name, field)` for each; robust's own
-// fields, in their object, by ForEachRobustField. (aggregation_device is not kept.)
+// fields, in their object, by ForEachRobustField.
 template <typename Spec, typename F>
 void ForEachSpecField(Spec& s, F f) {
   f("name", s.name);
@@ -182,6 +182,7 @@ void ForEachSpecField(Spec& s, F f) {
   f("staleness_limit", s.staleness_limit);
   f("max_fan_in", s.max_fan_in);
   f("max_leaves", s.max_leaves);
+  f("aggregation_device", s.aggregation_device);
   f("join_tokens", s.join_tokens);
   f("generation", s.generation);
   f("manifest", s.manifest);

@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -18,6 +20,7 @@
 #include "coordinator_fixture.h"
 #include "shoal/aggregator/fold.h"
 #include "shoal/common/payload.h"
+#include "shoal/interfaces/fl_leaf_env.h"
 #include "shoal/model/architectures.h"
 #include "shoal/model/safetensors.h"
 #include "shoal/model/update_format.h"
@@ -107,6 +110,38 @@ class FlCoordinatorTest : public coordinator_test::CoordinatorFixture {
 
   std::vector<std::string> fallbacks_;
 };
+
+// A job's leaf fold device (spec.aggregation.device) survives a restart: the restored spec and
+// the leaves it asks for carry it, and a record written before the field existed reads "auto".
+TEST_F(FlCoordinatorTest, TheAggregationDeviceIsKeptAcrossARestart) {
+  FlJobSpec cpu = RbSpec(3);
+  cpu.name = "on-cpu";
+  cpu.aggregation_device = "cpu";
+  ASSERT_TRUE(fl_->DeployJob(cpu).ok());
+  fl_.reset();
+  // "rb"'s record as an older shoald wrote it: no aggregation_device.
+  const std::string rb_state = dir_ + "/jobs/rb/state.json";
+  Json rb = Json::parse(std::ifstream(rb_state));
+  ASSERT_TRUE(rb.contains("spec")) << rb.dump();
+  ASSERT_EQ(rb["spec"].value("aggregation_device", ""), "auto");
+  rb["spec"].erase("aggregation_device");
+  std::ofstream(rb_state) << rb.dump();
+  fl_ = std::make_unique<FlCoordinator>(config_);
+  ASSERT_TRUE(fl_->Restore().ok());
+  auto restored = fl_->Spec("on-cpu");
+  ASSERT_TRUE(restored.ok()) << restored.status().ToString();
+  EXPECT_EQ(restored->aggregation_device, "cpu");
+  auto old = fl_->Spec("rb");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_EQ(old->aggregation_device, "auto");
+  std::map<std::string, std::string> devices;
+  for (const FunctionSpec& f : fl_->LeafSpecs()) {
+    devices[f.tenant + "/" + f.name] = f.handler.env.at(fl_leaf_env::kAggregationDevice);
+  }
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_EQ(devices.begin()->second, "cpu");
+  EXPECT_EQ(std::next(devices.begin())->second, "auto");
+}
 
 // A leaf's GPU fold fails halfway through client 1's update (the leaf answers 502 itself) while
 // client 2's update, already sent to the same leaf, is folded into the same partial sum by the

@@ -14,6 +14,13 @@
 #include "control_api_shared.h"
 
 namespace shoal {
+
+// An instance in a function's description and a tenant's pool in the node's, as JSON objects
+// under their members' names.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(InstanceInfo, id, pid, state, inflight, served, age_s,
+                                   cold_start_ms, start_path, start_note, restarts, quarantine)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(TenantPoolInfo, tenant, backend, capacity_bytes, used_bytes,
+                                   free_bytes, live_buffers, alloc_failures)
 namespace control_api_internal {
 
 HttpReply Json(int status, const json& j) {
@@ -202,21 +209,7 @@ json StatsJson(const FunctionStats& st, bool with_instances) {
                      {"anomalies", anomalies}};
   }
   if (with_instances) {
-    json instances = json::array();
-    for (const InstanceInfo& i : st.instances) {
-      instances.push_back({{"id", i.id},
-                           {"pid", i.pid},
-                           {"state", i.state},
-                           {"inflight", i.inflight},
-                           {"served", i.served},
-                           {"age_s", i.age_s},
-                           {"cold_start_ms", i.cold_start_ms},
-                           {"start_path", i.start_path},
-                           {"start_note", i.start_note},
-                           {"restarts", i.restarts},
-                           {"quarantine", i.quarantine}});
-    }
-    j["instances"] = std::move(instances);
+    j["instances"] = st.instances;
   }
   return j;
 }
@@ -571,21 +564,11 @@ HttpReply ControlApi::Snapshot(const auth::Principal& who) {
 }
 
 HttpReply ControlApi::Node() {
-  json pools = json::array();
-  for (const TenantPoolInfo& p : runtime_.Pools()) {
-    pools.push_back({{"tenant", p.tenant},
-                     {"backend", p.backend},
-                     {"capacity_bytes", p.capacity_bytes},
-                     {"used_bytes", p.used_bytes},
-                     {"free_bytes", p.free_bytes},
-                     {"live_buffers", p.live_buffers},
-                     {"alloc_failures", p.alloc_failures}});
-  }
   return Json(200, json{{"dataplane", runtime_.DataPlaneMode()},
                         {"version", kShoalVersion},
                         {"node", registry_.config().node_name},
                         {"functions", registry_.List().size()},
-                        {"pools", std::move(pools)}});
+                        {"pools", runtime_.Pools()}});
 }
 
 }  // namespace shoal

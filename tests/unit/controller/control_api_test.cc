@@ -1,12 +1,12 @@
 #include "shoal/controller/control_api.h"
 
-#include "registry_fixture.h"
-
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+
+#include "registry_fixture.h"
 
 namespace shoal {
 namespace {
@@ -63,6 +63,10 @@ class FakeRuntime : public RuntimeView {
     return c;
   }
   std::string DataPlaneMode() override { return "unix"; }
+  std::vector<TenantPoolInfo> Pools() override {
+    return {{"default", "boost", 512 << 20, 3 << 20, 509 << 20, 2, 0},
+            {"team-b", "dpdk", 1 << 30, 0, 1 << 30, 0, 7}};
+  }
 
   int changed = 0;
   std::pair<uint64_t, uint64_t> last_log_args;
@@ -163,12 +167,17 @@ TEST_F(ControlApiTest, ListAndGetCarryStatus) {
   EXPECT_EQ(o["name"], "a");
   EXPECT_EQ(o["id"], 1);
   ASSERT_EQ(o["status"]["instances"].size(), 2u);  // the second is quarantined (TopAndNode)
-  const json& inst = o["status"]["instances"][0];
-  EXPECT_EQ(inst["id"], 0x10001);
-  EXPECT_EQ(inst["pid"], 4242);
-  EXPECT_EQ(inst["state"], "ready");
-  EXPECT_EQ(inst["served"], 97);
-  EXPECT_EQ(inst["cold_start_ms"], 42.0);
+  EXPECT_EQ(o["status"]["instances"][0], (json{{"id", 0x10001},
+                                               {"pid", 4242},
+                                               {"state", "ready"},
+                                               {"inflight", 3},
+                                               {"served", 97},
+                                               {"age_s", 0.0},
+                                               {"cold_start_ms", 42.0},
+                                               {"start_path", ""},
+                                               {"start_note", ""},
+                                               {"restarts", 0},
+                                               {"quarantine", ""}}));
   EXPECT_EQ(Call("GET", "/v1/functions/a/").status, 200);  // trailing slash
 
   auto missing = Call("GET", "/v1/functions/zz");
@@ -295,6 +304,12 @@ TEST_F(ControlApiTest, TopAndNode) {
   json nj = Body(n);
   EXPECT_EQ(nj["dataplane"], "unix");
   EXPECT_EQ(nj["version"], "0.1.0");
+  EXPECT_EQ(nj["functions"], 2);
+  EXPECT_EQ(nj["pools"], json::parse(R"([
+    {"tenant": "default", "backend": "boost", "capacity_bytes": 536870912,
+     "used_bytes": 3145728, "free_bytes": 533725184, "live_buffers": 2, "alloc_failures": 0},
+    {"tenant": "team-b", "backend": "dpdk", "capacity_bytes": 1073741824, "used_bytes": 0,
+     "free_bytes": 1073741824, "live_buffers": 0, "alloc_failures": 7}])"));
 }
 
 TEST_F(ControlApiTest, UnknownRoutesAndWrongMethods) {

@@ -110,6 +110,17 @@ Result<std::unique_ptr<agg::AggregationAlgorithm>> MakeJobAlgorithm(const FlJobS
 
 }  // namespace
 
+// The spec as state.json and the cluster's job record keep it: every field under its member's
+// name (renaming a member renames the stored key), robust's in an object of its own. A missing
+// key reads as the default (SpecFromJson).
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FlRobustSpec, rule, beta, f, m, rank, clip_norm,
+                                                clip_median)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
+    FlJobSpec, name, tenant, algorithm, algorithm_params, architecture, hidden, initial_model, seed,
+    dataset, clients, quorum, rounds, target_accuracy, round_deadline_s, local_steps, learning_rate,
+    batch_size, staleness_limit, max_fan_in, max_leaves, aggregation_device, join_tokens,
+    generation, manifest)
+
 namespace coordinator_internal {
 
 double Seconds(Clock::time_point since) {
@@ -157,67 +168,20 @@ FunctionSpec LeafSpec(const FlJobSpec& spec, uint32_t id, std::string name,
   return f;
 }
 
-// The spec's fields as state.json and the cluster's job record keep them, under their JSON
-// names: one list for SpecToJson and SpecFromJson. `f(name, field)` for each; robust's own
-// fields, in their object, by ForEachRobustField.
-template <typename Spec, typename F>
-void ForEachSpecField(Spec& s, F f) {
-  f("name", s.name);
-  f("tenant", s.tenant);
-  f("algorithm", s.algorithm);
-  f("algorithm_params", s.algorithm_params);
-  f("architecture", s.architecture);
-  f("hidden", s.hidden);
-  f("initial_model", s.initial_model);
-  f("seed", s.seed);
-  f("dataset", s.dataset);
-  f("clients", s.clients);
-  f("quorum", s.quorum);
-  f("rounds", s.rounds);
-  f("target_accuracy", s.target_accuracy);
-  f("round_deadline_s", s.round_deadline_s);
-  f("local_steps", s.local_steps);
-  f("learning_rate", s.learning_rate);
-  f("batch_size", s.batch_size);
-  f("staleness_limit", s.staleness_limit);
-  f("max_fan_in", s.max_fan_in);
-  f("max_leaves", s.max_leaves);
-  f("aggregation_device", s.aggregation_device);
-  f("join_tokens", s.join_tokens);
-  f("generation", s.generation);
-  f("manifest", s.manifest);
-}
-
-template <typename Robust, typename F>
-void ForEachRobustField(Robust& r, F f) {
-  f("rule", r.rule);
-  f("beta", r.beta);
-  f("f", r.f);
-  f("m", r.m);
-  f("rank", r.rank);
-  f("clip_norm", r.clip_norm);
-  f("clip_median", r.clip_median);
-}
-
 Json SpecToJson(const FlJobSpec& s) {
-  Json j;
-  ForEachSpecField(s, [&j](const char* name, const auto& v) { j[name] = v; });
-  Json& robust = j["robust"];
-  ForEachRobustField(s.robust, [&robust](const char* name, const auto& v) { robust[name] = v; });
+  Json j = s;
+  j["robust"] = s.robust;
   return j;
 }
 
 // A field the JSON lacks keeps FlJobSpec's default, but for two: a record without clients or
-// generation reads as one client and a first deployment (the registry counts from 1).
+// generation reads as one client and a first deployment (the registry counts from 1). A robust
+// that is not an object is ignored.
 FlJobSpec SpecFromJson(const Json& j) {
-  FlJobSpec s;
-  s.clients = 1;
-  s.generation = 1;
-  ForEachSpecField(s, [&j](const char* name, auto& v) { v = j.value(name, v); });
-  if (j.contains("robust") && j["robust"].is_object()) {
-    const Json& r = j["robust"];
-    ForEachRobustField(s.robust, [&r](const char* name, auto& v) { v = r.value(name, v); });
-  }
+  FlJobSpec s = j.get<FlJobSpec>();
+  if (!j.contains("clients")) s.clients = 1;
+  if (!j.contains("generation")) s.generation = 1;
+  if (j.contains("robust") && j["robust"].is_object()) s.robust = j["robust"].get<FlRobustSpec>();
   return s;
 }
 

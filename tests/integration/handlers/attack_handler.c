@@ -22,15 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "shoal/runtime/handler_abi.h"
-
-static int reply(shoal_response* resp, const char* text) {
-  size_t len = strlen(text);
-  uint8_t* out = resp->alloc(resp->ctx, len, "text/plain");
-  if (out == NULL) return 1;
-  memcpy(out, text, len);
-  return 0;
-}
+#include "test_handler.h"
 
 static double now_ms(void) {
   struct timespec ts;
@@ -49,10 +41,7 @@ static void* burn(void* arg) {
 
 int shoal_handle(const shoal_request* req, shoal_response* resp) {
   char cmd[256];
-  size_t n = req->body_len < sizeof cmd - 1 ? req->body_len : sizeof cmd - 1;
-  memcpy(cmd, req->body, n);
-  cmd[n] = 0;
-  while (n > 0 && (cmd[n - 1] == '\n' || cmd[n - 1] == ' ')) cmd[--n] = 0;
+  read_command(req, cmd, sizeof cmd);
   char out[64];
   if (strcmp(cmd, "ok") == 0) return reply(resp, "ok");
   if (strcmp(cmd, "pid") == 0) {

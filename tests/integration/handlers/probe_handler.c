@@ -17,14 +17,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "shoal/runtime/handler_abi.h"
-
-static int reply(shoal_response* resp, const char* text, size_t len) {
-  uint8_t* out = resp->alloc(resp->ctx, len, "text/plain");
-  if (out == NULL) return 1;
-  memcpy(out, text, len);
-  return 0;
-}
+#include "test_handler.h"
 
 static size_t append_file(char* buf, size_t at, size_t cap, const char* path) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -47,16 +40,13 @@ static const char* errno_name(int err) {
 
 int shoal_handle(const shoal_request* req, shoal_response* resp) {
   char cmd[512];
-  size_t n = req->body_len < sizeof cmd - 1 ? req->body_len : sizeof cmd - 1;
-  memcpy(cmd, req->body, n);
-  cmd[n] = 0;
-  while (n > 0 && (cmd[n - 1] == '\n' || cmd[n - 1] == ' ')) cmd[--n] = 0;
+  read_command(req, cmd, sizeof cmd);
   char out[16384];
   if (strcmp(cmd, "status") == 0) {
     size_t at = append_file(out, 0, sizeof out - 16, "/proc/self/status");
     at += (size_t)snprintf(out + at, 16, "--- cgroup\n");
     at = append_file(out, at, sizeof out, "/proc/self/cgroup");
-    return reply(resp, out, at);
+    return reply_bytes(resp, out, at);
   }
   int rc = -1;
   if (strncmp(cmd, "open ", 5) == 0) {
@@ -73,7 +63,7 @@ int shoal_handle(const shoal_request* req, shoal_response* resp) {
   }
   const char* text = rc >= 0 ? "ok" : errno_name(errno);
   if (rc > 0 && strncmp(cmd, "kill ", 5) != 0) close(rc);
-  return reply(resp, text, strlen(text));
+  return reply(resp, text);
 }
 
 /* Answers at once: run inline on the instance's event loop. */

@@ -76,12 +76,17 @@ Result<std::string> SafetensorsHeader(std::span<const SafetensorsEntry> tensors,
 }
 
 // Writes the file into `out` (sized 8 + header + data).
-void FillSafetensors(std::span<const SafetensorsEntry> tensors, const std::string& text,
-                     std::byte* out) {
+// The header's length and text at `out`; returns where the data starts.
+size_t PutHeader(const std::string& text, std::byte* out) {
   const uint64_t n = text.size();
   std::memcpy(out, &n, 8);
   std::memcpy(out + 8, text.data(), text.size());
-  std::byte* data = out + 8 + text.size();
+  return 8 + text.size();
+}
+
+void FillSafetensors(std::span<const SafetensorsEntry> tensors, const std::string& text,
+                     std::byte* out) {
+  std::byte* data = out + PutHeader(text, out);
   for (const SafetensorsEntry& t : tensors) {
     if (!t.data.empty()) std::memcpy(data, t.data.data(), t.data.size());
     data += t.data.size();
@@ -110,16 +115,6 @@ Result<std::string> WriteSafetensorsString(std::span<const SafetensorsEntry> ten
   return out;
 }
 
-Status WriteSafetensorsInto(std::span<const SafetensorsEntry> tensors,
-                            const std::map<std::string, std::string>& metadata, std::string* out) {
-  uint64_t data_bytes = 0;
-  auto text = SafetensorsHeader(tensors, metadata, &data_bytes);
-  if (!text.ok()) return text.status();
-  out->resize(8 + text->size() + data_bytes);
-  FillSafetensors(tensors, *text, reinterpret_cast<std::byte*>(out->data()));
-  return Status::Ok();
-}
-
 Result<size_t> WriteSafetensorsHeaderInto(std::span<const SafetensorsEntry> tensors,
                                           const std::map<std::string, std::string>& metadata,
                                           std::string* out) {
@@ -127,10 +122,7 @@ Result<size_t> WriteSafetensorsHeaderInto(std::span<const SafetensorsEntry> tens
   auto text = SafetensorsHeader(tensors, metadata, &data_bytes);
   if (!text.ok()) return text.status();
   out->resize(8 + text->size() + data_bytes);
-  const uint64_t n = text->size();
-  std::memcpy(out->data(), &n, 8);
-  std::memcpy(out->data() + 8, text->data(), text->size());
-  return 8 + text->size();
+  return PutHeader(*text, reinterpret_cast<std::byte*>(out->data()));
 }
 
 Result<SafetensorsView> ReadSafetensors(std::span<const std::byte> file,

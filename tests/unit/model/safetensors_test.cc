@@ -206,8 +206,8 @@ TEST(Safetensors, WriterRejectsBadEntries) {
 }
 
 // The header alone, then each tensor's bytes copied at the returned offset in order: the bytes
-// WriteSafetensorsInto writes; a refused entry leaves `out` as it was, with the same message.
-TEST(Safetensors, HeaderIntoThenTheTensorsInOrderIsWriteInto) {
+// WriteSafetensorsString writes; a refused entry leaves `out` as it was, with the same message.
+TEST(Safetensors, HeaderIntoThenTheTensorsInOrderIsTheWholeFile) {
   const std::vector<uint64_t> s3 = {3}, s2x2 = {2, 2};
   std::vector<std::byte> a(12), b(16);
   for (size_t i = 0; i < a.size(); ++i) a[i] = std::byte(i * 7 + 1);
@@ -215,8 +215,10 @@ TEST(Safetensors, HeaderIntoThenTheTensorsInOrderIsWriteInto) {
   const std::vector<SafetensorsEntry> entries = {{"b.weight", DType::kF32, s2x2, b},
                                                  {"a.bias", DType::kF32, s3, a}};
   const std::map<std::string, std::string> meta = {{"job", "j"}, {"version", "7"}};
-  std::string want, got = "left over";
-  ASSERT_TRUE(WriteSafetensorsInto(entries, meta, &want).ok());
+  std::string got = "left over";
+  Result<std::string> whole = WriteSafetensorsString(entries, meta);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  const std::string& want = *whole;
   Result<size_t> at = WriteSafetensorsHeaderInto(entries, meta, &got);
   ASSERT_TRUE(at.ok()) << at.status().ToString();
   ASSERT_EQ(got.size(), want.size());

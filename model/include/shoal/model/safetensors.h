@@ -39,14 +39,11 @@ Result<std::vector<std::byte>> WriteSafetensors(
 // The same bytes in a std::string (what the HTTP layer sends): no copy from a vector.
 Result<std::string> WriteSafetensorsString(std::span<const SafetensorsEntry> tensors,
                                            const std::map<std::string, std::string>& metadata = {});
-// The same bytes written into `out`, resized to fit: a string reused commit after commit keeps
-// its pages (no allocation, no page faults, no zero fill when the size is unchanged). On error
-// `out` is left as it was.
-Status WriteSafetensorsInto(std::span<const SafetensorsEntry> tensors,
-                            const std::map<std::string, std::string>& metadata, std::string* out);
-// WriteSafetensorsInto without the tensors' bytes: `out` resized to the whole file and its
-// header written; returns where the data starts. The caller copies each tensor's bytes there,
-// one after the other in the order given (e.g. split across threads), for the same file.
+// The same file written into `out` without the tensors' bytes: `out` resized to the whole file
+// and its header written; returns where the data starts. The caller copies each tensor's bytes
+// there, one after the other in the order given (e.g. split across threads), for the same bytes.
+// A string reused commit after commit keeps its pages (no allocation, no page faults, no zero
+// fill when the size is unchanged). On error `out` is left as it was.
 Result<size_t> WriteSafetensorsHeaderInto(std::span<const SafetensorsEntry> tensors,
                                           const std::map<std::string, std::string>& metadata,
                                           std::string* out);

@@ -38,11 +38,12 @@
 #include "bench_args.h"
 #include "bench_shoald.h"
 #include "run_stats.h"
+#include "shoal/common/format_number.h"
 #include "shoald_fixture.h"
 
 using namespace shoal::testing;
 
-using shoal::bench::Fmt;
+using shoal::FormatNumber;
 using shoal::bench::Median;
 
 namespace {
@@ -107,7 +108,7 @@ std::string Manifest(const std::string& name, const Variant& v, const Setting& s
   // every update moves the model by alpha s(u) / N, as FedCompass's do (eta_g = alpha K / N).
   if (v.label == "fedbuff-appfl") {
     params = "    params: {k: " + std::to_string(Quorum(st)) +
-             ", eta: " + Fmt("%.6f", 0.9 * Quorum(st) / st.clients) + "}\n";
+             ", eta: " + FormatNumber("%.6f", 0.9 * Quorum(st) / st.clients) + "}\n";
   }
   // FedFix's period is the user's choice (the paper leaves it open): about one median client's
   // round here (100 steps x the median step time x the time scale).
@@ -207,8 +208,9 @@ std::vector<double> Ratios(const std::vector<std::vector<Run>>& runs, size_t i, 
   return q;
 }
 std::string RatioText(const std::vector<double>& q) {
-  return Fmt("%.3f", Median(q)) + " [" + Fmt("%.3f", *std::min_element(q.begin(), q.end())) + ", " +
-         Fmt("%.3f", *std::max_element(q.begin(), q.end())) + "]";
+  return FormatNumber("%.3f", Median(q)) + " [" +
+         FormatNumber("%.3f", *std::min_element(q.begin(), q.end())) + ", " +
+         FormatNumber("%.3f", *std::max_element(q.begin(), q.end())) + "]";
 }
 
 bool ReachedAll(const std::vector<Run>& runs) {
@@ -271,10 +273,10 @@ bool RunSetting(const Setting& st, const std::vector<Variant>& variants, const O
     std::vector<std::string> hits;
     int reached = 0;
     for (const Run& r : runs[i]) {
-      secs.push_back(Fmt("%.1f", r.seconds) + (r.reached ? "" : "*"));
-      accs.push_back(Fmt("%.4f", r.accuracy));
+      secs.push_back(FormatNumber("%.1f", r.seconds) + (r.reached ? "" : "*"));
+      accs.push_back(FormatNumber("%.4f", r.accuracy));
       ups.push_back(static_cast<double>(r.updates));
-      hits.push_back(r.first_seconds < 0 ? "-" : Fmt("%.1f", r.first_seconds));
+      hits.push_back(r.first_seconds < 0 ? "-" : FormatNumber("%.1f", r.first_seconds));
       reached += r.reached ? 1 : 0;
     }
     std::string to_anchor = "missed", to_first = "missed";
@@ -327,13 +329,13 @@ bool RunSetting(const Setting& st, const std::vector<Variant>& variants, const O
       int n = 0;
       for (const Run& r : runs[compass]) n += r.reached ? 1 : 0;
       results->push_back("RESULT " + name + " ratio=0 (missed: fedcompass reached " +
-                         Fmt("%.2f", target) + " in " + std::to_string(n) + " of " +
+                         FormatNumber("%.2f", target) + " in " + std::to_string(n) + " of " +
                          std::to_string(o.seeds) + " seeds)");
     } else if (ref < 0) {
       results->push_back("RESULT " + name + " ratio=0 (missed: no " + what + ")");
     } else {
       results->push_back("RESULT " + name +
-                         " ratio=" + Fmt("%.3f", Median(Ratios(runs, compass, ref))) +
+                         " ratio=" + FormatNumber("%.3f", Median(Ratios(runs, compass, ref))) +
                          " (fedcompass / " + variants[ref].label + ", median of " +
                          std::to_string(o.seeds) + " seeds)");
     }

@@ -21,12 +21,13 @@
 #include "bench_args.h"
 #include "bench_shoald.h"
 #include "run_stats.h"
+#include "shoal/common/format_number.h"
 #include "shoald_fixture.h"
 
 using namespace shoal::testing;
 using Json = nlohmann::json;
 
-using shoal::bench::Fmt;
+using shoal::FormatNumber;
 using shoal::bench::Median;
 
 namespace {
@@ -191,10 +192,10 @@ int main(int argc, char** argv) {
     double best_robust = 0;
     for (size_t r = 0; r < rules.size(); ++r) {
       const auto v = acc(a, r);
-      std::string cell = Fmt("%.4f", Median(v));
+      std::string cell = FormatNumber("%.4f", Median(v));
       if (o.seeds > 1) {
-        cell += " [" + Fmt("%.4f", *std::min_element(v.begin(), v.end())) + ", " +
-                Fmt("%.4f", *std::max_element(v.begin(), v.end())) + "]";
+        cell += " [" + FormatNumber("%.4f", *std::min_element(v.begin(), v.end())) + ", " +
+                FormatNumber("%.4f", *std::max_element(v.begin(), v.end())) + "]";
       }
       std::vector<double> secs;
       uint64_t tp = 0, fp = 0, judged = 0;
@@ -208,8 +209,10 @@ int main(int argc, char** argv) {
       if (r > 0 && a == 0) {
         sus = std::to_string(tp + fp) + " flagged";  // no attackers: every flag is a false one
       } else if (r > 0) {
-        const std::string prec = tp + fp == 0 ? "-" : Fmt("%.2f", double(tp) / double(tp + fp));
-        const std::string rec = judged == 0 ? "0" : Fmt("%.2f", double(tp) / double(judged));
+        const std::string prec =
+            tp + fp == 0 ? "-" : FormatNumber("%.2f", double(tp) / double(tp + fp));
+        const std::string rec =
+            judged == 0 ? "0" : FormatNumber("%.2f", double(tp) / double(judged));
         sus = prec + "/" + rec;
       }
       std::printf("%-11s %-12s %-22s %+9.1f %9.1f %-18s\n", o.attacks[a].c_str(),

@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <string>
 #include <vector>
 
 namespace shoal::bench {
@@ -44,13 +42,6 @@ inline double Percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1,
                     static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
-}
-
-// `v` printed with the printf format `f` (one double), e.g. for a RESULT line's ratio.
-inline std::string Fmt(const char* f, double v) {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
 }
 
 }  // namespace shoal::bench

@@ -21,6 +21,7 @@
 #include "bench_args.h"
 #include "bench_shoald.h"
 #include "run_stats.h"
+#include "shoal/client/attack.h"
 #include "shoal/common/format_number.h"
 #include "shoald_fixture.h"
 
@@ -142,6 +143,13 @@ int main(int argc, char** argv) {
                  "bench-fl-attack: --seeds and --rounds >= 1; --attacks must start "
                  "with none (the clean anchor)\n");
     return 1;
+  }
+  for (const std::string& a : o.attacks) {
+    // shoal-client's own parse: an unknown attack is refused here, not run as a job that fails.
+    if (auto spec = shoal::client::ParseAttackSpec(a); !spec.ok()) {
+      std::fprintf(stderr, "bench-fl-attack: --attacks: %s\n", spec.status().message().c_str());
+      return 2;
+    }
   }
   const std::vector<Rule> rules = {{"none", ""},
                                    {"median", "{rule: median}"},

@@ -2,7 +2,7 @@
 // float32 accumulator, as a leaf aggregator does, on 1 thread and on all threads (FoldPool).
 // Figures are update bytes read per second and ms per update (best of --reps passes over the K
 // updates). Anchors measured in the same run, on the same thread counts:
-//   - numpy (bench/fold_anchor.py, /usr/bin/python3) in place: np.multiply(x, w, out=tmp);
+//   - numpy (bench/fold_anchor.py, the project venv's Python) in place: np.multiply(x, w, out=tmp);
 //     acc += tmp, with a full-size tmp and cache-blocked, each slice of acc on its own thread;
 //   - OpenBLAS cblas_saxpy (acc = w * x + acc; Debian's libopenblas0-pthread, loaded at run time,
 //     openblas_set_num_threads = Shoal's thread count) on the same buffers, f32 only;
@@ -35,6 +35,7 @@
 
 #include "bench_args.h"
 #include "openblas_env.h"
+#include "project_python.h"
 #include "run_stats.h"
 #include "shoal/aggregator/fold_pool.h"
 
@@ -71,7 +72,7 @@ struct AnchorFigure {
 std::vector<AnchorFigure> RunNumpy(const std::string& script, size_t n, size_t k, int reps,
                                    unsigned threads, std::string* version) {
   std::vector<AnchorFigure> out;
-  const std::string cmd = "/usr/bin/python3 " + script + " --params " + std::to_string(n) +
+  const std::string cmd = shoal::bench::ProjectPython() + " " + script + " --params " + std::to_string(n) +
                           " --updates " + std::to_string(k) + " --reps " + std::to_string(reps) +
                           " --threads " + std::to_string(threads);
   std::fprintf(stderr, "bench-fold: anchor: %s\n", cmd.c_str());
@@ -278,9 +279,8 @@ int main(int argc, char** argv) {
   std::vector<AnchorFigure> anchors = RunNumpy(anchor, n, k, reps, all, &numpy_version);
   if (anchors.empty()) {
     std::fprintf(stderr,
-                 "bench-fold: numpy anchor unavailable (numpy missing for /usr/bin/python3 "
-                 "or %s failed)\n",
-                 anchor.c_str());
+                 "bench-fold: numpy anchor unavailable (numpy missing for %s or %s failed)\n",
+                 shoal::bench::ProjectPython().c_str(), anchor.c_str());
   }
   // OpenBLAS's own CPU detection, as on a user's machine (see bench/openblas_env.h).
   unsetenv("OPENBLAS_CORETYPE");
@@ -384,7 +384,7 @@ int main(int argc, char** argv) {
 
   std::printf("bench-fold: isa=%s params=%zu updates=%zu (f32 %.0f MB, bf16/f16 %.0f MB each)\n",
               shoal::aggregator::FoldIsa(), n, k, n * 4 / 1e6, n * 2 / 1e6);
-  std::printf("numpy: %s\n", anchors.empty() ? "missing for /usr/bin/python3"
+  std::printf("numpy: %s\n", anchors.empty() ? "missing for " + shoal::bench::ProjectPython()
                                              : ("numpy " + numpy_version +
                                                 " (threads: Python "
                                                 "threads, one slice of acc each)")

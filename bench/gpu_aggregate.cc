@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench_args.h"
+#include "project_python.h"
 #include "shoal/aggregator/fold.h"
 #include "shoal/aggregator/gpu_fold.h"
 
@@ -61,8 +62,7 @@ struct Anchors {
 
 Anchors RunAnchorScript(const std::string& script, size_t n, size_t k, int reps) {
   Anchors a;
-  const char* py = std::getenv("SHOAL_PYTHON");
-  const std::string cmd = std::string(py ? py : "python3") + " " + script + " --params " +
+  const std::string cmd = shoal::bench::ProjectPython() + " " + script + " --params " +
                           std::to_string(n) + " --updates " + std::to_string(k) + " --reps " +
                           std::to_string(reps);
   FILE* p = popen(cmd.c_str(), "r");

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "openblas_env.h"
+#include "project_python.h"
 #include "shoal/inference/architectures_graph.h"
 #include "shoal/inference/executor.h"
 
@@ -66,13 +67,11 @@ Graph BuildGraph(const Options& o) {
   return ResNetGraph({.image = o.image});
 }
 
-// The first python that imports torch: $SHOAL_PYTHON, python3 on PATH, /usr/bin/python3.
+// The first python that imports torch: --python, else the project's (ProjectPython()).
 std::string FindPython(const Options& o) {
   std::vector<std::string> c;
   if (!o.python.empty()) c.push_back(o.python);
-  if (const char* e = std::getenv("SHOAL_PYTHON")) c.emplace_back(e);
-  c.emplace_back("python3");
-  c.emplace_back("/usr/bin/python3");
+  c.push_back(shoal::bench::ProjectPython());
   for (const std::string& p : c) {
     if (std::system((p + " -c 'import torch' >/dev/null 2>&1").c_str()) == 0) return p;
   }
@@ -83,7 +82,7 @@ std::vector<Row> RunAnchor(const Options& o, const std::string& device, std::str
   std::vector<Row> rows;
   const std::string py = FindPython(o);
   if (py.empty()) {
-    *why = "torch is not installed ($SHOAL_PYTHON, python3, /usr/bin/python3 tried)";
+    *why = "torch is not installed for " + shoal::bench::ProjectPython() + " (scripts/lib.sh makes the venv)";
     return rows;
   }
   // OpenBLAS for torch's and numpy's CPU matrix products, on the executor's thread count.

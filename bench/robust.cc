@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "bench_args.h"
+#include "project_python.h"
 #include "shoal/aggregator/fold_pool.h"
 
 namespace {
@@ -48,7 +49,7 @@ Stats Summarise(std::vector<double> v) {
 std::map<std::string, std::vector<double>> RunNumpy(size_t n, size_t k, int reps, unsigned threads,
                                                     double beta, size_t f, std::string* version) {
   std::map<std::string, std::vector<double>> out;
-  const std::string cmd = std::string("/usr/bin/python3 ") + SHOAL_ROBUST_ANCHOR_PY + " --params " +
+  const std::string cmd = shoal::bench::ProjectPython() + " " + SHOAL_ROBUST_ANCHOR_PY + " --params " +
                           std::to_string(n) + " --updates " + std::to_string(k) + " --reps " +
                           std::to_string(reps) + " --threads " + std::to_string(threads) +
                           " --beta " + std::to_string(beta) + " --f " + std::to_string(f);

@@ -1,6 +1,6 @@
 // bench-train: local-training throughput (samples/s) of the client's MLP trainer, MLP 784-128-10,
 // batch 32, plain SGD on Fashion-MNIST, one thread, against the same model and optimiser in
-// numpy and in torch (bench/train_anchor.py, /usr/bin/python3) measured in the same run, each on
+// numpy and in torch (bench/train_anchor.py, the project venv's Python) measured in the same run, each on
 // OpenBLAS with one thread (bench/openblas_env.h: libblas.so.3 from Debian's openblas-pthread
 // directory whatever the alternatives say, OpenBLAS's own CPU detection), and each reports the
 // BLAS it actually mapped (printed in the table). Best of three runs on each side.
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "openblas_env.h"
+#include "project_python.h"
 #include "shoal/client/dataset.h"
 #include "shoal/client/mlp_trainer.h"
 
@@ -30,14 +31,14 @@ Figure RunAnchor(const std::string& framework, const std::string& dir, int steps
                  int hidden, int repeats) {
   Figure best;
   const std::string cmd =
-      shoal::bench::OpenBlasAnchorEnv(1) + "/usr/bin/python3 " SHOAL_TRAIN_ANCHOR " --framework " +
+      shoal::bench::OpenBlasAnchorEnv(1) + shoal::bench::ProjectPython() + " " SHOAL_TRAIN_ANCHOR " --framework " +
       framework + " --data '" + dir + "' --steps " + std::to_string(steps) + " --batch " +
       std::to_string(batch) + " --hidden " + std::to_string(hidden) + " --threads 1";
   std::fprintf(stderr, "bench-train: anchor: %s\n", cmd.c_str());
   for (int r = 0; r < repeats; ++r) {
     FILE* p = popen(cmd.c_str(), "r");
     if (p == nullptr) {
-      best.why = "cannot start /usr/bin/python3";
+      best.why = "cannot start " + shoal::bench::ProjectPython();
       return best;
     }
     char line[1024] = {}, blas[768] = {};
@@ -53,7 +54,7 @@ Figure RunAnchor(const std::string& framework, const std::string& dir, int steps
       }
     }
     if (pclose(p) != 0 || !ok) {
-      if (best.why.empty()) best.why = "the anchor failed (needs /usr/bin/python3, python3-numpy)";
+      if (best.why.empty()) best.why = "the anchor failed (needs numpy and torch in " + shoal::bench::ProjectPython() + ")";
       return best;
     }
     if (f.samples_per_s > best.samples_per_s) best = f;

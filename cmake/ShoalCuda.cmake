@@ -25,6 +25,15 @@ if(_shoal_cuda_request)  # AUTO or ON (any CMake true value); OFF/FALSE/0 skip t
       set(CMAKE_CUDA_ARCHITECTURES 90 CACHE STRING "CUDA architectures (90: H100/H200)" FORCE)
     endif()
     enable_language(CUDA)
+    # CMake 3.25's FindCUDAToolkit sets a property on CUDA::nvToolsExt without checking that it
+    # found that library, which CUDA 13 (NVIDIA's wheels among them) no longer ships: nvtx3 is
+    # header-only. Name nvtx3's interop library for it so the module completes; Shoal links
+    # neither.
+    if(NOT DEFINED CUDA_nvToolsExt_LIBRARY)
+      get_filename_component(_shoal_nvcc_dir "${CMAKE_CUDA_COMPILER}" DIRECTORY)
+      find_library(CUDA_nvToolsExt_LIBRARY NAMES nvToolsExt nvtx3interop libnvtx3interop.so.1
+                   HINTS "${_shoal_nvcc_dir}/../lib64" "${_shoal_nvcc_dir}/../lib" NO_DEFAULT_PATH)
+    endif()
     find_package(CUDAToolkit REQUIRED)
     # CMake 3.25 does not know nvcc's C++20 flag (CUDA takes CXX_STANDARD, 20 here); nvcc 12+
     # has it. Newer CMake versions define these themselves.
@@ -55,10 +64,9 @@ if(SHOAL_WITH_CUDA)
   # (nvidia/cudnn in site-packages: headers plus libcudnn.so.9, no unversioned symlink).
   set(SHOAL_CUDNN_ROOT "" CACHE PATH "Where cuDNN 9 is (include/cudnn.h, lib/libcudnn.so*)")
   set(_cudnn_hints ${SHOAL_CUDNN_ROOT} ${CUDAToolkit_LIBRARY_ROOT} ${CUDAToolkit_TARGET_DIR})
-  find_program(SHOAL_PYTHON3 python3)
-  if(SHOAL_PYTHON3)
+  if(EXISTS "${SHOAL_PYTHON}")
     execute_process(
-      COMMAND ${SHOAL_PYTHON3} -c "import nvidia.cudnn, os; print(list(nvidia.cudnn.__path__)[0])"
+      COMMAND ${SHOAL_PYTHON} -c "import nvidia.cudnn, os; print(list(nvidia.cudnn.__path__)[0])"
       OUTPUT_VARIABLE _pip_cudnn OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
     if(_pip_cudnn)
       list(APPEND _cudnn_hints ${_pip_cudnn})

@@ -104,13 +104,13 @@ show_nodes() {
   SHOAL_TOKEN="$TOKEN" "$BIN/shoal" --server "$CTL" get nodes -o wide
 }
 show_placements() {
-  api "$CTL/v1/functions" | python3 -c '
+  api "$CTL/v1/functions" | "$VENV/bin/python" -c '
 import json, sys
 for f in json.load(sys.stdin)["functions"]:
     print("  %-10s id %d generation %d: %s" % (f["name"], f["id"], f["generation"],
           ", ".join("%s (max %d)" % (p["node"], p["max"]) for p in f["placements"]) or "-"))'
 }
-for _ in $(seq 1 50); do [ "$(api "$CTL/v1/cluster" | python3 -c 'import json,sys; print(json.load(sys.stdin)["nodes"])')" = "$NODES" ] && break; sleep 0.1; done
+for _ in $(seq 1 50); do [ "$(api "$CTL/v1/cluster" | "$VENV/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["nodes"])')" = "$NODES" ] && break; sleep 0.1; done
 step "shoal get nodes (the controller's /v1/nodes)"
 show_nodes
 
@@ -157,7 +157,7 @@ if [ "$NODES" -ge 2 ]; then
   # The clients' token is the cluster's (issued by the controller, accepted on every node).
   FL_TOKEN=$(api -X POST -H 'Content-Type: application/json' -d '{"role": "fl-client", "job": "digits"}' \
     "$CTL/v1/tokens" |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["token"])')
+    "$VENV/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["token"])')
   for _ in $(seq 1 50); do
     curl -fsS -H "Authorization: Bearer $FL_TOKEN" "http://$NET.2:8080/v1/jobs/digits" >/dev/null 2>&1 && break
     sleep 0.2
@@ -175,7 +175,7 @@ if [ "$NODES" -ge 2 ]; then
     wait "${CLIENTS[$((i - 1))]}" || FL_OK=0
     echo "  clients via node-$i: $(grep -m1 'job done' "$STATE/client-$i.log" || tail -1 "$STATE/client-$i.log")"
   done
-  curl -sS -H "Authorization: Bearer $FL_TOKEN" "http://$NET.2:8080/v1/jobs/digits" | python3 -c '
+  curl -sS -H "Authorization: Bearer $FL_TOKEN" "http://$NET.2:8080/v1/jobs/digits" | "$VENV/bin/python" -c '
 import json, sys
 j = json.load(sys.stdin)
 acc = [v["accuracy"] for v in j.get("versions", []) if isinstance(v.get("accuracy"), (int, float))]
@@ -194,7 +194,7 @@ for node, f in sorted(j.get("folded_elsewhere", {}).items()):
   kill -9 "${PIDS[$((LAST + 2))]}"
   T0=$(date +%s.%N)
   for _ in $(seq 1 150); do
-    [ "$(api "$CTL/v1/cluster" | python3 -c 'import json,sys; print(json.load(sys.stdin)["nodes"])')" = "$LAST" ] && break
+    [ "$(api "$CTL/v1/cluster" | "$VENV/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["nodes"])')" = "$LAST" ] && break
     sleep 0.1
   done
   printf '  node-%s left the cluster %.1f s after the kill\n' "$LAST" "$(echo "$(date +%s.%N) - $T0" | bc)"

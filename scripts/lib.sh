@@ -9,13 +9,14 @@ PACKAGES=(
   prometheus-cpp-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libssl-dev libcpp-httplib-dev libcurl4-openssl-dev libseccomp-dev libcap-dev libgtest-dev libgmock-dev curl wrk nginx-light
   libonnx-dev libdnnl-dev
-  python3 python3-numpy python3-sklearn dataset-fashion-mnist iproute2 procps
-  # the Python SDK's tests (client/python/tests, tests/integration/python_sdk_test.py)
-  python3-pytest
-  # onnx_test's checker; libFuzzer's runtime for the documented -DSHOAL_FUZZ=ON clang build
-  python3-onnx libclang-rt-14-dev
-  # the benchmarks' anchors: OpenBLAS (numpy, torch and bench-fold's saxpy use it), torch
-  libopenblas0-pthread python3-torch
+  # Debian's CPython 3.11 makes the project venv (.venv: numpy, pytest, torch, onnx, ... pinned
+  # in requirements/*.lock, see install_python); python3-sklearn only for the 8x8 digits file
+  # (clients and tests read its digits.csv.gz); the Fashion-MNIST files
+  python3.11 python3-venv python3-sklearn dataset-fashion-mnist iproute2 procps
+  # libFuzzer's runtime for the documented -DSHOAL_FUZZ=ON clang build
+  libclang-rt-14-dev
+  # bench-fold's saxpy anchor: Debian's OpenBLAS
+  libopenblas0-pthread
   # the DPDK pool backend (pool: dpdk|auto): rte_ring's headers and librte_ring
   libdpdk-dev
   # cluster mode keeps its state in etcd; the cluster tests and `scripts/demo --cluster` run it
@@ -23,16 +24,28 @@ PACKAGES=(
   # deploy/k8s: `kubectl kustomize` renders it, tests/k8s validates it with node (npm ci there),
   # capsh starts shoald with the DaemonSet's capability set; scripts/image builds the OCI image
   kubernetes-client nodejs npm libcap2-bin mmdebstrap buildah
-  # deploy/grafana's test: pytest runs it; a real Prometheus runs every query of the dashboard
-  # against live shoalds
-  python3-pytest prometheus
+  # deploy/grafana's test: a real Prometheus runs every query of the dashboard against live
+  # shoalds
+  prometheus
   # the web console (/ui): Chart.js compiled into shoald; its test drives Debian's headless
   # Chromium over the DevTools Protocol
-  libjs-chart.js chromium python3-websocket
+  libjs-chart.js chromium
 )
 # A package whose command is already on PATH from another source (kubectl from Google's
 # repository, node and npm from NodeSource) is not installed again: it would conflict.
 declare -A PACKAGE_COMMAND=([kubernetes-client]=kubectl [nodejs]=node [npm]=npm)
+
+# Caches kept outside the clone, so a machine's second run (CI clones afresh every time) reuses
+# them: ccache's objects, uv's wheels and the installer itself.
+SHOAL_CACHE="${SHOAL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shoal}"
+export CCACHE_DIR="${CCACHE_DIR:-$SHOAL_CACHE/ccache}"
+# Paths under the clone are hashed relative to it, so another clone's objects are hits.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$ROOT}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
+export UV_CACHE_DIR="${UV_CACHE_DIR:-$SHOAL_CACHE/uv}"
+# The project's Python: a venv made from Debian's CPython 3.11 (not whichever python3 is first
+# on PATH), with every package pinned by hash in requirements/*.lock.
+VENV="$ROOT/.venv"
+SHOAL_BASE_PYTHON="${SHOAL_BASE_PYTHON:-/usr/bin/python3.11}"
 
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
@@ -60,6 +73,70 @@ install_packages() {
   (systemctl disable --now etcd 2>/dev/null || service etcd stop 2>/dev/null || true) >/dev/null 2>&1
   # And prometheus: the Grafana dashboard's test starts its own, scraping its own shoalds.
   (systemctl disable --now prometheus 2>/dev/null || service prometheus stop 2>/dev/null || true) >/dev/null 2>&1
+}
+
+# Installs requirements/<name>.lock into .venv (made first if missing) with uv, itself installed
+# from requirements/tools.lock into the shared cache. Idempotent: a stamp in the venv records the
+# lock's hash, so an unchanged lock costs nothing; a changed one is synced (packages not in the
+# lock are left alone, so test.lock then bench.lock both stay installed).
+install_python() {
+  local name="$1" lock="$ROOT/requirements/$1.lock"
+  local want have stamp="$VENV/.shoal-$1.sha256"
+  want="$(sha256sum "$lock" | cut -d' ' -f1)"
+  have="$(cat "$stamp" 2>/dev/null || true)"
+  if [ -x "$VENV/bin/python" ] && [ "$want" = "$have" ]; then
+    step "Python venv: $name.lock installed ($(grep -c '==' "$lock") packages, .venv)"
+    return
+  fi
+  if [ ! -x "$SHOAL_BASE_PYTHON" ]; then
+    echo "Python venv: $SHOAL_BASE_PYTHON missing (Debian's python3.11); set SHOAL_BASE_PYTHON"
+    exit 1
+  fi
+  local tools="$SHOAL_CACHE/tools/uv" uv
+  uv="$tools/bin/uv"
+  if [ ! -x "$uv" ] || ! cmp -s "$ROOT/requirements/tools.lock" "$tools/tools.lock"; then
+    step "Installing uv into $tools (requirements/tools.lock)"
+    rm -rf "$tools"
+    "$SHOAL_BASE_PYTHON" -m venv "$tools"
+    "$tools/bin/pip" install --quiet --require-hashes -r "$ROOT/requirements/tools.lock"
+    cp "$ROOT/requirements/tools.lock" "$tools/tools.lock"
+  fi
+  if [ ! -x "$VENV/bin/python" ]; then
+    step "Making the project venv (.venv, from $SHOAL_BASE_PYTHON)"
+    "$uv" venv --quiet --python "$SHOAL_BASE_PYTHON" "$VENV"
+  fi
+  step "Python venv: installing requirements/$name.lock ($(grep -c '==' "$lock") packages; wheels cached in $UV_CACHE_DIR)"
+  VIRTUAL_ENV="$VENV" "$uv" pip install --python "$VENV/bin/python" --require-hashes --no-deps \
+    --link-mode "${UV_LINK_MODE:-hardlink}" -r "$lock"
+  echo "$want" > "$stamp"
+}
+
+# Where the CUDA Toolkit's nvcc comes from: /usr/local/cuda where one is installed, else NVIDIA's
+# wheels in the venv (test.lock: nvcc, runtime, cuBLAS, cuDNN, CCCL at CUDA 13.2). The wheels
+# ship versioned libraries only (libcudart.so.13), so .venv/cuda is laid out as a toolkit whose
+# lib64/ adds the unversioned names CMake's FindCUDAToolkit links. Leaves CMake's arguments in
+# CUDA_ARGS and says which nvcc it chose.
+cuda_toolkit_args() {
+  CUDA_ARGS=()
+  if [ -x /usr/local/cuda/bin/nvcc ]; then
+    echo "CUDA: nvcc from /usr/local/cuda ($(/usr/local/cuda/bin/nvcc --version | grep -o 'release [0-9.]*'))"
+    return
+  fi
+  local site="$VENV/lib/python3.11/site-packages/nvidia" tk="$VENV/cuda" f
+  if [ ! -x "$site/cu13/bin/nvcc" ]; then
+    echo "CUDA: no nvcc (neither /usr/local/cuda nor the venv's NVIDIA wheels): CUDA parts off"
+    return
+  fi
+  rm -rf "$tk" && mkdir -p "$tk/lib64"
+  for f in bin include nvvm; do ln -s "$site/cu13/$f" "$tk/$f"; done
+  ln -s lib64 "$tk/lib"
+  for f in "$site"/cu13/lib/* "$site"/cudnn/lib/*; do
+    ln -s "$f" "$tk/lib64/"
+    case "$f" in *.so.*) ln -sf "$f" "$tk/lib64/$(basename "${f%%.so.*}").so" ;; esac
+  done
+  echo "CUDA: nvcc from NVIDIA's wheels in .venv ($("$tk/bin/nvcc" --version | grep -o 'release [0-9.]*'), toolkit laid out in $tk)"
+  CUDA_ARGS=(-DCMAKE_CUDA_COMPILER="$tk/bin/nvcc" -DCUDAToolkit_ROOT="$tk"
+             -DSHOAL_CUDNN_ROOT="$site/cudnn")
 }
 
 # tests/k8s's node modules (kubernetes-models, yaml) from its package-lock.json: from npm's
@@ -94,10 +171,12 @@ build_image() {
 
 build() {
   step "Configuring $BUILD (Release, Ninja, ccache)"
-  export CCACHE_DIR="${CCACHE_DIR:-$ROOT/.cache/ccache}"
   # SHOAL_WITH_CUDA=AUTO: the CUDA parts (GPU fold, CUDA executor, their tests) are compiled
-  # when nvcc is found (PATH or /usr/local/cuda/bin), for sm_90 only to keep nvcc's time small.
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  # when nvcc is found (cuda_toolkit_args), for sm_90 only to keep nvcc's time small.
+  cuda_toolkit_args
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DSHOAL_PYTHON="$VENV/bin/python" "${CUDA_ARGS[@]}" >/dev/null
+  grep -E "^SHOAL_WITH_CUDA|^CMAKE_CUDA_COMPILER:" "$BUILD/CMakeCache.txt" | sed 's/^/  /' || true
   step "Building ($(nproc) jobs)"
   cmake --build "$BUILD" -j "$(nproc)"
 }

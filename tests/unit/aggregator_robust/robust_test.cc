@@ -427,7 +427,7 @@ void ExpectClose(const std::vector<float>& got, const std::vector<double>& want,
 class RobustNumpy : public ::testing::TestWithParam<size_t> {};
 
 TEST_P(RobustNumpy, MatchesNumpyReference) {
-  if (access(SHOAL_SYSTEM_PYTHON, X_OK) != 0) GTEST_SKIP() << "no " << SHOAL_SYSTEM_PYTHON;
+  if (access(SHOAL_PYTHON, X_OK) != 0) GTEST_SKIP() << "no " << SHOAL_PYTHON;
   const size_t n = GetParam(), d = 5003;
   Updates u = Random(n, d, 3);
   // Two outliers so the rules have something to do.
@@ -450,7 +450,7 @@ TEST_P(RobustNumpy, MatchesNumpyReference) {
   for (bool with_ref : {false, true}) {
     const float clip = with_ref ? 150.0f : 0.0f;
     const std::string out = base + (with_ref ? "/ref_out" : "/out");
-    std::string cmd = std::string(SHOAL_SYSTEM_PYTHON) + " " + SHOAL_ROBUST_REFERENCE_PY +
+    std::string cmd = std::string(SHOAL_PYTHON) + " " + SHOAL_ROBUST_REFERENCE_PY +
                       " --data " + base + "/data --n " + std::to_string(n) + " --d " +
                       std::to_string(d) + " --beta 0.1 --f 2 --m 0 --out " + out;
     if (with_ref) {

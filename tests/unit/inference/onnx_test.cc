@@ -98,16 +98,16 @@ TEST(Onnx, SaveLoadRoundTripKeepsGraphAndOutputs) {
   EXPECT_EQ(RunCpu(*back, x, 2), RunCpu(g, x, 2));  // the same outputs, exactly
 }
 
-// onnx.checker is the reference for "other tools load it"; it needs python3 with onnx.
+// onnx.checker is the reference for "other tools load it"; it runs under the venv's Python.
 TEST(Onnx, SavedFilePassesOnnxChecker) {
-  if (std::system("/usr/bin/python3 -c 'import onnx' >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "python3 with the onnx module is not installed; checker not run";
+  if (std::system(SHOAL_PYTHON " -c 'import onnx' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << SHOAL_PYTHON << " cannot import onnx (scripts/lib.sh makes the venv)";
   }
   const std::string path = ::testing::TempDir() + "/shoal_saved_mlp.onnx";
   Graph g = MlpGraph(784, {128}, 10);
   ASSERT_TRUE(g.Validate().ok());
   ASSERT_TRUE(SaveOnnx(g, path).ok());
-  const std::string cmd = "/usr/bin/python3 -c 'import onnx, sys; m = onnx.load(sys.argv[1]); "
+  const std::string cmd = SHOAL_PYTHON " -c 'import onnx, sys; m = onnx.load(sys.argv[1]); "
                           "onnx.checker.check_model(m, full_check=True)' " + path;
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::remove(path.c_str());

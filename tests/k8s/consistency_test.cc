@@ -44,6 +44,7 @@
 #include "etcd_for_test.h"
 #include "k8s_pod.h"
 #include "shoal/common/file_io.h"
+#include "shoal/pool/hugepages.h"
 #include "shoald_fixture.h"
 #include "text_checks.h"
 
@@ -650,6 +651,13 @@ TEST(K8sCapabilities, EachOtherCapabilityIsNeededForWhatItIsNamedFor) {
     named.insert("cap_" + Lower(c));
   const std::set<std::string> held = HeldCapabilities();
   for (const auto& c : named) ASSERT_TRUE(held.count(c)) << c << " is named but not held here";
+  // A Kubernetes node gives the pod its /dev/hugepages mounted (the DaemonSet's hostPath), and
+  // shoald under the DaemonSet's capabilities cannot mount one itself: mount it here, as root,
+  // as the node would have, so this test never depends on another having mounted it first.
+  if (auto dir = shoal::HugetlbfsDir(); !dir.ok()) {
+    std::fprintf(stderr, "hugetlbfs: %s (the nodes run the boost pool)\n",
+                 dir.status().message().c_str());
+  }
 
   shoal::testing::EtcdForTest etcd;
   ASSERT_TRUE(etcd.Start()) << etcd.Log(0);

@@ -384,11 +384,10 @@ int main(int argc, char** argv) {
 
   std::printf("bench-fold: isa=%s params=%zu updates=%zu (f32 %.0f MB, bf16/f16 %.0f MB each)\n",
               shoal::aggregator::FoldIsa(), n, k, n * 4 / 1e6, n * 2 / 1e6);
-  std::printf("numpy: %s\n", anchors.empty() ? "missing for " + shoal::bench::ProjectPython()
-                                             : ("numpy " + numpy_version +
-                                                " (threads: Python "
-                                                "threads, one slice of acc each)")
-                                                   .c_str());
+  const std::string numpy_text =
+      anchors.empty() ? "missing for " + shoal::bench::ProjectPython()
+                      : "numpy " + numpy_version + " (threads: Python threads, one slice of acc each)";
+  std::printf("numpy: %s\n", numpy_text.c_str());
   std::printf("BLAS:  %s\n",
               blas ? (openblas_path + ": " + blas->config()).c_str() : ("missing: " + why).c_str());
   std::printf("%-24s %-6s %8s %10s %14s\n", "op", "dtype", "threads", "GB/s", "ms/update");

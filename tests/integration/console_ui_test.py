@@ -264,7 +264,7 @@ def test_fl_job_page_plots_accuracy_live(live):
                  what="the ONNX download's message")
     assert f"version {v}," in msg, msg
     assert b.eval("document.querySelector('[data-k=sha256]').innerText") == hashlib.sha256(onnx).hexdigest()
-    # The FL job page at 1280x800 is the README's screenshot.
+    # The FL job page at 1280x800 is docs/console-fljob.png.
     b.eval("window.scrollTo(0, 0)")
     time.sleep(0.3)
     b.screenshot("fljob-digits.png")

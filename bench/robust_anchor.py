@@ -1,15 +1,23 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Anchor for bench-robust: the robust rules as a numpy user writes them, on K random f32 updates
 of N params (row-major K x N), each over --threads contiguous column slices on Python threads
-(numpy releases the GIL in sort/partition and in BLAS):
+(numpy releases the GIL in sort/partition and in BLAS). numpy 2 (the project venv's) on the
+OpenBLAS it bundles; a rule with two forms a user might write runs both, and bench-robust keeps
+the faster:
 
-  fold     acc = x.mean(axis=0) (float32)                 the plain average, for scale
-  median   np.median(x, axis=0)
-  trimmed  p = np.partition(x, [k, K-1-k], axis=0); p[k:K-k].mean(axis=0), k = floor(beta K)
-  krum     squared distances from the Gram matrix x @ x.T (float32 BLAS), scores = sum of the
-           K-f-2 smallest, mean of the m = K-f best (whole matrix, BLAS threads = --threads)
+  fold     x.mean(axis=0) (float32)                          the plain average, for scale
+  median   form np.median:  np.median(x, axis=0)               (introselect per column)
+           form np.sort:    s = np.sort(x, axis=0); the middle row (K odd) or the mean of the
+                            middle two (numpy 2 sorts short columns with its SIMD sort, which on
+                            these sizes beats its selection)
+  trimmed  k = floor(beta K); the mean of rows k .. K-k-1 of
+           form np.partition: np.partition(x, [k, K-1-k], axis=0)
+           form np.sort:      np.sort(x, axis=0)
+  krum     squared distances from the Gram matrix x @ x.T (float32 BLAS on --threads threads),
+           scores = sum of the K-f-2 smallest, mean of the m = K-f best
 
-Prints `ANCHOR numpy version=<v>`, then per rule `ANCHOR numpy <rule> rep_s=<s,s,...>`, or
+Prints `ANCHOR numpy version=<v>`, `ANCHOR numpy peer=<numpy version and the BLAS it runs on>`,
+then per rule and form `ANCHOR numpy <rule> form=<form> rep_s=<s,s,...>`, or
 `ANCHOR numpy missing`."""
 import argparse
 import os
@@ -27,13 +35,16 @@ def main():
     p.add_argument("--beta", type=float, default=0.1)
     p.add_argument("--f", type=int, default=15)
     a = p.parse_args()
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(a.threads))
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(a.threads))  # bench-robust sets it too
     try:
         import numpy as np
     except ImportError:
         print("ANCHOR numpy missing", flush=True)
         return
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from anchor_blas import blas_in_use
     print(f"ANCHOR numpy version={np.__version__}", flush=True)
+    print(f"ANCHOR numpy peer=numpy {np.__version__}, {blas_in_use()}", flush=True)
     K, N = a.updates, a.params
     rng = np.random.default_rng(1)
     x = np.empty((K, N), dtype=np.float32)
@@ -55,9 +66,18 @@ def main():
         for t in ts:
             t.join()
 
-    def trimmed(s):
+    def median_sorted(s):
+        srt = np.sort(s, axis=0)
+        if K % 2:
+            return srt[K // 2]
+        return (srt[K // 2 - 1] + srt[K // 2]) * np.float32(0.5)
+
+    def trimmed_partition(s):
         part = np.partition(s, [k, K - 1 - k], axis=0)
         return part[k:K - k].mean(axis=0)
+
+    def trimmed_sorted(s):
+        return np.sort(s, axis=0)[k:K - k].mean(axis=0)
 
     def krum():
         g = x @ x.T
@@ -68,19 +88,22 @@ def main():
         chosen = np.argsort(scores, kind="stable")[:K - a.f]
         out[:] = x[chosen].mean(axis=0)
 
-    rules = {
-        "fold": lambda: sliced(lambda s: s.mean(axis=0)),
-        "median": lambda: sliced(lambda s: np.median(s, axis=0)),
-        "trimmed": lambda: sliced(trimmed),
-        "krum": krum,
-    }
-    for name, fn in rules.items():
+    rules = [
+        ("fold", "mean", lambda: sliced(lambda s: s.mean(axis=0))),
+        ("median", "np.median", lambda: sliced(lambda s: np.median(s, axis=0))),
+        ("median", "np.sort", lambda: sliced(median_sorted)),
+        ("trimmed", "np.partition", lambda: sliced(trimmed_partition)),
+        ("trimmed", "np.sort", lambda: sliced(trimmed_sorted)),
+        ("krum", "gram", krum),
+    ]
+    for name, form, fn in rules:
         reps = []
         for _ in range(a.reps):
             t0 = time.perf_counter()
             fn()
             reps.append(time.perf_counter() - t0)
-        print(f"ANCHOR numpy {name} rep_s={','.join(f'{r:.4f}' for r in reps)}", flush=True)
+        print(f"ANCHOR numpy {name} form={form} rep_s={','.join(f'{r:.4f}' for r in reps)}",
+              flush=True)
 
 
 if __name__ == "__main__":

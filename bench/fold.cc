@@ -2,16 +2,22 @@
 // float32 accumulator, as a leaf aggregator does, on 1 thread and on all threads (FoldPool).
 // Figures are update bytes read per second and ms per update (best of --reps passes over the K
 // updates). Anchors measured in the same run, on the same thread counts:
-//   - numpy (bench/fold_anchor.py, the project venv's Python) in place: np.multiply(x, w, out=tmp);
+//   - numpy 2 (bench/fold_anchor.py, the project venv's) in place: np.multiply(x, w, out=tmp);
 //     acc += tmp, with a full-size tmp and cache-blocked, each slice of acc on its own thread;
-//   - OpenBLAS cblas_saxpy (acc = w * x + acc; Debian's libopenblas0-pthread, loaded at run time,
-//     openblas_set_num_threads = Shoal's thread count) on the same buffers, f32 only;
+//   - OpenBLAS cblas_saxpy (acc = w * x + acc) on the same buffers, f32 only, on each OpenBLAS at
+//     hand: the one numpy bundles (scipy-openblas 0.3.31 here, its file as the numpy anchor
+//     reports it; scipy_-prefixed symbols, 64-bit ints) and Debian's (libopenblas0-pthread,
+//     0.3.21: older, but its saxpy on 2 threads ran faster on a loaded 2-vCPU EPYC, 2.5-3.1
+//     against 1.8-2.0 GB/s), or those --openblas lists; each loaded at run time after
+//     OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed (its own CPU detection, see
+//     bench/openblas_env.h), openblas_set_num_threads = Shoal's thread count, the table naming
+//     its version and kernels;
 //   - memcpy of the same bytes (a ceiling, not an anchor).
 // Ratio = Shoal f32 all-threads GB/s / the stronger anchor's f32 all-threads GB/s (higher is
 // better); min/median/max pair each pass of Shoal with the same-numbered pass of the anchors.
 //
 //   bench-fold [--params N (25000000)] [--updates K (16)] [--reps R (3)] [--anchor fold_anchor.py]
-//              [--openblas libopenblas.so.0] [--fused]
+//              [--openblas LIB,LIB (numpy's and Debian's)] [--fused]
 // --fused measures only the FL leaf's CPU path on float32, all threads: the NaN/Inf scan then
 // the fold (two passes over each update, the leaf until issue 11) and FoldFinite's one pass at
 // block sizes of 1 to 64 KiB, each against the plain fold of the same updates in the same run
@@ -47,8 +53,7 @@ using shoal::aggregator::DType;
 using shoal::aggregator::FoldPool;
 using Clock = std::chrono::steady_clock;
 
-const std::string kDebianOpenBlas =
-    std::string(shoal::bench::kDebianOpenBlasDir) + "/libopenblas.so.0";
+constexpr char kDebianOpenBlas[] = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0";
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -69,10 +74,14 @@ struct AnchorFigure {
   std::vector<double> rep_gbps;
 };
 
+// The numpy anchor's figures; *peer: numpy's version and BLAS; *openblas: the OpenBLAS file it
+// loaded ("" when it named none).
 std::vector<AnchorFigure> RunNumpy(const std::string& script, size_t n, size_t k, int reps,
-                                   unsigned threads, std::string* version) {
+                                   unsigned threads, std::string* peer, std::string* openblas) {
   std::vector<AnchorFigure> out;
-  const std::string cmd = shoal::bench::ProjectPython() + " " + script + " --params " + std::to_string(n) +
+  const std::string cmd = shoal::bench::OpenBlasAnchorEnv(static_cast<int>(threads)) +
+                          shoal::bench::ProjectPython() + " " + script + " --params " +
+                          std::to_string(n) +
                           " --updates " + std::to_string(k) + " --reps " + std::to_string(reps) +
                           " --threads " + std::to_string(threads);
   std::fprintf(stderr, "bench-fold: anchor: %s\n", cmd.c_str());
@@ -82,7 +91,10 @@ std::vector<AnchorFigure> RunNumpy(const std::string& script, size_t n, size_t k
   while (std::fgets(line, sizeof line, p)) {
     char dtype[16] = {}, form[32] = {}, reps_text[2048] = {};
     AnchorFigure a;
-    if (std::sscanf(line, "ANCHOR numpy version=%15s", dtype) == 1) *version = dtype;
+    if (std::sscanf(line, "ANCHOR numpy peer=%2047[^\n]", reps_text) == 1) *peer = reps_text;
+    if (std::sscanf(line, "ANCHOR numpy openblas=%2047[^\n]", reps_text) == 1) {
+      *openblas = reps_text;
+    }
     if (std::sscanf(line,
                     "ANCHOR numpy %15s form=%31s threads=%u gbps=%lf ms_per_update=%lf "
                     "rep_s=%2047s",
@@ -102,6 +114,8 @@ std::vector<AnchorFigure> RunNumpy(const std::string& script, size_t n, size_t k
 }
 
 // OpenBLAS loaded with dlopen, so the bench builds without it and says so when it is absent.
+// Two symbol sets: a plain build's (cblas_saxpy, 32-bit ints) and scipy-openblas's, the one
+// numpy's wheel bundles (scipy_cblas_saxpy64_, 64-bit ints; scipy_openblas_*64_).
 class OpenBlas {
  public:
   static std::unique_ptr<OpenBlas> Load(const std::string& path, std::string* why) {
@@ -111,22 +125,43 @@ class OpenBlas {
       return nullptr;
     }
     auto b = std::unique_ptr<OpenBlas>(new OpenBlas(h));
-    b->saxpy_ = reinterpret_cast<SaxpyFn>(dlsym(h, "cblas_saxpy"));
-    b->set_threads_ = reinterpret_cast<void (*)(int)>(dlsym(h, "openblas_set_num_threads"));
-    auto config = reinterpret_cast<const char* (*)()>(dlsym(h, "openblas_get_config"));
-    auto core = reinterpret_cast<const char* (*)()>(dlsym(h, "openblas_get_corename"));
-    if (!b->saxpy_ || !b->set_threads_ || !config || !core) {
+    const char* (*config)() = nullptr;
+    const char* (*core)() = nullptr;
+    if (dlsym(h, "scipy_cblas_saxpy64_") != nullptr) {
+      b->saxpy64_ = reinterpret_cast<Saxpy64Fn>(dlsym(h, "scipy_cblas_saxpy64_"));
+      b->set_threads_ =
+          reinterpret_cast<void (*)(int)>(dlsym(h, "scipy_openblas_set_num_threads64_"));
+      config = reinterpret_cast<const char* (*)()>(dlsym(h, "scipy_openblas_get_config64_"));
+      core = reinterpret_cast<const char* (*)()>(dlsym(h, "scipy_openblas_get_corename64_"));
+    } else {
+      b->saxpy_ = reinterpret_cast<SaxpyFn>(dlsym(h, "cblas_saxpy"));
+      b->set_threads_ = reinterpret_cast<void (*)(int)>(dlsym(h, "openblas_set_num_threads"));
+      config = reinterpret_cast<const char* (*)()>(dlsym(h, "openblas_get_config"));
+      core = reinterpret_cast<const char* (*)()>(dlsym(h, "openblas_get_corename"));
+    }
+    if ((!b->saxpy_ && !b->saxpy64_) || !b->set_threads_ || !config || !core) {
       *why = path + " lacks cblas_saxpy/openblas_set_num_threads: not OpenBLAS";
       return nullptr;
     }
-    b->config_ = std::string(config()) + ", core " + core();
+    b->config_ = std::string(config()) + ", " + core() + " kernels";
+    // "OpenBLAS 0.3.21 NO_AFFINITY ..." -> "0.3.21"
+    const std::string c = config();
+    const size_t v = c.find(' ');
+    b->version_ = v == std::string::npos ? c : c.substr(v + 1, c.find(' ', v + 1) - v - 1);
+    b->path_ = path;
     return b;
   }
   ~OpenBlas() { dlclose(handle_); }
   const std::string& config() const { return config_; }
+  const std::string& version() const { return version_; }
+  const std::string& path() const { return path_; }
   void SetThreads(unsigned t) { set_threads_(static_cast<int>(t)); }
   // acc = w * x + acc. cblas_saxpy counts in a 32-bit int: longer vectors go in pieces.
   void Saxpy(float* acc, const float* x, size_t n, float w) const {
+    if (saxpy64_ != nullptr) {
+      saxpy64_(static_cast<int64_t>(n), w, x, 1, acc, 1);
+      return;
+    }
     constexpr size_t kMax = size_t{1} << 30;
     for (size_t i = 0; i < n; i += kMax) {
       saxpy_(static_cast<int>(std::min(kMax, n - i)), w, x + i, 1, acc + i, 1);
@@ -135,11 +170,13 @@ class OpenBlas {
 
  private:
   using SaxpyFn = void (*)(int, float, const float*, int, float*, int);
+  using Saxpy64Fn = void (*)(int64_t, float, const float*, int64_t, float*, int64_t);
   explicit OpenBlas(void* h) : handle_(h) {}
   void* handle_;
   SaxpyFn saxpy_ = nullptr;
+  Saxpy64Fn saxpy64_ = nullptr;
   void (*set_threads_)(int) = nullptr;
-  std::string config_;
+  std::string config_, version_, path_;
 };
 
 // Finite pseudo-random values, different per update; the content does not change the bandwidth.
@@ -254,14 +291,15 @@ int FusedTable(size_t n, size_t k, int reps, unsigned threads) {
 int main(int argc, char** argv) {
   size_t n = 25'000'000, k = 16;
   int reps = 3;
-  std::string anchor = SHOAL_FOLD_ANCHOR_PY, openblas_path = kDebianOpenBlas;
+  std::string anchor = SHOAL_FOLD_ANCHOR_PY;
+  std::vector<std::string> openblas_paths;  // default: numpy's OpenBLAS and Debian's
   bool fused = false;
   shoal::bench::Args args(
       "bench-fold [--params N] [--updates K] [--reps R] [--anchor script] "
-      "[--openblas libopenblas.so.0] [--fused]");
+      "[--openblas LIB,LIB (numpy's and Debian's)] [--fused]");
   args.FoldSizes(&n, &k, &reps)
       .Option("--anchor", &anchor)
-      .Option("--openblas", &openblas_path)
+      .Option("--openblas", &openblas_paths)
       .Switch("--fused", &fused, true);
   if (!args.Parse(argc, argv)) return 2;
   reps = std::max(1, reps);
@@ -275,8 +313,9 @@ int main(int argc, char** argv) {
                shoal::aggregator::FoldIsa(), n, k, reps, all);
 
   // numpy first, while this process holds no large buffers.
-  std::string numpy_version;
-  std::vector<AnchorFigure> anchors = RunNumpy(anchor, n, k, reps, all, &numpy_version);
+  std::string numpy_peer, numpy_openblas;
+  std::vector<AnchorFigure> anchors =
+      RunNumpy(anchor, n, k, reps, all, &numpy_peer, &numpy_openblas);
   if (anchors.empty()) {
     std::fprintf(stderr,
                  "bench-fold: numpy anchor unavailable (numpy missing for %s or %s failed)\n",
@@ -285,13 +324,21 @@ int main(int argc, char** argv) {
   // OpenBLAS's own CPU detection, as on a user's machine (see bench/openblas_env.h).
   unsetenv("OPENBLAS_CORETYPE");
   unsetenv("OPENBLAS_L2_SIZE");
-  std::string why;
-  std::unique_ptr<OpenBlas> blas = OpenBlas::Load(openblas_path, &why);
-  if (!blas) {
-    std::fprintf(stderr,
-                 "bench-fold: OpenBLAS anchor unavailable (%s; Debian package "
-                 "libopenblas0-pthread)\n",
-                 why.c_str());
+  if (openblas_paths.empty()) {
+    if (!numpy_openblas.empty()) openblas_paths.push_back(numpy_openblas);
+    openblas_paths.push_back(kDebianOpenBlas);
+  }
+  std::vector<std::unique_ptr<OpenBlas>> blases;
+  std::vector<std::string> blas_missing;
+  for (const std::string& path : openblas_paths) {
+    std::string why;
+    if (auto b = OpenBlas::Load(path, &why)) {
+      blases.push_back(std::move(b));
+    } else {
+      std::fprintf(stderr, "bench-fold: OpenBLAS anchor %s unavailable (%s)\n", path.c_str(),
+                   why.c_str());
+      blas_missing.push_back(path + ": " + why);
+    }
   }
 
   std::vector<Row> rows;
@@ -358,27 +405,30 @@ int main(int argc, char** argv) {
         if (threads == thread_counts.back()) memcpy_all_gbps = gbps;
       }
       // OpenBLAS last: its threads spin a while after each call, which would slow the folds
-      // measured after it; the pause lets them go to sleep before bf16.
-      for (unsigned threads : blas ? thread_counts : std::vector<unsigned>{}) {
-        std::fprintf(stderr, "bench-fold: OpenBLAS saxpy threads=%u\n", threads);
-        blas->SetThreads(threads);
-        blas->Saxpy(acc.data(), reinterpret_cast<const float*>(updates[0].get()), n, w);
-        AnchorFigure a{"openblas saxpy", "f32", threads, 0, 0, {}};
-        double best = 1e30;
-        for (int r = 0; r < reps; ++r) {
-          const auto t0 = Clock::now();
-          for (const auto& x : updates) {
-            blas->Saxpy(acc.data(), reinterpret_cast<const float*>(x.get()), n, w);
+      // measured after it; the pause lets them go to sleep before the next library and bf16.
+      for (const auto& blas : blases) {
+        for (unsigned threads : thread_counts) {
+          std::fprintf(stderr, "bench-fold: OpenBLAS %s saxpy threads=%u\n",
+                       blas->version().c_str(), threads);
+          blas->SetThreads(threads);
+          blas->Saxpy(acc.data(), reinterpret_cast<const float*>(updates[0].get()), n, w);
+          AnchorFigure a{"saxpy " + blas->version(), "f32", threads, 0, 0, {}};
+          double best = 1e30;
+          for (int r = 0; r < reps; ++r) {
+            const auto t0 = Clock::now();
+            for (const auto& x : updates) {
+              blas->Saxpy(acc.data(), reinterpret_cast<const float*>(x.get()), n, w);
+            }
+            const double s = Seconds(t0, Clock::now());
+            best = std::min(best, s);
+            a.rep_gbps.push_back(static_cast<double>(bytes) * k / s / 1e9);
           }
-          const double s = Seconds(t0, Clock::now());
-          best = std::min(best, s);
-          a.rep_gbps.push_back(static_cast<double>(bytes) * k / s / 1e9);
+          a.gbps = static_cast<double>(bytes) * k / best / 1e9;
+          a.ms_per_update = best / k * 1e3;
+          anchors.push_back(a);
         }
-        a.gbps = static_cast<double>(bytes) * k / best / 1e9;
-        a.ms_per_update = best / k * 1e3;
-        anchors.push_back(a);
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
       }
-      if (blas) std::this_thread::sleep_for(std::chrono::milliseconds(500));
     }
   }
 
@@ -386,10 +436,13 @@ int main(int argc, char** argv) {
               shoal::aggregator::FoldIsa(), n, k, n * 4 / 1e6, n * 2 / 1e6);
   const std::string numpy_text =
       anchors.empty() ? "missing for " + shoal::bench::ProjectPython()
-                      : "numpy " + numpy_version + " (threads: Python threads, one slice of acc each)";
+                      : numpy_peer + " (threads: Python threads, one slice of acc each)";
   std::printf("numpy: %s\n", numpy_text.c_str());
-  std::printf("BLAS:  %s\n",
-              blas ? (openblas_path + ": " + blas->config()).c_str() : ("missing: " + why).c_str());
+  for (const auto& blas : blases) {
+    std::printf("saxpy %s: %s: %s\n", blas->version().c_str(), blas->path().c_str(),
+                blas->config().c_str());
+  }
+  for (const std::string& m : blas_missing) std::printf("saxpy missing: %s\n", m.c_str());
   std::printf("%-24s %-6s %8s %10s %14s\n", "op", "dtype", "threads", "GB/s", "ms/update");
   for (const Row& r : rows) {
     std::printf("%-24s %-6s %8u %10.2f %14.3f\n", r.what.c_str(), r.dtype.c_str(), r.threads,

@@ -1,18 +1,22 @@
-#!/usr/bin/python3
-"""Anchor for bench-fold: numpy folding K updates of N params into a float32 accumulator, on the
-same sizes and thread counts as the C++ bench, in the two in-place forms a numpy user would write:
+#!/usr/bin/env python3
+"""Anchor for bench-fold: numpy 2 (the project venv's) folding K updates of N params into a float32
+accumulator, on the same sizes and thread counts as the C++ bench, in the two in-place forms a
+numpy user would write:
 
   inplace  np.multiply(x, w, out=tmp, dtype=np.float32); acc += tmp    (tmp: N floats)
   blocked  the same over blocks of --block elements, so tmp stays in cache and only acc and x
            go to memory
 
-First line: `ANCHOR numpy version=<v>`. Threads: with --threads T > 1 each of T Python threads folds its own contiguous slice of acc
-(numpy releases the GIL inside the ufuncs), like Shoal's FoldPool. Prints one line per
-(dtype, form, threads):
+First lines: `ANCHOR numpy version=<v>`, `ANCHOR numpy peer=<numpy version and its BLAS>` and
+`ANCHOR numpy openblas=<path of the OpenBLAS numpy loaded>` (bench-fold runs its saxpy anchor on
+that library; absent when threadpoolctl finds none). Threads: with --threads T > 1 each of T Python
+threads folds its own contiguous slice of acc (numpy releases the GIL inside the ufuncs), like
+Shoal's FoldPool. Prints one line per (dtype, form, threads):
   ANCHOR numpy <dtype> form=<f> threads=<t> gbps=<best> ms_per_update=<best> rep_s=<s,s,...>
 (gbps: update bytes read per second / 1e9, best of --reps passes over the K updates;
 rep_s: each pass's seconds) or `ANCHOR numpy missing` when numpy cannot be imported."""
 import argparse
+import os
 import sys
 import threading
 import time
@@ -96,6 +100,11 @@ def main():
     if a.params <= 0 or a.updates <= 0 or a.reps <= 0 or a.threads <= 0 or a.block <= 0:
         ap.error("--params, --updates, --reps, --threads and --block must be > 0")
     print(f"ANCHOR numpy version={np.__version__}", flush=True)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from anchor_blas import blas_in_use, openblas_path
+    print(f"ANCHOR numpy peer=numpy {np.__version__}, {blas_in_use()}", flush=True)
+    if openblas_path():
+        print(f"ANCHOR numpy openblas={openblas_path()}", flush=True)
     rng = np.random.default_rng(1)
     thread_counts = [1] + ([a.threads] if a.threads > 1 else [])
     for name in a.dtypes.split(","):

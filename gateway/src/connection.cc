@@ -1,6 +1,7 @@
 #include "connection.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 
@@ -346,12 +347,21 @@ bool Connection::RouteRequest(const RequestHead& head) {
 
 bool Connection::PrepareFunctionBody(const RequestHead& head) {
   route_ = Route::kFunction;
-  // The OIP binary extension's header length reaches the handler in the query.
-  if (!head.inference_header_length.empty()) {
+  // The OIP binary extension's header length and the body's Content-Encoding (the inference
+  // handler inflates gzip and deflate) reach the handler in the query; a value that is not a
+  // plain token goes as "invalid", so that it cannot add parameters of its own.
+  auto pass = [&](std::string_view key, const std::string& value) {
+    if (value.empty()) return;
+    const bool token = std::all_of(value.begin(), value.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+    });
     if (!query_.empty()) query_ += '&';
-    query_ += "inference_header_content_length=";
-    query_ += head.inference_header_length;
-  }
+    query_ += key;
+    query_ += '=';
+    query_ += token ? std::string_view(value) : std::string_view("invalid");
+  };
+  pass("inference_header_content_length", head.inference_header_length);
+  pass("content_encoding", head.content_encoding);
   const uint64_t content_length = head.content_length;
   if (auto rejected = RejectOverBodyLimit(content_length)) return *rejected;
   head_len_ = PayloadBodyOffset(sub_path_.size(), query_.size(), head.content_type.size());

@@ -3,6 +3,7 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 
 #include "shoal/common/clock.h"
@@ -53,6 +54,7 @@ int HttpRequestParser::OnMessageBegin(http_parser* p) {
   h.content_type.clear();
   h.authorization.clear();
   h.inference_header_length.clear();
+  h.content_encoding.clear();
   h.forwarded_by.clear();
   h.expect_continue = false;
   h.keep_alive = true;
@@ -80,6 +82,11 @@ void HttpRequestParser::FinishHeader() {
     head_.authorization = header_value_;
   } else if (strcasecmp(header_field_.c_str(), "inference-header-content-length") == 0) {
     head_.inference_header_length = header_value_.substr(0, 20);
+  } else if (strcasecmp(header_field_.c_str(), "content-encoding") == 0) {
+    head_.content_encoding = header_value_.substr(0, 32);
+    for (char& c : head_.content_encoding) {
+      c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
   } else if (strcasecmp(header_field_.c_str(), "x-shoal-forwarded-by") == 0) {
     head_.forwarded_by = header_value_.substr(0, 64);
   } else if (strcasecmp(header_field_.c_str(), "expect") == 0 &&

@@ -21,6 +21,7 @@ struct RequestHead {
   std::string content_type;             // at most 255 bytes
   std::string authorization;            // the Authorization header's value
   std::string inference_header_length;  // OIP binary extension: Inference-Header-Content-Length
+  std::string content_encoding;  // Content-Encoding (lower case, at most 32 bytes)
   std::string forwarded_by;  // X-Shoal-Forwarded-By: the node that forwarded it (cluster mode)
   bool expect_continue = false;
   bool keep_alive = true;

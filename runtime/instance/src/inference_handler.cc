@@ -271,9 +271,17 @@ class InferenceHandler final : public Handler {
     thread_local std::vector<float> output;
     thread_local std::string body;
     thread_local oip::InferRequest parsed;
+    thread_local std::string inflated;
     auto header = oip::BinaryHeaderLength(request.query);
     if (!header.ok()) return header.status();
-    if (Status st = oip::ParseInferRequest(request.body, *header, info_, input, &parsed); !st.ok()) {
+    // A compressed body (Content-Encoding gzip or deflate) can be no larger than the largest
+    // request the model takes: every value of a full batch in JSON, 64 bytes each at most.
+    const size_t max_bytes =
+        static_cast<size_t>(info_.max_batch * info_.input_elements()) * 64 + (1u << 20);
+    auto decoded = oip::DecodeBody(request.query, request.body, max_bytes, inflated);
+    if (!decoded.ok()) return decoded.status();
+    if (Status st = oip::ParseInferRequest(*decoded, *header, info_, input, &parsed);
+        !st.ok()) {
       return st;
     }
     output.resize(static_cast<size_t>(parsed.batch * info_.output_elements()));

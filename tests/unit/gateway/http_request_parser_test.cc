@@ -37,7 +37,7 @@ TEST(HttpRequestParser, ByteByByteGivesOneMessageOnItsLastByte) {
   const std::string req =
       "POST /fn/echo/sub?x=1 HTTP/1.1\r\nHost: a\r\ncontent-TYPE: text/plain\r\n"
       "Authorization: Bearer abc\r\nInference-Header-Content-Length: 17\r\n"
-      "Content-Length: 5\r\n\r\nhello";
+      "Content-Encoding: GZip\r\nContent-Length: 5\r\n\r\nhello";
   Recorder rec;
   HttpRequestParser parser(rec);
   for (size_t i = 0; i < req.size(); ++i) {
@@ -54,6 +54,7 @@ TEST(HttpRequestParser, ByteByByteGivesOneMessageOnItsLastByte) {
   EXPECT_EQ(h.content_type, "text/plain");
   EXPECT_EQ(h.authorization, "Bearer abc");
   EXPECT_EQ(h.inference_header_length, "17");
+  EXPECT_EQ(h.content_encoding, "gzip");  // lower case: the inference handler compares it
   EXPECT_EQ(h.content_length, 5u);
   EXPECT_FALSE(h.chunked);
   EXPECT_TRUE(h.keep_alive);
@@ -64,7 +65,7 @@ TEST(HttpRequestParser, ByteByByteGivesOneMessageOnItsLastByte) {
 }
 
 TEST(HttpRequestParser, PipelinedRequestsComeOneAtATime) {
-  const std::string first = "GET /a HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string first = "GET /a HTTP/1.1\r\nHost: x\r\nContent-Encoding: deflate\r\n\r\n";
   const std::string second = "GET /b?q HTTP/1.1\r\nConnection: close\r\n\r\n";
   const std::string both = first + second;
   Recorder rec;
@@ -81,6 +82,8 @@ TEST(HttpRequestParser, PipelinedRequestsComeOneAtATime) {
   EXPECT_EQ(step.consumed, second.size());
   ASSERT_EQ(rec.heads.size(), 2u);
   EXPECT_EQ(rec.heads[1].url, "/b?q");
+  EXPECT_EQ(rec.heads[0].content_encoding, "deflate");
+  EXPECT_EQ(rec.heads[1].content_encoding, "");  // each message's own headers
   EXPECT_FALSE(rec.heads[1].keep_alive);
   EXPECT_EQ(rec.begins, 2);
 }

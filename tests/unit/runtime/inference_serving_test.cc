@@ -8,6 +8,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <zlib.h>
 
 #include "oip_for_test.h"
 #include "shoal/runtime/dynamic_batcher.h"
@@ -133,6 +134,11 @@ TEST(Oip, EveryBadRequestIsRefusedNamingWhatIsWrong) {
        Req(R"("name":"input","shape":[1,2,2],"datatype":"FP32",)" + ok_data,
            R"(,"outputs":[{"name":"probs"}])"),
        "unknown output 'probs' (the model's output is 'logits')"},
+      {"classification extension",
+       Req(R"("name":"input","shape":[1,2,2],"datatype":"FP32",)" + ok_data,
+           R"(,"outputs":[{"name":"logits","parameters":{"classification":3}}])"),
+       "output 'logits': classification 3 (Triton's classification extension) is not "
+       "supported: ask for the output itself"},
       {"id not a string", "{\"id\":7,\"inputs\":[]}", "\"id\" must be a string"},
       {"binary without header",
        Req(R"("name":"input","shape":[1,2,2],"datatype":"FP32","parameters":{"binary_data_size":16})"),
@@ -196,6 +202,73 @@ TEST_F(OipTest, BinaryExtensionRequestAndResponse) {
   EXPECT_EQ(resp.substr(0, json_len), expect_json);
   ASSERT_EQ(resp.size(), json_len + 12);
   EXPECT_EQ(std::memcmp(resp.data() + json_len, out, 12), 0);
+}
+
+// `text` compressed by zlib's deflate with `window_bits` (15 + 16 gzip, 15 zlib, -15 raw), as
+// Python's gzip.compress / zlib.compress write it.
+std::string Compressed(const std::string& text, int window_bits) {
+  z_stream z{};
+  EXPECT_EQ(deflateInit2(&z, 6, Z_DEFLATED, window_bits, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  std::string out(deflateBound(&z, text.size()) + 32, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  z.avail_in = static_cast<uInt>(text.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
+std::string Text(std::span<const std::byte> b) {
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
+
+TEST(Oip, GzipAndDeflateBodiesAreInflatedOthersRefusedNamingTheCoding) {
+  // A request as tritonclient compresses it (request_compression_algorithm): a binary header
+  // and its float bytes, incompressible tail included.
+  std::string body = Req(R"("name":"input","shape":[1,2,2],"datatype":"FP32",)"
+                         R"("parameters":{"binary_data_size":16})");
+  const float values[4] = {1.5f, -2.0f, 3.25f, 4.0f};
+  body.append(reinterpret_cast<const char*>(values), sizeof values);
+  std::string scratch;
+  for (const auto& [coding, bits] : std::vector<std::pair<std::string, int>>{
+           {"gzip", 15 + 16}, {"x-gzip", 15 + 16}, {"deflate", 15}, {"deflate", -15}}) {
+    const std::string z = Compressed(body, bits);
+    ASSERT_NE(z, body);
+    auto out = oip::DecodeBody("inference_header_content_length=9&content_encoding=" + coding,
+                               Bytes(z), 1 << 20, scratch);
+    ASSERT_TRUE(out.ok()) << coding << " " << bits << ": " << out.status().ToString();
+    EXPECT_EQ(Text(*out), body) << coding << " " << bits;
+  }
+  // None or identity: the body itself, not a copy.
+  for (const std::string q : {"", "x=1", "content_encoding=identity", "content_encoding="}) {
+    auto out = oip::DecodeBody(q, Bytes(body), 1 << 20, scratch);
+    ASSERT_TRUE(out.ok()) << q;
+    EXPECT_EQ(out->data(), Bytes(body).data()) << q;
+    EXPECT_EQ(out->size(), body.size()) << q;
+  }
+  const std::string gz = Compressed(body, 15 + 16);
+  auto refused = [&](const std::string& query, const std::string& bytes, size_t max) {
+    auto out = oip::DecodeBody(query, Bytes(bytes), max, scratch);
+    EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument) << query;
+    return out.ok() ? std::string() : out.status().message();
+  };
+  EXPECT_EQ(refused("content_encoding=br", gz, 1 << 20),
+            "Content-Encoding 'br' is not supported (gzip, deflate or none)");
+  EXPECT_EQ(refused("content_encoding=invalid", gz, 1 << 20),
+            "Content-Encoding 'invalid' is not supported (gzip, deflate or none)");
+  EXPECT_EQ(refused("content_encoding=gzip", body, 1 << 20),
+            "Content-Encoding gzip: the body is not gzip data (incorrect header check)");
+  EXPECT_EQ(refused("content_encoding=gzip", gz.substr(0, gz.size() / 2), 1 << 20),
+            "Content-Encoding gzip: the body is not gzip data (truncated)");
+  EXPECT_EQ(refused("content_encoding=gzip", gz, body.size() - 1),
+            "Content-Encoding gzip: the body inflates to more than " +
+                std::to_string(body.size() - 1) + " bytes");
+  // A body that inflates to exactly the limit is taken.
+  auto exact = oip::DecodeBody("content_encoding=gzip", Bytes(gz), body.size(), scratch);
+  ASSERT_TRUE(exact.ok()) << exact.status().ToString();
+  EXPECT_EQ(Text(*exact), body);
 }
 
 TEST_F(OipTest, JsonResponseBytesAndMetadata) {

@@ -43,6 +43,15 @@ struct InferRequest {
 // query as `inference_header_content_length=N`); nullopt when the body is JSON only.
 Result<std::optional<size_t>> BinaryHeaderLength(std::string_view query);
 
+// The request body as the handler parses it: a Content-Encoding of gzip or deflate (the gateway
+// passes the header in the query as `content_encoding=gzip`; tritonclient's
+// request_compression_algorithm sends either) is inflated into `scratch`, at most `max_bytes`,
+// and the span points there; none or identity gives `body` itself. Any other coding, a corrupt
+// stream or one inflating past `max_bytes` is kInvalidArgument naming it.
+Result<std::span<const std::byte>> DecodeBody(std::string_view query,
+                                              std::span<const std::byte> body, size_t max_bytes,
+                                              std::string& scratch);
+
 // Parses `body` (its first `json_length` bytes are the JSON header when the binary extension is
 // used, else all of it) into `out`; input values land in `scratch`, which is reused between
 // requests so that steady state allocates nothing for them.

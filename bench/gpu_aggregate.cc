@@ -58,6 +58,7 @@ struct Anchors {
   std::map<std::string, std::map<std::string, double>> gbps;
   std::map<std::string, std::map<std::string, double>> ms;  // for the K updates
   std::map<std::string, std::string> unavailable;
+  std::string peer = "versions not reported";  // "torch 2.15.0+cu132, triton 3.9.0"
 };
 
 Anchors RunAnchorScript(const std::string& script, size_t n, size_t k, int reps) {
@@ -72,9 +73,11 @@ Anchors RunAnchorScript(const std::string& script, size_t n, size_t k, int reps)
   }
   char line[1024];
   while (std::fgets(line, sizeof line, p) != nullptr) {
-    char name[64], dtype[16];
+    char name[64], dtype[16], peer[512];
     double g = 0, ms = 0;
-    if (std::sscanf(line, "ANCHOR %63s %15s gbps=%lf ms=%lf", name, dtype, &g, &ms) >= 3) {
+    if (std::sscanf(line, "PEER %511[^\n]", peer) == 1) {
+      a.peer = peer;
+    } else if (std::sscanf(line, "ANCHOR %63s %15s gbps=%lf ms=%lf", name, dtype, &g, &ms) >= 3) {
       a.gbps[name][dtype] = g;
       a.ms[name][dtype] = ms;
     } else if (std::sscanf(line, "ANCHOR %63s %15s unavailable", name, dtype) == 2) {
@@ -280,6 +283,7 @@ int main(int argc, char** argv) {
       "bench-gpu-aggregate: %s, %zu updates x %zu params (f32 %.1f MB, bf16 %.1f MB "
       "each); GB/s = update bytes read / time\n",
       prop.name, k, n, n * 4 / 1e6, n * 2 / 1e6);
+  std::printf("anchors: %s\n", run_anchor ? anchors.peer.c_str() : "not run (--no-anchor)");
   std::printf("%-30s %-5s %10s %12s  %s\n", "what", "dtype", "GB/s", "ms (K upd.)", "note");
   for (const Row& r : rows) {
     std::printf("%-30s %-5s %10.1f %12.3f  %s\n", r.what.c_str(), r.dtype.c_str(), r.gbps, r.ms,

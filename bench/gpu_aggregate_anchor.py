@@ -6,8 +6,9 @@ user gets from stock tools for folding K updates of N params into a float32 accu
   triton        a fused kernel: acc += sum_k w[k] * x[k]    (acc read and written once)
   d2d_copy      stacked.copy_ to another device buffer      (read + write bytes)
   pinned_h2d    pinned host -> device copy of the updates   (bytes copied)
-Prints `ANCHOR <name> <dtype> gbps=<update bytes read per second / 1e9> ms=<ms for K updates>`
-or `ANCHOR <name> <dtype> unavailable <why>`; nothing else on stdout."""
+Prints `PEER torch <version>, triton <version>` once torch imports (the peers' versions, for the
+table), then `ANCHOR <name> <dtype> gbps=<update bytes read per second / 1e9> ms=<ms for K
+updates>` or `ANCHOR <name> <dtype> unavailable <why>`; nothing else on stdout."""
 import argparse
 import sys
 
@@ -30,6 +31,12 @@ def main():
         for n in names:
             out(f"ANCHOR {n} all unavailable torch not importable ({e})")
         return
+    try:
+        import triton as triton_version
+        triton_text = f"triton {triton_version.__version__}"
+    except Exception as e:  # noqa: BLE001: any failure only means no Triton anchor
+        triton_text = f"triton missing ({type(e).__name__})"
+    out(f"PEER torch {torch.__version__}, {triton_text}")
     if not torch.cuda.is_available():
         for n in names:
             out(f"ANCHOR {n} all unavailable torch sees no CUDA device")

@@ -78,18 +78,20 @@ inline WrkResult ParseWrk(std::string raw) {
   return r;
 }
 
-// "wrk --latency -tT -cC -dSs -s script http://127.0.0.1:port/path 2>&1"
+// "wrk --latency -tT -cC -dSs [--timeout Ts] -s script http://127.0.0.1:port/path 2>&1";
+// timeout_s 0 keeps wrk's 2 s (a request slower than that counts as a timeout, not a latency).
 inline std::string WrkCommand(uint16_t port, const std::string& path, int threads, int conns,
-                              int secs, const std::string& script) {
+                              int secs, const std::string& script, int timeout_s = 0) {
   return "wrk --latency -t" + std::to_string(threads) + " -c" + std::to_string(conns) + " -d" +
-         std::to_string(secs) + "s -s " + script + " http://127.0.0.1:" + std::to_string(port) +
-         path + " 2>&1";
+         std::to_string(secs) + "s" +
+         (timeout_s > 0 ? " --timeout " + std::to_string(timeout_s) + "s" : std::string()) +
+         " -s " + script + " http://127.0.0.1:" + std::to_string(port) + path + " 2>&1";
 }
 
 inline WrkResult RunWrk(uint16_t port, const std::string& path, int threads, int conns, int secs,
-                        const std::string& script) {
+                        const std::string& script, int timeout_s = 0) {
   std::string raw;
-  FILE* p = popen(WrkCommand(port, path, threads, conns, secs, script).c_str(), "r");
+  FILE* p = popen(WrkCommand(port, path, threads, conns, secs, script, timeout_s).c_str(), "r");
   char buf[4096];
   while (p != nullptr && fgets(buf, sizeof buf, p)) raw += buf;
   if (p != nullptr) pclose(p);

@@ -25,7 +25,12 @@ class Lowering {
       : g_(g), shapes_(shapes), o_(o), engine_(engine), weights_(weights), plan_(plan) {}
 
   // Lowers one node; `fuse_relu` appends a ReLU post-op (the Relu node that follows is skipped).
-  Status LowerNode(const Node& n, bool fuse_relu);
+  // `sum` (Conv only; may be null): a tensor already computed that the conv's result is added
+  // to in place, before the ReLU (oneDNN's sum post-op): the conv writes into that tensor's
+  // bytes, so the caller guarantees nothing reads it afterwards. `*summed` says whether it was
+  // fused (false where oneDNN has no such kernel: the caller then lowers the Add itself).
+  Status LowerNode(const Node& n, bool fuse_relu, const std::string* sum = nullptr,
+                   bool* summed = nullptr);
 
   // The input value, registered before any node.
   void AddInput(const std::string& name);
@@ -46,6 +51,7 @@ class Lowering {
     return weights_.Get(name, src, want, scale);
   }
   void Bind(const std::string& tensor, int value) { native_[tensor] = value; }
+  bool Computed(const std::string& tensor) const { return native_.count(tensor) != 0; }
   int Native(const std::string& tensor) const { return native_.at(tensor); }
 
   const Graph& graph() const { return g_; }
@@ -56,6 +62,7 @@ class Lowering {
     return plan_.values[static_cast<size_t>(native_.at(t))].mem.get_desc();
   }
   dnnl::memory Mem(int v) const { return plan_.values[static_cast<size_t>(v)].mem; }
+  bool IsAlias(int v) const { return plan_.values[static_cast<size_t>(v)].alias_of >= 0; }
   bool IsConstant(const std::string& t) const { return g_.initializers.count(t) != 0; }
 
  private:

@@ -16,12 +16,14 @@ std::string Label(const Node& n) {
   return "node '" + n.name + "' (" + std::string(OpTypeName(n.op)) + ")";
 }
 
-dnnl::primitive_attr Attr(bool relu) {
+// `sum`: the primitive adds its result to what its destination holds (before the ReLU).
+dnnl::primitive_attr Attr(bool relu, bool sum = false) {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (relu) {
+  if (relu || sum) {
     dnnl::post_ops po;
-    po.append_eltwise(1.0f, algorithm::eltwise_relu, 0.0f, 0.0f);
+    if (sum) po.append_sum(1.0f);
+    if (relu) po.append_eltwise(1.0f, algorithm::eltwise_relu, 0.0f, 0.0f);
     attr.set_post_ops(po);
   }
   return attr;
@@ -49,7 +51,8 @@ Status AddOutputStep(Lowering& L, const Node& n, const PrimitiveDesc& pd,
   return {};
 }
 
-Status LowerConv(Lowering& L, const Node& n, bool relu) {
+// `sum` (may be null): a tensor the conv's result is added to in place (Lowering::LowerNode).
+Status LowerConv(Lowering& L, const Node& n, bool relu, const std::string* sum, bool* summed) {
   SHOAL_RETURN_IF_ERROR(NeedConstant(L, n, 1, "weights"));
   SHOAL_RETURN_IF_ERROR(NeedConstant(L, n, 2, "bias"));
   const auto& x = L.Shape(n.inputs[0]);
@@ -73,14 +76,34 @@ Status LowerConv(Lowering& L, const Node& n, bool relu) {
                    : dnnl::convolution_forward::desc(prop_kind::forward_inference,
                                                      algorithm::convolution_direct, src_any, w_any,
                                                      dst_any, strides, dil, pl, pr);
-  dnnl::convolution_forward::primitive_desc pd(desc, Attr(relu), L.engine());
+  dnnl::convolution_forward::primitive_desc pd;
+  *summed = false;
+  if (sum != nullptr) {
+    try {
+      pd = dnnl::convolution_forward::primitive_desc(desc, Attr(relu, true), L.engine());
+      *summed = true;
+    } catch (const dnnl::error& e) {
+      if (e.status != dnnl_unimplemented) throw;  // no sum post-op here: the Add runs alone
+    }
+  }
+  // Without the sum, `relu` (which follows the Add) is not the conv's: the Add fuses it.
+  if (!*summed) {
+    pd = dnnl::convolution_forward::primitive_desc(desc, Attr(relu && sum == nullptr), L.engine());
+  }
   const int src = L.Ensure(n.inputs[0], pd.src_desc());
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, L.Mem(src)},
       {DNNL_ARG_WEIGHTS, L.Weights(n.inputs[1], {wdims, dt::f32, g == 1 ? tag::abcd : tag::abcde},
                                    pd.weights_desc())}};
   if (bias) args[DNNL_ARG_BIAS] = L.Weights(n.inputs[2], b_md, pd.bias_desc());
-  return AddOutputStep<dnnl::convolution_forward>(L, n, pd, std::move(args), {src});
+  if (!*summed) return AddOutputStep<dnnl::convolution_forward>(L, n, pd, std::move(args), {src});
+  // The addend in the conv's destination layout, in the arena (a copy when it is the caller's
+  // input or laid out otherwise); the conv reads it and writes its sum over it.
+  const int acc = L.Ensure(*sum, pd.dst_desc(), true);
+  args[DNNL_ARG_DST] = L.Mem(acc);
+  L.AddStep(dnnl::convolution_forward(pd), std::move(args), {src, acc}, pd);
+  L.Bind(n.outputs[0], acc);
+  return {};
 }
 
 // Gemm (A runtime, B constant) and 2-D MatMul as one matmul primitive; alpha and beta are folded
@@ -237,10 +260,13 @@ Status LowerSoftmax(Lowering& L, const Node& n) {
 
 }  // namespace
 
-Status Lowering::LowerNode(const Node& n, bool fuse_relu) {
+Status Lowering::LowerNode(const Node& n, bool fuse_relu, const std::string* sum, bool* summed) {
+  bool unused = false;
+  if (summed == nullptr) summed = &unused;
+  *summed = false;
   switch (n.op) {
     case OpType::kConv:
-      return LowerConv(*this, n, fuse_relu);
+      return LowerConv(*this, n, fuse_relu, sum, summed);
     case OpType::kGemm:
     case OpType::kMatMul:
       return LowerMatMul(*this, n, fuse_relu);

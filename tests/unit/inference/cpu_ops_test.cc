@@ -1,7 +1,10 @@
 // Every operator on the CPU executor against values computed by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "test_graphs.h"
 
@@ -73,6 +76,75 @@ TEST(CpuOps, ConvFusedRelu) {
   g.nodes.push_back({OpType::kConv, "conv", {"x", "W"}, {"c"}, {}});
   g.nodes.push_back({OpType::kRelu, "relu", {"c"}, {"y"}, {}});
   ExpectNear(RunCpu(g, {3, -2}, 1), {3, 0, 0, 2});
+}
+
+// Residual connections: Add(Conv(a), a) runs as the conv's sum post-op writing into a's bytes
+// (with the Relu after the Add as its eltwise post-op) when nothing reads a afterwards. 8
+// channels of 3x3 (oneDNN's blocked layouts, as in ResNet), 1x1 convolutions whose weights are
+// `scale` times the identity and whose bias is c - 3 for channel c.
+void AddDiagonalConv(Graph& g, const std::string& name, const std::string& in,
+                     const std::string& out, float scale, bool bias) {
+  std::vector<float> w(64, 0.0f), b(8);
+  for (size_t c = 0; c < 8; ++c) {
+    w[c * 8 + c] = scale;
+    b[c] = static_cast<float>(c) - 3.0f;
+  }
+  AddInit(g, name + ".w", {8, 8, 1, 1}, w);
+  std::vector<std::string> inputs{in, name + ".w"};
+  if (bias) {
+    AddInit(g, name + ".b", {8}, b);
+    inputs.push_back(name + ".b");
+  }
+  g.nodes.push_back({OpType::kConv, name, inputs, {out}, {}});
+}
+
+std::vector<float> ResidualInput(int64_t batch) {
+  std::vector<float> x(static_cast<size_t>(batch * 72));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int>(i % 9) - 4) * 0.5f;
+  return x;
+}
+
+// y[n,c,h,w] = f(k * x + (c - 3)) for every element.
+std::vector<float> PerChannel(const std::vector<float>& x, float k, bool relu) {
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float v = k * x[i] + static_cast<float>((i / 9) % 8) - 3.0f;
+    y[i] = relu ? std::max(v, 0.0f) : v;
+  }
+  return y;
+}
+
+TEST(CpuOps, ResidualAddAndReluOfAComputedTensor) {
+  Graph g = OneInput({8, 3, 3});
+  AddDiagonalConv(g, "conv0", "x", "a", 1.0f, false);  // a = x, in the arena
+  AddDiagonalConv(g, "conv1", "a", "h", 1.0f, false);  // a block's first conv
+  AddDiagonalConv(g, "conv2", "h", "c", 2.0f, true);   // c = 2a + bias
+  g.nodes.push_back({OpType::kAdd, "add", {"c", "a"}, {"s"}, {}});
+  g.nodes.push_back({OpType::kRelu, "relu", {"s"}, {"y"}, {}});
+  const auto x = ResidualInput(3);
+  ExpectNear(RunCpu(g, x, 3), PerChannel(x, 3.0f, true));
+}
+
+TEST(CpuOps, ResidualAddOfTheGraphInputLeavesTheCallersBytes) {
+  Graph g = OneInput({8, 3, 3});
+  AddDiagonalConv(g, "conv1", "x", "h", 1.0f, false);
+  AddDiagonalConv(g, "conv2", "h", "c", 2.0f, true);
+  g.nodes.push_back({OpType::kAdd, "add", {"x", "c"}, {"y"}, {}});  // no Relu, graph output
+  const auto x = ResidualInput(2);
+  const auto before = x;
+  ExpectNear(RunCpu(g, x, 2), PerChannel(x, 3.0f, false));
+  EXPECT_EQ(x, before);
+}
+
+TEST(CpuOps, AResidualReadAgainAfterTheConvIsNotOverwritten) {
+  Graph g = OneInput({8, 3, 3});
+  AddDiagonalConv(g, "conv0", "x", "a", 1.0f, false);
+  AddDiagonalConv(g, "conv1", "a", "h", 1.0f, false);
+  AddDiagonalConv(g, "conv2", "h", "c", 2.0f, true);
+  g.nodes.push_back({OpType::kAdd, "add1", {"c", "a"}, {"s"}, {}});
+  g.nodes.push_back({OpType::kAdd, "add2", {"s", "a"}, {"y"}, {}});  // a read once more
+  const auto x = ResidualInput(3);
+  ExpectNear(RunCpu(g, x, 3), PerChannel(x, 4.0f, false));
 }
 
 TEST(CpuOps, BatchNormalization) {

@@ -443,13 +443,13 @@ int main(int argc, char** argv) {
                 blas->config().c_str());
   }
   for (const std::string& m : blas_missing) std::printf("saxpy missing: %s\n", m.c_str());
-  std::printf("%-24s %-6s %8s %10s %14s\n", "op", "dtype", "threads", "GB/s", "ms/update");
+  std::printf("%-28s %-6s %8s %10s %14s\n", "op", "dtype", "threads", "GB/s", "ms/update");
   for (const Row& r : rows) {
-    std::printf("%-24s %-6s %8u %10.2f %14.3f\n", r.what.c_str(), r.dtype.c_str(), r.threads,
+    std::printf("%-28s %-6s %8u %10.2f %14.3f\n", r.what.c_str(), r.dtype.c_str(), r.threads,
                 r.gbps, r.ms_per_update);
   }
   for (const AnchorFigure& a : anchors) {
-    std::printf("%-24s %-6s %8u %10.2f %14.3f\n", (a.name + " (anchor)").c_str(), a.dtype.c_str(),
+    std::printf("%-28s %-6s %8u %10.2f %14.3f\n", (a.name + " (anchor)").c_str(), a.dtype.c_str(),
                 a.threads, a.gbps, a.ms_per_update);
   }
 

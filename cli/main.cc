@@ -12,6 +12,7 @@
 #include "cli_config.h"
 #include "command_support.h"
 #include "commands.h"
+#include "manifest_commands.h"
 #include "sim.h"
 
 int main(int argc, char** argv) {
@@ -159,8 +160,37 @@ int main(int argc, char** argv) {
   train->add_option("--duration-scale", train_opts.duration_scale)->capture_default_str();
   train->add_flag("!--no-eval", train_opts.evaluate, "skip the generalisation table");
 
+  std::vector<std::string> validate_files;
+  std::string validate_against = "both";
+  auto* validate = app.add_subcommand(
+      "validate",
+      "check manifests locally (no shoald): the manifest JSON Schema and shoald's parser; each "
+      "error names the field and what is accepted. Example: shoal validate -f fljob.yaml");
+  validate
+      ->add_option("-f,--filename", validate_files, "manifest file (YAML or JSON), - for stdin")
+      ->required()
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  validate
+      ->add_option("--against", validate_against,
+                   "both (default), schema (api/manifest.schema.json) or parser (shoald's)")
+      ->check(CLI::IsMember({"both", "schema", "parser"}));
+  std::string explain_path;
+  auto* explain = app.add_subcommand(
+      "explain",
+      "describe a manifest field: type, description, accepted values, default, its fields. "
+      "Example: shoal explain fljob.spec.aggregation");
+  explain->add_option("field", explain_path, "KIND[.field...]: function... or fljob...")
+      ->required();
+
   CLI11_PARSE(app, argc, argv);
   if (train->parsed()) return SimTrain(train_opts);
+  if (validate->parsed()) {
+    return Validate(validate_files, validate_against == "schema"   ? ValidateAgainst::kSchema
+                                    : validate_against == "parser" ? ValidateAgainst::kParser
+                                                                   : ValidateAgainst::kBoth);
+  }
+  if (explain->parsed()) return Explain(explain_path);
   if (sim->parsed()) return Simulate(sim_opts);
 
   auto cfg = LoadCliConfig();

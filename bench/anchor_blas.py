@@ -87,7 +87,3 @@ def torch_blas():
     text = " + ".join(parts) or "unknown BLAS"
     return f"{text}, {torch.backends.cpu.get_cpu_capability()} kernels, " \
            f"{torch.get_num_threads()} thread(s)"
-
-
-def is_openblas(text):
-    return text.startswith("OpenBLAS")

@@ -1,103 +1,62 @@
 #!/usr/bin/env python3
-"""Anchors for bench-infer: the same model in stock tools on the same device, same run.
+"""Anchors for bench-infer: the very graph Shoal runs, in stock engines, same machine, same run.
 
-  torch eager           model.eval() under inference_mode (channels-last for ResNet)
-  torch CUDA graph      the whole batch-1 forward captured once and replayed (cuda only)
-  torch.compile         mode="max-autotune", large batch (cuda only, behind --compile: it
-                        compiles for minutes the first time; inductor caches the result)
-  onnxruntime           the torch model exported to ONNX, CUDA or CPU provider (fp32 only)
-  numpy                 the MLP's forward as matrix products into preallocated arrays (CPU, fp32)
+bench-infer writes the graph its executor compiled (BatchNormalization already folded) with
+Shoal's SaveOnnx, plus a check batch and Shoal's output for it, and starts this script. Every
+anchor runs that one file:
 
-Every note ends with the BLAS the process runs on (anchor_blas.py): torch and numpy call it for
-their CPU matrix products. bench-infer starts this script with libblas.so.3 pointed at OpenBLAS.
+  onnxruntime        the file itself: CPU execution provider (CUDA provider when the device is
+                     cuda and the wheel has it), graph optimizations ORT_ENABLE_ALL, intra-op
+                     threads = --threads, inter-op 1, sequential; inputs and outputs bound once
+                     (IOBinding over preallocated arrays: the lowest-overhead Python path).
+                     fp32 only: its CPU provider has no bf16 kernels on x86, so a bf16 run
+                     measures it in fp32 and says so.
+  torch_eager        the file's nodes as torch.nn.functional calls (Conv -> F.conv2d, Gemm ->
+                     F.linear, ...) on its initializers, under inference_mode, torch threads =
+                     --threads; ResNet in channels_last when that is faster (tried at set-up);
+                     bf16 as the module and activations in bfloat16 (inputs converted inside).
+  torch_compile      that module through torch.compile (the default inductor backend,
+                     inductor's freezing on: constant weights folded and prepacked, as its CPU
+                     inference guide advises), one compile per batch size.
+  torch_cuda_graph   (cuda) the batch-1 forward captured once and replayed.
 
-Prints one line per anchor for bench-infer to parse:
-  ANCHOR <name> bs1_p50_ms=<v> bs1_p99_ms=<v> throughput=<v> note=<text>     (nan = not measured)
+Each anchor's output on the check batch is compared with Shoal's (max |a - b| / max |b|) before
+anything is timed; the note carries that figure and which library each anchor ran (torch's
+BLAS, oneDNN and thread count from torch.__config__, onnxruntime's version and provider).
+
+Protocol (stdout, one line each; stdin drives the rounds so bench-infer can interleave them with
+its own):
+  ENGINE <name> note=<text>                       after set-up, one per anchor
   SKIP <name> reason=<text>
+  READY
+  then for every "RUN <r>" read on stdin:
+  ANCHOR <name> run=<r> p50_ms=<v> p99_ms=<v> tput=<batch>:<per second>[,<batch>:<per second>]
+  DONE <r>
+  and "QUIT" (or end of input) ends it.
 """
 import argparse
 import os
+import re
 import sys
-import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from anchor_blas import blas_in_use  # noqa: E402
+import numpy as np
+
+
+def out(line):
+    print(line, flush=True)
 
 
 def skip(name, reason):
-    print(f"SKIP {name} reason={reason}", flush=True)
-
-
-def report(name, p50=float("nan"), p99=float("nan"), tput=float("nan"), note="", blas=True):
-    if blas:
-        note = f"{note}; BLAS: {blas_in_use()}"
-    print(f"ANCHOR {name} bs1_p50_ms={p50:.4f} bs1_p99_ms={p99:.4f} throughput={tput:.2f} "
-          f"note={note}", flush=True)
-
-
-def numpy_mlp(model, args):
-    """The MLP's forward in numpy with torch's weights: two BLAS products into preallocated
-    arrays, bias and ReLU in place. The weights stay [out, in] and go to BLAS as transposed views
-    (faster here than a transposed copy: OpenBLAS 0.3.21, 4096 x 784 x 128, 5.4 -> 3.2 ms)."""
-    import numpy as np
-    w1 = np.ascontiguousarray(model.fc1.weight.detach().float().cpu().numpy()).T
-    b1 = model.fc1.bias.detach().float().cpu().numpy()
-    w2 = np.ascontiguousarray(model.fc2.weight.detach().float().cpu().numpy()).T
-    b2 = model.fc2.bias.detach().float().cpu().numpy()
-
-    def forward(x, h, o):
-        np.matmul(x, w1, out=h)
-        h += b1
-        np.maximum(h, 0, out=h)
-        np.matmul(h, w2, out=o)
-        o += b2
-
-    def bufs(batch):
-        return (np.random.default_rng(0).random((batch, 784), dtype=np.float32),
-                np.empty((batch, w1.shape[1]), np.float32), np.empty((batch, 10), np.float32))
-
-    one, big = bufs(1), bufs(args.batch)
-    p50, p99 = time_calls(lambda: forward(*one), args.iters, lambda: None)
-    t, _ = time_calls(lambda: forward(*big), args.large_iters, lambda: None)
-    report("numpy", p50 * 1e3, p99 * 1e3, args.batch / t, f"numpy {np.__version__}")
-
-
-def build_model(torch, name, image, classes):
-    from torch_models import BasicBlock, Mlp
-    nn, F = torch.nn, torch.nn.functional
-    if name == "mlp":
-        return Mlp(), (784,)
-    try:
-        import torchvision
-        return torchvision.models.resnet18(num_classes=classes), (3, image, image)
-    except ImportError:
-        pass
-
-    class ResNet18(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64),
-                                      nn.ReLU(), nn.MaxPool2d(3, 2, 1))
-            layers, cin = [], 64
-            for i, w in enumerate([64, 128, 256, 512]):
-                layers += [BasicBlock(cin, w, 1 if i == 0 else 2), BasicBlock(w, w, 1)]
-                cin = w
-            self.layers = nn.Sequential(*layers)
-            self.fc = nn.Linear(512, classes)
-
-        def forward(self, x):
-            x = self.layers(self.stem(x))
-            return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
-    return ResNet18(), (3, image, image)
+    out(f"SKIP {name} reason={reason}")
 
 
 def time_calls(fn, iters, sync):
-    fn()
+    """Median and p99 (nearest rank) of `iters` timed calls after one untimed call."""
     fn()
     sync()
     times = []
-    for _ in range(iters):
+    for _ in range(max(1, iters)):
         t0 = time.perf_counter()
         fn()
         sync()
@@ -106,116 +65,341 @@ def time_calls(fn, iters, sync):
     return times[len(times) // 2], times[min(len(times) - 1, int(len(times) * 0.99))]
 
 
+def rel_diff(a, ref):
+    a = np.asarray(a, dtype=np.float64).reshape(-1)
+    ref = np.asarray(ref, dtype=np.float64).reshape(-1)
+    scale = max(float(np.max(np.abs(ref))), 1e-30)
+    return float(np.max(np.abs(a - ref))) / scale
+
+
+def torch_summary(torch):
+    """torch's version, BLAS, oneDNN and threads, from torch.__config__ (no threadpoolctl)."""
+    show = torch.__config__.show()
+    blas = re.search(r"BLAS_INFO=([^,\s]+)", show)
+    dnnl = re.search(r"(?:Intel\(R\) MKL-DNN|oneDNN) (v[\d.]+)", show)
+    cap = re.search(r"CPU capability usage: (\S+)", show)
+    par = torch.__config__.parallel_info()
+    backend = re.search(r"ATen parallel backend: (.+)", par)
+    return (f"torch {torch.__version__}, BLAS {blas.group(1) if blas else '?'}, "
+            f"oneDNN {dnnl.group(1) if dnnl else '?'}, CPU capability "
+            f"{cap.group(1) if cap else '?'}, {torch.get_num_threads()} threads "
+            f"({backend.group(1).strip() if backend else '?'})")
+
+
+def onnx_module(torch, model_proto, dtype):
+    """The ONNX graph's nodes as an nn.Module running torch.nn.functional calls in file order
+    (Shoal's writer emits them topologically sorted) on the file's own initializers."""
+    import onnx
+    from onnx import numpy_helper
+    nn, F = torch.nn, torch.nn.functional
+    g = model_proto.graph
+
+    def attrs(node):
+        return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+    inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+
+    class OnnxModule(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.params = nn.ParameterList()
+            self.index = {}  # initializer name -> position in params
+            self.steps = []
+            for node in g.node:
+                a = attrs(node)
+                ins = list(node.input)
+                if node.op_type == "Gemm":
+                    w = inits[ins[1]].astype(np.float32)
+                    w = w if a.get("transB", 0) else w.T  # F.linear wants [out, in]
+                    if a.get("transA", 0):
+                        raise ValueError("Gemm transA=1 is not run by the anchor")
+                    w = w * a.get("alpha", 1.0)
+                    b = None
+                    if len(ins) > 2 and ins[2]:
+                        b = (inits[ins[2]].astype(np.float32) * a.get("beta", 1.0)).reshape(-1)
+                    ins = [ins[0], self.add(node.name + ".w", w), self.add(node.name + ".b", b)]
+                else:
+                    ins = [self.add(i, inits[i]) if i in inits else i for i in ins]
+                self.steps.append((node.op_type, ins, list(node.output), a))
+            self.input_name = g.input[0].name
+            self.output_name = g.output[0].name
+            self.dtype = dtype
+            self.memory_format = torch.contiguous_format
+
+        def add(self, name, value):
+            if value is None:
+                return None
+            if value.dtype == np.int64:  # Reshape targets stay Python constants
+                return ("const", tuple(int(v) for v in value.reshape(-1)))
+            if name not in self.index:
+                self.index[name] = len(self.params)
+                self.params.append(nn.Parameter(torch.from_numpy(np.ascontiguousarray(value))
+                                                .to(dtype), requires_grad=False))
+            return ("param", self.index[name])
+
+        def forward(self, x):
+            if x.dim() == 4:
+                x = x.to(dtype=self.dtype, memory_format=self.memory_format)
+            else:
+                x = x.to(self.dtype)
+            env = {self.input_name: x}
+
+            def get(i):
+                if i is None or i == "":
+                    return None
+                if isinstance(i, tuple):
+                    return self.params[i[1]] if i[0] == "param" else i[1]
+                return env[i]
+
+            for op, ins, outs, a in self.steps:
+                v = [get(i) for i in ins]
+                if op == "Conv":
+                    pads = a.get("pads", [0, 0, 0, 0])
+                    xin = v[0]
+                    if pads[0] != pads[2] or pads[1] != pads[3]:
+                        xin = F.pad(xin, (pads[1], pads[3], pads[0], pads[2]))
+                        padding = (0, 0)
+                    else:
+                        padding = (pads[0], pads[1])
+                    y = F.conv2d(xin, v[1], v[2] if len(v) > 2 else None,
+                                 tuple(a.get("strides", [1, 1])), padding,
+                                 tuple(a.get("dilations", [1, 1])), a.get("group", 1))
+                elif op == "Gemm":
+                    y = F.linear(v[0], v[1], v[2])
+                elif op == "MatMul":
+                    y = torch.matmul(v[0], v[1])
+                elif op == "Identity":
+                    y = v[0]
+                elif op == "Relu":
+                    y = F.relu(v[0])
+                elif op == "Add":
+                    y = v[0] + v[1]
+                elif op in ("MaxPool", "AveragePool"):
+                    pads = a.get("pads", [0, 0, 0, 0])
+                    k = tuple(a["kernel_shape"])
+                    s = tuple(a.get("strides", [1, 1]))
+                    if op == "MaxPool":
+                        y = F.max_pool2d(v[0], k, s, (pads[0], pads[1]),
+                                         ceil_mode=bool(a.get("ceil_mode", 0)))
+                    else:
+                        y = F.avg_pool2d(v[0], k, s, (pads[0], pads[1]),
+                                         ceil_mode=bool(a.get("ceil_mode", 0)),
+                                         count_include_pad=bool(a.get("count_include_pad", 0)))
+                elif op == "GlobalAveragePool":
+                    y = F.adaptive_avg_pool2d(v[0], 1)
+                elif op == "Flatten":
+                    y = torch.flatten(v[0], a.get("axis", 1))
+                elif op == "Reshape":
+                    shape = [v[0].shape[i] if d == 0 else d for i, d in enumerate(v[1])]
+                    y = v[0].reshape(shape)
+                elif op == "Softmax":
+                    y = F.softmax(v[0], a.get("axis", -1))
+                elif op == "BatchNormalization":
+                    y = F.batch_norm(v[0], v[3], v[4], v[1], v[2], False, 0.0,
+                                     a.get("epsilon", 1e-5))
+                else:
+                    raise ValueError(f"operator {op} is not run by the anchor")
+                env[outs[0]] = y
+            return env[self.output_name].float()
+
+    return OnnxModule().eval()
+
+
+class Anchor:
+    def __init__(self, name, fns, sync, note):
+        self.name, self.fns, self.sync, self.note = name, fns, sync, note  # fns: batch -> callable
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", choices=["mlp", "resnet18"], default="mlp")
+    ap.add_argument("--onnx", required=True, help="the graph Shoal compiled (SaveOnnx)")
+    ap.add_argument("--check-input", required=True, help="float32 check batch")
+    ap.add_argument("--check-output", help="Shoal's float32 output for it (none: Shoal could not "
+                    "run this precision, nothing to compare with)")
+    ap.add_argument("--check-batch", type=int, required=True)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32")
-    ap.add_argument("--batch", type=int, default=256, help="large batch")
-    ap.add_argument("--image", type=int, default=224)
-    ap.add_argument("--iters", type=int, default=100, help="batch-1 runs")
-    ap.add_argument("--large-iters", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--compile", action="store_true", help="also torch.compile max-autotune")
+    ap.add_argument("--batches", default="16,64", help="throughput batch sizes")
+    ap.add_argument("--iters", type=int, default=100, help="batch-1 runs per round")
+    ap.add_argument("--large-iters", type=int, default=5, help="runs per round per batch")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    ap.add_argument("--compile-mode", default=None, help="torch.compile mode (cuda: max-autotune)")
     args = ap.parse_args()
+    batches = [int(b) for b in args.batches.split(",") if b]
+    cuda = args.device == "cuda"
 
-    try:
-        import torch
-    except ImportError:
-        skip("torch", "torch is not installed for " + sys.executable)
-        return
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    dev = torch.device(args.device)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        skip("torch", "torch sees no CUDA device")
-        return
-    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[args.precision]
-    if args.device == "cpu" and dtype == torch.float16:
-        skip("torch", "fp16 on the CPU is not a torch fast path")
-        return
-    torch.manual_seed(0)
-    model, sample = build_model(torch, args.model, args.image, 1000)
-    model = model.eval().to(dev, dtype)
-    fmt = torch.channels_last if len(sample) == 3 else torch.contiguous_format
-    model = model.to(memory_format=fmt)
-    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    import onnx
+    model_proto = onnx.load(args.onnx)
+    in_shape = [d.dim_value for d in model_proto.graph.input[0].type.tensor_type.shape.dim][1:]
+    check_x = np.fromfile(args.check_input, dtype=np.float32).reshape([args.check_batch] + in_shape)
+    check_y = None
+    if args.check_output:
+        check_y = np.fromfile(args.check_output, dtype=np.float32).reshape(args.check_batch, -1)
+    out_len = int(np.prod([d.dim_value for d in
+                           model_proto.graph.output[0].type.tensor_type.shape.dim][1:]))
+    rng = np.random.default_rng(0)
+    inputs = {b: rng.random([b] + in_shape, dtype=np.float32) for b in [1] + batches}
+    # A narrower Shoal precision differs from an fp32 anchor by its rounding: bf16 keeps 8 bits.
+    tol = {"fp32": 1e-4, "fp16": 2e-2, "bf16": 8e-2}[args.precision]
+    anchors = []
 
-    def inputs(batch):
-        return torch.rand((batch,) + sample, device=dev, dtype=dtype).contiguous(memory_format=fmt)
+    def checked(name, y, note):
+        if check_y is None:
+            return f"output not compared (Shoal did not run); {note}"
+        d = rel_diff(y, check_y)
+        verdict = "matches" if d <= tol else f"DIFFERS (tolerance {tol:g})"
+        return f"output vs Shoal's: max|diff|/max|shoal| {d:.2e} {verdict}; {note}"
 
-    x1, xn = inputs(1), inputs(args.batch)
-    ver = f"torch {torch.__version__}"
-    with torch.inference_mode():
-        p50, p99 = time_calls(lambda: model(x1), args.iters, sync)
-        big, _ = time_calls(lambda: model(xn), args.large_iters, sync)
-        report("torch_eager", p50 * 1e3, p99 * 1e3, args.batch / big, ver,
-               blas=args.device == "cpu")
-    if args.model == "mlp" and args.device == "cpu" and dtype == torch.float32:
-        try:
-            numpy_mlp(model, args)
-        except ImportError:
-            skip("numpy", "numpy is not installed for " + sys.executable)
-    else:
-        skip("numpy", "MLP on the CPU in fp32 only")
-
-    if args.device == "cuda":
-        static_x = x1.clone()
-        with torch.inference_mode():
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(3):
-                    model(static_x)
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                model(static_x)
-            p50, p99 = time_calls(g.replay, args.iters, sync)
-        report("torch_cuda_graph", p50 * 1e3, p99 * 1e3, note=ver, blas=False)
-        if args.compile:
-            t0 = time.perf_counter()
-            cm = torch.compile(model, mode="max-autotune")
-            with torch.inference_mode():
-                cm(xn)
-                sync()
-                took = time.perf_counter() - t0
-                big, _ = time_calls(lambda: cm(xn), args.large_iters, sync)
-            report("torch_compile_max_autotune", tput=args.batch / big,
-                   note=f"{ver},compiled_in_{took:.0f}s(inductor_cache)", blas=False)
-        else:
-            skip("torch_compile_max_autotune", "not run (pass --compile; minutes to compile)")
-    else:
-        skip("torch_cuda_graph", "cuda only")
-
+    # onnxruntime on the file itself.
     try:
         import onnxruntime as ort
     except ImportError:
-        skip("onnxruntime", "onnxruntime is not installed")
-        return
-    if dtype != torch.float32:
-        skip("onnxruntime", "fp32 only")
-        return
-    provider = "CUDAExecutionProvider" if args.device == "cuda" else "CPUExecutionProvider"
-    if provider not in ort.get_available_providers():
-        skip("onnxruntime", provider + " is not available")
-        return
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "m.onnx")
-        cpu_model = model.float().to("cpu", memory_format=torch.contiguous_format)
-        torch.onnx.export(cpu_model, torch.rand((1,) + sample), path, opset_version=13,
-                          input_names=["input"], output_names=["logits"],
-                          dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
-        opts = ort.SessionOptions()
-        if args.threads > 0:
-            opts.intra_op_num_threads = args.threads
-        sess = ort.InferenceSession(path, opts, providers=[provider])
-        a1 = torch.rand((1,) + sample).numpy()
-        an = torch.rand((args.batch,) + sample).numpy()
-        p50, p99 = time_calls(lambda: sess.run(None, {"input": a1}), args.iters, lambda: None)
-        big, _ = time_calls(lambda: sess.run(None, {"input": an}), args.large_iters, lambda: None)
-        report("onnxruntime", p50 * 1e3, p99 * 1e3, args.batch / big,
-               f"onnxruntime {ort.__version__} {provider} (its own kernels)", blas=False)
+        ort = None
+        skip("onnxruntime", "onnxruntime is not installed for " + sys.executable)
+    if ort is not None:
+        provider = "CUDAExecutionProvider" if cuda else "CPUExecutionProvider"
+        if provider not in ort.get_available_providers():
+            skip("onnxruntime", f"{provider} is not in this wheel "
+                 f"({', '.join(ort.get_available_providers())})")
+        else:
+            so = ort.SessionOptions()
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            so.intra_op_num_threads = args.threads
+            so.inter_op_num_threads = 1
+            sess = ort.InferenceSession(args.onnx, so, providers=[provider])
+            iname, oname = sess.get_inputs()[0].name, sess.get_outputs()[0].name
+            dev = "cuda" if cuda else "cpu"
+
+            def bound(x):
+                y = np.empty((x.shape[0], out_len), np.float32)
+                io = sess.io_binding()
+                io.bind_ortvalue_input(iname, ort.OrtValue.ortvalue_from_numpy(x, dev, 0))
+                io.bind_ortvalue_output(oname, ort.OrtValue.ortvalue_from_numpy(y, dev, 0))
+                return io
+
+            bindings = {b: bound(x) for b, x in inputs.items()}
+            y = sess.run([oname], {iname: check_x})[0]
+            prec = "fp32" if args.precision == "fp32" else "fp32 (no bf16/fp16 CPU kernels)"
+            note = (f"onnxruntime {ort.__version__} {provider}, {prec}, ORT_ENABLE_ALL, "
+                    f"intra_op {args.threads}, inter_op 1, sequential, IOBinding")
+            anchors.append(Anchor("onnxruntime",
+                                  {b: (lambda io=io: sess.run_with_iobinding(io))
+                                   for b, io in bindings.items()},
+                                  lambda: None, checked("onnxruntime", y, note)))
+
+    # torch: eager, compiled, CUDA graph.
+    try:
+        import torch
+    except ImportError:
+        torch = None
+        skip("torch_eager", "torch is not installed for " + sys.executable)
+    if torch is not None:
+        torch.set_num_threads(args.threads)
+        dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[
+            args.precision]
+        if cuda and not torch.cuda.is_available():
+            skip("torch_eager", "torch sees no CUDA device")
+            torch = None
+        elif not cuda and dtype == torch.float16:
+            skip("torch_eager", "fp16 on the CPU is not a torch fast path")
+            torch = None
+    if torch is not None:
+        dev = torch.device(args.device)
+        sync = torch.cuda.synchronize if cuda else (lambda: None)
+        module = onnx_module(torch, model_proto, dtype).to(dev)
+        tin = {b: torch.from_numpy(x).to(dev) for b, x in inputs.items()}
+        summary = (f"torch {torch.__version__} CUDA {torch.version.cuda}" if cuda
+                   else torch_summary(torch))
+        fmt_note = ""
+        with torch.inference_mode():
+            if len(in_shape) == 3:  # channels_last where it is faster (bs 16 decides)
+                b = batches[0]
+                best = None
+                for fmt, label in ((torch.contiguous_format, "NCHW"),
+                                   (torch.channels_last, "channels_last")):
+                    module.memory_format = fmt
+                    module.to(memory_format=fmt)
+                    t, _ = time_calls(lambda: module(tin[b]), 1, sync)
+                    if best is None or t < best[0]:
+                        best = (t, fmt, label)
+                module.memory_format = best[1]
+                module.to(memory_format=best[1])
+                fmt_note = f", {best[2]} (faster at bs {b})"
+            y = module(torch.from_numpy(check_x).to(dev)).cpu().numpy()
+        eager_note = f"{summary}, {args.precision}, inference_mode{fmt_note}"
+
+        def infer(fn, x):
+            def call():
+                with torch.inference_mode():
+                    return fn(x)
+            return call
+
+        anchors.append(Anchor("torch_eager", {b: infer(module, x) for b, x in tin.items()}, sync,
+                              checked("torch_eager", y, eager_note)))
+
+        if cuda:
+            static_x = tin[1].clone()
+            with torch.inference_mode():
+                s = torch.cuda.Stream()
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s):
+                    for _ in range(3):
+                        module(static_x)
+                torch.cuda.current_stream().wait_stream(s)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    module(static_x)
+            anchors.append(Anchor("torch_cuda_graph", {1: graph.replay}, sync,
+                                  f"{summary}, batch 1 only"))
+
+        if args.no_compile:
+            skip("torch_compile", "--no-compile")
+        else:
+            import torch._inductor.config as inductor_config
+            inductor_config.freezing = True
+            mode = args.compile_mode
+            t0 = time.perf_counter()
+            try:
+                compiled = torch.compile(module, mode=mode, dynamic=False)
+                with torch.inference_mode():
+                    y = compiled(torch.from_numpy(check_x).to(dev)).cpu().numpy()
+                    for x in tin.values():  # one graph per batch size, compiled now
+                        compiled(x)
+                        sync()
+                took = time.perf_counter() - t0
+                note = (f"{summary}, {args.precision}, inductor (mode {mode or 'default'}, "
+                        f"freezing), compiled {len(tin) + 1} shapes in {took:.0f} s{fmt_note}")
+                anchors.append(Anchor("torch_compile",
+                                      {b: infer(compiled, x) for b, x in tin.items()}, sync,
+                                      checked("torch_compile", y, note)))
+            except Exception as e:  # a compiler failure is reported, the others still run
+                skip("torch_compile", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+
+    for a in anchors:
+        out(f"ENGINE {a.name} note={a.note}")
+    out("READY")
+
+    for line in sys.stdin:
+        words = line.split()
+        if not words or words[0] == "QUIT":
+            break
+        if words[0] != "RUN":
+            continue
+        r = words[1]
+        for a in anchors:
+            p50 = p99 = float("nan")
+            if 1 in a.fns:
+                p50, p99 = time_calls(a.fns[1], args.iters, a.sync)
+            tputs = []
+            for b in batches:
+                if b in a.fns:
+                    t, _ = time_calls(a.fns[b], args.large_iters, a.sync)
+                    tputs.append(f"{b}:{b / t:.3f}")
+            out(f"ANCHOR {a.name} run={r} p50_ms={p50 * 1e3:.5f} p99_ms={p99 * 1e3:.5f} "
+                f"tput={','.join(tputs) or 'none'}")
+        out(f"DONE {r}")
 
 
 if __name__ == "__main__":

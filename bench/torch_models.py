@@ -1,7 +1,8 @@
-"""PyTorch modules shared by bench/infer_anchor.py (the anchors' models) and
-tests/data/inference/gen_refs.py (the checked-in reference files). Module and attribute names are
-the state dict's keys, which the reference files' <name>.weights.bin hold: renaming one changes
-those files. Imported only where torch is installed."""
+"""PyTorch modules for tests/data/inference/gen_refs.py (the checked-in reference files).
+bench/infer_anchor.py no longer builds its own models: its anchors run the ONNX file of the very
+graph Shoal compiled. Module and attribute names are the state dict's keys, which the reference
+files' <name>.weights.bin hold: renaming one changes those files. Imported only where torch is
+installed."""
 import torch.nn as nn
 import torch.nn.functional as F
 

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from onnx import TensorProto, helper
 
 OUT = os.path.dirname(os.path.abspath(__file__))
-# The modules bench-infer's anchor runs too (bench/torch_models.py).
+# The PyTorch modules (bench/torch_models.py).
 sys.path.insert(0, os.path.join(OUT, "..", "..", "..", "bench"))
 from torch_models import BasicBlock, Mlp  # noqa: E402
 

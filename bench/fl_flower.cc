@@ -174,8 +174,11 @@ Figures RunShoal(const Row& row, int rounds, int workers) {
   Shoald shoald;
   Shoald::Options opt;
   const double update_bytes = (784.0 * row.hidden + row.hidden + 10.0 * row.hidden + 10) * 4;
-  // Two rounds of updates may be held at once (a round's stay until its checkpoint is written).
-  opt.pool_bytes = static_cast<uint64_t>((update_bytes + 4096) * (2 * row.clients + 16));
+  // Rounds of updates may be held at once (a round's stay until its checkpoint is written).
+  // (At least 256 MiB: shoald wants the pool larger than max_body_bytes; pages never touched
+  // cost no memory.)
+  opt.pool_bytes = std::max<uint64_t>(
+      uint64_t{256} << 20, static_cast<uint64_t>((update_bytes + 4096) * (4 * row.clients + 64)));
   opt.max_body_bytes = uint64_t{128} << 20;
   Figures f;
   if (!shoal::bench::StartShoald(shoald, opt)) {

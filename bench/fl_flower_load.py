@@ -75,27 +75,30 @@ def tree_rss(root):
     """The processes' proportional set size (Pss: a page shared by k of them counts 1/k to
     each, so shared memory such as shoald's pool or a library is counted once in the sum)."""
     pids, _ = tree(root)
-    total = 0
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-        except OSError:
-            pass
-    return total
+    return sum(_pss(p) for p in pids)
+
+
+def _pss(pid):
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def tree_names(root):
+    """Each server process: its command and its Pss now (MB)."""
     pids, _ = tree(root)
     names = []
     for p in pids:
         try:
             with open(f"/proc/{p}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
-            names.append(" ".join(os.path.basename(a.decode()) for a in argv[:3] if a))
+            name = " ".join(os.path.basename(a.decode()) for a in argv[:2] if a)
+            names.append(f"{name} ({_pss(p) / 1e6:.0f} MB)")
         except OSError:
             pass
     return names
@@ -179,6 +182,11 @@ class FlowerNode:
             interceptors=[RuntimeVersionHttpInterceptor(component_name="SuperNode"),
                           NodeAuthHttpInterceptor(private_key, public_key)])
         self.c = self._cm.__enter__()
+        # Every call through flwr's retry invoker, as a SuperNode makes them (a timed-out
+        # call is retried, not failed).
+        from flwr.supercore.retry import make_simple_http_retry_invoker
+
+        self.retry = make_simple_http_retry_invoker()
         self.c.RegisterNode(RegisterNodeFleetRequest(public_key=pk))
         # Flower's largest heartbeat interval (1800 s; flower-supernode sends 30): under load a
         # late beat gets a node dropped with its instruction, and beats cost the SuperLink CPU.
@@ -209,7 +217,7 @@ class FlowerNode:
         from flwr.proto.fleet_pb2 import PullMessagesRequest
 
         if self.pending is None:
-            r = self.c.PullMessages(PullMessagesRequest(node=self.node))
+            r = self.retry.invoke(self.c.PullMessages, PullMessagesRequest(node=self.node))
             if r.messages_list:
                 self.pending = (message_from_proto(r.messages_list[0]),
                                 r.message_object_trees[0])
@@ -238,10 +246,11 @@ class FlowerNode:
         # Download the instruction's objects (the global model), as a SuperNode does, and
         # confirm it (the SuperLink then drops them).
         ids = [t.object_id for t in iterate_object_tree(msg_tree)]
-        pull_objects(ids, pull_object_fn=make_pull_object_fn_protobuf(self.c.PullObject,
-                                                                       self.node, run_id))
-        make_confirm_message_received_fn_protobuf(self.c.ConfirmMessageReceived, self.node,
-                                                  run_id)(msg.metadata.message_id)
+        pull_objects(ids, pull_object_fn=make_pull_object_fn_protobuf(
+            lambda q: self.retry.invoke(self.c.PullObject, q), self.node, run_id))
+        make_confirm_message_received_fn_protobuf(
+            lambda q: self.retry.invoke(self.c.ConfirmMessageReceived, q), self.node,
+            run_id)(msg.metadata.message_id)
         with no_object_id_recompute():
             # The content's ids were computed in __init__: this context may reuse them.
             _get_computed_object_ids().update(self.objects)
@@ -251,15 +260,16 @@ class FlowerNode:
             tree = get_object_tree(reply)
             contents = dict(self.objects)
             contents[reply_id] = reply.deflate()
-        r = self.c.PushMessages(PushMessagesRequest(
+        r = self.retry.invoke(self.c.PushMessages, PushMessagesRequest(
             node=self.node, messages_list=[message_to_proto(remove_content_from_message(reply))],
             message_object_trees=[tree], clientapp_runtime_list=[0.0]))
         want = set(r.objects_to_push)
         push_object_contents_from_iterable(
             ((t.object_id, contents[t.object_id]) for t in iterate_object_tree(tree)
              if t.object_id in want),
-            push_object_fn=make_push_object_fn_protobuf(self.c.PushObject, self.node, run_id,
-                                                        r.session_id))
+            push_object_fn=make_push_object_fn_protobuf(
+                lambda q: self.retry.invoke(self.c.PushObject, q), self.node, run_id,
+                r.session_id))
         return time.monotonic()
 
 

@@ -119,8 +119,8 @@ HttpReply ControlApi::Jobs(std::string_view method, std::string_view path, std::
   };
   static constexpr JobRoute kJobRoutes[] = {
       {"", "GET",
-       [](ControlApi& api, const std::string& job, std::string_view, std::string_view) {
-         return api.JobStatus(job);
+       [](ControlApi& api, const std::string& job, std::string_view query, std::string_view) {
+         return api.JobStatus(job, query);
        }},
       {"", "DELETE",
        [](ControlApi& api, const std::string& job, std::string_view, std::string_view) {
@@ -184,8 +184,19 @@ HttpReply ControlApi::ListJobs(const auth::Principal& who) {
   return Json(200, json{{"jobs", std::move(list)}});
 }
 
-HttpReply ControlApi::JobStatus(const std::string& job) {
-  auto status = jobs_->JobStatusJson(job);
+HttpReply ControlApi::JobStatus(const std::string& job, std::string_view query) {
+  // The clients listed: ?clients_from=N (client number) &clients_limit=L (up to kMaxLimit).
+  StatusClientsPage page;
+  uint64_t limit = page.limit;
+  if (!QueryUint(query, "clients_from", &page.from)) {
+    return Error(400, "clients_from: must be an integer >= 0 (a client number: c<N>)");
+  }
+  if (!QueryUint(query, "clients_limit", &limit) || limit > StatusClientsPage::kMaxLimit) {
+    return Error(400, "clients_limit: must be an integer from 0 to " +
+                          std::to_string(StatusClientsPage::kMaxLimit));
+  }
+  page.limit = static_cast<uint32_t>(limit);
+  auto status = jobs_->JobStatusJson(job, page);
   if (!status.ok()) return StatusError(status.status());
   HttpReply r;
   r.body = std::move(*status);

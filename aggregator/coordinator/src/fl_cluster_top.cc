@@ -134,6 +134,7 @@ void FlCoordinator::Uncount(const std::shared_ptr<JobState>& job, const std::str
         }
         JobState::Client& c = job->clients[t.client];
         if (c.updates > 0) --c.updates;
+        job->Changed(c);
         if (job->updates_total > 0) --job->updates_total;
         JobState::RemoteStats& rs = job->remote_stats[node];
         if (rs.updates > 0) --rs.updates;

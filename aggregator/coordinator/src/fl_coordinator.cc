@@ -312,7 +312,9 @@ Status FlCoordinator::DeployJob(const FlJobSpec& in) {
       std::error_code ec;
       std::filesystem::create_directories(job->dir, ec);
       std::filesystem::remove(job->dir + "/updates.log", ec);
+      std::filesystem::remove(ClientLog::Path(job->dir), ec);
       SHOAL_RETURN_IF_ERROR(job->log.Open(job->dir));
+      SHOAL_RETURN_IF_ERROR(job->client_log.Open(job->dir));
       job->algo->Start(job->Elapsed());
       if (job->spec.round_deadline_s > 0) job->round_deadline = job->spec.round_deadline_s;
       durable = Persist(job);
@@ -453,21 +455,23 @@ Result<JoinResult> FlCoordinator::Join(const std::string& name, const std::strin
   auto job = Find(name);
   if (!job) return NotFound("FL job '" + name + "' not found");
   JobState::Client c;
-  uint64_t durable;
-  {
-    std::lock_guard jl(job->mu);
-    const auto& tokens = job->spec.join_tokens;
-    if (!tokens.empty() && std::find(tokens.begin(), tokens.end(), join_token) == tokens.end()) {
-      return PermissionDenied("job '" + name + "' needs a valid join token");
-    }
-    c.id = "c" + std::to_string(job->next_client++);
-    c.name = client_name.empty() ? c.id : client_name;
-    c.token = RandomToken();
-    job->clients[c.id] = c;
-    durable = Persist(job, /*with_model=*/false);
+  std::lock_guard jl(job->mu);
+  const auto& tokens = job->spec.join_tokens;
+  if (!tokens.empty() && std::find(tokens.begin(), tokens.end(), join_token) == tokens.end()) {
+    return PermissionDenied("job '" + name + "' needs a valid join token");
   }
-  // The client's token is on disk before the client has it (a restart still knows it).
-  writer_->Wait(durable);
+  c.id = "c" + std::to_string(job->next_client);
+  c.name = client_name.empty() ? c.id : client_name;
+  c.token = RandomToken();
+  // The client's token is on disk before the client has it (a restart still knows it): one
+  // line appended to clients.log, the same few bytes whatever the number of clients (the whole
+  // table in state.json, rewritten on each join, made a join storm quadratic).
+  if (Status st = job->LogJoin(c); !st.ok()) {
+    spdlog::error("fl job {}: {}", name, st.ToString());
+    return Unavailable("job '" + name + "' cannot record a join now: " + st.message());
+  }
+  ++job->next_client;
+  job->clients.emplace(c.id, c);
   return JoinResult{c.id, c.token};
 }
 

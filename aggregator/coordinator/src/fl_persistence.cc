@@ -12,22 +12,160 @@
 
 namespace shoal {
 
+namespace {
+
+// clients.log's lines (ClientLog, job_state.h).
+std::string JoinLine(const FlCoordinator::JobState::Client& c) {
+  return Json{{"join", c.id}, {"name", c.name}, {"token", c.token}}.dump() + "\n";
+}
+
+std::string FiguresLine(const FlCoordinator::JobState::Client& c, uint64_t version) {
+  return Json{{"client", c.id},
+              {"version", version},
+              {"updates", c.updates},
+              {"samples", c.samples},
+              {"last_base_version",
+               c.last_base_version ? Json(*c.last_base_version) : Json(nullptr)},
+              {"last_staleness", c.last_staleness},
+              {"max_staleness", c.max_staleness},
+              {"suspect_updates", c.suspect_updates},
+              {"clipped_updates", c.clipped_updates}}
+             .dump() +
+         "\n";
+}
+
+bool HasFigures(const FlCoordinator::JobState::Client& c) {
+  return c.updates > 0 || c.samples > 0 || c.last_base_version || c.max_staleness > 0 ||
+         c.suspect_updates > 0 || c.clipped_updates > 0;
+}
+
+// A figures line (or a legacy state.json client) into `c`.
+void ApplyFigures(FlCoordinator::JobState& job, FlCoordinator::JobState::Client& c,
+                  const Json& f) {
+  c.updates = f.value("updates", uint64_t{0});
+  job.SetSamples(c, f.value("samples", uint64_t{0}));
+  c.last_base_version.reset();
+  if (f.contains("last_base_version") && f["last_base_version"].is_number_unsigned()) {
+    c.last_base_version = f["last_base_version"].get<uint64_t>();
+  }
+  c.last_staleness = f.value("last_staleness", uint64_t{0});
+  c.max_staleness = f.value("max_staleness", uint64_t{0});
+  c.suspect_updates = f.value("suspect_updates", uint64_t{0});
+  c.clipped_updates = f.value("clipped_updates", uint64_t{0});
+  if (c.suspect_updates > 0) {
+    job.suspect_clients.insert(c.id);
+  } else {
+    job.suspect_clients.erase(c.id);
+  }
+}
+
+// clients.log's lines, whole ones only (a torn last line is left out, as is a line that does
+// not parse).
+std::vector<Json> ReadClientLines(const std::string& text) {
+  std::vector<Json> lines;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) break;  // a torn tail
+    Json j = Json::parse(std::string_view(text).substr(at, nl - at), nullptr, false);
+    if (j.is_object()) lines.push_back(std::move(j));
+    at = nl + 1;
+  }
+  return lines;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+Status FlCoordinator::JobState::LogJoin(const Client& c) {
+  return client_log.Append(JoinLine(c));
+}
+
+void FlCoordinator::JobState::LogChangedClients() {
+  if (changed_clients.empty()) return;
+  std::string lines;
+  for (const std::string& id : changed_clients) {
+    auto it = clients.find(id);
+    if (it != clients.end()) lines += FiguresLine(it->second, version());
+  }
+  const uint64_t n = changed_clients.size();
+  changed_clients.clear();
+  if (Status st = client_log.Append(lines); !st.ok()) {
+    spdlog::error("fl job {}: client log: {}", spec.name, st.ToString());
+    return;
+  }
+  client_log.CountFigureLines(n);
+  if (client_log.figure_lines() <= clients.size() + 1024) return;
+  // Compaction: every join, and per client the latest figures at or below the newest written
+  // checkpoint's version (what a restore from it applies) and those above it (a restore from
+  // the next checkpoint applies them). Once per as many figure lines as there are clients.
+  const std::vector<Json> all = ReadClientLines(ReadFile(ClientLog::Path(dir)));
+  std::string joins, figures;
+  std::map<std::string, size_t, ClientOrder> durable;  // client -> its line at or below
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Json& l = all[i];
+    if (l.contains("join")) {
+      joins += l.dump() + "\n";
+    } else if (l.value("version", uint64_t{0}) <= durable_version) {
+      durable[l.value("client", std::string())] = i;
+    }
+  }
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Json& l = all[i];
+    if (l.contains("join")) continue;
+    const bool above = l.value("version", uint64_t{0}) > durable_version;
+    auto latest = durable.find(l.value("client", std::string()));
+    if (above || (latest != durable.end() && latest->second == i)) figures += l.dump() + "\n";
+  }
+  if (Status st = client_log.Rewrite(dir, joins + figures); !st.ok()) {
+    spdlog::error("fl job {}: compacting the client log: {}", spec.name, st.ToString());
+  }
+}
+
+Status FlCoordinator::JobState::LoadClients(const Json& state, uint64_t at_version) {
+  // A state.json written before clients.log held the table itself.
+  if (state.contains("clients") && state["clients"].is_array()) {
+    for (const auto& c : state["clients"]) {
+      Client cl;
+      cl.id = c.value("id", "");
+      cl.name = c.value("name", "");
+      cl.token = c.value("token", "");
+      Client& in = clients[cl.id] = cl;
+      ApplyFigures(*this, in, c);
+    }
+  }
+  for (const Json& l : ReadClientLines(ReadFile(ClientLog::Path(dir)))) {
+    if (l.contains("join")) {
+      Client cl;
+      cl.id = l.value("join", "");
+      cl.name = l.value("name", "");
+      cl.token = l.value("token", "");
+      clients.try_emplace(cl.id, cl);
+      continue;
+    }
+    if (l.value("version", uint64_t{0}) > at_version) continue;  // a checkpoint never written
+    auto it = clients.find(l.value("client", std::string()));
+    if (it != clients.end()) ApplyFigures(*this, it->second, l);
+  }
+  // The file from now on: this table, its figures tagged with the checkpoint's version.
+  std::string lines;
+  for (const auto& [id, c] : clients) lines += JoinLine(c);
+  for (const auto& [id, c] : clients) {
+    if (HasFigures(c)) lines += FiguresLine(c, at_version);
+  }
+  durable_version = at_version;
+  return client_log.Rewrite(dir, lines);
+}
+
 uint64_t FlCoordinator::Persist(const std::shared_ptr<JobState>& jp, bool with_model) {
   JobState& job = *jp;
-  Json clients = Json::array();
-  for (const auto& [id, c] : job.clients) {
-    clients.push_back(
-        {{"id", c.id},
-         {"name", c.name},
-         {"token", c.token},
-         {"updates", c.updates},
-         {"samples", c.samples},
-         {"last_base_version", c.last_base_version ? Json(*c.last_base_version) : Json(nullptr)},
-         {"last_staleness", c.last_staleness},
-         {"max_staleness", c.max_staleness},
-         {"suspect_updates", c.suspect_updates},
-         {"clipped_updates", c.clipped_updates}});
-  }
+  // The clients are not in state.json (it would grow with them, and be rewritten whole): their
+  // joins are in clients.log already, and the figures that changed go there now.
+  job.LogChangedClients();
   Json versions = Json::array();
   for (const auto& v : job.versions) {
     versions.push_back({{"version", v.version},
@@ -38,7 +176,6 @@ uint64_t FlCoordinator::Persist(const std::shared_ptr<JobState>& jp, bool with_m
   }
   Json state = {{"spec", SpecToJson(job.spec)},
                 {"version", job.version()},
-                {"clients", clients},
                 {"next_client", job.next_client},
                 {"versions", versions},
                 {"updates_total", job.updates_total},
@@ -88,13 +225,6 @@ uint64_t FlCoordinator::Persist(const std::shared_ptr<JobState>& jp, bool with_m
   }
   return writer_->Enqueue(std::move(item));
 }
-
-namespace {
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-}  // namespace
 
 std::string FlCoordinator::JobsRoot() const {
   return config_.checkpoint_dir.empty() ? config_.state_dir + "/jobs" : config_.checkpoint_dir;
@@ -162,23 +292,14 @@ Status FlCoordinator::RestoreJob(const std::string& dir, const Json& state, bool
   }
   job->KeepVersion();
   job->models[job->version()] = std::make_shared<std::string>(std::move(bytes));
-  for (const auto& c : state["clients"]) {
-    JobState::Client cl;
-    cl.id = c.value("id", "");
-    cl.name = c.value("name", "");
-    cl.token = c.value("token", "");
-    cl.updates = c.value("updates", uint64_t{0});
-    cl.samples = c.value("samples", uint64_t{0});
-    if (c.contains("last_base_version") && c["last_base_version"].is_number_unsigned()) {
-      cl.last_base_version = c["last_base_version"].get<uint64_t>();
-    }
-    cl.last_staleness = c.value("last_staleness", uint64_t{0});
-    cl.max_staleness = c.value("max_staleness", uint64_t{0});
-    cl.suspect_updates = c.value("suspect_updates", uint64_t{0});
-    cl.clipped_updates = c.value("clipped_updates", uint64_t{0});
-    job->clients[cl.id] = cl;
-  }
   job->next_client = state.value("next_client", 0u);
+  if (Status st = job->LoadClients(state, job->version()); !st.ok()) {
+    return Internal("FL job checkpoint " + dir + ": client log: " + st.message());
+  }
+  // Joins since the last state.json are in clients.log only: the next id follows them.
+  for (const auto& [id, c] : job->clients) {
+    job->next_client = std::max(job->next_client, static_cast<uint32_t>(NumericId(id) + 1));
+  }
   for (const auto& v : state["versions"]) {
     JobState::VersionInfo vi;
     vi.version = v.value("version", uint64_t{0});
@@ -330,9 +451,10 @@ Status FlCoordinator::Recover(
       ++round.acked;
       JobState::Client& c = job->clients[client];
       c.submitted_round = r.round;
-      c.samples = r.num_samples;
+      job->SetSamples(c, r.num_samples);
       c.last_base_version = r.base_version;  // its staleness on arrival is not logged
       ++c.updates;
+      job->Changed(c);
       ++job->updates_total;
       max_round = std::max(max_round, r.round);
       ++refolded;

@@ -4,7 +4,8 @@
 
 namespace shoal {
 
-Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
+Result<std::string> FlCoordinator::JobStatusJson(const std::string& name,
+                                                  const StatusClientsPage& page) {
   auto job = Find(name);
   if (!job) return NotFound("FL job '" + name + "' not found");
   std::lock_guard jl(job->mu);
@@ -21,7 +22,10 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
             {"state", job->done ? "done" : "running"},
             {"version", job->version()},
             {"round", job->open_round},
-            {"clients", {{"expected", job->spec.clients}, {"joined", job->clients.size()}}},
+            {"clients",
+             {{"expected", job->spec.clients},
+              {"joined", job->clients.size()},
+              {"sent_updates", job->samples_seen}}},
             {"updates_total", job->updates_total},
             {"gpu_fallbacks", job->gpu_fallbacks},
             {"partial_rebuilds", job->partial_rebuilds},
@@ -40,7 +44,8 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
               {"classes", JobArchitecture(job->spec).classes},
               {"params", job->mspec.num_params()}}},
             {"versions", versions}};
-  // Every client: its accepted updates and their staleness: `staleness` counts the versions
+  // A page of the clients (clients_from, clients_limit: the job's table is never walked whole),
+  // each with its accepted updates and their staleness: `staleness` counts the versions
   // committed since the base version of its latest accepted update (it grows while the client
   // trains), `staleness_at_arrival` and `max_staleness` are what the algorithm weighted.
   // FedCompass adds what the scheduler made of it: its speed estimate (seconds per local step,
@@ -53,8 +58,12 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
     }
   }
   Json clients = Json::array();
-  Json suspects = Json::array();
-  for (const auto& [id, c] : job->clients) {
+  const uint32_t limit = std::min(page.limit, StatusClientsPage::kMaxLimit);
+  std::string first_id(1, 'c');  // "c" + to_string trips GCC 12's -Wrestrict here
+  first_id += std::to_string(page.from);
+  auto cit = job->clients.lower_bound(first_id);
+  for (uint32_t listed = 0; cit != job->clients.end() && listed < limit; ++cit, ++listed) {
+    const auto& [id, c] = *cit;
     const auto base = c.last_base_version;
     // A restart may resume from a checkpoint older than a re-folded update's base.
     const auto lag = [&](uint64_t b) { return job->version() > b ? job->version() - b : 0; };
@@ -75,12 +84,6 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
         last["version"] = c.last_verdict_version;
       }
       e["robust"] = std::move(last);
-      if (c.suspect_updates > 0) {
-        suspects.push_back({{"id", id},
-                            {"name", c.name},
-                            {"suspect_updates", c.suspect_updates},
-                            {"updates", c.updates}});
-      }
     }
     if (job->Compass()) {
       const agg::ClientId cid = NumericId(id);
@@ -112,6 +115,16 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
     // spec.aggregation.robust, the clients with updates it excluded or down-weighted, and what
     // it made of each update of the last robust commit.
     const FlRobustSpec& r = job->spec.robust;
+    Json suspects = Json::array();
+    for (const std::string& id : job->suspect_clients) {
+      auto it = job->clients.find(id);
+      if (it == job->clients.end()) continue;
+      const JobState::Client& c = it->second;
+      suspects.push_back({{"id", id},
+                          {"name", c.name},
+                          {"suspect_updates", c.suspect_updates},
+                          {"updates", c.updates}});
+    }
     j["robust"] = {{"rule", r.rule},
                    {"clip_norm", r.clip_median     ? Json("median")
                                  : r.clip_norm > 0 ? Json(r.clip_norm)
@@ -126,6 +139,11 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name) {
     if (r.rule == "flag") j["robust"]["rank"] = r.rank;
   }
   j["clients"]["list"] = std::move(clients);
+  // The next page's clients_from (null: this page ends the list).
+  j["clients"]["page"] = {
+      {"from", page.from},
+      {"limit", limit},
+      {"next_from", cit == job->clients.end() ? Json(nullptr) : Json(NumericId(cit->first))}};
   // Cluster mode: the nodes that fold this job's updates for this top (LIFL's hierarchy).
   Json elsewhere = Json::object();
   for (const auto& [node, rs] : job->remote_stats) {

@@ -73,7 +73,8 @@ Result<FlCoordinator::HeaderAdmission> FlCoordinator::AdmitHeader(
     }
     job->pool = pool;
   }
-  client.samples = h.num_samples();
+  job->SetSamples(client, h.num_samples());
+  job->Changed(client);
   client.last_update_steps = h.local_steps();
   agg::UpdateMeta meta;
   meta.client_id = NumericId(client.id);
@@ -223,6 +224,7 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status, bool leaf_answer
       client.last_base_version = t.base_version;
       client.last_staleness = t.staleness;
       client.max_staleness = std::max(client.max_staleness, t.staleness);
+      job->Changed(client);
       ++job->updates_total;
     }
     if (!counted) {

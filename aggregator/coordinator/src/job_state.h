@@ -16,7 +16,9 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "robust_commit.h"
@@ -166,6 +168,75 @@ class UpdateLog {
   int fd_ = -1;
 };
 
+// The clients' order in a job's table: by number ("c2" before "c10": the order they joined),
+// any other id after the numbered ones of its length, as strings. The status lists a page of
+// them from a client number on (lower_bound, not a walk from the first).
+struct ClientOrder {
+  using is_transparent = void;
+  bool operator()(std::string_view a, std::string_view b) const {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  }
+};
+
+// A job's client table on disk, <dir>/clients.log: one JSON line per join ({"join": id, "name",
+// "token"}), appended before the client has its token, and one per client whose figures changed
+// ({"client": id, "version": v, "updates", ...}), appended when the job's state is persisted
+// (FlCoordinator::Persist: each commit and evaluation), tagged with the version in memory then.
+// Restore applies each client's latest figures tagged at or below the version state.json names
+// (a later tag is a version whose checkpoint was never written: the update log re-folds its
+// updates). A join or a changed client appends one line, never the table: a join costs the same
+// at 10 clients and at 10,000 (state.json, which held every client and was rewritten on each
+// join, holds none). The file is compacted (each client's join and its latest figures that
+// restore could need) once the lines superseded since the last compaction outnumber the clients.
+// As the update log: a write() that returned is in the page cache and survives the process
+// (kill -9); no fsync on the join path.
+class ClientLog {
+ public:
+  ClientLog() = default;
+  ClientLog(const ClientLog&) = delete;
+  ClientLog& operator=(const ClientLog&) = delete;
+  ~ClientLog() {
+    if (fd_ >= 0) close(fd_);
+  }
+  static std::string Path(const std::string& dir) { return dir + "/clients.log"; }
+  Status Open(const std::string& dir) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = open(Path(dir).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    return fd_ < 0 ? ErrnoStatus("opening " + Path(dir), errno) : Status::Ok();
+  }
+  // Appends whole lines (each ends in '\n') in one write.
+  Status Append(std::string_view lines) {
+    if (fd_ < 0) return Internal("the client log is not open");
+    const ssize_t w = write(fd_, lines.data(), lines.size());
+    if (w == static_cast<ssize_t>(lines.size())) return Status::Ok();
+    const int err = errno;
+    if (w > 0) {
+      // A short write (disk full): the partial line goes, so that the next append starts a
+      // line; where it cannot, nothing more is appended after it.
+      const off_t end = lseek(fd_, 0, SEEK_END);
+      if (end < w || ftruncate(fd_, end - w) != 0) {
+        close(fd_);
+        fd_ = -1;
+      }
+      return Internal("appending to the client log: short write");
+    }
+    return ErrnoStatus("appending to the client log", err);
+  }
+  // Replaces the file with `lines` and reopens it.
+  Status Rewrite(const std::string& dir, const std::string& lines) {
+    SHOAL_RETURN_IF_ERROR(WriteFileAtomic(Path(dir), lines.data(), lines.size()));
+    figure_lines_ = 0;
+    return Open(dir);
+  }
+  // Figure lines appended since the last compaction (each supersedes its client's earlier one).
+  void CountFigureLines(uint64_t n) { figure_lines_ += n; }
+  uint64_t figure_lines() const { return figure_lines_; }
+
+ private:
+  int fd_ = -1;
+  uint64_t figure_lines_ = 0;
+};
+
 }  // namespace coordinator_internal
 
 using namespace coordinator_internal;  // NOLINT(google-build-using-namespace): this library's own
@@ -288,8 +359,32 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   bool Robust() const { return spec.robust.enabled(); }
   std::vector<float> robust_out;  // the rule's result, reused commit to commit
   Json robust_last;               // the last robust commit, for the status
-  std::map<std::string, Client> clients;
+  std::map<std::string, Client, ClientOrder> clients;
   uint32_t next_client = 0;
+  // Kept as the clients change, so that no update, join or status walks the table: Σ samples of
+  // the clients' latest updates and how many have sent one (TotalSamples), the clients with
+  // suspect updates (the robust status), and the clients whose figures changed since the last
+  // Persist (their lines in clients.log).
+  uint64_t samples_sum = 0;
+  uint64_t samples_seen = 0;
+  std::set<std::string, ClientOrder> suspect_clients;
+  std::set<std::string, ClientOrder> changed_clients;
+  ClientLog client_log;
+  void SetSamples(Client& c, uint64_t samples) {
+    samples_sum = samples_sum - c.samples + samples;
+    samples_seen += (samples > 0 ? 1 : 0) - (c.samples > 0 ? 1 : 0);
+    c.samples = samples;
+  }
+  void Changed(const Client& c) { changed_clients.insert(c.id); }
+  // clients.log (fl_persistence.cc): a joined client's line, appended before it has its token;
+  // the changed clients' figures, tagged with the version in memory (from Persist), compacting
+  // the file once the figure lines outnumber the clients; and, on restore, the table as
+  // state.json's version `version` had it (the legacy "clients" of `state` first), the file
+  // rewritten to that table and reopened.
+  Status LogJoin(const Client& c);
+  void LogChangedClients();
+  Status LoadClients(const Json& state, uint64_t version);
+  uint64_t durable_version = 0;  // the newest version whose checkpoint is written
   std::map<uint64_t, Round> rounds;
   uint64_t open_round = 1;
   double round_deadline = 0;  // sync with spec.deadlines.round: when the open round is due
@@ -358,6 +453,7 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   std::map<uint64_t, uint64_t> round_of_version;  // committed, checkpoint not yet written
   uint64_t durable_round = 0;  // the newest round whose version's checkpoint is written
   void RoundsDurable(uint64_t version) {
+    durable_version = std::max(durable_version, version);
     while (!round_of_version.empty() && round_of_version.begin()->first <= version) {
       durable_round = std::max(durable_round, round_of_version.begin()->second);
       round_of_version.erase(round_of_version.begin());
@@ -379,14 +475,10 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
     return spec.quorum > 0 ? spec.quorum : spec.clients;
   }
   double TotalSamples() const {
-    double n = 0;
-    for (const auto& [id, c] : clients) n += static_cast<double>(c.samples);
     // Clients that have not reported yet count as the mean of those that have.
-    size_t seen = 0;
-    for (const auto& [id, c] : clients) seen += c.samples > 0 ? 1 : 0;
-    if (seen == 0) return 0;
-    return n / static_cast<double>(seen) *
-           std::max<double>(spec.clients, static_cast<double>(seen));
+    if (samples_seen == 0) return 0;
+    const double seen = static_cast<double>(samples_seen);
+    return static_cast<double>(samples_sum) / seen * std::max<double>(spec.clients, seen);
   }
   // The committed model as safetensors (f32, the same bytes ModelToSafetensors writes), taken
   // straight from the weights: models are large, every copy shows in the commit's latency. With
@@ -564,6 +656,8 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
       cl.last_verdict_version = version() + 1;
       cl.suspect_updates += v.suspect ? 1 : 0;
       cl.clipped_updates += v.clipped ? 1 : 0;
+      if (cl.suspect_updates > 0) suspect_clients.insert(t.client);
+      Changed(cl);
       if (v.suspect) suspects->emplace_back(t.client, outcome->rule);
       Json e = VerdictJson(v);
       e["client"] = t.client;

@@ -43,7 +43,9 @@ class FakeJobService : public JobService {
     for (const auto& [name, spec] : jobs) out.push_back(name);
     return out;
   }
-  Result<std::string> JobStatusJson(const std::string& job) override {
+  Result<std::string> JobStatusJson(const std::string& job,
+                                    const StatusClientsPage& page = {}) override {
+    last_page = page;
     if (!jobs.count(job)) return NotFound("job '" + job + "' not found");
     json st{
         {"name", job}, {"algorithm", jobs[job].algorithm}, {"state", "running"}, {"version", 3}};
@@ -86,6 +88,7 @@ class FakeJobService : public JobService {
   std::vector<FlJobSpec> deployed;
   std::vector<std::string> deleted;
   std::pair<std::string, std::string> last_join;
+  StatusClientsPage last_page;
   TaskResult next_task;
   std::optional<uint64_t> last_model_version;
   std::vector<EvalReport> reports;
@@ -180,6 +183,19 @@ TEST_F(FlJobApiTest, ListStatusAndDelete) {
   EXPECT_EQ(one.status, 200);
   EXPECT_EQ(one.body, R"({"algorithm":"fedasync","name":"a","state":"running","version":3})"
                       "\n");
+  EXPECT_EQ(jobs_.last_page.from, 0u);
+  EXPECT_EQ(jobs_.last_page.limit, StatusClientsPage::kDefaultLimit);
+  // The page of clients the status lists: from a client number, up to a limit.
+  EXPECT_EQ(Call("GET", "/v1/jobs/a", {}, "clients_from=2000&clients_limit=7").status, 200);
+  EXPECT_EQ(jobs_.last_page.from, 2000u);
+  EXPECT_EQ(jobs_.last_page.limit, 7u);
+  auto too_many = Call("GET", "/v1/jobs/a", {}, "clients_limit=1001");
+  EXPECT_EQ(too_many.status, 400);
+  EXPECT_EQ(Body(too_many)["error"], "clients_limit: must be an integer from 0 to 1000");
+  auto not_number = Call("GET", "/v1/jobs/a", {}, "clients_from=c5");
+  EXPECT_EQ(not_number.status, 400);
+  EXPECT_EQ(Body(not_number)["error"],
+            "clients_from: must be an integer >= 0 (a client number: c<N>)");
   auto missing = Call("GET", "/v1/jobs/nope");
   EXPECT_EQ(missing.status, 404);
   EXPECT_EQ(Body(missing)["error"], "job 'nope' not found");
@@ -337,7 +353,10 @@ TEST_F(FlJobApiTest, ModelAsOnnx) {
   EXPECT_EQ(Body(bad)["error"], "format: must be safetensors or onnx, not 'pt'");
   // Without an exporter (the gateway's API: no long work on its loops) onnx is refused.
   auto none = Call("GET", "/v1/jobs/fmnist/model", {}, "format=onnx");
-  EXPECT_EQ(none.status, 501);
+  EXPECT_EQ(none.status, 400);
+  EXPECT_EQ(Body(none)["error"],
+            "format: onnx is served on the control listener (control_listen_host:control_port), "
+            "not here; this listener serves safetensors");
   EXPECT_EQ(Call("GET", "/v1/jobs/fmnist/model", {}, "format=safetensors").status, 200);
 
   // The exporter gets the job's status and the version's bytes.

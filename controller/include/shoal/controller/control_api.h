@@ -82,7 +82,7 @@ class ControlApi {
   Result<std::vector<bool>> DeployJobSpecs(const std::vector<FlJobSpec>& specs);
   void DeleteCreatedJobs(const std::vector<FlJobSpec>& specs, const std::vector<bool>& created);
   HttpReply ListJobs(const auth::Principal& who);
-  HttpReply JobStatus(const std::string& job);
+  HttpReply JobStatus(const std::string& job, std::string_view query = {});
   HttpReply DeleteJob(const std::string& job);
   HttpReply Join(const std::string& job, std::string_view body);
   HttpReply Task(const std::string& job, std::string_view query);

@@ -21,6 +21,17 @@ struct ModelBlob {
   std::shared_ptr<const std::string> bytes;
 };
 
+// Which clients a job's status lists under clients.list: those numbered `from` on (c<from>,
+// c<from+1>, ... in the order they joined), at most `limit`. The counts beside the list are the
+// whole job's; a status costs the same at 10 clients and at 10,000 (every client listed made
+// each status, and the console's and cluster's copies of it, grow with the job).
+struct StatusClientsPage {
+  static constexpr uint32_t kDefaultLimit = 100;
+  static constexpr uint32_t kMaxLimit = 1000;
+  uint64_t from = 0;
+  uint32_t limit = kDefaultLimit;
+};
+
 class JobService {
  public:
   virtual ~JobService() = default;
@@ -28,8 +39,10 @@ class JobService {
   virtual Status DeployJob(const FlJobSpec& spec) = 0;
   virtual Status DeleteJob(const std::string& job) = 0;
   virtual std::vector<std::string> ListJobs() = 0;
-  // The job's status as JSON (see README "FL jobs"); kNotFound for an unknown job.
-  virtual Result<std::string> JobStatusJson(const std::string& job) = 0;
+  // The job's status as JSON (see README "FL jobs"), listing the clients of `page`; kNotFound
+  // for an unknown job.
+  virtual Result<std::string> JobStatusJson(const std::string& job,
+                                            const StatusClientsPage& page = {}) = 0;
   // The job's namespace (metadata.namespace: its tenant); kNotFound for an unknown job.
   virtual Result<std::string> JobNamespace(const std::string& job) = 0;
   // `join_token` is the pre-shared token when the job has spec.clients.tokens ("" otherwise).

@@ -101,7 +101,8 @@ class FlCoordinator final : public JobService, public FlDataPath {
   Status DeployJob(const FlJobSpec& spec) override;
   Status DeleteJob(const std::string& job) override;
   std::vector<std::string> ListJobs() override;
-  Result<std::string> JobStatusJson(const std::string& job) override;
+  Result<std::string> JobStatusJson(const std::string& job,
+                                    const StatusClientsPage& page = {}) override;
   Result<std::string> JobNamespace(const std::string& job) override;
   Result<JoinResult> Join(const std::string& job, const std::string& client_name,
                           const std::string& join_token) override;

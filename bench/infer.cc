@@ -95,7 +95,7 @@ Graph BuildGraph(const Options& o) {
   return ResNetGraph({.image = o.image});
 }
 
-bool WriteFloats(const std::string& path, const std::vector<float>& v) {
+[[maybe_unused]] bool WriteFloats(const std::string& path, const std::vector<float>& v) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
   return static_cast<bool>(f);

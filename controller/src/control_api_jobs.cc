@@ -257,9 +257,11 @@ HttpReply ControlApi::Model(const std::string& job, std::string_view query) {
     return Error(400, "format: must be safetensors or onnx, not '" + format + "'");
   }
   if (format == "onnx" && !onnx_export_) {
-    return Error(501,
-                 "format=onnx: the ONNX conversion is served on the control listener "
-                 "(control_listen_host:control_port), not here");
+    // The caller asked the wrong listener (a client error, as a 4xx, not the server's 5xx).
+    return Error(400,
+                 "format: onnx is served on the control listener "
+                 "(control_listen_host:control_port), not here; this listener serves "
+                 "safetensors");
   }
   auto model = jobs_->Model(job, version);
   if (!model.ok()) return StatusError(model.status());

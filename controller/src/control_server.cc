@@ -12,6 +12,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "shoal/api/schemas.h"
 #include "shoal/console/console_assets.h"
 
 namespace shoal {
@@ -20,6 +21,7 @@ namespace {
 constexpr size_t kControlThreads = 4;
 constexpr const char* kEventsPath = "/v1/events";
 constexpr const char* kTicketPath = "/v1/events/ticket";
+constexpr const char* kOpenApiPath = "/v1/openapi.json";
 // GET /v1/events?interval=S: the snapshot's period, within these bounds.
 constexpr double kDefaultEventInterval = 1.0;
 constexpr double kMinEventInterval = 0.2;
@@ -145,6 +147,16 @@ Status ControlServer::Start() {
       Write(console::ServeUi(path), res);
       return;
     }
+    if (path == kOpenApiPath) {
+      // The API's own description (api/openapi.json, compiled in): no token, as it holds no data.
+      if (req.method != "GET" && req.method != "HEAD") {
+        res.set_header("Allow", "GET, HEAD");
+        JsonError(res, 405, "method " + req.method + " not allowed on " + path + " (allowed: GET)");
+        return;
+      }
+      res.set_content(std::string(api::OpenApiJson()), "application/json");
+      return;
+    }
     if (path != "/v1" && !path.starts_with("/v1/")) {
       JsonError(res, 404, "no route " + path + " on the control listener (it serves /v1)");
       return;
@@ -205,13 +217,47 @@ Status ControlServer::Start() {
     }
     Write(std::move(r), res);
   };
-  const std::string any = ".*";
+  // Every path, including one whose %-decoding holds a line break ('.' would not match it, and
+  // httplib would answer 404 with no body).
+  const std::string any = "[\\s\\S]*";
   server_->Get(any, handle);
   server_->Post(any, handle);
   server_->Put(any, handle);
   server_->Patch(any, handle);
   server_->Delete(any, handle);
   server_->Options(any, handle);
+  // httplib's own errors (a request line it cannot parse, such as an unknown method like QUERY)
+  // come with an empty body: give them the API's JSON error, and close the connection, since
+  // such a request's body was left unread and would be misread as the next request.
+  server_->set_error_handler(httplib::Server::HandlerWithResponse(
+      [](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours
+    res.set_header("Connection", "close");
+    JsonError(res, res.status,
+              res.status == 400 ? "malformed request (method '" + req.method +
+                                      "'): the control API takes GET, HEAD, POST, PUT, PATCH, "
+                                      "DELETE and OPTIONS"
+                                : "no route " + req.path);
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  server_->set_pre_routing_handler([handle](const httplib::Request& req, httplib::Response& res) {
+    // httplib reads a body only for POST, PUT, PATCH and DELETE: a GET, HEAD or OPTIONS that
+    // carries one would leave it on the connection to be read as the next request (which then
+    // gets an empty 400). Such a reply closes the connection instead.
+    const bool reads_body = req.method == "POST" || req.method == "PUT" ||
+                            req.method == "PATCH" || req.method == "DELETE";
+    const bool has_body = req.has_header("Transfer-Encoding") ||
+                          (req.has_header("Content-Length") &&
+                           req.get_header_value("Content-Length") != "0");
+    if (!reads_body && has_body) res.set_header("Connection", "close");
+    // A method httplib has no handlers for (TRACE, CONNECT, QUERY, ...) goes to the route,
+    // which answers 405 with the methods it has, instead of httplib's empty 400.
+    if (reads_body || req.method == "GET" || req.method == "HEAD" || req.method == "OPTIONS") {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    handle(req, res);
+    return httplib::Server::HandlerResponse::Handled;
+  });
 
   const int port = config_.control_port == 0
                        ? server_->bind_to_any_port(config_.control_listen_host)

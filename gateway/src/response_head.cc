@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "shoal/common/json_escape.h"
+
 namespace shoal {
 
 const char* HttpReason(int status) {
@@ -69,10 +71,7 @@ void ResponseHead::Finish(bool keep_alive) {
 
 std::string JsonError(std::string_view message) {
   std::string out = "{\"error\":\"";
-  for (char c : message) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
-  }
+  AppendJsonEscaped(out, message);  // messages may quote a request's bytes: valid UTF-8 only
   out += "\"}\n";
   return out;
 }

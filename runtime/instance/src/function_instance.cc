@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "shoal/common/clock.h"
+#include "shoal/common/json_escape.h"
 #include "shoal/common/log.h"
 #include "shoal/common/payload.h"
 
@@ -35,16 +36,10 @@ const char* Env(const char* name) {
   return v ? v : "";
 }
 
+// A handler's error may quote the request's bytes (a body that is not JSON): valid UTF-8 only.
 std::string JsonEscape(std::string_view s) {
   std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += ' ';
-      continue;
-    }
-    out += c;
-  }
+  AppendJsonEscaped(out, s);
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include "shoal/common/descriptor.h"
 #include "shoal/common/file_io.h"
 #include "shoal/common/http_status.h"
+#include "shoal/common/json_escape.h"
 #include "shoal/common/payload.h"
 #include "shoal/common/status.h"
 
@@ -170,3 +171,16 @@ TEST(Payload, HeadRoundTripsAndRejectsDamage) {
 
 }  // namespace
 }  // namespace shoal
+
+// A message quoting a client's bytes stays valid JSON: schemathesis sent a PNG to
+// /v2/models/{m}/infer, and the handler's "malformed JSON ... last read: '<0x89>'" error went out
+// as a body no JSON parser accepts.
+TEST(JsonEscapeTest, InvalidUtf8BecomesTheReplacementCharacter) {
+  std::string out;
+  shoal::AppendJsonEscaped(out, "a\"b\\c\n\x89PNG \xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"
+                                " \xC0\xAF \xED\xA0\x80 \xF4\x90\x80\x80 \xE2\x82");
+  EXPECT_EQ(out,
+            "a\\\"b\\\\c \xEF\xBF\xBDPNG \xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80 "
+            "\xEF\xBF\xBD\xEF\xBF\xBD \xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD "
+            "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD \xEF\xBF\xBD\xEF\xBF\xBD");
+}

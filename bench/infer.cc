@@ -542,6 +542,8 @@ int main(int argc, char** argv) {
   } else if (!std::isnan(best_fallback)) {
     result = best_fallback;
     std::printf("onnxruntime not measured: RESULT is against the best anchor\n");
+  } else if (!shoal_unavailable.empty()) {
+    std::printf("shoal did not run (%s): no ratio\n", shoal_unavailable.c_str());
   } else {
     std::printf("no anchor measured: the ratio is against nothing\n");
   }

@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "bench_args.h"
-#include "shoal/aggregator/fold.h"
-#include "shoal/aggregator/fold_pool.h"
+#include "shoal/fl/kernels/fold.h"
+#include "shoal/fl/kernels/fold_pool.h"
 #include "stream_bandwidth.h"
 
 using namespace shoal::aggregator;

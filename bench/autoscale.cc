@@ -27,7 +27,7 @@
 
 #include "bench_args.h"
 #include "run_stats.h"
-#include "shoal/autoscaler/scenarios.h"
+#include "shoal/tools/scenarios/scenarios.h"
 
 using namespace shoal;
 

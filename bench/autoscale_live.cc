@@ -28,9 +28,9 @@
 #include "bench_args.h"
 #include "bench_shoald.h"
 #include "run_stats.h"
-#include "shoal/autoscaler/distribution.h"
-#include "shoal/autoscaler/workloads.h"
-#include "shoald_fixture.h"
+#include "shoal/tools/simulator/distribution.h"
+#include "shoal/tools/simulator/workloads.h"
+#include "tests/support/shoald_fixture.h"
 
 using namespace shoal;
 using namespace shoal::testing;

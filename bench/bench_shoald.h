@@ -4,7 +4,7 @@
 
 #include <cstdio>
 
-#include "shoald_fixture.h"
+#include "tests/support/shoald_fixture.h"
 
 namespace shoal::bench {
 

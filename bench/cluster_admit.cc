@@ -17,10 +17,10 @@
 #include <thread>
 #include <vector>
 
-#include "netns_cluster.h"
 #include "run_stats.h"
-#include "shoal/model/architectures.h"
-#include "shoal/model/update_format.h"
+#include "shoal/fl/wire/architectures.h"
+#include "shoal/fl/wire/update_format.h"
+#include "tests/support/netns_cluster.h"
 
 using namespace shoal;
 using namespace shoal::testing;

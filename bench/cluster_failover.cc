@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "netns_cluster.h"
+#include "tests/support/netns_cluster.h"
 
 using namespace shoal::testing;
 using Clock = std::chrono::steady_clock;
@@ -59,7 +59,8 @@ int main(int argc, char** argv) {
   uint32_t ttl = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--runs")) runs = std::max(1, std::atoi(argv[i + 1]));
-    if (!std::strcmp(argv[i], "--ttl")) ttl = static_cast<uint32_t>(std::max(2, std::atoi(argv[i + 1])));
+    if (!std::strcmp(argv[i], "--ttl"))
+      ttl = static_cast<uint32_t>(std::max(2, std::atoi(argv[i + 1])));
   }
   if (auto why = NetnsMissing(); !why.empty()) {
     std::printf("bench-cluster-failover: SKIPPED: %s\n", why.c_str());
@@ -123,8 +124,8 @@ int main(int argc, char** argv) {
     gone.push_back(t_gone);
     placed.push_back(t_placed);
     answered.push_back(t_answer);
-    std::printf("run %d: node %s killed; dropped %.2f s, re-placed %.2f s, answering %.2f s\n",
-                run, cluster.node_name(victim).c_str(), t_gone, t_placed, t_answer);
+    std::printf("run %d: node %s killed; dropped %.2f s, re-placed %.2f s, answering %.2f s\n", run,
+                cluster.node_name(victim).c_str(), t_gone, t_placed, t_answer);
   }
   if (answered.empty()) return 1;
   std::printf("\n%-44s %8s %8s %8s\n", "seconds after the kill -9", "min", "median", "max");
@@ -139,8 +140,9 @@ int main(int argc, char** argv) {
   std::vector<double> ratio;
   for (double a : answered) ratio.push_back(a / ttl);
   row("ratio: answering again / TTL", ratio);
-  std::printf("FL: the round's commit after a node loss is not measured (FL across nodes is not "
-              "built yet)\n");
+  std::printf(
+      "FL: the round's commit after a node loss is not measured (FL across nodes is not "
+      "built yet)\n");
   std::printf("RESULT cluster_failover ratio=%.3f\n", SpreadOf(ratio).median);
   return failures == 0 ? 0 : 1;
 }

@@ -28,9 +28,9 @@
 #include <thread>
 #include <vector>
 
-#include "netns_cluster.h"
 #include "netns_peer.h"
 #include "run_stats.h"
+#include "tests/support/netns_cluster.h"
 
 using namespace shoal::testing;
 using shoal::bench::SpreadOf;

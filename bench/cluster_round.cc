@@ -36,12 +36,12 @@
 #include <vector>
 
 #include "bench_args.h"
-#include "netns_cluster.h"
 #include "netns_peer.h"
 #include "run_stats.h"
-#include "shoal/model/architectures.h"
-#include "shoal/model/update_format.h"
+#include "shoal/fl/wire/architectures.h"
+#include "shoal/fl/wire/update_format.h"
 #include "shoal/v1/fl.pb.h"
+#include "tests/support/netns_cluster.h"
 #include "update_sender.h"
 #include "update_template.h"
 

@@ -25,7 +25,7 @@
 
 #include "bench_args.h"
 #include "run_stats.h"
-#include "shoald_fixture.h"
+#include "tests/support/shoald_fixture.h"
 
 using namespace shoal::testing;
 using Clock = std::chrono::steady_clock;

@@ -43,12 +43,12 @@
 
 #include "bench_args.h"
 #include "bench_shoald.h"
-#include "loopback.h"
 #include "run_stats.h"
-#include "shoal/detect/open_watch.h"
-#include "shoal/ebpf/behaviour_probes.h"
-#include "shoald_fixture.h"
-#include "test_cgroup.h"
+#include "shoal/dataplane/bpf/behaviour_probes.h"
+#include "shoal/security/detect/open_watch.h"
+#include "tests/support/loopback.h"
+#include "tests/support/shoald_fixture.h"
+#include "tests/support/test_cgroup.h"
 #include "wrk_runner.h"
 
 using namespace shoal::testing;

@@ -39,7 +39,7 @@
 #include "bench_shoald.h"
 #include "run_stats.h"
 #include "shoal/common/format_number.h"
-#include "shoald_fixture.h"
+#include "tests/support/shoald_fixture.h"
 
 using namespace shoal::testing;
 

@@ -36,15 +36,15 @@
 
 #include "bench_args.h"
 #include "bench_shoald.h"
-#include "compass_trace.h"
 #include "project_python.h"
 #include "run_stats.h"
-#include "shoal/client/dataset.h"
-#include "shoal/client/partition.h"
-#include "shoal/client/speeds.h"
 #include "shoal/common/format_number.h"
-#include "shoal/model/architectures.h"
-#include "shoald_fixture.h"
+#include "shoal/fl/wire/architectures.h"
+#include "shoal/tools/flsim/dataset.h"
+#include "shoal/tools/flsim/partition.h"
+#include "shoal/tools/flsim/speeds.h"
+#include "tests/support/compass_trace.h"
+#include "tests/support/shoald_fixture.h"
 
 using namespace shoal::testing;
 
@@ -123,17 +123,18 @@ bool CompareScenario(const std::string& scenario, const Options& o, bool print, 
   f->events += shoal.size();
   f->same += same;
   f->dropped += static_cast<size_t>(tr.dropped);
-  std::printf("  %-12s %zu clients: %zu/%zu events identical, %zu group aggregations, %zu late "
-              "updates%s%s\n",
-              scenario.c_str(), static_cast<size_t>(tr.params.num_clients), same, shoal.size(),
-              static_cast<size_t>(std::count_if(
-                  tr.events.begin(), tr.events.end(),
-                  [](const auto& e) { return e.line.find(" aggregate ") != std::string::npos; })),
-              static_cast<size_t>(std::count_if(
-                  tr.events.begin(), tr.events.end(),
-                  [](const auto& e) { return e.line.find(" general -> ") != std::string::npos; })),
-              first_diff == SIZE_MAX ? "" : ", first difference at event ",
-              first_diff == SIZE_MAX ? "" : std::to_string(first_diff).c_str());
+  std::printf(
+      "  %-12s %zu clients: %zu/%zu events identical, %zu group aggregations, %zu late "
+      "updates%s%s\n",
+      scenario.c_str(), static_cast<size_t>(tr.params.num_clients), same, shoal.size(),
+      static_cast<size_t>(std::count_if(
+          tr.events.begin(), tr.events.end(),
+          [](const auto& e) { return e.line.find(" aggregate ") != std::string::npos; })),
+      static_cast<size_t>(std::count_if(
+          tr.events.begin(), tr.events.end(),
+          [](const auto& e) { return e.line.find(" general -> ") != std::string::npos; })),
+      first_diff == SIZE_MAX ? "" : ", first difference at event ",
+      first_diff == SIZE_MAX ? "" : std::to_string(first_diff).c_str());
   if (first_diff != SIZE_MAX) {
     std::printf("    APPFL: %s\n    Shoal: %s\n", tr.events[first_diff].line.c_str(),
                 shoal[first_diff].c_str());
@@ -166,8 +167,8 @@ bool WritePlan(const Options& o, uint64_t seed, const shoal::client::DatasetSpli
     return false;
   }
   // As shoal-client draws them: the partition from the seed, the speeds from seed + 1.
-  auto parts = shoal::client::Partition(data.train.labels, data.train.num_classes, o.clients,
-                                        *pspec, seed);
+  auto parts =
+      shoal::client::Partition(data.train.labels, data.train.num_classes, o.clients, *pspec, seed);
   if (!parts.ok()) {
     std::fprintf(stderr, "partition: %s\n", parts.status().message().c_str());
     return false;
@@ -264,7 +265,7 @@ std::string Manifest(const std::string& name, const std::string& algorithm, cons
 }
 
 RunResult RunAppfl(const Options& o, const std::string& algorithm, uint64_t seed,
-                const std::string& plan) {
+                   const std::string& plan) {
   const std::string out = Run(TrainCommand(o, algorithm, seed, plan) + " --system appfl 2>&1");
   RunResult r = ParseResult(out);
   if (!r.ok) std::fprintf(stderr, "APPFL %s run failed:\n%s\n", algorithm.c_str(), out.c_str());
@@ -272,7 +273,7 @@ RunResult RunAppfl(const Options& o, const std::string& algorithm, uint64_t seed
 }
 
 RunResult RunShoal(const Options& o, const std::string& algorithm, uint64_t seed,
-                const std::string& plan) {
+                   const std::string& plan) {
   RunResult r;
   Shoald shoald;
   if (!shoal::bench::StartShoald(shoald)) return r;
@@ -337,19 +338,21 @@ int main(int argc, char** argv) {
       "example config server_fedcompass.yaml: Q_min 20, Q_max 100, lambda 1.5, speed momentum "
       "0.9, polynomial staleness a 0.5, alpha 0.9) against Shoal's FedCompass\n",
       appfl_version.substr(0, appfl_version.find('\n')).c_str());
-  std::printf("\n== fidelity: APPFL's scheduler in virtual time, its arrival and timer times "
-              "replayed through Shoal's FedCompassScheduler (%d events a scenario)\n",
-              o.events);
+  std::printf(
+      "\n== fidelity: APPFL's scheduler in virtual time, its arrival and timer times "
+      "replayed through Shoal's FedCompassScheduler (%d events a scenario)\n",
+      o.events);
   Fidelity fid;
   const char* scenarios[] = {"uniform5", "lognormal16", "stragglers8"};
   for (const char* s : scenarios) {
     if (!CompareScenario(s, o, std::string(s) == "stragglers8", &fid)) return 1;
   }
-  std::printf("fidelity: %zu/%zu events identical (steps, groups, arrival groups, aggregated "
-              "sets); %zu group aggregations where APPFL's merged buffer (a dict by client) "
-              "drops a late update of a client whose newer update is also there: Shoal folds "
-              "both\n",
-              fid.same, fid.events, fid.dropped);
+  std::printf(
+      "fidelity: %zu/%zu events identical (steps, groups, arrival groups, aggregated "
+      "sets); %zu group aggregations where APPFL's merged buffer (a dict by client) "
+      "drops a late update of a client whose newer update is also there: Shoal folds "
+      "both\n",
+      fid.same, fid.events, fid.dropped);
 
   // ---- speed ----
   auto data = shoal::client::LoadFashionMnist();
@@ -375,8 +378,8 @@ int main(int argc, char** argv) {
                      alg.c_str(), side == 0 ? "APPFL" : "Shoal");
         RunResult r = side == 0 ? RunAppfl(o, alg, seed, plan) : RunShoal(o, alg, seed, plan);
         if (!r.ok) return 1;
-        std::fprintf(stderr, "  %.1f s, accuracy %.4f, version %llu, %llu updates: %s\n",
-                     r.seconds, r.accuracy, static_cast<unsigned long long>(r.version),
+        std::fprintf(stderr, "  %.1f s, accuracy %.4f, version %llu, %llu updates: %s\n", r.seconds,
+                     r.accuracy, static_cast<unsigned long long>(r.version),
                      static_cast<unsigned long long>(r.updates), r.reached ? "reached" : "missed");
         (side == 0 ? appfl : shoal_runs)[alg].push_back(r);
       }
@@ -422,17 +425,19 @@ int main(int argc, char** argv) {
                   Range(secs).c_str(), Median(ups), ratio_text.c_str());
     }
   }
-  std::printf("(* missed the target in that seed: the time is when the run stopped; ratio: "
-              "Shoal's time / APPFL's in the same seed, median [min, max]; lower is better)\n\n");
+  std::printf(
+      "(* missed the target in that seed: the time is when the run stopped; ratio: "
+      "Shoal's time / APPFL's in the same seed, median [min, max]; lower is better)\n\n");
   std::printf("RESULT fl_appfl_fidelity ratio=%s (events identical / events)\n",
               FormatNumber("%.3f", fid.events ? double(fid.same) / double(fid.events) : 0).c_str());
   if (std::find(o.algorithms.begin(), o.algorithms.end(), "fedcompass") == o.algorithms.end()) {
     return 0;
   }
   if (compass_ok) {
-    std::printf("RESULT fl_appfl ratio=%s (Shoal FedCompass / APPFL FedCompass, time to %.2f, "
-                "median of %d seeds; target <= 1)\n",
-                FormatNumber("%.3f", compass_ratio).c_str(), o.target, o.seeds);
+    std::printf(
+        "RESULT fl_appfl ratio=%s (Shoal FedCompass / APPFL FedCompass, time to %.2f, "
+        "median of %d seeds; target <= 1)\n",
+        FormatNumber("%.3f", compass_ratio).c_str(), o.target, o.seeds);
   } else {
     std::printf("RESULT fl_appfl ratio=0 (missed: a FedCompass run did not reach %.2f)\n",
                 o.target);

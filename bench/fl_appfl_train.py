@@ -121,7 +121,7 @@ class ShoalBackend:
     """A shoald FL job over its HTTP API (shoal_fl.JobClient, one connection per client)."""
 
     def __init__(self, a, n, k, init, names):
-        sys.path.insert(0, os.path.join(HERE, "..", "client", "python"))
+        sys.path.insert(0, os.path.join(HERE, "..", "shoal", "fl", "sdk", "python"))
         import shoal_fl  # noqa: PLC0415
         self.shoal_fl = shoal_fl
         self.a, self.names = a, names

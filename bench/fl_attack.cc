@@ -21,9 +21,9 @@
 #include "bench_args.h"
 #include "bench_shoald.h"
 #include "run_stats.h"
-#include "shoal/client/attack.h"
 #include "shoal/common/format_number.h"
-#include "shoald_fixture.h"
+#include "shoal/tools/flsim/attack.h"
+#include "tests/support/shoald_fixture.h"
 
 using namespace shoal::testing;
 using Json = nlohmann::json;

@@ -34,23 +34,22 @@
 // Dirichlet(0.5), the same partition, model, epochs and learning rate on both, each system's
 // test accuracy per round for each seed.
 #include <sys/wait.h>
-
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
-#include <tuple>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bench_args.h"
 #include "bench_shoald.h"
 #include "project_python.h"
 #include "run_stats.h"
-#include "shoald_fixture.h"
+#include "tests/support/shoald_fixture.h"
 
 using namespace shoal::testing;
 using Json = nlohmann::json;
@@ -93,12 +92,13 @@ Json RunJson(const std::string& cmd) {
   const auto end = out.find_last_not_of('\n');
   if (end == std::string::npos) return nullptr;
   const auto start = out.rfind('\n', end);
-  return Json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1),
-                     nullptr, false);
+  return Json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1), nullptr,
+                     false);
 }
 
-std::string Python() { return "PYTHONPATH=" + kSource + "/client/python " +
-                               shoal::bench::ProjectPython(); }
+std::string Python() {
+  return "PYTHONPATH=" + kSource + "/shoal/fl/sdk/python " + shoal::bench::ProjectPython();
+}
 
 Figures FromJson(const Json& j) {
   Figures f;
@@ -188,9 +188,10 @@ Figures RunShoal(const Row& row, int rounds, int workers) {
   const std::string job = "flower";
   auto d = shoald.Deploy("apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: " + job +
                          "\nspec:\n  algorithm: {name: fedavg}\n  model: {architecture: mlp, "
-                         "hidden: " + std::to_string(row.hidden) + "}\n  clients: {expected: " +
-                         std::to_string(row.clients) + "}\n  stop: {rounds: " +
-                         std::to_string(rounds + 1) + "}\n");
+                         "hidden: " +
+                         std::to_string(row.hidden) +
+                         "}\n  clients: {expected: " + std::to_string(row.clients) +
+                         "}\n  stop: {rounds: " + std::to_string(rounds + 1) + "}\n");
   if (d.exit_code != 0) {
     f.error = "deploy: " + d.err;
     return f;
@@ -198,9 +199,9 @@ Figures RunShoal(const Row& row, int rounds, int workers) {
   shoald.WaitReady("fl." + job, 1, 30000);
   const std::string token = shoald.CreateToken("fl-client", "", job);
   f = FromJson(RunJson(Python() + " " + kSource + "/bench/fl_flower_load.py --system shoal" +
-                       Common(row, rounds, workers) + " --server 127.0.0.1:" +
-                       std::to_string(shoald.port()) + " --job " + job + " --api-token " + token +
-                       " --root-pid " + std::to_string(shoald.pid())));
+                       Common(row, rounds, workers) +
+                       " --server 127.0.0.1:" + std::to_string(shoald.port()) + " --job " + job +
+                       " --api-token " + token + " --root-pid " + std::to_string(shoald.pid())));
   if (!f.ok && std::getenv("SHOAL_BENCH_LOG")) std::fprintf(stderr, "%s", shoald.Log().c_str());
   shoald.Stop();
   return f;
@@ -208,9 +209,8 @@ Figures RunShoal(const Row& row, int rounds, int workers) {
 
 Figures RunFlower(const Row& row, int rounds, int workers) {
   return FromJson(RunJson(Python() + " " + kSource + "/bench/fl_flower_load.py --system flower" +
-                          Common(row, rounds, workers) + " --upload-cap " +
-                          Num(g_flower_cap, 0) + " --max-seconds " +
-                          Num(g_flower_cap * (rounds + 2) + 900, 0)));
+                          Common(row, rounds, workers) + " --upload-cap " + Num(g_flower_cap, 0) +
+                          " --max-seconds " + Num(g_flower_cap * (rounds + 2) + 900, 0)));
 }
 
 std::string SpreadText(const shoal::bench::Spread& s) {
@@ -244,15 +244,15 @@ int RunTraining(int rounds, int seeds, int clients, double lr, int epochs) {
     shoald.WaitReady("fl." + job, 1, 30000);
     const std::string token = shoald.CreateToken("fl-client", "", job);
     const Json s = RunJson(Python() + " " + kSource + "/bench/fl_flower_train.py --system shoal" +
-                           common + " --seed " + std::to_string(seed) + " --server 127.0.0.1:" +
-                           std::to_string(shoald.port()) + " --job " + job + " --api-token " +
-                           token + " --init-out " + init);
+                           common + " --seed " + std::to_string(seed) +
+                           " --server 127.0.0.1:" + std::to_string(shoald.port()) + " --job " +
+                           job + " --api-token " + token + " --init-out " + init);
     shoald.Stop();
     const Json f = RunJson(Python() + " " + kSource + "/bench/fl_flower_train.py --system flower" +
                            common + " --seed " + std::to_string(seed) + " --init-npz " + init);
     std::remove(init.c_str());
-    for (const auto& [j, out, name] : {std::tuple{&s, &shoal_acc, "Shoal"},
-                                       std::tuple{&f, &flower_acc, "Flower"}}) {
+    for (const auto& [j, out, name] :
+         {std::tuple{&s, &shoal_acc, "Shoal"}, std::tuple{&f, &flower_acc, "Flower"}}) {
       if (!j->is_object() || !j->value("ok", false)) {
         ++failures;
         std::fprintf(stderr, "bench-fl-flower --train: %s, seed %d failed: %s\n", name, seed,
@@ -346,7 +346,8 @@ int main(int argc, char** argv) {
   }
   if (runs < 1 || rounds < 1 || workers < 1) return args.Usage() ? 2 : 2;
   std::vector<Row> rows;
-  for (const std::string& c : clients) rows.push_back({"mlp 784-128-10", 128, std::atoi(c.c_str())});
+  for (const std::string& c : clients)
+    rows.push_back({"mlp 784-128-10", 128, std::atoi(c.c_str())});
   // 784-14704-10: 11,689,690 f32 parameters, ResNet-18's count (bench-round's model).
   if (resnet_clients > 0) rows.push_back({"resnet18-sized", 14704, resnet_clients});
 
@@ -410,8 +411,8 @@ int main(int argc, char** argv) {
   for (const RowResult& rr : results) {
     bool partial = false;
     for (const Figures& f : rr.flower) partial = partial || f.partial;
-    const double commit_bound = flower_commit.count(rr.row.hidden) ? flower_commit[rr.row.hidden]
-                                                                   : NAN;
+    const double commit_bound =
+        flower_commit.count(rr.row.hidden) ? flower_commit[rr.row.hidden] : NAN;
     const bool big = rr.row.clients == 1024 && rr.row.hidden == 128;
     auto line = [&](const char* name, auto get, double target, double* keep, int digits) {
       std::vector<double> s, fl, ratio;
@@ -434,12 +435,15 @@ int main(int argc, char** argv) {
                   ((partial ? "<= " : "") + SpreadText(rs)).c_str(), verdict.c_str());
       if (big && keep != nullptr) *keep = rs.median;
     };
-    line("server CPU s/round", [](const Figures& f) { return f.cpu_s; }, 0.2, &at1024.cpu, 3);
-    line("commit latency s",
-         [&](const Figures& f) { return f.partial ? commit_bound : f.commit_s; }, 0.2,
-         &at1024.commit, 4);
-    line("peak server RSS MB", [](const Figures& f) { return f.rss_mb; }, 0.5, &at1024.rss, 1);
-    line("round time s", [](const Figures& f) { return f.round_s; }, NAN, &at1024.round, 3);
+    line(
+        "server CPU s/round", [](const Figures& f) { return f.cpu_s; }, 0.2, &at1024.cpu, 3);
+    line(
+        "commit latency s", [&](const Figures& f) { return f.partial ? commit_bound : f.commit_s; },
+        0.2, &at1024.commit, 4);
+    line(
+        "peak server RSS MB", [](const Figures& f) { return f.rss_mb; }, 0.5, &at1024.rss, 1);
+    line(
+        "round time s", [](const Figures& f) { return f.round_s; }, NAN, &at1024.round, 3);
     std::vector<double> pulled, agg, uploads, window;
     int replies = -1;
     for (const Figures& f : rr.flower) {
@@ -449,15 +453,16 @@ int main(int argc, char** argv) {
         uploads.push_back(f.uploads);
         window.push_back(f.window_s);
       } else if (f.ok) {
-        flower_commit[rr.row.hidden] = std::max(
-            std::isnan(commit_bound) ? 0.0 : commit_bound, f.commit_s);
+        flower_commit[rr.row.hidden] =
+            std::max(std::isnan(commit_bound) ? 0.0 : commit_bound, f.commit_s);
         replies = f.replies;
       }
     }
     if (partial) {
       std::printf("%-16s %7d  Flower: round 1 cut after %s uploads of %d in %s s\n",
-                  rr.row.model.c_str(), rr.row.clients, Num(shoal::bench::Median(uploads), 0).c_str(),
-                  rr.row.clients, Num(shoal::bench::Median(window), 1).c_str());
+                  rr.row.model.c_str(), rr.row.clients,
+                  Num(shoal::bench::Median(uploads), 0).c_str(), rr.row.clients,
+                  Num(shoal::bench::Median(window), 1).c_str());
     } else {
       std::printf(
           "%-16s %7d  Flower's commit: last upload -> ServerApp holds all replies %s s (its grid "
@@ -482,11 +487,11 @@ int main(int argc, char** argv) {
     std::printf("RESULT fl_flower_round ratio=%s\n", Num(at1024.round).c_str());
   } else {
     // No 1024-client row (--quick, --clients): the largest MLP row's CPU ratio, named as such.
-    const RowResult& last = *std::max_element(
-        results.begin(), results.end(), [](const RowResult& a, const RowResult& b) {
-          return (a.row.hidden == 128 ? a.row.clients : 0) <
-                 (b.row.hidden == 128 ? b.row.clients : 0);
-        });
+    const RowResult& last = *std::max_element(results.begin(), results.end(),
+                                              [](const RowResult& a, const RowResult& b) {
+                                                return (a.row.hidden == 128 ? a.row.clients : 0) <
+                                                       (b.row.hidden == 128 ? b.row.clients : 0);
+                                              });
     std::vector<double> r;
     for (size_t i = 0; i < last.shoal.size() && i < last.flower.size(); ++i) {
       r.push_back(last.shoal[i].cpu_s / last.flower[i].cpu_s);

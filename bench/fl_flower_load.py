@@ -2,7 +2,7 @@
 """bench-fl-flower's clients: one load generator for both servers, speaking each one's own
 client protocol with replies computed before the clock starts.
 
-  --system shoal: Shoal's FL client protocol through the Python SDK (client/python, shoal_fl):
+  --system shoal: Shoal's FL client protocol through the Python SDK (shoal/fl/sdk/python, shoal_fl):
     join; per round GET task, GET model, POST the update (SHU1 body).
   --system flower: Flower 1.42's Fleet API (protobuf over HTTP) through flwr's own client pieces
     (FleetHttpClient with the SuperNode's signing and version interceptors, its object pull/push

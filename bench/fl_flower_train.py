@@ -7,7 +7,7 @@ Dirichlet partition over the clients, the same initial model (Shoal's job's vers
 --system shoal saves with --init-out and --system flower starts from with --init-npz), the same
 local epochs, learning rate, batch size and batch order (seeded by seed, client, round).
 
-  --system shoal: the clients are the Python SDK's run_client (client/python) in one thread
+  --system shoal: the clients are the Python SDK's run_client (shoal/fl/sdk/python) in one thread
     each, against the FLJob the driver deployed (--server, --job, --api-token).
   --system flower: flower-superlink --insecure --simulation (started here), the app submitted
     with `flwr run` for N simulated SuperNodes (Flower's simulation runtime, Ray); each node's

@@ -25,8 +25,8 @@
 #include "bench_args.h"
 #include "bench_shoald.h"
 #include "run_stats.h"
-#include "shoal/client/fl_http_client.h"
-#include "shoald_fixture.h"
+#include "shoal/fl/client/fl_http_client.h"
+#include "tests/support/shoald_fixture.h"
 
 using namespace shoal::testing;
 using Json = nlohmann::json;
@@ -194,10 +194,11 @@ int main(int argc, char** argv) {
     runs.push_back(std::move(pts));
   }
 
-  std::printf("bench-fl-join: %s job, clients joining one at a time over HTTP (FlHttpClient, "
-              "public gateway), %d run(s); join: the last %d joins before N; shared 2-core VM: "
-              "noisy\n",
-              o.algorithm.c_str(), o.runs, o.window);
+  std::printf(
+      "bench-fl-join: %s job, clients joining one at a time over HTTP (FlHttpClient, "
+      "public gateway), %d run(s); join: the last %d joins before N; shared 2-core VM: "
+      "noisy\n",
+      o.algorithm.c_str(), o.runs, o.window);
   std::printf("%8s %22s %22s %22s %12s %14s %12s\n", "clients", "join p50 ms", "join p99 ms",
               "status p50 ms", "status KB", "written B/join", "job dir KB");
   auto cell = [](const std::vector<double>& v) {
@@ -238,9 +239,10 @@ int main(int argc, char** argv) {
     }
   }
   const auto s = SpreadOf(ratios);
-  std::printf("join p50 at %zu / at %zu (anchor, same run): min %.3f median %.3f max %.3f "
-              "(target ~1.0: flat)\n",
-              bands[target], bands[0], s.min, s.median, s.max);
+  std::printf(
+      "join p50 at %zu / at %zu (anchor, same run): min %.3f median %.3f max %.3f "
+      "(target ~1.0: flat)\n",
+      bands[target], bands[0], s.min, s.median, s.max);
   std::printf("RESULT fl_join ratio=%.3f\n", s.median);
   return ratios.empty() ? 1 : 0;
 }

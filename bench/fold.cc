@@ -22,7 +22,7 @@
 // the fold (two passes over each update, the leaf until issue 11) and FoldFinite's one pass at
 // block sizes of 1 to 64 KiB, each against the plain fold of the same updates in the same run
 // (the anchor: no check at all); ratio = time / the fold's time (1.0 is a free check).
-#include "shoal/aggregator/fold.h"
+#include "shoal/fl/kernels/fold.h"
 
 #include <dlfcn.h>
 
@@ -43,7 +43,7 @@
 #include "openblas_env.h"
 #include "project_python.h"
 #include "run_stats.h"
-#include "shoal/aggregator/fold_pool.h"
+#include "shoal/fl/kernels/fold_pool.h"
 
 using shoal::bench::Median;
 
@@ -81,9 +81,8 @@ std::vector<AnchorFigure> RunNumpy(const std::string& script, size_t n, size_t k
   std::vector<AnchorFigure> out;
   const std::string cmd = shoal::bench::OpenBlasAnchorEnv(static_cast<int>(threads)) +
                           shoal::bench::ProjectPython() + " " + script + " --params " +
-                          std::to_string(n) +
-                          " --updates " + std::to_string(k) + " --reps " + std::to_string(reps) +
-                          " --threads " + std::to_string(threads);
+                          std::to_string(n) + " --updates " + std::to_string(k) + " --reps " +
+                          std::to_string(reps) + " --threads " + std::to_string(threads);
   std::fprintf(stderr, "bench-fold: anchor: %s\n", cmd.c_str());
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return out;

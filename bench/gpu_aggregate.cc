@@ -24,8 +24,8 @@
 
 #include "bench_args.h"
 #include "project_python.h"
-#include "shoal/aggregator/fold.h"
-#include "shoal/aggregator/gpu_fold.h"
+#include "shoal/fl/gpu/gpu_fold.h"
+#include "shoal/fl/kernels/fold.h"
 
 namespace {
 

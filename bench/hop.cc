@@ -31,9 +31,9 @@
 
 #include "run_stats.h"
 #include "shoal/common/descriptor.h"
-#include "shoal/dataplane/channel.h"
-#include "shoal/dataplane/dataplane.h"
-#include "shoal/dataplane/sockmap_channel.h"
+#include "shoal/dataplane/channel/channel.h"
+#include "shoal/dataplane/channel/dataplane.h"
+#include "shoal/dataplane/channel/sockmap_channel.h"
 
 namespace shoal {
 namespace {

@@ -42,10 +42,10 @@
 #include "bench_args.h"
 #include "project_python.h"
 #include "run_stats.h"
-#include "shoal/inference/architectures_graph.h"
-#include "shoal/inference/executor.h"
+#include "shoal/serving/executor/executor.h"
+#include "shoal/serving/graph/architectures_graph.h"
 #ifdef SHOAL_BENCH_INFER_ONNX
-#include "shoal/inference/onnx.h"
+#include "shoal/serving/onnx/onnx.h"
 #endif
 
 extern char** environ;
@@ -227,17 +227,29 @@ int main(int argc, char** argv) {
       .Switch("--no-anchor", &o.anchor, false);
   if (!args.Parse(argc, argv)) return 2;
   if (o.compile_max_autotune && o.compile_mode.empty()) o.compile_mode = "max-autotune";
-  if (o.model != "mlp" && o.model != "resnet18") { args.Usage(); return 2; }
+  if (o.model != "mlp" && o.model != "resnet18") {
+    args.Usage();
+    return 2;
+  }
   const std::map<std::string, Precision> precisions = {
       {"fp32", Precision::kF32}, {"fp16", Precision::kF16}, {"bf16", Precision::kBF16}};
-  if (precisions.count(o.precision) == 0) { args.Usage(); return 2; }
+  if (precisions.count(o.precision) == 0) {
+    args.Usage();
+    return 2;
+  }
   std::vector<int64_t> batches;
   for (const std::string& b : o.batches) {
     const int64_t n = std::strtoll(b.c_str(), nullptr, 10);
-    if (n < 1) { args.Usage(); return 2; }
+    if (n < 1) {
+      args.Usage();
+      return 2;
+    }
     batches.push_back(n);
   }
-  if (batches.empty()) { args.Usage(); return 2; }
+  if (batches.empty()) {
+    args.Usage();
+    return 2;
+  }
 
   auto executor = CreateExecutor(o.executor);
   if (!executor.ok()) {
@@ -250,7 +262,8 @@ int main(int argc, char** argv) {
   if (o.iters <= 0) o.iters = resnet ? (cuda ? 200 : 20) : 2000;
   if (o.large_iters <= 0) o.large_iters = resnet ? (cuda ? 20 : 3) : 200;
   if (o.rounds <= 0) o.rounds = resnet ? 3 : 5;
-  if (o.threads <= 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (o.threads <= 0)
+    o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
 
   Graph g = BuildGraph(o);
@@ -288,9 +301,9 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i % 255) / 255.0f;
 
   auto run = [&](int64_t batch) {
-    const Status s = (*exe)->Run({std::span<const float>(in).first(static_cast<size_t>(batch * in_per)),
-                                  std::span<float>(out).first(static_cast<size_t>(batch * out_per)),
-                                  batch});
+    const Status s =
+        (*exe)->Run({std::span<const float>(in).first(static_cast<size_t>(batch * in_per)),
+                     std::span<float>(out).first(static_cast<size_t>(batch * out_per)), batch});
     if (!s.ok()) {
       std::fprintf(stderr, "bench-infer: run: %s\n", s.ToString().c_str());
       std::exit(1);
@@ -323,8 +336,9 @@ int main(int argc, char** argv) {
   const std::string dir = mkdtemp(tmpl) != nullptr ? tmpl : "";
   std::vector<float> check_out(static_cast<size_t>(out_per * check_batch));
   if (shoal_unavailable.empty()) {
-    const Status s = (*exe)->Run({std::span<const float>(in).first(static_cast<size_t>(check_batch * in_per)),
-                                  check_out, check_batch});
+    const Status s =
+        (*exe)->Run({std::span<const float>(in).first(static_cast<size_t>(check_batch * in_per)),
+                     check_out, check_batch});
     if (!s.ok()) {
       std::fprintf(stderr, "bench-infer: run: %s\n", s.ToString().c_str());
       return 1;
@@ -350,20 +364,33 @@ int main(int argc, char** argv) {
     const std::string py = o.python.empty() ? shoal::bench::ProjectPython() : o.python;
     if (!saved.ok()) {
       why = "SaveOnnx: " + saved.ToString();
-    } else if (!WriteFloats(dir + "/check.in", std::vector<float>(in.begin(), in.begin() + check_batch * in_per)) ||
+    } else if (!WriteFloats(dir + "/check.in",
+                            std::vector<float>(in.begin(), in.begin() + check_batch * in_per)) ||
                (shoal_unavailable.empty() && !WriteFloats(dir + "/check.out", check_out))) {
       why = "cannot write the check batch under " + dir;
     } else {
       std::string joined;
       for (int64_t b : batches) joined += (joined.empty() ? "" : ",") + std::to_string(b);
-      std::vector<std::string> cmd = {py, SHOAL_INFER_ANCHOR_PY, "--onnx", onnx,
-                                      "--check-input", dir + "/check.in",
-                                      "--check-batch", std::to_string(check_batch),
-                                      "--device", device, "--precision", o.precision,
-                                      "--batches", joined,
-                                      "--iters", std::to_string(o.iters),
-                                      "--large-iters", std::to_string(o.large_iters),
-                                      "--threads", std::to_string(o.threads)};
+      std::vector<std::string> cmd = {py,
+                                      SHOAL_INFER_ANCHOR_PY,
+                                      "--onnx",
+                                      onnx,
+                                      "--check-input",
+                                      dir + "/check.in",
+                                      "--check-batch",
+                                      std::to_string(check_batch),
+                                      "--device",
+                                      device,
+                                      "--precision",
+                                      o.precision,
+                                      "--batches",
+                                      joined,
+                                      "--iters",
+                                      std::to_string(o.iters),
+                                      "--large-iters",
+                                      std::to_string(o.large_iters),
+                                      "--threads",
+                                      std::to_string(o.threads)};
       if (shoal_unavailable.empty()) cmd.insert(cmd.end(), {"--check-output", dir + "/check.out"});
       if (o.no_compile) cmd.push_back("--no-compile");
       if (!o.compile_mode.empty()) cmd.insert(cmd.end(), {"--compile-mode", o.compile_mode});
@@ -390,8 +417,9 @@ int main(int argc, char** argv) {
       }
     }
 #else
-    why = "this build has no ONNX writer (shoal_inference_onnx: libonnx-dev and protobuf), so "
-          "the anchors cannot be given Shoal's graph";
+    why =
+        "this build has no ONNX writer (shoal_inference_onnx: libonnx-dev and protobuf), so "
+        "the anchors cannot be given Shoal's graph";
 #endif
   }
 
@@ -434,7 +462,8 @@ int main(int argc, char** argv) {
     }
     if (!done) {
       anchor_up = false;
-      why = "the anchor script stopped in round " + std::to_string(r) + "; its log:\n" + LogTail(log);
+      why =
+          "the anchor script stopped in round " + std::to_string(r) + "; its log:\n" + LogTail(log);
       anchors.clear();
     }
   }
@@ -442,18 +471,20 @@ int main(int argc, char** argv) {
 
   // Table: medians over the rounds.
   const char* unit = resnet ? "img/s" : "samples/s";
-  std::printf("bench-infer: %s (%s), executor %s, %s, %d threads, %d rounds (+1 warm-up) of: "
-              "bs 1 x %d, bs %s x %d\n",
-              o.model.c_str(),
-              resnet ? ("3x" + std::to_string(o.image) + "x" + std::to_string(o.image)).c_str()
-                     : "784-128-10",
-              device.c_str(), o.precision.c_str(), o.threads, o.rounds, o.iters,
-              [&] {
-                std::string s;
-                for (int64_t b : batches) s += (s.empty() ? "" : ",") + std::to_string(b);
-                return s;
-              }().c_str(),
-              o.large_iters);
+  std::printf(
+      "bench-infer: %s (%s), executor %s, %s, %d threads, %d rounds (+1 warm-up) of: "
+      "bs 1 x %d, bs %s x %d\n",
+      o.model.c_str(),
+      resnet ? ("3x" + std::to_string(o.image) + "x" + std::to_string(o.image)).c_str()
+             : "784-128-10",
+      device.c_str(), o.precision.c_str(), o.threads, o.rounds, o.iters,
+      [&] {
+        std::string s;
+        for (int64_t b : batches) s += (s.empty() ? "" : ",") + std::to_string(b);
+        return s;
+      }()
+          .c_str(),
+      o.large_iters);
   std::printf("%-22s %11s %11s", "what (median/round)", "bs1 p50 ms", "bs1 p99 ms");
   for (int64_t b : batches) std::printf(" %14s", ("bs" + std::to_string(b) + " " + unit).c_str());
   std::printf("\n");
@@ -486,8 +517,9 @@ int main(int argc, char** argv) {
   if (anchors.empty()) std::printf("  anchor: not measured: %s\n", why.c_str());
 
   // Ratios per round against each anchor: min / median / max.
-  std::printf("ratios per round, min / median / max (higher is better: latency = anchor p50 / "
-              "shoal p50, throughput = shoal / anchor):\n");
+  std::printf(
+      "ratios per round, min / median / max (higher is better: latency = anchor p50 / "
+      "shoal p50, throughput = shoal / anchor):\n");
   const Engine* ort = nullptr;
   for (const Engine& e : anchors) {
     if (e.name == "onnxruntime") ort = &e;
@@ -533,8 +565,9 @@ int main(int argc, char** argv) {
       if (!(r >= 1.0)) met = false;
       if (!(r >= result)) result = r;
     }
-    std::printf("target vs onnxruntime (median ratios >= 1.0: throughput >= 1.0 x, bs1 latency "
-                "<= 1.0 x):");
+    std::printf(
+        "target vs onnxruntime (median ratios >= 1.0: throughput >= 1.0 x, bs1 latency "
+        "<= 1.0 x):");
     for (const auto& [what, r] : result_parts) {
       std::printf(" %s %s (%s);", what.c_str(), Fixed(r, 3).c_str(), r >= 1.0 ? "met" : "MISSED");
     }

@@ -20,12 +20,12 @@
 
 #include "bench_args.h"
 #include "bench_shoald.h"
-#include "shoal/client/dataset.h"
-#include "shoal/inference/architectures_graph.h"
-#include "shoal/inference/executor.h"
-#include "shoal/model/architectures.h"
-#include "shoal/model/safetensors.h"
-#include "shoald_fixture.h"
+#include "shoal/fl/wire/architectures.h"
+#include "shoal/fl/wire/safetensors.h"
+#include "shoal/serving/executor/executor.h"
+#include "shoal/serving/graph/architectures_graph.h"
+#include "shoal/tools/flsim/dataset.h"
+#include "tests/support/shoald_fixture.h"
 #include "wrk_runner.h"
 
 using namespace shoal;

@@ -32,12 +32,12 @@
 #include <vector>
 
 #include "bench_args.h"
-#include "hugepages_for_test.h"
 #include "run_stats.h"
-#include "shoal/model/architectures.h"
-#include "shoal/model/update_format.h"
-#include "shoald_fixture.h"
+#include "shoal/fl/wire/architectures.h"
+#include "shoal/fl/wire/update_format.h"
 #include "tcp_sink.h"
+#include "tests/support/hugepages_for_test.h"
+#include "tests/support/shoald_fixture.h"
 #include "update_sender.h"
 
 using namespace shoal;

@@ -22,7 +22,7 @@
 #include "bench_args.h"
 #include "bench_shoald.h"
 #include "run_stats.h"
-#include "shoald_fixture.h"
+#include "tests/support/shoald_fixture.h"
 #include "wrk_runner.h"
 
 using namespace shoal::testing;

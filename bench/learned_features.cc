@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "shoal/autoscaler/learned_training.h"
+#include "shoal/tools/scenarios/learned_training.h"
 
 using namespace shoal;
 
@@ -123,7 +123,6 @@ double GeoMean(const std::vector<double>& v) {
   return v.empty() ? 1 : std::exp(s / static_cast<double>(v.size()));
 }
 
-
 // The busy-time sizing table's context with and without the function's concurrency (1, 2-4,
 // >= 5; the shipped table has none, on this measurement): both
 // trained the same way (`shoal sim train`'s sizing seeds), each scored as whole-run weighted
@@ -171,9 +170,10 @@ bool SizingConcurrency(const LearnedModel& idle) {
       if (!score(held_out ? "held-out" : "eval", std::string("gen-") + f, seed)) return false;
     }
   }
-  std::printf("\nbusy-time sizing context with and without the function's concurrency (3 buckets "
-              "vs 1): whole-run weighted cost with the table's sizing / with shoal's sizing, "
-              "summed over the runs of each set (lower is better)\n");
+  std::printf(
+      "\nbusy-time sizing context with and without the function's concurrency (3 buckets "
+      "vs 1): whole-run weighted cost with the table's sizing / with shoal's sizing, "
+      "summed over the runs of each set (lower is better)\n");
   std::printf("%-10s %10s %10s %8s\n", "set", "+conc", "no conc", "ratio");
   double eval_ratio = 1, train_with = 1, eval_with = 1, train_without = 1, eval_without = 1;
   for (const char* set : {"train", "eval", "held-out"}) {
@@ -183,9 +183,10 @@ bool SizingConcurrency(const LearnedModel& idle) {
     if (std::string(set) == "train") train_with = rw, train_without = ro;
     if (std::string(set) == "eval") eval_ratio = rw / ro, eval_with = rw, eval_without = ro;
   }
-  std::printf("generalisation gap (eval - training): with concurrency %+.4f, without (shipped) "
-              "%+.4f\n",
-              eval_with - train_with, eval_without - train_without);
+  std::printf(
+      "generalisation gap (eval - training): with concurrency %+.4f, without (shipped) "
+      "%+.4f\n",
+      eval_with - train_with, eval_without - train_without);
   std::printf("RESULT learned_sizing_concurrency_eval ratio=%.4f\n", eval_ratio);
   return true;
 }
@@ -193,7 +194,7 @@ bool SizingConcurrency(const LearnedModel& idle) {
 }  // namespace
 
 int main() {
-  TrainOptions t;  // the shipped table's training set
+  TrainOptions t;      // the shipped table's training set
   t.sizing_seeds = 0;  // the idle table only
   auto trained = TrainLearnedPolicy(t);
   if (!trained.ok()) {
@@ -214,8 +215,10 @@ int main() {
       "bench-learned-features: idle cost per period / a 60 s keep-alive's (lower is better; "
       "default weights); v1 = the idle-history state (anchor), +F = that state x feature F's "
       "3 buckets\n");
-  std::printf("training: %zu periods; buckets (periods per bucket 0/1/2) and (state, bucket) "
-              "rows:\n", trained->periods.size());
+  std::printf(
+      "training: %zu periods; buckets (periods per bucket 0/1/2) and (state, bucket) "
+      "rows:\n",
+      trained->periods.size());
   for (size_t f = 0; f < nf; ++f) {
     size_t b[3] = {0, 0, 0};
     for (const IdlePeriod& p : trained->periods) ++b[kFeatures[f].bucket(p)];
@@ -280,12 +283,13 @@ int main() {
     return v[v.size() / 2];
   };
   const double e1 = median(eval[0]), h1 = median(held[0]);
-  std::printf("\nmedian over seeds 42..44 of the geometric mean over families; ratio = +F / v1 "
-              "(below 1: the feature helps); gap = unseen - training\n");
-  std::printf("%-8s %10s %10s %10s %10s %10s %10s %s\n", "state", "training", "eval seeds",
-              "ratio", "held-out", "ratio", "gap eval", "verdict");
-  std::printf("%-8s %10.3f %10.3f %10s %10.3f %10s %+10.3f %s\n", "v1", train_v1, e1, "-", h1,
-              "-", e1 - train_v1, "(anchor)");
+  std::printf(
+      "\nmedian over seeds 42..44 of the geometric mean over families; ratio = +F / v1 "
+      "(below 1: the feature helps); gap = unseen - training\n");
+  std::printf("%-8s %10s %10s %10s %10s %10s %10s %s\n", "state", "training", "eval seeds", "ratio",
+              "held-out", "ratio", "gap eval", "verdict");
+  std::printf("%-8s %10.3f %10.3f %10s %10.3f %10s %+10.3f %s\n", "v1", train_v1, e1, "-", h1, "-",
+              e1 - train_v1, "(anchor)");
   double best = 1;
   for (size_t f = 0; f < nf; ++f) {
     const double e = median(eval[1 + f]), h = median(held[1 + f]);

@@ -34,14 +34,14 @@
 namespace shoal::bench {
 
 struct OpenLoopResult {
-  double offered_rps = 0;   // the schedule's rate
-  double answered_rps = 0;  // 2xx answers / the sending window
+  double offered_rps = 0;                     // the schedule's rate
+  double answered_rps = 0;                    // 2xx answers / the sending window
   double p50_ms = 0, p99_ms = 0, max_ms = 0;  // over every due request, unanswered included
-  long due = 0;          // requests the schedule made due
-  long ok = 0;           // 2xx answers
-  long non2xx = 0;       // other statuses
-  long unanswered = 0;   // not answered (or not even sent) by the end of the drain
-  long reconnects = 0;   // connections the server closed and this reopened
+  long due = 0;                               // requests the schedule made due
+  long ok = 0;                                // 2xx answers
+  long non2xx = 0;                            // other statuses
+  long unanswered = 0;  // not answered (or not even sent) by the end of the drain
+  long reconnects = 0;  // connections the server closed and this reopened
 };
 
 namespace open_loop_detail {

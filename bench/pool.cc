@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "shoal/pool/hugepages.h"
-#include "shoal/pool/pool_backend.h"
+#include "shoal/dataplane/pool/hugepages.h"
+#include "shoal/dataplane/pool/pool_backend.h"
 
 namespace {
 

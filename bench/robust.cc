@@ -1,4 +1,4 @@
-// bench-robust: each robust aggregator (aggregator/robust) on K updates of N f32 params (default
+// bench-robust: each robust aggregator (shoal/fl/robust) on K updates of N f32 params (default
 // 64 ResNet-18-sized updates, 11,689,512 params: 3 GB) read in place, on all threads, against two
 // anchors measured in the same run: the plain fold (FoldPool: the mean, what a non-robust round
 // costs) and numpy 2 (the project venv's, on its bundled OpenBLAS; bench/robust_anchor.py: the
@@ -14,7 +14,7 @@
 //
 // Ends with `RESULT robust ratio=<r>`: the smaller of the median's and the trimmed mean's ratio
 // to numpy (the target is >= 10).
-#include "shoal/aggregator/robust.h"
+#include "shoal/fl/robust/robust.h"
 
 #include <algorithm>
 #include <chrono>
@@ -30,7 +30,7 @@
 #include "bench_args.h"
 #include "openblas_env.h"
 #include "project_python.h"
-#include "shoal/aggregator/fold_pool.h"
+#include "shoal/fl/kernels/fold_pool.h"
 
 namespace {
 
@@ -61,12 +61,11 @@ std::map<std::string, std::vector<NumpyForm>> RunNumpy(size_t n, size_t k, int r
                                                        unsigned threads, double beta, size_t f,
                                                        std::string* peer) {
   std::map<std::string, std::vector<NumpyForm>> out;
-  const std::string cmd = shoal::bench::OpenBlasAnchorEnv(static_cast<int>(threads)) +
-                          shoal::bench::ProjectPython() + " " + SHOAL_ROBUST_ANCHOR_PY +
-                          " --params " +
-                          std::to_string(n) + " --updates " + std::to_string(k) + " --reps " +
-                          std::to_string(reps) + " --threads " + std::to_string(threads) +
-                          " --beta " + std::to_string(beta) + " --f " + std::to_string(f);
+  const std::string cmd =
+      shoal::bench::OpenBlasAnchorEnv(static_cast<int>(threads)) + shoal::bench::ProjectPython() +
+      " " + SHOAL_ROBUST_ANCHOR_PY + " --params " + std::to_string(n) + " --updates " +
+      std::to_string(k) + " --reps " + std::to_string(reps) + " --threads " +
+      std::to_string(threads) + " --beta " + std::to_string(beta) + " --f " + std::to_string(f);
   std::fprintf(stderr, "bench-robust: anchor: %s\n", cmd.c_str());
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return out;

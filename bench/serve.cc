@@ -37,7 +37,7 @@
 #include "open_loop.h"
 #include "project_python.h"
 #include "run_stats.h"
-#include "shoald_fixture.h"
+#include "tests/support/shoald_fixture.h"
 #include "wrk_runner.h"
 
 using namespace shoal::testing;
@@ -116,16 +116,16 @@ class ChildGroup {
 };
 
 struct Model {
-  std::string name;     // mlp | resnet18
-  std::string onnx;     // the file both servers load
+  std::string name;            // mlp | resnet18
+  std::string onnx;            // the file both servers load
   std::vector<int64_t> shape;  // one request's input, batch 1
   int64_t elements = 0;
 };
 
 struct Body {
-  std::string label;     // JSON | binary
-  std::string lua;       // wrk script
-  std::string request;   // the whole HTTP request, for the open-loop generator
+  std::string label;    // JSON | binary
+  std::string lua;      // wrk script
+  std::string request;  // the whole HTTP request, for the open-loop generator
 };
 
 std::string ShapeJson(const std::vector<int64_t>& shape) {
@@ -154,10 +154,10 @@ std::vector<Body> MakeBodies(const Model& m, const std::string& dir, const std::
     json += b;
   }
   json += "]}]}";
-  const std::string header = R"({"inputs":[{"name":"input","shape":)" + ShapeJson(m.shape) +
-                             R"(,"datatype":"FP32","parameters":{"binary_data_size":)" +
-                             std::to_string(image.size() * 4) +
-                             R"(}}],"outputs":[{"name":"logits","parameters":{"binary_data":true}}]})";
+  const std::string header =
+      R"({"inputs":[{"name":"input","shape":)" + ShapeJson(m.shape) +
+      R"(,"datatype":"FP32","parameters":{"binary_data_size":)" + std::to_string(image.size() * 4) +
+      R"(}}],"outputs":[{"name":"logits","parameters":{"binary_data":true}}]})";
   std::string binary = header;
   binary.append(reinterpret_cast<const char*>(image.data()), image.size() * 4);
 
@@ -307,8 +307,8 @@ int main(int argc, char** argv) {
 
   // KServe first: its workers import kserve and onnxruntime for several seconds each.
   const uint16_t kport = FreePort();
-  std::fprintf(stderr, "[1/5] KServe %s: kserve.ModelServer, %d uvicorn workers, port %u\n",
-               "0.21", workers, kport);
+  std::fprintf(stderr, "[1/5] KServe %s: kserve.ModelServer, %d uvicorn workers, port %u\n", "0.21",
+               workers, kport);
   ChildGroup kserve;
   const std::string klog = dir + "/kserve.log";
   if (!kserve.Start({shoal::bench::ProjectPython(), kSource + "/bench/serve_kserve.py", "--onnx",
@@ -324,10 +324,10 @@ int main(int argc, char** argv) {
   auto d = shoald.Deploy(
       "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: " + m.name +
       "-serve}\nspec:\n  handler: inference\n  concurrency: 256\n  scale: {min: 1, max: 1}\n"
-      "  inference:\n    modelName: " + m.name + "\n    source: {onnx: " + m.onnx +
+      "  inference:\n    modelName: " +
+      m.name + "\n    source: {onnx: " + m.onnx +
       "}\n    device: cpu\n    threads: " + std::to_string(model_threads) +
-      "\n    maxBatchSize: " + std::to_string(max_batch) +
-      "\n    maxQueueDelay: " + delay + "\n");
+      "\n    maxBatchSize: " + std::to_string(max_batch) + "\n    maxQueueDelay: " + delay + "\n");
   if (d.exit_code != 0 || !shoald.WaitReady(m.name + "-serve", 1, 60000)) {
     std::fprintf(stderr, "inference deploy failed: %s%s\n%s", d.err.c_str(), d.out.c_str(),
                  shoald.Log().c_str());
@@ -385,18 +385,18 @@ int main(int argc, char** argv) {
     for (int b = 0; b < 2; ++b) {
       for (int k = 0; k < 2; ++k) {
         const int p = (r % 2 == 0) ? k : 1 - k;  // alternate who goes first
-        auto w = shoal::bench::RunWrk(peers[p].port, path, wrk_threads, conns, secs,
-                                      bodies[b].lua, wrk_timeout);
+        auto w = shoal::bench::RunWrk(peers[p].port, path, wrk_threads, conns, secs, bodies[b].lua,
+                                      wrk_timeout);
         rps[b][p].push_back(w.good_rps);
         errors[b][p].push_back(static_cast<double>(w.errors));
         std::fprintf(stderr, "  run %d %-6s %-11s %9.0f req/s (2xx), p99 %.2f ms, %ld errors\n",
-                     r + 1, bodies[b].label.c_str(), peers[p].name, w.good_rps, w.p99_ms,
-                     w.errors);
+                     r + 1, bodies[b].label.c_str(), peers[p].name, w.good_rps, w.p99_ms, w.errors);
       }
     }
   }
   const double rate = std::max(1.0, std::round(rate_fraction * SpreadOf(rps[0][0]).median));
-  std::fprintf(stderr, "[5/5] fixed rate %.0f req/s (%.2f x KServe's JSON median), open loop, "
+  std::fprintf(stderr,
+               "[5/5] fixed rate %.0f req/s (%.2f x KServe's JSON median), open loop, "
                "%d connections, %d s, %d runs\n",
                rate, rate_fraction, conns, secs, runs);
   for (int r = 0; r < runs; ++r) {
@@ -425,16 +425,17 @@ int main(int argc, char** argv) {
       "(kserve.ModelServer on uvicorn+uvloop+httptools, %d workers, onnxruntime 1 thread each, "
       "no batcher in the Python server; its processes in a CPU cgroup of their own%s, as Shoal's "
       "instance is in shoald's); load from this machine's cores too\n",
-      m.name.c_str(), m.onnx.c_str(), ShapeJson(m.shape).c_str(), workers, max_batch,
-      delay.c_str(), model_threads, workers, kserve_cgroup.empty() ? " (not made here)" : "");
+      m.name.c_str(), m.onnx.c_str(), ShapeJson(m.shape).c_str(), workers, max_batch, delay.c_str(),
+      model_threads, workers, kserve_cgroup.empty() ? " (not made here)" : "");
   std::printf(
       "saturation: wrk -t%d -c%d -d%ds --timeout %ds, 2xx req/s, min / median / max of %d runs\n",
       wrk_threads, conns, secs, wrk_timeout, runs);
-  std::printf("fixed rate: %.0f req/s for both (%.2f x KServe's JSON median), open loop from "
-              "each request's due time, %d connections\n",
-              rate, rate_fraction, conns);
-  std::printf("%-7s %-12s %26s %8s %26s %26s\n", "body", "server", "req/s (saturation)",
-              "errors", "p50 ms @ rate", "p99 ms @ rate");
+  std::printf(
+      "fixed rate: %.0f req/s for both (%.2f x KServe's JSON median), open loop from "
+      "each request's due time, %d connections\n",
+      rate, rate_fraction, conns);
+  std::printf("%-7s %-12s %26s %8s %26s %26s\n", "body", "server", "req/s (saturation)", "errors",
+              "p50 ms @ rate", "p99 ms @ rate");
   for (int b = 0; b < 2; ++b) {
     for (int p = 0; p < 2; ++p) {
       double errs = 0;

@@ -38,7 +38,7 @@
 #include "bench_args.h"
 #include "bench_shoald.h"
 #include "proc_tree.h"
-#include "shoald_fixture.h"
+#include "tests/support/shoald_fixture.h"
 #include "wrk_runner.h"
 
 using namespace shoal::testing;

@@ -5,7 +5,7 @@
 //
 // Built like the fold: the same CMake flags (-O3 in Release, no -march), each SIMD body in a
 // function with its own target attribute (AVX-512F, or AVX2+FMA), picked at run time with
-// __builtin_cpu_supports, as aggregator/kernels does. Every kernel runs twice, with regular
+// __builtin_cpu_supports, as shoal/fl/kernels does. Every kernel runs twice, with regular
 // stores and with non-temporal (streaming) stores. Bytes are the bytes that move. Non-temporal
 // stores write without reading: STREAM's 8 B/element (Copy, Scale) and 12 (Add, Triad). A regular
 // store to a line not in cache may read the line first (write-allocate), one more array of

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "loopback.h"
+#include "tests/support/loopback.h"
 
 namespace shoal::bench {
 

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 
 class Mlp(nn.Module):
-    """Shoal's `mlp` architecture, 784-128-10 (names fc1/fc2 as model/architectures.h)."""
+    """Shoal's `mlp` architecture, 784-128-10 (names fc1/fc2 as shoal/fl/wire/architectures.h)."""
 
     def __init__(self):
         super().__init__()

@@ -23,8 +23,8 @@
 #include "openblas_env.h"
 #include "project_python.h"
 #include "run_stats.h"
-#include "shoal/client/dataset.h"
-#include "shoal/client/mlp_trainer.h"
+#include "shoal/tools/flsim/dataset.h"
+#include "shoal/tools/flsim/mlp_trainer.h"
 
 using namespace shoal::client;
 
@@ -146,8 +146,8 @@ int main(int argc, char** argv) {
       continue;
     }
     row(a.name.c_str(), a.runs, a.runs.back().peer);
-    if (!stronger || shoal::bench::Median(Rates(a.runs)) >
-                         shoal::bench::Median(Rates(stronger->runs))) {
+    if (!stronger ||
+        shoal::bench::Median(Rates(a.runs)) > shoal::bench::Median(Rates(stronger->runs))) {
       stronger = &a;
     }
   }

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "shoal/model/update_format.h"
+#include "shoal/fl/wire/update_format.h"
 #include "tcp_connect.h"
 
 namespace shoal::bench {

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "shoal/model/architectures.h"
-#include "shoal/model/update_format.h"
+#include "shoal/fl/wire/architectures.h"
+#include "shoal/fl/wire/update_format.h"
 #include "shoal/v1/fl.pb.h"
 #include "update_sender.h"
 

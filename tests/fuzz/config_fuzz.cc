@@ -1,4 +1,4 @@
-// Fuzz target for shoald's config file (NodeConfig::LoadString, common/include/shoal/common/
+// Fuzz target for shoald's config file (NodeConfig::LoadString, shoal/common/
 // config.h). Every input must load or be refused with kInvalidArgument, never throw; what loads
 // must print (ToYaml, what `shoald --print-config` shows) to a text that loads again, and to
 // the same text again when no string setting holds a control character (yaml-cpp's emitter

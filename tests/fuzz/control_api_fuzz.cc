@@ -1,4 +1,4 @@
-// Fuzz target for the control API (controller/include/shoal/controller/control_api.h): every
+// Fuzz target for the control API (shoal/control/node/control_api.h): every
 // /v1 request a client sends reaches ControlApi::Handle with its method, path, query and body.
 // An input is up to 8 requests separated by a line "%%"; each is a line "METHOD PATH[?QUERY]"
 // followed by the body, optionally preceded by a line "Bearer <token>". The token is checked
@@ -18,14 +18,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 
-#include "shoal/auth/token_store.h"
-#include "shoal/controller/control_api.h"
-#include "shoal/controller/registry.h"
+#include "shoal/control/node/control_api.h"
+#include "shoal/control/node/registry.h"
+#include "shoal/security/auth/token_store.h"
 
 namespace {
 

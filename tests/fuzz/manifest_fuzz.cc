@@ -1,4 +1,4 @@
-// Fuzz target for Function manifests (controller/include/shoal/controller/manifest.h), which
+// Fuzz target for Function manifests (shoal/control/node/manifest.h), which
 // arrive from any client of POST /v1/functions. Every input must either parse into specs that
 // satisfy the documented limits, or be refused with kInvalidArgument and a message; an
 // exception, a crash or a sanitizer report is a bug. The small value parsers (durations,
@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "shoal/common/config.h"
-#include "shoal/controller/manifest.h"
+#include "shoal/control/node/manifest.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace shoal;

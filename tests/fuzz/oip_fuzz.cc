@@ -1,4 +1,4 @@
-// Fuzz target for the Open Inference Protocol request parser (runtime/serving/src/oip.cc): every
+// Fuzz target for the Open Inference Protocol request parser (shoal/serving/oip/oip.cc): every
 // infer request body comes from a client. Whatever the bytes, parsing either fails with
 // kInvalidArgument or yields exactly batch * per-sample values inside the scratch buffer, and
 // the response writer then produces a header of the stated length.
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "oip_for_test.h"
-#include "shoal/runtime/oip.h"
+#include "shoal/serving/oip/oip.h"
+#include "tests/support/oip_for_test.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace shoal;

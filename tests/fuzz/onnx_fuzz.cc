@@ -1,4 +1,4 @@
-// libFuzzer target for the ONNX reader (inference/include/shoal/inference/onnx.h): a model file
+// libFuzzer target for the ONNX reader (shoal/serving/onnx/onnx.h): a model file
 // is outside input (deployed by users). Every input must load, or be refused with
 // kInvalidArgument; a loaded graph must infer shapes for another batch and serialize again.
 #include <cstddef>
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "shoal/inference/onnx.h"
+#include "shoal/serving/onnx/onnx.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace shoal::inference;

@@ -1,4 +1,4 @@
-// Fuzz target for the payload head reader (ReadPayload, common/include/shoal/common/payload.h):
+// Fuzz target for the payload head reader (ReadPayload, shoal/common/payload.h):
 // the head of a pool buffer is written by another process, so every field is untrusted. Whatever
 // the bytes, a valid view must lie inside the buffer; the input's last bytes also drive a
 // write-then-read round trip that must give back what was written.

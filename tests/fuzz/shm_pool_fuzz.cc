@@ -1,5 +1,5 @@
 // Fuzz target for the shared-memory pool's offset checks, on both backends (ShmPool over
-// /dev/shm, DpdkPool over hugepages: pool/include/shoal/pool/pool_backend.h): every input runs
+// /dev/shm, DpdkPool over hugepages: shoal/dataplane/pool/pool_backend.h): every input runs
 // once per backend and both must answer it the same way.
 // Offsets and holder slots arrive in descriptors from other processes, so Data, Retain,
 // Transfer and Release must refuse every offset that is not a live buffer and every slot out of
@@ -12,16 +12,16 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <string>
 
-#include "shoal/pool/dpdk_pool.h"
-#include "shoal/pool/pool_backend.h"
-#include "shoal/pool/shm_pool.h"
+#include "shoal/dataplane/pool/dpdk_pool.h"
+#include "shoal/dataplane/pool/pool_backend.h"
+#include "shoal/dataplane/pool/shm_pool.h"
 
 namespace {
 
@@ -40,8 +40,7 @@ class Reader {
   const uint8_t* end_;
 };
 
-void RunProgram(shoal::SharedPool& pool, uint64_t segment_bytes, const uint8_t* data,
-                size_t size) {
+void RunProgram(shoal::SharedPool& pool, uint64_t segment_bytes, const uint8_t* data, size_t size) {
   using namespace shoal;
   const PoolStats empty = pool.Stats();
   const size_t mapped = pool.mapped_size();

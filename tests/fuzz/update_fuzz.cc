@@ -1,4 +1,4 @@
-// libFuzzer target for the update body parser (model/include/shoal/model/update_format.h).
+// libFuzzer target for the update body parser (shoal/fl/wire/update_format.h).
 // Every input must either parse, with every tensor view inside the input, or be refused with
 // kInvalidArgument; anything else (a crash, a sanitizer report, another code) is a bug.
 // Build: clang++ -std=c++20 -fsanitize=fuzzer,address,undefined update_fuzz.cc -lshoal_model ...
@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <span>
 
-#include "shoal/model/architectures.h"
-#include "shoal/model/update_format.h"
+#include "shoal/fl/wire/architectures.h"
+#include "shoal/fl/wire/update_format.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace shoal::model;

@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "shoal/common/file_io.h"
-#include "shoald_fixture.h"
+#include "tests/support/shoald_fixture.h"
 
 namespace shoal::testing {
 namespace {
@@ -33,13 +33,14 @@ bool IsFleet(const std::string& method, const std::string& path) {
 
 std::string Fn(const std::string& name, const std::string& ns, const std::string& extra = {}) {
   return "apiVersion: shoal.dev/v1\nkind: Function\nmetadata:\n  name: " + name +
-         "\n  namespace: " + ns + "\nspec:\n  handler: {builtin: echo}\n  scale: {min: 1, max: 1}\n" +
-         extra;
+         "\n  namespace: " + ns +
+         "\nspec:\n  handler: {builtin: echo}\n  scale: {min: 1, max: 1}\n" + extra;
 }
 
 std::string Job(const std::string& name, const std::string& ns) {
-  return "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: " + name + "\n  namespace: " +
-         ns + "\nspec:\n  algorithm: {name: fedavg}\n  model: {architecture: logreg}\n"
+  return "apiVersion: shoal.dev/v1\nkind: FLJob\nmetadata:\n  name: " + name +
+         "\n  namespace: " + ns +
+         "\nspec:\n  algorithm: {name: fedavg}\n  model: {architecture: logreg}\n"
          "  clients: {expected: 2}\n  stop: {rounds: 3}\n";
 }
 
@@ -47,7 +48,8 @@ std::string ReadFile(const std::string& path) { return ReadFileBytes(path).value
 
 size_t Count(const std::string& haystack, const std::string& needle) {
   size_t n = 0;
-  for (size_t p = haystack.find(needle); p != std::string::npos; p = haystack.find(needle, p + 1)) ++n;
+  for (size_t p = haystack.find(needle); p != std::string::npos; p = haystack.find(needle, p + 1))
+    ++n;
   return n;
 }
 
@@ -96,15 +98,24 @@ TEST_F(AuthTest, EveryControlRouteAnswers401WithoutAValidTokenAndChangesNothing)
   ASSERT_TRUE(shoald_.WaitReady("echo", 1));
   const std::string before = NodeState();
   const std::vector<std::pair<std::string, std::string>> routes = {
-      {"GET", "/v1/functions"},          {"POST", "/v1/functions"},
-      {"GET", "/v1/functions/echo"},     {"DELETE", "/v1/functions/echo"},
-      {"GET", "/v1/functions/echo/logs"}, {"GET", "/v1/top"},
-      {"GET", "/v1/node"},               {"GET", "/v1/jobs"},
-      {"POST", "/v1/jobs"},              {"GET", "/v1/jobs/jx"},
-      {"DELETE", "/v1/jobs/jx"},         {"POST", "/v1/jobs/jx/join"},
-      {"GET", "/v1/jobs/jx/task?client=c"}, {"GET", "/v1/jobs/jx/model"},
-      {"POST", "/v1/jobs/jx/eval"},      {"GET", "/v1/tokens"},
-      {"POST", "/v1/tokens"},            {"DELETE", "/v1/tokens/abc"}};
+      {"GET", "/v1/functions"},
+      {"POST", "/v1/functions"},
+      {"GET", "/v1/functions/echo"},
+      {"DELETE", "/v1/functions/echo"},
+      {"GET", "/v1/functions/echo/logs"},
+      {"GET", "/v1/top"},
+      {"GET", "/v1/node"},
+      {"GET", "/v1/jobs"},
+      {"POST", "/v1/jobs"},
+      {"GET", "/v1/jobs/jx"},
+      {"DELETE", "/v1/jobs/jx"},
+      {"POST", "/v1/jobs/jx/join"},
+      {"GET", "/v1/jobs/jx/task?client=c"},
+      {"GET", "/v1/jobs/jx/model"},
+      {"POST", "/v1/jobs/jx/eval"},
+      {"GET", "/v1/tokens"},
+      {"POST", "/v1/tokens"},
+      {"DELETE", "/v1/tokens/abc"}};
   const std::string body = Fn("evil", "default");
   for (const auto& [method, path] : routes) {
     for (const std::string& token :
@@ -140,8 +151,9 @@ TEST_F(AuthTest, EveryControlRouteAnswers401WithoutAValidTokenAndChangesNothing)
   EXPECT_EQ(up.status, 401) << up.body;
   EXPECT_EQ(NodeState(), before);
   // The exploit: an unauthenticated deploy naming a library, on either listener.
-  const std::string lib = Fn("x", "default").replace(
-      Fn("x", "default").find("{builtin: echo}"), 15, "{library: /tmp/evil.so}");
+  const std::string lib =
+      Fn("x", "default")
+          .replace(Fn("x", "default").find("{builtin: echo}"), 15, "{library: /tmp/evil.so}");
   EXPECT_EQ(Http(shoald_.port(), "POST", "/v1/functions", lib).status, 404);
   EXPECT_EQ(shoald_.Api("POST", "/v1/functions", lib, {}, "-").status, 401);
   EXPECT_EQ(NodeState(), before);
@@ -164,7 +176,8 @@ TEST_F(AuthTest, RolesAreEnforcedPerNamespaceAndRefusalsChangeNothing) {
     std::string token, method, path, body, expect_in_error;
   };
   const std::vector<Case> refused = {
-      {viewer, "POST", "/v1/functions", Fn("fa", "a", "  concurrency: 3\n"), "may not deploy or delete"},
+      {viewer, "POST", "/v1/functions", Fn("fa", "a", "  concurrency: 3\n"),
+       "may not deploy or delete"},
       {viewer, "DELETE", "/v1/functions/fa", "", "may not deploy or delete in namespace 'a'"},
       {viewer, "GET", "/v1/functions/fa/logs", "", "may not read logs"},
       {viewer, "POST", "/v1/tokens", "{\"role\":\"admin\"}", "may not manage tokens"},
@@ -172,7 +185,8 @@ TEST_F(AuthTest, RolesAreEnforcedPerNamespaceAndRefusalsChangeNothing) {
       {dep_a, "POST", "/v1/functions", Fn("fb", "b", "  concurrency: 3\n"),
        "(deployer of namespace 'a') may not deploy or delete in namespace 'b'"},
       // All or nothing: one document of another namespace refuses the whole manifest.
-      {dep_a, "POST", "/v1/functions", Fn("fa", "a", "  concurrency: 3\n") + "---\n" + Fn("fb", "b"),
+      {dep_a, "POST", "/v1/functions",
+       Fn("fa", "a", "  concurrency: 3\n") + "---\n" + Fn("fb", "b"),
        "may not deploy or delete in namespace 'b'"},
       // Moving b's function into a is a write in b.
       {dep_a, "POST", "/v1/functions", Fn("fb", "a"), "in namespace 'b'"},
@@ -189,14 +203,15 @@ TEST_F(AuthTest, RolesAreEnforcedPerNamespaceAndRefusalsChangeNothing) {
   for (const Case& c : refused) {
     auto r = shoald_.Api(c.method, c.path, c.body, {}, c.token);
     EXPECT_EQ(r.status, 403) << c.method << " " << c.path << ": " << r.body;
-    EXPECT_NE(r.body.find(c.expect_in_error), std::string::npos) << c.method << " " << c.path
-                                                                  << ": " << r.body;
+    EXPECT_NE(r.body.find(c.expect_in_error), std::string::npos)
+        << c.method << " " << c.path << ": " << r.body;
   }
   EXPECT_EQ(NodeState(), before);
   // The CLI says the same and exits non-zero.
   auto cli = shoald_.Cli({"delete", "fb"}, {}, dep_a);
   EXPECT_NE(cli.exit_code, 0);
-  EXPECT_NE(cli.err.find("may not deploy or delete in namespace 'b'"), std::string::npos) << cli.err;
+  EXPECT_NE(cli.err.find("may not deploy or delete in namespace 'b'"), std::string::npos)
+      << cli.err;
   EXPECT_EQ(NodeState(), before);
 
   // What each role may do.
@@ -205,10 +220,12 @@ TEST_F(AuthTest, RolesAreEnforcedPerNamespaceAndRefusalsChangeNothing) {
   auto listed = Json::parse(shoald_.Api("GET", "/v1/functions", "", {}, dep_a).body);
   ASSERT_EQ(listed["functions"].size(), 1u) << listed.dump();
   EXPECT_EQ(listed["functions"][0]["name"], "fa");
-  EXPECT_EQ(Json::parse(shoald_.Api("GET", "/v1/functions", "", {}, viewer).body)["functions"].size(),
-            2u);
+  EXPECT_EQ(
+      Json::parse(shoald_.Api("GET", "/v1/functions", "", {}, viewer).body)["functions"].size(),
+      2u);
   EXPECT_EQ(shoald_.Api("GET", "/v1/functions/fa/logs", "", {}, dep_a).status, 200);
-  auto redeploy = shoald_.Api("POST", "/v1/functions", Fn("fa", "a", "  concurrency: 3\n"), {}, dep_a);
+  auto redeploy =
+      shoald_.Api("POST", "/v1/functions", Fn("fa", "a", "  concurrency: 3\n"), {}, dep_a);
   EXPECT_EQ(redeploy.status, 200) << redeploy.body;
   EXPECT_EQ(Json::parse(shoald_.Api("GET", "/v1/functions/fa").body)["generation"], 2);
   EXPECT_EQ(shoald_.Api("DELETE", "/v1/functions/fa", "", {}, dep_a).status, 200);
@@ -324,7 +341,9 @@ TEST_F(AuthTest, TokensAreCreatedListedAndRevokedThroughTheCliAndStoredHashed) {
 }
 
 TEST_F(AuthTest, AFunctionWithAuthTokenAnswersOnlyTokensThatMayInvokeIt) {
-  ASSERT_EQ(shoald_.Deploy(Fn("private", "a", "  auth: token\n") + "---\n" + Fn("open", "a")).exit_code, 0);
+  ASSERT_EQ(
+      shoald_.Deploy(Fn("private", "a", "  auth: token\n") + "---\n" + Fn("open", "a")).exit_code,
+      0);
   ASSERT_TRUE(shoald_.WaitReady("private", 1));
   ASSERT_TRUE(shoald_.WaitReady("open", 1));
   const std::string inv_a = shoald_.CreateToken("invoker", "a");
@@ -333,10 +352,12 @@ TEST_F(AuthTest, AFunctionWithAuthTokenAnswersOnlyTokensThatMayInvokeIt) {
   auto none = Http(shoald_.port(), "POST", "/fn/private", "hello");
   EXPECT_EQ(none.status, 401);
   EXPECT_EQ(none.headers["www-authenticate"], "Bearer realm=\"shoal\"");
-  EXPECT_EQ(Http(shoald_.port(), "POST", "/fn/private", "hello", {shoald_.AuthHeader(inv_b)}).status,
-            403);
-  EXPECT_EQ(Http(shoald_.port(), "POST", "/fn/private", "hello", {shoald_.AuthHeader(viewer)}).status,
-            403);
+  EXPECT_EQ(
+      Http(shoald_.port(), "POST", "/fn/private", "hello", {shoald_.AuthHeader(inv_b)}).status,
+      403);
+  EXPECT_EQ(
+      Http(shoald_.port(), "POST", "/fn/private", "hello", {shoald_.AuthHeader(viewer)}).status,
+      403);
   auto ok = Http(shoald_.port(), "POST", "/fn/private", "hello", {shoald_.AuthHeader(inv_a)});
   EXPECT_EQ(ok.status, 200);
   EXPECT_EQ(ok.body, "hello");

@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "shoald_fixture.h"
-#include "text_checks.h"
+#include "tests/support/shoald_fixture.h"
+#include "tests/support/text_checks.h"
 
 namespace shoal::testing {
 namespace {

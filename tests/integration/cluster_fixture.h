@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "netns_cluster.h"
+#include "tests/support/netns_cluster.h"
 
 namespace shoal::testing {
 

@@ -10,10 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cluster_fixture.h"
-#include "shoal/model/architectures.h"
-#include "shoal/model/safetensors.h"
-#include "shoal/model/update_format.h"
-#include "update_for_test.h"
+#include "shoal/fl/wire/architectures.h"
+#include "shoal/fl/wire/safetensors.h"
+#include "shoal/fl/wire/update_format.h"
+#include "tests/support/update_for_test.h"
 
 namespace shoal::testing {
 namespace {

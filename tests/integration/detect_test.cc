@@ -24,11 +24,11 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "bpf_capability.h"
-#include "hugepages_for_test.h"
-#include "loopback.h"
-#include "sandbox_test_util.h"
-#include "shoald_fixture.h"
+#include "tests/support/bpf_capability.h"
+#include "tests/support/hugepages_for_test.h"
+#include "tests/support/loopback.h"
+#include "tests/support/sandbox_test_util.h"
+#include "tests/support/shoald_fixture.h"
 
 namespace shoal::testing {
 namespace {

@@ -17,14 +17,14 @@
 #include <span>
 #include <thread>
 
-#include "shoal/client/dataset.h"
-#include "shoal/client/fl_http_client.h"
-#include "shoal/client/mlp_trainer.h"
-#include "shoal/model/architectures.h"
-#include "shoal/model/safetensors.h"
-#include "shoal/model/update_format.h"
-#include "shoald_data_test.h"
-#include "update_for_test.h"
+#include "shoal/fl/client/fl_http_client.h"
+#include "shoal/fl/wire/architectures.h"
+#include "shoal/fl/wire/safetensors.h"
+#include "shoal/fl/wire/update_format.h"
+#include "shoal/tools/flsim/dataset.h"
+#include "shoal/tools/flsim/mlp_trainer.h"
+#include "tests/support/shoald_data_test.h"
+#include "tests/support/update_for_test.h"
 
 namespace shoal::testing {
 namespace {

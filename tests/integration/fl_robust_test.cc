@@ -13,12 +13,12 @@
 #include <span>
 #include <string>
 
-#include "shoal/client/dataset.h"
-#include "shoal/client/mlp_trainer.h"
-#include "shoal/model/architectures.h"
-#include "shoal/model/safetensors.h"
-#include "shoald_data_test.h"
-#include "text_checks.h"
+#include "shoal/fl/wire/architectures.h"
+#include "shoal/fl/wire/safetensors.h"
+#include "shoal/tools/flsim/dataset.h"
+#include "shoal/tools/flsim/mlp_trainer.h"
+#include "tests/support/shoald_data_test.h"
+#include "tests/support/text_checks.h"
 
 namespace shoal::testing {
 namespace {

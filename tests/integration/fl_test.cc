@@ -16,15 +16,15 @@
 #include <sstream>
 #include <thread>
 
-#include "shoal/client/dataset.h"
-#include "shoal/client/mlp_trainer.h"
-#include "shoal/inference/executor.h"
-#include "shoal/inference/onnx.h"
-#include "shoal/model/architectures.h"
-#include "shoal/model/safetensors.h"
-#include "shoal/model/update_format.h"
-#include "shoald_data_test.h"
-#include "update_for_test.h"
+#include "shoal/fl/wire/architectures.h"
+#include "shoal/fl/wire/safetensors.h"
+#include "shoal/fl/wire/update_format.h"
+#include "shoal/serving/executor/executor.h"
+#include "shoal/serving/onnx/onnx.h"
+#include "shoal/tools/flsim/dataset.h"
+#include "shoal/tools/flsim/mlp_trainer.h"
+#include "tests/support/shoald_data_test.h"
+#include "tests/support/update_for_test.h"
 
 namespace shoal::testing {
 namespace {

@@ -18,8 +18,8 @@
 #include <sstream>
 #include <thread>
 
-#include "shoal/client/dataset.h"
-#include "shoald_data_test.h"
+#include "shoal/tools/flsim/dataset.h"
+#include "tests/support/shoald_data_test.h"
 
 namespace shoal::testing {
 namespace {

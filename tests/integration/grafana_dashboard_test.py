@@ -205,8 +205,7 @@ def declared_in_source():
     (Counters/Gauges/Histograms(*registry_, "shoal_..."), node_metrics.cc) and hand-written
     # TYPE."""
     names = {}
-    for top in ("runtime", "gateway", "aggregator", "cluster", "controller", "shoald",
-                "autoscaler", "pool", "dataplane", "inference"):
+    for top in ("shoal", "cmd"):
         for dirpath, _, files in os.walk(os.path.join(ROOT, top)):
             for f in files:
                 if not f.endswith((".cc", ".h")):

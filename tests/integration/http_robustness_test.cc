@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "loopback.h"
-#include "shoald_fixture.h"
+#include "tests/support/loopback.h"
+#include "tests/support/shoald_fixture.h"
 
 namespace shoal::testing {
 namespace {

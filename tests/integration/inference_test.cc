@@ -20,11 +20,11 @@
 #include <set>
 #include <thread>
 
-#include "shoal/client/dataset.h"
-#include "shoal/model/architectures.h"
-#include "shoal/model/safetensors.h"
-#include "shoald_data_test.h"
-#include "threads_for_test.h"
+#include "shoal/fl/wire/architectures.h"
+#include "shoal/fl/wire/safetensors.h"
+#include "shoal/tools/flsim/dataset.h"
+#include "tests/support/shoald_data_test.h"
+#include "tests/support/threads_for_test.h"
 
 namespace shoal::testing {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "shoald_fixture.h"
+#include "tests/support/shoald_fixture.h"
 
 namespace shoal::testing {
 namespace {

@@ -4,7 +4,7 @@
 //
 // The shortage is real, not simulated: the pool is made one 2 MiB page larger than every
 // hugepage the node has reserved, so no other test's pages can make it fit.
-#include "shoal/pool/pool_backend.h"
+#include "shoal/dataplane/pool/pool_backend.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -14,9 +14,9 @@
 #include <sstream>
 #include <string>
 
-#include "hugepages_for_test.h"
-#include "shoal/pool/hugepages.h"
-#include "shoald_fixture.h"
+#include "shoal/dataplane/pool/hugepages.h"
+#include "tests/support/hugepages_for_test.h"
+#include "tests/support/shoald_fixture.h"
 
 namespace shoal::testing {
 namespace {

@@ -1,5 +1,5 @@
 """The Python SDK against a live shoald. A FedCompass FLJob on Fashion-MNIST with the job's `cnn`
-architecture, three PyTorch clients (client/python/examples/fmnist_torch.py, one process each,
+architecture, three PyTorch clients (shoal/fl/sdk/python/examples/fmnist_torch.py, one process each,
 one per wire dtype: f32, bf16, f16) training concurrently until the job is done. Asserts the
 job committed its last version, every client's updates were taken and each ran the local steps
 its tasks assigned, and the final global model's accuracy on 2,000 test images (scored here,
@@ -27,7 +27,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
 from shoal_testlib import BIN, ROOT, StandaloneShoald  # noqa: E402
 
-SDK = os.path.join(ROOT, "client", "python")
+SDK = os.path.join(ROOT, "shoal", "fl", "sdk", "python")
 EXAMPLE = os.path.join(SDK, "examples", "fmnist_torch.py")
 DATA = "/usr/share/datasets/fashion-mnist"
 sys.path.insert(0, SDK)

@@ -13,9 +13,9 @@
 #include <sstream>
 #include <thread>
 
-#include "hugepages_for_test.h"
-#include "sandbox_test_util.h"
 #include "tenant_shoald_test.h"
+#include "tests/support/hugepages_for_test.h"
+#include "tests/support/sandbox_test_util.h"
 
 namespace shoal::testing {
 namespace {

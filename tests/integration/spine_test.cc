@@ -11,9 +11,9 @@
 #include <random>
 #include <thread>
 
-#include "bpf_capability.h"
-#include "hugepages_for_test.h"
-#include "shoald_fixture.h"
+#include "tests/support/bpf_capability.h"
+#include "tests/support/hugepages_for_test.h"
+#include "tests/support/shoald_fixture.h"
 
 namespace shoal::testing {
 namespace {

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "shoald_fixture.h"
+#include "tests/support/shoald_fixture.h"
 
 namespace shoal::testing {
 

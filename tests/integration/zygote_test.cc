@@ -17,8 +17,8 @@
 #include <regex>
 #include <thread>
 
-#include "sandbox_test_util.h"
 #include "tenant_shoald_test.h"
+#include "tests/support/sandbox_test_util.h"
 
 namespace shoal::testing {
 namespace {

@@ -40,13 +40,13 @@
 #include <thread>
 #include <vector>
 
-#include "bpf_capability.h"
-#include "etcd_for_test.h"
-#include "k8s_pod.h"
 #include "shoal/common/file_io.h"
-#include "shoal/pool/hugepages.h"
-#include "shoald_fixture.h"
-#include "text_checks.h"
+#include "shoal/dataplane/pool/hugepages.h"
+#include "tests/support/bpf_capability.h"
+#include "tests/support/etcd_for_test.h"
+#include "tests/support/k8s_pod.h"
+#include "tests/support/shoald_fixture.h"
+#include "tests/support/text_checks.h"
 
 namespace {
 

@@ -12,16 +12,16 @@
 #include <string_view>
 #include <vector>
 
-#include "shoal/aggregator/compass_scheduler.h"
+#include "shoal/fl/algorithms/compass_scheduler.h"
 
 namespace shoal::testing {
 
 struct CompassTraceEvent {
-  bool timer = false;              // "T <t> ...": a T_l timer fired; else "A <client> <t> ..."
+  bool timer = false;  // "T <t> ...": a T_l timer fired; else "A <client> <t> ..."
   aggregator::ClientId client = 0;
   double t = 0;
-  std::string t_text;              // the time as written (Python's repr: reads back exactly)
-  std::string line;                // the recorded line, as APPFL answered
+  std::string t_text;  // the time as written (Python's repr: reads back exactly)
+  std::string line;    // the recorded line, as APPFL answered
 };
 
 struct CompassTrace {

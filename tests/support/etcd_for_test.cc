@@ -57,19 +57,13 @@ bool EtcdForTest::Spawn(Member& m, bool first_start) {
   }
   const std::string client = "http://" + host_ + ":" + std::to_string(m.client_port);
   const std::string peer = "http://" + host_ + ":" + std::to_string(m.peer_port);
-  std::vector<std::string> args = {kEtcdBinary,
-                                   "--name", m.name,
-                                   "--data-dir", m.data_dir,
-                                   "--listen-client-urls", client,
-                                   "--advertise-client-urls", client,
-                                   "--listen-peer-urls", peer,
-                                   "--initial-advertise-peer-urls", peer,
-                                   "--initial-cluster", cluster,
-                                   "--initial-cluster-token", "shoal-test",
-                                   "--initial-cluster-state", "new",
-                                   // Quick elections for the fault tests.
-                                   "--heartbeat-interval", "50",
-                                   "--election-timeout", "500"};
+  std::vector<std::string> args = {
+      kEtcdBinary, "--name", m.name, "--data-dir", m.data_dir, "--listen-client-urls", client,
+      "--advertise-client-urls", client, "--listen-peer-urls", peer,
+      "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
+      "--initial-cluster-token", "shoal-test", "--initial-cluster-state", "new",
+      // Quick elections for the fault tests.
+      "--heartbeat-interval", "50", "--election-timeout", "500"};
   (void)first_start;
   pid_t pid = fork();
   if (pid < 0) return false;

@@ -28,12 +28,12 @@ inline std::string SkipForbidden() {
 }  // namespace shoal::gpu_test
 
 // Skips the test with `reason` where no device is visible; fails it with `reason` otherwise.
-#define SHOAL_GPU_SKIP(reason)                                                         \
-  do {                                                                                 \
-    const std::string shoal_gpu_why_ = (reason);                                       \
-    const std::string shoal_gpu_forbidden_ = ::shoal::gpu_test::SkipForbidden();      \
-    if (!shoal_gpu_forbidden_.empty()) {                                               \
-      FAIL() << shoal_gpu_why_ << " [not skipped: " << shoal_gpu_forbidden_ << "]";    \
-    }                                                                                  \
-    GTEST_SKIP() << shoal_gpu_why_;                                                    \
+#define SHOAL_GPU_SKIP(reason)                                                      \
+  do {                                                                              \
+    const std::string shoal_gpu_why_ = (reason);                                    \
+    const std::string shoal_gpu_forbidden_ = ::shoal::gpu_test::SkipForbidden();    \
+    if (!shoal_gpu_forbidden_.empty()) {                                            \
+      FAIL() << shoal_gpu_why_ << " [not skipped: " << shoal_gpu_forbidden_ << "]"; \
+    }                                                                               \
+    GTEST_SKIP() << shoal_gpu_why_;                                                 \
   } while (0)

@@ -16,8 +16,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "shoal/pool/hugepages.h"
-#include "shoal/pool/pool_backend.h"
+#include "shoal/dataplane/pool/hugepages.h"
+#include "shoal/dataplane/pool/pool_backend.h"
 
 namespace shoal::testing {
 

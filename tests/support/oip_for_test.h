@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "shoal/runtime/oip.h"
+#include "shoal/serving/oip/oip.h"
 
 namespace shoal::testing {
 

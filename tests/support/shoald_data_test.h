@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "hugepages_for_test.h"
-#include "shoal/client/dataset.h"
-#include "shoal/model/safetensors.h"
+#include "shoal/fl/wire/safetensors.h"
+#include "shoal/tools/flsim/dataset.h"
 #include "shoald_fixture.h"
 
 namespace shoal::testing {

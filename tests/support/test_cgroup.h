@@ -12,7 +12,7 @@
 #include <cstring>
 #include <string>
 
-#include "shoal/ebpf/behaviour_probes.h"
+#include "shoal/dataplane/bpf/behaviour_probes.h"
 
 namespace shoal::bpf_test {
 
@@ -20,7 +20,8 @@ class TestCgroup {
  public:
   explicit TestCgroup(const std::string& name) {
     struct statfs fs {};
-    if (statfs("/sys/fs/cgroup/memory", &fs) == 0 && access("/sys/fs/cgroup/memory/cgroup.procs", W_OK) == 0) {
+    if (statfs("/sys/fs/cgroup/memory", &fs) == 0 &&
+        access("/sys/fs/cgroup/memory/cgroup.procs", W_OK) == 0) {
       mode_ = BehaviourProbes::CgroupMode::kV1Memory;
       dir_ = "/sys/fs/cgroup/memory/" + name;
     } else {

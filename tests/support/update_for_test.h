@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "shoal/model/update_format.h"
+#include "shoal/fl/wire/update_format.h"
 
 namespace shoal::testing {
 

@@ -91,7 +91,8 @@ int shoal_handle(const shoal_request* req, shoal_response* resp) {
   }
   if (strncmp(cmd, "burn ", 5) == 0) {
     pthread_t t;
-    if (pthread_create(&t, NULL, burn, (void*)(long)atoi(cmd + 5)) != 0) return reply(resp, "no thread");
+    if (pthread_create(&t, NULL, burn, (void*)(long)atoi(cmd + 5)) != 0)
+      return reply(resp, "no thread");
     pthread_detach(t);
     return reply(resp, "burning");
   }

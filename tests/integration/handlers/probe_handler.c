@@ -30,11 +30,16 @@ static size_t append_file(char* buf, size_t at, size_t cap, const char* path) {
 
 static const char* errno_name(int err) {
   switch (err) {
-    case EACCES: return "EACCES";
-    case EPERM: return "EPERM";
-    case ENOENT: return "ENOENT";
-    case ESRCH: return "ESRCH";
-    default: return strerror(err);
+    case EACCES:
+      return "EACCES";
+    case EPERM:
+      return "EPERM";
+    case ENOENT:
+      return "ENOENT";
+    case ESRCH:
+      return "ESRCH";
+    default:
+      return strerror(err);
   }
 }
 

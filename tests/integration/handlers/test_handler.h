@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "shoal/runtime/handler_abi.h"
+#include "shoal/runtime/instance/handler_abi.h"
 
 /* The body as a NUL-terminated command in cmd[cap], cut at cap - 1 bytes, trailing newlines and
  * spaces dropped; returns its length. */

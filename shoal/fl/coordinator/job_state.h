@@ -1,0 +1,685 @@
+// FlCoordinator's job state (private to shoal_coordinator): one JobState per FL job, and the
+// helpers that fl_coordinator.cc (admission, commits, status) and fl_persistence.cc (checkpoint
+// state, restore, crash recovery) share.
+#pragma once
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shoal/common/log.h"
+#include "shoal/common/payload.h"
+#include "shoal/fl/algorithms/algorithms.h"
+#include "shoal/fl/algorithms/compass_scheduler.h"
+#include "shoal/fl/algorithms/model_state.h"
+#include "shoal/fl/algorithms/partial_sum.h"
+#include "shoal/fl/algorithms/version_store.h"
+#include "shoal/fl/coordinator/fl_coordinator.h"
+#include "shoal/fl/coordinator/robust_commit.h"
+#include "shoal/fl/kernels/fold.h"
+#include "shoal/fl/kernels/fold_pool.h"
+#include "shoal/fl/wire/architectures.h"
+#include "shoal/fl/wire/safetensors.h"
+#include "shoal/fl/wire/update_format.h"
+
+namespace shoal {
+
+using Json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+namespace agg = aggregator;
+
+namespace coordinator_internal {
+constexpr size_t kKeptModels = 4;   // safetensors of the last versions kept for download
+constexpr size_t kSpareModels = 2;  // blobs of versions no longer kept, reused by the next ones
+constexpr uint32_t kRefoldedPartial = 0x7fffffffu;  // the partial the coordinator refolds into
+// Cluster mode: how long another node's admission may stay unanswered before the top asks that
+// node whether it holds it (and again as often while it stays so).
+constexpr double kProbeAfterS = 2.0;
+
+double Seconds(Clock::time_point since);
+// The model's shape: spec.model's architecture and width; the input width follows the dataset
+// the clients train on (sklearn's digits are 8x8, Fashion-MNIST 28x28).
+model::ArchitectureOptions JobArchitecture(const FlJobSpec& s);
+// "c17" -> 17: the scheduler's client ids.
+agg::ClientId NumericId(const std::string& id);
+// The leaf-aggregator function of a job (the coordinator's own jobs and FlMembers' jobs).
+FunctionSpec LeafSpec(const FlJobSpec& spec, uint32_t id, std::string name,
+                      const NodeConfig& config);
+// Behind the commits (fl_commit.cc): a warm blob for the next version's model bytes, and the
+// partial-sum buffers of committed rounds (and new ones, up to the job's want) zeroed for the
+// next round's leaves.
+void PrepareSpareModel(FlCoordinator::JobState& job);
+void PrepareWarmPartials(FlCoordinator::JobState& job, std::vector<uint64_t> reuse);
+// An update's prefix and header (the tensors are the leaf's to check); `head_bytes`: their
+// length.
+Status ParseUpdateHead(std::span<const std::byte> body, shoal::v1::UpdateHeader* h,
+                       size_t* head_bytes);
+// A partial sum's buffer: `bytes` in `pool`, zeroed, held with kShoaldSlot.
+Result<uint64_t> ZeroedPartial(BufferPool& pool, size_t bytes);
+// The spec as state.json keeps it.
+Json SpecToJson(const FlJobSpec& s);
+FlJobSpec SpecFromJson(const Json& j);
+// The parts of a job that follow from its spec (algorithm, version store, scheduler), checked.
+Status InitJob(FlCoordinator::JobState& job);
+
+// One admitted-and-acknowledged update, as the job's update log keeps it: enough to find its
+// bytes in the pool again and to count it exactly once after a restart.
+struct LogRecord {
+  static constexpr uint32_t kMagic = 0x4c554853;  // "SHUL"
+  uint32_t magic = kMagic;
+  uint32_t reserved = 0;
+  uint64_t seq = 0;
+  uint64_t round = 0;
+  uint64_t buffer = 0;  // pool offset of the update (held with kCoordinatorSlot)
+  uint64_t base_version = 0;
+  uint64_t num_samples = 0;
+  double coefficient = 0;
+  char client[40] = {};
+};
+static_assert(sizeof(LogRecord) == 96);
+
+// Takes `key`'s value (a shared_ptr) out of `map` under `mu`: null when `key` is absent.
+template <class Map>
+typename Map::mapped_type TakeLocked(std::mutex& mu, Map& map, const typename Map::key_type& key) {
+  std::lock_guard lock(mu);
+  auto it = map.find(key);
+  if (it == map.end()) return nullptr;
+  typename Map::mapped_type value = std::move(it->second);
+  map.erase(it);
+  return value;
+}
+
+// The log record of a ticket (the coordinator's and FlMembers' tickets carry the same fields).
+template <class Ticket>
+LogRecord RecordOf(const Ticket& t) {
+  LogRecord r;
+  r.seq = t.seq;
+  r.round = t.round;
+  r.buffer = t.buffer;
+  r.base_version = t.base_version;
+  r.num_samples = t.num_samples;
+  r.coefficient = t.coefficient;
+  std::strncpy(r.client, t.client.c_str(), sizeof r.client - 1);
+  return r;
+}
+
+// The records of the acknowledged tickets of `tickets` (a map by ticket id), appended to `bytes`.
+template <class Tickets>
+void AppendAckedRecords(const Tickets& tickets, std::string& bytes) {
+  for (const auto& [id, t] : tickets) {
+    if (!t.acked) continue;
+    const LogRecord r = RecordOf(t);
+    bytes.append(reinterpret_cast<const char*>(&r), sizeof r);
+  }
+}
+
+// A job's update log, <dir>/updates.log: one LogRecord per acknowledged update, appended before
+// the client's 202. A write() that returned is in the page cache and survives the process
+// (kill -9); a power cut is a different failure (no fsync on the hot path).
+class UpdateLog {
+ public:
+  UpdateLog() = default;
+  UpdateLog(const UpdateLog&) = delete;
+  UpdateLog& operator=(const UpdateLog&) = delete;
+  ~UpdateLog() {
+    if (fd_ >= 0) close(fd_);
+  }
+
+  // Opens <dir>/updates.log for appending (again, where it was open).
+  Status Open(const std::string& dir) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = open((dir + "/updates.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    return fd_ < 0 ? ErrnoStatus("opening " + dir + "/updates.log", errno) : Status::Ok();
+  }
+  Status Append(const LogRecord& r) {
+    if (write(fd_, &r, sizeof r) != static_cast<ssize_t>(sizeof r)) {
+      return ErrnoStatus("appending to the update log", errno);
+    }
+    return Status::Ok();
+  }
+  // Replaces the log with `bytes` (whole records) and reopens it; failures are logged for job
+  // `job`. Until the log opens again (the next compaction), each acknowledged update's append
+  // fails and is logged on its own: those updates are not in the log for crash recovery.
+  void Rewrite(const std::string& job, const std::string& dir, const std::string& bytes) {
+    if (Status st = WriteFileAtomic(dir + "/updates.log", bytes.data(), bytes.size()); !st.ok()) {
+      spdlog::error("fl job {}: update log: {}", job, st.ToString());
+      return;
+    }
+    if (Status st = Open(dir); !st.ok()) {
+      spdlog::error("fl job {}: reopening the compacted update log: {}", job, st.ToString());
+    }
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// The clients' order in a job's table: by number ("c2" before "c10": the order they joined),
+// any other id after the numbered ones of its length, as strings. The status lists a page of
+// them from a client number on (lower_bound, not a walk from the first).
+struct ClientOrder {
+  using is_transparent = void;
+  bool operator()(std::string_view a, std::string_view b) const {
+    return a.size() != b.size() ? a.size() < b.size() : a < b;
+  }
+};
+
+// A job's client table on disk, <dir>/clients.log: one JSON line per join ({"join": id, "name",
+// "token"}), appended before the client has its token, and one per client whose figures changed
+// ({"client": id, "version": v, "updates", ...}), appended when the job's state is persisted
+// (FlCoordinator::Persist: each commit and evaluation), tagged with the version in memory then.
+// Restore applies each client's latest figures tagged at or below the version state.json names
+// (a later tag is a version whose checkpoint was never written: the update log re-folds its
+// updates). A join or a changed client appends one line, never the table: a join costs the same
+// at 10 clients and at 10,000 (state.json, which held every client and was rewritten on each
+// join, holds none). The file is compacted (each client's join and its latest figures that
+// restore could need) once the lines superseded since the last compaction outnumber the clients.
+// As the update log: a write() that returned is in the page cache and survives the process
+// (kill -9); no fsync on the join path.
+class ClientLog {
+ public:
+  ClientLog() = default;
+  ClientLog(const ClientLog&) = delete;
+  ClientLog& operator=(const ClientLog&) = delete;
+  ~ClientLog() {
+    if (fd_ >= 0) close(fd_);
+  }
+  static std::string Path(const std::string& dir) { return dir + "/clients.log"; }
+  Status Open(const std::string& dir) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = open(Path(dir).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    return fd_ < 0 ? ErrnoStatus("opening " + Path(dir), errno) : Status::Ok();
+  }
+  // Appends whole lines (each ends in '\n') in one write.
+  Status Append(std::string_view lines) {
+    if (fd_ < 0) return Internal("the client log is not open");
+    const ssize_t w = write(fd_, lines.data(), lines.size());
+    if (w == static_cast<ssize_t>(lines.size())) return Status::Ok();
+    const int err = errno;
+    if (w > 0) {
+      // A short write (disk full): the partial line goes, so that the next append starts a
+      // line; where it cannot, nothing more is appended after it.
+      const off_t end = lseek(fd_, 0, SEEK_END);
+      if (end < w || ftruncate(fd_, end - w) != 0) {
+        close(fd_);
+        fd_ = -1;
+      }
+      return Internal("appending to the client log: short write");
+    }
+    return ErrnoStatus("appending to the client log", err);
+  }
+  // Replaces the file with `lines` and reopens it.
+  Status Rewrite(const std::string& dir, const std::string& lines) {
+    SHOAL_RETURN_IF_ERROR(WriteFileAtomic(Path(dir), lines.data(), lines.size()));
+    figure_lines_ = 0;
+    return Open(dir);
+  }
+  // Figure lines appended since the last compaction (each supersedes its client's earlier one).
+  void CountFigureLines(uint64_t n) { figure_lines_ += n; }
+  uint64_t figure_lines() const { return figure_lines_; }
+
+ private:
+  int fd_ = -1;
+  uint64_t figure_lines_ = 0;
+};
+
+}  // namespace coordinator_internal
+
+using namespace coordinator_internal;  // NOLINT(google-build-using-namespace): this library's own
+
+struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::JobState> {
+  struct Client {
+    std::string id, name, token;
+    uint64_t submitted_round = UINT64_MAX;  // sync: the round it already sent an update to
+    uint64_t updates = 0;
+    uint64_t samples = 0;            // n_k of its latest update (FedFix's data share)
+    uint32_t last_update_steps = 0;  // local steps its latest update says it trained
+    // Its latest accepted update's base version, and how stale its accepted updates were on
+    // arrival (the version then minus their base): the status shows how far clients lag.
+    std::optional<uint64_t> last_base_version;
+    uint64_t last_staleness = 0;
+    uint64_t max_staleness = 0;
+    // spec.aggregation.robust: its updates the rule excluded or down-weighted (suspects) and
+    // clipNorm scaled down, and what the rule made of its latest one.
+    uint64_t suspect_updates = 0;
+    uint64_t clipped_updates = 0;
+    std::optional<RobustVerdict> last_verdict;
+    uint64_t last_verdict_version = 0;
+  };
+  struct Ticket {
+    uint64_t round = 0;
+    std::string client;
+    uint64_t buffer = 0;  // the update, held with kCoordinatorSlot until its version commits
+    uint64_t base_version = 0;
+    uint64_t staleness = 0;  // the current version minus base_version when it was admitted
+    uint64_t num_samples = 0;
+    double coefficient = 0;
+    uint32_t instance = 0;
+    uint64_t partial = 0;  // the key of the partial sum it is folded into (Round::partials)
+    bool acked = false;
+    uint64_t seq = 0;  // its record in the update log, once acknowledged
+    // Cluster mode: the node that received and folds this update (its buffer and its log
+    // record are there; `buffer` is 0 here); empty for this node's own updates. `key`: that
+    // node's name for the admission; `probe_at`: when to ask that node whether it holds it, if
+    // it is still unanswered then (ProbeRemoteAdmissions).
+    std::string node;
+    uint64_t key = 0;
+    double probe_at = 0;
+    uint32_t probes = 0;  // how often that node was asked (it said it holds it)
+  };
+  struct Partial {
+    uint64_t offset = 0;            // float32[num_params] in the pool, held by shoald
+    std::vector<uint64_t> tickets;  // acked updates folded into it
+    uint64_t base = 0;              // their base version (staleness taken at commit)
+    // A fold into it failed halfway (its leaf died, or the leaf's GPU fold failed): rebuilt
+    // from `tickets` at commit, when no leaf can be writing it any more.
+    bool rebuild = false;
+    // Cluster mode: another node's one partial sum of the round (`offset` 0): fetched from
+    // that node once every update it folds for the round has answered (FetchRemotePartials).
+    std::string node{};
+    std::vector<float> sum{};
+    bool fetched = false;
+  };
+  struct Round {
+    // By PartialKey: the leaf instance (kRefoldedPartial: refolded by the coordinator), and the
+    // base version where the staleness is taken at commit.
+    std::map<uint64_t, Partial> partials;
+    uint32_t admitted = 0, acked = 0, inflight = 0;
+    bool closed = false;
+    // FedCompass: what the scheduler hands out once this round is committed, and the general
+    // buffer's round committed together with this group's.
+    std::vector<agg::CompassAssignment> assignments;
+    uint64_t merge_round = 0;
+    bool merged = false;  // this round is committed as part of another
+  };
+  // A FedCompass client's next task: set from the scheduler's assignment once the model it
+  // trains from exists.
+  struct CompassTask {
+    uint32_t steps = 0;
+    uint64_t version = 0;
+    bool ready = false;
+    bool started = false;  // it fetched its first task
+  };
+  struct VersionInfo {
+    uint64_t version = 0;
+    std::optional<double> accuracy, loss;
+    uint32_t updates = 0;
+    double elapsed_s = 0;
+  };
+
+  // The job's state below (`deleted` is set under FlCoordinator::mu_ and read under either
+  // lock: atomic). Taken before that mu_, never after it (fl_coordinator.h).
+  std::mutex mu;
+  FlJobSpec spec;
+  model::ModelSpec mspec;
+  std::unique_ptr<agg::AggregationAlgorithm> algo;
+  agg::ModelState state;                     // weights, version, server optimizer state
+  std::unique_ptr<agg::VersionStore> store;  // w_τ for Δ-based algorithms
+  agg::PartialSum total;                     // the top of the tree, reused commit to commit
+  std::unique_ptr<agg::FedCompassScheduler> scheduler;
+  std::map<std::string, CompassTask> compass_tasks;
+  std::map<agg::GroupId, uint64_t> group_round;
+  uint64_t general_round = 0;
+  // Safetensors of the recent versions, shared with the downloads and the checkpoint writer
+  // that still send or write them; the blobs of versions no longer kept are reused (their
+  // pages warm) once nobody holds them.
+  std::map<uint64_t, std::shared_ptr<std::string>> models;
+  std::vector<std::shared_ptr<std::string>> spare_models;
+  // Committed versions whose checkpoint is not written yet: their updates' buffers stay held
+  // (kCoordinatorSlot) and their log records stay in the update log until it is.
+  struct Undurable {
+    uint64_t version = 0;
+    std::vector<uint64_t> buffers;
+    std::vector<LogRecord> records;
+  };
+  std::deque<Undurable> undurable;
+  // Partial-sum buffers already zeroed (their pages touched) by the commit thread, held with
+  // kShoaldSlot: a leaf's first update of a round takes one instead of zeroing 4 bytes per
+  // parameter on the gateway's loop. Up to WarmPartialsWanted().
+  std::vector<uint64_t> warm_partials;
+  size_t WarmPartialsWanted() const {
+    return done || Robust() ? 0 : std::min<size_t>(spec.max_leaves, 2);
+  }
+  // spec.aggregation.robust: the rule runs at commit over the round's updates (robust_commit.h);
+  // the leaves fold nothing and the rounds have no partial-sum buffers (Partial::offset 0).
+  bool Robust() const { return spec.robust.enabled(); }
+  std::vector<float> robust_out;  // the rule's result, reused commit to commit
+  Json robust_last;               // the last robust commit, for the status
+  std::map<std::string, Client, ClientOrder> clients;
+  uint32_t next_client = 0;
+  // Kept as the clients change, so that no update, join or status walks the table: Σ samples of
+  // the clients' latest updates and how many have sent one (TotalSamples), the clients with
+  // suspect updates (the robust status), and the clients whose figures changed since the last
+  // Persist (their lines in clients.log).
+  uint64_t samples_sum = 0;
+  uint64_t samples_seen = 0;
+  std::set<std::string, ClientOrder> suspect_clients;
+  std::set<std::string, ClientOrder> changed_clients;
+  ClientLog client_log;
+  void SetSamples(Client& c, uint64_t samples) {
+    samples_sum = samples_sum - c.samples + samples;
+    samples_seen += (samples > 0 ? 1 : 0) - (c.samples > 0 ? 1 : 0);
+    c.samples = samples;
+  }
+  void Changed(const Client& c) { changed_clients.insert(c.id); }
+  // clients.log (fl_persistence.cc): a joined client's line, appended before it has its token;
+  // the changed clients' figures, tagged with the version in memory (from Persist), compacting
+  // the file once the figure lines outnumber the clients; and, on restore, the table as
+  // state.json's version `version` had it (the legacy "clients" of `state` first), the file
+  // rewritten to that table and reopened.
+  Status LogJoin(const Client& c);
+  void LogChangedClients();
+  Status LoadClients(const Json& state, uint64_t version);
+  uint64_t durable_version = 0;  // the newest version whose checkpoint is written
+  std::map<uint64_t, Round> rounds;
+  uint64_t open_round = 1;
+  double round_deadline = 0;  // sync with spec.deadlines.round: when the open round is due
+  std::map<uint64_t, Ticket> tickets;
+  BufferPool* pool = nullptr;
+  // The latest versions' records (status, state.json, evaluations): a bounded history, so a
+  // long job's status and checkpoint state do not grow with every commit (they did: ~1 KiB of
+  // shoald's memory per update over a 300 s soak, the growing JSON strings fragmenting the heap).
+  static constexpr size_t kVersionHistory = 256;
+  std::vector<VersionInfo> versions;
+  void AddVersion(const VersionInfo& v) {
+    versions.push_back(v);
+    if (versions.size() > kVersionHistory) {
+      versions.erase(versions.begin(), versions.begin() + static_cast<std::ptrdiff_t>(
+                                                              versions.size() - kVersionHistory));
+    }
+  }
+  uint64_t updates_total = 0;
+  uint64_t gpu_fallbacks = 0;  // leaves whose GPU fold failed (they fold on the CPU since)
+  // Partial sums rebuilt at commit from their acknowledged updates (a leaf died or its GPU fold
+  // failed mid-update, or a leaf refused an update it had partly folded).
+  uint64_t partial_rebuilds = 0;
+  Clock::time_point start = Clock::now();
+  double elapsed_before = 0;  // from the checkpoint this run resumed
+  bool done = false;
+  std::atomic<bool> deleted{false};
+  double best_accuracy = 0;
+  uint32_t leaf_id = 0;
+  UpdateLog log;
+  std::string dir;
+  uint64_t next_seq = 1;
+  std::vector<LogRecord> recovered;  // read by Restore, re-folded by Recover
+
+  // Cluster mode (fl_cluster_top.cc): the partial-sum key of each node that folds updates of
+  // this job for it, the rounds whose other nodes' partial sums are all here, and how far the
+  // checkpoints go (those nodes release a round's updates once its version is durable).
+  std::map<std::string, uint64_t, std::less<>> remote_keys;
+  uint64_t RemoteKey(const std::string& node) {
+    auto [it, inserted] = remote_keys.try_emplace(node, 0);
+    if (inserted) it->second = kRemotePartialBit | remote_keys.size();
+    return it->second;
+  }
+  static constexpr uint64_t kRemotePartialBit = uint64_t{1} << 62;
+  bool RemoteReady(const Round& r) const {
+    for (const auto& [key, p] : r.partials) {
+      if (!p.node.empty() && !p.fetched) return false;
+    }
+    return true;
+  }
+  // Whether `node` (non-empty) has no update of `round` in flight any more.
+  bool NodeDone(uint64_t round, const std::string& node) const {
+    if (node.empty()) return false;
+    for (const auto& [id, t] : tickets) {
+      if (t.round == round && !t.acked && t.node == node) return false;
+    }
+    return true;
+  }
+  std::vector<std::vector<float>> spare_sums;  // fetched partial sums' buffers, for reuse
+  double remote_retry_at = 0;  // Elapsed() when a failed partial-sum fetch is tried again
+  // Per node that folds for this top: updates it acknowledged (counted here), partial sums
+  // fetched from it and their bytes, updates un-counted when it was lost (the status shows it).
+  struct RemoteStats {
+    uint64_t updates = 0, partials = 0, partial_bytes = 0, lost = 0;
+  };
+  std::map<std::string, RemoteStats, std::less<>> remote_stats;
+  std::map<uint64_t, uint64_t> round_of_version;  // committed, checkpoint not yet written
+  uint64_t durable_round = 0;  // the newest round whose version's checkpoint is written
+  void RoundsDurable(uint64_t version) {
+    durable_version = std::max(durable_version, version);
+    while (!round_of_version.empty() && round_of_version.begin()->first <= version) {
+      durable_round = std::max(durable_round, round_of_version.begin()->second);
+      round_of_version.erase(round_of_version.begin());
+    }
+  }
+
+  bool Compass() const { return scheduler != nullptr; }
+  uint64_t PartialKey(uint32_t instance, uint64_t base) const {
+    return algo->staleness_at_commit() ? (base << 32) | instance : instance;
+  }
+  bool Sync() const { return algo->synchronous(); }
+  uint64_t version() const { return state.version; }
+  uint64_t NewRound() { return open_round++; }
+  double Elapsed() const { return elapsed_before + Seconds(start); }
+  // Synchronous rounds: how many admitted updates close a round. With a deadline the round
+  // waits for every expected client and the deadline settles for a quorum (Timers).
+  uint32_t Needed() const {
+    if (spec.round_deadline_s > 0) return spec.clients;
+    return spec.quorum > 0 ? spec.quorum : spec.clients;
+  }
+  double TotalSamples() const {
+    // Clients that have not reported yet count as the mean of those that have.
+    if (samples_seen == 0) return 0;
+    const double seen = static_cast<double>(samples_seen);
+    return static_cast<double>(samples_sum) / seen * std::max<double>(spec.clients, seen);
+  }
+  // The committed model as safetensors (f32, the same bytes ModelToSafetensors writes), taken
+  // straight from the weights: models are large, every copy shows in the commit's latency. With
+  // `threads` (the commit's), each large tensor is copied on all of them.
+  void CacheModel(agg::FoldPool* threads = nullptr) {
+    std::vector<model::SafetensorsEntry> entries;
+    for (size_t i = 0; i < mspec.size(); ++i) {
+      const model::TensorSpec& t = mspec.tensor(i);
+      entries.push_back({t.name, model::DType::kF32, t.shape,
+                         std::as_bytes(std::span<const float>(
+                             state.weights.data() + mspec.offset(i), t.numel()))});
+    }
+    std::shared_ptr<std::string> blob;
+    for (auto it = spare_models.begin(); it != spare_models.end(); ++it) {
+      if (it->use_count() == 1) {  // no download and no checkpoint holds it any more
+        blob = std::move(*it);
+        spare_models.erase(it);
+        break;
+      }
+    }
+    if (!blob) blob = std::make_shared<std::string>();
+    auto at = model::WriteSafetensorsHeaderInto(
+        entries,
+        {{std::string(model::kMetadataJob), spec.name},
+         {std::string(model::kMetadataVersion), std::to_string(state.version)},
+         {"format", "pt"}},
+        blob.get());
+    if (!at.ok()) {
+      spdlog::error("fl job {}: model bytes: {}", spec.name, at.status().ToString());
+      return;
+    }
+    char* data = blob->data() + *at;
+    for (size_t i = 0; i < mspec.size(); ++i) {
+      const float* w = state.weights.data() + mspec.offset(i);
+      const size_t n = mspec.tensor(i).numel();
+      if (threads != nullptr) {
+        threads->ConvertFromF32(data, w, model::DType::kF32, n);  // f32 to f32: a copy
+      } else if (n > 0) {
+        std::memcpy(data, w, n * sizeof(float));
+      }
+      data += n * sizeof(float);
+    }
+    models[state.version] = std::move(blob);
+    while (models.size() > kKeptModels) {
+      spare_models.push_back(std::move(models.begin()->second));
+      models.erase(models.begin());
+    }
+    while (spare_models.size() > kSpareModels) spare_models.erase(spare_models.begin());
+  }
+  void KeepVersion() {
+    if (!store) return;
+    // Fails only for a version not newer than the last kept one, which the commits' order
+    // rules out; were it to, updates trained from this version would be refused as unknown.
+    if (Status st = store->Put(state.version, state.weights); !st.ok()) {
+      spdlog::error("fl job {}: keeping version {} for the updates trained from it: {}", spec.name,
+                    state.version, st.ToString());
+    }
+  }
+  void SetTask(const agg::CompassAssignment& a) {
+    CompassTask& t = compass_tasks[fmt::format("c{}", a.client)];
+    t.steps = a.local_steps;
+    t.version = state.version;
+    t.ready = true;
+    t.started = true;
+  }
+  uint64_t GroupRound(agg::GroupId g) {
+    auto [it, inserted] = group_round.try_emplace(g, 0);
+    if (inserted) it->second = NewRound();
+    return it->second;
+  }
+  // FedCompass: the scheduler aggregates a group (its last member arrived, or its T_l passed):
+  // its round closes with the general buffer merged in.
+  void CloseGroup(const agg::CompassDecision& d) {
+    const uint64_t rid = GroupRound(d.group);
+    group_round.erase(d.group);
+    Round& r = rounds[rid];
+    r.closed = true;
+    r.assignments = d.assignments;
+    if (general_round != 0) {
+      r.merge_round = general_round;
+      rounds[general_round].closed = true;
+      rounds[general_round].merged = true;
+      general_round = 0;
+    }
+  }
+  // Gives the job's hold (`slot`) on the pool buffer at `offset` back. It fails only where the
+  // job's bookkeeping and the pool disagree (the slot does not hold that buffer, or it was
+  // freed already) or the pool's lock died with its holder, never through what a client sent:
+  // logged with what the buffer was, and the caller goes on as before (nothing to undo).
+  void ReleaseBuffer(uint64_t offset, HolderSlot slot, const char* what) {
+    if (Status st = pool->Release(offset, slot); !st.ok()) {
+      spdlog::error("fl job {}: releasing {} at offset {} (slot {}): {}", spec.name, what, offset,
+                    slot, st.ToString());
+    }
+  }
+  // The checkpoint of `version` is written: the updates it (and every older version) includes
+  // go back to the pool, and the log keeps only the acknowledged updates that no written
+  // checkpoint includes yet (those of later, still unwritten versions, and those in flight).
+  void Durable(uint64_t version) {
+    bool released = false;
+    while (!undurable.empty() && undurable.front().version <= version) {
+      for (uint64_t b : undurable.front().buffers) {
+        ReleaseBuffer(b, kCoordinatorSlot, "a durable version's update");
+      }
+      undurable.pop_front();
+      released = true;
+    }
+    if (released) CompactLog();
+  }
+  // The seqs of the log records that the version in memory includes but no written
+  // checkpoint does (state.json's last_commit_seqs: a restart skips them).
+  std::vector<uint64_t> UndurableSeqs() const {
+    std::vector<uint64_t> seqs;
+    for (const Undurable& u : undurable) {
+      for (const LogRecord& r : u.records) seqs.push_back(r.seq);
+    }
+    return seqs;
+  }
+  void CompactLog() {
+    std::string bytes;
+    for (const Undurable& u : undurable) {
+      bytes.append(reinterpret_cast<const char*>(u.records.data()),
+                   u.records.size() * sizeof(LogRecord));
+    }
+    AppendAckedRecords(tickets, bytes);
+    log.Rewrite(spec.name, dir, bytes);
+  }
+  // Folds the acknowledged updates of `ids` (still in the pool) into the float32 sum at `acc`.
+  size_t Refold(float* acc, const std::vector<uint64_t>& ids) {
+    size_t n = 0;
+    for (uint64_t tid : ids) {
+      const Ticket& t = tickets[tid];
+      PayloadView pv = ReadPayload(pool->Data(t.buffer));
+      auto view = model::ParseUpdate(pv.body, mspec);
+      if (!view.ok()) {
+        spdlog::error("fl job {}: update {} of client {} no longer parses: {}", spec.name, t.seq,
+                      t.client, view.status().ToString());
+        continue;
+      }
+      for (const auto& tv : view->tensors) {
+        agg::Fold(acc + mspec.offset(tv.index), tv.data, static_cast<agg::DType>(tv.dtype),
+                  tv.numel, static_cast<float>(t.coefficient));
+      }
+      ++n;
+    }
+    return n;
+  }
+  // spec.aggregation.robust: the rule over the round's acknowledged updates, in place in the
+  // pool, into `total` as if every update were the rule's result (Σ c_k of them times it), so
+  // the algorithm's step is the same; what the rule made of each update is kept per client and
+  // each suspect is added to `suspects` (client id, rule).
+  Status RobustTotal(const Round& round, RobustCommitter& committer,
+                     std::vector<std::pair<std::string, std::string>>* suspects) {
+    std::vector<uint64_t> ids;
+    for (const auto& [key, p] : round.partials)
+      ids.insert(ids.end(), p.tickets.begin(), p.tickets.end());
+    std::vector<std::span<const std::byte>> bodies;
+    double c = 0;
+    for (uint64_t tid : ids) {
+      bodies.push_back(ReadPayload(pool->Data(tickets[tid].buffer)).body);
+      c += tickets[tid].coefficient;
+    }
+    robust_out.resize(mspec.num_params());
+    auto outcome =
+        committer.Aggregate(spec.robust, mspec, state.weights.data(), bodies, robust_out.data());
+    if (!outcome.ok()) return outcome.status();
+    total.Reset();
+    SHOAL_RETURN_IF_ERROR(total.Fold(robust_out, c, version()));
+    Json list = Json::array();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const Ticket& t = tickets[ids[i]];
+      const RobustVerdict& v = outcome->updates[i];
+      Client& cl = clients[t.client];
+      cl.last_verdict = v;
+      cl.last_verdict_version = version() + 1;
+      cl.suspect_updates += v.suspect ? 1 : 0;
+      cl.clipped_updates += v.clipped ? 1 : 0;
+      if (cl.suspect_updates > 0) suspect_clients.insert(t.client);
+      Changed(cl);
+      if (v.suspect) suspects->emplace_back(t.client, outcome->rule);
+      Json e = VerdictJson(v);
+      e["client"] = t.client;
+      e["name"] = cl.name;
+      list.push_back(std::move(e));
+    }
+    robust_last = {
+        {"version", version() + 1},
+        {"rule", outcome->rule},
+        {"fallback", outcome->fallback.empty() ? Json(nullptr) : Json(outcome->fallback)},
+        {"updates", std::move(list)},
+        {"ms", outcome->ms}};
+    if (outcome->rule == "flag") robust_last["flag_iterations"] = outcome->flag_iterations;
+    if (!outcome->fallback.empty()) spdlog::warn("fl job {}: {}", spec.name, outcome->fallback);
+    return {};
+  }
+  static Json VerdictJson(const RobustVerdict& v) {
+    return {{"weight", v.weight},
+            {"clip_scale", v.clip_scale},
+            {"krum_score", v.krum_score ? Json(*v.krum_score) : Json(nullptr)},
+            {"suspect", v.suspect}};
+  }
+};
+
+}  // namespace shoal

@@ -1,0 +1,45 @@
+// The portable path: plain loops, no FMA (acc + w * x, two roundings). Also the reference the
+// SIMD paths are tested against, apart from their fused multiply-add.
+#include "shoal/fl/kernels/fold_kernels.h"
+
+namespace shoal::aggregator::internal {
+namespace {
+
+struct ScalarPath {
+  template <Elem E>
+  static void Fold(float* acc, const void* x, size_t n, float w) {
+    for (size_t i = 0; i < n; ++i) acc[i] = acc[i] + w * LoadElem<E>(x, i);
+  }
+  template <Elem E>
+  static void ToF32(float* out, const void* x, size_t n) {
+    if constexpr (E == kF32) {
+      CopyF32(out, x, n);
+    } else {
+      for (size_t i = 0; i < n; ++i) out[i] = LoadElem<E>(x, i);
+    }
+  }
+  template <Elem E>
+  static void FromF32(void* out, const float* x, size_t n) {
+    if constexpr (E == kF32) {
+      CopyF32(out, x, n);
+    } else {
+      for (size_t i = 0; i < n; ++i) StoreElem<E>(out, i, x[i]);
+    }
+  }
+  template <Elem E>
+  static bool AllFinite(const void* x, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      if (!FiniteElem<E>(x, i)) return false;
+    }
+    return true;
+  }
+  static void Scale(float* acc, size_t n, float a) {
+    for (size_t i = 0; i < n; ++i) acc[i] *= a;
+  }
+};
+
+}  // namespace
+
+constinit const FoldKernels kScalarKernels = MakeFoldKernels<ScalarPath>();
+
+}  // namespace shoal::aggregator::internal

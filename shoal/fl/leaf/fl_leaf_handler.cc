@@ -1,0 +1,290 @@
+// The FL leaf aggregator: folds each model update it receives, in place in the job's pool,
+// into the partial sum the coordinator named for it (Σ c_k x_k), with the vectorised fold
+// kernel or, where a GPU is present and the job allows it (spec.aggregation.device, passed as
+// SHOAL_FL_AGG_DEVICE), with the GPU fold. The coordinator adds the leaves' partial sums and
+// applies the algorithm's final step; nothing here knows which algorithm runs.
+//
+// GPU path: the partial sum lives in the pool (the coordinator reads it at commit, and a
+// restarted leaf's sum is rebuilt there), so each update is folded on the device into the
+// pool's partial sum through the registered pool: acc and update chunks in, acc chunks out,
+// pipelined. That moves 12 bytes per f32 element over PCIe instead of the 4 a device-resident
+// accumulator would need; the protocol (202 only once the update is in the pool's sum) asks
+// for it.
+#include "shoal/fl/leaf/fl_leaf_handler.h"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shoal/fl/kernels/fold.h"
+#include "shoal/fl/kernels/fold_pool.h"
+#include "shoal/fl/wire/architectures.h"
+#include "shoal/fl/wire/update_format.h"
+#include "shoal/interfaces/fl_leaf_env.h"
+#if defined(SHOAL_HAVE_GPU_FOLD)
+#include "shoal/fl/gpu/gpu_fold.h"
+#endif
+
+namespace shoal {
+namespace {
+
+class FlLeafHandler final : public Handler {
+ public:
+  FlLeafHandler(model::ModelSpec spec, const FlLeafOptions& options,
+                std::unique_ptr<LeafDeviceFolder> device)
+      : spec_(std::move(spec)), options_(options), device_(std::move(device)) {}
+  ~FlLeafHandler() override {
+    if (attach_thread_.joinable()) attach_thread_.join();
+  }
+  bool MayBlock() const override { return false; }
+  // Every update is read whole (scanned, folded): no fault per 4 KiB (handler.h).
+  bool PopulatesPool() const override { return true; }
+
+  // A zygote loads the handler and attaches the pool, then forks: nothing here may start a
+  // thread (a fork copies only the caller) or touch the device (a CUDA context does not survive
+  // a fork). The fold threads and the device attach start in the instance (OnInstanceStart);
+  // an unforked caller that attaches in the foreground (tests) attaches here.
+  void OnPoolAttached(void* base, size_t bytes) override {
+    pool_base_ = base;
+    pool_bytes_ = bytes;
+    if (!options_.attach_in_background) AttachDevice();
+  }
+
+  Status OnInstanceStart() override {
+    if (!threads_) threads_ = std::make_unique<aggregator::FoldPool>();
+    if (options_.attach_in_background) AttachDevice();
+    return {};
+  }
+
+  void AttachDevice() {
+    void* const base = pool_base_;
+    const size_t bytes = pool_bytes_;
+    if (base == nullptr) return;
+    if (options_.device == LeafFoldDevice::kCpu) {
+      spdlog::info("fl-leaf: folding on the CPU ({}): spec.aggregation.device is cpu",
+                   aggregator::FoldIsa());
+      return;
+    }
+    if (!device_) return;  // the factory said why
+    auto attach = [this, base, bytes] {
+      const auto t0 = std::chrono::steady_clock::now();
+      Status st = device_->Attach(base, bytes);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (!st.ok()) {
+        spdlog::warn("fl-leaf: folding on the CPU: cannot attach the pool to the {}: {}",
+                     device_->Describe(), st.ToString());
+        return;
+      }
+      const bool forced = options_.device == LeafFoldDevice::kGpu;
+      spdlog::info(
+          "fl-leaf: folding on the {} for updates >= {} bytes ({}); pool attached ({} "
+          "MiB in {:.2f} s)",
+          device_->Describe(), forced ? 0 : options_.device_min_update_bytes,
+          forced ? "device: gpu" : "device: auto", bytes >> 20, s);
+      device_ready_.store(true, std::memory_order_release);
+    };
+    // Pinning the pool takes about 0.9 s per GiB: done beside the event loop, which folds on
+    // the CPU until it is finished.
+    if (options_.attach_in_background) {
+      attach_thread_ = std::thread(attach);
+    } else {
+      attach();
+    }
+  }
+
+  Status Handle(const Request& request, ResponseBuilder& response) override {
+    // The structure first (no pass over the values); the values are read once after that: on
+    // the CPU the NaN/Inf test and the fold in one pass, block by block; the parser's own scan
+    // only to name what is wrong.
+    auto view = model::ParseUpdate(request.body, spec_, unscanned_);
+    if (!view.ok()) return view.status();
+    if (!threads_) threads_ = std::make_unique<aggregator::FoldPool>();  // never started
+    // A robust job only validates: the plain scan, vectorised on the fold's threads.
+    if (!options_.fold) return AllFinite(*view) ? Accepted(view->meta, response) : Named(request);
+    const uint64_t need = spec_.num_params() * sizeof(float);
+    if (request.aux.size() < need) {
+      if (!AllFinite(*view)) return Named(request);
+      return Internal("no partial-sum buffer for this update (" +
+                      std::to_string(request.aux.size()) + " bytes, need " + std::to_string(need) +
+                      ")");
+    }
+    auto* acc = reinterpret_cast<float*>(request.aux.data());
+    segments_.clear();
+    uint64_t bytes = 0;
+    for (const model::TensorView& t : view->tensors) {
+      segments_.push_back(
+          {acc + spec_.offset(t.index), t.data, t.dtype, t.numel, request.aux_value});
+      bytes += t.numel * DTypeSize(t.dtype);
+    }
+    if (UseDevice(bytes)) {
+      // The device folds what is in the pool: scanned before, on the CPU.
+      if (!AllFinite(*view)) return Named(request);
+      if (Status st = device_->Fold(segments_); !st.ok()) return DeviceFailed(st);
+      return Accepted(view->meta, response);
+    }
+    bool folded = false;
+    for (const aggregator::FoldSegment& s : segments_) {
+      const auto r = threads_->FoldFinite(s.acc, s.x, s.dtype, s.n, s.w);
+      folded = folded || r.folded;
+      if (!r.finite) {
+        // Refused as before (400, the value named), but the blocks before it are in the
+        // partial sum: the reply says so and the coordinator rebuilds that sum from its
+        // acknowledged updates before it commits (fl_data_path.h, PartialChanged).
+        if (folded) response.MarkAuxChanged();
+        return Named(request);
+      }
+    }
+    return Accepted(view->meta, response);
+  }
+
+ private:
+  bool AllFinite(const model::UpdateView& view) {
+    for (const model::TensorView& t : view.tensors) {
+      if (!threads_->AllFinite(t.data, t.dtype, t.numel)) return false;
+    }
+    return true;
+  }
+  // A non-finite update's answer: the parser's own scan names the tensor and the index.
+  Status Named(const Request& request) {
+    auto named = model::ParseUpdate(request.body, spec_, limits_);
+    return named.ok() ? InvalidArgument("update has non-finite values") : named.status();
+  }
+
+  static Status Accepted(const model::UpdateMeta& meta, ResponseBuilder& response) {
+    const std::string json = "{\"accepted\":true,\"client_id\":\"" + meta.client_id +
+                             "\",\"base_version\":" + std::to_string(meta.base_version) + "}\n";
+    auto out = response.Allocate(json.size(), "application/json");
+    if (!out.ok()) return out.status();
+    std::memcpy(out->data(), json.data(), json.size());
+    response.SetStatus(202);
+    return {};
+  }
+
+  bool UseDevice(uint64_t update_bytes) const {
+    if (!device_ready_.load(std::memory_order_acquire)) return false;
+    return options_.device == LeafFoldDevice::kGpu ||
+           update_bytes >= options_.device_min_update_bytes;
+  }
+
+  // The partial sum may hold part of this update, so it cannot be folded again here: the
+  // update is refused with 502 (kUnavailable), which tells the coordinator to rebuild the
+  // partial sum from the acknowledged updates before it commits (and counts the fallback), and
+  // the client to send it again. This instance folds on the CPU from now on.
+  Status DeviceFailed(const Status& st) {
+    device_ready_.store(false, std::memory_order_release);
+    const std::string what = device_->Describe();
+    spdlog::error(
+        "fl-leaf: the {} fold failed, folding on the CPU from now on; the update is "
+        "refused (502) and the partial sum rebuilt by the coordinator: {}",
+        what, st.ToString());
+    device_.reset();  // frees its device memory and unpins the pool (best effort)
+    return Unavailable("the " + what + " fold failed (" + st.message() +
+                       "); the leaf folds on the CPU now: send the update again");
+  }
+
+  model::ModelSpec spec_;
+  model::ParseLimits limits_;
+  model::ParseLimits unscanned_ = [] {
+    model::ParseLimits l;
+    l.check_finite = false;
+    return l;
+  }();
+  // One large update is split across the machine's cores (bit-identical to one thread);
+  // started in the instance, after the zygote's fork.
+  std::unique_ptr<aggregator::FoldPool> threads_;
+  void* pool_base_ = nullptr;
+  size_t pool_bytes_ = 0;
+  FlLeafOptions options_;
+  std::unique_ptr<LeafDeviceFolder> device_;
+  std::vector<aggregator::FoldSegment> segments_;
+  std::atomic<bool> device_ready_{false};
+  std::thread attach_thread_;
+};
+
+#if defined(SHOAL_HAVE_GPU_FOLD)
+class GpuLeafFolder final : public LeafDeviceFolder {
+ public:
+  explicit GpuLeafFolder(std::unique_ptr<aggregator::GpuFolder> folder)
+      : folder_(std::move(folder)) {}
+  std::string Describe() const override {
+    return "GPU (device " + std::to_string(folder_->device()) + ")";
+  }
+  Status Attach(void* base, size_t bytes) override { return folder_->RegisterHost(base, bytes); }
+  Status Fold(std::span<const aggregator::FoldSegment> segments) override {
+    return folder_->FoldHost(segments);
+  }
+
+ private:
+  std::unique_ptr<aggregator::GpuFolder> folder_;
+};
+#endif
+
+}  // namespace
+
+Result<std::unique_ptr<LeafDeviceFolder>> CreateGpuLeafFolder() {
+#if defined(SHOAL_HAVE_GPU_FOLD)
+  std::string why;
+  if (!aggregator::GpuFoldAvailable(&why)) return Unavailable(why);
+  auto folder = aggregator::GpuFolder::Create();
+  if (!folder.ok()) return folder.status();
+  return std::unique_ptr<LeafDeviceFolder>(new GpuLeafFolder(std::move(*folder)));
+#else
+  return Unavailable("this build has no CUDA");
+#endif
+}
+
+std::unique_ptr<Handler> CreateFlLeafHandler(model::ModelSpec spec, const FlLeafOptions& options,
+                                             std::unique_ptr<LeafDeviceFolder> device) {
+  return std::make_unique<FlLeafHandler>(std::move(spec), options, std::move(device));
+}
+
+Result<std::unique_ptr<Handler>> CreateFlLeafHandler() {
+  const char* arch = std::getenv(fl_leaf_env::kArchitecture);
+  const char* hidden = std::getenv(fl_leaf_env::kHidden);
+  const char* device = std::getenv(fl_leaf_env::kAggregationDevice);
+  model::ArchitectureOptions opts;
+  if (hidden != nullptr && *hidden != '\0') opts.hidden = {std::strtoull(hidden, nullptr, 10)};
+  const char* inputs = std::getenv(fl_leaf_env::kInputs);  // default 784
+  if (inputs != nullptr && *inputs != '\0') opts.inputs = std::strtoull(inputs, nullptr, 10);
+  auto spec = model::ArchitectureSpec(arch ? arch : "mlp", opts);
+  if (!spec.ok()) return spec.status();
+  FlLeafOptions options;
+  const char* fold = std::getenv(fl_leaf_env::kFold);  // default sum
+  const std::string f = fold ? fold : "sum";
+  if (f == "none") {
+    options.fold = false;
+  } else if (f != "sum" && !f.empty()) {
+    return InvalidArgument(std::string(fl_leaf_env::kFold) + ": unknown mode '" + f +
+                           "' (sum, none)");
+  }
+  const std::string d = device ? device : "auto";
+  if (d == "cpu") {
+    options.device = LeafFoldDevice::kCpu;
+  } else if (d == "gpu") {
+    options.device = LeafFoldDevice::kGpu;
+  } else if (d != "auto" && !d.empty()) {
+    return InvalidArgument(std::string(fl_leaf_env::kAggregationDevice) + ": unknown device '" + d +
+                           "' (auto, cpu, gpu)");
+  }
+  std::unique_ptr<LeafDeviceFolder> gpu;
+  if (options.device != LeafFoldDevice::kCpu && options.fold) {
+    auto folder = CreateGpuLeafFolder();
+    if (folder.ok()) {
+      gpu = std::move(*folder);
+    } else {
+      spdlog::log(
+          options.device == LeafFoldDevice::kGpu ? spdlog::level::warn : spdlog::level::info,
+          "fl-leaf: folding on the CPU ({}): {}", aggregator::FoldIsa(), folder.status().message());
+    }
+  }
+  return CreateFlLeafHandler(std::move(*spec), options, std::move(gpu));
+}
+
+}  // namespace shoal

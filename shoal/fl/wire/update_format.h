@@ -1,0 +1,101 @@
+// The binary body of a client's model update, and its parser. The gateway streams the body
+// into one shared-memory buffer; aggregators read the tensors in place through the views that
+// ParseUpdate returns, after it has checked everything a hostile client could send.
+//
+// Layout (all integers little-endian):
+//   [0, 4)           magic "SHU1"
+//   [4, 8)           u32 H: length of the header
+//   [8, 8+H)         shoal.v1.UpdateHeader (proto/shoal/v1/fl.proto), protobuf bytes
+//   [8+H, A)         zero padding, A = 8+H rounded up to a multiple of 64 (tensor area start)
+//   [A, end)         tensor area: tensor i at A + tensors[i].offset, offset a multiple of 64,
+//                    length = product(shape) * dtype size, row-major; gaps are zero padding;
+//                    the body ends exactly at the end of the last tensor
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shoal/common/status.h"
+#include "shoal/fl/wire/dtype.h"
+#include "shoal/fl/wire/model_spec.h"
+
+namespace shoal::model {
+
+inline constexpr char kUpdateMagic[4] = {'S', 'H', 'U', '1'};
+inline constexpr uint64_t kUpdateAlignment = 64;
+inline constexpr uint64_t kUpdatePrefixBytes = 8;  // magic + header length
+
+inline constexpr uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+// Offset of the tensor area in a body whose header is `header_len` bytes.
+inline constexpr uint64_t TensorAreaOffset(uint64_t header_len) {
+  return AlignUp(kUpdatePrefixBytes + header_len, kUpdateAlignment);
+}
+
+// What the tensors of an update hold (shoal.v1.UpdateKind).
+enum class UpdateKind : uint8_t { kWeights = 0, kDelta = 1 };
+
+// The UpdateHeader's fields other than the tensor table.
+struct UpdateMeta {
+  std::string job;
+  std::string client_id;
+  std::string token;
+  uint64_t base_version = 0;
+  uint64_t num_samples = 0;
+  uint32_t local_steps = 0;
+  double train_seconds = 0;
+  UpdateKind kind = UpdateKind::kWeights;
+};
+
+// A float32 tensor to encode.
+struct NamedTensor {
+  std::string_view name;
+  std::span<const uint64_t> shape;
+  std::span<const float> values;
+};
+
+// Client side: the body for `tensors` (laid out in the given order) converted to `wire_dtype`.
+// kInvalidArgument when a tensor's values do not match its shape.
+Result<std::vector<std::byte>> EncodeUpdate(const UpdateMeta& meta,
+                                            std::span<const NamedTensor> tensors, DType wire_dtype);
+// Every tensor of `model`, in spec order.
+Result<std::vector<std::byte>> EncodeUpdate(const UpdateMeta& meta, const Model& model,
+                                            DType wire_dtype);
+
+struct ParseLimits {
+  // Larger bodies are refused with kTooLarge (HTTP 413) before anything else is read.
+  uint64_t max_body_bytes = uint64_t{4} << 30;
+  uint32_t max_header_bytes = 1 << 20;
+  std::vector<DType> allowed_dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+  // Scan the tensors for NaN/Inf.
+  bool check_finite = true;
+};
+
+// One tensor of a parsed update, pointing into the body (no copy). `data` is 64-byte aligned
+// when the body is.
+struct TensorView {
+  size_t index = 0;       // position in the ModelSpec
+  std::string_view name;  // the ModelSpec's string
+  DType dtype = DType::kF32;
+  std::span<const uint64_t> shape;  // the ModelSpec's shape (the update's is equal)
+  uint64_t numel = 0;
+  const std::byte* data = nullptr;
+  uint64_t length = 0;  // bytes
+};
+
+struct UpdateView {
+  UpdateMeta meta;
+  std::vector<TensorView> tensors;  // one per model tensor, in ModelSpec order
+  uint64_t tensor_area_offset = 0;  // where the tensor area starts in the body
+};
+
+// Validates `body` against `model` and returns views into it. Every malformed body gives
+// kInvalidArgument with a message naming the field or tensor (see update_format.cc), except a
+// body over limits.max_body_bytes, which gives kTooLarge. Never reads outside `body`.
+Result<UpdateView> ParseUpdate(std::span<const std::byte> body, const ModelSpec& model,
+                               const ParseLimits& limits = {});
+
+}  // namespace shoal::model

@@ -1,0 +1,16 @@
+// The environment an FL job's leaf aggregator instance is started with: the coordinator writes
+// these into the leaf FunctionSpec's handler env, the leaf (shoal/fl/leaf/fl_leaf_handler.cc)
+// reads them. The names are written here once.
+#pragma once
+
+namespace shoal::fl_leaf_env {
+
+inline constexpr const char* kArchitecture = "SHOAL_FL_ARCH";  // the model's architecture
+inline constexpr const char* kHidden = "SHOAL_FL_HIDDEN";      // its hidden width
+inline constexpr const char* kInputs = "SHOAL_FL_INPUTS";      // input features (64 for digits)
+// spec.aggregation.device: auto | cpu | gpu.
+inline constexpr const char* kAggregationDevice = "SHOAL_FL_AGG_DEVICE";
+// sum (fold into the partial sum) | none (validate only: a robust job's leaves).
+inline constexpr const char* kFold = "SHOAL_FL_FOLD";
+
+}  // namespace shoal::fl_leaf_env

@@ -1,0 +1,57 @@
+// An FL job as the coordinator sees it: what the `FLJob` manifest says, validated, with the
+// defaults filled in (written once, here). Algorithm parameters stay a name->number map here;
+// the coordinator checks them against the algorithm (errors name spec.algorithm.params.<p>).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace shoal {
+
+// spec.aggregation.robust: a robust rule over a round's individual updates instead of their
+// weighted mean (shoal/fl/robust), with norm clipping before it or alone. The coordinator
+// checks it against the algorithm and the round size (errors name spec.aggregation.robust.<p>).
+struct FlRobustSpec {
+  std::string rule = "none";  // none | median | trimmedMean | krum | flag
+  double beta = 0.1;          // trimmedMean: the fraction dropped at each end, [0, 0.5)
+  uint32_t f = 1;             // krum: byzantine updates tolerated (needs n > 2f + 2)
+  uint32_t m = 0;             // krum: updates averaged (0: n - f)
+  uint32_t rank = 1;          // flag: the subspace's dimension
+  double clip_norm = 0;       // clipNorm: each delta scaled to at most this L2 norm (0: off)
+  bool clip_median = false;   // clipNorm: median: to the median of the round's deltas' norms
+  bool enabled() const { return rule != "none" || clip_norm > 0 || clip_median; }
+};
+
+struct FlJobSpec {
+  std::string name;                  // metadata.name (DNS label)
+  std::string tenant = "default";    // metadata.namespace: the job's shared-memory pool
+  std::string algorithm = "fedavg";  // fedavg fedavgm fedadam fedasync fedbuff fedfix fedcompass
+  std::map<std::string, double> algorithm_params;  // spec.algorithm.params
+  std::string architecture = "mlp";                // spec.model.architecture: mlp | cnn | logreg
+  uint32_t hidden = 128;                           // spec.model.hidden (mlp, cnn)
+  std::string initial_model;  // spec.model.initial: absolute path of a .safetensors
+  uint64_t seed = 1;          // spec.model.seed: initialisation
+  std::string dataset =
+      "fashion-mnist";         // spec.data.dataset: what clients train on (informational)
+  uint32_t clients = 0;        // spec.clients.expected (required, >= 1)
+  uint32_t quorum = 0;         // spec.clients.quorum: sync rounds commit with this many (0 = all)
+  uint32_t rounds = 0;         // spec.stop.rounds: stop after this many versions (0 = no limit)
+  double target_accuracy = 0;  // spec.stop.accuracy: stop when reported accuracy reaches it
+  double round_deadline_s =
+      0;  // spec.deadlines.round: sync rounds commit at the deadline with >= quorum
+  uint32_t local_steps = 100;     // spec.training.localSteps (FedCompass: Q_max)
+  double learning_rate = 0.1;     // spec.training.learningRate (sent to clients in the task)
+  uint32_t batch_size = 32;       // spec.training.batchSize
+  uint32_t staleness_limit = 20;  // spec.aggregation.maxStaleness: older base versions are refused
+  uint32_t max_fan_in = 8;        // spec.aggregation.maxFanIn: updates a leaf folds at once
+  uint32_t max_leaves = 4;        // spec.aggregation.maxLeaves
+  std::string aggregation_device = "auto";  // spec.aggregation.device: auto | cpu | gpu (leaf fold)
+  FlRobustSpec robust;                      // spec.aggregation.robust
+  std::vector<std::string> join_tokens;  // spec.clients.tokens: pre-shared; empty = anyone may join
+  uint64_t generation = 0;
+  std::string manifest;  // the YAML as deployed
+};
+
+}  // namespace shoal

@@ -1,0 +1,40 @@
+#include "shoal/serving/export/model_onnx.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+
+#include "shoal/fl/wire/architectures.h"
+#include "shoal/fl/wire/safetensors.h"
+#include "shoal/serving/model/model_graph.h"
+#include "shoal/serving/onnx/onnx.h"
+
+namespace shoal::inference {
+
+Result<std::string> JobModelAsOnnx(std::string_view job_status_json, std::string_view safetensors) {
+  auto job = JobArchitectureFromStatus(job_status_json);
+  if (!job.ok()) {
+    return InvalidArgument(job.status().message() + " (a shoald older than the ONNX export?)");
+  }
+  const std::string& arch = job->name;
+  const model::ArchitectureOptions& options = job->options;
+  auto spec = model::ArchitectureSpec(arch, options);
+  const auto bytes = std::as_bytes(std::span(safetensors.data(), safetensors.size()));
+  auto weights =
+      spec.ok() ? model::ModelFromSafetensors(bytes, *spec) : Result<model::Model>(spec.status());
+  if (!weights.ok()) {
+    return InvalidArgument("the model does not fit architecture '" + arch +
+                           "': " + weights.status().message());
+  }
+  auto graph = GraphFromArchitecture(arch, options, *weights);
+  Result<std::string> onnx =
+      graph.ok() ? SerializeOnnx(*graph) : Result<std::string>(graph.status());
+  if (!onnx.ok()) {
+    return InvalidArgument("cannot build the ONNX graph of '" + arch +
+                           "': " + onnx.status().message());
+  }
+  return std::move(*onnx);
+}
+
+}  // namespace shoal::inference

@@ -79,6 +79,19 @@ install_packages() {
 # from requirements/tools.lock into the shared cache. Idempotent: a stamp in the venv records the
 # lock's hash, so an unchanged lock costs nothing; a changed one is synced (packages not in the
 # lock are left alone, so test.lock then bench.lock both stay installed).
+# uv (requirements/tools.lock) in a small venv of its own under the shared cache; prints its path.
+ensure_uv() {
+  local tools="$SHOAL_CACHE/tools/uv"
+  if [ ! -x "$tools/bin/uv" ] || ! cmp -s "$ROOT/requirements/tools.lock" "$tools/tools.lock"; then
+    step "Installing uv into $tools (requirements/tools.lock)" >&2
+    rm -rf "$tools"
+    "$SHOAL_BASE_PYTHON" -m venv "$tools" >&2
+    "$tools/bin/pip" install --quiet --require-hashes -r "$ROOT/requirements/tools.lock" >&2
+    cp "$ROOT/requirements/tools.lock" "$tools/tools.lock"
+  fi
+  echo "$tools/bin/uv"
+}
+
 install_python() {
   local name="$1" lock="$ROOT/requirements/$1.lock"
   local want have stamp="$VENV/.shoal-$1.sha256"
@@ -86,21 +99,15 @@ install_python() {
   have="$(cat "$stamp" 2>/dev/null || true)"
   if [ -x "$VENV/bin/python" ] && [ "$want" = "$have" ]; then
     step "Python venv: $name.lock installed ($(grep -c '==' "$lock") packages, .venv)"
+    install_python_sdk
     return
   fi
   if [ ! -x "$SHOAL_BASE_PYTHON" ]; then
     echo "Python venv: $SHOAL_BASE_PYTHON missing (Debian's python3.11); set SHOAL_BASE_PYTHON"
     exit 1
   fi
-  local tools="$SHOAL_CACHE/tools/uv" uv
-  uv="$tools/bin/uv"
-  if [ ! -x "$uv" ] || ! cmp -s "$ROOT/requirements/tools.lock" "$tools/tools.lock"; then
-    step "Installing uv into $tools (requirements/tools.lock)"
-    rm -rf "$tools"
-    "$SHOAL_BASE_PYTHON" -m venv "$tools"
-    "$tools/bin/pip" install --quiet --require-hashes -r "$ROOT/requirements/tools.lock"
-    cp "$ROOT/requirements/tools.lock" "$tools/tools.lock"
-  fi
+  local uv
+  uv="$(ensure_uv)"
   if [ ! -x "$VENV/bin/python" ]; then
     step "Making the project venv (.venv, from $SHOAL_BASE_PYTHON)"
     "$uv" venv --quiet --python "$SHOAL_BASE_PYTHON" "$VENV"
@@ -108,6 +115,30 @@ install_python() {
   step "Python venv: installing requirements/$name.lock ($(grep -c '==' "$lock") packages; wheels cached in $UV_CACHE_DIR)"
   VIRTUAL_ENV="$VENV" "$uv" pip install --python "$VENV/bin/python" --require-hashes --no-deps \
     --link-mode "${UV_LINK_MODE:-hardlink}" -r "$lock"
+  echo "$want" > "$stamp"
+  install_python_sdk
+}
+
+# The Python SDK (shoal/fl/sdk/python, shoal_fl) as the wheel its pyproject.toml builds, installed into
+# .venv: every test and example imports it from there. Built offline by uv with the venv's own
+# flit-core (test.lock; --no-build-isolation: no build environment is downloaded), and rebuilt
+# when a file of the SDK's package or its pyproject.toml changes.
+install_python_sdk() {
+  local sdk="$ROOT/shoal/fl/sdk/python" stamp="$VENV/.shoal-sdk.sha256" want dist uv
+  want="$(cd "$sdk" && find pyproject.toml README.md shoal_fl -name __pycache__ -prune -o \
+          -type f -print | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -d' ' -f1)"
+  if [ "$want" = "$(cat "$stamp" 2>/dev/null || true)" ]; then
+    step "Python SDK: shoal_fl $(cd "$sdk" && sed -n 's/^__version__ = "\(.*\)"/\1/p' shoal_fl/__init__.py) installed in .venv"
+    return
+  fi
+  uv="$(ensure_uv)"
+  dist="$(mktemp -d)"
+  step "Python SDK: building shoal/fl/sdk/python's wheel and installing it into .venv"
+  "$uv" build --offline --quiet --wheel --no-build-isolation \
+    --python "$VENV/bin/python" --out-dir "$dist" "$sdk"
+  "$uv" pip install --offline --quiet --no-deps --reinstall \
+    --python "$VENV/bin/python" "$dist"/shoal_fl-*.whl
+  rm -rf "$dist"
   echo "$want" > "$stamp"
 }
 

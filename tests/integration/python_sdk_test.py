@@ -30,10 +30,9 @@ from shoal_testlib import BIN, ROOT, StandaloneShoald  # noqa: E402
 SDK = os.path.join(ROOT, "shoal", "fl", "sdk", "python")
 EXAMPLE = os.path.join(SDK, "examples", "fmnist_torch.py")
 DATA = "/usr/share/datasets/fashion-mnist"
-sys.path.insert(0, SDK)
 
 torch = pytest.importorskip("torch", reason="python3-torch is not installed")
-import shoal_fl  # noqa: E402
+import shoal_fl  # noqa: E402  (the wheel the set-up installed into the venv)
 import shoal_fl.torch  # noqa: E402
 
 

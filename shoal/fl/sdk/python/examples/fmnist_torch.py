@@ -3,7 +3,7 @@
 
     shoal deploy -f deploy/examples/fljob-fashion-mnist.yaml
     export SHOAL_TOKEN=$(shoal token create --role fl-client --job fmnist)
-    PYTHONPATH=shoal/fl/sdk/python python3 shoal/fl/sdk/python/examples/fmnist_torch.py \
+    .venv/bin/python shoal/fl/sdk/python/examples/fmnist_torch.py \
         --server http://127.0.0.1:8080 --job fmnist --client-index 0 --num-clients 4
 
 The network is built from the job's model, so its tensors have the server's names, shapes and
@@ -36,9 +36,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-import shoal_fl  # noqa: E402
-from shoal_fl.torch import check_layout, get_parameters, set_parameters  # noqa: E402
+import shoal_fl  # installed: the venv has the wheel (scripts/lib.sh), or pip install shoal/fl/sdk/python
+from shoal_fl.torch import check_layout, get_parameters, set_parameters
 
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST's training pixels (scaled to [0,1])

@@ -21,6 +21,8 @@ numpy arrays: each rewrites the trained parameters x from the global ones g thro
     poisoned = lie.apply(global_parameters, trained, peers=peers)
 """
 
+from __future__ import annotations
+
 import glob
 import math
 import os
@@ -28,8 +30,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import List, Optional, Sequence
 
 import numpy as np
+import numpy.typing as npt
+
+Arrays = List[npt.NDArray[np.float32]]
 
 
 @dataclass(frozen=True)
@@ -37,19 +43,21 @@ class Attack:
     kind: str  # "none" | "sign-flip" | "label-flip" | "scale" | "noise" | "lie"
     value: float = 0.0  # scale: k; noise: sigma; lie: z (0 until with_z)
 
-    def __str__(self):
+    def __str__(self) -> str:
         if self.kind in ("none", "sign-flip", "label-flip") or (self.kind == "lie" and
                                                                  self.value == 0):
             return self.kind
         return f"{self.kind}:{self.value:g}"
 
-    def with_z(self, n, f):
+    def with_z(self, n: int, f: int) -> Attack:
         """lie: this attack with z = lie_z(n, f) unless a z was given (lie:<z>)."""
         if self.kind != "lie" or self.value != 0:
             return self
         return Attack("lie", lie_z(n, f))
 
-    def apply(self, global_parameters, trained, seed=0, peers=None):
+    def apply(self, global_parameters: Sequence[npt.ArrayLike], trained: Sequence[npt.ArrayLike],
+              seed: int = 0,
+              peers: Optional[Sequence[Sequence[npt.ArrayLike]]] = None) -> Arrays:
         """The poisoned parameters (new float32 arrays; the inputs are not changed). lie:
         `peers` are the colluders' honest parameter lists of this round, this attacker's own
         among them (Collusion.pool); with fewer than two the trained parameters are sent."""
@@ -63,10 +71,10 @@ class Attack:
                 return [np.asarray(x, dtype=np.float32).copy() for x in trained]
             return little_is_enough(peers, self.value)
         rng = np.random.default_rng(seed)
-        out = []
-        for g, x in zip(global_parameters, trained):
-            g = np.asarray(g, dtype=np.float32)
-            x = np.asarray(x, dtype=np.float32)
+        out: Arrays = []
+        for g_in, x_in in zip(global_parameters, trained):
+            g = np.asarray(g_in, dtype=np.float32)
+            x = np.asarray(x_in, dtype=np.float32)
             if g.shape != x.shape:
                 raise ValueError(f"attack: shapes {g.shape} and {x.shape} differ")
             if self.kind in ("none", "label-flip"):
@@ -81,7 +89,7 @@ class Attack:
         return out
 
 
-def lie_z(n, f):
+def lie_z(n: int, f: int) -> float:
     """The paper's z_max for n workers of which f collude: they need s = floor(n/2 + 1) - f
     honest "supporters" farther from the mean than they are; with normally distributed honest
     values that holds up to z = Phi^-1((n - s) / n). E.g. n 10, f 2: s 4, Phi^-1(0.6) = 0.2533.
@@ -96,13 +104,13 @@ def lie_z(n, f):
     return NormalDist().inv_cdf((n - s) / n)
 
 
-def little_is_enough(models, z):
+def little_is_enough(models: Sequence[Sequence[npt.ArrayLike]], z: float) -> Arrays:
     """mean - z * std over >= 2 models (lists of arrays of equal shapes), per coordinate, the
     sample std (ddof 1, as torch.std); float32 arrays. On the models themselves: the deltas
     from the global model have the same std and a mean shifted by it."""
     if len(models) < 2:
         raise ValueError(f"lie: needs at least 2 models to pool, got {len(models)}")
-    out = []
+    out: Arrays = []
     for tensors in zip(*models):
         stack = np.stack([np.asarray(t, dtype=np.float64) for t in tensors])
         out.append((stack.mean(axis=0) - z * stack.std(axis=0, ddof=1)).astype(np.float32))
@@ -117,7 +125,8 @@ class Collusion:
     them are there, a deposit for a newer version shows the round has moved on, or `wait`
     seconds passed; those found then are what it pools (one alone: its own)."""
 
-    def __init__(self, directory, attackers, index, wait=30.0, poll=0.02, keep=8):
+    def __init__(self, directory: str, attackers: int, index: int, wait: float = 30.0,
+                 poll: float = 0.02, keep: int = 8) -> None:
         if attackers < 2:
             raise ValueError(f"lie: the attackers pool their models, so it needs at least 2 "
                              f"attackers (got {attackers})")
@@ -125,14 +134,14 @@ class Collusion:
         self.directory, self.attackers, self.index = directory, attackers, index
         self.wait, self.poll, self.keep = wait, poll, keep
 
-    def _path(self, version, index):
+    def _path(self, version: int, index: int) -> str:
         return os.path.join(self.directory, f"v{version:012d}-a{index:06d}.npz")
 
-    def _versions(self):
+    def _versions(self) -> set[int]:
         return {int(os.path.basename(p)[1:13]) for p in
                 glob.glob(os.path.join(self.directory, "v" + "[0-9]" * 12 + "-a*.npz"))}
 
-    def pool(self, version, trained):
+    def pool(self, version: int, trained: Sequence[npt.ArrayLike]) -> List[Arrays]:
         fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
             np.savez(f, *[np.asarray(t, dtype=np.float32) for t in trained])
@@ -145,7 +154,7 @@ class Collusion:
                     max(self._versions(), default=version) > version):
                 break
             time.sleep(self.poll)
-        models = []
+        models: List[Arrays] = []
         for path in found:
             with np.load(path) as z:
                 models.append([z[f"arr_{i}"] for i in range(len(z.files))])
@@ -155,12 +164,12 @@ class Collusion:
         return models
 
 
-def flip_labels(labels, num_classes=10):
+def flip_labels(labels: npt.ArrayLike, num_classes: int = 10) -> np.ndarray:
     """label-flip's training labels: y -> num_classes - 1 - y (a new array)."""
     return (num_classes - 1) - np.asarray(labels)
 
 
-def parse_attack(spec):
+def parse_attack(spec: str) -> Attack:
     """"none", "sign-flip", "label-flip", "scale:<k>" (finite, k != 1), "noise:<sigma>"
     (finite, > 0), "lie" or "lie:<z>" (finite, > 0);
     ValueError naming the spec and what is wrong, as shoal-client words it."""

@@ -4,13 +4,16 @@ its base class and its start call."""
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Mapping, Tuple, Union
 
 import numpy as np
 
+# What fit() and evaluate() take and return (Flower's NumPyClient types, with config's
+# parameter_names a list of str).
 Parameters = List[np.ndarray]
-Config = Dict[str, object]
-Metrics = Dict[str, object]
+Config = Dict[str, Any]
+Scalar = Union[bool, bytes, float, int, str]
+Metrics = Mapping[str, Scalar]
 
 
 class Client:

@@ -8,6 +8,7 @@ the sign); values that round past the largest finite value become infinity.
 from __future__ import annotations
 
 import enum
+from typing import Sequence, Union
 
 import numpy as np
 
@@ -81,12 +82,13 @@ def encode(values: np.ndarray, dtype: DType) -> memoryview:
     """
     a = np.ascontiguousarray(values, dtype="<f4").reshape(-1)
     if dtype is DType.F32:
-        return memoryview(a).cast("B")
+        return a.data.cast("B")
     bits = float32_to_bf16_bits(a) if dtype is DType.BF16 else float32_to_f16_bits(a)
-    return memoryview(bits.astype("<u2", copy=False)).cast("B")
+    return bits.astype("<u2", copy=False).data.cast("B")
 
 
-def decode(data: "bytes | bytearray | memoryview", dtype: DType, shape) -> np.ndarray:
+def decode(data: "bytes | bytearray | memoryview", dtype: DType,
+           shape: Union[int, Sequence[int]]) -> np.ndarray:
     """float32 array of `shape` from the little-endian bytes of `dtype`. float32 data in a
     writable buffer (a bytearray) is viewed, not copied."""
     if dtype is DType.F32:

@@ -21,7 +21,7 @@ import random
 import socket
 import time
 import urllib.parse
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from .errors import ConnectionFailed, error_for_status, ProtocolError
 from .update_format import EncodedUpdate, UpdateKind, UpdateMeta
 
 _RETRYABLE_STATUS = {429, 502, 503, 504}
+# A request body, and a 2xx reply: (status, headers with lower-case names, body).
+_Body = Union[bytes, EncodedUpdate, None]
+_Reply = Tuple[int, Dict[str, str], bytearray]
 
 
 @dataclasses.dataclass
@@ -77,11 +80,11 @@ class GlobalModel:
     """A global model version: tensor names and float32 arrays in the model's order."""
 
     version: int
-    names: list
-    arrays: list
-    metadata: dict
+    names: List[str]
+    arrays: List[np.ndarray]
+    metadata: Dict[str, Any]
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> Dict[str, np.ndarray]:
         return dict(zip(self.names, self.arrays))
 
 
@@ -101,12 +104,13 @@ def parse_retry_after(value: Optional[str]) -> Optional[float]:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _server_message(body: bytes) -> str:
+def _server_message(body: bytes | bytearray) -> str:
     """The server's {"error": "..."} message, or the start of the body when it is not that."""
     try:
         j = json.loads(body)
-        if isinstance(j, dict) and isinstance(j.get("error"), str):
-            return j["error"]
+        message = j.get("error") if isinstance(j, dict) else None
+        if isinstance(message, str):
+            return message
     except ValueError:
         pass
     text = body[:200].decode("utf-8", "replace").strip()
@@ -116,7 +120,7 @@ def _server_message(body: bytes) -> str:
 class JobClient:
     def __init__(self, server: str, job: str, token: Optional[str] = None, *,
                  timeout: float = 120.0, retry: Optional[RetryPolicy] = None,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         url = urllib.parse.urlsplit(server if "://" in server else "http://" + server)
         if url.scheme not in ("http", "https"):
             raise ValueError(f"server {server!r}: the scheme must be http or https")
@@ -133,7 +137,7 @@ class JobClient:
 
     # ---- the protocol ---------------------------------------------------------------------------
 
-    def status(self) -> dict:
+    def status(self) -> Dict[str, Any]:
         """GET /v1/jobs/{job}: state ("running", "done"), version, versions with accuracy, ..."""
         return self._json("GET", self._base)
 
@@ -177,7 +181,7 @@ class JobClient:
     def push_update(self, member: Membership, base_version: int, names: Sequence[str],
                     arrays: Sequence[np.ndarray], num_samples: int, *, local_steps: int = 0,
                     train_seconds: float = 0.0, dtype: "DType | str" = DType.F32,
-                    kind: UpdateKind = UpdateKind.WEIGHTS) -> dict:
+                    kind: UpdateKind = UpdateKind.WEIGHTS) -> Dict[str, Any]:
         """POST /v1/jobs/{job}/updates: the tensors (in the model's order) as an SHU1 body,
         streamed tensor by tensor with a Content-Length. Returns the 202's JSON (or {}).
         Raises StaleUpdate on 409, BadRequest with the server's reason on 400."""
@@ -209,10 +213,10 @@ class JobClient:
     def __enter__(self) -> "JobClient":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _json(self, method: str, path: str, body: Optional[bytes] = None) -> dict:
+    def _json(self, method: str, path: str, body: Optional[bytes] = None) -> Dict[str, Any]:
         _, _, reply = self._request(method, path, body,
                                     "application/json" if body is not None else None)
         try:
@@ -235,7 +239,8 @@ class JobClient:
             self._conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return self._conn
 
-    def _request(self, method: str, path: str, body=None, content_type: Optional[str] = None):
+    def _request(self, method: str, path: str, body: _Body = None,
+                 content_type: Optional[str] = None) -> _Reply:
         """(status, headers with lower-case names, body bytes) of a 2xx; retries what is worth
         retrying, raises the rest."""
         retry = 0
@@ -273,7 +278,7 @@ class JobClient:
                      else self.retry.backoff(retry))
             self._sleep(delay)
 
-    def _once(self, method, path, body, content_type):
+    def _once(self, method: str, path: str, body: _Body, content_type: Optional[str]) -> _Reply:
         headers = {"Accept": "application/json"}
         if self.token:
             headers["Authorization"] = "Bearer " + self.token

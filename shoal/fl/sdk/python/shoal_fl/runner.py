@@ -7,11 +7,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from .client import Client
+from .client import Client, Metrics, Parameters
 from .dtypes import DType
 from .errors import NotFound, StaleUpdate
 from .job_client import GlobalModel, JobClient, RetryPolicy
@@ -24,18 +24,19 @@ class RunSummary:
     client_id: str = ""
     done: bool = False  # the job said done (False: max_seconds ran out)
     tasks: int = 0  # train tasks fitted
-    assigned_steps: list = dataclasses.field(default_factory=list)  # local_steps of each task
-    accepted_steps: list = dataclasses.field(default_factory=list)  # steps of each update taken
+    assigned_steps: List[int] = dataclasses.field(default_factory=list)  # local_steps of each task
+    accepted_steps: List[int] = dataclasses.field(default_factory=list)  # steps of each update taken
     updates_accepted: int = 0
     updates_stale: int = 0  # 409: too stale or a duplicate
     model_downloads: int = 0
-    evaluations: dict = dataclasses.field(default_factory=dict)  # version -> (loss, accuracy)
+    # version -> (loss, accuracy)
+    evaluations: Dict[int, Tuple[float, float]] = dataclasses.field(default_factory=dict)
     last_version: int = 0
     retries: int = 0  # requests retried after 503/429/no answer
     seconds: float = 0.0
 
 
-def _check_fit_result(result, model: GlobalModel):
+def _check_fit_result(result: object, model: GlobalModel) -> Tuple[Parameters, int, Metrics]:
     if not isinstance(result, tuple) or len(result) != 3:
         raise TypeError("fit() must return (parameters, num_examples, metrics)")
     params, num_examples, metrics = result

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import struct
+from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
@@ -14,7 +15,8 @@ from .dtypes import decode, DType
 _DTYPES = {"F32": DType.F32, "BF16": DType.BF16, "F16": DType.F16}
 
 
-def load(data: "bytes | bytearray | memoryview"):
+def load(data: "bytes | bytearray | memoryview"
+         ) -> Tuple[List[str], List[np.ndarray], Dict[str, Any]]:
     """(names, arrays, metadata): the tensors in file order (the model's tensor order) as float32
     numpy arrays. F32 tensors in a bytearray are views into it (writable), not copies."""
     view = memoryview(data)
@@ -25,11 +27,11 @@ def load(data: "bytes | bytearray | memoryview"):
         raise ValueError(f"safetensors: header length {n} runs past the end ({len(view)} bytes)")
     try:
         header = json.loads(bytes(view[8:8 + n]))
-    except ValueError as e:
-        raise ValueError(f"safetensors: header is not JSON: {e}") from None
+    except ValueError as err:
+        raise ValueError(f"safetensors: header is not JSON: {err}") from None
     if not isinstance(header, dict):
         raise ValueError("safetensors: header is not a JSON object")
-    metadata = header.pop("__metadata__", {}) or {}
+    metadata: Dict[str, Any] = header.pop("__metadata__", {}) or {}
     base = 8 + n
     entries = []
     for name, e in header.items():

@@ -3,13 +3,14 @@ arrays, in the order and under the names the job's model has."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
 
 
-def check_layout(module: torch.nn.Module, names: Sequence[str], shapes=None) -> None:
+def check_layout(module: torch.nn.Module, names: Sequence[str],
+                 shapes: Optional[Sequence[Sequence[int]]] = None) -> None:
     """Raises ValueError unless the module's state_dict has exactly the job's tensor names, in
     the job's order (and the shapes, when given)."""
     sd = module.state_dict()
@@ -23,7 +24,7 @@ def check_layout(module: torch.nn.Module, names: Sequence[str], shapes=None) -> 
                                  f"job's model {list(shape)}")
 
 
-def get_parameters(module: torch.nn.Module) -> list:
+def get_parameters(module: torch.nn.Module) -> List[np.ndarray]:
     """The module's state_dict values as float32 numpy arrays, in state_dict order."""
     return [t.detach().to("cpu", torch.float32).numpy() for t in module.state_dict().values()]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import struct
-from typing import Iterator, Sequence
+from typing import Iterator, List, Sequence, Tuple
 
 import numpy as np
 
@@ -109,7 +109,7 @@ class UpdateMeta:
 class TensorEntry:
     name: str
     dtype: DType
-    shape: tuple
+    shape: Tuple[int, ...]
     offset: int  # relative to the tensor area
     length: int
 
@@ -122,11 +122,13 @@ class TensorEntry:
                 + _uint_field(5, self.length))
 
 
-def tensor_table(names: Sequence[str], shapes: Sequence[tuple], dtype: DType) -> list:
+def tensor_table(names: Sequence[str], shapes: Sequence[Sequence[int]],
+                 dtype: DType) -> List[TensorEntry]:
     """The entries for tensors laid out in the given order, each at the next 64-byte offset."""
-    entries, area = [], 0
-    for name, shape in zip(names, shapes):
-        shape = tuple(int(d) for d in shape)
+    entries: List[TensorEntry] = []
+    area = 0
+    for name, dims in zip(names, shapes):
+        shape = tuple(int(d) for d in dims)
         numel = int(np.prod(shape, dtype=np.uint64)) if shape else 1
         area = align_up(area)
         entries.append(TensorEntry(name, dtype, shape, area, numel * dtype.itemsize))
@@ -157,17 +159,17 @@ class EncodedUpdate:
     yields the body in chunks (it may be iterated again, e.g. to retry the upload)."""
 
     def __init__(self, meta: UpdateMeta, names: Sequence[str], arrays: Sequence[np.ndarray],
-                 dtype: "DType | str" = DType.F32):
-        dtype = DType.parse(dtype)
+                 dtype: "DType | str" = DType.F32) -> None:
+        wire = DType.parse(dtype)
         if len(names) != len(arrays):
             raise ValueError(f"{len(names)} tensor names for {len(arrays)} arrays")
         if meta.num_samples <= 0:
             raise ValueError("num_samples must be > 0 (it is the update's aggregation weight)")
         if not np.isfinite(meta.train_seconds) or meta.train_seconds < 0:
             raise ValueError("train_seconds must be finite and >= 0")
-        self._arrays = []
-        for name, a in zip(names, arrays):
-            a = np.asarray(a)
+        self._arrays: List[np.ndarray] = []
+        for name, given in zip(names, arrays):
+            a = np.asarray(given)
             if a.dtype.kind != "f":
                 raise ValueError(f"tensor '{name}': dtype {a.dtype} is not floating point")
             if not np.isfinite(a).all():
@@ -175,14 +177,14 @@ class EncodedUpdate:
                 raise ValueError(f"tensor '{name}': {bad} non-finite values (the server refuses "
                                  "NaN and Inf)")
             self._arrays.append(a)
-        self.entries = tensor_table(names, [a.shape for a in self._arrays], dtype)
+        self.entries = tensor_table(names, [a.shape for a in self._arrays], wire)
         self.header = encode_header(meta, self.entries)
         if len(self.header) > 0xFFFFFFFF:
             raise ValueError("update header too large")
         self.area_offset = tensor_area_offset(len(self.header))
         last = self.entries[-1] if self.entries else None
         self._size = self.area_offset + (last.offset + last.length if last else 0)
-        self.dtype = dtype
+        self.dtype = wire
 
     def __len__(self) -> int:
         return self._size

@@ -1,13 +1,37 @@
 import json
 import os
 import struct
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The SDK under test is the installed one (the wheel scripts/lib.sh builds into .venv, or the one
+# tests/fl/sdk's wheel test installs on PYTHONPATH), never this source tree: it must be
+# the package the sources make, so a stale install fails here with how to refresh it.
+import shoal_fl  # noqa: E402
+
+SOURCE_PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                              "shoal_fl")
+
+
+def _check_installed_sdk():
+    installed = os.path.dirname(os.path.abspath(shoal_fl.__file__))
+    if os.path.realpath(installed) == os.path.realpath(SOURCE_PACKAGE):
+        raise pytest.UsageError(f"shoal_fl was imported from the source tree ({installed}), not "
+                                "from an installed wheel: run pytest with python -P from outside "
+                                "shoal/fl/sdk/python (tests/fl/sdk does)")
+    files = sorted(f for f in os.listdir(SOURCE_PACKAGE) if f.endswith((".py", ".typed")))
+    stale = [f for f in files if not os.path.exists(os.path.join(installed, f)) or
+             open(os.path.join(installed, f), "rb").read() !=
+             open(os.path.join(SOURCE_PACKAGE, f), "rb").read()]
+    if stale:
+        raise pytest.UsageError(f"the installed shoal_fl ({installed}) differs from "
+                                f"shoal/fl/sdk/python/shoal_fl in {stale}: reinstall it "
+                                "(source scripts/lib.sh && install_python test)")
+
+
+_check_installed_sdk()
 
 
 class Recorded:

@@ -1,9 +1,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "shoal/common/assign_or_return.h"
 #include "shoal/common/config.h"
 #include "shoal/common/descriptor.h"
 #include "shoal/common/file_io.h"
@@ -28,6 +32,68 @@ TEST(Status, CodesMapToHttp) {
   Result<int> e = InvalidArgument("bad");
   EXPECT_FALSE(e.ok());
   EXPECT_EQ(e.status().message(), "bad");
+}
+
+// SHOAL_ASSIGN_OR_RETURN's callers: each counts how far it got, so a test sees whether the
+// statements after the macro ran.
+Result<int> Half(int x) {
+  if (x % 2 != 0) return InvalidArgument("odd: " + std::to_string(x));
+  return x / 2;
+}
+Result<std::unique_ptr<std::string>> Boxed(std::string s) {
+  if (s.empty()) return NotFound("empty");
+  return std::make_unique<std::string>(std::move(s));
+}
+Result<int> Quarter(int x, int* steps) {
+  SHOAL_ASSIGN_OR_RETURN(int half, Half(x));
+  ++*steps;
+  SHOAL_ASSIGN_OR_RETURN(half, Half(half));  // an existing variable
+  ++*steps;
+  return half;
+}
+Status Unbox(std::string s, std::string* out) {
+  SHOAL_ASSIGN_OR_RETURN(auto box, Boxed(std::move(s)));  // move-only
+  *out = *box;
+  return Status::Ok();
+}
+Result<size_t> CountOf(int key) {
+  // An expression with a top-level comma (template arguments) needs no extra parentheses.
+  SHOAL_ASSIGN_OR_RETURN(auto m, Result<std::map<int, int>>(std::map<int, int>{{1, 2}, {3, 4}}));
+  return m.count(key);
+}
+
+TEST(Status, AssignOrReturnGivesTheValue) {
+  int steps = 0;
+  Result<int> r = Quarter(12, &steps);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, 3);
+  EXPECT_EQ(steps, 2);
+  Result<size_t> n = CountOf(3);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 1U);
+}
+
+TEST(Status, AssignOrReturnPropagatesTheErrorWithItsMessage) {
+  int steps = 0;
+  Result<int> first = Quarter(7, &steps);  // fails at the first macro
+  ASSERT_FALSE(first.ok());
+  EXPECT_EQ(first.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(first.status().message(), "odd: 7");
+  EXPECT_EQ(steps, 0);
+  Result<int> second = Quarter(6, &steps);  // 6 -> 3, then fails at the second
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().message(), "odd: 3");
+  EXPECT_EQ(steps, 1);
+}
+
+TEST(Status, AssignOrReturnMovesMoveOnlyValues) {
+  std::string out;
+  ASSERT_TRUE(Unbox("payload", &out).ok());
+  EXPECT_EQ(out, "payload");
+  Status st = Unbox("", &out);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);
+  EXPECT_EQ(st.message(), "empty");
+  EXPECT_EQ(out, "payload");  // untouched on error
 }
 
 TEST(Status, HttpStatusesReadBackToTheirCodes) {

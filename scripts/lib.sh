@@ -15,6 +15,9 @@ PACKAGES=(
   python3.11 python3-venv python3-sklearn dataset-fashion-mnist iproute2 procps
   # libFuzzer's runtime for the documented -DSHOAL_FUZZ=ON clang build
   libclang-rt-14-dev
+  # scripts/format-check and scripts/tidy (both run by scripts/test): one pinned LLVM version,
+  # since another clang-format lays code out differently and another clang-tidy has other checks
+  clang-format-16 clang-tidy-16
   # bench-fold's saxpy anchor: Debian's OpenBLAS
   libopenblas0-pthread
   # the DPDK pool backend (pool: dpdk|auto): rte_ring's headers and librte_ring
@@ -206,7 +209,7 @@ build() {
   # when nvcc is found (cuda_toolkit_args), for sm_90 only to keep nvcc's time small.
   cuda_toolkit_args
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DSHOAL_PYTHON="$VENV/bin/python" "${CUDA_ARGS[@]}" >/dev/null
+    -DSHOAL_PYTHON="$VENV/bin/python" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "${CUDA_ARGS[@]}" >/dev/null
   grep -E "^SHOAL_WITH_CUDA|^CMAKE_CUDA_COMPILER:" "$BUILD/CMakeCache.txt" | sed 's/^/  /' || true
   step "Building ($(nproc) jobs)"
   cmake --build "$BUILD" -j "$(nproc)"

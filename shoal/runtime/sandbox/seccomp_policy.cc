@@ -91,7 +91,7 @@ std::string SyscallName(int nr) {
   char* n = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
   if (n == nullptr) return {};
   std::string out(n);
-  free(n);  // NOLINT: libseccomp allocates it with malloc
+  free(n);  // NOLINT(cppcoreguidelines-no-malloc): libseccomp allocates it with malloc
   return out;
 }
 

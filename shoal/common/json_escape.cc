@@ -34,7 +34,7 @@ size_t Utf8Length(std::string_view s, size_t i) {
 
 }  // namespace
 
-void AppendJsonEscaped(std::string& out, std::string_view s) {
+void AppendJsonEscaped(std::string& out, std::string_view s, JsonControl control) {
   for (size_t i = 0; i < s.size();) {
     const size_t n = Utf8Length(s, i);
     if (n == 0) {
@@ -44,8 +44,16 @@ void AppendJsonEscaped(std::string& out, std::string_view s) {
     }
     if (n == 1) {
       const char c = s[i];
-      if (c == '"' || c == '\\') out += '\\';
-      out += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
+      const auto u = static_cast<unsigned char>(c);
+      if (u < 0x20 && control == JsonControl::kEscape) {
+        static constexpr char kHex[] = "0123456789abcdef";
+        out += "\\u00";
+        out += kHex[u >> 4];
+        out += kHex[u & 0xF];
+      } else {
+        if (c == '"' || c == '\\') out += '\\';
+        out += u < 0x20 ? ' ' : c;
+      }
     } else {
       out.append(s.substr(i, n));
     }

@@ -251,3 +251,10 @@ TEST(JsonEscapeTest, InvalidUtf8BecomesTheReplacementCharacter) {
             "\xEF\xBF\xBD\xEF\xBF\xBD \xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD "
             "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD \xEF\xBF\xBD\xEF\xBF\xBD");
 }
+
+// kEscape (oip.cc's JSON): control characters as \u00XX instead of spaces, the rest the same.
+TEST(JsonEscapeTest, EscapeModeWritesControlCharactersAsUnicodeEscapes) {
+  std::string out;
+  shoal::AppendJsonEscaped(out, "a\n\x01\x1F\"\\\xFF\xC3\xA9", shoal::JsonControl::kEscape);
+  EXPECT_EQ(out, "a\\u000a\\u0001\\u001f\\\"\\\\\xEF\xBF\xBD\xC3\xA9");
+}

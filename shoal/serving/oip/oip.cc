@@ -8,6 +8,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "shoal/common/json_escape.h"
+
 namespace shoal::oip {
 namespace {
 
@@ -19,20 +21,11 @@ int64_t Product(std::span<const int64_t> dims) {
   return n;
 }
 
+// Every string written by hand goes through common's escaper: invalid UTF-8 (a model name from a
+// URL, a message quoting a cut-off piece of the request) as U+FFFD, control characters as
+// \u00XX so an id round-trips.
 void AppendEscaped(std::string& out, std::string_view s) {
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (u < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
+  AppendJsonEscaped(out, s, JsonControl::kEscape);
 }
 
 void AppendInt(std::string& out, int64_t v) {
@@ -617,7 +610,8 @@ std::string ModelMetadataJson(const ModelInfo& model, uint64_t version) {
             {"inputs", Json::array({tensor(model.input_name, model.input_shape)})},
             {"outputs", Json::array({tensor(model.output_name, model.output_shape)})},
             {"parameters", {{"max_batch_size", model.max_batch}}}};
-  return j.dump() + "\n";
+  // Names from a manifest may hold invalid UTF-8: U+FFFD, as the escaper writes it, not a throw.
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace shoal::oip

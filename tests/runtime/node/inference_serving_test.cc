@@ -338,6 +338,55 @@ std::shared_ptr<const ServingModel> Version(uint64_t v, std::atomic<int>* runnin
   return m;
 }
 
+// oip.cc writes its JSON with common's escaper (json_escape.h): a model name or message with
+// invalid UTF-8 comes out as U+FFFD and the body still parses (nlohmann rejects invalid UTF-8),
+// control characters as \u00XX so an id round-trips.
+TEST_F(OipTest, InvalidUtf8InNamesAndMessagesIsReplacedAndTheJsonParses) {
+  EXPECT_EQ(oip::ErrorJson("model 'fm\xFFnist\xC3' not found\n"),
+            "{\"error\":\"model 'fm\xEF\xBF\xBDnist\xEF\xBF\xBD' not found\\u000a\"}\n");
+  EXPECT_EQ(Json::parse(oip::ErrorJson("\xC0\xAF \xE2\x82\xAC"))["error"],
+            "\xEF\xBF\xBD\xEF\xBF\xBD \xE2\x82\xAC");
+
+  // The parser quotes the first 40 bytes of a bad element: here 19 two-byte characters and the
+  // first byte of the 20th.
+  std::string long_text;
+  for (int i = 0; i < 30; ++i) long_text += "\xC3\xA9";
+  const Status st = Parse(
+      Req(R"("name":"input","shape":[1,2,2],"datatype":"FP32","data":[")" + long_text + "\"]"), &r,
+      scratch);
+  ASSERT_FALSE(st.ok());
+  const std::string cut = "\"" + long_text.substr(0, 38) + "\xEF\xBF\xBD)";  // the message's end
+  const std::string body = oip::ErrorJson(st.message());
+  EXPECT_NE(body.find("\\" + cut + "\"}"), std::string::npos) << body;
+  const std::string error = Json::parse(body)["error"];
+  ASSERT_GE(error.size(), cut.size());
+  EXPECT_EQ(error.substr(error.size() - cut.size()), cut);
+
+  ASSERT_TRUE(Parse("{\"id\":\"a\\nb\",\"inputs\":[{\"name\":\"input\",\"shape\":[1,2,2],"
+                    "\"datatype\":\"FP32\",\"data\":[1,2,3,4]}]}",
+                    &r, scratch)
+                  .ok());
+  oip::ModelInfo info = Info();
+  info.name = "fm\xFFnist";
+  info.output_name = "lo\xE2\x82gits";
+  const float out[3] = {1, 2, 3};
+  std::string resp;
+  size_t json_len = 0;
+  oip::WriteInferResponse(info, r, 3, out, resp, &json_len);
+  EXPECT_EQ(resp,
+            "{\"model_name\":\"fm\xEF\xBF\xBDnist\",\"model_version\":\"3\",\"id\":\"a\\u000ab\","
+            "\"outputs\":[{\"name\":\"lo\xEF\xBF\xBD\xEF\xBF\xBDgits\",\"datatype\":\"FP32\","
+            "\"shape\":[1,3],"
+            "\"data\":[1,2,3]}]}\n");
+  const Json parsed = Json::parse(resp);
+  EXPECT_EQ(parsed["id"], "a\nb");
+  EXPECT_EQ(parsed["model_name"], "fm\xEF\xBF\xBDnist");
+
+  const Json meta = Json::parse(oip::ModelMetadataJson(info, 3));
+  EXPECT_EQ(meta["name"], "fm\xEF\xBF\xBDnist");
+  EXPECT_EQ(meta["outputs"][0]["name"], "lo\xEF\xBF\xBDgits");
+}
+
 TEST(DynamicBatcher, ConcurrentRequestsShareBatchesAndEachGetsItsRows) {
   std::atomic<int> running{0};
   DynamicBatcher batcher({8, std::chrono::milliseconds(5)}, Version(1, &running));

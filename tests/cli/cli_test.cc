@@ -28,6 +28,7 @@
 #include "shoal/serving/onnx/onnx.h"
 #include "tests/support/http_head.h"
 #include "tests/support/run_process.h"
+#include "tests/support/temp_dir.h"
 
 namespace {
 
@@ -749,9 +750,8 @@ TEST_F(CliTest, FlModelWritesTheBytes) {
              {200, "application/octet-stream", "four", {"X-Shoal-Model-Version: 4"}});
   server_.On("GET /v1/jobs/fmnist/model?version=99",
              {404, "application/json", R"({"error":"version 99 is not kept"})", {}});
-  char dir[] = "/tmp/shoal-cli-test-model-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string path = std::string(dir) + "/model.safetensors";
+  const shoal::testing::TempDir dir("shoal-cli-test-model");
+  const std::string path = dir / "model.safetensors";
   auto r = RunShoal(server_.url(), {"fl", "model", "fmnist", "-o", path});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "wrote " + path + " (version 12, 70000 bytes)\n");
@@ -764,13 +764,11 @@ TEST_F(CliTest, FlModelWritesTheBytes) {
   EXPECT_EQ(gone.exit_code, 1);
   EXPECT_EQ(gone.err, "shoal: version 99 is not kept\n");
   EXPECT_EQ(Slurp(path), "four");  // an error writes nothing
-  auto bad = RunShoal(server_.url(), {"fl", "model", "fmnist", "-o", std::string(dir) + "/no/x"});
+  auto bad = RunShoal(server_.url(), {"fl", "model", "fmnist", "-o", dir / "no/x"});
   EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_EQ(bad.err, "shoal: cannot write " + std::string(dir) + "/no/x\n");
+  EXPECT_EQ(bad.err, "shoal: cannot write " + (dir / "no/x") + "\n");
   auto noout = RunShoal(server_.url(), {"fl", "model", "fmnist"});
   EXPECT_NE(noout.exit_code, 0);
-  unlink(path.c_str());
-  rmdir(dir);
 }
 
 // On a terminal the download shows bytes of the total with a bar, then the final line takes
@@ -807,9 +805,8 @@ TEST_F(CliTest, FlModelAsOnnxIsTheArchitectureWithTheVersionsWeights) {
   json status = JobStatus("running", json::array());
   status["model"] = {{"architecture", "mlp"}, {"hidden", 16}, {"params", 12730}};
   server_.On("GET /v1/jobs/fmnist", {200, "application/json", status.dump(), {}});
-  char dir[] = "/tmp/shoal-cli-test-onnx-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string path = std::string(dir) + "/model.onnx";
+  const shoal::testing::TempDir dir("shoal-cli-test-onnx");
+  const std::string path = dir / "model.onnx";
   auto r = RunShoal(server_.url(), {"fl", "model", "fmnist", "--format", "onnx", "-o", path});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.rfind("wrote " + path + " (version 3, ONNX opset 13, ", 0), 0u) << r.out;
@@ -848,8 +845,6 @@ TEST_F(CliTest, FlModelAsOnnxIsTheArchitectureWithTheVersionsWeights) {
   auto sg = shoal::inference::LoadOnnx(path);
   ASSERT_TRUE(sg.ok()) << sg.status().ToString();
   EXPECT_EQ(sg->initializers.at("fc1.weight").floats.size(), 32u * 64u);
-  unlink(path.c_str());
-  rmdir(dir);
 }
 
 TEST_F(CliTest, FlListAndDelete) {

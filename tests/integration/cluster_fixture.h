@@ -1,6 +1,6 @@
-// What the cluster tests (cluster_test, cluster_forward_test, cluster_fl_test) share: polling
-// until a condition holds, a Prometheus sample's value, a node's fl-client token, and a fixture
-// that owns the TestCluster and prints every process's log when a test fails.
+// What the cluster tests (cluster_test, cluster_forward_test, cluster_fl_test) share (polling
+// is tests/support/wait_for.h's WaitFor): a Prometheus sample's value, a node's fl-client token,
+// and a fixture that owns the TestCluster and prints every process's log when a test fails.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -13,18 +13,9 @@
 #include <thread>
 
 #include "tests/support/netns_cluster.h"
+#include "tests/support/wait_for.h"
 
 namespace shoal::testing {
-
-// Polls `f` every 100 ms for up to `d`; whether it held (its last answer).
-inline bool WaitFor(const std::function<bool()>& f, std::chrono::milliseconds d) {
-  const auto until = std::chrono::steady_clock::now() + d;
-  while (std::chrono::steady_clock::now() < until) {
-    if (f()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  return f();
-}
 
 // The value of `family{labels...}` in a Prometheus text page (-1 when absent); `labels` is the
 // exact label set as the page prints it.

@@ -29,6 +29,7 @@
 #include "tests/support/loopback.h"
 #include "tests/support/sandbox_test_util.h"
 #include "tests/support/shoald_fixture.h"
+#include "tests/support/temp_dir.h"
 
 namespace shoal::testing {
 namespace {
@@ -56,9 +57,7 @@ class DetectTest : public ::testing::Test {
       GTEST_SKIP() << "BPF is not available here: " << absent;
     }
     if (auto why = ShoaldShortOfHugepages(64ull << 20, 3); !why.empty()) GTEST_SKIP() << why;
-    char t[] = "/tmp/shoal-detect-handlers-XXXXXX";
-    handlers_ = mkdtemp(t);
-    chmod(handlers_.c_str(), 0755);
+    handlers_ = shoal::testing::MakeTempDir("shoal-detect-handlers", 0755);
     library_ = handlers_ + "/libattack.so";
     fs::copy_file(LibDir() + "/shoal/handlers/libshoal-attack.so", library_);
     chmod(library_.c_str(), 0644);

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "tests/support/shoald_fixture.h"
+#include "tests/support/temp_dir.h"
 
 namespace shoal::testing {
 
@@ -35,10 +36,7 @@ class TenantShoaldTest : public ::testing::Test {
   // (/tmp/<prefix>-XXXXXX) with the probe handler in it as libprobe.so.
   void MakeHandlerDir(const std::string& prefix, const std::string& why) {
     if (!IsRoot()) GTEST_SKIP() << why;
-    std::string t = "/tmp/" + prefix + "-XXXXXX";
-    ASSERT_NE(mkdtemp(t.data()), nullptr);
-    handlers_ = t;
-    chmod(handlers_.c_str(), 0755);
+    handlers_ = shoal::testing::MakeTempDir(prefix, 0755);
     probe_ = handlers_ + "/libprobe.so";
     CopyFile(LibDir() + "/shoal/handlers/libshoal-probe.so", probe_, 0644);
   }

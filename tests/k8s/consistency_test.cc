@@ -46,6 +46,7 @@
 #include "tests/support/etcd_for_test.h"
 #include "tests/support/k8s_pod.h"
 #include "tests/support/shoald_fixture.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/text_checks.h"
 
 namespace {
@@ -183,18 +184,7 @@ void ExpectProbesAnswer(const YAML::Node& container, uint16_t port, int seconds,
   }
 }
 
-class TempDir {
- public:
-  TempDir() {
-    char t[] = "/tmp/shoal-k8s-XXXXXX";
-    path_ = mkdtemp(t);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using shoal::testing::TempDir;
 
 const std::vector<std::string> kRenders = {"", "overlays/dev", "overlays/gpu", "overlays/hugepages",
                                            "overlays/with-etcd"};
@@ -217,7 +207,7 @@ TEST(K8sShoald, EveryRendersArgsAreAcceptedAndItsConfigLiesOnItsMounts) {
     const YAML::Node spec = PodSpec(ds);
     const YAML::Node c = NamedItem(spec["containers"], "shoald");
     ASSERT_TRUE(c);
-    TempDir tmp;
+    TempDir tmp("shoal-k8s");
     PodOnHost pod(docs, spec, c, tmp.path(), NodeFieldRefs(), {});
     EXPECT_TRUE(pod.problems().empty()) << Join(pod.problems());
     std::vector<std::string> argv = pod.Argv();
@@ -323,7 +313,7 @@ TEST(K8sLive, ControllerNodeAndJobRunAsRenderedAndEveryProbeAnswers200) {
   if (auto why = KubectlMissing(); !why.empty()) GTEST_SKIP() << why;
   if (access("/usr/bin/etcd", X_OK) != 0) GTEST_SKIP() << "/usr/bin/etcd is missing (etcd-server)";
   const auto docs = Render("");
-  TempDir tmp;
+  TempDir tmp("shoal-k8s");
   shoal::testing::EtcdForTest etcd;
   ASSERT_TRUE(etcd.Start()) << etcd.Log(0);
 
@@ -505,7 +495,7 @@ TEST(K8sCapabilities, TheDaemonSetsSetLoadsBpfAndEachBpfCapabilityIsNeeded) {
 
   shoal::testing::EtcdForTest etcd;
   ASSERT_TRUE(etcd.Start()) << etcd.Log(0);
-  TempDir tmp;
+  TempDir tmp("shoal-k8s");
   int run = 0;
   auto start = [&](const std::set<std::string>& with) {
     PodOnHost node(docs, PodSpec(ds), sc, tmp.path() + "/run" + std::to_string(++run),
@@ -661,7 +651,7 @@ TEST(K8sCapabilities, EachOtherCapabilityIsNeededForWhatItIsNamedFor) {
 
   shoal::testing::EtcdForTest etcd;
   ASSERT_TRUE(etcd.Start()) << etcd.Log(0);
-  TempDir tmp;
+  TempDir tmp("shoal-k8s");
   const std::string pid_tag = std::to_string(getpid());
   // Every pool these nodes leave (killed ones keep theirs by design; a node started without
   // cap_chown or cap_fowner cannot finish one) is removed when the test ends, passed or not:
@@ -872,7 +862,7 @@ TEST(K8sEtcd, TheDevMemberStartsFromItsStatefulSetAndBothProbesAnswer200) {
   ASSERT_TRUE(sts);
   const YAML::Node c = NamedItem(PodSpec(sts)["containers"], "etcd");
   ASSERT_TRUE(c);
-  TempDir tmp;
+  TempDir tmp("shoal-k8s");
   const std::string pod_name = sts["metadata"]["name"].as<std::string>() + "-0";
   PodOnHost pod(docs, PodSpec(sts), c, tmp.path(), {{"metadata.name", pod_name}}, {});
   EXPECT_TRUE(pod.problems().empty()) << Join(pod.problems());

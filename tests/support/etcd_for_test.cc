@@ -1,4 +1,4 @@
-#include "etcd_for_test.h"
+#include "tests/support/etcd_for_test.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -16,6 +16,7 @@
 
 #include "shoal/common/file_io.h"
 #include "shoald_fixture.h"
+#include "tests/support/temp_dir.h"
 
 namespace shoal::testing {
 std::string EtcdMissing() {
@@ -26,8 +27,7 @@ std::string EtcdMissing() {
 }
 
 EtcdForTest::EtcdForTest(int members, std::string host) : host_(std::move(host)) {
-  char tmpl[] = "/tmp/shoal-etcd-XXXXXX";
-  dir_ = mkdtemp(tmpl) != nullptr ? tmpl : "/tmp/shoal-etcd";
+  dir_ = MakeTempDir("shoal-etcd");
   for (int i = 0; i < members; ++i) {
     Member m;
     m.name = std::string("m").append(std::to_string(i));

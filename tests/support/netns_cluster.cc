@@ -1,4 +1,4 @@
-#include "netns_cluster.h"
+#include "tests/support/netns_cluster.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "shoal/common/file_io.h"
+#include "tests/support/temp_dir.h"
 
 namespace shoal::testing {
 namespace {
@@ -139,8 +140,7 @@ TestCluster::TestCluster(Options options) : options_(options) {
   tag_ = std::to_string(getpid());
   subnet_ = 20 + static_cast<int>(getpid() % 200);
   bridge_ = "shb" + tag_;
-  char tmpl[] = "/tmp/shoal-cluster-XXXXXX";
-  dir_ = mkdtemp(tmpl) != nullptr ? tmpl : "/tmp/shoal-cluster";
+  dir_ = MakeTempDir("shoal-cluster");
   nodes_.resize(static_cast<size_t>(options_.nodes));
   controllers_.resize(static_cast<size_t>(options_.controllers));
 }

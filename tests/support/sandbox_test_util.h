@@ -11,6 +11,7 @@
 #include <string>
 
 #include "shoal/common/file_io.h"
+#include "tests/support/temp_dir.h"
 
 namespace shoal::testing {
 
@@ -29,21 +30,6 @@ inline std::string StatusField(const std::string& status, const std::string& key
   }
   return "";
 }
-
-// A fresh root-owned 0755 directory under /tmp, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    char t[] = "/tmp/shoal-sandbox-test-XXXXXX";
-    path_ = mkdtemp(t);
-    chmod(path_.c_str(), 0755);
-  }
-  ~TempDir() { (void)!system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 inline void WriteFile(const std::string& path, const std::string& text, mode_t mode) {
   std::ofstream(path) << text;

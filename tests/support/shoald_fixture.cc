@@ -21,6 +21,7 @@
 #include "http_head.h"
 #include "hugepages_for_test.h"
 #include "shoal/common/file_io.h"
+#include "tests/support/temp_dir.h"
 
 namespace shoal::testing {
 
@@ -152,8 +153,7 @@ CliResult RunCli(const std::vector<std::string>& args, const std::string& stdin_
 }
 
 Shoald::Shoald() {
-  char tmpl[] = "/tmp/shoal-it-XXXXXX";
-  state_dir_ = mkdtemp(tmpl);
+  state_dir_ = MakeTempDir("shoal-it");
   node_ = "it" + std::to_string(getpid()) + "-" + state_dir_.substr(state_dir_.size() - 6);
   log_path_ = state_dir_ + "/shoald.log";
 }

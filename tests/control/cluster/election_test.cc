@@ -8,23 +8,17 @@
 #include <thread>
 
 #include "etcd_fixture.h"
+#include "tests/support/wait_for.h"
 
 namespace shoal::cluster {
 namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using shoal::testing::WaitFor;
 
 class ElectionTest : public EtcdFixture {
  protected:
-  static bool WaitFor(const std::function<bool()>& f, std::chrono::milliseconds d) {
-    const auto until = Clock::now() + d;
-    while (Clock::now() < until) {
-      if (f()) return true;
-      std::this_thread::sleep_for(20ms);
-    }
-    return f();
-  }
   ElectionOptions options_{2, 100ms};
 };
 

@@ -8,6 +8,7 @@
 
 #include "registry_fixture.h"
 #include "shoal/control/node/control_api.h"
+#include "tests/support/temp_dir.h"
 
 namespace shoal {
 namespace {
@@ -312,10 +313,9 @@ TEST_F(FlJobApiTest, JoinTaskModelEval) {
 }
 
 TEST(FlJobApiDisabledTest, WithoutAServiceJobRoutesAre501AndNothingIsDeployed) {
-  char tmpl[] = "/tmp/shoal-fljob-api-test-XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const shoal::testing::TempDir tmp("shoal-fljob-api-test");
   NodeConfig config;
-  config.state_dir = tmpl;
+  config.state_dir = tmp.path();
   auto reg = FunctionRegistry::Open(config);
   ASSERT_TRUE(reg.ok());
   NullRuntime runtime;
@@ -343,7 +343,6 @@ TEST(FlJobApiDisabledTest, WithoutAServiceJobRoutesAre501AndNothingIsDeployed) {
   EXPECT_EQ(runtime.changed, 0);
   // Functions alone still deploy.
   EXPECT_EQ(api.Handle("POST", "/v1/functions", "", Fn("echo"), kAdmin).status, 201);
-  std::filesystem::remove_all(tmpl);
 }
 
 }  // namespace

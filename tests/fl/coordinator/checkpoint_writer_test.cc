@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/temp_dir.h"
+
 namespace shoal {
 namespace {
 
@@ -22,11 +24,6 @@ std::string Read(const std::string& path) {
 
 class CheckpointWriterTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/shoal-ckpt-XXXXXX";
-    root_ = mkdtemp(tmpl);
-  }
-  void TearDown() override { std::filesystem::remove_all(root_); }
   CheckpointWriter::Item Item(const std::string& job, uint64_t v, bool model) {
     CheckpointWriter::Item it;
     it.job = job;
@@ -42,7 +39,8 @@ class CheckpointWriterTest : public ::testing::Test {
     };
     return it;
   }
-  std::string root_;
+  shoal::testing::TempDir tmp_{"shoal-ckpt"};
+  const std::string root_ = tmp_.path();
   std::mutex mu_;
   std::vector<std::string> durable_, states_;
 };

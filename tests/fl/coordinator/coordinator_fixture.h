@@ -23,6 +23,7 @@
 #include "shoal/fl/wire/architectures.h"
 #include "shoal/fl/wire/safetensors.h"
 #include "shoal/fl/wire/update_format.h"
+#include "tests/support/temp_dir.h"
 
 namespace shoal::coordinator_test {
 
@@ -46,9 +47,7 @@ class CoordinatorFixture : public ::testing::Test {
  protected:
   // Creates the directory and the pool (the coordinator is each fixture's to start).
   void MakeDirAndPool(const std::string& prefix) {
-    std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
+    dir_ = shoal::testing::MakeTempDir(prefix);
     config_.state_dir = dir_;
     auto p = ShmPool::Create(prefix + "-" + std::to_string(getpid()), 16 << 20);
     ASSERT_TRUE(p.ok()) << p.status().ToString();

@@ -28,6 +28,7 @@
 #include "shoal/fl/wire/architectures.h"
 #include "shoal/fl/wire/safetensors.h"
 #include "shoal/fl/wire/update_format.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/update_for_test.h"
 
 namespace shoal {
@@ -66,9 +67,7 @@ class FlClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
     for (int n = 0; n < 2; ++n) {
-      char dir[] = "/tmp/shoal-flcluster-test-XXXXXX";
-      ASSERT_NE(mkdtemp(dir), nullptr);
-      dirs_[n] = dir;
+      dirs_[n] = shoal::testing::MakeTempDir("shoal-flcluster-test");
       configs_[n].state_dir = dirs_[n];
       configs_[n].node_name = n == 0 ? "a" : "b";
       // One checkpoint store for both (a directory every node mounts).
@@ -372,13 +371,11 @@ TEST_F(FlClusterTest, ANodeTakesALostTopsJobOverFromTheSharedCheckpointStore) {
   {
     NodeConfig c = configs_[0];
     c.node_name = "c";
-    char dir[] = "/tmp/shoal-flcluster-test-XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    c.state_dir = dir;
+    const shoal::testing::TempDir dir("shoal-flcluster-test");
+    c.state_dir = dir.path();
     FlCoordinator other(c);
     ASSERT_TRUE(other.Restore().ok());
     EXPECT_TRUE(other.ListJobs().empty());
-    std::filesystem::remove_all(dir);
   }
   ASSERT_TRUE(member_->TakeOver("rb").ok());
   EXPECT_FALSE(member_->FoldsForOtherNode("rb"));

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "shoal/fl/kernels/fold.h"
+#include "tests/support/temp_dir.h"
 
 namespace shoal::aggregator {
 namespace {
@@ -437,9 +438,8 @@ TEST_P(RobustNumpy, MatchesNumpyReference) {
   std::mt19937 rng(4);
   std::uniform_real_distribution<float> ud(-1, 1);
   for (auto& v : ref) v = ud(rng);
-  char dir[] = "/tmp/shoal-robust-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string base = dir;
+  const shoal::testing::TempDir tmp("shoal-robust");
+  const std::string base = tmp.path();
   {
     std::ofstream f(base + "/data", std::ios::binary);
     for (const auto& row : u.rows) f.write(reinterpret_cast<const char*>(row.data()), d * 4);
@@ -488,7 +488,6 @@ TEST_P(RobustNumpy, MatchesNumpyReference) {
       ExpectClose(got, ReadDoubles(out + ".clipped"), "clipped" + tag);
     }
   }
-  std::system(("rm -rf " + base).c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, RobustNumpy, ::testing::Values(size_t{12}, size_t{37}));

@@ -26,7 +26,7 @@ class HandlerLibraryTest : public ::testing::Test {
     auto r = OpenHandlerLibrary(path, dirs_);
     return r.ok() ? "ok" : r.status().message();
   }
-  TempDir tmp_;
+  TempDir tmp_{"shoal-sandbox-test", 0755};  // 0755: other uids look in
   std::string dir_;
   std::vector<std::string> dirs_;
 };

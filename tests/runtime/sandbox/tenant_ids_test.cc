@@ -8,7 +8,7 @@ namespace shoal {
 namespace {
 
 TEST(TenantIdsTest, FixedFromConfigOthersAllocatedAndStable) {
-  testing::TempDir tmp;
+  shoal::testing::TempDir tmp("shoal-sandbox-test");
   NodeConfig c;
   c.state_dir = tmp.path();
   c.tenant_uid_base = 300000;

@@ -11,24 +11,22 @@
 #include <sstream>
 #include <utility>
 
+#include "tests/support/temp_dir.h"
+
 namespace shoal::auth {
 namespace {
 
 class TokenStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/shoal-auth-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-    path_ = dir_ + "/tokens.json";
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void SetUp() override { path_ = tmp_ / "tokens.json"; }
   std::string Read() {
     std::ifstream in(path_);
     std::stringstream ss;
     ss << in.rdbuf();
     return ss.str();
   }
-  std::string dir_, path_;
+  shoal::testing::TempDir tmp_{"shoal-auth"};
+  std::string path_;
 };
 
 TEST_F(TokenStoreTest, ATokenAuthenticatesToItsPrincipalAndOnlyItsHashIsStored) {

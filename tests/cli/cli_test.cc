@@ -169,8 +169,10 @@ CliResult RunShoal(const std::string& server, std::vector<std::string> args,
 
 // Runs `shoal` on a pseudo-terminal (80 columns) and returns what it drew (the terminal turns
 // "\n" into "\r\n"); with `interrupt_after_ms`, sends it SIGINT then, as Ctrl-C would.
+// `interrupt_when`: Ctrl-C (SIGINT) once what the terminal shows satisfies it (or, so that a CLI
+// that never gets there fails instead of hanging, after 20 s).
 CliResult RunShoalInPty(const std::string& server, std::vector<std::string> args,
-                        int interrupt_after_ms = -1) {
+                        const std::function<bool(const std::string&)>& interrupt_when = nullptr) {
   args.insert(args.begin(), {SHOAL_CLI_BIN, "--server", server, "--gateway", server});
   winsize ws{};
   ws.ws_col = 80;
@@ -197,8 +199,9 @@ CliResult RunShoalInPty(const std::string& server, std::vector<std::string> args
       if (n <= 0) break;  // EIO: the child closed the terminal
       r.out.append(buf, static_cast<size_t>(n));
     }
-    if (interrupt_after_ms >= 0 && !interrupted &&
-        std::chrono::steady_clock::now() - start > std::chrono::milliseconds(interrupt_after_ms)) {
+    if (interrupt_when && !interrupted &&
+        (interrupt_when(r.out) ||
+         std::chrono::steady_clock::now() - start > std::chrono::seconds(20))) {
       kill(pid, SIGINT);
       interrupted = true;
     }
@@ -470,7 +473,12 @@ TEST_F(CliTest, TopPrintsTheDataPlaneAndATable) {
 TEST_F(CliTest, TopWatchRefreshesInPlace) {
   json top{{"dataplane", "sockmap"}, {"functions", json::array()}};
   server_.On("GET /v1/top", {200, "application/json", top.dump(), {}});
-  auto r = RunShoalInPty(server_.url(), {"top", "-w", "--interval", "0.05"}, 400);
+  // Ctrl-C once two refreshes are on the screen.
+  auto r =
+      RunShoalInPty(server_.url(), {"top", "-w", "--interval", "0.05"}, [](const std::string& out) {
+        const size_t first = out.find("\x1b[J");
+        return first != std::string::npos && out.find("\x1b[J", first + 1) != std::string::npos;
+      });
   EXPECT_EQ(r.exit_code, 128 + SIGINT);
   const std::string frame =
       "\x1b[HData plane: sockmap\x1b[K\r\n"
@@ -719,7 +727,11 @@ TEST_F(CliTest, FlWatchRedrawsInPlaceOnATerminal) {
   server_.On(
       "GET /v1/jobs/fmnist",
       {200, "application/json", JobStatus("running", {Version(1, 0.6, 1.1, 16, 80.0)}).dump(), {}});
-  auto r = RunShoalInPty(server_.url(), {"fl", "watch", "fmnist", "--interval", "0.05"}, 400);
+  // Ctrl-C once the block has been redrawn.
+  auto r = RunShoalInPty(server_.url(), {"fl", "watch", "fmnist", "--interval", "0.05"},
+                         [](const std::string& out) {
+                           return out.find("\r\x1b[3Afljob/fmnist") != std::string::npos;
+                         });
   EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.out;
   EXPECT_EQ(r.out.rfind("\x1b[?25lfljob/fmnist  fedcompass  running  version 1  clients 12/16"
                         "\x1b[K\r\n[",

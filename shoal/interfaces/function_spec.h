@@ -12,8 +12,8 @@ namespace shoal {
 struct HandlerSpec {
   // Exactly one of `builtin` or `library` is set.
   std::string builtin;  // "echo", "sha256", "wordcount", "sleep", "crash" (tests), ...
-  std::string
-      library;  // absolute path of a user .so implementing the C ABI (shoal/runtime/instance/handler_abi.h)
+  std::string library;  // absolute path of a user .so implementing the C ABI
+                        // (shoal/runtime/instance/handler_abi.h)
   std::string symbol = "shoal_handle";     // entry point in `library`
   std::map<std::string, std::string> env;  // extra environment for the instance process
 };

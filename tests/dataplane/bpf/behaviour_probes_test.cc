@@ -69,8 +69,8 @@ int OpenAndConnect(bpf_test::TestCgroup& cg, int go_fd, uint16_t port, bool send
 }
 
 // Forks the watched child of the first two tests: it runs OpenAndConnect, burns `burn_ms` of
-// its own CPU time and execs /bin/sh. The go pipe has it in its cgroup before it starts. Waits for it,
-// with its exit status in `*status` (0 when every step went through) and what the kernel
+// its own CPU time and execs /bin/sh. The go pipe has it in its cgroup before it starts. Waits for
+// it, with its exit status in `*status` (0 when every step went through) and what the kernel
 // accounted to it in `*ru`; returns its pid, or -1 when a pipe, the fork or the wait failed.
 pid_t RunWatchedChild(bpf_test::TestCgroup& cg, uint16_t port, bool send_hello, int burn_ms,
                       int* status, struct rusage* ru) {

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "tests/support/bpf_capability.h"
 #include "shoal/dataplane/channel/channel.h"
 #include "shoal/dataplane/channel/sockmap_channel.h"
 #include "shoal/dataplane/channel/sockmap_dataplane.h"
+#include "tests/support/bpf_capability.h"
 
 namespace shoal {
 namespace {

@@ -14,9 +14,9 @@
 #include "shoal/dataplane/gateway/control_worker.h"
 #include "shoal/dataplane/gateway/descriptor_outbox.h"
 #include "shoal/dataplane/gateway/fl_tickets.h"
+#include "shoal/dataplane/gateway/gateway.h"
 #include "shoal/dataplane/gateway/loop_inbox.h"
 #include "shoal/dataplane/gateway/pending_requests.h"
-#include "shoal/dataplane/gateway/gateway.h"
 
 namespace shoal {
 namespace {

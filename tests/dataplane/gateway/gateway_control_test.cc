@@ -20,10 +20,10 @@
 #include <thread>
 #include <vector>
 
-#include "tests/support/loopback.h"
 #include "shoal/common/payload.h"
 #include "shoal/dataplane/gateway/gateway.h"
 #include "shoal/dataplane/pool/shm_pool.h"
+#include "tests/support/loopback.h"
 
 namespace shoal {
 namespace {

@@ -25,9 +25,9 @@
 #include <thread>
 #include <vector>
 
-#include "tests/support/hugepages_for_test.h"
 #include "shoal/dataplane/pool/hugepages.h"
 #include "shoal/dataplane/pool/pool_backend.h"
+#include "tests/support/hugepages_for_test.h"
 #include "tests/support/threads_for_test.h"
 
 namespace shoal {

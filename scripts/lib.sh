@@ -15,8 +15,9 @@ PACKAGES=(
   python3.11 python3-venv python3-sklearn dataset-fashion-mnist iproute2 procps
   # libFuzzer's runtime for the documented -DSHOAL_FUZZ=ON clang build
   libclang-rt-14-dev
-  # scripts/format-check and scripts/tidy: one pinned LLVM version, since another clang-format
-  # lays code out differently and another clang-tidy has other checks
+  # scripts/format-check and scripts/tidy (scripts/test runs the first, the second with
+  # SHOAL_TEST_TIDY=1): one pinned LLVM version, since another clang-format lays code out
+  # differently and another clang-tidy has other checks
   clang-format-16 clang-tidy-16
   # bench-fold's saxpy anchor: Debian's OpenBLAS
   libopenblas0-pthread

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "shoal/common/command_line.h"
 #include "shoal/fl/client/fl_client_runner.h"
 #include "shoal/fl/client/fl_http_client.h"
 #include "shoal/fl/client/oip_classifier.h"
@@ -180,7 +181,14 @@ int main(int argc, char** argv) {
   app.add_flag("--standardise", standardise,
                "shift and scale pixels by the train split's mean and stddev (default: pixels in "
                "[0,1]; the job's model then expects the same inputs)");
-  CLI11_PARSE(app, argc, argv);
+  shoal::SetExamples(&app,
+                     {"shoal-client --server http://127.0.0.1:8080 --job fmnist --clients 16",
+                      "shoal-client --server http://127.0.0.1:8080 --job digits --data digits "
+                      "--partition iid --dtype bf16",
+                      "shoal-client --server http://127.0.0.1:8080 --job fmnist --attack scale:-10 "
+                      "--attackers 2",
+                      "shoal-client --server http://127.0.0.1:8080 --infer fmnist --job fmnist"});
+  if (auto rc = shoal::ParseCommandLine(app, argc, argv)) return *rc;
   if (!infer_model.empty()) {
     return RunInfer(server, infer_model, job, data_dir, standardise, infer_connections, infer_batch,
                     max_seconds > 0 ? max_seconds : 120);

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "shoal/common/command_line.h"
 #include "shoal/common/log.h"
 #include "shoal/console/console_assets.h"
 #include "shoal/control/cluster/cluster_tokens.h"
@@ -85,7 +86,10 @@ int main(int argc, char** argv) {
   app.add_flag("--allow-insecure", allow_insecure,
                "listen beyond loopback without TLS (tokens in clear text)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
-  CLI11_PARSE(app, argc, argv);
+  SetExamples(&app, {"shoal-controller --etcd http://127.0.0.1:2379",
+                     "shoal-controller --etcd http://etcd-1:2379,http://etcd-2:2379 "
+                     "--cluster prod --port 8090 --state-dir /var/lib/shoal-controller"});
+  if (auto rc = ParseCommandLine(app, argc, argv)) return *rc;
 
   auto endpoints = cluster::ParseEndpoints(etcd);
   if (!endpoints.ok()) {

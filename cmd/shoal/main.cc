@@ -14,6 +14,7 @@
 #include "shoal/cli/commands.h"
 #include "shoal/cli/manifest_commands.h"
 #include "shoal/cli/sim.h"
+#include "shoal/common/command_line.h"
 
 int main(int argc, char** argv) {
   using namespace shoal::cli;
@@ -182,7 +183,43 @@ int main(int argc, char** argv) {
   explain->add_option("field", explain_path, "KIND[.field...]: function... or fljob...")
       ->required();
 
-  CLI11_PARSE(app, argc, argv);
+  shoal::SetExamples(&app,
+                     {"shoal deploy -f deploy/examples/echo.yaml", "shoal invoke echo -d 'hello'",
+                      "shoal get -o wide", "shoal fl watch fmnist",
+                      "shoal --server https://ctl.example:8081 get   # another node"});
+  shoal::SetExamples(deploy, {"shoal deploy -f deploy/examples/echo.yaml",
+                              "shoal deploy -f deploy/examples/   # every manifest in a folder",
+                              "cat fljob.yaml | shoal deploy -f -"});
+  shoal::SetExamples(get, {"shoal get", "shoal get echo -o yaml", "shoal get nodes"});
+  shoal::SetExamples(describe, {"shoal describe echo"});
+  shoal::SetExamples(invoke, {"shoal invoke echo -d 'hello, shoal'",
+                              "shoal invoke resize -d @photo.jpg -H 'Content-Type: image/jpeg'",
+                              "shoal invoke api -X GET --path 'items?limit=5'"});
+  shoal::SetExamples(logs, {"shoal logs echo", "shoal logs echo -f"});
+  shoal::SetExamples(del, {"shoal delete echo"});
+  shoal::SetExamples(top, {"shoal top", "shoal top -w --interval 2", "shoal top -o json"});
+  shoal::SetExamples(fl, {"shoal fl list", "shoal fl watch fmnist",
+                          "shoal fl model fmnist --format onnx -o fmnist.onnx"});
+  shoal::SetExamples(fl_status, {"shoal fl status fmnist"});
+  shoal::SetExamples(fl_watch, {"shoal fl watch fmnist", "shoal fl watch fmnist -o json"});
+  shoal::SetExamples(fl_model, {"shoal fl model fmnist -o fmnist.safetensors",
+                                "shoal fl model fmnist --format onnx --version 12 -o v12.onnx"});
+  shoal::SetExamples(fl_list, {"shoal fl list"});
+  shoal::SetExamples(fl_delete, {"shoal fl delete fmnist"});
+  shoal::SetExamples(token, {"shoal token create --role fl-client --job fmnist", "shoal token list",
+                             "shoal token revoke 3"});
+  shoal::SetExamples(token_create,
+                     {"export SHOAL_TOKEN=$(shoal token create --role fl-client --job fmnist)",
+                      "shoal token create --role deployer -n team-a --name ci"});
+  shoal::SetExamples(token_list, {"shoal token list"});
+  shoal::SetExamples(token_revoke, {"shoal token revoke 3"});
+  shoal::SetExamples(sim, {"shoal sim --policy shoal --workload bursty",
+                           "shoal sim --policy learned --trace invocations.csv"});
+  shoal::SetExamples(train, {"shoal sim train --out policy.json --seeds 4"});
+  shoal::SetExamples(validate, {"shoal validate -f fljob.yaml",
+                                "shoal validate -f deploy/examples/echo.yaml --against schema"});
+  shoal::SetExamples(explain, {"shoal explain fljob.spec.aggregation", "shoal explain function"});
+  if (auto rc = shoal::ParseCommandLine(app, argc, argv)) return *rc;
   if (train->parsed()) return SimTrain(train_opts);
   if (validate->parsed()) {
     return Validate(validate_files, validate_against == "schema"   ? ValidateAgainst::kSchema

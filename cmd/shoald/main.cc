@@ -17,6 +17,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "shoal/common/command_line.h"
 #include "shoal/common/config.h"
 #include "shoal/common/file_io.h"
 #include "shoal/common/log.h"
@@ -146,7 +147,11 @@ int main(int argc, char** argv) {
   config_flag("--pool-bytes", &NodeConfig::pool_bytes, "shared-memory pool bytes per tenant");
   config_flag("--max-body-bytes", &NodeConfig::max_body_bytes, "request body limit");
   config_flag("--log-level", &NodeConfig::log_level, "trace, debug, info, warn, error");
-  CLI11_PARSE(app, argc, argv);
+  SetExamples(&app, {"shoald --standalone   # one node: gateway :8080, control API 127.0.0.1:8081",
+                     "shoald --standalone --state-dir /tmp/shoal --port 9080 --control-port 9081",
+                     "shoald -c /etc/shoal/node.yaml --etcd http://etcd-1:2379   # join a cluster",
+                     "shoald -c /etc/shoal/node.yaml --print-config"});
+  if (auto rc = ParseCommandLine(app, argc, argv)) return *rc;
 
   Result<NodeConfig> loaded =
       config_path.empty() ? NodeConfig{} : NodeConfig::LoadFile(config_path);

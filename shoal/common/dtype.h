@@ -13,7 +13,8 @@
 
 namespace shoal {
 
-enum class DType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2, kI64 = 3 };
+// kU32: secure aggregation's masked inputs (integers in Z_{2^32}, folded by wrapping adds).
+enum class DType : uint8_t { kF32 = 0, kBF16 = 1, kF16 = 2, kI64 = 3, kU32 = 4 };
 
 // The floating types an update, a checkpoint or a fold carries.
 inline constexpr bool IsFloatDType(DType d) {
@@ -21,14 +22,14 @@ inline constexpr bool IsFloatDType(DType d) {
 }
 
 inline constexpr size_t DTypeSize(DType d) {
-  constexpr size_t kSizes[] = {4, 2, 2, 8};
+  constexpr size_t kSizes[] = {4, 2, 2, 8, 4};
   const auto i = static_cast<size_t>(d);
   return i < std::size(kSizes) ? kSizes[i] : 0;
 }
 
-// "F32", "BF16", "F16", "I64": the safetensors spelling, also used in messages.
+// "F32", "BF16", "F16", "I64", "U32": the safetensors spelling, also used in messages.
 inline constexpr std::string_view DTypeName(DType d) {
-  constexpr std::string_view kNames[] = {"F32", "BF16", "F16", "I64"};
+  constexpr std::string_view kNames[] = {"F32", "BF16", "F16", "I64", "U32"};
   const auto i = static_cast<size_t>(d);
   return i < std::size(kNames) ? kNames[i] : "?";
 }

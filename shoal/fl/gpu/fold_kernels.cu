@@ -203,6 +203,7 @@ Status GpuFoldDevice(float* acc, const void* const* xs, const float* ws, int cou
     case DType::kF16:
       return Launch<F16>(acc, args, n, s);
     case DType::kI64:
+    case DType::kU32:
       break;
   }
   return InvalidArgument("GpuFoldDevice: element type " + std::string(DTypeName(dtype)) +

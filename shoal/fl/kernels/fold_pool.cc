@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "shoal/fl/kernels/fold_u32.h"
+
 namespace shoal::aggregator {
 
 void FoldPool::set_chunk_elements(size_t n) {
@@ -30,6 +32,10 @@ FoldPool::FoldFiniteResult FoldPool::FoldFinite(float* acc, const void* x, DType
 
 void FoldPool::Fold(float* acc, const void* x, DType dtype, size_t n, float w) {
   Run({.op = Op::kFold, .dtype = dtype, .f32 = acc, .wire = x, .n = n, .scalar = w});
+}
+
+void FoldPool::FoldU32(uint32_t* acc, const void* x, size_t n) {
+  Run({.op = Op::kFoldU32, .dtype = DType::kF32, .wire = x, .n = n, .u32 = acc});
 }
 
 void FoldPool::Sum(float* acc, std::span<const float* const> xs, std::span<const float> ws,
@@ -69,6 +75,9 @@ void FoldPool::RunRange(const Job& job, size_t begin, size_t end) {
       for (size_t k = 0; k < job.xs.size(); ++k) {
         aggregator::Fold(job.f32 + begin, job.xs[k] + begin, DType::kF32, n, job.ws[k]);
       }
+      break;
+    case Op::kFoldU32:
+      aggregator::FoldU32(job.u32 + begin, wire, n);
       break;
     case Op::kScale:
       aggregator::Scale(job.f32 + begin, n, job.scalar);

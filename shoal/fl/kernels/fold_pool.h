@@ -49,6 +49,8 @@ class FoldPool {
 
   // Same contracts as the functions of the same names in fold.h.
   void Fold(float* acc, const void* x, DType dtype, size_t n, float w);
+  // FoldU32 (fold_u32.h): acc[i] += x[i] mod 2^32, split across the threads.
+  void FoldU32(uint32_t* acc, const void* x, size_t n);
   void Scale(float* acc, size_t n, float a);
   bool AllFinite(const void* x, DType dtype, size_t n);
   void ConvertToF32(float* out, const void* x, DType dtype, size_t n);
@@ -74,7 +76,16 @@ class FoldPool {
   void Sum(float* acc, std::span<const float* const> xs, std::span<const float> ws, size_t n);
 
  private:
-  enum class Op : uint8_t { kFold, kScale, kAllFinite, kToF32, kFromF32, kFoldFinite, kSum };
+  enum class Op : uint8_t {
+    kFold,
+    kScale,
+    kAllFinite,
+    kToF32,
+    kFromF32,
+    kFoldFinite,
+    kSum,
+    kFoldU32
+  };
   struct Job {
     Op op = Op::kFold;
     DType dtype = DType::kF32;
@@ -86,6 +97,7 @@ class FoldPool {
     size_t block = 0;                       // FoldFinite's block, in elements
     std::span<const float* const> xs = {};  // Sum's terms and their weights
     std::span<const float> ws = {};
+    uint32_t* u32 = nullptr;  // FoldU32's acc
   };
 
   // Splits across threads, or runs inline when small. Returns false only for an AllFinite or

@@ -25,6 +25,7 @@
 
 #include "shoal/fl/kernels/fold.h"
 #include "shoal/fl/kernels/fold_pool.h"
+#include "shoal/fl/kernels/fold_u32.h"
 #include "shoal/fl/wire/architectures.h"
 #include "shoal/fl/wire/update_format.h"
 #include "shoal/interfaces/fl_leaf_env.h"
@@ -103,9 +104,10 @@ class FlLeafHandler final : public Handler {
     // The structure first (no pass over the values); the values are read once after that: on
     // the CPU the NaN/Inf test and the fold in one pass, block by block; the parser's own scan
     // only to name what is wrong.
+    if (!threads_) threads_ = std::make_unique<aggregator::FoldPool>();  // never started
+    if (options_.fold_u32) return HandleMasked(request, response);
     auto view = model::ParseUpdate(request.body, spec_, unscanned_);
     if (!view.ok()) return view.status();
-    if (!threads_) threads_ = std::make_unique<aggregator::FoldPool>();  // never started
     // A robust job only validates: the plain scan, vectorised on the fold's threads.
     if (!options_.fold) return AllFinite(*view) ? Accepted(view->meta, response) : Named(request);
     const uint64_t need = spec_.num_params() * sizeof(float);
@@ -145,6 +147,31 @@ class FlLeafHandler final : public Handler {
   }
 
  private:
+  // Secure aggregation: a masked input (U32 tensors, any bits) folded into the u32 partial sum
+  // by wrapping adds; the partial sum stays masked (only the top unmasks, at commit).
+  Status HandleMasked(const Request& request, ResponseBuilder& response) {
+    auto view = model::ParseUpdate(request.body, spec_, masked_);
+    if (!view.ok()) {
+      if (view.status().message().ends_with("not allowed")) {
+        return InvalidArgument(view.status().message() +
+                               " (this job aggregates securely: masked U32 inputs only, see "
+                               "spec.privacy.secureAggregation)");
+      }
+      return view.status();
+    }
+    const uint64_t need = spec_.num_params() * sizeof(uint32_t);
+    if (request.aux.size() < need) {
+      return Internal("no partial-sum buffer for this update (" +
+                      std::to_string(request.aux.size()) + " bytes, need " + std::to_string(need) +
+                      ")");
+    }
+    auto* acc = reinterpret_cast<uint32_t*>(request.aux.data());
+    for (const model::TensorView& t : view->tensors) {
+      threads_->FoldU32(acc + spec_.offset(t.index), t.data, t.numel);
+    }
+    return Accepted(view->meta, response);
+  }
+
   bool AllFinite(const model::UpdateView& view) {
     for (const model::TensorView& t : view.tensors) {
       if (!threads_->AllFinite(t.data, t.dtype, t.numel)) return false;
@@ -191,6 +218,12 @@ class FlLeafHandler final : public Handler {
 
   model::ModelSpec spec_;
   model::ParseLimits limits_;
+  model::ParseLimits masked_ = [] {
+    model::ParseLimits l;
+    l.check_finite = false;
+    l.allowed_dtypes = {DType::kU32};
+    return l;
+  }();
   model::ParseLimits unscanned_ = [] {
     model::ParseLimits l;
     l.check_finite = false;
@@ -260,9 +293,11 @@ Result<std::unique_ptr<Handler>> CreateFlLeafHandler() {
   const std::string f = fold ? fold : "sum";
   if (f == "none") {
     options.fold = false;
+  } else if (f == "u32") {
+    options.fold_u32 = true;
   } else if (f != "sum" && !f.empty()) {
     return InvalidArgument(std::string(fl_leaf_env::kFold) + ": unknown mode '" + f +
-                           "' (sum, none)");
+                           "' (sum, none, u32)");
   }
   const std::string d = device ? device : "auto";
   if (d == "cpu") {
@@ -274,7 +309,7 @@ Result<std::unique_ptr<Handler>> CreateFlLeafHandler() {
                            "' (auto, cpu, gpu)");
   }
   std::unique_ptr<LeafDeviceFolder> gpu;
-  if (options.device != LeafFoldDevice::kCpu && options.fold) {
+  if (options.device != LeafFoldDevice::kCpu && options.fold && !options.fold_u32) {
     auto folder = CreateGpuLeafFolder();
     if (folder.ok()) {
       gpu = std::move(*folder);

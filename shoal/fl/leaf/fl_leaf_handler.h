@@ -47,6 +47,9 @@ struct FlLeafOptions {
   // update (structure, finiteness) and answers 202 without folding it; the coordinator runs the
   // robust rule over the updates in the pool at commit and names no partial sum.
   bool fold = true;
+  // SHOAL_FL_FOLD=u32 (spec.privacy.secureAggregation): updates are masked U32 inputs, folded
+  // into a u32 partial sum by wrapping adds (FoldU32); any other dtype is refused.
+  bool fold_u32 = false;
 };
 
 // A leaf for `spec` that folds on `device` when options allow (none: the CPU only).

@@ -64,6 +64,7 @@ void WithCodec(const char* what, DType d, F f) {
     case DType::kF16:
       return f(Codec16<FloatToF16, F16ToFloat>{});
     case DType::kI64:
+    case DType::kU32:
       break;
   }
   NotAFloatType(what, d);

@@ -23,8 +23,10 @@ std::optional<v1::DType> ToProto(DType d) {
   return static_cast<v1::DType>(d);
 }
 
+static_assert(static_cast<int>(DType::kU32) == v1::U32);
+
 std::optional<DType> FromProto(int d) {
-  if (d != v1::F32 && d != v1::BF16 && d != v1::F16) return std::nullopt;
+  if (d != v1::F32 && d != v1::BF16 && d != v1::F16 && d != v1::U32) return std::nullopt;
   return static_cast<DType>(d);
 }
 
@@ -264,6 +266,7 @@ Result<UpdateView> ParseUpdate(std::span<const std::byte> body, const ModelSpec&
 
   if (limits.check_finite) {
     for (const TensorView& v : view.tensors) {
+      if (!IsFloatDType(v.dtype)) continue;  // U32: masked integers, any bits
       const NonFinite nf = CountNonFinite(v.data, v.dtype, v.numel);
       if (nf.count > 0) {
         return InvalidArgument(Quoted(v.name) + ": " + std::to_string(nf.count) +

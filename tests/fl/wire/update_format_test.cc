@@ -266,6 +266,12 @@ TEST(UpdateFormat, RejectsTensorTableNotMatchingTheModel) {
   ParseLimits f32_only;
   f32_only.allowed_dtypes = {DType::kF32};
   ExpectRejected(ValidBody(DType::kF16), "tensor 'fc1.weight': dtype F16 not allowed", f32_only);
+
+  // U32 (secure aggregation's masked inputs) only where the caller allows it: the default
+  // limits refuse it.
+  p = Split(ValidBody());
+  p.header.mutable_tensors(2)->set_dtype(v1::U32);
+  ExpectRejected(Frame(p.header, p.area), "tensor 'fc2.weight': dtype U32 not allowed");
 }
 
 TEST(UpdateFormat, RejectsBadOffsetsAndLengths) {

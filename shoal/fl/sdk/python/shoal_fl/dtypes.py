@@ -19,10 +19,12 @@ class DType(enum.IntEnum):
     F32 = 0
     BF16 = 1
     F16 = 2
+    # Secure aggregation's masked inputs (spec.privacy.secureAggregation): integers in Z_{2^32}.
+    U32 = 4
 
     @property
     def itemsize(self) -> int:
-        return 4 if self is DType.F32 else 2
+        return 4 if self in (DType.F32, DType.U32) else 2
 
     @classmethod
     def parse(cls, value: "DType | str") -> "DType":
@@ -80,6 +82,8 @@ def encode(values: np.ndarray, dtype: DType) -> memoryview:
 
     For float32 input already contiguous and little-endian this is a view, not a copy.
     """
+    if dtype is DType.U32:
+        return np.ascontiguousarray(values, dtype="<u4").reshape(-1).data.cast("B")
     a = np.ascontiguousarray(values, dtype="<f4").reshape(-1)
     if dtype is DType.F32:
         return a.data.cast("B")

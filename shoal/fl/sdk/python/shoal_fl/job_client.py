@@ -203,6 +203,17 @@ class JobClient:
                "accuracy": float(accuracy), "loss": float(loss), "samples": int(num_samples)}
         self._json("POST", self._base + "/eval", json.dumps(req).encode())
 
+    def secagg_state(self, member: Membership, round_id: int = 0) -> Dict[str, Any]:
+        """GET /v1/jobs/{job}/secagg: this client's view of a secure-aggregation round (0: the
+        latest): its stage, and from the share stage on its neighbours' keys and its shares."""
+        q = urllib.parse.urlencode({"client": member.client_id, "token": member.token,
+                                    "round": int(round_id)})
+        return self._json("GET", f"{self._base}/secagg?{q}")
+
+    def secagg_post(self, step: str, body: Dict[str, Any]) -> Dict[str, Any]:
+        """POST /v1/jobs/{job}/secagg/{advertise,shares,unmask} (secagg.py builds the bodies)."""
+        return self._json("POST", f"{self._base}/secagg/{step}", json.dumps(body).encode())
+
     # ---- HTTP ----------------------------------------------------------------------------------
 
     def close(self) -> None:

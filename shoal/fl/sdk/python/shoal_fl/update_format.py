@@ -170,6 +170,12 @@ class EncodedUpdate:
         self._arrays: List[np.ndarray] = []
         for name, given in zip(names, arrays):
             a = np.asarray(given)
+            if wire is DType.U32:
+                if a.dtype != np.uint32:
+                    raise ValueError(f"tensor '{name}': a U32 update takes uint32 arrays (masked "
+                                     f"inputs), not {a.dtype}")
+                self._arrays.append(a)
+                continue
             if a.dtype.kind != "f":
                 raise ValueError(f"tensor '{name}': dtype {a.dtype} is not floating point")
             if not np.isfinite(a).all():
@@ -201,7 +207,7 @@ class EncodedUpdate:
             if e.offset > pos:
                 yield memoryview(b"\0" * (e.offset - pos))
             flat = a.reshape(-1)
-            if self.dtype is DType.F32 or flat.size <= _CONVERT_CHUNK:
+            if self.dtype in (DType.F32, DType.U32) or flat.size <= _CONVERT_CHUNK:
                 yield encode(flat, self.dtype)
             else:
                 for i in range(0, flat.size, _CONVERT_CHUNK):

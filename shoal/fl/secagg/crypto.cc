@@ -114,8 +114,8 @@ Status MaskAdd(const Seed& seed, int sign, uint64_t begin, std::span<uint32_t> a
   // Skip to `begin` within its block.
   if (const size_t skip = begin % 4; skip != 0) {
     if (EVP_EncryptUpdate(ctx.get(), reinterpret_cast<uint8_t*>(stream), &out_len,
-                          reinterpret_cast<const uint8_t*>(zeros), static_cast<int>(4 * skip)) !=
-        1) {
+                          reinterpret_cast<const uint8_t*>(zeros),
+                          static_cast<int>(4 * skip)) != 1) {
       return Failed("AES-128-CTR");
     }
   }

@@ -24,8 +24,8 @@ inline constexpr size_t ShareElements(size_t secret_bytes) {
 }
 
 struct Share {
-  uint64_t x = 0;             // 1 .. p-1
-  std::vector<uint64_t> ys;   // ShareElements(secret bytes), each < p
+  uint64_t x = 0;            // 1 .. p-1
+  std::vector<uint64_t> ys;  // ShareElements(secret bytes), each < p
 };
 
 // Shares of `secret` at the points `xs` (distinct, nonzero), any `threshold` of which

@@ -1,6 +1,8 @@
 // Secure aggregation's primitives: known answers shared with the Python SDK's test
 // (shoal/fl/sdk/python/tests/test_secagg.py asserts the same digests), so the masks a Python
 // client adds are the ones the server removes, bit for bit; the u32 fold on every path.
+#include "shoal/fl/secagg/crypto.h"
+
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -9,7 +11,6 @@
 #include "shoal/fl/kernels/fold_pool.h"
 #include "shoal/fl/kernels/fold_u32.h"
 #include "shoal/fl/kernels/worker_team.h"
-#include "shoal/fl/secagg/crypto.h"
 #include "shoal/fl/secagg/masking.h"
 
 namespace shoal::secagg {

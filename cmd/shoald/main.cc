@@ -269,6 +269,11 @@ int main(int argc, char** argv) {
     commits.Publish(job, version);
     if (cluster::ManagedFlJobs* m = managed_view.load()) m->Committed(job);
   });
+  // An evaluation changes the status too (accuracy; the job done at its target): published as
+  // a commit is.
+  fl.SetOnStatus([&managed_view](const std::string& job) {
+    if (cluster::ManagedFlJobs* m = managed_view.load()) m->Committed(job);
+  });
   if (Status st = fl.Restore(); !st.ok()) {
     spdlog::error("fl coordinator: {}", st.ToString());
     return 1;

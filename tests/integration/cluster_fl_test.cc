@@ -397,6 +397,30 @@ TEST_F(ClusterFlControllerTest, TheControllersJobRunsOnItsTopMovesOffALostTopAnd
   EXPECT_EQ(st["top"], cluster_->node_name(1)) << st.dump();
   ExpectFedAvg(Download(2, 2), w1);
 
+  // Version 2 is the last (stop.rounds 2): the job is done. Its evaluation, taken by the top,
+  // reaches etcd too: the controller's status converges to the top's (state, version, the
+  // versions' accuracies, the best accuracy), without another commit.
+  const json eval = {{"client_id", clients_[0].id}, {"token", clients_[0].token},
+                     {"version", 2}, {"accuracy", 0.875}, {"loss", 0.25}, {"samples", 100}};
+  auto ev = HttpAt(cluster_->node_ip(1), TestCluster::kGatewayPort, "POST", "/v1/jobs/mix/eval",
+                   eval.dump(), {auth_, "Content-Type: application/json"}, 0, 10000);
+  ASSERT_EQ(ev.status / 100, 2) << ev.body;
+  const json top = Status(1);
+  ASSERT_EQ(top.value("state", ""), "done") << top.dump();
+  ASSERT_EQ(top.value("best_accuracy", 0.0), 0.875) << top.dump();
+  auto same = [&](const json& c) {
+    return c.value("state", "") == top["state"] && c.value("version", -1) == top["version"] &&
+           c.value("best_accuracy", -1.0) == top["best_accuracy"] && c.contains("versions") &&
+           c["versions"].back() == top["versions"].back();
+  };
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        st = ControllerStatus();
+        return same(st);
+      },
+      10s))
+      << "controller: " << st.dump() << "\ntop: " << top.dump();
+
   // Revoked at the controller: refused on every node once their watch has it.
   ASSERT_EQ(Controller("DELETE", "/v1/tokens/" + token_id_).status, 200);
   ASSERT_TRUE(WaitFor([&] { return ModelStatusAt(2) == 401; }, 10s));

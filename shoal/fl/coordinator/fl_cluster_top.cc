@@ -333,6 +333,7 @@ Status FlCoordinator::TakeOver(const std::string& name) {
     std::lock_guard jl(job->mu);
     durable = Persist(job, /*with_model=*/false);  // state.json: this node is its top now
   }
+  (void)job->FlushClientLog();  // logged
   writer_->Wait(durable);
   spdlog::warn(
       "fl job {}: this node took it over from node {} at version {} (its checkpoint "

@@ -75,6 +75,253 @@ const agg::VersionStore& NoVersions() {
 }
 }  // namespace
 
+// One round's commit, taken out of the job (TakeRound, under its lock), merged and stepped with
+// no lock (RunCommit), swapped back in (SwapIn, under the lock). Between the first and the last
+// the commit thread owns what it took: the round and its tickets, the weights and the optimizer
+// state (the job's vectors, swapped out: nothing else reads them; the version stays the job's),
+// the job's `total`, `robust_out` and a model blob.
+struct FlCoordinator::CommitWork {
+  std::string name;  // the job's
+  uint64_t round_id = 0;
+  JobState::Round round;
+  std::map<uint64_t, JobState::Ticket> tickets;  // the round's acknowledged updates
+  uint64_t version = 0;                          // before the commit
+  agg::ModelState state;                         // the job's, swapped out
+  std::shared_ptr<std::string> blob;             // for the new version's bytes
+  BufferPool* pool = nullptr;
+  bool robust = false;
+  FlRobustSpec robust_spec;
+  // Results.
+  Status merged;
+  bool committed = false;
+  std::optional<RobustOutcome> outcome;
+  agg::ModelVersion kept;  // the new weights for the version store (Δ-based algorithms)
+  Optimizer optimizer;     // the new optimizer state's checkpoint bytes
+  size_t rebuilds = 0;
+  size_t merged_partials = 0;
+  double merge_ms = 0, step_ms = 0, cache_ms = 0, run_ms = 0;
+};
+
+bool FlCoordinator::TakeRound(JobState& job, CommitWork* w) {
+  // Every closed round whose updates have all answered, oldest first.
+  for (auto rit = job.rounds.begin(); rit != job.rounds.end();) {
+    JobState::Round& round = rit->second;
+    JobState::Round* partner = round.merge_round != 0 && job.rounds.count(round.merge_round)
+                                   ? &job.rounds[round.merge_round]
+                                   : nullptr;
+    if (round.closed && round.inflight == 0 && !job.RemoteReady(round)) {
+      // Another node's partial sum did not come (FetchRemotePartials logged why): the round
+      // waits, and is tried again shortly (Timers), or once that node's loss re-opens it.
+      job.remote_retry_at = job.Elapsed() + 0.2;
+      return false;
+    }
+    if (!round.closed || round.inflight != 0 || round.merged ||
+        (partner != nullptr && partner->inflight != 0)) {
+      if (!job.Compass() && !round.closed) return false;
+      ++rit;
+      continue;
+    }
+    if (partner != nullptr) {
+      // One commit for the group and the general buffer: move the buffer's partial sums in.
+      for (auto& [key, p] : partner->partials) round.partials[key | (uint64_t{1} << 63)] = p;
+      round.acked += partner->acked;
+      job.rounds.erase(round.merge_round);
+      round.merge_round = 0;
+    }
+    w->name = job.spec.name;
+    w->round_id = rit->first;
+    w->round = std::move(round);
+    job.rounds.erase(rit);
+    for (const auto& [key, p] : w->round.partials) {
+      for (uint64_t tid : p.tickets) {
+        auto it = job.tickets.find(tid);
+        if (it == job.tickets.end()) continue;
+        w->tickets.emplace(tid, std::move(it->second));
+        job.tickets.erase(it);
+      }
+    }
+    w->version = job.version();
+    w->state.version = job.state.version;
+    w->state.weights.swap(job.state.weights);
+    w->state.momentum.swap(job.state.momentum);
+    w->state.second_moment.swap(job.state.second_moment);
+    if (w->round.acked > 0) w->blob = job.TakeModelBlob();
+    w->pool = job.pool;
+    w->robust = job.Robust();
+    w->robust_spec = job.spec.robust;
+    job.committing_round = w->round_id;
+    return true;
+  }
+  return false;
+}
+
+void FlCoordinator::RunCommit(JobState& job, CommitWork* w) {
+  const auto t0 = Clock::now();
+  const size_t n = job.mspec.num_params();
+  JobState::Round& round = w->round;
+  if (round.acked > 0 && w->robust) {
+    // The rule over the round's updates in the pool (robust_commit.h), then the step.
+    auto outcome =
+        job.RobustMerge(w->robust_spec, round, w->tickets, w->state.weights, w->version, *robust_);
+    if (outcome.ok()) {
+      w->outcome = std::move(*outcome);
+    } else {
+      w->merged = outcome.status();
+    }
+    w->merge_ms = Seconds(t0) * 1e3;
+  } else if (round.acked > 0) {
+    // The top of the hierarchy: add the leaves' partial sums (in one pass over them, the total
+    // written once), then the algorithm's step.
+    std::vector<std::vector<std::pair<uint64_t, double>>> folded(round.partials.size());
+    std::vector<agg::PartialSum::FoldedSum> sums;
+    sums.reserve(round.partials.size());
+    for (auto& [inst, p] : round.partials) {
+      if (p.rebuild && p.node.empty()) {
+        // No leaf writes it now (every update of the round has answered): from scratch, into a
+        // partial sum zeroed here where it had none (its leaf folded into the sink).
+        if (p.offset == 0) {
+          auto fresh = ZeroedPartial(*w->pool, n * sizeof(float));
+          if (!fresh.ok()) {
+            w->merged = fresh.status();
+            break;
+          }
+          p.offset = *fresh;
+        } else {
+          float* acc = reinterpret_cast<float*>(w->pool->Data(p.offset).data());
+          std::fill(acc, acc + n, 0.0f);
+        }
+        float* acc = reinterpret_cast<float*>(w->pool->Data(p.offset).data());
+        const size_t refolded = job.Refold(acc, p.tickets, w->tickets);
+        p.rebuild = false;
+        ++w->rebuilds;
+        spdlog::warn("fl job {}: partial sum rebuilt from {} acknowledged update(s)", w->name,
+                     refolded);
+      }
+      std::vector<std::pair<uint64_t, double>>& f = folded[sums.size()];
+      for (uint64_t tid : p.tickets) {
+        const JobState::Ticket& t = w->tickets.at(tid);
+        f.emplace_back(t.base_version, t.coefficient);
+      }
+      // Another node's one partial sum of the round (fetched), or a leaf's here.
+      const auto* leaf = !p.node.empty()
+                             ? p.sum.data()
+                             : reinterpret_cast<const float*>(w->pool->Data(p.offset).data());
+      const double scale =
+          job.algo->staleness_at_commit()
+              ? job.algo->CommitScale(w->version - std::min(p.base, w->version))
+              : 1.0;
+      sums.push_back({{leaf, n}, f, scale});
+    }
+    w->merged_partials = sums.size();
+    if (w->merged.ok()) {
+      if (Status st = job.total.ResetToFolded(sums, merge_pool_.get()); !st.ok()) {
+        spdlog::error("fl job {}: {}", w->name, st.ToString());
+      }
+    }
+    w->merge_ms = Seconds(t0) * 1e3;
+  }
+  if (round.acked > 0) {
+    Status st = w->merged.ok()
+                    ? job.algo->Commit(job.total, job.store ? *job.store : NoVersions(), w->state)
+                    : w->merged;
+    if (!st.ok()) {
+      spdlog::error("fl job {}: commit of {} update(s) failed: {}", w->name, round.acked,
+                    st.ToString());
+    } else {
+      w->committed = true;
+      w->step_ms = Seconds(t0) * 1e3 - w->merge_ms;
+      if (job.store) w->kept = std::make_shared<const std::vector<float>>(w->state.weights);
+      if (Status ms = job.WriteModel(w->name, w->state.weights, w->state.version, w->blob.get(),
+                                     merge_pool_.get());
+          !ms.ok()) {
+        spdlog::error("fl job {}: model bytes: {}", w->name, ms.ToString());
+        w->blob.reset();
+      }
+      if (!w->state.momentum.empty() || !w->state.second_moment.empty()) {
+        w->optimizer = OptimizerBytes(w->state);
+      }
+      w->cache_ms = Seconds(t0) * 1e3 - w->merge_ms - w->step_ms;
+    }
+  }
+  w->run_ms = Seconds(t0) * 1e3;
+}
+
+void FlCoordinator::SwapIn(const std::shared_ptr<JobState>& jp, CommitWork* w,
+                           std::vector<uint64_t>* reuse,
+                           std::vector<uint64_t>* committed_versions,
+                           std::vector<std::pair<std::string, std::string>>* suspects) {
+  JobState& job = *jp;
+  JobState::Round& round = w->round;
+  job.state.weights.swap(w->state.weights);
+  job.state.momentum.swap(w->state.momentum);
+  job.state.second_moment.swap(w->state.second_moment);
+  job.committing_round = 0;
+  if (job.deleted) {
+    // RemoveJob gave back what the job held; what the commit took is given back here.
+    for (const auto& [tid, t] : w->tickets) {
+      if (t.node.empty()) job.ReleaseBuffer(t.buffer, kCoordinatorSlot, "a deleted job's update");
+    }
+    for (const auto& [key, p] : round.partials) {
+      if (p.offset != 0) job.ReleaseBuffer(p.offset, kShoaldSlot, "a deleted job's partial sum");
+    }
+    return;
+  }
+  job.partial_rebuilds += w->rebuilds;
+  if (w->outcome) job.RobustVerdicts(round, w->tickets, *w->outcome, w->version + 1, suspects);
+  if (w->committed) {
+    job.state.version = w->state.version;
+    job.KeepVersion(std::move(w->kept));
+    if (w->blob) job.KeepModel(job.version(), std::move(w->blob));
+    job.AddVersion({job.version(), std::nullopt, std::nullopt, round.acked, job.Elapsed()});
+    if (job.spec.rounds > 0 && job.version() >= job.spec.rounds) job.done = true;
+  } else if (w->blob) {
+    job.spare_models.push_back(std::move(w->blob));
+  }
+  // The partial sums go back to the pool now; the updates once the checkpoint naming this
+  // version is written (until then a crash re-folds them from the log: Durable).
+  JobState::Undurable u;
+  u.version = job.version();
+  for (auto& [inst, p] : round.partials) {
+    for (uint64_t tid : p.tickets) {
+      auto it = w->tickets.find(tid);
+      if (it == w->tickets.end()) continue;
+      const JobState::Ticket& t = it->second;
+      if (t.node.empty()) {  // another node's update is held (and logged) there
+        u.buffers.push_back(t.buffer);
+        u.records.push_back(RecordOf(t));
+      }
+    }
+    if (!p.node.empty() && job.spare_sums.size() < 4) {
+      job.spare_sums.push_back(std::move(p.sum));  // warm pages for the next fetch
+    }
+    if (p.offset == 0) continue;  // a robust job's (and other nodes') have none
+    // Its pages are warm: zeroed again behind the commit for the next round's leaves.
+    if (job.warm_partials.size() + reuse->size() < job.WarmPartialsWanted()) {
+      reuse->push_back(p.offset);
+    } else {
+      job.ReleaseBuffer(p.offset, kShoaldSlot, "a committed round's partial sum");
+    }
+  }
+  if (!u.records.empty()) job.undurable.push_back(std::move(u));
+  if (w->committed) job.round_of_version[job.version()] = w->round_id;
+  for (const auto& a : round.assignments) job.SetTask(a);
+  if (job.Sync() && job.spec.round_deadline_s > 0) {
+    job.round_deadline = job.Elapsed() + job.spec.round_deadline_s;
+  }
+  const auto t0 = Clock::now();
+  Persist(jp, /*with_model=*/true, &w->optimizer);
+  if (w->committed) {
+    committed_versions->push_back(job.version());
+    spdlog::info(
+        "fl job {}: version {} committed from {} update(s) over {} leaf partial sum(s) in "
+        "{:.2f} ms (top merge {:.1f}, {} step {:.1f}, model bytes {:.1f}, checkpoint queued "
+        "{:.1f}){}",
+        w->name, job.version(), round.acked, job.total.count() == 0 ? 0 : w->merged_partials,
+        w->run_ms + Seconds(t0) * 1e3, w->merge_ms, job.spec.algorithm, w->step_ms, w->cache_ms,
+        Seconds(t0) * 1e3, job.done ? " (last)" : "");
+  }
+}
+
 void FlCoordinator::CommitLoop() {
   Clock::time_point last_timers = Clock::now();
   for (;;) {
@@ -102,145 +349,19 @@ void FlCoordinator::CommitLoop() {
     std::vector<uint64_t> reuse;  // partial sums of committed rounds, to zero for the next
     std::vector<uint64_t> committed_versions;  // for on_commit_, once the job's lock is released
     std::vector<std::pair<std::string, std::string>> suspects;  // for on_suspect_, likewise
-    {
-      std::lock_guard jl(job->mu);
-      if (job->deleted) continue;
-      // Commit every closed round whose updates have all answered, oldest first.
-      for (auto rit = job->rounds.begin(); rit != job->rounds.end();) {
-        JobState::Round& round = rit->second;
-        JobState::Round* partner = round.merge_round != 0 && job->rounds.count(round.merge_round)
-                                       ? &job->rounds[round.merge_round]
-                                       : nullptr;
-        if (round.closed && round.inflight == 0 && !job->RemoteReady(round)) {
-          // Another node's partial sum did not come (FetchRemotePartials logged why): the round
-          // waits, and is tried again shortly (Timers), or once that node's loss re-opens it.
-          job->remote_retry_at = job->Elapsed() + 0.2;
-          break;
-        }
-        if (!round.closed || round.inflight != 0 || round.merged ||
-            (partner != nullptr && partner->inflight != 0)) {
-          if (!job->Compass() && !round.closed) break;
-          ++rit;
-          continue;
-        }
-        if (partner != nullptr) {
-          // One commit for the group and the general buffer: move the buffer's partial sums in.
-          for (auto& [key, p] : partner->partials) round.partials[key | (uint64_t{1} << 63)] = p;
-          round.acked += partner->acked;
-          job->rounds.erase(round.merge_round);
-          round.merge_round = 0;
-        }
-        const auto t0 = Clock::now();
-        const size_t n = job->mspec.num_params();
-        double merge_ms = 0, step_ms = 0, cache_ms = 0;
-        const size_t seqs_partials = round.partials.size();
-        bool committed = false;
-        Status merged;
-        if (round.acked > 0 && job->Robust()) {
-          // The rule over the round's updates in the pool (robust_commit.h), then the step.
-          merged = job->RobustTotal(round, *robust_, &suspects);
-          merge_ms = Seconds(t0) * 1e3;
-        } else if (round.acked > 0) {
-          // The top of the hierarchy: add the leaves' partial sums (in one pass over them, the
-          // total written once), then the algorithm's step.
-          std::vector<std::vector<std::pair<uint64_t, double>>> folded(round.partials.size());
-          std::vector<agg::PartialSum::FoldedSum> sums;
-          sums.reserve(round.partials.size());
-          for (auto& [inst, p] : round.partials) {
-            if (p.rebuild && p.node.empty()) {
-              // No leaf writes it now (every update of the round has answered): from scratch.
-              float* acc = reinterpret_cast<float*>(job->pool->Data(p.offset).data());
-              std::fill(acc, acc + n, 0.0f);
-              const size_t refolded = job->Refold(acc, p.tickets);
-              p.rebuild = false;
-              ++job->partial_rebuilds;
-              spdlog::warn("fl job {}: partial sum rebuilt from {} acknowledged update(s)",
-                           job->spec.name, refolded);
-            }
-            std::vector<std::pair<uint64_t, double>>& f = folded[sums.size()];
-            for (uint64_t tid : p.tickets) {
-              const JobState::Ticket& t = job->tickets[tid];
-              f.emplace_back(t.base_version, t.coefficient);
-            }
-            // Another node's one partial sum of the round (fetched), or a leaf's here.
-            const auto* leaf =
-                !p.node.empty() ? p.sum.data()
-                                : reinterpret_cast<const float*>(job->pool->Data(p.offset).data());
-            const double scale =
-                job->algo->staleness_at_commit()
-                    ? job->algo->CommitScale(job->version() - std::min(p.base, job->version()))
-                    : 1.0;
-            sums.push_back({{leaf, n}, f, scale});
-          }
-          if (Status st = job->total.ResetToFolded(sums, merge_pool_.get()); !st.ok()) {
-            spdlog::error("fl job {}: {}", job->spec.name, st.ToString());
-          }
-          merge_ms = Seconds(t0) * 1e3;
-        }
-        if (round.acked > 0) {
-          Status st = merged.ok()
-                          ? job->algo->Commit(job->total, job->store ? *job->store : NoVersions(),
-                                              job->state)
-                          : merged;
-          if (!st.ok()) {
-            spdlog::error("fl job {}: commit of {} update(s) failed: {}", job->spec.name,
-                          round.acked, st.ToString());
-          } else {
-            committed = true;
-            step_ms = Seconds(t0) * 1e3 - merge_ms;
-            job->KeepVersion();
-            job->CacheModel(merge_pool_.get());
-            cache_ms = Seconds(t0) * 1e3 - merge_ms - step_ms;
-            job->AddVersion(
-                {job->version(), std::nullopt, std::nullopt, round.acked, job->Elapsed()});
-            if (job->spec.rounds > 0 && job->version() >= job->spec.rounds) job->done = true;
-          }
-        }
-        // The partial sums go back to the pool now; the updates once the checkpoint naming this
-        // version is written (until then a crash re-folds them from the log: Durable).
-        JobState::Undurable u;
-        u.version = job->version();
-        for (auto& [inst, p] : round.partials) {
-          for (uint64_t tid : p.tickets) {
-            const JobState::Ticket& t = job->tickets[tid];
-            if (t.node.empty()) {  // another node's update is held (and logged) there
-              u.buffers.push_back(t.buffer);
-              u.records.push_back(RecordOf(t));
-            }
-            job->tickets.erase(tid);
-          }
-          // Its pages are warm: zeroed again behind the commit for the next round's leaves.
-          if (!p.node.empty() && job->spare_sums.size() < 4) {
-            job->spare_sums.push_back(std::move(p.sum));  // warm pages for the next fetch
-          }
-          if (p.offset == 0) continue;  // a robust job's (and other nodes') have none
-          if (job->warm_partials.size() + reuse.size() < job->WarmPartialsWanted()) {
-            reuse.push_back(p.offset);
-          } else {
-            job->ReleaseBuffer(p.offset, kShoaldSlot, "a committed round's partial sum");
-          }
-        }
-        if (!u.records.empty()) job->undurable.push_back(std::move(u));
-        if (committed) job->round_of_version[job->version()] = rit->first;
-        for (const auto& a : round.assignments) job->SetTask(a);
-        rit = job->rounds.erase(rit);
-        if (job->Sync() && job->spec.round_deadline_s > 0) {
-          job->round_deadline = job->Elapsed() + job->spec.round_deadline_s;
-        }
-        const double before_persist_ms = Seconds(t0) * 1e3;
-        Persist(job);
-        if (committed) {
-          committed_versions.push_back(job->version());
-          spdlog::info(
-              "fl job {}: version {} committed from {} update(s) over {} leaf partial "
-              "sum(s) in {:.2f} ms (top merge {:.1f}, {} step {:.1f}, model bytes {:.1f}, "
-              "checkpoint queued {:.1f}){}",
-              job->spec.name, job->version(), job->versions.back().updates,
-              job->total.count() == 0 ? 0 : seqs_partials, Seconds(t0) * 1e3, merge_ms,
-              job->spec.algorithm, step_ms, cache_ms, Seconds(t0) * 1e3 - before_persist_ms,
-              job->done ? " (last)" : "");
-        }
+    for (;;) {
+      CommitWork w;
+      {
+        std::lock_guard jl(job->mu);
+        if (job->deleted || !TakeRound(*job, &w)) break;
       }
+      if (test_hooks_.commit) test_hooks_.commit(w.name);
+      RunCommit(*job, &w);
+      {
+        std::lock_guard jl(job->mu);
+        SwapIn(job, &w, &reuse, &committed_versions, &suspects);
+      }
+      (void)job->FlushClientLog();  // logged
     }
     if (on_commit_) {
       for (uint64_t v : committed_versions) on_commit_(job->spec.name, v);

@@ -328,7 +328,10 @@ Status FlCoordinator::DeployJob(const FlJobSpec& in) {
     break;
   }
   writer_->Wait(durable);
-  if (auto job = Find(in.name)) PrepareSpareModel(*job);
+  if (auto job = Find(in.name)) {
+    (void)job->FlushClientLog();  // logged
+    PrepareSpareModel(*job);
+  }
   if (on_change_) on_change_();
   return {};
 }
@@ -361,6 +364,8 @@ Status FlCoordinator::RemoveJob(const std::string& name, bool keep_checkpoint) {
       for (uint64_t off : job->warm_partials) {
         job->ReleaseBuffer(off, kShoaldSlot, "a warm partial sum");
       }
+      if (job->sink != 0) job->ReleaseBuffer(job->sink, kShoaldSlot, "the leaves' sink");
+      job->sink = 0;
       for (auto& [id, r] : job->rounds) {
         for (auto& [inst, p] : r.partials) {
           if (p.offset != 0) {
@@ -402,7 +407,8 @@ Result<TaskResult> FlCoordinator::Task(const std::string& name, const std::strin
     return t;
   }
   if (job->Sync() && it->second.submitted_round != UINT64_MAX &&
-      job->rounds.count(it->second.submitted_round) != 0) {
+      (job->rounds.count(it->second.submitted_round) != 0 ||
+       job->committing_round == it->second.submitted_round)) {
     // Its update for this round is in; the next task comes with the next version.
     t.kind = TaskResult::Kind::kWait;
     t.retry_after_ms = 200;
@@ -455,22 +461,26 @@ Result<JoinResult> FlCoordinator::Join(const std::string& name, const std::strin
   auto job = Find(name);
   if (!job) return NotFound("FL job '" + name + "' not found");
   JobState::Client c;
-  std::lock_guard jl(job->mu);
-  const auto& tokens = job->spec.join_tokens;
-  if (!tokens.empty() && std::find(tokens.begin(), tokens.end(), join_token) == tokens.end()) {
-    return PermissionDenied("job '" + name + "' needs a valid join token");
+  {
+    std::lock_guard jl(job->mu);
+    const auto& tokens = job->spec.join_tokens;
+    if (!tokens.empty() && std::find(tokens.begin(), tokens.end(), join_token) == tokens.end()) {
+      return PermissionDenied("job '" + name + "' needs a valid join token");
+    }
+    c.id = "c" + std::to_string(job->next_client++);
+    c.name = client_name.empty() ? c.id : client_name;
+    c.token = RandomToken();
+    job->QueueJoin(c);
   }
-  c.id = "c" + std::to_string(job->next_client);
-  c.name = client_name.empty() ? c.id : client_name;
-  c.token = RandomToken();
   // The client's token is on disk before the client has it (a restart still knows it): one
   // line appended to clients.log, the same few bytes whatever the number of clients (the whole
-  // table in state.json, rewritten on each join, made a join storm quadratic).
-  if (Status st = job->LogJoin(c); !st.ok()) {
-    spdlog::error("fl job {}: {}", name, st.ToString());
+  // table in state.json, rewritten on each join, made a join storm quadratic); written without
+  // the job's lock, and the client is in the table once it is (an id whose line could not be
+  // written is not used again).
+  if (Status st = job->FlushClientLog(); !st.ok()) {
     return Unavailable("job '" + name + "' cannot record a join now: " + st.message());
   }
-  ++job->next_client;
+  std::lock_guard jl(job->mu);
   job->clients.emplace(c.id, c);
   return JoinResult{c.id, c.token};
 }
@@ -491,7 +501,8 @@ Result<ModelBlob> FlCoordinator::Model(const std::string& name, std::optional<ui
 Status FlCoordinator::Evaluate(const std::string& name, const EvalReport& r) {
   auto job = Find(name);
   if (!job) return NotFound("FL job '" + name + "' not found");
-  std::lock_guard jl(job->mu);
+  std::unique_lock jl(job->mu);
+  bool flush = false;
   auto it = job->clients.find(r.client_id);
   if (it == job->clients.end()) return NotFound("unknown client '" + r.client_id + "'");
   if (it->second.token != r.token)
@@ -510,9 +521,16 @@ Status FlCoordinator::Evaluate(const std::string& name, const EvalReport& r) {
                    r.version, r.accuracy, job->spec.target_accuracy);
     }
     Persist(job, /*with_model=*/false);
-    return {};
+    flush = true;
+    break;
   }
-  return NotFound("version " + std::to_string(r.version) + " of job '" + name + "' unknown");
+  if (!flush) {
+    return NotFound("version " + std::to_string(r.version) + " of job '" + name + "' unknown");
+  }
+  jl.unlock();
+  (void)job->FlushClientLog();  // logged
+  if (on_status_) on_status_(name);
+  return {};
 }
 
 }  // namespace shoal

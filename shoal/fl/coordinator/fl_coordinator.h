@@ -94,6 +94,13 @@ class FlCoordinator final : public JobService, public FlDataPath {
   void SetOnCommit(std::function<void(const std::string& job, uint64_t version)> on_commit) {
     on_commit_ = std::move(on_commit);
   }
+  // Called outside every job lock when a job's status changed other than by a commit: an
+  // evaluation (its accuracy, the best one, and the job done on reaching its target). Cluster
+  // mode publishes the job's state to etcd on it (with SetOnCommit's), so that the cluster's
+  // view converges to the top's without waiting for the periodic republish.
+  void SetOnStatus(std::function<void(const std::string& job)> on_status) {
+    on_status_ = std::move(on_status);
+  }
   // The leaf-aggregator functions of the running jobs, for the instance manager.
   std::vector<FunctionSpec> LeafSpecs();
 
@@ -133,6 +140,16 @@ class FlCoordinator final : public JobService, public FlDataPath {
                         f) {
     on_suspect_ = std::move(f);
   }
+
+  // Tests only: `commit` is called on the commit thread once a round is taken for its commit,
+  // before its merge, and `log_compaction` on the checkpoint writer's thread before a compacted
+  // update log replaces the old one, each with the job's name and no job lock held. A test
+  // blocks them on a latch to show that the gateway's calls wait for neither.
+  struct TestHooks {
+    std::function<void(const std::string& job)> commit;
+    std::function<void(const std::string& job)> log_compaction;
+  };
+  void SetTestHooks(TestHooks hooks) { test_hooks_ = std::move(hooks); }
 
   // ---- cluster mode: this node as a job's top (fl_cluster_top.cc) ----
   struct HeaderAdmission {
@@ -194,8 +211,21 @@ class FlCoordinator final : public JobService, public FlDataPath {
   void CommitLoop();
   // Queues the job's checkpoint (state.json; with_model also the model and the optimizer state:
   // a new version, large, so not on every join or evaluation) for the checkpoint writer and
-  // returns its ticket (CheckpointWriter::Wait). Called with the job's lock held.
-  uint64_t Persist(const std::shared_ptr<JobState>& job, bool with_model = true);
+  // returns its ticket (CheckpointWriter::Wait). Called with the job's lock held; `optimizer`:
+  // the optimizer state's bytes the commit made without it (else copied here). The clients'
+  // changed figures are queued: the caller writes them (JobState::FlushClientLog) once it
+  // released the lock.
+  using Optimizer = std::shared_ptr<const std::vector<uint8_t>>;
+  uint64_t Persist(const std::shared_ptr<JobState>& job, bool with_model = true,
+                   const Optimizer* optimizer = nullptr);
+  // The commit of one round in three steps (fl_commit.cc): taken out of the job under its lock,
+  // merged and stepped without it, swapped back in under it.
+  struct CommitWork;
+  bool TakeRound(JobState& job, CommitWork* w);
+  void RunCommit(JobState& job, CommitWork* w);
+  void SwapIn(const std::shared_ptr<JobState>& job, CommitWork* w,
+              std::vector<uint64_t>* reuse, std::vector<uint64_t>* committed_versions,
+              std::vector<std::pair<std::string, std::string>>* suspects);
   void Timers();
   void Enqueue(std::shared_ptr<JobState> job);
   // Where the jobs' checkpoint directories are: checkpoint_dir, or <state_dir>/jobs.
@@ -214,6 +244,7 @@ class FlCoordinator final : public JobService, public FlDataPath {
   // their clients' next task trains again.
   void Uncount(const std::shared_ptr<JobState>& job, const std::string& node,
                const std::vector<uint64_t>* only, const char* why);
+  TestHooks test_hooks_;
   PartialFetch partial_fetch_;
   AdmissionProbe admission_probe_;
   std::unique_ptr<FlMembers> members_;
@@ -221,12 +252,25 @@ class FlCoordinator final : public JobService, public FlDataPath {
   const NodeConfig& config_;
   std::function<void()> on_change_;
   std::function<void(const std::string&, uint64_t)> on_commit_;
+  std::function<void(const std::string&)> on_status_;
   std::function<void(const std::string&)> on_gpu_fallback_;
   std::function<void(const std::string&, const std::string&, const std::string&)> on_suspect_;
-  // The jobs, the tickets' jobs and the counters. Lock order: a job's mu, then mu_ (AdmitHeader,
-  // Recover, DeployJob); never mu_ then a job's mu. Under them: commit_mu_ (Enqueue), the
-  // checkpoint writer's (Persist) and the pool's, which take no other. The callbacks run under
-  // neither, but Recover's pool_for (under the job's, before the gateway starts).
+  // Threads and locks. A gateway loop never waits for a commit, a checkpoint or an fsync:
+  // - gateway loops (Admit, PartialFor, Completed, PartialChanged, HoldUpdate): a job's mu,
+  //   then mu_; under the job's mu the update log's own lock (one write(), no fsync), commit_mu_
+  //   and the pool's. No partial sum is zeroed on a loop (a warm one, or the job's sink).
+  // - the commit thread (CommitLoop, Timers): a job's mu only to take a round out (TakeRound:
+  //   its tickets, the weights swapped out) and to swap the result in (SwapIn: the version, the
+  //   model bytes, the checkpoint queued); the merge, the step, the model's bytes and the
+  //   optimizer's copy run with no lock (RunCommit), on the weights nobody else touches until
+  //   SwapIn; then the clients' lines are written (JobState::FlushClientLog).
+  // - the checkpoint writer's thread: writes and fsyncs with no job lock; its durable callback
+  //   takes a job's mu to release the durable updates and take the log's records to keep, and
+  //   writes and fsyncs the compacted log after releasing it (UpdateLog).
+  // - control threads (deploy, join, task, model, evaluate, status; cluster calls): a job's mu
+  //   for bookkeeping only; the clients' lines are written after it is released.
+  // Lock order: a job's client_log_mu (never taken under a job's mu), a job's mu, mu_, then the
+  // leaf locks (a job's update log, commit_mu_, the checkpoint writer's, the pool's).
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<JobState>, std::less<>> jobs_;
   std::map<uint64_t, std::shared_ptr<JobState>> by_ticket_;

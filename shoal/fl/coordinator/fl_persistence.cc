@@ -80,47 +80,67 @@ std::string ReadFile(const std::string& path) {
 
 }  // namespace
 
-Status FlCoordinator::JobState::LogJoin(const Client& c) { return client_log.Append(JoinLine(c)); }
+void FlCoordinator::JobState::QueueJoin(const Client& c) { pending_client_lines += JoinLine(c); }
 
-void FlCoordinator::JobState::LogChangedClients() {
-  if (changed_clients.empty()) return;
-  std::string lines;
+void FlCoordinator::JobState::QueueChangedClients() {
   for (const std::string& id : changed_clients) {
     auto it = clients.find(id);
-    if (it != clients.end()) lines += FiguresLine(it->second, version());
+    if (it != clients.end()) {
+      pending_client_lines += FiguresLine(it->second, version());
+      ++pending_figure_lines;
+    }
   }
-  const uint64_t n = changed_clients.size();
   changed_clients.clear();
+}
+
+Status FlCoordinator::JobState::FlushClientLog() {
+  std::lock_guard io(client_log_mu);  // the file's order is the order the lines were taken
+  std::string lines;
+  uint64_t figure_lines;
+  size_t n_clients;
+  uint64_t durable;
+  {
+    std::lock_guard jl(mu);
+    lines.swap(pending_client_lines);
+    figure_lines = pending_figure_lines;
+    pending_figure_lines = 0;
+    n_clients = clients.size();
+    durable = durable_version;
+  }
+  if (lines.empty()) return {};
   if (Status st = client_log.Append(lines); !st.ok()) {
     spdlog::error("fl job {}: client log: {}", spec.name, st.ToString());
-    return;
+    return st;
   }
-  client_log.CountFigureLines(n);
-  if (client_log.figure_lines() <= clients.size() + 1024) return;
+  client_log.CountFigureLines(figure_lines);
+  if (client_log.figure_lines() <= n_clients + 1024) return {};
   // Compaction: every join, and per client the latest figures at or below the newest written
   // checkpoint's version (what a restore from it applies) and those above it (a restore from
   // the next checkpoint applies them). Once per as many figure lines as there are clients.
   const std::vector<Json> all = ReadClientLines(ReadFile(ClientLog::Path(dir)));
   std::string joins, figures;
-  std::map<std::string, size_t, ClientOrder> durable;  // client -> its line at or below
+  std::map<std::string, size_t, ClientOrder> latest_durable;  // client -> its line at or below
   for (size_t i = 0; i < all.size(); ++i) {
     const Json& l = all[i];
     if (l.contains("join")) {
       joins += l.dump() + "\n";
-    } else if (l.value("version", uint64_t{0}) <= durable_version) {
-      durable[l.value("client", std::string())] = i;
+    } else if (l.value("version", uint64_t{0}) <= durable) {
+      latest_durable[l.value("client", std::string())] = i;
     }
   }
   for (size_t i = 0; i < all.size(); ++i) {
     const Json& l = all[i];
     if (l.contains("join")) continue;
-    const bool above = l.value("version", uint64_t{0}) > durable_version;
-    auto latest = durable.find(l.value("client", std::string()));
-    if (above || (latest != durable.end() && latest->second == i)) figures += l.dump() + "\n";
+    const bool above = l.value("version", uint64_t{0}) > durable;
+    auto latest = latest_durable.find(l.value("client", std::string()));
+    if (above || (latest != latest_durable.end() && latest->second == i)) {
+      figures += l.dump() + "\n";
+    }
   }
   if (Status st = client_log.Rewrite(dir, joins + figures); !st.ok()) {
     spdlog::error("fl job {}: compacting the client log: {}", spec.name, st.ToString());
   }
+  return {};
 }
 
 Status FlCoordinator::JobState::LoadClients(const Json& state, uint64_t at_version) {
@@ -158,11 +178,13 @@ Status FlCoordinator::JobState::LoadClients(const Json& state, uint64_t at_versi
   return client_log.Rewrite(dir, lines);
 }
 
-uint64_t FlCoordinator::Persist(const std::shared_ptr<JobState>& jp, bool with_model) {
+uint64_t FlCoordinator::Persist(const std::shared_ptr<JobState>& jp, bool with_model,
+                               const Optimizer* optimizer) {
   JobState& job = *jp;
   // The clients are not in state.json (it would grow with them, and be rewritten whole): their
-  // joins are in clients.log already, and the figures that changed go there now.
-  job.LogChangedClients();
+  // joins are in clients.log already, and the figures that changed go there next
+  // (FlushClientLog, once the caller released the job's lock).
+  job.QueueChangedClients();
   Json versions = Json::array();
   for (const auto& v : job.versions) {
     versions.push_back({{"version", v.version},
@@ -203,21 +225,29 @@ uint64_t FlCoordinator::Persist(const std::shared_ptr<JobState>& jp, bool with_m
   item.version = job.version();
   auto it = job.models.find(job.version());
   if (with_model && it != job.models.end()) item.model = it->second;
-  if (with_model && (!job.state.momentum.empty() || !job.state.second_moment.empty())) {
-    agg::ModelState opt;
-    opt.version = job.version();
-    opt.momentum = job.state.momentum;
-    opt.second_moment = job.state.second_moment;
-    item.optimizer = std::make_shared<const std::vector<uint8_t>>(opt.Serialize());
+  if (with_model && optimizer != nullptr) {
+    item.optimizer = *optimizer;  // the commit's copy, made without the job's lock
+  } else if (with_model && (!job.state.momentum.empty() || !job.state.second_moment.empty())) {
+    item.optimizer = OptimizerBytes(job.state);
   }
   item.state = state.dump();
   if (with_model) {
-    item.on_durable = [weak = std::weak_ptr<JobState>(jp), v = job.version()] {
+    // On the checkpoint writer's thread: the versions up to v are durable; the log's compaction
+    // is written and synced once the job's lock is released (UpdateLog).
+    item.on_durable = [weak = std::weak_ptr<JobState>(jp), v = job.version(), name = job.spec.name,
+                       hook = test_hooks_.log_compaction] {
       auto job = weak.lock();
       if (!job) return;
-      std::lock_guard jl(job->mu);
-      job->RoundsDurable(v);
-      if (!job->deleted && job->pool != nullptr) job->Durable(v);
+      std::string bytes;
+      bool compact = false;
+      {
+        std::lock_guard jl(job->mu);
+        job->RoundsDurable(v);
+        if (!job->deleted && job->pool != nullptr) compact = job->Durable(v, &bytes);
+      }
+      if (!compact) return;
+      if (hook) hook(name);
+      job->log.FinishRewrite(name, job->dir, bytes);
     };
   }
   return writer_->Enqueue(std::move(item));
@@ -435,7 +465,7 @@ Status FlCoordinator::Recover(
       const bool kept =
           job->Robust() ? model::ParseUpdate(ReadPayload(sp->Data(r.buffer)).body, job->mspec).ok()
                         : job->Refold(reinterpret_cast<float*>(sp->Data(pit->second.offset).data()),
-                                      {id}) == 1;
+                                      {id}, job->tickets) == 1;
       if (!kept) {
         spdlog::error("fl job {}: logged update {} of client {} no longer parses: lost",
                       job->spec.name, r.seq, client);

@@ -47,6 +47,12 @@ Result<FlCoordinator::HeaderAdmission> FlCoordinator::AdmitHeader(
   }
   const uint64_t staleness = version - h.base_version();
   const bool sync = job->Sync();
+  if (sync && job->committing_round != 0) {
+    // The version is being committed (the commit thread took its round out): the next round
+    // is for the version after it, which this update was not trained from.
+    return AlreadyExists("stale update: trained from version " + std::to_string(h.base_version()) +
+                         ", the round is for version " + std::to_string(version + 1));
+  }
   if (sync && staleness != 0) {
     return AlreadyExists("stale update: trained from version " + std::to_string(h.base_version()) +
                          ", the round is for version " + std::to_string(version));
@@ -168,16 +174,27 @@ Result<uint64_t> FlCoordinator::PartialFor(uint64_t ticket, uint32_t instance) {
   JobState::Round& round = job->rounds[tit->second.round];
   auto pit = round.partials.find(key);
   if (pit != round.partials.end()) return pit->second.offset;
-  uint64_t off;
-  if (!job->warm_partials.empty()) {
-    off = job->warm_partials.back();
-    job->warm_partials.pop_back();
-    Enqueue(job);  // the commit thread zeroes the next one
-  } else {
-    auto fresh = ZeroedPartial(*job->pool, job->mspec.num_params() * sizeof(float));
-    if (!fresh.ok()) return fresh.status();
-    off = *fresh;
+  if (job->warm_partials.empty()) {
+    // None warm: no partial sum is zeroed here, on the gateway's loop (a large model's takes
+    // tens of ms). The leaf folds this update into the job's sink, which nobody reads, and the
+    // commit refolds it from the pool into a partial sum it zeroes itself (Partial::rebuild);
+    // the commit thread warms partial sums for the next ones.
+    if (job->sink == 0) {
+      auto sink = job->pool->Allocate(job->mspec.num_params() * sizeof(float), kShoaldSlot);
+      if (!sink.ok()) return sink.status();
+      job->sink = *sink;
+    }
+    const uint64_t refolded = job->PartialKey(kRefoldedPartial, tit->second.base_version);
+    tit->second.partial = refolded;
+    JobState::Partial& p = round.partials[refolded];
+    p.rebuild = true;
+    p.base = tit->second.base_version;
+    Enqueue(job);
+    return job->sink;
   }
+  const uint64_t off = job->warm_partials.back();
+  job->warm_partials.pop_back();
+  Enqueue(job);  // the commit thread zeroes the next one
   round.partials[key].offset = off;
   round.partials[key].base = tit->second.base_version;
   return off;

@@ -68,6 +68,14 @@ void PrepareWarmPartials(FlCoordinator::JobState& job, std::vector<uint64_t> reu
 // length.
 Status ParseUpdateHead(std::span<const std::byte> body, shoal::v1::UpdateHeader* h,
                        size_t* head_bytes);
+// The server optimizer's state of `state` as the checkpoint keeps it (optimizer-<v>.bin).
+inline std::shared_ptr<const std::vector<uint8_t>> OptimizerBytes(const agg::ModelState& state) {
+  agg::ModelState opt;
+  opt.version = state.version;
+  opt.momentum = state.momentum;
+  opt.second_moment = state.second_moment;
+  return std::make_shared<const std::vector<uint8_t>>(opt.Serialize());
+}
 // A partial sum's buffer: `bytes` in `pool`, zeroed, held with kShoaldSlot.
 Result<uint64_t> ZeroedPartial(BufferPool& pool, size_t bytes);
 // The spec as state.json keeps it.
@@ -130,6 +138,14 @@ void AppendAckedRecords(const Tickets& tickets, std::string& bytes) {
 // A job's update log, <dir>/updates.log: one LogRecord per acknowledged update, appended before
 // the client's 202. A write() that returned is in the page cache and survives the process
 // (kill -9); a power cut is a different failure (no fsync on the hot path).
+//
+// Its own lock (taken after the job's, never before) guards the file descriptor: a gateway
+// loop appends under it, and a compaction holds it only to append the records that came in
+// meanwhile and to rename the new log into place, never while it writes and syncs the new log:
+// BeginRewrite (under the job's lock, where the records to keep are taken) starts keeping each
+// appended record aside too; FinishRewrite (no job lock) writes and syncs the kept records,
+// then, under the log's lock, adds the ones set aside, renames and reopens. One compaction at a
+// time: the checkpoint writer's thread, or a restore before the gateway starts.
 class UpdateLog {
  public:
   UpdateLog() = default;
@@ -141,31 +157,77 @@ class UpdateLog {
 
   // Opens <dir>/updates.log for appending (again, where it was open).
   Status Open(const std::string& dir) {
+    std::lock_guard lock(mu_);
+    return OpenLocked(dir);
+  }
+  Status Append(const LogRecord& r) {
+    std::lock_guard lock(mu_);
+    if (write(fd_, &r, sizeof r) != static_cast<ssize_t>(sizeof r)) {
+      return ErrnoStatus("appending to the update log", errno);
+    }
+    if (compacting_) tail_.append(reinterpret_cast<const char*>(&r), sizeof r);
+    return Status::Ok();
+  }
+  void BeginRewrite() {
+    std::lock_guard lock(mu_);
+    compacting_ = true;
+    tail_.clear();
+  }
+  // Replaces the log with `bytes` (whole records) and the records appended since BeginRewrite,
+  // and reopens it; failures are logged for job `job`, and the old log, whole, stays. Until the
+  // log opens again (the next compaction), each acknowledged update's append fails and is
+  // logged on its own: those updates are not in the log for crash recovery.
+  void FinishRewrite(const std::string& job, const std::string& dir, const std::string& bytes) {
+    const std::string path = dir + "/updates.log", tmp = path + ".tmp";
+    const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    bool ok = fd >= 0 && WriteAll(fd, bytes) && fsync(fd) == 0;
+    int err = ok ? 0 : errno;
+    std::lock_guard lock(mu_);
+    compacting_ = false;
+    if (ok && !WriteAll(fd, tail_)) {  // in the page cache, as every append
+      ok = false;
+      err = errno;
+    }
+    tail_.clear();
+    if (fd >= 0) close(fd);
+    if (ok && rename(tmp.c_str(), path.c_str()) != 0) {
+      ok = false;
+      err = errno;
+    }
+    if (!ok) {
+      unlink(tmp.c_str());
+      spdlog::error("fl job {}: update log: {}", job,
+                    ErrnoStatus("compacting " + path, err).ToString());
+      return;
+    }
+    if (Status st = OpenLocked(dir); !st.ok()) {
+      spdlog::error("fl job {}: reopening the compacted update log: {}", job, st.ToString());
+    }
+  }
+  void Rewrite(const std::string& job, const std::string& dir, const std::string& bytes) {
+    BeginRewrite();
+    FinishRewrite(job, dir, bytes);
+  }
+
+ private:
+  Status OpenLocked(const std::string& dir) {
     if (fd_ >= 0) close(fd_);
     fd_ = open((dir + "/updates.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     return fd_ < 0 ? ErrnoStatus("opening " + dir + "/updates.log", errno) : Status::Ok();
   }
-  Status Append(const LogRecord& r) {
-    if (write(fd_, &r, sizeof r) != static_cast<ssize_t>(sizeof r)) {
-      return ErrnoStatus("appending to the update log", errno);
+  static bool WriteAll(int fd, std::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = write(fd, bytes.data(), bytes.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      bytes.remove_prefix(static_cast<size_t>(n));
     }
-    return Status::Ok();
+    return true;
   }
-  // Replaces the log with `bytes` (whole records) and reopens it; failures are logged for job
-  // `job`. Until the log opens again (the next compaction), each acknowledged update's append
-  // fails and is logged on its own: those updates are not in the log for crash recovery.
-  void Rewrite(const std::string& job, const std::string& dir, const std::string& bytes) {
-    if (Status st = WriteFileAtomic(dir + "/updates.log", bytes.data(), bytes.size()); !st.ok()) {
-      spdlog::error("fl job {}: update log: {}", job, st.ToString());
-      return;
-    }
-    if (Status st = Open(dir); !st.ok()) {
-      spdlog::error("fl job {}: reopening the compacted update log: {}", job, st.ToString());
-    }
-  }
-
- private:
+  std::mutex mu_;
   int fd_ = -1;
+  bool compacting_ = false;
+  std::string tail_;  // records appended since BeginRewrite
 };
 
 // The clients' order in a job's table: by number ("c2" before "c10": the order they joined),
@@ -370,19 +432,26 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   std::set<std::string, ClientOrder> suspect_clients;
   std::set<std::string, ClientOrder> changed_clients;
   ClientLog client_log;
+  // The lines for clients.log taken under the job's lock (joins, changed figures) and not yet
+  // written: FlushClientLog writes them, in the order they were taken, with no job lock held.
+  std::string pending_client_lines;
+  uint64_t pending_figure_lines = 0;
+  std::mutex client_log_mu;  // FlushClientLog's: taken before the job's lock, never under it
   void SetSamples(Client& c, uint64_t samples) {
     samples_sum = samples_sum - c.samples + samples;
     samples_seen += (samples > 0 ? 1 : 0) - (c.samples > 0 ? 1 : 0);
     c.samples = samples;
   }
   void Changed(const Client& c) { changed_clients.insert(c.id); }
-  // clients.log (fl_persistence.cc): a joined client's line, appended before it has its token;
-  // the changed clients' figures, tagged with the version in memory (from Persist), compacting
-  // the file once the figure lines outnumber the clients; and, on restore, the table as
-  // state.json's version `version` had it (the legacy "clients" of `state` first), the file
-  // rewritten to that table and reopened.
-  Status LogJoin(const Client& c);
-  void LogChangedClients();
+  // clients.log (fl_persistence.cc): a joined client's line, written before it has its token
+  // (QueueJoin, then FlushClientLog); the changed clients' figures, tagged with the version in
+  // memory (QueueChangedClients, from Persist), the file compacted once the figure lines
+  // outnumber the clients; and, on restore, the table as state.json's version `version` had it
+  // (the legacy "clients" of `state` first), the file rewritten to that table and reopened.
+  // Queue* run under the job's lock; FlushClientLog without it (it takes it briefly).
+  void QueueJoin(const Client& c);
+  void QueueChangedClients();
+  Status FlushClientLog();
   Status LoadClients(const Json& state, uint64_t version);
   uint64_t durable_version = 0;  // the newest version whose checkpoint is written
   std::map<uint64_t, Round> rounds;
@@ -413,6 +482,15 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   std::atomic<bool> deleted{false};
   double best_accuracy = 0;
   uint32_t leaf_id = 0;
+  // A round taken out by the commit thread (fl_commit.cc) and not yet swapped back in: the
+  // version is about to change, so a synchronous job refuses updates of the version before as
+  // stale at once (the commit used to make them wait for its lock, then refuse them), and its
+  // clients' tasks wait for the new version.
+  uint64_t committing_round = 0;
+  // A pool buffer of one partial sum's size that a leaf folds into when no warm partial sum is
+  // ready (PartialFor zeroes none on the gateway's loop): never read; the updates folded into it
+  // are refolded at commit (Partial::rebuild). Held with kShoaldSlot; 0 until first needed.
+  uint64_t sink = 0;
   UpdateLog log;
   std::string dir;
   uint64_t next_seq = 1;
@@ -482,37 +560,40 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   }
   // The committed model as safetensors (f32, the same bytes ModelToSafetensors writes), taken
   // straight from the weights: models are large, every copy shows in the commit's latency. With
-  // `threads` (the commit's), each large tensor is copied on all of them.
-  void CacheModel(agg::FoldPool* threads = nullptr) {
+  // `threads` (the commit's), each large tensor is copied on all of them. In three steps, so
+  // that the commit writes the bytes without the job's lock: TakeModelBlob (under it: a blob no
+  // download and no checkpoint holds any more, or a new one), WriteModel (the bytes, into it)
+  // and KeepModel (under it: the version's bytes from now on).
+  std::shared_ptr<std::string> TakeModelBlob() {
+    for (auto it = spare_models.begin(); it != spare_models.end(); ++it) {
+      if (it->use_count() == 1) {  // no download and no checkpoint holds it any more
+        std::shared_ptr<std::string> blob = std::move(*it);
+        spare_models.erase(it);
+        return blob;
+      }
+    }
+    return std::make_shared<std::string>();
+  }
+  // `name`: the job's (the spec may change under the job's lock meanwhile).
+  Status WriteModel(const std::string& name, const std::vector<float>& weights, uint64_t version,
+                    std::string* blob, agg::FoldPool* threads) const {
     std::vector<model::SafetensorsEntry> entries;
     for (size_t i = 0; i < mspec.size(); ++i) {
       const model::TensorSpec& t = mspec.tensor(i);
-      entries.push_back({t.name, model::DType::kF32, t.shape,
-                         std::as_bytes(std::span<const float>(
-                             state.weights.data() + mspec.offset(i), t.numel()))});
+      entries.push_back(
+          {t.name, model::DType::kF32, t.shape,
+           std::as_bytes(std::span<const float>(weights.data() + mspec.offset(i), t.numel()))});
     }
-    std::shared_ptr<std::string> blob;
-    for (auto it = spare_models.begin(); it != spare_models.end(); ++it) {
-      if (it->use_count() == 1) {  // no download and no checkpoint holds it any more
-        blob = std::move(*it);
-        spare_models.erase(it);
-        break;
-      }
-    }
-    if (!blob) blob = std::make_shared<std::string>();
-    auto at = model::WriteSafetensorsHeaderInto(
-        entries,
-        {{std::string(model::kMetadataJob), spec.name},
-         {std::string(model::kMetadataVersion), std::to_string(state.version)},
-         {"format", "pt"}},
-        blob.get());
-    if (!at.ok()) {
-      spdlog::error("fl job {}: model bytes: {}", spec.name, at.status().ToString());
-      return;
-    }
+    auto at = model::WriteSafetensorsHeaderInto(entries,
+                                                {{std::string(model::kMetadataJob), name},
+                                                 {std::string(model::kMetadataVersion),
+                                                  std::to_string(version)},
+                                                 {"format", "pt"}},
+                                                blob);
+    if (!at.ok()) return at.status();
     char* data = blob->data() + *at;
     for (size_t i = 0; i < mspec.size(); ++i) {
-      const float* w = state.weights.data() + mspec.offset(i);
+      const float* w = weights.data() + mspec.offset(i);
       const size_t n = mspec.tensor(i).numel();
       if (threads != nullptr) {
         threads->ConvertFromF32(data, w, model::DType::kF32, n);  // f32 to f32: a copy
@@ -521,18 +602,34 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
       }
       data += n * sizeof(float);
     }
-    models[state.version] = std::move(blob);
+    return {};
+  }
+  void KeepModel(uint64_t version, std::shared_ptr<std::string> blob) {
+    models[version] = std::move(blob);
     while (models.size() > kKeptModels) {
       spare_models.push_back(std::move(models.begin()->second));
       models.erase(models.begin());
     }
     while (spare_models.size() > kSpareModels) spare_models.erase(spare_models.begin());
   }
-  void KeepVersion() {
+  // All three at once (a deploy, a restore: nobody else holds the job yet, or its lock is held).
+  void CacheModel() {
+    std::shared_ptr<std::string> blob = TakeModelBlob();
+    if (Status st = WriteModel(spec.name, state.weights, state.version, blob.get(), nullptr);
+        !st.ok()) {
+      spdlog::error("fl job {}: model bytes: {}", spec.name, st.ToString());
+      return;
+    }
+    KeepModel(state.version, std::move(blob));
+  }
+  // The current version's weights for the updates trained from it (Δ-based algorithms); the
+  // commit copies them without the job's lock and keeps the copy under it (`kept`).
+  void KeepVersion(agg::ModelVersion kept = nullptr) {
     if (!store) return;
+    if (!kept) kept = std::make_shared<const std::vector<float>>(state.weights);
     // Fails only for a version not newer than the last kept one, which the commits' order
     // rules out; were it to, updates trained from this version would be refused as unknown.
-    if (Status st = store->Put(state.version, state.weights); !st.ok()) {
+    if (Status st = store->Put(state.version, std::move(kept)); !st.ok()) {
       spdlog::error("fl job {}: keeping version {} for the updates trained from it: {}", spec.name,
                     state.version, st.ToString());
     }
@@ -577,7 +674,10 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   // The checkpoint of `version` is written: the updates it (and every older version) includes
   // go back to the pool, and the log keeps only the acknowledged updates that no written
   // checkpoint includes yet (those of later, still unwritten versions, and those in flight).
-  void Durable(uint64_t version) {
+  // Under the job's lock: true when the log is to be compacted, its records taken into
+  // `*log_bytes` (and UpdateLog::BeginRewrite called); the caller finishes the compaction
+  // (UpdateLog::FinishRewrite) once it released the lock.
+  bool Durable(uint64_t version, std::string* log_bytes) {
     bool released = false;
     while (!undurable.empty() && undurable.front().version <= version) {
       for (uint64_t b : undurable.front().buffers) {
@@ -586,7 +686,10 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
       undurable.pop_front();
       released = true;
     }
-    if (released) CompactLog();
+    if (!released) return false;
+    *log_bytes = LogBytes();
+    log.BeginRewrite();
+    return true;
   }
   // The seqs of the log records that the version in memory includes but no written
   // checkpoint does (state.json's last_commit_seqs: a restart skips them).
@@ -597,20 +700,28 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
     }
     return seqs;
   }
-  void CompactLog() {
+  // What the compacted log keeps: the undurable versions' records and the acknowledged
+  // tickets' (a round taken for its commit keeps its records in `undurable` from the swap on;
+  // until then a crash re-folds them from the old log, which a compaction only replaces once
+  // the new one is synced).
+  std::string LogBytes() const {
     std::string bytes;
     for (const Undurable& u : undurable) {
       bytes.append(reinterpret_cast<const char*>(u.records.data()),
                    u.records.size() * sizeof(LogRecord));
     }
     AppendAckedRecords(tickets, bytes);
-    log.Rewrite(spec.name, dir, bytes);
+    return bytes;
   }
-  // Folds the acknowledged updates of `ids` (still in the pool) into the float32 sum at `acc`.
-  size_t Refold(float* acc, const std::vector<uint64_t>& ids) {
+  // Folds the acknowledged updates of `ids` (tickets of `from`, their bytes still in the pool)
+  // into the float32 sum at `acc`. No lock: `from` is the caller's.
+  size_t Refold(float* acc, const std::vector<uint64_t>& ids,
+                const std::map<uint64_t, Ticket>& from) const {
     size_t n = 0;
     for (uint64_t tid : ids) {
-      const Ticket& t = tickets[tid];
+      auto it = from.find(tid);
+      if (it == from.end()) continue;
+      const Ticket& t = it->second;
       PayloadView pv = ReadPayload(pool->Data(t.buffer));
       auto view = model::ParseUpdate(pv.body, mspec);
       if (!view.ok()) {
@@ -626,53 +737,66 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
     }
     return n;
   }
-  // spec.aggregation.robust: the rule over the round's acknowledged updates, in place in the
-  // pool, into `total` as if every update were the rule's result (Σ c_k of them times it), so
-  // the algorithm's step is the same; what the rule made of each update is kept per client and
-  // each suspect is added to `suspects` (client id, rule).
-  Status RobustTotal(const Round& round, RobustCommitter& committer,
-                     std::vector<std::pair<std::string, std::string>>* suspects) {
+  // spec.aggregation.robust: the rule over the round's acknowledged updates (tickets of
+  // `from`), in place in the pool, taken as deltas from `weights` (the model they were trained
+  // from, version `version`), into `total` as if every update were the rule's result (Σ c_k of
+  // them times it), so the algorithm's step is the same. No lock (the commit thread's: `total`,
+  // `robust_out`, and the round taken out); RobustVerdicts then keeps, under the job's lock,
+  // what the rule made of each update per client and adds each suspect to `suspects` (client
+  // id, rule).
+  static std::vector<uint64_t> RoundTickets(const Round& round) {
     std::vector<uint64_t> ids;
     for (const auto& [key, p] : round.partials)
       ids.insert(ids.end(), p.tickets.begin(), p.tickets.end());
+    return ids;
+  }
+  Result<RobustOutcome> RobustMerge(const FlRobustSpec& rule, const Round& round,
+                                    const std::map<uint64_t, Ticket>& from,
+                                    const std::vector<float>& weights, uint64_t version,
+                                    RobustCommitter& committer) {
     std::vector<std::span<const std::byte>> bodies;
     double c = 0;
-    for (uint64_t tid : ids) {
-      bodies.push_back(ReadPayload(pool->Data(tickets[tid].buffer)).body);
-      c += tickets[tid].coefficient;
+    for (uint64_t tid : RoundTickets(round)) {
+      const Ticket& t = from.at(tid);
+      bodies.push_back(ReadPayload(pool->Data(t.buffer)).body);
+      c += t.coefficient;
     }
     robust_out.resize(mspec.num_params());
-    auto outcome =
-        committer.Aggregate(spec.robust, mspec, state.weights.data(), bodies, robust_out.data());
+    auto outcome = committer.Aggregate(rule, mspec, weights.data(), bodies, robust_out.data());
     if (!outcome.ok()) return outcome.status();
     total.Reset();
-    SHOAL_RETURN_IF_ERROR(total.Fold(robust_out, c, version()));
+    SHOAL_RETURN_IF_ERROR(total.Fold(robust_out, c, version));
+    return outcome;
+  }
+  void RobustVerdicts(const Round& round, const std::map<uint64_t, Ticket>& from,
+                      const RobustOutcome& outcome, uint64_t new_version,
+                      std::vector<std::pair<std::string, std::string>>* suspects) {
+    const std::vector<uint64_t> ids = RoundTickets(round);
     Json list = Json::array();
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const Ticket& t = tickets[ids[i]];
-      const RobustVerdict& v = outcome->updates[i];
+    for (size_t i = 0; i < ids.size() && i < outcome.updates.size(); ++i) {
+      const Ticket& t = from.at(ids[i]);
+      const RobustVerdict& v = outcome.updates[i];
       Client& cl = clients[t.client];
       cl.last_verdict = v;
-      cl.last_verdict_version = version() + 1;
+      cl.last_verdict_version = new_version;
       cl.suspect_updates += v.suspect ? 1 : 0;
       cl.clipped_updates += v.clipped ? 1 : 0;
       if (cl.suspect_updates > 0) suspect_clients.insert(t.client);
       Changed(cl);
-      if (v.suspect) suspects->emplace_back(t.client, outcome->rule);
+      if (v.suspect) suspects->emplace_back(t.client, outcome.rule);
       Json e = VerdictJson(v);
       e["client"] = t.client;
       e["name"] = cl.name;
       list.push_back(std::move(e));
     }
     robust_last = {
-        {"version", version() + 1},
-        {"rule", outcome->rule},
-        {"fallback", outcome->fallback.empty() ? Json(nullptr) : Json(outcome->fallback)},
+        {"version", new_version},
+        {"rule", outcome.rule},
+        {"fallback", outcome.fallback.empty() ? Json(nullptr) : Json(outcome.fallback)},
         {"updates", std::move(list)},
-        {"ms", outcome->ms}};
-    if (outcome->rule == "flag") robust_last["flag_iterations"] = outcome->flag_iterations;
-    if (!outcome->fallback.empty()) spdlog::warn("fl job {}: {}", spec.name, outcome->fallback);
-    return {};
+        {"ms", outcome.ms}};
+    if (outcome.rule == "flag") robust_last["flag_iterations"] = outcome.flag_iterations;
+    if (!outcome.fallback.empty()) spdlog::warn("fl job {}: {}", spec.name, outcome.fallback);
   }
   static Json VerdictJson(const RobustVerdict& v) {
     return {{"weight", v.weight},

@@ -48,8 +48,12 @@ bool ManagedFlJobs::Manages(const std::string& job) const {
 }
 
 void ManagedFlJobs::Committed(const std::string& job) {
-  std::lock_guard lock(mu_);
-  dirty_.insert(job);
+  {
+    std::lock_guard lock(mu_);
+    dirty_.insert(job);
+    changed_ = true;  // published now, not at the next tick
+  }
+  cv_.notify_one();
 }
 
 void ManagedFlJobs::Loop() {

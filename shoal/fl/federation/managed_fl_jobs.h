@@ -36,7 +36,8 @@ class ManagedFlJobs {
   // Whether `job` is the controller's (its take-over is the controller's decision, not the
   // nodes' own rule).
   bool Manages(const std::string& job) const;
-  // From the coordinator's commit hook: the job's state is published shortly.
+  // From the coordinator's commit and status hooks (a commit, an evaluation): the job's state
+  // is published at once (the loop wakes), not at its next periodic republish.
   void Committed(const std::string& job);
 
  private:

@@ -137,8 +137,7 @@ Phase Loaded(Shoald& shoald, const std::string& job, int clients,
     std::fprintf(stderr, "delete %s: HTTP %d %s\n", job.c_str(), del.status, del.body.c_str());
   }
   std::fprintf(stderr, "  %s: versions %lld -> %lld during echo, %d update(s) refused/resent\n",
-               job.c_str(), static_cast<long long>(v0), static_cast<long long>(v1),
-               refused.load());
+               job.c_str(), static_cast<long long>(v0), static_cast<long long>(v1), refused.load());
   *ok = v0 >= 2 && ph.commits > 0;
   return ph;
 }
@@ -222,8 +221,8 @@ int main(int argc, char** argv) {
   auto row = [](const char* name, const std::vector<double>& b, const std::vector<double>& l,
                 const std::vector<double>& ratio, const char* target) {
     const auto sb = SpreadOf(b), sl = SpreadOf(l), sr = SpreadOf(ratio);
-    std::printf("%-5s %10.3f %12.3f   %6.2f %6.2f %6.2f   %s\n", name, sb.median, sl.median,
-                sr.min, sr.median, sr.max, target);
+    std::printf("%-5s %10.3f %12.3f   %6.2f %6.2f %6.2f   %s\n", name, sb.median, sl.median, sr.min,
+                sr.median, sr.max, target);
   };
   std::printf("echo latency, ms (median over %d runs)   ratio commits / no job\n", runs);
   std::printf("%-5s %10s %12s   %6s %6s %6s   %s\n", "", "no job", "commits", "min", "median",

@@ -400,8 +400,12 @@ TEST_F(ClusterFlControllerTest, TheControllersJobRunsOnItsTopMovesOffALostTopAnd
   // Version 2 is the last (stop.rounds 2): the job is done. Its evaluation, taken by the top,
   // reaches etcd too: the controller's status converges to the top's (state, version, the
   // versions' accuracies, the best accuracy), without another commit.
-  const json eval = {{"client_id", clients_[0].id}, {"token", clients_[0].token},
-                     {"version", 2}, {"accuracy", 0.875}, {"loss", 0.25}, {"samples", 100}};
+  const json eval = {{"client_id", clients_[0].id},
+                     {"token", clients_[0].token},
+                     {"version", 2},
+                     {"accuracy", 0.875},
+                     {"loss", 0.25},
+                     {"samples", 100}};
   auto ev = HttpAt(cluster_->node_ip(1), TestCluster::kGatewayPort, "POST", "/v1/jobs/mix/eval",
                    eval.dump(), {auth_, "Content-Type: application/json"}, 0, 10000);
   ASSERT_EQ(ev.status / 100, 2) << ev.body;

@@ -178,8 +178,10 @@ void FlCoordinator::RunCommit(JobState& job, CommitWork* w) {
     for (auto& [inst, p] : round.partials) {
       if (p.rebuild && p.node.empty()) {
         // No leaf writes it now (every update of the round has answered): from scratch, into a
-        // partial sum zeroed here where it had none (its leaf folded into the sink).
-        if (p.offset == 0) {
+        // partial sum zeroed here where it had none (its leaf folded into the sink: no warm
+        // partial sum was ready; not a rebuild the status counts).
+        const bool sunk = p.offset == 0;
+        if (sunk) {
           auto fresh = ZeroedPartial(*w->pool, n * sizeof(float));
           if (!fresh.ok()) {
             w->merged = fresh.status();
@@ -193,9 +195,11 @@ void FlCoordinator::RunCommit(JobState& job, CommitWork* w) {
         float* acc = reinterpret_cast<float*>(w->pool->Data(p.offset).data());
         const size_t refolded = job.Refold(acc, p.tickets, w->tickets);
         p.rebuild = false;
-        ++w->rebuilds;
-        spdlog::warn("fl job {}: partial sum rebuilt from {} acknowledged update(s)", w->name,
-                     refolded);
+        if (!sunk) {
+          ++w->rebuilds;
+          spdlog::warn("fl job {}: partial sum rebuilt from {} acknowledged update(s)", w->name,
+                       refolded);
+        }
       }
       std::vector<std::pair<uint64_t, double>>& f = folded[sums.size()];
       for (uint64_t tid : p.tickets) {
@@ -206,10 +210,9 @@ void FlCoordinator::RunCommit(JobState& job, CommitWork* w) {
       const auto* leaf = !p.node.empty()
                              ? p.sum.data()
                              : reinterpret_cast<const float*>(w->pool->Data(p.offset).data());
-      const double scale =
-          job.algo->staleness_at_commit()
-              ? job.algo->CommitScale(w->version - std::min(p.base, w->version))
-              : 1.0;
+      const double scale = job.algo->staleness_at_commit()
+                               ? job.algo->CommitScale(w->version - std::min(p.base, w->version))
+                               : 1.0;
       sums.push_back({{leaf, n}, f, scale});
     }
     w->merged_partials = sums.size();
@@ -247,8 +250,7 @@ void FlCoordinator::RunCommit(JobState& job, CommitWork* w) {
 }
 
 void FlCoordinator::SwapIn(const std::shared_ptr<JobState>& jp, CommitWork* w,
-                           std::vector<uint64_t>* reuse,
-                           std::vector<uint64_t>* committed_versions,
+                           std::vector<uint64_t>* reuse, std::vector<uint64_t>* committed_versions,
                            std::vector<std::pair<std::string, std::string>>* suspects) {
   JobState& job = *jp;
   JobState::Round& round = w->round;

@@ -223,8 +223,8 @@ class FlCoordinator final : public JobService, public FlDataPath {
   struct CommitWork;
   bool TakeRound(JobState& job, CommitWork* w);
   void RunCommit(JobState& job, CommitWork* w);
-  void SwapIn(const std::shared_ptr<JobState>& job, CommitWork* w,
-              std::vector<uint64_t>* reuse, std::vector<uint64_t>* committed_versions,
+  void SwapIn(const std::shared_ptr<JobState>& job, CommitWork* w, std::vector<uint64_t>* reuse,
+              std::vector<uint64_t>* committed_versions,
               std::vector<std::pair<std::string, std::string>>* suspects);
   void Timers();
   void Enqueue(std::shared_ptr<JobState> job);
@@ -258,7 +258,8 @@ class FlCoordinator final : public JobService, public FlDataPath {
   // Threads and locks. A gateway loop never waits for a commit, a checkpoint or an fsync:
   // - gateway loops (Admit, PartialFor, Completed, PartialChanged, HoldUpdate): a job's mu,
   //   then mu_; under the job's mu the update log's own lock (one write(), no fsync), commit_mu_
-  //   and the pool's. No partial sum is zeroed on a loop (a warm one, or the job's sink).
+  //   and the pool's. No partial sum is zeroed on a loop (a warm one, or the job's sink) but
+  //   for a job's first version, whose pool is known from its first update only.
   // - the commit thread (CommitLoop, Timers): a job's mu only to take a round out (TakeRound:
   //   its tickets, the weights swapped out) and to swap the result in (SwapIn: the version, the
   //   model bytes, the checkpoint queued); the merge, the step, the model's bytes and the

@@ -179,7 +179,7 @@ Status FlCoordinator::JobState::LoadClients(const Json& state, uint64_t at_versi
 }
 
 uint64_t FlCoordinator::Persist(const std::shared_ptr<JobState>& jp, bool with_model,
-                               const Optimizer* optimizer) {
+                                const Optimizer* optimizer) {
   JobState& job = *jp;
   // The clients are not in state.json (it would grow with them, and be rewritten whole): their
   // joins are in clients.log already, and the figures that changed go there next

@@ -174,6 +174,17 @@ Result<uint64_t> FlCoordinator::PartialFor(uint64_t ticket, uint32_t instance) {
   JobState::Round& round = job->rounds[tit->second.round];
   auto pit = round.partials.find(key);
   if (pit != round.partials.end()) return pit->second.offset;
+  if (job->warm_partials.empty() && job->version() == 0) {
+    // The job's first version: its pool is known from its first update only, so none could be
+    // warmed before; zeroed here, as many as its leaves take at first (the commit thread warms
+    // the next ones).
+    auto fresh = ZeroedPartial(*job->pool, job->mspec.num_params() * sizeof(float));
+    if (!fresh.ok()) return fresh.status();
+    Enqueue(job);
+    round.partials[key].offset = *fresh;
+    round.partials[key].base = tit->second.base_version;
+    return *fresh;
+  }
   if (job->warm_partials.empty()) {
     // None warm: no partial sum is zeroed here, on the gateway's loop (a large model's takes
     // tens of ms). The leaf folds this update into the job's sink, which nobody reads, and the

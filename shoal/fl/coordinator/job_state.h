@@ -584,12 +584,12 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
           {t.name, model::DType::kF32, t.shape,
            std::as_bytes(std::span<const float>(weights.data() + mspec.offset(i), t.numel()))});
     }
-    auto at = model::WriteSafetensorsHeaderInto(entries,
-                                                {{std::string(model::kMetadataJob), name},
-                                                 {std::string(model::kMetadataVersion),
-                                                  std::to_string(version)},
-                                                 {"format", "pt"}},
-                                                blob);
+    auto at = model::WriteSafetensorsHeaderInto(
+        entries,
+        {{std::string(model::kMetadataJob), name},
+         {std::string(model::kMetadataVersion), std::to_string(version)},
+         {"format", "pt"}},
+        blob);
     if (!at.ok()) return at.status();
     char* data = blob->data() + *at;
     for (size_t i = 0; i < mspec.size(); ++i) {
@@ -789,12 +789,11 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
       e["name"] = cl.name;
       list.push_back(std::move(e));
     }
-    robust_last = {
-        {"version", new_version},
-        {"rule", outcome.rule},
-        {"fallback", outcome.fallback.empty() ? Json(nullptr) : Json(outcome.fallback)},
-        {"updates", std::move(list)},
-        {"ms", outcome.ms}};
+    robust_last = {{"version", new_version},
+                   {"rule", outcome.rule},
+                   {"fallback", outcome.fallback.empty() ? Json(nullptr) : Json(outcome.fallback)},
+                   {"updates", std::move(list)},
+                   {"ms", outcome.ms}};
     if (outcome.rule == "flag") robust_last["flag_iterations"] = outcome.flag_iterations;
     if (!outcome.fallback.empty()) spdlog::warn("fl job {}: {}", spec.name, outcome.fallback);
   }

@@ -132,8 +132,7 @@ TEST_F(FlCommitStallTest, AHeldCommitDoesNotStallTheUpdatePath) {
   nlohmann::json st = Status();
   EXPECT_EQ(st.value("version", -1), 0) << st.dump();
   EXPECT_EQ(st.value("updates_total", -1), 3) << st.dump();
-  EXPECT_EQ(LogClients(), (std::vector<std::string>{clients_[0].client_id,
-                                                    clients_[1].client_id,
+  EXPECT_EQ(LogClients(), (std::vector<std::string>{clients_[0].client_id, clients_[1].client_id,
                                                     clients_[2].client_id}));
   commit_.Release();
   ASSERT_TRUE(WaitVersion(1)) << Status().dump();

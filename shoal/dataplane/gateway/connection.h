@@ -34,6 +34,11 @@ class Connection final : public RequestEvents, public ForwardClient {
  public:
   static constexpr size_t kReadBufferBytes = 64 * 1024;
   static constexpr size_t kChunkedInitialBytes = 64 * 1024;
+  // At most this much of a body per read: libuv reads a readable stream up to 32 times per
+  // callback, so a 46.8 MB update arriving over loopback would otherwise hold the loop for the
+  // whole copy (~10-20 ms) while the loop's other connections wait; 256 KiB bounds one
+  // connection's turn at 8 MiB.
+  static constexpr size_t kBodyReadBytes = 256 * 1024;
 
   explicit Connection(GatewayLoop& loop);
 

@@ -58,9 +58,9 @@ void Connection::OnAlloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
   }
   if (c->state_ == State::kBody) {
     // The body of a Content-Length request goes straight into its pool buffer.
-    *buf = uv_buf_init(
-        reinterpret_cast<char*>(c->body_ptr_ + c->body_len_),
-        static_cast<unsigned>(std::min<uint64_t>(c->body_expected_ - c->body_len_, kBodyReadBytes)));
+    *buf = uv_buf_init(reinterpret_cast<char*>(c->body_ptr_ + c->body_len_),
+                       static_cast<unsigned>(
+                           std::min<uint64_t>(c->body_expected_ - c->body_len_, kBodyReadBytes)));
     return;
   }
   *buf = uv_buf_init(c->rbuf_.get() + c->rbuf_len_,

@@ -208,9 +208,8 @@ int main(int argc, char** argv) {
   shoal::SetExamples(fl_delete, {"shoal fl delete fmnist"});
   shoal::SetExamples(token, {"shoal token create --role fl-client --job fmnist", "shoal token list",
                              "shoal token revoke 3"});
-  shoal::SetExamples(token_create,
-                     {"export SHOAL_TOKEN=$(shoal token create --role fl-client --job fmnist)",
-                      "shoal token create --role deployer -n team-a --name ci"});
+  shoal::SetExamples(token_create, {"FL_TOKEN=$(shoal token create --role fl-client --job fmnist)",
+                                    "shoal token create --role deployer -n team-a --name ci"});
   shoal::SetExamples(token_list, {"shoal token list"});
   shoal::SetExamples(token_revoke, {"shoal token revoke 3"});
   shoal::SetExamples(sim, {"shoal sim --policy shoal --workload bursty",

@@ -2,8 +2,8 @@
 """Train a PyTorch model on Fashion-MNIST as one client of a Shoal FL job.
 
     shoal deploy -f deploy/examples/fljob-fashion-mnist.yaml
-    export SHOAL_TOKEN=$(shoal token create --role fl-client --job fmnist)
-    .venv/bin/python shoal/fl/sdk/python/examples/fmnist_torch.py \
+    FL_TOKEN=$(shoal token create --role fl-client --job fmnist)
+    .venv/bin/python shoal/fl/sdk/python/examples/fmnist_torch.py --token "$FL_TOKEN" \
         --server http://127.0.0.1:8080 --job fmnist --client-index 0 --num-clients 4
 
 The network is built from the job's model, so its tensors have the server's names, shapes and

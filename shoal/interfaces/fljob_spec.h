@@ -24,6 +24,28 @@ struct FlRobustSpec {
   bool enabled() const { return rule != "none" || clip_norm > 0 || clip_median; }
 };
 
+// spec.privacy.dp: central differential privacy (shoal/fl/privacy): each update's change from
+// the model it was trained from clipped to L2 norm C (fixed, or adapted each round after Andrew
+// et al. 2021), Gaussian noise N(0, (noise_multiplier * C)^2) added once to the round's sum, the
+// unweighted mean taken, and the (ε, δ) spent accounted per version. The coordinator checks it
+// against the algorithm (errors name spec.privacy.dp.<field>).
+struct FlDpSpec {
+  bool enabled = false;
+  double noise_multiplier = 0;      // noiseMultiplier σ (required; 0: clipping only, ε infinite)
+  double clip = 0;                  // clip.fixed C, or clip.adaptive.initial
+  bool adaptive = false;            // clip.adaptive
+  double target_quantile = 0.5;     // clip.adaptive.targetQuantile γ: share of norms <= C
+  double clip_learning_rate = 0.2;  // clip.adaptive.learningRate η: C <- C exp(-η (b - γ))
+  double count_noise_multiplier = 0;  // clip.adaptive.countNoiseMultiplier σ_b (0: expected/20)
+  double delta = 1e-5;                // delta δ of the (ε, δ) reported
+  double budget = 0;                  // budget: ε the job may spend (0: no limit)
+};
+
+// spec.privacy.
+struct FlPrivacySpec {
+  FlDpSpec dp;  // spec.privacy.dp
+};
+
 struct FlJobSpec {
   std::string name;                  // metadata.name (DNS label)
   std::string tenant = "default";    // metadata.namespace: the job's shared-memory pool
@@ -49,6 +71,7 @@ struct FlJobSpec {
   uint32_t max_leaves = 4;        // spec.aggregation.maxLeaves
   std::string aggregation_device = "auto";  // spec.aggregation.device: auto | cpu | gpu (leaf fold)
   FlRobustSpec robust;                      // spec.aggregation.robust
+  FlPrivacySpec privacy;                    // spec.privacy
   std::vector<std::string> join_tokens;  // spec.clients.tokens: pre-shared; empty = anyone may join
   uint64_t generation = 0;
   std::string manifest;  // the YAML as deployed

@@ -75,6 +75,10 @@ AGREE = [
          "  aggregation: {maxStaleness: 5, maxFanIn: 4, maxLeaves: 2, device: cpu,"
          " robust: {rule: trimmedMean, beta: 0.2, clipNorm: median}}\n"), True),
     (job(CLIENTS + "  aggregation: {robust: {rule: krum, f: 1, m: 2, clipNorm: 5}}\n"), True),
+    (job(CLIENTS + "  privacy: {dp: {noiseMultiplier: 1.1, clip: {fixed: 0.5}, delta: 1.0e-6,"
+         " budget: 8}}\n"), True),
+    (job("  clients: {expected: 40}\n  privacy: {dp: {noiseMultiplier: 1, clip: {adaptive:"
+         " {initial: 0.1, targetQuantile: 0.5, learningRate: 0.2}}}}\n"), True),
     # invalid
     ("apiVersion: shoal.dev/v2\nkind: Function\nmetadata: {name: f}\nspec: {handler: echo}\n",
      False),
@@ -118,6 +122,15 @@ AGREE = [
     (job(CLIENTS + "  aggregation: {robust: {clipNorm: -1}}\n"), False),
     (job(CLIENTS + "  aggregation: {robust: {clipNorm: mean}}\n"), False),
     (job(CLIENTS + "  algorithm: {name: fedavg, params: {beta: high}}\n"), False),
+    (job(CLIENTS + "  privacy: {dp: {clip: {fixed: 1}}}\n"), False),
+    (job(CLIENTS + "  privacy: {dp: {noiseMultiplier: -1, clip: {fixed: 1}}}\n"), False),
+    (job(CLIENTS + "  privacy: {dp: {noiseMultiplier: 1, clip: {fixed: 0}}}\n"), False),
+    (job(CLIENTS + "  privacy: {dp: {noiseMultiplier: 1, clip: {fixed: 1, adaptive: {initial: 1}}}}\n"),
+     False),
+    (job(CLIENTS + "  privacy: {dp: {noiseMultiplier: 1, clip: {adaptive: {targetQuantile: 2}}}}\n"),
+     False),
+    (job(CLIENTS + "  privacy: {dp: {noiseMultiplier: 1, clip: {fixed: 1}, delta: 1}}\n"), False),
+    (job(CLIENTS + "  privacy: {dp: {noiseMultiplier: 1, clip: {fixed: 1}, epsilon: 3}}\n"), False),
 ]
 
 # What only the parser can say: the schema accepts these, the parser refuses them naming the
@@ -128,6 +141,8 @@ GAPS = [
     (fn("  handler: inference\n  inference: {source: {onnx: /nonexistent/m.onnx}}\n"),
      "spec.inference.source.onnx: no such file on this node"),
     (job("  clients: {expected: 2, quorum: 3}\n"), "spec.clients.quorum: must be <= spec.clients.expected"),
+    (job(CLIENTS + "  algorithm: {name: fedbuff}\n  privacy: {dp: {noiseMultiplier: 1, clip: {fixed: 1}}}\n"),
+     "spec.privacy.dp: central DP clips each update's change"),
     (fn("  handler: echo\n  autoscaling: {minScale: 2}\n  scale: {min: 1}\n"),
      "spec.autoscaling.minScale: disagrees with spec.scale.min"),
 ]
@@ -251,7 +266,7 @@ def test_explain_an_unknown_field_names_the_known_ones():
     assert r.returncode == 1
     assert r.stderr == ("shoal explain: field 'aggregator' does not exist in fljob.spec (fields: "
                         "algorithm, model, data, clients, stop, deadlines, training, "
-                        "aggregation)\n")
+                        "aggregation, privacy)\n")
     r = shoal("explain", "pod.spec")
     assert r.returncode == 1
     assert r.stderr == "shoal explain: 'pod': not a kind (one of: function, fljob)\n"

@@ -22,9 +22,9 @@ FlJobSpec DocumentParser::ParseFlJob(const YAML::Node& doc) {
 
   const YAML::Node s = Required(doc, "spec", "");
   ExpectMap(s, "spec");
-  CheckKeys(
-      s, "spec",
-      {"algorithm", "model", "data", "clients", "stop", "deadlines", "training", "aggregation"});
+  CheckKeys(s, "spec",
+            {"algorithm", "model", "data", "clients", "stop", "deadlines", "training",
+             "aggregation", "privacy"});
   if (const YAML::Node a = s["algorithm"]) {
     ExpectMap(a, "spec.algorithm");
     CheckKeys(a, "spec.algorithm", {"name", "params"});
@@ -156,6 +156,11 @@ FlJobSpec DocumentParser::ParseFlJob(const YAML::Node& doc) {
       spec.aggregation_device = OneOf(n, "spec.aggregation.device", "device", kDevices);
     }
     if (const YAML::Node r = ag["robust"]) ParseRobust(r, spec.robust);
+  }
+  if (const YAML::Node pv = s["privacy"]) {
+    ExpectMap(pv, "spec.privacy");
+    CheckKeys(pv, "spec.privacy", {"dp"});
+    if (const YAML::Node dp = pv["dp"]) ParseDp(dp, spec);
   }
   return spec;
 }

@@ -63,6 +63,9 @@ class DocumentParser {
   // is refused (it would be silently ignored). What depends on the round size (krum's n > 2f+2,
   // flag's rank <= n) and the algorithm is checked by the coordinator at deploy.
   void ParseRobust(const YAML::Node& r, FlRobustSpec& out) const;
+  // spec.privacy.dp (manifest_fljob_privacy.cc), after the rest of the spec: its checks read the
+  // algorithm, the robust rule and spec.clients.expected.
+  void ParseDp(const YAML::Node& n, FlJobSpec& spec);
 
   template <size_t N>
   std::string OneOf(const YAML::Node& node, const std::string& path, const char* what,

@@ -91,6 +91,7 @@ struct FlCoordinator::CommitWork {
   BufferPool* pool = nullptr;
   bool robust = false;
   FlRobustSpec robust_spec;
+  DpCommit dp;  // spec.privacy.dp (dp_commit.h)
   // Results.
   Status merged;
   bool committed = false;
@@ -149,6 +150,7 @@ bool FlCoordinator::TakeRound(JobState& job, CommitWork* w) {
     w->pool = job.pool;
     w->robust = job.Robust();
     w->robust_spec = job.spec.robust;
+    if (job.dp) w->dp = DpTake(job, JobState::RoundTickets(w->round).size());
     job.committing_round = w->round_id;
     return true;
   }
@@ -159,7 +161,18 @@ void FlCoordinator::RunCommit(JobState& job, CommitWork* w) {
   const auto t0 = Clock::now();
   const size_t n = job.mspec.num_params();
   JobState::Round& round = w->round;
-  if (round.acked > 0 && w->robust) {
+  if (round.acked > 0 && w->dp.enabled) {
+    // Clipped, noised once on the total, accounted at SwapIn (dp_commit.h); a budget stop
+    // commits nothing.
+    std::vector<std::span<const std::byte>> bodies;
+    double c = 0;
+    for (uint64_t tid : JobState::RoundTickets(round)) {
+      bodies.push_back(ReadPayload(w->pool->Data(w->tickets.at(tid).buffer)).body);
+      c += w->tickets.at(tid).coefficient;
+    }
+    w->merged = DpMerge(job, bodies, c, w->state.weights, w->version, *robust_, &w->dp);
+    w->merge_ms = Seconds(t0) * 1e3;
+  } else if (round.acked > 0 && w->robust) {
     // The rule over the round's updates in the pool (robust_commit.h), then the step.
     auto outcome =
         job.RobustMerge(w->robust_spec, round, w->tickets, w->state.weights, w->version, *robust_);
@@ -270,6 +283,11 @@ void FlCoordinator::SwapIn(const std::shared_ptr<JobState>& jp, CommitWork* w,
   }
   job.partial_rebuilds += w->rebuilds;
   if (w->outcome) job.RobustVerdicts(round, w->tickets, *w->outcome, w->version + 1, suspects);
+  if (w->dp.enabled) {
+    std::vector<std::string> clients;
+    for (uint64_t tid : JobState::RoundTickets(round)) clients.push_back(w->tickets.at(tid).client);
+    DpSwapIn(job, w->dp, clients, w->committed);
+  }
   if (w->committed) {
     job.state.version = w->state.version;
     job.KeepVersion(std::move(w->kept));

@@ -10,6 +10,7 @@
 #include "shoal/fl/coordinator/fl_members.h"
 #include "shoal/fl/coordinator/job_state.h"
 #include "shoal/fl/kernels/fold_pool.h"
+#include "shoal/fl/privacy/dp_spec_check.h"
 #include "shoal/interfaces/fl_leaf_env.h"
 #include "shoal/v1/fl.pb.h"
 
@@ -115,6 +116,9 @@ Result<std::unique_ptr<agg::AggregationAlgorithm>> MakeJobAlgorithm(const FlJobS
 // key reads as the default (SpecFromJson).
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FlRobustSpec, rule, beta, f, m, rank, clip_norm,
                                                 clip_median)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FlDpSpec, enabled, noise_multiplier, clip, adaptive,
+                                                target_quantile, clip_learning_rate,
+                                                count_noise_multiplier, delta, budget)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     FlJobSpec, name, tenant, algorithm, algorithm_params, architecture, hidden, initial_model, seed,
     dataset, clients, quorum, rounds, target_accuracy, round_deadline_s, local_steps, learning_rate,
@@ -157,7 +161,9 @@ FunctionSpec LeafSpec(const FlJobSpec& spec, uint32_t id, std::string name,
   f.handler.env[fl_leaf_env::kInputs] = std::to_string(JobArchitecture(spec).inputs);
   f.handler.env[fl_leaf_env::kAggregationDevice] = spec.aggregation_device;  // its fold device
   // A robust job's leaves validate and answer; the rule runs at the top (robust_commit.h).
-  f.handler.env[fl_leaf_env::kFold] = spec.robust.enabled() ? "none" : "sum";
+  // So are a DP job's: each update is clipped at the top before the noised sum (dp_commit.h).
+  f.handler.env[fl_leaf_env::kFold] =
+      spec.robust.enabled() || spec.privacy.dp.enabled ? "none" : "sum";
   f.concurrency = std::max(1u, spec.max_fan_in);
   f.min_scale = 1;
   f.max_scale = std::max(1u, spec.max_leaves);
@@ -171,6 +177,7 @@ FunctionSpec LeafSpec(const FlJobSpec& spec, uint32_t id, std::string name,
 Json SpecToJson(const FlJobSpec& s) {
   Json j = s;
   j["robust"] = s.robust;
+  if (s.privacy.dp.enabled) j["privacy"]["dp"] = s.privacy.dp;
   return j;
 }
 
@@ -182,6 +189,10 @@ FlJobSpec SpecFromJson(const Json& j) {
   if (!j.contains("clients")) s.clients = 1;
   if (!j.contains("generation")) s.generation = 1;
   if (j.contains("robust") && j["robust"].is_object()) s.robust = j["robust"].get<FlRobustSpec>();
+  if (j.contains("privacy") && j["privacy"].is_object() && j["privacy"].contains("dp") &&
+      j["privacy"]["dp"].is_object()) {
+    s.privacy.dp = j["privacy"]["dp"].get<FlDpSpec>();
+  }
   return s;
 }
 
@@ -199,7 +210,14 @@ Status InitJob(FlCoordinator::JobState& job) {
   const FlJobSpec& s = job.spec;
   const uint32_t min_round =
       s.round_deadline_s > 0 ? std::max(1u, s.quorum) : (s.quorum > 0 ? s.quorum : s.clients);
-  return CheckRobustSpec(s, job.algo->synchronous(), min_round);
+  SHOAL_RETURN_IF_ERROR(CheckRobustSpec(s, job.algo->synchronous(), min_round));
+  SHOAL_RETURN_IF_ERROR(privacy::CheckDpSpec(s, job.algo->synchronous()));
+  if (s.privacy.dp.enabled) {
+    auto dp = MakeDpState(s);
+    if (!dp.ok()) return dp.status();
+    job.dp = std::move(*dp);
+  }
+  return {};
 }
 
 }  // namespace coordinator_internal
@@ -297,6 +315,12 @@ Status FlCoordinator::DeployJob(const FlJobSpec& in) {
         return InvalidArgument("spec.aggregation.robust: job '" + in.name + "' exists " +
                                (in.robust.enabled() ? "without" : "with") +
                                " a robust rule (its rounds are kept differently); delete it first");
+      }
+      if (it->second->spec.privacy.dp.enabled != in.privacy.dp.enabled) {
+        return InvalidArgument("spec.privacy.dp: job '" + in.name + "' exists " +
+                               (in.privacy.dp.enabled ? "without" : "with") +
+                               " differential privacy (its spend is accounted from the first "
+                               "version); delete it first");
       }
       FlJobSpec updated = in;
       updated.generation = it->second->spec.generation + 1;

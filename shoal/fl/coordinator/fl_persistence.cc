@@ -206,6 +206,7 @@ uint64_t FlCoordinator::Persist(const std::shared_ptr<JobState>& jp, bool with_m
                 {"next_seq", job.next_seq},
                 {"last_commit_seqs", job.UndurableSeqs()},
                 {"top", config_.node_name}};  // a shared checkpoint_dir: whose job it is
+  if (job.dp) state["dp"] = DpStateJson(*job.dp);
   if (job.scheduler) {
     Json tasks = Json::object();
     for (const auto& [id, t] : job.compass_tasks) {
@@ -343,6 +344,7 @@ Status FlCoordinator::RestoreJob(const std::string& dir, const Json& state, bool
   job->leaf_id = state.value("leaf_id", 4095u);
   job->open_round = std::max(state.value("open_round", job->version() + 1), uint64_t{1});
   job->next_seq = state.value("next_seq", uint64_t{1});
+  if (job->dp && state.contains("dp")) RestoreDpState(state["dp"], *job->dp);
   if (job->scheduler && state.contains("compass")) {
     const Json& c = state["compass"];
     if (Status st = job->scheduler->Load(c.value("scheduler", std::string())); !st.ok()) {

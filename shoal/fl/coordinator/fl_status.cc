@@ -75,7 +75,8 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name,
               {"staleness", base ? Json(lag(*base)) : Json(nullptr)},
               {"staleness_at_arrival", base ? Json(c.last_staleness) : Json(nullptr)},
               {"max_staleness", c.max_staleness}};
-    if (job->Robust()) {
+    if (job->dp) e["clipped_updates"] = c.clipped_updates;  // spec.privacy.dp's clip
+    if (job->spec.robust.enabled()) {
       e["suspect_updates"] = c.suspect_updates;
       e["clipped_updates"] = c.clipped_updates;
       Json last = nullptr;
@@ -111,7 +112,20 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name,
     clients.push_back(std::move(e));
   }
   if (job->Compass()) j["compass"] = {{"clients", clients}};
-  if (job->Robust()) {
+  if (job->dp) {
+    j["privacy"] = {{"dp", DpStatusJson(job->spec, *job->dp)}};
+    if (!job->dp->stop_reason.empty()) j["reason"] = job->dp->stop_reason;
+    // (ε, δ) per version beside the accuracy (the console's job page plots them).
+    for (auto& v : j["versions"]) {
+      for (const DpState::Version& dv : job->dp->versions) {
+        if (dv.version == v["version"].get<uint64_t>()) {
+          v["epsilon"] = std::isfinite(dv.epsilon) ? Json(dv.epsilon) : Json("inf");
+          v["delta"] = job->spec.privacy.dp.delta;
+        }
+      }
+    }
+  }
+  if (job->spec.robust.enabled()) {
     // spec.aggregation.robust, the clients with updates it excluded or down-weighted, and what
     // it made of each update of the last robust commit.
     const FlRobustSpec& r = job->spec.robust;

@@ -28,6 +28,7 @@
 #include "shoal/fl/algorithms/model_state.h"
 #include "shoal/fl/algorithms/partial_sum.h"
 #include "shoal/fl/algorithms/version_store.h"
+#include "shoal/fl/coordinator/dp_commit.h"
 #include "shoal/fl/coordinator/fl_coordinator.h"
 #include "shoal/fl/coordinator/robust_commit.h"
 #include "shoal/fl/kernels/fold.h"
@@ -416,9 +417,11 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   size_t WarmPartialsWanted() const {
     return done || Robust() ? 0 : std::min<size_t>(spec.max_leaves, 2);
   }
-  // spec.aggregation.robust: the rule runs at commit over the round's updates (robust_commit.h);
-  // the leaves fold nothing and the rounds have no partial-sum buffers (Partial::offset 0).
-  bool Robust() const { return spec.robust.enabled(); }
+  // spec.aggregation.robust or spec.privacy.dp: the rule (robust_commit.h) or DP's clipping
+  // (dp_commit.h) runs at commit over the round's updates; the leaves fold nothing and the
+  // rounds have no partial-sum buffers (Partial::offset 0).
+  bool Robust() const { return spec.robust.enabled() || spec.privacy.dp.enabled; }
+  std::unique_ptr<DpState> dp;    // spec.privacy.dp
   std::vector<float> robust_out;  // the rule's result, reused commit to commit
   Json robust_last;               // the last robust commit, for the status
   std::map<std::string, Client, ClientOrder> clients;

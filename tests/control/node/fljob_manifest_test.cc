@@ -331,6 +331,72 @@ TEST(FlJobManifestTest, RobustAggregationRulesAndTheirErrors) {
   for (const auto& [extra, want] : cases) EXPECT_EQ(ErrorOf(Job(extra)), want) << extra;
 }
 
+// spec.privacy.dp: fixed and adaptive clipping with their defaults, and the errors naming the
+// field (the combinations the coordinator checks too: an asynchronous algorithm, a robust rule).
+TEST(FlJobManifestTest, DifferentialPrivacyAndItsErrors) {
+  FlJobSpec s =
+      Parsed(Job("  privacy:\n    dp: {noiseMultiplier: 1.1, clip: {fixed: 0.5}, delta: 1.0e-6, "
+                 "budget: 8}\n"));
+  const FlDpSpec& d = s.privacy.dp;
+  EXPECT_TRUE(d.enabled);
+  EXPECT_DOUBLE_EQ(d.noise_multiplier, 1.1);
+  EXPECT_DOUBLE_EQ(d.clip, 0.5);
+  EXPECT_FALSE(d.adaptive);
+  EXPECT_DOUBLE_EQ(d.delta, 1e-6);
+  EXPECT_DOUBLE_EQ(d.budget, 8);
+  s =
+      Parsed(Job("  privacy:\n    dp:\n      noiseMultiplier: 1\n      clip:\n        adaptive: "
+                 "{initial: 0.1, targetQuantile: 0.6, learningRate: 0.3, "
+                 "countNoiseMultiplier: 2}\n"));
+  EXPECT_TRUE(s.privacy.dp.adaptive);
+  EXPECT_DOUBLE_EQ(s.privacy.dp.clip, 0.1);
+  EXPECT_DOUBLE_EQ(s.privacy.dp.target_quantile, 0.6);
+  EXPECT_DOUBLE_EQ(s.privacy.dp.clip_learning_rate, 0.3);
+  EXPECT_DOUBLE_EQ(s.privacy.dp.count_noise_multiplier, 2);
+  EXPECT_DOUBLE_EQ(s.privacy.dp.delta, 1e-5);  // the default
+  EXPECT_EQ(s.privacy.dp.budget, 0);
+  EXPECT_FALSE(Parsed(Job()).privacy.dp.enabled);
+
+  const std::string dp = "  privacy:\n    dp: ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {dp + "{clip: {fixed: 1}}\n",
+       "spec.privacy.dp.noiseMultiplier: required (σ: the noise's standard deviation over the "
+       "clip) (line 9)"},
+      {dp + "{noiseMultiplier: -1, clip: {fixed: 1}}\n",
+       "spec.privacy.dp.noiseMultiplier: must be >= 0, got -1 (line 9)"},
+      {dp + "{noiseMultiplier: 1}\n",
+       "spec.privacy.dp.clip: required ({fixed: C} or {adaptive: {...}}) (line 9)"},
+      {dp + "{noiseMultiplier: 1, clip: {fixed: 0}}\n",
+       "spec.privacy.dp.clip.fixed: must be > 0, got 0 (line 9)"},
+      {dp + "{noiseMultiplier: 1, clip: {fixed: 1, adaptive: {initial: 1}}}\n",
+       "spec.privacy.dp.clip: one of fixed or adaptive, not both (line 9)"},
+      {dp + "{noiseMultiplier: 1, clip: {adaptive: {targetQuantile: 0.5}}}\n",
+       "spec.privacy.dp.clip.adaptive.initial: required"},
+      {dp + "{noiseMultiplier: 1, clip: {adaptive: {initial: 1, targetQuantile: 2}}}\n",
+       "spec.privacy.dp.clip.adaptive.targetQuantile: must be between 0 and 1, got 2 (line 9)"},
+      {dp + "{noiseMultiplier: 1, clip: {fixed: 1}, delta: 1}\n",
+       "spec.privacy.dp.delta: must be > 0 and < 1, got 1 (line 9)"},
+      {dp + "{noiseMultiplier: 1, clip: {fixed: 1}, budget: 0}\n",
+       "spec.privacy.dp.budget: must be > 0, got 0 (line 9)"},
+      {dp + "{noiseMultiplier: 1, clip: {fixed: 1}, epsilon: 3}\n",
+       "spec.privacy.dp.epsilon: unknown field (line 9)"},
+      {"  privacy: {ldp: {}}\n", "spec.privacy.ldp: unknown field (line 8)"},
+      {"  algorithm: {name: fedbuff}\n" + dp + "{noiseMultiplier: 1, clip: {fixed: 1}}\n",
+       "spec.privacy.dp: central DP clips each update's change from the model version a "
+       "synchronous round shares; algorithm fedbuff mixes base versions, so no update's influence "
+       "is bounded by the clip (use fedavg, fedavgm or fedadam) (line 10)"},
+      {"  aggregation: {robust: {rule: median}}\n" + dp +
+           "{noiseMultiplier: 1, clip: {fixed: 1}}\n",
+       "spec.privacy.dp: cannot run beside spec.aggregation.robust: the noise is calibrated to the "
+       "clipped mean's sensitivity C/n, not a robust rule's (line 10)"},
+      {dp + "{noiseMultiplier: 2, clip: {adaptive: {initial: 1}}}\n",
+       "spec.privacy.dp.clip.adaptive.countNoiseMultiplier: the count's noise σ_b = 0.8 "
+       "(spec.clients.expected / 20) must exceed noiseMultiplier / 2 = 1, else it spends the "
+       "whole budget and leaves no noise for the update (line 9)"},
+  };
+  for (const auto& [extra, want] : cases) EXPECT_EQ(ErrorOf(Job(extra)), want) << extra;
+}
+
 TEST(FlJobManifestTest, TheShippedExampleParses) {
   std::ifstream in(std::string(SHOAL_SOURCE_DIR) + "/deploy/examples/fljob-fashion-mnist.yaml");
   ASSERT_TRUE(in) << "deploy/examples/fljob-fashion-mnist.yaml";

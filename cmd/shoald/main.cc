@@ -388,6 +388,7 @@ int main(int argc, char** argv) {
     text += monitor.MetricsText();
     if (node_agent) text += node_agent->MetricsText();
     if (cluster::ClusterFl* c = cluster_fl_view.load()) text += c->MetricsText();
+    text += fl.PrivacyMetricsText();
     return text;
   };
   // Ready only once the whole start-up is done: the gateway answers /readyz before the control

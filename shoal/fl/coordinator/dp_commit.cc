@@ -42,10 +42,9 @@ DpCommit DpTake(JobState& job, size_t updates) {
   c.q = joined == 0 ? 0 : static_cast<double>(updates) / static_cast<double>(joined);
   c.clip = dp.clip;
   c.sigma = d.noise_multiplier;
-  c.sigma_update =
-      d.adaptive ? privacy::UpdateNoiseMultiplier(d.noise_multiplier,
-                                                  privacy::CountNoiseMultiplier(job.spec))
-                 : d.noise_multiplier;
+  c.sigma_update = d.adaptive ? privacy::UpdateNoiseMultiplier(
+                                    d.noise_multiplier, privacy::CountNoiseMultiplier(job.spec))
+                              : d.noise_multiplier;
   c.after = dp.accountant.SpentAfter(c.q, c.sigma, d.delta);
   if (d.budget > 0 && !(c.after.epsilon <= d.budget)) {
     dp.stop_reason = fmt::format(
@@ -70,7 +69,8 @@ Status DpMerge(JobState& job, const std::vector<std::span<const std::byte>>& bod
   FlRobustSpec clip;
   clip.clip_norm = c->clip;
   job.robust_out.resize(job.mspec.num_params());
-  auto outcome = committer.Aggregate(clip, job.mspec, weights.data(), bodies, job.robust_out.data());
+  auto outcome =
+      committer.Aggregate(clip, job.mspec, weights.data(), bodies, job.robust_out.data());
   if (!outcome.ok()) return outcome.status();
   // The noise, once, on the round's total: N(0, (σ_Δ C)^2) on the sum is σ_Δ C / n on the mean.
   c->noise_std = c->sigma_update * c->clip / static_cast<double>(n);
@@ -186,6 +186,46 @@ void RestoreDpState(const Json& j, DpState& dp) {
     dp.versions.push_back(r);
   }
   dp.stop_reason = j.value("stop_reason", std::string());
+}
+
+std::string FlCoordinator::PrivacyMetricsText() {
+  std::vector<std::pair<std::string, std::shared_ptr<JobState>>> jobs;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [name, j] : jobs_) jobs.emplace_back(name, j);
+  }
+  std::string eps, delta, clip, budget;
+  auto value = [](double v) {
+    return std::isinf(v) ? std::string(v > 0 ? "+Inf" : "-Inf") : fmt::format("{}", v);
+  };
+  for (const auto& [name, job] : jobs) {
+    std::lock_guard jl(job->mu);
+    if (job->deleted || !job->dp) continue;
+    const FlDpSpec& d = job->spec.privacy.dp;
+    const std::string label = "{job=\"" + name + "\"} ";
+    eps += "shoal_fl_dp_epsilon" + label + value(job->dp->accountant.Spent(d.delta).epsilon) + "\n";
+    delta += "shoal_fl_dp_delta" + label + value(d.delta) + "\n";
+    clip += "shoal_fl_dp_clip" + label + value(job->dp->clip) + "\n";
+    if (d.budget > 0) budget += "shoal_fl_dp_budget" + label + value(d.budget) + "\n";
+  }
+  if (eps.empty()) return {};
+  std::string out =
+      "# HELP shoal_fl_dp_epsilon Privacy spent by a DP FL job (spec.privacy.dp) up to its latest "
+      "version: ε at its δ (RDP accountant)\n# TYPE shoal_fl_dp_epsilon gauge\n" +
+      eps +
+      "# HELP shoal_fl_dp_delta The δ a DP FL job's ε is reported at\n"
+      "# TYPE shoal_fl_dp_delta gauge\n" +
+      delta +
+      "# HELP shoal_fl_dp_clip The clip norm C of a DP FL job's next round\n"
+      "# TYPE shoal_fl_dp_clip gauge\n" +
+      clip;
+  if (!budget.empty()) {
+    out +=
+        "# HELP shoal_fl_dp_budget The ε a DP FL job may spend (spec.privacy.dp.budget)\n"
+        "# TYPE shoal_fl_dp_budget gauge\n" +
+        budget;
+  }
+  return out;
 }
 
 }  // namespace shoal

@@ -33,18 +33,18 @@ class RobustCommitter;
 struct DpState {
   struct Version {
     uint64_t version = 0;
-    uint32_t updates = 0;   // n: updates in the round
-    uint32_t joined = 0;    // clients joined then
-    double q = 0;           // sampling rate accounted: n / joined
-    double clip = 0;        // C the round's updates were clipped to
-    uint32_t clipped = 0;   // updates whose norm exceeded C
-    double noise_std = 0;   // the per-coordinate noise on the mean: σ_Δ C / n
-    double epsilon = 0;     // ε spent up to and including this version, at the job's δ
-    double order = 0;       // the RDP order that gave it
+    uint32_t updates = 0;  // n: updates in the round
+    uint32_t joined = 0;   // clients joined then
+    double q = 0;          // sampling rate accounted: n / joined
+    double clip = 0;       // C the round's updates were clipped to
+    uint32_t clipped = 0;  // updates whose norm exceeded C
+    double noise_std = 0;  // the per-coordinate noise on the mean: σ_Δ C / n
+    double epsilon = 0;    // ε spent up to and including this version, at the job's δ
+    double order = 0;      // the RDP order that gave it
   };
   privacy::RdpAccountant accountant;
   std::optional<privacy::GaussianNoise> noise;
-  double clip = 0;  // the next round's C
+  double clip = 0;                // the next round's C
   std::vector<Version> versions;  // the latest kVersionHistory
   std::string stop_reason;        // set when the budget stopped the job
   static constexpr size_t kVersionHistory = 256;
@@ -60,7 +60,7 @@ Result<std::unique_ptr<DpState>> MakeDpState(const FlJobSpec& spec);
 // lock again (the accountant, the version's figures, the next C, the clients' counts).
 struct DpCommit {
   bool enabled = false;
-  Status refused;  // the budget would be exceeded: nothing is committed, the job stops
+  Status refused;        // the budget would be exceeded: nothing is committed, the job stops
   uint64_t version = 0;  // the version it commits
   uint32_t updates = 0, joined = 0;
   double q = 0;

@@ -103,6 +103,9 @@ class FlCoordinator final : public JobService, public FlDataPath {
   }
   // The leaf-aggregator functions of the running jobs, for the instance manager.
   std::vector<FunctionSpec> LeafSpecs();
+  // /metrics' lines for the DP jobs (spec.privacy.dp; dp_commit.cc): shoal_fl_dp_epsilon{job},
+  // shoal_fl_dp_delta{job}, shoal_fl_dp_clip{job} and shoal_fl_dp_budget{job}; empty with none.
+  std::string PrivacyMetricsText();
 
   // JobService
   Status DeployJob(const FlJobSpec& spec) override;

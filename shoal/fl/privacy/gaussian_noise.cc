@@ -55,9 +55,7 @@ uint64_t GaussianNoise::Next() {
   return result;
 }
 
-double GaussianNoise::Uniform01() {
-  return (static_cast<double>(Next() >> 11) + 1.0) * 0x1.0p-53;
-}
+double GaussianNoise::Uniform01() { return (static_cast<double>(Next() >> 11) + 1.0) * 0x1.0p-53; }
 
 // Box-Muller, both outputs used.
 double GaussianNoise::Normal() {

@@ -110,8 +110,7 @@ PrivacySpent RdpToEpsilon(const std::vector<double>& orders, const std::vector<d
   bool any = false;
   for (size_t i = 0; i < orders.size() && i < rdp.size(); ++i) {
     const double a = orders[i];
-    const double eps =
-        rdp[i] - (std::log(delta) + std::log(a)) / (a - 1) + std::log((a - 1) / a);
+    const double eps = rdp[i] - (std::log(delta) + std::log(a)) / (a - 1) + std::log((a - 1) / a);
     if (std::isnan(eps)) continue;
     if (!any || eps < best.epsilon) best = {eps, a};
     any = true;

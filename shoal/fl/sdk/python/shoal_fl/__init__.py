@@ -10,7 +10,8 @@
 
 JobClient speaks the protocol request by request; update_format writes SHU1 bodies;
 shoal_fl.torch (optional) moves parameters in and out of a torch.nn.Module; attacks poisons
-updates for experiments with a job's robust rule.
+updates for experiments with a job's robust rule; LocalDP clips and noises each update on the
+client before it is sent (local differential privacy, run_client(local_dp=...)).
 """
 
 from .attacks import Attack, Collusion, flip_labels, lie_z, little_is_enough, parse_attack
@@ -19,6 +20,7 @@ from .dtypes import DType
 from .errors import (BadRequest, ConnectionFailed, Forbidden, HttpError, NotFound,
                      PayloadTooLarge, ProtocolError, ServerError, ServiceUnavailable, ShoalError,
                      StaleUpdate, Unauthorized)
+from .local_dp import LocalDP, privatize
 from .job_client import GlobalModel, JobClient, Membership, RetryPolicy, Task
 from .runner import run_client, RunSummary
 from .update_format import EncodedUpdate, UpdateKind, UpdateMeta
@@ -27,8 +29,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Attack", "BadRequest", "Client", "Collusion", "ConnectionFailed", "DType", "EncodedUpdate",
-    "Forbidden", "GlobalModel", "HttpError", "JobClient", "Membership", "NotFound", "NumPyClient",
+    "Forbidden", "GlobalModel", "HttpError", "JobClient", "LocalDP", "Membership", "NotFound", "NumPyClient",
     "PayloadTooLarge", "ProtocolError", "RetryPolicy", "RunSummary", "ServerError",
     "ServiceUnavailable", "ShoalError", "StaleUpdate", "Task", "Unauthorized", "UpdateKind",
-    "UpdateMeta", "flip_labels", "lie_z", "little_is_enough", "parse_attack", "run_client",
+    "UpdateMeta", "flip_labels", "lie_z", "little_is_enough", "parse_attack", "privatize",
+    "run_client",
 ]

@@ -15,6 +15,7 @@ from .client import Client, Metrics, Parameters
 from .dtypes import DType
 from .errors import NotFound, StaleUpdate
 from .job_client import GlobalModel, JobClient, RetryPolicy
+from .local_dp import LocalDP
 
 log = logging.getLogger("shoal_fl")
 
@@ -56,7 +57,8 @@ def run_client(server: str, job: str, client: Client, *, token: Optional[str] = 
                name: str = "", join_token: Optional[str] = None,
                dtype: "DType | str" = DType.F32, evaluate: bool = True,
                evaluate_final: bool = True, max_seconds: Optional[float] = None,
-               retry: Optional[RetryPolicy] = None, timeout: float = 120.0) -> RunSummary:
+               retry: Optional[RetryPolicy] = None, timeout: float = 120.0,
+               local_dp: Optional[LocalDP] = None) -> RunSummary:
     """Runs `client` in FL job `job` on shoald at `server` (the public port,
     "http://host:8080") until the job is done (or max_seconds pass); returns what it did.
 
@@ -64,6 +66,8 @@ def run_client(server: str, job: str, client: Client, *, token: Optional[str] = 
     dtype: the updates' wire type, "f32", "bf16" or "f16" (bf16/f16 halve the bytes).
     evaluate: call client.evaluate on each global version this client trained from and report
       it; evaluate_final: also the job's last version when it is done.
+    local_dp: clip each update's change from the global model and add Gaussian noise on this
+      client before sending it (shoal_fl.LocalDP: local differential privacy; off by default).
     Raises the SDK's errors (errors.py) for what retrying cannot fix: a bad token, an unknown
     job, an update the server refuses (BadRequest with its reason).
     """
@@ -123,6 +127,8 @@ def run_client(server: str, job: str, client: Client, *, token: Optional[str] = 
             params, num_examples, metrics = _check_fit_result(
                 client.fit([a.copy() for a in model.arrays], config), model)
             train_seconds = time.monotonic() - start
+            if local_dp is not None:
+                params = local_dp.privatize(model.arrays, params)[0]
             s.tasks += 1
             s.assigned_steps.append(task.local_steps)
             steps = int(metrics.get("local_steps", task.local_steps))

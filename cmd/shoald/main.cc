@@ -34,6 +34,8 @@
 #include "shoal/fl/coordinator/fl_coordinator.h"
 #include "shoal/fl/federation/cluster_fl.h"
 #include "shoal/fl/federation/managed_fl_jobs.h"
+#include "shoal/fl/flower/fleet_service.h"
+#include "shoal/fl/flower/gateway_updates.h"
 #include "shoal/security/auth/token_store.h"
 #include "shoal/security/detect/behaviour_monitor.h"
 #ifdef SHOAL_HAVE_ONNX_EXPORT
@@ -47,17 +49,20 @@ using namespace shoal;
 
 namespace {
 
-// The control API behind the gateway's HttpService interface (the FL clients' routes).
+// The control API behind the gateway's HttpService interface (the FL clients' routes), and
+// Flower's Fleet API (/v1/fleet/...) for the jobs that run a Flower app.
 class ControlService final : public HttpService {
  public:
-  explicit ControlService(ControlApi& api) : api_(api) {}
+  ControlService(ControlApi& api, flower::FleetService& fleet) : api_(api), fleet_(fleet) {}
   HttpReply Handle(std::string_view method, std::string_view path, std::string_view query,
                    std::string_view body, const auth::Principal& who) override {
+    if (flower::FleetService::Matches(path)) return fleet_.Handle(method, path, body);
     return api_.Handle(method, path, query, body, who);
   }
 
  private:
   ControlApi& api_;
+  flower::FleetService& fleet_;
 };
 
 // <state>/admin.conf: the CLI config of the first admin (server, gateway, token), mode 0600,
@@ -329,7 +334,11 @@ int main(int argc, char** argv) {
   });
   ControlApi control(*registry, manager, &fl, tokens.get());
   control.SetClusterFunctions(placed_specs);
-  ControlService control_service(control);
+  std::atomic<uint16_t> gateway_port{0};  // set once the gateway listens
+  flower::FleetService fleet(
+      {&fl, [&fl](const std::string& job) { return fl.Spec(job); },
+       flower::GatewayUpdatePoster(config.listen_host, gateway_port, tokens.get())});
+  ControlService control_service(control, fleet);
   // The control listener's API also converts a job's model to ONNX (?format=onnx): long work
   // for that listener's own threads, so the gateway's API (run on its loops) has no exporter.
   ControlApi listener_api(*registry, manager, &fl, tokens.get());
@@ -433,6 +442,7 @@ int main(int argc, char** argv) {
 
   // Instances (and the control listener, for the console's model stats) reach the gateway on
   // loopback unless it listens on one address only.
+  gateway_port = gateway.port();
   const std::string gateway_url = [&] {
     const std::string& host = config.listen_host;
     const bool any = host.empty() || host == "0.0.0.0" || host == "::";

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace shoal {
@@ -46,6 +47,21 @@ struct FlPrivacySpec {
   FlDpSpec dp;  // spec.privacy.dp
 };
 
+// spec.flower: the job runs a Flower app (flwr 1.42): its SuperNodes talk Flower's Fleet API
+// to the gateway (shoal/fl/flower) and Shoal plays the ServerApp's part with this job's
+// algorithm. Config values keep their YAML type: 'i' integer, 'f' float, 'b' bool, 's' string.
+struct FlFlowerValue {
+  char kind = 's';
+  std::string text;  // the scalar as written ("0.01", "true", "3", "cifar")
+};
+struct FlFlowerSpec {
+  std::string fab;  // absolute path of the app bundle `flwr build` wrote
+  std::vector<std::pair<std::string, FlFlowerValue>> run_config;    // Run.override_config
+  std::vector<std::pair<std::string, FlFlowerValue>> train_config;  // the train ConfigRecord
+  bool evaluate = true;  // an `evaluate` message to every node after each commit
+  bool enabled() const { return !fab.empty(); }
+};
+
 struct FlJobSpec {
   std::string name;                  // metadata.name (DNS label)
   std::string tenant = "default";    // metadata.namespace: the job's shared-memory pool
@@ -73,6 +89,7 @@ struct FlJobSpec {
   FlRobustSpec robust;                      // spec.aggregation.robust
   FlPrivacySpec privacy;                    // spec.privacy
   std::vector<std::string> join_tokens;  // spec.clients.tokens: pre-shared; empty = anyone may join
+  FlFlowerSpec flower;                   // spec.flower
   uint64_t generation = 0;
   std::string manifest;  // the YAML as deployed
 };

@@ -24,7 +24,8 @@ FlJobSpec DocumentParser::ParseFlJob(const YAML::Node& doc) {
   ExpectMap(s, "spec");
   CheckKeys(s, "spec",
             {"algorithm", "model", "data", "clients", "stop", "deadlines", "training",
-             "aggregation", "privacy"});
+             "aggregation", "privacy",
+             "flower"});
   if (const YAML::Node a = s["algorithm"]) {
     ExpectMap(a, "spec.algorithm");
     CheckKeys(a, "spec.algorithm", {"name", "params"});
@@ -162,6 +163,7 @@ FlJobSpec DocumentParser::ParseFlJob(const YAML::Node& doc) {
     CheckKeys(pv, "spec.privacy", {"dp"});
     if (const YAML::Node dp = pv["dp"]) ParseDp(dp, spec);
   }
+  if (const YAML::Node f = s["flower"]) ParseFlower(f, spec.flower);
   return spec;
 }
 

@@ -66,6 +66,8 @@ class DocumentParser {
   // spec.privacy.dp (manifest_fljob_privacy.cc), after the rest of the spec: its checks read the
   // algorithm, the robust rule and spec.clients.expected.
   void ParseDp(const YAML::Node& n, FlJobSpec& spec);
+  // spec.flower: {fab, runConfig, trainConfig, evaluate} (manifest_flower.cc).
+  void ParseFlower(const YAML::Node& f, FlFlowerSpec& out) const;
 
   template <size_t N>
   std::string OneOf(const YAML::Node& node, const std::string& path, const char* what,

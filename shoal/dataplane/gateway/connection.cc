@@ -327,6 +327,16 @@ bool Connection::RouteRequest(const RequestHead& head) {
       if (head.content_length > body_limit_) return Reject(413, "request body over the limit");
       if (head.expect_continue && has_body) SendContinue();
       return false;
+    case RouteKind::kFlowerFleet:
+      // A SuperNode sends no bearer token: the Fleet API's own rules (a node id bound to one
+      // job at registration) decide what it reaches, on a control thread as the fleet routes.
+      if (gw.hooks_.control == nullptr) return Reject(404, "no FL jobs on this node");
+      route_ = Route::kControl;
+      principal_ = {};
+      body_limit_ = loop_.config().max_body_bytes;
+      if (head.content_length > body_limit_) return Reject(413, "request body over the limit");
+      if (head.expect_continue && has_body) SendContinue();
+      return false;
     case RouteKind::kControlElsewhere:
       return Reject(404,
                     "the control API is not served on this listener: use the control "

@@ -60,7 +60,9 @@ RouteMatch MatchRoute(std::string_view method, std::string_view path, bool fl_up
                                                         : RouteKind::kFunction;
     return m;
   }
-  if (path.starts_with("/v1/") || path == "/v1")
+  if (path.starts_with("/v1/fleet/"))
+    m.kind = RouteKind::kFlowerFleet;
+  else if (path.starts_with("/v1/") || path == "/v1")
     m.kind = RouteKind::kControlElsewhere;
   else if (path == "/v2" || path == "/v2/")
     m.kind = RouteKind::kV2Server;

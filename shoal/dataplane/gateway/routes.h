@@ -5,6 +5,7 @@
 //   /v2/models/{model}[/...]             the function serving an OIP model
 //   POST /v1/jobs/{job}/updates          an FL update, to the job's leaf aggregators
 //   /v1/jobs/{job}[/join|task|model|eval] the FL clients' ("fleet") control routes
+//   POST /v1/fleet/{rpc}                 Flower 1.42's Fleet API (shoal/fl/flower), for Flower jobs
 //   /v1/...                              the rest of the control API: not on this listener
 //   /v2, /v2/health/{live,ready}, /metrics, /healthz, /readyz
 #pragma once
@@ -19,6 +20,7 @@ enum class RouteKind {
   kModel,             // name (the model; may be empty), sub_path
   kFlUpdate,          // job
   kFleet,             // job
+  kFlowerFleet,       // Flower's Fleet API (the SuperNodes of jobs with spec.flower)
   kControlElsewhere,  // a /v1 route the control listener serves
   kV2Server,
   kV2Live,

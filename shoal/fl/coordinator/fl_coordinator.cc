@@ -174,10 +174,42 @@ FunctionSpec LeafSpec(const FlJobSpec& spec, uint32_t id, std::string name,
   return f;
 }
 
+// spec.flower: {"fab", "run_config": [[key, kind, text]...], "train_config", "evaluate"}.
+Json FlowerToJson(const FlFlowerSpec& f) {
+  auto items = [](const auto& list) {
+    Json a = Json::array();
+    for (const auto& [k, v] : list) a.push_back({k, std::string(1, v.kind), v.text});
+    return a;
+  };
+  return {{"fab", f.fab},
+          {"run_config", items(f.run_config)},
+          {"train_config", items(f.train_config)},
+          {"evaluate", f.evaluate}};
+}
+
+FlFlowerSpec FlowerFromJson(const Json& j) {
+  FlFlowerSpec f;
+  f.fab = j.value("fab", "");
+  f.evaluate = j.value("evaluate", true);
+  auto items = [&](const char* key, auto& out) {
+    if (!j.contains(key) || !j[key].is_array()) return;
+    for (const auto& e : j[key]) {
+      if (!e.is_array() || e.size() != 3) continue;
+      const std::string kind = e[1].get<std::string>();
+      out.emplace_back(e[0].get<std::string>(),
+                       FlFlowerValue{kind.empty() ? 's' : kind[0], e[2].get<std::string>()});
+    }
+  };
+  items("run_config", f.run_config);
+  items("train_config", f.train_config);
+  return f;
+}
+
 Json SpecToJson(const FlJobSpec& s) {
   Json j = s;
   j["robust"] = s.robust;
   if (s.privacy.dp.enabled) j["privacy"]["dp"] = s.privacy.dp;
+  if (s.flower.enabled()) j["flower"] = FlowerToJson(s.flower);
   return j;
 }
 
@@ -193,6 +225,7 @@ FlJobSpec SpecFromJson(const Json& j) {
       j["privacy"]["dp"].is_object()) {
     s.privacy.dp = j["privacy"]["dp"].get<FlDpSpec>();
   }
+  if (j.contains("flower") && j["flower"].is_object()) s.flower = FlowerFromJson(j["flower"]);
   return s;
 }
 

@@ -1,0 +1,1 @@
+"""Shoal's Flower test app: a quickstart-style CNN on Fashion-MNIST."""

@@ -1,0 +1,294 @@
+// FleetService against a fake job: a node's whole round (register, activate, pull the train
+// message and its objects, push the reply) folds one update with the reply's arrays and weight,
+// and each bad request gets the answer Flower's SuperLink gives: malformed protobuf, an unknown
+// route or method, a reused public key, a bad heartbeat interval, an unknown object id, an object
+// whose content is not its id, a reply to another node's message, an oversize array.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "shoal/fl/flower/fleet_service.h"
+#include "shoal/fl/flower/objects.h"
+#include "shoal/fl/wire/safetensors.h"
+#include "shoal/fl/wire/update_format.h"
+
+namespace shoal::flower {
+namespace {
+
+// A stored (uncompressed) zip holding one pyproject.toml: a FAB as far as Shoal reads one.
+std::string TinyFab() {
+  const std::string name = "pyproject.toml";
+  const std::string body =
+      "[project]\nname = \"tiny\"\nversion = \"1.0.0\"\n\n[tool.flwr.app]\npublisher = \"t\"\n";
+  auto le = [](std::string& s, uint32_t v, int n) {
+    for (int i = 0; i < n; ++i) s += static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  std::string z;
+  le(z, 0x04034b50, 4);
+  le(z, 20, 2), le(z, 0, 2), le(z, 0, 2), le(z, 0, 2), le(z, 0, 2), le(z, 0, 4);
+  le(z, body.size(), 4), le(z, body.size(), 4), le(z, name.size(), 2), le(z, 0, 2);
+  z += name + body;
+  const uint32_t cd = z.size();
+  le(z, 0x02014b50, 4);
+  le(z, 20, 2), le(z, 20, 2), le(z, 0, 2), le(z, 0, 2), le(z, 0, 2), le(z, 0, 2), le(z, 0, 4);
+  le(z, body.size(), 4), le(z, body.size(), 4), le(z, name.size(), 2), le(z, 0, 2), le(z, 0, 2);
+  le(z, 0, 2), le(z, 0, 2), le(z, 0, 4), le(z, 0, 4);
+  z += name;
+  const uint32_t cd_size = z.size() - cd;
+  le(z, 0x06054b50, 4);
+  le(z, 0, 2), le(z, 0, 2), le(z, 1, 2), le(z, 1, 2), le(z, cd_size, 4), le(z, cd, 4), le(z, 0, 2);
+  return z;
+}
+
+model::Model Global() {
+  model::Model m(model::ModelSpec({{"w", {2, 3}, 0}, {"b", {3}, 0}}));
+  for (size_t i = 0; i < m.values.size(); ++i) m.values[i] = 0.5f * static_cast<float>(i);
+  return m;
+}
+
+class FakeJobs final : public JobService {
+ public:
+  Status DeployJob(const FlJobSpec&) override { return Status::Ok(); }
+  Status DeleteJob(const std::string&) override { return Status::Ok(); }
+  std::vector<std::string> ListJobs() override { return {"j"}; }
+  Result<std::string> JobStatusJson(const std::string&, const StatusClientsPage&) override {
+    return std::string("{}");
+  }
+  Result<std::string> JobNamespace(const std::string&) override { return std::string("default"); }
+  Result<JoinResult> Join(const std::string&, const std::string&, const std::string&) override {
+    return JoinResult{"c" + std::to_string(joined++), "tok"};
+  }
+  Result<TaskResult> Task(const std::string&, const std::string&, const std::string&) override {
+    TaskResult t;
+    t.kind = TaskResult::Kind::kTrain;
+    return t;
+  }
+  Result<ModelBlob> Model(const std::string&, std::optional<uint64_t>) override {
+    auto bytes = model::ModelToSafetensors(Global());
+    return ModelBlob{0, std::make_shared<const std::string>(
+                            reinterpret_cast<const char*>(bytes.data()), bytes.size())};
+  }
+  Status Evaluate(const std::string&, const EvalReport&) override { return Status::Ok(); }
+  int joined = 0;
+};
+
+class FleetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fab_path_ = std::filesystem::temp_directory_path() /
+                ("shoal-fleet-test-" + std::to_string(::getpid()) + ".fab");
+    std::ofstream(fab_path_, std::ios::binary) << TinyFab();
+    FlJobSpec spec;
+    spec.name = "j";
+    spec.clients = 2;
+    spec.generation = 1;
+    spec.flower.fab = fab_path_.string();
+    spec.flower.evaluate = false;
+    service_ = std::make_unique<FleetService>(FleetService::Hooks{
+        &jobs_, [spec](const std::string&) -> Result<FlJobSpec> { return spec; },
+        [this](const std::string&, std::string_view body) {
+          posted_.emplace_back(body);
+          return Status::Ok();
+        }});
+  }
+  void TearDown() override { std::filesystem::remove(fab_path_); }
+
+  template <class Resp>
+  Resp Call(std::string_view rpc, const google::protobuf::MessageLite& req, int status = 200) {
+    HttpReply r = service_->Handle("POST", "/v1/fleet/" + std::string(rpc), req.SerializeAsString());
+    EXPECT_EQ(r.status, status) << rpc << ": " << r.body;
+    Resp out;
+    EXPECT_TRUE(out.ParseFromString(r.body));
+    return out;
+  }
+  uint64_t Join(const std::string& key) {
+    RegisterNodeFleetRequest reg;
+    reg.set_public_key(key);
+    const uint64_t id = Call<RegisterNodeFleetResponse>("register-node", reg).node_id();
+    ActivateNodeRequest act;
+    act.set_public_key(key);
+    act.set_heartbeat_interval(30);
+    EXPECT_EQ(Call<ActivateNodeResponse>("activate-node", act).node_id(), id);
+    return id;
+  }
+  PullMessagesResponse Pull(uint64_t node) {
+    PullMessagesRequest req;
+    req.mutable_node()->set_node_id(node);
+    return Call<PullMessagesResponse>("pull-messages", req);
+  }
+  // A reply to `ins` with arrays `m` (a model of any shapes) and num-examples `n`: its objects.
+  BuiltObject Reply(const Message& ins, uint64_t from, const model::Model& m, int64_t n,
+                    ObjectMap& objects, Metadata& md) {
+    BuiltObject ar = BuildArrayRecord(m, objects);
+    MetricRecord mr;
+    auto* item = mr.add_items();
+    item->set_key("num-examples");
+    item->mutable_value()->set_sint64(n);
+    BuiltObject metrics;
+    metrics.id = ObjectId(MakeObject("MetricRecord", {}, mr.SerializeAsString()));
+    objects[metrics.id] =
+        std::make_shared<const std::string>(MakeObject("MetricRecord", {}, mr.SerializeAsString()));
+    metrics.tree.set_object_id(metrics.id);
+    BuiltObject rd = BuildRecordDict({{"arrays", ar}, {"metrics", metrics}}, objects);
+    md.set_run_id(ins.metadata().run_id());
+    md.set_src_node_id(from);
+    md.set_dst_node_id(1);
+    md.set_reply_to_message_id(ins.metadata().message_id());
+    md.set_message_type("train");
+    return BuildMessage(md, rd, objects);
+  }
+  PushMessagesResponse Push(uint64_t node, const Metadata& md, const ObjectTree& tree) {
+    PushMessagesRequest req;
+    req.mutable_node()->set_node_id(node);
+    *req.add_messages_list()->mutable_metadata() = md;
+    *req.add_message_object_trees() = tree;
+    return Call<PushMessagesResponse>("push-messages", req);
+  }
+  bool PushObject(uint64_t node, uint64_t run, const std::string& session, const std::string& id,
+                  const std::string& content) {
+    PushObjectRequest req;
+    req.mutable_node()->set_node_id(node);
+    req.set_run_id(run);
+    req.set_object_id(id);
+    req.set_object_content(content);
+    req.set_session_id(session);
+    return Call<PushObjectResponse>("push-object", req).stored();
+  }
+
+  std::filesystem::path fab_path_;
+  FakeJobs jobs_;
+  std::vector<std::string> posted_;
+  std::unique_ptr<FleetService> service_;
+};
+
+TEST_F(FleetTest, ARoundFoldsTheReplysArraysWithItsWeight) {
+  const uint64_t a = Join("key-a");
+  PullMessagesResponse pulled = Pull(a);
+  ASSERT_EQ(pulled.messages_list_size(), 1);
+  const Message& ins = pulled.messages_list(0);
+  EXPECT_EQ(ins.metadata().message_type(), "train");
+  EXPECT_EQ(ins.metadata().dst_node_id(), a);
+  EXPECT_TRUE(ins.has_content());
+  EXPECT_EQ(pulled.message_object_trees(0).object_id(), ins.metadata().message_id());
+  // Every object of the message can be pulled and hashes to its id.
+  std::vector<const ObjectTree*> stack = {&pulled.message_object_trees(0)};
+  size_t objects = 0;
+  while (!stack.empty()) {
+    const ObjectTree* t = stack.back();
+    stack.pop_back();
+    for (const auto& c : t->children()) stack.push_back(&c);
+    PullObjectRequest req;
+    req.mutable_node()->set_node_id(a);
+    req.set_run_id(ins.metadata().run_id());
+    req.set_object_id(t->object_id());
+    auto obj = Call<PullObjectResponse>("pull-object", req);
+    ASSERT_TRUE(obj.object_found());
+    EXPECT_EQ(ObjectId(obj.object_content()), t->object_id());
+    ++objects;
+  }
+  EXPECT_EQ(objects, 8u);  // message, RecordDict, ArrayRecord, 2 arrays, 2 chunks, ConfigRecord
+  EXPECT_EQ(Pull(a).messages_list_size(), 0);  // one train message per version
+
+  model::Model trained = Global();
+  trained.values[7] = 42.0f;
+  ObjectMap objs;
+  Metadata md;
+  const BuiltObject reply = Reply(ins, a, trained, 37, objs, md);
+  PushMessagesResponse pushed = Push(a, md, reply.tree);
+  EXPECT_EQ(pushed.results().at(md.message_id()), 0u);
+  EXPECT_EQ(pushed.reconnect().reconnect(), 5u);
+  ASSERT_GT(pushed.objects_to_push_size(), 0);
+  for (const auto& id : pushed.objects_to_push()) {
+    EXPECT_TRUE(PushObject(a, md.run_id(), pushed.session_id(), id, *objs.at(id)));
+  }
+  ASSERT_EQ(posted_.size(), 1u);
+  auto update = model::ParseUpdate(
+      std::span(reinterpret_cast<const std::byte*>(posted_[0].data()), posted_[0].size()),
+      Global().spec);
+  ASSERT_TRUE(update.ok()) << update.status().ToString();
+  EXPECT_EQ(update->meta.num_samples, 37u);
+  EXPECT_EQ(update->meta.client_id, "c0");
+  EXPECT_EQ(update->meta.base_version, 0u);
+  float b1 = 0;
+  std::memcpy(&b1, update->tensors[1].data + sizeof(float), sizeof b1);
+  EXPECT_EQ(b1, 42.0f);  // b[1], the model's 8th value
+  EXPECT_EQ(service_->counters().replies_folded, 1u);
+}
+
+TEST_F(FleetTest, BadRequestsGetFlowersAnswers) {
+  HttpReply r = service_->Handle("POST", "/v1/fleet/pull-messages", "\xff\xff\xff");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body, R"({"code":1003,"detail":"Invalid protobuf payload."})");
+  EXPECT_EQ(service_->Handle("POST", "/v1/fleet/nope", "").status, 404);
+  EXPECT_EQ(service_->Handle("GET", "/v1/fleet/pull-messages", "").status, 405);
+  const uint64_t a = Join("key-a");
+  RegisterNodeFleetRequest again;
+  again.set_public_key("key-a");
+  r = service_->Handle("POST", "/v1/fleet/register-node", again.SerializeAsString());
+  EXPECT_EQ(r.status, 412);
+  EXPECT_EQ(r.body, R"({"code":23,"detail":"Public key already in use."})");
+  SendNodeHeartbeatRequest hb;
+  hb.mutable_node()->set_node_id(a);
+  hb.set_heartbeat_interval(5);
+  r = service_->Handle("POST", "/v1/fleet/send-node-heartbeat", hb.SerializeAsString());
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body, R"({"code":2003,"detail":"Invalid heartbeat interval."})");
+  hb.set_heartbeat_interval(30);
+  EXPECT_TRUE(Call<SendNodeHeartbeatResponse>("send-node-heartbeat", hb).success());
+  hb.mutable_node()->set_node_id(12345);
+  EXPECT_FALSE(Call<SendNodeHeartbeatResponse>("send-node-heartbeat", hb).success());
+
+  const Message ins = Pull(a).messages_list(0);
+  PullObjectRequest unknown;
+  unknown.mutable_node()->set_node_id(a);
+  unknown.set_run_id(ins.metadata().run_id());
+  unknown.set_object_id(std::string(64, 'e'));
+  auto obj = Call<PullObjectResponse>("pull-object", unknown);
+  EXPECT_FALSE(obj.object_found());
+  EXPECT_FALSE(obj.object_available());
+  GetRunRequest run;
+  run.mutable_node()->set_node_id(a);
+  run.set_run_id(ins.metadata().run_id() + 1);
+  r = service_->Handle("POST", "/v1/fleet/get-run", run.SerializeAsString());
+  EXPECT_EQ(r.status, 403);
+  EXPECT_EQ(r.body, R"({"code":2008,"detail":"Failed to get run."})");
+
+  // Node b replies to a's message: answered, nothing asked for, nothing folded.
+  const uint64_t b = Join("key-b");
+  ObjectMap objs;
+  Metadata md;
+  BuiltObject reply = Reply(ins, b, Global(), 10, objs, md);
+  PushMessagesResponse pushed = Push(b, md, reply.tree);
+  EXPECT_EQ(pushed.objects_to_push_size(), 0);
+  EXPECT_EQ(pushed.results().at(md.message_id()), 0u);
+  EXPECT_EQ(service_->counters().replies_dropped, 1u);
+
+  // a's own reply: an object whose content is not its id is not stored; an oversize array (a
+  // shape the model does not have) is not folded; the right objects are all stored.
+  model::Model big(model::ModelSpec({{"w", {2, 30}, 0}, {"b", {3}, 0}}));
+  Metadata md2;
+  ObjectMap objs2;
+  reply = Reply(ins, a, big, 10, objs2, md2);
+  pushed = Push(a, md2, reply.tree);
+  ASSERT_GT(pushed.objects_to_push_size(), 1);
+  const std::string first = pushed.objects_to_push(0);
+  EXPECT_FALSE(PushObject(a, md2.run_id(), pushed.session_id(), first, "not its content"));
+  EXPECT_FALSE(PushObject(b, md2.run_id(), pushed.session_id(), first, *objs2.at(first)));
+  for (const auto& id : pushed.objects_to_push()) {
+    EXPECT_TRUE(PushObject(a, md2.run_id(), pushed.session_id(), id, *objs2.at(id)));
+  }
+  EXPECT_TRUE(posted_.empty());
+  EXPECT_EQ(service_->counters().replies_refused, 1u);
+  EXPECT_EQ(service_->counters().objects_refused, 2u);
+  // The message has its reply: a second one is dropped.
+  Metadata md3;
+  ObjectMap objs3;
+  reply = Reply(ins, a, Global(), 10, objs3, md3);
+  EXPECT_EQ(Push(a, md3, reply.tree).objects_to_push_size(), 0);
+  EXPECT_EQ(service_->counters().replies_dropped, 2u);
+}
+
+}  // namespace
+}  // namespace shoal::flower

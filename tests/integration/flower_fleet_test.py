@@ -247,3 +247,40 @@ def test_same_app_on_flowers_superlink_gives_the_same_round_one(shoal_run):
         except (ProcessLookupError, subprocess.TimeoutExpired):
             os.killpg(link.pid, signal.SIGKILL)
         log.close()
+
+
+def test_a_supernode_killed_mid_round_and_one_that_reconnects(tmp_path):
+    """Node 0 is killed (its whole process group) once it received round 1's train message; a
+    new SuperNode with the same partition starts in its place (a new node to the job). Every
+    round commits with one update per node: the survivors' replies are not lost and the new node
+    trains the round the killed one left."""
+    tmp = str(tmp_path)
+    fab = build_fab(tmp)
+    dump = os.path.join(tmp, "dump")
+    os.makedirs(dump)
+    with StandaloneShoald(tmp, "fl2") as d:
+        d.deploy(fljob("resilient", fab, dump, rounds=2))
+        nodes = [SuperNode(tmp, f"127.0.0.1:{d.port}", k, f"k{k}") for k in range(NODES)]
+        for n in nodes:
+            n.killed = False
+        try:
+            deadline = time.time() + 600
+            while "Receiving: train message" not in nodes[0].text():
+                assert time.time() < deadline, nodes[0].text()[-3000:]
+                time.sleep(0.2)
+            nodes[0].kill()
+            nodes[0].killed = True
+            nodes.append(SuperNode(tmp, f"127.0.0.1:{d.port}", 0, "k0-again"))
+            nodes[-1].killed = False
+            st = wait_status(d, "resilient", lambda s: s["state"] == "done", 900, nodes)
+        finally:
+            for n in nodes:
+                if not n.killed:
+                    n.stop()
+        versions = {v["version"]: v for v in st["versions"]}
+        assert st["version"] == 2
+        assert versions[1]["updates"] == NODES and versions[2]["updates"] == NODES, versions
+        assert st["clients"]["joined"] == NODES + 1  # the new node joined; the killed one stays
+        # The killed node's reply never came; the new node's did, for round 1 and round 2.
+        assert "Sent successfully" not in nodes[0].text()
+        assert nodes[-1].text().count("Sent successfully") >= 2, nodes[-1].text()[-3000:]

@@ -49,20 +49,16 @@ using namespace shoal;
 
 namespace {
 
-// The control API behind the gateway's HttpService interface (the FL clients' routes), and
-// Flower's Fleet API (/v1/fleet/...) for the jobs that run a Flower app.
-class ControlService final : public HttpService {
- public:
-  ControlService(ControlApi& api, flower::FleetService& fleet) : api_(api), fleet_(fleet) {}
+// The gateway's HttpService: the control API's FL client routes and Flower's Fleet API.
+struct ControlService final : public HttpService {
+  ControlService(ControlApi& a, flower::FleetService& f) : api(a), fleet(f) {}
   HttpReply Handle(std::string_view method, std::string_view path, std::string_view query,
                    std::string_view body, const auth::Principal& who) override {
-    if (flower::FleetService::Matches(path)) return fleet_.Handle(method, path, body);
-    return api_.Handle(method, path, query, body, who);
+    if (flower::FleetService::Matches(path)) return fleet.Handle(method, path, body);
+    return api.Handle(method, path, query, body, who);
   }
-
- private:
-  ControlApi& api_;
-  flower::FleetService& fleet_;
+  ControlApi& api;
+  flower::FleetService& fleet;
 };
 
 // <state>/admin.conf: the CLI config of the first admin (server, gateway, token), mode 0600,

@@ -64,6 +64,10 @@ TEST(Routes, FleetRoutesAndTheRestOfTheControlApi) {
       {"GET", "/v1/jobs/", RouteKind::kControlElsewhere},
       {"GET", "/v1/functions", RouteKind::kControlElsewhere},
       {"GET", "/v1", RouteKind::kControlElsewhere},
+      // Flower's Fleet API (its own answer to a wrong method, shoal/fl/flower).
+      {"POST", "/v1/fleet/pull-messages", RouteKind::kFlowerFleet},
+      {"GET", "/v1/fleet/push-object", RouteKind::kFlowerFleet},
+      {"GET", "/v1/fleet", RouteKind::kControlElsewhere},
       {"GET", "/v2", RouteKind::kV2Server},
       {"GET", "/v2/", RouteKind::kV2Server},
       {"GET", "/v2/health/live", RouteKind::kV2Live},

@@ -93,7 +93,8 @@ class SuperNode:
         self.kill()
 
     def text(self):
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         with open(self.log_path, "rb") as f:
             return f.read().decode(errors="replace")
 
@@ -132,7 +133,7 @@ spec:
   aggregation: {{maxFanIn: 4, maxLeaves: 1}}
   flower:
     fab: {fab}
-    runConfig: {{dump-dir: "{dump}", num-server-rounds: {rounds}}}
+    runConfig: {{dump-dir: "{dump}", num-server-rounds: {rounds}, train-samples: 1024}}
     trainConfig: {{lr: 0.1}}
 {extra}"""
 
@@ -224,7 +225,7 @@ def test_same_app_on_flowers_superlink_gives_the_same_round_one(shoal_run):
             except OSError:
                 time.sleep(0.2)
         nodes = [SuperNode(tmp, f"127.0.0.1:{port}", k, f"f{k}") for k in range(NODES)]
-        cfg = f'dump-dir="{dump}" init-npz="{init}" num-server-rounds=1'
+        cfg = f'dump-dir="{dump}" init-npz="{init}" num-server-rounds=1 train-samples=1024'
         r = subprocess.run([os.path.join(VENV_BIN, "flwr"), "run", APP, "local",
                             "--run-config", cfg], env=env, cwd=tmp, capture_output=True,
                            text=True, timeout=120)

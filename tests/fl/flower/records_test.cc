@@ -2,11 +2,12 @@
 // the same records (ArrayRecord({"w": Array(np.arange(6, float32).reshape(2, 3)), "b":
 // Array(np.zeros(3, float32))}), ConfigRecord({"lr": 0.05, "server-round": 1}), and the
 // RecordDict {"arrays", "config"} of both).
+#include "shoal/fl/flower/records.h"
+
 #include <gtest/gtest.h>
 
 #include "shoal/fl/flower/npy.h"
 #include "shoal/fl/flower/objects.h"
-#include "shoal/fl/flower/records.h"
 
 namespace shoal::flower {
 namespace {
@@ -60,8 +61,7 @@ TEST(FlowerRecords, ReadsAReplyBackAndRefusesWhatIsNotOne) {
   // A missing chunk: named.
   ObjectMap broken = objects;
   broken.erase(ar.tree.children(0).children(0).object_id());
-  EXPECT_NE(ReadReply(msg.id, broken).status().message().find("object missing"),
-            std::string::npos);
+  EXPECT_NE(ReadReply(msg.id, broken).status().message().find("object missing"), std::string::npos);
 }
 
 TEST(FlowerNpy, RoundTripsAndRefusesOtherDtypes) {

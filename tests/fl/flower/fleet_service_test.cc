@@ -3,13 +3,14 @@
 // and each bad request gets the answer Flower's SuperLink gives: malformed protobuf, an unknown
 // route or method, a reused public key, a bad heartbeat interval, an unknown object id, an object
 // whose content is not its id, a reply to another node's message, an oversize array.
+#include "shoal/fl/flower/fleet_service.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
-#include "shoal/fl/flower/fleet_service.h"
 #include "shoal/fl/flower/objects.h"
 #include "shoal/fl/wire/safetensors.h"
 #include "shoal/fl/wire/update_format.h"
@@ -97,7 +98,8 @@ class FleetTest : public ::testing::Test {
 
   template <class Resp>
   Resp Call(std::string_view rpc, const google::protobuf::MessageLite& req, int status = 200) {
-    HttpReply r = service_->Handle("POST", "/v1/fleet/" + std::string(rpc), req.SerializeAsString());
+    HttpReply r =
+        service_->Handle("POST", "/v1/fleet/" + std::string(rpc), req.SerializeAsString());
     EXPECT_EQ(r.status, status) << rpc << ": " << r.body;
     Resp out;
     EXPECT_TRUE(out.ParseFromString(r.body));

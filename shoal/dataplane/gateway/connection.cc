@@ -12,15 +12,13 @@
 #include "shoal/dataplane/gateway/gateway_loop.h"
 #include "shoal/dataplane/gateway/response_head.h"
 #include "shoal/dataplane/gateway/routes.h"
+#include "shoal/fl/wire/update_prefix.h"
 
 namespace shoal {
 
 namespace {
 constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
-// An update's prefix (shoal/fl/wire/update_format.h): "SHU1", u32 header length, then the header.
-constexpr char kUpdateMagic[4] = {'S', 'H', 'U', '1'};
-constexpr uint64_t kUpdatePrefixBytes = 8;
-constexpr uint32_t kMaxUpdateHeader = 1u << 20;  // as the coordinator's ParseUpdateHead
+using model::kUpdatePrefixBytes;
 }  // namespace
 
 Connection::Connection(GatewayLoop& loop) : loop_(loop), parser_(*this) {
@@ -412,7 +410,7 @@ bool Connection::PrepareMemberUpdate(const RequestHead& head) {
                            "its body is read)");
   }
   if (content_length < kUpdatePrefixBytes) {
-    return Reject(400, "not an update: the body must start with \"SHU1\" and its header length");
+    return Reject(400, model::ParsePrefix({}, content_length).status().message());
   }
   // No pool memory yet: the header goes to fl_head_, the top decides, then the body is read.
   head_len_ = PayloadBodyOffset(sub_path_.size(), query_.size(), head.content_type.size());
@@ -435,17 +433,12 @@ void Connection::FeedFlHead() {
     }
     if (fl_prefix_read_) break;
     fl_prefix_read_ = true;
-    uint32_t hlen;
-    std::memcpy(&hlen, fl_head_.data() + 4, 4);
-    if (std::memcmp(fl_head_.data(), kUpdateMagic, 4) != 0) {
-      OnFlRefused(400, "not an update: the body must start with \"SHU1\"");
+    auto hlen = model::ParsePrefix(std::as_bytes(std::span(fl_head_)), body_expected_);
+    if (!hlen.ok()) {
+      OnFlRefused(400, hlen.status().message());
       return;
     }
-    if (hlen > kMaxUpdateHeader || kUpdatePrefixBytes + hlen > body_expected_) {
-      OnFlRefused(400, "update header length " + std::to_string(hlen) + " runs past the body");
-      return;
-    }
-    fl_head_need_ = kUpdatePrefixBytes + hlen;
+    fl_head_need_ = kUpdatePrefixBytes + *hlen;
   }
   // The whole header: reading stops (the client's body waits in its socket) until the top's
   // answer comes back through the loop (OnFlAdmitted / OnFlRefused).

@@ -14,28 +14,6 @@
 
 namespace shoal {
 
-namespace coordinator_internal {
-
-Status ParseUpdateHead(std::span<const std::byte> body, shoal::v1::UpdateHeader* h,
-                       size_t* head_bytes) {
-  if (body.size() < model::kUpdatePrefixBytes ||
-      std::memcmp(body.data(), model::kUpdateMagic, 4) != 0) {
-    return InvalidArgument("not an update: the body must start with \"SHU1\"");
-  }
-  uint32_t hlen;
-  std::memcpy(&hlen, body.data() + 4, 4);
-  if (hlen > body.size() - model::kUpdatePrefixBytes || hlen > (1u << 20)) {
-    return InvalidArgument("update header length " + std::to_string(hlen) + " runs past the body");
-  }
-  if (!h->ParseFromArray(body.data() + model::kUpdatePrefixBytes, static_cast<int>(hlen))) {
-    return InvalidArgument("update header does not parse as a shoal.v1.UpdateHeader");
-  }
-  if (head_bytes != nullptr) *head_bytes = model::kUpdatePrefixBytes + hlen;
-  return {};
-}
-
-}  // namespace coordinator_internal
-
 std::string FlJobSpecJson(const FlJobSpec& spec) { return SpecToJson(spec).dump(); }
 
 Result<FlJobSpec> FlJobSpecFromJson(std::string_view text) {
@@ -76,7 +54,7 @@ Result<FlTopLink::Admission> FlCoordinator::AdmitRemote(const std::string& name,
                            config_.node_name);
   }
   shoal::v1::UpdateHeader h;
-  SHOAL_RETURN_IF_ERROR(ParseUpdateHead(head, &h, nullptr));
+  SHOAL_RETURN_IF_ERROR(model::ParseUpdateHead(head, &h, nullptr));
   auto t = AdmitHeader(job, name, h, nullptr, 0, node);
   if (!t.ok()) return t.status();
   std::lock_guard jl(job->mu);

@@ -205,7 +205,7 @@ Status FlMembers::Prepare(std::string_view name, BufferPool& pool, std::span<con
   if (!call->job) return NotFound("FL job '" + std::string(name) + "' not found");
   shoal::v1::UpdateHeader h;
   size_t head_bytes = 0;
-  SHOAL_RETURN_IF_ERROR(ParseUpdateHead(body, &h, &head_bytes));
+  SHOAL_RETURN_IF_ERROR(model::ParseUpdateHead(body, &h, &head_bytes));
   {
     std::lock_guard jl(call->job->mu);
     call->top = call->job->top;

@@ -18,7 +18,7 @@ Result<FlAdmission> FlCoordinator::Admit(std::string_view name, BufferPool& pool
   }
   // Only the header is read here (on a gateway loop); the leaf validates the tensors.
   shoal::v1::UpdateHeader h;
-  SHOAL_RETURN_IF_ERROR(ParseUpdateHead(body, &h, nullptr));
+  SHOAL_RETURN_IF_ERROR(model::ParseUpdateHead(body, &h, nullptr));
   auto t = AdmitHeader(job, name, h, &pool, buffer, {});
   if (!t.ok()) return t.status();
   return FlAdmission{t->ticket, static_cast<float>(t->coefficient)};

@@ -65,10 +65,6 @@ FunctionSpec LeafSpec(const FlJobSpec& spec, uint32_t id, std::string name,
 // next round's leaves.
 void PrepareSpareModel(FlCoordinator::JobState& job);
 void PrepareWarmPartials(FlCoordinator::JobState& job, std::vector<uint64_t> reuse);
-// An update's prefix and header (the tensors are the leaf's to check); `head_bytes`: their
-// length.
-Status ParseUpdateHead(std::span<const std::byte> body, shoal::v1::UpdateHeader* h,
-                       size_t* head_bytes);
 // The server optimizer's state of `state` as the checkpoint keeps it (optimizer-<v>.bin).
 inline std::shared_ptr<const std::vector<uint8_t>> OptimizerBytes(const agg::ModelState& state) {
   agg::ModelState opt;

@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 
+#include "shoal/common/assign_or_return.h"
 #include "shoal/v1/fl.pb.h"
 
 namespace shoal::model {
@@ -131,6 +132,15 @@ Result<std::vector<std::byte>> EncodeUpdate(const UpdateMeta& meta, const Model&
   return EncodeUpdate(meta, tensors, wire_dtype);
 }
 
+Status ParseUpdateHead(std::span<const std::byte> body, v1::UpdateHeader* h, size_t* head_bytes) {
+  SHOAL_ASSIGN_OR_RETURN(const uint32_t hlen, ParsePrefix(body, body.size()));
+  if (!h->ParseFromArray(body.data() + kUpdatePrefixBytes, static_cast<int>(hlen))) {
+    return InvalidArgument("update header does not parse as a shoal.v1.UpdateHeader");
+  }
+  if (head_bytes != nullptr) *head_bytes = kUpdatePrefixBytes + hlen;
+  return {};
+}
+
 Result<UpdateView> ParseUpdate(std::span<const std::byte> body, const ModelSpec& model,
                                const ParseLimits& limits) {
   const uint64_t size = body.size();
@@ -139,23 +149,9 @@ Result<UpdateView> ParseUpdate(std::span<const std::byte> body, const ModelSpec&
                                              " bytes, the limit is " +
                                              std::to_string(limits.max_body_bytes));
   }
-  if (size < kUpdatePrefixBytes) {
-    return InvalidArgument("update body truncated: " + std::to_string(size) +
-                           " bytes, shorter than the 8-byte prefix");
-  }
-  if (std::memcmp(body.data(), kUpdateMagic, 4) != 0) {
-    return InvalidArgument("bad magic: an update body starts with \"SHU1\"");
-  }
-  uint32_t hlen;
-  std::memcpy(&hlen, body.data() + 4, 4);
-  if (hlen > limits.max_header_bytes || hlen > uint32_t{std::numeric_limits<int>::max()}) {
-    return InvalidArgument("header length " + std::to_string(hlen) + " exceeds the limit " +
-                           std::to_string(limits.max_header_bytes));
-  }
-  if (kUpdatePrefixBytes + hlen > size) {
-    return InvalidArgument("header length " + std::to_string(hlen) +
-                           " runs past the end of the body (" + std::to_string(size) + " bytes)");
-  }
+  const uint32_t max_header = std::min<uint32_t>(
+      limits.max_header_bytes, static_cast<uint32_t>(std::numeric_limits<int>::max()));
+  SHOAL_ASSIGN_OR_RETURN(const uint32_t hlen, ParsePrefix(body, size, max_header));
   v1::UpdateHeader h;
   if (!h.ParseFromArray(body.data() + kUpdatePrefixBytes, static_cast<int>(hlen))) {
     return InvalidArgument("header does not parse as a shoal.v1.UpdateHeader");

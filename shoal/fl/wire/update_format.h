@@ -22,12 +22,15 @@
 #include "shoal/common/status.h"
 #include "shoal/fl/wire/dtype.h"
 #include "shoal/fl/wire/model_spec.h"
+#include "shoal/fl/wire/update_prefix.h"
+
+namespace shoal::v1 {
+class UpdateHeader;
+}
 
 namespace shoal::model {
 
-inline constexpr char kUpdateMagic[4] = {'S', 'H', 'U', '1'};
 inline constexpr uint64_t kUpdateAlignment = 64;
-inline constexpr uint64_t kUpdatePrefixBytes = 8;  // magic + header length
 
 inline constexpr uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 // Offset of the tensor area in a body whose header is `header_len` bytes.
@@ -68,11 +71,15 @@ Result<std::vector<std::byte>> EncodeUpdate(const UpdateMeta& meta, const Model&
 struct ParseLimits {
   // Larger bodies are refused with kTooLarge (HTTP 413) before anything else is read.
   uint64_t max_body_bytes = uint64_t{4} << 30;
-  uint32_t max_header_bytes = 1 << 20;
+  uint32_t max_header_bytes = kMaxUpdateHeaderBytes;
   std::vector<DType> allowed_dtypes = {DType::kF32, DType::kBF16, DType::kF16};
   // Scan the tensors for NaN/Inf.
   bool check_finite = true;
 };
+
+// An update's prefix and header only (`body` may end after them: the coordinator admits an
+// update on its head; the tensors are the leaf's to check); `head_bytes`: their length.
+Status ParseUpdateHead(std::span<const std::byte> body, v1::UpdateHeader* h, size_t* head_bytes);
 
 // One tensor of a parsed update, pointing into the body (no copy). `data` is 64-byte aligned
 // when the body is.

@@ -477,11 +477,26 @@ TEST_F(GatewayFlAdmitTest, AnAdmittedLargeUpdateIsReadWholeIntoThePool) {
 TEST_F(GatewayFlAdmitTest, AMalformedOrChunkedMemberUpdateIsRefusedBeforeTheTopIsAsked) {
   const int a = Connect(gateway_->port());
   SendAll(a, Update("XXXX1234-not-an-update"));
-  std::string want =
-      Error("400 Bad Request", "not an update: the body must start with \\\"SHU1\\\"");
+  std::string want = Error("400 Bad Request", "bad magic: an update body starts with \\\"SHU1\\\"");
   EXPECT_EQ(Receive(a, want.size(), 10000), want);
   EXPECT_TRUE(Closed(a));
   close(a);
+  // The prefix's other refusals, with the wire format's own messages (one parser: ParsePrefix).
+  const std::string header_past_body = Body(std::string(16, 'h'), "").substr(0, 12);
+  const std::pair<std::string, std::string> refused[] = {
+      {"SHU1\x01", "update body truncated: 5 bytes, shorter than the 8-byte prefix"},
+      {header_past_body, "header length 16 runs past the end of the body (12 bytes)"},
+      {"SHU1" + std::string("\x00\x00\x20\x00", 4) + "x",
+       "header length 2097152 exceeds the limit 1048576"},
+  };
+  for (const auto& [body, message] : refused) {
+    const int c = Connect(gateway_->port());
+    SendAll(c, Update(body));
+    const std::string error = Error("400 Bad Request", message);
+    EXPECT_EQ(Receive(c, error.size(), 10000), error);
+    EXPECT_TRUE(Closed(c));
+    close(c);
+  }
   const int b = Connect(gateway_->port());
   SendAll(b,
           "POST /v1/jobs/j/updates HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-1\r\n"

@@ -14,6 +14,7 @@
 #include "shoal/common/http_status.h"
 #include "shoal/common/json_escape.h"
 #include "shoal/common/payload.h"
+#include "shoal/common/query_string.h"
 #include "shoal/common/status.h"
 
 namespace shoal {
@@ -258,3 +259,35 @@ TEST(JsonEscapeTest, EscapeModeWritesControlCharactersAsUnicodeEscapes) {
   shoal::AppendJsonEscaped(out, "a\n\x01\x1F\"\\\xFF\xC3\xA9", shoal::JsonControl::kEscape);
   EXPECT_EQ(out, "a\\u000a\\u0001\\u001f\\\"\\\\\xEF\xBF\xBD\xC3\xA9");
 }
+
+namespace shoal {
+namespace {
+
+TEST(QueryString, ValuesByExactKeyFirstOccurrenceWins) {
+  const std::string_view q = "max=10&maxx=3&flag&empty=&token=a%2Bb+c%zz&max=99";
+  EXPECT_EQ(RawQueryValue(q, "max"), "10");
+  EXPECT_EQ(RawQueryValue(q, "maxx"), "3");
+  EXPECT_EQ(RawQueryValue(q, "flag"), "");
+  EXPECT_EQ(RawQueryValue(q, "empty"), "");
+  EXPECT_EQ(RawQueryValue(q, "ma"), std::nullopt);
+  EXPECT_EQ(RawQueryValue("", "max"), std::nullopt);
+  // %XX decoded, '+' kept, a malformed escape left as it is.
+  EXPECT_EQ(QueryValue(q, "token"), "a+b+c%zz");
+  EXPECT_EQ(QueryValue(q, "absent"), std::nullopt);
+}
+
+TEST(QueryString, UintIsAWholeDecimalNumberOrRefused) {
+  uint64_t v = 7;
+  EXPECT_TRUE(QueryUint("a=1", "offset", &v));  // absent: left as it is
+  EXPECT_EQ(v, 7u);
+  EXPECT_TRUE(QueryUint("offset=42", "offset", &v));
+  EXPECT_EQ(v, 42u);
+  for (const char* bad : {"offset=", "offset", "offset=-1", "offset=1.5", "offset=3x",
+                          "offset=18446744073709551616"}) {
+    EXPECT_FALSE(QueryUint(bad, "offset", &v)) << bad;
+    EXPECT_EQ(v, 42u) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace shoal

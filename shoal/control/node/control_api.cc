@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -41,48 +40,6 @@ HttpReply MethodNotAllowed(std::string_view method, std::string_view path, const
                                std::string(path) + " (allowed: " + allow + ")");
   r.headers.emplace_back("Allow", allow);
   return r;
-}
-
-// The raw (undecoded) value of `key` in a query string ("" for a bare `key`); nullopt when
-// absent.
-std::optional<std::string_view> RawQueryValue(std::string_view query, std::string_view key) {
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-    const size_t eq = pair.find('=');
-    if (pair.substr(0, eq) != key) continue;
-    return eq == std::string_view::npos ? std::string_view{} : pair.substr(eq + 1);
-  }
-  return std::nullopt;
-}
-
-// Reads `key` from a query string as an unsigned integer; false when present but malformed.
-bool QueryUint(std::string_view query, std::string_view key, uint64_t* out) {
-  const std::optional<std::string_view> v = RawQueryValue(query, key);
-  if (!v) return true;
-  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), *out);
-  return ec == std::errc() && p == v->data() + v->size() && !v->empty();
-}
-
-// The value of `key` in a query string, %XX-decoded ('+' stays '+': tokens may hold it);
-// nullopt when absent.
-std::optional<std::string> QueryValue(std::string_view query, std::string_view key) {
-  const std::optional<std::string_view> raw = RawQueryValue(query, key);
-  if (!raw) return std::nullopt;
-  const std::string_view v = *raw;
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    unsigned value = 0;
-    if (v[i] == '%' && i + 2 < v.size() &&
-        std::from_chars(v.data() + i + 1, v.data() + i + 3, value, 16).ptr == v.data() + i + 3) {
-      out += static_cast<char>(value);
-      i += 2;
-    } else {
-      out += v[i];
-    }
-  }
-  return out;
 }
 
 // A listing shows a deployer its own namespace only; viewers and admins see every namespace.

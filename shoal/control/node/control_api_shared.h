@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "shoal/common/query_string.h"
 #include "shoal/control/node/control_api.h"
 #include "shoal/security/auth/token_store.h"
 
@@ -25,13 +26,6 @@ HttpReply StatusError(const Status& st);
 inline constexpr const char* kJobsDisabled = "FL jobs are not enabled on this node";
 
 HttpReply MethodNotAllowed(std::string_view method, std::string_view path, const char* allow);
-
-// Reads `key` from a query string as an unsigned integer; false when present but malformed.
-bool QueryUint(std::string_view query, std::string_view key, uint64_t* out);
-
-// The value of `key` in a query string, %XX-decoded ('+' stays '+': tokens may hold it);
-// nullopt when absent.
-std::optional<std::string> QueryValue(std::string_view query, std::string_view key);
 
 // A listing shows a deployer its own namespace only; viewers and admins see every namespace.
 bool Lists(const auth::Principal& who, const std::string& ns);

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "shoal/common/query_string.h"
 #include "shoal/console/console_assets.h"
 #include "shoal/control/schemas/schemas.h"
 
@@ -30,20 +31,6 @@ constexpr double kMaxEventInterval = 10.0;
 constexpr auto kStopCheck = std::chrono::milliseconds(200);
 // Tickets waiting for their connection; more are refused (a token holder cannot grow the map).
 constexpr size_t kMaxTickets = 1024;
-
-// The value of `key` in a query string (no %-decoding: tickets and numbers need none).
-std::string QueryParam(std::string_view query, std::string_view key) {
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-    const size_t eq = pair.find('=');
-    if (pair.substr(0, eq) == key) {
-      return eq == std::string_view::npos ? std::string() : std::string(pair.substr(eq + 1));
-    }
-  }
-  return {};
-}
 
 // One server-sent event: `data` is one line of JSON (dump(-1) writes no newline).
 std::string SseEvent(std::string_view name, std::string_view data) {
@@ -166,7 +153,8 @@ Status ControlServer::Start() {
     if (bearer.empty() && path == kEventsPath && req.method == "GET") {
       // EventSource cannot send a header: the page trades its token for a one-connection
       // ticket (POST /v1/events/ticket) and passes that, so no long-lived token is in a URL.
-      if (const std::string ticket = QueryParam(query, "ticket"); !ticket.empty()) {
+      if (const std::string ticket = std::string(RawQueryValue(query, "ticket").value_or(""));
+          !ticket.empty()) {
         bearer = RedeemTicket(ticket);
         if (bearer.empty()) {
           JsonError(res, 401,
@@ -393,7 +381,8 @@ std::string ControlServer::RedeemTicket(const std::string& ticket) {
 void ControlServer::ServeEvents(const std::string& query, std::string bearer,
                                 httplib::Response& res) {
   double interval = kDefaultEventInterval;
-  if (const std::string v = QueryParam(query, "interval"); !v.empty()) {
+  if (const std::string v = std::string(RawQueryValue(query, "interval").value_or(""));
+      !v.empty()) {
     const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), interval);
     if (ec != std::errc() || p != v.data() + v.size() || !std::isfinite(interval) ||
         interval < kMinEventInterval || interval > kMaxEventInterval) {

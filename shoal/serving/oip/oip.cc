@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shoal/common/json_escape.h"
+#include "shoal/common/query_string.h"
 
 namespace shoal::oip {
 namespace {
@@ -99,21 +100,6 @@ std::string ErrorJson(std::string_view message) {
 
 namespace {
 
-// The value of `key` in a query string (`a=1&key=value`); nullopt when absent.
-std::optional<std::string_view> QueryValue(std::string_view query, std::string_view key) {
-  size_t pos = 0;
-  while (pos <= query.size()) {
-    const size_t amp = query.find('&', pos);
-    std::string_view part = query.substr(pos, amp == std::string_view::npos ? amp : amp - pos);
-    if (part.size() > key.size() && part.starts_with(key) && part[key.size()] == '=') {
-      return part.substr(key.size() + 1);
-    }
-    if (amp == std::string_view::npos) break;
-    pos = amp + 1;
-  }
-  return std::nullopt;
-}
-
 // Inflates `in` into `out` with zlib's `window_bits` (15 + 16: gzip, 15: zlib, -15: raw).
 Status Inflate(std::span<const std::byte> in, int window_bits, size_t max_bytes,
                std::string_view coding, std::string& out) {
@@ -152,7 +138,7 @@ Status Inflate(std::span<const std::byte> in, int window_bits, size_t max_bytes,
 }  // namespace
 
 Result<std::optional<size_t>> BinaryHeaderLength(std::string_view query) {
-  const auto v = QueryValue(query, "inference_header_content_length");
+  const auto v = RawQueryValue(query, "inference_header_content_length");
   if (!v) return std::optional<size_t>();
   size_t n = 0;
   auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
@@ -166,7 +152,7 @@ Result<std::optional<size_t>> BinaryHeaderLength(std::string_view query) {
 Result<std::span<const std::byte>> DecodeBody(std::string_view query,
                                               std::span<const std::byte> body, size_t max_bytes,
                                               std::string& scratch) {
-  const auto coding = QueryValue(query, "content_encoding");
+  const auto coding = RawQueryValue(query, "content_encoding");
   if (!coding || coding->empty() || *coding == "identity") return body;
   Status st;
   if (*coding == "gzip" || *coding == "x-gzip") {

@@ -25,6 +25,7 @@
 #include "shoal/tools/flsim/mlp_trainer.h"
 #include "tests/support/shoald_data_test.h"
 #include "tests/support/update_for_test.h"
+#include "tests/support/wait_for.h"
 
 namespace shoal::testing {
 namespace {
@@ -647,12 +648,19 @@ TEST_F(FlHistoryTest, ALongJobKeepsItsLatest256VersionsInStatusAndState) {
     ASSERT_EQ(versions[i]["version"].get<uint64_t>(),
               versions[i - 1]["version"].get<uint64_t>() + 1);
   }
-  // The checkpoint state holds the same window.
-  std::ifstream f(shoald_.state_dir() + "/state/jobs/hist/state.json");
-  const Json state = Json::parse(f, nullptr, false);
-  ASSERT_FALSE(state.is_discarded());
+  // The checkpoint state holds the same window, once the checkpoint writer (behind the commits)
+  // has written the last version's.
+  Json state;
+  const bool written = WaitFor(
+      [&] {
+        std::ifstream f(shoald_.state_dir() + "/state/jobs/hist/state.json");
+        state = Json::parse(f, nullptr, false);
+        return !state.is_discarded() && state["versions"].is_array() &&
+               !state["versions"].empty() && state["versions"].back()["version"] == 300;
+      },
+      std::chrono::seconds(30));
+  ASSERT_TRUE(written) << state.dump().substr(0, 300);
   EXPECT_EQ(state["versions"].size(), 256u);
-  EXPECT_EQ(state["versions"].back()["version"], 300);
 }
 
 // The bytes of `pid`'s mapping of its tenant pool (/dev/shm/shoal.*) that have page-table

@@ -22,6 +22,16 @@ struct TaskResult {
   uint32_t retry_after_ms = 0;  // kWait
 };
 
+// A secure-aggregation protocol request (spec.privacy.secureAggregation): `step` "" (GET: the
+// client's view of round `round`, 0: the latest), "advertise", "shares" or "unmask" (POST, a
+// JSON body that carries client_id and token).
+struct SecAggRequest {
+  std::string step;
+  std::string client_id, token;
+  uint64_t round = 0;
+  std::string body;
+};
+
 struct EvalReport {
   std::string client_id, token;
   uint64_t version = 0;

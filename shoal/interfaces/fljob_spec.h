@@ -25,6 +25,18 @@ struct FlRobustSpec {
   bool enabled() const { return rule != "none" || clip_norm > 0 || clip_median; }
 };
 
+// spec.privacy.secureAggregation: SecAgg+ (shoal/fl/secagg): clients send masked fixed-point
+// inputs, leaves fold them modulo 2^32, the top unmasks the sum once at commit. FedAvg family,
+// synchronous rounds only (the coordinator refuses the others, saying why).
+struct FlSecureAggregationSpec {
+  bool enabled = false;
+  uint32_t threshold = 0;       // shares that reconstruct a client's secret; fewest survivors
+  uint32_t neighbours = 0;      // the graph's degree (even; SecAgg+'s O(log n))
+  double clip_range = 1.0;      // clipRange: values clipped to [-clipRange, clipRange]
+  uint32_t bits = 16;           // bits: each value quantized to [0, 2^bits - 1]
+  double stage_timeout_s = 30;  // stageTimeout: a stage closes after this without every client
+};
+
 // spec.privacy.dp: central differential privacy (shoal/fl/privacy): each update's change from
 // the model it was trained from clipped to L2 norm C (fixed, or adapted each round after Andrew
 // et al. 2021), Gaussian noise N(0, (noise_multiplier * C)^2) added once to the round's sum, the
@@ -44,7 +56,8 @@ struct FlDpSpec {
 
 // spec.privacy.
 struct FlPrivacySpec {
-  FlDpSpec dp;  // spec.privacy.dp
+  FlDpSpec dp;                                 // spec.privacy.dp
+  FlSecureAggregationSpec secure_aggregation;  // spec.privacy.secureAggregation
 };
 
 // spec.flower: the job runs a Flower app (flwr 1.42): its SuperNodes talk Flower's Fleet API

@@ -52,6 +52,11 @@ class JobService {
                                   const std::string& token) = 0;
   virtual Result<ModelBlob> Model(const std::string& job, std::optional<uint64_t> version) = 0;
   virtual Status Evaluate(const std::string& job, const EvalReport& report) = 0;
+  // The secure-aggregation protocol's routes (/v1/jobs/{job}/secagg...): the reply's JSON.
+  virtual Result<std::string> SecureAggregation(const std::string& job, const SecAggRequest& req) {
+    (void)req;
+    return NotFound("FL job '" + job + "' does not use secure aggregation here");
+  }
 };
 
 }  // namespace shoal

@@ -88,6 +88,8 @@ class ControlApi {
   HttpReply Task(const std::string& job, std::string_view query);
   HttpReply Model(const std::string& job, std::string_view query);
   HttpReply Evaluate(const std::string& job, std::string_view body);
+  HttpReply SecureAggregation(const std::string& job, std::string_view step, std::string_view query,
+                              std::string_view body);
   HttpReply ListFunctions(const auth::Principal& who);
   HttpReply GetFunction(const std::string& name);
   // GET /v1/functions/fl.<job>: the job's leaf aggregators (live status and instances only).

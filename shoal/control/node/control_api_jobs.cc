@@ -93,7 +93,8 @@ HttpReply ControlApi::Jobs(std::string_view method, std::string_view path, std::
     // Who may do what to a job: its status and model are readable by viewers and by the job's
     // FL clients; deleting it is a write; join, task, eval (and updates, at the gateway) are
     // the FL client's.
-    const bool client_route = sub == "join" || sub == "task" || sub == "eval";
+    const bool client_route = sub == "join" || sub == "task" || sub == "eval" || sub == "secagg" ||
+                              sub.starts_with("secagg/");
     const bool readable = sub.empty() || sub == "model";
     const Action action = client_route                          ? Action::kFlClient
                           : (sub.empty() && method == "DELETE") ? Action::kWrite
@@ -141,6 +142,23 @@ HttpReply ControlApi::Jobs(std::string_view method, std::string_view path, std::
       {"eval", "POST",
        [](ControlApi& api, const std::string& job, std::string_view, std::string_view body) {
          return api.Evaluate(job, body);
+       }},
+      // spec.privacy.secureAggregation's protocol (shoal/fl/secagg).
+      {"secagg", "GET",
+       [](ControlApi& api, const std::string& job, std::string_view query, std::string_view) {
+         return api.SecureAggregation(job, "", query, {});
+       }},
+      {"secagg/advertise", "POST",
+       [](ControlApi& api, const std::string& job, std::string_view, std::string_view body) {
+         return api.SecureAggregation(job, "advertise", {}, body);
+       }},
+      {"secagg/shares", "POST",
+       [](ControlApi& api, const std::string& job, std::string_view, std::string_view body) {
+         return api.SecureAggregation(job, "shares", {}, body);
+       }},
+      {"secagg/unmask", "POST",
+       [](ControlApi& api, const std::string& job, std::string_view, std::string_view body) {
+         return api.SecureAggregation(job, "unmask", {}, body);
        }},
   };
   std::string allow;
@@ -278,6 +296,29 @@ HttpReply ControlApi::Model(const std::string& job, std::string_view query) {
   auto onnx = onnx_export_(*status, *model->bytes);
   if (!onnx.ok()) return Error(500, "job " + job + ": " + onnx.status().message());
   r.body = std::move(*onnx);
+  return r;
+}
+
+HttpReply ControlApi::SecureAggregation(const std::string& job, std::string_view step,
+                                        std::string_view query, std::string_view body) {
+  SecAggRequest req;
+  req.step = std::string(step);
+  req.body = std::string(body);
+  if (step.empty()) {
+    const std::optional<std::string> client = QueryValue(query, "client");
+    if (!client || client->empty()) {
+      return Error(400, "client: required (?client=ID&token=T&round=N)");
+    }
+    req.client_id = *client;
+    req.token = QueryValue(query, "token").value_or("");
+    if (!QueryUint(query, "round", &req.round)) {
+      return Error(400, "round: must be an integer >= 0 (0: the latest)");
+    }
+  }
+  auto reply = jobs_->SecureAggregation(job, req);
+  if (!reply.ok()) return StatusError(reply.status());
+  HttpReply r;
+  r.body = std::move(*reply);
   return r;
 }
 

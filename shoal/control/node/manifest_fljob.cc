@@ -160,11 +160,38 @@ FlJobSpec DocumentParser::ParseFlJob(const YAML::Node& doc) {
   }
   if (const YAML::Node pv = s["privacy"]) {
     ExpectMap(pv, "spec.privacy");
-    CheckKeys(pv, "spec.privacy", {"dp"});
+    CheckKeys(pv, "spec.privacy", {"dp", "secureAggregation"});
     if (const YAML::Node dp = pv["dp"]) ParseDp(dp, spec);
+    if (const YAML::Node sa = pv["secureAggregation"]) {
+      ParseSecureAggregation(sa, spec.privacy.secure_aggregation);
+    }
   }
   if (const YAML::Node f = s["flower"]) ParseFlower(f, spec.flower);
   return spec;
+}
+
+// spec.privacy.secureAggregation: {threshold, neighbours, clipRange, bits, stageTimeout}. What
+// depends on the rest of the job (the algorithm, spec.clients) is checked by the coordinator.
+void DocumentParser::ParseSecureAggregation(const YAML::Node& n, FlSecureAggregationSpec& out) {
+  const std::string path = "spec.privacy.secureAggregation";
+  ExpectMap(n, path);
+  CheckKeys(n, path, {"threshold", "neighbours", "clipRange", "bits", "stageTimeout"});
+  out.enabled = true;
+  out.threshold = static_cast<uint32_t>(
+      Integer(Required(n, "threshold", path), path + ".threshold", 2, kMaxFlClients));
+  out.neighbours = static_cast<uint32_t>(
+      Integer(Required(n, "neighbours", path), path + ".neighbours", 2, kMaxFlClients));
+  if (const YAML::Node c = n["clipRange"]) {
+    out.clip_range = Number(c, path + ".clipRange");
+    if (!(out.clip_range > 0) || !std::isfinite(out.clip_range)) {
+      Fail(path + ".clipRange", "must be a finite number > 0, got " + c.Scalar(), c);
+    }
+  }
+  if (const YAML::Node b = n["bits"]) {
+    out.bits = static_cast<uint32_t>(Integer(b, path + ".bits", 1, 31));
+  }
+  if (const YAML::Node t = n["stageTimeout"])
+    out.stage_timeout_s = Duration(t, path + ".stageTimeout");
 }
 
 // spec.aggregation.robust: {rule, beta, f, m, rank, clipNorm}; a parameter of another rule

@@ -68,6 +68,8 @@ class DocumentParser {
   void ParseDp(const YAML::Node& n, FlJobSpec& spec);
   // spec.flower: {fab, runConfig, trainConfig, evaluate} (manifest_flower.cc).
   void ParseFlower(const YAML::Node& f, FlFlowerSpec& out) const;
+  // spec.privacy.secureAggregation (manifest_fljob.cc).
+  void ParseSecureAggregation(const YAML::Node& n, FlSecureAggregationSpec& out);
 
   template <size_t N>
   std::string OneOf(const YAML::Node& node, const std::string& path, const char* what,

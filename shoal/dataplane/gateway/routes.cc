@@ -14,9 +14,11 @@ bool MatchFleetRoute(std::string_view method, std::string_view path, std::string
   const std::string_view name = path.substr(0, slash);
   const std::string_view sub = slash == std::string_view::npos ? "" : path.substr(slash + 1);
   if (name.empty()) return false;
-  const bool fleet = (sub.empty() && method == "GET") || (sub == "join" && method == "POST") ||
-                     (sub == "task" && method == "GET") || (sub == "model" && method == "GET") ||
-                     (sub == "eval" && method == "POST") || (sub == "updates" && method == "POST");
+  const bool fleet =
+      (sub.empty() && method == "GET") || (sub == "join" && method == "POST") ||
+      (sub == "task" && method == "GET") || (sub == "model" && method == "GET") ||
+      (sub == "eval" && method == "POST") || (sub == "updates" && method == "POST") ||
+      (sub == "secagg" && method == "GET") || (sub.starts_with("secagg/") && method == "POST");
   if (fleet && job != nullptr) *job = name;
   return fleet;
 }

@@ -30,7 +30,9 @@ bool FlCoordinator::FoldsElsewhere(const std::string& name) {
   auto job = Find(name);
   if (!job) return false;
   std::lock_guard jl(job->mu);
-  return !job->Robust() && !job->Compass() && !job->algo->staleness_at_commit();
+  // (A secure job's masked sums merge by u32 addition, but the nodes' partial-sum fetch moves
+  // float32: secure jobs fold on their top's node for now.)
+  return !job->Robust() && !job->Compass() && !job->algo->staleness_at_commit() && !job->secagg;
 }
 
 Result<FlJobSpec> FlCoordinator::Spec(const std::string& name) {

@@ -92,6 +92,9 @@ struct FlCoordinator::CommitWork {
   bool robust = false;
   FlRobustSpec robust_spec;
   DpCommit dp;  // spec.privacy.dp (dp_commit.h)
+  // spec.privacy.secureAggregation (fl_secagg.cc): the masks to remove, planned under the lock.
+  std::optional<secagg::SecAggSession::UnmaskPlan> secagg;
+  std::string secagg_sum_sha256;
   // Results.
   Status merged;
   bool committed = false;
@@ -115,6 +118,9 @@ bool FlCoordinator::TakeRound(JobState& job, CommitWork* w) {
       // waits, and is tried again shortly (Timers), or once that node's loss re-opens it.
       job.remote_retry_at = job.Elapsed() + 0.2;
       return false;
+    }
+    if (round.closed && round.inflight == 0 && job.secagg && !job.SecAggReady(rit->first, round)) {
+      return false;  // its protocol round still collects unmask shares (fl_secagg.cc)
     }
     if (!round.closed || round.inflight != 0 || round.merged ||
         (partner != nullptr && partner->inflight != 0)) {
@@ -151,6 +157,14 @@ bool FlCoordinator::TakeRound(JobState& job, CommitWork* w) {
     w->robust = job.Robust();
     w->robust_spec = job.spec.robust;
     if (job.dp) w->dp = DpTake(job, JobState::RoundTickets(w->round).size());
+    if (job.secagg && w->round.acked > 0) {
+      auto plan = job.secagg->PlanUnmask(w->round_id);
+      if (plan.ok()) {
+        w->secagg = std::move(*plan);
+      } else {
+        w->merged = plan.status();
+      }
+    }
     job.committing_round = w->round_id;
     return true;
   }
@@ -180,6 +194,13 @@ void FlCoordinator::RunCommit(JobState& job, CommitWork* w) {
       w->outcome = std::move(*outcome);
     } else {
       w->merged = outcome.status();
+    }
+    w->merge_ms = Seconds(t0) * 1e3;
+  } else if (round.acked > 0 && job.secagg) {
+    // The masked u32 sums added, unmasked once, decoded (fl_secagg.cc).
+    if (w->secagg) {
+      w->merged = job.SecAggTotal(*w->secagg, round, w->tickets, w->pool, merge_pool_.get(),
+                                  &w->secagg_sum_sha256);
     }
     w->merge_ms = Seconds(t0) * 1e3;
   } else if (round.acked > 0) {
@@ -282,6 +303,7 @@ void FlCoordinator::SwapIn(const std::shared_ptr<JobState>& jp, CommitWork* w,
     return;
   }
   job.partial_rebuilds += w->rebuilds;
+  if (w->secagg) job.secagg->Finish(*w->secagg, w->merged, w->secagg_sum_sha256);
   if (w->outcome) job.RobustVerdicts(round, w->tickets, *w->outcome, w->version + 1, suspects);
   if (w->dp.enabled) {
     std::vector<std::string> clients;
@@ -413,6 +435,11 @@ void FlCoordinator::Timers() {
       if (job->done) {
         if (due) Enqueue(job);
         continue;
+      }
+      if (job->secagg) {
+        const auto t = job->secagg->OnTimer(now);
+        if (t.close_input && job->CloseSecAggInput(t.coord_round)) due = true;
+        if (t.commit_due) due = true;
       }
       if (job->Compass()) {
         for (const auto& d : job->scheduler->OnTimer(now)) {

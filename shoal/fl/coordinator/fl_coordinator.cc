@@ -119,6 +119,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FlRobustSpec, rule, beta, f, m, 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FlDpSpec, enabled, noise_multiplier, clip, adaptive,
                                                 target_quantile, clip_learning_rate,
                                                 count_noise_multiplier, delta, budget)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FlSecureAggregationSpec, enabled, threshold,
+                                                neighbours, clip_range, bits, stage_timeout_s)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     FlJobSpec, name, tenant, algorithm, algorithm_params, architecture, hidden, initial_model, seed,
     dataset, clients, quorum, rounds, target_accuracy, round_deadline_s, local_steps, learning_rate,
@@ -162,8 +164,10 @@ FunctionSpec LeafSpec(const FlJobSpec& spec, uint32_t id, std::string name,
   f.handler.env[fl_leaf_env::kAggregationDevice] = spec.aggregation_device;  // its fold device
   // A robust job's leaves validate and answer; the rule runs at the top (robust_commit.h).
   // So are a DP job's: each update is clipped at the top before the noised sum (dp_commit.h).
-  f.handler.env[fl_leaf_env::kFold] =
-      spec.robust.enabled() || spec.privacy.dp.enabled ? "none" : "sum";
+  // A secure job's leaves fold masked u32 inputs (shoal/fl/secagg).
+  f.handler.env[fl_leaf_env::kFold] = spec.privacy.secure_aggregation.enabled            ? "u32"
+                                      : spec.robust.enabled() || spec.privacy.dp.enabled ? "none"
+                                                                                         : "sum";
   f.concurrency = std::max(1u, spec.max_fan_in);
   f.min_scale = 1;
   f.max_scale = std::max(1u, spec.max_leaves);
@@ -210,6 +214,9 @@ Json SpecToJson(const FlJobSpec& s) {
   j["robust"] = s.robust;
   if (s.privacy.dp.enabled) j["privacy"]["dp"] = s.privacy.dp;
   if (s.flower.enabled()) j["flower"] = FlowerToJson(s.flower);
+  if (s.privacy.secure_aggregation.enabled) {
+    j["privacy"]["secureAggregation"] = s.privacy.secure_aggregation;
+  }
   return j;
 }
 
@@ -226,6 +233,10 @@ FlJobSpec SpecFromJson(const Json& j) {
     s.privacy.dp = j["privacy"]["dp"].get<FlDpSpec>();
   }
   if (j.contains("flower") && j["flower"].is_object()) s.flower = FlowerFromJson(j["flower"]);
+  if (j.contains("privacy") && j["privacy"].is_object() &&
+      j["privacy"].contains("secureAggregation") && j["privacy"]["secureAggregation"].is_object()) {
+    s.privacy.secure_aggregation = j["privacy"]["secureAggregation"].get<FlSecureAggregationSpec>();
+  }
   return s;
 }
 
@@ -250,7 +261,7 @@ Status InitJob(FlCoordinator::JobState& job) {
     if (!dp.ok()) return dp.status();
     job.dp = std::move(*dp);
   }
-  return {};
+  return InitSecureAggregation(job);
 }
 
 }  // namespace coordinator_internal

@@ -120,6 +120,8 @@ class FlCoordinator final : public JobService, public FlDataPath {
                           const std::string& token) override;
   Result<ModelBlob> Model(const std::string& job, std::optional<uint64_t> version) override;
   Status Evaluate(const std::string& job, const EvalReport& report) override;
+  // spec.privacy.secureAggregation's routes (fl_secagg.cc).
+  Result<std::string> SecureAggregation(const std::string& job, const SecAggRequest& req) override;
 
   // FlDataPath
   std::string LeafFunction(std::string_view job) override;

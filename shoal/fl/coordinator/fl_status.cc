@@ -152,6 +152,7 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name,
     }
     if (r.rule == "flag") j["robust"]["rank"] = r.rank;
   }
+  if (job->secagg) j["secure_aggregation"] = job->secagg->StatusJson();
   j["clients"]["list"] = std::move(clients);
   // The next page's clients_from (null: this page ends the list).
   j["clients"]["page"] = {

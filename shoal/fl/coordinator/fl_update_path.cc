@@ -66,6 +66,8 @@ Result<FlCoordinator::HeaderAdmission> FlCoordinator::AdmitHeader(
   if (sync && client.submitted_round == job->open_round) {
     return AlreadyExists("client '" + client.id + "' already sent an update for this round");
   }
+  if (job->secagg)
+    SHOAL_RETURN_IF_ERROR(job->secagg->MayInput(client.id, job->open_round, job->Elapsed()));
   const double now = job->Elapsed();
   std::optional<agg::CompassDecision> decision;
   if (job->Compass()) {
@@ -132,7 +134,8 @@ Result<FlCoordinator::HeaderAdmission> FlCoordinator::AdmitHeader(
   client.submitted_round = round_id;
   if (!job->Compass()) {
     // The round takes no more updates once it is due; later ones go to the next round.
-    const bool due = sync ? round.admitted >= job->Needed()
+    const bool due = sync ? (job->secagg ? job->secagg->InputsComplete(round_id, round.admitted)
+                                         : round.admitted >= job->Needed())
                           : job->algo->ShouldCommit(round.admitted, now) &&
                                 job->algo->NextCommitTime() == std::nullopt;
     if (due) {

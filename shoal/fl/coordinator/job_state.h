@@ -33,6 +33,8 @@
 #include "shoal/fl/coordinator/robust_commit.h"
 #include "shoal/fl/kernels/fold.h"
 #include "shoal/fl/kernels/fold_pool.h"
+#include "shoal/fl/kernels/worker_team.h"
+#include "shoal/fl/secagg/secagg_session.h"
 #include "shoal/fl/wire/architectures.h"
 #include "shoal/fl/wire/safetensors.h"
 #include "shoal/fl/wire/update_format.h"
@@ -80,6 +82,9 @@ Json SpecToJson(const FlJobSpec& s);
 FlJobSpec SpecFromJson(const Json& j);
 // The parts of a job that follow from its spec (algorithm, version store, scheduler), checked.
 Status InitJob(FlCoordinator::JobState& job);
+// spec.privacy.secureAggregation checked against the rest of the spec, its session made
+// (fl_secagg.cc); nothing for a job without it.
+Status InitSecureAggregation(FlCoordinator::JobState& job);
 
 // One admitted-and-acknowledged update, as the job's update log keeps it: enough to find its
 // bytes in the pool again and to count it exactly once after a restart.
@@ -417,7 +422,19 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   // (dp_commit.h) runs at commit over the round's updates; the leaves fold nothing and the
   // rounds have no partial-sum buffers (Partial::offset 0).
   bool Robust() const { return spec.robust.enabled() || spec.privacy.dp.enabled; }
-  std::unique_ptr<DpState> dp;    // spec.privacy.dp
+  std::unique_ptr<DpState> dp;  // spec.privacy.dp
+  // spec.privacy.secureAggregation (fl_secagg.cc): the protocol rounds, the threads that expand
+  // the masks at commit, and the hooks the round logic calls.
+  std::unique_ptr<secagg::SecAggSession> secagg;
+  std::unique_ptr<agg::WorkerTeam> secagg_team;
+  bool SecAggReady(uint64_t round_id, const Round& round);
+  bool CloseSecAggInput(uint64_t round_id);
+  // With no lock (the commit thread owns `total` and the round): the round's masked u32 partial
+  // sums added, unmasked by `plan` (PlanUnmask, taken under the lock), decoded into `total`
+  // with weight 1 per survivor.
+  Status SecAggTotal(const secagg::SecAggSession::UnmaskPlan& plan, const Round& round,
+                     const std::map<uint64_t, Ticket>& round_tickets, BufferPool* pool,
+                     agg::FoldPool* threads, std::string* sum_sha256);
   std::vector<float> robust_out;  // the rule's result, reused commit to commit
   Json robust_last;               // the last robust commit, for the status
   std::map<std::string, Client, ClientOrder> clients;

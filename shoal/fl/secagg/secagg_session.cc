@@ -27,7 +27,6 @@ Result<Key32> KeyField(const nlohmann::json& body, const char* field) {
   return k;
 }
 
-
 }  // namespace
 
 const char* StageName(Stage s) {
@@ -173,7 +172,7 @@ Result<nlohmann::json> SecAggSession::Advertise(const std::string& client, uint6
   std::memcpy(p.b_commit.data(), commit->data(), 32);
   r->index[client] = static_cast<uint32_t>(r->parts.size());
   r->parts.push_back(std::move(p));
-  if (r->parts.size() == 1) r->stage_since = now;  // the stage's clock starts with its first
+  r->stage_since = now;
   if (config_.clients != 0 && r->parts.size() >= config_.clients) CloseAdvertise(*r, now);
   return Json{{"round", r->id}, {"stage", StageName(r->stage)}};
 }
@@ -239,20 +238,22 @@ Result<nlohmann::json> SecAggSession::ShareKeys(const std::string& client, const
   }
   for (uint32_t n : r->graph[self]) {
     if (!sealed.count(n)) {
-      return InvalidArgument("shares." + r->parts[n].id + ": missing (a share for every neighbour)");
+      return InvalidArgument("shares." + r->parts[n].id +
+                             ": missing (a share for every neighbour)");
     }
   }
   me.sealed = std::move(sealed);
   me.shared = true;
-  const bool all = std::all_of(r->parts.begin(), r->parts.end(),
-                               [](const Participant& p) { return p.shared; });
+  r->stage_since = now;
+  const bool all =
+      std::all_of(r->parts.begin(), r->parts.end(), [](const Participant& p) { return p.shared; });
   if (all) CloseShare(*r, now);
   return Json{{"round", r->id}, {"stage", StageName(r->stage)}};
 }
 
 void SecAggSession::CloseShare(Round& r, double now) {
-  const auto shared = std::count_if(r.parts.begin(), r.parts.end(),
-                                    [](const Participant& p) { return p.shared; });
+  const auto shared =
+      std::count_if(r.parts.begin(), r.parts.end(), [](const Participant& p) { return p.shared; });
   if (static_cast<uint32_t>(shared) < config_.threshold) {
     FailRound(r, std::to_string(shared) + " client(s) shared their keys, fewer than the " +
                      "threshold " + std::to_string(config_.threshold));
@@ -262,8 +263,8 @@ void SecAggSession::CloseShare(Round& r, double now) {
   r.stage_since = now;
 }
 
-Status SecAggSession::MayInput(const std::string& client, uint64_t coord_round) const {
-  for (const Round& r : rounds_) {
+Status SecAggSession::MayInput(const std::string& client, uint64_t coord_round, double now) {
+  for (Round& r : rounds_) {
     if (r.coord_round != coord_round || r.stage != Stage::kInput) continue;
     auto it = r.index.find(client);
     if (it == r.index.end() || !r.parts[it->second].shared) {
@@ -271,6 +272,7 @@ Status SecAggSession::MayInput(const std::string& client, uint64_t coord_round) 
                               std::to_string(r.id) +
                               "'s input set (it did not share its keys before that stage closed)");
     }
+    r.stage_since = now;
     return Status::Ok();
   }
   return AlreadyExists(
@@ -345,7 +347,7 @@ void SecAggSession::Fail(uint64_t coord_round, const std::string& why) {
 }
 
 Result<nlohmann::json> SecAggSession::UnmaskShares(const std::string& client, const Json& body,
-                                                   double /*now*/, bool* complete) {
+                                                   double now, bool* complete) {
   *complete = false;
   Round* r = Current();
   if (r == nullptr) return NotFound("no secure-aggregation round is open");
@@ -382,11 +384,9 @@ Result<nlohmann::json> SecAggSession::UnmaskShares(const std::string& client, co
   for (const auto& [of, value] : body["shares"].items()) {
     const std::string field = "shares." + of.substr(0, 64);
     auto o = r->index.find(of);
-    if (o == r->index.end() || !IsNeighbour(*r, self, o->second) ||
-        !r->parts[o->second].shared) {
-      return InvalidArgument(field + ": " + of.substr(0, 64) +
-                             " is not a neighbour of " + client + " that shared keys in round " +
-                             std::to_string(r->id));
+    if (o == r->index.end() || !IsNeighbour(*r, self, o->second) || !r->parts[o->second].shared) {
+      return InvalidArgument(field + ": " + of.substr(0, 64) + " is not a neighbour of " + client +
+                             " that shared keys in round " + std::to_string(r->id));
     }
     const bool self_mask = r->parts[o->second].input;
     const size_t want = ShareElements(self_mask ? kSeedBytes : kKeyBytes);
@@ -407,8 +407,8 @@ Result<nlohmann::json> SecAggSession::UnmaskShares(const std::string& client, co
   }
   for (uint32_t n : r->graph[self]) {
     if (!r->parts[n].shared) continue;
-    const bool given = std::any_of(pending.begin(), pending.end(),
-                                   [n](const Pending& p) { return p.owner == n; });
+    const bool given =
+        std::any_of(pending.begin(), pending.end(), [n](const Pending& p) { return p.owner == n; });
     if (!given) return InvalidArgument("shares." + r->parts[n].id + ": missing");
   }
   // A share is checked as soon as its owner's secret is known: against the polynomial of the
@@ -446,8 +446,8 @@ Result<nlohmann::json> SecAggSession::UnmaskShares(const std::string& client, co
     }
     if (!good) {
       return InvalidArgument(field + ": with the " + std::to_string(config_.threshold - 1) +
-                             " share(s) before it, does not reconstruct " +
-                             r->parts[p.owner].id + "'s " +
+                             " share(s) before it, does not reconstruct " + r->parts[p.owner].id +
+                             "'s " +
                              (p.self_mask ? "self-mask seed (its commitment does not match)"
                                           : "mask key (its public key does not match)"));
     }
@@ -458,13 +458,13 @@ Result<nlohmann::json> SecAggSession::UnmaskShares(const std::string& client, co
   for (auto& [o, s] : new_b) r->b_seed[o] = s;
   for (auto& [o, k] : new_sk) r->sk[o] = k;
   me.answered = true;
+  r->stage_since = now;
   *complete = std::all_of(r->parts.begin(), r->parts.end(),
                           [](const Participant& p) { return !p.input || p.answered; });
   return Json{{"round", r->id}, {"accepted", pending.size()}};
 }
 
-Status SecAggSession::Unmask(uint64_t coord_round, std::span<uint32_t> sum, std::span<float> out,
-                             uint64_t* count, aggregator::WorkerTeam* team) {
+Result<SecAggSession::UnmaskPlan> SecAggSession::PlanUnmask(uint64_t coord_round) {
   Round* r = nullptr;
   for (Round& x : rounds_) {
     if (x.coord_round == coord_round &&
@@ -481,27 +481,26 @@ Status SecAggSession::Unmask(uint64_t coord_round, std::span<uint32_t> sum, std:
     return Unavailable("secure-aggregation round " + std::to_string(r->id) + " refused: " + why);
   };
   if (r->stage == Stage::kFailed) return fail(r->failure);
-  std::vector<SignedSeed> seeds;
-  uint32_t survivors = 0, dropped = 0;
+  UnmaskPlan plan;
+  plan.round = r->id;
+  plan.quantizer = Quantizer{config_.clip_range, config_.bits};
   for (const Participant& p : r->parts) {
-    survivors += p.shared && p.input;
-    dropped += p.shared && !p.input;
+    plan.survivors += p.shared && p.input;
+    plan.dropped += p.shared && !p.input;
   }
-  if (survivors < config_.threshold) {
-    return fail(std::to_string(survivors) + " survivor(s), fewer than the threshold " +
+  if (plan.survivors < config_.threshold) {
+    return fail(std::to_string(plan.survivors) + " survivor(s), fewer than the threshold " +
                 std::to_string(config_.threshold));
   }
   for (uint32_t i = 0; i < r->parts.size(); ++i) {
     const Participant& p = r->parts[i];
-    if (!p.shared) continue;
-    if (p.input) {
-      auto b = r->b_seed.find(i);
-      if (b == r->b_seed.end()) {
-        return fail(p.id + "'s self-mask seed: " + std::to_string(r->b_shares[i].size()) +
-                    " share(s) of threshold " + std::to_string(config_.threshold) + " arrived");
-      }
-      seeds.push_back({b->second, -1});
+    if (!p.shared || !p.input) continue;
+    auto b = r->b_seed.find(i);
+    if (b == r->b_seed.end()) {
+      return fail(p.id + "'s self-mask seed: " + std::to_string(r->b_shares[i].size()) +
+                  " share(s) of threshold " + std::to_string(config_.threshold) + " arrived");
     }
+    plan.seeds.push_back({b->second, -1});
   }
   for (uint32_t d = 0; d < r->parts.size(); ++d) {
     const Participant& p = r->parts[d];
@@ -516,27 +515,54 @@ Status SecAggSession::Unmask(uint64_t coord_round, std::span<uint32_t> sum, std:
       if (!r->parts[i].input) continue;
       auto seed = PairwiseSeed(sk->second, r->parts[i].s_pk);
       if (!seed.ok()) return fail(seed.status().message());
-      seeds.push_back({*seed, -PairSign(i, d)});
+      plan.seeds.push_back({*seed, -PairSign(i, d)});
     }
   }
-  SHOAL_RETURN_IF_ERROR(ApplyMasks(sum, seeds, team));
-  const auto digest =
-      Sha256(std::span(reinterpret_cast<const uint8_t*>(sum.data()), sum.size() * 4));
-  r->sum_sha256 = Hex(digest);
-  Quantizer{config_.clip_range, config_.bits}.DecodeSum(sum, survivors, out);
-  r->survivors = survivors;
-  r->dropped = dropped;
-  r->stage = Stage::kDone;
-  *count = survivors;
+  return plan;
+}
+
+Status SecAggSession::ApplyUnmask(const UnmaskPlan& plan, std::span<uint32_t> sum,
+                                  std::span<float> out, aggregator::WorkerTeam* team,
+                                  std::string* sum_sha256) {
+  SHOAL_RETURN_IF_ERROR(ApplyMasks(sum, plan.seeds, team));
+  *sum_sha256 =
+      Hex(Sha256(std::span(reinterpret_cast<const uint8_t*>(sum.data()), sum.size() * 4)));
+  plan.quantizer.DecodeSum(sum, plan.survivors, out);
   return Status::Ok();
+}
+
+void SecAggSession::Finish(const UnmaskPlan& plan, const Status& result,
+                           const std::string& sum_sha256) {
+  for (Round& r : rounds_) {
+    if (r.id != plan.round) continue;
+    if (!result.ok()) {
+      if (r.stage != Stage::kFailed) FailRound(r, result.message());
+      return;
+    }
+    r.sum_sha256 = sum_sha256;
+    r.survivors = static_cast<uint32_t>(plan.survivors);
+    r.dropped = static_cast<uint32_t>(plan.dropped);
+    r.stage = Stage::kDone;
+  }
+}
+
+Status SecAggSession::Unmask(uint64_t coord_round, std::span<uint32_t> sum, std::span<float> out,
+                             uint64_t* count, aggregator::WorkerTeam* team) {
+  auto plan = PlanUnmask(coord_round);
+  if (!plan.ok()) return plan.status();
+  std::string digest;
+  Status st = ApplyUnmask(*plan, sum, out, team, &digest);
+  Finish(*plan, st, digest);
+  *count = plan->survivors;
+  return st;
 }
 
 Result<nlohmann::json> SecAggSession::State(const std::string& client, uint64_t round) const {
   const Round* r = Find(round);
   if (r == nullptr) {
-    return NotFound(round == 0 ? "no secure-aggregation round yet: advertise keys first"
-                               : "secure-aggregation round " + std::to_string(round) +
-                                     " not found");
+    return NotFound(round == 0
+                        ? "no secure-aggregation round yet: advertise keys first"
+                        : "secure-aggregation round " + std::to_string(round) + " not found");
   }
   Json j{{"round", r->id}, {"stage", StageName(r->stage)}, {"threshold", config_.threshold}};
   if (r->stage == Stage::kFailed) j["reason"] = r->failure;

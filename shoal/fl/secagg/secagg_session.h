@@ -38,8 +38,10 @@ struct SecAggConfig {
   uint32_t neighbours = 0;  // the graph's degree k (even)
   double clip_range = 1.0;
   uint32_t bits = 16;
-  double stage_timeout_s = 30;  // a stage closes when every client answered, or after this
-  uint32_t clients = 0;         // the clients a round waits for (spec.clients)
+  // A stage closes when every client has answered, or once no client has for this long (each
+  // accepted message restarts the clock: a stage is not cut while its clients are talking).
+  double stage_timeout_s = 30;
+  uint32_t clients = 0;  // the clients a round waits for (spec.clients)
 };
 
 // kInvalidArgument naming the field (secureAggregation.<field>) when the combination is wrong.
@@ -70,7 +72,8 @@ class SecAggSession {
 
   // ---- the coordinator's hooks ----
   // A masked input of `client` for coordinator round `coord_round` may be admitted.
-  Status MayInput(const std::string& client, uint64_t coord_round) const;
+  // (It restarts the input stage's clock.)
+  Status MayInput(const std::string& client, uint64_t coord_round, double now);
   // The coordinator round holds as many admitted inputs as the protocol round expects.
   bool InputsComplete(uint64_t coord_round, uint32_t admitted) const;
   struct TimerResult {
@@ -85,10 +88,24 @@ class SecAggSession {
   bool UnmaskReady(uint64_t coord_round, const std::vector<std::string>& inputs, double now);
   // Nothing arrived for the coordinator round's inputs: its protocol round fails with `why`.
   void Fail(uint64_t coord_round, const std::string& why);
-  // At commit: `sum` (the u32 sum of the round's masked inputs) unmasked in place and decoded
-  // into `out` (the survivors' summed values); `*count` the survivors. The reason (and the
-  // round failed) when the sum cannot be unmasked: fewer than threshold survivors, or a secret
-  // with fewer than threshold shares.
+  // At commit, in three steps so that the heavy one holds no lock. PlanUnmask (under the job's
+  // lock): the masks to remove from the round's sum, from the reconstructed secrets: each
+  // survivor's self mask, and each dropout's pairwise masks with its surviving neighbours; the
+  // reason (and the round failed) when the sum cannot be unmasked: fewer than threshold
+  // survivors, or a secret with fewer than threshold shares. ApplyUnmask (no lock): `sum` (the
+  // u32 sum of the round's masked inputs) unmasked in place, its SHA-256, and decoded into `out`
+  // (the survivors' summed values). Finish (under the lock): the round done, or failed.
+  struct UnmaskPlan {
+    uint64_t round = 0;  // the protocol round
+    std::vector<SignedSeed> seeds;
+    uint64_t survivors = 0, dropped = 0;
+    Quantizer quantizer;
+  };
+  Result<UnmaskPlan> PlanUnmask(uint64_t coord_round);
+  static Status ApplyUnmask(const UnmaskPlan& plan, std::span<uint32_t> sum, std::span<float> out,
+                            aggregator::WorkerTeam* team, std::string* sum_sha256);
+  void Finish(const UnmaskPlan& plan, const Status& result, const std::string& sum_sha256);
+  // The three at once (tests); `*count`: the survivors.
   Status Unmask(uint64_t coord_round, std::span<uint32_t> sum, std::span<float> out,
                 uint64_t* count, aggregator::WorkerTeam* team);
 
@@ -100,10 +117,10 @@ class SecAggSession {
     std::string id;
     Key32 c_pk{}, s_pk{};
     std::array<uint8_t, 32> b_commit{};
-    bool shared = false;                       // U2
-    std::map<uint32_t, std::string> sealed;    // recipient index -> its share, sealed (base64)
-    bool input = false;                        // U3
-    bool answered = false;                     // sent its unmask shares
+    bool shared = false;                     // U2
+    std::map<uint32_t, std::string> sealed;  // recipient index -> its share, sealed (base64)
+    bool input = false;                      // U3
+    bool answered = false;                   // sent its unmask shares
   };
   struct Round {
     uint64_t id = 0;

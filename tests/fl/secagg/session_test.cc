@@ -2,13 +2,13 @@
 // shares to their neighbours, masked inputs, unmask shares): with a dropout after each stage the
 // unmasked sum equals the survivors' plaintext fixed-point sum exactly; too few survivors fail
 // the round with the reason; replays, strangers and wrong shares are refused, naming the field.
-#include "shoal/fl/secagg/secagg_session.h"
-
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <map>
 #include <random>
+
+#include "shoal/fl/secagg/secagg_session.h"
 
 namespace shoal::secagg {
 namespace {
@@ -24,7 +24,8 @@ struct TestClient {
 
   Json Advertisement() const {
     const auto commit = Sha256(b);
-    return {{"c_pk", Base64(c.public_key)}, {"s_pk", Base64(s.public_key)},
+    return {{"c_pk", Base64(c.public_key)},
+            {"s_pk", Base64(s.public_key)},
             {"b_commit", Base64(commit)}};
   }
   Seed ShareKey(const std::string& peer_c_pk) const {
@@ -141,12 +142,12 @@ TEST_F(SecAggSessionTest, DropoutsAtEveryStageStillGiveTheExactSum) {
   now += 31;
   EXPECT_FALSE(session_->OnTimer(now).close_input);  // closes the share stage
   // c8 drops after sharing: no input. c9 may not send one.
-  EXPECT_EQ(session_->MayInput("c9", 7).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(session_->MayInput("c9", 7, now).code(), StatusCode::kPermissionDenied);
   std::vector<uint32_t> sum(kParams, 0), plain(kParams, 0);
   std::vector<std::string> inputs;
   for (auto& c : clients_) {
     if (c.id == "c8" || c.id == "c9") continue;
-    ASSERT_TRUE(session_->MayInput(c.id, 7).ok());
+    ASSERT_TRUE(session_->MayInput(c.id, 7, now).ok());
     Refresh(c);
     ASSERT_EQ(c.state["stage"], "input");
     const auto y = c.Masked();
@@ -232,11 +233,11 @@ TEST_F(SecAggSessionTest, RefusalsNameTheField) {
 
 TEST_F(SecAggSessionTest, WrongUnmaskShareIsRefusedAndTooFewSurvivorsFailTheRound) {
   double now = 0;
-  for (auto& c : clients_) round_ = (*session_->Advertise(c.id, 3, c.Advertisement(), now))["round"];
+  for (auto& c : clients_)
+    round_ = (*session_->Advertise(c.id, 3, c.Advertisement(), now))["round"];
   for (auto& c : clients_) {
     Refresh(c);
-    ASSERT_TRUE(
-        session_->ShareKeys(c.id, {{"round", round_}, {"shares", c.Shares(3)}}, now).ok());
+    ASSERT_TRUE(session_->ShareKeys(c.id, {{"round", round_}, {"shares", c.Shares(3)}}, now).ok());
   }
   std::vector<std::string> inputs;
   for (auto& c : clients_) inputs.push_back(c.id);
@@ -275,11 +276,11 @@ TEST_F(SecAggSessionTest, WrongUnmaskShareIsRefusedAndTooFewSurvivorsFailTheRoun
   uint64_t count = 0;
   ASSERT_TRUE(session_->Unmask(3, sum, out, &count, nullptr).ok());
   round_ = 0;
-  for (auto& c : clients_) round_ = (*session_->Advertise(c.id, 4, c.Advertisement(), now))["round"];
+  for (auto& c : clients_)
+    round_ = (*session_->Advertise(c.id, 4, c.Advertisement(), now))["round"];
   for (auto& c : clients_) {
     Refresh(c);
-    ASSERT_TRUE(
-        session_->ShareKeys(c.id, {{"round", round_}, {"shares", c.Shares(3)}}, now).ok());
+    ASSERT_TRUE(session_->ShareKeys(c.id, {{"round", round_}, {"shares", c.Shares(3)}}, now).ok());
   }
   EXPECT_TRUE(session_->UnmaskReady(4, {"c1", "c2"}, now) == false);
   now += 31;
@@ -292,8 +293,12 @@ TEST_F(SecAggSessionTest, WrongUnmaskShareIsRefusedAndTooFewSurvivorsFailTheRoun
 }
 
 TEST(SecAggConfigTest, ValidationNamesTheField) {
-  SecAggConfig c{.threshold = 5, .neighbours = 4, .clip_range = 1, .bits = 16,
-                 .stage_timeout_s = 1, .clients = 10};
+  SecAggConfig c{.threshold = 5,
+                 .neighbours = 4,
+                 .clip_range = 1,
+                 .bits = 16,
+                 .stage_timeout_s = 1,
+                 .clients = 10};
   EXPECT_EQ(ValidateConfig(c).message(),
             "spec.privacy.secureAggregation.threshold: 5 is more than neighbours (4): a client's "
             "secret is shared among its neighbours only");

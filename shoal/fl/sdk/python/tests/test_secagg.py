@@ -62,3 +62,23 @@ def test_u32_update_body_carries_the_integers() -> None:
     assert body.endswith(y.astype("<u4").tobytes())
     with pytest.raises(ValueError, match="U32 update takes uint32"):
         EncodedUpdate(meta, ["w"], [y.astype(np.float32)], DType.U32)
+
+
+def _chi_square_bytes(data: bytes) -> float:
+    counts = np.bincount(np.frombuffer(data, dtype=np.uint8), minlength=256).astype(np.float64)
+    expected = len(data) / 256.0
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+def test_a_masked_input_is_indistinguishable_from_uniform_bytes() -> None:
+    # What the server's pool holds of a client: its masked input's bytes (the update body's
+    # tensor area is these bytes). Fixed keys: the statistic is the same every run, no flake.
+    # 255 degrees of freedom: P(chi2 > 330.5) = 0.001 for uniform bytes.
+    n = 1 << 18
+    x = np.linspace(-0.5, 0.5, n, dtype=np.float32)  # a very non-uniform input
+    q = secagg.quantize(x, 1.0, 16)
+    a, b = bytes([3] * 32), bytes([4] * 32)
+    pair = secagg.pairwise_seed(a, secagg.public_key(b))
+    y = secagg.masked_input(q, SEED, [(pair, 1)])
+    assert _chi_square_bytes(q.astype("<u4").tobytes()) > 100000  # the plain input is not
+    assert _chi_square_bytes(y.astype("<u4").tobytes()) < 330.5

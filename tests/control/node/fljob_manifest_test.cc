@@ -359,45 +359,50 @@ TEST(FlJobManifestTest, DifferentialPrivacyAndItsErrors) {
 
   const std::string dp = "  privacy:\n    dp: ";
   const std::vector<std::pair<std::string, std::string>> cases = {
-    {dp + "{clip: {fixed: 1}}\n",
-     "spec.privacy.dp.noiseMultiplier: required (σ: the noise's standard deviation over the "
-     "clip) (line 9)"},
-    {dp + "{noiseMultiplier: -1, clip: {fixed: 1}}\n",
-     "spec.privacy.dp.noiseMultiplier: must be >= 0, got -1 (line 9)"},
-    {dp + "{noiseMultiplier: 1}\n",
-     "spec.privacy.dp.clip: required ({fixed: C} or {adaptive: {...}}) (line 9)"},
-    {dp + "{noiseMultiplier: 1, clip: {fixed: 0}}\n",
-     "spec.privacy.dp.clip.fixed: must be > 0, got 0 (line 9)"},
-    {dp + "{noiseMultiplier: 1, clip: {fixed: 1, adaptive: {initial: 1}}}\n",
-     "spec.privacy.dp.clip: one of fixed or adaptive, not both (line 9)"},
-    {dp + "{noiseMultiplier: 1, clip: {adaptive: {targetQuantile: 0.5}}}\n",
-     "spec.privacy.dp.clip.adaptive.initial: required"},
-    {dp + "{noiseMultiplier: 1, clip: {adaptive: {initial: 1, targetQuantile: 2}}}\n",
-     "spec.privacy.dp.clip.adaptive.targetQuantile: must be between 0 and 1, got 2 (line 9)"},
-    {dp + "{noiseMultiplier: 1, clip: {fixed: 1}, delta: 1}\n",
-     "spec.privacy.dp.delta: must be > 0 and < 1, got 1 (line 9)"},
-    {dp + "{noiseMultiplier: 1, clip: {fixed: 1}, budget: 0}\n",
-     "spec.privacy.dp.budget: must be > 0, got 0 (line 9)"},
-    {dp + "{noiseMultiplier: 1, clip: {fixed: 1}, epsilon: 3}\n",
-     "spec.privacy.dp.epsilon: unknown field (line 9)"},
-    {"  privacy: {ldp: {}}\n", "spec.privacy.ldp: unknown field (line 8)"},
-    {"  algorithm: {name: fedbuff}\n" + dp + "{noiseMultiplier: 1, clip: {fixed: 1}}\n",
-     "spec.privacy.dp: central DP clips each update's change from the model version a "
-     "synchronous round shares; algorithm fedbuff mixes base versions, so no update's influence "
-     "is bounded by the clip (use fedavg, fedavgm or fedadam) (line 10)"},
-    {"  aggregation: {robust: {rule: median}}\n" + dp + "{noiseMultiplier: 1, clip: {fixed: 1}}\n",
-     "spec.privacy.dp: cannot run beside spec.aggregation.robust: the noise is calibrated to the "
-     "clipped mean's sensitivity C/n, not a robust rule's (line 10)"},
-    {dp + "{noiseMultiplier: 2, clip: {adaptive: {initial: 1}}}\n",
-     "spec.privacy.dp.clip.adaptive.countNoiseMultiplier: the count's noise σ_b = 0.8 "
-     "(spec.clients.expected / 20) must exceed noiseMultiplier / 2 = 1, else it spends the "
-     "whole budget and leaves no noise for the update (line 9)"},
-    // spec.privacy.secureAggregation: its fields and the errors naming them (what depends on the
-    // algorithm and spec.clients is the coordinator's: tests/fl/secagg).
-    TEST(FlJobManifestTest, SecureAggregationFieldsAndTheirErrors){
-        auto r = ParseFlJobManifests(
-            Job("  privacy:\n    secureAggregation: {threshold: 5, neighbours: 8, clipRange: 0.5, "
-                "bits: 20, stageTimeout: 2s}\n"));
+      {dp + "{clip: {fixed: 1}}\n",
+       "spec.privacy.dp.noiseMultiplier: required (σ: the noise's standard deviation over the "
+       "clip) (line 9)"},
+      {dp + "{noiseMultiplier: -1, clip: {fixed: 1}}\n",
+       "spec.privacy.dp.noiseMultiplier: must be >= 0, got -1 (line 9)"},
+      {dp + "{noiseMultiplier: 1}\n",
+       "spec.privacy.dp.clip: required ({fixed: C} or {adaptive: {...}}) (line 9)"},
+      {dp + "{noiseMultiplier: 1, clip: {fixed: 0}}\n",
+       "spec.privacy.dp.clip.fixed: must be > 0, got 0 (line 9)"},
+      {dp + "{noiseMultiplier: 1, clip: {fixed: 1, adaptive: {initial: 1}}}\n",
+       "spec.privacy.dp.clip: one of fixed or adaptive, not both (line 9)"},
+      {dp + "{noiseMultiplier: 1, clip: {adaptive: {targetQuantile: 0.5}}}\n",
+       "spec.privacy.dp.clip.adaptive.initial: required"},
+      {dp + "{noiseMultiplier: 1, clip: {adaptive: {initial: 1, targetQuantile: 2}}}\n",
+       "spec.privacy.dp.clip.adaptive.targetQuantile: must be between 0 and 1, got 2 (line 9)"},
+      {dp + "{noiseMultiplier: 1, clip: {fixed: 1}, delta: 1}\n",
+       "spec.privacy.dp.delta: must be > 0 and < 1, got 1 (line 9)"},
+      {dp + "{noiseMultiplier: 1, clip: {fixed: 1}, budget: 0}\n",
+       "spec.privacy.dp.budget: must be > 0, got 0 (line 9)"},
+      {dp + "{noiseMultiplier: 1, clip: {fixed: 1}, epsilon: 3}\n",
+       "spec.privacy.dp.epsilon: unknown field (line 9)"},
+      {"  privacy: {ldp: {}}\n", "spec.privacy.ldp: unknown field (line 8)"},
+      {"  algorithm: {name: fedbuff}\n" + dp + "{noiseMultiplier: 1, clip: {fixed: 1}}\n",
+       "spec.privacy.dp: central DP clips each update's change from the model version a "
+       "synchronous round shares; algorithm fedbuff mixes base versions, so no update's influence "
+       "is bounded by the clip (use fedavg, fedavgm or fedadam) (line 10)"},
+      {"  aggregation: {robust: {rule: median}}\n" + dp +
+           "{noiseMultiplier: 1, clip: {fixed: 1}}\n",
+       "spec.privacy.dp: cannot run beside spec.aggregation.robust: the noise is calibrated to the "
+       "clipped mean's sensitivity C/n, not a robust rule's (line 10)"},
+      {dp + "{noiseMultiplier: 2, clip: {adaptive: {initial: 1}}}\n",
+       "spec.privacy.dp.clip.adaptive.countNoiseMultiplier: the count's noise σ_b = 0.8 "
+       "(spec.clients.expected / 20) must exceed noiseMultiplier / 2 = 1, else it spends the "
+       "whole budget and leaves no noise for the update (line 9)"},
+  };
+  for (const auto& [extra, want] : cases) EXPECT_EQ(ErrorOf(Job(extra)), want) << extra;
+}
+
+// spec.privacy.secureAggregation: its fields and the errors naming them (what depends on the
+// algorithm and spec.clients is the coordinator's: tests/fl/secagg).
+TEST(FlJobManifestTest, SecureAggregationFieldsAndTheirErrors) {
+  auto r = ParseFlJobManifests(
+      Job("  privacy:\n    secureAggregation: {threshold: 5, neighbours: 8, clipRange: 0.5, "
+          "bits: 20, stageTimeout: 2s}\n"));
   ASSERT_TRUE(r.ok()) << r.status().message();
   const FlSecureAggregationSpec& sa = (*r)[0].privacy.secure_aggregation;
   EXPECT_TRUE(sa.enabled);
@@ -418,7 +423,6 @@ TEST(FlJobManifestTest, DifferentialPrivacyAndItsErrors) {
        "spec.privacy.secureAggregation.clipRange: must be a finite number > 0, got 0 (line 8)"},
       {"  privacy: {secureAggregation: {threshold: 3, neighbours: 4, k: 1}}\n",
        "spec.privacy.secureAggregation.k: unknown field (line 8)"},
-      {"  privacy: {dpp: {}}\n", "spec.privacy.dpp: unknown field (line 8)"},
   };
   for (const auto& [extra, want] : cases) EXPECT_EQ(ErrorOf(Job(extra)), want) << extra;
 }

@@ -24,8 +24,7 @@ FlJobSpec DocumentParser::ParseFlJob(const YAML::Node& doc) {
   ExpectMap(s, "spec");
   CheckKeys(s, "spec",
             {"algorithm", "model", "data", "clients", "stop", "deadlines", "training",
-             "aggregation", "privacy",
-             "flower"});
+             "aggregation", "privacy", "flower"});
   if (const YAML::Node a = s["algorithm"]) {
     ExpectMap(a, "spec.algorithm");
     CheckKeys(a, "spec.algorithm", {"name", "params"});

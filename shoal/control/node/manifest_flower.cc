@@ -62,8 +62,7 @@ void DocumentParser::ParseFlower(const YAML::Node& f, FlFlowerSpec& out) const {
         if (k == it->first.Scalar()) Fail(item, "duplicate field", it->first);
       }
       if (!it->second.IsScalar()) {
-        Fail(item, "must be a number, a string or true/false (Flower's config values)",
-             it->second);
+        Fail(item, "must be a number, a string or true/false (Flower's config values)", it->second);
       }
       items.emplace_back(it->first.Scalar(), TypedScalar(it->second));
     }

@@ -14,7 +14,8 @@ namespace {
 
 uint32_t Le(std::string_view b, size_t at, int n) {
   uint32_t v = 0;
-  for (int i = 0; i < n; ++i) v |= static_cast<uint32_t>(static_cast<unsigned char>(b[at + i])) << (8 * i);
+  for (int i = 0; i < n; ++i)
+    v |= static_cast<uint32_t>(static_cast<unsigned char>(b[at + i])) << (8 * i);
   return v;
 }
 
@@ -38,7 +39,8 @@ Result<std::string> ZipMember(std::string_view zip, std::string_view name) {
     const uint32_t method = Le(zip, at + 10, 2);
     const uint32_t csize = Le(zip, at + 20, 4);
     const uint32_t usize = Le(zip, at + 24, 4);
-    const uint32_t nlen = Le(zip, at + 28, 2), xlen = Le(zip, at + 30, 2), clen = Le(zip, at + 32, 2);
+    const uint32_t nlen = Le(zip, at + 28, 2), xlen = Le(zip, at + 30, 2),
+                   clen = Le(zip, at + 32, 2);
     const uint32_t local = Le(zip, at + 42, 4);
     if (at + 46 + nlen > zip.size()) return InvalidArgument("zip: bad central directory");
     const std::string_view entry = zip.substr(at + 46, nlen);

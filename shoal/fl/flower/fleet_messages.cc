@@ -17,9 +17,9 @@ namespace shoal::flower {
 
 namespace {
 
-constexpr double kDefaultTtl = 43200;       // Flower's DEFAULT_TTL (12 h)
-constexpr uint64_t kSuperLinkNodeId = 1;    // SUPERLINK_NODE_ID
-constexpr uint64_t kReconnectSeconds = 5;   // what the SuperLink's PushMessages answers
+constexpr double kDefaultTtl = 43200;      // Flower's DEFAULT_TTL (12 h)
+constexpr uint64_t kSuperLinkNodeId = 1;   // SUPERLINK_NODE_ID
+constexpr uint64_t kReconnectSeconds = 5;  // what the SuperLink's PushMessages answers
 
 std::string SessionId() {
   static thread_local std::mt19937_64 gen(std::random_device{}());
@@ -30,16 +30,19 @@ std::string SessionId() {
 }
 
 double UnixSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 ConfigValue ToConfigValue(const FlFlowerValue& v) {
   switch (v.kind) {
-    case 'i': return static_cast<int64_t>(std::stoll(v.text));
-    case 'f': return std::stod(v.text);
-    case 'b': return v.text == "true";
-    default: return v.text;
+    case 'i':
+      return static_cast<int64_t>(std::stoll(v.text));
+    case 'f':
+      return std::stod(v.text);
+    case 'b':
+      return v.text == "true";
+    default:
+      return v.text;
   }
 }
 
@@ -114,7 +117,8 @@ Result<const FleetService::Instruction*> FleetService::NextInstruction(
     // flwr's FedAvg evaluates each round's new global model before the next round trains.
     type = "evaluate";
     version = committed;
-  } else if (task->kind == TaskResult::Kind::kTrain && node.trained_version != task->model_version) {
+  } else if (task->kind == TaskResult::Kind::kTrain &&
+             node.trained_version != task->model_version) {
     type = "train";
     version = task->model_version;
   } else {
@@ -124,7 +128,8 @@ Result<const FleetService::Instruction*> FleetService::NextInstruction(
   if (!arrays.ok()) return arrays.status();
   ConfigItems config;
   if (type == "train") {
-    for (const auto& [k, v] : job.spec.flower.train_config) config.emplace_back(k, ToConfigValue(v));
+    for (const auto& [k, v] : job.spec.flower.train_config)
+      config.emplace_back(k, ToConfigValue(v));
     if (job.spec.flower.train_config.empty()) config.emplace_back("lr", job.spec.learning_rate);
   }
   // FedAvg's server round: round r trains from version r - 1 and evaluates version r.
@@ -169,8 +174,7 @@ HttpReply FleetService::PullMessages(std::string_view body) {
   if (it == nodes_.end()) return Proto(resp);  // Flower: nothing for an unknown node
   auto next = NextInstruction(lock, it->second);
   if (!next.ok()) {
-    spdlog::warn("flower: node {}: no message: {}", req.node().node_id(),
-                 next.status().ToString());
+    spdlog::warn("flower: node {}: no message: {}", req.node().node_id(), next.status().ToString());
     return Proto(resp);
   }
   if (*next != nullptr) {
@@ -282,9 +286,8 @@ HttpReply FleetService::PushObject(std::string_view body) {
   auto s = sessions_.find(req.session_id());
   if (req.session_id().empty()) {
     // Flower: a legacy SuperNode without a session id: the session waiting for the object.
-    s = std::find_if(sessions_.begin(), sessions_.end(), [&](const auto& kv) {
-      return kv.second.pending.count(req.object_id()) != 0;
-    });
+    s = std::find_if(sessions_.begin(), sessions_.end(),
+                     [&](const auto& kv) { return kv.second.pending.count(req.object_id()) != 0; });
   }
   const bool ok = s != sessions_.end() && s->second.node == req.node().node_id() &&
                   s->second.pending.count(req.object_id()) != 0 &&
@@ -333,8 +336,8 @@ void FleetService::Complete(Session s) {
   };
   if (!reply.ok()) return refuse(reply.status().message());
   if (reply->has_error) {
-    return refuse("the ClientApp answered an error (" + std::to_string(reply->error_code) + "): " +
-                  reply->error_reason);
+    return refuse("the ClientApp answered an error (" + std::to_string(reply->error_code) +
+                  "): " + reply->error_reason);
   }
   const auto samples = Metric(*reply, {"num-examples"});
   if (s.type == "evaluate") {

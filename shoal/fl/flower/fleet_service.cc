@@ -39,10 +39,17 @@ std::string IsoNow() {
 
 void SetScalar(Scalar& s, const FlFlowerValue& v) {
   switch (v.kind) {
-    case 'i': s.set_sint64(std::stoll(v.text)); break;
-    case 'f': s.set_double_(std::stod(v.text)); break;
-    case 'b': s.set_bool_(v.text == "true"); break;
-    default: s.set_string(v.text);
+    case 'i':
+      s.set_sint64(std::stoll(v.text));
+      break;
+    case 'f':
+      s.set_double_(std::stod(v.text));
+      break;
+    case 'b':
+      s.set_bool_(v.text == "true");
+      break;
+    default:
+      s.set_string(v.text);
   }
 }
 
@@ -179,9 +186,9 @@ HttpReply FleetService::ActivateNode(std::string_view body) {
   Node& n = nodes_.at(it->second);
   n.active = true;
   n.heartbeat_interval = req.heartbeat_interval();
-  n.online_until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                      std::chrono::duration<double>(kHeartbeatPatience *
-                                                                    n.heartbeat_interval));
+  n.online_until =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(kHeartbeatPatience * n.heartbeat_interval));
   ActivateNodeResponse resp;
   resp.set_node_id(n.id);
   return Proto(resp);

@@ -35,11 +35,11 @@ namespace shoal::flower {
 struct FleetCounters {
   uint64_t nodes_registered = 0;
   uint64_t train_sent = 0, evaluate_sent = 0;
-  uint64_t replies_folded = 0;    // train replies whose arrays went to the job's leaves
-  uint64_t replies_refused = 0;   // replies that could not be used (shape, dtype, no weight)
-  uint64_t replies_dropped = 0;   // pushes Flower's SuperLink would not store (wrong node, ...)
-  uint64_t evaluations = 0;       // evaluate replies reported to the job
-  uint64_t objects_refused = 0;   // PushObject stored false
+  uint64_t replies_folded = 0;   // train replies whose arrays went to the job's leaves
+  uint64_t replies_refused = 0;  // replies that could not be used (shape, dtype, no weight)
+  uint64_t replies_dropped = 0;  // pushes Flower's SuperLink would not store (wrong node, ...)
+  uint64_t evaluations = 0;      // evaluate replies reported to the job
+  uint64_t objects_refused = 0;  // PushObject stored false
 };
 
 class FleetService {

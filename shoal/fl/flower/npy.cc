@@ -58,11 +58,13 @@ Result<NpyView> ParseNpyF32(std::string_view b) {
   const auto major = static_cast<unsigned char>(b[6]);
   size_t hlen = 0, off = 0;
   if (major == 1) {
-    hlen = static_cast<unsigned char>(b[8]) | (static_cast<size_t>(static_cast<unsigned char>(b[9])) << 8);
+    hlen = static_cast<unsigned char>(b[8]) |
+           (static_cast<size_t>(static_cast<unsigned char>(b[9])) << 8);
     off = 10;
   } else if (major == 2 || major == 3) {
     if (b.size() < 12) return InvalidArgument("npy: truncated header length");
-    for (int i = 0; i < 4; ++i) hlen |= static_cast<size_t>(static_cast<unsigned char>(b[8 + i])) << (8 * i);
+    for (int i = 0; i < 4; ++i)
+      hlen |= static_cast<size_t>(static_cast<unsigned char>(b[8 + i])) << (8 * i);
     off = 12;
   } else {
     return InvalidArgument("npy: format version " + std::to_string(major) + " not supported");

@@ -97,7 +97,8 @@ def run_flower(args):
                       f"num-clients={args.clients} num-server-rounds={args.rounds} "
                       f"mode='train' out-dir='{out_dir}' init-npz='{args.init_npz}' "
                       f"seed={args.seed} alpha={args.alpha} local-epochs={args.epochs} "
-                      f"learning-rate={args.lr} batch-size={args.batch}")
+                      f"learning-rate={args.lr} batch-size={args.batch} "
+                      f"dp-noise={args.dp_noise!r} dp-clip={args.dp_clip!r}")
         last = os.path.join(out_dir, f"global-{args.rounds}.npz")
         end = time.monotonic() + args.max_seconds
         while not os.path.exists(last):
@@ -137,6 +138,10 @@ def main():
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--flwr-log-level", default="")
     ap.add_argument("--keep", action="store_true", help="keep the Flower work folder (logs)")
+    ap.add_argument("--dp-noise", type=float, default=-1.0,
+                    help="flower: >= 0 wraps FedAvg in flwr's server-side fixed-clipping DP "
+                         "(bench-dp); shoal: the job's spec.privacy.dp says it")
+    ap.add_argument("--dp-clip", type=float, default=1.0)
     args = ap.parse_args()
     result = {"system": args.system, "seed": args.seed}
     t0 = time.monotonic()

@@ -205,3 +205,57 @@ def test_central_dp_noise_accounting_and_budget_stop(shoald):
             z_mean = resid.mean() / (std / math.sqrt(n))
             print(f"version {v}: residual std {resid.std():.5f} (σC/n {std:.5f}), z {z_var:.2f}")
             assert abs(z_var) < 6 and abs(z_mean) < 6, (v, resid.std(), std)
+
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shoal", "fl",
+                       "sdk", "python", "examples", "fmnist_torch.py")
+DATA = "/usr/share/datasets/fashion-mnist"
+
+
+def test_example_clients_with_dp_sgd_and_local_dp(shoald):
+    """The example client (fmnist_torch.py) on a DP job: client 0 trains with DP-SGD through
+    Opacus, client 1 sends locally privatised updates. Both finish; client 0's ε is Opacus's
+    RDPAccountant's for its steps at sample rate batch / examples; client 1's is LocalDP's."""
+    pytest.importorskip("torch", reason="torch is not installed")
+    if not os.path.exists(os.path.join(DATA, "t10k-images-idx3-ubyte.gz")):
+        pytest.skip(f"fashion-mnist not found at {DATA}")
+    import subprocess
+    rounds, steps, batch, samples = 2, 5, 32, 640
+    shoald.deploy(f"""apiVersion: shoal.dev/v1
+kind: FLJob
+metadata:
+  name: dpsgd
+spec:
+  algorithm: {{name: fedavg}}
+  model: {{architecture: logreg, seed: 1}}
+  clients: {{expected: 2}}
+  stop: {{rounds: {rounds}}}
+  training: {{localSteps: {steps}, learningRate: 0.05, batchSize: {batch}}}
+  privacy:
+    dp: {{noiseMultiplier: 0.5, clip: {{fixed: 5}}}}
+""")
+    token = shoald.api("/v1/tokens", json.dumps({"role": "fl-client", "job": "dpsgd"}).encode())
+    server = f"http://127.0.0.1:{shoald.port}"
+    extra = [["--dp-sgd-noise", "1.1", "--dp-sgd-clip", "1.0"],
+             ["--local-dp-noise", "0.8", "--local-dp-clip", "2.0"]]
+    procs = [subprocess.Popen(
+        [sys.executable, EXAMPLE, "--server", server, "--job", "dpsgd", "--client-index", str(k),
+         "--num-clients", "2", "--train-samples", str(samples), "--no-evaluate", "--seed", "3",
+         "--max-seconds", "120"] + extra[k], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=dict(os.environ, SHOAL_TOKEN=token["token"])) for k in range(2)]
+    out = []
+    for k, p in enumerate(procs):
+        o, e = p.communicate(timeout=180)
+        assert p.returncode == 0, f"client {k}: {e[-3000:]}\n{o}"
+        out.append(json.loads(o.strip().splitlines()[-1]))
+    st = shoald.api("/v1/jobs/dpsgd")
+    assert st["state"] == "done" and st["version"] == rounds
+    tasks = out[0]["tasks"]
+    acc = RDPAccountant()
+    for _ in range(tasks * steps):
+        acc.step(noise_multiplier=1.1, sample_rate=batch / samples)
+    assert out[0]["dp_sgd_epsilon"] == pytest.approx(acc.get_epsilon(1e-5), abs=1e-9)
+    sent = out[1]["updates_accepted"] + out[1]["updates_stale"]
+    ldp = shoal_fl.LocalDP(clip=2.0, noise_multiplier=0.8)
+    assert out[1]["local_dp_epsilon"] == pytest.approx(ldp.epsilon(sent, 1e-5))
+    assert sent >= 1 and out[1]["updates_accepted"] >= 1

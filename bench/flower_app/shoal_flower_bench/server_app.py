@@ -3,6 +3,8 @@
 FedAvg here is flwr.serverapp.strategy.FedAvg itself; the subclass only notes, on
 CLOCK_MONOTONIC, when each round's replies reached the strategy and when its aggregate was
 done (load mode), or saves each round's global model for the bench to evaluate (train mode).
+With dp-noise >= 0 (bench-dp), FedAvg is wrapped in flwr's own
+DifferentialPrivacyServerSideFixedClipping (noise multiplier dp-noise, clipping norm dp-clip).
 """
 
 import os
@@ -11,7 +13,7 @@ import time
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
-from flwr.serverapp.strategy import FedAvg
+from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping, FedAvg
 
 from .model import initial_arrays
 
@@ -49,6 +51,9 @@ def main(grid: Grid, context: Context) -> None:
     # federated evaluation round (fraction_evaluate 0): the bench evaluates the global models.
     strategy = TimedFedAvg(timing, fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=n,
                            min_available_nodes=n)
+    if float(cfg.get("dp-noise", -1.0)) >= 0:
+        strategy = DifferentialPrivacyServerSideFixedClipping(
+            strategy, float(cfg["dp-noise"]), float(cfg["dp-clip"]), n)
     arrays = initial_arrays(mode, int(cfg["hidden"]), int(cfg["seed"]), str(cfg["init-npz"]))
     train_config = ConfigRecord({"lr": float(cfg["learning-rate"]),
                                  "local-epochs": int(cfg["local-epochs"]),

@@ -30,6 +30,21 @@ export class JobPage extends Page {
     this.every(POLL_MS, () => this.refresh());
   }
 
+  // spec.privacy.dp: the (ε, δ) spent up to the latest version, the budget, the clip norm and
+  // why the job stopped, if the budget stopped it.
+  privacyRows(j) {
+    const dp = j.privacy && j.privacy.dp;
+    if (!dp) return [];
+    const eps = (e) => (typeof e === 'number' ? fmt.num(e, 3) : '∞');
+    const rows = [
+      ['privacy spent (ε, δ)', `ε = ${eps(dp.epsilon)}, δ = ${dp.delta}`, 'dp-epsilon'],
+      ['privacy budget', dp.budget === null ? '–' : `ε ≤ ${dp.budget}`, 'dp-budget'],
+      ['DP noise, clip', `σ = ${dp.noise_multiplier}, C = ${fmt.num(dp.clip.current, 4)} (${dp.clip.mode})`, 'dp-clip'],
+    ];
+    if (j.reason) rows.push(['stopped', j.reason, 'reason']);
+    return rows;
+  }
+
   async refresh() {
     const j = await api('/v1/jobs/' + enc(this.name));
     this.job = j;
@@ -58,7 +73,8 @@ export class JobPage extends Page {
       ['target accuracy', j.target_accuracy > 0 ? fmt.pct(j.target_accuracy) : '–'],
       ['clients joined / expected', `${j.clients.joined} / ${j.clients.expected}`, 'clients'],
       ['updates', fmt.num(j.updates_total), 'updates'], ['commits in the last minute', recent, 'cpm'],
-      ['running for', fmt.secs(j.elapsed_s)], ['GPU fold fallbacks', j.gpu_fallbacks]]));
+      ['running for', fmt.secs(j.elapsed_s)], ['GPU fold fallbacks', j.gpu_fallbacks],
+      ...this.privacyRows(j)]));
     this.modelInfo.replaceChildren(kv([
       ['architecture', j.model.architecture], ['hidden', j.model.hidden], ['parameters', fmt.num(j.model.params)]]));
     let leaf = null;

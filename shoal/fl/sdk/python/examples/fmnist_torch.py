@@ -19,6 +19,12 @@ attack runs as several such processes, each a client of its own:
     ... --client-index 9 --num-clients 10 --attack lie --attackers 2 --collude-dir /tmp/lie
 Each trains honestly, they pool their models of each round in the directory and both send
 mean - z std of them (z the paper's z_max for --num-clients and --attackers, or lie:<z>).
+
+Privacy (docs/how-to/privacy-dp.md): --dp-sgd-noise S --dp-sgd-clip C trains with DP-SGD through
+Opacus (each example's gradient clipped to C, N(0, (S C)^2) added to each batch's sum; the ε this
+client spent on its own records, by Opacus's RDP accountant at --dp-sgd-delta, is in the
+summary as dp_sgd_epsilon). --local-dp-noise S --local-dp-clip C privatises each update before it
+is sent (shoal_fl.LocalDP: the change clipped to C, N(0, (S C)^2) per coordinate).
 """
 
 import argparse
@@ -147,15 +153,43 @@ class FashionMnistClient(shoal_fl.Client):
         self.pos += size
         return self.x[idx], self.y[idx]
 
+    def enable_dp_sgd(self, noise, clip, delta):
+        """DP-SGD through Opacus: its GradSampleModule for per-example gradients, its DPOptimizer
+        to clip and noise them, its RDPAccountant for this client's ε (sample rate: batch size
+        over the client's examples; the batches are shuffled, not Poisson-sampled)."""
+        from opacus.accountants import RDPAccountant
+        self.dp_sgd = {"noise": noise, "clip": clip, "delta": delta, "acc": RDPAccountant()}
+
+    def dp_sgd_epsilon(self):
+        if not getattr(self, "dp_sgd", None) or not self.dp_sgd["acc"].history:
+            return None
+        return self.dp_sgd["acc"].get_epsilon(self.dp_sgd["delta"])
+
+    def _optimizer(self, net, config):
+        opt = torch.optim.SGD(net.parameters(), lr=config["learning_rate"])
+        if not getattr(self, "dp_sgd", None):
+            return net, opt
+        from opacus import GradSampleModule
+        from opacus.optimizers import DPOptimizer
+        if getattr(self, "gsm", None) is None or self.gsm._module is not net:
+            self.gsm = GradSampleModule(net)
+        opt = DPOptimizer(torch.optim.SGD(self.gsm.parameters(), lr=config["learning_rate"]),
+                          noise_multiplier=self.dp_sgd["noise"], max_grad_norm=self.dp_sgd["clip"],
+                          expected_batch_size=config["batch_size"])
+        return self.gsm, opt
+
     def fit(self, parameters, config):
         net = self._net(parameters, config)
         net.train()
-        opt = torch.optim.SGD(net.parameters(), lr=config["learning_rate"])
+        model, opt = self._optimizer(net, config)
+        q = min(1.0, config["batch_size"] / len(self.y))
         for _ in range(config["local_steps"]):  # what the task assigned, no more, no less
             x, y = self._batch(config["batch_size"])
             opt.zero_grad()
-            F.cross_entropy(net(x), y).backward()
+            F.cross_entropy(model(x), y).backward()
             opt.step()
+            if getattr(self, "dp_sgd", None):
+                self.dp_sgd["acc"].step(noise_multiplier=self.dp_sgd["noise"], sample_rate=q)
         trained = get_parameters(net)
         if self.attack is not None:
             self.fits += 1
@@ -223,6 +257,15 @@ def main():
                    help="lie: the directory the attackers pool their models in")
     p.add_argument("--collude-wait", type=float, default=30.0,
                    help="lie: seconds to wait for the round's other attackers")
+    p.add_argument("--dp-sgd-noise", type=float, default=None,
+                   help="train with DP-SGD (Opacus) at this noise multiplier")
+    p.add_argument("--dp-sgd-clip", type=float, default=1.0,
+                   help="DP-SGD: each example's gradient clipped to this L2 norm")
+    p.add_argument("--dp-sgd-delta", type=float, default=1e-5, help="DP-SGD: δ of the ε reported")
+    p.add_argument("--local-dp-noise", type=float, default=None,
+                   help="local DP: noise multiplier of each update sent (shoal_fl.LocalDP)")
+    p.add_argument("--local-dp-clip", type=float, default=1.0,
+                   help="local DP: each update's change clipped to this L2 norm")
     args = p.parse_args()
     collusion = None
     try:
@@ -255,12 +298,17 @@ def main():
                                 collusion=collusion)
     if attack.kind != "none":
         logging.info("client %d attacks: %s", args.client_index, attack)
+    if args.dp_sgd_noise is not None:
+        client.enable_dp_sgd(args.dp_sgd_noise, args.dp_sgd_clip, args.dp_sgd_delta)
+    local_dp = None
+    if args.local_dp_noise is not None:
+        local_dp = shoal_fl.LocalDP(clip=args.local_dp_clip, noise_multiplier=args.local_dp_noise)
 
     t0 = time.time()
     summary = shoal_fl.run_client(
         args.server, args.job, client, token=args.token, join_token=args.join_token,
         name=f"torch-{args.client_index}", dtype=args.dtype, evaluate=not args.no_evaluate,
-        max_seconds=args.max_seconds)
+        max_seconds=args.max_seconds, local_dp=local_dp)
     last = summary.evaluations.get(max(summary.evaluations)) if summary.evaluations else None
     logging.info("done=%s after %.1fs: %d tasks, %d updates taken, %d stale, last eval %s",
                  summary.done, time.time() - t0, summary.tasks, summary.updates_accepted,
@@ -269,6 +317,11 @@ def main():
     out["evaluations"] = {str(k): v for k, v in summary.evaluations.items()}
     if collusion is not None:
         out["lie"] = client.lie
+    if args.dp_sgd_noise is not None:
+        out["dp_sgd_epsilon"] = client.dp_sgd_epsilon()
+    if local_dp is not None:
+        out["local_dp_epsilon"] = local_dp.epsilon(summary.updates_accepted + summary.updates_stale,
+                                                   1e-5)
     print(json.dumps(out), flush=True)
     return 0 if summary.done else 1
 

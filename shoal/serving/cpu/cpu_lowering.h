@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "shoal/serving/cpu/cpu_plan.h"
+#include "shoal/serving/graph/fold_constants.h"
 
 namespace shoal::inference::cpu {
 
@@ -20,9 +21,15 @@ tag PlainTag(size_t rank);
 
 class Lowering {
  public:
-  Lowering(const Graph& g, const std::map<std::string, std::vector<int64_t>>& shapes,
-           const PlanOptions& o, const dnnl::engine& engine, WeightCache& weights, Plan& plan)
-      : g_(g), shapes_(shapes), o_(o), engine_(engine), weights_(weights), plan_(plan) {}
+  Lowering(const Graph& g, const FoldedGraph& folded, const PlanOptions& o,
+           const dnnl::engine& engine, WeightCache& weights, Plan& plan)
+      : g_(g),
+        folded_(folded),
+        shapes_(folded.shapes),
+        o_(o),
+        engine_(engine),
+        weights_(weights),
+        plan_(plan) {}
 
   // Lowers one node; `fuse_relu` appends a ReLU post-op (the Relu node that follows is skipped).
   // `sum` (Conv only; may be null): a tensor already computed that the conv's result is added
@@ -46,10 +53,20 @@ class Lowering {
   // Appends a step; every value in `reads` is read by it (their lifetimes extend to it).
   void AddStep(const dnnl::primitive& p, std::unordered_map<int, dnnl::memory> args,
                const std::vector<int>& reads, const dnnl::primitive_desc_base& pd);
+  // A constant (the graph's initializer or a folded tensor) converted to `want`.
   dnnl::memory Weights(const std::string& name, const dnnl::memory::desc& src,
                        const dnnl::memory::desc& want, float scale = 1.0f) {
-    return weights_.Get(name, src, want, scale);
+    auto it = folded_.constants.find(name);
+    if (it == folded_.constants.end()) return weights_.Get(name, src, want, scale);
+    return weights_.Get(name + "@batch" + std::to_string(folded_.batch), it->second, src, want,
+                        scale);
   }
+  const Initializer& Constant(const std::string& t) const {
+    auto it = folded_.constants.find(t);
+    return it != folded_.constants.end() ? it->second : g_.initializers.at(t);
+  }
+  // Adds a plain C++ step (a kernel of ops.h) reading the values `reads`.
+  void AddKernelStep(std::function<Status()> kernel, const std::vector<int>& reads);
   void Bind(const std::string& tensor, int value) { native_[tensor] = value; }
   bool Computed(const std::string& tensor) const { return native_.count(tensor) != 0; }
   int Native(const std::string& tensor) const { return native_.at(tensor); }
@@ -63,10 +80,13 @@ class Lowering {
   }
   dnnl::memory Mem(int v) const { return plan_.values[static_cast<size_t>(v)].mem; }
   bool IsAlias(int v) const { return plan_.values[static_cast<size_t>(v)].alias_of >= 0; }
-  bool IsConstant(const std::string& t) const { return g_.initializers.count(t) != 0; }
+  bool IsConstant(const std::string& t) const {
+    return g_.initializers.count(t) != 0 || folded_.constants.count(t) != 0;
+  }
 
  private:
   const Graph& g_;
+  const FoldedGraph& folded_;
   const std::map<std::string, std::vector<int64_t>>& shapes_;
   const PlanOptions& o_;
   const dnnl::engine& engine_;
@@ -82,5 +102,11 @@ class Lowering {
 };
 
 dims ToDims(const std::vector<int64_t>& v);
+
+// The operator families beyond cpu_ops.cc: oneDNN eltwise, binary, layer normalization and
+// batched matmul (cpu_ops_dnnl.cc); every other operator through its plain kernel
+// (cpu_ops_plain.cc).
+Status LowerDnnlOp(Lowering& L, const Node& n, bool fuse_relu, bool* handled);
+Status LowerPlain(Lowering& L, const Node& n);
 
 }  // namespace shoal::inference::cpu

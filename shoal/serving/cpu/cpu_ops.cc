@@ -268,10 +268,23 @@ Status Lowering::LowerNode(const Node& n, bool fuse_relu, const std::string* sum
     case OpType::kConv:
       return LowerConv(*this, n, fuse_relu, sum, summed);
     case OpType::kGemm:
-    case OpType::kMatMul:
       return LowerMatMul(*this, n, fuse_relu);
-    case OpType::kAdd:
-      return LowerAdd(*this, n, fuse_relu);
+    case OpType::kMatMul:
+      if (Shape(n.inputs[0]).size() == 2 && Shape(n.inputs[1]).size() == 2 &&
+          IsConstant(n.inputs[1])) {
+        return LowerMatMul(*this, n, fuse_relu);
+      }
+      break;
+    case OpType::kAdd: {
+      // The existing path when the runtime operand is full-size and the constant broadcasts.
+      const bool c0 = IsConstant(n.inputs[0]), c1 = IsConstant(n.inputs[1]);
+      const auto& y = Shape(n.outputs[0]);
+      if ((c0 && Shape(n.inputs[1]) == y) || (c1 && Shape(n.inputs[0]) == y) ||
+          (!c0 && !c1 && Shape(n.inputs[0]) == y && Shape(n.inputs[1]) == y)) {
+        return LowerAdd(*this, n, fuse_relu);
+      }
+      break;
+    }
     case OpType::kRelu:
       return LowerRelu(*this, n);
     case OpType::kBatchNormalization:
@@ -281,12 +294,17 @@ Status Lowering::LowerNode(const Node& n, bool fuse_relu, const std::string* sum
     case OpType::kGlobalAveragePool:
       return LowerPool(*this, n);
     case OpType::kFlatten:
-    case OpType::kReshape:
       return LowerReshape(*this, n);
     case OpType::kSoftmax:
       return LowerSoftmax(*this, n);
+    default:
+      break;
   }
-  return Internal(Label(n) + ": no CPU lowering");
+  bool handled = false;
+  SHOAL_RETURN_IF_ERROR(LowerDnnlOp(*this, n, fuse_relu, &handled));
+  if (handled) return {};
+  if (fuse_relu) return Internal(Label(n) + ": a Relu cannot be fused here");
+  return LowerPlain(*this, n);
 }
 
 }  // namespace shoal::inference::cpu

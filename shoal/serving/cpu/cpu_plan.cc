@@ -68,9 +68,9 @@ size_t LayOut(std::vector<Value>& values) {
   return total;
 }
 
-size_t Consumers(const Graph& g, const std::string& t, const Node** only) {
+size_t Consumers(const std::vector<Node>& nodes, const std::string& t, const Node** only) {
   size_t n = 0;
-  for (const Node& node : g.nodes) {
+  for (const Node& node : nodes) {
     for (const std::string& in : node.inputs) {
       if (in == t) {
         ++n;
@@ -105,15 +105,20 @@ tag PlainTag(size_t rank) {
 
 dims ToDims(const std::vector<int64_t>& v) { return dims(v.begin(), v.end()); }
 
-dnnl::memory WeightCache::Get(const std::string& name, const dnnl::memory::desc& src,
-                              const dnnl::memory::desc& want, float scale) {
+dnnl::memory WeightCache::Get(const std::string& name, const Initializer& init,
+                              const dnnl::memory::desc& src, const dnnl::memory::desc& want,
+                              float scale) {
   for (const Entry& e : entries_) {
     if (e.name == name && e.src == src && e.want == want && e.scale == scale) return e.mem;
   }
-  const Initializer& init = graph_.initializers.at(name);
   const float* data = init.floats.data();
-  if (scale != 1.0f) {
-    scaled_.emplace_back(init.floats);
+  const bool copy = scale != 1.0f || init.is_int();
+  if (copy) {
+    if (init.is_int()) {
+      scaled_.emplace_back(init.ints.begin(), init.ints.end());
+    } else {
+      scaled_.emplace_back(init.floats);
+    }
     for (float& x : scaled_.back()) x *= scale;
     data = scaled_.back().data();
   }
@@ -130,7 +135,7 @@ dnnl::memory WeightCache::Get(const std::string& name, const dnnl::memory::desc&
   dnnl::reorder(user, mem).execute(s, user, mem);
   s.wait();
   omp_set_num_threads(threads);
-  if (scale != 1.0f) scaled_.pop_back();
+  if (copy) scaled_.pop_back();
   entries_.push_back({name, src, want, scale, mem});
   return mem;
 }
@@ -149,6 +154,10 @@ void Plan::Bind(uint8_t* arena, uint8_t* scratch) {
 Status Plan::Execute(const dnnl::stream& stream) const {
   for (size_t i = 0; i < steps.size(); ++i) {
     const Step& s = steps[i];
+    if (s.kernel) {
+      SHOAL_RETURN_IF_ERROR(s.kernel());
+      continue;
+    }
     const dnnl_status_t st = dnnl_primitive_execute(
         s.primitive.get(), stream.get(), static_cast<int>(s.c_args.size()), s.c_args.data());
     if (st != dnnl_success) {
@@ -212,6 +221,17 @@ int Lowering::Ensure(const std::string& tensor, const dnnl::memory::desc& want, 
   return to;
 }
 
+void Lowering::AddKernelStep(std::function<Status()> kernel, const std::vector<int>& reads) {
+  const int step = static_cast<int>(plan_.steps.size());
+  for (int r : reads) {
+    Value& v = plan_.values[static_cast<size_t>(r)];
+    v.last = std::max(v.last, step);
+  }
+  Step s;
+  s.kernel = std::move(kernel);
+  plan_.steps.push_back(std::move(s));
+}
+
 void Lowering::AddStep(const dnnl::primitive& p, std::unordered_map<int, dnnl::memory> args,
                        const std::vector<int>& reads, const dnnl::primitive_desc_base& pd) {
   const int step = static_cast<int>(plan_.steps.size());
@@ -226,26 +246,28 @@ void Lowering::AddStep(const dnnl::primitive& p, std::unordered_map<int, dnnl::m
     plan_.scratch_users.push_back(m);
     plan_.scratch_bytes = std::max(plan_.scratch_bytes, sp.get_size());
   }
-  plan_.steps.push_back({p, std::move(args), {}});
+  plan_.steps.push_back({p, std::move(args), {}, {}});
 }
 
 Result<std::unique_ptr<Plan>> BuildPlan(const Graph& graph, int64_t batch, const PlanOptions& o,
                                         const dnnl::engine& engine, WeightCache& weights) {
-  auto shapes = graph.InferShapes(batch);
-  if (!shapes.ok()) return shapes.status();
+  auto folded = FoldConstants(graph, batch);
+  if (!folded.ok()) return folded.status();
+  const auto* shapes = &folded->shapes;
+  const std::vector<Node>& nodes = folded->nodes;
   auto plan = std::make_unique<Plan>();
   plan->batch = batch;
-  Lowering low(graph, *shapes, o, engine, weights, *plan);
+  Lowering low(graph, *folded, o, engine, weights, *plan);
   low.AddInput(graph.inputs[0].name);
   std::set<const Node*> skipped;
-  for (const Node& n : graph.nodes) {
+  for (const Node& n : nodes) {
     if (skipped.count(&n) != 0) continue;
     // A Relu that is the only reader of a Conv/Gemm/MatMul/Add output runs as that primitive's
     // post-op: one pass over memory instead of two.
     const Node* next = nullptr;
     const bool fusable = n.op == OpType::kConv || n.op == OpType::kGemm ||
                          n.op == OpType::kMatMul || n.op == OpType::kAdd;
-    bool fuse = fusable && Consumers(graph, n.outputs[0], &next) == 1 &&
+    bool fuse = fusable && Consumers(nodes, n.outputs[0], &next) == 1 &&
                 next->op == OpType::kRelu && !IsGraphOutput(graph, n.outputs[0]);
     // A residual connection, Add(Conv(..), x) with x computed earlier and read by nothing
     // after the conv: the conv adds its result into x's bytes (sum post-op) and applies the
@@ -255,20 +277,20 @@ Result<std::unique_ptr<Plan>> BuildPlan(const Graph& graph, int64_t batch, const
     const Node* add = nullptr;
     const Node* add_relu = nullptr;
     if (n.op == OpType::kConv && next != nullptr && next->op == OpType::kAdd &&
-        !IsGraphOutput(graph, n.outputs[0]) && Consumers(graph, n.outputs[0], &next) == 1) {
+        !IsGraphOutput(graph, n.outputs[0]) && Consumers(nodes, n.outputs[0], &next) == 1) {
       add = next;
       const std::string& other = add->inputs[0] == n.outputs[0] ? add->inputs[1] : add->inputs[0];
       bool ok = other != n.outputs[0] && !low.IsConstant(other) && low.Computed(other) &&
                 !IsGraphOutput(graph, other) && shapes->at(other) == shapes->at(n.outputs[0]) &&
                 !low.IsAlias(low.Native(other)) && low.Native(other) != low.Native(n.inputs[0]);
-      for (const Node& reader : graph.nodes) {  // every other reader of x ran before the conv
+      for (const Node& reader : nodes) {  // every other reader of x ran before the conv
         if (!ok) break;
         if (&reader == add || &reader < &n) continue;
         ok = std::find(reader.inputs.begin(), reader.inputs.end(), other) == reader.inputs.end();
       }
       if (ok) {
         sum = &other;
-        fuse = Consumers(graph, add->outputs[0], &add_relu) == 1 && add_relu->op == OpType::kRelu &&
+        fuse = Consumers(nodes, add->outputs[0], &add_relu) == 1 && add_relu->op == OpType::kRelu &&
                !IsGraphOutput(graph, add->outputs[0]);
         if (!fuse) add_relu = nullptr;
       }

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -23,6 +24,8 @@ struct Step {
   // The same arguments as the C API takes them, built once: the C++ execute() would build
   // this vector (an allocation) on every call.
   std::vector<dnnl_exec_arg_t> c_args;
+  // A plain C++ kernel (ops.h) instead of a primitive: reads and writes arena values.
+  std::function<Status()> kernel;
 };
 
 // Weights converted to a primitive's layout, shared by every batch-size plan that wants the
@@ -33,6 +36,12 @@ class WeightCache {
   // `src` describes the initializer's plain f32 values (its dims may differ from the stored
   // shape, e.g. a transposed or grouped view). `scale` multiplies every value (Gemm's alpha).
   dnnl::memory Get(const std::string& name, const dnnl::memory::desc& src,
+                   const dnnl::memory::desc& want, float scale = 1.0f) {
+    return Get(name, graph_.initializers.at(name), src, want, scale);
+  }
+  // The same for any constant (`key` names it uniquely: a folded tensor's key carries the
+  // batch). INT64 constants are converted to float.
+  dnnl::memory Get(const std::string& key, const Initializer& init, const dnnl::memory::desc& src,
                    const dnnl::memory::desc& want, float scale = 1.0f);
   const Graph& graph() const { return graph_; }
 

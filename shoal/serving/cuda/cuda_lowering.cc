@@ -420,6 +420,8 @@ Status Compiler::Lower(size_t i) {
       return LowerReshape(i);
     case OpType::kSoftmax:
       return LowerSoftmax(i);
+    default:  // the transformer and plain-kernel operators run on the CPU executor only
+      break;
   }
   return Unsupported(n, "does not run this operator");
 }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "shoal/common/enum_names.h"
+#include "shoal/serving/graph/fold_constants.h"
 #include "shoal/serving/graph/shape_inference.h"
 
 namespace shoal::inference {
@@ -24,27 +25,102 @@ constexpr EnumName<OpType> kOpNames[] = {
     {OpType::kFlatten, "Flatten"},
     {OpType::kReshape, "Reshape"},
     {OpType::kSoftmax, "Softmax"},
+    {OpType::kLayerNormalization, "LayerNormalization"},
+    {OpType::kIdentity, "Identity"},
+    {OpType::kDropout, "Dropout"},
+    {OpType::kShape, "Shape"},
+    {OpType::kGather, "Gather"},
+    {OpType::kGatherElements, "GatherElements"},
+    {OpType::kConcat, "Concat"},
+    {OpType::kSlice, "Slice"},
+    {OpType::kSplit, "Split"},
+    {OpType::kTranspose, "Transpose"},
+    {OpType::kUnsqueeze, "Unsqueeze"},
+    {OpType::kSqueeze, "Squeeze"},
+    {OpType::kExpand, "Expand"},
+    {OpType::kConstantOfShape, "ConstantOfShape"},
+    {OpType::kRange, "Range"},
+    {OpType::kCast, "Cast"},
+    {OpType::kWhere, "Where"},
+    {OpType::kEqual, "Equal"},
+    {OpType::kLess, "Less"},
+    {OpType::kLessOrEqual, "LessOrEqual"},
+    {OpType::kGreater, "Greater"},
+    {OpType::kGreaterOrEqual, "GreaterOrEqual"},
+    {OpType::kNot, "Not"},
+    {OpType::kSub, "Sub"},
+    {OpType::kMul, "Mul"},
+    {OpType::kDiv, "Div"},
+    {OpType::kPow, "Pow"},
+    {OpType::kMod, "Mod"},
+    {OpType::kMin, "Min"},
+    {OpType::kMax, "Max"},
+    {OpType::kSqrt, "Sqrt"},
+    {OpType::kErf, "Erf"},
+    {OpType::kTanh, "Tanh"},
+    {OpType::kSigmoid, "Sigmoid"},
+    {OpType::kExp, "Exp"},
+    {OpType::kNeg, "Neg"},
+    {OpType::kHardSwish, "HardSwish"},
+    {OpType::kHardSigmoid, "HardSigmoid"},
+    {OpType::kClip, "Clip"},
+    {OpType::kReduceMean, "ReduceMean"},
+    {OpType::kPad, "Pad"},
 };
 
-// Inputs (min, max, where "" counts as given) and outputs each operator takes.
+// Inputs (min, max, where "" counts as given) and outputs (min, max) each operator takes.
 struct Arity {
-  size_t min_in, max_in, outputs;
+  size_t min_in, max_in, min_out, max_out;
 };
 
 Arity ArityOf(OpType op) {
   switch (op) {
     case OpType::kGemm:
-      return {2, 3, 1};
     case OpType::kConv:
-      return {2, 3, 1};
+    case OpType::kLayerNormalization:
+      return {2, 3, 1, 1};
     case OpType::kMatMul:
     case OpType::kAdd:
     case OpType::kReshape:
-      return {2, 2, 1};
+    case OpType::kSub:
+    case OpType::kMul:
+    case OpType::kDiv:
+    case OpType::kPow:
+    case OpType::kMod:
+    case OpType::kEqual:
+    case OpType::kLess:
+    case OpType::kLessOrEqual:
+    case OpType::kGreater:
+    case OpType::kGreaterOrEqual:
+    case OpType::kGather:
+    case OpType::kGatherElements:
+    case OpType::kExpand:
+      return {2, 2, 1, 1};
     case OpType::kBatchNormalization:
-      return {5, 5, 1};
+      return {5, 5, 1, 1};
+    case OpType::kWhere:
+    case OpType::kRange:
+      return {3, 3, 1, 1};
+    case OpType::kSlice:
+      return {3, 5, 1, 1};
+    case OpType::kConcat:
+    case OpType::kMin:
+    case OpType::kMax:
+      return {1, 1024, 1, 1};
+    case OpType::kSplit:
+      return {1, 2, 1, 1024};
+    case OpType::kDropout:
+      return {1, 3, 1, 1};
+    case OpType::kUnsqueeze:
+    case OpType::kSqueeze:
+    case OpType::kReduceMean:
+      return {1, 2, 1, 1};
+    case OpType::kClip:
+      return {1, 3, 1, 1};
+    case OpType::kPad:
+      return {2, 4, 1, 1};
     default:
-      return {1, 1, 1};
+      return {1, 1, 1, 1};
   }
 }
 
@@ -135,9 +211,9 @@ Status CheckArity(const Node& n) {
                              " is missing");
     }
   }
-  if (n.outputs.size() != a.outputs || n.outputs[0].empty()) {
+  if (n.outputs.size() < a.min_out || n.outputs.size() > a.max_out || n.outputs[0].empty()) {
     return InvalidArgument(NodeLabel(n) + ": has " + std::to_string(n.outputs.size()) +
-                           " outputs; Shoal supports exactly " + std::to_string(a.outputs) +
+                           " outputs; Shoal supports exactly " + std::to_string(a.min_out) +
                            " (optional outputs such as MaxPool's Indices are not supported)");
   }
   return {};
@@ -219,19 +295,19 @@ Status Graph::Validate() {
     SHOAL_RETURN_IF_ERROR(CheckArity(n));
   }
   SHOAL_RETURN_IF_ERROR(SortTopologically(*this));
-  // Batch 1 and 2 both infer, and every tensor keeps the batch as its leading dimension: the
-  // executors rely on that to run any batch size with the same plan.
+  // Batch 1 and 2 both infer, and the output keeps the batch as its leading dimension: the
+  // executors build one plan per batch size and hand back batch-major rows.
   auto one = InferShapes(1);
   if (!one.ok()) return one.status();
   auto two = InferShapes(2);
   if (!two.ok()) return two.status();
-  for (const auto& [tensor, s1] : *one) {
-    if (initializers.count(tensor) != 0) continue;
-    const auto& s2 = two->at(tensor);
+  for (const ValueInfo& out : outputs) {
+    const auto& s1 = one->at(out.name);
+    const auto& s2 = two->at(out.name);
     bool keeps = !s1.empty() && s1.size() == s2.size() && s1[0] == 1 && s2[0] == 2 &&
                  std::equal(s1.begin() + 1, s1.end(), s2.begin() + 1);
     if (!keeps) {
-      return InvalidArgument("tensor '" + tensor + "' does not keep the batch as its first " +
+      return InvalidArgument("tensor '" + out.name + "' does not keep the batch as its first " +
                              "dimension (shape " + ShapeToString(s1) +
                              " at batch 1); Shoal's executors need batch-major tensors");
     }
@@ -258,39 +334,22 @@ Status Graph::Validate() {
 
 Result<std::map<std::string, std::vector<int64_t>>> Graph::InferShapes(int64_t batch) const {
   if (batch <= 0) return InvalidArgument("batch must be > 0");
-  std::map<std::string, std::vector<int64_t>> shapes;
   for (const auto& [n, init] : initializers) {
     if (!SizeOk(init.shape)) return InvalidArgument("initializer '" + n + "' is too large");
-    shapes[n] = init.shape;
   }
   for (const ValueInfo& in : inputs) {
     std::vector<int64_t> s = in.shape;
     s[0] = batch;  // dimension 0 is the batch, whatever the file fixed it to
     if (!SizeOk(s)) return InvalidArgument("graph input '" + in.name + "' is too large");
-    shapes[in.name] = s;
   }
-  for (const Node& n : nodes) {
-    std::vector<const std::vector<int64_t>*> in;
-    for (const std::string& t : n.inputs) {
-      if (t.empty()) {
-        in.push_back(nullptr);
-        continue;
-      }
-      auto it = shapes.find(t);
-      if (it == shapes.end()) {
-        return InvalidArgument(NodeLabel(n) + ": input '" + t + "' has no shape (not sorted?)");
-      }
-      in.push_back(&it->second);
+  auto folded = FoldConstants(*this, batch);
+  if (!folded.ok()) return folded.status();
+  for (const auto& [tensor, shape] : folded->shapes) {
+    if (!SizeOk(shape)) {
+      return InvalidArgument("tensor '" + tensor + "' " + ShapeToString(shape) + " is too large");
     }
-    auto out = InferNodeShape(*this, n, in);
-    if (!out.ok()) return out.status();
-    if (!SizeOk(*out)) {
-      return InvalidArgument(NodeLabel(n) + ": output '" + n.outputs[0] + "' " +
-                             ShapeToString(*out) + " is too large");
-    }
-    shapes[n.outputs[0]] = std::move(*out);
   }
-  return shapes;
+  return std::move(folded->shapes);
 }
 
 Status Graph::SetWeights(const std::map<std::string, std::vector<float>, std::less<>>& weights) {

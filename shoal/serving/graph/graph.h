@@ -21,8 +21,11 @@ namespace shoal::inference {
 using shoal::DType;
 std::string_view OipDatatype(DType t);  // the OIP spelling: "FP32", "FP16", "BF16", "INT64"
 
-// The operators Shoal runs: enough for MLPs, small CNNs and ResNet-18. ONNX semantics (opset
-// 13) for each, including attributes and their defaults.
+// The operators Shoal runs: MLPs, CNNs (ResNet, MobileNet, EfficientNet) and transformers
+// (ViT, BERT, GPT-2) as torch.onnx.export writes them. ONNX semantics (opset 13, and 17 for
+// LayerNormalization) for each, including attributes and their defaults. The operators after
+// kSoftmax have a plain C++ kernel (ops.h) that also folds them at load where their inputs are
+// constants (shape subgraphs: fold_constants.h).
 enum class OpType : uint8_t {
   kGemm,
   kMatMul,
@@ -36,6 +39,48 @@ enum class OpType : uint8_t {
   kFlatten,
   kReshape,
   kSoftmax,
+  kLayerNormalization,
+  // plain kernels (ops.h)
+  kIdentity,
+  kDropout,
+  kShape,
+  kGather,
+  kGatherElements,
+  kConcat,
+  kSlice,
+  kSplit,
+  kTranspose,
+  kUnsqueeze,
+  kSqueeze,
+  kExpand,
+  kConstantOfShape,
+  kRange,
+  kCast,
+  kWhere,
+  kEqual,
+  kLess,
+  kLessOrEqual,
+  kGreater,
+  kGreaterOrEqual,
+  kNot,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kMod,
+  kMin,
+  kMax,
+  kSqrt,
+  kErf,
+  kTanh,
+  kSigmoid,
+  kExp,
+  kNeg,
+  kHardSwish,
+  kHardSigmoid,
+  kClip,
+  kReduceMean,
+  kPad,
 };
 std::string_view OpTypeName(OpType op);  // the ONNX op_type, "Gemm"
 // kInvalidArgument "unsupported operator 'LSTM' (node 'lstm_1')" when not one of the above.
@@ -83,7 +128,8 @@ struct Graph {
   // its first dimension (what lets executors run any batch with one plan) and stay below 2^40
   // elements. Errors name the node and the tensor.
   Status Validate();
-  // Shapes of every tensor for a given batch size (after Validate).
+  // Shapes of every tensor for a given batch size (after Validate), shape subgraphs folded for
+  // that batch (fold_constants.h).
   Result<std::map<std::string, std::vector<int64_t>>> InferShapes(int64_t batch) const;
   // Replaces the float values of the initializers whose names appear in `weights` (same shape
   // and element count required: kInvalidArgument naming the tensor otherwise). This is how a

@@ -68,17 +68,21 @@ Result<Shape> Gemm(const Node& n, const std::vector<const Shape*>& in) {
   return out;
 }
 
+// Numpy matmul: the last two dimensions multiply, the leading ones broadcast.
 Result<Shape> MatMul(const Node& n, const std::vector<const Shape*>& in) {
   const Shape &a = *in[0], &b = *in[1];
-  if (a.size() < 2 || b.size() != 2) {
-    return Bad(n, "supports A of rank >= 2 times a 2-D B; got " + ShapeToString(a) + " x " +
-                      ShapeToString(b));
+  if (a.size() < 2 || b.size() < 2) {
+    return Bad(n,
+               "supports A and B of rank >= 2; got " + ShapeToString(a) + " x " + ShapeToString(b));
   }
-  if (a.back() != b[0]) {
+  if (a.back() != b[b.size() - 2]) {
     return Bad(n, "A " + ShapeToString(a) + " and B " + ShapeToString(b) + " disagree on K");
   }
-  Shape out = a;
-  out.back() = b[1];
+  auto batch = Broadcast(n, Shape(a.begin(), a.end() - 2), Shape(b.begin(), b.end() - 2));
+  if (!batch.ok()) return batch.status();
+  Shape out = *batch;
+  out.push_back(a[a.size() - 2]);
+  out.push_back(b.back());
   return out;
 }
 
@@ -147,40 +151,19 @@ Result<Shape> Flatten(const Node& n, const Shape& x) {
   return Shape{Product(x, 0, a), Product(x, a, x.size())};
 }
 
-Result<Shape> Reshape(const Graph& g, const Node& n, const Shape& x) {
-  auto it = g.initializers.find(n.inputs[1]);
-  if (it == g.initializers.end() || !it->second.is_int()) {
-    return Bad(n, "shape '" + n.inputs[1] + "' must be a constant INT64 tensor");
-  }
-  if (n.IntAttr("allowzero", 0) != 0) return Bad(n, "allowzero=1 is not supported");
-  Shape out = it->second.ints;
-  int64_t known = 1, infer_at = -1;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i] == 0) {
-      if (i >= x.size())
-        return Bad(n, "shape has 0 at " + std::to_string(i) + " beyond the input's rank");
-      out[i] = x[i];
-    }
-    if (out[i] == -1) {
-      if (infer_at >= 0) return Bad(n, "shape " + ShapeToString(it->second.ints) + " has two -1");
-      infer_at = static_cast<int64_t>(i);
-      continue;
-    }
-    if (out[i] < 0 || __builtin_mul_overflow(known, out[i], &known)) {
-      return Bad(n, "shape " + ShapeToString(it->second.ints) + " is invalid");
+Result<Shape> LayerNorm(const Node& n, const std::vector<const Shape*>& in) {
+  const Shape& x = *in[0];
+  const int64_t axis = NormaliseAxis(n.IntAttr("axis", -1), static_cast<int64_t>(x.size()));
+  if (axis < 0) return Bad(n, "axis out of range for " + ShapeToString(x));
+  const Shape norm(x.begin() + axis, x.end());
+  for (size_t i = 1; i < in.size(); ++i) {
+    if (in[i] != nullptr && *in[i] != norm &&
+        !(in[i]->size() == 1 && (*in[i])[0] == Product(norm, 0, norm.size()))) {
+      return Bad(n, "'" + n.inputs[i] + "' is " + ShapeToString(*in[i]) + ", expected " +
+                        ShapeToString(norm));
     }
   }
-  const int64_t total = Product(x, 0, x.size());
-  if (infer_at >= 0) {
-    if (known == 0 || total % known != 0) {
-      return Bad(n, "cannot reshape " + ShapeToString(x) + " to " + ShapeToString(it->second.ints));
-    }
-    out[static_cast<size_t>(infer_at)] = total / known;
-  } else if (known != total) {
-    return Bad(n, "cannot reshape " + ShapeToString(x) + " (" + std::to_string(total) +
-                      " elements) to " + ShapeToString(out));
-  }
-  return out;
+  return x;
 }
 
 }  // namespace
@@ -275,8 +258,8 @@ Result<std::vector<int64_t>> InferNodeShape(const Graph& g, const Node& n,
     }
     case OpType::kFlatten:
       return Flatten(n, *in[0]);
-    case OpType::kReshape:
-      return Reshape(g, n, *in[0]);
+    case OpType::kLayerNormalization:
+      return LayerNorm(n, in);
     case OpType::kSoftmax: {
       const Shape& x = *in[0];
       if (NormaliseAxis(n.IntAttr("axis", -1), static_cast<int64_t>(x.size())) < 0) {
@@ -285,7 +268,10 @@ Result<std::vector<int64_t>> InferNodeShape(const Graph& g, const Node& n,
       }
       return x;
     }
+    default:
+      break;
   }
+  (void)g;
   return Bad(n, "no shape rule");
 }
 

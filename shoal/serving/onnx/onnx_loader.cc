@@ -70,8 +70,48 @@ Result<Initializer> ToInitializer(const onnx::TensorProto& t, const std::string&
     SHOAL_RETURN_IF_ERROR(values(&init.ints, t.int64_data(), "int64_data"));
     return init;
   }
+  // Narrower integers, booleans and doubles (masks and shape constants) are held as INT64 and
+  // FLOAT values.
+  auto widen = [&](auto sample, const auto& typed, const char* field, bool to_int) -> Status {
+    using T = decltype(sample);
+    std::vector<T> v;
+    if (t.has_raw_data()) {
+      if (t.raw_data().size() != n * sizeof(T)) {
+        return InvalidArgument("initializer '" + name + "': raw_data has the wrong size");
+      }
+      v.resize(n);
+      std::memcpy(v.data(), t.raw_data().data(), n * sizeof(T));
+    } else {
+      SHOAL_RETURN_IF_ERROR(sizes(static_cast<size_t>(typed.size()), field));
+      v.assign(typed.begin(), typed.end());
+    }
+    if (to_int) {
+      init.ints.assign(v.begin(), v.end());
+    } else {
+      init.floats.assign(v.begin(), v.end());
+    }
+    return {};
+  };
+  switch (t.data_type()) {
+    case onnx::TensorProto_DataType_INT32:
+      SHOAL_RETURN_IF_ERROR(widen(int32_t{}, t.int32_data(), "int32_data", true));
+      return init;
+    case onnx::TensorProto_DataType_BOOL:
+    case onnx::TensorProto_DataType_UINT8:
+      SHOAL_RETURN_IF_ERROR(widen(uint8_t{}, t.int32_data(), "int32_data", true));
+      return init;
+    case onnx::TensorProto_DataType_INT8:
+      SHOAL_RETURN_IF_ERROR(widen(int8_t{}, t.int32_data(), "int32_data", true));
+      return init;
+    case onnx::TensorProto_DataType_DOUBLE:
+      SHOAL_RETURN_IF_ERROR(widen(double{}, t.double_data(), "double_data", false));
+      return init;
+    default:
+      break;
+  }
   return InvalidArgument("initializer '" + name + "' is " + DataTypeName(t.data_type()) +
-                         "; only FLOAT and INT64 initializers are supported");
+                         "; only FLOAT, DOUBLE, INT64, INT32, INT8, UINT8 and BOOL initializers "
+                         "are supported");
 }
 
 // Constant nodes (opset 13: value, value_float(s), value_int(s)) become initializers: Reshape
@@ -119,7 +159,22 @@ Status ReadAttributes(const onnx::NodeProto& p, Node& node) {
       case onnx::AttributeProto_AttributeType_FLOATS:
         node.attributes[a.name()] = std::vector<float>(a.floats().begin(), a.floats().end());
         break;
+      case onnx::AttributeProto_AttributeType_TENSOR: {
+        // ConstantOfShape's value: one element, kept as an INT or FLOAT attribute.
+        auto v = ToInitializer(a.t(), node.name + "." + a.name());
+        if (!v.ok()) return v.status();
+        if (v->is_int() && v->ints.size() == 1) {
+          node.attributes[a.name()] = v->ints[0];
+        } else if (!v->is_int() && v->floats.size() == 1) {
+          node.attributes[a.name()] = v->floats[0];
+        } else {
+          return InvalidArgument("node '" + node.name + "' (" + p.op_type() + "): attribute '" +
+                                 a.name() + "' must hold one value");
+        }
+        break;
+      }
       case onnx::AttributeProto_AttributeType_STRING:
+        if (a.name() == "mode" && a.s() == "constant") break;  // Pad
         // auto_pad is the only string attribute of Shoal's operators; explicit pads are what
         // exporters write, SAME_* would need the input size here.
         if (a.name() == "auto_pad" && (a.s() == "NOTSET" || a.s() == "VALID")) break;

@@ -102,7 +102,16 @@ Result<FoldedGraph> FoldConstants(const Graph& g, int64_t batch) {
       SHOAL_RETURN_IF_ERROR(ops::Eval(n, io));
       outs = io.out_shapes;
       int64_t total = 0;
-      for (const auto& s : outs) total += ops::Numel(s);
+      for (const auto& s : outs) {
+        int64_t numel = 1;
+        for (int64_t d : s) {
+          if (d < 0 || __builtin_mul_overflow(numel, d, &numel) || numel > (int64_t{1} << 40)) {
+            return InvalidArgument(ops::NodeLabel(n) + ": output shape " + ShapeToString(s) +
+                                   " is invalid or too large");
+          }
+        }
+        total += numel;
+      }
       if (all_known && total <= kMaxFoldedElements) {
         for (size_t i = 0; i < n.inputs.size(); ++i) {
           if (n.inputs[i].empty() || n.op == OpType::kShape) {

@@ -274,8 +274,13 @@ Status Transpose(const Node& n, Io<T>& io) {
   Shape out(x.size());
   const auto xs = Strides(x);
   std::vector<int64_t> st(x.size());
+  std::vector<bool> seen(x.size(), false);
   for (size_t i = 0; i < perm.size(); ++i) {
-    if (perm[i] < 0 || perm[i] >= static_cast<int64_t>(x.size())) return Bad(n, "bad perm");
+    if (perm[i] < 0 || perm[i] >= static_cast<int64_t>(x.size()) ||
+        seen[static_cast<size_t>(perm[i])]) {
+      return Bad(n, "perm " + ShapeToString(perm) + " is not a permutation");
+    }
+    seen[static_cast<size_t>(perm[i])] = true;
     out[i] = x[static_cast<size_t>(perm[i])];
     st[i] = xs[static_cast<size_t>(perm[i])];
   }
@@ -333,8 +338,9 @@ Result<Shape> ReshapedShape(const Node& n, Io<T>& io) {
           infer_at = static_cast<int64_t>(i);
           continue;
         }
-        if (out[i] < 0) return Bad(n, "shape " + ShapeToString(**target) + " is invalid");
-        known *= out[i];
+        if (out[i] < 0 || __builtin_mul_overflow(known, out[i], &known)) {
+          return Bad(n, "shape " + ShapeToString(**target) + " is invalid");
+        }
       }
       const int64_t total = Numel(x);
       if (infer_at >= 0 && known != 0 && total % known == 0) {
@@ -356,7 +362,11 @@ Status Pad(const Node& n, Io<T>& io) {
   if (n.IntAttr("mode", 0) != 0) return Bad(n, "only constant padding");
   Shape out = x;
   for (size_t d = 0; d < x.size(); ++d) {
-    if ((**pads)[d] < 0 || (**pads)[d + x.size()] < 0) return Bad(n, "negative pads");
+    constexpr int64_t kMaxPad = int64_t{1} << 30;
+    if ((**pads)[d] < 0 || (**pads)[d + x.size()] < 0 || (**pads)[d] > kMaxPad ||
+        (**pads)[d + x.size()] > kMaxPad) {
+      return Bad(n, "pads must be in 0..2^30");
+    }
     out[d] += (**pads)[d] + (**pads)[d + x.size()];
   }
   io.out_shapes = {out};
@@ -462,7 +472,10 @@ Status EvalShapeOp(const Node& n, Io<T>& io) {
         v[i] = (**k)[0];
       }
       if (v[2] == 0) return Bad(n, "delta 0");
-      const int64_t count = std::max<int64_t>(0, (v[1] - v[0] + v[2] - (v[2] > 0 ? 1 : -1)) / v[2]);
+      const double span = std::ceil((static_cast<double>(v[1]) - static_cast<double>(v[0])) /
+                                    static_cast<double>(v[2]));
+      if (span > static_cast<double>(int64_t{1} << 40)) return Bad(n, "too many values");
+      const int64_t count = std::max<int64_t>(0, static_cast<int64_t>(span));
       io.out_shapes = {{count}};
       if (run) {
         for (int64_t i = 0; i < count; ++i)

@@ -8,6 +8,7 @@
 #include "shoal/fl/privacy/dp_spec_check.h"
 
 namespace shoal {
+using namespace coordinator_internal;  // NOLINT(google-build-using-namespace): this library's own
 
 using JobState = FlCoordinator::JobState;
 

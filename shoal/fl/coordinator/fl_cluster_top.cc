@@ -13,6 +13,7 @@
 #include "shoal/v1/fl.pb.h"
 
 namespace shoal {
+using namespace coordinator_internal;  // NOLINT(google-build-using-namespace): this library's own
 
 std::string FlJobSpecJson(const FlJobSpec& spec) { return SpecToJson(spec).dump(); }
 

@@ -8,6 +8,7 @@
 #include "shoal/fl/kernels/fold_pool.h"
 
 namespace shoal {
+using namespace coordinator_internal;  // NOLINT(google-build-using-namespace): this library's own
 namespace coordinator_internal {
 
 // Off the commit's critical path (the job's lock is not held while the pages are touched): a
@@ -17,14 +18,14 @@ void PrepareSpareModel(FlCoordinator::JobState& job) {
   size_t bytes;
   {
     std::lock_guard jl(job.mu);
-    if (job.deleted || !job.spare_models.empty() || job.models.empty()) return;
-    bytes = job.models.rbegin()->second->size();
+    bytes = job.models.SpareWanted();
+    if (job.deleted || bytes == 0) return;
   }
   auto blob = std::make_shared<std::string>();
   blob->resize(bytes + 64);  // zero-filled: every page touched (the next header may be longer)
   blob->resize(bytes);       // the capacity stays
   std::lock_guard jl(job.mu);
-  if (job.spare_models.empty()) job.spare_models.push_back(std::move(blob));
+  if (job.models.SpareWanted() != 0) job.models.AddSpare(std::move(blob));
 }
 
 // Also behind the commits: zeroes `reuse` (partial sums of committed rounds, held with
@@ -65,6 +66,17 @@ void PrepareWarmPartials(FlCoordinator::JobState& job, std::vector<uint64_t> reu
 }
 
 }  // namespace coordinator_internal
+
+void FlCoordinator::JobState::CacheModel() {
+  std::shared_ptr<std::string> blob = models.Take();
+  if (Status st = WriteModelSafetensors(mspec, spec.name, state.weights, state.version, blob.get(),
+                                        nullptr);
+      !st.ok()) {
+    spdlog::error("fl job {}: model bytes: {}", spec.name, st.ToString());
+    return;
+  }
+  models.Keep(state.version, std::move(blob));
+}
 
 // ---- commits --------------------------------------------------------------------------------
 
@@ -152,7 +164,7 @@ bool FlCoordinator::TakeRound(JobState& job, CommitWork* w) {
     w->state.weights.swap(job.state.weights);
     w->state.momentum.swap(job.state.momentum);
     w->state.second_moment.swap(job.state.second_moment);
-    if (w->round.acked > 0) w->blob = job.TakeModelBlob();
+    if (w->round.acked > 0) w->blob = job.models.Take();
     w->pool = job.pool;
     w->robust = job.Robust();
     w->robust_spec = job.spec.robust;
@@ -268,8 +280,8 @@ void FlCoordinator::RunCommit(JobState& job, CommitWork* w) {
       w->committed = true;
       w->step_ms = Seconds(t0) * 1e3 - w->merge_ms;
       if (job.store) w->kept = std::make_shared<const std::vector<float>>(w->state.weights);
-      if (Status ms = job.WriteModel(w->name, w->state.weights, w->state.version, w->blob.get(),
-                                     merge_pool_.get());
+      if (Status ms = WriteModelSafetensors(job.mspec, w->name, w->state.weights, w->state.version,
+                                            w->blob.get(), merge_pool_.get());
           !ms.ok()) {
         spdlog::error("fl job {}: model bytes: {}", w->name, ms.ToString());
         w->blob.reset();
@@ -313,11 +325,11 @@ void FlCoordinator::SwapIn(const std::shared_ptr<JobState>& jp, CommitWork* w,
   if (w->committed) {
     job.state.version = w->state.version;
     job.KeepVersion(std::move(w->kept));
-    if (w->blob) job.KeepModel(job.version(), std::move(w->blob));
+    if (w->blob) job.models.Keep(job.version(), std::move(w->blob));
     job.AddVersion({job.version(), std::nullopt, std::nullopt, round.acked, job.Elapsed()});
     if (job.spec.rounds > 0 && job.version() >= job.spec.rounds) job.done = true;
   } else if (w->blob) {
-    job.spare_models.push_back(std::move(w->blob));
+    job.models.AddSpare(std::move(w->blob));
   }
   // The partial sums go back to the pool now; the updates once the checkpoint naming this
   // version is written (until then a crash re-folds them from the log: Durable).

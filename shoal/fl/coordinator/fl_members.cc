@@ -9,6 +9,7 @@
 #include "shoal/v1/fl.pb.h"
 
 namespace shoal {
+using namespace coordinator_internal;  // NOLINT(google-build-using-namespace): this library's own
 
 struct FlMembers::Job {
   struct Ticket {

@@ -9,8 +9,10 @@
 
 #include "shoal/fl/coordinator/checkpoint_writer.h"
 #include "shoal/fl/coordinator/job_state.h"
+#include "shoal/fl/wire/safetensors.h"
 
 namespace shoal {
+using namespace coordinator_internal;  // NOLINT(google-build-using-namespace): this library's own
 
 namespace {
 
@@ -224,8 +226,7 @@ uint64_t FlCoordinator::Persist(const std::shared_ptr<JobState>& jp, bool with_m
   item.job = job.spec.name;
   item.dir = job.dir;
   item.version = job.version();
-  auto it = job.models.find(job.version());
-  if (with_model && it != job.models.end()) item.model = it->second;
+  if (with_model) item.model = job.models.Find(job.version());
   if (with_model && optimizer != nullptr) {
     item.optimizer = *optimizer;  // the commit's copy, made without the job's lock
   } else if (with_model && (!job.state.momentum.empty() || !job.state.second_moment.empty())) {
@@ -319,7 +320,7 @@ Status FlCoordinator::RestoreJob(const std::string& dir, const Json& state, bool
     }
   }
   job->KeepVersion();
-  job->models[job->version()] = std::make_shared<std::string>(std::move(bytes));
+  job->models.Keep(job->version(), std::make_shared<std::string>(std::move(bytes)));
   job->next_client = state.value("next_client", 0u);
   if (Status st = job->LoadClients(state, job->version()); !st.ok()) {
     return Internal("FL job checkpoint " + dir + ": client log: " + st.message());

@@ -8,6 +8,7 @@
 #include "shoal/fl/kernels/fold_u32.h"
 
 namespace shoal {
+using namespace coordinator_internal;  // NOLINT(google-build-using-namespace): this library's own
 namespace coordinator_internal {
 
 Status InitSecureAggregation(FlCoordinator::JobState& job) {

@@ -3,6 +3,7 @@
 #include "shoal/fl/coordinator/job_state.h"
 
 namespace shoal {
+using namespace coordinator_internal;  // NOLINT(google-build-using-namespace): this library's own
 
 Result<std::string> FlCoordinator::JobStatusJson(const std::string& name,
                                                  const StatusClientsPage& page) {

@@ -6,6 +6,7 @@
 #include "shoal/v1/fl.pb.h"
 
 namespace shoal {
+using namespace coordinator_internal;  // NOLINT(google-build-using-namespace): this library's own
 
 // ---- the update path ------------------------------------------------------------------------
 

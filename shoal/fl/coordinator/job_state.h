@@ -3,9 +3,6 @@
 // state, restore, crash recovery) share.
 #pragma once
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -28,15 +25,17 @@
 #include "shoal/fl/algorithms/model_state.h"
 #include "shoal/fl/algorithms/partial_sum.h"
 #include "shoal/fl/algorithms/version_store.h"
+#include "shoal/fl/coordinator/client_log.h"
 #include "shoal/fl/coordinator/dp_commit.h"
 #include "shoal/fl/coordinator/fl_coordinator.h"
+#include "shoal/fl/coordinator/model_blobs.h"
 #include "shoal/fl/coordinator/robust_commit.h"
+#include "shoal/fl/coordinator/update_log.h"
 #include "shoal/fl/kernels/fold.h"
 #include "shoal/fl/kernels/fold_pool.h"
 #include "shoal/fl/kernels/worker_team.h"
 #include "shoal/fl/secagg/secagg_session.h"
 #include "shoal/fl/wire/architectures.h"
-#include "shoal/fl/wire/safetensors.h"
 #include "shoal/fl/wire/update_format.h"
 
 namespace shoal {
@@ -46,8 +45,6 @@ using Clock = std::chrono::steady_clock;
 namespace agg = aggregator;
 
 namespace coordinator_internal {
-constexpr size_t kKeptModels = 4;   // safetensors of the last versions kept for download
-constexpr size_t kSpareModels = 2;  // blobs of versions no longer kept, reused by the next ones
 constexpr uint32_t kRefoldedPartial = 0x7fffffffu;  // the partial the coordinator refolds into
 // Cluster mode: how long another node's admission may stay unanswered before the top asks that
 // node whether it holds it (and again as often while it stays so).
@@ -86,22 +83,6 @@ Status InitJob(FlCoordinator::JobState& job);
 // (fl_secagg.cc); nothing for a job without it.
 Status InitSecureAggregation(FlCoordinator::JobState& job);
 
-// One admitted-and-acknowledged update, as the job's update log keeps it: enough to find its
-// bytes in the pool again and to count it exactly once after a restart.
-struct LogRecord {
-  static constexpr uint32_t kMagic = 0x4c554853;  // "SHUL"
-  uint32_t magic = kMagic;
-  uint32_t reserved = 0;
-  uint64_t seq = 0;
-  uint64_t round = 0;
-  uint64_t buffer = 0;  // pool offset of the update (held with kCoordinatorSlot)
-  uint64_t base_version = 0;
-  uint64_t num_samples = 0;
-  double coefficient = 0;
-  char client[40] = {};
-};
-static_assert(sizeof(LogRecord) == 96);
-
 // Takes `key`'s value (a shared_ptr) out of `map` under `mu`: null when `key` is absent.
 template <class Map>
 typename Map::mapped_type TakeLocked(std::mutex& mu, Map& map, const typename Map::key_type& key) {
@@ -113,199 +94,11 @@ typename Map::mapped_type TakeLocked(std::mutex& mu, Map& map, const typename Ma
   return value;
 }
 
-// The log record of a ticket (the coordinator's and FlMembers' tickets carry the same fields).
-template <class Ticket>
-LogRecord RecordOf(const Ticket& t) {
-  LogRecord r;
-  r.seq = t.seq;
-  r.round = t.round;
-  r.buffer = t.buffer;
-  r.base_version = t.base_version;
-  r.num_samples = t.num_samples;
-  r.coefficient = t.coefficient;
-  std::strncpy(r.client, t.client.c_str(), sizeof r.client - 1);
-  return r;
-}
-
-// The records of the acknowledged tickets of `tickets` (a map by ticket id), appended to `bytes`.
-template <class Tickets>
-void AppendAckedRecords(const Tickets& tickets, std::string& bytes) {
-  for (const auto& [id, t] : tickets) {
-    if (!t.acked) continue;
-    const LogRecord r = RecordOf(t);
-    bytes.append(reinterpret_cast<const char*>(&r), sizeof r);
-  }
-}
-
-// A job's update log, <dir>/updates.log: one LogRecord per acknowledged update, appended before
-// the client's 202. A write() that returned is in the page cache and survives the process
-// (kill -9); a power cut is a different failure (no fsync on the hot path).
-//
-// Its own lock (taken after the job's, never before) guards the file descriptor: a gateway
-// loop appends under it, and a compaction holds it only to append the records that came in
-// meanwhile and to rename the new log into place, never while it writes and syncs the new log:
-// BeginRewrite (under the job's lock, where the records to keep are taken) starts keeping each
-// appended record aside too; FinishRewrite (no job lock) writes and syncs the kept records,
-// then, under the log's lock, adds the ones set aside, renames and reopens. One compaction at a
-// time: the checkpoint writer's thread, or a restore before the gateway starts.
-class UpdateLog {
- public:
-  UpdateLog() = default;
-  UpdateLog(const UpdateLog&) = delete;
-  UpdateLog& operator=(const UpdateLog&) = delete;
-  ~UpdateLog() {
-    if (fd_ >= 0) close(fd_);
-  }
-
-  // Opens <dir>/updates.log for appending (again, where it was open).
-  Status Open(const std::string& dir) {
-    std::lock_guard lock(mu_);
-    return OpenLocked(dir);
-  }
-  Status Append(const LogRecord& r) {
-    std::lock_guard lock(mu_);
-    if (write(fd_, &r, sizeof r) != static_cast<ssize_t>(sizeof r)) {
-      return ErrnoStatus("appending to the update log", errno);
-    }
-    if (compacting_) tail_.append(reinterpret_cast<const char*>(&r), sizeof r);
-    return Status::Ok();
-  }
-  void BeginRewrite() {
-    std::lock_guard lock(mu_);
-    compacting_ = true;
-    tail_.clear();
-  }
-  // Replaces the log with `bytes` (whole records) and the records appended since BeginRewrite,
-  // and reopens it; failures are logged for job `job`, and the old log, whole, stays. Until the
-  // log opens again (the next compaction), each acknowledged update's append fails and is
-  // logged on its own: those updates are not in the log for crash recovery.
-  void FinishRewrite(const std::string& job, const std::string& dir, const std::string& bytes) {
-    const std::string path = dir + "/updates.log", tmp = path + ".tmp";
-    const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    bool ok = fd >= 0 && WriteAll(fd, bytes) && fsync(fd) == 0;
-    int err = ok ? 0 : errno;
-    std::lock_guard lock(mu_);
-    compacting_ = false;
-    if (ok && !WriteAll(fd, tail_)) {  // in the page cache, as every append
-      ok = false;
-      err = errno;
-    }
-    tail_.clear();
-    if (fd >= 0) close(fd);
-    if (ok && rename(tmp.c_str(), path.c_str()) != 0) {
-      ok = false;
-      err = errno;
-    }
-    if (!ok) {
-      unlink(tmp.c_str());
-      spdlog::error("fl job {}: update log: {}", job,
-                    ErrnoStatus("compacting " + path, err).ToString());
-      return;
-    }
-    if (Status st = OpenLocked(dir); !st.ok()) {
-      spdlog::error("fl job {}: reopening the compacted update log: {}", job, st.ToString());
-    }
-  }
-  void Rewrite(const std::string& job, const std::string& dir, const std::string& bytes) {
-    BeginRewrite();
-    FinishRewrite(job, dir, bytes);
-  }
-
- private:
-  Status OpenLocked(const std::string& dir) {
-    if (fd_ >= 0) close(fd_);
-    fd_ = open((dir + "/updates.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    return fd_ < 0 ? ErrnoStatus("opening " + dir + "/updates.log", errno) : Status::Ok();
-  }
-  static bool WriteAll(int fd, std::string_view bytes) {
-    while (!bytes.empty()) {
-      const ssize_t n = write(fd, bytes.data(), bytes.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return false;
-      bytes.remove_prefix(static_cast<size_t>(n));
-    }
-    return true;
-  }
-  std::mutex mu_;
-  int fd_ = -1;
-  bool compacting_ = false;
-  std::string tail_;  // records appended since BeginRewrite
-};
-
-// The clients' order in a job's table: by number ("c2" before "c10": the order they joined),
-// any other id after the numbered ones of its length, as strings. The status lists a page of
-// them from a client number on (lower_bound, not a walk from the first).
-struct ClientOrder {
-  using is_transparent = void;
-  bool operator()(std::string_view a, std::string_view b) const {
-    return a.size() != b.size() ? a.size() < b.size() : a < b;
-  }
-};
-
-// A job's client table on disk, <dir>/clients.log: one JSON line per join ({"join": id, "name",
-// "token"}), appended before the client has its token, and one per client whose figures changed
-// ({"client": id, "version": v, "updates", ...}), appended when the job's state is persisted
-// (FlCoordinator::Persist: each commit and evaluation), tagged with the version in memory then.
-// Restore applies each client's latest figures tagged at or below the version state.json names
-// (a later tag is a version whose checkpoint was never written: the update log re-folds its
-// updates). A join or a changed client appends one line, never the table: a join costs the same
-// at 10 clients and at 10,000 (state.json, which held every client and was rewritten on each
-// join, holds none). The file is compacted (each client's join and its latest figures that
-// restore could need) once the lines superseded since the last compaction outnumber the clients.
-// As the update log: a write() that returned is in the page cache and survives the process
-// (kill -9); no fsync on the join path.
-class ClientLog {
- public:
-  ClientLog() = default;
-  ClientLog(const ClientLog&) = delete;
-  ClientLog& operator=(const ClientLog&) = delete;
-  ~ClientLog() {
-    if (fd_ >= 0) close(fd_);
-  }
-  static std::string Path(const std::string& dir) { return dir + "/clients.log"; }
-  Status Open(const std::string& dir) {
-    if (fd_ >= 0) close(fd_);
-    fd_ = open(Path(dir).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    return fd_ < 0 ? ErrnoStatus("opening " + Path(dir), errno) : Status::Ok();
-  }
-  // Appends whole lines (each ends in '\n') in one write.
-  Status Append(std::string_view lines) {
-    if (fd_ < 0) return Internal("the client log is not open");
-    const ssize_t w = write(fd_, lines.data(), lines.size());
-    if (w == static_cast<ssize_t>(lines.size())) return Status::Ok();
-    const int err = errno;
-    if (w > 0) {
-      // A short write (disk full): the partial line goes, so that the next append starts a
-      // line; where it cannot, nothing more is appended after it.
-      const off_t end = lseek(fd_, 0, SEEK_END);
-      if (end < w || ftruncate(fd_, end - w) != 0) {
-        close(fd_);
-        fd_ = -1;
-      }
-      return Internal("appending to the client log: short write");
-    }
-    return ErrnoStatus("appending to the client log", err);
-  }
-  // Replaces the file with `lines` and reopens it.
-  Status Rewrite(const std::string& dir, const std::string& lines) {
-    SHOAL_RETURN_IF_ERROR(WriteFileAtomic(Path(dir), lines.data(), lines.size()));
-    figure_lines_ = 0;
-    return Open(dir);
-  }
-  // Figure lines appended since the last compaction (each supersedes its client's earlier one).
-  void CountFigureLines(uint64_t n) { figure_lines_ += n; }
-  uint64_t figure_lines() const { return figure_lines_; }
-
- private:
-  int fd_ = -1;
-  uint64_t figure_lines_ = 0;
-};
-
 }  // namespace coordinator_internal
 
-using namespace coordinator_internal;  // NOLINT(google-build-using-namespace): this library's own
-
 struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::JobState> {
+  using LogRecord = coordinator_internal::LogRecord;
+  using ClientOrder = coordinator_internal::ClientOrder;
   struct Client {
     std::string id, name, token;
     uint64_t submitted_round = UINT64_MAX;  // sync: the round it already sent an update to
@@ -398,11 +191,7 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   std::map<std::string, CompassTask> compass_tasks;
   std::map<agg::GroupId, uint64_t> group_round;
   uint64_t general_round = 0;
-  // Safetensors of the recent versions, shared with the downloads and the checkpoint writer
-  // that still send or write them; the blobs of versions no longer kept are reused (their
-  // pages warm) once nobody holds them.
-  std::map<uint64_t, std::shared_ptr<std::string>> models;
-  std::vector<std::shared_ptr<std::string>> spare_models;
+  coordinator_internal::ModelBlobs models;  // the recent versions' safetensors bytes
   // Committed versions whose checkpoint is not written yet: their updates' buffers stay held
   // (kCoordinatorSlot) and their log records stay in the update log until it is.
   struct Undurable {
@@ -447,7 +236,7 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   uint64_t samples_seen = 0;
   std::set<std::string, ClientOrder> suspect_clients;
   std::set<std::string, ClientOrder> changed_clients;
-  ClientLog client_log;
+  coordinator_internal::ClientLog client_log;
   // The lines for clients.log taken under the job's lock (joins, changed figures) and not yet
   // written: FlushClientLog writes them, in the order they were taken, with no job lock held.
   std::string pending_client_lines;
@@ -507,7 +296,7 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   // ready (PartialFor zeroes none on the gateway's loop): never read; the updates folded into it
   // are refolded at commit (Partial::rebuild). Held with kShoaldSlot; 0 until first needed.
   uint64_t sink = 0;
-  UpdateLog log;
+  coordinator_internal::UpdateLog log;
   std::string dir;
   uint64_t next_seq = 1;
   std::vector<LogRecord> recovered;  // read by Restore, re-folded by Recover
@@ -561,7 +350,7 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   bool Sync() const { return algo->synchronous(); }
   uint64_t version() const { return state.version; }
   uint64_t NewRound() { return open_round++; }
-  double Elapsed() const { return elapsed_before + Seconds(start); }
+  double Elapsed() const { return elapsed_before + coordinator_internal::Seconds(start); }
   // Synchronous rounds: how many admitted updates close a round. With a deadline the round
   // waits for every expected client and the deadline settles for a quorum (Timers).
   uint32_t Needed() const {
@@ -574,70 +363,9 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
     const double seen = static_cast<double>(samples_seen);
     return static_cast<double>(samples_sum) / seen * std::max<double>(spec.clients, seen);
   }
-  // The committed model as safetensors (f32, the same bytes ModelToSafetensors writes), taken
-  // straight from the weights: models are large, every copy shows in the commit's latency. With
-  // `threads` (the commit's), each large tensor is copied on all of them. In three steps, so
-  // that the commit writes the bytes without the job's lock: TakeModelBlob (under it: a blob no
-  // download and no checkpoint holds any more, or a new one), WriteModel (the bytes, into it)
-  // and KeepModel (under it: the version's bytes from now on).
-  std::shared_ptr<std::string> TakeModelBlob() {
-    for (auto it = spare_models.begin(); it != spare_models.end(); ++it) {
-      if (it->use_count() == 1) {  // no download and no checkpoint holds it any more
-        std::shared_ptr<std::string> blob = std::move(*it);
-        spare_models.erase(it);
-        return blob;
-      }
-    }
-    return std::make_shared<std::string>();
-  }
-  // `name`: the job's (the spec may change under the job's lock meanwhile).
-  Status WriteModel(const std::string& name, const std::vector<float>& weights, uint64_t version,
-                    std::string* blob, agg::FoldPool* threads) const {
-    std::vector<model::SafetensorsEntry> entries;
-    for (size_t i = 0; i < mspec.size(); ++i) {
-      const model::TensorSpec& t = mspec.tensor(i);
-      entries.push_back(
-          {t.name, model::DType::kF32, t.shape,
-           std::as_bytes(std::span<const float>(weights.data() + mspec.offset(i), t.numel()))});
-    }
-    auto at = model::WriteSafetensorsHeaderInto(
-        entries,
-        {{std::string(model::kMetadataJob), name},
-         {std::string(model::kMetadataVersion), std::to_string(version)},
-         {"format", "pt"}},
-        blob);
-    if (!at.ok()) return at.status();
-    char* data = blob->data() + *at;
-    for (size_t i = 0; i < mspec.size(); ++i) {
-      const float* w = weights.data() + mspec.offset(i);
-      const size_t n = mspec.tensor(i).numel();
-      if (threads != nullptr) {
-        threads->ConvertFromF32(data, w, model::DType::kF32, n);  // f32 to f32: a copy
-      } else if (n > 0) {
-        std::memcpy(data, w, n * sizeof(float));
-      }
-      data += n * sizeof(float);
-    }
-    return {};
-  }
-  void KeepModel(uint64_t version, std::shared_ptr<std::string> blob) {
-    models[version] = std::move(blob);
-    while (models.size() > kKeptModels) {
-      spare_models.push_back(std::move(models.begin()->second));
-      models.erase(models.begin());
-    }
-    while (spare_models.size() > kSpareModels) spare_models.erase(spare_models.begin());
-  }
-  // All three at once (a deploy, a restore: nobody else holds the job yet, or its lock is held).
-  void CacheModel() {
-    std::shared_ptr<std::string> blob = TakeModelBlob();
-    if (Status st = WriteModel(spec.name, state.weights, state.version, blob.get(), nullptr);
-        !st.ok()) {
-      spdlog::error("fl job {}: model bytes: {}", spec.name, st.ToString());
-      return;
-    }
-    KeepModel(state.version, std::move(blob));
-  }
+  // The current version's model bytes cached (a deploy, a restore: nobody else holds the job
+  // yet, or its lock is held). A commit writes them without the lock (fl_commit.cc).
+  void CacheModel();
   // The current version's weights for the updates trained from it (Δ-based algorithms); the
   // commit copies them without the job's lock and keeps the copy under it (`kept`).
   void KeepVersion(agg::ModelVersion kept = nullptr) {
@@ -692,133 +420,36 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   // checkpoint includes yet (those of later, still unwritten versions, and those in flight).
   // Under the job's lock: true when the log is to be compacted, its records taken into
   // `*log_bytes` (and UpdateLog::BeginRewrite called); the caller finishes the compaction
-  // (UpdateLog::FinishRewrite) once it released the lock.
-  bool Durable(uint64_t version, std::string* log_bytes) {
-    bool released = false;
-    while (!undurable.empty() && undurable.front().version <= version) {
-      for (uint64_t b : undurable.front().buffers) {
-        ReleaseBuffer(b, kCoordinatorSlot, "a durable version's update");
-      }
-      undurable.pop_front();
-      released = true;
-    }
-    if (!released) return false;
-    *log_bytes = LogBytes();
-    log.BeginRewrite();
-    return true;
-  }
+  // (UpdateLog::FinishRewrite) once it released the lock. (job_log.cc, as the three below.)
+  bool Durable(uint64_t version, std::string* log_bytes);
   // The seqs of the log records that the version in memory includes but no written
   // checkpoint does (state.json's last_commit_seqs: a restart skips them).
-  std::vector<uint64_t> UndurableSeqs() const {
-    std::vector<uint64_t> seqs;
-    for (const Undurable& u : undurable) {
-      for (const LogRecord& r : u.records) seqs.push_back(r.seq);
-    }
-    return seqs;
-  }
+  std::vector<uint64_t> UndurableSeqs() const;
   // What the compacted log keeps: the undurable versions' records and the acknowledged
   // tickets' (a round taken for its commit keeps its records in `undurable` from the swap on;
   // until then a crash re-folds them from the old log, which a compaction only replaces once
   // the new one is synced).
-  std::string LogBytes() const {
-    std::string bytes;
-    for (const Undurable& u : undurable) {
-      bytes.append(reinterpret_cast<const char*>(u.records.data()),
-                   u.records.size() * sizeof(LogRecord));
-    }
-    AppendAckedRecords(tickets, bytes);
-    return bytes;
-  }
+  std::string LogBytes() const;
   // Folds the acknowledged updates of `ids` (tickets of `from`, their bytes still in the pool)
   // into the float32 sum at `acc`. No lock: `from` is the caller's.
   size_t Refold(float* acc, const std::vector<uint64_t>& ids,
-                const std::map<uint64_t, Ticket>& from) const {
-    size_t n = 0;
-    for (uint64_t tid : ids) {
-      auto it = from.find(tid);
-      if (it == from.end()) continue;
-      const Ticket& t = it->second;
-      PayloadView pv = ReadPayload(pool->Data(t.buffer));
-      auto view = model::ParseUpdate(pv.body, mspec);
-      if (!view.ok()) {
-        spdlog::error("fl job {}: update {} of client {} no longer parses: {}", spec.name, t.seq,
-                      t.client, view.status().ToString());
-        continue;
-      }
-      for (const auto& tv : view->tensors) {
-        agg::Fold(acc + mspec.offset(tv.index), tv.data, static_cast<agg::DType>(tv.dtype),
-                  tv.numel, static_cast<float>(t.coefficient));
-      }
-      ++n;
-    }
-    return n;
-  }
-  // spec.aggregation.robust: the rule over the round's acknowledged updates (tickets of
-  // `from`), in place in the pool, taken as deltas from `weights` (the model they were trained
-  // from, version `version`), into `total` as if every update were the rule's result (Σ c_k of
-  // them times it), so the algorithm's step is the same. No lock (the commit thread's: `total`,
-  // `robust_out`, and the round taken out); RobustVerdicts then keeps, under the job's lock,
-  // what the rule made of each update per client and adds each suspect to `suspects` (client
-  // id, rule).
-  static std::vector<uint64_t> RoundTickets(const Round& round) {
-    std::vector<uint64_t> ids;
-    for (const auto& [key, p] : round.partials)
-      ids.insert(ids.end(), p.tickets.begin(), p.tickets.end());
-    return ids;
-  }
+                const std::map<uint64_t, Ticket>& from) const;
+  // spec.aggregation.robust (job_robust.cc): the rule over the round's acknowledged updates
+  // (tickets of `from`), in place in the pool, taken as deltas from `weights` (the model they
+  // were trained from, version `version`), into `total` as if every update were the rule's
+  // result (Σ c_k of them times it), so the algorithm's step is the same. No lock (the commit
+  // thread's: `total`, `robust_out`, and the round taken out); RobustVerdicts then keeps, under
+  // the job's lock, what the rule made of each update per client and adds each suspect to
+  // `suspects` (client id, rule).
+  static std::vector<uint64_t> RoundTickets(const Round& round);
   Result<RobustOutcome> RobustMerge(const FlRobustSpec& rule, const Round& round,
                                     const std::map<uint64_t, Ticket>& from,
                                     const std::vector<float>& weights, uint64_t version,
-                                    RobustCommitter& committer) {
-    std::vector<std::span<const std::byte>> bodies;
-    double c = 0;
-    for (uint64_t tid : RoundTickets(round)) {
-      const Ticket& t = from.at(tid);
-      bodies.push_back(ReadPayload(pool->Data(t.buffer)).body);
-      c += t.coefficient;
-    }
-    robust_out.resize(mspec.num_params());
-    auto outcome = committer.Aggregate(rule, mspec, weights.data(), bodies, robust_out.data());
-    if (!outcome.ok()) return outcome.status();
-    total.Reset();
-    SHOAL_RETURN_IF_ERROR(total.Fold(robust_out, c, version));
-    return outcome;
-  }
+                                    RobustCommitter& committer);
   void RobustVerdicts(const Round& round, const std::map<uint64_t, Ticket>& from,
                       const RobustOutcome& outcome, uint64_t new_version,
-                      std::vector<std::pair<std::string, std::string>>* suspects) {
-    const std::vector<uint64_t> ids = RoundTickets(round);
-    Json list = Json::array();
-    for (size_t i = 0; i < ids.size() && i < outcome.updates.size(); ++i) {
-      const Ticket& t = from.at(ids[i]);
-      const RobustVerdict& v = outcome.updates[i];
-      Client& cl = clients[t.client];
-      cl.last_verdict = v;
-      cl.last_verdict_version = new_version;
-      cl.suspect_updates += v.suspect ? 1 : 0;
-      cl.clipped_updates += v.clipped ? 1 : 0;
-      if (cl.suspect_updates > 0) suspect_clients.insert(t.client);
-      Changed(cl);
-      if (v.suspect) suspects->emplace_back(t.client, outcome.rule);
-      Json e = VerdictJson(v);
-      e["client"] = t.client;
-      e["name"] = cl.name;
-      list.push_back(std::move(e));
-    }
-    robust_last = {{"version", new_version},
-                   {"rule", outcome.rule},
-                   {"fallback", outcome.fallback.empty() ? Json(nullptr) : Json(outcome.fallback)},
-                   {"updates", std::move(list)},
-                   {"ms", outcome.ms}};
-    if (outcome.rule == "flag") robust_last["flag_iterations"] = outcome.flag_iterations;
-    if (!outcome.fallback.empty()) spdlog::warn("fl job {}: {}", spec.name, outcome.fallback);
-  }
-  static Json VerdictJson(const RobustVerdict& v) {
-    return {{"weight", v.weight},
-            {"clip_scale", v.clip_scale},
-            {"krum_score", v.krum_score ? Json(*v.krum_score) : Json(nullptr)},
-            {"suspect", v.suspect}};
-  }
+                      std::vector<std::pair<std::string, std::string>>* suspects);
+  static Json VerdictJson(const RobustVerdict& v);
 };
 
 }  // namespace shoal

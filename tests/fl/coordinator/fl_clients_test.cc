@@ -182,6 +182,11 @@ TEST_F(FlClientsTest, JoinsAndFiguresSurviveARestartAtTheCheckpointsVersion) {
   }
   EXPECT_EQ(joins, 8u);
   EXPECT_EQ(figures, 3u);
+  // It holds the clients' tokens: the rewritten file is the owner's only (the rewrite once passed
+  // the file's length where the mode goes).
+  namespace fs = std::filesystem;
+  EXPECT_EQ(fs::status(JobFile("clients.log")).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
 }
 
 }  // namespace

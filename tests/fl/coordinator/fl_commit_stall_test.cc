@@ -111,7 +111,7 @@ class FlCommitStallTest : public coordinator_test::CoordinatorFixture {
     std::ifstream f(dir_ + "/jobs/rb/updates.log", std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     std::vector<std::string> clients;
-    constexpr size_t kRecord = 96, kClientAt = 56;  // job_state.h's LogRecord
+    constexpr size_t kRecord = 96, kClientAt = 56;  // update_log.h's LogRecord
     for (size_t at = 0; at + kRecord <= bytes.size(); at += kRecord) {
       clients.emplace_back(bytes.c_str() + at + kClientAt);
     }

@@ -26,7 +26,7 @@
 
 #include "bench_args.h"
 #include "bench_shoald.h"
-#include "project_python.h"
+#include "peer_process.h"
 #include "run_stats.h"
 #include "shoal/fl/privacy/rdp_accountant.h"
 #include "tests/support/shoald_fixture.h"
@@ -37,22 +37,6 @@ using Json = nlohmann::json;
 namespace {
 
 const std::string kSource = SHOAL_SOURCE_DIR;
-
-// `cmd`'s stdout's last line parsed as JSON (null when none).
-Json RunJson(const std::string& cmd) {
-  std::fprintf(stderr, "bench-dp: %s\n", cmd.c_str());
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return nullptr;
-  std::string out;
-  char buf[65536];
-  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  pclose(p);
-  const auto end = out.find_last_not_of('\n');
-  if (end == std::string::npos) return nullptr;
-  const auto start = out.rfind('\n', end);
-  return Json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1), nullptr,
-                     false);
-}
 
 std::string Num(double v, int digits = 3) {
   if (std::isnan(v)) return "-";
@@ -97,8 +81,7 @@ int main(int argc, char** argv) {
   if (!args.Parse(argc, argv)) return 2;
   const int clients = 16;
   const double delta = 1e-5;
-  const std::string python =
-      "PYTHONPATH=" + kSource + "/shoal/fl/sdk/python " + shoal::bench::ProjectPython();
+  const std::string python = shoal::bench::SdkPython();
   const std::string common = " --clients 16 --rounds " + std::to_string(rounds) + " --epochs " +
                              std::to_string(epochs) + " --lr " + Num(lr, 4) +
                              " --batch 32 --alpha 0.5 --seed " + std::to_string(seed);
@@ -125,15 +108,19 @@ int main(int argc, char** argv) {
     }
     shoald.WaitReady("fl." + job, 1, 30000);
     const std::string token = shoald.CreateToken("fl-client", "", job);
-    Run s = FromJson(RunJson(python + " " + kSource + "/bench/fl_flower_train.py --system shoal" +
-                             common + " --server 127.0.0.1:" + std::to_string(shoald.port()) +
-                             " --job " + job + " --api-token " + token + " --init-out " + init),
-                     rounds, "Shoal");
+    Run s = FromJson(
+        shoal::bench::RunJson(
+            "bench-dp", python + " " + kSource + "/bench/fl_flower_train.py --system shoal" +
+                            common + " --server 127.0.0.1:" + std::to_string(shoald.port()) +
+                            " --job " + job + " --api-token " + token + " --init-out " + init),
+        rounds, "Shoal");
     s.epsilon = shoald.Metric("shoal_fl_dp_epsilon", "job=\"" + job + "\"");
     shoald.Stop();
     Run f = FromJson(
-        RunJson(python + " " + kSource + "/bench/fl_flower_train.py --system flower" + common +
-                " --init-npz " + init + " --dp-noise " + sigma_text + " --dp-clip " + Num(clip, 4)),
+        shoal::bench::RunJson("bench-dp", python + " " + kSource +
+                                              "/bench/fl_flower_train.py --system flower" + common +
+                                              " --init-npz " + init + " --dp-noise " + sigma_text +
+                                              " --dp-clip " + Num(clip, 4)),
         rounds, "Flower");
     std::remove(init.c_str());
     // Flower's release count is the rounds run; the same accountant gives its ε.

@@ -47,7 +47,7 @@
 
 #include "bench_args.h"
 #include "bench_shoald.h"
-#include "project_python.h"
+#include "peer_process.h"
 #include "run_stats.h"
 #include "tests/support/shoald_fixture.h"
 
@@ -79,26 +79,6 @@ struct Figures {
   double window_s = NAN;
   std::string processes;
 };
-
-// Runs `cmd` and returns its stdout's last line parsed as JSON (null when none).
-Json RunJson(const std::string& cmd) {
-  std::fprintf(stderr, "bench-fl-flower: %s\n", cmd.c_str());
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return nullptr;
-  std::string out;
-  char buf[65536];
-  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  pclose(p);
-  const auto end = out.find_last_not_of('\n');
-  if (end == std::string::npos) return nullptr;
-  const auto start = out.rfind('\n', end);
-  return Json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1), nullptr,
-                     false);
-}
-
-std::string Python() {
-  return "PYTHONPATH=" + kSource + "/shoal/fl/sdk/python " + shoal::bench::ProjectPython();
-}
 
 Figures FromJson(const Json& j) {
   Figures f;
@@ -198,19 +178,23 @@ Figures RunShoal(const Row& row, int rounds, int workers) {
   }
   shoald.WaitReady("fl." + job, 1, 30000);
   const std::string token = shoald.CreateToken("fl-client", "", job);
-  f = FromJson(RunJson(Python() + " " + kSource + "/bench/fl_flower_load.py --system shoal" +
-                       Common(row, rounds, workers) +
-                       " --server 127.0.0.1:" + std::to_string(shoald.port()) + " --job " + job +
-                       " --api-token " + token + " --root-pid " + std::to_string(shoald.pid())));
+  f = FromJson(shoal::bench::RunJson(
+      "bench-fl-flower",
+      shoal::bench::SdkPython() + " " + kSource + "/bench/fl_flower_load.py --system shoal" +
+          Common(row, rounds, workers) + " --server 127.0.0.1:" + std::to_string(shoald.port()) +
+          " --job " + job + " --api-token " + token + " --root-pid " +
+          std::to_string(shoald.pid())));
   if (!f.ok && std::getenv("SHOAL_BENCH_LOG")) std::fprintf(stderr, "%s", shoald.Log().c_str());
   shoald.Stop();
   return f;
 }
 
 Figures RunFlower(const Row& row, int rounds, int workers) {
-  return FromJson(RunJson(Python() + " " + kSource + "/bench/fl_flower_load.py --system flower" +
-                          Common(row, rounds, workers) + " --upload-cap " + Num(g_flower_cap, 0) +
-                          " --max-seconds " + Num(g_flower_cap * (rounds + 2) + 900, 0)));
+  return FromJson(shoal::bench::RunJson(
+      "bench-fl-flower",
+      shoal::bench::SdkPython() + " " + kSource + "/bench/fl_flower_load.py --system flower" +
+          Common(row, rounds, workers) + " --upload-cap " + Num(g_flower_cap, 0) +
+          " --max-seconds " + Num(g_flower_cap * (rounds + 2) + 900, 0)));
 }
 
 std::string SpreadText(const shoal::bench::Spread& s) {
@@ -243,13 +227,17 @@ int RunTraining(int rounds, int seeds, int clients, double lr, int epochs) {
     }
     shoald.WaitReady("fl." + job, 1, 30000);
     const std::string token = shoald.CreateToken("fl-client", "", job);
-    const Json s = RunJson(Python() + " " + kSource + "/bench/fl_flower_train.py --system shoal" +
-                           common + " --seed " + std::to_string(seed) +
-                           " --server 127.0.0.1:" + std::to_string(shoald.port()) + " --job " +
-                           job + " --api-token " + token + " --init-out " + init);
+    const Json s = shoal::bench::RunJson(
+        "bench-fl-flower", shoal::bench::SdkPython() + " " + kSource +
+                               "/bench/fl_flower_train.py --system shoal" + common + " --seed " +
+                               std::to_string(seed) +
+                               " --server 127.0.0.1:" + std::to_string(shoald.port()) + " --job " +
+                               job + " --api-token " + token + " --init-out " + init);
     shoald.Stop();
-    const Json f = RunJson(Python() + " " + kSource + "/bench/fl_flower_train.py --system flower" +
-                           common + " --seed " + std::to_string(seed) + " --init-npz " + init);
+    const Json f = shoal::bench::RunJson(
+        "bench-fl-flower", shoal::bench::SdkPython() + " " + kSource +
+                               "/bench/fl_flower_train.py --system flower" + common + " --seed " +
+                               std::to_string(seed) + " --init-npz " + init);
     std::remove(init.c_str());
     for (const auto& [j, out, name] :
          {std::tuple{&s, &shoal_acc, "Shoal"}, std::tuple{&f, &flower_acc, "Flower"}}) {

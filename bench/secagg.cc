@@ -33,7 +33,7 @@
 
 #include "bench_args.h"
 #include "bench_shoald.h"
-#include "project_python.h"
+#include "peer_process.h"
 #include "run_stats.h"
 #include "tests/support/shoald_fixture.h"
 
@@ -43,25 +43,6 @@ using Json = nlohmann::json;
 namespace {
 
 const std::string kSource = SHOAL_SOURCE_DIR;
-
-Json RunJson(const std::string& cmd) {
-  std::fprintf(stderr, "bench-secagg: %s\n", cmd.c_str());
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return nullptr;
-  std::string out;
-  char buf[65536];
-  while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  pclose(p);
-  const auto end = out.find_last_not_of('\n');
-  if (end == std::string::npos) return nullptr;
-  const auto start = out.rfind('\n', end);
-  return Json::parse(out.substr(start == std::string::npos ? 0 : start + 1, end + 1), nullptr,
-                     false);
-}
-
-std::string Python() {
-  return "PYTHONPATH=" + kSource + "/shoal/fl/sdk/python " + shoal::bench::ProjectPython();
-}
 
 std::string Num(double v, int digits = 3) {
   if (!std::isfinite(v)) return "-";
@@ -113,11 +94,14 @@ std::pair<Json, Json> RunShoal(const Config& c, int hidden) {
     }
     shoald.WaitReady(std::string("fl.") + jobs[i], 1, 30000);
     const std::string token = shoald.CreateToken("fl-client", "", jobs[i]);
-    out[i] = RunJson(Python() + " " + kSource + "/bench/secagg_load.py --server http://127.0.0.1:" +
-                     std::to_string(shoald.port()) + " --job " + jobs[i] + " --token " + token +
-                     " --clients " + std::to_string(c.clients) + " --rounds " +
-                     std::to_string(c.rounds) + " --root-pid " + std::to_string(shoald.pid()) +
-                     " --threshold " + std::to_string(c.threshold) + (i == 0 ? " --secure" : ""));
+    out[i] = shoal::bench::RunJson(
+        "bench-secagg",
+        shoal::bench::SdkPython() + " " + kSource +
+            "/bench/secagg_load.py --server http://127.0.0.1:" + std::to_string(shoald.port()) +
+            " --job " + jobs[i] + " --token " + token + " --clients " + std::to_string(c.clients) +
+            " --rounds " + std::to_string(c.rounds) + " --root-pid " +
+            std::to_string(shoald.pid()) + " --threshold " + std::to_string(c.threshold) +
+            (i == 0 ? " --secure" : ""));
   }
   if ((!out[0].is_object() || !out[1].is_object()) && std::getenv("SHOAL_BENCH_LOG")) {
     std::fprintf(stderr, "%s", shoald.Log().c_str());
@@ -127,10 +111,12 @@ std::pair<Json, Json> RunShoal(const Config& c, int hidden) {
 }
 
 Json RunFlower(const Config& c, uint64_t params) {
-  return RunJson(Python() + " " + kSource + "/bench/secagg_flower.py --clients " +
-                 std::to_string(c.clients) + " --params " + std::to_string(params) + " --rounds " +
-                 std::to_string(c.flower_rounds) + " --shares " + std::to_string(c.neighbours + 1) +
-                 " --threshold " + std::to_string(c.threshold));
+  return shoal::bench::RunJson(
+      "bench-secagg",
+      shoal::bench::SdkPython() + " " + kSource + "/bench/secagg_flower.py --clients " +
+          std::to_string(c.clients) + " --params " + std::to_string(params) + " --rounds " +
+          std::to_string(c.flower_rounds) + " --shares " + std::to_string(c.neighbours + 1) +
+          " --threshold " + std::to_string(c.threshold));
 }
 
 double Get(const Json& j, const char* key) {

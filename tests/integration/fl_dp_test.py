@@ -20,9 +20,7 @@ import json
 import math
 import os
 import re
-import shutil
 import sys
-import tempfile
 import threading
 import warnings
 
@@ -30,7 +28,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from shoal_testlib import BIN, StandaloneShoald, http  # noqa: E402
+from shoal_testlib import standalone_shoald, http  # noqa: E402
 
 import shoal_fl  # noqa: E402
 from opacus.accountants import RDPAccountant  # noqa: E402
@@ -65,17 +63,8 @@ def _opacus_eps(versions):
 
 @pytest.fixture
 def shoald():
-    if os.geteuid() != 0:
-        pytest.skip("shoald's data plane needs root (as the C++ integration tests)")
-    for b in ("shoald", "shoal", "shoal-fn"):
-        if not os.access(os.path.join(BIN, b), os.X_OK):
-            pytest.skip(f"{BIN}/{b} is not built")
-    tmp = tempfile.mkdtemp(prefix="shoal-dp-")
-    try:
-        with StandaloneShoald(tmp, f"dp{os.getpid()}-{os.path.basename(tmp)[-6:]}") as s:
-            yield s
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with standalone_shoald("dp") as s:
+        yield s
 
 
 BAD = [

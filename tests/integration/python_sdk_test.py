@@ -16,16 +16,14 @@ dataset-fashion-mnist; skips naming what is missing.
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from shoal_testlib import BIN, ROOT, StandaloneShoald  # noqa: E402
+from shoal_testlib import ROOT, standalone_shoald  # noqa: E402
 
 SDK = os.path.join(ROOT, "shoal", "fl", "sdk", "python")
 EXAMPLE = os.path.join(SDK, "examples", "fmnist_torch.py")
@@ -66,12 +64,7 @@ MANIFEST = _fljob(JOB, "{name: fedcompass, params: {q_min: 5, lambda: 1.5}}",
                   "{maxFanIn: 4, maxLeaves: 1}")
 
 
-def _skip_reason():
-    if os.geteuid() != 0:
-        return "shoald's data plane needs root (as the C++ integration tests)"
-    for b in ("shoald", "shoal", "shoal-fn"):
-        if not os.access(os.path.join(BIN, b), os.X_OK):
-            return f"{BIN}/{b} is not built"
+def _no_data():
     if not os.path.exists(os.path.join(DATA, "t10k-images-idx3-ubyte.gz")):
         return f"fashion-mnist not found at {DATA}: install dataset-fashion-mnist"
     return None
@@ -79,15 +72,9 @@ def _skip_reason():
 
 @pytest.fixture
 def shoald():
-    reason = _skip_reason()
-    if reason:
-        pytest.skip(reason)
-    tmp = tempfile.mkdtemp(prefix="shoal-pysdk-")
-    try:
-        with StandaloneShoald(tmp, f"py{os.getpid()}-{os.path.basename(tmp)[-6:]}") as s:
-            yield s
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with standalone_shoald("py",
+                            also_skip_if=_no_data()) as s:
+        yield s
 
 
 def _deploy(shoald, manifest, job):

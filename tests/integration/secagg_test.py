@@ -20,16 +20,14 @@ Needs root (shoald's data plane and sandbox) and the venv's cryptography.
 import hashlib
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 
 import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from shoal_testlib import BIN, StandaloneShoald  # noqa: E402
+from shoal_testlib import standalone_shoald  # noqa: E402
 
 pytest.importorskip("cryptography")
 import shoal_fl  # noqa: E402
@@ -57,17 +55,8 @@ spec:
 
 @pytest.fixture
 def shoald():
-    if os.geteuid() != 0:
-        pytest.skip("shoald's data plane needs root (as the C++ integration tests)")
-    for b in ("shoald", "shoal", "shoal-fn"):
-        if not os.access(os.path.join(BIN, b), os.X_OK):
-            pytest.skip(f"{BIN}/{b} is not built")
-    tmp = tempfile.mkdtemp(prefix="shoal-secagg-")
-    try:
-        with StandaloneShoald(tmp, f"sa{os.getpid()}-{os.path.basename(tmp)[-6:]}") as s:
-            yield s
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with standalone_shoald("sa") as s:
+        yield s
 
 
 def expect_error(status, text, fn, *args):

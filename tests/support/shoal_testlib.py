@@ -7,6 +7,7 @@ real etcd, a shoal-controller and a cluster-mode shoald (Cluster), /v1 calls wit
 """
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -258,6 +259,26 @@ class StandaloneShoald:
                 return
             time.sleep(0.05)
         raise AssertionError(f"{fn} not ready:\n{self.d.log()[-3000:]}")
+
+
+@contextlib.contextmanager
+def standalone_shoald(prefix, binaries=("shoald", "shoal", "shoal-fn"), extra_yaml="",
+                      also_skip_if=None):
+    """A pytest test's StandaloneShoald in a temporary folder of its own (removed after): the
+    test is skipped with the reason where one cannot run here (skip_reason, then
+    `also_skip_if`, a reason or None)."""
+    import pytest  # only the pytest tests use this
+
+    reason = skip_reason(binaries) or also_skip_if
+    if reason:
+        pytest.skip(reason)
+    tmp = tempfile.mkdtemp(prefix=f"shoal-{prefix}-")
+    try:
+        with StandaloneShoald(tmp, f"{prefix}{os.getpid()}-{os.path.basename(tmp)[-6:]}",
+                              extra_yaml=extra_yaml) as s:
+            yield s
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def shoal_client_argv(server, clients, time_scale, max_seconds, train_threads=None):

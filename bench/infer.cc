@@ -17,7 +17,8 @@
 // of the median ratios against onnxruntime (latency and each batch), or against the best anchor
 // where onnxruntime did not run (cuda with a CPU-only wheel); nan with no anchor at all.
 //
-//   bench-infer [--executor cpu|cuda|auto] [--model mlp|resnet18] [--precision fp32|fp16|bf16]
+// --model FILE.onnx (the zoo: build/zoo/<name>.onnx): the anchors run that file as it is.
+//   bench-infer [--executor cpu|cuda|auto] [--model mlp|resnet18|F.onnx] [--precision fp32|bf16]
 //               [--batches 16,64] [--iters N] [--large-iters N] [--rounds N] [--image N]
 //               [--threads N] [--no-compile] [--compile-mode MODE] [--compile] [--no-anchor]
 //               [--python PATH]
@@ -80,7 +81,13 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-Graph BuildGraph(const Options& o) {
+shoal::Result<Graph> BuildGraph(const Options& o) {
+  if (o.model.ends_with(".onnx")) {
+#ifdef SHOAL_BENCH_INFER_ONNX
+    return LoadOnnx(o.model);
+#endif
+    return shoal::Unavailable("bench-infer was built without the ONNX reader");
+  }
   if (o.model == "mlp") {
     Graph g = MlpGraph(784, {128}, 10);
     uint32_t s = 12345;  // weights the size of a trained model's, values irrelevant to speed
@@ -207,7 +214,7 @@ std::string LogTail(const std::string& path) {
 int main(int argc, char** argv) {
   Options o;
   shoal::bench::Args args(
-      "bench-infer [--executor cpu|cuda|auto] [--model mlp|resnet18] "
+      "bench-infer [--executor cpu|cuda|auto] [--model mlp|resnet18|FILE.onnx] "
       "[--precision fp32|fp16|bf16] [--batches 16,64] [--iters N] [--large-iters N] "
       "[--rounds N] [--image N] [--threads N] [--no-compile] [--compile-mode MODE] [--compile] "
       "[--no-anchor] [--python PATH]");
@@ -227,7 +234,8 @@ int main(int argc, char** argv) {
       .Switch("--no-anchor", &o.anchor, false);
   if (!args.Parse(argc, argv)) return 2;
   if (o.compile_max_autotune && o.compile_mode.empty()) o.compile_mode = "max-autotune";
-  if (o.model != "mlp" && o.model != "resnet18") {
+  const bool onnx_file = o.model.size() > 5 && o.model.ends_with(".onnx");
+  if (o.model != "mlp" && o.model != "resnet18" && !onnx_file) {
     args.Usage();
     return 2;
   }
@@ -257,7 +265,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string device((*executor)->name());
-  const bool resnet = o.model == "resnet18", cuda = device == "cuda";
+  const bool resnet = o.model == "resnet18" || onnx_file, cuda = device == "cuda";
   // Defaults sized so a CPU run finishes in a few minutes on 2 cores (torch.compile included).
   if (o.iters <= 0) o.iters = resnet ? (cuda ? 200 : 20) : 2000;
   if (o.large_iters <= 0) o.large_iters = resnet ? (cuda ? 20 : 3) : 200;
@@ -266,8 +274,9 @@ int main(int argc, char** argv) {
     o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
 
-  Graph g = BuildGraph(o);
-  for (Status s : {g.Validate(), FoldBatchNorm(g)}) {
+  auto built = BuildGraph(o);  // an ONNX file is sized as ResNet-18 is (ms per sample)
+  Graph g = built.ok() ? std::move(*built) : Graph{};
+  for (Status s : {built.status(), g.Validate(), FoldBatchNorm(g)}) {
     if (!s.ok()) {
       std::fprintf(stderr, "bench-infer: %s\n", s.ToString().c_str());
       return 1;
@@ -359,8 +368,9 @@ int main(int argc, char** argv) {
   if (o.anchor && dir.empty()) why = "cannot make a temporary directory";
   if (o.anchor && !dir.empty()) {
 #ifdef SHOAL_BENCH_INFER_ONNX
-    const std::string onnx = dir + "/model.onnx";
-    const Status saved = SaveOnnx(g, onnx);
+    // The file as given for an ONNX model (SaveOnnx writes Shoal's first twelve operators only).
+    const std::string onnx = onnx_file ? o.model : dir + "/model.onnx";
+    const Status saved = onnx_file ? Status{} : SaveOnnx(g, onnx);
     const std::string py = o.python.empty() ? shoal::bench::ProjectPython() : o.python;
     if (!saved.ok()) {
       why = "SaveOnnx: " + saved.ToString();
@@ -475,8 +485,9 @@ int main(int argc, char** argv) {
       "bench-infer: %s (%s), executor %s, %s, %d threads, %d rounds (+1 warm-up) of: "
       "bs 1 x %d, bs %s x %d\n",
       o.model.c_str(),
-      resnet ? ("3x" + std::to_string(o.image) + "x" + std::to_string(o.image)).c_str()
-             : "784-128-10",
+      onnx_file ? ShapeToString(g.inputs[0].shape).c_str()
+      : resnet  ? ("3x" + std::to_string(o.image) + "x" + std::to_string(o.image)).c_str()
+                : "784-128-10",
       device.c_str(), o.precision.c_str(), o.threads, o.rounds, o.iters,
       [&] {
         std::string s;

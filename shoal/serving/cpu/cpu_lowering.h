@@ -107,6 +107,20 @@ dims ToDims(const std::vector<int64_t>& v);
 // batched matmul (cpu_ops_dnnl.cc); every other operator through its plain kernel
 // (cpu_ops_plain.cc).
 Status LowerDnnlOp(Lowering& L, const Node& n, bool fuse_relu, bool* handled);
+
+// What fuses into a MatMul with constant 2-D weights (cpu_fusion.cc): its bias Add and an erf
+// GELU after it. `fused` are the nodes the matmul step replaces; `output` the tensor it writes.
+struct MatMulFusion {
+  std::string bias;  // "" when none
+  bool gelu = false;
+  std::vector<const Node*> fused;
+  std::string output;
+};
+MatMulFusion FindMatMulFusion(const std::vector<Node>& nodes, const Graph& g, const Lowering& L,
+                              const Node& mm);
+// A MatMul of any rank (cpu_ops_dnnl.cc); with `fusion` (constant 2-D weights only) the bias
+// and GELU run in the primitive and fusion->output is bound to its result.
+Status LowerMatMulNd(Lowering& L, const Node& n, bool relu, const MatMulFusion* fusion);
 Status LowerPlain(Lowering& L, const Node& n);
 
 }  // namespace shoal::inference::cpu

@@ -140,7 +140,7 @@ Status LayerNorm(Lowering& L, const Node& n) {
 
 // MatMul beyond cpu_ops.cc's 2-D case. Constant 2-D B: A's leading dimensions fold into M.
 // Otherwise both operands are padded to the output's rank and multiplied batch by batch.
-Status MatMulNd(Lowering& L, const Node& n, bool relu) {
+Status MatMulNd(Lowering& L, const Node& n, bool relu, const MatMulFusion* fusion) {
   const auto& a = L.Shape(n.inputs[0]);
   const auto& b = L.Shape(n.inputs[1]);
   const auto& y = L.Shape(n.outputs[0]);
@@ -150,17 +150,31 @@ Status MatMulNd(Lowering& L, const Node& n, bool relu) {
     const int64_t m = Prod(a, 0, a.size() - 1);
     const int src = PlainAs(L, n.inputs[0], {m, k});
     const dnnl::memory::desc src_md({m, k}, L.compute(), tag::ab);
+    if (fusion != nullptr && fusion->bias.empty() && !fusion->gelu) fusion = nullptr;
     const dnnl::memory::desc dst_md({m, cols}, L.compute(), tag::ab);
-    dnnl::matmul::desc desc(src_md, {{k, cols}, L.compute(), tag::any}, dst_md);
-    dnnl::matmul::primitive_desc pd(desc, Attr(relu), L.engine());
+    const dnnl::memory::desc w_any({k, cols}, L.compute(), tag::any);
+    const dnnl::memory::desc b_md({1, cols}, dt::f32, tag::ab);
+    const bool bias = fusion != nullptr && !fusion->bias.empty();
+    auto desc = bias ? dnnl::matmul::desc(src_md, w_any, b_md, dst_md)
+                     : dnnl::matmul::desc(src_md, w_any, dst_md);
+    dnnl::primitive_attr attr = Attr(relu);
+    if (fusion != nullptr && fusion->gelu) {
+      dnnl::post_ops po;
+      po.append_eltwise(1.0f, algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
+      attr.set_post_ops(po);
+    }
+    dnnl::matmul::primitive_desc pd(desc, attr, L.engine());
     const int dst = L.NewValue(dst_md);
-    L.AddStep(dnnl::matmul(pd),
-              {{DNNL_ARG_SRC, L.Mem(src)},
-               {DNNL_ARG_WEIGHTS,
-                L.Weights(n.inputs[1], {{k, cols}, dt::f32, tag::ab}, pd.weights_desc())},
-               {DNNL_ARG_DST, L.Mem(dst)}},
-              {src}, pd);
-    L.Bind(n.outputs[0], L.AliasValue(dst, Plain(y, L.compute())));
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, L.Mem(src)},
+        {DNNL_ARG_WEIGHTS,
+         L.Weights(n.inputs[1], {{k, cols}, dt::f32, tag::ab}, pd.weights_desc())},
+        {DNNL_ARG_DST, L.Mem(dst)}};
+    if (bias) args[DNNL_ARG_BIAS] = L.Weights(fusion->bias, b_md, pd.bias_desc());
+    L.AddStep(dnnl::matmul(pd), std::move(args), {src}, pd);
+    const int out = L.AliasValue(dst, Plain(y, L.compute()));
+    L.Bind(n.outputs[0], out);
+    if (fusion != nullptr) L.Bind(fusion->output, out);
     return {};
   }
   auto padded = [&](const std::vector<int64_t>& s) {
@@ -193,6 +207,10 @@ Status MatMulNd(Lowering& L, const Node& n, bool relu) {
 }
 
 }  // namespace
+
+Status LowerMatMulNd(Lowering& L, const Node& n, bool relu, const MatMulFusion* fusion) {
+  return MatMulNd(L, n, relu, fusion);
+}
 
 Status LowerDnnlOp(Lowering& L, const Node& n, bool fuse_relu, bool* handled) {
   *handled = true;
@@ -232,7 +250,7 @@ Status LowerDnnlOp(Lowering& L, const Node& n, bool fuse_relu, bool* handled) {
     case OpType::kLayerNormalization:
       return LayerNorm(L, n);
     case OpType::kMatMul:
-      return MatMulNd(L, n, fuse_relu);
+      return MatMulNd(L, n, fuse_relu, nullptr);
     case OpType::kAdd:
     case OpType::kMul:
     case OpType::kSub:

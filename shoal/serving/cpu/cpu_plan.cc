@@ -295,6 +295,19 @@ Result<std::unique_ptr<Plan>> BuildPlan(const Graph& graph, int64_t batch, const
         if (!fuse) add_relu = nullptr;
       }
     }
+    // A transformer's linear layer: MatMul + bias Add (+ erf GELU) as one matmul primitive.
+    if (n.op == OpType::kMatMul) {
+      const MatMulFusion f = FindMatMulFusion(nodes, graph, low, n);
+      if (!f.fused.empty()) {
+        try {
+          SHOAL_RETURN_IF_ERROR(LowerMatMulNd(low, n, false, &f));
+        } catch (const dnnl::error& e) {
+          return Internal("node '" + n.name + "' (MatMul, fused): oneDNN: " + e.what());
+        }
+        for (const Node* fused : f.fused) skipped.insert(fused);
+        continue;
+      }
+    }
     bool summed = false;
     try {
       SHOAL_RETURN_IF_ERROR(low.LowerNode(n, fuse, sum, &summed));

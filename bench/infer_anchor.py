@@ -281,8 +281,9 @@ def main():
                 io.bind_ortvalue_output(oname, ort.OrtValue.ortvalue_from_numpy(y, dev, 0))
                 return io
 
-            bindings = {b: bound(x) for b, x in inputs.items()}
             y = sess.run([oname], {iname: check_x})[0]
+            out_dims[:] = list(y.shape[1:])  # the file may leave a dimension symbolic
+            bindings = {b: bound(x) for b, x in inputs.items()}
             prec = "fp32" if args.precision == "fp32" else "fp32 (no bf16/fp16 CPU kernels)"
             note = (f"onnxruntime {ort.__version__} {provider}, {prec}, ORT_ENABLE_ALL, "
                     f"intra_op {args.threads}, inter_op 1, sequential, IOBinding")

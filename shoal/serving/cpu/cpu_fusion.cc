@@ -94,4 +94,53 @@ MatMulFusion FindMatMulFusion(const std::vector<Node>& nodes, const Graph& g, co
   return f;
 }
 
+MatMulFusion FindGeluTanh(const std::vector<Node>& nodes, const Graph& g, const Lowering& L,
+                          const Node& first) {
+  // GPT-2's gelu_new: 0.5x * (1 + tanh(0.79788456 * (x + 0.044715 * x^3))), as Mul(x, 0.5),
+  // Pow(x, 3), Mul(., 0.044715), Add(x, .), Mul(., 0.79788), Tanh, Add(., 1), Mul(half, .).
+  MatMulFusion f;
+  if (first.inputs.empty() || L.IsConstant(first.inputs[0])) return f;
+  const std::string x = first.inputs[0];
+  const Node *half = nullptr, *pow = nullptr, *sum = nullptr;
+  size_t readers = 0;
+  for (const Node& n : nodes) {
+    for (const std::string& in : n.inputs) {
+      if (in != x) continue;
+      ++readers;
+      if (n.op == OpType::kMul && ScalarIs(L, Other(n, x), 0.5f, 0)) half = &n;
+      if (n.op == OpType::kPow && n.inputs[0] == x && ScalarIs(L, n.inputs[1], 3.0f, 0)) pow = &n;
+      if (n.op == OpType::kAdd) sum = &n;
+    }
+  }
+  if (readers != 3 || half == nullptr || pow == nullptr || sum == nullptr) return f;
+  if (&first != half && &first != pow) return f;  // matched once, from the first reader of x
+  const Node* cube = Sole(nodes, g, pow->outputs[0]);
+  if (cube == nullptr || cube->op != OpType::kMul ||
+      !ScalarIs(L, Other(*cube, pow->outputs[0]), 0.044715f, 1e-6f) ||
+      Sole(nodes, g, cube->outputs[0]) != sum || Other(*sum, x) != cube->outputs[0]) {
+    return f;
+  }
+  const Node* scale = Sole(nodes, g, sum->outputs[0]);
+  if (scale == nullptr || scale->op != OpType::kMul ||
+      !ScalarIs(L, Other(*scale, sum->outputs[0]), 0.7978845608f, 1e-5f)) {
+    return f;
+  }
+  const Node* tanh = Sole(nodes, g, scale->outputs[0]);
+  if (tanh == nullptr || tanh->op != OpType::kTanh) return f;
+  const Node* one = Sole(nodes, g, tanh->outputs[0]);
+  if (one == nullptr || one->op != OpType::kAdd ||
+      !ScalarIs(L, Other(*one, tanh->outputs[0]), 1.0f, 0)) {
+    return f;
+  }
+  const Node* out = Sole(nodes, g, one->outputs[0]);
+  if (out == nullptr || out->op != OpType::kMul ||
+      Other(*out, one->outputs[0]) != half->outputs[0] || Sole(nodes, g, half->outputs[0]) != out) {
+    return f;
+  }
+  f.gelu = true;
+  f.fused = {half, pow, cube, sum, scale, tanh, one, out};
+  f.output = out->outputs[0];
+  return f;
+}
+
 }  // namespace shoal::inference::cpu

@@ -118,6 +118,11 @@ struct MatMulFusion {
 };
 MatMulFusion FindMatMulFusion(const std::vector<Node>& nodes, const Graph& g, const Lowering& L,
                               const Node& mm);
+// GPT-2's tanh GELU (eight nodes) read from `first`'s input x, when `first` is the first of them
+// in order (Mul(x, 0.5) or Pow(x, 3)): run as one gelu_tanh eltwise (LowerGeluTanh).
+MatMulFusion FindGeluTanh(const std::vector<Node>& nodes, const Graph& g, const Lowering& L,
+                          const Node& first);
+Status LowerGeluTanh(Lowering& L, const std::string& x, const std::string& output);
 // A MatMul of any rank (cpu_ops_dnnl.cc); with `fusion` (constant 2-D weights only) the bias
 // and GELU run in the primitive and fusion->output is bound to its result.
 Status LowerMatMulNd(Lowering& L, const Node& n, bool relu, const MatMulFusion* fusion);

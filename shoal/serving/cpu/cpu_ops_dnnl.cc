@@ -83,10 +83,6 @@ Status Binary(Lowering& L, const Node& n, algorithm alg, const std::string& x,
   const bool same = bd == y;
   dnnl::memory::desc src0 = L.NativeDesc(x);
   int a = L.Native(x);
-  if (!same && src0 != Plain(y, L.compute())) {  // broadcasts want plain layouts
-    a = L.Ensure(x, Plain(y, L.compute()));
-    src0 = Plain(y, L.compute());
-  }
   int b = -1;
   dnnl::memory b_mem;
   if (L.IsConstant(other)) {
@@ -95,8 +91,39 @@ Status Binary(Lowering& L, const Node& n, algorithm alg, const std::string& x,
     b = same ? L.Ensure(other, src0) : PlainAs(L, other, bd);
     b_mem = L.Mem(b);
   }
-  dnnl::binary::desc desc(alg, src0, b_mem.get_desc(), src0);
-  dnnl::binary::primitive_desc pd(desc, Attr(relu), L.engine());
+  // A broadcast over a blocked (convolution's) layout, as a squeeze-excitation's channel scale
+  // is, stays in that layout where oneDNN has an optimised kernel for it; else both go plain.
+  auto make = [&] {
+    return dnnl::binary::primitive_desc(dnnl::binary::desc(alg, src0, b_mem.get_desc(), src0),
+                                        Attr(relu), L.engine());
+  };
+  dnnl::binary::primitive_desc pd;
+  bool native = same || src0 == Plain(y, L.compute());
+  if (!native) {
+    // First with the other operand in its own producer's layout (a channel-blocked [N,C,1,1]
+    // after a convolution), then plain.
+    const bool own = b >= 0 && L.NativeDesc(other).dims() == ToDims(bd);
+    for (int attempt = own ? 0 : 1; attempt < 2 && !native; ++attempt) {
+      const int cand = attempt == 0 ? L.Native(other) : b;
+      const dnnl::memory cand_mem = b >= 0 ? L.Mem(cand) : b_mem;
+      try {
+        pd = dnnl::binary::primitive_desc(dnnl::binary::desc(alg, src0, cand_mem.get_desc(), src0),
+                                          Attr(relu), L.engine());
+        native = std::string(pd.impl_info_str()).rfind("ref", 0) != 0;
+      } catch (const dnnl::error&) {
+        native = false;
+      }
+      if (native && b >= 0) {
+        b = cand;
+        b_mem = cand_mem;
+      }
+    }
+  }
+  if (!native) {
+    a = L.Ensure(x, Plain(y, L.compute()));
+    src0 = Plain(y, L.compute());
+  }
+  if (!native || same || src0 == Plain(y, L.compute())) pd = make();
   std::vector<int> reads{a};
   if (b >= 0) reads.push_back(b);
   const int dst = L.NewValue(pd.dst_desc());
@@ -207,6 +234,18 @@ Status MatMulNd(Lowering& L, const Node& n, bool relu, const MatMulFusion* fusio
 }
 
 }  // namespace
+
+Status LowerGeluTanh(Lowering& L, const std::string& x, const std::string& output) {
+  const int src = L.Native(x);
+  dnnl::eltwise_forward::desc desc(prop_kind::forward_inference, algorithm::eltwise_gelu_tanh,
+                                   L.NativeDesc(x), 0.0f, 0.0f);
+  dnnl::eltwise_forward::primitive_desc pd(desc, Attr(false), L.engine());
+  const int dst = L.NewValue(pd.dst_desc());
+  L.AddStep(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, L.Mem(src)}, {DNNL_ARG_DST, L.Mem(dst)}},
+            {src}, pd);
+  L.Bind(output, dst);
+  return {};
+}
 
 Status LowerMatMulNd(Lowering& L, const Node& n, bool relu, const MatMulFusion* fusion) {
   return MatMulNd(L, n, relu, fusion);

@@ -308,6 +308,18 @@ Result<std::unique_ptr<Plan>> BuildPlan(const Graph& graph, int64_t batch, const
         continue;
       }
     }
+    if (n.op == OpType::kMul || n.op == OpType::kPow) {
+      const MatMulFusion f = FindGeluTanh(nodes, graph, low, n);
+      if (!f.fused.empty()) {
+        try {
+          SHOAL_RETURN_IF_ERROR(LowerGeluTanh(low, n.inputs[0], f.output));
+        } catch (const dnnl::error& e) {
+          return Internal("node '" + n.name + "' (GELU, fused): oneDNN: " + e.what());
+        }
+        for (const Node* fused : f.fused) skipped.insert(fused);
+        continue;
+      }
+    }
     bool summed = false;
     try {
       SHOAL_RETURN_IF_ERROR(low.LowerNode(n, fuse, sum, &summed));

@@ -52,6 +52,9 @@ const char* StageName(Stage s);
 
 class SecAggSession {
  public:
+  static constexpr size_t kSeedBytes = 16;  // a self-mask seed
+  static constexpr size_t kKeyBytes = 32;   // an X25519 secret key
+
   using Json = nlohmann::json;
   explicit SecAggSession(SecAggConfig config);
 

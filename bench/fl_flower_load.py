@@ -339,6 +339,27 @@ class FlowerServer:
                                f"{r.stderr[-2000:]}")
         return r.stdout.strip()
 
+    def _flwr(self, *args, timeout=60):
+        return subprocess.run(
+            [os.path.join(self.bindir, "flwr"), *args],
+            env=dict(self.env, PATH=self.bindir + os.pathsep + os.environ.get("PATH", "")),
+            capture_output=True, text=True, timeout=timeout, cwd=self.work)
+
+    def run_failure(self, submitted):
+        """Why the run `submit` returned (its JSON) finished without completing, with the end of
+        its log; None while it runs or once it completed. A simulation that raises leaves the
+        SuperLink up, so a driver waiting for its output would otherwise wait out its limit."""
+        try:
+            run_id = json.loads(submitted)["run-id"]
+            r = self._flwr("ls", "bench", "--run-id", str(run_id), "--format", "json")
+            status = json.loads(r.stdout)["runs"][0]["status"]
+        except (ValueError, KeyError, IndexError, TypeError, subprocess.TimeoutExpired):
+            return None  # not known yet: asked again later
+        if not status.startswith("finished") or status.endswith(":completed"):
+            return None
+        log = self._flwr("log", str(run_id), "bench", "--show").stdout
+        return f"run {run_id} {status}: ...{log[-3000:]}"
+
     def stop(self):
         pids, _ = tree(self.proc.pid)
         for p in reversed(pids):

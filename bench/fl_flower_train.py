@@ -93,7 +93,7 @@ def run_flower(args):
                           options={"num-supernodes": args.clients,
                                    "backend.client-resources.num-cpus": 1})
     try:
-        server.submit(os.path.join(HERE, "flower_app"),
+        submitted = server.submit(os.path.join(HERE, "flower_app"),
                       f"num-clients={args.clients} num-server-rounds={args.rounds} "
                       f"mode='train' out-dir='{out_dir}' init-npz='{args.init_npz}' "
                       f"seed={args.seed} alpha={args.alpha} local-epochs={args.epochs} "
@@ -101,9 +101,15 @@ def run_flower(args):
                       f"dp-noise={args.dp_noise!r} dp-clip={args.dp_clip!r}")
         last = os.path.join(out_dir, f"global-{args.rounds}.npz")
         end = time.monotonic() + args.max_seconds
+        next_check = time.monotonic() + 5
         while not os.path.exists(last):
             if time.monotonic() > end or server.proc.poll() is not None:
                 raise RuntimeError("the Flower run did not finish: " + server.tail())
+            if time.monotonic() > next_check:
+                failure = server.run_failure(submitted)
+                if failure:
+                    raise RuntimeError(failure)
+                next_check = time.monotonic() + 5
             time.sleep(0.5)
         time.sleep(0.5)  # np.savez writes the file whole before the name appears? be sure
         accs = []

@@ -187,6 +187,53 @@ install_node_modules() {
     echo "tests/k8s: npm ci failed: the k8s validation test will be skipped, naming it"
 }
 
+# tests/k8s's real Kubernetes API server and kubectl, built from Kubernetes' Go modules at the
+# release tools/kube-apiserver/go.mod pins (its go.sum holds every module's hash) into
+# $SHOAL_CACHE/tools/kube-apiserver-<version>/, with the Go module and build caches under
+# $SHOAL_CACHE/go, so a fresh clone reuses both: cold about 20-30 min on 2 cores, then seconds.
+# Where Go is missing or the build fails, the reason goes to <dir>.skipped and the tests that
+# need the API server skip naming it. SHOAL_KUBE_APISERVER=0 leaves it out.
+KUBE_TOOLS_MODULE="$ROOT/tools/kube-apiserver"
+kube_tools_dir() {
+  echo "$SHOAL_CACHE/tools/kube-apiserver-$(sed -n 's/^[[:space:]]*\(require[[:space:]]*\)\{0,1\}k8s\.io\/kubernetes \(v[0-9][^ ]*\).*/\2/p' "$KUBE_TOOLS_MODULE/go.mod")"
+}
+install_kube_apiserver() {
+  local dir go="${SHOAL_GO:-/usr/local/go/bin/go}" want have
+  dir="$(kube_tools_dir)"
+  mkdir -p "$SHOAL_CACHE/tools"
+  if [ "${SHOAL_KUBE_APISERVER:-1}" = 0 ]; then
+    echo "SHOAL_KUBE_APISERVER=0: not built" > "$dir.skipped"; return 0
+  fi
+  if [ ! -x "$go" ] && ! go="$(command -v go)"; then
+    step "kube-apiserver: no Go toolchain (/usr/local/go/bin/go or go on PATH): the tests that need it will skip"
+    echo "no Go toolchain to build it (/usr/local/go/bin/go)" > "$dir.skipped"; return 0
+  fi
+  want="$(cat "$KUBE_TOOLS_MODULE/go.mod" "$KUBE_TOOLS_MODULE/go.sum" | sha256sum | cut -d' ' -f1)"
+  have="$(cat "$dir/.stamp" 2>/dev/null || true)"
+  if [ "$want" = "$have" ] && [ -x "$dir/kube-apiserver" ] && [ -x "$dir/kubectl" ]; then
+    step "kube-apiserver and kubectl $(basename "$dir" | sed 's/^kube-apiserver-//'): built in $dir"
+    rm -f "$dir.skipped"; return 0
+  fi
+  step "Building kube-apiserver and kubectl (tools/kube-apiserver) into $dir (Go caches in $SHOAL_CACHE/go; cold: 20-30 min on 2 cores)"
+  local rc=0 start=$SECONDS
+  mkdir -p "$dir"
+  # -v names each package as it is compiled: every 200th is shown, so a long cold build shows
+  # that it goes on.
+  (cd "$KUBE_TOOLS_MODULE" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly \
+     GOMODCACHE="$SHOAL_CACHE/go/mod" GOCACHE="$SHOAL_CACHE/go/build" \
+     nice -n 10 "$go" build -v -trimpath -o "$dir/" \
+       k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl 2>&1 |
+     awk '/^(#|go: |.*\.go:[0-9])/ {print; next} {n++} n % 200 == 0 {print "  ... " n " packages compiled"; fflush()}'
+   exit "${PIPESTATUS[0]}") || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "go build of tools/kube-apiserver exited $rc (see the set-up log)" > "$dir.skipped"
+    echo "kube-apiserver: build failed ($rc): the tests that need it will skip"; return 0
+  fi
+  echo "$want" > "$dir/.stamp"
+  rm -f "$dir.skipped"
+  echo "  built $("$dir/kube-apiserver" --version) and kubectl in $((SECONDS - start)) s"
+}
+
 # The OCI image (scripts/image) for tests/k8s's k8s_image, built at set-up time because it
 # downloads Debian packages; where it cannot be built, the reason goes to
 # $BUILD/shoal-image.skipped and k8s_image skips naming it. SHOAL_IMAGE=0 leaves it out.

@@ -32,6 +32,7 @@
 #include "shoal/control/controller/cluster_functions.h"
 #include "shoal/control/controller/controller_api.h"
 #include "shoal/control/controller/node_views.h"
+#include "shoal/control/kubernetes/cluster_operator.h"
 #include "shoal/control/node/manifest.h"
 #include "shoal/security/auth/role.h"
 #include "shoal/security/auth/token_store.h"
@@ -86,6 +87,8 @@ int main(int argc, char** argv) {
   app.add_flag("--allow-insecure", allow_insecure,
                "listen beyond loopback without TLS (tokens in clear text)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  kubernetes::KubernetesFlags kube;
+  kubernetes::AddKubernetesFlags(app, &kube);
   SetExamples(&app, {"shoal-controller --etcd http://127.0.0.1:2379",
                      "shoal-controller --etcd http://etcd-1:2379,http://etcd-2:2379 "
                      "--cluster prod --port 8090 --state-dir /var/lib/shoal-controller"});
@@ -193,12 +196,24 @@ int main(int argc, char** argv) {
   jobs_ptr = &fl_jobs;
   // The leader places; a standby only serves the API.
   controller::ClusterAutoscaler autoscaler(etcd_client.get(), keys, &functions);
+  std::unique_ptr<kubernetes::ClusterOperator> kube_operator;  // the leader's, with --kubernetes
+  if (kube.enabled) {
+    auto made =
+        kubernetes::ClusterOperator::Create(kube, etcd_client.get(), keys, &functions, &fl_jobs);
+    if (!made.ok()) {
+      spdlog::error("{}", made.status().message());
+      return 2;
+    }
+    kube_operator = std::move(*made);
+  }
   cluster::LeaderElection election(etcd_client.get(), keys.Leader(), name, elo, [&](bool leader) {
     if (leader) {
       functions.StartPlacing();
       fl_jobs.StartMoving();
       autoscaler.Start();
+      if (kube_operator) kube_operator->Start();
     } else {
+      if (kube_operator) kube_operator->Stop();
       autoscaler.Stop();
       fl_jobs.StopMoving();
       functions.StopPlacing();
@@ -507,6 +522,7 @@ int main(int argc, char** argv) {
                keys.Leader());
   server.listen_after_bind();
   spdlog::info("shoal-controller stopping (resigning if leader)");
+  if (kube_operator) kube_operator->Stop();
   fl_jobs.StopMoving();
   functions.StopPlacing();
   return 0;

@@ -55,9 +55,12 @@ size_t OnRead(char* buffer, size_t size, size_t n, void* user) {
 int OnProgress(void* user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t /*ultotal*/,
                curl_off_t /*ulnow*/) {
   auto* t = static_cast<Transfer*>(user);
-  t->request->progress(static_cast<int64_t>(dlnow),
-                       dltotal > 0 ? static_cast<int64_t>(dltotal) : -1);
-  return 0;
+  if (t->request->progress) {
+    t->request->progress(static_cast<int64_t>(dlnow),
+                         dltotal > 0 ? static_cast<int64_t>(dltotal) : -1);
+  }
+  // Non-zero aborts the transfer (CURLE_ABORTED_BY_CALLBACK).
+  return t->request->cancel != nullptr && t->request->cancel->load() ? 1 : 0;
 }
 
 bool IsContentType(const std::string& header) {
@@ -121,7 +124,7 @@ std::optional<HttpResponse> HttpClient::Send(const HttpRequest& request, std::st
   curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, OnBody);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
-  if (request.progress) {
+  if (request.progress || request.cancel != nullptr) {
     curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, OnProgress);
     curl_easy_setopt(c, CURLOPT_XFERINFODATA, &t);
     curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);

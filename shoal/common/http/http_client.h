@@ -4,6 +4,7 @@
 // text, so a caller can tell "cannot reach the server" from an HTTP error status.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -37,6 +38,9 @@ struct HttpRequest {
   // When set, called as the response body arrives (libcurl's transfer-progress callback, at
   // least once a second): bytes so far and the total, -1 while it is unknown.
   std::function<void(int64_t received, int64_t total)> progress;
+  // When set, the request stops (no response, an error text) within about a second of it
+  // turning true: a long watch ends when its owner stops.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 class HttpClient {

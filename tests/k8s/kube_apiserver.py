@@ -37,17 +37,27 @@ def tools_dir():
 def skip_reason():
     """Why the API server cannot run here, or None."""
     d = tools_dir()
-    for b in ("kube-apiserver", "kubectl"):
+    for b in ("kube-apiserver",):
         if not os.access(os.path.join(d, b), os.X_OK):
             why = ""
             if os.path.exists(d + ".skipped"):
                 with open(d + ".skipped") as f:
                     why = ": " + f.read().strip()
             return f"{d}/{b} is not built (scripts/lib.sh install_kube_apiserver{why})"
+    if kubectl_path() is None:
+        return "no kubectl: neither built with kube-apiserver nor /usr/bin/kubectl"
     if not os.access(ETCD, os.X_OK):
         return f"{ETCD} is missing (Debian etcd-server)"
     if not os.access("/usr/bin/openssl", os.X_OK):
         return "/usr/bin/openssl is missing"
+    return None
+
+
+def kubectl_path():
+    """The kubectl built with kube-apiserver (the same release), else Debian's."""
+    for p in (os.path.join(tools_dir(), "kubectl"), "/usr/bin/kubectl"):
+        if os.access(p, os.X_OK):
+            return p
     return None
 
 
@@ -162,7 +172,7 @@ class KubeApiServer:
             return status, text
 
     def kubectl(self, *args, stdin=None, check=True, token=None, timeout=120):
-        argv = [os.path.join(self.dir, "kubectl"), f"--kubeconfig={self.kubeconfig}"]
+        argv = [kubectl_path(), f"--kubeconfig={self.kubeconfig}"]
         if token is not None:
             argv.append(f"--token={token}")
         r = subprocess.run(argv + list(args), input=stdin, text=True, capture_output=True,

@@ -190,7 +190,7 @@ install_node_modules() {
 # tests/k8s's real Kubernetes API server and kubectl, built from Kubernetes' Go modules at the
 # release tools/kube-apiserver/go.mod pins (its go.sum holds every module's hash) into
 # $SHOAL_CACHE/tools/kube-apiserver-<version>/, with the Go module and build caches under
-# $SHOAL_CACHE/go, so a fresh clone reuses both: cold about 20-30 min on 2 cores, then seconds.
+# $SHOAL_CACHE/go, so a fresh clone reuses both: cold about 40 min on 2 busy cores, then seconds.
 # Where Go is missing or the build fails, the reason goes to <dir>.skipped and the tests that
 # need the API server skip naming it. SHOAL_KUBE_APISERVER=0 leaves it out.
 KUBE_TOOLS_MODULE="$ROOT/tools/kube-apiserver"
@@ -214,14 +214,21 @@ install_kube_apiserver() {
     step "kube-apiserver and kubectl $(basename "$dir" | sed 's/^kube-apiserver-//'): built in $dir"
     rm -f "$dir.skipped"; return 0
   fi
-  step "Building kube-apiserver and kubectl (tools/kube-apiserver) into $dir (Go caches in $SHOAL_CACHE/go; cold: 20-30 min on 2 cores)"
-  local rc=0 start=$SECONDS
+  step "Building kube-apiserver and kubectl (tools/kube-apiserver) into $dir (Go caches in $SHOAL_CACHE/go; cold: about 40 min on 2 busy cores)"
+  local rc=0 start=$SECONDS version ldflags="" pkg
+  version="${dir##*/kube-apiserver-}"
   mkdir -p "$dir"
+  # The version both binaries report (kubectl version, /version), as Kubernetes' own build
+  # stamps it.
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=$(echo "$version" | sed 's/^v\([0-9]*\)\..*/\1/')"
+    ldflags+=" -X $pkg.gitMinor=$(echo "$version" | sed 's/^v[0-9]*\.\([0-9]*\)\..*/\1/') -X $pkg.gitTreeState=clean"
+  done
   # -v names each package as it is compiled: every 200th is shown, so a long cold build shows
   # that it goes on.
   (cd "$KUBE_TOOLS_MODULE" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly \
      GOMODCACHE="$SHOAL_CACHE/go/mod" GOCACHE="$SHOAL_CACHE/go/build" \
-     nice -n 10 "$go" build -v -trimpath -o "$dir/" \
+     nice -n 10 "$go" build -v -trimpath -ldflags "$ldflags" -o "$dir/" \
        k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl 2>&1 |
      awk '/^(#|go: |.*\.go:[0-9])/ {print; next} {n++} n % 200 == 0 {print "  ... " n " packages compiled"; fflush()}'
    exit "${PIPESTATUS[0]}") || rc=$?

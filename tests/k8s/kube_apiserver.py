@@ -124,7 +124,7 @@ class KubeApiServer:
                 "--service-account-issuer=https://kubernetes.default.svc",
                 f"--service-account-key-file={c}/sa.pub",
                 f"--service-account-signing-key-file={c}/sa.key",
-                "--service-cluster-ip-range=10.96.0.0/24",
+                "--service-cluster-ip-range=10.96.0.0/24", "--endpoint-reconciler-type=none",
                 f"--cert-dir={self.tmp}/apiserver-certs", "--profiling=false"]
         self.proc = Proc(argv, os.path.join(self.tmp, "kube-apiserver.log"))
         deadline = time.time() + 90

@@ -65,7 +65,8 @@ class Env:
         self.gw = f"http://127.0.0.1:{self.node.port}"
 
     def start_controller(self):
-        log = os.path.join(self.tmp, "controller.log")
+        self.starts = getattr(self, "starts", 0) + 1  # a log per start: wait_log reads it all
+        log = os.path.join(self.tmp, f"controller-{self.starts}.log")
         self.ctl = Proc([os.path.join(BIN, "shoal-controller"), "--etcd", self.api.etcd_url,
                          "--cluster", CLUSTER, "--port", "0",
                          "--state-dir", os.path.join(self.tmp, "controller"), "--kubernetes",

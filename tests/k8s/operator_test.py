@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from kube_apiserver import KubeApiServer, skip_reason as api_skip
+from kube_apiserver import ROOT, KubeApiServer, skip_reason as api_skip
 from shoal_testlib import (BIN, ControlApi, Proc, admin_token, digits_fljob, fl_client_env,
                            free_port, shoal_client_argv, skip_reason, start_shoald, stop_shoald)
 
@@ -200,3 +200,25 @@ def test_fljob_trains_survives_an_api_server_restart_and_is_deleted(env):
     api.kubectl("delete", "fljob", "digits", "-n", "shoal")
     wait_for("digits gone from Shoal", lambda: env.shoal_job("digits")[0] == 404)
     assert env.ctl.wait_log(r"FLJob digits deleted: deleted from the Shoal cluster")
+
+
+def test_function_ready_over_desired_and_deleted(env):
+    api = env.api
+    api.kubectl("apply", "--server-side", "-n", "shoal", "-f",
+                os.path.join(ROOT, "deploy", "examples", "echo.yaml"))
+
+    def function_status():
+        _, obj = api.request("/apis/shoal.dev/v1/namespaces/shoal/functions/echo")
+        return obj.get("status", {})
+
+    st = wait_for("echo placed", lambda: function_status().get("desired") == 1 and
+                  function_status(), timeout=60)
+    ready = [c for c in st["conditions"] if c["type"] == "Ready"][0]
+    assert ready["message"] == f"{st['ready']}/1 ready", (ready, st)
+    row = api.kubectl("get", "functions.shoal.dev", "-n", "shoal").stdout.splitlines()
+    assert row[0].split()[:3] == ["NAME", "READY", "DESIRED"], row
+    assert row[1].split()[0] == "echo" and row[1].split()[2] == "1", row
+    code, body = env.shoal.request("/v1/functions/echo")
+    assert code == 200 and json.loads(body)["namespace"] == "shoal", body
+    api.kubectl("delete", "function.shoal.dev", "echo", "-n", "shoal")
+    wait_for("echo gone from Shoal", lambda: env.shoal.request("/v1/functions/echo")[0] == 404)

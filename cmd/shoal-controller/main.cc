@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<kubernetes::ClusterOperator> kube_operator;  // the leader's, with --kubernetes
   if (kube.enabled) {
     auto made =
-        kubernetes::ClusterOperator::Create(kube, etcd_client.get(), keys, &functions, &fl_jobs);
+        kubernetes::ClusterOperator::Create(kube, &cluster_tokens, &nodes, &functions, &fl_jobs);
     if (!made.ok()) {
       spdlog::error("{}", made.status().message());
       return 2;

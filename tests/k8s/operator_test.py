@@ -211,13 +211,14 @@ def test_function_ready_over_desired_and_deleted(env):
         _, obj = api.request("/apis/shoal.dev/v1/namespaces/shoal/functions/echo")
         return obj.get("status", {})
 
-    st = wait_for("echo placed", lambda: function_status().get("desired") == 1 and
-                  function_status(), timeout=60)
+    # desired from its placement (scale.min 1), ready from the node running its instance.
+    st = wait_for("echo 1/1 ready", lambda: function_status().get("desired") == 1 and
+                  function_status().get("ready") == 1 and function_status(), timeout=60)
     ready = [c for c in st["conditions"] if c["type"] == "Ready"][0]
-    assert ready["message"] == f"{st['ready']}/1 ready", (ready, st)
+    assert ready["status"] == "True" and ready["message"] == "1/1 ready", (ready, st)
     row = api.kubectl("get", "functions.shoal.dev", "-n", "shoal").stdout.splitlines()
     assert row[0].split()[:3] == ["NAME", "READY", "DESIRED"], row
-    assert row[1].split()[0] == "echo" and row[1].split()[2] == "1", row
+    assert row[1].split()[:3] == ["echo", "1", "1"], row
     code, body = env.shoal.request("/v1/functions/echo")
     assert code == 200 and json.loads(body)["namespace"] == "shoal", body
     api.kubectl("delete", "function.shoal.dev", "echo", "-n", "shoal")

@@ -1,15 +1,13 @@
 #include "shoal/control/kubernetes/cluster_backend.h"
 
-#include "shoal/common/clock.h"
-#include "shoal/control/cluster/node_signals.h"
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
 #include "shoal/control/controller/controller_api.h"
+#include "shoal/control/controller/node_views.h"
 #include "shoal/control/node/manifest.h"
 
 namespace shoal::kubernetes {
-
-namespace {
-constexpr int64_t kStaleSignalsMs = 10000;  // a node's signals older than this are not counted
-}
 
 Status ClusterBackend::Apply(const std::string& kind, const std::string& manifest) {
   auto parsed = ParseManifests(manifest, NodeConfig{});
@@ -45,20 +43,47 @@ void ClusterBackend::Observe(const std::string& kind, const std::string& name, O
     o->job = nlohmann::json::parse(controller::ClusterJobJson(*job), nullptr, false);
     return;
   }
-  if (auto placements = functions_->Placements(name); placements.ok()) {
-    int64_t desired = 0;
-    for (const auto& [node, p] : *placements) desired += p.min_scale;
-    o->desired = desired;
-  }
-  if (auto signals = etcd_->GetPrefix(keys_.Signals(name)); signals.ok()) {
-    int64_t ready = 0;
-    const int64_t now_ms = UnixMs();
-    for (const auto& kv : signals->kvs) {
-      auto s = cluster::NodeSignals::FromJson(kv.value);
-      if (s.ok() && now_ms - s->unix_ms <= kStaleSignalsMs) ready += s->ready;
+  auto placements = functions_->Placements(name);
+  if (!placements.ok()) return;
+  int64_t desired = 0;
+  std::vector<cluster::NodeEntry> placed;
+  for (const auto& [node, p] : *placements) {
+    desired += p.min_scale;
+    for (const auto& n : nodes_->List()) {
+      if (n.record.name == node) placed.push_back(n);
     }
-    o->ready = ready;
   }
+  o->desired = desired;
+  std::string authorization;
+  {
+    std::lock_guard l(mu_);
+    if (authorization_.empty()) {
+      // One viewer token per operator run (a cluster token: the nodes accept it once their
+      // watch has it), revoked when it stops.
+      auto made = tokens_->Create(
+          {"kubernetes-operator-" + std::to_string(getpid()), auth::Role::kViewer, "", ""});
+      if (!made.ok()) {
+        spdlog::warn("kubernetes: a viewer token for the nodes' instance counts: {}",
+                     made.status().message());
+        return;
+      }
+      token_id_ = made->info.id;
+      authorization_ = "Bearer " + made->token;
+    }
+    authorization = authorization_;
+  }
+  const nlohmann::json st = controller::ClusterFunctionStatus(placed, name, authorization);
+  if (st.contains("ready") && st["ready"].is_number_integer()) o->ready = st["ready"];
+}
+
+void ClusterBackend::Close() {
+  std::lock_guard l(mu_);
+  if (token_id_.empty()) return;
+  if (Status st = tokens_->Revoke(token_id_); !st.ok()) {
+    spdlog::warn("kubernetes: revoking the operator's viewer token: {}", st.message());
+  }
+  token_id_.clear();
+  authorization_.clear();
 }
 
 }  // namespace shoal::kubernetes

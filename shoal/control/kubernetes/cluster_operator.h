@@ -23,18 +23,21 @@ class ClusterOperator {
  public:
   // kInvalidArgument naming what is missing (no API server address, no token).
   static Result<std::unique_ptr<ClusterOperator>> Create(const KubernetesFlags& flags,
-                                                         cluster::EtcdClient* etcd,
-                                                         cluster::ClusterKeys keys,
+                                                         cluster::ClusterTokens* tokens,
+                                                         cluster::NodeDirectory* nodes,
                                                          controller::ClusterFunctions* functions,
                                                          controller::ClusterFlJobs* jobs);
   void Start() { operator_.Start(); }
-  void Stop() { operator_.Stop(); }
+  void Stop() {
+    operator_.Stop();
+    backend_.Close();
+  }
 
  private:
-  ClusterOperator(KubeConfig config, const KubernetesFlags& flags, cluster::EtcdClient* etcd,
-                  cluster::ClusterKeys keys, controller::ClusterFunctions* functions,
+  ClusterOperator(KubeConfig config, const KubernetesFlags& flags, cluster::ClusterTokens* tokens,
+                  cluster::NodeDirectory* nodes, controller::ClusterFunctions* functions,
                   controller::ClusterFlJobs* jobs)
-      : backend_(etcd, std::move(keys), functions, jobs),
+      : backend_(tokens, nodes, functions, jobs),
         operator_(KubeClient(std::move(config)), &backend_, flags.options) {}
   ClusterBackend backend_;
   KubernetesOperator operator_;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "shoal/common/buffer_release.h"
 #include "shoal/common/clock.h"
 #include "shoal/common/log.h"
 #include "shoal/common/payload.h"
@@ -571,10 +572,7 @@ bool Connection::OnBodyPiece(const char* at, size_t len) {
 void Connection::ReleaseBuffer(const std::shared_ptr<FunctionRuntime>& fn, uint64_t& buffer,
                                const char* what) {
   if (buffer != 0 && fn) {
-    if (Status st = fn->pool->Release(buffer, kShoaldSlot); !st.ok()) {
-      spdlog::error("function '{}': {} buffer {:#x} not released: {}", fn->spec.name, what, buffer,
-                    st.ToString());
-    }
+    ReleaseOrLog(*fn->pool, buffer, kShoaldSlot, what, "function '{}'", fn->spec.name);
   }
   buffer = 0;
 }

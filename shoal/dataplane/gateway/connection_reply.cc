@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "shoal/common/buffer_release.h"
 #include "shoal/common/clock.h"
 #include "shoal/common/log.h"
 #include "shoal/common/payload.h"
@@ -200,10 +201,8 @@ void Connection::WriteFunctionResponse(const EventDescriptor& d,
   }
   PayloadView v = ReadPayload(fn->pool->Data(d.offset));
   if (!v.valid || d.length > fn->pool->Data(d.offset).size()) {
-    if (Status st = fn->pool->Release(d.offset, kShoaldSlot); !st.ok()) {
-      spdlog::error("function '{}': malformed response buffer {:#x} not released: {}",
-                    fn->spec.name, d.offset, st.ToString());
-    }
+    ReleaseOrLog(*fn->pool, d.offset, kShoaldSlot, "malformed response", "function '{}'",
+                 fn->spec.name);
     WriteError(502, "function '" + fn->spec.name + "' sent a malformed response");
     return;
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 
+#include "shoal/common/buffer_release.h"
 #include "shoal/common/clock.h"
 #include "shoal/common/log.h"
 #include "shoal/common/payload.h"
@@ -118,10 +119,7 @@ void GatewayLoop::OnConnectionClosed(Connection* conn) {
 }
 
 void GatewayLoop::ReleaseBuffer(FunctionRuntime& fn, uint64_t buffer, const char* what) {
-  if (Status st = fn.pool->Release(buffer, kShoaldSlot); !st.ok()) {
-    spdlog::error("function '{}': {} buffer {:#x} not released: {}", fn.spec.name, what, buffer,
-                  st.ToString());
-  }
+  ReleaseOrLog(*fn.pool, buffer, kShoaldSlot, what, "function '{}'", fn.spec.name);
 }
 
 void GatewayLoop::Dispatch(Connection* conn, std::shared_ptr<FunctionRuntime> fn, uint64_t buffer,

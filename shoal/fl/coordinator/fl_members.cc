@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <set>
 
+#include "shoal/common/buffer_release.h"
 #include "shoal/fl/coordinator/job_state.h"
 #include "shoal/v1/fl.pb.h"
 
@@ -55,10 +56,7 @@ struct FlMembers::Job {
   // bookkeeping and the pool disagree, never through what a client sent: logged with what the
   // buffer was, and the caller goes on (nothing to undo).
   void ReleaseBuffer(uint64_t offset, HolderSlot slot, const char* what) {
-    if (Status st = pool->Release(offset, slot); !st.ok()) {
-      spdlog::error("fl job {} (folded for node {}): releasing {} at offset {} (slot {}): {}",
-                    spec.name, top, what, offset, slot, st.ToString());
-    }
+    ReleaseOrLog(*pool, offset, slot, what, "fl job {} (folded for node {})", spec.name, top);
   }
   // The log keeps the acknowledged updates the top's checkpoints do not include yet.
   void CompactLog() {
@@ -263,10 +261,8 @@ Result<FlAdmission> FlMembers::Exchange(const AdmitCall& c) {
     Status st = c.buffer == 0 ? Status::Ok() : c.pool->Retain(c.buffer, kCoordinatorSlot);
     if (!st.ok() || job->removed) {
       if (st.ok() && c.buffer != 0) {
-        if (Status rs = c.pool->Release(c.buffer, kCoordinatorSlot); !rs.ok()) {
-          spdlog::error("fl job {}: releasing a refused update at offset {}: {}", job->spec.name,
-                        c.buffer, rs.ToString());
-        }
+        ReleaseOrLog(*c.pool, c.buffer, kCoordinatorSlot, "a refused update", "fl job {}",
+                     job->spec.name);
       }
       std::shared_lock ll(link_mu_);
       if (FlTopLink* l = link_.load()) l->Report(c.top, job->spec.name, a->ticket, false);

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shoal/common/buffer_release.h"
 #include "shoal/common/log.h"
 #include "shoal/common/payload.h"
 #include "shoal/fl/algorithms/algorithms.h"
@@ -410,10 +411,7 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   // freed already) or the pool's lock died with its holder, never through what a client sent:
   // logged with what the buffer was, and the caller goes on as before (nothing to undo).
   void ReleaseBuffer(uint64_t offset, HolderSlot slot, const char* what) {
-    if (Status st = pool->Release(offset, slot); !st.ok()) {
-      spdlog::error("fl job {}: releasing {} at offset {} (slot {}): {}", spec.name, what, offset,
-                    slot, st.ToString());
-    }
+    ReleaseOrLog(*pool, offset, slot, what, "fl job {}", spec.name);
   }
   // The checkpoint of `version` is written: the updates it (and every older version) includes
   // go back to the pool, and the log keeps only the acknowledged updates that no written

@@ -15,6 +15,7 @@
 #include <span>
 #include <thread>
 
+#include "shoal/common/buffer_release.h"
 #include "shoal/common/clock.h"
 #include "shoal/common/json_escape.h"
 #include "shoal/common/log.h"
@@ -103,12 +104,6 @@ void FunctionInstance::WorkerMain() {
   }
 }
 
-void FunctionInstance::ReleaseOrLog(uint64_t offset, HolderSlot slot, const char* what) {
-  if (Status st = pool_.Release(offset, slot); !st.ok()) {
-    spdlog::error("{} buffer {:#x} not released: {}", what, offset, st.ToString());
-  }
-}
-
 void FunctionInstance::SendReply(EventDescriptor reply) {
   reply.version = kDescriptorVersion;
   reply.timestamp_ns = MonotonicNs();
@@ -130,7 +125,8 @@ void FunctionInstance::Deliver(const EventDescriptor& reply) {
     spdlog::warn("reply for request {} to endpoint {:#x} lost: {}", reply.request_id, reply.target,
                  st.ToString());
     // The buffer was handed to shoald's slot before the send: give it back from there.
-    if (reply.offset != 0) ReleaseOrLog(reply.offset, kShoaldSlot, "lost reply's");
+    if (reply.offset != 0)
+      ReleaseOrLog(pool_, reply.offset, kShoaldSlot, "lost reply's", "function instance");
     return;
   }
 }
@@ -183,7 +179,7 @@ void FunctionInstance::Process(const EventDescriptor& req) {
   auto sealed = response.Finish();
   if (!sealed.ok()) {
     // Pool full: answer without a payload; the gateway maps the status to its HTTP error.
-    ReleaseOrLog(req.offset, options_.slot, "request");
+    ReleaseOrLog(pool_, req.offset, options_.slot, "request", "function instance");
     reply.kind = static_cast<uint16_t>(EventKind::kError);
     reply.status = static_cast<uint32_t>(HttpStatusFor(sealed.status().code()));
     SendReply(reply);
@@ -195,7 +191,7 @@ void FunctionInstance::Process(const EventDescriptor& req) {
   if (Status t = pool_.Transfer(offset, options_.slot, kShoaldSlot); !t.ok()) {
     // The gateway could not free a buffer it does not hold: answer 500 without it.
     spdlog::error("request {}: transfer of response failed: {}", req.request_id, t.ToString());
-    ReleaseOrLog(offset, options_.slot, "response");
+    ReleaseOrLog(pool_, offset, options_.slot, "response", "function instance");
     reply.kind = static_cast<uint16_t>(EventKind::kError);
     reply.status = 500;
     SendReply(reply);

@@ -59,7 +59,6 @@ class FunctionInstance {
   void Deliver(const EventDescriptor& reply);
   // Sends the kept replies (SendMany), in order.
   void FlushReplies();
-  void ReleaseOrLog(uint64_t offset, HolderSlot slot, const char* what);
   void WorkerMain();
 
   InstanceOptions options_;

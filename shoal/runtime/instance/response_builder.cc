@@ -1,23 +1,15 @@
 #include <cstring>
 
+#include "shoal/common/buffer_release.h"
 #include "shoal/common/log.h"
 #include "shoal/common/payload.h"
 #include "shoal/runtime/instance/handler.h"
 
 namespace shoal {
 
-namespace {
-
-void ReleaseOrLog(BufferPool& pool, uint64_t offset, HolderSlot slot, const char* what) {
-  if (Status st = pool.Release(offset, slot); !st.ok()) {
-    spdlog::error("{} buffer {:#x} not released: {}", what, offset, st.ToString());
-  }
-}
-
-}  // namespace
-
 ResponseBuilder::~ResponseBuilder() {
-  if (response_offset_ != 0) ReleaseOrLog(pool_, response_offset_, slot_, "unsent response");
+  if (response_offset_ != 0)
+    ReleaseOrLog(pool_, response_offset_, slot_, "unsent response", "function instance");
 }
 
 Result<std::span<std::byte>> ResponseBuilder::Allocate(size_t size, std::string_view content_type) {
@@ -34,7 +26,8 @@ Result<std::span<std::byte>> ResponseBuilder::Allocate(size_t size, std::string_
 }
 
 void ResponseBuilder::Discard() {
-  if (response_offset_ != 0) ReleaseOrLog(pool_, response_offset_, slot_, "discarded response");
+  if (response_offset_ != 0)
+    ReleaseOrLog(pool_, response_offset_, slot_, "discarded response", "function instance");
   response_offset_ = 0;
   body_size_ = 0;
   echo_ = false;
@@ -61,7 +54,7 @@ Result<std::pair<uint64_t, uint64_t>> ResponseBuilder::Finish() {
   }
   std::span<std::byte> buf = pool_.Data(response_offset_);
   WritePayloadHead(buf, 0, static_cast<uint16_t>(status_), {}, {}, content_type_, body_size_);
-  ReleaseOrLog(pool_, request_offset_, slot_, "answered request");
+  ReleaseOrLog(pool_, request_offset_, slot_, "answered request", "function instance");
   const uint64_t off = response_offset_;
   response_offset_ = 0;  // ownership passes to the caller
   return std::make_pair(off, uint64_t{body_offset_} + body_size_);

@@ -198,8 +198,8 @@ int main(int argc, char** argv) {
   controller::ClusterAutoscaler autoscaler(etcd_client.get(), keys, &functions);
   std::unique_ptr<kubernetes::ClusterOperator> kube_operator;  // the leader's, with --kubernetes
   if (kube.enabled) {
-    auto made =
-        kubernetes::ClusterOperator::Create(kube, &cluster_tokens, &nodes, &functions, &fl_jobs);
+    auto made = kubernetes::ClusterOperator::Create(kube, etcd_client.get(), keys, &cluster_tokens,
+                                                    &nodes, &functions, &fl_jobs);
     if (!made.ok()) {
       spdlog::error("{}", made.status().message());
       return 2;

@@ -6,7 +6,8 @@ ServiceAccount's token under deploy/k8s's RBAC:
   rises; the API server restarted mid-job -> the operator re-lists and the version goes on
   rising into the status; the job finishes -> Succeeded; while the controller is down an FLJob
   is edited and a bad one added -> after its restart the edit is deployed (generation 2) and the
-  bad one is Failed with the manifest parser's message; `kubectl delete` -> the job is gone.
+  bad one is Failed with the manifest parser's message; `kubectl delete` -> the job is gone;
+  a Function -> ready/desired 1/1; deleted while the controller is down -> gone after its restart.
 Skipped, naming why, where kube-apiserver is not built or root is missing."""
 
 import json
@@ -221,5 +222,9 @@ def test_function_ready_over_desired_and_deleted(env):
     assert row[1].split()[:3] == ["echo", "1", "1"], row
     code, body = env.shoal.request("/v1/functions/echo")
     assert code == 200 and json.loads(body)["namespace"] == "shoal", body
+    # Deleted while no controller runs: the restarted one finds it gone and deletes it.
+    env.stop_controller()
     api.kubectl("delete", "function.shoal.dev", "echo", "-n", "shoal")
+    env.start_controller()
     wait_for("echo gone from Shoal", lambda: env.shoal.request("/v1/functions/echo")[0] == 404)
+    assert env.ctl.wait_log(r"Function echo deleted: deleted from the Shoal cluster")

@@ -12,18 +12,34 @@ namespace shoal::kubernetes {
 Status ClusterBackend::Apply(const std::string& kind, const std::string& manifest) {
   auto parsed = ParseManifests(manifest, NodeConfig{});
   if (!parsed.ok()) return parsed.status();
+  std::string name;
   if (kind == "FLJob") {
     if (parsed->jobs.size() != 1) return InvalidArgument("want one FLJob document");
     auto deployed = jobs_->Deploy(parsed->jobs);
-    return deployed.ok() ? Status::Ok() : deployed.status();
+    if (!deployed.ok()) return deployed.status();
+    name = parsed->jobs[0].name;
+  } else {
+    if (parsed->functions.size() != 1) return InvalidArgument("want one Function document");
+    auto deployed = functions_->Deploy(parsed->functions[0].manifest);
+    if (!deployed.ok()) return deployed.status();
+    name = parsed->functions[0].name;
   }
-  if (parsed->functions.size() != 1) return InvalidArgument("want one Function document");
-  auto deployed = functions_->Deploy(parsed->functions[0].manifest);
-  return deployed.ok() ? Status::Ok() : deployed.status();
+  auto put = etcd_->Put(ManagedKey(kind, name), "1");
+  return put.ok() ? Status::Ok() : put.status();
+}
+
+std::vector<std::string> ClusterBackend::Managed(const std::string& kind) {
+  std::vector<std::string> names;
+  auto kvs = etcd_->GetPrefix(ManagedKey(kind));
+  if (!kvs.ok()) return names;  // etcd away: nothing is deleted on that
+  for (const auto& kv : kvs->kvs) names.push_back(kv.key.substr(ManagedKey(kind).size()));
+  return names;
 }
 
 Status ClusterBackend::Delete(const std::string& kind, const std::string& name) {
-  return kind == "FLJob" ? jobs_->Delete(name) : functions_->Delete(name);
+  Status st = kind == "FLJob" ? jobs_->Delete(name) : functions_->Delete(name);
+  if (st.ok() || st.code() == StatusCode::kNotFound) (void)etcd_->Delete(ManagedKey(kind, name));
+  return st;
 }
 
 bool ClusterBackend::Exists(const std::string& kind, const std::string& name) {

@@ -21,12 +21,13 @@ void AddKubernetesFlags(CLI::App& app, KubernetesFlags* f) {
 }
 
 Result<std::unique_ptr<ClusterOperator>> ClusterOperator::Create(
-    const KubernetesFlags& flags, cluster::ClusterTokens* tokens, cluster::NodeDirectory* nodes,
+    const KubernetesFlags& flags, cluster::EtcdClient* etcd, cluster::ClusterKeys keys,
+    cluster::ClusterTokens* tokens, cluster::NodeDirectory* nodes,
     controller::ClusterFunctions* functions, controller::ClusterFlJobs* jobs) {
   auto config = KubeConfig::Resolve(flags.api, flags.token_file, flags.ca_file);
   if (!config.ok()) return config.status();
-  return std::unique_ptr<ClusterOperator>(
-      new ClusterOperator(std::move(*config), flags, tokens, nodes, functions, jobs));
+  return std::unique_ptr<ClusterOperator>(new ClusterOperator(
+      std::move(*config), flags, etcd, std::move(keys), tokens, nodes, functions, jobs));
 }
 
 }  // namespace shoal::kubernetes

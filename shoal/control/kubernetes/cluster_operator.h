@@ -22,11 +22,10 @@ void AddKubernetesFlags(CLI::App& app, KubernetesFlags* flags);
 class ClusterOperator {
  public:
   // kInvalidArgument naming what is missing (no API server address, no token).
-  static Result<std::unique_ptr<ClusterOperator>> Create(const KubernetesFlags& flags,
-                                                         cluster::ClusterTokens* tokens,
-                                                         cluster::NodeDirectory* nodes,
-                                                         controller::ClusterFunctions* functions,
-                                                         controller::ClusterFlJobs* jobs);
+  static Result<std::unique_ptr<ClusterOperator>> Create(
+      const KubernetesFlags& flags, cluster::EtcdClient* etcd, cluster::ClusterKeys keys,
+      cluster::ClusterTokens* tokens, cluster::NodeDirectory* nodes,
+      controller::ClusterFunctions* functions, controller::ClusterFlJobs* jobs);
   void Start() { operator_.Start(); }
   void Stop() {
     operator_.Stop();
@@ -34,10 +33,11 @@ class ClusterOperator {
   }
 
  private:
-  ClusterOperator(KubeConfig config, const KubernetesFlags& flags, cluster::ClusterTokens* tokens,
+  ClusterOperator(KubeConfig config, const KubernetesFlags& flags, cluster::EtcdClient* etcd,
+                  cluster::ClusterKeys keys, cluster::ClusterTokens* tokens,
                   cluster::NodeDirectory* nodes, controller::ClusterFunctions* functions,
                   controller::ClusterFlJobs* jobs)
-      : backend_(tokens, nodes, functions, jobs),
+      : backend_(etcd, std::move(keys), tokens, nodes, functions, jobs),
         operator_(KubeClient(std::move(config)), &backend_, flags.options) {}
   ClusterBackend backend_;
   KubernetesOperator operator_;

@@ -87,12 +87,15 @@ void KubernetesOperator::RunKind(const ResourceKind& kind) {
       present.insert(Name(item));
       Reconcile(kind, item);
     }
-    std::vector<std::string> gone;
+    std::set<std::string> gone;
     {
       std::lock_guard l(mu_);
       for (const auto& [key, t] : tracked_) {
-        if (t.kind == kind.kind && !present.count(t.name)) gone.push_back(t.name);
+        if (t.kind == kind.kind && !present.count(t.name)) gone.insert(t.name);
       }
+    }
+    for (const auto& name : backend_->Managed(kind.kind)) {
+      if (!present.count(name)) gone.insert(name);
     }
     for (const auto& name : gone) Deleted(kind, name);
     spdlog::info("kubernetes: listed {} {} at resourceVersion {}", list->items.size(), kind.plural,
@@ -173,9 +176,7 @@ void KubernetesOperator::Deploy(const ResourceKind& kind, const json& resource, 
 
 void KubernetesOperator::Deleted(const ResourceKind& kind, const std::string& name) {
   std::lock_guard l(mu_);
-  auto it = tracked_.find(kind.kind + "/" + name);
-  if (it == tracked_.end()) return;
-  tracked_.erase(it);
+  tracked_.erase(kind.kind + "/" + name);
   Status st = backend_->Delete(kind.kind, name);
   if (st.ok() || st.code() == StatusCode::kNotFound) {
     spdlog::info("kubernetes: {} {} deleted: deleted from the Shoal cluster", kind.kind, name);

@@ -31,6 +31,9 @@ class OperatorBackend {
   virtual Status Apply(const std::string& kind, const std::string& manifest) = 0;
   virtual Status Delete(const std::string& kind, const std::string& name) = 0;  // kNotFound
   virtual bool Exists(const std::string& kind, const std::string& name) = 0;
+  // The names of `kind` this operator deployed and has not deleted (kept where a restarted
+  // controller finds them): one no longer listed was deleted while no operator watched.
+  virtual std::vector<std::string> Managed(const std::string& kind) = 0;
   // Fills the Shoal side of `observed` (job status, instances).
   virtual void Observe(const std::string& kind, const std::string& name, Observed* observed) = 0;
 };

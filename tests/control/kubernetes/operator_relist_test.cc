@@ -8,6 +8,7 @@
 #include <httplib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <mutex>
@@ -39,6 +40,17 @@ struct FakeBackend : OperatorBackend {
       if (a.ends_with(" " + name)) return true;
     }
     return false;
+  }
+  std::vector<std::string> Managed(const std::string& kind) override {
+    std::lock_guard l(mu);
+    std::vector<std::string> names;
+    for (const auto& a : applied) {
+      if (a.starts_with(kind + " ") &&
+          std::find(deleted.begin(), deleted.end(), a) == deleted.end()) {
+        names.push_back(a.substr(kind.size() + 1));
+      }
+    }
+    return names;
   }
   void Observe(const std::string&, const std::string&, Observed* o) override {
     o->job = json{{"state", "running"}, {"version", 3}};

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <future>
 
+#include "shoal/common/http/http_client.h"
+
 namespace shoal::controller {
 
 using json = nlohmann::json;
@@ -18,12 +20,16 @@ std::vector<NodeAnswer> AskNodes(const std::vector<cluster::NodeEntry>& nodes,
         a.error = "the node published no control API address";
         return a;
       }
-      httplib::Client c(n.record.control);
-      c.set_connection_timeout(1, 0);
-      c.set_read_timeout(3, 0);
-      auto r = c.Get(path, {{"Authorization", authorization}});
+      // The node's own token check answers; a node that does not within 4 s is reported so.
+      client::HttpClient c(n.record.control);
+      client::HttpRequest req;
+      req.path = path;
+      req.headers.push_back("Authorization: " + authorization);
+      req.timeout_ms = 4000;
+      std::string error;
+      auto r = c.Send(req, &error);
       if (!r) {
-        a.error = n.record.control + ": " + httplib::to_string(r.error());
+        a.error = n.record.control + ": " + error;
         return a;
       }
       a.body = json::parse(r->body, nullptr, false);

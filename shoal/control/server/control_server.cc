@@ -12,6 +12,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "shoal/common/http/http_client.h"
 #include "shoal/common/query_string.h"
 #include "shoal/console/console_assets.h"
 #include "shoal/control/schemas/schemas.h"
@@ -310,17 +311,17 @@ HttpReply ControlServer::ModelStats(const std::string& method, const std::string
   if (gateway_url_.empty()) return error(501, "this listener has no gateway to ask");
   // The gateway answers /v2 on a port of its own; the console, which may call only this
   // origin, reads an inference model's stats through here.
-  httplib::Client client(gateway_url_);
-  client.set_connection_timeout(std::chrono::seconds(2));
-  client.set_read_timeout(std::chrono::seconds(10));
-  auto res = client.Get("/v2/models/" + std::string(model) + "/stats");
-  if (!res) {
-    return error(502, "the gateway at " + gateway_url_ +
-                          " did not answer: " + httplib::to_string(res.error()));
-  }
+  client::HttpClient client(gateway_url_);
+  client::HttpRequest req;
+  req.path = "/v2/models/" + std::string(model) + "/stats";
+  req.timeout_ms = 12000;
+  std::string why;
+  auto res = client.Send(req, &why);
+  if (!res) return error(502, "the gateway at " + gateway_url_ + " did not answer: " + why);
   HttpReply r;
-  r.status = res->status;
-  r.content_type = res->get_header_value("Content-Type");
+  r.status = static_cast<int>(res->status);
+  auto type = res->headers.find("content-type");
+  if (type != res->headers.end()) r.content_type = type->second;
   if (r.content_type.empty()) r.content_type = "application/json";
   r.body = std::move(res->body);
   return r;

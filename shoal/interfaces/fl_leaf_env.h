@@ -8,6 +8,7 @@ namespace shoal::fl_leaf_env {
 inline constexpr const char* kArchitecture = "SHOAL_FL_ARCH";  // the model's architecture
 inline constexpr const char* kHidden = "SHOAL_FL_HIDDEN";      // its hidden width
 inline constexpr const char* kInputs = "SHOAL_FL_INPUTS";      // input features (64 for digits)
+inline constexpr const char* kOnnx = "SHOAL_FL_ONNX";  // spec.model.onnx: the model's ONNX file
 // spec.aggregation.device: auto | cpu | gpu.
 inline constexpr const char* kAggregationDevice = "SHOAL_FL_AGG_DEVICE";
 // sum (fold into the partial sum) | none (validate only: a robust job's leaves).

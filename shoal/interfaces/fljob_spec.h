@@ -83,7 +83,10 @@ struct FlJobSpec {
   std::string architecture = "mlp";                // spec.model.architecture: mlp | cnn | logreg
   uint32_t hidden = 128;                           // spec.model.hidden (mlp, cnn)
   std::string initial_model;  // spec.model.initial: absolute path of a .safetensors
-  uint64_t seed = 1;          // spec.model.seed: initialisation
+  // spec.model.onnx: absolute path of an ONNX file whose float initializers are the job's
+  // tensors (architecture is then "onnx"; shoal/serving/onnxmodel/onnx_model.h).
+  std::string onnx_model;
+  uint64_t seed = 1;  // spec.model.seed: initialisation
   std::string dataset =
       "fashion-mnist";         // spec.data.dataset: what clients train on (informational)
   uint32_t clients = 0;        // spec.clients.expected (required, >= 1)

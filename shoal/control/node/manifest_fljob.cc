@@ -45,7 +45,7 @@ FlJobSpec DocumentParser::ParseFlJob(const YAML::Node& doc) {
   }
   if (const YAML::Node m = s["model"]) {
     ExpectMap(m, "spec.model");
-    CheckKeys(m, "spec.model", {"architecture", "hidden", "initial", "seed"});
+    CheckKeys(m, "spec.model", {"architecture", "hidden", "initial", "seed", "onnx"});
     if (const YAML::Node a = m["architecture"]) {
       spec.architecture = OneOf(a, "spec.model.architecture", "architecture", kFlArchitectures);
     }
@@ -62,6 +62,20 @@ FlJobSpec DocumentParser::ParseFlJob(const YAML::Node& doc) {
       if (!std::filesystem::is_regular_file(spec.initial_model, ec)) {
         Fail("spec.model.initial", "no such file on this node: " + spec.initial_model, init);
       }
+    }
+    if (const YAML::Node onnx = m["onnx"]) {
+      spec.onnx_model = String(onnx, "spec.model.onnx");
+      if (spec.onnx_model.empty() || spec.onnx_model[0] != '/') {
+        Fail("spec.model.onnx", "must be an absolute path, got " + Quote(spec.onnx_model), onnx);
+      }
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(spec.onnx_model, ec)) {
+        Fail("spec.model.onnx", "no such file on this node: " + spec.onnx_model, onnx);
+      }
+      if (m["architecture"]) {
+        Fail("spec.model.onnx", "give either spec.model.architecture or spec.model.onnx", onnx);
+      }
+      spec.architecture = "onnx";
     }
     if (const YAML::Node seed = m["seed"]) {
       spec.seed = static_cast<uint64_t>(

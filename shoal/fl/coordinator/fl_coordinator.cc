@@ -146,6 +146,7 @@ FunctionSpec LeafSpec(const FlJobSpec& spec, uint32_t id, std::string name,
   f.handler.builtin = "fl-leaf";
   f.handler.env[fl_leaf_env::kArchitecture] = spec.architecture;
   f.handler.env[fl_leaf_env::kHidden] = std::to_string(spec.hidden);
+  if (!spec.onnx_model.empty()) f.handler.env[fl_leaf_env::kOnnx] = spec.onnx_model;
   f.handler.env[fl_leaf_env::kInputs] = std::to_string(JobArchitecture(spec).inputs);
   f.handler.env[fl_leaf_env::kAggregationDevice] = spec.aggregation_device;  // its fold device
   // A robust job's leaves validate and answer; the rule runs at the top (robust_commit.h).
@@ -242,12 +243,13 @@ Status FlCoordinator::DeployJob(const FlJobSpec& in) {
   auto job = std::make_shared<JobState>();
   job->spec = in;
   SHOAL_RETURN_IF_ERROR(InitJob(*job));
-  auto mspec = model::ArchitectureSpec(in.architecture, JobArchitecture(in));
-  if (!mspec.ok()) {
-    return InvalidArgument("spec.model.architecture: " + mspec.status().message());
-  }
+  std::vector<float> onnx_values;
+  auto mspec = JobModelSpec(in, &onnx_values);
+  if (!mspec.ok()) return mspec.status();
   job->mspec = *mspec;
-  if (!in.initial_model.empty()) {
+  if (!onnx_values.empty() && in.initial_model.empty()) {
+    job->state.weights = std::move(onnx_values);  // the ONNX file's values start the job
+  } else if (!in.initial_model.empty()) {
     std::ifstream f(in.initial_model, std::ios::binary);
     if (!f) return InvalidArgument("spec.model.initial: cannot read " + in.initial_model);
     std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());

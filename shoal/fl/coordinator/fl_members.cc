@@ -151,8 +151,8 @@ Status FlMembers::Add(const FlJobSpec& spec, const std::string& top, uint32_t le
   job->spec = spec;
   job->top = top;
   job->leaf_id = leaf_id;
-  auto mspec = model::ArchitectureSpec(spec.architecture, JobArchitecture(spec));
-  if (!mspec.ok()) return InvalidArgument("spec.model.architecture: " + mspec.status().message());
+  auto mspec = JobModelSpec(spec);
+  if (!mspec.ok()) return mspec.status();
   job->mspec = *mspec;
   job->dir = config_.state_dir + "/members/" + spec.name;
   std::error_code ec;

@@ -288,7 +288,7 @@ Status FlCoordinator::RestoreJob(const std::string& dir, const Json& state, bool
   if (Status st = InitJob(*job); !st.ok()) {
     return Internal("FL job checkpoint " + dir + ": " + st.message());
   }
-  auto mspec = model::ArchitectureSpec(job->spec.architecture, JobArchitecture(job->spec));
+  auto mspec = JobModelSpec(job->spec);
   if (!mspec.ok()) return mspec.status();
   job->mspec = *mspec;
   job->state.version = state.value("version", uint64_t{0});

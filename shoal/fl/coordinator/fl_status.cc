@@ -45,6 +45,8 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name,
               {"classes", JobArchitecture(job->spec).classes},
               {"params", job->mspec.num_params()}}},
             {"versions", versions}};
+  // spec.model.onnx: the file the handler loads the graph from (architecture "onnx").
+  if (!job->spec.onnx_model.empty()) j["model"]["onnx"] = job->spec.onnx_model;
   // A page of the clients (clients_from, clients_limit: the job's table is never walked whole),
   // each with its accepted updates and their staleness: `staleness` counts the versions
   // committed since the base version of its latest accepted update (it grows while the client

@@ -55,6 +55,9 @@ double Seconds(Clock::time_point since);
 // The model's shape: spec.model's architecture and width; the input width follows the dataset
 // the clients train on (sklearn's digits are 8x8, Fashion-MNIST 28x28).
 model::ArchitectureOptions JobArchitecture(const FlJobSpec& s);
+// The job's tensors: spec.model.onnx's float initializers, or the architecture's (job_model.cc).
+// `initial` (may be null) receives the ONNX file's values.
+Result<model::ModelSpec> JobModelSpec(const FlJobSpec& s, std::vector<float>* initial = nullptr);
 // "c17" -> 17: the scheduler's client ids.
 agg::ClientId NumericId(const std::string& id);
 // The leaf-aggregator function of a job (the coordinator's own jobs and FlMembers' jobs).

@@ -29,6 +29,9 @@
 #include "shoal/fl/wire/architectures.h"
 #include "shoal/fl/wire/update_format.h"
 #include "shoal/interfaces/fl_leaf_env.h"
+#ifdef SHOAL_FL_ONNX
+#include "shoal/serving/onnxmodel/onnx_model.h"
+#endif
 #if defined(SHOAL_HAVE_GPU_FOLD)
 #include "shoal/fl/gpu/gpu_fold.h"
 #endif
@@ -286,7 +289,19 @@ Result<std::unique_ptr<Handler>> CreateFlLeafHandler() {
   if (hidden != nullptr && *hidden != '\0') opts.hidden = {std::strtoull(hidden, nullptr, 10)};
   const char* inputs = std::getenv(fl_leaf_env::kInputs);  // default 784
   if (inputs != nullptr && *inputs != '\0') opts.inputs = std::strtoull(inputs, nullptr, 10);
-  auto spec = model::ArchitectureSpec(arch ? arch : "mlp", opts);
+  const char* onnx = std::getenv(fl_leaf_env::kOnnx);  // spec.model.onnx
+  Result<model::ModelSpec> spec = InvalidArgument("unset");
+  if (onnx != nullptr && *onnx != '\0') {
+#ifdef SHOAL_FL_ONNX
+    auto m = inference::OnnxModel(onnx);
+    if (!m.ok()) return m.status();
+    spec = m->spec;
+#else
+    return InvalidArgument("spec.model.onnx: this build has no ONNX reader");
+#endif
+  } else {
+    spec = model::ArchitectureSpec(arch ? arch : "mlp", opts);
+  }
   if (!spec.ok()) return spec.status();
   FlLeafOptions options;
   const char* fold = std::getenv(fl_leaf_env::kFold);  // default sum

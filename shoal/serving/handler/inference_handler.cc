@@ -24,6 +24,7 @@
 #include "shoal/serving/model/model_graph.h"
 #ifdef SHOAL_WITH_ONNX
 #include "shoal/serving/onnx/onnx.h"
+#include "shoal/serving/onnxmodel/onnx_model.h"
 #endif
 #include "shoal/fl/wire/architectures.h"
 #include "shoal/fl/wire/safetensors.h"
@@ -114,11 +115,27 @@ class FlJobSource final : public ModelSource {
       // Its widths too: a digits job's MLP takes 64 inputs, not Fashion-MNIST's 784.
       auto job = inference::JobArchitectureFromStatus(status->status_json);
       if (!job.ok()) return Internal("FL job '" + job_ + "': " + job.status().message());
+      if (!job->onnx.empty()) {
+        // spec.model.onnx: the file's graph, its float initializers replaced per version.
+#ifdef SHOAL_WITH_ONNX
+        auto m = inference::OnnxModel(job->onnx);
+        if (!m.ok()) return m.status();
+        auto g = inference::LoadOnnx(job->onnx, {.fold_batchnorm = false});
+        if (!g.ok()) return g.status();
+        spec_ = m->spec;
+        onnx_graph_ = std::move(*g);
+        onnx_ = true;
+#else
+        return Unavailable("FL job '" + job_ + "' serves an ONNX model; no ONNX reader here");
+#endif
+      } else {
+        auto spec = model::ArchitectureSpec(job->name, job->options);
+        if (!spec.ok()) return spec.status();
+        spec_ = std::move(*spec);
+      }
+      // Only once the model's spec is known: a failure above is retried from the start.
       architecture_ = job->name;
       arch_options_ = job->options;
-      auto spec = model::ArchitectureSpec(architecture_, arch_options_);
-      if (!spec.ok()) return spec.status();
-      spec_ = std::move(*spec);
     }
     if (have_graph_ && status->version <= after) return std::shared_ptr<ServingModel>();
     auto bytes = feed_->FetchWeights(status->version);
@@ -128,7 +145,13 @@ class FlJobSource final : public ModelSource {
                                    bytes->safetensors.size()),
         spec_);
     if (!model.ok()) return model.status();
-    if (!have_graph_) {
+    if (onnx_) {
+      // The file's graph with this version's tensors, BatchNormalization folded afterwards.
+      graph_ = onnx_graph_;
+      if (Status st = graph_.SetWeights(inference::WeightsOf(*model)); !st.ok()) return st;
+      if (Status st = inference::FoldBatchNorm(graph_); !st.ok()) return st;
+      have_graph_ = true;
+    } else if (!have_graph_) {
       auto graph = inference::GraphFromArchitecture(architecture_, arch_options_, *model);
       if (!graph.ok()) return graph.status();
       graph_ = std::move(*graph);
@@ -155,6 +178,8 @@ class FlJobSource final : public ModelSource {
   model::ArchitectureOptions arch_options_;
   model::ModelSpec spec_;
   bool have_graph_ = false;
+  bool onnx_ = false;            // spec.model.onnx
+  inference::Graph onnx_graph_;  // the file's graph, unfolded
 };
 
 class InferenceHandler final : public Handler {

@@ -30,6 +30,7 @@ Result<JobArchitecture> JobArchitectureFromStatus(std::string_view job_status_js
   a.options.hidden = {Width(m, "hidden", a.options.hidden.at(0))};
   a.options.inputs = Width(m, "inputs", a.options.inputs);
   a.options.classes = Width(m, "classes", a.options.classes);
+  if (m.contains("onnx") && m["onnx"].is_string()) a.onnx = m["onnx"].get<std::string>();
   return a;
 }
 

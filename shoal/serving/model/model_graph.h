@@ -26,6 +26,7 @@ Result<Graph> GraphFromArchitecture(std::string_view name,
 struct JobArchitecture {
   std::string name;
   model::ArchitectureOptions options;
+  std::string onnx;  // spec.model.onnx (architecture "onnx"): the graph's file on the node
 };
 // kInvalidArgument when the status names no architecture.
 Result<JobArchitecture> JobArchitectureFromStatus(std::string_view job_status_json);

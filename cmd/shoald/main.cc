@@ -333,7 +333,8 @@ int main(int argc, char** argv) {
   std::atomic<uint16_t> gateway_port{0};  // set once the gateway listens
   flower::FleetService fleet(
       {&fl, [&fl](const std::string& job) { return fl.Spec(job); },
-       flower::GatewayUpdatePoster(config.listen_host, gateway_port, tokens.get())});
+       flower::GatewayUpdatePoster(config.listen_host, gateway_port, tokens.get()),
+       /*now=*/{}});
   ControlService control_service(control, fleet);
   // The control listener's API also converts a job's model to ONNX (?format=onnx): long work
   // for that listener's own threads, so the gateway's API (run on its loops) has no exporter.

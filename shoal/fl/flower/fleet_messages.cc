@@ -256,6 +256,7 @@ HttpReply FleetService::PushMessages(std::string_view body) {
   s.instruction = ins->first;
   s.reply_id = md.message_id();
   s.runtime = req.clientapp_runtime_list_size() > 0 ? req.clientapp_runtime_list(0) : 0;
+  s.touched = Now();
   std::vector<std::string> ids;
   CollectIds(tree, ids);
   for (const std::string& id : ids) {
@@ -299,6 +300,7 @@ HttpReply FleetService::PushObject(std::string_view body) {
     return Proto(resp);  // stored: false
   }
   s->second.pending.erase(std::string(req.object_id()));
+  s->second.touched = Now();
   s->second.objects.try_emplace(req.object_id(),
                                 std::make_shared<const std::string>(req.object_content()));
   resp.set_stored(true);

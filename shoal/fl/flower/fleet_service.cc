@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -79,7 +80,56 @@ HttpReply FleetService::Handle(std::string_view method, std::string_view path,
   auto it = kRoutes.find(path.substr(std::string_view("/v1/fleet/").size()));
   if (it == kRoutes.end()) return FastApiError(404, "Not Found");
   if (method != "POST") return FastApiError(405, "Method Not Allowed");
+  {
+    std::lock_guard lock(mu_);
+    ExpireLocked(Now());
+  }
   return (this->*it->second)(body);
+}
+
+void FleetService::ExpireLocked(Clock::time_point now) {
+  if (now < next_sweep_) return;
+  next_sweep_ = now + std::chrono::seconds(1);
+  const auto idle = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(kSessionIdleSeconds));
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    if (now - it->second.touched < idle) {
+      ++it;
+      continue;
+    }
+    auto ins = instructions_.find(it->second.instruction);
+    if (ins != instructions_.end()) ins->second.replied = false;  // it may be answered again
+    spdlog::warn(
+        "flower: node {}: its reply to {} got no object for {} s: let go ({} of its "
+        "objects still missing)",
+        it->second.node, it->second.instruction.substr(0, 12), kSessionIdleSeconds,
+        it->second.pending.size());
+    ++counters_.sessions_expired;
+    it = sessions_.erase(it);
+  }
+  for (auto it = instructions_.begin(); it != instructions_.end();) {
+    auto node = nodes_.find(it->second.node);
+    const bool pushing = std::any_of(sessions_.begin(), sessions_.end(), [&](const auto& kv) {
+      return kv.second.instruction == it->first;
+    });
+    if (node == nodes_.end() || now <= node->second.online_until || it->second.replied || pushing) {
+      ++it;
+      continue;
+    }
+    // The node is offline: its message goes, and it is sent the job's current task again
+    // should it come back.
+    if (it->second.type == "train") {
+      node->second.trained_version = UINT64_MAX;
+    } else {
+      node->second.evaluated_version = 0;
+    }
+    if (auto job = jobs_.find(it->second.job); job != jobs_.end())
+      job->second.objects.erase(it->first);
+    spdlog::warn("flower: node {} is offline: its {} message for version {} let go",
+                 it->second.node, it->second.type, it->second.version);
+    ++counters_.messages_expired;
+    it = instructions_.erase(it);
+  }
 }
 
 FleetCounters FleetService::counters() {
@@ -187,8 +237,8 @@ HttpReply FleetService::ActivateNode(std::string_view body) {
   n.active = true;
   n.heartbeat_interval = req.heartbeat_interval();
   n.online_until =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(kHeartbeatPatience * n.heartbeat_interval));
+      Now() + std::chrono::duration_cast<Clock::duration>(
+                  std::chrono::duration<double>(kHeartbeatPatience * n.heartbeat_interval));
   ActivateNodeResponse resp;
   resp.set_node_id(n.id);
   return Proto(resp);
@@ -235,8 +285,8 @@ HttpReply FleetService::Heartbeat(std::string_view body) {
     it->second.active = true;
     it->second.heartbeat_interval = req.heartbeat_interval();
     it->second.online_until =
-        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                           kHeartbeatPatience * req.heartbeat_interval()));
+        Now() + std::chrono::duration_cast<Clock::duration>(
+                    std::chrono::duration<double>(kHeartbeatPatience * req.heartbeat_interval()));
     resp.set_success(true);
   }
   return Proto(resp);

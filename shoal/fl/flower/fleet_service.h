@@ -40,7 +40,15 @@ struct FleetCounters {
   uint64_t replies_dropped = 0;  // pushes Flower's SuperLink would not store (wrong node, ...)
   uint64_t evaluations = 0;      // evaluate replies reported to the job
   uint64_t objects_refused = 0;  // PushObject stored false
+  // Push sessions let go with their objects (no object for kSessionIdleSeconds), and messages
+  // an offline node never answered (past its heartbeats' patience) let go.
+  uint64_t sessions_expired = 0;
+  uint64_t messages_expired = 0;
 };
+
+// A push session that gets no object for this long is let go with the objects it holds (the
+// node died or restarted mid-reply); its message may be answered again.
+inline constexpr double kSessionIdleSeconds = 120;
 
 class FleetService {
  public:
@@ -51,6 +59,8 @@ class FleetService {
     // Folds an SHU1 update body into the job as its clients' updates are folded (the gateway's
     // update route: the body lands in the job's pool and goes to a leaf).
     std::function<Status(const std::string& job, std::string_view body)> post_update;
+    // The clock (tests move it); std::chrono::steady_clock::now when empty.
+    std::function<std::chrono::steady_clock::time_point()> now;
   };
 
   explicit FleetService(Hooks hooks);
@@ -97,6 +107,7 @@ class FleetService {
     std::string client_id, token, type;
     uint64_t version = 0;
     model::ModelSpec model;
+    std::chrono::steady_clock::time_point touched{};  // opened, or its last object stored
   };
   struct Job {
     std::string name;
@@ -132,6 +143,10 @@ class FleetService {
   bool FillSession(Session& s, const Job& job);
   // A whole reply arrived: fold it (train) or report it (evaluate). Called without mu_.
   void Complete(Session session);
+  Clock::time_point Now() const { return hooks_.now ? hooks_.now() : Clock::now(); }
+  // Lets go of the push sessions idle for kSessionIdleSeconds and of the unanswered messages of
+  // nodes offline (past their heartbeats' patience): at most once a second; mu_ held.
+  void ExpireLocked(Clock::time_point now);
 
   Hooks hooks_;
   std::mutex mu_;
@@ -141,6 +156,7 @@ class FleetService {
   std::map<std::string, Instruction, std::less<>> instructions_;
   std::map<std::string, Session, std::less<>> sessions_;
   FleetCounters counters_;
+  Clock::time_point next_sweep_{};
 };
 
 }  // namespace shoal::flower

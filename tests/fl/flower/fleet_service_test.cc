@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -92,7 +93,8 @@ class FleetTest : public ::testing::Test {
         [this](const std::string&, std::string_view body) {
           posted_.emplace_back(body);
           return Status::Ok();
-        }});
+        },
+        [this] { return now_; }});
   }
   void TearDown() override { std::filesystem::remove(fab_path_); }
 
@@ -162,6 +164,7 @@ class FleetTest : public ::testing::Test {
   std::filesystem::path fab_path_;
   FakeJobs jobs_;
   std::vector<std::string> posted_;
+  std::chrono::steady_clock::time_point now_ = std::chrono::steady_clock::now();
   std::unique_ptr<FleetService> service_;
 };
 
@@ -216,6 +219,60 @@ TEST_F(FleetTest, ARoundFoldsTheReplysArraysWithItsWeight) {
   float b1 = 0;
   std::memcpy(&b1, update->tensors[1].data + sizeof(float), sizeof b1);
   EXPECT_EQ(b1, 42.0f);  // b[1], the model's 8th value
+  EXPECT_EQ(service_->counters().replies_folded, 1u);
+}
+
+// A node that dies mid-reply: its push session is let go after kSessionIdleSeconds without an
+// object (its objects with it), the rest of that reply is refused, and the message may be
+// answered again; once the node is past its heartbeats' patience (2 x 30 s) its unanswered
+// message goes too, and the node, back, is sent the job's task afresh.
+TEST_F(FleetTest, IdleSessionsAndOfflineNodesMessagesAreLetGo) {
+  const uint64_t a = Join("key-a");
+  PullMessagesResponse pulled = Pull(a);
+  ASSERT_EQ(pulled.messages_list_size(), 1);
+  const Message ins = pulled.messages_list(0);
+  ObjectMap objs;
+  Metadata md;
+  const BuiltObject reply = Reply(ins, a, Global(), 5, objs, md);
+  PushMessagesResponse pushed = Push(a, md, reply.tree);
+  ASSERT_GE(pushed.objects_to_push_size(), 2);
+  const std::string first = pushed.objects_to_push(0), second = pushed.objects_to_push(1);
+  ASSERT_TRUE(PushObject(a, md.run_id(), pushed.session_id(), first, *objs.at(first)));
+  // Heartbeats keep the node online; the session stays while objects come within the limit.
+  auto beat = [&] {
+    SendNodeHeartbeatRequest hb;
+    hb.mutable_node()->set_node_id(a);
+    hb.set_heartbeat_interval(30);
+    EXPECT_TRUE(Call<SendNodeHeartbeatResponse>("send-node-heartbeat", hb).success());
+  };
+  now_ += std::chrono::seconds(100);
+  beat();
+  EXPECT_EQ(service_->counters().sessions_expired, 0u);
+  now_ += std::chrono::seconds(21);  // 121 s without an object
+  beat();
+  EXPECT_EQ(service_->counters().sessions_expired, 1u);
+  EXPECT_FALSE(PushObject(a, md.run_id(), pushed.session_id(), second, *objs.at(second)));
+  EXPECT_EQ(service_->counters().objects_refused, 1u);
+  EXPECT_TRUE(posted_.empty());
+  // The message may be answered again: a new push opens a new session, which completes.
+  PushMessagesResponse again = Push(a, md, reply.tree);
+  EXPECT_NE(again.session_id(), pushed.session_id());
+  ASSERT_EQ(again.objects_to_push_size(), pushed.objects_to_push_size());
+  EXPECT_EQ(service_->counters().replies_dropped, 0u);
+
+  // A second node pulls its message and goes silent: offline after 2 x 30 s, its message goes.
+  const uint64_t b = Join("key-b");
+  ASSERT_EQ(Pull(b).messages_list_size(), 1);
+  EXPECT_EQ(Pull(b).messages_list_size(), 0);  // one per version while it is sent
+  now_ += std::chrono::seconds(61);
+  beat();  // any request sweeps
+  EXPECT_EQ(service_->counters().messages_expired, 1u);
+  // a, pushing, kept its message; the silent b, back, is sent the task again.
+  EXPECT_EQ(Pull(b).messages_list_size(), 1);
+  for (const auto& id : again.objects_to_push()) {
+    EXPECT_TRUE(PushObject(a, md.run_id(), again.session_id(), id, *objs.at(id)));
+  }
+  EXPECT_EQ(posted_.size(), 1u);
   EXPECT_EQ(service_->counters().replies_folded, 1u);
 }
 

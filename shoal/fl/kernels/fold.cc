@@ -17,14 +17,27 @@ using internal::FoldKernels;
 constexpr EnumName<Isa> kIsaNames[] = {
     {Isa::kScalar, "scalar"}, {Isa::kAvx2, "avx2"}, {Isa::kAvx512, "avx512"}};
 
-// The kernel tables hold the floating types only: anything else would index past them.
+// The kernel tables hold the floating and the block-quantized types (fold_kernels.h's Elem
+// order): anything else would index past them.
 int Index(DType dtype) {
-  if (!IsFloatDType(dtype)) [[unlikely]] {
-    std::fprintf(stderr, "shoal_fold: element type %s is not a floating type\n",
-                 DTypeName(dtype).data());
-    std::abort();
+  switch (dtype) {
+    case DType::kF32:
+      return internal::kF32;
+    case DType::kBF16:
+      return internal::kBf16;
+    case DType::kF16:
+      return internal::kF16;
+    case DType::kQ8:
+      return internal::kQ8;
+    case DType::kQ4:
+      return internal::kQ4;
+    case DType::kI64:
+    case DType::kU32:
+      break;
   }
-  return static_cast<int>(dtype);
+  std::fprintf(stderr, "shoal_fold: element type %s is not a floating or quantized type\n",
+               DTypeName(dtype).data());
+  std::abort();
 }
 
 const FoldKernels& TableFor(Isa isa) {

@@ -12,6 +12,14 @@
 //    even, keeps Inf, keeps NaN a NaN of the same sign (quieted, payload truncated as F16C does),
 //    produces fp16 subnormals correctly, and overflows to Inf. All paths give the same bits.
 // Pointers need no alignment; n may be anything, including 0.
+//
+// Block-quantized updates (kQ8, kQ4; layout in shoal/common/dtype.h) go through the same
+// functions, folded without expanding them: x is the tensor's bytes from a block's start (for
+// a part of a tensor, ElementOffset(dtype, i) with i a multiple of kQuantBlock), and each value
+// is float(q) * scale, rounded once, then folded as an f32 value would be, so Fold equals
+// ConvertToF32 then Fold(kF32) bit for bit on every path. For them AllFinite means every
+// block's scale is valid (ValidQuantScaleBits), FoldFinite stops at the first block whose scale
+// is not (its `block` is not used), and ConvertFromF32 quantizes (symmetric, per block).
 #pragma once
 
 #include <cstddef>
@@ -22,7 +30,8 @@
 namespace shoal::aggregator {
 
 // Shoal's one element-type enum. The functions below take its floating types (kF32, kBF16,
-// kF16); any other is a caller's bug and aborts naming it.
+// kF16) and its block-quantized ones (kQ8, kQ4); any other is a caller's bug and aborts naming
+// it.
 using shoal::DType;
 using shoal::DTypeName;
 using shoal::DTypeSize;

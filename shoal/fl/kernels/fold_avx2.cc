@@ -14,6 +14,11 @@ struct Avx2 {
   static constexpr size_t kNarrowStep[3] = {0, 16, 8};
   static constexpr size_t kFiniteStep[3] = {64, 128, 128};
 
+  SHOAL_FOLD_TARGET static F WidenI8(const char* p) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+  }
+
   // Round to nearest even on the bits; NaNs are quieted instead of rounded (rounding could carry
   // a NaN's payload into Inf).
   SHOAL_FOLD_TARGET static __m256i RoundToBf16(F v) {

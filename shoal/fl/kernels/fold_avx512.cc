@@ -20,6 +20,11 @@ struct Avx512 {
   static constexpr size_t kNarrowStep[3] = {0, 16, 16};
   static constexpr size_t kFiniteStep[3] = {128, 256, 256};
 
+  SHOAL_FOLD_TARGET static F WidenI8(const char* p) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+  }
+
   template <Elem E>
   SHOAL_FOLD_TARGET static void Narrow(char* out, const float* x) {
     if constexpr (E == kBf16) {

@@ -16,14 +16,16 @@ void FoldPool::set_finite_block_bytes(size_t bytes) {
 
 FoldPool::FoldFiniteResult FoldPool::FoldFinite(float* acc, const void* x, DType dtype, size_t n,
                                                 float w) {
-  const size_t block = finite_block_bytes_ / DTypeSize(dtype);
+  // A quantized type's block is counted in values (a multiple of its quantization block).
+  const size_t block =
+      IsQuantizedDType(dtype) ? finite_block_bytes_ : finite_block_bytes_ / DTypeSize(dtype);
   const size_t first = std::min(n, block);
   if (aggregator::FoldFinite(acc, x, dtype, first, w, block) < first) return {false, false};
   if (first == n) return {true, n > 0};
   const bool finite = Run({.op = Op::kFoldFinite,
                            .dtype = dtype,
                            .f32 = acc + first,
-                           .wire = static_cast<const char*>(x) + first * DTypeSize(dtype),
+                           .wire = static_cast<const char*>(x) + ElementOffset(dtype, first),
                            .n = n - first,
                            .scalar = w,
                            .block = block});
@@ -62,10 +64,10 @@ void FoldPool::ConvertFromF32(void* out, const float* x, DType dtype, size_t n) 
 
 void FoldPool::RunRange(const Job& job, size_t begin, size_t end) {
   const size_t n = end - begin;
-  const size_t wsize = DTypeSize(job.dtype);
+  // begin is a multiple of the chunk, which for a quantized type starts a block (TakeChunks).
+  const uint64_t wire_at = ElementOffset(job.dtype, begin);
   // (Scale and Sum have no wire x: no offset from a null pointer.)
-  const char* wire =
-      job.wire == nullptr ? nullptr : static_cast<const char*>(job.wire) + begin * wsize;
+  const char* wire = job.wire == nullptr ? nullptr : static_cast<const char*>(job.wire) + wire_at;
   switch (job.op) {
     case Op::kFold:
       aggregator::Fold(job.f32 + begin, wire, job.dtype, n, job.scalar);
@@ -96,14 +98,16 @@ void FoldPool::RunRange(const Job& job, size_t begin, size_t end) {
       aggregator::ConvertToF32(job.f32 + begin, wire, job.dtype, n);
       break;
     case Op::kFromF32:
-      aggregator::ConvertFromF32(static_cast<char*>(job.wire_out) + begin * wsize, job.f32 + begin,
+      aggregator::ConvertFromF32(static_cast<char*>(job.wire_out) + wire_at, job.f32 + begin,
                                  job.dtype, n);
       break;
   }
 }
 
 void FoldPool::TakeChunks(const Job& job) {
-  const size_t chunk = chunk_;
+  // A quantized type's chunks start blocks: rounded up to a multiple of kQuantBlock.
+  const size_t chunk =
+      IsQuantizedDType(job.dtype) ? (chunk_ + kQuantBlock - 1) / kQuantBlock * kQuantBlock : chunk_;
   for (;;) {
     // A NaN anywhere settles AllFinite and FoldFinite: stop taking chunks.
     if ((job.op == Op::kAllFinite || job.op == Op::kFoldFinite) &&

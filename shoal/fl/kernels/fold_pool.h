@@ -15,10 +15,11 @@
 namespace shoal::aggregator {
 
 // Work is cut into chunks of chunk_elements() (a multiple of 16 elements, so two threads never
-// write the same 64-byte line of acc) that threads take in order from a shared counter: each
-// thread streams through contiguous memory, and a thread that is descheduled (a busy node) only
-// delays the chunk it holds. The calling thread works too, so a pool of T threads starts T - 1
-// workers. Calls with n < min_parallel_elements() run on the caller's thread alone.
+// write the same 64-byte line of acc; for a quantized type rounded up to whole blocks) that threads
+// take in order from a shared counter: each thread streams through contiguous memory, and a thread
+// that is descheduled (a busy node) only delays the chunk it holds. The calling thread works too,
+// so a pool of T threads starts T - 1 workers. Calls with n < min_parallel_elements() run on the
+// caller's thread alone.
 //
 // Thread safety: any thread may call, but calls are serialised: one call runs at a time and
 // others wait for it (an aggregator normally has one caller, its event loop's worker). The
@@ -45,7 +46,8 @@ class FoldPool {
   size_t chunk_elements() const { return chunk_; }
   void set_chunk_elements(size_t n);  // rounded up to a multiple of 16, at least 16
   size_t finite_block_bytes() const { return finite_block_bytes_; }
-  void set_finite_block_bytes(size_t bytes);  // rounded up to a multiple of 64, at least 64
+  // Rounded up to a multiple of 64, at least 64; for the quantized types it counts values.
+  void set_finite_block_bytes(size_t bytes);
 
   // Same contracts as the functions of the same names in fold.h.
   void Fold(float* acc, const void* x, DType dtype, size_t n, float w);

@@ -33,6 +33,18 @@ struct ScalarPath {
     }
     return true;
   }
+  // The quantized rows' blocks: the same acc + w * x as Fold, x = float(q) * scale.
+  template <Elem E>
+  static void FoldBlock(float* acc, const char* payload, size_t m, float scale, float w) {
+    for (size_t j = 0; j < m; ++j) {
+      const float x = static_cast<float>(LoadQuant<E>(payload, j)) * scale;
+      acc[j] = acc[j] + w * x;
+    }
+  }
+  template <Elem E>
+  static void DequantBlock(float* out, const char* payload, size_t m, float scale) {
+    for (size_t j = 0; j < m; ++j) out[j] = static_cast<float>(LoadQuant<E>(payload, j)) * scale;
+  }
   static void Scale(float* acc, size_t n, float a) {
     for (size_t i = 0; i < n; ++i) acc[i] *= a;
   }

@@ -29,7 +29,7 @@ Status CheckFoldSegments(std::span<const FoldSegment> segments) {
     const auto acc = reinterpret_cast<uintptr_t>(s.acc);
     const auto x = reinterpret_cast<uintptr_t>(s.x);
     ranges.push_back({acc, acc + s.n * sizeof(float), i, true});
-    ranges.push_back({x, x + s.n * DTypeSize(s.dtype), i, false});
+    ranges.push_back({x, x + TensorBytes(s.dtype, s.n), i, false});
   }
   std::sort(ranges.begin(), ranges.end(),
             [](const Range& a, const Range& b) { return a.begin < b.begin; });

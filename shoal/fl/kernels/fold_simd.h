@@ -4,7 +4,8 @@
 //   F, kWidth (floats per vector), Set1, Load, Store, Fmadd, Mul, and Widen<E>(p) (kWidth
 //   16-bit elements at p, as floats): SHOAL_FOLD_VECTOR_OPS below writes these;
 //   kNarrowStep[E], Narrow<E>(out, x): kNarrowStep[E] floats rounded to 16-bit elements at out;
-//   kFiniteStep[E], AnyNonFinite<E>(p): whether kFiniteStep[E] elements at p hold an Inf or NaN.
+//   kFiniteStep[E], AnyNonFinite<E>(p): whether kFiniteStep[E] elements at p hold an Inf or NaN;
+//   WidenI8(p): kWidth signed bytes at p, as floats (exact).
 // Tails use the scalar element functions with a fused multiply-add, so every element gets the
 // bits the vector body would give it. Unnamed namespace: each path compiles its own copy for its
 // own target.
@@ -108,6 +109,58 @@ struct SimdPath {
       if (!FiniteElem<E>(x, i)) return false;
     }
     return true;
+  }
+
+  // A quantized block (fold_kernels.h, QuantLoops): a full one in vectors, the last (shorter)
+  // one element by element with the same mul then fma, so both give the bits of dequantizing
+  // (DequantBlock) then Fold<kF32>. kQ4's nibbles are first widened to bytes in a 64-byte
+  // stack buffer (L1), never to floats in memory.
+  template <Elem E>
+  SHOAL_FOLD_TARGET static void FoldBlock(float* acc, const char* payload, size_t m, float scale,
+                                          float w) {
+    if (m == kQuantBlock) {
+      alignas(64) char bytes[kQuantBlock];
+      const char* q = payload;
+      if constexpr (E == kQ4) q = ExpandNibbles(payload, bytes);
+      const typename V::F sv = V::Set1(scale), wv = V::Set1(w);
+      for (size_t j = 0; j < kQuantBlock; j += kW) {
+        const typename V::F x = V::Mul(V::WidenI8(q + j), sv);
+        V::Store(acc + j, V::Fmadd(wv, x, V::Load(acc + j)));
+      }
+      return;
+    }
+    for (size_t j = 0; j < m; ++j) {
+      const float x = static_cast<float>(LoadQuant<E>(payload, j)) * scale;
+      acc[j] = __builtin_fmaf(w, x, acc[j]);
+    }
+  }
+  template <Elem E>
+  SHOAL_FOLD_TARGET static void DequantBlock(float* out, const char* payload, size_t m,
+                                             float scale) {
+    if (m == kQuantBlock) {
+      alignas(64) char bytes[kQuantBlock];
+      const char* q = payload;
+      if constexpr (E == kQ4) q = ExpandNibbles(payload, bytes);
+      const typename V::F sv = V::Set1(scale);
+      for (size_t j = 0; j < kQuantBlock; j += kW) V::Store(out + j, V::Mul(V::WidenI8(q + j), sv));
+      return;
+    }
+    for (size_t j = 0; j < m; ++j) out[j] = static_cast<float>(LoadQuant<E>(payload, j)) * scale;
+  }
+  // 32 bytes of nibbles (kQuantBlock kQ4 values) to 64 signed bytes at out, in element order:
+  // byte k's low nibble is element 2k, its high nibble element 2k + 1; (v ^ 8) - 8 sign-extends.
+  SHOAL_FOLD_TARGET static const char* ExpandNibbles(const char* p, char* out) {
+    const __m128i mask = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+    for (int k = 0; k < 2; ++k) {
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * k));
+      const __m128i lo = _mm_and_si128(b, mask);
+      const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
+      const __m128i e0 = _mm_sub_epi8(_mm_xor_si128(_mm_unpacklo_epi8(lo, hi), eight), eight);
+      const __m128i e1 = _mm_sub_epi8(_mm_xor_si128(_mm_unpackhi_epi8(lo, hi), eight), eight);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 32 * k), e0);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 32 * k + 16), e1);
+    }
+    return out;
   }
 
   SHOAL_FOLD_TARGET static void Scale(float* acc, size_t n, float a) {

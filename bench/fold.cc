@@ -22,6 +22,8 @@
 // the fold (two passes over each update, the leaf until issue 11) and FoldFinite's one pass at
 // block sizes of 1 to 64 KiB, each against the plain fold of the same updates in the same run
 // (the anchor: no check at all); ratio = time / the fold's time (1.0 is a free check).
+// --formats int8,int4 (or any of f32, bf16, f16, int8, int4): the fused dequantize-and-fold
+// against the memory-bandwidth bound (bench/fold_formats.cc).
 #include "shoal/fl/kernels/fold.h"
 
 #include <dlfcn.h>
@@ -40,6 +42,7 @@
 #include <vector>
 
 #include "bench_args.h"
+#include "fold_formats.h"
 #include "openblas_env.h"
 #include "project_python.h"
 #include "run_stats.h"
@@ -293,12 +296,14 @@ int main(int argc, char** argv) {
   std::string anchor = SHOAL_FOLD_ANCHOR_PY;
   std::vector<std::string> openblas_paths;  // default: numpy's OpenBLAS and Debian's
   bool fused = false;
+  std::vector<std::string> formats;
   shoal::bench::Args args(
       "bench-fold [--params N] [--updates K] [--reps R] [--anchor script] "
-      "[--openblas LIB,LIB (numpy's and Debian's)] [--fused]");
+      "[--openblas LIB,LIB (numpy's and Debian's)] [--fused] [--formats int8,int4]");
   args.FoldSizes(&n, &k, &reps)
       .Option("--anchor", &anchor)
       .Option("--openblas", &openblas_paths)
+      .Option("--formats", &formats)
       .Switch("--fused", &fused, true);
   if (!args.Parse(argc, argv)) return 2;
   reps = std::max(1, reps);
@@ -308,6 +313,7 @@ int main(int argc, char** argv) {
   }
   const unsigned all = std::max(1u, std::thread::hardware_concurrency());
   if (fused) return FusedTable(n, k, reps, all);
+  if (!formats.empty()) return shoal::bench::FoldFormatsTable(formats, n, k, reps, all);
   std::fprintf(stderr, "bench-fold: isa=%s params=%zu updates=%zu reps=%d threads=1,%u\n",
                shoal::aggregator::FoldIsa(), n, k, reps, all);
 

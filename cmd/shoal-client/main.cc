@@ -150,7 +150,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", seed, "seeds the partition, the speeds and the trainers")
       ->capture_default_str();
-  app.add_option("--dtype", dtype_name, "update tensors on the wire: f32 | bf16 | f16")
+  app.add_option(
+         "--dtype", dtype_name,
+         "update tensors on the wire: f32 | bf16 | f16 | int8 | int4 (the job must take it)")
       ->capture_default_str();
   app.add_option("--time-scale", time_scale,
                  "simulated training time = local_steps x seconds per step x this")
@@ -199,10 +201,11 @@ int main(int argc, char** argv) {
   if (!pspec.ok()) return Fail("--partition: " + pspec.status().message());
   auto sspec = ParseSpeedSpec(speeds);
   if (!sspec.ok()) return Fail("--speeds: " + sspec.status().message());
-  std::string upper = dtype_name;
-  std::transform(upper.begin(), upper.end(), upper.begin(), ::toupper);
-  auto dtype = model::DTypeFromName(upper);
-  if (!dtype) return Fail("--dtype: '" + dtype_name + "' is not one of f32, bf16, f16");
+  auto dtype = model::UpdateDTypeFromName(dtype_name);
+  if (!dtype) {
+    return Fail("--dtype: '" + dtype_name + "' is not one of " +
+                std::string(model::kUpdateDTypeNames));
+  }
   auto aspec = ParseAttackSpec(attack);
   if (!aspec.ok()) return Fail("--attack: " + aspec.status().message());
   run.attack = *aspec;

@@ -3,6 +3,9 @@
 // reads them. The names are written here once.
 #pragma once
 
+#include <string>
+#include <vector>
+
 namespace shoal::fl_leaf_env {
 
 inline constexpr const char* kArchitecture = "SHOAL_FL_ARCH";  // the model's architecture
@@ -13,5 +16,12 @@ inline constexpr const char* kOnnx = "SHOAL_FL_ONNX";  // spec.model.onnx: the m
 inline constexpr const char* kAggregationDevice = "SHOAL_FL_AGG_DEVICE";
 // sum (fold into the partial sum) | none (validate only: a robust job's leaves).
 inline constexpr const char* kFold = "SHOAL_FL_FOLD";
+// spec.aggregation.wireFormats, comma-separated: f32,bf16,f16 (the default), int8, int4.
+inline constexpr const char* kWireFormats = "SHOAL_FL_WIRE_FORMATS";
+inline std::string WireFormatsValue(const std::vector<std::string>& formats) {
+  std::string s;
+  for (const std::string& f : formats) s += (s.empty() ? "" : ",") + f;
+  return s;
+}
 
 }  // namespace shoal::fl_leaf_env

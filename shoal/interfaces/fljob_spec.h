@@ -102,8 +102,11 @@ struct FlJobSpec {
   uint32_t max_fan_in = 8;        // spec.aggregation.maxFanIn: updates a leaf folds at once
   uint32_t max_leaves = 4;        // spec.aggregation.maxLeaves
   std::string aggregation_device = "auto";  // spec.aggregation.device: auto | cpu | gpu (leaf fold)
-  FlRobustSpec robust;                      // spec.aggregation.robust
-  FlPrivacySpec privacy;                    // spec.privacy
+  // spec.aggregation.wireFormats: the update formats the leaves take (f32, bf16, f16, int8,
+  // int4; shoal/fl/wire/dtype.h's UpdateDTypeFromName), in the manifest's order.
+  std::vector<std::string> wire_formats = {"f32", "bf16", "f16"};
+  FlRobustSpec robust;                   // spec.aggregation.robust
+  FlPrivacySpec privacy;                 // spec.privacy
   std::vector<std::string> join_tokens;  // spec.clients.tokens: pre-shared; empty = anyone may join
   FlFlowerSpec flower;                   // spec.flower
   uint64_t generation = 0;

@@ -1,5 +1,6 @@
 // DocumentParser: an FLJob document's metadata and spec (algorithm, model, clients, rounds,
 // aggregation and its robust rule).
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -152,7 +153,7 @@ FlJobSpec DocumentParser::ParseFlJob(const YAML::Node& doc) {
   if (const YAML::Node ag = s["aggregation"]) {
     ExpectMap(ag, "spec.aggregation");
     CheckKeys(ag, "spec.aggregation",
-              {"maxStaleness", "maxFanIn", "maxLeaves", "device", "robust"});
+              {"maxStaleness", "maxFanIn", "maxLeaves", "device", "robust", "wireFormats"});
     if (const YAML::Node n = ag["maxStaleness"]) {
       spec.staleness_limit =
           static_cast<uint32_t>(Integer(n, "spec.aggregation.maxStaleness", 0, 1000000));
@@ -170,6 +171,7 @@ FlJobSpec DocumentParser::ParseFlJob(const YAML::Node& doc) {
       spec.aggregation_device = OneOf(n, "spec.aggregation.device", "device", kDevices);
     }
     if (const YAML::Node r = ag["robust"]) ParseRobust(r, spec.robust);
+    if (const YAML::Node wf = ag["wireFormats"]) ParseWireFormats(wf, spec.wire_formats);
   }
   if (const YAML::Node pv = s["privacy"]) {
     ExpectMap(pv, "spec.privacy");
@@ -180,7 +182,44 @@ FlJobSpec DocumentParser::ParseFlJob(const YAML::Node& doc) {
     }
   }
   if (const YAML::Node f = s["flower"]) ParseFlower(f, spec.flower);
+  CheckQuantizedWireFormats(spec, s);
   return spec;
+}
+
+// spec.aggregation.wireFormats: a non-empty list of distinct update formats (the names are
+// shoal/fl/wire/dtype.h's UpdateDTypeFromName; the leaf refuses any other with this path).
+void DocumentParser::ParseWireFormats(const YAML::Node& n, std::vector<std::string>& out) const {
+  static constexpr const char* kFormats[] = {"f32", "bf16", "f16", "int8", "int4"};
+  const std::string path = "spec.aggregation.wireFormats";
+  if (!n.IsSequence() || n.size() == 0) {
+    Fail(path, "must be a non-empty list of formats (f32, bf16, f16, int8, int4)", n);
+  }
+  out.clear();
+  for (size_t i = 0; i < n.size(); ++i) {
+    const std::string item = path + "[" + std::to_string(i) + "]";
+    std::string f = OneOf(n[i], item, "format", kFormats);
+    if (std::find(out.begin(), out.end(), f) != out.end()) Fail(item, "duplicate format", n[i]);
+    out.push_back(std::move(f));
+  }
+}
+
+// int8/int4 updates are folded by the leaves only: the rules that read every update at the top
+// (robust, DP clipping) and secure aggregation's masked inputs take f32/bf16/f16.
+void DocumentParser::CheckQuantizedWireFormats(const FlJobSpec& spec, const YAML::Node& s) const {
+  const auto& wf = spec.wire_formats;
+  const bool quantized = std::find(wf.begin(), wf.end(), "int8") != wf.end() ||
+                         std::find(wf.begin(), wf.end(), "int4") != wf.end();
+  if (!quantized) return;
+  const char* other = spec.robust.enabled()                     ? "spec.aggregation.robust"
+                      : spec.privacy.dp.enabled                 ? "spec.privacy.dp"
+                      : spec.privacy.secure_aggregation.enabled ? "spec.privacy.secureAggregation"
+                                                                : nullptr;
+  if (other != nullptr) {
+    Fail("spec.aggregation.wireFormats",
+         std::string("int8 and int4 cannot be combined with ") + other +
+             " (it reads f32, bf16 or f16 updates)",
+         s["aggregation"]["wireFormats"]);
+  }
 }
 
 // spec.privacy.secureAggregation: {threshold, neighbours, clipRange, bits, stageTimeout}. What

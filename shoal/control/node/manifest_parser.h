@@ -68,6 +68,9 @@ class DocumentParser {
   void ParseDp(const YAML::Node& n, FlJobSpec& spec);
   // spec.flower: {fab, runConfig, trainConfig, evaluate} (manifest_flower.cc).
   void ParseFlower(const YAML::Node& f, FlFlowerSpec& out) const;
+  // spec.aggregation.wireFormats and its checks against the rest of the job (manifest_fljob.cc).
+  void ParseWireFormats(const YAML::Node& n, std::vector<std::string>& out) const;
+  void CheckQuantizedWireFormats(const FlJobSpec& spec, const YAML::Node& s) const;
   // spec.privacy.secureAggregation (manifest_fljob.cc).
   void ParseSecureAggregation(const YAML::Node& n, FlSecureAggregationSpec& out);
 

@@ -149,6 +149,7 @@ FunctionSpec LeafSpec(const FlJobSpec& spec, uint32_t id, std::string name,
   if (!spec.onnx_model.empty()) f.handler.env[fl_leaf_env::kOnnx] = spec.onnx_model;
   f.handler.env[fl_leaf_env::kInputs] = std::to_string(JobArchitecture(spec).inputs);
   f.handler.env[fl_leaf_env::kAggregationDevice] = spec.aggregation_device;  // its fold device
+  f.handler.env[fl_leaf_env::kWireFormats] = fl_leaf_env::WireFormatsValue(spec.wire_formats);
   // A robust job's leaves validate and answer; the rule runs at the top (robust_commit.h).
   // So are a DP job's: each update is clipped at the top before the noised sum (dp_commit.h).
   // A secure job's leaves fold masked u32 inputs (shoal/fl/secagg).

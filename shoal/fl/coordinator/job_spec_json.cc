@@ -19,7 +19,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     FlJobSpec, name, tenant, algorithm, algorithm_params, architecture, hidden, initial_model,
     onnx_model, seed, dataset, clients, quorum, rounds, target_accuracy, round_deadline_s,
     local_steps, learning_rate, batch_size, staleness_limit, max_fan_in, max_leaves,
-    aggregation_device, join_tokens, generation, manifest)
+    aggregation_device, wire_formats, join_tokens, generation, manifest)
 
 namespace coordinator_internal {
 namespace {

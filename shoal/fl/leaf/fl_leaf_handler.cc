@@ -43,7 +43,17 @@ class FlLeafHandler final : public Handler {
  public:
   FlLeafHandler(model::ModelSpec spec, const FlLeafOptions& options,
                 std::unique_ptr<LeafDeviceFolder> device)
-      : spec_(std::move(spec)), options_(options), device_(std::move(device)) {}
+      : spec_(std::move(spec)), options_(options), device_(std::move(device)) {
+    std::string by = " (spec.aggregation.wireFormats: ";
+    for (size_t i = 0; i < options_.wire_formats.size(); ++i) {
+      by += (i ? ", " : "") + std::string(model::UpdateDTypeLabel(options_.wire_formats[i]));
+    }
+    by += ")";
+    for (model::ParseLimits* l : {&limits_, &unscanned_}) {
+      l->allowed_dtypes = options_.wire_formats;
+      l->allowed_by = by;
+    }
+  }
   ~FlLeafHandler() override {
     if (attach_thread_.joinable()) attach_thread_.join();
   }
@@ -123,12 +133,14 @@ class FlLeafHandler final : public Handler {
     auto* acc = reinterpret_cast<float*>(request.aux.data());
     segments_.clear();
     uint64_t bytes = 0;
+    bool quantized = false;  // folded on the CPU: the device folder takes f32/bf16/f16
     for (const model::TensorView& t : view->tensors) {
       segments_.push_back(
           {acc + spec_.offset(t.index), t.data, t.dtype, t.numel, request.aux_value});
-      bytes += t.numel * DTypeSize(t.dtype);
+      bytes += t.length;
+      quantized = quantized || IsQuantizedDType(t.dtype);
     }
-    if (UseDevice(bytes)) {
+    if (!quantized && UseDevice(bytes)) {
       // The device folds what is in the pool: scanned before, on the CPU.
       if (!AllFinite(*view)) return Named(request);
       if (Status st = device_->Fold(segments_); !st.ok()) return DeviceFailed(st);
@@ -313,6 +325,22 @@ Result<std::unique_ptr<Handler>> CreateFlLeafHandler() {
   } else if (f != "sum" && !f.empty()) {
     return InvalidArgument(std::string(fl_leaf_env::kFold) + ": unknown mode '" + f +
                            "' (sum, none, u32)");
+  }
+  if (const char* wf = std::getenv(fl_leaf_env::kWireFormats); wf != nullptr && *wf != '\0') {
+    options.wire_formats.clear();
+    std::string_view rest = wf;
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      const std::string_view name = rest.substr(0, comma);
+      const std::optional<DType> d = model::UpdateDTypeFromName(name);
+      if (!d) {
+        return InvalidArgument(std::string(fl_leaf_env::kWireFormats) + ": unknown format '" +
+                               std::string(name) + "' (" + std::string(model::kUpdateDTypeNames) +
+                               ")");
+      }
+      options.wire_formats.push_back(*d);
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
   }
   const std::string d = device ? device : "auto";
   if (d == "cpu") {

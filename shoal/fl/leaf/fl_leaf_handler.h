@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "shoal/common/status.h"
 #include "shoal/fl/kernels/fold_segments.h"
@@ -50,6 +51,9 @@ struct FlLeafOptions {
   // SHOAL_FL_FOLD=u32 (spec.privacy.secureAggregation): updates are masked U32 inputs, folded
   // into a u32 partial sum by wrapping adds (FoldU32); any other dtype is refused.
   bool fold_u32 = false;
+  // spec.aggregation.wireFormats (SHOAL_FL_WIRE_FORMATS): the update formats taken; any other
+  // is refused with 400 naming the field. kQ8/kQ4 are folded without being expanded, on the CPU.
+  std::vector<DType> wire_formats = {DType::kF32, DType::kBF16, DType::kF16};
 };
 
 // A leaf for `spec` that folds on `device` when options allow (none: the CPU only).
@@ -58,7 +62,8 @@ std::unique_ptr<Handler> CreateFlLeafHandler(model::ModelSpec spec, const FlLeaf
 
 // The leaf shoald starts: the model from SHOAL_FL_ARCH, SHOAL_FL_HIDDEN and SHOAL_FL_INPUTS, the
 // device from SHOAL_FL_AGG_DEVICE (auto, cpu, gpu), the GPU folder where there is one, whether
-// it folds from SHOAL_FL_FOLD (sum, the default, or none).
+// it folds from SHOAL_FL_FOLD (sum, the default, or none), the formats it takes from
+// SHOAL_FL_WIRE_FORMATS.
 Result<std::unique_ptr<Handler>> CreateFlLeafHandler();
 
 // The GPU folder (GpuFolder::FoldHost through the pinned pool); kUnavailable with the reason

@@ -1,9 +1,14 @@
 #include "shoal/fl/wire/dtype.h"
 
+#include <algorithm>
 #include <bit>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+
+#include "shoal/fl/kernels/fold.h"
 
 namespace shoal::model {
 
@@ -14,6 +19,50 @@ std::optional<DType> DTypeFromName(std::string_view name) {
     if (name == DTypeName(d)) return d;
   }
   return std::nullopt;
+}
+
+std::optional<DType> UpdateDTypeFromName(std::string_view name) {
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8, DType::kQ4}) {
+    if (lower == UpdateDTypeLabel(d)) return d;
+  }
+  return std::nullopt;
+}
+
+std::string_view UpdateDTypeLabel(DType d) {
+  switch (d) {
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "f16";
+    case DType::kQ8:
+      return "int8";
+    case DType::kQ4:
+      return "int4";
+    case DType::kI64:
+    case DType::kU32:
+      break;
+  }
+  return DTypeName(d);
+}
+
+BadScales CountBadScales(const std::byte* data, DType dtype, size_t n) {
+  BadScales r;
+  const std::byte* p = data;
+  for (size_t i = 0, b = 0; i < n; i += kQuantBlock, ++b) {
+    const size_t m = std::min(kQuantBlock, n - i);
+    uint32_t bits;
+    std::memcpy(&bits, p, 4);
+    if (!ValidQuantScaleBits(bits) && r.count++ == 0) {
+      r.first_block = b;
+      r.first_scale = std::bit_cast<float>(bits);
+    }
+    p += QuantBlockBytes(dtype, m);
+  }
+  return r;
 }
 
 namespace {
@@ -65,6 +114,8 @@ void WithCodec(const char* what, DType d, F f) {
       return f(Codec16<FloatToF16, F16ToFloat>{});
     case DType::kI64:
     case DType::kU32:
+    case DType::kQ8:
+    case DType::kQ4:
       break;
   }
   NotAFloatType(what, d);
@@ -73,10 +124,12 @@ void WithCodec(const char* what, DType d, F f) {
 }  // namespace
 
 void EncodeFloats(const float* src, size_t n, DType dst_dtype, std::byte* dst) {
+  if (IsQuantizedDType(dst_dtype)) return aggregator::ConvertFromF32(dst, src, dst_dtype, n);
   WithCodec("EncodeFloats", dst_dtype, [&](auto codec) { codec.Encode(src, n, dst); });
 }
 
 void DecodeFloats(const std::byte* src, DType src_dtype, size_t n, float* dst) {
+  if (IsQuantizedDType(src_dtype)) return aggregator::ConvertToF32(dst, src, src_dtype, n);
   WithCodec("DecodeFloats", src_dtype, [&](auto codec) { codec.Decode(src, n, dst); });
 }
 

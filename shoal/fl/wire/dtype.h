@@ -26,8 +26,16 @@ using shoal::FloatToF16;
 // a client's --dtype may name; nullopt for anything else (I64 included).
 std::optional<DType> DTypeFromName(std::string_view name);
 
+// An update's wire format by the name a job's spec.aggregation.wireFormats, a client's --dtype
+// and the Python SDK use: "f32", "bf16", "f16", "int8" (kQ8), "int4" (kQ4), any case; nullopt
+// otherwise. UpdateDTypeLabel is the reverse ("int8" for kQ8).
+std::optional<DType> UpdateDTypeFromName(std::string_view name);
+std::string_view UpdateDTypeLabel(DType d);
+inline constexpr std::string_view kUpdateDTypeNames = "f32, bf16, f16, int8, int4";
+
 // Writes n float32 values as `dst_dtype` (little-endian) at dst; dst needs no alignment. These
-// and CountNonFinite take the floating types; any other aborts naming it (a caller's bug).
+// take the floating and the block-quantized types (kQ8, kQ4: quantized per block, symmetric;
+// dst holds TensorBytes(dst_dtype, n)); any other aborts naming it (a caller's bug).
 void EncodeFloats(const float* src, size_t n, DType dst_dtype, std::byte* dst);
 // Reads n little-endian values of `src_dtype` at src (no alignment needed) into float32.
 void DecodeFloats(const std::byte* src, DType src_dtype, size_t n, float* dst);
@@ -39,5 +47,14 @@ struct NonFinite {
   size_t first = 0;
 };
 NonFinite CountNonFinite(const std::byte* data, DType dtype, size_t n);
+
+// The same for a block-quantized tensor's scales (shoal/common/dtype.h's ValidQuantScaleBits):
+// how many blocks have an invalid one, the first such block, and its scale.
+struct BadScales {
+  size_t count = 0;
+  size_t first_block = 0;
+  float first_scale = 0;
+};
+BadScales CountBadScales(const std::byte* data, DType dtype, size_t n);
 
 }  // namespace shoal::model

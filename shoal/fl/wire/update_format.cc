@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -20,14 +21,17 @@ static_assert(static_cast<int>(DType::kF32) == v1::F32 &&
 
 // nullopt for a type updates do not carry (EncodeUpdate refuses it).
 std::optional<v1::DType> ToProto(DType d) {
-  if (!IsFloatDType(d)) return std::nullopt;
+  if (!IsFoldableDType(d)) return std::nullopt;
   return static_cast<v1::DType>(d);
 }
 
 static_assert(static_cast<int>(DType::kU32) == v1::U32);
+static_assert(static_cast<int>(DType::kQ8) == v1::Q8 && static_cast<int>(DType::kQ4) == v1::Q4);
 
 std::optional<DType> FromProto(int d) {
-  if (d != v1::F32 && d != v1::BF16 && d != v1::F16 && d != v1::U32) return std::nullopt;
+  if (d != v1::F32 && d != v1::BF16 && d != v1::F16 && d != v1::U32 && d != v1::Q8 && d != v1::Q4) {
+    return std::nullopt;
+  }
   return static_cast<DType>(d);
 }
 
@@ -68,6 +72,12 @@ std::string Range(uint64_t offset, uint64_t length) {
   return s;
 }
 
+std::string ScaleString(float s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", static_cast<double>(s));
+  return buf;
+}
+
 }  // namespace
 
 Result<std::vector<std::byte>> EncodeUpdate(const UpdateMeta& meta,
@@ -85,7 +95,7 @@ Result<std::vector<std::byte>> EncodeUpdate(const UpdateMeta& meta,
   const std::optional<v1::DType> wire = ToProto(wire_dtype);
   if (!wire) {
     return InvalidArgument("wire dtype " + std::string(DTypeName(wire_dtype)) +
-                           ": updates carry F32, BF16 or F16");
+                           ": updates carry F32, BF16, F16, Q8 or Q4");
   }
   uint64_t area = 0;
   for (const NamedTensor& t : tensors) {
@@ -102,7 +112,7 @@ Result<std::vector<std::byte>> EncodeUpdate(const UpdateMeta& meta,
     for (uint64_t d : t.shape) e->add_shape(d);
     area = AlignUp(area, kUpdateAlignment);
     e->set_offset(area);
-    e->set_length(numel * DTypeSize(wire_dtype));
+    e->set_length(TensorBytes(wire_dtype, numel));
     area += e->length();
   }
   const std::string header = h.SerializeAsString();
@@ -200,14 +210,14 @@ Result<UpdateView> ParseUpdate(std::span<const std::byte> body, const ModelSpec&
     if (std::find(limits.allowed_dtypes.begin(), limits.allowed_dtypes.end(), *dtype) ==
         limits.allowed_dtypes.end()) {
       return InvalidArgument(Quoted(e.name()) + ": dtype " + std::string(DTypeName(*dtype)) +
-                             " not allowed");
+                             " not allowed" + limits.allowed_by);
     }
     if (!std::equal(spec.shape.begin(), spec.shape.end(), e.shape().begin(), e.shape().end())) {
       return InvalidArgument(Quoted(e.name()) + ": shape " + ShapeString(spec.shape) +
                              " expected, got " + ClientShape(e.shape()));
     }
     const uint64_t numel = spec.numel();
-    const uint64_t need = numel * DTypeSize(*dtype);
+    const uint64_t need = TensorBytes(*dtype, numel);
     if (e.length() != need) {
       return InvalidArgument(Quoted(e.name()) + ": length " + std::to_string(e.length()) +
                              " bytes, shape " + ShapeString(spec.shape) + " in " +
@@ -262,6 +272,18 @@ Result<UpdateView> ParseUpdate(std::span<const std::byte> body, const ModelSpec&
 
   if (limits.check_finite) {
     for (const TensorView& v : view.tensors) {
+      if (IsQuantizedDType(v.dtype)) {
+        const BadScales bad = CountBadScales(v.data, v.dtype, v.numel);
+        if (bad.count > 0) {
+          return InvalidArgument(
+              Quoted(v.name) + ": " + std::to_string(bad.count) + " of " +
+              std::to_string((v.numel + kQuantBlock - 1) / kQuantBlock) + " " +
+              std::string(DTypeName(v.dtype)) + " block scales invalid (first: block " +
+              std::to_string(bad.first_block) + ", scale " + ScaleString(bad.first_scale) +
+              "); a scale is finite, >= +0 and <= FLT_MAX/128");
+        }
+        continue;
+      }
       if (!IsFloatDType(v.dtype)) continue;  // U32: masked integers, any bits
       const NonFinite nf = CountNonFinite(v.data, v.dtype, v.numel);
       if (nf.count > 0) {

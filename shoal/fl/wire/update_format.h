@@ -8,8 +8,9 @@
 //   [8, 8+H)         shoal.v1.UpdateHeader (proto/shoal/v1/fl.proto), protobuf bytes
 //   [8+H, A)         zero padding, A = 8+H rounded up to a multiple of 64 (tensor area start)
 //   [A, end)         tensor area: tensor i at A + tensors[i].offset, offset a multiple of 64,
-//                    length = product(shape) * dtype size, row-major; gaps are zero padding;
-//                    the body ends exactly at the end of the last tensor
+//                    length = TensorBytes(dtype, product(shape)) (shoal/common/dtype.h: the
+//                    element size times the count, or Q8/Q4's blocks), row-major; gaps are zero
+//                    padding; the body ends exactly at the end of the last tensor
 #pragma once
 
 #include <cstddef>
@@ -72,8 +73,14 @@ struct ParseLimits {
   // Larger bodies are refused with kTooLarge (HTTP 413) before anything else is read.
   uint64_t max_body_bytes = uint64_t{4} << 30;
   uint32_t max_header_bytes = kMaxUpdateHeaderBytes;
-  std::vector<DType> allowed_dtypes = {DType::kF32, DType::kBF16, DType::kF16};
-  // Scan the tensors for NaN/Inf.
+  // The wire formats a job takes (spec.aggregation.wireFormats; a leaf sets them from its
+  // environment); what re-parses an update already accepted takes every foldable one.
+  std::vector<DType> allowed_dtypes = {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8,
+                                       DType::kQ4};
+  // Appended to the "dtype X not allowed" message: what the job takes and where that is set,
+  // e.g. " (spec.aggregation.wireFormats: f32, bf16)".
+  std::string allowed_by;
+  // Scan the tensors for NaN/Inf (and the block-quantized ones' scales for invalid ones).
   bool check_finite = true;
 };
 

@@ -283,6 +283,39 @@ TEST(FlJobManifestTest, MixedFilesParseBothKindsOrNothing) {
 }
 
 // spec.aggregation.robust: each rule with its parameters, and the errors naming the field.
+// spec.aggregation.wireFormats: the formats the leaves take, in order; int8/int4 not with the
+// rules that read every update at the top.
+TEST(FlJobManifestTest, WireFormatsAndTheirErrors) {
+  EXPECT_EQ(Parsed(Job()).wire_formats, (std::vector<std::string>{"f32", "bf16", "f16"}));
+  EXPECT_EQ(Parsed(Job("  aggregation: {wireFormats: [int8, f32]}\n")).wire_formats,
+            (std::vector<std::string>{"int8", "f32"}));
+  EXPECT_EQ(Parsed(Job("  aggregation: {wireFormats: [int4]}\n")).wire_formats,
+            (std::vector<std::string>{"int4"}));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"  aggregation: {wireFormats: []}\n",
+       "spec.aggregation.wireFormats: must be a non-empty list of formats (f32, bf16, f16, int8, "
+       "int4) (line 8)"},
+      {"  aggregation: {wireFormats: int8}\n",
+       "spec.aggregation.wireFormats: must be a non-empty list of formats (f32, bf16, f16, int8, "
+       "int4) (line 8)"},
+      {"  aggregation: {wireFormats: [int2]}\n",
+       "spec.aggregation.wireFormats[0]: unknown format \"int2\" (one of: f32, bf16, f16, int8, "
+       "int4) (line 8)"},
+      {"  aggregation: {wireFormats: [int8, int8]}\n",
+       "spec.aggregation.wireFormats[1]: duplicate format (line 8)"},
+      {"  aggregation: {wireFormats: [int8], robust: {rule: median}}\n",
+       "spec.aggregation.wireFormats: int8 and int4 cannot be combined with "
+       "spec.aggregation.robust (it reads f32, bf16 or f16 updates) (line 8)"},
+      {"  aggregation: {wireFormats: [f32, int4]}\n  privacy: {dp: {noiseMultiplier: 1, clip: "
+       "{fixed: 1}}}\n",
+       "spec.aggregation.wireFormats: int8 and int4 cannot be combined with spec.privacy.dp (it "
+       "reads f32, bf16 or f16 updates) (line 8)"},
+  };
+  for (const auto& [extra, message] : cases) {
+    EXPECT_EQ(ErrorOf(Job(extra)), message) << extra;
+  }
+}
+
 TEST(FlJobManifestTest, RobustAggregationRulesAndTheirErrors) {
   auto r = ParseFlJobManifests(
       Job("  aggregation:\n    robust: {rule: krum, f: 2, m: 5, clipNorm: 2.5}\n"));

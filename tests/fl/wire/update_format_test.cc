@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -260,8 +261,8 @@ TEST(UpdateFormat, RejectsTensorTableNotMatchingTheModel) {
                  "tensor 'fc1.bias': shape [4] expected, got [4,7,7,7,7,7,7,7,...]");
 
   p = Split(ValidBody());
-  p.header.mutable_tensors(2)->set_dtype(static_cast<v1::DType>(5));
-  ExpectRejected(Frame(p.header, p.area), "tensor 'fc2.weight': dtype 5 unknown");
+  p.header.mutable_tensors(2)->set_dtype(static_cast<v1::DType>(7));
+  ExpectRejected(Frame(p.header, p.area), "tensor 'fc2.weight': dtype 7 unknown");
 
   ParseLimits f32_only;
   f32_only.allowed_dtypes = {DType::kF32};
@@ -272,6 +273,65 @@ TEST(UpdateFormat, RejectsTensorTableNotMatchingTheModel) {
   p = Split(ValidBody());
   p.header.mutable_tensors(2)->set_dtype(v1::U32);
   ExpectRejected(Frame(p.header, p.area), "tensor 'fc2.weight': dtype U32 not allowed");
+}
+
+// Block-quantized tensors (Q8, Q4; shoal/common/dtype.h): their lengths, values within half a
+// step of what was encoded, and the refusals of a wrong length, a bad scale and a truncated body.
+TEST(UpdateFormat, QuantizedTensorsAndTheirRefusals) {
+  const Model model = InitModel(SmallSpec(), 3);
+  for (DType d : {DType::kQ8, DType::kQ4}) {
+    SCOPED_TRACE(std::string(DTypeName(d)));
+    const std::vector<std::byte> body = ValidBody(d, 3);
+    auto view = ParseUpdate(body, SmallSpec());
+    ASSERT_TRUE(view.ok()) << view.status().ToString();
+    EXPECT_EQ(view->tensors[0].length, d == DType::kQ8 ? 16u : 10u);  // 12 values, one block
+    for (const TensorView& t : view->tensors) {
+      EXPECT_EQ(t.dtype, d);
+      std::vector<float> x(t.numel);
+      DecodeFloats(t.data, d, t.numel, x.data());
+      float scale;
+      std::memcpy(&scale, t.data, 4);
+      for (size_t i = 0; i < t.numel; ++i) {
+        EXPECT_LE(std::fabs(x[i] - model.tensor(t.index)[i]), scale * 0.5001f);
+      }
+    }
+    const std::string name(DTypeName(d));
+    Parts p = Split(body);
+    p.header.mutable_tensors(0)->set_length(p.header.tensors(0).length() - 1);
+    ExpectRejected(Frame(p.header, p.area), "tensor 'fc1.weight': length " +
+                                                std::to_string(d == DType::kQ8 ? 15 : 9) +
+                                                " bytes, shape [4,3] in " + name + " needs " +
+                                                std::to_string(d == DType::kQ8 ? 16 : 10));
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), -1.0f, 3e38f}) {
+      p = Split(body);
+      std::memcpy(p.area.data() + p.header.tensors(2).offset(), &bad, 4);
+      char shown[32];
+      std::snprintf(shown, sizeof shown, "%g", static_cast<double>(bad));
+      ExpectRejected(Frame(p.header, p.area), "tensor 'fc2.weight': 1 of 1 " + name +
+                                                  " block scales invalid (first: block 0, scale " +
+                                                  shown +
+                                                  "); a scale is finite, >= +0 and <= FLT_MAX/128");
+      ParseLimits unchecked;
+      unchecked.check_finite = false;
+      EXPECT_TRUE(Parse(Frame(p.header, p.area), unchecked).ok());
+    }
+    std::vector<std::byte> truncated(body.begin(), body.end() - 1);
+    const Status st = Parse(truncated);
+    EXPECT_NE(st.message().find("runs past the end of the tensor area"), std::string::npos)
+        << st.message();
+    ParseLimits floats_only;
+    floats_only.allowed_dtypes = {DType::kF32, DType::kBF16, DType::kF16};
+    floats_only.allowed_by = " (spec.aggregation.wireFormats: f32, bf16, f16)";
+    ExpectRejected(body,
+                   "tensor 'fc1.weight': dtype " + name +
+                       " not allowed (spec.aggregation.wireFormats: f32, bf16, f16)",
+                   floats_only);
+  }
+  EXPECT_EQ(UpdateDTypeFromName("INT8"), DType::kQ8);
+  EXPECT_EQ(UpdateDTypeFromName("int4"), DType::kQ4);
+  EXPECT_EQ(UpdateDTypeFromName("bf16"), DType::kBF16);
+  EXPECT_EQ(UpdateDTypeFromName("q8"), std::nullopt);
+  EXPECT_EQ(DTypeFromName("Q8"), std::nullopt);  // not a model file's type
 }
 
 TEST(UpdateFormat, RejectsBadOffsetsAndLengths) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -310,6 +311,106 @@ TEST_F(FlLeafDevice, GpuFolderFoldsAsTheCpuAndItsErrorFallsBack) {
   EXPECT_EQ(partial_, CpuFold(before, 3, 0.125f));
 }
 #endif
+
+}  // namespace
+}  // namespace shoal
+
+namespace shoal {
+namespace {
+
+// spec.aggregation.wireFormats: int8/int4 updates folded without being expanded (the partial sum
+// equals dequantizing then folding, bit for bit), refused by name where the job does not take
+// them; a bad block scale refused naming the tensor, block and scale, with the reply saying
+// whether the partial sum must be rebuilt; a truncated body refused before anything is folded.
+TEST_F(FlLeafDevice, QuantizedUpdatesFoldAsDequantizedAndBadOnesAreRefusedByName) {
+  spec_ = model::MlpSpec(784, {64}, 10);
+  partial_.assign(spec_.num_params(), 0.0f);
+  auto encode = [&](float seed, DType d) {
+    model::Model m(spec_);
+    for (size_t i = 0; i < m.values.size(); ++i) {
+      m.values[i] = std::sin(static_cast<float>(i) * 0.01f + seed) * 0.1f;
+    }
+    model::UpdateMeta meta;
+    meta.job = "j";
+    meta.client_id = "c0";
+    meta.num_samples = 10;
+    auto body = model::EncodeUpdate(meta, m, d);
+    EXPECT_TRUE(body.ok());
+    return std::string(reinterpret_cast<const char*>(body->data()), body->size());
+  };
+  // The partial sum the two-step path gives: each tensor dequantized, then folded as f32.
+  auto two_step = [&](std::vector<float> acc, const std::string& body, float w) {
+    auto view = model::ParseUpdate(std::as_bytes(std::span<const char>(body)), spec_);
+    EXPECT_TRUE(view.ok()) << view.status().ToString();
+    for (const model::TensorView& t : view->tensors) {
+      std::vector<float> x(t.numel);
+      aggregator::ConvertToF32(x.data(), t.data, t.dtype, t.numel);
+      aggregator::Fold(acc.data() + spec_.offset(t.index), x.data(), DType::kF32, t.numel, w);
+    }
+    return acc;
+  };
+  FlLeafOptions plain;
+  plain.device = LeafFoldDevice::kCpu;
+  auto f32_job = CreateFlLeafHandler(spec_, plain, nullptr);
+  const Status refused = Fold(*f32_job, encode(1, DType::kQ8), 0.5f);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.message(),
+            "tensor 'fc1.weight': dtype Q8 not allowed (spec.aggregation.wireFormats: f32, bf16, "
+            "f16)");
+
+  FlLeafOptions o = plain;
+  o.wire_formats = {DType::kQ8, DType::kQ4};
+  auto h = CreateFlLeafHandler(spec_, o, nullptr);
+  EXPECT_EQ(
+      Fold(*h, encode(1, DType::kF32), 0.5f).message(),
+      "tensor 'fc1.weight': dtype F32 not allowed (spec.aggregation.wireFormats: int8, int4)");
+  for (DType d : {DType::kQ8, DType::kQ4}) {
+    const std::string good = encode(2, d);
+    EXPECT_LT(good.size(), spec_.num_params() * (d == DType::kQ8 ? 1.07 : 0.57));
+    const std::vector<float> want = two_step(partial_, good, 0.25f);
+    bool changed = true;
+    ASSERT_TRUE(Fold(*h, good, 0.25f, &changed).ok());
+    EXPECT_FALSE(changed);
+    ASSERT_EQ(std::memcmp(partial_.data(), want.data(), want.size() * 4), 0) << DTypeName(d);
+
+    auto view = model::ParseUpdate(std::as_bytes(std::span<const char>(good)), spec_);
+    ASSERT_TRUE(view.ok());
+    const size_t fc1 = reinterpret_cast<const char*>(view->tensors[0].data) - good.data();
+    const size_t blocks = (view->tensors[0].numel + 63) / 64;
+    const float bad_scales[] = {std::numeric_limits<float>::quiet_NaN(),
+                                std::numeric_limits<float>::infinity(), -0.5f, 1e37f};
+    const char* shown[] = {"nan", "inf", "-0.5", "1e+37"};
+    const std::vector<float> before = partial_;
+    for (size_t k = 0; k < std::size(bad_scales); ++k) {
+      for (const size_t block : {size_t{0}, size_t{700}}) {
+        std::string bad = good;
+        std::memcpy(bad.data() + fc1 + ElementOffset(d, block * 64), &bad_scales[k], 4);
+        const Status st = Fold(*h, bad, 0.25f, &changed);
+        EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+        EXPECT_EQ(st.message(), "tensor 'fc1.weight': 1 of " + std::to_string(blocks) + " " +
+                                    std::string(DTypeName(d)) +
+                                    " block scales invalid (first: block " + std::to_string(block) +
+                                    ", scale " + shown[k] +
+                                    "); a scale is finite, >= +0 and <= FLT_MAX/128");
+        // Block 0 is checked before anything is folded; block 700 after some were: the reply
+        // says the partial sum changed, and the coordinator rebuilds it from what it accepted.
+        EXPECT_EQ(changed, block != 0);
+        if (block == 0) {
+          EXPECT_EQ(std::memcmp(partial_.data(), before.data(), before.size() * 4), 0);
+        }
+        partial_ = before;  // as the coordinator's rebuild leaves it
+      }
+    }
+    std::string truncated = good.substr(0, good.size() - 1);
+    const Status st = Fold(*h, truncated, 0.25f, &changed);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("tensor 'fc2.bias'"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("body truncated"), std::string::npos) << st.message();
+    EXPECT_FALSE(changed);
+    EXPECT_EQ(partial_, before);
+  }
+  EXPECT_EQ(pool_->Stats().live_buffers, 0u);
+}
 
 }  // namespace
 }  // namespace shoal

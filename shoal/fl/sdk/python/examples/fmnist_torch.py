@@ -243,7 +243,7 @@ def main():
     p.add_argument("--train-samples", type=int, default=0, help="cap this client's share")
     p.add_argument("--eval-samples", type=int, default=1000, help="test images to score on")
     p.add_argument("--no-evaluate", action="store_true", help="report no evaluations")
-    p.add_argument("--dtype", default="f32", choices=["f32", "bf16", "f16"])
+    p.add_argument("--dtype", default="f32", choices=["f32", "bf16", "f16", "int8", "int4"])
     p.add_argument("--data-dir", default=FASHION_MNIST)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--seed", type=int, default=0)

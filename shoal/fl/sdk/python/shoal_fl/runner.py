@@ -63,7 +63,9 @@ def run_client(server: str, job: str, client: Client, *, token: Optional[str] = 
     "http://host:8080") until the job is done (or max_seconds pass); returns what it did.
 
     token: the bearer token (an fl-client token of the job), $SHOAL_TOKEN when None.
-    dtype: the updates' wire type, "f32", "bf16" or "f16" (bf16/f16 halve the bytes).
+    dtype: the updates' wire type, "f32", "bf16", "f16" (halve the bytes), "int8" or "int4"
+        (block-quantized: about 1/4 and 1/7 of f32; the job must list them in
+        spec.aggregation.wireFormats).
     evaluate: call client.evaluate on each global version this client trained from and report
       it; evaluate_final: also the job's last version when it is done.
     local_dp: clip each update's change from the global model and add Gaussian noise on this

@@ -6,7 +6,8 @@ Layout (integers little-endian):
   [4, 8)      u32 H, the length of the header
   [8, 8+H)    shoal.v1.UpdateHeader (proto/shoal/v1/fl.proto), protobuf bytes
   [8+H, A)    zero padding; A = 8+H rounded up to a multiple of 64
-  [A, end)    tensor i at A + offset_i (a multiple of 64), product(shape) * itemsize bytes,
+  [A, end)    tensor i at A + offset_i (a multiple of 64), dtype.nbytes(product(shape)) bytes
+              (itemsize each, or int8/int4's blocks: dtypes.py),
               row-major; gaps are zero; the body ends at the end of the last tensor.
 
 The header is protobuf, written here by hand in the field order protobuf's C++ serializer
@@ -30,7 +31,7 @@ MAGIC = b"SHU1"
 ALIGNMENT = 64
 PREFIX_BYTES = 8
 # Elements converted at a time for bf16/f16, so a large tensor's narrow copy stays small.
-_CONVERT_CHUNK = 1 << 20
+_CONVERT_CHUNK = 1 << 20  # a multiple of QUANT_BLOCK: a quantized tensor's chunks are whole blocks
 
 
 class UpdateKind(enum.IntEnum):
@@ -131,8 +132,8 @@ def tensor_table(names: Sequence[str], shapes: Sequence[Sequence[int]],
         shape = tuple(int(d) for d in dims)
         numel = int(np.prod(shape, dtype=np.uint64)) if shape else 1
         area = align_up(area)
-        entries.append(TensorEntry(name, dtype, shape, area, numel * dtype.itemsize))
-        area += numel * dtype.itemsize
+        entries.append(TensorEntry(name, dtype, shape, area, dtype.nbytes(numel)))
+        area += dtype.nbytes(numel)
     return entries
 
 

@@ -62,4 +62,40 @@ def test_decode_inverts_encode_where_exact_and_rounds_otherwise():
 def test_dtype_names():
     assert DType.parse("bf16") is DType.BF16 and DType.parse("float16") is DType.F16
     assert DType.parse(DType.F32) is DType.F32
-    assert [int(d) for d in DType] == [0, 1, 2, 4]  # shoal.v1.DType
+    assert [int(d) for d in DType] == [0, 1, 2, 4, 5, 6]  # shoal.v1.DType
+
+
+def test_int8_and_int4_blocks_by_hand():
+    from shoal_fl.dtypes import dequantize, quantize
+    # 65 values: one full block and one of a single value.
+    x = np.zeros(65, dtype=np.float32)
+    x[0], x[1], x[63], x[64] = 1.27, -0.64, 0.01, -2.0
+    q8 = bytes(quantize(x, DType.Q8))
+    assert len(q8) == DType.Q8.nbytes(65) == 68 + 5
+    scale = np.float32(1.27) / np.float32(127)
+    assert q8[:4] == struct.pack("<f", scale)
+    assert q8[4] == 127 and q8[5] == (256 - 64) and q8[4 + 63] == 1  # 0.01 / 0.01 = 1
+    assert q8[68:72] == struct.pack("<f", np.float32(2.0) / np.float32(127)) and q8[72] == 256 - 127
+    q4 = bytes(quantize(x, DType.Q4))
+    assert len(q4) == DType.Q4.nbytes(65) == 36 + 5
+    # element 0 (7) in the low nibble, element 1 (-0.64 / (1.27 / 7) = -3.53 -> -4) in the high
+    assert q4[4] == (7 | ((-4 & 15) << 4))
+    assert q4[36 + 4] == (-7 & 15)  # the last block's single value; high nibble 0
+    for d in (DType.Q8, DType.Q4):
+        back = dequantize(quantize(x, d), d, 65)
+        assert back[64] == -2.0
+        assert decode(encode(x, d), d, (5, 13)).shape == (5, 13)
+
+
+def test_int8_and_int4_are_within_half_a_step():
+    from shoal_fl.dtypes import dequantize, quantize
+    rng = np.random.default_rng(3)
+    x = rng.normal(0, 0.05, 1000).astype(np.float32)
+    x[128:192] = 0
+    for d, qmax in ((DType.Q8, 127), (DType.Q4, 7)):
+        back = dequantize(quantize(x, d), d, x.size)
+        for b in range(0, x.size, 64):
+            scale = np.float32(np.abs(x[b:b + 64]).max()) / np.float32(qmax)
+            assert np.all(np.abs(back[b:b + 64] - x[b:b + 64]) <= scale * 0.5001)
+        assert np.all(back[128:192] == 0)
+    assert DType.parse("int8") is DType.Q8 and DType.parse("INT4") is DType.Q4

@@ -180,6 +180,10 @@ Status GpuFoldDevice(float* acc, const void* const* xs, const float* ws, int cou
                            ")");
   }
   if (n == 0 || count == 0) return {};
+  if (!IsFloatDType(dtype)) {
+    return InvalidArgument("GpuFoldDevice: element type " + std::string(DTypeName(dtype)) +
+                           " is not a floating type (Q8/Q4 fold on the CPU)");
+  }
   const size_t es = DTypeSize(dtype);
   if (acc == nullptr || reinterpret_cast<uintptr_t>(acc) % sizeof(float) != 0) {
     return InvalidArgument("GpuFoldDevice: accumulator is null or not 4-byte aligned");
@@ -204,6 +208,8 @@ Status GpuFoldDevice(float* acc, const void* const* xs, const float* ws, int cou
       return Launch<F16>(acc, args, n, s);
     case DType::kI64:
     case DType::kU32:
+    case DType::kQ8:
+    case DType::kQ4:
       break;
   }
   return InvalidArgument("GpuFoldDevice: element type " + std::string(DTypeName(dtype)) +

@@ -123,6 +123,12 @@ Status GpuFolder::FoldHost(std::span<const GpuFoldSegment> segments) {
   // Chunks are pipelined across three streams with no ordering between different chunks'
   // accumulator bytes (see the header): overlapping segments would race.
   SHOAL_RETURN_IF_ERROR(CheckFoldSegments(segments));
+  for (const GpuFoldSegment& seg : segments) {
+    if (!IsFloatDType(seg.dtype)) {  // Q8/Q4 fold on the CPU (the leaf never sends them here)
+      return InvalidArgument("GpuFolder: element type " + std::string(DTypeName(seg.dtype)) +
+                             " is not a floating type");
+    }
+  }
   SHOAL_CUDA_TRY(cudaSetDevice(device_));
   Status st;
   for (const GpuFoldSegment& seg : segments) {

@@ -166,7 +166,9 @@ TEST(UsageTest, ShoalController) {
                 "shoal-controller");
   ExpectRefused(SHOAL_CONTROLLER_BIN, {"--nope"},
                 "shoal-controller: unknown flag --nope; the flags are --etcd, --cluster, --host, "
-                "--port, --state-dir, --name, --lease-ttl, --allow-insecure, --log-level",
+                "--port, --state-dir, --name, --lease-ttl, --allow-insecure, --log-level, "
+                "--kubernetes, --kube-api, --kube-token-file, --kube-ca, --kube-resync, "
+                "--kube-status-interval-ms",
                 "shoal-controller");
   ExpectRefused(SHOAL_CONTROLLER_BIN, {"--etcd", "http://127.0.0.1:1", "--port", "70000"},
                 "shoal-controller: --port: '70000' is not a whole number >= 0 (listen port of "

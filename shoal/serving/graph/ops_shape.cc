@@ -103,6 +103,7 @@ Status Gather(const Node& n, Io<T>& io) {
       auto k = static_cast<int64_t>(io.in[1][j]);
       if (k < 0) k += dim;
       if (k < 0 || k >= dim) return Bad(n, "index " + std::to_string(k) + " out of range");
+      if (inner == 0) continue;  // an empty tensor may have no data pointer
       std::memcpy(y + (o * count + j) * inner, io.in[0] + (o * dim + k) * inner,
                   static_cast<size_t>(inner) * sizeof(T));
     }
@@ -158,6 +159,7 @@ Status Concat(const Node& n, Io<T>& io) {
   int64_t at = 0;
   for (size_t i = 0; i < io.in.size(); ++i) {
     const int64_t chunk = Numel(io.in_shapes[i]) / std::max<int64_t>(outer, 1);
+    if (chunk == 0) continue;  // an empty input (a shape subgraph's [] may have no data at all)
     for (int64_t o = 0; o < outer; ++o) {
       std::memcpy(io.out[0] + o * row + at, io.in[i] + o * chunk,
                   static_cast<size_t>(chunk) * sizeof(T));

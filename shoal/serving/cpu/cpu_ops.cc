@@ -12,10 +12,6 @@ namespace {
 using dnnl::algorithm;
 using dnnl::prop_kind;
 
-std::string Label(const Node& n) {
-  return "node '" + n.name + "' (" + std::string(OpTypeName(n.op)) + ")";
-}
-
 // `sum`: the primitive adds its result to what its destination holds (before the ReLU).
 dnnl::primitive_attr Attr(bool relu, bool sum = false) {
   dnnl::primitive_attr attr;
@@ -31,7 +27,7 @@ dnnl::primitive_attr Attr(bool relu, bool sum = false) {
 
 Status NeedConstant(const Lowering& L, const Node& n, size_t i, const char* what) {
   if (i < n.inputs.size() && !n.inputs[i].empty() && !L.IsConstant(n.inputs[i])) {
-    return InvalidArgument(Label(n) + ": " + what + " '" + n.inputs[i] +
+    return InvalidArgument(NodeLabel(n) + ": " + what + " '" + n.inputs[i] +
                            "' must be an initializer (constant) for the CPU executor");
   }
   return {};
@@ -113,11 +109,12 @@ Status LowerMatMul(Lowering& L, const Node& n, bool relu) {
   const bool gemm = n.op == OpType::kGemm;
   if (gemm) SHOAL_RETURN_IF_ERROR(NeedConstant(L, n, 2, "C"));
   if (gemm && n.IntAttr("transA", 0) != 0) {
-    return InvalidArgument(Label(n) + ": transA=1 would move the batch; not supported");
+    return InvalidArgument(NodeLabel(n) + ": transA=1 would move the batch; not supported");
   }
   const auto& a = L.Shape(n.inputs[0]);
   const auto& y = L.Shape(n.outputs[0]);
-  if (a.size() != 2) return InvalidArgument(Label(n) + ": the CPU executor supports 2-D A only");
+  if (a.size() != 2)
+    return InvalidArgument(NodeLabel(n) + ": the CPU executor supports 2-D A only");
   const bool tb = gemm && n.IntAttr("transB", 0) != 0;
   const int64_t k = a[1], cols = y[1];
   const dnnl::memory::desc src_md({a[0], k}, L.compute(), tag::ab);
@@ -130,8 +127,9 @@ Status LowerMatMul(Lowering& L, const Node& n, bool relu) {
     int64_t numel = 1;
     for (int64_t d : c) numel *= d;
     if (numel != cols || (c.size() == 2 && c[0] != 1)) {
-      return InvalidArgument(Label(n) + ": C '" + n.inputs[2] + "' must be a per-column bias ([" +
-                             std::to_string(cols) + "] or [1," + std::to_string(cols) + "])");
+      return InvalidArgument(NodeLabel(n) + ": C '" + n.inputs[2] +
+                             "' must be a per-column bias ([" + std::to_string(cols) + "] or [1," +
+                             std::to_string(cols) + "])");
     }
   }
   auto desc = bias ? dnnl::matmul::desc(src_md, w_any, b_md, dst_md)
@@ -153,10 +151,10 @@ Status LowerMatMul(Lowering& L, const Node& n, bool relu) {
 Status LowerAdd(Lowering& L, const Node& n, bool relu) {
   std::string x = n.inputs[0], other = n.inputs[1];
   if (L.IsConstant(x)) std::swap(x, other);
-  if (L.IsConstant(x)) return InvalidArgument(Label(n) + ": both inputs are constants");
+  if (L.IsConstant(x)) return InvalidArgument(NodeLabel(n) + ": both inputs are constants");
   const auto& y = L.Shape(n.outputs[0]);
   if (L.Shape(x) != y) {
-    return InvalidArgument(Label(n) + ": input '" + x + "' " + ShapeToString(L.Shape(x)) +
+    return InvalidArgument(NodeLabel(n) + ": input '" + x + "' " + ShapeToString(L.Shape(x)) +
                            " would be broadcast to " + ShapeToString(y) +
                            "; only the second operand may broadcast");
   }
@@ -216,7 +214,7 @@ Status LowerPool(Lowering& L, const Node& n) {
   const auto& y = L.Shape(n.outputs[0]);
   Window2d w;
   if (n.op == OpType::kGlobalAveragePool) {
-    if (x.size() != 4) return InvalidArgument(Label(n) + ": the CPU executor needs [N,C,H,W]");
+    if (x.size() != 4) return InvalidArgument(NodeLabel(n) + ": the CPU executor needs [N,C,H,W]");
     w.kernel = {x[2], x[3]};
   } else {
     auto r = ReadWindow(n, {0, 0});
@@ -303,7 +301,7 @@ Status Lowering::LowerNode(const Node& n, bool fuse_relu, const std::string* sum
   bool handled = false;
   SHOAL_RETURN_IF_ERROR(LowerDnnlOp(*this, n, fuse_relu, &handled));
   if (handled) return {};
-  if (fuse_relu) return Internal(Label(n) + ": a Relu cannot be fused here");
+  if (fuse_relu) return Internal(NodeLabel(n) + ": a Relu cannot be fused here");
   return LowerPlain(*this, n);
 }
 

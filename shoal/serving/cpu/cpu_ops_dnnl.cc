@@ -15,10 +15,6 @@ namespace {
 using dnnl::algorithm;
 using dnnl::prop_kind;
 
-std::string Label(const Node& n) {
-  return "node '" + n.name + "' (" + std::string(OpTypeName(n.op)) + ")";
-}
-
 dnnl::primitive_attr Attr(bool relu) {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -140,7 +136,7 @@ Status LayerNorm(Lowering& L, const Node& n) {
   const int64_t axis = NormaliseAxis(n.IntAttr("axis", -1), static_cast<int64_t>(x.size()));
   for (size_t i = 1; i < n.inputs.size(); ++i) {
     if (!n.inputs[i].empty() && !L.IsConstant(n.inputs[i])) {
-      return InvalidArgument(Label(n) + ": scale and bias must be constants");
+      return InvalidArgument(NodeLabel(n) + ": scale and bias must be constants");
     }
   }
   const int64_t rows = Prod(x, 0, static_cast<size_t>(axis));

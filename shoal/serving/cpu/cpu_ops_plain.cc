@@ -42,7 +42,7 @@ struct KernelState {
 }  // namespace
 
 Status LowerPlain(Lowering& L, const Node& n) {
-  const std::string label = "node '" + n.name + "' (" + std::string(OpTypeName(n.op)) + ")";
+  const std::string label = NodeLabel(n);
   if (!ops::HasKernel(n.op))
     return InvalidArgument("unsupported operator: " + label + " has no CPU lowering");
   if (n.op == OpType::kIdentity || n.op == OpType::kDropout) {

@@ -76,7 +76,7 @@ Result<FoldedGraph> FoldConstants(const Graph& g, int64_t batch) {
       }
       auto s = f.shapes.find(t);
       if (s == f.shapes.end()) {
-        return InvalidArgument(ops::NodeLabel(n) + ": input '" + t + "' has no shape");
+        return InvalidArgument(NodeLabel(n) + ": input '" + t + "' has no shape");
       }
       io.in_shapes.push_back(s->second);
       in_shapes_p.push_back(&s->second);
@@ -106,7 +106,7 @@ Result<FoldedGraph> FoldConstants(const Graph& g, int64_t batch) {
         int64_t numel = 1;
         for (int64_t d : s) {
           if (d < 0 || __builtin_mul_overflow(numel, d, &numel) || numel > (int64_t{1} << 40)) {
-            return InvalidArgument(ops::NodeLabel(n) + ": output shape " + ShapeToString(s) +
+            return InvalidArgument(NodeLabel(n) + ": output shape " + ShapeToString(s) +
                                    " is invalid or too large");
           }
         }

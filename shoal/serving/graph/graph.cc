@@ -137,10 +137,6 @@ bool SizeOk(const std::vector<int64_t>& shape) {
   return true;
 }
 
-std::string NodeLabel(const Node& n) {
-  return "node '" + n.name + "' (" + std::string(OpTypeName(n.op)) + ")";
-}
-
 // Kahn's algorithm over tensors: a node is ready once every input it reads exists. Keeps the
 // given order among ready nodes, so an already sorted graph stays as it is.
 Status SortTopologically(Graph& g) {
@@ -220,6 +216,10 @@ Status CheckArity(const Node& n) {
 }
 
 }  // namespace
+
+std::string NodeLabel(const Node& n) {
+  return "node '" + n.name + "' (" + std::string(OpTypeName(n.op)) + ")";
+}
 
 std::string_view OipDatatype(DType t) {
   constexpr std::string_view kOip[] = {"FP32", "BF16", "FP16", "INT64"};  // by DType's value

@@ -99,6 +99,8 @@ struct Node {
   float FloatAttr(std::string_view key, float fallback) const;
   std::vector<int64_t> IntsAttr(std::string_view key, std::vector<int64_t> fallback = {}) const;
 };
+// "node '<name>' (<op_type>)": how an error names a node.
+std::string NodeLabel(const Node& n);
 
 // A graph input or output. A dimension of -1 is the batch dimension (dynamic).
 struct ValueInfo {

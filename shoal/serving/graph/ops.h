@@ -46,6 +46,5 @@ Status EvalMath(const Node& n, Io<T>& io);
 bool IsMathOp(OpType op);
 
 int64_t Numel(const Shape& s);
-std::string NodeLabel(const Node& n);
 
 }  // namespace shoal::inference::ops

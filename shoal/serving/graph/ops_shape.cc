@@ -496,10 +496,6 @@ int64_t Numel(const Shape& s) {
   return std::accumulate(s.begin(), s.end(), int64_t{1}, std::multiplies<>());
 }
 
-std::string NodeLabel(const Node& n) {
-  return "node '" + n.name + "' (" + std::string(OpTypeName(n.op)) + ")";
-}
-
 bool HasKernel(OpType op) {
   return IsMathOp(op) || op == OpType::kShape || op == OpType::kGather ||
          op == OpType::kGatherElements || op == OpType::kConcat || op == OpType::kSlice ||

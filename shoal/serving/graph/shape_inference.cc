@@ -11,12 +11,8 @@ namespace {
 
 using Shape = std::vector<int64_t>;
 
-std::string Label(const Node& n) {
-  return "node '" + n.name + "' (" + std::string(OpTypeName(n.op)) + ")";
-}
-
 Status Bad(const Node& n, const std::string& what) {
-  return InvalidArgument(Label(n) + ": " + what);
+  return InvalidArgument(NodeLabel(n) + ": " + what);
 }
 
 int64_t Product(const Shape& s, size_t begin, size_t end) {

@@ -1,0 +1,106 @@
+// Continuous batching for the shoal-gpt decoder: one scheduler thread steps every active
+// sequence together, each at its own position with its own KV cache and adapter; requests that
+// arrive join at the next step (their whole prompt prefilled in it) and finished ones leave
+// after it. Adapters are put by name at any time: a sequence keeps the adapter version it
+// started with to its end; sequences that start after the put take the new one.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shoal/serving/lm/lm_forward.h"
+#include "shoal/serving/lm/lm_weights.h"
+#include "shoal/serving/lm/sampler.h"
+
+namespace shoal::lm {
+
+struct GenerationRequest {
+  std::string prompt;  // bytes: token ids 0..255
+  int max_tokens = 16;
+  SamplingParams sampling;
+  std::vector<std::string> stop;  // generation ends before the first of these, not included
+  std::string adapter;            // "" for the base model
+};
+
+enum class FinishReason { kNone, kStop, kLength };
+const char* FinishReasonName(FinishReason r);  // "stop", "length"
+
+// What one step produced for one sequence, given on the scheduler thread (the sink must not
+// block). `text` is what may be shown now: whole UTF-8 characters, nothing that could still
+// turn out to be the start of a stop sequence.
+struct GenerationEvent {
+  int token = -1;  // the token sampled in this step (256: end of text)
+  std::string_view text;
+  bool done = false;
+  FinishReason finish = FinishReason::kNone;
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  uint64_t adapter_version = 0;
+};
+using GenerationSink = std::function<void(const GenerationEvent&)>;
+
+struct EngineOptions {
+  int max_sequences = 32;  // sequences stepped together; more wait to join
+};
+
+struct EngineStats {
+  uint64_t steps = 0;
+  uint64_t sequences = 0;          // finished
+  uint64_t prompt_tokens = 0;      // prefilled
+  uint64_t completion_tokens = 0;  // sampled
+  uint64_t adapter_puts = 0;
+  int active = 0;
+  int waiting = 0;
+  int max_active = 0;  // the most sequences one step has run
+};
+
+class LmEngine {
+ public:
+  LmEngine(std::shared_ptr<const LmWeights> base, EngineOptions options);
+  ~LmEngine();  // stops the scheduler; sequences still running end there, without an event
+  LmEngine(const LmEngine&) = delete;
+  LmEngine& operator=(const LmEngine&) = delete;
+
+  const LmConfig& config() const { return base_->config; }
+  // The scheduler thread (not started: the caller steps with StepOnce, as tests do).
+  void Start();
+  // kInvalidArgument naming the field for a request the model cannot run; kNotFound for an
+  // adapter that is not loaded.
+  Status Submit(GenerationRequest request, GenerationSink sink);
+  // Adds or replaces the adapter of that name (between two steps).
+  void PutAdapter(std::shared_ptr<const LoraAdapter> adapter);
+  bool HasAdapter(const std::string& name) const;
+  std::vector<std::pair<std::string, uint64_t>> Adapters() const;  // name, version
+  // Admits what waits and runs one step; false when nothing was there to run.
+  bool StepOnce();
+  EngineStats stats() const;
+
+ private:
+  struct Sequence;
+  void Run();
+  void Emit(Sequence& s, int token);
+
+  std::shared_ptr<const LmWeights> base_;
+  EngineOptions options_;
+  LmForward forward_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::map<std::string, std::shared_ptr<const LoraAdapter>> adapters_;
+  bool stopping_ = false;
+  EngineStats stats_;
+  std::vector<std::unique_ptr<Sequence>> active_;  // the scheduler's own
+  std::vector<StepInput> inputs_;
+  std::thread thread_;
+};
+
+}  // namespace shoal::lm

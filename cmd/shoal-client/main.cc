@@ -180,6 +180,14 @@ int main(int argc, char** argv) {
                  "how many clients attack (the last ones: client-<N-F> .. client-<N-1>)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--local-dp-clip", run.local_dp.clip,
+                 "local differential privacy: clip each update's change from the global model "
+                 "to this L2 norm before sending it (0 = off)")
+      ->capture_default_str();
+  app.add_option("--local-dp-noise", run.local_dp.noise_multiplier,
+                 "local DP: add N(0, (noise * clip)^2) to each value of the clipped update "
+                 "(needs --local-dp-clip)")
+      ->capture_default_str();
   app.add_flag("--standardise", standardise,
                "shift and scale pixels by the train split's mean and stddev (default: pixels in "
                "[0,1]; the job's model then expects the same inputs)");
@@ -227,6 +235,14 @@ int main(int argc, char** argv) {
       auto z = LieZ(clients, run.attackers);
       if (!z.ok()) return Fail("--attack " + attack + ": " + z.status().message());
       run.attack.value = *z;
+    }
+  }
+  if (run.local_dp.noise_multiplier != 0 && run.local_dp.clip == 0) {
+    return Fail("--local-dp-noise needs --local-dp-clip C (the norm the noise is scaled to)");
+  }
+  if (run.local_dp.clip != 0) {
+    if (Status st = privacy::CheckLocalDp(run.local_dp, "--local-dp-"); !st.ok()) {
+      return Fail(st.message());
     }
   }
   if (data != "fashion-mnist" && data != "digits" && data != "synthetic") {
@@ -345,6 +361,11 @@ int main(int argc, char** argv) {
             << s.model_downloads << " model downloads";
   if (s.clients_failed > 0) std::cout << ", " << s.clients_failed << " clients failed";
   std::cout << '\n';
+  if (s.secure) {
+    std::cout << "shoal-client: secure aggregation: " << s.secure_rounds
+              << " masked updates sent in finished SecAgg+ rounds, " << s.secure_failed
+              << " rounds this client could not finish\n";
+  }
   if (run.attack.kind == AttackSpec::Kind::kLie) {
     std::cout << "shoal-client: lie: " << s.lie_colluded
               << " updates sent as the colluders' mean - " << Fmt("%.4f std", run.attack.value)

@@ -12,6 +12,7 @@
 
 #include "shoal/fl/client/fl_http_client.h"
 #include "shoal/fl/client/model_cache.h"
+#include "shoal/fl/client/secagg_client.h"
 #include "shoal/fl/wire/update_format.h"
 #include "shoal/tools/flsim/lie_board.h"
 #include "shoal/tools/flsim/mlp_trainer.h"
@@ -72,6 +73,9 @@ class Simulation {
   void Watch();
   void Evaluate(FlHttpClient& http, uint64_t version);
   bool PostUpdateWithRetry(FlHttpClient& http, int k, const std::string& body);
+  // One SecAgg+ round around the update; false when the run stopped meanwhile.
+  bool SecureRound(FlHttpClient& http, int k, const JoinResult& id, model::UpdateMeta meta,
+                   const model::Model& update);
 
   // Sleeps unless stopped first; false when stopped.
   bool SleepFor(std::chrono::milliseconds d) {
@@ -143,6 +147,9 @@ class Simulation {
   std::mutex err_mu_;
   std::optional<Status> first_join_error_;
 
+  std::optional<SecAggParams> secure_;  // the job's secure aggregation, read before the clients
+  std::atomic<uint64_t> secure_rounds_{0}, secure_failed_{0};
+
   FlRunSummary summary_;  // the watcher's fields
   std::optional<uint64_t> last_evaluated_;
 };
@@ -175,6 +182,16 @@ void Simulation::ClientLoop(int k) {
   }
   backoff.Reset();
 
+  std::optional<privacy::GaussianNoise> noise;
+  if (o_.local_dp.clip > 0) {
+    auto seeded = privacy::GaussianNoise::FromCsprng();
+    if (!seeded.ok()) {
+      Log(name + ": stopping: local DP noise: " + seeded.status().message());
+      ++clients_failed_;
+      return;
+    }
+    noise.emplace(*seeded);
+  }
   const std::vector<uint32_t>& indices = plan_.partitions[static_cast<size_t>(k)];
   const double step_seconds = plan_.step_seconds[static_cast<size_t>(k)];
   std::optional<MlpTrainer> trainer;
@@ -274,6 +291,14 @@ void Simulation::ClientLoop(int k) {
       ApplyAttack(o_.attack, m.model.values, work->values,
                   o_.seed * 7919ULL + static_cast<uint64_t>(k) * 104729ULL + trained_);
     }
+    if (noise) {
+      auto norm = privacy::PrivatizeUpdate(m.model.values, work->values, o_.local_dp, *noise);
+      if (!norm.ok()) {
+        Log(name + ": stopping: local DP: " + norm.status().message());
+        ++clients_failed_;
+        return;
+      }
+    }
     model::UpdateMeta meta;
     meta.job = o_.job;
     meta.client_id = id.client_id;
@@ -283,6 +308,10 @@ void Simulation::ClientLoop(int k) {
     meta.local_steps = task->local_steps;
     meta.train_seconds = simulated;
     meta.kind = model::UpdateKind::kWeights;
+    if (secure_) {
+      if (!SecureRound(http, k, id, meta, *work)) break;
+      continue;
+    }
     auto body = model::EncodeUpdate(meta, *work, o_.wire_dtype);
     if (!body.ok()) {
       Log(name + ": stopping: encoding the update failed: " + body.status().message());
@@ -294,6 +323,24 @@ void Simulation::ClientLoop(int k) {
       break;
     }
   }
+}
+
+bool Simulation::SecureRound(FlHttpClient& http, int k, const JoinResult& id,
+                             model::UpdateMeta meta, const model::Model& update) {
+  // Each survivor weighs 1 in a secure round (the server sees only the masked sum).
+  meta.num_samples = 1;
+  SecAggClient secure(http, id.client_id, id.token, *secure_, [this] { return stopped(); });
+  auto round = secure.RunRound(meta, update);
+  if (round.ok()) {
+    ++secure_rounds_;
+    ++accepted_;
+    return true;
+  }
+  if (stopped()) return false;
+  ++secure_failed_;
+  Log("client-" + std::to_string(k) + ": secure round " + std::to_string(secure.round()) + ": " +
+      round.status().message());
+  return true;
 }
 
 // False when the run stopped while retrying.
@@ -396,6 +443,23 @@ void Simulation::Watch() {
 }
 
 Result<FlRunSummary> Simulation::Run() {
+  {
+    // Whether the job aggregates securely, and how (its status names the parameters).
+    FlHttpClient http(o_.server, o_.job);
+    auto st = http.JobStatus();
+    if (!st.ok()) return st.status();
+    auto params = SecAggParamsOf(st->json);
+    if (!params.ok()) return params.status();
+    secure_ = *params;
+    if (secure_) {
+      char line[160];
+      std::snprintf(line, sizeof line,
+                    "job %s aggregates securely (SecAgg+: threshold %u, clip range %g, %u bits): "
+                    "updates go masked",
+                    o_.job.c_str(), secure_->threshold, secure_->clip_range, secure_->bits);
+      Log(line);
+    }
+  }
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(n_));
   for (int k = 0; k < n_; ++k)
@@ -421,6 +485,9 @@ Result<FlRunSummary> Simulation::Run() {
   s.lie_colluded = lie_colluded_;
   s.lie_pooled = lie_pooled_;
   s.lie_alone = lie_alone_;
+  s.secure = secure_.has_value();
+  s.secure_rounds = secure_rounds_;
+  s.secure_failed = secure_failed_;
   s.seconds = Elapsed();
   return s;
 }

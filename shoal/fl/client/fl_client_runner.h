@@ -1,7 +1,9 @@
 // Many simulated FL clients in one process against shoald's job protocol: each client is a
 // thread that joins, asks for tasks, trains the assigned number of local steps on its
 // partition from the model version it was given, waits out its simulated training time (the
-// speed heterogeneity that FedCompass schedules around) and uploads the update. The calling
+// speed heterogeneity that FedCompass schedules around) and uploads the update (clipped and
+// noised first with local DP; masked through SecAgg+ rounds when the job has secure
+// aggregation, secagg_client.h). The calling
 // thread watches the job's version and, as the evaluator, scores each new global model on the
 // test split and reports it.
 #pragma once
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "shoal/common/status.h"
+#include "shoal/fl/privacy/local_dp.h"
 #include "shoal/fl/wire/dtype.h"
 #include "shoal/tools/flsim/attack.h"
 #include "shoal/tools/flsim/dataset.h"
@@ -43,6 +46,8 @@ struct FlRunOptions {
   AttackSpec attack;
   int attackers = 0;
   int lie_wait_ms = 30000;
+  // Local DP: each update clipped and noised on the client before it is sent (clip 0: off).
+  privacy::LocalDpOptions local_dp;
 };
 
 // What each simulated client holds: its sample indices into the train split and its
@@ -72,6 +77,11 @@ struct FlRunSummary {
   // lie: updates sent as the colluders' mean - z std, and the models they pooled in all (so
   // lie_pooled / lie_colluded attackers met per round); updates sent honest, no colluder met.
   uint64_t lie_colluded = 0, lie_pooled = 0, lie_alone = 0;
+  // A job with spec.privacy.secureAggregation: its clients' updates went masked (SecAgg+);
+  // secure_rounds counts the protocol rounds a client finished, secure_failed those it could
+  // not (the round failed or timed out: the client asks for a new task).
+  bool secure = false;
+  uint64_t secure_rounds = 0, secure_failed = 0;
   double seconds = 0.0;
 };
 

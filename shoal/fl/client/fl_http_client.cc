@@ -175,4 +175,21 @@ Status FlHttpClient::PostEval(const EvalReport& eval) {
   return reply.ok() ? Status::Ok() : reply.status();
 }
 
+Result<std::string> FlHttpClient::SecAggState(const std::string& client_id,
+                                              const std::string& token, uint64_t round) {
+  auto reply = Call("GET",
+                    job_path_ + "/secagg?client=" + http_->Escape(client_id) +
+                        "&token=" + http_->Escape(token) + "&round=" + std::to_string(round),
+                    {}, nullptr);
+  if (!reply.ok()) return reply.status();
+  return std::move(reply->body);
+}
+
+Result<std::string> FlHttpClient::SecAggPost(std::string_view step, std::string_view json_body) {
+  auto reply =
+      Call("POST", job_path_ + "/secagg/" + std::string(step), json_body, "application/json");
+  if (!reply.ok()) return reply.status();
+  return std::move(reply->body);
+}
+
 }  // namespace shoal::client

@@ -64,6 +64,13 @@ class FlHttpClient {
   // POST /v1/jobs/{job}/eval {"client_id","token","version","accuracy","loss","samples"}
   Status PostEval(const EvalReport& eval);
 
+  // GET /v1/jobs/{job}/secagg?client=ID&token=T&round=R: this client's view of a secure
+  // aggregation round (0: the latest), the JSON document as sent.
+  Result<std::string> SecAggState(const std::string& client_id, const std::string& token,
+                                  uint64_t round);
+  // POST /v1/jobs/{job}/secagg/{step} (advertise, shares, unmask) with a JSON body; the reply.
+  Result<std::string> SecAggPost(std::string_view step, std::string_view json_body);
+
   // The delay the last 503 (or 429) asked for, from Retry-After (seconds) or a JSON
   // "retry_after_ms"; 0 when it gave none.
   uint32_t retry_after_ms() const { return retry_after_ms_; }

@@ -78,11 +78,7 @@ std::string ScaleString(float s) {
   return buf;
 }
 
-}  // namespace
-
-Result<std::vector<std::byte>> EncodeUpdate(const UpdateMeta& meta,
-                                            std::span<const NamedTensor> tensors,
-                                            DType wire_dtype) {
+v1::UpdateHeader HeaderOf(const UpdateMeta& meta) {
   v1::UpdateHeader h;
   h.set_job(meta.job);
   h.set_client_id(meta.client_id);
@@ -92,6 +88,33 @@ Result<std::vector<std::byte>> EncodeUpdate(const UpdateMeta& meta,
   h.set_local_steps(meta.local_steps);
   h.set_train_seconds(meta.train_seconds);
   h.set_kind(meta.kind == UpdateKind::kDelta ? v1::UPDATE_DELTA : v1::UPDATE_WEIGHTS);
+  return h;
+}
+
+// The body for header `h` (its tensor table filled, offsets within an area of `area` bytes):
+// prefix, header, zeroed tensor area; *area_start: where the area begins.
+Result<std::vector<std::byte>> BodyFor(const v1::UpdateHeader& h, uint64_t area,
+                                       uint64_t* area_start) {
+  const std::string header = h.SerializeAsString();
+  if (header.size() > std::numeric_limits<uint32_t>::max()) {
+    return InvalidArgument("update header too large");
+  }
+  const uint64_t start = TensorAreaOffset(header.size());
+  std::vector<std::byte> body(start + area, std::byte{0});
+  std::memcpy(body.data(), kUpdateMagic, 4);
+  const uint32_t hlen = static_cast<uint32_t>(header.size());
+  std::memcpy(body.data() + 4, &hlen, 4);  // little-endian host (static_assert in dtype.cc)
+  std::memcpy(body.data() + kUpdatePrefixBytes, header.data(), header.size());
+  *area_start = start;
+  return body;
+}
+
+}  // namespace
+
+Result<std::vector<std::byte>> EncodeUpdate(const UpdateMeta& meta,
+                                            std::span<const NamedTensor> tensors,
+                                            DType wire_dtype) {
+  v1::UpdateHeader h = HeaderOf(meta);
   const std::optional<v1::DType> wire = ToProto(wire_dtype);
   if (!wire) {
     return InvalidArgument("wire dtype " + std::string(DTypeName(wire_dtype)) +
@@ -115,19 +138,38 @@ Result<std::vector<std::byte>> EncodeUpdate(const UpdateMeta& meta,
     e->set_length(TensorBytes(wire_dtype, numel));
     area += e->length();
   }
-  const std::string header = h.SerializeAsString();
-  if (header.size() > std::numeric_limits<uint32_t>::max()) {
-    return InvalidArgument("update header too large");
-  }
-  const uint64_t start = TensorAreaOffset(header.size());
-  std::vector<std::byte> body(start + area, std::byte{0});
-  std::memcpy(body.data(), kUpdateMagic, 4);
-  const uint32_t hlen = static_cast<uint32_t>(header.size());
-  std::memcpy(body.data() + 4, &hlen, 4);  // little-endian host (static_assert in dtype.cc)
-  std::memcpy(body.data() + kUpdatePrefixBytes, header.data(), header.size());
+  uint64_t start = 0;
+  SHOAL_ASSIGN_OR_RETURN(std::vector<std::byte> body, BodyFor(h, area, &start));
   for (size_t i = 0; i < tensors.size(); ++i) {
     EncodeFloats(tensors[i].values.data(), tensors[i].values.size(), wire_dtype,
                  body.data() + start + h.tensors(static_cast<int>(i)).offset());
+  }
+  return body;
+}
+
+Result<std::vector<std::byte>> EncodeMaskedUpdate(const UpdateMeta& meta, const ModelSpec& spec,
+                                                  std::span<const uint32_t> masked) {
+  if (masked.size() != spec.num_params()) {
+    return InvalidArgument("masked input has " + std::to_string(masked.size()) +
+                           " values, the model has " + std::to_string(spec.num_params()));
+  }
+  v1::UpdateHeader h = HeaderOf(meta);
+  uint64_t area = 0;
+  for (const TensorSpec& t : spec.tensors()) {
+    v1::TensorEntry* e = h.add_tensors();
+    e->set_name(t.name);
+    e->set_dtype(v1::U32);
+    for (uint64_t d : t.shape) e->add_shape(d);
+    area = AlignUp(area, kUpdateAlignment);
+    e->set_offset(area);
+    e->set_length(TensorBytes(DType::kU32, t.numel()));
+    area += e->length();
+  }
+  uint64_t start = 0;
+  SHOAL_ASSIGN_OR_RETURN(std::vector<std::byte> body, BodyFor(h, area, &start));
+  for (size_t i = 0; i < spec.size(); ++i) {
+    std::memcpy(body.data() + start + h.tensors(static_cast<int>(i)).offset(),
+                masked.data() + spec.offset(i), spec.tensor(i).numel() * sizeof(uint32_t));
   }
   return body;
 }

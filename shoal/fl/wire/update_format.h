@@ -69,6 +69,12 @@ Result<std::vector<std::byte>> EncodeUpdate(const UpdateMeta& meta,
 Result<std::vector<std::byte>> EncodeUpdate(const UpdateMeta& meta, const Model& model,
                                             DType wire_dtype);
 
+// Client side of secure aggregation: the masked input `masked` (Z_{2^32}, every tensor of
+// `spec` back to back in spec order) as U32 tensors. kInvalidArgument when its length is not
+// the model's parameter count.
+Result<std::vector<std::byte>> EncodeMaskedUpdate(const UpdateMeta& meta, const ModelSpec& spec,
+                                                  std::span<const uint32_t> masked);
+
 struct ParseLimits {
   // Larger bodies are refused with kTooLarge (HTTP 413) before anything else is read.
   uint64_t max_body_bytes = uint64_t{4} << 30;

@@ -10,6 +10,7 @@
 #include "shoal/fl/privacy/adaptive_clip.h"
 #include "shoal/fl/privacy/dp_spec_check.h"
 #include "shoal/fl/privacy/gaussian_noise.h"
+#include "shoal/fl/privacy/local_dp.h"
 #include "shoal/fl/privacy/rdp_accountant.h"
 
 namespace shoal::privacy {
@@ -41,6 +42,46 @@ TEST(GaussianNoise, StandardDeviationMatchesSigmaTimesClip) {
   const double sigma = 1.1, clip = 0.5;
   ExpectStddev(g, sigma * clip);
   ExpectStddev(g, sigma * clip / 16);  // σC/n for a 16-client round
+}
+
+TEST(LocalDp, ClipsTheChangeToCAndLeavesASmallerOneAlone) {
+  GaussianNoise g = GaussianNoise::Seeded(7);
+  const std::vector<float> global = {1.0f, -2.0f, 0.5f, 0.0f};
+  std::vector<float> trained = {4.0f, 2.0f, 0.5f, 0.0f};  // change (3, 4, 0, 0): norm 5
+  auto norm = PrivatizeUpdate(global, trained, {0.5, 0.0}, g);
+  ASSERT_TRUE(norm.ok());
+  EXPECT_DOUBLE_EQ(*norm, 5.0);
+  // Scaled by 0.5 / 5: the change becomes (0.3, 0.4, 0, 0).
+  EXPECT_FLOAT_EQ(trained[0], 1.3f);
+  EXPECT_FLOAT_EQ(trained[1], -1.6f);
+  EXPECT_FLOAT_EQ(trained[2], 0.5f);
+  EXPECT_FLOAT_EQ(trained[3], 0.0f);
+  std::vector<float> small = {1.1f, -2.0f, 0.5f, 0.0f};
+  ASSERT_TRUE(PrivatizeUpdate(global, small, {0.5, 0.0}, g).ok());
+  EXPECT_FLOAT_EQ(small[0], 1.1f);
+  std::vector<float> shorter = {1.0f};
+  EXPECT_EQ(PrivatizeUpdate(global, shorter, {0.5, 0.0}, g).status().message(),
+            "local DP: the update has 1 values, the global model 4");
+}
+
+TEST(LocalDp, NoiseIsSigmaTimesClipPerValue) {
+  GaussianNoise g = GaussianNoise::Seeded(11);
+  const size_t n = 1000000;
+  const std::vector<float> global(n, 0.0f);
+  std::vector<float> trained(n, 0.0f);  // no change: what is sent is the noise alone
+  ASSERT_TRUE(PrivatizeUpdate(global, trained, {0.2, 1.5}, g).ok());
+  double sq = 0;
+  for (float v : trained) sq += double(v) * double(v);
+  const double var = sq / static_cast<double>(n), want = 0.3 * 0.3;
+  EXPECT_LT(std::abs(var / want - 1) / std::sqrt(2.0 / static_cast<double>(n)), 6.0) << var;
+}
+
+TEST(LocalDp, OptionsAreCheckedNamingTheFlag) {
+  EXPECT_EQ(CheckLocalDp({0, 1}, "--local-dp-").message(),
+            "--local-dp-clip: must be a finite number > 0, got 0.000000");
+  EXPECT_EQ(CheckLocalDp({1, -1}, "--local-dp-").message(),
+            "--local-dp-noise: must be a finite number >= 0, got -1.000000");
+  EXPECT_TRUE(CheckLocalDp({1, 0}, "--local-dp-").ok());
 }
 
 TEST(GaussianNoise, CsprngSeededGeneratorsDrawDifferentNoise) {

@@ -130,6 +130,29 @@ TEST(UpdateFormat, RoundTripEveryDtypeBytesCompared) {
   }
 }
 
+TEST(UpdateFormat, MaskedInputIsU32TensorsInSpecOrder) {
+  const ModelSpec spec = SmallSpec();
+  std::vector<uint32_t> masked(spec.num_params());
+  for (size_t i = 0; i < masked.size(); ++i) masked[i] = 0x9e3779b9u * static_cast<uint32_t>(i);
+  const std::vector<std::byte> body = EncodeMaskedUpdate(Meta(), spec, masked).value();
+  ParseLimits limits;
+  limits.allowed_dtypes = {DType::kU32};
+  Result<UpdateView> view = ParseUpdate(body, spec, limits);
+  ASSERT_TRUE(view.ok()) << view.status().ToString();
+  EXPECT_EQ(view->meta.client_id, "c7");
+  ASSERT_EQ(view->tensors.size(), spec.size());
+  for (size_t i = 0; i < spec.size(); ++i) {
+    const TensorView& t = view->tensors[i];
+    EXPECT_EQ(t.dtype, DType::kU32);
+    ASSERT_EQ(t.length, spec.tensor(i).numel() * 4);
+    EXPECT_EQ(std::memcmp(t.data, masked.data() + spec.offset(i), t.length), 0) << i;
+  }
+  masked.pop_back();
+  EXPECT_EQ(EncodeMaskedUpdate(Meta(), spec, masked).status().message(),
+            "masked input has " + std::to_string(spec.num_params() - 1) +
+                " values, the model has " + std::to_string(spec.num_params()));
+}
+
 TEST(UpdateFormat, TensorsInAnyOrderAndDeltaKind) {
   const ModelSpec spec = SmallSpec();
   const Model model = InitModel(spec, 3);

@@ -11,6 +11,8 @@ stage, so dropouts and misbehaviour land exactly where the test puts them.
  - round 2: nobody drops; a wrong unmask share is refused naming it, then the round commits.
  - round 3: only two clients send masked inputs (threshold 3): the round is refused with the
    reason and no version is made; round 4 commits again (no other round is lost).
+And shoal-client's C++ clients with Python clients in the same rounds (each opens the other's
+shares).
 
 Run by ctest (secagg.integration), or:
   SHOAL_BIN_DIR=build/bin .venv/bin/python -m pytest -q tests/integration/secagg_test.py
@@ -20,14 +22,16 @@ Needs root (shoald's data plane and sandbox) and the venv's cryptography.
 import hashlib
 import json
 import os
+import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
-from shoal_testlib import standalone_shoald  # noqa: E402
+from shoal_testlib import fl_client_env, shoal_client_argv, standalone_shoald  # noqa: E402
 
 pytest.importorskip("cryptography")
 import shoal_fl  # noqa: E402
@@ -248,3 +252,74 @@ def test_secure_rounds_with_dropouts_refusals_and_too_few_survivors(shoald):
     assert info["stage"] == "done"
     wait_version(jc, 3)
     jc.close()
+
+
+MIXED = """apiVersion: shoal.dev/v1
+kind: FLJob
+metadata: {name: digits}
+spec:
+  algorithm: {name: fedavg}
+  model: {architecture: mlp, hidden: 16, seed: 1}
+  data: {dataset: digits}
+  clients: {expected: 4}
+  stop: {rounds: 2}
+  training: {localSteps: 5, learningRate: 0.1, batchSize: 32}
+  aggregation: {maxFanIn: 4, maxLeaves: 2}
+  privacy:
+    secureAggregation: {threshold: 2, neighbours: 2, clipRange: 1.0, bits: 16,
+                         stageTimeout: 20s}
+"""
+
+
+def test_cpp_and_python_clients_share_secure_rounds(shoald):
+    """Two shoal-client (C++) clients and two Python SDK clients in the same SecAgg+ rounds: each
+    side opens the shares the other sealed (the unmask needs them), the server reconstructs
+    both sides' secrets from the other side's shares, and both rounds commit with 4 survivors."""
+    shoald.deploy(MIXED)
+    token = shoald.api("/v1/tokens", json.dumps({"role": "fl-client", "job": "digits"})
+                       .encode())["token"]
+    server = f"http://127.0.0.1:{shoald.port}"
+    cpp = subprocess.Popen(shoal_client_argv(server, 2, "0", 120) + ["--no-evaluator"],
+                           env=fl_client_env(token), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    errors = []
+
+    def python_client(k):
+        try:
+            jc = shoal_fl.JobClient(server, "digits", token)
+            me = jc.join(f"py{k}")
+            model = jc.model(0)
+            n = sum(a.size for a in model.arrays)
+            rng = np.random.default_rng(10 + k)
+            for version in (0, 1):
+                wait_version(jc, version, timeout=60)
+                sa = secagg.SecAggClient(jc, me, timeout_s=60)
+                sa.advertise()
+                sa.share(threshold=2)
+                q = secagg.quantize(rng.uniform(-0.5, 0.5, n).astype(np.float32), 1.0, 16)
+                jc.push_update(me, version, model.names, split_like(sa.masked(q), model), 1,
+                               dtype=DType.U32)
+                sa.unmask()
+            jc.close()
+        except Exception as e:  # reported by the test's thread
+            errors.append(f"py{k}: {e!r}")
+
+    threads = [threading.Thread(target=python_client, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=150)
+    out, _ = cpp.communicate(timeout=150)
+    assert not errors, errors
+    assert cpp.returncode == 0, out
+    assert "shoal-client: job done" in out, out
+    assert ("secure aggregation: 4 masked updates sent in finished SecAgg+ rounds, 0 rounds "
+            "this client could not finish") in out, out
+    st = shoald.api("/v1/jobs/digits")
+    assert st["version"] == 2, st
+    rounds = st["secure_aggregation"]["rounds"]
+    done = [r for r in rounds if r["stage"] == "done"]
+    assert len(done) == 2, rounds
+    for r in done:
+        assert (r["inputs"], r["survivors"], r["dropped"]) == (4, 4, 0), r
+        assert len(r["sum_sha256"]) == 64, r

@@ -47,8 +47,11 @@ class Connection final : public RequestEvents, public ForwardClient {
   void StopReading();
   void Close();
 
-  // A function's answer (kResponse or kError descriptor).
+  // A function's answer (kResponse or kError descriptor); after streamed pieces, their end.
   void WriteFunctionResponse(const EventDescriptor& d, const std::shared_ptr<FunctionRuntime>& fn);
+  // A piece of a streamed answer (kResponseChunk; connection_stream.cc): the first one sends the
+  // head with Transfer-Encoding: chunked, each piece goes out as one chunk.
+  void WriteFunctionChunk(const EventDescriptor& d, const std::shared_ptr<FunctionRuntime>& fn);
   // A control route's answer.
   void WriteReply(HttpReply reply);
   void WriteError(int status, std::string_view message, bool retry_after = false);
@@ -204,6 +207,20 @@ class Connection final : public RequestEvents, public ForwardClient {
 
   uint32_t pending_idx_ = 0;
   bool has_pending_ = false;
+
+  // A streamed answer (connection_stream.cc). Pieces are copied, framed as chunks, into
+  // stream_out_ (small: tokens) and their pool buffers released at once; one write is in flight
+  // at a time (stream_sending_), and what came meanwhile goes with the next. The loop never
+  // waits on the client: a slow reader only makes stream_out_ longer.
+  void AppendChunk(std::string_view bytes);
+  void FlushStream();
+  void OnStreamWritten(int status);
+  void EndStream(const EventDescriptor& d, const std::shared_ptr<FunctionRuntime>& fn);
+  bool streaming_ = false;
+  bool stream_end_ = false;  // the last chunk is queued: the request is done once it is written
+  int stream_status_ = 200;
+  std::string stream_out_;
+  std::string stream_sending_;
 
   // A forwarded request (Route::kForward): its link to the peer, and whether reading the
   // client's body waits for the link to drain.

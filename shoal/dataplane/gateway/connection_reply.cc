@@ -135,6 +135,11 @@ void Connection::WriteReply(HttpReply reply) {
 void Connection::WriteReply(int status, std::string_view content_type, std::string body,
                             const std::vector<std::pair<std::string, std::string>>& headers,
                             std::shared_ptr<const std::string> shared) {
+  if (streaming_) {
+    // A streamed answer has sent its head: an error now can only end the connection.
+    Close();
+    return;
+  }
   if ((route_ == Route::kFunction || route_ == Route::kError) && fn_) {
     RecordFunctionStats(*fn_, status);
   }
@@ -190,6 +195,10 @@ void Connection::StartWrite(std::string_view body) {
 
 void Connection::WriteFunctionResponse(const EventDescriptor& d,
                                        const std::shared_ptr<FunctionRuntime>& fn) {
+  if (streaming_) {
+    EndStream(d, fn);
+    return;
+  }
   if (d.kind != static_cast<uint16_t>(EventKind::kResponse)) {
     const int status = d.status >= 400 && d.status < 600 ? static_cast<int>(d.status) : 500;
     WriteError(status,
@@ -226,6 +235,10 @@ void Connection::WriteFunctionResponse(const EventDescriptor& d,
 void Connection::OnWritten(uv_write_t* req, int status) {
   auto* c = static_cast<Connection*>(req->data);
   c->writing_ = false;
+  if (c->streaming_) {
+    c->OnStreamWritten(status);
+    return;
+  }
   c->AfterWrite();
   if (status != 0) {
     c->Close();

@@ -7,6 +7,7 @@
 #include "shoal/common/clock.h"
 #include "shoal/common/log.h"
 #include "shoal/common/payload.h"
+#include "shoal/common/response_chunk.h"
 #include "shoal/dataplane/gateway/connection.h"
 #include "shoal/dataplane/gateway/gateway.h"
 
@@ -359,7 +360,29 @@ void GatewayLoop::OnChannelReadable() {
   }
 }
 
+void GatewayLoop::OnResponseChunk(const EventDescriptor& d) {
+  uint32_t idx;
+  Pending* p = pending_.Lookup(d.request_id, &idx);
+  if (p == nullptr || p->control || p->admitting || p->queued || p->instance != d.source ||
+      p->conn == nullptr) {
+    // Its client is gone (closed, timed out) or the request was failed: drop the piece.
+    if (d.offset == 0) return;
+    for (const auto& fn : gw_.functions_.All()) {
+      if (fn->spec.id == d.function_id) {
+        ReleaseBuffer(*fn, d.offset, "stale response piece");
+        break;
+      }
+    }
+    return;
+  }
+  p->conn->WriteFunctionChunk(d, p->fn);
+}
+
 void GatewayLoop::OnResponse(const EventDescriptor& d) {
+  if (d.kind == static_cast<uint16_t>(kResponseChunk)) {
+    OnResponseChunk(d);
+    return;
+  }
   if (d.kind != static_cast<uint16_t>(EventKind::kResponse) &&
       d.kind != static_cast<uint16_t>(EventKind::kError)) {
     return;

@@ -84,6 +84,8 @@ class GatewayLoop {
   void OnChannelReadable();
   void OnInbox();
   void OnResponse(const EventDescriptor& d);
+  // A piece of a streamed answer: to its connection, the request left pending.
+  void OnResponseChunk(const EventDescriptor& d);
   void OnControlReply(uint64_t request_id, HttpReply reply);
   void OnFlAdmitted(InboxItem& item);
   void FailInstance(uint32_t instance, int status, const std::string& reason);

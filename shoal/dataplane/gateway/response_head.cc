@@ -74,8 +74,12 @@ ResponseHead::ResponseHead(std::string& out, int status, std::string_view conten
   out_ += HttpReason(status);
   out_ += "\r\nContent-Type: ";
   out_ += content_type;
-  out_ += "\r\nContent-Length: ";
-  AppendNumber(out_, content_length);
+  if (content_length == kChunked) {
+    out_ += "\r\nTransfer-Encoding: chunked";
+  } else {
+    out_ += "\r\nContent-Length: ";
+    AppendNumber(out_, content_length);
+  }
 }
 
 ResponseHead& ResponseHead::Header(std::string_view name, std::string_view value) {

@@ -16,6 +16,8 @@ const char* HttpReason(int status);
 // and its end into `out` (cleared first; its capacity is reused across responses).
 class ResponseHead {
  public:
+  // As content_length: the body follows in chunks (Transfer-Encoding: chunked).
+  static constexpr uint64_t kChunked = ~uint64_t{0};
   ResponseHead(std::string& out, int status, std::string_view content_type,
                uint64_t content_length);
   ResponseHead& Header(std::string_view name, std::string_view value);

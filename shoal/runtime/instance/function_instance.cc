@@ -20,6 +20,7 @@
 #include "shoal/common/json_escape.h"
 #include "shoal/common/log.h"
 #include "shoal/common/payload.h"
+#include "shoal/common/response_chunk.h"
 
 namespace shoal {
 namespace {
@@ -166,9 +167,22 @@ void FunctionInstance::Process(const EventDescriptor& req) {
   request.aux_value = req.aux_value;
 
   ResponseBuilder response(pool_, options_.slot, req.offset);
+  response.SetPieceSink([this, &reply](uint64_t offset, uint64_t length, int status) {
+    EventDescriptor piece = reply;
+    piece.kind = static_cast<uint16_t>(kResponseChunk);
+    piece.offset = offset;
+    piece.length = length;
+    piece.status = static_cast<uint32_t>(status);
+    SendReply(piece);
+  });
   Status st = handler_->Handle(request, response);
   if (response.aux_changed()) reply.aux_offset = req.aux_offset;
-  if (!st.ok()) {
+  if (!st.ok() && response.streamed()) {
+    // The client has the status already: the stream just ends (the handler said why in it).
+    spdlog::warn("request {}: streamed answer ended by an error: {}", req.request_id,
+                 st.ToString());
+    response.Discard();
+  } else if (!st.ok()) {
     const int http = st.code() == StatusCode::kInternal ? 500 : HttpStatusFor(st.code());
     std::string json = "{\"error\":\"" + JsonEscape(st.message()) + "\"}\n";
     response.Discard();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -51,6 +52,17 @@ class ResponseBuilder {
   void MarkAuxChanged() { aux_changed_ = true; }
   bool aux_changed() const { return aux_changed_; }
 
+  // Streams: sends `bytes` now as one piece of the answer (a pool buffer of its own, handed to
+  // the gateway at once); the first piece fixes the status and the content type, and the body
+  // that Finish seals, if any, is the last piece. The gateway writes the pieces to the client as
+  // HTTP chunks (Server-Sent Events). Unavailable where the builder has no piece sink.
+  Status SendPiece(std::string_view bytes, std::string_view content_type);
+  bool streamed() const { return streamed_; }
+  // Where pieces go (the function instance: a kResponseChunk descriptor per piece). Takes the
+  // buffer (offset, length), already transferred to shoald's slot.
+  using PieceSink = std::function<void(uint64_t offset, uint64_t length, int status)>;
+  void SetPieceSink(PieceSink sink) { piece_sink_ = std::move(sink); }
+
   // Seals the response: returns the offset and total length of the buffer to send back, now
   // held by this instance's slot (the request buffer is released unless it was echoed).
   // The caller transfers it to the next hop. On failure nothing is held.
@@ -67,6 +79,8 @@ class ResponseBuilder {
   int status_ = 200;
   bool echo_ = false;
   bool aux_changed_ = false;
+  bool streamed_ = false;
+  PieceSink piece_sink_;
 };
 
 class Handler {

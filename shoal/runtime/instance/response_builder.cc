@@ -25,6 +25,24 @@ Result<std::span<std::byte>> ResponseBuilder::Allocate(size_t size, std::string_
   return pool_.Data(response_offset_).subspan(body_offset_, size);
 }
 
+Status ResponseBuilder::SendPiece(std::string_view bytes, std::string_view content_type) {
+  if (!piece_sink_) return Unavailable("this function instance cannot stream an answer");
+  if (content_type.size() > 255) content_type = content_type.substr(0, 255);
+  const size_t body_offset = PayloadBodyOffset(0, 0, content_type.size());
+  auto off = pool_.Allocate(body_offset + bytes.size(), slot_);
+  if (!off.ok()) return off.status();
+  std::span<std::byte> buf = pool_.Data(*off);
+  std::memcpy(buf.data() + body_offset, bytes.data(), bytes.size());
+  WritePayloadHead(buf, 0, static_cast<uint16_t>(status_), {}, {}, content_type, bytes.size());
+  if (Status st = pool_.Transfer(*off, slot_, kShoaldSlot); !st.ok()) {
+    ReleaseOrLog(pool_, *off, slot_, "response piece", "function instance");
+    return st;
+  }
+  streamed_ = true;
+  piece_sink_(*off, body_offset + bytes.size(), status_);
+  return {};
+}
+
 void ResponseBuilder::Discard() {
   if (response_offset_ != 0)
     ReleaseOrLog(pool_, response_offset_, slot_, "discarded response", "function instance");

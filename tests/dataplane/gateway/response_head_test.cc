@@ -27,6 +27,17 @@ TEST(ResponseHead, HeadersInOrderAndClose) {
             "WWW-Authenticate: Bearer realm=\"shoal\"\r\nConnection: close\r\n\r\n");
 }
 
+// A streamed answer (Server-Sent Events): the body follows in chunks, no length.
+TEST(ResponseHead, ChunkedHead) {
+  std::string out;
+  ResponseHead(out, 200, "text/event-stream", ResponseHead::kChunked)
+      .Header("Cache-Control", "no-cache")
+      .Finish(true);
+  EXPECT_EQ(out,
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+            "Cache-Control: no-cache\r\n\r\n");
+}
+
 TEST(ResponseHead, ReasonPhrases) {
   const std::pair<int, const char*> kReasons[] = {
       {431, "Request Header Fields Too Large"},

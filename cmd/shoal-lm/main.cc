@@ -3,11 +3,15 @@
 // fixed: each request joins before step `join_step` (default 0). Prints one JSON line per
 // request, in input order: its token ids, text, finish reason. What the reference tests and
 // bench-llm drive.
-//   shoal-lm --base model.safetensors [--adapter name=file[@alpha]]... --requests r.json
+// --put STEP:name=file[@alpha] puts an adapter (a new version of that name) before step STEP,
+// as an FL job's commit does in the inference function.
+//   shoal-lm --base model.safetensors [--adapter name=file[@alpha]]... [--put ...]
+//            --requests r.json
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -30,6 +34,8 @@ int main(int argc, char** argv) {
                  "join_step}")
       ->required();
   app.add_option("--max-sequences", max_sequences, "sequences stepped together");
+  std::vector<std::string> puts;
+  app.add_option("--put", puts, "STEP:name=file[@alpha]: a new adapter version before STEP");
   CLI11_PARSE(app, argc, argv);
 
   auto base = lm::LoadLmWeightsFile(base_path);
@@ -38,11 +44,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   lm::LmEngine engine(*base, {.max_sequences = max_sequences});
-  for (const std::string& a : adapters) {
+  std::map<std::string, uint64_t> versions;
+  // name=file[@alpha] into the engine (a new version of that name).
+  auto put = [&](const std::string& a) -> bool {
     const size_t eq = a.find('=');
     if (eq == std::string::npos) {
       std::fprintf(stderr, "shoal-lm: --adapter %s: want name=file[@alpha]\n", a.c_str());
-      return 2;
+      return false;
     }
     std::string file = a.substr(eq + 1);
     std::optional<float> alpha;
@@ -53,16 +61,30 @@ int main(int argc, char** argv) {
     auto bytes = shoal::ReadFileBytes(file);
     if (!bytes) {
       std::fprintf(stderr, "shoal-lm: cannot read %s\n", file.c_str());
-      return 2;
+      return false;
     }
     auto ad = lm::LoadLoraAdapter(std::as_bytes(std::span(*bytes)), engine.config(), alpha);
     if (!ad.ok()) {
       std::fprintf(stderr, "shoal-lm: %s: %s\n", file.c_str(), ad.status().message().c_str());
-      return 2;
+      return false;
     }
     auto named = std::make_shared<lm::LoraAdapter>(**ad);
     named->name = a.substr(0, eq);
+    named->version = ++versions[named->name];
     engine.PutAdapter(std::move(named));
+    return true;
+  };
+  for (const std::string& a : adapters) {
+    if (!put(a)) return 2;
+  }
+  std::multimap<int, std::string> puts_at;
+  for (const std::string& p : puts) {
+    const size_t colon = p.find(':');
+    if (colon == std::string::npos) {
+      std::fprintf(stderr, "shoal-lm: --put %s: want STEP:name=file[@alpha]\n", p.c_str());
+      return 2;
+    }
+    puts_at.emplace(std::stoi(p.substr(0, colon)), p.substr(colon + 1));
   }
   std::ifstream in(requests_path);
   const Json requests = Json::parse(in, nullptr, false);
@@ -75,6 +97,7 @@ int main(int argc, char** argv) {
     std::string text;
     std::string finish;
     bool done = false;
+    uint64_t adapter_version = 0;
   };
   std::vector<Out> outs(requests.size());
   std::vector<int> join(requests.size());
@@ -82,6 +105,9 @@ int main(int argc, char** argv) {
   size_t submitted = 0;
   std::vector<bool> in_flight(requests.size());
   for (int step = 0;; ++step) {
+    for (auto [it, last] = puts_at.equal_range(step); it != last; ++it) {
+      if (!put(it->second)) return 2;
+    }
     for (size_t i = 0; i < requests.size(); ++i) {
       if (in_flight[i] || join[i] > step) continue;
       const Json& r = requests[i];
@@ -106,6 +132,7 @@ int main(int argc, char** argv) {
       shoal::Status st = engine.Submit(std::move(g), [o](const lm::GenerationEvent& e) {
         o->tokens.push_back(e.token);
         o->text.append(e.text);
+        o->adapter_version = e.adapter_version;
         if (e.done) {
           o->finish = lm::FinishReasonName(e.finish);
           o->done = true;
@@ -121,7 +148,10 @@ int main(int argc, char** argv) {
     if (!engine.StepOnce() && submitted == requests.size()) break;
   }
   for (const Out& o : outs) {
-    Json j = {{"tokens", o.tokens}, {"text", o.text}, {"finish", o.finish}};
+    Json j = {{"tokens", o.tokens},
+              {"text", o.text},
+              {"finish", o.finish},
+              {"adapter_version", o.adapter_version}};
     std::cout << j.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
   }
   const lm::EngineStats s = engine.stats();

@@ -278,13 +278,17 @@ void DocumentParser::ParseInference(const YAML::Node& n, const std::string& func
   }
   const YAML::Node src = Required(n, "source", "spec.inference");
   ExpectMap(src, "spec.inference.source");
-  CheckKeys(src, "spec.inference.source", {"flJob", "onnx"});
+  CheckKeys(src, "spec.inference.source", {"flJob", "onnx", "lm"});
   const YAML::Node job = src["flJob"];
   const YAML::Node onnx = src["onnx"];
-  if (static_cast<bool>(job) == static_cast<bool>(onnx)) {
-    Fail("spec.inference.source", "set exactly one of flJob or onnx", src);
+  const YAML::Node lm = src["lm"];
+  if (static_cast<int>(static_cast<bool>(job)) + static_cast<bool>(onnx) + static_cast<bool>(lm) !=
+      1) {
+    Fail("spec.inference.source", "set exactly one of flJob, onnx or lm", src);
   }
-  if (job) {
+  if (lm) {
+    ParseLmSource(lm, out);  // manifest_lm_source.cc
+  } else if (job) {
     const std::string name = String(job, "spec.inference.source.flJob");
     CheckDnsLabel(name, "spec.inference.source.flJob", job);
     out->env[kInferFlJobEnv] = name;

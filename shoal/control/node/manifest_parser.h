@@ -130,6 +130,8 @@ class DocumentParser {
   // spec.inference: what the `inference` handler serves and how it batches. Written into the
   // handler's environment (function_spec.h names the variables).
   void ParseInference(const YAML::Node& n, const std::string& function, HandlerSpec* out);
+  // spec.inference.source.lm (manifest_lm_source.cc).
+  void ParseLmSource(const YAML::Node& n, HandlerSpec* out);
 
   void ParseHandler(const YAML::Node& h, HandlerSpec* out);
 

@@ -30,6 +30,7 @@
 #include "shoal/fl/wire/safetensors.h"
 #include "shoal/runtime/instance/builtin_module.h"
 #include "shoal/runtime/instance/handler.h"
+#include "shoal/serving/handler/lm_handler.h"
 #include "shoal/serving/handler/model_feed.h"
 #include "shoal/serving/oip/dynamic_batcher.h"
 #include "shoal/serving/oip/oip.h"
@@ -419,6 +420,13 @@ class InferenceHandler final : public Handler {
 }  // namespace
 
 Result<std::unique_ptr<Handler>> CreateInferenceHandler() {
+#ifdef SHOAL_WITH_LM
+  if (!Env("SHOAL_INFER_LM_BASE").empty()) return CreateLmHandler();
+#else
+  if (!Env("SHOAL_INFER_LM_BASE").empty()) {
+    return Unavailable("this shoal-fn was built without the language-model runtime (oneDNN)");
+  }
+#endif
   auto handler = std::make_unique<InferenceHandler>();
   if (Status st = handler->Init(); !st.ok()) return st;
   return std::unique_ptr<Handler>(std::move(handler));

@@ -1,5 +1,7 @@
 #include "shoal/serving/lm/lm_engine.h"
 
+#include <omp.h>
+
 #include <algorithm>
 
 namespace shoal::lm {
@@ -72,6 +74,8 @@ void LmEngine::Start() {
 }
 
 void LmEngine::Run() {
+  // Per thread in OpenMP: set on the thread that runs the steps.
+  if (options_.threads > 0) omp_set_num_threads(options_.threads);
   for (;;) {
     {
       std::unique_lock lock(mu_);

@@ -50,6 +50,7 @@ using GenerationSink = std::function<void(const GenerationEvent&)>;
 
 struct EngineOptions {
   int max_sequences = 32;  // sequences stepped together; more wait to join
+  int threads = 0;         // the scheduler's OpenMP threads (sgemm, attention); 0: every core
 };
 
 struct EngineStats {

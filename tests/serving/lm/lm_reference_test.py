@@ -135,3 +135,23 @@ def test_bad_files_are_refused_naming_the_tensor(setup, tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
     assert f"tensor '{key}' has shape [192, 2], the metadata says [192, 4]" in out.stderr
+
+
+def test_hot_swap_between_steps(setup):
+    """A new version of an adapter put between steps: sequences that started before it finish
+    on the version they started with; those that join after take the new one."""
+    model = ref.load(setup["base"])
+    second = str(setup["dir"] / "adapter2.safetensors")
+    ref.save_adapter(ref._random_adapter(model, 4, 99), second, ALPHA)
+    tuned2 = ref.load(setup["base"])
+    tensors, alpha = ref.load_adapter(second, None)
+    ref.apply_lora(tuned2, tensors, alpha)
+    reqs = [req(p, "ft", join=0) for p in PROMPTS] + [req(p, "ft", join=5) for p in PROMPTS]
+    got = run(setup, reqs, "--put", f"5:ft={second}")
+    for r, g in zip(reqs, got):
+        if r["join_step"] == 0:
+            assert g["adapter_version"] == 1
+            assert g["tokens"] == setup["expect"][("ft", r["prompt"])], r
+        else:
+            assert g["adapter_version"] == 2
+            assert g["tokens"] == ref.generate(tuned2, ref.encode(r["prompt"]), MAX_TOKENS), r

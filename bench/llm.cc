@@ -1,0 +1,335 @@
+// bench-llm: serving a language model with streamed answers. A real shoald serves a shoal-gpt
+// model as an lm inference function (spec.inference.source.lm: the native decoder, continuous
+// batching, SSE through the gateway); the anchor is the same weights as a transformers
+// GPT2LMHeadModel running model.generate behind a minimal threaded HTTP server
+// (bench/llm_anchor.py; it checks its greedy tokens equal tools/lm/model.py's first), each
+// request its own generate, torch on the same number of threads as Shoal's engine. The same
+// client (one blocking connection per stream, bench-side C++) sends the same requests to both:
+// `streams` concurrent streams, each `per_stream` requests one after the other, greedy,
+// `max_tokens` new tokens, prompts of `prompt_bytes` bytes (tokens are bytes).
+// Figures per stream count, the median over runs (runs interleaved Shoal / anchor):
+//   decode tokens/s   completion tokens of all requests / the run's wall time
+//   TTFT              time to the first event (median over the run's requests)
+//   prefill tokens/s  prompt tokens / TTFT (median over requests)
+// RESULT llm ratio = Shoal's / the anchor's decode tokens/s at the most streams.
+// The model: --base, else the trained one (scripts/lm-path) when it exists, else a random one of
+// --d-model/--n-layer/--n-head/--n-ctx written by tools/lm/model.py --random.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_args.h"
+#include "bench_shoald.h"
+#include "peer_process.h"
+#include "project_python.h"
+#include "run_stats.h"
+#include "tests/support/shoald_fixture.h"
+
+using namespace shoal::testing;
+using shoal::bench::Median;
+using shoal::bench::SpreadOf;
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::json;
+
+namespace {
+
+const std::string kSource = SHOAL_SOURCE_DIR;
+
+struct Answer {
+  bool ok = false;
+  double ttft_s = 0;
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+};
+
+// One streamed completion over its own connection: time to the first SSE event, and the usage
+// from the last event that carries one.
+Answer Stream(uint16_t port, const std::string& path, const std::string& body) {
+  Answer a;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return a;
+  timeval tv{120, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const auto t0 = Clock::now();
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return a;
+  }
+  const std::string req = "POST " + path +
+                          " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                          "Connection: close\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return a;
+  }
+  std::string got;
+  char buf[16384];
+  bool first = false;
+  for (;;) {
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+    if (!first && got.find("data: {") != std::string::npos) {
+      first = true;
+      a.ttft_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+  }
+  close(fd);
+  const size_t u = got.rfind("\"completion_tokens\":");
+  const size_t p = got.rfind("\"prompt_tokens\":");
+  if (!first || u == std::string::npos || p == std::string::npos ||
+      got.find("data: [DONE]") == std::string::npos || got.compare(0, 12, "HTTP/1.1 200") != 0) {
+    std::fprintf(stderr, "bench-llm: bad answer from port %u: %.300s\n", port, got.c_str());
+    return a;
+  }
+  a.completion_tokens = std::atoi(got.c_str() + u + 20);
+  a.prompt_tokens = std::atoi(got.c_str() + p + 16);
+  a.ok = true;
+  return a;
+}
+
+struct RunFigures {
+  double decode_tps = NAN;
+  double ttft_ms = NAN;
+  double prefill_tps = NAN;
+  int failed = 0;
+};
+
+RunFigures RunStreams(uint16_t port, const std::string& path, const std::string& model, int streams,
+                      int per_stream, int max_tokens, int prompt_bytes) {
+  static const std::string kText =
+      "It was the best of times, it was the worst of times, it was the age of wisdom, it was the "
+      "age of foolishness, it was the epoch of belief, it was the epoch of incredulity. ";
+  std::vector<Answer> answers(static_cast<size_t>(streams * per_stream));
+  const auto t0 = Clock::now();
+  std::vector<std::thread> threads;
+  for (int s = 0; s < streams; ++s) {
+    threads.emplace_back([&, s] {
+      for (int k = 0; k < per_stream; ++k) {
+        const size_t i = static_cast<size_t>(s * per_stream + k);
+        std::string prompt;
+        for (size_t j = i * 7; prompt.size() < static_cast<size_t>(prompt_bytes); ++j) {
+          prompt.push_back(kText[j % kText.size()]);
+        }
+        const Json body = {
+            {"model", model},   {"prompt", prompt}, {"max_tokens", max_tokens},
+            {"temperature", 0}, {"stream", true},   {"stream_options", {{"include_usage", true}}}};
+        answers[i] = Stream(port, path, body.dump());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  RunFigures f;
+  double tokens = 0;
+  std::vector<double> ttft, prefill;
+  for (const Answer& a : answers) {
+    if (!a.ok) {
+      ++f.failed;
+      continue;
+    }
+    tokens += a.completion_tokens;
+    ttft.push_back(a.ttft_s * 1e3);
+    prefill.push_back(a.prompt_tokens / a.ttft_s);
+  }
+  if (f.failed == 0) {
+    f.decode_tps = tokens / wall;
+    f.ttft_ms = Median(ttft);
+    f.prefill_tps = Median(prefill);
+  }
+  return f;
+}
+
+uint16_t FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string Run(const std::string& cmd) {
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int runs = 3, threads = 2, per_stream = 2, max_tokens = 64, prompt_bytes = 64;
+  int d_model = 256, n_layer = 4, n_head = 8, n_ctx = 512;
+  std::string base;
+  shoal::bench::Args args(
+      "bench-llm [--runs N] [--threads T] [--per-stream K] [--max-tokens M] [--prompt-bytes P] "
+      "[--base model.safetensors | --d-model D --n-layer L --n-head H --n-ctx C]");
+  args.Option("--runs", &runs)
+      .Option("--threads", &threads)
+      .Option("--per-stream", &per_stream)
+      .Option("--max-tokens", &max_tokens)
+      .Option("--prompt-bytes", &prompt_bytes)
+      .Option("--base", &base)
+      .Option("--d-model", &d_model)
+      .Option("--n-layer", &n_layer)
+      .Option("--n-head", &n_head)
+      .Option("--n-ctx", &n_ctx);
+  if (!args.Parse(argc, argv)) return 2;
+  const std::vector<int> stream_counts = {1, 8, 32};
+  const std::string out_dir = std::filesystem::absolute("bench-llm").string();
+  std::filesystem::create_directories(out_dir);
+  std::string model_what;
+  if (base.empty() && access((kSource + "/scripts/lm-path").c_str(), X_OK) == 0) {
+    const std::string trained = Run(kSource + "/scripts/lm-path 2>/dev/null");
+    if (!trained.empty() && access(trained.c_str(), R_OK) == 0) {
+      base = trained;
+      model_what = "the trained model (scripts/lm-path)";
+    }
+  }
+  if (base.empty()) {
+    base = out_dir + "/random.safetensors";
+    const std::string cmd = "cd " + kSource + " && " + shoal::bench::ProjectPython() +
+                            " -m tools.lm.model --random --seed 1 --std 0.02 --d-model " +
+                            std::to_string(d_model) + " --n-layer " + std::to_string(n_layer) +
+                            " --n-head " + std::to_string(n_head) + " --n-ctx " +
+                            std::to_string(n_ctx) + " --out " + base;
+    if (std::system(cmd.c_str()) != 0) {
+      std::fprintf(stderr, "bench-llm: %s failed\n", cmd.c_str());
+      return 1;
+    }
+    model_what = "a random model (tools/lm/model.py --random)";
+  }
+  chmod(base.c_str(), 0644);
+  std::fprintf(stderr, "bench-llm: model %s: %s\n", base.c_str(), model_what.c_str());
+
+  Shoald shoald;
+  if (!shoal::bench::StartShoald(shoald)) return 1;
+  auto d = shoald.Deploy(
+      "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: lm}\nspec:\n"
+      "  handler: inference\n  concurrency: 64\n  scale: {min: 1, max: 1}\n  inference:\n"
+      "    threads: " +
+      std::to_string(threads) + "\n    maxBatchSize: 64\n    source:\n      lm: {base: " + base +
+      "}\n");
+  if (d.exit_code != 0 || !shoald.WaitReady("lm", 1, 60000)) {
+    std::fprintf(stderr, "bench-llm: deploy failed: %s\n%s\n", d.err.c_str(), shoald.Log().c_str());
+    return 1;
+  }
+  const uint16_t anchor_port = FreePort();
+  const std::string anchor_cmd = "cd " + kSource + " && exec " + shoal::bench::ProjectPython() +
+                                 " bench/llm_anchor.py --base " + base + " --port " +
+                                 std::to_string(anchor_port) + " --threads " +
+                                 std::to_string(threads);
+  std::fprintf(stderr, "bench-llm: %s\n", anchor_cmd.c_str());
+  int pipe_fd[2];
+  if (pipe(pipe_fd) != 0) return 1;
+  const pid_t anchor = fork();
+  if (anchor == 0) {
+    setpgid(0, 0);
+    dup2(pipe_fd[1], 1);
+    close(pipe_fd[0]);
+    execl("/bin/sh", "sh", "-c", anchor_cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(pipe_fd[1]);
+  std::string line;
+  char ch;
+  while (read(pipe_fd[0], &ch, 1) == 1 && ch != '\n') line.push_back(ch);
+  const Json ready = Json::parse(line, nullptr, false);
+  auto stop_anchor = [&] {
+    kill(-anchor, SIGTERM);
+    waitpid(anchor, nullptr, 0);
+  };
+  if (!ready.is_object() || !ready.contains("ready")) {
+    std::fprintf(stderr, "bench-llm: the anchor did not start: %s\n", line.c_str());
+    stop_anchor();
+    return 1;
+  }
+  std::fprintf(stderr, "bench-llm: anchor ready, greedy tokens equal the reference's: %s\n",
+               ready.value("probe_equal", false) ? "yes" : "NO");
+
+  struct Figures {
+    std::vector<double> shoal[3], anchor[3];  // decode, ttft, prefill
+  };
+  std::map<int, Figures> by_streams;
+  int failed = 0;
+  for (int run = 0; run < runs; ++run) {
+    for (int streams : stream_counts) {
+      for (int who = 0; who < 2; ++who) {
+        const RunFigures f = who == 0 ? RunStreams(shoald.port(), "/fn/lm/v1/completions", "lm",
+                                                   streams, per_stream, max_tokens, prompt_bytes)
+                                      : RunStreams(anchor_port, "/v1/completions", "lm", streams,
+                                                   per_stream, max_tokens, prompt_bytes);
+        failed += f.failed;
+        auto& v = who == 0 ? by_streams[streams].shoal : by_streams[streams].anchor;
+        v[0].push_back(f.decode_tps);
+        v[1].push_back(f.ttft_ms);
+        v[2].push_back(f.prefill_tps);
+        std::fprintf(stderr,
+                     "bench-llm: run %d, %d streams, %s: decode %.0f tok/s, TTFT %.1f ms, "
+                     "prefill %.0f tok/s\n",
+                     run + 1, streams, who == 0 ? "shoal" : "transformers", f.decode_tps, f.ttft_ms,
+                     f.prefill_tps);
+      }
+    }
+  }
+  stop_anchor();
+  std::printf(
+      "bench-llm: %s, %d threads each, %d requests per stream, %d-byte prompts, %d new tokens "
+      "(greedy), %d runs interleaved; anchor: transformers GPT2LMHeadModel.generate behind a "
+      "threaded HTTP server (bench/llm_anchor.py)\n",
+      model_what.c_str(), threads, per_stream, prompt_bytes, max_tokens, runs);
+  std::printf("%-8s %-18s %12s %14s %8s %22s\n", "streams", "figure", "shoal", "transformers",
+              "ratio", "ratio min/median/max");
+  const char* names[3] = {"decode tokens/s", "TTFT ms", "prefill tokens/s"};
+  double result = NAN;
+  for (int streams : stream_counts) {
+    const Figures& f = by_streams[streams];
+    for (int k = 0; k < 3; ++k) {
+      std::vector<double> ratios;
+      for (size_t r = 0; r < f.shoal[k].size(); ++r) {
+        // TTFT: lower is better, so the ratio is the anchor's over Shoal's.
+        ratios.push_back(k == 1 ? f.anchor[k][r] / f.shoal[k][r] : f.shoal[k][r] / f.anchor[k][r]);
+      }
+      const auto s = SpreadOf(ratios);
+      std::printf("%-8d %-18s %12.1f %14.1f %7.2fx %8.2f/%.2f/%.2f\n", streams, names[k],
+                  Median(f.shoal[k]), Median(f.anchor[k]), s.median, s.min, s.median, s.max);
+      if (k == 0 && streams == stream_counts.back()) result = s.median;
+    }
+  }
+  std::printf("(TTFT's ratio is transformers' / Shoal's: above 1 means Shoal answers sooner)\n");
+  if (failed) std::printf("bench-llm: %d requests failed\n", failed);
+  std::printf("RESULT llm ratio=%.2f\n", result);
+  return failed ? 1 : 0;
+}

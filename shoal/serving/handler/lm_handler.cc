@@ -242,11 +242,12 @@ class LmHandler final : public Handler {
       if (done) {
         events += openai::ChunkEvent(info, "", waiter->finish, false);
         if (parsed->include_usage) events += openai::UsageEvent(info, waiter->usage);
-        // The last piece is the body Finish seals.
-        events += openai::kDoneEvent;
-        auto out = response.Allocate(events.size(), "text/event-stream");
+        // Sent as a piece even when it is the only one (a generation done before this thread
+        // woke): the answer is a stream either way. [DONE] is the body Finish seals.
+        if (Status s = response.SendPiece(events, "text/event-stream"); !s.ok()) return s;
+        auto out = response.Allocate(openai::kDoneEvent.size(), "text/event-stream");
         if (!out.ok()) return out.status();
-        std::memcpy(out->data(), events.data(), events.size());
+        std::memcpy(out->data(), openai::kDoneEvent.data(), openai::kDoneEvent.size());
         return {};
       }
       if (Status s = response.SendPiece(events, "text/event-stream"); !s.ok()) {

@@ -1,5 +1,6 @@
 #include "shoal/serving/openai/openai_api.h"
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 namespace shoal::openai {
@@ -16,6 +17,12 @@ Status Field(const std::string& name, const std::string& want) {
   return InvalidArgument(name + ": " + want);
 }
 
+std::string NumText(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
+}
+
 // A number field within [lo, hi], or its default when absent or null.
 Result<double> Number(const Json& body, const char* name, double fallback, double lo, double hi) {
   auto it = body.find(name);
@@ -23,8 +30,7 @@ Result<double> Number(const Json& body, const char* name, double fallback, doubl
   if (!it->is_number()) return Field(name, "must be a number");
   const double v = it->get<double>();
   if (!(v >= lo && v <= hi)) {
-    return Field(
-        name, "must be in [" + Json(lo).dump() + ", " + Json(hi).dump() + "], got " + it->dump());
+    return Field(name, "must be in [" + NumText(lo) + ", " + NumText(hi) + "], got " + it->dump());
   }
   return v;
 }

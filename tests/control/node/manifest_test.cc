@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
@@ -499,7 +500,7 @@ TEST(ManifestTest, InferenceErrorsNameTheField) {
            "spec.inference: only applies to handler: inference (line 7)"},
           {InferManifest("  inference:\n    device: cpu\n"), "spec.inference.source: required"},
           {InferManifest("  inference:\n    source: {flJob: a, onnx: /x.onnx}\n"),
-           "spec.inference.source: set exactly one of flJob or onnx (line 8)"},
+           "spec.inference.source: set exactly one of flJob, onnx or lm (line 8)"},
           {InferManifest("  inference:\n    source: {onnx: model.onnx}\n"),
            "spec.inference.source.onnx: must be an absolute path, got \"model.onnx\" (line 8)"},
           {InferManifest("  inference:\n    source: {onnx: /no/such.onnx}\n"),
@@ -524,6 +525,40 @@ TEST(ManifestTest, InferenceErrorsNameTheField) {
       });
   EXPECT_TRUE(ErrorOf(InferManifest("", "onnx"))
                   .starts_with("spec.handler: unknown built-in handler \"onnx\""));
+}
+
+// spec.inference.source.lm: a language model and its adapters, as handler environment.
+TEST(ManifestTest, LanguageModelSource) {
+  const std::string dir = ::testing::TempDir() + "manifest-lm";
+  std::filesystem::create_directories(dir);
+  const std::string base = dir + "/base.safetensors";
+  const std::string ft = dir + "/ft.safetensors";
+  for (const std::string& p : {base, ft}) std::ofstream(p) << "x";
+  const FunctionSpec s =
+      Parsed(InferManifest("  inference:\n    source:\n      lm:\n        base: " + base +
+                           "\n        adapters:\n          - {name: ft, path: " + ft +
+                           "}\n          - {name: live, flJob: lora-job, alpha: 16}\n"));
+  EXPECT_EQ(s.handler.env.at("SHOAL_INFER_LM_BASE"), base);
+  EXPECT_EQ(s.handler.env.at("SHOAL_INFER_LM_ADAPTERS"),
+            "[{\"name\":\"ft\",\"path\":\"" + ft +
+                "\"},{\"alpha\":16.0,\"flJob\":\"lora-job\",\"name\":\"live\"}]");
+  EXPECT_EQ(s.handler.env.count(kInferFlJobEnv), 0u);
+  EXPECT_EQ(InferenceModelName(s), "fmnist-infer");
+  auto lm = [&](const std::string& body) {
+    return ErrorOf(InferManifest("  inference:\n    source: {lm: " + body + "}\n"));
+  };
+  EXPECT_EQ(lm("{adapters: []}"), "spec.inference.source.lm.base: required");
+  EXPECT_EQ(lm("{base: /no/such.safetensors}"),
+            "spec.inference.source.lm.base: no such file on this node: /no/such.safetensors "
+            "(line 8)");
+  EXPECT_EQ(lm("{base: " + base + ", adapters: [{name: a, path: " + ft + ", flJob: j}]}"),
+            "spec.inference.source.lm.adapters[0]: set exactly one of path or flJob (line 8)");
+  EXPECT_EQ(lm("{base: " + base + ", adapters: [{name: a, flJob: j}, {name: a, flJob: k}]}"),
+            "spec.inference.source.lm.adapters[1].name: repeats \"a\" (line 8)");
+  EXPECT_EQ(lm("{base: " + base + ", adapters: [{name: a, flJob: j, alpha: 0}]}"),
+            "spec.inference.source.lm.adapters[0].alpha: must be positive (line 8)");
+  EXPECT_EQ(lm("{base: " + base + ", adapters: [{name: a, flJob: j, rank: 4}]}"),
+            "spec.inference.source.lm.adapters[0].rank: unknown field (line 8)");
 }
 
 TEST(ManifestTest, HandlerEnvThatLoadsCodeIsRefused) {

@@ -1,8 +1,9 @@
 // Secure aggregation (SecAgg+) across a real cluster (three shoalds in network namespaces, real
 // etcd): the job's top is node 0, its clients reach it through every node's gateway (the C++
-// clients of shoal/fl/client/secagg_client.h), one drops after sharing its keys. The round's
-// unmasked sum equals the survivors' plaintext fixed-point sum exactly, the committed model is
-// its decoded mean, and every node serves the same bytes of it.
+// clients of shoal/fl/client/secagg_client.h), one drops after sharing its keys. Each node's
+// leaves fold the masked inputs that entered it, the top merges the nodes' masked partial sums
+// and unmasks once: the unmasked sum equals the survivors' plaintext fixed-point sum exactly,
+// the committed model is its decoded mean, and every node serves the same bytes of it.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -41,6 +42,13 @@ class ClusterSecAggTest : public ClusterFixture {
         "  privacy:\n    secureAggregation: {threshold: 3, neighbours: 4, clipRange: 1.0, "
         "bits: 16, stageTimeout: 5s}\n");
     ASSERT_EQ(r.status, 201) << r.body;
+    // Nodes 1 and 2 fold the job's masked inputs once they see node 0 runs it.
+    for (int i : {1, 2}) {
+      ASSERT_TRUE(NodeLogHas(
+          i,
+          "fl job sec: this node folds its updates for its top on node " + cluster_->node_name(0),
+          10s));
+    }
     auto t = MintFlClientToken(*cluster_, 0, "sec");
     ASSERT_EQ(t.status, 201) << t.body;
     token_ = json::parse(t.body)["token"].get<std::string>();
@@ -135,6 +143,16 @@ TEST_F(ClusterSecAggTest, ClientsOnEveryNodeShareOneRoundAndItsSumIsExact) {
   EXPECT_EQ(info["sum_sha256"], secagg::Hex(digest)) << info.dump();
   EXPECT_EQ(info["survivors"], 5) << info.dump();
   EXPECT_EQ(info["dropped"], 1) << info.dump();
+  // The masked inputs were folded on the nodes they entered: one masked partial sum of the
+  // round from each of nodes 1 (clients 1 and 4) and 2 (client 2; client 5 dropped), 4 bytes
+  // per parameter, merged at the top modulo 2^32.
+  for (auto [node, updates] : {std::pair{1, 2}, std::pair{2, 1}}) {
+    ASSERT_TRUE(st["folded_elsewhere"].contains(cluster_->node_name(node))) << st.dump();
+    const json& f = st["folded_elsewhere"][cluster_->node_name(node)];
+    EXPECT_EQ(f["updates"], updates) << st.dump();
+    EXPECT_EQ(f["partial_sums"], 1) << st.dump();
+    EXPECT_EQ(f["partial_sum_bytes"], n * 4) << st.dump();
+  }
   // The committed model is the survivors' decoded mean, the same bytes on every node.
   std::vector<float> decoded(n);
   quantizer.DecodeSum(sum, kClients - 1, decoded);

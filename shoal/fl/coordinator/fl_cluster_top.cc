@@ -31,9 +31,9 @@ bool FlCoordinator::FoldsElsewhere(const std::string& name) {
   auto job = Find(name);
   if (!job) return false;
   std::lock_guard jl(job->mu);
-  // (A secure job's masked sums merge by u32 addition, but the nodes' partial-sum fetch moves
-  // float32: secure jobs fold on their top's node for now.)
-  return !job->Robust() && !job->Compass() && !job->algo->staleness_at_commit() && !job->secagg;
+  // (A secure job's masked partial sums travel as the same 4 bytes per parameter and merge by
+  // u32 addition at the top: fl_secagg.cc.)
+  return !job->Robust() && !job->Compass() && !job->algo->staleness_at_commit();
 }
 
 Result<FlJobSpec> FlCoordinator::Spec(const std::string& name) {

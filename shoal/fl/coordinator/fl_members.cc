@@ -7,6 +7,7 @@
 
 #include "shoal/common/buffer_release.h"
 #include "shoal/fl/coordinator/job_state.h"
+#include "shoal/fl/kernels/fold_u32.h"
 #include "shoal/v1/fl.pb.h"
 
 namespace shoal {
@@ -477,14 +478,24 @@ Result<FlMembers::PartialSum> FlMembers::PartialOf(const std::string& name, uint
   if (!sum || sum.use_count() > 1) sum = std::make_shared<std::vector<float>>();
   job->sum_spare = sum;
   sum->resize(n);
+  const bool masked = job->spec.privacy.secure_aggregation.enabled;
+  if (masked && (!same || rebuild)) {
+    // Masked inputs sum in Z_{2^32} and cannot be told apart: as at the top, a round whose
+    // leaf failed mid-fold is refused (its clients start the next one).
+    return Unavailable("round " + std::to_string(round_id) + " of secure job '" + name +
+                       "': a leaf failed while folding a masked input here");
+  }
   if (same && !rebuild) {
-    // The leaves' partial sums added up in one pass over each.
+    // The leaves' partial sums added up in one pass over each (masked ones modulo 2^32: the
+    // same 4 bytes per parameter travel to the top either way).
     bool first = true;
     for (const auto& [inst, p] : round.partials) {
       const auto* leaf = reinterpret_cast<const float*>(job->pool->Data(p.offset).data());
       float* acc = sum->data();
       if (first) {
         std::memcpy(acc, leaf, n * sizeof(float));
+      } else if (masked) {
+        agg::FoldU32(reinterpret_cast<uint32_t*>(acc), leaf, n);
       } else {
         for (size_t i = 0; i < n; ++i) acc[i] += leaf[i];
       }

@@ -3,7 +3,9 @@
 // (shoal/fl/secagg), and the hooks its round logic calls: a round closes when every client that
 // shared its keys has sent its masked input (or the stage times out), commits once the unmask
 // stage has closed, and its total is the leaves' u32 partial sums added (still masked), unmasked
-// once and decoded. The FedAvg step then sees an ordinary sum with weight 1 per survivor.
+// once and decoded. The FedAvg step then sees an ordinary sum with weight 1 per survivor. In a
+// cluster, the nodes' leaves fold the masked inputs that enter them and the top merges each
+// node's masked partial sum like a leaf's: no node ever holds an unmasked one.
 #include "shoal/fl/coordinator/job_state.h"
 #include "shoal/fl/kernels/fold_u32.h"
 
@@ -90,11 +92,15 @@ Status FlCoordinator::JobState::SecAggTotal(const secagg::SecAggSession::UnmaskP
   std::vector<uint32_t> sum(n, 0);
   std::vector<std::pair<uint64_t, double>> folded;
   for (const auto& [key, p] : round.partials) {
-    if (p.rebuild || !p.node.empty() || p.offset == 0) {
+    const bool remote = !p.node.empty();
+    if (p.rebuild || (remote && (!p.fetched || p.sum.size() != n)) || (!remote && p.offset == 0)) {
       return Unavailable("secure-aggregation round " + std::to_string(plan.round) +
                          " refused: a leaf failed while folding a masked input");
     }
-    const auto* leaf = reinterpret_cast<const uint32_t*>(pool->Data(p.offset).data());
+    // A leaf's masked partial sum here, or another node's (its leaves' sums added modulo 2^32
+    // there, fetched as the same 4 bytes per parameter): still masked either way.
+    const auto* leaf = remote ? reinterpret_cast<const uint32_t*>(p.sum.data())
+                              : reinterpret_cast<const uint32_t*>(pool->Data(p.offset).data());
     if (threads != nullptr) {
       threads->FoldU32(sum.data(), leaf, n);
     } else {

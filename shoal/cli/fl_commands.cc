@@ -238,6 +238,15 @@ int FlModel(const HttpClient& client, const std::string& job, const std::string&
   HttpRequest req;
   req.path = "/v1/jobs/" + job + "/model";
   if (version) req.path += "?version=" + std::to_string(*version);
+  // A job whose model is an ONNX file of its own (spec.model.onnx): shoald, which reads that
+  // file, writes the version into it (?format=onnx); the built-in architectures convert here.
+  bool server_onnx = false;
+  if (format == "onnx") {
+    const json st = GetJson(client, "/v1/jobs/" + job);
+    const json m = st.value("model", json::object());
+    server_onnx = m.is_object() && m.contains("onnx") && m["onnx"].is_string();
+    if (server_onnx) req.path += version ? "&format=onnx" : "?format=onnx";
+  }
   // A terminal sees the download as a bar (bytes of Content-Length), redrawn at most 10 times
   // a second and replaced by the final line; a pipe sees only that line.
   const bool live = DetectOutputMode(STDOUT_FILENO, false) == OutputMode::kTerminal;
@@ -263,7 +272,8 @@ int FlModel(const HttpClient& client, const std::string& job, const std::string&
   if (r.status >= 400) FailWith(r);
   auto v = r.headers.find("x-shoal-model-version");
   const std::string got = v != r.headers.end() ? v->second : "?";
-  const std::string bytes = format == "onnx" ? ModelAsOnnx(client, job, r.body) : r.body;
+  const std::string bytes =
+      format == "onnx" && !server_onnx ? ModelAsOnnx(client, job, r.body) : r.body;
   {
     std::ofstream out(output, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -274,7 +284,10 @@ int FlModel(const HttpClient& client, const std::string& job, const std::string&
     }
   }
   std::printf("wrote %s (version %s%s, %zu bytes)\n", output.c_str(), got.c_str(),
-              format == "onnx" ? ", ONNX opset 13" : "", bytes.size());
+              server_onnx        ? ", the job's ONNX graph"
+              : format == "onnx" ? ", ONNX opset 13"
+                                 : "",
+              bytes.size());
   return 0;
 } catch (const Exit& e) {
   return e.code;

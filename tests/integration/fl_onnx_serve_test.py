@@ -5,7 +5,9 @@ initializers, named as the module's state_dict); an inference function with sour
 serves that graph with each committed version, hot-swapped. Two SDK clients train it through
 shoald on synthetic data while the test queries /v2; every answer's version is fetched from the
 job and run by onnxruntime with the same weights: the outputs agree within 1e-4 relative and the
-accuracy on the probe set is the same; at least two versions are seen and the job learns.
+accuracy on the probe set is the same; at least two versions are seen and the job learns. Then
+`shoal fl model --format onnx` writes the job's own graph with the final version's tensors,
+which onnxruntime runs as it is.
 
 Run by ctest (fl_onnx_serve.integration), or:
   SHOAL_BIN_DIR=build/bin .venv/bin/python -m pytest -q tests/integration/fl_onnx_serve_test.py
@@ -195,3 +197,21 @@ spec:
     assert len(checked) >= 2, checked
     assert max(checked) == ROUNDS, checked
     assert checked[ROUNDS] > checked[min(checked)], checked  # it learns
+
+    # `shoal fl model --format onnx`: the job's own graph (opset and nodes as exported) with the
+    # final version's tensors, which onnxruntime runs as it is.
+    exported = os.path.join(out, "final.onnx")
+    r = shoald.cli("fl", "model", JOB, "--format", "onnx", "-o", exported, "--version",
+                   str(ROUNDS))
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert f"(version {ROUNDS}, the job's ONNX graph" in r.stdout, r.stdout
+    got_proto = onnx.load(exported)
+    assert [n.op_type for n in got_proto.graph.node] == [n.op_type for n in proto.graph.node]
+    assert got_proto.opset_import[0].version == proto.opset_import[0].version
+    final = jc.model(ROUNDS).state_dict()
+    for t in got_proto.graph.initializer:
+        if t.name in final:
+            assert np.array_equal(numpy_helper.to_array(t), np.asarray(final[t.name], np.float32))
+    sess = ort.InferenceSession(exported, providers=["CPUExecutionProvider"])
+    assert np.array_equal(sess.run(None, {"input": probe_x})[0],
+                          onnxruntime_with(proto, final, probe_x))

@@ -13,8 +13,9 @@ namespace shoal::inference {
 
 // `job_status_json`: the job's status (GET /v1/jobs/{job}), whose "model" object names the
 // architecture and its widths (hidden; inputs and classes, the architecture's defaults when
-// absent). kInvalidArgument when the status names no architecture, or naming what of
-// `safetensors` does not fit it.
+// absent), or the ONNX file of a spec.model.onnx job (its graph with the version's tensors as
+// its float initializers: readable where this runs, which for shoald is always). kInvalidArgument
+// when the status names no architecture, or naming what of `safetensors` does not fit it.
 Result<std::string> JobModelAsOnnx(std::string_view job_status_json, std::string_view safetensors);
 
 }  // namespace shoal::inference

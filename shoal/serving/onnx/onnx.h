@@ -5,8 +5,10 @@
 // checker and other runtimes load.
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "shoal/serving/graph/graph.h"
 
@@ -21,6 +23,13 @@ struct OnnxLoadOptions {
 // kNotFound when the file cannot be read; kInvalidArgument for anything wrong inside it.
 Result<Graph> LoadOnnx(const std::string& path, const OnnxLoadOptions& options = {});
 Result<Graph> LoadOnnxBytes(std::string_view bytes, const OnnxLoadOptions& options = {});
+
+// The ONNX file at `path` as it is (its opset, nodes and constants), with the float initializers
+// named in `weights` holding those values instead: an FL job's graph (spec.model.onnx) with a
+// version's tensors. kInvalidArgument naming the initializer whose size or type differs, or
+// when a name in `weights` is not an initializer of the file.
+Result<std::string> OnnxFileWithWeights(
+    const std::string& path, const std::map<std::string, std::vector<float>, std::less<>>& weights);
 
 // The graph as serialized ModelProto bytes / written to `path`.
 Result<std::string> SerializeOnnx(const Graph& graph);

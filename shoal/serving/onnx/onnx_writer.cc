@@ -1,6 +1,8 @@
 #include <onnx/onnx_pb.h>  // defines ONNX_API, then includes onnx-ml.pb.h
 
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <type_traits>
 
 #include "shoal/serving/onnx/onnx.h"
@@ -105,6 +107,42 @@ Status SaveOnnx(const Graph& graph, const std::string& path) {
   out.close();
   if (!out) return Internal("cannot write '" + path + "'");
   return {};
+}
+
+Result<std::string> OnnxFileWithWeights(
+    const std::string& path,
+    const std::map<std::string, std::vector<float>, std::less<>>& weights) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound(path + ": cannot read the file");
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  onnx::ModelProto m;
+  if (!m.ParseFromString(bytes)) return InvalidArgument(path + ": not an ONNX ModelProto");
+  size_t replaced = 0;
+  for (onnx::TensorProto& t : *m.mutable_graph()->mutable_initializer()) {
+    auto it = weights.find(t.name());
+    if (it == weights.end()) continue;
+    if (t.data_type() != onnx::TensorProto_DataType_FLOAT) {
+      return InvalidArgument(path + ": initializer '" + t.name() + "' is not float32");
+    }
+    uint64_t numel = 1;
+    for (int64_t d : t.dims()) numel *= static_cast<uint64_t>(d);
+    if (numel != it->second.size()) {
+      return InvalidArgument(path + ": initializer '" + t.name() + "' has " +
+                             std::to_string(numel) + " values, the model's tensor " +
+                             std::to_string(it->second.size()));
+    }
+    t.clear_float_data();
+    t.clear_external_data();
+    t.set_data_location(onnx::TensorProto_DataLocation_DEFAULT);
+    // raw_data is little-endian, as this host (static_assert in dtype.cc).
+    t.set_raw_data(it->second.data(), it->second.size() * sizeof(float));
+    ++replaced;
+  }
+  if (replaced != weights.size()) {
+    return InvalidArgument(path + ": " + std::to_string(weights.size() - replaced) +
+                           " of the model's tensors are not initializers of the graph");
+  }
+  return m.SerializeAsString();
 }
 
 }  // namespace shoal::inference

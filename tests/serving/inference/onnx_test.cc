@@ -103,6 +103,39 @@ TEST(Onnx, SaveLoadRoundTripKeepsGraphAndOutputs) {
   EXPECT_EQ(RunCpu(*back, x, 2), RunCpu(g, x, 2));  // the same outputs, exactly
 }
 
+TEST(Onnx, FileWithWeightsReplacesOnlyTheNamedInitializers) {
+  Graph g = ResNetGraph({.widths = {8, 16},
+                         .blocks = {1, 1},
+                         .image = 32,
+                         .classes = 10,
+                         .small_stem = true,
+                         .seed = 3});
+  const std::string path = ::testing::TempDir() + "/shoal_with_weights.onnx";
+  ASSERT_TRUE(SaveOnnx(g, path).ok());
+  const auto& [name, init] = *g.initializers.begin();
+  std::vector<float> w(init.floats.size());
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+  auto bytes = OnnxFileWithWeights(path, {{name, w}});
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  auto back = LoadOnnxBytes(*bytes, {.fold_batchnorm = false});
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->initializers.at(name).floats, w);
+  for (const auto& [other, i] : g.initializers) {
+    if (other != name) {
+      EXPECT_EQ(back->initializers.at(other).floats, i.floats) << other;
+    }
+  }
+  EXPECT_EQ(back->nodes.size(), g.nodes.size());
+  w.pop_back();
+  EXPECT_EQ(OnnxFileWithWeights(path, {{name, w}}).status().message(),
+            path + ": initializer '" + name + "' has " + std::to_string(w.size() + 1) +
+                " values, the model's tensor " + std::to_string(w.size()));
+  EXPECT_EQ(OnnxFileWithWeights(path, {{"no.such.tensor", {1.0f}}}).status().message(),
+            path + ": 1 of the model's tensors are not initializers of the graph");
+  EXPECT_EQ(OnnxFileWithWeights(path + ".missing", {}).status().code(), StatusCode::kNotFound);
+  std::remove(path.c_str());
+}
+
 // onnx.checker is the reference for "other tools load it"; it runs under the venv's Python.
 TEST(Onnx, SavedFilePassesOnnxChecker) {
   if (std::system(SHOAL_PYTHON " -c 'import onnx' >/dev/null 2>&1") != 0) {

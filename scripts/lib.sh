@@ -34,6 +34,10 @@ PACKAGES=(
   # the web console (/ui): Chart.js compiled into shoald; its test drives Debian's headless
   # Chromium over the DevTools Protocol
   libjs-chart.js chromium
+  # the shoal-gpt language model's English text (tools/lm/corpus.py): the Linux man-pages
+  # project's pages, plain prose with little markup, ~2 MB in sections 1/4/5/7/8 (pretraining)
+  # and ~13 MB in 2/3 (federated LoRA fine-tuning: another domain, split by topic per client)
+  manpages manpages-dev
 )
 # A package whose command is already on PATH from another source (kubectl from Google's
 # repository, node and npm from NodeSource) is not installed again: it would conflict.
@@ -172,6 +176,38 @@ cuda_toolkit_args() {
   echo "CUDA: nvcc from NVIDIA's wheels in .venv ($("$tk/bin/nvcc" --version | grep -o 'release [0-9.]*'), toolkit laid out in $tk)"
   CUDA_ARGS=(-DCMAKE_CUDA_COMPILER="$tk/bin/nvcc" -DCUDAToolkit_ROOT="$tk"
              -DSHOAL_CUDNN_ROOT="$site/cudnn")
+}
+
+# The shoal-gpt base model (tools/lm, docs/reference/lm-format.md): pretrained once per machine
+# by tools/lm/pretrain.py on Debian's manpages (deterministic, a fixed number of steps: a few
+# minutes on 2 cores), cached outside the clone under $SHOAL_CACHE/lm/<key>, the key a hash of
+# tools/lm's model, corpus and pretraining code and of the manpages package's version, so later
+# runs (and fresh clones) take 0 s. `scripts/lm-path` prints the model's path. SHOAL_LM=0
+# skips it (the bench and tutorial that need it say so).
+lm_key() {
+  { cat "$ROOT/tools/lm/model.py" "$ROOT/tools/lm/corpus.py" "$ROOT/tools/lm/pretrain.py"
+    dpkg-query -W -f='${Package} ${Version}\n' manpages 2>/dev/null || echo "manpages missing"
+  } | sha256sum | cut -c1-16
+}
+lm_dir() { echo "$SHOAL_CACHE/lm/$(lm_key)"; }
+lm_base_model() {
+  local dir
+  dir="$(lm_dir)"
+  if [ "${SHOAL_LM:-1}" = 0 ]; then
+    step "shoal-gpt base model: skipped (SHOAL_LM=0)"; return 0
+  fi
+  if [ -f "$dir/model.safetensors" ]; then
+    step "shoal-gpt base model: cached in $dir ($(sed -n 's/.*"heldout_ppl_per_byte": \(.*\),/\1/p' "$dir/report.json") held-out perplexity per byte)"
+    return 0
+  fi
+  step "shoal-gpt base model: pretraining on Debian's manpages into $dir (once per machine: a few minutes)"
+  mkdir -p "$SHOAL_CACHE/lm"
+  # One pretraining at a time per machine (a second set-up waits, then finds the cache).
+  (
+    flock 9
+    [ -f "$dir/model.safetensors" ] && exit 0
+    cd "$ROOT" && PYTHONDONTWRITEBYTECODE=1 "$VENV/bin/python" -m tools.lm.pretrain --out "$dir"
+  ) 9>"$SHOAL_CACHE/lm/.lock"
 }
 
 # tests/k8s's node modules (kubernetes-models, yaml) from its package-lock.json: from npm's

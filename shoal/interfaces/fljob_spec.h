@@ -75,6 +75,20 @@ struct FlFlowerSpec {
   bool enabled() const { return !fab.empty(); }
 };
 
+// spec.model.lora: the job's model is a LoRA adapter of a shoal-gpt base model
+// (docs/reference/lm-format.md, shoal/fl/lora): tensors "h.{i}.{target}.lora_A" [rank, in] and
+// ".lora_B" [out, rank]; the initial global is LoRA's (A uniform from spec.model.seed, B zero).
+// spec.aggregation.lora.method: fedit (FedAvg of A and B, every client at `rank`) or hetlora
+// (clients at ranks <= `rank`, zero-padded into it by the leaves' fold).
+struct FlLoraSpec {
+  std::string base;   // base: absolute path of the shoal-gpt .safetensors
+  uint32_t rank = 8;  // rank: the job's (HetLoRA: the largest a client may send)
+  double alpha = 16;  // alpha: W_eff = W + (alpha / rank) B A (serving and clients read it here)
+  std::vector<std::string> targets = {"attn.qkv", "attn.proj", "mlp.fc", "mlp.proj"};
+  std::string method = "fedit";  // spec.aggregation.lora.method: fedit | hetlora
+  bool enabled() const { return !base.empty(); }
+};
+
 struct FlJobSpec {
   std::string name;                  // metadata.name (DNS label)
   std::string tenant = "default";    // metadata.namespace: the job's shared-memory pool
@@ -86,6 +100,7 @@ struct FlJobSpec {
   // spec.model.onnx: absolute path of an ONNX file whose float initializers are the job's
   // tensors (architecture is then "onnx"; shoal/serving/onnxmodel/onnx_model.h).
   std::string onnx_model;
+  FlLoraSpec lora;    // spec.model.lora (architecture is then "lora")
   uint64_t seed = 1;  // spec.model.seed: initialisation
   std::string dataset =
       "fashion-mnist";         // spec.data.dataset: what clients train on (informational)

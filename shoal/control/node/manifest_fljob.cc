@@ -46,7 +46,7 @@ FlJobSpec DocumentParser::ParseFlJob(const YAML::Node& doc) {
   }
   if (const YAML::Node m = s["model"]) {
     ExpectMap(m, "spec.model");
-    CheckKeys(m, "spec.model", {"architecture", "hidden", "initial", "seed", "onnx"});
+    CheckKeys(m, "spec.model", {"architecture", "hidden", "initial", "seed", "onnx", "lora"});
     if (const YAML::Node a = m["architecture"]) {
       spec.architecture = OneOf(a, "spec.model.architecture", "architecture", kFlArchitectures);
     }
@@ -77,6 +77,10 @@ FlJobSpec DocumentParser::ParseFlJob(const YAML::Node& doc) {
         Fail("spec.model.onnx", "give either spec.model.architecture or spec.model.onnx", onnx);
       }
       spec.architecture = "onnx";
+    }
+    if (const YAML::Node lora = m["lora"]) {
+      ParseLora(lora, spec.lora);
+      spec.architecture = "lora";
     }
     if (const YAML::Node seed = m["seed"]) {
       spec.seed = static_cast<uint64_t>(
@@ -153,7 +157,7 @@ FlJobSpec DocumentParser::ParseFlJob(const YAML::Node& doc) {
   if (const YAML::Node ag = s["aggregation"]) {
     ExpectMap(ag, "spec.aggregation");
     CheckKeys(ag, "spec.aggregation",
-              {"maxStaleness", "maxFanIn", "maxLeaves", "device", "robust", "wireFormats"});
+              {"maxStaleness", "maxFanIn", "maxLeaves", "device", "robust", "wireFormats", "lora"});
     if (const YAML::Node n = ag["maxStaleness"]) {
       spec.staleness_limit =
           static_cast<uint32_t>(Integer(n, "spec.aggregation.maxStaleness", 0, 1000000));
@@ -172,6 +176,7 @@ FlJobSpec DocumentParser::ParseFlJob(const YAML::Node& doc) {
     }
     if (const YAML::Node r = ag["robust"]) ParseRobust(r, spec.robust);
     if (const YAML::Node wf = ag["wireFormats"]) ParseWireFormats(wf, spec.wire_formats);
+    if (const YAML::Node l = ag["lora"]) ParseLoraAggregation(l, spec.lora);
   }
   if (const YAML::Node pv = s["privacy"]) {
     ExpectMap(pv, "spec.privacy");
@@ -183,6 +188,7 @@ FlJobSpec DocumentParser::ParseFlJob(const YAML::Node& doc) {
   }
   if (const YAML::Node f = s["flower"]) ParseFlower(f, spec.flower);
   CheckQuantizedWireFormats(spec, s);
+  CheckLora(spec, s);
   return spec;
 }
 

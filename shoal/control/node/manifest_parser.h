@@ -71,6 +71,11 @@ class DocumentParser {
   // spec.aggregation.wireFormats and its checks against the rest of the job (manifest_fljob.cc).
   void ParseWireFormats(const YAML::Node& n, std::vector<std::string>& out) const;
   void CheckQuantizedWireFormats(const FlJobSpec& spec, const YAML::Node& s) const;
+  // spec.model.lora, spec.aggregation.lora and their checks against the rest of the job
+  // (manifest_fljob_lora.cc).
+  void ParseLora(const YAML::Node& n, FlLoraSpec& out);
+  void ParseLoraAggregation(const YAML::Node& n, FlLoraSpec& out) const;
+  void CheckLora(const FlJobSpec& spec, const YAML::Node& s) const;
   // spec.privacy.secureAggregation (manifest_fljob.cc).
   void ParseSecureAggregation(const YAML::Node& n, FlSecureAggregationSpec& out);
 

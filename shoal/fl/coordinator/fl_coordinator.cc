@@ -10,6 +10,7 @@
 #include "shoal/fl/coordinator/fl_members.h"
 #include "shoal/fl/coordinator/job_state.h"
 #include "shoal/fl/kernels/fold_pool.h"
+#include "shoal/fl/lora/lora_spec.h"
 #include "shoal/fl/privacy/dp_spec_check.h"
 #include "shoal/fl/wire/safetensors.h"
 #include "shoal/interfaces/fl_leaf_env.h"
@@ -147,6 +148,16 @@ FunctionSpec LeafSpec(const FlJobSpec& spec, uint32_t id, std::string name,
   f.handler.env[fl_leaf_env::kArchitecture] = spec.architecture;
   f.handler.env[fl_leaf_env::kHidden] = std::to_string(spec.hidden);
   if (!spec.onnx_model.empty()) f.handler.env[fl_leaf_env::kOnnx] = spec.onnx_model;
+  if (spec.lora.enabled()) {
+    // Read again for each spec (the header only): a leaf started without it names the reason.
+    if (auto base = lora::ReadBaseConfig(spec.lora.base); base.ok()) {
+      f.handler.env[fl_leaf_env::kLoraShape] =
+          std::to_string(base->d_model) + "," + std::to_string(base->n_layer);
+    }
+    f.handler.env[fl_leaf_env::kLoraRank] = std::to_string(spec.lora.rank);
+    f.handler.env[fl_leaf_env::kLoraTargets] = lora::JoinTargets(spec.lora.targets);
+    f.handler.env[fl_leaf_env::kLoraMethod] = spec.lora.method;
+  }
   f.handler.env[fl_leaf_env::kInputs] = std::to_string(JobArchitecture(spec).inputs);
   f.handler.env[fl_leaf_env::kAggregationDevice] = spec.aggregation_device;  // its fold device
   f.handler.env[fl_leaf_env::kWireFormats] = fl_leaf_env::WireFormatsValue(spec.wire_formats);

@@ -8,6 +8,7 @@
 #include "shoal/common/buffer_release.h"
 #include "shoal/fl/coordinator/job_state.h"
 #include "shoal/fl/kernels/fold_u32.h"
+#include "shoal/fl/lora/lora_fold.h"
 #include "shoal/v1/fl.pb.h"
 
 namespace shoal {
@@ -82,16 +83,15 @@ struct FlMembers::Job {
   bool Refold(float* acc, uint64_t id) {
     const Ticket& t = tickets[id];
     PayloadView pv = ReadPayload(pool->Data(t.buffer));
-    auto view = model::ParseUpdate(pv.body, mspec);
+    model::ParseLimits limits;  // as the leaf parsed it (a HetLoRA job's lower ranks)
+    limits.lora_lower_rank = spec.lora.enabled() && spec.lora.method == "hetlora";
+    auto view = model::ParseUpdate(pv.body, mspec, limits);
     if (!view.ok()) {
       spdlog::error("fl job {}: update of client {} no longer parses: {}", spec.name, t.client,
                     view.status().ToString());
       return false;
     }
-    for (const auto& tv : view->tensors) {
-      agg::Fold(acc + mspec.offset(tv.index), tv.data, static_cast<agg::DType>(tv.dtype), tv.numel,
-                static_cast<float>(t.coefficient));
-    }
+    lora::FoldUpdate(acc, mspec, *view, static_cast<float>(t.coefficient));
     return true;
   }
 };

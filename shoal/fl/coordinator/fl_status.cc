@@ -47,6 +47,15 @@ Result<std::string> FlCoordinator::JobStatusJson(const std::string& name,
             {"versions", versions}};
   // spec.model.onnx: the file the handler loads the graph from (architecture "onnx").
   if (!job->spec.onnx_model.empty()) j["model"]["onnx"] = job->spec.onnx_model;
+  // spec.model.lora (architecture "lora"): what a client or the serving side needs to apply a
+  // committed adapter, which carries no metadata: W + (alpha / rank) B A over the base's linears.
+  if (const FlLoraSpec& l = job->spec.lora; l.enabled()) {
+    j["model"]["lora"] = {{"base", l.base},
+                          {"rank", l.rank},
+                          {"alpha", l.alpha},
+                          {"targets", l.targets},
+                          {"method", l.method}};
+  }
   // A page of the clients (clients_from, clients_limit: the job's table is never walked whole),
   // each with its accepted updates and their staleness: `staleness` counts the versions
   // committed since the base version of its latest accepted update (it grows while the client

@@ -1,6 +1,7 @@
 // FlCoordinator::JobState and its update log: what a durable version releases, what a
 // compaction keeps, and the logged updates re-folded from the pool.
 #include "shoal/fl/coordinator/job_state.h"
+#include "shoal/fl/lora/lora_fold.h"
 
 namespace shoal {
 using namespace coordinator_internal;  // NOLINT(google-build-using-namespace): this library's own
@@ -46,16 +47,13 @@ size_t FlCoordinator::JobState::Refold(float* acc, const std::vector<uint64_t>& 
     if (it == from.end()) continue;
     const Ticket& t = it->second;
     PayloadView pv = ReadPayload(pool->Data(t.buffer));
-    auto view = model::ParseUpdate(pv.body, mspec);
+    auto view = model::ParseUpdate(pv.body, mspec, RefoldLimits());
     if (!view.ok()) {
       spdlog::error("fl job {}: update {} of client {} no longer parses: {}", spec.name, t.seq,
                     t.client, view.status().ToString());
       continue;
     }
-    for (const auto& tv : view->tensors) {
-      agg::Fold(acc + mspec.offset(tv.index), tv.data, static_cast<agg::DType>(tv.dtype), tv.numel,
-                static_cast<float>(t.coefficient));
-    }
+    lora::FoldUpdate(acc, mspec, *view, static_cast<float>(t.coefficient));
     ++n;
   }
   return n;

@@ -1,6 +1,7 @@
-// An FL job's tensors (JobModelSpec): the built-in architecture's, or spec.model.onnx's float
-// initializers where shoald has the ONNX reader.
+// An FL job's tensors (JobModelSpec): the built-in architecture's, spec.model.lora's adapter
+// tensors, or spec.model.onnx's float initializers where shoald has the ONNX reader.
 #include "shoal/fl/coordinator/job_state.h"
+#include "shoal/fl/lora/lora_spec.h"
 
 #ifdef SHOAL_FL_ONNX
 #include "shoal/serving/onnxmodel/onnx_model.h"
@@ -9,6 +10,7 @@
 namespace shoal::coordinator_internal {
 
 Result<model::ModelSpec> JobModelSpec(const FlJobSpec& s, std::vector<float>* initial) {
+  if (s.lora.enabled()) return lora::AdapterSpec(s.lora.base, s.lora.rank, s.lora.targets);
   if (s.onnx_model.empty()) {
     auto spec = model::ArchitectureSpec(s.architecture, JobArchitecture(s));
     if (!spec.ok()) return InvalidArgument("spec.model.architecture: " + spec.status().message());

@@ -15,6 +15,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FlDpSpec, enabled, noise_multipl
                                                 count_noise_multiplier, delta, budget)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FlSecureAggregationSpec, enabled, threshold,
                                                 neighbours, clip_range, bits, stage_timeout_s)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FlLoraSpec, base, rank, alpha, targets, method)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     FlJobSpec, name, tenant, algorithm, algorithm_params, architecture, hidden, initial_model,
     onnx_model, seed, dataset, clients, quorum, rounds, target_accuracy, round_deadline_s,
@@ -62,6 +63,7 @@ Json SpecToJson(const FlJobSpec& s) {
   j["robust"] = s.robust;
   if (s.privacy.dp.enabled) j["privacy"]["dp"] = s.privacy.dp;
   if (s.flower.enabled()) j["flower"] = FlowerToJson(s.flower);
+  if (s.lora.enabled()) j["lora"] = s.lora;
   if (s.privacy.secure_aggregation.enabled) {
     j["privacy"]["secureAggregation"] = s.privacy.secure_aggregation;
   }
@@ -81,6 +83,7 @@ FlJobSpec SpecFromJson(const Json& j) {
     s.privacy.dp = j["privacy"]["dp"].get<FlDpSpec>();
   }
   if (j.contains("flower") && j["flower"].is_object()) s.flower = FlowerFromJson(j["flower"]);
+  if (j.contains("lora") && j["lora"].is_object()) s.lora = j["lora"].get<FlLoraSpec>();
   if (j.contains("privacy") && j["privacy"].is_object() &&
       j["privacy"].contains("secureAggregation") && j["privacy"]["secureAggregation"].is_object()) {
     s.privacy.secure_aggregation = j["privacy"]["secureAggregation"].get<FlSecureAggregationSpec>();

@@ -215,6 +215,13 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   // (dp_commit.h) runs at commit over the round's updates; the leaves fold nothing and the
   // rounds have no partial-sum buffers (Partial::offset 0).
   bool Robust() const { return spec.robust.enabled() || spec.privacy.dp.enabled; }
+  // How the coordinator re-parses an update in the pool: as the leaf did (a HetLoRA job's
+  // lower-rank adapters included).
+  model::ParseLimits RefoldLimits() const {
+    model::ParseLimits l;
+    l.lora_lower_rank = spec.lora.enabled() && spec.lora.method == "hetlora";
+    return l;
+  }
   std::unique_ptr<DpState> dp;  // spec.privacy.dp
   // spec.privacy.secureAggregation (fl_secagg.cc): the protocol rounds, the threads that expand
   // the masks at commit, and the hooks the round logic calls.

@@ -26,6 +26,8 @@
 #include "shoal/fl/kernels/fold.h"
 #include "shoal/fl/kernels/fold_pool.h"
 #include "shoal/fl/kernels/fold_u32.h"
+#include "shoal/fl/lora/lora_fold.h"
+#include "shoal/fl/lora/lora_spec.h"
 #include "shoal/fl/wire/architectures.h"
 #include "shoal/fl/wire/update_format.h"
 #include "shoal/interfaces/fl_leaf_env.h"
@@ -52,6 +54,7 @@ class FlLeafHandler final : public Handler {
     for (model::ParseLimits* l : {&limits_, &unscanned_}) {
       l->allowed_dtypes = options_.wire_formats;
       l->allowed_by = by;
+      l->lora_lower_rank = options_.lora_lower_rank;
     }
   }
   ~FlLeafHandler() override {
@@ -131,6 +134,13 @@ class FlLeafHandler final : public Handler {
                       ")");
     }
     auto* acc = reinterpret_cast<float*>(request.aux.data());
+    if (LowerRank(*view)) {
+      // A HetLoRA client below the job's rank: scanned, then folded zero-padded on the CPU (a
+      // few rows per tensor: no device round trip is worth it).
+      if (!AllFinite(*view)) return Named(request);
+      lora::FoldUpdate(acc, spec_, *view, request.aux_value);
+      return Accepted(view->meta, response);
+    }
     segments_.clear();
     uint64_t bytes = 0;
     bool quantized = false;  // folded on the CPU: the device folder takes f32/bf16/f16
@@ -185,6 +195,14 @@ class FlLeafHandler final : public Handler {
       threads_->FoldU32(acc + spec_.offset(t.index), t.data, t.numel);
     }
     return Accepted(view->meta, response);
+  }
+
+  bool LowerRank(const model::UpdateView& view) const {
+    if (!options_.lora_lower_rank) return false;
+    for (const model::TensorView& t : view.tensors) {
+      if (t.lora_rank != 0 && t.numel != spec_.tensor(t.index).numel()) return true;
+    }
+    return false;
   }
 
   bool AllFinite(const model::UpdateView& view) {
@@ -301,9 +319,29 @@ Result<std::unique_ptr<Handler>> CreateFlLeafHandler() {
   if (hidden != nullptr && *hidden != '\0') opts.hidden = {std::strtoull(hidden, nullptr, 10)};
   const char* inputs = std::getenv(fl_leaf_env::kInputs);  // default 784
   if (inputs != nullptr && *inputs != '\0') opts.inputs = std::strtoull(inputs, nullptr, 10);
-  const char* onnx = std::getenv(fl_leaf_env::kOnnx);  // spec.model.onnx
+  const char* onnx = std::getenv(fl_leaf_env::kOnnx);           // spec.model.onnx
+  const char* lora_rank = std::getenv(fl_leaf_env::kLoraRank);  // spec.model.lora
   Result<model::ModelSpec> spec = InvalidArgument("unset");
-  if (onnx != nullptr && *onnx != '\0') {
+  FlLeafOptions options;
+  if (lora_rank != nullptr && *lora_rank != '\0') {
+    const char* shape = std::getenv(fl_leaf_env::kLoraShape);
+    const char* targets = std::getenv(fl_leaf_env::kLoraTargets);
+    const char* method = std::getenv(fl_leaf_env::kLoraMethod);
+    const uint64_t r = std::strtoull(lora_rank, nullptr, 10);
+    lora::BaseConfig base;
+    char* end = nullptr;
+    if (shape != nullptr) {
+      base.d_model = std::strtoull(shape, &end, 10);
+      if (end != nullptr && *end == ',') base.n_layer = std::strtoull(end + 1, nullptr, 10);
+    }
+    if (r == 0 || r > 65536 || base.d_model == 0 || base.n_layer == 0) {
+      return InvalidArgument(std::string(fl_leaf_env::kLoraRank) + "/" + fl_leaf_env::kLoraShape +
+                             ": the coordinator could not read spec.model.lora.base");
+    }
+    spec = lora::AdapterSpec(base, static_cast<uint32_t>(r),
+                             lora::SplitTargets(targets != nullptr ? targets : ""));
+    options.lora_lower_rank = method != nullptr && std::string_view(method) == "hetlora";
+  } else if (onnx != nullptr && *onnx != '\0') {
 #ifdef SHOAL_FL_ONNX
     auto m = inference::OnnxModel(onnx);
     if (!m.ok()) return m.status();
@@ -315,7 +353,6 @@ Result<std::unique_ptr<Handler>> CreateFlLeafHandler() {
     spec = model::ArchitectureSpec(arch ? arch : "mlp", opts);
   }
   if (!spec.ok()) return spec.status();
-  FlLeafOptions options;
   const char* fold = std::getenv(fl_leaf_env::kFold);  // default sum
   const std::string f = fold ? fold : "sum";
   if (f == "none") {

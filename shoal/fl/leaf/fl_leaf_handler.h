@@ -54,13 +54,18 @@ struct FlLeafOptions {
   // spec.aggregation.wireFormats (SHOAL_FL_WIRE_FORMATS): the update formats taken; any other
   // is refused with 400 naming the field. kQ8/kQ4 are folded without being expanded, on the CPU.
   std::vector<DType> wire_formats = {DType::kF32, DType::kBF16, DType::kF16};
+  // spec.aggregation.lora.method hetlora (SHOAL_FL_LORA_METHOD): LoRA tensors may come at a
+  // lower rank than the job's; such an update is folded zero-padded on the CPU
+  // (shoal/fl/lora/lora_fold.h).
+  bool lora_lower_rank = false;
 };
 
 // A leaf for `spec` that folds on `device` when options allow (none: the CPU only).
 std::unique_ptr<Handler> CreateFlLeafHandler(model::ModelSpec spec, const FlLeafOptions& options,
                                              std::unique_ptr<LeafDeviceFolder> device);
 
-// The leaf shoald starts: the model from SHOAL_FL_ARCH, SHOAL_FL_HIDDEN and SHOAL_FL_INPUTS, the
+// The leaf shoald starts: the model from SHOAL_FL_ARCH, SHOAL_FL_HIDDEN and SHOAL_FL_INPUTS (or
+// SHOAL_FL_ONNX, or SHOAL_FL_LORA_SHAPE/RANK/TARGETS with SHOAL_FL_LORA_METHOD), the
 // device from SHOAL_FL_AGG_DEVICE (auto, cpu, gpu), the GPU folder where there is one, whether
 // it folds from SHOAL_FL_FOLD (sum, the default, or none), the formats it takes from
 // SHOAL_FL_WIRE_FORMATS.

@@ -78,6 +78,41 @@ std::string ScaleString(float s) {
   return buf;
 }
 
+// ParseLimits::lora_lower_rank: a LoRA adapter's tensor ("*.lora_A" [r, in], "*.lora_B"
+// [out, r]) may come at a lower rank.
+bool IsLoraA(const TensorSpec& spec) { return spec.name.ends_with(".lora_A"); }
+bool IsLoraTensor(const TensorSpec& spec) {
+  return spec.shape.size() == 2 && (IsLoraA(spec) || spec.name.ends_with(".lora_B"));
+}
+
+// The rank `e` was sent at, or the error naming it: 2-D, the inner size the job's, the rank in
+// [1, the job's], a floating dtype (a quantized block would straddle the zero-padded rows).
+Result<uint64_t> LoraRank(const TensorSpec& spec, const v1::TensorEntry& e, DType dtype) {
+  const bool a = IsLoraA(spec);
+  const uint64_t rank = a ? spec.shape[0] : spec.shape[1];
+  const uint64_t inner = a ? spec.shape[1] : spec.shape[0];
+  std::string want = "[";  // appended piecewise: GCC 12 warns falsely on "[" + std::string
+  want += a ? "r," : "";
+  want += std::to_string(inner);
+  want += a ? "]" : ",r]";
+  const bool two_d = e.shape().size() == 2;
+  const uint64_t sent = two_d ? e.shape(a ? 0 : 1) : 0;
+  if (!two_d || e.shape(a ? 1 : 0) != inner || sent == 0) {
+    return InvalidArgument(Quoted(e.name()) + ": shape " + want + " expected with 1 <= r <= " +
+                           std::to_string(rank) + ", got " + ClientShape(e.shape()));
+  }
+  if (sent > rank) {
+    return InvalidArgument(Quoted(e.name()) + ": rank " + std::to_string(sent) +
+                           " exceeds the job's rank " + std::to_string(rank) +
+                           " (spec.model.lora.rank), shape " + ClientShape(e.shape()));
+  }
+  if (sent < rank && !IsFloatDType(dtype)) {
+    return InvalidArgument(Quoted(e.name()) + ": a LoRA tensor below the job's rank must be " +
+                           "f32, bf16 or f16, got " + std::string(DTypeName(dtype)));
+  }
+  return sent;
+}
+
 v1::UpdateHeader HeaderOf(const UpdateMeta& meta) {
   v1::UpdateHeader h;
   h.set_job(meta.job);
@@ -238,6 +273,8 @@ Result<UpdateView> ParseUpdate(std::span<const std::byte> body, const ModelSpec&
   // model.size() + 1 times whatever the table's length.
   view.tensors.resize(model.size());
   std::vector<bool> seen(model.size(), false);
+  uint64_t update_rank = 0;  // lora_lower_rank: the update's one rank, and the tensor that set it
+  std::string update_rank_from;
   for (const v1::TensorEntry& e : h.tensors()) {
     const std::optional<size_t> idx = model.Find(e.name());
     if (!idx) return InvalidArgument(Quoted(e.name()) + ": not in the model");
@@ -254,15 +291,27 @@ Result<UpdateView> ParseUpdate(std::span<const std::byte> body, const ModelSpec&
       return InvalidArgument(Quoted(e.name()) + ": dtype " + std::string(DTypeName(*dtype)) +
                              " not allowed" + limits.allowed_by);
     }
-    if (!std::equal(spec.shape.begin(), spec.shape.end(), e.shape().begin(), e.shape().end())) {
+    uint64_t numel = spec.numel();
+    uint64_t lora_rank = 0;
+    if (limits.lora_lower_rank && IsLoraTensor(spec)) {
+      SHOAL_ASSIGN_OR_RETURN(lora_rank, LoraRank(spec, e, *dtype));
+      if (update_rank != 0 && lora_rank != update_rank) {
+        return InvalidArgument(Quoted(e.name()) + ": rank " + std::to_string(lora_rank) + ", but " +
+                               Quoted(update_rank_from) + " has rank " +
+                               std::to_string(update_rank) + " (one rank per update)");
+      }
+      if (update_rank == 0) update_rank_from = e.name();
+      update_rank = lora_rank;
+      numel = lora_rank * spec.numel() / (IsLoraA(spec) ? spec.shape[0] : spec.shape[1]);
+    } else if (!std::equal(spec.shape.begin(), spec.shape.end(), e.shape().begin(),
+                           e.shape().end())) {
       return InvalidArgument(Quoted(e.name()) + ": shape " + ShapeString(spec.shape) +
                              " expected, got " + ClientShape(e.shape()));
     }
-    const uint64_t numel = spec.numel();
     const uint64_t need = TensorBytes(*dtype, numel);
     if (e.length() != need) {
       return InvalidArgument(Quoted(e.name()) + ": length " + std::to_string(e.length()) +
-                             " bytes, shape " + ShapeString(spec.shape) + " in " +
+                             " bytes, shape " + ClientShape(e.shape()) + " in " +
                              std::string(DTypeName(*dtype)) + " needs " + std::to_string(need));
     }
     if (e.offset() % kUpdateAlignment != 0) {
@@ -281,6 +330,7 @@ Result<UpdateView> ParseUpdate(std::span<const std::byte> body, const ModelSpec&
     v.dtype = *dtype;
     v.shape = spec.shape;
     v.numel = numel;
+    v.lora_rank = lora_rank;
     v.data = body.data() + area_offset + e.offset();
     v.length = e.length();
   }

@@ -88,6 +88,11 @@ struct ParseLimits {
   std::string allowed_by;
   // Scan the tensors for NaN/Inf (and the block-quantized ones' scales for invalid ones).
   bool check_finite = true;
+  // A HetLoRA job's (spec.aggregation.lora.method: hetlora): its "*.lora_A" [r, in] and
+  // "*.lora_B" [out, r] tensors may come at a lower rank r_k, 1 <= r_k <= r, one rank for the
+  // whole update, in f32, bf16 or f16 (TensorView::lora_rank; the fold zero-pads them,
+  // shoal/fl/lora/lora_fold.h). A higher rank or another inner size is refused naming the tensor.
+  bool lora_lower_rank = false;
 };
 
 // An update's prefix and header only (`body` may end after them: the coordinator admits an
@@ -100,8 +105,12 @@ struct TensorView {
   size_t index = 0;       // position in the ModelSpec
   std::string_view name;  // the ModelSpec's string
   DType dtype = DType::kF32;
-  std::span<const uint64_t> shape;  // the ModelSpec's shape (the update's is equal)
-  uint64_t numel = 0;
+  std::span<const uint64_t> shape;  // the ModelSpec's shape (the update's is equal, but below)
+  uint64_t numel = 0;               // values sent
+  // With ParseLimits::lora_lower_rank, a LoRA tensor's rank as sent (its shape is then
+  // [lora_rank, in] for lora_A and [out, lora_rank] for lora_B, and numel is that shape's);
+  // 0 for every other tensor.
+  uint64_t lora_rank = 0;
   const std::byte* data = nullptr;
   uint64_t length = 0;  // bytes
 };

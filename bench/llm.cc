@@ -178,8 +178,8 @@ std::string Run(const std::string& cmd) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int runs = 3, threads = 2, per_stream = 2, max_tokens = 64, prompt_bytes = 64;
-  int d_model = 256, n_layer = 4, n_head = 8, n_ctx = 512;
+  int runs = 3, threads = 2, per_stream = 2, max_tokens = 60, prompt_bytes = 64;
+  int d_model = 192, n_layer = 4, n_head = 6, n_ctx = 128;  // the trained model's sizes
   std::string base;
   shoal::bench::Args args(
       "bench-llm [--runs N] [--threads T] [--per-stream K] [--max-tokens M] [--prompt-bytes P] "

@@ -1,7 +1,5 @@
 #include "shoal/serving/lm/lm_engine.h"
 
-#include <omp.h>
-
 #include <algorithm>
 
 namespace shoal::lm {
@@ -58,7 +56,7 @@ struct LmEngine::Sequence {
 };
 
 LmEngine::LmEngine(std::shared_ptr<const LmWeights> base, EngineOptions options)
-    : base_(std::move(base)), options_(options), forward_(base_) {}
+    : base_(std::move(base)), options_(options), forward_(base_, options.threads) {}
 
 LmEngine::~LmEngine() {
   {
@@ -74,8 +72,6 @@ void LmEngine::Start() {
 }
 
 void LmEngine::Run() {
-  // Per thread in OpenMP: set on the thread that runs the steps.
-  if (options_.threads > 0) omp_set_num_threads(options_.threads);
   for (;;) {
     {
       std::unique_lock lock(mu_);

@@ -1,5 +1,6 @@
 #include "shoal/serving/lm/lm_forward.h"
 
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
@@ -8,6 +9,8 @@
 
 namespace shoal::lm {
 namespace {
+
+constexpr int kRowsPerThread = 128;  // tokens in a step per OpenMP thread
 
 void LayerNorm(const float* x, const float* w, const float* b, float* y, int rows, int d) {
   for (int r = 0; r < rows; ++r) {
@@ -33,7 +36,11 @@ void MatMulWt(const float* x, const float* w, float* y, int rows, int n, int k, 
 
 float GeluTanh(float x) {
   constexpr float kC = 0.7978845608028654f;  // sqrt(2 / pi)
-  return 0.5f * x * (1.0f + std::tanh(kC * (x + 0.044715f * x * x * x)));
+  // tanh(y) = 1 - 2 / (e^{2y} + 1): one expf (glibc's FMA path) instead of tanhf's expm1f; for
+  // |y| > 9 e^{2y} overflows to inf or underflows to 0, giving exactly +-1 as tanhf does.
+  const float y = kC * (x + 0.044715f * x * x * x);
+  const float t = 1.0f - 2.0f / (std::exp(2.0f * y) + 1.0f);
+  return 0.5f * x * (1.0f + t);
 }
 
 }  // namespace
@@ -43,7 +50,8 @@ KvCache::KvCache(const LmConfig& c)
       n_ctx_(static_cast<size_t>(c.n_ctx)),
       data_(static_cast<size_t>(c.n_layer) * n_ctx_ * 2 * stride_) {}
 
-LmForward::LmForward(std::shared_ptr<const LmWeights> weights) : w_(std::move(weights)) {}
+LmForward::LmForward(std::shared_ptr<const LmWeights> weights, int max_threads)
+    : w_(std::move(weights)), max_threads_(max_threads > 0 ? max_threads : omp_get_max_threads()) {}
 
 void LmForward::Linear(int layer, lm::Linear which, const float* x, float* y, int rows,
                        std::span<const StepInput> inputs) {
@@ -102,33 +110,50 @@ void LmForward::Attention(int layer, std::span<const StepInput> inputs) {
       items.push_back({s.cache, row, s.cache->length + static_cast<int>(t)});
     }
   }
-  const int work = static_cast<int>(items.size()) * c.n_head;
-#pragma omp parallel for schedule(dynamic, 4) if (work > 64)
-  for (int wi = 0; wi < work; ++wi) {
-    const Item& it = items[static_cast<size_t>(wi / c.n_head)];
-    const int h = wi % c.n_head;
-    const float* q = qkv_.data() + static_cast<size_t>(it.row) * 3 * d + h * dh;
-    float* o = att_.data() + static_cast<size_t>(it.row) * d + h * dh;
+  // Per token, all heads at once: each cached key and value row is read once, front to back
+  // (head by head it was read n_head times in pieces of dh floats, and the step was bound by it).
+  const int n = static_cast<int>(items.size());
+  const int heads = c.n_head;
+#pragma omp parallel for schedule(dynamic, 2) if (n >= 8)
+  for (int t = 0; t < n; ++t) {
+    const Item& it = items[static_cast<size_t>(t)];
+    const size_t len = static_cast<size_t>(it.pos) + 1;
+    const float* q = qkv_.data() + static_cast<size_t>(it.row) * 3 * d;
+    float* o = att_.data() + static_cast<size_t>(it.row) * d;
     thread_local std::vector<float> p;
-    p.resize(static_cast<size_t>(it.pos) + 1);
-    float m = -INFINITY;
-    for (int j = 0; j <= it.pos; ++j) {
-      const float* k = it.cache->k(layer, j) + h * dh;
-      float dot = 0;
-      for (int i = 0; i < dh; ++i) dot += q[i] * k[i];
-      p[static_cast<size_t>(j)] = dot * scale;
-      m = std::max(m, p[static_cast<size_t>(j)]);
+    p.resize(static_cast<size_t>(heads) * len);
+    for (size_t j = 0; j < len; ++j) {
+      const float* k = it.cache->k(layer, static_cast<int>(j));
+      for (int h = 0; h < heads; ++h) {
+        const float* qh = q + h * dh;
+        const float* kh = k + h * dh;
+        float dot = 0;
+#pragma omp simd reduction(+ : dot)
+        for (int i = 0; i < dh; ++i) dot += qh[i] * kh[i];
+        p[static_cast<size_t>(h) * len + j] = dot * scale;
+      }
     }
-    float sum = 0;
-    for (int j = 0; j <= it.pos; ++j) {
-      p[static_cast<size_t>(j)] = std::exp(p[static_cast<size_t>(j)] - m);
-      sum += p[static_cast<size_t>(j)];
+    for (int h = 0; h < heads; ++h) {
+      float* ph = p.data() + static_cast<size_t>(h) * len;
+      float m = -INFINITY;
+      for (size_t j = 0; j < len; ++j) m = std::max(m, ph[j]);
+      float sum = 0;
+      for (size_t j = 0; j < len; ++j) {
+        ph[j] = std::exp(ph[j] - m);
+        sum += ph[j];
+      }
+      for (size_t j = 0; j < len; ++j) ph[j] /= sum;
     }
-    std::fill(o, o + dh, 0.0f);
-    for (int j = 0; j <= it.pos; ++j) {
-      const float* v = it.cache->v(layer, j) + h * dh;
-      const float pj = p[static_cast<size_t>(j)] / sum;
-      for (int i = 0; i < dh; ++i) o[i] += pj * v[i];
+    std::fill(o, o + d, 0.0f);
+    for (size_t j = 0; j < len; ++j) {
+      const float* v = it.cache->v(layer, static_cast<int>(j));
+      for (int h = 0; h < heads; ++h) {
+        const float pj = p[static_cast<size_t>(h) * len + j];
+        float* oh = o + h * dh;
+        const float* vh = v + h * dh;
+#pragma omp simd
+        for (int i = 0; i < dh; ++i) oh[i] += pj * vh[i];
+      }
     }
   }
 }
@@ -139,6 +164,10 @@ void LmForward::Step(std::span<const StepInput> inputs) {
   int rows = 0;
   for (const StepInput& s : inputs) rows += static_cast<int>(s.tokens.size());
   if (rows == 0) return;
+  // Threads only for steps with the rows to share: a decode step of a few sequences is a
+  // few GEMVs of microseconds, where a second thread costs more at each barrier than it saves
+  // (on a busy 2-core VM a step of 1 sequence took 75 ms with 2 threads, 2 ms with 1).
+  omp_set_num_threads(std::clamp(rows / kRowsPerThread, 1, max_threads_));
   const auto R = static_cast<size_t>(rows);
   const auto D = static_cast<size_t>(d);
   x_.resize(R * D);

@@ -39,7 +39,8 @@ struct StepInput {
 
 class LmForward {
  public:
-  explicit LmForward(std::shared_ptr<const LmWeights> weights);
+  // `max_threads` 0: OpenMP's default (OMP_NUM_THREADS, else every core).
+  explicit LmForward(std::shared_ptr<const LmWeights> weights, int max_threads = 0);
   const LmConfig& config() const { return w_->config; }
   void Step(std::span<const StepInput> inputs);
 
@@ -49,6 +50,7 @@ class LmForward {
   void Attention(int layer, std::span<const StepInput> inputs);
 
   std::shared_ptr<const LmWeights> w_;
+  int max_threads_;
   // Scratch, sized for the largest step so far: [tokens, width].
   std::vector<float> x_, h_, qkv_, att_, fc_, lora_, last_;
   std::vector<int> pos_;

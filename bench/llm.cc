@@ -181,15 +181,18 @@ int main(int argc, char** argv) {
   int runs = 3, threads = 2, per_stream = 2, max_tokens = 60, prompt_bytes = 64;
   int d_model = 192, n_layer = 4, n_head = 6, n_ctx = 128;  // the trained model's sizes
   std::string base;
+  std::string precision = "fp32";
   shoal::bench::Args args(
       "bench-llm [--runs N] [--threads T] [--per-stream K] [--max-tokens M] [--prompt-bytes P] "
-      "[--base model.safetensors | --d-model D --n-layer L --n-head H --n-ctx C]");
+      "[--precision fp32|int8] [--base model.safetensors | --d-model D --n-layer L --n-head H "
+      "--n-ctx C]");
   args.Option("--runs", &runs)
       .Option("--threads", &threads)
       .Option("--per-stream", &per_stream)
       .Option("--max-tokens", &max_tokens)
       .Option("--prompt-bytes", &prompt_bytes)
       .Option("--base", &base)
+      .Option("--precision", &precision)
       .Option("--d-model", &d_model)
       .Option("--n-layer", &n_layer)
       .Option("--n-head", &n_head)
@@ -228,8 +231,8 @@ int main(int argc, char** argv) {
       "apiVersion: shoal.dev/v1\nkind: Function\nmetadata: {name: lm}\nspec:\n"
       "  handler: inference\n  concurrency: 64\n  scale: {min: 1, max: 1}\n  inference:\n"
       "    threads: " +
-      std::to_string(threads) + "\n    maxBatchSize: 64\n    source:\n      lm: {base: " + base +
-      "}\n");
+      std::to_string(threads) + "\n    maxBatchSize: 64\n    precision: " + precision +
+      "\n    source:\n      lm: {base: " + base + "}\n");
   if (d.exit_code != 0 || !shoald.WaitReady("lm", 1, 60000)) {
     std::fprintf(stderr, "bench-llm: deploy failed: %s\n%s\n", d.err.c_str(), shoald.Log().c_str());
     return 1;
@@ -294,10 +297,11 @@ int main(int argc, char** argv) {
   }
   stop_anchor();
   std::printf(
-      "bench-llm: %s, %d threads each, %d requests per stream, %d-byte prompts, %d new tokens "
+      "bench-llm: %s, Shoal %s, %d threads each, %d requests per stream, %d-byte prompts, %d new "
+      "tokens "
       "(greedy), %d runs interleaved; anchor: transformers GPT2LMHeadModel.generate behind a "
       "threaded HTTP server (bench/llm_anchor.py)\n",
-      model_what.c_str(), threads, per_stream, prompt_bytes, max_tokens, runs);
+      model_what.c_str(), precision.c_str(), threads, per_stream, prompt_bytes, max_tokens, runs);
   std::printf("%-8s %-18s %12s %14s %8s %22s\n", "streams", "figure", "shoal", "transformers",
               "ratio", "ratio min/median/max");
   const char* names[3] = {"decode tokens/s", "TTFT ms", "prefill tokens/s"};

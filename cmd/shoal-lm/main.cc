@@ -8,6 +8,8 @@
 //   shoal-lm --base model.safetensors [--adapter name=file[@alpha]]... [--put ...]
 //            --requests r.json
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -34,6 +36,12 @@ int main(int argc, char** argv) {
                  "join_step}")
       ->required();
   app.add_option("--max-sequences", max_sequences, "sequences stepped together");
+  bool int8 = false;
+  app.add_flag("--int8", int8, "int8 linear weights (per-row symmetric)");
+  bool compare_int8 = false;
+  app.add_flag("--compare-int8", compare_int8,
+               "print, per request, the prompt's next-token logits under int8 against fp32: "
+               "{max_abs_diff, max_abs_logit, argmax_equal}");
   std::vector<std::string> puts;
   app.add_option("--put", puts, "STEP:name=file[@alpha]: a new adapter version before STEP");
   CLI11_PARSE(app, argc, argv);
@@ -43,7 +51,40 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "shoal-lm: %s\n", base.status().message().c_str());
     return 2;
   }
-  lm::LmEngine engine(*base, {.max_sequences = max_sequences});
+  std::ifstream in(requests_path);
+  const Json requests = Json::parse(in, nullptr, false);
+  if (!requests.is_array()) {
+    std::fprintf(stderr, "shoal-lm: %s is not a JSON list\n", requests_path.c_str());
+    return 2;
+  }
+  if (compare_int8) {
+    const lm::LmConfig& c = (*base)->config;
+    lm::LmForward fp32(*base);
+    lm::LmForward int8_forward(lm::QuantizeInt8(**base));
+    for (const Json& r : requests) {
+      const std::string prompt = r.value("prompt", "");
+      std::vector<int> tokens(prompt.begin(), prompt.end());
+      for (int& t : tokens) t = static_cast<unsigned char>(t);
+      if (tokens.empty()) tokens.push_back(c.eos);
+      std::vector<float> a(static_cast<size_t>(c.vocab_size)), b(a.size());
+      lm::KvCache ca(c), cb(c);
+      const lm::StepInput ia[] = {{&ca, tokens, nullptr, a.data()}};
+      const lm::StepInput ib[] = {{&cb, tokens, nullptr, b.data()}};
+      fp32.Step(ia);
+      int8_forward.Step(ib);
+      float diff = 0, top = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        diff = std::max(diff, std::fabs(a[i] - b[i]));
+        top = std::max(top, std::fabs(a[i]));
+      }
+      const bool same = std::max_element(a.begin(), a.end()) - a.begin() ==
+                        std::max_element(b.begin(), b.end()) - b.begin();
+      std::cout << Json({{"max_abs_diff", diff}, {"max_abs_logit", top}, {"argmax_equal", same}})
+                << "\n";
+    }
+    return 0;
+  }
+  lm::LmEngine engine(*base, {.max_sequences = max_sequences, .int8 = int8});
   std::map<std::string, uint64_t> versions;
   // name=file[@alpha] into the engine (a new version of that name).
   auto put = [&](const std::string& a) -> bool {
@@ -85,12 +126,6 @@ int main(int argc, char** argv) {
       return 2;
     }
     puts_at.emplace(std::stoi(p.substr(0, colon)), p.substr(colon + 1));
-  }
-  std::ifstream in(requests_path);
-  const Json requests = Json::parse(in, nullptr, false);
-  if (!requests.is_array()) {
-    std::fprintf(stderr, "shoal-lm: %s is not a JSON list\n", requests_path.c_str());
-    return 2;
   }
   struct Out {
     std::vector<int> tokens;

@@ -318,7 +318,10 @@ void DocumentParser::ParseInference(const YAML::Node& n, const std::string& func
   };
   out->env[kInferModelEnv] = model;
   out->env[kInferDeviceEnv] = one_of("device", {"auto", "cpu", "cuda"}, "auto");
-  out->env[kInferPrecisionEnv] = one_of("precision", {"fp32", "fp16", "bf16"}, "fp32");
+  // A language model (source.lm) runs fp32 or int8 weights; the graph executors fp32, fp16, bf16.
+  const std::string precision = lm ? one_of("precision", {"fp32", "int8"}, "fp32")
+                                   : one_of("precision", {"fp32", "fp16", "bf16"}, "fp32");
+  out->env[kInferPrecisionEnv] = precision;
   if (const YAML::Node t = n["threads"]) {  // 0 (the default): every core
     out->env[kInferThreadsEnv] = std::to_string(Integer(t, "spec.inference.threads", 0, 1024));
   }

@@ -106,6 +106,12 @@ class LmHandler final : public Handler {
     lm::EngineOptions options;
     options.max_sequences = static_cast<int>(EnvNumber("SHOAL_INFER_MAX_BATCH", 32));
     options.threads = static_cast<int>(EnvNumber("SHOAL_INFER_THREADS", 0));
+    const std::string precision = Env("SHOAL_INFER_PRECISION", "fp32");
+    if (precision != "fp32" && precision != "int8") {
+      return InvalidArgument("SHOAL_INFER_PRECISION: a language model runs fp32 or int8, got '" +
+                             precision + "'");
+    }
+    options.int8 = precision == "int8";
     engine_ = std::make_unique<lm::LmEngine>(base_, options);
     const Json adapters = Json::parse(Env("SHOAL_INFER_LM_ADAPTERS", "[]"), nullptr, false);
     if (!adapters.is_array()) return InvalidArgument("SHOAL_INFER_LM_ADAPTERS is not a JSON list");
@@ -141,10 +147,10 @@ class LmHandler final : public Handler {
     for (auto& f : followed_) (void)Follow(*f);
     const lm::LmConfig& c = base_->config;
     spdlog::info(
-        "inference: language model '{}' (shoal-gpt, d_model {}, {} layers, {} heads, context {}), "
-        "{} adapters, up to {} sequences per step",
-        name_, c.d_model, c.n_layer, c.n_head, c.n_ctx, engine_->Adapters().size(),
-        options.max_sequences);
+        "inference: language model '{}' (shoal-gpt, d_model {}, {} layers, {} heads, context {}, "
+        "{}), {} adapters, up to {} sequences per step",
+        name_, c.d_model, c.n_layer, c.n_head, c.n_ctx, options.int8 ? "int8" : "fp32",
+        engine_->Adapters().size(), options.max_sequences);
     return {};
   }
 

@@ -56,7 +56,9 @@ struct LmEngine::Sequence {
 };
 
 LmEngine::LmEngine(std::shared_ptr<const LmWeights> base, EngineOptions options)
-    : base_(std::move(base)), options_(options), forward_(base_, options.threads) {}
+    : base_(options.int8 ? QuantizeInt8(*base) : std::move(base)),
+      options_(options),
+      forward_(base_, options.threads) {}
 
 LmEngine::~LmEngine() {
   {

@@ -51,6 +51,7 @@ using GenerationSink = std::function<void(const GenerationEvent&)>;
 struct EngineOptions {
   int max_sequences = 32;  // sequences stepped together; more wait to join
   int threads = 0;         // the scheduler's OpenMP threads (sgemm, attention); 0: every core
+  bool int8 = false;       // the linears as int8 weights (QuantizeInt8)
 };
 
 struct EngineStats {

@@ -40,8 +40,11 @@ struct LayerWeights {
   const float* ln1_b;
   const float* ln2_w;
   const float* ln2_b;
-  std::array<const float*, kLinears> w;  // [out, in], row-major
+  std::array<const float*, kLinears> w;  // [out, in], row-major; null when int8
   std::array<const float*, kLinears> b;  // [out]
+  // int8 weights (QuantizeInt8): w ~= q * scale per row (symmetric); null for fp32.
+  std::array<const int8_t*, kLinears> q{};
+  std::array<const float*, kLinears> scale{};
 };
 
 struct LmWeights {
@@ -51,8 +54,15 @@ struct LmWeights {
   std::vector<LayerWeights> layers;
   const float* lnf_w = nullptr;
   const float* lnf_b = nullptr;
-  std::vector<float> storage;  // every tensor, owned
+  std::vector<float> storage;     // every tensor, owned
+  std::vector<int8_t> q_storage;  // int8: the linears' weights
+  bool int8() const { return !q_storage.empty(); }
 };
+
+// The same model with every layer's linear weights as int8, one symmetric scale per output row
+// (max |w| / 127), dequantized in the matmul; embeddings (and the head tied to wte), LayerNorms
+// and biases stay fp32. The fp32 linears are not kept.
+std::shared_ptr<const LmWeights> QuantizeInt8(const LmWeights& w);
 
 // A base model from its safetensors bytes. kInvalidArgument naming the field or tensor when the
 // metadata or a shape does not match the contract.

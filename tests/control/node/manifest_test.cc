@@ -557,6 +557,13 @@ TEST(ManifestTest, LanguageModelSource) {
             "spec.inference.source.lm.adapters[1].name: repeats \"a\" (line 8)");
   EXPECT_EQ(lm("{base: " + base + ", adapters: [{name: a, flJob: j, alpha: 0}]}"),
             "spec.inference.source.lm.adapters[0].alpha: must be positive (line 8)");
+  // int8 weights for a language model only; fp16/bf16 for the graph executors only.
+  const std::string lm_int8 =
+      InferManifest("  inference:\n    source: {lm: {base: " + base + "}}\n    precision: int8\n");
+  EXPECT_EQ(Parsed(lm_int8).handler.env.at(kInferPrecisionEnv), "int8");
+  EXPECT_EQ(ErrorOf(InferManifest("  inference:\n    source: {lm: {base: " + base +
+                                  "}}\n    precision: fp16\n")),
+            "spec.inference.precision: must be fp32 | int8, got \"fp16\" (line 9)");
   EXPECT_EQ(lm("{base: " + base + ", adapters: [{name: a, flJob: j, rank: 4}]}"),
             "spec.inference.source.lm.adapters[0].rank: unknown field (line 8)");
 }

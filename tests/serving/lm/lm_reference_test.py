@@ -155,3 +155,24 @@ def test_hot_swap_between_steps(setup):
         else:
             assert g["adapter_version"] == 2
             assert g["tokens"] == ref.generate(tuned2, ref.encode(r["prompt"]), MAX_TOKENS), r
+
+
+INT8_TOLERANCE = 0.05  # max |logit(int8) - logit(fp32)| <= this x max |logit(fp32)|
+
+
+def test_int8_logits_within_tolerance(setup):
+    path = setup["dir"] / "prompts.json"
+    path.write_text(json.dumps([{"prompt": p} for p in PROMPTS]))
+    out = subprocess.run([SHOAL_LM, "--base", setup["base"], "--requests", str(path),
+                          "--compare-int8"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert len(rows) == len(PROMPTS)
+    for p, r in zip(PROMPTS, rows):
+        print(p, r)
+        assert 0 < r["max_abs_diff"] <= INT8_TOLERANCE * r["max_abs_logit"], (p, r)
+    # Served int8 runs (greedy): the first token is fp32's where the logits' top two are apart.
+    got = run(setup, [req(p) for p in PROMPTS], "--int8")
+    assert all(g["finish"] in ("stop", "length") for g in got)
+    first_equal = sum(g["tokens"][0] == setup["expect"][("", p)][0] for p, g in zip(PROMPTS, got))
+    assert first_equal == sum(r["argmax_equal"] for r in rows)

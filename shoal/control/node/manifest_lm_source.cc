@@ -6,12 +6,14 @@
 //       - {name: legal, path: /models/legal.safetensors}
 //       - {name: live, flJob: lora-job, alpha: 16}   # each committed version, hot-swapped
 // `alpha` is used when the adapter file's metadata has none (an FL job's commits may not carry
-// it); without either, the FL job's status document's lora.alpha.
+// it); without either, the FL job's status document's lora.alpha. Adapters follow at most one FL
+// job (SHOAL_INFER_FL_JOB names it, for the instance's token of that job).
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "shoal/control/node/manifest_parser.h"
+#include "shoal/interfaces/function_spec.h"
 
 namespace shoal::manifest_internal {
 namespace {
@@ -62,6 +64,14 @@ void DocumentParser::ParseLmSource(const YAML::Node& n, HandlerSpec* out) {
       } else {
         const std::string j = String(job, at + ".flJob");
         CheckDnsLabel(j, at + ".flJob", job);
+        // The instance reads the job's versions with an fl-client token of that one job
+        // (shoald gives it for SHOAL_INFER_FL_JOB): one followed job per function.
+        if (auto it = out->env.find(kInferFlJobEnv); it != out->env.end() && it->second != j) {
+          Fail(at + ".flJob",
+               "adapters of one function follow one FL job (" + Quote(it->second) + " already)",
+               job);
+        }
+        out->env[kInferFlJobEnv] = j;
         entry["flJob"] = j;
       }
       if (const YAML::Node alpha = a["alpha"]) {

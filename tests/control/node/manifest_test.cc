@@ -542,7 +542,7 @@ TEST(ManifestTest, LanguageModelSource) {
   EXPECT_EQ(s.handler.env.at("SHOAL_INFER_LM_ADAPTERS"),
             "[{\"name\":\"ft\",\"path\":\"" + ft +
                 "\"},{\"alpha\":16.0,\"flJob\":\"lora-job\",\"name\":\"live\"}]");
-  EXPECT_EQ(s.handler.env.count(kInferFlJobEnv), 0u);
+  EXPECT_EQ(s.handler.env.at(kInferFlJobEnv), "lora-job");  // shoald's token for the instance
   EXPECT_EQ(InferenceModelName(s), "fmnist-infer");
   auto lm = [&](const std::string& body) {
     return ErrorOf(InferManifest("  inference:\n    source: {lm: " + body + "}\n"));
@@ -555,6 +555,9 @@ TEST(ManifestTest, LanguageModelSource) {
             "spec.inference.source.lm.adapters[0]: set exactly one of path or flJob (line 8)");
   EXPECT_EQ(lm("{base: " + base + ", adapters: [{name: a, flJob: j}, {name: a, flJob: k}]}"),
             "spec.inference.source.lm.adapters[1].name: repeats \"a\" (line 8)");
+  EXPECT_EQ(lm("{base: " + base + ", adapters: [{name: a, flJob: j}, {name: b, flJob: k}]}"),
+            "spec.inference.source.lm.adapters[1].flJob: adapters of one function follow one FL "
+            "job (\"j\" already) (line 8)");
   EXPECT_EQ(lm("{base: " + base + ", adapters: [{name: a, flJob: j, alpha: 0}]}"),
             "spec.inference.source.lm.adapters[0].alpha: must be positive (line 8)");
   // int8 weights for a language model only; fp16/bf16 for the graph executors only.

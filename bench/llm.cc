@@ -205,7 +205,9 @@ int main(int argc, char** argv) {
   if (base.empty() && access((kSource + "/scripts/lm-path").c_str(), X_OK) == 0) {
     const std::string trained = Run(kSource + "/scripts/lm-path 2>/dev/null");
     if (!trained.empty() && access(trained.c_str(), R_OK) == 0) {
-      base = trained;
+      // A copy beside the build: the instance's sandbox reads it there (the cache is private).
+      base = out_dir + "/trained.safetensors";
+      std::filesystem::copy_file(trained, base, std::filesystem::copy_options::overwrite_existing);
       model_what = "the trained model (scripts/lm-path)";
     }
   }

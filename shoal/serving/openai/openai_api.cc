@@ -42,8 +42,9 @@ Result<std::string> TextContent(const Json& content, const std::string& where) {
   std::string text;
   for (size_t i = 0; i < content.size(); ++i) {
     const Json& part = content[i];
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-        !part["text"].is_string()) {
+    // (json::value with a default throws when the field has another type: checked first.)
+    if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+        !part.contains("text") || !part["text"].is_string()) {
       return Field(where + "[" + std::to_string(i) + "]",
                    "only {\"type\": \"text\", \"text\": ...} parts are supported");
     }
@@ -183,7 +184,10 @@ Result<ParsedRequest> ParseRequest(Endpoint endpoint, std::string_view body_text
   }
   if (auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) return Field("stream_options", "must be an object");
-    r.include_usage = it->value("include_usage", false);
+    if (auto u = it->find("include_usage"); u != it->end() && !u->is_null()) {
+      if (!u->is_boolean()) return Field("stream_options.include_usage", "must be true or false");
+      r.include_usage = u->get<bool>();
+    }
   }
   for (const char* unsupported : {"logprobs", "top_logprobs", "tools", "suffix", "best_of"}) {
     auto it = body.find(unsupported);

@@ -135,6 +135,8 @@ class ShoalNode:
         self.c = JobClient(args.server, args.job, token=args.api_token, timeout=600)
         self.member = self.c.join(name=f"load-{k}")
         self.names, self.arrays, self.k = names, client_arrays(shapes, k), k
+        self.dtype = args.wire_dtype
+        self.wire_bytes = 0
         self.task = None
 
     def poll(self, version):
@@ -155,8 +157,9 @@ class ShoalNode:
         base = self.c._base
         self.c._request("GET", f"{base}/model?version={v}")
         meta = UpdateMeta(self.c.job, self.member.client_id, self.member.token, v, 100 + self.k)
-        self.c._request("POST", base + "/updates", EncodedUpdate(meta, self.names, self.arrays),
-                        "application/octet-stream")
+        update = EncodedUpdate(meta, self.names, self.arrays, self.dtype)
+        self.wire_bytes = len(update)
+        self.c._request("POST", base + "/updates", update, "application/octet-stream")
         return time.monotonic()
 
 
@@ -456,6 +459,8 @@ def main():
     ap.add_argument("--job", default="")
     ap.add_argument("--api-token", default="")
     ap.add_argument("--root-pid", type=int, default=0)
+    ap.add_argument("--wire-dtype", default="f32", help="the updates' wire format (f32, bf16, "
+                    "int8, int4; the job must allow it)")
     # flower
     ap.add_argument("--app-dir", default=os.path.join(os.path.dirname(__file__), "flower_app"))
     ap.add_argument("--port", type=int, default=0)
@@ -491,6 +496,7 @@ def main():
             result["setup_cpu_s"] = tree_cpu(root)
             result["rounds"] = run_rounds(nodes, root, args.rounds, workers, deadline,
                                           args.upload_cap)
+            result["wire_bytes"] = nodes[0].wire_bytes
         else:
             server = FlowerServer(args, work)
             root = server.proc.pid

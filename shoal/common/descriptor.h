@@ -18,7 +18,17 @@ enum class EventKind : uint16_t {
   kReady = 4,     // instance -> shoald: the handler is loaded, the instance takes requests
   kPing = 5,      // benchmarks and health probes: echoed back as kPong without touching memory
   kPong = 6,
+  // gateway -> instance: more of a request's body has landed in its buffer (`length`: the
+  // buffer's bytes that are there now; the buffer is still the gateway's). The request's
+  // kRequest follows on the same socket. No answer. An FL leaf folds the new bytes (a request
+  // whose body is still arriving, fl_update_ingest.h).
+  // (7 is kResponseChunk, instance -> gateway: shoal/common/response_chunk.h.)
+  kBodyChunk = 8,
 };
+
+// kRequest's `status` when the request's client left before its body had arrived whole (after
+// kBodyChunk descriptors): the handler drops what it began, nothing else.
+inline constexpr uint32_t kStatusClientGone = 499;
 
 // Endpoint keys. The first 4 bytes of a descriptor are the target key: the sk_msg program
 // looks them up in the SOCKHASH (as SPRIGHT does), so `target` must stay the first field.

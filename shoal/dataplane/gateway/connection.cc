@@ -97,7 +97,9 @@ void Connection::OnRead(uv_stream_t* s, ssize_t nread, const uv_buf_t*) {
     if (c->body_len_ == c->body_expected_) {
       c->state_ = State::kHeaders;
       c->HandleRequest();
+      return;
     }
+    c->OnFlBodyProgress();
     return;
   }
   c->rbuf_len_ += static_cast<size_t>(nread);
@@ -124,7 +126,7 @@ void Connection::Consume() {
     }
     pos += step.consumed;
     if (step.outcome != HttpRequestParser::Step::Outcome::kMessage) continue;
-    if (raw_body_ && fl_head_need_ != 0) {
+    if (raw_body_ && fl_.reading_head()) {
       // An FL update for a top elsewhere: its header first, the body once the top admitted it.
       std::memmove(rbuf_.get(), rbuf_.get() + pos, rbuf_len_ - pos);
       rbuf_len_ -= pos;
@@ -144,6 +146,7 @@ void Connection::Consume() {
       pos += take;
       if (body_len_ < body_expected_) {
         state_ = State::kBody;
+        OnFlBodyProgress();
         break;
       }
     }
@@ -164,13 +167,7 @@ void Connection::OnBegin() {
   raw_body_ = false;
   small_body_.clear();
   error_status_ = 0;
-  fl_job_.clear();
-  fl_bearer_.clear();
-  fl_head_.clear();
-  fl_head_need_ = 0;
-  fl_prefix_read_ = false;
-  fl_discard_ = false;
-  fl_admitted_ = {};
+  fl_.Reset();
 }
 
 bool Connection::OnHead(const RequestHead& head) {
@@ -278,8 +275,8 @@ bool Connection::RouteRequest(const RequestHead& head) {
       fn_ = gw.functions_.Find(function_name_);
       return call_function(ForwardTable::Kind::kFunction, "function");
     case RouteKind::kFlUpdate:
-      fl_job_ = m.job;
-      function_name_ = fl->LeafFunction(fl_job_);
+      fl_.Begin(std::string(m.job), {});
+      function_name_ = fl->LeafFunction(fl_.job());
       sub_path_.clear();
       fn_ = gw.functions_.Find(function_name_);
       if (!fn_ || fn_->retired.load(std::memory_order_relaxed)) {
@@ -288,14 +285,13 @@ bool Connection::RouteRequest(const RequestHead& head) {
         bool take_body = false;
         if (TryForward(head, ForwardTable::Kind::kJob, m.job, &take_body)) return take_body;
         if (!Authenticate(head)) return has_body;
-        return not_found("FL job", fl_job_);
+        return not_found("FL job", fl_.job());
       }
-      fl_bearer_.clear();
-      if (fl->FoldsForOtherNode(fl_job_)) {
+      if (fl->FoldsForOtherNode(fl_.job())) {
         // Folded here for a top on another node, which holds the job's tokens: it authenticates
         // the bearer token with the update's small admit request (AdmitForTop).
-        fl_bearer_ = auth::BearerToken(head.authorization);
-        if (fl_bearer_.empty()) {
+        fl_.Begin(std::string(m.job), std::string(auth::BearerToken(head.authorization)));
+        if (!fl_.for_other_top()) {
           fn_.reset();
           loop_.gw().metrics_.gateway_rejections.Add({{"reason", "unauthenticated"}}).Increment();
           Reject(401, "authentication required: send 'Authorization: Bearer <token>'");
@@ -304,7 +300,7 @@ bool Connection::RouteRequest(const RequestHead& head) {
         return PrepareMemberUpdate(head);
       }
       // An update needs the job's FL client token (or a deployer's of its namespace).
-      if (!Authorize(head, auth::Action::kFlClient, fn_->spec.tenant, fl_job_)) {
+      if (!Authorize(head, auth::Action::kFlClient, fn_->spec.tenant, fl_.job())) {
         fn_.reset();
         return has_body;
       }
@@ -386,10 +382,29 @@ bool Connection::PrepareFunctionBody(const RequestHead& head) {
   if (!head.chunked && content_length > 0) {
     raw_body_ = true;
     body_expected_ = content_length;
+    // An FL update's leaf may read the buffer before the body is whole (fl_update_ingest.h).
+    if (fl_.active()) WriteRequestPayloadHead(content_length);
     if (head.expect_continue) SendContinue();
     return true;  // the parser skips the body; Consume() and OnRead() put it in the pool
   }
   return false;
+}
+
+void Connection::WriteRequestPayloadHead(uint64_t body_len) {
+  const RequestHead& head = parser_.head();
+  WritePayloadHead(fn_->pool->Data(buffer_), static_cast<uint16_t>(head.method), 0, sub_path_,
+                   query_, head.content_type, body_len);
+}
+
+void Connection::OnFlBodyProgress() {
+  if (!fl_.active() || route_ != Route::kFunction || buffer_ == 0) return;
+  fl_.OnBodyProgress(loop_, this, *loop_.gw().hooks_.fl, fn_, buffer_, head_len_,
+                     std::span<const std::byte>(body_ptr_, body_expected_), body_len_);
+}
+
+void Connection::OnFlStreamLost() {
+  has_pending_ = false;
+  fl_.StreamLost();
 }
 
 std::optional<bool> Connection::RejectOverBodyLimit(uint64_t content_length) {
@@ -405,7 +420,7 @@ bool Connection::PrepareMemberUpdate(const RequestHead& head) {
   const uint64_t content_length = head.content_length;
   if (auto rejected = RejectOverBodyLimit(content_length)) return *rejected;
   if (head.chunked) {
-    return Reject(411, "FL job '" + fl_job_ +
+    return Reject(411, "FL job '" + fl_.job() +
                            "' is folded on this node for its top on another node: send the "
                            "update with a Content-Length (the top admits its header before "
                            "its body is read)");
@@ -413,39 +428,36 @@ bool Connection::PrepareMemberUpdate(const RequestHead& head) {
   if (content_length < kUpdatePrefixBytes) {
     return Reject(400, model::ParsePrefix({}, content_length).status().message());
   }
-  // No pool memory yet: the header goes to fl_head_, the top decides, then the body is read.
+  // No pool memory yet: the header goes to fl_ (its head()), the top decides, then the body is
+  // read.
   head_len_ = PayloadBodyOffset(sub_path_.size(), query_.size(), head.content_type.size());
   raw_body_ = true;
   body_expected_ = content_length;
-  fl_head_need_ = kUpdatePrefixBytes;
+  fl_.StartHead();
   if (head.expect_continue) SendContinue();
   return true;
 }
 
 void Connection::FeedFlHead() {
-  for (;;) {
-    const size_t take = std::min<uint64_t>(fl_head_need_ - fl_head_.size(), rbuf_len_);
-    fl_head_.append(rbuf_.get(), take);
-    std::memmove(rbuf_.get(), rbuf_.get() + take, rbuf_len_ - take);
-    rbuf_len_ -= take;
-    if (fl_head_.size() < fl_head_need_) {
-      StartReading();
-      return;
-    }
-    if (fl_prefix_read_) break;
-    fl_prefix_read_ = true;
-    auto hlen = model::ParsePrefix(std::as_bytes(std::span(fl_head_)), body_expected_);
-    if (!hlen.ok()) {
-      OnFlRefused(400, hlen.status().message());
-      return;
-    }
-    fl_head_need_ = kUpdatePrefixBytes + *hlen;
+  const char* data = rbuf_.get();
+  size_t left = rbuf_len_;
+  std::string refusal;
+  const FlUpdateIngest::HeadStep step = fl_.FeedHead(data, left, body_expected_, &refusal);
+  std::memmove(rbuf_.get(), data, left);
+  rbuf_len_ = left;
+  if (step == FlUpdateIngest::HeadStep::kMore) {
+    StartReading();
+    return;
+  }
+  if (step == FlUpdateIngest::HeadStep::kRefused) {
+    OnFlRefused(400, refusal);
+    return;
   }
   // The whole header: reading stops (the client's body waits in its socket) until the top's
   // answer comes back through the loop (OnFlAdmitted / OnFlRefused).
   StopReading();
   state_ = State::kBusy;
-  loop_.AdmitForTop(this, fn_, fl_job_, std::as_bytes(std::span(fl_head_)), fl_bearer_);
+  loop_.AdmitForTop(this, fn_, fl_.job(), fl_.head(), fl_.bearer());
 }
 
 void Connection::OnFlAdmitted(FlAdmission admission) {
@@ -465,17 +477,19 @@ void Connection::OnFlAdmitted(FlAdmission admission) {
                   "shared-memory pool of tenant '" + fn_->spec.tenant + "' is full: retry later",
                   true);
     } else {
-      OnFlRefused(
-          503,
-          "FL job '" + fl_job_ + "': the update's admission is gone: " + held.message() + "; retry",
-          true);
+      OnFlRefused(503,
+                  "FL job '" + fl_.job() + "': the update's admission is gone: " + held.message() +
+                      "; retry",
+                  true);
     }
     return;
   }
-  fl_admitted_ = admission;
+  fl_.SetAdmitted(admission);
   body_ptr_ = fn_->pool->Data(buffer_).data() + head_len_;
-  std::memcpy(body_ptr_, fl_head_.data(), fl_head_.size());
-  body_len_ = fl_head_.size();
+  WriteRequestPayloadHead(body_expected_);
+  const std::span<const std::byte> head = fl_.head();
+  std::memcpy(body_ptr_, head.data(), head.size());
+  body_len_ = head.size();
   // Body bytes that came with the header (in the read buffer), then the rest from the socket.
   const size_t take = std::min<uint64_t>(rbuf_len_, body_expected_ - body_len_);
   std::memcpy(body_ptr_ + body_len_, rbuf_.get(), take);
@@ -487,6 +501,7 @@ void Connection::OnFlAdmitted(FlAdmission admission) {
     return;
   }
   state_ = State::kBody;
+  OnFlBodyProgress();
   StartReading();
 }
 
@@ -497,13 +512,13 @@ void Connection::OnFlRefused(int status, const std::string& reason, bool retry_a
   state_ = State::kBusy;
   keep_alive_ = false;
   close_after_ = true;
-  fl_discard_ = true;
+  fl_.set_discard(true);
   WriteError(status, reason, retry_after);
 }
 
 bool Connection::StartDiscard() {
-  fl_discard_ = false;
-  body_len_ = fl_head_.size() + rbuf_len_;
+  fl_.set_discard(false);
+  body_len_ = fl_.head().size() + rbuf_len_;
   rbuf_len_ = 0;
   if (body_len_ >= body_expected_ || peer_shut_) return false;
   state_ = State::kDiscard;

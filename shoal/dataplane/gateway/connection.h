@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "shoal/common/descriptor.h"
+#include "shoal/dataplane/gateway/fl_update_ingest.h"
 #include "shoal/dataplane/gateway/http_request_parser.h"
 #include "shoal/dataplane/gateway/peer_links.h"
 #include "shoal/dataplane/gateway/uv_reading.h"
@@ -69,6 +70,8 @@ class Connection final : public RequestEvents, public ForwardClient {
   // its body is read now (into the pool), or the refusal answered and the connection closed.
   void OnFlAdmitted(FlAdmission admission);
   void OnFlRefused(int status, const std::string& reason, bool retry_after = false);
+  // The leaf folding the update while its body arrives is gone (GatewayLoop::FailInstance).
+  void OnFlStreamLost();
 
   // RequestEvents
   void OnBegin() override;
@@ -82,7 +85,7 @@ class Connection final : public RequestEvents, public ForwardClient {
   void OnForwardDone(bool complete, int status) override;
 
  private:
-  // kFlHead: an FL update for a top elsewhere, its prefix and header read into fl_head_ (no
+  // kFlHead: an FL update for a top elsewhere, its prefix and header read into fl_.head() (no
   // pool memory until the top admits it).
   // kDiscard: after such an update's refusal, the rest of its body is read and dropped (in the
   // read buffer) before the close, so that the client reads the answer rather than a reset.
@@ -114,7 +117,7 @@ class Connection final : public RequestEvents, public ForwardClient {
   // Such an update for a job whose top is on another node: only its header is read before the
   // top's answer.
   bool PrepareMemberUpdate(const RequestHead& head);
-  // Moves the update's header from the read buffer into fl_head_; asks the top once it is whole.
+  // Moves the update's header from the read buffer into fl_; asks the top once it is whole.
   void FeedFlHead();
   // After its refusal was written: drops the rest of the update's body, then closes (false:
   // nothing left to drop).
@@ -135,6 +138,10 @@ class Connection final : public RequestEvents, public ForwardClient {
                  std::string_view job);
   void SendContinue();
   bool AppendFunctionBody(const char* at, size_t len);
+  // The pool buffer's payload head (what HTTP said about the body) for a body of `body_len`.
+  void WriteRequestPayloadHead(uint64_t body_len);
+  // An FL update's body grew (Content-Length, into the pool): its protocol's next step.
+  void OnFlBodyProgress();
   void Consume();
   void HandleRequest();
   void DispatchFunction();
@@ -174,14 +181,7 @@ class Connection final : public RequestEvents, public ForwardClient {
   auth::Principal principal_;  // who the request's token names
   Route route_ = Route::kNone;
   std::string function_name_, sub_path_, query_, path_;
-  std::string fl_job_;  // POST /v1/jobs/{job}/updates: the update goes to the job's leaves
-  // Cluster mode, a job whose top is on another node: the bearer token the top authenticates.
-  std::string fl_bearer_;
-  std::string fl_head_;          // its prefix + UpdateHeader (kFlHead)
-  uint64_t fl_head_need_ = 0;    // bytes of it known so far to be needed
-  bool fl_prefix_read_ = false;  // the prefix (magic, header length) checked
-  bool fl_discard_ = false;      // refused: drop the rest of the body after the answer
-  FlAdmission fl_admitted_{};    // the top's admission while its body is read (ticket != 0)
+  FlUpdateIngest fl_;  // POST /v1/jobs/{job}/updates: the update's own protocol
   std::shared_ptr<FunctionRuntime> fn_;
   uint64_t body_limit_ = 0;
   // Function bodies live in the pool: [payload head][body].

@@ -83,21 +83,32 @@ void Connection::HandleRequest() {
 }
 
 void Connection::DispatchFunction() {
-  const RequestHead& head = parser_.head();
-  std::span<std::byte> buf = fn_->pool->Data(buffer_);
-  WritePayloadHead(buf, static_cast<uint16_t>(head.method), 0, sub_path_, query_, head.content_type,
-                   body_len_);
+  WriteRequestPayloadHead(body_len_);
   FlAdmission admission;
-  if (!fl_job_.empty()) {
-    if (!fl_bearer_.empty()) {
-      // Cluster mode, a job whose top is on another node: its top admitted the update on its
-      // header before the body was read (Connection::FeedFlHead); its buffer is held now.
-      admission = fl_admitted_;
-      fl_admitted_ = {};
+  if (fl_.active()) {
+    if (const std::optional<uint32_t> stream = fl_.stream()) {
+      // Folded by its leaf while it arrived: the request (and the buffer) go to that leaf now.
+      fl_.EndStream();
+      buffer_ = 0;
+      loop_.FinishBodyStream(*stream, head_len_ + body_len_);
+      return;
+    }
+    if (fl_.lost()) {
+      ReleaseRequestBuffer();
+      WriteError(502,
+                 "FL job '" + fl_.job() +
+                     "': the leaf folding this update stopped while it arrived; send it again",
+                 true);
+      return;
+    }
+    if (fl_.admitted()) {
+      // Admitted on its header before the body was whole: by its top on another node
+      // (Connection::FeedFlHead), or here with no leaf free then (fl_update_ingest.h).
+      admission = fl_.TakeAdmitted();
     } else {
       // The coordinator checks the update's header before any leaf touches it.
       const std::span<const std::byte> body(body_ptr_, body_len_);
-      auto adm = loop_.gw().hooks_.fl->Admit(fl_job_, *fn_->pool, body, buffer_);
+      auto adm = loop_.gw().hooks_.fl->Admit(fl_.job(), *fn_->pool, body, buffer_);
       if (!adm.ok()) {
         ReleaseRequestBuffer();
         WriteError(FlAdmitErrorStatus(adm.status()), adm.status().message());
@@ -248,7 +259,7 @@ void Connection::OnWritten(uv_write_t* req, int status) {
 }
 
 void Connection::NextRequest() {
-  if (fl_discard_ && state_ != State::kClosing && StartDiscard()) return;
+  if (fl_.discard() && state_ != State::kClosing && StartDiscard()) return;
   if (close_after_ || !keep_alive_ || state_ == State::kClosing) {
     Close();
     return;
@@ -295,14 +306,22 @@ void Connection::Close() {
     fwd_->Detach();
     fwd_ = nullptr;
   }
+  if (const std::optional<uint32_t> stream = fl_.stream()) {
+    // Its leaf folds it as it arrives: the leaf gets the buffer, drops what it folded and the
+    // coordinator rebuilds the partial sum without it.
+    has_pending_ = false;
+    fl_.EndStream();
+    buffer_ = 0;
+    loop_.AbandonBodyStream(*stream);
+  }
   if (has_pending_) {
     has_pending_ = false;
     loop_.Abandon(pending_idx_);
   }
-  if (fl_admitted_.ticket != 0) {
-    // Admitted by its top, its body not all read: it does not count; its client sends it again.
-    loop_.gw().hooks_.fl->Completed(fl_admitted_.ticket, 503, false);
-    fl_admitted_ = {};
+  if (fl_.admitted()) {
+    // Admitted on its header, its body not all read: it does not count; its client sends it
+    // again.
+    loop_.gw().hooks_.fl->Completed(fl_.TakeAdmitted().ticket, 503, false);
   }
   ReleaseRequestBuffer();
   AfterWrite();

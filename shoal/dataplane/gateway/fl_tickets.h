@@ -27,8 +27,9 @@ class FlTickets {
   // The same for an admitted update that never reached a request (its client left first).
   void Finish(uint64_t ticket, int status);
   // Names the partial sum and the weight of the request's update in `d` for the leaf
-  // `instance`. Without a partial sum the leaf folds nothing; the error is logged.
-  void Stamp(const Pending& p, uint32_t instance, EventDescriptor& d);
+  // `instance` (asked of the coordinator once per update, kept in `p`). Without a partial sum
+  // the leaf folds nothing; the error is logged.
+  void Stamp(Pending& p, uint32_t instance, EventDescriptor& d);
 
  private:
   FlDataPath* fl_;

@@ -229,7 +229,64 @@ void GatewayLoop::OnControlReply(uint64_t request_id, HttpReply reply) {
   conn->WriteReply(std::move(reply));
 }
 
-void GatewayLoop::SendToInstance(uint32_t idx, uint32_t instance) {
+std::optional<uint32_t> GatewayLoop::StartBodyStream(Connection* conn,
+                                                     std::shared_ptr<FunctionRuntime> fn,
+                                                     uint64_t buffer, FlAdmission fl) {
+  const uint32_t idx = pending_.Alloc();
+  auto r = fn->router.Acquire(index_, pending_.RequestId(idx), /*may_queue=*/false);
+  if (r.outcome != FunctionRouter::Outcome::kAssigned) {
+    pending_.Free(idx);
+    return std::nullopt;
+  }
+  Pending& p = pending_[idx];
+  p.conn = conn;
+  p.fl_ticket = fl.ticket;
+  p.fl_weight = fl.coefficient;
+  p.fn = std::move(fn);
+  p.buffer = buffer;
+  p.instance = r.instance;
+  p.body_arriving = true;
+  conn->SetPending(idx);  // no timer yet: the function's timeout runs once the body is whole
+  return idx;
+}
+
+void GatewayLoop::AnnounceBody(uint32_t idx, uint64_t length) {
+  Pending& p = pending_[idx];
+  if (!p.in_use || !p.body_arriving) return;
+  EventDescriptor d{};
+  d.target = p.instance;
+  d.version = kDescriptorVersion;
+  d.kind = static_cast<uint16_t>(EventKind::kBodyChunk);
+  d.function_id = p.fn->spec.id;
+  d.source = GatewayEndpoint(index_);
+  d.request_id = pending_.RequestId(idx);
+  d.offset = p.buffer;
+  d.length = length;
+  d.timestamp_ns = MonotonicNs();
+  fl_.Stamp(p, p.instance, d);
+  if (d.aux_offset == 0) return;  // no partial sum: the leaf folds nothing of it
+  outbox_->Queue(d);
+}
+
+void GatewayLoop::FinishBodyStream(uint32_t idx, uint64_t length) {
+  Pending& p = pending_[idx];
+  p.body_arriving = false;
+  p.length = length;
+  const auto timeout_ms = static_cast<uint64_t>(p.fn->spec.timeout_s * 1000.0);
+  uv_timer_start(
+      p.conn->timer(), [](uv_timer_t* t) { static_cast<Connection*>(t->data)->OnTimeoutFired(); },
+      timeout_ms ? timeout_ms : 1, 0);
+  SendToInstance(idx, p.instance);
+}
+
+void GatewayLoop::AbandonBodyStream(uint32_t idx) {
+  Pending& p = pending_[idx];
+  p.body_arriving = false;
+  p.conn = nullptr;  // its answer is dropped (OnResponse), the ticket finished with it
+  SendToInstance(idx, p.instance, kStatusClientGone);
+}
+
+void GatewayLoop::SendToInstance(uint32_t idx, uint32_t instance, uint32_t status) {
   Pending& p = pending_[idx];
   p.queued = false;
   p.instance = instance;
@@ -245,6 +302,7 @@ void GatewayLoop::SendToInstance(uint32_t idx, uint32_t instance) {
   d.offset = p.buffer;
   d.length = p.length;
   d.timestamp_ns = MonotonicNs();
+  d.status = status;
   fl_.Stamp(p, instance, d);
   // The instance holds the request from here on; if it dies, the pool reclaims it.
   Status st = f.pool->Transfer(p.buffer, kShoaldSlot, slot);
@@ -266,6 +324,8 @@ void GatewayLoop::SendQueued() {
 }
 
 void GatewayLoop::OnSendFailed(const EventDescriptor& d, const Status& st) {
+  // A body chunk's buffer stayed the connection's: the request that follows it says the rest.
+  if (d.kind == static_cast<uint16_t>(EventKind::kBodyChunk)) return;
   uint32_t idx;
   Pending* p = pending_.Lookup(d.request_id, &idx);
   // Not waiting for this instance any more (failed with it meanwhile): nothing to undo.
@@ -459,6 +519,15 @@ void GatewayLoop::FailInstance(uint32_t instance, int status, const std::string&
   for (uint32_t idx = 0; idx < pending_.size(); ++idx) {
     Pending& p = pending_[idx];
     if (!p.in_use || p.control || p.admitting || p.queued || p.instance != instance) continue;
+    if (p.body_arriving) {
+      // Its body still arrives into the connection's buffer: the leaf's part is undone (the
+      // partial sum rebuilt) and the update admitted again once whole, as any request.
+      fl_.Finish(p, 502);
+      Connection* conn = p.conn;
+      pending_.Free(idx);
+      if (conn) conn->OnFlStreamLost();
+      continue;
+    }
     // The request buffer was the instance's: the pool reclaims it with the instance's slot.
     fl_.Finish(p, status);
     Connection* conn = p.conn;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -74,12 +75,26 @@ class GatewayLoop {
   void AdmitForTop(Connection* conn, std::shared_ptr<FunctionRuntime> fn, std::string_view job,
                    std::span<const std::byte> head, std::string_view bearer);
   void Abandon(uint32_t pending_index);
+  // An FL update admitted on its head while its body still arrives into `buffer` (still the
+  // connection's): a leaf is picked now, if one is free at once, and told of each part of the
+  // body as it lands (kBodyChunk), so that it folds while the rest arrives. The pending
+  // request's index, or none (no leaf free: the update goes once whole, as any request).
+  std::optional<uint32_t> StartBodyStream(Connection* conn, std::shared_ptr<FunctionRuntime> fn,
+                                          uint64_t buffer, FlAdmission fl);
+  // `length` bytes of the buffer are there now (payload head included).
+  void AnnounceBody(uint32_t pending_index, uint64_t length);
+  // The body is whole (`length` bytes): the buffer goes to the leaf with the request.
+  void FinishBodyStream(uint32_t pending_index, uint64_t length);
+  // The client left before the body was whole: the request goes to the leaf marked so (it drops
+  // what it folded; the coordinator rebuilds the partial sum), its answer dropped.
+  void AbandonBodyStream(uint32_t pending_index);
   void OnConnectionClosed(Connection* conn);
   PeerLinks& peers() { return *peers_; }  // links to other nodes' gateways (forwarding)
 
  private:
   void Run();
-  void SendToInstance(uint32_t idx, uint32_t instance);
+  // `status`: the descriptor's (kStatusClientGone for an update whose client left mid-body).
+  void SendToInstance(uint32_t idx, uint32_t instance, uint32_t status = 0);
   void RouteAssignment(const shoal::RouteAssignment& a);
   void OnChannelReadable();
   void OnInbox();

@@ -28,6 +28,12 @@ struct Pending {
   bool admitting = false;
   uint64_t fl_ticket = 0;  // an FL update admitted by the coordinator (0: none)
   float fl_weight = 0;
+  // The partial sum named for it once a leaf was picked (0: not asked yet; ~0: none named).
+  uint64_t fl_partial = 0;
+  // An FL update whose body is still arriving (fl_update_ingest.h): its leaf (`instance`) is
+  // picked and told of each part that lands; the buffer is still the connection's, and the
+  // request goes to the leaf once the body is whole (GatewayLoop::FinishBodyStream).
+  bool body_arriving = false;
 };
 
 class PendingSlab {
@@ -53,6 +59,8 @@ class PendingSlab {
   void Free(uint32_t idx) {
     Pending& p = slots_[idx];
     p.fl_ticket = 0;
+    p.fl_partial = 0;
+    p.body_arriving = false;
     p.in_use = false;
     p.conn = nullptr;
     p.fn.reset();

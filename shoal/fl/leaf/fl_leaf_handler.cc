@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "shoal/fl/kernels/fold.h"
 #include "shoal/fl/kernels/fold_pool.h"
 #include "shoal/fl/kernels/fold_u32.h"
+#include "shoal/fl/leaf/streamed_fold.h"
 #include "shoal/fl/lora/lora_fold.h"
 #include "shoal/fl/lora/lora_spec.h"
 #include "shoal/fl/wire/architectures.h"
@@ -116,14 +118,47 @@ class FlLeafHandler final : public Handler {
     }
   }
 
+  // The gateway announces an FL update's tensor area as it lands (kBodyChunk): the plain CPU
+  // fold takes each part then. A robust job (no fold: the rule needs every update whole at
+  // commit), secure aggregation (masked inputs, folded after the body: small next to the
+  // round's key exchange) and updates the device folds (it folds whole updates) wait for
+  // Handle.
+  void OnBodyArriving(const Request& request) override {
+    if (!options_.fold || options_.fold_u32) return;
+    if (!threads_) threads_ = std::make_unique<aggregator::FoldPool>();
+    StreamedFold* stream = FindStream(request.body.data());
+    if (stream == nullptr) {
+      stream = StartStream(request);
+      if (stream == nullptr) return;
+    }
+    stream->Advance(request.arrived, *threads_);  // a bad value stops it; Handle answers
+  }
+
   Status Handle(const Request& request, ResponseBuilder& response) override {
     // The structure first (no pass over the values); the values are read once after that: on
     // the CPU the NaN/Inf test and the fold in one pass, block by block; the parser's own scan
     // only to name what is wrong.
     if (!threads_) threads_ = std::make_unique<aggregator::FoldPool>();  // never started
+    std::optional<StreamedFold> stream = TakeStream(request.body.data());
+    if (request.client_gone) {
+      // Nothing of it counts: the coordinator rebuilds the partial sum without it.
+      if (stream && stream->folded_any()) response.MarkAuxChanged();
+      return InvalidArgument("the client left before its update arrived whole");
+    }
     if (options_.fold_u32) return HandleMasked(request, response);
     auto view = model::ParseUpdate(request.body, spec_, unscanned_);
     if (!view.ok()) return view.status();
+    if (stream && stream->acc() == reinterpret_cast<float*>(request.aux.data())) {
+      // Folded while it arrived: the rest now; a bad value refused as below.
+      if (stream->Advance(request.body.size(), *threads_)) return Accepted(view->meta, response);
+      if (stream->folded_any()) response.MarkAuxChanged();
+      return Named(request);
+    }
+    if (stream && stream->folded_any()) {
+      // Never happens (the gateway stamps one partial sum per update); were it to, the part
+      // folded elsewhere is undone by the rebuild and the update folds whole here.
+      response.MarkAuxChanged();
+    }
     // A robust job only validates: the plain scan, vectorised on the fold's threads.
     if (!options_.fold) return AllFinite(*view) ? Accepted(view->meta, response) : Named(request);
     const uint64_t need = spec_.num_params() * sizeof(float);
@@ -205,6 +240,47 @@ class FlLeafHandler final : public Handler {
     return false;
   }
 
+  StreamedFold* FindStream(const std::byte* body) {
+    for (StreamedFold& s : streams_) {
+      if (s.body() == body) return &s;
+    }
+    return nullptr;
+  }
+  std::optional<StreamedFold> TakeStream(const std::byte* body) {
+    for (size_t i = 0; i < streams_.size(); ++i) {
+      if (streams_[i].body() != body) continue;
+      std::optional<StreamedFold> s(std::move(streams_[i]));
+      streams_.erase(streams_.begin() + static_cast<ptrdiff_t>(i));
+      return s;
+    }
+    return std::nullopt;
+  }
+  // The stream of an update whose head and tensor table have landed, when the CPU folds it.
+  StreamedFold* StartStream(const Request& request) {
+    const uint64_t need = spec_.num_params() * sizeof(float);
+    if (request.aux.size() < need || streams_.size() >= kMaxStreams) return nullptr;
+    auto hlen = model::ParsePrefix(
+        request.body.first(std::min<uint64_t>(request.arrived, request.body.size())),
+        request.body.size());
+    if (!hlen.ok() || request.arrived < model::TensorAreaOffset(*hlen)) return nullptr;
+    // The structure only (the tensor table against the model and the declared length): the
+    // values are scanned as they are folded.
+    auto view = model::ParseUpdate(request.body, spec_, unscanned_);
+    if (!view.ok()) return nullptr;  // Handle refuses it with the parser's message
+    // A HetLoRA adapter below the job's rank is folded zero-padded, once whole.
+    if (LowerRank(*view)) return nullptr;
+    uint64_t bytes = 0;
+    bool quantized = false;
+    for (const model::TensorView& t : view->tensors) {
+      bytes += t.length;
+      quantized = quantized || IsQuantizedDType(t.dtype);
+    }
+    if (!quantized && UseDevice(bytes)) return nullptr;
+    streams_.emplace_back(*view, spec_, request.body.data(),
+                          reinterpret_cast<float*>(request.aux.data()), request.aux_value);
+    return &streams_.back();
+  }
+
   bool AllFinite(const model::UpdateView& view) {
     for (const model::TensorView& t : view.tensors) {
       if (!threads_->AllFinite(t.data, t.dtype, t.numel)) return false;
@@ -270,6 +346,9 @@ class FlLeafHandler final : public Handler {
   FlLeafOptions options_;
   std::unique_ptr<LeafDeviceFolder> device_;
   std::vector<aggregator::FoldSegment> segments_;
+  // Updates being folded while they arrive (at most the leaf's fan-in are in flight).
+  static constexpr size_t kMaxStreams = 64;
+  std::vector<StreamedFold> streams_;
   std::atomic<bool> device_ready_{false};
   std::thread attach_thread_;
 };

@@ -31,14 +31,6 @@ class UpdateHeader;
 
 namespace shoal::model {
 
-inline constexpr uint64_t kUpdateAlignment = 64;
-
-inline constexpr uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
-// Offset of the tensor area in a body whose header is `header_len` bytes.
-inline constexpr uint64_t TensorAreaOffset(uint64_t header_len) {
-  return AlignUp(kUpdatePrefixBytes + header_len, kUpdateAlignment);
-}
-
 // What the tensors of an update hold (shoal.v1.UpdateKind).
 enum class UpdateKind : uint8_t { kWeights = 0, kDelta = 1 };
 

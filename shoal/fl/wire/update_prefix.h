@@ -19,6 +19,14 @@ namespace shoal::model {
 inline constexpr char kUpdateMagic[4] = {'S', 'H', 'U', '1'};
 inline constexpr uint64_t kUpdatePrefixBytes = 8;  // magic + header length
 inline constexpr uint32_t kMaxUpdateHeaderBytes = 1 << 20;
+inline constexpr uint64_t kUpdateAlignment = 64;
+
+inline constexpr uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+// Offset of the tensor area in a body whose header is `header_len` bytes (the tensor table is
+// in the header: once this many bytes have arrived, the update's structure can be checked).
+inline constexpr uint64_t TensorAreaOffset(uint64_t header_len) {
+  return AlignUp(kUpdatePrefixBytes + header_len, kUpdateAlignment);
+}
 
 // The header's length, from the first bytes of a body of `body_bytes` bytes (`prefix` may hold
 // fewer than the body, e.g. only what has arrived, but at least the prefix unless the body is

@@ -47,6 +47,30 @@ std::string JsonEscape(std::string_view s) {
 
 }  // namespace
 
+Request FunctionInstance::MakeRequest(const PayloadView& payload, const EventDescriptor& d) {
+  Request request;
+  request.method = http_method_str(static_cast<http_method>(payload.method));
+  request.path = payload.path;
+  request.query = payload.query;
+  request.content_type = payload.content_type;
+  request.body = payload.body;
+  request.arrived = payload.body.size();
+  if (d.aux_offset != 0) request.aux = pool_.Data(d.aux_offset);
+  request.aux_value = d.aux_value;
+  return request;
+}
+
+void FunctionInstance::ProcessBodyChunk(const EventDescriptor& chunk) {
+  const PayloadView payload = ReadPayload(pool_.Data(chunk.offset));
+  if (!payload.valid) return;  // its kRequest says so
+  Request request = MakeRequest(payload, chunk);
+  const uint64_t body_at =
+      static_cast<uint64_t>(payload.body.data() - pool_.Data(chunk.offset).data());
+  request.arrived =
+      chunk.length > body_at ? std::min<uint64_t>(chunk.length - body_at, payload.body.size()) : 0;
+  handler_->OnBodyArriving(request);
+}
+
 Result<InstanceOptions> InstanceOptions::FromEnvironment() {
   InstanceOptions o;
   o.function = Env("SHOAL_FUNCTION");
@@ -157,14 +181,8 @@ void FunctionInstance::Process(const EventDescriptor& req) {
     SendReply(reply);
     return;
   }
-  Request request;
-  request.method = http_method_str(static_cast<http_method>(payload.method));
-  request.path = payload.path;
-  request.query = payload.query;
-  request.content_type = payload.content_type;
-  request.body = payload.body;
-  if (req.aux_offset != 0) request.aux = pool_.Data(req.aux_offset);
-  request.aux_value = req.aux_value;
+  Request request = MakeRequest(payload, req);
+  request.client_gone = req.status == kStatusClientGone;
 
   ResponseBuilder response(pool_, options_.slot, req.offset);
   response.SetPieceSink([this, &reply](uint64_t offset, uint64_t length, int status) {
@@ -292,6 +310,9 @@ int FunctionInstance::Run() {
             pong.source = options_.endpoint;
             pong.kind = static_cast<uint16_t>(EventKind::kPong);
             SendReply(pong);
+          } else if (d.kind == static_cast<uint16_t>(EventKind::kBodyChunk)) {
+            // In order with the requests on this loop; handlers on workers wait for Handle.
+            if (workers_.empty()) ProcessBodyChunk(d);
           } else if (d.kind != static_cast<uint16_t>(EventKind::kRequest)) {
             spdlog::warn("unexpected descriptor kind {} from {:#x}", d.kind, d.source);
           } else if (workers_.empty()) {

@@ -14,6 +14,7 @@
 
 #include "shoal/common/buffer_pool.h"
 #include "shoal/common/descriptor.h"
+#include "shoal/common/payload.h"
 #include "shoal/dataplane/channel/channel.h"
 #include "shoal/runtime/instance/handler.h"
 
@@ -50,6 +51,8 @@ class FunctionInstance {
 
   // Runs one request descriptor to completion and sends its response (public for tests).
   void Process(const EventDescriptor& request);
+  // A kBodyChunk descriptor: the handler's OnBodyArriving, no answer (public for tests).
+  void ProcessBodyChunk(const EventDescriptor& chunk);
 
  private:
   // Stamps and sends `reply`; while the loop runs a received batch inline, keeps it for
@@ -60,6 +63,8 @@ class FunctionInstance {
   // Sends the kept replies (SendMany), in order.
   void FlushReplies();
   void WorkerMain();
+  // The handler's view of a request (or body chunk) descriptor's payload.
+  Request MakeRequest(const PayloadView& payload, const EventDescriptor& d);
 
   InstanceOptions options_;
   BufferPool& pool_;

@@ -24,6 +24,12 @@ struct Request {
   // fold into), and a number that goes with it (the update's weight). Empty when none.
   std::span<std::byte> aux;
   float aux_value = 0;
+  // OnBodyArriving: the bytes of `body` that have landed (the rest is not there yet). Handle:
+  // body.size().
+  uint64_t arrived = 0;
+  // Handle: the client left before the body (announced through OnBodyArriving) arrived whole;
+  // the handler drops what it began and answers an error, which nobody reads.
+  bool client_gone = false;
 };
 
 // Builds the response of one request in the pool. A handler either allocates a body and
@@ -107,6 +113,12 @@ class Handler {
   // (pool_prefault; 0.1-0.2 s of a core per GiB of 4 KiB pages), else for the pages shoald's
   // warm-ahead has allocated, as it moves (pool_warm_bytes). Others start without it.
   virtual bool PopulatesPool() const { return false; }
+  // Part of a request's body has landed (request.arrived bytes of request.body); the same
+  // request comes to Handle once it is whole (or with client_gone). Called in order on the
+  // instance's event loop, for inline handlers (MayBlock false) only, and only for requests
+  // whose sender announces their body (the gateway does for FL updates): a handler may start
+  // on the bytes there, e.g. fold them. The default waits for Handle.
+  virtual void OnBodyArriving(const Request& /*request*/) {}
 };
 
 // Built-in handlers: echo, sha256, wordcount, sleep; fl-leaf and inference are loaded from

@@ -43,7 +43,8 @@ const FunctionRouter::Slot* FunctionRouter::Find(uint32_t instance) const {
   return nullptr;
 }
 
-FunctionRouter::AcquireResult FunctionRouter::Acquire(uint32_t loop, uint64_t request_id) {
+FunctionRouter::AcquireResult FunctionRouter::Acquire(uint32_t loop, uint64_t request_id,
+                                                      bool may_queue) {
   std::lock_guard lock(mu_);
   Slot* best = nullptr;
   if (waiters_.empty()) {  // never overtake a waiting request
@@ -58,7 +59,7 @@ FunctionRouter::AcquireResult FunctionRouter::Acquire(uint32_t loop, uint64_t re
     ++best->inflight;
     return {Outcome::kAssigned, best->instance};
   }
-  if (waiters_.size() >= max_queue_) return {Outcome::kRejected, 0};
+  if (!may_queue || waiters_.size() >= max_queue_) return {Outcome::kRejected, 0};
   ++totals_.arrivals;
   waiters_.push_back({loop, request_id, MonotonicNs()});
   return {Outcome::kQueued, 0};

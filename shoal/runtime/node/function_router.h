@@ -26,8 +26,9 @@ class FunctionRouter {
     uint32_t instance = 0;  // when kAssigned
   };
   // A request arrived: pick the least-loaded ready instance with a free slot, or queue it.
-  // kRejected when the queue is full (the gateway answers 503).
-  AcquireResult Acquire(uint32_t loop, uint64_t request_id);
+  // kRejected when the queue is full (the gateway answers 503), or, with `may_queue` false,
+  // when no instance is free now (nothing counted: the caller asks again later).
+  AcquireResult Acquire(uint32_t loop, uint64_t request_id, bool may_queue = true);
   // A request on `instance` finished: the slot goes to the oldest waiter, if any.
   std::optional<RouteAssignment> Release(uint32_t instance);
   // A waiting request gave up (timeout or client gone). False if it was not waiting.

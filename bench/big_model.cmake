@@ -1,0 +1,10 @@
+# bench-big-model: peak server memory for a round of large updates, Shoal (f32/bf16/int8/int4)
+# beside Flower 1.42 (bench/fl_flower_load.py drives both, as bench-fl-flower).
+add_executable(bench-big-model ${CMAKE_CURRENT_LIST_DIR}/big_model.cc)
+target_link_libraries(bench-big-model PRIVATE shoal_test_support nlohmann_json::nlohmann_json)
+target_compile_definitions(bench-big-model PRIVATE SHOAL_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+foreach(dep shoald shoal-fn shoal)
+  if(TARGET ${dep})
+    add_dependencies(bench-big-model ${dep})
+  endif()
+endforeach()

@@ -18,6 +18,7 @@
 #include "tests/support/loopback.h"
 #include "tests/support/shoald_fixture.h"
 #include "tests/support/update_for_test.h"
+#include "tests/support/wait_for.h"
 
 namespace shoal::testing {
 namespace {
@@ -130,6 +131,15 @@ TEST_F(FlStreamTest, AClientThatLeavesMidBodyLeavesNoTraceInTheCommittedModel) {
   const std::string a1_body = body("streamed", a1, 1);
   ASSERT_GT(a1_body.size(), size_t{6} << 20);
   SendPartOfThenLeave("streamed", a1_body, size_t{5} << 20);
+  // Admitted on its head, it counted toward closing the round until its leaf's answer reopens
+  // it (as for any refused update); sent again before that, it would join the next round.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return shoald_.Log().find("refused an update of client " + a1.id +
+                                  " after folding part of it") != std::string::npos;
+      },
+      std::chrono::seconds(30)))
+      << "the leaf did not drop the part it had folded";
   const HttpResult again = Push("streamed", a1_body);
   ASSERT_EQ(again.status, 202) << again.body;
   ASSERT_EQ(Push("clean", body("clean", b0, 0)).status, 202);

@@ -368,10 +368,18 @@ TEST(FlTickets, StampNamesThePartialSumAndTheWeight) {
   EXPECT_EQ(d.aux_offset, 7u * 1000 + 0x41);
   EXPECT_EQ(d.aux_value, 0.25f);
 
+  // Asked once per update (a streamed one is stamped on each body chunk): kept in the slot.
+  EXPECT_EQ(p.fl_partial, 7u * 1000 + 0x41);
+  EventDescriptor again{};
+  tickets.Stamp(p, 0x42, again);
+  EXPECT_EQ(again.aux_offset, 7u * 1000 + 0x41);
+
   // No partial sum: nothing is stamped (the leaf folds nothing).
-  p.fl_ticket = 13;
+  Pending q;
+  q.fl_ticket = 13;
+  q.fl_weight = 0.25f;
   EventDescriptor none{};
-  tickets.Stamp(p, 0x41, none);
+  tickets.Stamp(q, 0x41, none);
   EXPECT_EQ(none.aux_offset, 0u);
   EXPECT_EQ(none.aux_value, 0.0f);
 

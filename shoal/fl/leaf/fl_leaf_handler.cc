@@ -131,7 +131,7 @@ class FlLeafHandler final : public Handler {
       stream = StartStream(request);
       if (stream == nullptr) return;
     }
-    stream->Advance(request.arrived, *threads_);  // a bad value stops it; Handle answers
+    stream->Advance(request.arrived, nullptr);  // a bad value stops it; Handle answers
   }
 
   Status Handle(const Request& request, ResponseBuilder& response) override {
@@ -150,7 +150,9 @@ class FlLeafHandler final : public Handler {
     if (!view.ok()) return view.status();
     if (stream && stream->acc() == reinterpret_cast<float*>(request.aux.data())) {
       // Folded while it arrived: the rest now; a bad value refused as below.
-      if (stream->Advance(request.body.size(), *threads_)) return Accepted(view->meta, response);
+      if (stream->Advance(request.body.size(), threads_.get())) {
+        return Accepted(view->meta, response);
+      }
       if (stream->folded_any()) response.MarkAuxChanged();
       return Named(request);
     }

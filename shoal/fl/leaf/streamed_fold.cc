@@ -42,15 +42,29 @@ uint64_t StreamedFold::Available(const Part& p, uint64_t arrived) {
   return n / kStep * kStep;  // a block of 64 values is a multiple of 16 already
 }
 
-bool StreamedFold::Advance(uint64_t arrived, aggregator::FoldPool& threads) {
+bool StreamedFold::Advance(uint64_t arrived, aggregator::FoldPool* threads) {
   while (!failed_ && next_ < parts_.size()) {
     Part& p = parts_[next_];
     const uint64_t n = Available(p, arrived);
     if (n > p.folded) {
-      const auto r = threads.FoldFinite(p.acc + p.folded, p.x + ElementOffset(p.dtype, p.folded),
-                                        p.dtype, n - p.folded, w_);
-      folded_ = folded_ || r.folded;
-      if (!r.finite) {
+      float* acc = p.acc + p.folded;
+      const std::byte* x = p.x + ElementOffset(p.dtype, p.folded);
+      const uint64_t count = n - p.folded;
+      bool finite;
+      if (threads != nullptr) {
+        const auto r = threads->FoldFinite(acc, x, p.dtype, count, w_);
+        folded_ = folded_ || r.folded;
+        finite = r.finite;
+      } else {
+        // FoldPool's block (4 KiB of the update), in values; the quantized types stop at a bad
+        // block's scale whatever it is.
+        const size_t width = IsQuantizedDType(p.dtype) ? 1 : DTypeSize(p.dtype);
+        const size_t block = aggregator::FoldPool::kDefaultFiniteBlockBytes / width;
+        const size_t done = aggregator::FoldFinite(acc, x, p.dtype, count, w_, block);
+        folded_ = folded_ || done > 0;
+        finite = done == count;
+      }
+      if (!finite) {
         failed_ = true;
         break;
       }

@@ -26,7 +26,9 @@ class StreamedFold {
   // Folds what lies in body[0, arrived) and was not folded yet, value by value in 16-value
   // steps (the last values of a tensor once it is whole). False once a non-finite value (or an
   // invalid Q8/Q4 scale) was met: that part and everything after it is never folded.
-  bool Advance(uint64_t arrived, aggregator::FoldPool& threads);
+  // `threads` null: on the calling thread alone (while the body arrives, the other cores
+  // receive it); the fold's threads for what is left once it is whole.
+  bool Advance(uint64_t arrived, aggregator::FoldPool* threads);
 
   const std::byte* body() const { return body_; }
   float* acc() const { return acc_; }

@@ -88,17 +88,25 @@ def run_job(s, job, manifest, clients, rounds):
         except Exception as e:  # reported below
             errors.append(repr(e))
 
+    # shoald keeps only the newest versions: each is fetched as soon as it commits.
+    jc = shoal_fl.JobClient(server, job, token)
+    versions = {0: fl_lora.as_tensors(jc.model(0))}
     t0 = time.monotonic()
     threads = [threading.Thread(target=one, args=(k, c)) for k, c in enumerate(clients)]
     for t in threads:
         t.start()
+    while len(versions) <= rounds and (any(t.is_alive() for t in threads) or
+                                       int(jc.status().get("version", 0)) >= len(versions)):
+        v = int(jc.status().get("version", 0))
+        if v not in versions:
+            m = jc.model()
+            versions[m.version] = fl_lora.as_tensors(m)
+        time.sleep(0.1)
     for t in threads:
         t.join()
     if errors:
         raise RuntimeError(f"{job}: {errors}")
-    jc = shoal_fl.JobClient(server, job, token)
-    versions = [fl_lora.as_tensors(jc.model(v)) for v in range(rounds + 1)]
-    return versions, sums, time.monotonic() - t0
+    return [versions[v] for v in sorted(versions)], sums, time.monotonic() - t0
 
 
 def main():
@@ -182,6 +190,8 @@ def main():
                     else:
                         lm.apply_lora(m, v, args.alpha)
                     ppls.append(pooled_ppl(m, held))
+                # ppls[i]: the i-th version fetched, version i unless one committed and was
+                # superseded within a 0.1 s poll (a round takes tens of seconds here).
                 reached = next((i for i, p in enumerate(ppls) if p <= target), None)
                 pushed = sum(x["bytes_pushed"] for x in sums.values())
                 updates = sum(x["updates"] for x in sums.values())

@@ -42,13 +42,18 @@ from tools.lm import model as lm  # noqa: E402
 class FullClient(fl_lora.LoraClient):
     """A client that trains every weight of the model (full fine-tuning)."""
 
+    # The ONNX graph's initializers are named from its wrapper module ("g.wte", ...).
     def fit(self, global_tensors, steps, lr, version):
-        self.model.load_state_dict(global_tensors, strict=True)
+        self.model.load_state_dict(unwrap(global_tensors), strict=True)
         for p in self.model.parameters():
             p.requires_grad_(True)
         pretrain.train(self.model, self.train_toks, steps, self.batch, lr, warmup=0,
                        seed=self.seed * 100003 + version, constant_lr=True)
-        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        return {"g." + k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+
+def unwrap(tensors):
+    return {k[2:] if k.startswith("g.") else k: v for k, v in tensors.items()}
 
 
 def pooled_ppl(model, held):
@@ -58,18 +63,35 @@ def pooled_ppl(model, held):
 def export_onnx(base_path, out):
     """The base as ONNX (its float initializers named as its state_dict), for spec.model.onnx."""
     m = lm.load(base_path)
+    # The causal mask as a bool buffer sliced per call (Slice, Where) instead of tril's Trilu,
+    # which Shoal's ONNX reader does not take; bool, so not one of the job's float tensors.
+    causal = torch.ones(m.cfg.n_ctx, m.cfg.n_ctx, dtype=torch.bool).tril()
+
+    def attn_forward(self, x, past):
+        bsz, t, d = x.shape
+        dh = d // self.n_head
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q, k, v = (z.view(bsz, t, self.n_head, dh).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(dh))
+        att = att.masked_fill(~causal[:t, :t], float("-inf")).softmax(dim=-1)
+        return self.proj((att @ v).transpose(1, 2).reshape(bsz, t, d)), (k, v)
+
+    for block in m.h:
+        block.attn.forward = attn_forward.__get__(block.attn)
 
     class Logits(torch.nn.Module):
         def __init__(self, g):
             super().__init__()
             self.g = g
 
-        def forward(self, tokens):
-            return self.g(tokens)[0]
+        def forward(self, tokens):  # float32 byte ids: the executor's inputs are float32
+            return self.g(tokens.long())[0]
 
-    torch.onnx.export(Logits(m), (torch.zeros(1, 8, dtype=torch.int64),), out, dynamo=False,
+    # n_ctx tokens (only the batch dimension may be dynamic in Shoal's executor).
+    torch.onnx.export(Logits(m), (torch.zeros(1, m.cfg.n_ctx),), out, dynamo=False,
                       opset_version=17, do_constant_folding=False, input_names=["tokens"],
-                      output_names=["logits"], dynamic_axes={"tokens": {0: "b", 1: "t"}})
+                      output_names=["logits"], dynamic_axes={"tokens": {0: "b"},
+                                                             "logits": {0: "b"}})
     os.chmod(out, 0o644)
 
 
@@ -120,6 +142,8 @@ def main():
     ap.add_argument("--full-lr", type=float, default=3e-4)
     ap.add_argument("--eval-bytes", type=int, default=8192, help="held-out bytes per client")
     ap.add_argument("--methods", default="fedit,hetlora,full")
+    ap.add_argument("--central-ppl", type=float, default=0,
+                    help="the central adapter's perplexity from an earlier run (skips training it)")
     args = ap.parse_args()
     pretrain.deterministic(1)
     n = 3
@@ -133,12 +157,15 @@ def main():
     # The central adapter: one rank-R adapter on the pooled training text, as many steps as the
     # three clients take in all the rounds.
     t0 = time.monotonic()
-    central = fl_lora.LoraClient(args.base, args.rank, args.rank, args.alpha,
-                                 [d for tr, _ in parts for d in tr], [], seed=99)
-    ad = central.fit(lm.lora_init(central.model, args.rank, 1), n * args.rounds *
-                     args.local_steps, args.lr, 0)
-    lm.apply_lora(base, ad, args.alpha)
-    central_ppl = pooled_ppl(base, held)
+    if args.central_ppl:
+        central_ppl = args.central_ppl
+    else:
+        central = fl_lora.LoraClient(args.base, args.rank, args.rank, args.alpha,
+                                     [d for tr, _ in parts for d in tr], [], seed=99)
+        ad = central.fit(lm.lora_init(central.model, args.rank, 1), n * args.rounds *
+                         args.local_steps, args.lr, 0)
+        lm.apply_lora(base, ad, args.alpha)
+        central_ppl = pooled_ppl(base, held)
     out["central"] = {"ppl": central_ppl, "seconds": time.monotonic() - t0}
     print(json.dumps({"method": "central", "ppl": central_ppl}), flush=True)
     target = base_ppl - 0.75 * (base_ppl - central_ppl)
@@ -186,7 +213,7 @@ def main():
                 for v in versions:
                     m = lm.load(args.base)
                     if method == "full":
-                        m.load_state_dict(v)
+                        m.load_state_dict(unwrap(v))
                     else:
                         lm.apply_lora(m, v, args.alpha)
                     ppls.append(pooled_ppl(m, held))

@@ -53,8 +53,13 @@ namespace {
 struct ControlService final : public HttpService {
   ControlService(ControlApi& a, flower::FleetService& f) : api(a), fleet(f) {}
   HttpReply Handle(std::string_view method, std::string_view path, std::string_view query,
-                   std::string_view body, const auth::Principal& who) override {
-    if (flower::FleetService::Matches(path)) return fleet.Handle(method, path, body);
+                   std::string_view body, const auth::Principal& who,
+                   const ServiceHeaders& headers) override {
+    if (flower::FleetService::Matches(path)) {
+      return fleet.Handle(
+          method, path, body,
+          {headers.flwr_public_key, headers.flwr_signature, headers.flwr_timestamp});
+    }
     return api.Handle(method, path, query, body, who);
   }
   ControlApi& api;
@@ -334,7 +339,7 @@ int main(int argc, char** argv) {
   flower::FleetService fleet(
       {&fl, [&fl](const std::string& job) { return fl.Spec(job); },
        flower::GatewayUpdatePoster(config.listen_host, gateway_port, tokens.get()),
-       /*now=*/{}});
+       /*now=*/{}, /*wall_now=*/{}});
   ControlService control_service(control, fleet);
   // The control listener's API also converts a job's model to ONNX (?format=onnx): long work
   // for that listener's own threads, so the gateway's API (run on its loops) has no exporter.

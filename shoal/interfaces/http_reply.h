@@ -9,6 +9,14 @@
 
 namespace shoal {
 
+// The request headers a control-thread service reads beyond its method, path and body: the
+// Fleet API's SuperNode signature (flwr-public-key, flwr-signature, flwr-timestamp; Flower 1.42
+// signs every Fleet call with them). Empty when absent; cut at kMaxServiceHeaderBytes.
+struct ServiceHeaders {
+  static constexpr size_t kMaxServiceHeaderBytes = 2048;
+  std::string flwr_public_key, flwr_signature, flwr_timestamp;
+};
+
 struct HttpReply {
   int status = 200;
   std::string content_type = "application/json";

@@ -42,6 +42,7 @@ void Connection::HandleRequest() {
       call.query = std::move(query_);
       call.body = std::move(small_body_);
       call.who = std::move(principal_);
+      call.headers = parser_.head().service;
       loop_.CallControl(this, std::move(call));
       return;
     }

@@ -45,7 +45,8 @@ void ControlWorker::Run() {
       call = std::move(calls_.front());
       calls_.pop_front();
     }
-    HttpReply r = service_.Handle(call.method, call.path, call.query, call.body, call.who);
+    HttpReply r =
+        service_.Handle(call.method, call.path, call.query, call.body, call.who, call.headers);
     reply_(call, std::move(r));
   }
 }

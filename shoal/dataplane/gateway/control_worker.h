@@ -24,6 +24,7 @@ struct ControlCall {
   uint64_t request_id = 0;  // its pending request
   std::string method, path, query, body;
   auth::Principal who;
+  ServiceHeaders headers;
 };
 
 class ControlWorker {

@@ -40,7 +40,8 @@ class HttpService {
   virtual ~HttpService() = default;
   // Runs on a control thread (never on a gateway loop); called from several at once.
   virtual HttpReply Handle(std::string_view method, std::string_view path, std::string_view query,
-                           std::string_view body, const auth::Principal& who) = 0;
+                           std::string_view body, const auth::Principal& who,
+                           const ServiceHeaders& headers) = 0;
 };
 
 // Whether `method path` is one of the FL clients' routes that the public listener serves:

@@ -56,6 +56,7 @@ int HttpRequestParser::OnMessageBegin(http_parser* p) {
   h.inference_header_length.clear();
   h.content_encoding.clear();
   h.forwarded_by.clear();
+  h.service = {};
   h.expect_continue = false;
   h.keep_alive = true;
   h.chunked = false;
@@ -89,6 +90,15 @@ void HttpRequestParser::FinishHeader() {
     }
   } else if (strcasecmp(header_field_.c_str(), "x-shoal-forwarded-by") == 0) {
     head_.forwarded_by = header_value_.substr(0, 64);
+  } else if (strncasecmp(header_field_.c_str(), "flwr-", 5) == 0) {
+    const std::string value = header_value_.substr(0, ServiceHeaders::kMaxServiceHeaderBytes);
+    if (strcasecmp(header_field_.c_str(), "flwr-public-key") == 0) {
+      head_.service.flwr_public_key = value;
+    } else if (strcasecmp(header_field_.c_str(), "flwr-signature") == 0) {
+      head_.service.flwr_signature = value;
+    } else if (strcasecmp(header_field_.c_str(), "flwr-timestamp") == 0) {
+      head_.service.flwr_timestamp = value;
+    }
   } else if (strcasecmp(header_field_.c_str(), "expect") == 0 &&
              strcasecmp(header_value_.c_str(), "100-continue") == 0) {
     head_.expect_continue = true;

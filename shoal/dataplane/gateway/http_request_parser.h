@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 
+#include "shoal/interfaces/http_reply.h"
+
 namespace shoal {
 
 // What the gateway reads of a request's head. Strings keep their capacity across requests.
@@ -23,6 +25,7 @@ struct RequestHead {
   std::string inference_header_length;  // OIP binary extension: Inference-Header-Content-Length
   std::string content_encoding;         // Content-Encoding (lower case, at most 32 bytes)
   std::string forwarded_by;  // X-Shoal-Forwarded-By: the node that forwarded it (cluster mode)
+  ServiceHeaders service;    // what the control-thread services read (the Fleet API's signature)
   bool expect_continue = false;
   bool keep_alive = true;
   bool chunked = false;

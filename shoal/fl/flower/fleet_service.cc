@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <ctime>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "shoal/fl/flower/fleet_errors.h"
@@ -60,8 +61,37 @@ FleetService::FleetService(Hooks hooks) : hooks_(std::move(hooks)) {}
 
 bool FleetService::Matches(std::string_view path) { return path.starts_with("/v1/fleet/"); }
 
+std::optional<HttpReply> FleetService::Authenticate(std::string_view rpc, std::string_view body,
+                                                    const NodeAuthHeaders& auth) {
+  const auto refuse = [&](const std::string& why) {
+    spdlog::info("flower: {} refused: {}", rpc, why);
+    std::lock_guard lock(mu_);
+    ++counters_.unauthenticated;
+    return std::optional<HttpReply>(FastApiError(401, "Invalid SuperNode authentication"));
+  };
+  auto key = AuthenticateNode(
+      auth, hooks_.wall_now ? hooks_.wall_now() : std::chrono::system_clock::now());
+  if (!key.ok()) return refuse(key.status().message());
+  auto id = IdentityOf(body);
+  if (!id.ok()) return std::nullopt;  // the call's own parse answers it (Invalid protobuf payload)
+  if (rpc == "register-node" || rpc == "activate-node") {
+    if (!id->has_key || id->public_key != *key) {
+      return refuse("the request's public key is not the one that signed it");
+    }
+    return std::nullopt;
+  }
+  bool registered = false;
+  {
+    std::lock_guard lock(mu_);
+    auto it = node_by_key_.find(*key);
+    registered = it != node_by_key_.end() && it->second == id->node_id;
+  }
+  if (!registered) return refuse("node " + std::to_string(id->node_id) + " is not the signer's");
+  return std::nullopt;
+}
+
 HttpReply FleetService::Handle(std::string_view method, std::string_view path,
-                               std::string_view body) {
+                               std::string_view body, const NodeAuthHeaders& auth) {
   using Route = HttpReply (FleetService::*)(std::string_view);
   static const std::map<std::string_view, Route> kRoutes = {
       {"register-node", &FleetService::RegisterNode},
@@ -80,6 +110,7 @@ HttpReply FleetService::Handle(std::string_view method, std::string_view path,
   auto it = kRoutes.find(path.substr(std::string_view("/v1/fleet/").size()));
   if (it == kRoutes.end()) return FastApiError(404, "Not Found");
   if (method != "POST") return FastApiError(405, "Method Not Allowed");
+  if (auto refused = Authenticate(it->first, body, auth)) return std::move(*refused);
   {
     std::lock_guard lock(mu_);
     ExpireLocked(Now());

@@ -18,12 +18,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 
 #include "shoal/common/status.h"
 #include "shoal/fl/flower/fab.h"
+#include "shoal/fl/flower/node_auth.h"
 #include "shoal/fl/flower/records.h"
 #include "shoal/interfaces/fljob_spec.h"
 #include "shoal/interfaces/http_reply.h"
@@ -44,6 +46,7 @@ struct FleetCounters {
   // an offline node never answered (past its heartbeats' patience) let go.
   uint64_t sessions_expired = 0;
   uint64_t messages_expired = 0;
+  uint64_t unauthenticated = 0;  // calls answered 401 (node_auth.h)
 };
 
 // A push session that gets no object for this long is let go with the objects it holds (the
@@ -61,13 +64,19 @@ class FleetService {
     std::function<Status(const std::string& job, std::string_view body)> post_update;
     // The clock (tests move it); std::chrono::steady_clock::now when empty.
     std::function<std::chrono::steady_clock::time_point()> now;
+    // The wall clock the nodes' signed timestamps are checked against (node_auth.h);
+    // std::chrono::system_clock::now when empty.
+    std::function<std::chrono::system_clock::time_point()> wall_now;
   };
 
   explicit FleetService(Hooks hooks);
 
   // Whether `path` is one of this API's routes (/v1/fleet/...).
   static bool Matches(std::string_view path);
-  HttpReply Handle(std::string_view method, std::string_view path, std::string_view body);
+  // Every call is authenticated as Flower's SuperLink does it (node_auth.h): 401 "Invalid
+  // SuperNode authentication" unless `auth` verifies and names the request's node.
+  HttpReply Handle(std::string_view method, std::string_view path, std::string_view body,
+                   const NodeAuthHeaders& auth);
 
   FleetCounters counters();
   // A JSON object: per job, its run id and nodes (for the job's status and tests).
@@ -132,6 +141,9 @@ class FleetService {
   HttpReply ConfirmReceived(std::string_view body);
   HttpReply GetRun(std::string_view body);
   HttpReply GetFab(std::string_view body);
+  // The 401 when the caller is not the node it says it is (node_auth.h); nullopt when it is.
+  std::optional<HttpReply> Authenticate(std::string_view rpc, std::string_view body,
+                                        const NodeAuthHeaders& auth);
 
   // The Flower job a new node joins (the one running job with spec.flower); mu_ held.
   Result<Job*> JobForNewNode();

@@ -238,7 +238,8 @@ TEST(LoopInbox, EveryItemFromEveryThreadArrivesOnceInEachThreadsOrder) {
 class BlockingService : public HttpService {
  public:
   HttpReply Handle(std::string_view method, std::string_view path, std::string_view query,
-                   std::string_view body, const auth::Principal& who) override {
+                   std::string_view body, const auth::Principal& who,
+                   const ServiceHeaders&) override {
     std::unique_lock lock(mu);
     ++running;
     max_running = std::max(max_running, running);

@@ -31,7 +31,7 @@ namespace {
 class BlockingControl : public HttpService {
  public:
   HttpReply Handle(std::string_view method, std::string_view path, std::string_view,
-                   std::string_view, const auth::Principal& who) override {
+                   std::string_view, const auth::Principal& who, const ServiceHeaders&) override {
     std::unique_lock lock(mu);
     ++calls;
     cv.notify_all();

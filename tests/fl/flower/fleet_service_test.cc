@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "node_signer.h"
 #include "shoal/fl/flower/objects.h"
 #include "shoal/fl/wire/safetensors.h"
 #include "shoal/fl/wire/update_format.h"
@@ -60,7 +61,9 @@ class FakeJobs final : public JobService {
   }
   Result<std::string> JobNamespace(const std::string&) override { return std::string("default"); }
   Result<JoinResult> Join(const std::string&, const std::string&, const std::string&) override {
-    return JoinResult{"c" + std::to_string(joined++), "tok"};
+    std::string id = "c";  // appended: GCC 12 warns falsely on "c" + std::string
+    id += std::to_string(joined++);
+    return JoinResult{id, "tok"};
   }
   Result<TaskResult> Task(const std::string&, const std::string&, const std::string&) override {
     TaskResult t;
@@ -94,14 +97,33 @@ class FleetTest : public ::testing::Test {
           posted_.emplace_back(body);
           return Status::Ok();
         },
-        [this] { return now_; }});
+        [this] { return now_; }, [this] { return wall_; }});
   }
   void TearDown() override { std::filesystem::remove(fab_path_); }
 
+  // `body` to /v1/fleet/<rpc> signed by `signer`, by default the node the body names (the
+  // registering key for register-node and activate-node; "key-a" for a node nobody registered).
+  HttpReply Send(std::string_view rpc, const std::string& body, std::string signer = {},
+                 std::string_view method = "POST") {
+    if (signer.empty()) {
+      auto id = IdentityOf(body);
+      signer = "key-a";
+      if (id.ok() && (rpc == "register-node" || rpc == "activate-node")) {
+        for (const auto& [name, pem] : pems_) {
+          if (pem == id->public_key) signer = name;
+        }
+      } else if (id.ok() && names_.count(id->node_id)) {
+        signer = names_[id->node_id];
+      }
+    }
+    std::string path = "/v1/fleet/";  // appended: GCC 12 warns falsely on "..." + std::string
+    path += rpc;
+    return service_->Handle(method, path, body, signer_.Sign(signer, wall_));
+  }
+  std::string Pem(const std::string& name) { return pems_[name] = signer_.Pem(name); }
   template <class Resp>
   Resp Call(std::string_view rpc, const google::protobuf::MessageLite& req, int status = 200) {
-    HttpReply r =
-        service_->Handle("POST", "/v1/fleet/" + std::string(rpc), req.SerializeAsString());
+    HttpReply r = Send(rpc, req.SerializeAsString());
     EXPECT_EQ(r.status, status) << rpc << ": " << r.body;
     Resp out;
     EXPECT_TRUE(out.ParseFromString(r.body));
@@ -109,10 +131,11 @@ class FleetTest : public ::testing::Test {
   }
   uint64_t Join(const std::string& key) {
     RegisterNodeFleetRequest reg;
-    reg.set_public_key(key);
+    reg.set_public_key(Pem(key));
     const uint64_t id = Call<RegisterNodeFleetResponse>("register-node", reg).node_id();
+    names_[id] = key;
     ActivateNodeRequest act;
-    act.set_public_key(key);
+    act.set_public_key(Pem(key));
     act.set_heartbeat_interval(30);
     EXPECT_EQ(Call<ActivateNodeResponse>("activate-node", act).node_id(), id);
     return id;
@@ -165,6 +188,10 @@ class FleetTest : public ::testing::Test {
   FakeJobs jobs_;
   std::vector<std::string> posted_;
   std::chrono::steady_clock::time_point now_ = std::chrono::steady_clock::now();
+  std::chrono::system_clock::time_point wall_ = std::chrono::system_clock::now();
+  NodeSigner signer_;
+  std::map<std::string, std::string> pems_;  // key name -> its PEM
+  std::map<uint64_t, std::string> names_;    // node id -> the key name it registered with
   std::unique_ptr<FleetService> service_;
 };
 
@@ -277,27 +304,30 @@ TEST_F(FleetTest, IdleSessionsAndOfflineNodesMessagesAreLetGo) {
 }
 
 TEST_F(FleetTest, BadRequestsGetFlowersAnswers) {
-  HttpReply r = service_->Handle("POST", "/v1/fleet/pull-messages", "\xff\xff\xff");
+  HttpReply r = Send("pull-messages", "\xff\xff\xff");
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(r.body, R"({"code":1003,"detail":"Invalid protobuf payload."})");
-  EXPECT_EQ(service_->Handle("POST", "/v1/fleet/nope", "").status, 404);
-  EXPECT_EQ(service_->Handle("GET", "/v1/fleet/pull-messages", "").status, 405);
+  EXPECT_EQ(Send("nope", "").status, 404);
+  EXPECT_EQ(Send("pull-messages", "", {}, "GET").status, 405);
   const uint64_t a = Join("key-a");
   RegisterNodeFleetRequest again;
-  again.set_public_key("key-a");
-  r = service_->Handle("POST", "/v1/fleet/register-node", again.SerializeAsString());
+  again.set_public_key(Pem("key-a"));
+  r = Send("register-node", again.SerializeAsString());
   EXPECT_EQ(r.status, 412);
   EXPECT_EQ(r.body, R"({"code":23,"detail":"Public key already in use."})");
   SendNodeHeartbeatRequest hb;
   hb.mutable_node()->set_node_id(a);
   hb.set_heartbeat_interval(5);
-  r = service_->Handle("POST", "/v1/fleet/send-node-heartbeat", hb.SerializeAsString());
+  r = Send("send-node-heartbeat", hb.SerializeAsString());
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(r.body, R"({"code":2003,"detail":"Invalid heartbeat interval."})");
   hb.set_heartbeat_interval(30);
   EXPECT_TRUE(Call<SendNodeHeartbeatResponse>("send-node-heartbeat", hb).success());
+  // A node id the signer did not register with: refused as Flower's SuperLink refuses it.
   hb.mutable_node()->set_node_id(12345);
-  EXPECT_FALSE(Call<SendNodeHeartbeatResponse>("send-node-heartbeat", hb).success());
+  r = Send("send-node-heartbeat", hb.SerializeAsString());
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(r.body, R"({"detail":"Invalid SuperNode authentication"})");
 
   const Message ins = Pull(a).messages_list(0);
   PullObjectRequest unknown;
@@ -310,7 +340,7 @@ TEST_F(FleetTest, BadRequestsGetFlowersAnswers) {
   GetRunRequest run;
   run.mutable_node()->set_node_id(a);
   run.set_run_id(ins.metadata().run_id() + 1);
-  r = service_->Handle("POST", "/v1/fleet/get-run", run.SerializeAsString());
+  r = Send("get-run", run.SerializeAsString());
   EXPECT_EQ(r.status, 403);
   EXPECT_EQ(r.body, R"({"code":2008,"detail":"Failed to get run."})");
 
@@ -347,6 +377,71 @@ TEST_F(FleetTest, BadRequestsGetFlowersAnswers) {
   reply = Reply(ins, a, Global(), 10, objs3, md3);
   EXPECT_EQ(Push(a, md3, reply.tree).objects_to_push_size(), 0);
   EXPECT_EQ(service_->counters().replies_dropped, 2u);
+}
+
+}  // namespace
+}  // namespace shoal::flower
+
+namespace shoal::flower {
+namespace {
+
+// Every call is authenticated as Flower's SuperLink does it: a missing or bad signature, a stale
+// timestamp, a body naming another key or another node is 401 and changes nothing.
+TEST_F(FleetTest, CallsAreAuthenticatedByTheNodesSignature) {
+  const uint64_t a = Join("key-a");
+  const uint64_t b = Join("key-b");
+  PullMessagesRequest pull;
+  pull.mutable_node()->set_node_id(a);
+  const std::string body = pull.SerializeAsString();
+  const auto refused = [](const HttpReply& r) {
+    return r.status == 401 && r.body == R"({"detail":"Invalid SuperNode authentication"})";
+  };
+  // No headers; b's key naming a's node; a's key, its signature over another timestamp.
+  EXPECT_TRUE(refused(service_->Handle("POST", "/v1/fleet/pull-messages", body, {})));
+  EXPECT_TRUE(refused(Send("pull-messages", body, "key-b")));
+  NodeAuthHeaders forged = signer_.Sign("key-a", wall_);
+  forged.timestamp = signer_.Sign("key-a", wall_ + std::chrono::seconds(1)).timestamp;
+  EXPECT_TRUE(refused(service_->Handle("POST", "/v1/fleet/pull-messages", body, forged)));
+  // Signed 306 s ago (Flower's window: 300 s plus 5 s of drift), or 6 s in the future.
+  const NodeAuthHeaders stale = signer_.Sign("key-a", wall_ - std::chrono::seconds(306));
+  EXPECT_TRUE(refused(service_->Handle("POST", "/v1/fleet/pull-messages", body, stale)));
+  const NodeAuthHeaders early = signer_.Sign("key-a", wall_ + std::chrono::seconds(6));
+  EXPECT_TRUE(refused(service_->Handle("POST", "/v1/fleet/pull-messages", body, early)));
+  // A registration whose body names a key other than the signer's.
+  RegisterNodeFleetRequest reg;
+  reg.set_public_key(Pem("key-c"));
+  EXPECT_TRUE(refused(Send("register-node", reg.SerializeAsString(), "key-b")));
+  EXPECT_EQ(service_->counters().unauthenticated, 6u);
+  EXPECT_EQ(service_->counters().train_sent, 0u);  // nothing was pulled meanwhile
+  // The right signer, 290 s old: a's message.
+  const NodeAuthHeaders ok = signer_.Sign("key-a", wall_ - std::chrono::seconds(290));
+  HttpReply r = service_->Handle("POST", "/v1/fleet/pull-messages", body, ok);
+  ASSERT_EQ(r.status, 200) << r.body;
+  PullMessagesResponse resp;
+  ASSERT_TRUE(resp.ParseFromString(r.body));
+  EXPECT_EQ(resp.messages_list_size(), 1);
+  EXPECT_EQ(Pull(b).messages_list_size(), 1);
+}
+
+TEST(NodeAuth, TimestampsAndIdentities) {
+  EXPECT_DOUBLE_EQ(ParseIsoTimestamp("2026-11-29T19:53:13.250000+00:00").value(), 1795981993.25);
+  EXPECT_DOUBLE_EQ(ParseIsoTimestamp("2026-11-29T19:53:13Z").value(), 1795981993.0);
+  EXPECT_DOUBLE_EQ(ParseIsoTimestamp("2026-11-30T01:23:13+05:30").value(), 1795981993.0);
+  EXPECT_EQ(ParseIsoTimestamp("2026-11-29T19:53:13").status().message(),
+            "flwr-timestamp: '2026-11-29T19:53:13' is not an ISO 8601 date-time with a UTC "
+            "offset");
+  EXPECT_FALSE(ParseIsoTimestamp("2026-13-29T19:53:13Z").ok());
+  PullMessagesRequest pull;
+  pull.mutable_node()->set_node_id(77);
+  pull.add_message_ids("m");
+  EXPECT_EQ(IdentityOf(pull.SerializeAsString()).value().node_id, 77u);
+  DeactivateNodeRequest off;
+  off.set_node_id(78);
+  EXPECT_EQ(IdentityOf(off.SerializeAsString()).value().node_id, 78u);
+  RegisterNodeFleetRequest reg;
+  reg.set_public_key("PEM bytes");
+  EXPECT_EQ(IdentityOf(reg.SerializeAsString()).value().public_key, "PEM bytes");
+  EXPECT_FALSE(IdentityOf("\xff\xff\xff").ok());
 }
 
 }  // namespace

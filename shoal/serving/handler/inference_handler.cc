@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "shoal/common/env.h"
 #include "shoal/common/log.h"
 #include "shoal/serving/executor/executor.h"
 #include "shoal/serving/model/model_graph.h"
@@ -39,16 +40,6 @@ namespace shoal {
 namespace {
 
 using Json = nlohmann::json;
-
-std::string Env(const char* name, const char* fallback = "") {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
-
-uint64_t EnvNumber(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::strtoull(v, nullptr, 10) : fallback;
-}
 
 Result<inference::Precision> ParsePrecision(const std::string& s) {
   if (s == "fp32") return inference::Precision::kF32;
@@ -196,13 +187,13 @@ class InferenceHandler final : public Handler {
   }
 
   Status Init() {
-    info_.name = Env("SHOAL_INFER_MODEL", Env("SHOAL_FUNCTION").c_str());
-    info_.max_batch = static_cast<int64_t>(EnvNumber("SHOAL_INFER_MAX_BATCH", 32));
-    const auto delay = std::chrono::microseconds(EnvNumber("SHOAL_INFER_MAX_DELAY_US", 2000));
-    poll_ = std::chrono::milliseconds(EnvNumber("SHOAL_INFER_POLL_MS", 200));
-    auto precision = ParsePrecision(Env("SHOAL_INFER_PRECISION", "fp32"));
+    info_.name = EnvString("SHOAL_INFER_MODEL", EnvString("SHOAL_FUNCTION").c_str());
+    info_.max_batch = static_cast<int64_t>(EnvUint("SHOAL_INFER_MAX_BATCH", 32));
+    const auto delay = std::chrono::microseconds(EnvUint("SHOAL_INFER_MAX_DELAY_US", 2000));
+    poll_ = std::chrono::milliseconds(EnvUint("SHOAL_INFER_POLL_MS", 200));
+    auto precision = ParsePrecision(EnvString("SHOAL_INFER_PRECISION", "fp32"));
     if (!precision.ok()) return precision.status();
-    const std::string device = Env("SHOAL_INFER_DEVICE", "auto");
+    const std::string device = EnvString("SHOAL_INFER_DEVICE", "auto");
     auto executor = inference::CreateExecutor(device);
     if (!executor.ok()) return executor.status();
     executor_ = std::move(*executor);
@@ -210,12 +201,12 @@ class InferenceHandler final : public Handler {
     options.precision = *precision;
     options.max_batch = info_.max_batch;
     // The batching thread is the only caller of the model; the workers parse requests.
-    options.threads = static_cast<int>(EnvNumber("SHOAL_INFER_THREADS", 0));
+    options.threads = static_cast<int>(EnvUint("SHOAL_INFER_THREADS", 0));
 
-    const std::string job = Env("SHOAL_INFER_FL_JOB");
-    const std::string onnx = Env("SHOAL_INFER_ONNX");
+    const std::string job = EnvString("SHOAL_INFER_FL_JOB");
+    const std::string onnx = EnvString("SHOAL_INFER_ONNX");
     if (!job.empty()) {
-      const std::string gateway = Env("SHOAL_GATEWAY");
+      const std::string gateway = EnvString("SHOAL_GATEWAY");
       if (gateway.empty()) return InvalidArgument("SHOAL_GATEWAY is not set (started by shoald?)");
       source_ = std::make_unique<FlJobSource>(gateway, job, *executor_, options);
       info_.platform = "shoal-fl";
@@ -421,9 +412,9 @@ class InferenceHandler final : public Handler {
 
 Result<std::unique_ptr<Handler>> CreateInferenceHandler() {
 #ifdef SHOAL_WITH_LM
-  if (!Env("SHOAL_INFER_LM_BASE").empty()) return CreateLmHandler();
+  if (!EnvString("SHOAL_INFER_LM_BASE").empty()) return CreateLmHandler();
 #else
-  if (!Env("SHOAL_INFER_LM_BASE").empty()) {
+  if (!EnvString("SHOAL_INFER_LM_BASE").empty()) {
     return Unavailable("this shoal-fn was built without the language-model runtime (oneDNN)");
   }
 #endif

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "shoal/common/env.h"
 #include "shoal/common/file_io.h"
 #include "shoal/common/log.h"
 #include "shoal/serving/handler/model_feed.h"
@@ -33,16 +34,6 @@ namespace shoal {
 namespace {
 
 using Json = nlohmann::json;
-
-std::string Env(const char* name, const char* fallback = "") {
-  const char* v = std::getenv(name);
-  return v && *v ? v : fallback;
-}
-
-uint64_t EnvNumber(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::strtoull(v, nullptr, 10) : fallback;
-}
 
 // An adapter that follows an FL job: each committed version replaces it in the engine.
 struct FollowedAdapter {
@@ -98,22 +89,22 @@ class LmHandler final : public Handler {
   }
 
   Status Init() {
-    name_ = Env("SHOAL_INFER_MODEL", Env("SHOAL_FUNCTION").c_str());
-    poll_ = std::chrono::milliseconds(EnvNumber("SHOAL_INFER_POLL_MS", 200));
-    auto base = lm::LoadLmWeightsFile(Env("SHOAL_INFER_LM_BASE"));
+    name_ = EnvString("SHOAL_INFER_MODEL", EnvString("SHOAL_FUNCTION").c_str());
+    poll_ = std::chrono::milliseconds(EnvUint("SHOAL_INFER_POLL_MS", 200));
+    auto base = lm::LoadLmWeightsFile(EnvString("SHOAL_INFER_LM_BASE"));
     if (!base.ok()) return base.status();
     base_ = *base;
     lm::EngineOptions options;
-    options.max_sequences = static_cast<int>(EnvNumber("SHOAL_INFER_MAX_BATCH", 32));
-    options.threads = static_cast<int>(EnvNumber("SHOAL_INFER_THREADS", 0));
-    const std::string precision = Env("SHOAL_INFER_PRECISION", "fp32");
+    options.max_sequences = static_cast<int>(EnvUint("SHOAL_INFER_MAX_BATCH", 32));
+    options.threads = static_cast<int>(EnvUint("SHOAL_INFER_THREADS", 0));
+    const std::string precision = EnvString("SHOAL_INFER_PRECISION", "fp32");
     if (precision != "fp32" && precision != "int8") {
       return InvalidArgument("SHOAL_INFER_PRECISION: a language model runs fp32 or int8, got '" +
                              precision + "'");
     }
     options.int8 = precision == "int8";
     engine_ = std::make_unique<lm::LmEngine>(base_, options);
-    const Json adapters = Json::parse(Env("SHOAL_INFER_LM_ADAPTERS", "[]"), nullptr, false);
+    const Json adapters = Json::parse(EnvString("SHOAL_INFER_LM_ADAPTERS", "[]"), nullptr, false);
     if (!adapters.is_array()) return InvalidArgument("SHOAL_INFER_LM_ADAPTERS is not a JSON list");
     for (const Json& a : adapters) {
       const std::string name = a.value("name", "");
@@ -131,7 +122,7 @@ class LmHandler final : public Handler {
         named->name = name;
         engine_->PutAdapter(std::move(named));
       } else {
-        const std::string gateway = Env("SHOAL_GATEWAY");
+        const std::string gateway = EnvString("SHOAL_GATEWAY");
         if (gateway.empty())
           return InvalidArgument("SHOAL_GATEWAY is not set (started by shoald?)");
         auto f = std::make_unique<FollowedAdapter>();

@@ -420,19 +420,24 @@ void GatewayLoop::OnChannelReadable() {
   }
 }
 
+void GatewayLoop::ReleaseStale(const EventDescriptor& d, const char* what) {
+  if (d.offset == 0) return;
+  // Its pool is the one of the function that sent it; found by the instance's function id.
+  for (const auto& fn : gw_.functions_.All()) {
+    if (fn->spec.id == d.function_id) {
+      ReleaseBuffer(*fn, d.offset, what);
+      return;
+    }
+  }
+}
+
 void GatewayLoop::OnResponseChunk(const EventDescriptor& d) {
   uint32_t idx;
   Pending* p = pending_.Lookup(d.request_id, &idx);
   if (p == nullptr || p->control || p->admitting || p->queued || p->instance != d.source ||
       p->conn == nullptr) {
     // Its client is gone (closed, timed out) or the request was failed: drop the piece.
-    if (d.offset == 0) return;
-    for (const auto& fn : gw_.functions_.All()) {
-      if (fn->spec.id == d.function_id) {
-        ReleaseBuffer(*fn, d.offset, "stale response piece");
-        break;
-      }
-    }
+    ReleaseStale(d, "stale response piece");
     return;
   }
   p->conn->WriteFunctionChunk(d, p->fn);
@@ -451,14 +456,7 @@ void GatewayLoop::OnResponse(const EventDescriptor& d) {
   Pending* p = pending_.Lookup(d.request_id, &idx);
   if (p == nullptr || p->control || p->admitting || p->queued || p->instance != d.source) {
     // Stale (already failed or timed out and reused): the response buffer is ours to free.
-    // Its pool is the one of the function that sent it; find it by the instance's function id.
-    if (d.offset == 0) return;
-    for (const auto& fn : gw_.functions_.All()) {
-      if (fn->spec.id == d.function_id) {
-        ReleaseBuffer(*fn, d.offset, "stale response");
-        break;
-      }
-    }
+    ReleaseStale(d, "stale response");
     return;
   }
   // A late answer to an abandoned FL update still counts: the leaf folded it.

@@ -101,6 +101,8 @@ class GatewayLoop {
   void OnResponse(const EventDescriptor& d);
   // A piece of a streamed answer: to its connection, the request left pending.
   void OnResponseChunk(const EventDescriptor& d);
+  // Frees the buffer of an answer (or streamed piece) no request waits for any more.
+  void ReleaseStale(const EventDescriptor& d, const char* what);
   void OnControlReply(uint64_t request_id, HttpReply reply);
   void OnFlAdmitted(InboxItem& item);
   void FailInstance(uint32_t instance, int status, const std::string& reason);

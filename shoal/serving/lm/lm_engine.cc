@@ -53,6 +53,9 @@ struct LmEngine::Sequence {
   size_t emitted = 0;  // bytes of `text` given to the sink
   int completion = 0;
   bool done = false;
+  int prompt_tokens = 0;  // an empty prompt is one (the document separator)
+  int budget = 0;         // decode budget: min(max_tokens, n_ctx - prompt_tokens)
+  uint64_t charge = 0;    // its share of tokens_in_flight_
 };
 
 LmEngine::LmEngine(std::shared_ptr<const LmWeights> base, EngineOptions options)
@@ -105,6 +108,9 @@ Status LmEngine::Submit(GenerationRequest request, GenerationSink sink) {
     if (s.empty()) return InvalidArgument("stop: an empty stop sequence");
   }
   auto seq = std::make_unique<Sequence>(c, std::move(request), std::move(sink));
+  seq->prompt_tokens = std::max<int>(1, static_cast<int>(seq->request.prompt.size()));
+  seq->budget = std::min(seq->request.max_tokens, c.n_ctx - seq->prompt_tokens);
+  seq->charge = static_cast<uint64_t>(seq->prompt_tokens + seq->budget);
   {
     std::lock_guard lock(mu_);
     if (!seq->request.adapter.empty()) {
@@ -116,9 +122,11 @@ Status LmEngine::Submit(GenerationRequest request, GenerationSink sink) {
                         (names.empty() ? std::string("none") : names) + ")");
       }
     }
+    tokens_in_flight_ += seq->charge;
     waiting_.push_back(std::move(seq));
   }
   cv_.notify_one();
+  ReportLoad();
   return {};
 }
 
@@ -144,7 +152,27 @@ EngineStats LmEngine::stats() const {
   std::lock_guard lock(mu_);
   EngineStats s = stats_;
   s.waiting = static_cast<int>(waiting_.size());
+  s.load = LoadLocked();
   return s;
+}
+
+EngineLoad LmEngine::LoadLocked() const {
+  EngineLoad l;
+  l.tokens_in_flight = tokens_in_flight_;
+  l.running = static_cast<uint32_t>(stats_.active);
+  l.queued = static_cast<uint32_t>(waiting_.size());
+  return l;
+}
+
+void LmEngine::ReportLoad() {
+  if (!load_sink_) return;
+  std::lock_guard report(report_mu_);
+  EngineLoad l;
+  {
+    std::lock_guard lock(mu_);
+    l = LoadLocked();
+  }
+  load_sink_(l);
 }
 
 bool LmEngine::StepOnce() {
@@ -177,16 +205,28 @@ bool LmEngine::StepOnce() {
   }
   forward_.Step(inputs_);
   for (const auto& s : active_) Emit(*s, s->sampler.Next(s->logits));
+  // Prompts are prefilled in their first step; what is left is the decode budget not yet used
+  // (none once the sequence is done).
+  uint64_t released = 0;
+  for (const auto& s : active_) {
+    const uint64_t left = s->done ? 0 : static_cast<uint64_t>(s->budget - s->completion);
+    released += s->charge - left;
+    s->charge = left;
+  }
   uint64_t finished = 0;
   std::erase_if(active_, [&](const std::unique_ptr<Sequence>& s) {
     finished += s->done;
     return s->done;
   });
-  std::lock_guard lock(mu_);
-  ++stats_.steps;
-  stats_.sequences += finished;
-  stats_.completion_tokens += inputs_.size();
-  stats_.active = static_cast<int>(active_.size());
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.steps;
+    stats_.sequences += finished;
+    stats_.completion_tokens += inputs_.size();
+    stats_.active = static_cast<int>(active_.size());
+    tokens_in_flight_ -= released;
+  }
+  ReportLoad();
   return true;
 }
 

@@ -54,6 +54,22 @@ struct EngineOptions {
   bool int8 = false;       // the linears as int8 weights (QuantizeInt8)
 };
 
+// The engine's load as the autoscaler sees it (tokens in flight, docs/reference/metrics.md):
+// a queued sequence counts its prompt (still to prefill) and its decode budget; a running one
+// the tokens it may still decode. The decode budget is max_tokens bounded by the context:
+// min(max_tokens, n_ctx - prompt tokens), an empty prompt being one token. A sequence that stops
+// early (end of text, a stop sequence) gives back what it did not decode.
+struct EngineLoad {
+  uint64_t tokens_in_flight = 0;
+  uint32_t running = 0;  // sequences in the step
+  uint32_t queued = 0;   // sequences waiting to join it
+  bool operator==(const EngineLoad&) const = default;
+};
+// Called with the load after every change (Submit, each step), outside the engine's lock, one
+// call at a time and in the order the loads were taken (so the last call has the latest load);
+// the sink must not block.
+using LoadSink = std::function<void(const EngineLoad&)>;
+
 struct EngineStats {
   uint64_t steps = 0;
   uint64_t sequences = 0;          // finished
@@ -63,6 +79,7 @@ struct EngineStats {
   int active = 0;
   int waiting = 0;
   int max_active = 0;  // the most sequences one step has run
+  EngineLoad load;
 };
 
 class LmEngine {
@@ -85,11 +102,16 @@ class LmEngine {
   // Admits what waits and runs one step; false when nothing was there to run.
   bool StepOnce();
   EngineStats stats() const;
+  // Set before the first Submit.
+  void SetLoadSink(LoadSink sink) { load_sink_ = std::move(sink); }
 
  private:
   struct Sequence;
   void Run();
   void Emit(Sequence& s, int token);
+  // The load now (mu_ held) and its report to the sink (mu_ not held).
+  EngineLoad LoadLocked() const;
+  void ReportLoad();
 
   std::shared_ptr<const LmWeights> base_;
   EngineOptions options_;
@@ -103,6 +125,9 @@ class LmEngine {
   std::vector<std::unique_ptr<Sequence>> active_;  // the scheduler's own
   std::vector<StepInput> inputs_;
   std::thread thread_;
+  LoadSink load_sink_;
+  std::mutex report_mu_;           // one report at a time: taken and sent in order
+  uint64_t tokens_in_flight_ = 0;  // mu_: the sum of every sequence's `charge`
 };
 
 }  // namespace shoal::lm

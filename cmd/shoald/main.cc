@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <sstream>
 
 #include "shoal/common/command_line.h"
@@ -270,11 +271,15 @@ int main(int argc, char** argv) {
   CommitFeed commits;
   // Cluster mode: the controller's FL jobs that this node tops publish their state on commits.
   std::atomic<cluster::ManagedFlJobs*> managed_view{nullptr};
+  // The serving instances that follow a job hear of its commits through the instance manager.
+  std::atomic<InstanceManager*> commit_listeners{nullptr};
   FlCoordinator fl(config);
-  fl.SetOnCommit([&commits, &managed_view](const std::string& job, uint64_t version) {
-    commits.Publish(job, version);
-    if (cluster::ManagedFlJobs* m = managed_view.load()) m->Committed(job);
-  });
+  fl.SetOnCommit(
+      [&commits, &managed_view, &commit_listeners](const std::string& job, uint64_t version) {
+        commits.Publish(job, version);
+        if (InstanceManager* m = commit_listeners.load()) m->JobCommitted(job, version);
+        if (cluster::ManagedFlJobs* m = managed_view.load()) m->Committed(job);
+      });
   // An evaluation changes the status too (accuracy; the job done at its target): published as
   // a commit is.
   fl.SetOnStatus([&managed_view](const std::string& job) {
@@ -321,6 +326,10 @@ int main(int argc, char** argv) {
                             for (auto& spec : placed_specs()) specs.push_back(std::move(spec));
                             return specs;
                           });
+  commit_listeners.store(&manager);
+  // Before the manager goes (destroyed in reverse order): no commit reaches it after that.
+  const std::unique_ptr<std::atomic<InstanceManager*>, void (*)(std::atomic<InstanceManager*>*)>
+      stop_commit_listeners(&commit_listeners, [](auto* p) { p->store(nullptr); });
   fl.SetOnChange([&manager, &cluster_view] {
     manager.FunctionsChanged();
     // Cluster mode: the node's record lists its FL jobs, so other gateways forward theirs here.

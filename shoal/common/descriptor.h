@@ -18,12 +18,20 @@ enum class EventKind : uint16_t {
   kReady = 4,     // instance -> shoald: the handler is loaded, the instance takes requests
   kPing = 5,      // benchmarks and health probes: echoed back as kPong without touching memory
   kPong = 6,
+  // instance -> gateway: one piece of a streamed answer. Its payload is a response buffer whose
+  // head gives the status and content type and whose body is the piece; the request stays
+  // pending, and the kResponse that follows ends the stream (its body, if any, is the last
+  // piece). The gateway writes the pieces as HTTP chunks (gateway/connection_stream.cc).
+  kResponseChunk = 7,
   // gateway -> instance: more of a request's body has landed in its buffer (`length`: the
   // buffer's bytes that are there now; the buffer is still the gateway's). The request's
   // kRequest follows on the same socket. No answer. An FL leaf folds the new bytes (a request
   // whose body is still arriving, fl_update_ingest.h).
-  // (7 is kResponseChunk, instance -> gateway: shoal/common/response_chunk.h.)
   kBodyChunk = 8,
+  // shoald -> instance: the FL job the instance's function follows (its SHOAL_INFER_FL_JOB)
+  // committed version `request_id` on this node. No payload, no answer: a serving handler
+  // fetches the new version now instead of at its next safety poll (Handler::OnJobCommitted).
+  kJobCommitted = 9,
 };
 
 // kRequest's `status` when the request's client left before its body had arrived whole (after

@@ -25,6 +25,7 @@
 #include "shoal/tools/flsim/dataset.h"
 #include "tests/support/shoald_data_test.h"
 #include "tests/support/threads_for_test.h"
+#include "tests/support/wait_for.h"
 
 namespace shoal::testing {
 namespace {
@@ -385,6 +386,52 @@ TEST_F(InferenceTest, HotSwapUnderLoadWhileTheJobTrainsZeroFailures) {
   EXPECT_EQ(stats["failed_batches"], 0);
   // The newest version is what is served at the end.
   EXPECT_EQ(stats["model_version"], std::to_string(job_version)) << stats.dump();
+}
+
+// The function learns of each commit from shoald (a kJobCommitted notice), not from its safety
+// poll: with that poll set to an hour, every version the job commits is still served.
+TEST_F(InferenceTest, FollowsTheJobByCommitNoticesNotByPolling) {
+  auto d = shoald_.Deploy(JobManifest("fn", "fedavg", 3));
+  ASSERT_EQ(d.exit_code, 0) << d.err << d.out;
+  std::string fn = InferManifest("fn");
+  const std::string handler = "  handler: inference\n";
+  ASSERT_NE(fn.find(handler), std::string::npos);
+  fn.replace(fn.find(handler), handler.size(),
+             "  handler: {builtin: inference, env: {SHOAL_INFER_POLL_MS: \"3600000\"}}\n");
+  d = shoald_.Deploy(fn);
+  ASSERT_EQ(d.exit_code, 0) << d.err << d.out;
+  ASSERT_TRUE(shoald_.WaitReady("fn-infer", 1, 20000)) << shoald_.Log();
+  StartClients("fn");
+  Json job;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        job = Json::parse(shoald_.Api("GET", "/v1/jobs/fn").body, nullptr, false);
+        return job.value("state", "") == "done";
+      },
+      std::chrono::seconds(60)))
+      << job.dump() << shoald_.Log();
+  const uint64_t version = job.value("version", uint64_t{0});
+  ASSERT_EQ(version, 3u) << job.dump();
+  Json stats;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        stats = Stats("fn");
+        return stats.value("model_version", "") == std::to_string(version);
+      },
+      std::chrono::seconds(10)))
+      << stats.dump() << shoald_.Log();
+  // Notices that come while a version loads make one more load: at least one swap, from the
+  // version the instance started with.
+  EXPECT_GE(stats["swaps"].get<uint64_t>(), 1u) << stats.dump();
+  EXPECT_EQ(stats["failed_batches"], 0);
+  const std::vector<float> w = Weights("fn", version);
+  const float* x = data_.test.Row(7);
+  auto r = Infer("fn", ImageRequest(x, 1, "n"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const Json out = Json::parse(r.body, nullptr, false)["outputs"][0]["data"];
+  const std::vector<float> want = Forward(w, x);
+  ASSERT_EQ(out.size(), want.size());
+  for (size_t c = 0; c < want.size(); ++c) EXPECT_NEAR(out[c].get<float>(), want[c], 1e-4) << c;
 }
 
 TEST_F(InferenceTest, OnnxSourceAnswersLikePyTorch) {

@@ -7,7 +7,6 @@
 #include "shoal/common/clock.h"
 #include "shoal/common/log.h"
 #include "shoal/common/payload.h"
-#include "shoal/common/response_chunk.h"
 #include "shoal/dataplane/gateway/connection.h"
 #include "shoal/dataplane/gateway/gateway.h"
 
@@ -444,7 +443,7 @@ void GatewayLoop::OnResponseChunk(const EventDescriptor& d) {
 }
 
 void GatewayLoop::OnResponse(const EventDescriptor& d) {
-  if (d.kind == static_cast<uint16_t>(kResponseChunk)) {
+  if (d.kind == static_cast<uint16_t>(EventKind::kResponseChunk)) {
     OnResponseChunk(d);
     return;
   }

@@ -20,7 +20,6 @@
 #include "shoal/common/json_escape.h"
 #include "shoal/common/log.h"
 #include "shoal/common/payload.h"
-#include "shoal/common/response_chunk.h"
 
 namespace shoal {
 namespace {
@@ -187,7 +186,7 @@ void FunctionInstance::Process(const EventDescriptor& req) {
   ResponseBuilder response(pool_, options_.slot, req.offset);
   response.SetPieceSink([this, &reply](uint64_t offset, uint64_t length, int status) {
     EventDescriptor piece = reply;
-    piece.kind = static_cast<uint16_t>(kResponseChunk);
+    piece.kind = static_cast<uint16_t>(EventKind::kResponseChunk);
     piece.offset = offset;
     piece.length = length;
     piece.status = static_cast<uint32_t>(status);
@@ -310,6 +309,8 @@ int FunctionInstance::Run() {
             pong.source = options_.endpoint;
             pong.kind = static_cast<uint16_t>(EventKind::kPong);
             SendReply(pong);
+          } else if (d.kind == static_cast<uint16_t>(EventKind::kJobCommitted)) {
+            if (d.source == kManagerEndpoint) handler_->OnJobCommitted(d.request_id);
           } else if (d.kind == static_cast<uint16_t>(EventKind::kBodyChunk)) {
             // In order with the requests on this loop; handlers on workers wait for Handle.
             if (workers_.empty()) ProcessBodyChunk(d);

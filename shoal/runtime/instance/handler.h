@@ -119,6 +119,11 @@ class Handler {
   // whose sender announces their body (the gateway does for FL updates): a handler may start
   // on the bytes there, e.g. fold them. The default waits for Handle.
   virtual void OnBodyArriving(const Request& /*request*/) {}
+  // The FL job this function follows committed `version` (shoald's kJobCommitted notice, sent
+  // from the coordinator's commit to the instances of the functions that name the job). Called
+  // on the instance's event loop: return at once (wake a thread of the handler's own). The
+  // default ignores it.
+  virtual void OnJobCommitted(uint64_t /*version*/) {}
 };
 
 // Built-in handlers: echo, sha256, wordcount, sleep; fl-leaf and inference are loaded from

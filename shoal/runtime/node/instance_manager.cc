@@ -53,6 +53,9 @@ Status InstanceManager::Start(RequestSink* sink) {
   uv_async_init(loop_, &poke_,
                 [](uv_async_t* a) { static_cast<InstanceManager*>(a->data)->Reconcile(); });
   poke_.data = this;
+  uv_async_init(loop_, &commit_notices_,
+                [](uv_async_t* a) { static_cast<InstanceManager*>(a->data)->SendCommitNotices(); });
+  commit_notices_.data = this;
   uv_timer_init(loop_, &tick_);
   tick_.data = this;
   uv_timer_start(
@@ -247,6 +250,7 @@ void InstanceManager::Stop(double grace_s) {
   uv_timer_stop(&tick_);
   uv_close(reinterpret_cast<uv_handle_t*>(&tick_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&poke_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&commit_notices_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&manager_poll_), nullptr);
   uv_run(loop_, UV_RUN_NOWAIT);
   dataplane_.RemoveEndpoint(kManagerEndpoint);

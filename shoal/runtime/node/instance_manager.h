@@ -82,6 +82,11 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   // "v1" or "v2": the cgroup hierarchy instances run in; "" when they run without cgroups.
   std::string CgroupVersion() const;
 
+  // FL job `job` committed `version` on this node (the coordinator's commit hook; any thread,
+  // cheap): the ready instances of every function that follows the job (its handler's
+  // SHOAL_INFER_FL_JOB) get a kJobCommitted descriptor, sent from the manager's loop
+  // (instance_notices.cc).
+  void JobCommitted(const std::string& job, uint64_t version);
   // ScaleSignal: requests are queueing; reconcile now (scale from zero).
   void Poke() override;
 
@@ -141,6 +146,8 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   // Logs the syscall of each instance the seccomp filter killed (from the kernel's log).
   void LogSeccompKills(uint64_t now_ns);
   void OnManagerReadable();
+  // Sends the commits JobCommitted queued to the instances that follow their jobs (loop).
+  void SendCommitNotices();
   void Retire(FunctionState& f, const char* why);
   void AppendLog(Instance& inst, const char* data, size_t len);
   Result<SharedPool*> PoolFor(const std::string& tenant);
@@ -172,6 +179,7 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
 
   uv_timer_t tick_{};
   uv_async_t poke_{};
+  uv_async_t commit_notices_{};  // JobCommitted -> SendCommitNotices on the loop
   uv_poll_t manager_poll_{};
   std::unique_ptr<DescriptorChannel> manager_channel_;
   Endpoint manager_endpoint_;
@@ -190,6 +198,9 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   // mapping (SHOAL_POOL_POPULATE).
   std::map<std::string, bool> pool_prefaulted_;
   std::map<std::string, uint64_t> used_slots_;  // by tenant: holder-slot bitmap
+  // Commits not yet told to the instances (job -> newest version), by JobCommitted.
+  std::map<std::string, uint64_t> commits_to_tell_;
+  uint64_t commit_notices_sent_ = 0;
   uint32_t next_sequence_ = 1;
   struct SeccompKill {
     std::string function;

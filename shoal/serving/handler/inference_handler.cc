@@ -31,6 +31,7 @@
 #include "shoal/fl/wire/safetensors.h"
 #include "shoal/runtime/instance/builtin_module.h"
 #include "shoal/runtime/instance/handler.h"
+#include "shoal/serving/handler/commit_watch.h"
 #include "shoal/serving/handler/lm_handler.h"
 #include "shoal/serving/handler/model_feed.h"
 #include "shoal/serving/oip/dynamic_batcher.h"
@@ -177,12 +178,7 @@ class FlJobSource final : public ModelSource {
 class InferenceHandler final : public Handler {
  public:
   ~InferenceHandler() override {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    if (watcher_.joinable()) watcher_.join();
+    watch_.Stop();
     batcher_.reset();
   }
 
@@ -190,7 +186,7 @@ class InferenceHandler final : public Handler {
     info_.name = EnvString("SHOAL_INFER_MODEL", EnvString("SHOAL_FUNCTION").c_str());
     info_.max_batch = static_cast<int64_t>(EnvUint("SHOAL_INFER_MAX_BATCH", 32));
     const auto delay = std::chrono::microseconds(EnvUint("SHOAL_INFER_MAX_DELAY_US", 2000));
-    poll_ = std::chrono::milliseconds(EnvUint("SHOAL_INFER_POLL_MS", 200));
+    poll_ = std::chrono::milliseconds(EnvUint("SHOAL_INFER_POLL_MS", kDefaultSafetyPollMs));
     auto precision = ParsePrecision(EnvString("SHOAL_INFER_PRECISION", "fp32"));
     if (!precision.ok()) return precision.status();
     const std::string device = EnvString("SHOAL_INFER_DEVICE", "auto");
@@ -249,11 +245,12 @@ class InferenceHandler final : public Handler {
   Status OnInstanceStart() override {
     batcher_ = std::make_unique<DynamicBatcher>(BatcherOptions{info_.max_batch, delay_},
                                                 std::move(first_));
-    if (source_->Follows()) watcher_ = std::thread([this] { Watch(); });
+    if (source_->Follows()) watch_.Start(poll_, [this] { CheckForNewVersion(); });
     return {};
   }
 
   bool MayBlock() const override { return true; }
+  void OnJobCommitted(uint64_t /*version*/) override { watch_.Notify(); }
 
   Status Handle(const Request& request, ResponseBuilder& response) override {
     std::string_view path = request.path;
@@ -371,27 +368,20 @@ class InferenceHandler final : public Handler {
     return j.dump() + "\n";
   }
 
-  // Follows the FL job: each new committed version is downloaded and compiled here, beside
-  // the running one, then swapped in for the next batch.
-  void Watch() {
-    std::unique_lock lock(mu_);
-    while (!stopping_) {
-      cv_.wait_for(lock, poll_, [this] { return stopping_; });
-      if (stopping_) return;
-      lock.unlock();
-      const uint64_t serving = batcher_->current()->version;
-      auto next = source_->LoadNewest(serving);
-      if (!next.ok()) {
-        spdlog::warn("inference: model '{}': cannot load a new version: {}", info_.name,
-                     next.status().ToString());
-      } else if (*next && (*next)->version > serving) {
-        const uint64_t v = (*next)->version;
-        LogExecution(**next);
-        batcher_->Swap(std::move(*next));
-        spdlog::info("inference: model '{}' now serves version {} (was {})", info_.name, v,
-                     serving);
-      }
-      lock.lock();
+  // Follows the FL job (on the CommitWatch's thread, at each commit notice): each new committed
+  // version is downloaded and compiled here, beside the running one, then swapped in for the
+  // next batch.
+  void CheckForNewVersion() {
+    const uint64_t serving = batcher_->current()->version;
+    auto next = source_->LoadNewest(serving);
+    if (!next.ok()) {
+      spdlog::warn("inference: model '{}': cannot load a new version: {}", info_.name,
+                   next.status().ToString());
+    } else if (*next && (*next)->version > serving) {
+      const uint64_t v = (*next)->version;
+      LogExecution(**next);
+      batcher_->Swap(std::move(*next));
+      spdlog::info("inference: model '{}' now serves version {} (was {})", info_.name, v, serving);
     }
   }
 
@@ -401,11 +391,8 @@ class InferenceHandler final : public Handler {
   std::unique_ptr<DynamicBatcher> batcher_;
   std::shared_ptr<ServingModel> first_;  // loaded by Init, served from OnInstanceStart
   std::chrono::microseconds delay_{0};
-  std::chrono::milliseconds poll_{200};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  std::thread watcher_;
+  std::chrono::milliseconds poll_{kDefaultSafetyPollMs};
+  CommitWatch watch_;
 };
 
 }  // namespace

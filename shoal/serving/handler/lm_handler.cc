@@ -26,6 +26,7 @@
 #include "shoal/common/env.h"
 #include "shoal/common/file_io.h"
 #include "shoal/common/log.h"
+#include "shoal/serving/handler/commit_watch.h"
 #include "shoal/serving/handler/model_feed.h"
 #include "shoal/serving/lm/lm_engine.h"
 #include "shoal/serving/openai/openai_api.h"
@@ -79,18 +80,13 @@ struct Waiter {
 class LmHandler final : public Handler {
  public:
   ~LmHandler() override {
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    if (watcher_.joinable()) watcher_.join();
+    watch_.Stop();
     engine_.reset();
   }
 
   Status Init() {
     name_ = EnvString("SHOAL_INFER_MODEL", EnvString("SHOAL_FUNCTION").c_str());
-    poll_ = std::chrono::milliseconds(EnvUint("SHOAL_INFER_POLL_MS", 200));
+    poll_ = std::chrono::milliseconds(EnvUint("SHOAL_INFER_POLL_MS", kDefaultSafetyPollMs));
     auto base = lm::LoadLmWeightsFile(EnvString("SHOAL_INFER_LM_BASE"));
     if (!base.ok()) return base.status();
     base_ = *base;
@@ -147,11 +143,12 @@ class LmHandler final : public Handler {
 
   Status OnInstanceStart() override {
     engine_->Start();
-    if (!followed_.empty()) watcher_ = std::thread([this] { Watch(); });
+    if (!followed_.empty()) watch_.Start(poll_, [this] { CheckForNewVersion(); });
     return {};
   }
 
   bool MayBlock() const override { return true; }
+  void OnJobCommitted(uint64_t /*version*/) override { watch_.Notify(); }
 
   Status Handle(const Request& request, ResponseBuilder& response) override {
     const bool post = request.method == "POST";
@@ -319,18 +316,11 @@ class LmHandler final : public Handler {
     return {};
   }
 
-  void Watch() {
-    std::unique_lock lock(mu_);
-    while (!stopping_) {
-      cv_.wait_for(lock, poll_, [this] { return stopping_; });
-      if (stopping_) return;
-      lock.unlock();
-      for (auto& f : followed_) {
-        if (Status st = Follow(*f); !st.ok()) {
-          spdlog::warn("inference: model '{}' adapter '{}': {}", name_, f->name, st.ToString());
-        }
+  void CheckForNewVersion() {
+    for (auto& f : followed_) {
+      if (Status st = Follow(*f); !st.ok()) {
+        spdlog::warn("inference: model '{}' adapter '{}': {}", name_, f->name, st.ToString());
       }
-      lock.lock();
     }
   }
 
@@ -338,12 +328,9 @@ class LmHandler final : public Handler {
   std::shared_ptr<const lm::LmWeights> base_;
   std::unique_ptr<lm::LmEngine> engine_;
   std::vector<std::unique_ptr<FollowedAdapter>> followed_;
-  std::chrono::milliseconds poll_{200};
+  std::chrono::milliseconds poll_{kDefaultSafetyPollMs};
   std::atomic<uint64_t> next_id_{1};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  std::thread watcher_;
+  CommitWatch watch_;
 };
 
 }  // namespace

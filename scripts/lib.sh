@@ -8,7 +8,8 @@ PACKAGES=(
   libboost-dev libuv1-dev libhttp-parser-dev protobuf-compiler libprotobuf-dev
   prometheus-cpp-dev libspdlog-dev libfmt-dev libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   libssl-dev libcpp-httplib-dev libcurl4-openssl-dev libseccomp-dev libcap-dev libgtest-dev libgmock-dev curl wrk nginx-light
-  libonnx-dev libdnnl-dev
+  libonnx-dev
+  # (oneDNN is not Debian's 2.6: its 3.2 comes from PyPI wheels into the venv, see test.in)
   # Debian's CPython 3.11 makes the project venv (.venv: numpy, pytest, torch, onnx, ... pinned
   # in requirements/*.lock, see install_python); python3-sklearn only for the 8x8 digits file
   # (clients and tests read its digits.csv.gz); the Fashion-MNIST files
@@ -302,6 +303,8 @@ build() {
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DSHOAL_PYTHON="$VENV/bin/python" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "${CUDA_ARGS[@]}" >/dev/null
   grep -E "^SHOAL_WITH_CUDA|^CMAKE_CUDA_COMPILER:" "$BUILD/CMakeCache.txt" | sed 's/^/  /' || true
+  # Where oneDNN came from (cmake/ShoalDnnl.cmake): the venv's onednn wheels, or none.
+  sed -n 's|^dnnl_DIR:PATH=\(.*\)/lib/cmake/dnnl$|  oneDNN: \1 (onednn-devel-cpu-gomp, onednn-cpu-gomp)|p; s|^dnnl_DIR:PATH=.*NOTFOUND$|  oneDNN: not found: CPU executor and lm off|p' "$BUILD/CMakeCache.txt"
   step "Building ($(nproc) jobs)"
   cmake --build "$BUILD" -j "$(nproc)"
 }

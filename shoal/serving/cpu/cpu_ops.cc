@@ -19,7 +19,7 @@ dnnl::primitive_attr Attr(bool relu, bool sum = false) {
   if (relu || sum) {
     dnnl::post_ops po;
     if (sum) po.append_sum(1.0f);
-    if (relu) po.append_eltwise(1.0f, algorithm::eltwise_relu, 0.0f, 0.0f);
+    if (relu) po.append_eltwise(algorithm::eltwise_relu, 0.0f, 0.0f);
     attr.set_post_ops(po);
   }
   return attr;
@@ -66,17 +66,19 @@ Status LowerConv(Lowering& L, const Node& n, bool relu, const std::string* sum, 
   const dims dil{win->dilations[0] - 1, win->dilations[1] - 1};  // oneDNN counts extra gaps
   const dims pl{win->pad_begin[0], win->pad_begin[1]}, pr{win->pad_end[0], win->pad_end[1]};
   const bool bias = Has(n, 2);
-  auto desc = bias ? dnnl::convolution_forward::desc(prop_kind::forward_inference,
-                                                     algorithm::convolution_direct, src_any, w_any,
-                                                     b_md, dst_any, strides, dil, pl, pr)
-                   : dnnl::convolution_forward::desc(prop_kind::forward_inference,
-                                                     algorithm::convolution_direct, src_any, w_any,
-                                                     dst_any, strides, dil, pl, pr);
+  auto make = [&](const dnnl::primitive_attr& attr) {
+    return bias ? dnnl::convolution_forward::primitive_desc(
+                      L.engine(), prop_kind::forward_inference, algorithm::convolution_direct,
+                      src_any, w_any, b_md, dst_any, strides, dil, pl, pr, attr)
+                : dnnl::convolution_forward::primitive_desc(
+                      L.engine(), prop_kind::forward_inference, algorithm::convolution_direct,
+                      src_any, w_any, dst_any, strides, dil, pl, pr, attr);
+  };
   dnnl::convolution_forward::primitive_desc pd;
   *summed = false;
   if (sum != nullptr) {
     try {
-      pd = dnnl::convolution_forward::primitive_desc(desc, Attr(relu, true), L.engine());
+      pd = make(Attr(relu, true));
       *summed = true;
     } catch (const dnnl::error& e) {
       if (e.status != dnnl_unimplemented) throw;  // no sum post-op here: the Add runs alone
@@ -84,7 +86,7 @@ Status LowerConv(Lowering& L, const Node& n, bool relu, const std::string* sum, 
   }
   // Without the sum, `relu` (which follows the Add) is not the conv's: the Add fuses it.
   if (!*summed) {
-    pd = dnnl::convolution_forward::primitive_desc(desc, Attr(relu && sum == nullptr), L.engine());
+    pd = make(Attr(relu && sum == nullptr));
   }
   const int src = L.Ensure(n.inputs[0], pd.src_desc());
   std::unordered_map<int, dnnl::memory> args{
@@ -132,9 +134,9 @@ Status LowerMatMul(Lowering& L, const Node& n, bool relu) {
                              std::to_string(cols) + "])");
     }
   }
-  auto desc = bias ? dnnl::matmul::desc(src_md, w_any, b_md, dst_md)
-                   : dnnl::matmul::desc(src_md, w_any, dst_md);
-  dnnl::matmul::primitive_desc pd(desc, Attr(relu), L.engine());
+  const dnnl::matmul::primitive_desc pd =
+      bias ? dnnl::matmul::primitive_desc(L.engine(), src_md, w_any, b_md, dst_md, Attr(relu))
+           : dnnl::matmul::primitive_desc(L.engine(), src_md, w_any, dst_md, Attr(relu));
   const int src = L.Ensure(n.inputs[0], pd.src_desc());
   // B as stored: [K,N] row-major, or [N,K] (transB) which is [K,N] column-major.
   const dnnl::memory::desc b_plain({k, cols}, dt::f32, tb ? tag::ba : tag::ab);
@@ -173,8 +175,8 @@ Status LowerAdd(Lowering& L, const Node& n, bool relu) {
     b = L.Ensure(other, src0);
     b_mem = L.Mem(b);
   }
-  dnnl::binary::desc desc(algorithm::binary_add, src0, b_mem.get_desc(), src0);
-  dnnl::binary::primitive_desc pd(desc, Attr(relu), L.engine());
+  dnnl::binary::primitive_desc pd(L.engine(), algorithm::binary_add, src0, b_mem.get_desc(), src0,
+                                  Attr(relu));
   std::vector<int> reads{a};
   if (b >= 0) reads.push_back(b);
   return AddOutputStep<dnnl::binary>(L, n, pd,
@@ -183,9 +185,10 @@ Status LowerAdd(Lowering& L, const Node& n, bool relu) {
 
 Status LowerRelu(Lowering& L, const Node& n) {
   const int src = L.Native(n.inputs[0]);
-  dnnl::eltwise_forward::desc desc(prop_kind::forward_inference, algorithm::eltwise_relu,
-                                   L.NativeDesc(n.inputs[0]), 0.0f, 0.0f);
-  dnnl::eltwise_forward::primitive_desc pd(desc, Attr(false), L.engine());
+  const dnnl::memory::desc md = L.NativeDesc(n.inputs[0]);
+  dnnl::eltwise_forward::primitive_desc pd(L.engine(), prop_kind::forward_inference,
+                                           algorithm::eltwise_relu, md, md, 0.0f, 0.0f,
+                                           Attr(false));
   return AddOutputStep<dnnl::eltwise_forward>(L, n, pd, {{DNNL_ARG_SRC, L.Mem(src)}}, {src});
 }
 
@@ -194,11 +197,12 @@ Status LowerBatchNorm(Lowering& L, const Node& n) {
   const int src = L.Native(n.inputs[0]);
   const int64_t c = L.Shape(n.inputs[0])[1];
   const dnnl::memory::desc p_md({c}, dt::f32, tag::a);
-  dnnl::batch_normalization_forward::desc desc(
-      prop_kind::forward_inference, L.NativeDesc(n.inputs[0]), n.FloatAttr("epsilon", 1e-5f),
+  const dnnl::memory::desc md = L.NativeDesc(n.inputs[0]);
+  dnnl::batch_normalization_forward::primitive_desc pd(
+      L.engine(), prop_kind::forward_inference, md, md, n.FloatAttr("epsilon", 1e-5f),
       dnnl::normalization_flags::use_global_stats | dnnl::normalization_flags::use_scale |
-          dnnl::normalization_flags::use_shift);
-  dnnl::batch_normalization_forward::primitive_desc pd(desc, Attr(false), L.engine());
+          dnnl::normalization_flags::use_shift,
+      Attr(false));
   return AddOutputStep<dnnl::batch_normalization_forward>(
       L, n, pd,
       {{DNNL_ARG_SRC, L.Mem(src)},
@@ -227,11 +231,10 @@ Status LowerPool(Lowering& L, const Node& n) {
                                                  : algorithm::pooling_avg_exclude_padding;
   }
   const int src = L.Native(n.inputs[0]);
-  dnnl::pooling_forward::desc desc(prop_kind::forward_inference, alg, L.NativeDesc(n.inputs[0]),
-                                   {ToDims(y), L.compute(), tag::any}, {w.strides[0], w.strides[1]},
-                                   {w.kernel[0], w.kernel[1]}, {w.pad_begin[0], w.pad_begin[1]},
-                                   {w.pad_end[0], w.pad_end[1]});
-  dnnl::pooling_forward::primitive_desc pd(desc, Attr(false), L.engine());
+  dnnl::pooling_forward::primitive_desc pd(
+      L.engine(), prop_kind::forward_inference, alg, L.NativeDesc(n.inputs[0]),
+      {ToDims(y), L.compute(), tag::any}, {w.strides[0], w.strides[1]}, {w.kernel[0], w.kernel[1]},
+      {0, 0}, {w.pad_begin[0], w.pad_begin[1]}, {w.pad_end[0], w.pad_end[1]}, Attr(false));
   return AddOutputStep<dnnl::pooling_forward>(L, n, pd, {{DNNL_ARG_SRC, L.Mem(src)}}, {src});
 }
 
@@ -251,8 +254,8 @@ Status LowerSoftmax(Lowering& L, const Node& n) {
       static_cast<int>(NormaliseAxis(n.IntAttr("axis", -1), static_cast<int64_t>(x.size())));
   const dnnl::memory::desc md(ToDims(x), L.compute(), PlainTag(x.size()));
   const int src = L.Ensure(n.inputs[0], md);
-  dnnl::softmax_forward::desc desc(prop_kind::forward_inference, md, axis);
-  dnnl::softmax_forward::primitive_desc pd(desc, Attr(false), L.engine());
+  dnnl::softmax_forward::primitive_desc pd(L.engine(), prop_kind::forward_inference,
+                                           algorithm::softmax_accurate, md, md, axis, Attr(false));
   return AddOutputStep<dnnl::softmax_forward>(L, n, pd, {{DNNL_ARG_SRC, L.Mem(src)}}, {src});
 }
 

@@ -20,7 +20,7 @@ dnnl::primitive_attr Attr(bool relu) {
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (relu) {
     dnnl::post_ops po;
-    po.append_eltwise(1.0f, algorithm::eltwise_relu, 0.0f, 0.0f);
+    po.append_eltwise(algorithm::eltwise_relu, 0.0f, 0.0f);
     attr.set_post_ops(po);
   }
   return attr;
@@ -55,11 +55,11 @@ bool ScalarConstant(const Lowering& L, const std::string& t, float* v) {
 Status Eltwise(Lowering& L, const Node& n, algorithm alg, float alpha, float beta,
                const dnnl::post_ops* po = nullptr) {
   const int src = L.Native(n.inputs[0]);
-  dnnl::eltwise_forward::desc desc(prop_kind::forward_inference, alg, L.NativeDesc(n.inputs[0]),
-                                   alpha, beta);
+  const dnnl::memory::desc md = L.NativeDesc(n.inputs[0]);
   dnnl::primitive_attr attr = Attr(false);
   if (po != nullptr) attr.set_post_ops(*po);
-  dnnl::eltwise_forward::primitive_desc pd(desc, attr, L.engine());
+  dnnl::eltwise_forward::primitive_desc pd(L.engine(), prop_kind::forward_inference, alg, md, md,
+                                           alpha, beta, attr);
   const int dst = L.NewValue(pd.dst_desc());
   L.AddStep(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, L.Mem(src)}, {DNNL_ARG_DST, L.Mem(dst)}},
             {src}, pd);
@@ -90,21 +90,20 @@ Status Binary(Lowering& L, const Node& n, algorithm alg, const std::string& x,
   // A broadcast over a blocked (convolution's) layout, as a squeeze-excitation's channel scale
   // is, stays in that layout where oneDNN has an optimised kernel for it; else both go plain.
   auto make = [&] {
-    return dnnl::binary::primitive_desc(dnnl::binary::desc(alg, src0, b_mem.get_desc(), src0),
-                                        Attr(relu), L.engine());
+    return dnnl::binary::primitive_desc(L.engine(), alg, src0, b_mem.get_desc(), src0, Attr(relu));
   };
   dnnl::binary::primitive_desc pd;
   bool native = same || src0 == Plain(y, L.compute());
   if (!native) {
     // First with the other operand in its own producer's layout (a channel-blocked [N,C,1,1]
     // after a convolution), then plain.
-    const bool own = b >= 0 && L.NativeDesc(other).dims() == ToDims(bd);
+    const bool own = b >= 0 && L.NativeDesc(other).get_dims() == ToDims(bd);
     for (int attempt = own ? 0 : 1; attempt < 2 && !native; ++attempt) {
       const int cand = attempt == 0 ? L.Native(other) : b;
       const dnnl::memory cand_mem = b >= 0 ? L.Mem(cand) : b_mem;
       try {
-        pd = dnnl::binary::primitive_desc(dnnl::binary::desc(alg, src0, cand_mem.get_desc(), src0),
-                                          Attr(relu), L.engine());
+        pd = dnnl::binary::primitive_desc(L.engine(), alg, src0, cand_mem.get_desc(), src0,
+                                          Attr(relu));
         native = std::string(pd.impl_info_str()).rfind("ref", 0) != 0;
       } catch (const dnnl::error&) {
         native = false;
@@ -147,9 +146,9 @@ Status LayerNorm(Lowering& L, const Node& n) {
   const bool bias = n.inputs.size() > 2 && !n.inputs[2].empty();
   if (bias) flags = flags | dnnl::normalization_flags::use_shift;
   const dnnl::memory::desc md = Plain(flat, L.compute());
-  dnnl::layer_normalization_forward::desc desc(prop_kind::forward_inference, md,
-                                               n.FloatAttr("epsilon", 1e-5f), flags);
-  dnnl::layer_normalization_forward::primitive_desc pd(desc, Attr(false), L.engine());
+  dnnl::layer_normalization_forward::primitive_desc pd(L.engine(), prop_kind::forward_inference, md,
+                                                       md, n.FloatAttr("epsilon", 1e-5f), flags,
+                                                       Attr(false));
   const dnnl::memory::desc p_md({cols}, dt::f32, tag::a);
   const int dst = L.NewValue(md);
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, L.Mem(src)},
@@ -178,15 +177,15 @@ Status MatMulNd(Lowering& L, const Node& n, bool relu, const MatMulFusion* fusio
     const dnnl::memory::desc w_any({k, cols}, L.compute(), tag::any);
     const dnnl::memory::desc b_md({1, cols}, dt::f32, tag::ab);
     const bool bias = fusion != nullptr && !fusion->bias.empty();
-    auto desc = bias ? dnnl::matmul::desc(src_md, w_any, b_md, dst_md)
-                     : dnnl::matmul::desc(src_md, w_any, dst_md);
     dnnl::primitive_attr attr = Attr(relu);
     if (fusion != nullptr && fusion->gelu) {
       dnnl::post_ops po;
-      po.append_eltwise(1.0f, algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
+      po.append_eltwise(algorithm::eltwise_gelu_erf, 0.0f, 0.0f);
       attr.set_post_ops(po);
     }
-    dnnl::matmul::primitive_desc pd(desc, attr, L.engine());
+    const dnnl::matmul::primitive_desc pd =
+        bias ? dnnl::matmul::primitive_desc(L.engine(), src_md, w_any, b_md, dst_md, attr)
+             : dnnl::matmul::primitive_desc(L.engine(), src_md, w_any, dst_md, attr);
     const int dst = L.NewValue(dst_md);
     std::unordered_map<int, dnnl::memory> args{
         {DNNL_ARG_SRC, L.Mem(src)},
@@ -216,8 +215,8 @@ Status MatMulNd(Lowering& L, const Node& n, bool relu, const MatMulFusion* fusio
     w_mem = L.Mem(w);
   }
   const dnnl::memory::desc dst_md = Plain(y, L.compute());
-  dnnl::matmul::desc desc(Plain(pa, L.compute()), w_mem.get_desc(), dst_md);
-  dnnl::matmul::primitive_desc pd(desc, Attr(relu), L.engine());
+  dnnl::matmul::primitive_desc pd(L.engine(), Plain(pa, L.compute()), w_mem.get_desc(), dst_md,
+                                  Attr(relu));
   const int dst = L.NewValue(dst_md);
   std::vector<int> reads{src};
   if (w >= 0) reads.push_back(w);
@@ -233,9 +232,10 @@ Status MatMulNd(Lowering& L, const Node& n, bool relu, const MatMulFusion* fusio
 
 Status LowerGeluTanh(Lowering& L, const std::string& x, const std::string& output) {
   const int src = L.Native(x);
-  dnnl::eltwise_forward::desc desc(prop_kind::forward_inference, algorithm::eltwise_gelu_tanh,
-                                   L.NativeDesc(x), 0.0f, 0.0f);
-  dnnl::eltwise_forward::primitive_desc pd(desc, Attr(false), L.engine());
+  const dnnl::memory::desc md = L.NativeDesc(x);
+  dnnl::eltwise_forward::primitive_desc pd(L.engine(), prop_kind::forward_inference,
+                                           algorithm::eltwise_gelu_tanh, md, md, 0.0f, 0.0f,
+                                           Attr(false));
   const int dst = L.NewValue(pd.dst_desc());
   L.AddStep(dnnl::eltwise_forward(pd), {{DNNL_ARG_SRC, L.Mem(src)}, {DNNL_ARG_DST, L.Mem(dst)}},
             {src}, pd);
@@ -256,7 +256,7 @@ Status LowerDnnlOp(Lowering& L, const Node& n, bool fuse_relu, bool* handled) {
     case OpType::kTanh:
       return Eltwise(L, n, algorithm::eltwise_tanh, 0, 0);
     case OpType::kHardSwish:
-      return Eltwise(L, n, algorithm::eltwise_hardswish, 0, 0);
+      return Eltwise(L, n, algorithm::eltwise_hardswish, 1.0f / 6.0f, 0.5f);
     case OpType::kSqrt:
       return Eltwise(L, n, algorithm::eltwise_sqrt, 0, 0);
     case OpType::kExp:
@@ -265,7 +265,7 @@ Status LowerDnnlOp(Lowering& L, const Node& n, bool fuse_relu, bool* handled) {
       return Eltwise(L, n, algorithm::eltwise_linear, -1.0f, 0);
     case OpType::kHardSigmoid: {
       dnnl::post_ops po;
-      po.append_eltwise(1.0f, algorithm::eltwise_clip, 0.0f, 1.0f);
+      po.append_eltwise(algorithm::eltwise_clip, 0.0f, 1.0f);
       return Eltwise(L, n, algorithm::eltwise_linear, n.FloatAttr("alpha", 0.2f),
                      n.FloatAttr("beta", 0.5f), &po);
     }

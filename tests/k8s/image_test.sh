@@ -47,6 +47,14 @@ for f in opt/shoal/bin/shoal-fn opt/shoal/lib/shoal/shoal_dataplane.bpf.o \
   [ -e "$work/rootfs/$f" ] || bad "/$f is missing"
 done
 ls "$work/rootfs/opt/shoal/lib/shoal/handlers/"*.so >/dev/null 2>&1 || bad "no handlers in /opt/shoal/lib/shoal/handlers"
+# Every module's libraries resolve inside the image (the inference module's libdnnl.so.3 comes
+# from the venv's oneDNN wheel into /opt/shoal/lib, found through the image's ld.so.conf).
+while IFS= read -r -d '' so; do
+  rel="/${so#"$work/rootfs/"}"
+  out="$(chroot "$work/rootfs" /lib64/ld-linux-x86-64.so.2 --list "$rel" 2>&1)" || bad "ld.so --list $rel: $out"
+  if grep -q "not found" <<< "$out"; then bad "$rel: $(grep "not found" <<< "$out" | tr -s ' \t\n' ' ')"; fi
+done < <(find "$work/rootfs/opt/shoal/lib" -name '*.so' -print0)
+echo "modules: every library resolves in the image"
 
 # World-writable: no file; directories only with the sticky bit (/tmp, /var/tmp).
 ww="$(cd "$work/rootfs" && find . -xdev -perm -0002 ! -type l ! \( -type d -perm -1000 \) | head -20)"

@@ -114,6 +114,23 @@ int main(int argc, char** argv) {
   auto* fl_list = fl->add_subcommand("list", "list FL jobs");
   auto* fl_delete = fl->add_subcommand("delete", "delete an FL job");
   fl_delete->add_option("job", job, "job name")->required();
+  std::string supernode_arg;
+  auto* fl_sn = fl->add_subcommand(
+      "supernode", "a Flower job's SuperNode allow-list (spec.flower.supernodeAuth)");
+  fl_sn->require_subcommand(1);
+  auto* fl_sn_register = fl_sn->add_subcommand(
+      "register", "allow a SuperNode's public key (as flwr supernode register)");
+  fl_sn_register->add_option("job", job, "job name")->required();
+  fl_sn_register
+      ->add_option("public-key", supernode_arg,
+                   "the node's public key file (ssh-keygen -t ecdsa -b 384's .pub, or PEM)")
+      ->required();
+  auto* fl_sn_list = fl_sn->add_subcommand("list", "the job's SuperNodes: id, status, key");
+  fl_sn_list->add_option("job", job, "job name")->required();
+  auto* fl_sn_unregister = fl_sn->add_subcommand(
+      "unregister", "remove a SuperNode: its next call is refused and flower-supernode stops");
+  fl_sn_unregister->add_option("job", job, "job name")->required();
+  fl_sn_unregister->add_option("node-id", supernode_arg, "the node id `list` shows")->required();
 
   TokenOptions token_opts;
   std::string token_id;
@@ -206,6 +223,9 @@ int main(int argc, char** argv) {
                                 "shoal fl model fmnist --format onnx --version 12 -o v12.onnx"});
   shoal::SetExamples(fl_list, {"shoal fl list"});
   shoal::SetExamples(fl_delete, {"shoal fl delete fmnist"});
+  shoal::SetExamples(fl_sn_register, {"shoal fl supernode register fmnist keys/node-1.pub"});
+  shoal::SetExamples(fl_sn_list, {"shoal fl supernode list fmnist"});
+  shoal::SetExamples(fl_sn_unregister, {"shoal fl supernode unregister fmnist 4213790152"});
   shoal::SetExamples(token, {"shoal token create --role fl-client --job fmnist", "shoal token list",
                              "shoal token revoke 3"});
   shoal::SetExamples(token_create, {"FL_TOKEN=$(shoal token create --role fl-client --job fmnist)",
@@ -275,6 +295,12 @@ int main(int argc, char** argv) {
     rc = FlList(client);
   } else if (fl_delete->parsed()) {
     rc = DeleteAndReport(client, "/v1/jobs/" + job, "fljob/" + job + " deleted");
+  } else if (fl_sn_register->parsed()) {
+    rc = FlSupernodeRegister(client, job, supernode_arg);
+  } else if (fl_sn_list->parsed()) {
+    rc = FlSupernodeList(client, job);
+  } else if (fl_sn_unregister->parsed()) {
+    rc = FlSupernodeUnregister(client, job, supernode_arg);
   } else if (token_create->parsed()) {
     rc = TokenCreate(client, token_opts);
   } else if (token_list->parsed()) {

@@ -350,10 +350,16 @@ int main(int argc, char** argv) {
        flower::GatewayUpdatePoster(config.listen_host, gateway_port, tokens.get()),
        /*now=*/{}, /*wall_now=*/{}});
   ControlService control_service(control, fleet);
+  const auto supernodes = [&fleet](std::string_view method, const std::string& job,
+                                   std::string_view node_id, std::string_view body) {
+    return fleet.Supernodes(method, job, node_id, body);
+  };
+  control.SetFlowerSupernodes(supernodes);
   // The control listener's API also converts a job's model to ONNX (?format=onnx): long work
   // for that listener's own threads, so the gateway's API (run on its loops) has no exporter.
   ControlApi listener_api(*registry, manager, &fl, tokens.get());
   listener_api.SetClusterFunctions(placed_specs);
+  listener_api.SetFlowerSupernodes(supernodes);
 #ifdef SHOAL_HAVE_ONNX_EXPORT
   listener_api.SetOnnxExport(inference::JobModelAsOnnx);
 #endif

@@ -52,6 +52,13 @@ int FlWatch(const HttpClient& client, const std::string& job, const WatchOptions
 int FlModel(const HttpClient& client, const std::string& job, const std::string& output,
             const std::optional<uint64_t>& version, const std::string& format = "safetensors");
 int FlList(const HttpClient& client);
+// `shoal fl supernode ...`: a Flower job's SuperNode allow-list (`key_file`: the node's .pub,
+// OpenSSH ecdsa or PEM, as `flwr supernode register` takes it).
+int FlSupernodeRegister(const HttpClient& client, const std::string& job,
+                        const std::string& key_file);
+int FlSupernodeList(const HttpClient& client, const std::string& job);
+int FlSupernodeUnregister(const HttpClient& client, const std::string& job,
+                          const std::string& node_id);
 
 struct TokenOptions {
   std::string role, ns, job, name;

@@ -72,6 +72,11 @@ struct FlFlowerSpec {
   std::vector<std::pair<std::string, FlFlowerValue>> run_config;    // Run.override_config
   std::vector<std::pair<std::string, FlFlowerValue>> train_config;  // the train ConfigRecord
   bool evaluate = true;  // an `evaluate` message to every node after each commit
+  // SuperNode allow-list (Flower's --enable-supernode-auth): only the listed public keys (and
+  // those registered later through the control API) may activate; self-registration is refused.
+  // supernodes: the key files' texts as read at deploy (OpenSSH ecdsa lines or PEM).
+  bool supernode_auth = false;          // spec.flower.supernodeAuth (default: supernodes given)
+  std::vector<std::string> supernodes;  // spec.flower.supernodes
   bool enabled() const { return !fab.empty(); }
 };
 

@@ -50,6 +50,14 @@ class ControlApi {
   using ClusterFunctions = std::function<std::vector<FunctionSpec>()>;
   void SetClusterFunctions(ClusterFunctions f) { cluster_functions_ = std::move(f); }
 
+  // The Flower jobs' SuperNode allow-lists (shoal/fl/flower's FleetService::Supernodes):
+  // /v1/jobs/{job}/flower/supernodes (GET: viewers; POST: writers) and .../{node_id} (DELETE:
+  // writers). Without it those routes answer 501.
+  using FlowerSupernodes =
+      std::function<HttpReply(std::string_view method, const std::string& job,
+                              std::string_view node_id, std::string_view body)>;
+  void SetFlowerSupernodes(FlowerSupernodes f) { flower_supernodes_ = std::move(f); }
+
   // `path` starts with /v1/; `query` is the part after '?', without it; `who` made the request.
   HttpReply Handle(std::string_view method, std::string_view path, std::string_view query,
                    std::string_view body, const auth::Principal& who);
@@ -105,6 +113,7 @@ class ControlApi {
   auth::TokenStore* tokens_;
   ClusterFunctions cluster_functions_;
   OnnxExport onnx_export_;
+  FlowerSupernodes flower_supernodes_;
 };
 
 }  // namespace shoal

@@ -96,9 +96,11 @@ HttpReply ControlApi::Jobs(std::string_view method, std::string_view path, std::
     const bool client_route = sub == "join" || sub == "task" || sub == "eval" || sub == "secagg" ||
                               sub.starts_with("secagg/");
     const bool readable = sub.empty() || sub == "model";
-    const Action action = client_route                          ? Action::kFlClient
-                          : (sub.empty() && method == "DELETE") ? Action::kWrite
-                                                                : Action::kRead;
+    const bool changes_supernodes = sub.starts_with("flower/supernodes") && method != "GET";
+    const Action action = client_route ? Action::kFlClient
+                          : (sub.empty() && method == "DELETE") || changes_supernodes
+                              ? Action::kWrite
+                              : Action::kRead;
     auto ns = JobNamespace(job);
     // An unknown job: authorize against the caller's own scope, then say 404.
     const std::string scope = ns.ok() ? *ns : who.ns;
@@ -161,6 +163,14 @@ HttpReply ControlApi::Jobs(std::string_view method, std::string_view path, std::
          return api.SecureAggregation(job, "unmask", {}, body);
        }},
   };
+  if (sub == "flower/supernodes" || sub.starts_with("flower/supernodes/")) {
+    if (!flower_supernodes_) return Error(501, "this API serves no Flower job's SuperNodes");
+    const std::string_view id = sub.substr(std::min(sub.size(), sizeof("flower/supernodes")));
+    if (sub.size() > sizeof("flower/supernodes") - 1 && id.empty()) {
+      return Error(404, "no route " + std::string(path));
+    }
+    return flower_supernodes_(method, job, id, body);
+  }
   std::string allow;
   for (const JobRoute& route : kJobRoutes) {
     if (route.sub != sub) continue;

@@ -1,6 +1,8 @@
 // DocumentParser: an FLJob's spec.flower (the Flower app the job runs, shoal/fl/flower).
 #include <charconv>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <system_error>
 
 #include "shoal/control/node/manifest_parser.h"
@@ -37,7 +39,8 @@ FlFlowerValue TypedScalar(const YAML::Node& n) {
 
 void DocumentParser::ParseFlower(const YAML::Node& f, FlFlowerSpec& out) const {
   ExpectMap(f, "spec.flower");
-  CheckKeys(f, "spec.flower", {"fab", "runConfig", "trainConfig", "evaluate"});
+  CheckKeys(f, "spec.flower",
+            {"fab", "runConfig", "trainConfig", "evaluate", "supernodeAuth", "supernodes"});
   const YAML::Node fab = f["fab"];
   if (!fab) Fail("spec.flower.fab", "required: the path of the app bundle `flwr build` wrote", f);
   out.fab = String(fab, "spec.flower.fab");
@@ -73,6 +76,40 @@ void DocumentParser::ParseFlower(const YAML::Node& f, FlFlowerSpec& out) const {
     const std::string v = e.IsScalar() ? e.Scalar() : std::string();
     if (v != "true" && v != "false") Fail("spec.flower.evaluate", "must be true or false", e);
     out.evaluate = v == "true";
+  }
+  // The allow-list: files of SuperNode public keys (the .pub `ssh-keygen -t ecdsa -b 384` wrote
+  // beside the node's private key, as `flwr supernode register` reads it, or a PEM). Read here,
+  // at deploy; the Fleet service converts each to the PEM the node sends.
+  if (const YAML::Node keys = f["supernodes"]; keys && !keys.IsNull()) {
+    if (!keys.IsSequence()) Fail("spec.flower.supernodes", "must be a list of key files", keys);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const std::string item = "spec.flower.supernodes[" + std::to_string(i) + "]";
+      const std::string path = String(keys[i], item);
+      if (path.empty() || path[0] != '/') {
+        Fail(item, "must be an absolute path, got " + Quote(path), keys[i]);
+      }
+      std::ifstream in(path, std::ios::binary);
+      std::ostringstream text;
+      if (!in || !(text << in.rdbuf())) Fail(item, "cannot read " + path, keys[i]);
+      const std::string key = text.str();
+      if (!key.starts_with("ecdsa-sha2-nistp") && !key.starts_with("-----BEGIN PUBLIC KEY-----")) {
+        Fail(item,
+             path +
+                 " is not a SuperNode public key (an OpenSSH 'ecdsa-sha2-nistp...' line or a "
+                 "PEM public key)",
+             keys[i]);
+      }
+      out.supernodes.push_back(key);
+    }
+  }
+  out.supernode_auth = !out.supernodes.empty();
+  if (const YAML::Node a = f["supernodeAuth"]) {
+    const std::string v = a.IsScalar() ? a.Scalar() : std::string();
+    if (v != "true" && v != "false") Fail("spec.flower.supernodeAuth", "must be true or false", a);
+    if (v == "false" && !out.supernodes.empty()) {
+      Fail("spec.flower.supernodeAuth", "false with spec.flower.supernodes listed", a);
+    }
+    out.supernode_auth = v == "true";
   }
 }
 

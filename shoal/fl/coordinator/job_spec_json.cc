@@ -25,7 +25,8 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
 namespace coordinator_internal {
 namespace {
 
-// spec.flower: {"fab", "run_config": [[key, kind, text]...], "train_config", "evaluate"}.
+// spec.flower: {"fab", "run_config": [[key, kind, text]...], "train_config", "evaluate",
+// "supernode_auth", "supernodes": [key text...]}.
 Json FlowerToJson(const FlFlowerSpec& f) {
   auto items = [](const auto& list) {
     Json a = Json::array();
@@ -35,13 +36,21 @@ Json FlowerToJson(const FlFlowerSpec& f) {
   return {{"fab", f.fab},
           {"run_config", items(f.run_config)},
           {"train_config", items(f.train_config)},
-          {"evaluate", f.evaluate}};
+          {"evaluate", f.evaluate},
+          {"supernode_auth", f.supernode_auth},
+          {"supernodes", f.supernodes}};
 }
 
 FlFlowerSpec FlowerFromJson(const Json& j) {
   FlFlowerSpec f;
   f.fab = j.value("fab", "");
   f.evaluate = j.value("evaluate", true);
+  f.supernode_auth = j.value("supernode_auth", false);
+  if (j.contains("supernodes") && j["supernodes"].is_array()) {
+    for (const auto& k : j["supernodes"]) {
+      if (k.is_string()) f.supernodes.push_back(k.get<std::string>());
+    }
+  }
   auto items = [&](const char* key, auto& out) {
     if (!j.contains(key) || !j[key].is_array()) return;
     for (const auto& e : j[key]) {

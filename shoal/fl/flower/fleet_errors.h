@@ -14,6 +14,8 @@ namespace shoal::flower {
 
 inline constexpr int kPublicKeyAlreadyInUse = 23;
 inline constexpr int kInvalidProtobufPayload = 1003;
+inline constexpr int kRegistrationDisabled = 2001;    // allow-listing: register via the CLI
+inline constexpr int kUnregistrationDisabled = 2002;  // allow-listing: unregister via the CLI
 inline constexpr int kInvalidHeartbeatInterval = 2003;
 inline constexpr int kNodeActivationFailed = 2004;
 inline constexpr int kNodeDeactivationFailed = 2005;

@@ -198,6 +198,7 @@ Result<FleetService::Job*> FleetService::JobLocked(const std::string& name) {
   job.spec = std::move(*spec);
   spdlog::info("flower: job {} is Flower run {} (FAB {} {} {})", name, job.run_id, job.fab.fab_id,
                job.fab.version, job.fab.hash.substr(0, 12));
+  ListSpecKeysLocked(job);
   return &job;
 }
 
@@ -205,13 +206,21 @@ Result<FleetService::Job*> FleetService::JobForNewNode() {
   // A node joins the first Flower job (by name) that still lacks clients, else the first one:
   // the node is that job's from then on, and its id reaches nothing of another job.
   Job* first = nullptr;
+  bool allow_listing = false;
   for (const std::string& name : hooks_.jobs->ListJobs()) {
     auto job = JobLocked(name);
     if (!job.ok()) continue;
+    if ((*job)->spec.flower.supernode_auth) {
+      allow_listing = true;  // its nodes are registered through the control API only
+      continue;
+    }
     size_t attached = 0;
     for (const auto& [id, n] : nodes_) attached += n.job == name && n.active ? 1 : 0;
     if (attached < (*job)->spec.clients) return *job;
     if (first == nullptr) first = *job;
+  }
+  if (first == nullptr && allow_listing) {
+    return PermissionDenied("the Flower jobs here authenticate SuperNodes");
   }
   if (first == nullptr) return NotFound("no Flower job on this gateway");
   return first;
@@ -225,6 +234,13 @@ HttpReply FleetService::RegisterNode(std::string_view body) {
     return FlowerError(412, kPublicKeyAlreadyInUse, "Public key already in use.");
   }
   auto job = JobForNewNode();
+  if (!job.ok() && job.status().code() == StatusCode::kPermissionDenied) {
+    // As a SuperLink started with --enable-supernode-auth answers.
+    spdlog::info("flower: a node's RegisterNode refused: {}", job.status().message());
+    return FlowerError(412, kRegistrationDisabled,
+                       "SuperNode authentication is enabled. All SuperNodes must be registered "
+                       "via the CLI.");
+  }
   if (!job.ok()) {
     return FlowerError(412, kNodeActivationFailed, "Failed to activate SuperNode.",
                        job.status().message());
@@ -245,6 +261,7 @@ HttpReply FleetService::RegisterNode(std::string_view body) {
   n.job = (*job)->name;
   n.client_id = joined->client_id;
   n.token = joined->token;
+  n.joined = true;
   node_by_key_[n.public_key] = id;
   ++counters_.nodes_registered;
   spdlog::info("flower: node {} registered in job {} as client {}", id, n.job, n.client_id);
@@ -259,13 +276,23 @@ HttpReply FleetService::ActivateNode(std::string_view body) {
   std::lock_guard lock(mu_);
   auto it = node_by_key_.find(req.public_key());
   if (it == node_by_key_.end()) {
+    // A job deployed since may list the key (spec.flower.supernodes): load the Flower jobs.
+    for (const std::string& name : hooks_.jobs->ListJobs()) (void)JobLocked(name);
+    it = node_by_key_.find(req.public_key());
+  }
+  if (it == node_by_key_.end()) {
+    spdlog::info("flower: ActivateNode refused: a key no job lists or registered");
     return FlowerError(412, kNodeActivationFailed, "Failed to activate SuperNode.");
   }
   if (!ValidHeartbeatInterval(req.heartbeat_interval())) {
     return FlowerError(400, kInvalidHeartbeatInterval, "Invalid heartbeat interval.");
   }
   Node& n = nodes_.at(it->second);
+  if (Status st = JoinLocked(n); !st.ok()) {
+    return FlowerError(412, kNodeActivationFailed, "Failed to activate SuperNode.", st.message());
+  }
   n.active = true;
+  n.activated = true;
   n.heartbeat_interval = req.heartbeat_interval();
   n.online_until =
       Now() + std::chrono::duration_cast<Clock::duration>(
@@ -294,6 +321,11 @@ HttpReply FleetService::UnregisterNode(std::string_view body) {
   auto it = nodes_.find(req.node_id());
   if (it == nodes_.end()) {
     return FlowerError(412, kNodeUnregistrationFailed, "Failed to unregister SuperNode.");
+  }
+  if (it->second.listed) {
+    return FlowerError(412, kUnregistrationDisabled,
+                       "SuperNode authentication is enabled. All SuperNodes must be unregistered "
+                       "via the CLI.");
   }
   // Its undelivered work goes with it; what it pushed is already the job's.
   node_by_key_.erase(it->second.public_key);

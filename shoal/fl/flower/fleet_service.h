@@ -78,6 +78,14 @@ class FleetService {
   HttpReply Handle(std::string_view method, std::string_view path, std::string_view body,
                    const NodeAuthHeaders& auth);
 
+  // The job's SuperNode allow-list (spec.flower.supernodeAuth; the control API's
+  // /v1/jobs/{job}/flower/supernodes[/{node_id}], `shoal fl supernode`): GET lists the keys and
+  // their nodes, POST {"publicKey": <OpenSSH line or PEM>} registers one (as `flwr supernode
+  // register`), DELETE .../{node_id} unregisters it: the node's next call is 401 and
+  // flower-supernode stops. JSON answers; fleet_supernodes.cc.
+  HttpReply Supernodes(std::string_view method, const std::string& job, std::string_view node_id,
+                       std::string_view body);
+
   FleetCounters counters();
   // A JSON object: per job, its run id and nodes (for the job's status and tests).
   std::string StateJson();
@@ -89,7 +97,10 @@ class FleetService {
     std::string public_key;
     std::string job;
     std::string client_id, token;  // the node's membership of the job
+    bool joined = false;           // client_id and token set
     bool active = false;
+    bool activated = false;  // activated at least once (else only registered)
+    bool listed = false;     // registered by the job's allow-list, not by RegisterNode
     double heartbeat_interval = 30;
     Clock::time_point online_until{};
     uint64_t trained_version = UINT64_MAX;  // the last version a train message was sent for
@@ -145,8 +156,15 @@ class FleetService {
   std::optional<HttpReply> Authenticate(std::string_view rpc, std::string_view body,
                                         const NodeAuthHeaders& auth);
 
-  // The Flower job a new node joins (the one running job with spec.flower); mu_ held.
+  // The Flower job a new node joins (a running job with spec.flower that does not authenticate
+  // SuperNodes); mu_ held. kPermissionDenied when only allow-listing jobs are there.
   Result<Job*> JobForNewNode();
+  // Registers `pem` in `job`'s allow-list as a node that has not activated yet; mu_ held.
+  Node& AddListedLocked(const std::string& job, const std::string& pem);
+  // The allow-list keys of spec.flower.supernodes, registered when the job loads; mu_ held.
+  void ListSpecKeysLocked(const Job& job);
+  // A listed node joins its job as a client at its first activation; mu_ held.
+  Status JoinLocked(Node& n);
   Result<Job*> JobLocked(const std::string& name);
   // The next message for `node` (nullptr: none now); mu_ held, released around the job calls.
   Result<const Instruction*> NextInstruction(std::unique_lock<std::mutex>& lock, Node& node);
@@ -169,6 +187,9 @@ class FleetService {
   std::map<std::string, Session, std::less<>> sessions_;
   FleetCounters counters_;
   Clock::time_point next_sweep_{};
+  // Per job, the keys of spec.flower.supernodes unregistered through the control API: a reload
+  // of the spec does not list them again (registering them again does).
+  std::map<std::string, std::set<std::string>> revoked_;
 };
 
 }  // namespace shoal::flower

@@ -345,6 +345,36 @@ TEST(FlJobApiDisabledTest, WithoutAServiceJobRoutesAre501AndNothingIsDeployed) {
   EXPECT_EQ(api.Handle("POST", "/v1/functions", "", Fn("echo"), kAdmin).status, 201);
 }
 
+// /v1/jobs/{job}/flower/supernodes reach the Flower service's allow-list (method, job, node id and
+// body as sent): viewers read it, only writers change it; 501 without the service.
+TEST_F(FlJobApiTest, FlowerSupernodeRoutes) {
+  ASSERT_EQ(Call("POST", "/v1/jobs", Job("fmnist")).status, 201);
+  EXPECT_EQ(Call("GET", "/v1/jobs/fmnist/flower/supernodes").status, 501);
+  std::vector<std::string> seen;
+  api_->SetFlowerSupernodes([&seen](std::string_view m, const std::string& job, std::string_view id,
+                                    std::string_view body) {
+    seen.push_back(std::string(m) + " " + job + " [" + std::string(id) + "] " + std::string(body));
+    HttpReply r;
+    r.status = 200;
+    r.content_type = "application/json";
+    r.body = "{}";
+    return r;
+  });
+  const auth::Principal viewer{"t1", "v", auth::Role::kViewer, "", ""};
+  const auto as_viewer = [&](std::string_view method, std::string_view path) {
+    return api_->Handle(method, path, "", "{}", viewer).status;
+  };
+  EXPECT_EQ(as_viewer("GET", "/v1/jobs/fmnist/flower/supernodes"), 200);
+  EXPECT_EQ(as_viewer("POST", "/v1/jobs/fmnist/flower/supernodes"), 403);
+  EXPECT_EQ(as_viewer("DELETE", "/v1/jobs/fmnist/flower/supernodes/7"), 403);
+  EXPECT_EQ(Call("POST", "/v1/jobs/fmnist/flower/supernodes", R"({"publicKey":"k"})").status, 200);
+  EXPECT_EQ(Call("DELETE", "/v1/jobs/fmnist/flower/supernodes/7").status, 200);
+  EXPECT_EQ(Call("DELETE", "/v1/jobs/fmnist/flower/supernodes/").status, 404);
+  EXPECT_EQ(seen,
+            (std::vector<std::string>{"GET fmnist [] {}", R"(POST fmnist [] {"publicKey":"k"})",
+                                      "DELETE fmnist [7] "}));
+}
+
 }  // namespace
 TEST_F(FlJobApiTest, ModelAsOnnx) {
   ASSERT_EQ(Call("POST", "/v1/jobs", Job("fmnist")).status, 201);

@@ -28,10 +28,11 @@ int FlSupernodeRegister(const HttpClient& client, const std::string& job,
     std::fprintf(stderr, "shoal: cannot read the public key file '%s'\n", key_file.c_str());
     return 2;
   }
+  const std::string body = json{{"publicKey", text.str()}}.dump();  // req.body views it
   HttpRequest req;
   req.method = "POST";
   req.path = SupernodesPath(job);
-  req.body = json{{"publicKey", text.str()}}.dump();
+  req.body = body;
   req.headers = {"Content-Type: application/json"};
   HttpResponse r = SendOrExit(client, req);
   if (r.status >= 400) {

@@ -11,14 +11,20 @@ ecdsa -b 384` keys from tests/fl/flower/keys) against a real shoald, as Flower's
 - `shoal fl supernode unregister` makes the node's next call 401: the flower-supernode process
   exits, and the list holds the other node only.
 
+flower-supernode insists on TLS when it is given a key, and shoald's gateway speaks plain HTTP:
+the keyed nodes reach it through a TLS relay on loopback (asyncio, the test CA in keys/ca.pem,
+127.0.0.1's certificate keys/tls.pem), as a deployment puts a TLS terminator before the gateway.
 The job waits for a third client, so no train message (no ClientApp) runs: lean. Skips naming
 what is missing (root, shoald, flwr in the venv).
 """
 
+import asyncio
 import os
 import signal
+import ssl
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -44,16 +50,64 @@ def flwr_env(home):
                 PATH=VENV_BIN + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"))
 
 
+class TlsRelay:
+    """TLS on 127.0.0.1:`port`, relayed byte for byte to the gateway's plain HTTP port."""
+
+    def __init__(self, target):
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(os.path.join(KEYS, "tls.pem"), os.path.join(KEYS, "tls.key"))
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        async def pipe(reader, writer):
+            try:
+                while data := await reader.read(65536):
+                    writer.write(data)
+                    await writer.drain()
+            except (OSError, ssl.SSLError):
+                pass
+            finally:
+                writer.close()
+
+        async def handle(reader, writer):
+            try:
+                up_r, up_w = await asyncio.open_connection("127.0.0.1", target)
+            except OSError:
+                writer.close()
+                return
+            await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer))
+
+        async def start():
+            self.server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=ctx)
+            self.port = self.server.sockets[0].getsockname()[1]
+            ready.set()
+
+        self.thread = threading.Thread(
+            target=lambda: (self.loop.run_until_complete(start()), self.loop.run_forever()),
+            daemon=True)
+        self.thread.start()
+        assert ready.wait(10), "the TLS relay did not start"
+
+    def close(self):
+        self.loop.call_soon_threadsafe(self.server.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
 class SuperNode:
-    """One flower-supernode with `key` (a private key file) or none (it makes one, registers)."""
+    """One flower-supernode with `key` (a private key file: over TLS) or none (plain HTTP; it
+    makes a key and registers itself)."""
 
     def __init__(self, tmp, superlink, key, tag):
         self.log_path = os.path.join(tmp, f"supernode-{tag}.log")
         self.log = open(self.log_path, "wb")
-        argv = [os.path.join(VENV_BIN, "flower-supernode"), "--insecure", "--superlink", superlink,
+        argv = [os.path.join(VENV_BIN, "flower-supernode"), "--superlink", superlink,
                 "--port", str(free_port())]
         if key:
-            argv += ["--auth-supernode-private-key", key]
+            argv += ["--auth-supernode-private-key", key,
+                     "--root-certificates", os.path.join(KEYS, "ca.pem")]
+        else:
+            argv += ["--insecure"]
         self.proc = subprocess.Popen(argv, env=flwr_env(os.path.join(tmp, f"home-{tag}")),
                                      stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
@@ -126,7 +180,8 @@ spec:
     nodes = []
     with StandaloneShoald(tmp, "fa") as d:
         d.deploy(job)
-        link = f"127.0.0.1:{d.port}"
+        relay = TlsRelay(d.port)
+        link = f"127.0.0.1:{relay.port}"
         try:
             listed = supernodes(d, "guarded")
             assert [s["status"] for s in listed.values()] == ["registered"]
@@ -136,7 +191,7 @@ spec:
             nodes.append(b0)
             assert b0.exited(120) != 0
             assert "[code: 2004] Failed to activate SuperNode." in b0.text(), b0.text()[-2000:]
-            s0 = SuperNode(tmp, link, None, "self")
+            s0 = SuperNode(tmp, f"127.0.0.1:{d.port}", None, "self")
             nodes.append(s0)
             assert s0.exited(120) != 0
             assert ("[code: 2001] SuperNode authentication is enabled. All SuperNodes must be "
@@ -167,3 +222,4 @@ spec:
         finally:
             for n in nodes:
                 n.stop()
+            relay.close()

@@ -63,6 +63,39 @@ int OnProgress(void* user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t /*ul
   return t->request->cancel != nullptr && t->request->cancel->load() ? 1 : 0;
 }
 
+// Runs the transfer. With a cancel flag it runs in a multi handle polled every 100 ms, so that
+// a stream that carries nothing still ends soon after the flag turns (the progress callback
+// alone comes about once a second).
+CURLcode Perform(CURL* c, const std::atomic<bool>* cancel) {
+  if (cancel == nullptr) return curl_easy_perform(c);
+  CURLM* multi = curl_multi_init();
+  if (multi == nullptr) return CURLE_OUT_OF_MEMORY;
+  curl_multi_add_handle(multi, c);
+  CURLcode rc = CURLE_OK;
+  bool cancelled = false;
+  int running = 1;
+  while (running > 0) {
+    if (cancel->load()) {
+      cancelled = true;
+      break;
+    }
+    if (curl_multi_perform(multi, &running) != CURLM_OK) {
+      rc = CURLE_RECV_ERROR;
+      break;
+    }
+    if (running > 0) curl_multi_poll(multi, nullptr, 0, 100, nullptr);
+  }
+  if (!cancelled && running == 0) {
+    int left = 0;
+    while (CURLMsg* m = curl_multi_info_read(multi, &left)) {
+      if (m->msg == CURLMSG_DONE && m->easy_handle == c) rc = m->data.result;
+    }
+  }
+  curl_multi_remove_handle(multi, c);
+  curl_multi_cleanup(multi);
+  return cancelled ? CURLE_ABORTED_BY_CALLBACK : rc;
+}
+
 bool IsContentType(const std::string& header) {
   std::string lower = header.substr(0, 13);
   std::transform(lower.begin(), lower.end(), lower.begin(),
@@ -118,7 +151,13 @@ std::optional<HttpResponse> HttpClient::Send(const HttpRequest& request, std::st
   curl_easy_setopt(c, CURLOPT_URL, url.c_str());
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
+                   request.connect_timeout_ms > 0 ? request.connect_timeout_ms : 5000L);
+  if (request.keepalive_probes) {
+    curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(c, CURLOPT_TCP_KEEPIDLE, 4L);
+    curl_easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 2L);
+  }
   if (request.timeout_ms > 0) curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, request.timeout_ms);
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, OnHeader);
   curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
@@ -163,10 +202,14 @@ std::optional<HttpResponse> HttpClient::Send(const HttpRequest& request, std::st
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
   if (!ca_.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, ca_.c_str());
 
-  const CURLcode rc = curl_easy_perform(c);
+  const CURLcode rc = Perform(c, request.cancel);
   curl_slist_free_all(headers);
   if (rc != CURLE_OK) {
-    *error = errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc);
+    if (request.cancel != nullptr && request.cancel->load()) {
+      *error = "cancelled";
+    } else {
+      *error = errbuf[0] != '\0' ? errbuf : curl_easy_strerror(rc);
+    }
     return std::nullopt;
   }
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &response.status);

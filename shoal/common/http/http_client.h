@@ -1,5 +1,6 @@
-// Shoal's one HTTP client (libcurl), used by the `shoal` CLI, the FL client SDK and the OIP
-// classifier: one blocking request at a time over a connection kept alive between requests.
+// Shoal's one HTTP client (libcurl), used by the `shoal` CLI, the FL client SDK, the OIP
+// classifier, the cluster views and the etcd client (its unary calls and its streamed watches):
+// one blocking request at a time over a connection kept alive between requests.
 // Transport failures (refused, unresolvable, timed out) come back as no response with an error
 // text, so a caller can tell "cannot reach the server" from an HTTP error status.
 #pragma once
@@ -32,14 +33,18 @@ struct HttpRequest {
   std::vector<std::string> headers;  // "Name: value"; a body without Content-Type is labelled
                                      // application/octet-stream
   long timeout_ms = 0;               // the whole request; 0: no limit
+  long connect_timeout_ms = 0;       // the connection; 0: 5 s
+  // TCP keepalive probes on the connection (idle 4 s, then every 2 s): a long stream whose peer
+  // vanished without closing it (a partitioned server) fails within ~10 s instead of never.
+  bool keepalive_probes = false;
   // When set, response bytes go here as they arrive instead of into HttpResponse::body. The
   // status is known by then (the headers came first).
   std::function<void(long status, std::string_view bytes)> sink;
   // When set, called as the response body arrives (libcurl's transfer-progress callback, at
   // least once a second): bytes so far and the total, -1 while it is unknown.
   std::function<void(int64_t received, int64_t total)> progress;
-  // When set, the request stops (no response, an error text) within about a second of it
-  // turning true: a long watch ends when its owner stops.
+  // When set, the request stops (no response, the error "cancelled") within 100 ms of it turning
+  // true: a long watch ends when its owner stops.
   const std::atomic<bool>* cancel = nullptr;
 };
 

@@ -1,6 +1,5 @@
 #include "shoal/control/cluster/etcd_client.h"
 
-#include <curl/curl.h>
 #include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 
@@ -92,22 +91,6 @@ json PrefixRange(const std::string& prefix) {
   return {{"key", Base64(prefix)}, {"range_end", Base64(PrefixRangeEnd(prefix))}};
 }
 
-// A POST of `body` to `url` whose reply goes to write(…, data); no signals (threads).
-void SetPost(CURL* curl, const std::string& url, const std::string& body,
-             size_t (*write)(char*, size_t, size_t, void*), void* data) {
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str());
-  curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, write);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, data);
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-}
-
-size_t AppendBody(char* data, size_t size, size_t n, void* out) {
-  static_cast<std::string*>(out)->append(data, size * n);
-  return size * n;
-}
-
 // gRPC status codes (carried in the gateway's error body) to ours.
 Status FromGrpc(int code, const std::string& message) {
   std::string m = "etcd: " + message;
@@ -138,11 +121,17 @@ void AppendError(std::string* errors, const std::string& endpoint, const std::st
   errors->append(endpoint).append(": ").append(what);
 }
 
-struct CurlInit {
-  CurlInit() { curl_global_init(CURL_GLOBAL_DEFAULT); }
-};
-
-void EnsureCurl() { static CurlInit init; }
+// A JSON POST to etcd's gateway.
+client::HttpRequest Post(const std::string& path, const std::string& body,
+                         const EtcdOptions& options) {
+  client::HttpRequest r;
+  r.method = "POST";
+  r.path = path;
+  r.body = body;
+  r.headers = {"Content-Type: application/json"};
+  r.connect_timeout_ms = static_cast<long>(options.connect_timeout.count());
+  return r;
+}
 
 }  // namespace
 
@@ -195,44 +184,35 @@ Result<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdOptions options) {
     auto ok = ParseEndpoints(e);
     if (!ok.ok()) return ok.status();
   }
-  EnsureCurl();
   return std::unique_ptr<EtcdClient>(new EtcdClient(std::move(options)));
 }
 
-EtcdClient::EtcdClient(EtcdOptions options) : options_(std::move(options)) {}
-
-EtcdClient::~EtcdClient() {
-  if (handle_ != nullptr) curl_easy_cleanup(static_cast<CURL*>(handle_));
+EtcdClient::EtcdClient(EtcdOptions options) : options_(std::move(options)) {
+  for (const std::string& e : options_.endpoints) {
+    clients_.push_back(std::make_unique<client::HttpClient>(e));
+  }
 }
+
+EtcdClient::~EtcdClient() = default;
 
 Result<std::string> EtcdClient::Call(const std::string& path, const std::string& body) {
   std::lock_guard lock(mu_);
-  if (handle_ == nullptr) handle_ = curl_easy_init();
-  CURL* curl = static_cast<CURL*>(handle_);
-  if (curl == nullptr) return Internal("etcd: curl_easy_init failed");
   calls_.fetch_add(1);
   std::string errors;
   const size_t n = options_.endpoints.size();
+  client::HttpRequest request = Post(path, body, options_);
+  request.timeout_ms = static_cast<long>(options_.request_timeout.count());
   for (size_t i = 0; i < n; ++i) {
     const size_t which = (preferred_ + i) % n;
-    const std::string url = options_.endpoints[which] + path;
-    std::string reply;
-    curl_easy_reset(curl);
-    SetPost(curl, url, body, &AppendBody, &reply);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.request_timeout.count()));
-    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
-                     static_cast<long>(options_.connect_timeout.count()));
-    curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
     const auto t0 = Clock::now();
-    CURLcode rc = curl_easy_perform(curl);
-    curl_slist_free_all(headers);
-    if (rc != CURLE_OK) {
-      AppendError(&errors, options_.endpoints[which], curl_easy_strerror(rc));
+    std::string error;
+    auto response = clients_[which]->Send(request, &error);
+    if (!response) {
+      AppendError(&errors, options_.endpoints[which], error);
       continue;
     }
-    long http = 0;
-    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http);
+    const long http = response->status;
+    std::string& reply = response->body;
     last_latency_us_.store(
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
     if (http == 200) {
@@ -411,6 +391,7 @@ EtcdWatch::EtcdWatch(EtcdClient* client, std::string prefix, int64_t start_revis
 
 EtcdWatch::~EtcdWatch() {
   stop_.store(true);
+  end_stream_.store(true);
   if (thread_.joinable()) thread_.join();
 }
 
@@ -433,100 +414,72 @@ void EtcdWatch::Run() {
   }
 }
 
-namespace {
-
-struct StreamState {
-  EtcdWatch* watch;
-  std::string* partial;
-  std::function<void(const std::string&)> on_line;
-};
-
-size_t OnStreamBytes(char* data, size_t size, size_t n, void* user) {
-  auto* s = static_cast<StreamState*>(user);
-  s->partial->append(data, size * n);
-  size_t nl;
-  while ((nl = s->partial->find('\n')) != std::string::npos) {
-    std::string line = s->partial->substr(0, nl);
-    s->partial->erase(0, nl + 1);
-    if (!line.empty()) s->on_line(line);
-  }
-  return size * n;
-}
-
-}  // namespace
-
 void EtcdWatch::StreamOnce(const std::string& endpoint) {
-  CURL* curl = curl_easy_init();
-  if (curl == nullptr) return;
+  end_stream_.store(false);
+  if (stop_.load()) return;
   json create = PrefixRange(prefix_);
   if (next_revision_.load() > 0) create["start_revision"] = std::to_string(next_revision_.load());
   const std::string body = json{{"create_request", create}}.dump();
-  const std::string url = endpoint + "/v3/watch";
   partial_.clear();
-  bool compacted = false;
-  StreamState state{
-      this, &partial_, [&](const std::string& line) {
-        json j = json::parse(line, nullptr, false);
-        if (j.is_discarded()) {
-          spdlog::warn("etcd watch {}: a line that is not JSON: {}", prefix_, line.substr(0, 200));
-          return;
-        }
-        if (j.contains("error")) {
-          spdlog::warn("etcd watch {}: {}", prefix_, j["error"].dump());
-          return;
-        }
-        const json r = j.value("result", json::object());
-        if (r.value("created", false)) connected_.store(true);
-        if (const int64_t compact = Int(r, "compact_revision"); compact > 0) {
-          compacted = true;
-          spdlog::warn("etcd watch {}: history before revision {} is compacted; re-reading",
-                       prefix_, compact);
-          if (on_compacted_) on_compacted_(compact);
-          next_revision_.store(0);  // from now on
-          return;
-        }
-        auto events = r.find("events");
-        if (events == r.end() || events->empty()) return;
-        std::vector<WatchEvent> out;
-        int64_t last = 0;
-        for (const auto& e : *events) {
-          WatchEvent ev;
-          ev.type = e.value("type", "PUT") == "DELETE" ? WatchEvent::Type::kDelete
-                                                       : WatchEvent::Type::kPut;
-          auto kv = ParseKv(e.value("kv", json::object()));
-          if (!kv.ok()) {
-            spdlog::warn("etcd watch {}: {}", prefix_, kv.status().message());
-            continue;
-          }
-          ev.kv = std::move(*kv);
-          last = std::max(last, ev.kv.mod_revision);
-          out.push_back(std::move(ev));
-        }
-        const int64_t revision = std::max(last, Int(r.value("header", json::object()), "revision"));
-        if (!out.empty()) on_events_(out, revision);
-        if (last > 0) next_revision_.store(last + 1);
-      }};
-  SetPost(curl, url, body, &OnStreamBytes, &state);
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
-                   static_cast<long>(client_->options().connect_timeout.count()));
+  const auto on_line = [&](const std::string& line) {
+    json j = json::parse(line, nullptr, false);
+    if (j.is_discarded()) {
+      spdlog::warn("etcd watch {}: a line that is not JSON: {}", prefix_, line.substr(0, 200));
+      return;
+    }
+    if (j.contains("error")) {
+      spdlog::warn("etcd watch {}: {}", prefix_, j["error"].dump());
+      return;
+    }
+    const json r = j.value("result", json::object());
+    if (r.value("created", false)) connected_.store(true);
+    if (const int64_t compact = Int(r, "compact_revision"); compact > 0) {
+      end_stream_.store(true);
+      spdlog::warn("etcd watch {}: history before revision {} is compacted; re-reading", prefix_,
+                   compact);
+      if (on_compacted_) on_compacted_(compact);
+      next_revision_.store(0);  // from now on
+      return;
+    }
+    auto events = r.find("events");
+    if (events == r.end() || events->empty()) return;
+    std::vector<WatchEvent> out;
+    int64_t last = 0;
+    for (const auto& e : *events) {
+      WatchEvent ev;
+      ev.type =
+          e.value("type", "PUT") == "DELETE" ? WatchEvent::Type::kDelete : WatchEvent::Type::kPut;
+      auto kv = ParseKv(e.value("kv", json::object()));
+      if (!kv.ok()) {
+        spdlog::warn("etcd watch {}: {}", prefix_, kv.status().message());
+        continue;
+      }
+      ev.kv = std::move(*kv);
+      last = std::max(last, ev.kv.mod_revision);
+      out.push_back(std::move(ev));
+    }
+    const int64_t revision = std::max(last, Int(r.value("header", json::object()), "revision"));
+    if (!out.empty()) on_events_(out, revision);
+    if (last > 0) next_revision_.store(last + 1);
+  };
+  client::HttpRequest request = Post("/v3/watch", body, client_->options());
   // A partitioned member never closes the stream: TCP keepalive notices within ~10 s.
-  curl_easy_setopt(curl, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(curl, CURLOPT_TCP_KEEPIDLE, 4L);
-  curl_easy_setopt(curl, CURLOPT_TCP_KEEPINTVL, 2L);
-  curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-  CURLM* multi = curl_multi_init();
-  curl_multi_add_handle(multi, curl);
-  int running = 1;
-  while (running > 0 && !stop_.load() && !compacted) {
-    if (curl_multi_perform(multi, &running) != CURLM_OK) break;
-    if (running == 0) break;
-    curl_multi_poll(multi, nullptr, 0, 100, nullptr);
+  request.keepalive_probes = true;
+  request.cancel = &end_stream_;
+  request.sink = [&](long /*status*/, std::string_view bytes) {
+    partial_.append(bytes);
+    size_t nl;
+    while (!end_stream_.load() && (nl = partial_.find('\n')) != std::string::npos) {
+      const std::string line = partial_.substr(0, nl);
+      partial_.erase(0, nl + 1);
+      if (!line.empty()) on_line(line);
+    }
+  };
+  client::HttpClient http(endpoint);
+  std::string error;
+  if (!http.Send(request, &error) && !end_stream_.load()) {
+    spdlog::debug("etcd watch {} on {}: {}", prefix_, endpoint, error);
   }
-  curl_multi_remove_handle(multi, curl);
-  curl_multi_cleanup(multi);
-  curl_slist_free_all(headers);
-  curl_easy_cleanup(curl);
 }
 
 }  // namespace shoal::cluster

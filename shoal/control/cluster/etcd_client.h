@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "shoal/common/http/http_client.h"
 #include "shoal/common/status.h"
 
 namespace shoal::cluster {
@@ -123,15 +124,16 @@ class EtcdClient {
   Result<bool> Txn(const std::string& body, const std::string& key, RangeResult* current);
 
   EtcdOptions options_;
-  std::mutex mu_;           // guards handle_ and preferred_
-  void* handle_ = nullptr;  // CURL*: one connection kept alive for unary calls
-  size_t preferred_ = 0;    // the endpoint that answered last
+  std::mutex mu_;  // guards clients_ and preferred_
+  // One client per endpoint, each keeping its connection alive for the unary calls.
+  std::vector<std::unique_ptr<client::HttpClient>> clients_;
+  size_t preferred_ = 0;  // the endpoint that answered last
   std::atomic<uint64_t> calls_{0};
   std::atomic<uint64_t> failures_{0};
   std::atomic<int64_t> last_latency_us_{0};
 };
 
-// A running watch; destroying it stops its thread (within the stream's poll interval).
+// A running watch; destroying it stops its thread (within the stream's 100 ms poll).
 class EtcdWatch {
  public:
   ~EtcdWatch();
@@ -156,6 +158,7 @@ class EtcdWatch {
   EtcdClient::CompactedFn on_compacted_;
   std::atomic<int64_t> next_revision_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> end_stream_{false};  // ends the stream now: stopping, or history compacted
   std::atomic<bool> connected_{false};
   std::string partial_;  // a JSON line not yet complete
   std::thread thread_;

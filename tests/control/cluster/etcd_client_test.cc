@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "etcd_fixture.h"
+#include "shoal/common/http/http_client.h"
 
 namespace shoal::cluster {
 namespace {
@@ -178,6 +179,55 @@ struct Seen {
     };
   }
 };
+
+// A watch asked for history etcd has compacted is told the compaction revision (its owner
+// re-reads the prefix) and carries on from now: a key written afterwards still arrives.
+TEST_F(EtcdClientTest, AWatchFromCompactedHistoryIsToldAndCarriesOnFromNow) {
+  auto first = client_->Put("/c/a", "1");
+  ASSERT_TRUE(first.ok());
+  auto second = client_->Put("/c/a", "2");
+  ASSERT_TRUE(second.ok());
+  client::HttpClient http(etcd_.endpoint(0));
+  const std::string body =
+      "{\"revision\": \"" + std::to_string(*second) + "\", \"physical\": true}";
+  client::HttpRequest compact;
+  compact.method = "POST";
+  compact.path = "/v3/kv/compaction";
+  compact.body = body;
+  compact.headers = {"Content-Type: application/json"};
+  std::string error;
+  auto r = http.Send(compact, &error);
+  ASSERT_TRUE(r.has_value()) << error;
+  ASSERT_EQ(r->status, 200) << r->body;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t compacted = 0;
+  Seen seen;
+  auto watch = client_->WatchPrefix("/c/", *first, seen.Fn(), [&](int64_t revision) {
+    std::lock_guard lock(mu);
+    compacted = revision;
+    cv.notify_all();
+  });
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return compacted != 0; }));
+    EXPECT_EQ(compacted, *second);
+  }
+  // The watch re-opens from now after a short back-off: write until a write arrives.
+  int64_t written = 0;
+  for (int i = 0; i < 50 && !seen.WaitFor(1, 0ms); ++i) {
+    auto put = client_->Put("/c/b", std::to_string(i));
+    ASSERT_TRUE(put.ok());
+    written = *put;
+    seen.WaitFor(1, 200ms);
+  }
+  std::lock_guard lock(seen.mu);
+  ASSERT_FALSE(seen.events.empty()) << "nothing arrived after the compaction";
+  EXPECT_EQ(seen.events[0].kv.key, "/c/b");
+  EXPECT_GT(seen.events[0].kv.mod_revision, *second);
+  EXPECT_LE(seen.events[0].kv.mod_revision, written);
+}
 
 TEST_F(EtcdClientTest, WatchDeliversPutsAndDeletesUnderItsPrefixInOrder) {
   auto start = client_->Put("/w/before", "0");

@@ -37,9 +37,11 @@
 
 #include "bench_args.h"
 #include "bench_shoald.h"
+#include "lm_base.h"
 #include "peer_process.h"
 #include "project_python.h"
 #include "run_stats.h"
+#include "sse_stream.h"
 #include "tests/support/shoald_fixture.h"
 
 using namespace shoal::testing;
@@ -47,70 +49,12 @@ using shoal::bench::Median;
 using shoal::bench::SpreadOf;
 using Clock = std::chrono::steady_clock;
 using Json = nlohmann::json;
+using shoal::bench::Answer;
+using shoal::bench::Stream;
 
 namespace {
 
 const std::string kSource = SHOAL_SOURCE_DIR;
-
-struct Answer {
-  bool ok = false;
-  double ttft_s = 0;
-  int prompt_tokens = 0;
-  int completion_tokens = 0;
-};
-
-// One streamed completion over its own connection: time to the first SSE event, and the usage
-// from the last event that carries one.
-Answer Stream(uint16_t port, const std::string& path, const std::string& body) {
-  Answer a;
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return a;
-  timeval tv{120, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const auto t0 = Clock::now();
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    return a;
-  }
-  const std::string req = "POST " + path +
-                          " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                          "Connection: close\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
-  if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
-    close(fd);
-    return a;
-  }
-  std::string got;
-  char buf[16384];
-  bool first = false;
-  for (;;) {
-    const ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    got.append(buf, static_cast<size_t>(n));
-    if (!first && got.find("data: {") != std::string::npos) {
-      first = true;
-      a.ttft_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    }
-  }
-  close(fd);
-  const size_t u = got.rfind("\"completion_tokens\":");
-  const size_t p = got.rfind("\"prompt_tokens\":");
-  if (!first || u == std::string::npos || p == std::string::npos ||
-      got.find("data: [DONE]") == std::string::npos || got.compare(0, 12, "HTTP/1.1 200") != 0) {
-    std::fprintf(stderr, "bench-llm: bad answer from port %u: %.300s\n", port, got.c_str());
-    return a;
-  }
-  a.completion_tokens = std::atoi(got.c_str() + u + 20);
-  a.prompt_tokens = std::atoi(got.c_str() + p + 16);
-  a.ok = true;
-  return a;
-}
 
 struct RunFigures {
   double decode_tps = NAN;
@@ -164,17 +108,6 @@ RunFigures RunStreams(uint16_t port, const std::string& path, const std::string&
   return f;
 }
 
-std::string Run(const std::string& cmd) {
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    while (size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-    pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -202,29 +135,8 @@ int main(int argc, char** argv) {
   const std::string out_dir = std::filesystem::absolute("bench-llm").string();
   std::filesystem::create_directories(out_dir);
   std::string model_what;
-  if (base.empty() && access((kSource + "/scripts/lm-path").c_str(), X_OK) == 0) {
-    const std::string trained = Run(kSource + "/scripts/lm-path 2>/dev/null");
-    if (!trained.empty() && access(trained.c_str(), R_OK) == 0) {
-      // A copy beside the build: the instance's sandbox reads it there (the cache is private).
-      base = out_dir + "/trained.safetensors";
-      std::filesystem::copy_file(trained, base, std::filesystem::copy_options::overwrite_existing);
-      model_what = "the trained model (scripts/lm-path)";
-    }
-  }
-  if (base.empty()) {
-    base = out_dir + "/random.safetensors";
-    const std::string cmd = "cd " + kSource + " && " + shoal::bench::ProjectPython() +
-                            " -m tools.lm.model --random --seed 1 --std 0.02 --d-model " +
-                            std::to_string(d_model) + " --n-layer " + std::to_string(n_layer) +
-                            " --n-head " + std::to_string(n_head) + " --n-ctx " +
-                            std::to_string(n_ctx) + " --out " + base;
-    if (std::system(cmd.c_str()) != 0) {
-      std::fprintf(stderr, "bench-llm: %s failed\n", cmd.c_str());
-      return 1;
-    }
-    model_what = "a random model (tools/lm/model.py --random)";
-  }
-  chmod(base.c_str(), 0644);
+  if (!shoal::bench::PrepareLmBase(out_dir, {d_model, n_layer, n_head, n_ctx}, &base, &model_what))
+    return 1;
   std::fprintf(stderr, "bench-llm: model %s: %s\n", base.c_str(), model_what.c_str());
 
   Shoald shoald;

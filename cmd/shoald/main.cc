@@ -398,6 +398,9 @@ int main(int argc, char** argv) {
     s.mean_service_s = g.mean_service_s;
     s.p99_latency_s = g.p99_latency_s;
     s.cold_start_cost_s = g.cold_start_cost_s;
+    s.tokens_in_flight = g.tokens_in_flight;
+    s.running_sequences = g.running_sequences;
+    s.queued_sequences = g.queued_sequences;
     agent->OfferSignals(spec.name, s);
   });
   GatewayHooks hooks;

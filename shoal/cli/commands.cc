@@ -249,6 +249,7 @@ int Describe(const HttpClient& client, const std::string& name) try {
     std::string a = Str(as, "policy").empty() ? "none" : Str(as, "policy");
     if (Num<double>(as, "target") > 0) {
       a.append(", target ").append(FormatFixed(Num<double>(as, "target"), 1));
+      if (Str(as, "metric") == "tokensInFlight") a.append(" tokens in flight");
     }
     if (!Str(as, "keep_alive").empty()) a.append(", keep-alive ").append(Str(as, "keep_alive"));
     std::string params;

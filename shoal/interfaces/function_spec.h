@@ -37,7 +37,8 @@ inline constexpr const char* kInferMaxDelayEnv = "SHOAL_INFER_MAX_DELAY_US";
 // checked against shoal/control/autoscaler/function_autoscaler.h when the manifest is parsed.
 struct AutoscalingSpec {
   std::string policy = "none";           // none | kpa | rl-q | shoal
-  double target = 0;                     // per-instance concurrency target (0: concurrency)
+  double target = 0;                     // per-instance target of `metric` (0: concurrency)
+  std::string metric = "concurrency";    // concurrency | tokensInFlight
   std::string keep_alive = "fixed";      // fixed | histogram
   std::map<std::string, double> params;  // manifest names; durations in seconds
   std::string policy_file;  // learned: the trained table on the node (empty: the compiled-in one)

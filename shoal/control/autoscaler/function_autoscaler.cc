@@ -102,6 +102,18 @@ Status BuildAutoscalingParams(const AutoscalingConfig& c, PolicyParams* out, Kee
   if (c.policy == "none" && (!c.params.empty() || c.target > 0 || c.keep_alive != "fixed")) {
     return InvalidArgument("policy: none takes no target, params or histogram keep-alive");
   }
+  const bool tokens = c.metric == "tokensInFlight";
+  if (!tokens && c.metric != "concurrency") {
+    return InvalidArgument("metric: must be concurrency or tokensInFlight, got \"" + c.metric +
+                           "\"");
+  }
+  if (tokens && (c.policy == "none" || c.policy == "rl-q")) {
+    return InvalidArgument("metric: tokensInFlight needs policy kpa, shoal or learned (policy is " +
+                           c.policy + ")");
+  }
+  if (tokens && !(c.target > 0)) {
+    return InvalidArgument("target: metric tokensInFlight needs a target (tokens per instance)");
+  }
   PolicyParams p;
   KeepAliveParams k;
   k.fixed.keep_alive_s = c.fixed_keep_alive_s;
@@ -116,7 +128,9 @@ Status BuildAutoscalingParams(const AutoscalingConfig& c, PolicyParams* out, Kee
   p.learned.model = c.learned_model;
   p.learned.sizing_action = c.learned_sizing_action;
   p.kpa.target = c.target;
+  p.kpa.tokens_metric = tokens;
   p.rl_q.kpa.target = c.target;
+  if (tokens) p.shoal.token_target = c.target;
   double slo = 0;
   std::optional<double> panic_window;
   for (const auto& [name, v] : c.params) {
@@ -255,6 +269,7 @@ AutoscalingConfig AutoscalingConfigOf(const FunctionSpec& spec) {
   AutoscalingConfig c;
   c.policy = spec.autoscaling.policy;
   c.target = spec.autoscaling.target;
+  c.metric = spec.autoscaling.metric;
   c.keep_alive = spec.autoscaling.keep_alive;
   c.params = spec.autoscaling.params;
   c.policy_file = spec.autoscaling.policy_file;

@@ -23,6 +23,9 @@ namespace shoal {
 // present need, idle ones stop after the function's keepAlive.
 inline constexpr const char* kAutoscalingPolicies[] = {"none", "kpa", "rl-q", "shoal", "learned"};
 inline constexpr const char* kKeepAlivePolicies[] = {"fixed", "histogram"};
+// What `target` is a target of: requests in flight per instance, or (language models) tokens in
+// flight per instance (FunctionSignals::tokens_in_flight; Knative's metric annotation).
+inline constexpr const char* kAutoscalingMetrics[] = {"concurrency", "tokensInFlight"};
 // The learned policy's scaleDownDelay unless its params give one (shoal's is 30 s).
 inline constexpr double kLearnedScaleDownDelayS = 10;
 // The policy a manifest gets when its autoscaling block names none (see README: the one that
@@ -32,6 +35,7 @@ inline constexpr const char* kDefaultAutoscalingPolicy = "shoal";
 struct AutoscalingConfig {
   std::string policy = "none";
   double target = 0;  // per-instance concurrency target (0: the function's concurrency)
+  std::string metric = "concurrency";  // concurrency | tokensInFlight (target: tokens/instance)
   std::string keep_alive = "fixed";
   // Manifest names (camelCase) -> values; durations already in seconds.
   std::map<std::string, double> params;

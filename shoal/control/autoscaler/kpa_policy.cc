@@ -16,6 +16,7 @@ KpaPolicy::KpaPolicy(const KpaParams& params)
     : p_(params), window_(params.bucket_s, params.stable_window_s) {}
 
 double KpaPolicy::EffectiveTarget(uint32_t limit) const {
+  if (p_.tokens_metric) return p_.target;  // tokens per instance: no concurrency bound
   const double t = target_override_ > 0 ? target_override_ : p_.target;
   if (t > 0) return limit > 0 ? std::min(t, static_cast<double>(limit)) : t;
   return limit > 0 ? static_cast<double>(limit) : p_.unlimited_target;
@@ -26,7 +27,10 @@ ScalingDecision KpaPolicy::Observe(const FunctionSignals& s) {
   // interval can finish between samples, so Little's law on the interval's arrivals bounds it
   // from below (the queue-proxy measures time-averaged concurrency for the same reason).
   double observed = static_cast<double>(s.inflight) + static_cast<double>(s.queued);
-  if (s.interval_s > 0 && s.arrivals > 0 && s.mean_service_s > 0)
+  if (p_.tokens_metric) {
+    // Tokens in flight are what the engines report now (queued sequences' prompts included).
+    observed = static_cast<double>(s.tokens_in_flight);
+  } else if (s.interval_s > 0 && s.arrivals > 0 && s.mean_service_s > 0)
     observed =
         std::max(observed, static_cast<double>(s.arrivals) * s.mean_service_s / s.interval_s);
   window_.Record(s.now_s, observed);

@@ -243,7 +243,7 @@ size_t LearnedModel::Choose(size_t state, const LearnedWeights& w, size_t fallba
 
 LearnedPolicy::LearnedPolicy(const LearnedParams& params, const ShoalParams& sizing,
                              std::shared_ptr<const LearnedModel> model)
-    : p_(params), model_(std::move(model)), sizing_([&] {
+    : p_(params), model_(std::move(model)), token_target_(sizing.token_target), sizing_([&] {
         ShoalParams s = sizing;
         s.histogram_keep_alive = false;
         return s;
@@ -352,7 +352,7 @@ ScalingDecision LearnedPolicy::Observe(const FunctionSignals& s) {
     x.cost.slo_misses = s.slo_misses;
     sizing_recorder_->push_back(x);
   }
-  features_.Observe(s, sizing_.service_estimate(), p_.time_scale);
+  features_.Observe(s, sizing_.service_estimate(), p_.time_scale, token_target_);
   const SizingTable& table = model_->sizing();
   sizing_state_ = table.StateOf(features_);
   if (p_.sizing_action >= 0) {

@@ -185,6 +185,7 @@ class LearnedPolicy final : public ScalingPolicy {
 
   LearnedParams p_;
   std::shared_ptr<const LearnedModel> model_;
+  double token_target_ = 0;  // metric tokensInFlight: the sizing context reads tokens as load
   std::shared_ptr<LearnedModel> own_;  // copy-on-learn when learning online
   ShoalPolicy sizing_;
   IdleHistory history_;

@@ -33,16 +33,21 @@ std::string Range(const std::vector<T>& edges, size_t b) {
 
 }  // namespace
 
-void SizingFeatures::Observe(const FunctionSignals& s, double service_s, double time_scale) {
+void SizingFeatures::Observe(const FunctionSignals& s, double service_s, double time_scale,
+                             double token_target) {
   const double n = static_cast<double>(s.arrivals);
   const double d2 = ticks_.empty() ? 0 : (n - last_) * (n - last_);
+  const double tokens = static_cast<double>(s.tokens_in_flight);
   last_ = n;
-  ticks_.push_back({s.now_s, n, d2});
+  ticks_.push_back({s.now_s, n, d2, tokens});
   sum_ += n;
   sum_d2_ += d2;
+  token_sum_ += tokens;
+  token_target_ = token_target;
   while (!ticks_.empty() && (s.now_s - ticks_.front().t) / time_scale >= kWindowS) {
     sum_ -= ticks_.front().n;
     sum_d2_ -= ticks_.front().d2;
+    token_sum_ -= ticks_.front().tokens;
     ticks_.pop_front();
   }
   span_s_ = ticks_.empty() ? 0
@@ -53,8 +58,11 @@ void SizingFeatures::Observe(const FunctionSignals& s, double service_s, double 
 }
 
 double SizingFeatures::load() const {
-  if (!(span_s_ > 0)) return 0;
-  return sum_ / span_s_ * service_s_ / concurrency_;
+  const double by_tokens = token_target_ > 0 && !ticks_.empty()
+                               ? token_sum_ / static_cast<double>(ticks_.size()) / token_target_
+                               : 0;
+  if (!(span_s_ > 0)) return by_tokens;
+  return std::max(sum_ / span_s_ * service_s_ / concurrency_, by_tokens);
 }
 
 double SizingFeatures::dispersion() const {

@@ -55,8 +55,13 @@ struct SizingSample {
 class SizingFeatures {
  public:
   static constexpr double kWindowS = 600;  // training-clock seconds
-  void Observe(const FunctionSignals& s, double service_s, double time_scale);
-  double load() const;  // instances the window's mean rate needed: rate x service / slots
+  // token_target > 0 (metric tokensInFlight): the window's mean tokens in flight per that
+  // target is a load too, and load() is the larger of the two.
+  void Observe(const FunctionSignals& s, double service_s, double time_scale,
+               double token_target = 0);
+  // Instances the window's mean rate needed (rate x service / slots), or its mean tokens in
+  // flight (/ token target) when larger.
+  double load() const;
   // Allan variance / mean of the per-interval arrivals (Poisson: 1; a slow drift adds little).
   double dispersion() const;
   uint32_t concurrency() const { return concurrency_; }
@@ -65,7 +70,9 @@ class SizingFeatures {
  private:
   struct Tick {
     double t, n, d2;  // when, arrivals, squared difference from the previous interval's
+    double tokens;    // tokens in flight
   };
+  double token_sum_ = 0, token_target_ = 0;
   std::deque<Tick> ticks_;  // the last kWindowS
   double sum_ = 0, sum_d2_ = 0, last_ = 0;
   double service_s_ = 0;  // training clock

@@ -49,6 +49,8 @@ class Checker {
 Status Validate(const KpaParams& p) {
   Checker c("kpa");
   c.NonNegative("target", p.target);
+  if (p.tokens_metric && !(p.target > 0))
+    c.Fail("target", "must be > 0 (tokens per instance) with metric tokensInFlight", p.target);
   c.Positive("unlimited_target", p.unlimited_target);
   c.OpenFraction("target_utilization", p.target_utilization);
   c.Positive("stable_window_s", p.stable_window_s);

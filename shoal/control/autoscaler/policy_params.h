@@ -18,6 +18,11 @@ struct KpaParams {
   // (FunctionSignals::concurrency); if both are set the smaller wins (as Knative does with
   // containerConcurrency and the target annotation).
   double target = 0;
+  // metric tokensInFlight: the observed load is the function's tokens in flight
+  // (FunctionSignals::tokens_in_flight) and `target` is tokens per instance (required, never
+  // bounded by the concurrency limit), as Knative's metric/target annotations pair a metric with
+  // its own target.
+  bool tokens_metric = false;
   double unlimited_target = 100;     // container-concurrency-target-default (no limit set)
   double target_utilization = 0.70;  // container-concurrency-target-percentage
   double stable_window_s = 60;
@@ -109,6 +114,9 @@ struct ShoalParams {
   // nothing.
   double first_idle_window_s = 90;
   bool histogram_keep_alive = true;  // keep-alive and idle pre-warming from the histogram
+  // metric tokensInFlight: tokens in flight per instance (> 0). Demand is never below
+  // ceil(tokens in flight / (token_target x max_utilization)); 0: not used.
+  double token_target = 0;
   // Shoal sees every invocation (the paper had per-minute counts), so its histogram uses 10 s
   // bins: pre-warm windows tight enough for timers around the minute.
   HistogramKeepAliveParams keep_alive = [] {

@@ -47,7 +47,7 @@ ScalingDecision ShoalPolicy::Observe(const FunctionSignals& s, const SizingKnobs
   const double max_wait =
       s.slo_s > 0 ? p_.wait_budget_fraction * s.slo_s : p_.default_wait_budget_s;
   const uint64_t present = static_cast<uint64_t>(s.inflight) + s.queued;
-  const bool active = s.arrivals > 0 || present > 0;
+  const bool active = s.arrivals > 0 || present > 0 || s.tokens_in_flight > 0;
   // Idle periods, not request gaps: a burst of many requests is one invocation of the
   // function's pattern, and what matters for keep-alive is how long nothing happens.
   if (active && last_activity_s_ && s.now_s - *last_activity_s_ > dt + 1e-9) {
@@ -63,6 +63,12 @@ ScalingDecision ShoalPolicy::Observe(const FunctionSignals& s, const SizingKnobs
       demand = static_cast<uint32_t>(std::ceil(knobs.headroom * demand - 1e-9));
     }
     demand = std::max<uint32_t>(demand, static_cast<uint32_t>((present + slots - 1) / slots));
+    if (p_.token_target > 0) {
+      // Language models: the tokens in flight need this many instances at the utilisation cap.
+      const double by_tokens =
+          static_cast<double>(s.tokens_in_flight) / (p_.token_target * p_.max_utilization);
+      demand = std::max<uint32_t>(demand, static_cast<uint32_t>(std::ceil(by_tokens - 1e-9)));
+    }
     demand = std::max<uint32_t>(demand, 1);
     if (!last_activity_s_ || s.now_s - *last_activity_s_ > dt + 1e-9) burst_peak_ = 0;
     burst_peak_ = std::max(burst_peak_, demand);

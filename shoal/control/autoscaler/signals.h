@@ -29,6 +29,12 @@ struct FunctionSignals {
   uint32_t min_scale = 0;
   uint32_t max_scale = 1;
   double slo_s = 0;  // latency objective (0 = none given)
+  // Language models (their instances' load reports, shoal/common/load_report.h): prompt tokens
+  // to prefill + tokens still to decode (each sequence's max_tokens bounded by the context), and
+  // sequences running and queued in the engines. 0 for other functions.
+  uint64_t tokens_in_flight = 0;
+  uint32_t running_sequences = 0;
+  uint32_t queued_sequences = 0;
   // Outcomes of the interval that training charges to the sizing in force: the simulator fills
   // both; shoald leaves them 0 (the sizing table does not learn online).
   uint32_t cold_requests = 0;  // requests dispatched during the interval after a cold start

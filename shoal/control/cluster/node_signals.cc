@@ -23,7 +23,10 @@ std::string NodeSignals::ToJson() const {
               {"mean_queue_wait_s", mean_queue_wait_s},
               {"mean_service_s", mean_service_s},
               {"p99_latency_s", p99_latency_s},
-              {"cold_start_cost_s", cold_start_cost_s}}
+              {"cold_start_cost_s", cold_start_cost_s},
+              {"tokens_in_flight", tokens_in_flight},
+              {"running_sequences", running_sequences},
+              {"queued_sequences", queued_sequences}}
       .dump();
 }
 
@@ -48,6 +51,9 @@ Result<NodeSignals> NodeSignals::FromJson(const std::string& text) {
     s.mean_service_s = j.at("mean_service_s").get<double>();
     s.p99_latency_s = j.at("p99_latency_s").get<double>();
     s.cold_start_cost_s = j.at("cold_start_cost_s").get<double>();
+    s.tokens_in_flight = j.value("tokens_in_flight", uint64_t{0});
+    s.running_sequences = j.value("running_sequences", uint32_t{0});
+    s.queued_sequences = j.value("queued_sequences", uint32_t{0});
   } catch (const json::exception& e) {
     return InvalidArgument(std::string("signals: ") + e.what());
   }

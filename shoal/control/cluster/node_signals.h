@@ -18,6 +18,9 @@ struct NodeSignals {
   uint64_t arrivals = 0, completions = 0;
   uint32_t cold_starts = 0;
   double mean_queue_wait_s = 0, mean_service_s = 0, p99_latency_s = 0, cold_start_cost_s = 0;
+  // Language models (absent from an older node's record: 0).
+  uint64_t tokens_in_flight = 0;
+  uint32_t running_sequences = 0, queued_sequences = 0;
 
   std::string ToJson() const;
   static Result<NodeSignals> FromJson(const std::string& text);

@@ -107,6 +107,9 @@ void ClusterAutoscaler::Tick() {
         g.arrivals += s.arrivals;
         g.completions += s.completions;
         g.cold_starts += s.cold_starts;
+        g.tokens_in_flight += s.tokens_in_flight;
+        g.running_sequences += s.running_sequences;
+        g.queued_sequences += s.queued_sequences;
         g.mean_queue_wait_s += s.mean_queue_wait_s * static_cast<double>(s.arrivals);
         wait_w += static_cast<double>(s.arrivals);
         g.mean_service_s += s.mean_service_s * static_cast<double>(s.completions);

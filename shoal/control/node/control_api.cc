@@ -99,6 +99,7 @@ json FunctionJson(const FunctionSpec& s) {
       {"autoscaling",
        {{"policy", s.autoscaling.policy},
         {"target", s.autoscaling.target},
+        {"metric", s.autoscaling.metric},
         {"keep_alive", s.autoscaling.keep_alive},
         {"params", s.autoscaling.params},
         {"policy_file", s.autoscaling.policy_file}}},

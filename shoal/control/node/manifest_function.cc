@@ -158,8 +158,9 @@ void DocumentParser::ParseAutoscaling(const YAML::Node& a, const YAML::Node& sca
                                       FunctionSpec* spec) {
   const std::string path = "spec.autoscaling";
   ExpectMap(a, path);
-  CheckKeys(a, path,
-            {"policy", "target", "minScale", "maxScale", "keepAlive", "params", "policyFile"});
+  CheckKeys(
+      a, path,
+      {"policy", "target", "metric", "minScale", "maxScale", "keepAlive", "params", "policyFile"});
   AutoscalingSpec& as = spec->autoscaling;
   as.policy = kDefaultAutoscalingPolicy;
   if (const YAML::Node p = a["policy"]) {
@@ -169,6 +170,12 @@ void DocumentParser::ParseAutoscaling(const YAML::Node& a, const YAML::Node& sca
   if (const YAML::Node t = a["target"]) {
     as.target = Number(t, path + ".target");
     if (!(as.target > 0)) Fail(path + ".target", "must be > 0, got " + t.Scalar(), t);
+  }
+  if (const YAML::Node m = a["metric"]) {
+    as.metric = OneOf(m, path + ".metric", "metric", kAutoscalingMetrics);
+    if (as.metric == "tokensInFlight" && !a["target"]) {
+      Fail(path + ".target", "metric tokensInFlight needs a target (tokens per instance)", m);
+    }
   }
   if (const YAML::Node k = a["keepAlive"]) {
     const std::string v = String(k, path + ".keepAlive");

@@ -60,6 +60,7 @@ v1::FunctionRecord ToRecord(const FunctionSpec& s) {
   a->set_keep_alive(s.autoscaling.keep_alive);
   a->mutable_params()->insert(s.autoscaling.params.begin(), s.autoscaling.params.end());
   a->set_policy_file(s.autoscaling.policy_file);
+  a->set_metric(s.autoscaling.metric);
   for (const auto& n : s.security.seccomp_allow) r.add_seccomp_allow(n);
   r.set_on_anomaly(s.security.on_anomaly);
   for (const auto& p : s.security.allowed_paths) r.add_allowed_paths(p);
@@ -84,6 +85,7 @@ FunctionSpec FromRecord(const v1::FunctionRecord& r) {
         r.autoscaling().keep_alive().empty() ? "fixed" : r.autoscaling().keep_alive();
     s.autoscaling.params.insert(r.autoscaling().params().begin(), r.autoscaling().params().end());
     s.autoscaling.policy_file = r.autoscaling().policy_file();
+    if (!r.autoscaling().metric().empty()) s.autoscaling.metric = r.autoscaling().metric();
   }
   s.security.seccomp_allow.assign(r.seccomp_allow().begin(), r.seccomp_allow().end());
   s.security.on_anomaly = r.on_anomaly().empty() ? "alert" : r.on_anomaly();

@@ -103,6 +103,19 @@ FunctionInstance::FunctionInstance(InstanceOptions options, BufferPool& pool,
       workers_.emplace_back([this] { WorkerMain(); });
     }
   }
+  // Load reports go straight out from the reporting thread (the channel's Send is safe from
+  // several threads, as worker replies are).
+  handler_->SetLoadReportSink([this](const LoadReport& r) {
+    EventDescriptor d{};
+    d.target = kManagerEndpoint;
+    d.function_id = options_.function_id;
+    d.source = options_.endpoint;
+    d.request_id = options_.endpoint;
+    d.version = kDescriptorVersion;
+    d.timestamp_ns = MonotonicNs();
+    WriteLoadReport(r, &d);
+    Deliver(d);
+  });
 }
 
 FunctionInstance::~FunctionInstance() {

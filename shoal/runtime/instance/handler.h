@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "shoal/common/buffer_pool.h"
+#include "shoal/common/load_report.h"
 #include "shoal/common/status.h"
 
 namespace shoal {
@@ -124,6 +125,11 @@ class Handler {
   // on the instance's event loop: return at once (wake a thread of the handler's own). The
   // default ignores it.
   virtual void OnJobCommitted(uint64_t /*version*/) {}
+  // Where the handler reports its load beyond the requests in flight (shoal/common/
+  // load_report.h): set once the instance is made (after OnInstanceStart, before the first
+  // request); callable from any thread.
+  using LoadReportSink = std::function<void(const LoadReport&)>;
+  virtual void SetLoadReportSink(LoadReportSink /*sink*/) {}
 };
 
 // Built-in handlers: echo, sha256, wordcount, sleep; fl-leaf and inference are loaded from

@@ -59,6 +59,24 @@ void InstanceManager::StopInstance(Instance& inst) {
   }
 }
 
+void InstanceManager::OnLoadReport(uint32_t key, const LoadReport& report) {
+  std::lock_guard lock(mu_);
+  auto it = by_key_.find(key);
+  if (it != by_key_.end()) it->second->load = report;
+}
+
+LoadReport InstanceManager::LoadOf(const FunctionState& f) {
+  LoadReport sum;
+  for (const Instance* inst : f.instances) {
+    if (inst->state != Instance::State::kReady && inst->state != Instance::State::kDraining)
+      continue;
+    sum.tokens_in_flight += inst->load.tokens_in_flight;
+    sum.running += inst->load.running;
+    sum.queued += inst->load.queued;
+  }
+  return sum;
+}
+
 void InstanceManager::OnReady(uint32_t key) {
   std::lock_guard lock(mu_);
   auto it = by_key_.find(key);
@@ -168,6 +186,9 @@ void InstanceManager::OnManagerReadable() {
     if (!got.ok() || *got == 0) return;
     for (size_t i = 0; i < *got; ++i) {
       if (batch[i].kind == static_cast<uint16_t>(EventKind::kReady)) OnReady(batch[i].source);
+      if (batch[i].kind == static_cast<uint16_t>(kLoadReport)) {
+        OnLoadReport(batch[i].source, ReadLoadReport(batch[i]));
+      }
     }
   }
 }

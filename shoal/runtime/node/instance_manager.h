@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "shoal/common/config.h"
+#include "shoal/common/load_report.h"
 #include "shoal/control/placement/placement.h"
 #include "shoal/dataplane/channel/dataplane.h"
 #include "shoal/dataplane/pool/pool_backend.h"
@@ -142,6 +143,9 @@ class InstanceManager final : public ScaleSignal, public RuntimeView {
   bool PlaceStart(FunctionState& f);
   void StopInstance(Instance& inst);
   void OnReady(uint32_t key);
+  void OnLoadReport(uint32_t key, const LoadReport& report);
+  // The function's instances' last load reports, summed (mu_ held).
+  static LoadReport LoadOf(const FunctionState& f);
   void OnExit(Instance* inst, int64_t status, int signal);
   // Logs the syscall of each instance the seccomp filter killed (from the kernel's log).
   void LogSeccompKills(uint64_t now_ns);

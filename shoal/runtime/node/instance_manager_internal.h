@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "shoal/common/clock.h"
+#include "shoal/common/load_report.h"
 #include "shoal/common/log.h"
 #include "shoal/control/autoscaler/function_autoscaler.h"
 #include "shoal/interfaces/fl_data_path.h"
@@ -76,6 +77,7 @@ struct InstanceManager::Instance {
   bool prewarm_used = false;  // ... and has taken its first request
   bool expected_exit = false;
   bool exited = false;
+  LoadReport load;  // its handler's last load report (shoal/common/load_report.h)
   int open_handles = 0;
   Endpoint endpoint;  // keeps the sockmap anchor open for the instance's lifetime
   ChildProcess child;

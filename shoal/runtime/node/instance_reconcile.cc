@@ -254,6 +254,10 @@ void InstanceManager::Decide(FunctionState& f, uint64_t now) {
       ++g.idle;
   }
   g.concurrency = std::max<uint32_t>(1, spec.concurrency);
+  const LoadReport load = LoadOf(f);
+  g.tokens_in_flight = load.tokens_in_flight;
+  g.running_sequences = load.running;
+  g.queued_sequences = load.queued;
   g.min_scale = f.min_scale;
   g.max_scale = f.max_scale;
   f.last_totals = t;
@@ -270,13 +274,19 @@ void InstanceManager::Decide(FunctionState& f, uint64_t now) {
                        d.prewarm != f.decision.prewarm || d.panic != f.decision.panic ||
                        std::abs(d.keep_alive_s - f.keep_alive_s) > 0.5;
   if (changed) {
-    char why[256];
+    char tokens[96] = "";
+    if (g.tokens_in_flight > 0 || g.running_sequences > 0 || g.queued_sequences > 0) {
+      std::snprintf(tokens, sizeof tokens, "; %llu tokens in flight, %u running, %u queued",
+                    static_cast<unsigned long long>(g.tokens_in_flight), g.running_sequences,
+                    g.queued_sequences);
+    }
+    char why[352];
     std::snprintf(why, sizeof why,
                   "desired %u (replicas %u + pre-warm %u), actual %u, keep-alive %.1f s, "
-                  "target %.1f/instance%s; in flight %u, queued %u, %llu arrivals in %.1f s",
+                  "target %.1f/instance%s; in flight %u, queued %u, %llu arrivals in %.1f s%s",
                   target, replicas, d.prewarm, g.ready + g.starting, d.keep_alive_s,
                   d.concurrency_target, d.panic ? ", panic" : "", g.inflight, g.queued,
-                  static_cast<unsigned long long>(g.arrivals), g.interval_s);
+                  static_cast<unsigned long long>(g.arrivals), g.interval_s, tokens);
     f.decision_why = why;
     spdlog::info("function {}: autoscaler {}: {}", spec.name, f.autoscaler->policy_name(), why);
     metrics_.autoscaler_decisions.Add({{"function", spec.name}}).Increment();

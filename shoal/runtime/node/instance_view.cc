@@ -157,6 +157,10 @@ void InstanceManager::RefreshMetrics() {
         ++prewarmed;
     }
     const prometheus::Labels fl{{"function", name}};
+    const LoadReport load = LoadOf(*f);
+    metrics_.tokens_in_flight.Add(fl).Set(static_cast<double>(load.tokens_in_flight));
+    metrics_.sequences.Add({{"function", name}, {"state", "running"}}).Set(load.running);
+    metrics_.sequences.Add({{"function", name}, {"state", "queued"}}).Set(load.queued);
     metrics_.autoscaler_desired.Add(fl).Set(f->desired);
     metrics_.autoscaler_actual.Add(fl).Set(starting + ready);
     metrics_.autoscaler_prewarm.Add(fl).Set(f->autoscaler ? f->decision.prewarm : 0);

@@ -65,6 +65,11 @@ NodeMetrics::NodeMetrics()
           *registry_, "shoal_forwards_total",
           "Requests forwarded to the node running their function (cluster mode), by function, node "
           "and result: ok, failed (no answer: 502 here), broken (the answer broke off midway)")),
+      tokens_in_flight(Gauges(*registry_, "shoal_function_tokens_in_flight",
+                              "Language models: prompt tokens to prefill and tokens still to "
+                              "decode (max_tokens bounded by the context), over the instances")),
+      sequences(Gauges(*registry_, "shoal_function_sequences",
+                       "Language models: sequences by state (running, queued)")),
       autoscaler_desired(Gauges(*registry_, "shoal_autoscaler_desired_replicas",
                                 "Instances the autoscaling policy wants (replicas + pre-warm)")),
       autoscaler_actual(

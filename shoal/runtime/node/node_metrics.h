@@ -65,6 +65,9 @@ class NodeMetrics {
   prometheus::Family<prometheus::Counter>& gateway_rejections;
   prometheus::Family<prometheus::Counter>& forwards;  // cluster mode: {function, node, result}
   // The autoscaler's decisions per function (instance manager, every control interval).
+  // Language-model functions' load reports, summed over their instances.
+  prometheus::Family<prometheus::Gauge>& tokens_in_flight;
+  prometheus::Family<prometheus::Gauge>& sequences;
   prometheus::Family<prometheus::Gauge>& autoscaler_desired;
   prometheus::Family<prometheus::Gauge>& autoscaler_actual;
   prometheus::Family<prometheus::Gauge>& autoscaler_prewarm;

@@ -150,6 +150,26 @@ class LmHandler final : public Handler {
   bool MayBlock() const override { return true; }
   void OnJobCommitted(uint64_t /*version*/) override { watch_.Notify(); }
 
+  // Reports the engine's load to shoald when it changes: at once when it leaves or reaches
+  // zero, else at most every kLoadReportInterval (a step is milliseconds; the autoscaler decides
+  // every 200 ms to 2 s). A change held back goes with the next step's report: while anything is in
+  // flight the engine steps.
+  void SetLoadReportSink(LoadReportSink sink) override {
+    engine_->SetLoadSink([this, sink = std::move(sink)](const lm::EngineLoad& l) {
+      const LoadReport r{l.tokens_in_flight, l.running, l.queued};
+      const auto now = std::chrono::steady_clock::now();
+      {
+        std::lock_guard lock(report_mu_);
+        if (r == last_report_) return;
+        const bool edge = (r.tokens_in_flight == 0) != (last_report_.tokens_in_flight == 0);
+        if (!edge && now - last_report_at_ < kLoadReportInterval) return;
+        last_report_ = r;
+        last_report_at_ = now;
+      }
+      sink(r);
+    });
+  }
+
   Status Handle(const Request& request, ResponseBuilder& response) override {
     const bool post = request.method == "POST";
     if (post && request.path == "/v1/completions") {
@@ -281,6 +301,7 @@ class LmHandler final : public Handler {
                  {"active", s.active},
                  {"waiting", s.waiting},
                  {"max_active", s.max_active},
+                 {"tokens_in_flight", s.load.tokens_in_flight},
                  {"adapter_puts", s.adapter_puts},
                  {"adapters", adapters}})
                .dump() +
@@ -327,6 +348,10 @@ class LmHandler final : public Handler {
   std::string name_;
   std::shared_ptr<const lm::LmWeights> base_;
   std::unique_ptr<lm::LmEngine> engine_;
+  static constexpr auto kLoadReportInterval = std::chrono::milliseconds(20);
+  std::mutex report_mu_;
+  LoadReport last_report_;
+  std::chrono::steady_clock::time_point last_report_at_;
   std::vector<std::unique_ptr<FollowedAdapter>> followed_;
   std::chrono::milliseconds poll_{kDefaultSafetyPollMs};
   std::atomic<uint64_t> next_id_{1};

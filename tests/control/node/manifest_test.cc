@@ -219,7 +219,12 @@ TEST(ManifestTest, LearnedPolicyNamesItsFileAndWeights) {
                      "    policyFile: /etc/shoal/policies/learned-v1.json\n"
                      "    params: {costWeight: 0.01, learnOnline: 1}\n"));
   EXPECT_EQ(s.autoscaling.policy, "learned");
+  EXPECT_EQ(s.autoscaling.metric, "concurrency");
   EXPECT_EQ(s.autoscaling.policy_file, "/etc/shoal/policies/learned-v1.json");
+  const FunctionSpec tokens = Parsed(Minimal(
+      "  autoscaling:\n    policy: learned\n    metric: tokensInFlight\n    target: 256\n"));
+  EXPECT_EQ(tokens.autoscaling.metric, "tokensInFlight");
+  EXPECT_DOUBLE_EQ(tokens.autoscaling.target, 256);
   EXPECT_DOUBLE_EQ(s.autoscaling.params.at("costWeight"), 0.01);
   EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: kpa\n    policyFile: x.json\n")),
             "spec.autoscaling.policyFile: only with policy learned (policy is kpa) (line 10)");
@@ -244,6 +249,16 @@ TEST(ManifestTest, AutoscalingErrorsNameTheFieldAndTheLine) {
           {Minimal("  scale: {min: 1}\n  autoscaling:\n    minScale: 2\n"),
            "spec.autoscaling.minScale: disagrees with spec.scale.min (2 vs 1); give one of them "
            "(line 10)"},
+          {Minimal("  autoscaling:\n    metric: rps\n"),
+           "spec.autoscaling.metric: unknown metric \"rps\" (one of: concurrency, "
+           "tokensInFlight) (line 9)"},
+          {Minimal("  autoscaling:\n    policy: kpa\n    metric: tokensInFlight\n"),
+           "spec.autoscaling.target: metric tokensInFlight needs a target (tokens per instance) "
+           "(line 10)"},
+          {Minimal("  autoscaling:\n    policy: rl-q\n    metric: tokensInFlight\n"
+                   "    target: 256\n"),
+           "spec.autoscaling.metric: tokensInFlight needs policy kpa, shoal or learned (policy "
+           "is rl-q) (line 10)"},
       });
   EXPECT_EQ(ErrorOf(Minimal("  autoscaling:\n    policy: kpa\n    params:\n      stable: 6s\n"))
                 .substr(0, 56),

@@ -94,6 +94,19 @@ struct FlLoraSpec {
   bool enabled() const { return !base.empty(); }
 };
 
+// spec.durability: what an acknowledged update's 202 rests on until its version's checkpoint is
+// written. "updates" (the default): the update is held whole in the pool and named by the update
+// log, and a restart re-folds it. "partialSums": the update's buffer goes back to the pool once
+// its leaf folded it (so a round may add up to many times the pool); each leaf's partial sum is
+// checkpointed (fsync'd, renamed) every `checkpoint_every` updates it folded, with the log seqs
+// it includes, and a restart loads the partial sums and asks the clients whose acknowledged
+// updates no checkpoint includes to send again (shoal/fl/coordinator/partial_checkpoint.h).
+struct FlDurabilitySpec {
+  std::string mode = "updates";   // spec.durability.mode: updates | partialSums
+  uint32_t checkpoint_every = 4;  // spec.durability.checkpointEvery: updates per partial sum
+  bool partial_sums() const { return mode == "partialSums"; }
+};
+
 struct FlJobSpec {
   std::string name;                  // metadata.name (DNS label)
   std::string tenant = "default";    // metadata.namespace: the job's shared-memory pool
@@ -129,6 +142,7 @@ struct FlJobSpec {
   FlPrivacySpec privacy;                 // spec.privacy
   std::vector<std::string> join_tokens;  // spec.clients.tokens: pre-shared; empty = anyone may join
   FlFlowerSpec flower;                   // spec.flower
+  FlDurabilitySpec durability;           // spec.durability
   uint64_t generation = 0;
   std::string manifest;  // the YAML as deployed
 };

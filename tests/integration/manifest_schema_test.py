@@ -266,7 +266,7 @@ def test_explain_an_unknown_field_names_the_known_ones():
     assert r.returncode == 1
     assert r.stderr == ("shoal explain: field 'aggregator' does not exist in fljob.spec (fields: "
                         "algorithm, model, data, clients, stop, deadlines, training, "
-                        "aggregation, privacy, flower)\n")
+                        "aggregation, privacy, flower, durability)\n")
     r = shoal("explain", "pod.spec")
     assert r.returncode == 1
     assert r.stderr == "shoal explain: 'pod': not a kind (one of: function, fljob)\n"

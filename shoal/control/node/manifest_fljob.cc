@@ -25,7 +25,7 @@ FlJobSpec DocumentParser::ParseFlJob(const YAML::Node& doc) {
   ExpectMap(s, "spec");
   CheckKeys(s, "spec",
             {"algorithm", "model", "data", "clients", "stop", "deadlines", "training",
-             "aggregation", "privacy", "flower"});
+             "aggregation", "privacy", "flower", "durability"});
   if (const YAML::Node a = s["algorithm"]) {
     ExpectMap(a, "spec.algorithm");
     CheckKeys(a, "spec.algorithm", {"name", "params"});
@@ -187,6 +187,7 @@ FlJobSpec DocumentParser::ParseFlJob(const YAML::Node& doc) {
     }
   }
   if (const YAML::Node f = s["flower"]) ParseFlower(f, spec.flower);
+  if (const YAML::Node d = s["durability"]) ParseDurability(d, spec);
   CheckQuantizedWireFormats(spec, s);
   CheckLora(spec, s);
   return spec;

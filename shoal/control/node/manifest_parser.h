@@ -76,6 +76,9 @@ class DocumentParser {
   void ParseLora(const YAML::Node& n, FlLoraSpec& out);
   void ParseLoraAggregation(const YAML::Node& n, FlLoraSpec& out) const;
   void CheckLora(const FlJobSpec& spec, const YAML::Node& s) const;
+  // spec.durability {mode, checkpointEvery}, after the rest of the spec: partialSums is refused
+  // beside the settings that need the round's whole updates (manifest_fljob_durability.cc).
+  void ParseDurability(const YAML::Node& n, FlJobSpec& spec) const;
   // spec.privacy.secureAggregation (manifest_fljob.cc).
   void ParseSecureAggregation(const YAML::Node& n, FlSecureAggregationSpec& out);
 

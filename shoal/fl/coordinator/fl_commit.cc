@@ -140,6 +140,7 @@ bool FlCoordinator::TakeRound(JobState& job, CommitWork* w) {
       ++rit;
       continue;
     }
+    if (job.ResendInsteadOfRebuild(rit->first, round) && !round.closed) return false;
     if (partner != nullptr) {
       // One commit for the group and the general buffer: move the buffer's partial sums in.
       for (auto& [key, p] : partner->partials) round.partials[key | (uint64_t{1} << 63)] = p;
@@ -216,6 +217,7 @@ void FlCoordinator::RunCommit(JobState& job, CommitWork* w) {
     }
     w->merge_ms = Seconds(t0) * 1e3;
   } else if (round.acked > 0) {
+    if (job.PartialSums()) job.CheckpointRoundPartials(w->round_id, round, w->tickets);
     // The top of the hierarchy: add the leaves' partial sums (in one pass over them, the total
     // written once), then the algorithm's step.
     std::vector<std::vector<std::pair<uint64_t, double>>> folded(round.partials.size());
@@ -341,7 +343,7 @@ void FlCoordinator::SwapIn(const std::shared_ptr<JobState>& jp, CommitWork* w,
       if (it == w->tickets.end()) continue;
       const JobState::Ticket& t = it->second;
       if (t.node.empty()) {  // another node's update is held (and logged) there
-        u.buffers.push_back(t.buffer);
+        if (t.buffer != 0) u.buffers.push_back(t.buffer);  // partialSums: released when folded
         u.records.push_back(RecordOf(t));
       }
     }

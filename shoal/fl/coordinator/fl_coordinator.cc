@@ -193,6 +193,9 @@ Status InitJob(FlCoordinator::JobState& job) {
       s.round_deadline_s > 0 ? std::max(1u, s.quorum) : (s.quorum > 0 ? s.quorum : s.clients);
   SHOAL_RETURN_IF_ERROR(CheckRobustSpec(s, job.algo->synchronous(), min_round));
   SHOAL_RETURN_IF_ERROR(privacy::CheckDpSpec(s, job.algo->synchronous()));
+  if (s.durability.partial_sums() && !job.partial_writer) {
+    job.partial_writer = std::make_unique<PartialCheckpointWriter>();
+  }
   if (s.privacy.dp.enabled) {
     auto dp = MakeDpState(s);
     if (!dp.ok()) return dp.status();

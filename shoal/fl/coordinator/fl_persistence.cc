@@ -242,11 +242,15 @@ uint64_t FlCoordinator::Persist(const std::shared_ptr<JobState>& jp, bool with_m
       if (!job) return;
       std::string bytes;
       bool compact = false;
+      uint64_t durable_round = 0;
       {
         std::lock_guard jl(job->mu);
         job->RoundsDurable(v);
+        durable_round = job->durable_round;
         if (!job->deleted && job->pool != nullptr) compact = job->Durable(v, &bytes);
       }
+      // Their rounds' partial-sum checkpoints are no longer needed.
+      if (job->PartialSums()) RemovePartialCheckpoints(job->dir, durable_round);
       if (!compact) return;
       if (hook) hook(name);
       job->log.FinishRewrite(name, job->dir, bytes);
@@ -428,8 +432,32 @@ Status FlCoordinator::Recover(
     const size_t bytes = job->mspec.num_params() * sizeof(float);
     uint64_t max_round = 0;
     size_t refolded = 0;
+    // durability partialSums: the updates' buffers went back to the pool once folded; the
+    // partial-sum checkpoints stand for them, and the clients of the others send again.
+    std::map<uint64_t, uint64_t> checkpointed;
+    if (job->PartialSums()) {
+      auto loaded = job->LoadPartialCheckpoints(*sp);
+      if (!loaded.ok()) return loaded.status();
+      checkpointed = std::move(*loaded);
+    }
     for (const LogRecord& r : job->recovered) {
       const std::string client(r.client, strnlen(r.client, sizeof r.client));
+      if (job->PartialSums() && job->clients.count(client) != 0) {
+        auto cp = checkpointed.find(r.seq);
+        if (cp == checkpointed.end()) {
+          job->AskToResend(client, r.round, r.seq, "restart");
+          continue;
+        }
+        uint64_t id;
+        {
+          std::lock_guard lock(mu_);
+          id = next_ticket_++;
+        }
+        job->TakeCheckpointed(r, client, cp->second, id);
+        max_round = std::max(max_round, r.round);
+        ++refolded;
+        continue;
+      }
       if (held_set.count(r.buffer) == 0 || job->clients.count(client) == 0) {
         spdlog::error(
             "fl job {}: logged update {} of client {} is not in the pool any more "
@@ -490,6 +518,10 @@ Status FlCoordinator::Recover(
       ++refolded;
     }
     job->recovered.clear();
+    if (job->PartialSums()) {
+      // The records of the updates asked for again go: a second restart must not ask again.
+      job->log.Rewrite(job->spec.name, job->dir, job->LogBytes());
+    }
     // Which recovered rounds are closed: every round but the open one (rounds open one at a
     // time), and the open one when it is due; FedCompass: all but the open groups' and the
     // general buffer's.

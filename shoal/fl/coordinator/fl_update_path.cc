@@ -177,8 +177,28 @@ Result<uint64_t> FlCoordinator::PartialFor(uint64_t ticket, uint32_t instance) {
   tit->second.partial = key;
   JobState::Round& round = job->rounds[tit->second.round];
   auto pit = round.partials.find(key);
-  if (pit != round.partials.end()) return pit->second.offset;
-  if (job->warm_partials.empty() && job->version() == 0) {
+  if (pit != round.partials.end()) {
+    pit->second.restored = false;  // (a restarted leaf of the same id folds on into its own)
+    return pit->second.offset;
+  }
+  if (job->PartialSums()) {
+    // A partial sum a restart loaded from its checkpoint: the round's first leaf folds on into
+    // it (the same order of additions as without the restart).
+    for (auto rit = round.partials.begin(); rit != round.partials.end(); ++rit) {
+      if (!rit->second.restored || rit->second.base != tit->second.base_version) continue;
+      JobState::Partial p = std::move(rit->second);
+      p.restored = false;
+      for (uint64_t tid : p.tickets) job->tickets[tid].partial = key;
+      const uint64_t old_key = rit->first;
+      round.partials.erase(rit);
+      spdlog::info(
+          "fl job {}: leaf {:#x} folds on into round {}'s partial sum {} loaded at restart",
+          job->spec.name, instance, tit->second.round, old_key);
+      return round.partials.emplace(key, std::move(p)).first->second.offset;
+    }
+  }
+  // partialSums: no sink either (its updates could not be refolded: their buffers are gone).
+  if (job->warm_partials.empty() && (job->version() == 0 || job->PartialSums())) {
     // The job's first version: its pool is known from its first update only, so none could be
     // warmed before; zeroed here, as many as its leaves take at first (the commit thread warms
     // the next ones).
@@ -258,6 +278,7 @@ void FlCoordinator::Completed(uint64_t ticket, int http_status, bool leaf_answer
       client.max_staleness = std::max(client.max_staleness, t.staleness);
       job->Changed(client);
       ++job->updates_total;
+      if (job->PartialSums() && t.node.empty()) job->FoldedDurably(t);
     }
     if (!counted) {
       // Not counted: the client gets the error and may send it again.

@@ -46,6 +46,12 @@ size_t FlCoordinator::JobState::Refold(float* acc, const std::vector<uint64_t>& 
     auto it = from.find(tid);
     if (it == from.end()) continue;
     const Ticket& t = it->second;
+    if (t.buffer == 0) {
+      // durability partialSums: released once folded (ResendInsteadOfRebuild handles these).
+      spdlog::error("fl job {}: update {} of client {} is not in the pool to refold", spec.name,
+                    t.seq, t.client);
+      continue;
+    }
     PayloadView pv = ReadPayload(pool->Data(t.buffer));
     auto view = model::ParseUpdate(pv.body, mspec, RefoldLimits());
     if (!view.ok()) {

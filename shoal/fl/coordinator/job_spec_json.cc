@@ -16,6 +16,7 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FlDpSpec, enabled, noise_multipl
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FlSecureAggregationSpec, enabled, threshold,
                                                 neighbours, clip_range, bits, stage_timeout_s)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FlLoraSpec, base, rank, alpha, targets, method)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FlDurabilitySpec, mode, checkpoint_every)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(
     FlJobSpec, name, tenant, algorithm, algorithm_params, architecture, hidden, initial_model,
     onnx_model, seed, dataset, clients, quorum, rounds, target_accuracy, round_deadline_s,
@@ -73,6 +74,7 @@ Json SpecToJson(const FlJobSpec& s) {
   if (s.privacy.dp.enabled) j["privacy"]["dp"] = s.privacy.dp;
   if (s.flower.enabled()) j["flower"] = FlowerToJson(s.flower);
   if (s.lora.enabled()) j["lora"] = s.lora;
+  if (s.durability.partial_sums()) j["durability"] = s.durability;
   if (s.privacy.secure_aggregation.enabled) {
     j["privacy"]["secureAggregation"] = s.privacy.secure_aggregation;
   }
@@ -93,6 +95,9 @@ FlJobSpec SpecFromJson(const Json& j) {
   }
   if (j.contains("flower") && j["flower"].is_object()) s.flower = FlowerFromJson(j["flower"]);
   if (j.contains("lora") && j["lora"].is_object()) s.lora = j["lora"].get<FlLoraSpec>();
+  if (j.contains("durability") && j["durability"].is_object()) {
+    s.durability = j["durability"].get<FlDurabilitySpec>();
+  }
   if (j.contains("privacy") && j["privacy"].is_object() &&
       j["privacy"].contains("secureAggregation") && j["privacy"]["secureAggregation"].is_object()) {
     s.privacy.secure_aggregation = j["privacy"]["secureAggregation"].get<FlSecureAggregationSpec>();

@@ -30,6 +30,7 @@
 #include "shoal/fl/coordinator/dp_commit.h"
 #include "shoal/fl/coordinator/fl_coordinator.h"
 #include "shoal/fl/coordinator/model_blobs.h"
+#include "shoal/fl/coordinator/partial_checkpoint.h"
 #include "shoal/fl/coordinator/robust_commit.h"
 #include "shoal/fl/coordinator/update_log.h"
 #include "shoal/fl/kernels/fold.h"
@@ -154,6 +155,10 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
     std::string node{};
     std::vector<float> sum{};
     bool fetched = false;
+    // spec.durability partialSums: updates folded since its last checkpoint, and whether it was
+    // loaded from a checkpoint by a restart (the round's first leaf folds on into it).
+    uint32_t since_checkpoint = 0;
+    bool restored = false;
   };
   struct Round {
     // By PartialKey: the leaf instance (kRefoldedPartial: refolded by the coordinator), and the
@@ -311,6 +316,35 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   std::string dir;
   uint64_t next_seq = 1;
   std::vector<LogRecord> recovered;  // read by Restore, re-folded by Recover
+
+  // spec.durability partialSums (partial_sum_durability.cc): an update's buffer goes back to the
+  // pool once its leaf folded it; the partial sums are checkpointed instead, and the clients of
+  // acknowledged updates that no checkpoint includes are asked to send them again.
+  bool PartialSums() const { return spec.durability.partial_sums(); }
+  std::atomic<uint64_t> partial_checkpoints{0};             // written (renamed)
+  std::unique_ptr<PartialCheckpointWriter> partial_writer;  // made by InitJob for partialSums
+  uint64_t resend_asked = 0;  // acknowledged updates whose clients were asked to send again
+  // Under the job's lock, once ticket `t` was acknowledged: its buffer released, and its
+  // partial sum checkpointed when due and no fold into it is in flight.
+  void FoldedDurably(Ticket& t);
+  void MaybeCheckpointPartial(uint64_t round_id, uint64_t key);
+  // The commit thread, no lock: every local partial sum of the round written whole before its
+  // commit (a crash before the version's checkpoint then loses none of its updates).
+  void CheckpointRoundPartials(uint64_t round_id, const Round& round,
+                               const std::map<uint64_t, Ticket>& from);
+  // Recover: the checkpoints whose updates the job's log still names (the others removed),
+  // loaded into partial sums of `pool`; returns the seqs they include, by seq their key.
+  Result<std::map<uint64_t, uint64_t>> LoadPartialCheckpoints(BufferPool& pool);
+  // Recover: the logged update `r` of `client`, included in the loaded partial sum `key`, as the
+  // acknowledged ticket `id` of its round (counted as before the restart; nothing refolded).
+  void TakeCheckpointed(const LogRecord& r, const std::string& client, uint64_t key, uint64_t id);
+  // A client whose acknowledged update no partial sum keeps any more: its update is un-counted
+  // and its next task asks it to train and send again (logged, counted).
+  void AskToResend(const std::string& client, uint64_t round_id, uint64_t seq, const char* why);
+  // TakeRound, under the lock (the round closed, no fold in flight): a partial sum to rebuild
+  // cannot be refolded (its updates' buffers are gone): it is reloaded from its last checkpoint
+  // (or zeroed), the updates after it are asked again, and the round reopens. True if so.
+  bool ResendInsteadOfRebuild(uint64_t round_id, Round& round);
 
   // Cluster mode (fl_cluster_top.cc): the partial-sum key of each node that folds updates of
   // this job for it, the rounds whose other nodes' partial sums are all here, and how far the

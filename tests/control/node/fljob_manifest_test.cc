@@ -466,6 +466,37 @@ TEST(FlJobManifestTest, SecureAggregationFieldsAndTheirErrors) {
   for (const auto& [extra, want] : cases) EXPECT_EQ(ErrorOf(Job(extra)), want) << extra;
 }
 
+// spec.durability: partialSums and its interval; refused beside what needs whole updates.
+TEST(FlJobManifestTest, DurabilityModesAndTheirRefusals) {
+  auto r = ParseFlJobManifests(Job("  durability: {mode: partialSums, checkpointEvery: 3}\n"));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE((*r)[0].durability.partial_sums());
+  EXPECT_EQ((*r)[0].durability.checkpoint_every, 3u);
+  r = ParseFlJobManifests(Job());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)[0].durability.mode, "updates");
+  const std::string why =
+      " (it needs the round's whole updates at commit; partialSums drops each update once it is "
+      "folded) (line 8)";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"  durability: {mode: partialSums}\n  aggregation: {robust: {rule: median}}\n",
+       "spec.durability.mode: partialSums cannot be combined with spec.aggregation.robust" + why},
+      {"  durability: {mode: partialSums}\n  privacy: {dp: {noiseMultiplier: 1, clip: "
+       "{fixed: 1}}}\n",
+       "spec.durability.mode: partialSums cannot be combined with spec.privacy.dp" + why},
+      {"  durability: {mode: partialSums}\n  privacy: {secureAggregation: {threshold: 2, "
+       "neighbours: 2}}\n",
+       "spec.durability.mode: partialSums cannot be combined with spec.privacy.secureAggregation" +
+           why},
+      {"  durability: {mode: everything}\n",
+       "spec.durability.mode: unknown durability mode \"everything\" (one of: updates, "
+       "partialSums) (line 8)"},
+      {"  durability: {checkpointEvery: 0}\n",
+       "spec.durability.checkpointEvery: must be between 1 and 1000000, got 0 (line 8)"},
+  };
+  for (const auto& [extra, want] : cases) EXPECT_EQ(ErrorOf(Job(extra)), want) << extra;
+}
+
 TEST(FlJobManifestTest, TheShippedExampleParses) {
   std::ifstream in(std::string(SHOAL_SOURCE_DIR) + "/deploy/examples/fljob-fashion-mnist.yaml");
   ASSERT_TRUE(in) << "deploy/examples/fljob-fashion-mnist.yaml";

@@ -14,8 +14,15 @@
 // would hold 32 GB, over this machine's 24 GiB (shared by four engineers). The defaults scale it
 // to what fits beside them: 8 clients x 31.8 M parameters (127 MB in f32), R rounds.
 //
+// Each format runs in each durability mode asked (spec.durability.mode): updates (every update
+// held whole in the pool until its version's checkpoint: the pool sized for two rounds of them)
+// and partialSums (an update's buffer released once folded, the partial sum checkpointed: the
+// pool sized for --pool-updates updates in flight beside the partial sums, the other clients
+// answered 503 and retried by the SDK while it is full).
+//
 //   bench-big-model [--clients N (8)] [--hidden H (40000: 784-H-10 MLP)] [--rounds R (2)]
-//                   [--formats f32,bf16,int8,int4] [--no-flower]
+//                   [--formats f32,bf16,int8,int4] [--durability updates,partialSums]
+//                   [--pool-updates K (3)] [--no-flower]
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -66,12 +73,15 @@ std::string Common(int clients, int hidden, int rounds) {
          " --hidden " + std::to_string(hidden) + " --workers " + std::to_string(clients);
 }
 
-Figures RunShoal(int clients, int hidden, int rounds, const std::string& format, double s_bytes) {
+Figures RunShoal(int clients, int hidden, int rounds, const std::string& format, double s_bytes,
+                 const std::string& durability, int pool_updates) {
   Shoald shoald;
   Shoald::Options opt;
   // Two rounds of updates may be in the pool at once (a round's stay until its checkpoint is
-  // written), plus partial sums; untouched pages cost nothing.
-  opt.pool_bytes = static_cast<uint64_t>(s_bytes * (2.5 * clients + 8));
+  // written), plus partial sums; untouched pages cost nothing. partialSums: K updates in flight
+  // and three partial sums (the leaf's, a warm one, a restored one).
+  const bool sums = durability == "partialSums";
+  opt.pool_bytes = static_cast<uint64_t>(s_bytes * (sums ? pool_updates + 3.2 : 2.5 * clients + 8));
   opt.max_body_bytes = static_cast<uint64_t>(s_bytes) + (uint64_t{1} << 20);
   Figures f;
   if (!shoal::bench::StartShoald(shoald, opt)) {
@@ -86,7 +96,8 @@ Figures RunShoal(int clients, int hidden, int rounds, const std::string& format,
                     std::to_string(hidden) + "}\n  clients: {expected: " + std::to_string(clients) +
                     "}\n  stop: {rounds: " + std::to_string(rounds + 1) +
                     "}\n  aggregation: {maxLeaves: 1, wireFormats: [f32, bf16, f16, int8, "
-                    "int4]}\n");
+                    "int4]}\n  durability: {mode: " +
+                    durability + "}\n");
   if (d.exit_code != 0) {
     f.error = "deploy: " + d.err;
     return f;
@@ -121,16 +132,19 @@ std::string Num(double v, int digits = 2) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int clients = 8, hidden = 40000, rounds = 2;
+  int clients = 8, hidden = 40000, rounds = 2, pool_updates = 3;
   std::vector<std::string> formats = {"f32", "bf16", "int8", "int4"};
+  std::vector<std::string> modes = {"updates", "partialSums"};
   bool no_flower = false;
   shoal::bench::Args args(
       "bench-big-model [--clients N] [--hidden H] [--rounds R] [--formats f32,bf16,int8,int4] "
-      "[--no-flower]");
+      "[--durability updates,partialSums] [--pool-updates K] [--no-flower]");
   args.Option("--clients", &clients)
       .Option("--hidden", &hidden)
       .Option("--rounds", &rounds)
       .Option("--formats", &formats)
+      .Option("--durability", &modes)
+      .Option("--pool-updates", &pool_updates)
       .Switch("--no-flower", &no_flower, true);
   if (!args.Parse(argc, argv)) return 2;
   if (clients < 1 || hidden < 1 || rounds < 1) {
@@ -147,9 +161,13 @@ int main(int argc, char** argv) {
     Figures f;
   };
   std::vector<Row> rows;
-  for (const std::string& format : formats) {
-    std::fprintf(stderr, "bench-big-model: Shoal, %s updates...\n", format.c_str());
-    rows.push_back({"Shoal " + format, RunShoal(clients, hidden, rounds, format, s_bytes)});
+  for (const std::string& mode : modes) {
+    for (const std::string& format : formats) {
+      std::fprintf(stderr, "bench-big-model: Shoal, %s updates, durability %s...\n", format.c_str(),
+                   mode.c_str());
+      rows.push_back({"Shoal " + format + " " + mode,
+                      RunShoal(clients, hidden, rounds, format, s_bytes, mode, pool_updates)});
+    }
   }
   if (!no_flower) {
     std::fprintf(stderr, "bench-big-model: Flower 1.42, f32 updates...\n");
@@ -163,7 +181,7 @@ int main(int argc, char** argv) {
       clients, params / 1e6, hidden, s_mb, rounds, n2);
   std::printf("%-26s %10s %10s %10s %12s %10s\n", "server, wire format", "update MB", "peak MB",
               "peak / S", "peak/(N+2)S", "round s");
-  double shoal_f32 = NAN, flower = NAN;
+  double shoal_f32 = NAN, shoal_sums = NAN, flower = NAN;
   for (const Row& r : rows) {
     if (!r.f.ok) {
       std::printf("%-26s failed: %s\n", r.system.c_str(), r.f.error.c_str());
@@ -172,7 +190,8 @@ int main(int argc, char** argv) {
     std::printf("%-26s %10s %10s %10s %12s %10s\n", r.system.c_str(), Num(r.f.wire_mb, 1).c_str(),
                 Num(r.f.peak_mb, 0).c_str(), Num(r.f.peak_mb / s_mb).c_str(),
                 Num(r.f.peak_mb / n2, 3).c_str(), Num(r.f.round_s).c_str());
-    if (r.system == "Shoal f32") shoal_f32 = r.f.peak_mb;
+    if (r.system == "Shoal f32 updates") shoal_f32 = r.f.peak_mb;
+    if (r.system == "Shoal f32 partialSums") shoal_sums = r.f.peak_mb;
     if (r.system.starts_with("Flower")) flower = r.f.peak_mb;
   }
   std::printf(
@@ -181,8 +200,14 @@ int main(int argc, char** argv) {
   if (!std::isnan(shoal_f32)) {
     std::printf("RESULT big_model_peak_over_model ratio=%.3f\n", shoal_f32 / s_mb);
   }
+  if (!std::isnan(shoal_sums)) {
+    std::printf("RESULT big_model_partial_sums_peak_over_model ratio=%.3f\n", shoal_sums / s_mb);
+  }
   if (!std::isnan(shoal_f32) && !std::isnan(flower)) {
     std::printf("RESULT big_model_vs_flower ratio=%.3f\n", shoal_f32 / flower);
   }
-  return std::isnan(shoal_f32) ? 1 : 0;
+  if (!std::isnan(shoal_sums) && !std::isnan(flower)) {
+    std::printf("RESULT big_model_partial_sums_vs_flower ratio=%.3f\n", shoal_sums / flower);
+  }
+  return std::isnan(shoal_f32) && std::isnan(shoal_sums) ? 1 : 0;
 }

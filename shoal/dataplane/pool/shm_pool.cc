@@ -1,6 +1,7 @@
 #include "shoal/dataplane/pool/shm_pool.h"
 
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,6 +45,13 @@ constexpr std::array<uint64_t, 7> kClassBytes = {256,       1024,       4096,   
                                                  64 * 1024, 256 * 1024, 1024 * 1024};
 constexpr uint32_t kNumClasses = kClassBytes.size();
 constexpr uint32_t kLargeClass = 0xff;
+// A freed heap buffer at least this large gives its pages back to the kernel (MADV_REMOVE: the
+// tmpfs pages go, in every process that maps the pool): without it, a round of large updates
+// leaves its pages resident after the updates are released, and the next round's buffers, which
+// the best-fit heap may place elsewhere, add theirs (issue 34: a 127 MB model's round peaked at
+// 17.4 x the model). A buffer allocated there later faults its pages in again (a few ms per
+// 100 MB); the smaller ones stay warm.
+constexpr uint64_t kReturnPagesBytes = 32ull << 20;
 
 // The heap: Boost's best-fit allocator over the rest of the segment, with no lock of its own
 // (the pool's robust mutex guards it). Buffers are named by offset, so the name index stays
@@ -342,6 +350,15 @@ void ShmPool::FreeLocked(uint64_t offset, BufferHeader* b) {
     h->free_heads[b->size_class] = offset;
     h->cached_bytes += b->capacity;
   } else {
+    if (b->capacity >= pool_detail::kReturnPagesBytes) {
+      const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+      const auto from =
+          (reinterpret_cast<uintptr_t>(segment_->base() + offset) + page - 1) & ~(page - 1);
+      const auto to =
+          (reinterpret_cast<uintptr_t>(segment_->base() + offset + b->capacity)) & ~(page - 1);
+      // Best effort: where the kernel refuses (a hugetlbfs page straddling), the pages stay.
+      if (to > from) (void)madvise(reinterpret_cast<void*>(from), to - from, MADV_REMOVE);
+    }
     segment_->heap.deallocate(b);
   }
 }

@@ -186,20 +186,19 @@ spec:
             listed = supernodes(d, "guarded")
             assert [s["status"] for s in listed.values()] == ["registered"]
             assert list(listed.values())[0]["publicKey"] == open(f"{KEYS}/node-a.pem").read()
-            # An unlisted key, and a node that registers itself: refused, the processes exit.
+            # An unlisted key, and a node that registers itself: refused, the processes exit;
+            # the listed node activates (the three started at once).
             b0 = SuperNode(tmp, link, f"{KEYS}/node-b", "b0")
-            nodes.append(b0)
+            s0 = SuperNode(tmp, f"127.0.0.1:{d.port}", None, "self")
+            a = SuperNode(tmp, link, f"{KEYS}/node-a", "a")
+            nodes += [b0, s0, a]
             assert b0.exited(120) != 0
             assert "[code: 2004] Failed to activate SuperNode." in b0.text(), b0.text()[-2000:]
-            s0 = SuperNode(tmp, f"127.0.0.1:{d.port}", None, "self")
-            nodes.append(s0)
             assert s0.exited(120) != 0
             assert ("[code: 2001] SuperNode authentication is enabled. All SuperNodes must be "
                     "registered via the CLI.") in s0.text(), s0.text()[-2000:]
-            # The listed node activates; b's key registered through the CLI, b activates.
-            a = SuperNode(tmp, link, f"{KEYS}/node-a", "a")
-            nodes.append(a)
             wait_online(d, "guarded", 1, [a])
+            # b's key registered through the CLI: b activates.
             r = d.cli("fl", "supernode", "register", "guarded", f"{KEYS}/node-b.pub")
             assert r.returncode == 0, r.stdout + r.stderr
             assert r.stdout.startswith("SuperNode ") and "registered in job guarded" in r.stdout

@@ -32,6 +32,10 @@ enum class EventKind : uint16_t {
   // committed version `request_id` on this node. No payload, no answer: a serving handler
   // fetches the new version now instead of at its next safety poll (Handler::OnJobCommitted).
   kJobCommitted = 9,
+  // instance -> shoald's instance manager: the handler's own load (a language model's tokens in
+  // flight, running and queued sequences), in the descriptor's fields (load_report.h). No payload,
+  // no answer; shoald keeps the last one per instance for the autoscaler.
+  kLoadReport = 10,
 };
 
 // kRequest's `status` when the request's client left before its body had arrived whole (after

@@ -1,5 +1,5 @@
-// An instance's load report (kLoadReport: EventKind's value after kJobCommitted, descriptor.h;
-// instance -> shoald's instance manager at kManagerEndpoint). A handler that knows more of its load
+// An instance's load report (EventKind::kLoadReport, descriptor.h; instance -> shoald's instance
+// manager at kManagerEndpoint). A handler that knows more of its load
 // than the requests in flight (the language model: tokens in flight, running and queued sequences)
 // reports it when it changes; shoald keeps the last report per instance and sums them into the
 // function's autoscaling signals (shoal/control/autoscaler/signals.h). No payload: the numbers
@@ -12,10 +12,6 @@
 
 namespace shoal {
 
-inline constexpr auto kLoadReport = static_cast<EventKind>(10);
-static_assert(static_cast<uint16_t>(kLoadReport) ==
-              static_cast<uint16_t>(EventKind::kJobCommitted) + 1);
-
 struct LoadReport {
   uint64_t tokens_in_flight = 0;  // prompt tokens to prefill + tokens still to decode
   uint32_t running = 0;           // sequences being stepped
@@ -25,7 +21,7 @@ struct LoadReport {
 
 // `length` carries the tokens, `aux_offset` running << 32 | queued; offset stays 0 (no buffer).
 inline void WriteLoadReport(const LoadReport& r, EventDescriptor* d) {
-  d->kind = static_cast<uint16_t>(kLoadReport);
+  d->kind = static_cast<uint16_t>(EventKind::kLoadReport);
   d->offset = 0;
   d->length = r.tokens_in_flight;
   d->aux_offset = (uint64_t{r.running} << 32) | r.queued;

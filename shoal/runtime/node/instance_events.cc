@@ -186,7 +186,7 @@ void InstanceManager::OnManagerReadable() {
     if (!got.ok() || *got == 0) return;
     for (size_t i = 0; i < *got; ++i) {
       if (batch[i].kind == static_cast<uint16_t>(EventKind::kReady)) OnReady(batch[i].source);
-      if (batch[i].kind == static_cast<uint16_t>(kLoadReport)) {
+      if (batch[i].kind == static_cast<uint16_t>(EventKind::kLoadReport)) {
         OnLoadReport(batch[i].source, ReadLoadReport(batch[i]));
       }
     }

@@ -16,6 +16,7 @@ if(dnnl_FOUND AND OpenMP_CXX_FOUND)
   message(STATUS "oneDNN: ${dnnl_VERSION} from ${_shoal_dnnl_lib} (SHOAL_DNNL_ROOT "
                  "${SHOAL_DNNL_ROOT}: the venv's onednn-cpu-gomp wheel)")
 else()
-  message(STATUS "oneDNN: no oneDNN 3.2 under ${SHOAL_DNNL_ROOT} (scripts/lib.sh installs it into "
-                 "the venv from requirements/test.lock): the CPU executor and the lm are off")
+  message(WARNING "oneDNN: no oneDNN 3.2 under ${SHOAL_DNNL_ROOT}: the CPU executor and the lm "
+                  "are off. scripts/lib.sh installs it into the venv from requirements/test.lock "
+                  "(`source scripts/lib.sh && install_python test`)")
 endif()

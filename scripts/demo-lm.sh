@@ -13,12 +13,19 @@ SERVER="http://127.0.0.1:$PORT"
 ROUNDS="${SHOAL_LM_ROUNDS:-3}"
 DEADLINE_S="${SHOAL_LM_SECONDS:-360}"
 
-install_packages
-install_python test
-lm_base_model
-build
+if [ "${SHOAL_DEMO_PREBUILT:-0}" = 1 ]; then
+  # The test of this demo (tests/integration/demo_lm_test.py): the set-up already ran (the same
+  # commands as below, with nothing missing they only check), the binaries are the build's.
+  BIN="${SHOAL_BIN_DIR:?SHOAL_DEMO_PREBUILT needs SHOAL_BIN_DIR}"
+  [ -f "$(lm_dir)/model.safetensors" ] || { echo "shoal-gpt base model not built ($(lm_dir))"; exit 1; }
+else
+  install_packages
+  install_python test
+  lm_base_model
+  build
+  BIN="$BUILD/bin"
+fi
 ensure_bpffs
-BIN="$BUILD/bin"
 export SHOAL_CONFIG="$STATE/admin.conf"
 SHOAL=("$BIN/shoal")
 BASE="$(lm_dir)/model.safetensors"
@@ -135,7 +142,8 @@ while [ $((SECONDS - START)) -lt "$DEADLINE_S" ]; do
   VERSION=$(printf '%s' "$STATUS" | "$VENV/bin/python" -c 'import json,sys; print(json.load(sys.stdin).get("version", 0))')
   STATE_NOW=$(printf '%s' "$STATUS" | "$VENV/bin/python" -c 'import json,sys; print(json.load(sys.stdin).get("state", "?"))')
   if [ "$VERSION" -gt "$SEEN" ]; then
-    # The function polls the job every 200 ms: wait until it serves this version.
+    # shoald tells the function of each commit (a kJobCommitted notice) and it downloads the
+    # version: wait until it serves this one.
     for _ in $(seq 1 50); do
       curl -fsS "$SERVER/fn/lm/v1/models" | grep -q "\"version\":$VERSION" && break
       sleep 0.1

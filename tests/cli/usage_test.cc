@@ -133,7 +133,8 @@ TEST(UsageTest, Shoal) {
                 "--gateway",
                 "shoal fl watch");
   ExpectRefused(SHOAL_CLI_BIN, {"fl"},
-                "shoal: a command is required: status, watch, model, list, delete", "shoal fl");
+                "shoal: a command is required: status, watch, model, list, delete, supernode",
+                "shoal fl");
   ExpectRefused(SHOAL_CLI_BIN, {"frob"},
                 "shoal: unknown command 'frob'; the commands are deploy, get, describe, invoke, "
                 "logs, delete, top, fl, token, sim, validate, explain",

@@ -31,6 +31,7 @@
 #include "shoal/tools/simulator/distribution.h"
 #include "shoal/tools/simulator/workloads.h"
 #include "tests/support/shoald_fixture.h"
+#include "trace_replay.h"
 
 using namespace shoal;
 using namespace shoal::testing;
@@ -95,53 +96,15 @@ bool RunPolicy(const std::string& policy, const std::vector<Fn>& fns,
     }
   }
   std::vector<Outcome> out(reqs.size());
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<size_t> ready;
-  bool done = false;
-  std::vector<std::thread> workers;
-  const auto t0 = Clock::now();
-  for (int w = 0; w < 48; ++w) {
-    workers.emplace_back([&] {
-      for (;;) {
-        size_t i;
-        {
-          std::unique_lock lock(mu);
-          cv.wait(lock, [&] { return done || !ready.empty(); });
-          if (ready.empty()) return;
-          i = ready.front();
-          ready.pop_front();
-        }
+  shoal::bench::ReplayTrace(
+      reqs.size(), seconds, policy, 48, [&](size_t i) { return reqs[i].t; },
+      [&](size_t i, Clock::time_point due) {
         const Request& r = reqs[i];
         auto res = Http(shoald.port(), "GET",
                         "/fn/" + fns[r.fn].name + "?ms=" + std::to_string(r.ms), {}, {}, 0, 30000);
-        const auto due = t0 + std::chrono::duration<double>(r.t);
         out[i].status = res.status;
         out[i].latency_ms = std::chrono::duration<double, std::milli>(Clock::now() - due).count();
-      }
-    });
-  }
-  size_t last_report = 0;
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    std::this_thread::sleep_until(t0 + std::chrono::duration<double>(reqs[i].t));
-    {
-      std::lock_guard lock(mu);
-      ready.push_back(i);
-    }
-    cv.notify_one();
-    const auto pct = static_cast<size_t>(100.0 * reqs[i].t / seconds);
-    if (pct >= last_report + 10) {
-      last_report = pct - pct % 10;
-      std::fprintf(stderr, "\r%s: %3zu%%", policy.c_str(), last_report);
-    }
-  }
-  {
-    std::lock_guard lock(mu);
-    done = true;
-  }
-  cv.notify_all();
-  for (auto& t : workers) t.join();
-  std::fprintf(stderr, "\r%s: 100%%\n", policy.c_str());
+      });
 
   // Instance-seconds up to now from shoald's own accounting (spawn to exit per instance).
   auto list = json::parse(shoald.Api("GET", "/v1/functions").body, nullptr, false);

@@ -34,6 +34,7 @@
 #include "run_stats.h"
 #include "sse_stream.h"
 #include "tests/support/shoald_fixture.h"
+#include "trace_replay.h"
 
 using namespace shoal::testing;
 using shoal::bench::LmRequest;
@@ -96,23 +97,9 @@ bool RunPolicy(const Settings& s, const std::string& policy, const std::vector<L
       "age of foolishness, it was the epoch of belief, it was the epoch of incredulity. ";
   std::vector<shoal::bench::Answer> out(reqs.size());
   std::vector<double> ttft(reqs.size(), 0);
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<size_t> ready;
-  bool done = false;
-  std::vector<std::thread> workers;
-  const auto t0 = Clock::now();
-  for (int w = 0; w < 48; ++w) {
-    workers.emplace_back([&] {
-      for (;;) {
-        size_t i;
-        {
-          std::unique_lock lock(mu);
-          cv.wait(lock, [&] { return done || !ready.empty(); });
-          if (ready.empty()) return;
-          i = ready.front();
-          ready.pop_front();
-        }
+  shoal::bench::ReplayTrace(
+      reqs.size(), seconds, policy, 48, [&](size_t i) { return reqs[i].t; },
+      [&](size_t i, Clock::time_point due) {
         const LmRequest& r = reqs[i];
         const Json body = {{"model", "lm"},
                            {"prompt", kText.substr(i % 64, static_cast<size_t>(r.prompt_bytes))},
@@ -122,33 +109,9 @@ bool RunPolicy(const Settings& s, const std::string& policy, const std::vector<L
                            {"stream_options", {{"include_usage", true}}}};
         const auto sent = Clock::now();
         out[i] = shoal::bench::Stream(shoald.port(), "/fn/lm/v1/completions", body.dump());
-        const auto due = t0 + std::chrono::duration<double>(r.t);
         ttft[i] =
             std::chrono::duration<double, std::milli>(sent - due).count() + out[i].ttft_s * 1e3;
-      }
-    });
-  }
-  size_t last_report = 0;
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    std::this_thread::sleep_until(t0 + std::chrono::duration<double>(reqs[i].t));
-    {
-      std::lock_guard lock(mu);
-      ready.push_back(i);
-    }
-    cv.notify_one();
-    const auto pct = static_cast<size_t>(100.0 * reqs[i].t / seconds);
-    if (pct >= last_report + 10) {
-      last_report = pct - pct % 10;
-      std::fprintf(stderr, "\r%s: %3zu%%", policy.c_str(), last_report);
-    }
-  }
-  {
-    std::lock_guard lock(mu);
-    done = true;
-  }
-  cv.notify_all();
-  for (auto& t : workers) t.join();
-  std::fprintf(stderr, "\r%s: 100%%\n", policy.c_str());
+      });
 
   auto list = Json::parse(shoald.Api("GET", "/v1/functions").body, nullptr, false);
   Json st = Json::object();

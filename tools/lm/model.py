@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import struct
 import sys
 from dataclasses import dataclass
 
@@ -228,10 +229,28 @@ def _metadata_int(meta: dict, key: str, path: str) -> int:
         raise FormatError(f"{path}: metadata {key!r} is not an integer: {meta[key]!r}") from None
 
 
+def _save_file(tensors: dict[str, torch.Tensor], path: str, metadata: dict[str, str]) -> None:
+    """safetensors' save_file, with the header's JSON keys sorted: the library writes its
+    metadata map in a hash order that changes from one process to the next, so the same tensors
+    made different bytes (the pretraining's determinism test found it). The tensors' bytes and
+    offsets are untouched; the header stays padded to 8 bytes with spaces, as the format says."""
+    save_file(tensors, path, metadata=metadata)
+    with open(path, "rb") as f:
+        blob = f.read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    if "__metadata__" in header:
+        header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+    text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + blob[8 + n:])
+
+
 def save(model: GPT, path: str) -> None:
     tensors = {k: v.detach().float().contiguous() for k, v in model.state_dict().items()
                if ".lora_" not in k}
-    save_file(tensors, path, metadata=model.cfg.metadata())
+    _save_file(tensors, path, metadata=model.cfg.metadata())
 
 
 def load(path: str) -> GPT:
@@ -348,8 +367,8 @@ def adapter_tensors(model: GPT) -> dict[str, torch.Tensor]:
 
 def save_adapter(tensors: dict[str, torch.Tensor], path: str, alpha: float) -> None:
     rank = next(t.shape[0] for k, t in tensors.items() if k.endswith(".lora_A"))
-    save_file({k: v.detach().float().contiguous() for k, v in tensors.items()}, path,
-              metadata={"format": LORA_FORMAT, "rank": str(rank), "alpha": repr(float(alpha))})
+    _save_file({k: v.detach().float().contiguous() for k, v in tensors.items()}, path,
+               metadata={"format": LORA_FORMAT, "rank": str(rank), "alpha": repr(float(alpha))})
 
 
 def load_adapter(path: str, alpha: float | None = None) -> tuple[dict[str, torch.Tensor], float]:

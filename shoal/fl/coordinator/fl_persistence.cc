@@ -476,17 +476,7 @@ Status FlCoordinator::Recover(
         if (!off.ok()) return off.status();
         pit = round.partials.emplace(key, JobState::Partial{*off, {}, r.base_version}).first;
       }
-      JobState::Ticket t;
-      t.round = r.round;
-      t.client = client;
-      t.buffer = r.buffer;
-      t.base_version = r.base_version;
-      t.num_samples = r.num_samples;
-      t.coefficient = r.coefficient;
-      t.instance = kRefoldedPartial;
-      t.partial = key;
-      t.acked = true;
-      t.seq = r.seq;
+      JobState::Ticket t = JobState::LoggedTicket(r, client, key);
       uint64_t id;
       {
         std::lock_guard lock(mu_);

@@ -338,6 +338,13 @@ struct FlCoordinator::JobState : std::enable_shared_from_this<FlCoordinator::Job
   // Recover: the logged update `r` of `client`, included in the loaded partial sum `key`, as the
   // acknowledged ticket `id` of its round (counted as before the restart; nothing refolded).
   void TakeCheckpointed(const LogRecord& r, const std::string& client, uint64_t key, uint64_t id);
+  // The acknowledged ticket of logged update `r` of `client` whose fold is in partial sum `key`
+  // (Recover: re-folded, or loaded from a partial-sum checkpoint).
+  static Ticket LoggedTicket(const LogRecord& r, const std::string& client, uint64_t key);
+  // A partial-sum checkpoint's head: partial `key` of round `round_id` and the log seqs of its
+  // tickets found in `from`.
+  PartialCheckpointHead CheckpointHead(uint64_t round_id, uint64_t key, const Partial& p,
+                                       const std::map<uint64_t, Ticket>& from) const;
   // A client whose acknowledged update no partial sum keeps any more: its update is un-counted
   // and its next task asks it to train and send again (logged, counted).
   void AskToResend(const std::string& client, uint64_t round_id, uint64_t seq, const char* why);

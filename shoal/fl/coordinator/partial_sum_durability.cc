@@ -40,15 +40,7 @@ void FlCoordinator::JobState::MaybeCheckpointPartial(uint64_t round_id, uint64_t
       return;
     }
   }
-  PartialCheckpointHead h;
-  h.round = round_id;
-  h.key = key;
-  h.base = p.base;
-  h.num_params = mspec.num_params();
-  for (uint64_t tid : p.tickets) {
-    auto it = tickets.find(tid);
-    if (it != tickets.end()) h.seqs.push_back(it->second.seq);
-  }
+  const PartialCheckpointHead h = CheckpointHead(round_id, key, p, tickets);
   const auto* sum = reinterpret_cast<const float*>(pool->Data(p.offset).data());
   if (Status st = partial_writer->Begin(dir, h, sum, [this] { ++partial_checkpoints; }); !st.ok()) {
     spdlog::error("fl job {}: partial-sum checkpoint of round {}: {}", spec.name, round_id,
@@ -58,20 +50,44 @@ void FlCoordinator::JobState::MaybeCheckpointPartial(uint64_t round_id, uint64_t
   p.since_checkpoint = 0;
 }
 
+PartialCheckpointHead FlCoordinator::JobState::CheckpointHead(
+    uint64_t round_id, uint64_t key, const Partial& p,
+    const std::map<uint64_t, Ticket>& from) const {
+  PartialCheckpointHead h;
+  h.round = round_id;
+  h.key = key;
+  h.base = p.base;
+  h.num_params = mspec.num_params();
+  for (uint64_t tid : p.tickets) {
+    auto it = from.find(tid);
+    if (it != from.end()) h.seqs.push_back(it->second.seq);
+  }
+  return h;
+}
+
+FlCoordinator::JobState::Ticket FlCoordinator::JobState::LoggedTicket(const LogRecord& r,
+                                                                      const std::string& client,
+                                                                      uint64_t key) {
+  Ticket t;
+  t.round = r.round;
+  t.client = client;
+  t.buffer = r.buffer;
+  t.base_version = r.base_version;
+  t.num_samples = r.num_samples;
+  t.coefficient = r.coefficient;
+  t.instance = kRefoldedPartial;
+  t.partial = key;
+  t.acked = true;
+  t.seq = r.seq;
+  return t;
+}
+
 void FlCoordinator::JobState::CheckpointRoundPartials(uint64_t round_id, const Round& round,
                                                       const std::map<uint64_t, Ticket>& from) {
   if (partial_writer) partial_writer->Flush();  // an older checkpoint's rename comes first
   for (const auto& [key, p] : round.partials) {
     if (p.offset == 0 || !p.node.empty() || p.since_checkpoint == 0) continue;
-    PartialCheckpointHead h;
-    h.round = round_id;
-    h.key = key;
-    h.base = p.base;
-    h.num_params = mspec.num_params();
-    for (uint64_t tid : p.tickets) {
-      auto it = from.find(tid);
-      if (it != from.end()) h.seqs.push_back(it->second.seq);
-    }
+    const PartialCheckpointHead h = CheckpointHead(round_id, key, p, from);
     const auto* sum = reinterpret_cast<const float*>(pool->Data(p.offset).data());
     if (Status st = WritePartialCheckpoint(dir, h, sum); !st.ok()) {
       // Its updates are still named by the log: a crash before the version's checkpoint asks
@@ -126,16 +142,8 @@ Result<std::map<uint64_t, uint64_t>> FlCoordinator::JobState::LoadPartialCheckpo
 
 void FlCoordinator::JobState::TakeCheckpointed(const LogRecord& r, const std::string& client,
                                                uint64_t key, uint64_t id) {
-  Ticket t;
-  t.round = r.round;
-  t.client = client;
-  t.base_version = r.base_version;
-  t.num_samples = r.num_samples;
-  t.coefficient = r.coefficient;
-  t.instance = kRefoldedPartial;
-  t.partial = key;
-  t.acked = true;
-  t.seq = r.seq;
+  Ticket t = LoggedTicket(r, client, key);
+  t.buffer = 0;  // its bytes are in the loaded partial sum, not in the pool
   tickets[id] = t;
   Round& round = rounds[r.round];
   round.partials[key].tickets.push_back(id);
